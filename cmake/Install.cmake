@@ -1,0 +1,21 @@
+# `cmake --install build --prefix P` installs the headers under P/include/dtensor, the static layer
+# libraries and a package config so that `find_package(dtensor)` gives `dtensor::dtensor`.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+get_property(dt_libs GLOBAL PROPERTY DT_LIBRARIES)
+install(TARGETS ${dt_libs} dtensor EXPORT dtensorTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+foreach(dir core ops mesh dtensor loaders nn)
+  if(EXISTS ${PROJECT_SOURCE_DIR}/${dir})
+    install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/dtensor
+            FILES_MATCHING PATTERN "*.h" PATTERN "*_test*" EXCLUDE)
+  endif()
+endforeach()
+install(EXPORT dtensorTargets NAMESPACE dtensor:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dtensor)
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/dtensorConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/dtensorConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dtensor)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/dtensorConfigVersion.cmake
+  COMPATIBILITY SameMajorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/dtensorConfig.cmake ${PROJECT_BINARY_DIR}/dtensorConfigVersion.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dtensor)

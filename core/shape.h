@@ -1,0 +1,26 @@
+#pragma once
+// Shapes and strides (PyTorch dimension order: dim 0 outermost), in elements.
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace dt {
+
+using Shape = absl::InlinedVector<int64_t, 6>;
+using IntSpan = absl::Span<const int64_t>;
+
+int64_t Numel(IntSpan shape);
+Shape ContiguousStrides(IntSpan shape);
+std::string ShapeToString(IntSpan shape);  // "[4, 1024]"
+absl::StatusOr<Shape> ParseShape(absl::string_view text);  // "4,1024" or "[4, 1024]" or "4x1024"
+// Wraps a possibly negative dim into [0, ndim); error names the op and both values.
+absl::StatusOr<int> NormalizeDim(int64_t dim, int64_t ndim, absl::string_view what = "dim");
+// The broadcast of two shapes (numpy rules) or InvalidArgument naming both.
+absl::StatusOr<Shape> BroadcastShapes(IntSpan a, IntSpan b);
+
+}  // namespace dt

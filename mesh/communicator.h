@@ -1,0 +1,107 @@
+#pragma once
+// Communicator: one process group (an ordered list of global ranks) on one backend.
+//
+// Semantics (every backend; see mesh/README section in the top-level README):
+//   - Tensors passed in must be contiguous and on the backend's device (cpu for threads/gloo/mpi,
+//     cuda for nccl); every member passes the same dtype and (where stated) the same sizes.
+//   - Calls are collective over the group and must be issued in the same order on every member.
+//   - Every call finishes within timeout(): when a peer dies or never arrives the call returns
+//     DeadlineExceeded/Unavailable naming the collective, the group and the missing ranks.
+//   - Async variants return a Work whose Wait() yields the result; the tensors must stay alive
+//     until then. The synchronous forms are Async(...)->Wait().
+//
+//   collective        input (per rank)         output (per rank)
+//   AllReduce         x [n]                    x [n] reduced in place
+//   AllGather         x [n]                    out [size*n], rank r's x at r*n
+//   AllGatherV        x [counts[me]]           out [sum counts], rank r's x at prefix(counts, r)
+//   ReduceScatter     x [size*n]               out [n] = reduction of every rank's block `me`
+//   ReduceScatterV    x [sum counts]           out [counts[me]]
+//   AllToAll          x [size*n]               out [size*n]: block r of out = block `me` of rank r's x
+//   AllToAllV         x, send_counts[size]     out, recv_counts[size] (element counts per peer)
+//   Broadcast         x from `root` (group rank) to everyone, in place
+//   Send/Recv         point to point by group rank
+// Counts and sizes are in elements of the tensor's dtype.
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/tensor.h"
+
+namespace dt {
+
+enum class ReduceOp : uint8_t { kSum, kAvg, kMin, kMax, kProd };
+absl::string_view ReduceOpName(ReduceOp op);  // "sum", "avg", "min", "max", "prod"
+absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name);
+
+// Handle of an asynchronous collective.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual absl::Status Wait() = 0;
+  // A Work that is already finished with `status`.
+  static std::shared_ptr<Work> Done(absl::Status status = absl::OkStatus());
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;  // rank within this group
+  virtual int size() const = 0;
+  // The global ranks of the members, in group-rank order.
+  virtual const std::vector<int>& global_ranks() const = 0;
+  virtual absl::string_view backend() const = 0;  // "threads", "gloo", "mpi", "nccl"
+  // "gloo group [0, 2, 4, 6]" — used in error messages.
+  std::string Describe() const;
+
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+
+  virtual WorkPtr AllReduceAsync(const Tensor& x, ReduceOp op) = 0;
+  virtual WorkPtr AllGatherAsync(const Tensor& x, const Tensor& out) = 0;
+  virtual WorkPtr AllGatherVAsync(const Tensor& x, const Tensor& out,
+                                  std::vector<int64_t> counts) = 0;
+  virtual WorkPtr ReduceScatterAsync(const Tensor& x, const Tensor& out, ReduceOp op) = 0;
+  virtual WorkPtr ReduceScatterVAsync(const Tensor& x, const Tensor& out,
+                                      std::vector<int64_t> counts, ReduceOp op) = 0;
+  virtual WorkPtr AllToAllAsync(const Tensor& x, const Tensor& out) = 0;
+  virtual WorkPtr AllToAllVAsync(const Tensor& x, std::vector<int64_t> send_counts,
+                                 const Tensor& out, std::vector<int64_t> recv_counts) = 0;
+  virtual WorkPtr BroadcastAsync(const Tensor& x, int root) = 0;
+  virtual WorkPtr SendAsync(const Tensor& x, int dst) = 0;
+  virtual WorkPtr RecvAsync(const Tensor& x, int src) = 0;
+  virtual absl::Status Barrier() = 0;
+
+  absl::Status AllReduce(const Tensor& x, ReduceOp op) { return AllReduceAsync(x, op)->Wait(); }
+  absl::Status AllGather(const Tensor& x, const Tensor& out) { return AllGatherAsync(x, out)->Wait(); }
+  absl::Status AllGatherV(const Tensor& x, const Tensor& out, std::vector<int64_t> counts) {
+    return AllGatherVAsync(x, out, std::move(counts))->Wait();
+  }
+  absl::Status ReduceScatter(const Tensor& x, const Tensor& out, ReduceOp op) {
+    return ReduceScatterAsync(x, out, op)->Wait();
+  }
+  absl::Status ReduceScatterV(const Tensor& x, const Tensor& out, std::vector<int64_t> counts,
+                              ReduceOp op) {
+    return ReduceScatterVAsync(x, out, std::move(counts), op)->Wait();
+  }
+  absl::Status AllToAll(const Tensor& x, const Tensor& out) { return AllToAllAsync(x, out)->Wait(); }
+  absl::Status AllToAllV(const Tensor& x, std::vector<int64_t> send_counts, const Tensor& out,
+                         std::vector<int64_t> recv_counts) {
+    return AllToAllVAsync(x, std::move(send_counts), out, std::move(recv_counts))->Wait();
+  }
+  absl::Status Broadcast(const Tensor& x, int root) { return BroadcastAsync(x, root)->Wait(); }
+  absl::Status Send(const Tensor& x, int dst) { return SendAsync(x, dst)->Wait(); }
+  absl::Status Recv(const Tensor& x, int src) { return RecvAsync(x, src)->Wait(); }
+
+ protected:
+  std::chrono::milliseconds timeout_{300'000};
+};
+using CommPtr = std::shared_ptr<Communicator>;
+
+}  // namespace dt

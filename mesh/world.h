@@ -1,0 +1,58 @@
+#pragma once
+// World: this process's membership in a distributed job — its global rank, the world size, the
+// backend, and a factory for communicators over subsets of the ranks.
+//
+//   auto world = World::FromEnv().value();           // dtrun/torchrun, mpirun or srun variables
+//   CommPtr tp = world->Group({0, 1, 2, 3}).value();  // collective over the members only
+//
+// Groups are created lazily and cached by their rank list; Group() must be called by every member
+// of the list (and only by them) in the same order, like torch.distributed.new_group.
+// The threads backend runs N ranks as threads of one process: World::RunThreads(N, fn).
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/device.h"
+#include "mesh/communicator.h"
+
+namespace dt {
+
+struct WorldOptions {
+  std::string backend;  // "threads", "gloo", "mpi", "nccl"; empty: $DT_BACKEND, else gloo (mpi under mpirun)
+  std::chrono::milliseconds timeout{300'000};  // every collective; also $DT_TIMEOUT_MS
+};
+
+class World {
+ public:
+  virtual ~World() = default;
+  // Reads rank/world/master from dtrun/torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+  // MASTER_PORT), OpenMPI (OMPI_COMM_WORLD_*) or Slurm (SLURM_PROCID, SLURM_NTASKS, ...).
+  // Without any launcher: a world of one rank.
+  static absl::StatusOr<std::shared_ptr<World>> FromEnv(WorldOptions options = {});
+  // Runs fn(world) on `n` threads, one rank each, on the threads backend; returns the first error
+  // any rank returned (the others are unblocked with an error instead of hanging).
+  static absl::Status RunThreads(int n, const std::function<absl::Status(World&)>& fn,
+                                 WorldOptions options = {});
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int local_rank() const = 0;   // rank on this node
+  virtual int local_size() const = 0;   // ranks on this node
+  virtual absl::string_view backend() const = 0;
+  virtual Device device() const = 0;    // cpu, or cuda:local_rank for nccl
+  std::chrono::milliseconds timeout() const { return options_.timeout; }
+
+  // The communicator over `ranks` (global ranks, in group order); cached.
+  virtual absl::StatusOr<CommPtr> Group(absl::Span<const int> ranks) = 0;
+  absl::StatusOr<CommPtr> WorldGroup();
+
+ protected:
+  WorldOptions options_;
+};
+
+}  // namespace dt
