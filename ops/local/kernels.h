@@ -1,0 +1,118 @@
+#pragma once
+// Internal: the per-device kernel interface behind ops/local/ops.h.
+//
+// The public functions in ops.h validate every argument, compute output shapes, allocate the
+// outputs on the inputs' device and then call exactly one kernel below, `cpu::X` or `cuda::X` with
+// identical signatures (cpu in ops/local/cpu/*.cc, cuda in ops/local/cuda/*.cu, built only when
+// CMake's DT_HAVE_CUDA is ON, which defines DT_WITH_CUDA).
+//
+// What every kernel may assume (the public layer guarantees it):
+//   - all tensors are defined, on the kernel's device, with the dtypes and shapes stated below;
+//   - outputs are freshly allocated, contiguous and never alias an input;
+//   - inputs are arbitrary strided views (strides may be 0 for broadcast dims) unless stated; a
+//     kernel that wants contiguous data may call Contiguous() itself;
+//   - no tensor has zero elements unless stated (the public layer returns early on empty results);
+//   - "float" means f32, bf16 or f16; half types are computed in f32 and rounded once on store.
+// Kernels return OK or an error for failures the public layer cannot foresee (device errors).
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "core/tensor.h"
+#include "ops/local/ops.h"
+
+namespace dt::ops {
+
+// AttentionOptions with every default resolved.
+struct AttentionParams {
+  bool causal = false;
+  float scale = 1.0f;
+  int64_t kv_length = 0;  // 0 <= kv_length <= Skv
+  int64_t q_offset = 0;   // causal: query i sees keys j <= q_offset + i (may be negative)
+};
+
+// Kernels (identical signatures in namespaces cpu and cuda):
+//
+//   Matmul(a, b, bias, out)
+//     a [..., M, K], b [..., K, N] with identical batch dims (expanded: strides may be 0), out
+//     [..., M, N]; one float dtype; M, N, K >= 1. In every matrix of a and b one of the last two
+//     dims has stride 1 and the other a stride >= max(1, the size of the stride-1 dim), i.e. each
+//     matrix is row-major or column-major with a leading dimension (cuBLAS-compatible). bias:
+//     undefined or contiguous [N] of out's dtype, added to every row in f32 before rounding.
+//   Binary(op, a, b, out)
+//     out = a op b; a and b expanded to out's shape; one dtype, not bool; kDiv only for floats.
+//     Integer arithmetic wraps (two's complement).
+//   BinaryScalar(op, x, s, out)
+//     out = x op s; x of out's shape and dtype (not bool; kDiv only float; s integral for
+//     integer dtypes). Float dtypes compute in f32 (s rounded to f32 first).
+//   Unary(op, x, out)
+//     out = op(x); same shape and dtype; float, or any but bool for kNeg.
+//   Reduce(op, x, dim, out)
+//     out = reduction of x along dim (0 <= dim < x.dim()), shape x's without dim. kSum: any but
+//     bool, out x's dtype for floats and i64 for integers; kMean: float, out x's dtype; kMax: any
+//     but bool, out x's dtype; kArgmax: any but bool, out i64. x.size(dim) may be 0 only for kSum
+//     (out 0) and kMean (out NaN). Floats accumulate in f32 or better.
+//   Softmax(x, dim, log, out)
+//     (log-)softmax along dim (0 <= dim < x.dim()); float; out same shape and dtype; f32 inside.
+//   RmsNorm(x, weight, eps, out)
+//     x [..., H] float; weight undefined or [H] of x's dtype; out like x. See ops::RmsNorm for the
+//     two roundings.
+//   LayerNorm(x, weight, bias, eps, out)
+//     x [..., H] float; weight, bias undefined or [H] of x's dtype; out like x; one rounding.
+//   ApplyRotary(x, cos, sin, style, out)
+//     x [..., D] float with D even; cos and sin expanded to x's shape (any float dtypes); out
+//     like x. See ops::ApplyRotary for the two styles.
+//   Attention(q, k, v, params, out)
+//     q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv], one float dtype, Hq % Hkv == 0
+//     (query head h uses kv head h / (Hq/Hkv)); out [B, Hq, Sq, Dv]. Only keys j < kv_length are
+//     visible, and with causal only j <= q_offset + i for query i. Skv and kv_length may be 0;
+//     rows without a visible key are zero. Softmax in f32.
+//   Embedding(table, ids, index_offset, out)
+//     table [V, H] any dtype (V may be 0); ids any shape, i64 or i32; out [ids..., H] of table's
+//     dtype; out[i] = table[ids[i] - index_offset], or zeros when that row does not exist.
+//   TopK(x, k, dim, largest, values, indices)
+//     the k largest (smallest) elements of x along dim (0 <= dim < x.dim(),
+//     1 <= k <= x.size(dim)), sorted; ties lower index first; NaN greater than every number. x any
+//     dtype but bool; values: x's shape with size k at dim, x's dtype; indices: same shape, i64.
+
+namespace cpu {
+absl::Status Matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
+absl::Status Binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
+absl::Status BinaryScalar(BinaryOp op, const Tensor& x, double s, const Tensor& out);
+absl::Status Unary(UnaryOp op, const Tensor& x, const Tensor& out);
+absl::Status Reduce(ReduceOp op, const Tensor& x, int dim, const Tensor& out);
+absl::Status Softmax(const Tensor& x, int dim, bool log, const Tensor& out);
+absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out);
+absl::Status LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                       const Tensor& out);
+absl::Status ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin, RotaryStyle style,
+                         const Tensor& out);
+absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                       const AttentionParams& params, const Tensor& out);
+absl::Status Embedding(const Tensor& table, const Tensor& ids, int64_t index_offset,
+                       const Tensor& out);
+absl::Status TopK(const Tensor& x, int64_t k, int dim, bool largest, const Tensor& values,
+                  const Tensor& indices);
+}  // namespace cpu
+
+namespace cuda {
+absl::Status Matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
+absl::Status Binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
+absl::Status BinaryScalar(BinaryOp op, const Tensor& x, double s, const Tensor& out);
+absl::Status Unary(UnaryOp op, const Tensor& x, const Tensor& out);
+absl::Status Reduce(ReduceOp op, const Tensor& x, int dim, const Tensor& out);
+absl::Status Softmax(const Tensor& x, int dim, bool log, const Tensor& out);
+absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out);
+absl::Status LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                       const Tensor& out);
+absl::Status ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin, RotaryStyle style,
+                         const Tensor& out);
+absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                       const AttentionParams& params, const Tensor& out);
+absl::Status Embedding(const Tensor& table, const Tensor& ids, int64_t index_offset,
+                       const Tensor& out);
+absl::Status TopK(const Tensor& x, int64_t k, int dim, bool largest, const Tensor& values,
+                  const Tensor& indices);
+}  // namespace cuda
+
+}  // namespace dt::ops

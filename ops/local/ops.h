@@ -1,0 +1,188 @@
+#pragma once
+// Local (single-device) tensor operations: the kernels every higher layer runs on its shard.
+//
+// Contract shared by every function here
+//   - Inputs may be any strided view (transposed, narrowed, expanded); outputs are freshly allocated,
+//     contiguous, on the inputs' device (all tensor inputs must share one device). Views-returning
+//     ops (Split, Chunk) say so.
+//   - Float ops accept f32, bf16 and f16; bf16/f16 are computed with f32 arithmetic and accumulation
+//     and rounded once (round to nearest even) when stored. Tensor-tensor ops need equal dtypes (no
+//     implicit promotion): cast first with Cast.
+//   - Bad input (shapes, dtypes, dims, devices, undefined tensors) gives InvalidArgument naming the
+//     op and the values: "Matmul: inner dims differ: a f32[2, 3] cpu, b f32[4, 5] cpu (3 vs 4)".
+//     A cuda tensor in a build without CUDA gives FailedPrecondition. Nothing throws or aborts.
+//   - Optional tensor arguments are passed as an undefined Tensor (Tensor()) to mean "none".
+//   - Dims may be negative (counted from the end), as in PyTorch.
+//
+//   op                        dtypes                 notes
+//   Matmul, Linear            f32 bf16 f16           batch dims broadcast
+//   Add Sub Mul               all but bool           numpy broadcasting; integers wrap like C++
+//   Div                       f32 bf16 f16
+//   Neg                       all but bool
+//   Silu Gelu Exp Rsqrt Sqrt  f32 bf16 f16
+//   Cast                      any -> any
+//   Sum Max Argmax            all but bool           Sum of integers is i64; Argmax is i64
+//   Mean                      f32 bf16 f16
+//   Softmax LogSoftmax        f32 bf16 f16           f32 internally
+//   RmsNorm LayerNorm         f32 bf16 f16           over the last dim
+//   ApplyRotary               f32 bf16 f16
+//   ScaledDotProductAttention f32 bf16 f16           GQA, causal, KV-cache prefix
+//   Embedding                 any table; i64/i32 ids
+//   Cat Split Chunk Pad       any
+//   TopK                      all but bool
+//
+// Example
+//   auto y = ops::Linear(x, w, b).value();                 // x [T, in], w [out, in] -> [T, out]
+//   auto p = ops::Softmax(y, -1).value();
+//   auto [v, i] = ops::TopK(p, 5, -1).value();
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/tensor.h"
+
+namespace dt::ops {
+
+// ---- GEMM ----------------------------------------------------------------------------------------
+
+// a [..., M, K] · b [..., K, N] -> [..., M, N]; batch dims broadcast (numpy rules). trans_a means a
+// is given as [..., K, M] (and is used transposed), likewise trans_b: b given as [..., N, K]. Both
+// operands need at least 2 dims. GEMM runs in f32 (bf16/f16 are converted, multiplied, rounded).
+//
+//   a          b          trans_a trans_b  out
+//   [2, 3]     [3, 4]     no      no       [2, 4]
+//   [8, 2, 3]  [3, 4]     no      no       [8, 2, 4]
+//   [5, 1, 2, 3] [7, 4, 3] no     yes      [5, 7, 2, 4]
+absl::StatusOr<Tensor> Matmul(const Tensor& a, const Tensor& b, bool trans_a = false,
+                              bool trans_b = false);
+
+// y = x · wᵀ + bias: x [..., in], w [out, in], bias [out] or undefined -> [..., out] (torch Linear).
+// The bias is added in f32 before the single rounding.
+absl::StatusOr<Tensor> Linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
+
+// ---- pointwise -----------------------------------------------------------------------------------
+
+enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv };
+enum class UnaryOp : uint8_t { kNeg, kSilu, kGeluTanh, kGeluErf, kExp, kRsqrt, kSqrt };
+enum class GeluApproximation : uint8_t { kNone, kTanh };  // kNone: exact (erf), PyTorch's default
+
+// Tensor-tensor with numpy broadcasting: [4, 1, 3] + [2, 1] -> [4, 2, 3].
+absl::StatusOr<Tensor> Add(const Tensor& a, const Tensor& b);
+absl::StatusOr<Tensor> Sub(const Tensor& a, const Tensor& b);
+absl::StatusOr<Tensor> Mul(const Tensor& a, const Tensor& b);
+absl::StatusOr<Tensor> Div(const Tensor& a, const Tensor& b);
+absl::StatusOr<Tensor> Binary(BinaryOp op, const Tensor& a, const Tensor& b);
+// Tensor-scalar (x op s); the result keeps x's dtype. On integer tensors s must be integral.
+absl::StatusOr<Tensor> Add(const Tensor& x, double s);
+absl::StatusOr<Tensor> Sub(const Tensor& x, double s);
+absl::StatusOr<Tensor> Mul(const Tensor& x, double s);
+absl::StatusOr<Tensor> Div(const Tensor& x, double s);
+absl::StatusOr<Tensor> Binary(BinaryOp op, const Tensor& x, double s);
+
+absl::StatusOr<Tensor> Neg(const Tensor& x);
+absl::StatusOr<Tensor> Silu(const Tensor& x);  // x * sigmoid(x)
+// kNone: 0.5 x (1 + erf(x/√2)); kTanh: 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))).
+absl::StatusOr<Tensor> Gelu(const Tensor& x, GeluApproximation approx = GeluApproximation::kNone);
+absl::StatusOr<Tensor> Exp(const Tensor& x);
+absl::StatusOr<Tensor> Rsqrt(const Tensor& x);
+absl::StatusOr<Tensor> Sqrt(const Tensor& x);
+absl::StatusOr<Tensor> Unary(UnaryOp op, const Tensor& x);
+
+// x converted to `dtype` (round to nearest even into bf16/f16; float -> integer truncates toward
+// zero; anything -> bool is x != 0). Contiguous; may return x itself when nothing changes.
+absl::StatusOr<Tensor> Cast(const Tensor& x, DType dtype);
+
+// ---- reductions along one dim --------------------------------------------------------------------
+
+enum class ReduceOp : uint8_t { kSum, kMean, kMax, kArgmax };
+
+// x [2, 3, 4], dim 1 -> [2, 4] (keepdim: [2, 1, 4]). A zero-size reduced dim gives 0 for Sum, NaN
+// for Mean, and InvalidArgument for Max/Argmax (like PyTorch). Max propagates NaN; Argmax returns
+// the first maximal index (a NaN counts as the maximum).
+absl::StatusOr<Tensor> Sum(const Tensor& x, int64_t dim, bool keepdim = false);
+absl::StatusOr<Tensor> Mean(const Tensor& x, int64_t dim, bool keepdim = false);
+absl::StatusOr<Tensor> Max(const Tensor& x, int64_t dim, bool keepdim = false);
+absl::StatusOr<Tensor> Argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+absl::StatusOr<Tensor> Reduce(ReduceOp op, const Tensor& x, int64_t dim, bool keepdim = false);
+
+// ---- normalisation and activations over a dim -----------------------------------------------------
+
+absl::StatusOr<Tensor> Softmax(const Tensor& x, int64_t dim);
+absl::StatusOr<Tensor> LogSoftmax(const Tensor& x, int64_t dim);
+
+// Over the last dim H, Hugging Face Llama semantics: in f32, n = x * rsqrt(mean(x²) + eps); n is
+// rounded to x's dtype, THEN multiplied by weight [H] (same dtype as x) and rounded again.
+absl::StatusOr<Tensor> RmsNorm(const Tensor& x, const Tensor& weight = Tensor(), double eps = 1e-6);
+// Over the last dim H: (x - mean) / sqrt(var + eps) * weight + bias (biased variance), in f32 and
+// rounded once; weight and bias [H] optional, same dtype as x.
+absl::StatusOr<Tensor> LayerNorm(const Tensor& x, const Tensor& weight = Tensor(),
+                                 const Tensor& bias = Tensor(), double eps = 1e-5);
+
+// ---- rotary embeddings ---------------------------------------------------------------------------
+
+// kHalf (HF Llama, rotate_half): y = x*cos + cat(-x[D/2:], x[:D/2])*sin.
+// kInterleaved (Flux2): pairs (x[2j], x[2j+1]): y[2j] = x[2j]*cos[2j] - x[2j+1]*sin[2j],
+//                                              y[2j+1] = x[2j+1]*cos[2j+1] + x[2j]*sin[2j+1].
+enum class RotaryStyle : uint8_t { kHalf, kInterleaved };
+
+// x [..., D] with D even; cos and sin [..., D] broadcast to x (e.g. x [B, H, S, D] with cos [S, D]
+// or [B, 1, S, D]); any float dtypes; computed in f32, result in x's dtype.
+absl::StatusOr<Tensor> ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                                   RotaryStyle style);
+
+// ---- attention -----------------------------------------------------------------------------------
+
+struct AttentionOptions {
+  bool causal = false;
+  std::optional<double> scale;         // default 1/sqrt(D)
+  std::optional<int64_t> kv_length;    // valid prefix of the K/V buffers; default Skv
+  std::optional<int64_t> q_offset;     // absolute position of query 0; default kv_length - Sq
+};
+
+// softmax(q·kᵀ·scale + mask)·v per head, softmax in f32.
+//   q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv] -> [B, Hq, Sq, Dv].
+// GQA: Hq % Hkv == 0 and kv head g serves query heads g*r .. g*r+r-1 (r = Hq/Hkv). Only keys
+// j < kv_length are attended; with `causal`, query i attends to keys j <= q_offset + i (bottom-right
+// aligned by default, as for a KV cache). A query row with no visible key yields zeros.
+absl::StatusOr<Tensor> ScaledDotProductAttention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const AttentionOptions& options = {});
+
+// ---- lookup --------------------------------------------------------------------------------------
+
+// table [V, H], ids [...] (i64 or i32) -> [..., H]: row ids[i] - index_offset of the table. An id
+// outside [index_offset, index_offset + V) is NOT an error: it yields a zero row. This is the
+// masked lookup of a vocab-sharded table, whose partial results are then summed across ranks.
+absl::StatusOr<Tensor> Embedding(const Tensor& table, const Tensor& ids, int64_t index_offset = 0);
+
+// ---- shape ops -----------------------------------------------------------------------------------
+
+// Concatenation along `dim`; all tensors need the same dtype, device, rank and sizes off `dim`.
+absl::StatusOr<Tensor> Cat(absl::Span<const Tensor> tensors, int64_t dim);
+// Views of consecutive pieces of x along dim with the given sizes (which must sum to x.size(dim)).
+absl::StatusOr<std::vector<Tensor>> Split(const Tensor& x, absl::Span<const int64_t> sizes,
+                                          int64_t dim);
+// torch.chunk: views of size ceil(n/chunks) along dim, the last possibly shorter; fewer than
+// `chunks` pieces when they run out (n=5, chunks=4 -> sizes 2, 2, 1); a zero-size dim gives
+// `chunks` empty pieces.
+//   n   chunks  sizes
+//   6   3       2 2 2
+//   5   4       2 2 1
+//   1   3       1
+absl::StatusOr<std::vector<Tensor>> Chunk(const Tensor& x, int64_t chunks, int64_t dim);
+// x with `before` and `after` elements of `value` added along dim (both >= 0).
+absl::StatusOr<Tensor> Pad(const Tensor& x, int64_t dim, int64_t before, int64_t after,
+                           double value = 0.0);
+
+// The k largest (or smallest) elements along dim, sorted (largest first when `largest`), and their
+// i64 indices. Ties keep the lower index first; NaN counts as greater than every number.
+struct TopKResult {
+  Tensor values;
+  Tensor indices;
+};
+absl::StatusOr<TopKResult> TopK(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
+
+}  // namespace dt::ops
