@@ -1,0 +1,44 @@
+#pragma once
+// Internal: argument checks shared by the public ops (every message starts with the op's name) and
+// the macro that sends a validated call to the kernel of the inputs' device.
+
+#include <initializer_list>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "core/tensor.h"
+#include "ops/local/kernels.h"
+
+namespace dt::ops::internal {
+
+// "Softmax: x is an undefined tensor".
+absl::Status CheckDefined(absl::string_view op, absl::string_view name, const Tensor& t);
+// "Softmax: x must be f32, bf16 or f16, got i64[2, 3] cpu".
+absl::Status CheckFloat(absl::string_view op, absl::string_view name, const Tensor& t);
+// "Add: x must not be bool, got bool[3] cpu".
+absl::Status CheckNotBool(absl::string_view op, absl::string_view name, const Tensor& t);
+// "Matmul: dtypes differ: a f32[2, 3] cpu, b bf16[3, 4] cpu".
+absl::Status CheckSameDType(absl::string_view op, absl::string_view name_a, const Tensor& a,
+                            absl::string_view name_b, const Tensor& b);
+// All defined tensors on the device of the first; "Add: devices differ: a ... cpu, b ... cuda:0".
+absl::Status CheckSameDevice(absl::string_view op,
+                             std::initializer_list<std::pair<absl::string_view, const Tensor*>> ts);
+// "RmsNorm: weight must have shape [64], got f32[32] cpu".
+absl::Status CheckShape(absl::string_view op, absl::string_view name, const Tensor& t,
+                        IntSpan want);
+// "Matmul: a must have at least 2 dims, got f32[3] cpu".
+absl::Status CheckMinDims(absl::string_view op, absl::string_view name, const Tensor& t, int dims);
+// FailedPrecondition "<op> on cuda:0: this build has no CUDA support".
+absl::Status NoCuda(absl::string_view op, Device device);
+
+}  // namespace dt::ops::internal
+
+// DT_OPS_KERNEL(device, Name, args...): ops::cpu::Name(args...) or ops::cuda::Name(args...).
+#ifdef DT_WITH_CUDA
+#define DT_OPS_KERNEL(device, name, ...)                                                   \
+  ((device).is_cuda() ? ::dt::ops::cuda::name(__VA_ARGS__) : ::dt::ops::cpu::name(__VA_ARGS__))
+#else
+#define DT_OPS_KERNEL(device, name, ...)                                                   \
+  ((device).is_cuda() ? ::dt::ops::internal::NoCuda(#name, (device))                       \
+                      : ::dt::ops::cpu::name(__VA_ARGS__))
+#endif

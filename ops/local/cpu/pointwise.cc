@@ -1,0 +1,137 @@
+// CPU pointwise kernels: Binary, BinaryScalar, Unary.
+
+#include <cmath>
+
+#include "ops/local/cpu/loops.h"
+#include "ops/local/kernels.h"
+
+namespace dt::ops::cpu {
+
+namespace {
+
+// Integer arithmetic wraps (two's complement) instead of overflowing.
+template <typename C, typename F>
+inline C Wrapping(C a, C b, F f) {
+  if constexpr (std::is_integral_v<C>) {
+    using U = std::make_unsigned_t<C>;
+    return static_cast<C>(f(static_cast<U>(a), static_cast<U>(b)));
+  } else {
+    return f(a, b);
+  }
+}
+
+struct AddFn { template <typename C> C operator()(C a, C b) const { return Wrapping(a, b, [](auto x, auto y) { return x + y; }); } };
+struct SubFn { template <typename C> C operator()(C a, C b) const { return Wrapping(a, b, [](auto x, auto y) { return x - y; }); } };
+struct MulFn { template <typename C> C operator()(C a, C b) const { return Wrapping(a, b, [](auto x, auto y) { return x * y; }); } };
+struct DivFn { template <typename C> C operator()(C a, C b) const { return a / b; } };
+
+// Calls body(fn) with the functor of `op`; kDiv only for float T.
+template <typename T, typename Body>
+void WithBinaryFn(BinaryOp op, Body&& body) {
+  switch (op) {
+    case BinaryOp::kAdd: return body(AddFn{});
+    case BinaryOp::kSub: return body(SubFn{});
+    case BinaryOp::kMul: return body(MulFn{});
+    case BinaryOp::kDiv:
+      if constexpr (kIsFloat<T>) return body(DivFn{});
+      return;
+  }
+}
+
+// out[i] = f(a[i], b[i]) over strided operands, computing in Compute<T>.
+template <typename T, typename F>
+void Map2(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
+  Nest<3> nest(out.shape(), {IntSpan(out.strides()), IntSpan(a.strides()), IntSpan(b.strides())});
+  T* po = out.data<T>();
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  const int64_t so = nest.inner_stride(0), sa = nest.inner_stride(1), sb = nest.inner_stride(2);
+  nest.ForEachRun([&](const std::array<int64_t, 3>& off, int64_t n) {
+    T* o = po + off[0];
+    const T* x = pa + off[1];
+    const T* y = pb + off[2];
+    if (so == 1 && sa == 1 && sb == 1) {
+      for (int64_t i = 0; i < n; ++i) o[i] = Store<T>(f(Load(x[i]), Load(y[i])));
+    } else if (so == 1 && sa == 1 && sb == 0) {
+      const Compute<T> yv = Load(y[0]);
+      for (int64_t i = 0; i < n; ++i) o[i] = Store<T>(f(Load(x[i]), yv));
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i * so] = Store<T>(f(Load(x[i * sa]), Load(y[i * sb])));
+    }
+  });
+}
+
+// out[i] = f(x[i]).
+template <typename T, typename F>
+void Map1(const Tensor& x, const Tensor& out, F f) {
+  Nest<2> nest(out.shape(), {IntSpan(out.strides()), IntSpan(x.strides())});
+  T* po = out.data<T>();
+  const T* px = x.data<T>();
+  const int64_t so = nest.inner_stride(0), sx = nest.inner_stride(1);
+  nest.ForEachRun([&](const std::array<int64_t, 2>& off, int64_t n) {
+    T* o = po + off[0];
+    const T* v = px + off[1];
+    if (so == 1 && sx == 1) {
+      for (int64_t i = 0; i < n; ++i) o[i] = Store<T>(f(Load(v[i])));
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i * so] = Store<T>(f(Load(v[i * sx])));
+    }
+  });
+}
+
+}  // namespace
+
+absl::Status Binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  DT_OPS_DISPATCH_NUMERIC(out.dtype(), T, [&] {
+    WithBinaryFn<T>(op, [&](auto fn) { Map2<T>(a, b, out, fn); });
+  });
+  return absl::OkStatus();
+}
+
+absl::Status BinaryScalar(BinaryOp op, const Tensor& x, double s, const Tensor& out) {
+  DT_OPS_DISPATCH_NUMERIC(out.dtype(), T, [&] {
+    const Compute<T> sv = kIsFloat<T> ? static_cast<Compute<T>>(static_cast<float>(s))
+                                      : static_cast<Compute<T>>(static_cast<int64_t>(s));
+    WithBinaryFn<T>(op, [&](auto fn) { Map1<T>(x, out, [&](Compute<T> v) { return fn(v, sv); }); });
+  });
+  return absl::OkStatus();
+}
+
+absl::Status Unary(UnaryOp op, const Tensor& x, const Tensor& out) {
+  DT_OPS_DISPATCH_NUMERIC(out.dtype(), T, [&] {
+    using C = Compute<T>;
+    if (op == UnaryOp::kNeg) {
+      Map1<T>(x, out, [](C v) { return Wrapping(C{0}, v, [](auto p, auto q) { return p - q; }); });
+      return;
+    }
+    if constexpr (kIsFloat<T>) {
+      switch (op) {
+        case UnaryOp::kNeg: break;
+        case UnaryOp::kSilu:
+          Map1<T>(x, out, [](float v) { return v / (1.0f + std::exp(-v)); });
+          break;
+        case UnaryOp::kGeluTanh:
+          Map1<T>(x, out, [](float v) {
+            constexpr float kSqrt2OverPi = 0.7978845608028654f;
+            return 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
+          });
+          break;
+        case UnaryOp::kGeluErf:
+          Map1<T>(x, out, [](float v) { return 0.5f * v * (1.0f + std::erf(v * 0.7071067811865476f)); });
+          break;
+        case UnaryOp::kExp:
+          Map1<T>(x, out, [](float v) { return std::exp(v); });
+          break;
+        case UnaryOp::kRsqrt:
+          Map1<T>(x, out, [](float v) { return 1.0f / std::sqrt(v); });
+          break;
+        case UnaryOp::kSqrt:
+          Map1<T>(x, out, [](float v) { return std::sqrt(v); });
+          break;
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace dt::ops::cpu

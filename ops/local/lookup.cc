@@ -1,0 +1,32 @@
+// Embedding lookup (masked, for vocab-sharded tables).
+
+#include "absl/strings/str_cat.h"
+#include "ops/local/checks.h"
+#include "ops/local/kernels.h"
+#include "ops/local/ops.h"
+
+namespace dt::ops {
+
+absl::StatusOr<Tensor> Embedding(const Tensor& table, const Tensor& ids, int64_t index_offset) {
+  constexpr absl::string_view kOp = "Embedding";
+  DT_RETURN_IF_ERROR(internal::CheckDefined(kOp, "table", table));
+  DT_RETURN_IF_ERROR(internal::CheckDefined(kOp, "ids", ids));
+  DT_RETURN_IF_ERROR(internal::CheckSameDevice(kOp, {{"table", &table}, {"ids", &ids}}));
+  if (table.dim() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": table must have shape [V, H], got ", table.Describe()));
+  }
+  if (ids.dtype() != DType::kI64 && ids.dtype() != DType::kI32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": ids must be i64 or i32, got ", ids.Describe()));
+  }
+  Shape shape = ids.shape();
+  shape.push_back(table.size(1));
+  DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(shape, table.dtype(), table.device()));
+  if (out.numel() > 0) {
+    DT_RETURN_IF_ERROR(DT_OPS_KERNEL(out.device(), Embedding, table, ids, index_offset, out));
+  }
+  return out;
+}
+
+}  // namespace dt::ops

@@ -1,0 +1,87 @@
+// Normalisations over the last dim and rotary position embeddings.
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "ops/local/checks.h"
+#include "ops/local/kernels.h"
+#include "ops/local/ops.h"
+
+namespace dt::ops {
+
+namespace {
+
+// x float with >= 1 dim; each defined parameter [H] of x's dtype on x's device.
+absl::Status CheckNormArgs(absl::string_view op, const Tensor& x, double eps,
+                           std::initializer_list<std::pair<absl::string_view, const Tensor*>> params) {
+  DT_RETURN_IF_ERROR(internal::CheckFloat(op, "x", x));
+  DT_RETURN_IF_ERROR(internal::CheckMinDims(op, "x", x, 1));
+  if (!(eps >= 0) || !std::isfinite(eps)) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": eps must be finite and >= 0, got ", eps));
+  }
+  for (const auto& [name, t] : params) {
+    if (!t->defined()) continue;
+    DT_RETURN_IF_ERROR(internal::CheckSameDType(op, "x", x, name, *t));
+    DT_RETURN_IF_ERROR(internal::CheckShape(op, name, *t, {x.size(-1)}));
+    DT_RETURN_IF_ERROR(internal::CheckSameDevice(op, {{"x", &x}, {name, t}}));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> RmsNorm(const Tensor& x, const Tensor& weight, double eps) {
+  DT_RETURN_IF_ERROR(CheckNormArgs("RmsNorm", x, eps, {{"weight", &weight}}));
+  DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(x.shape(), x.dtype(), x.device()));
+  if (out.numel() > 0) {
+    DT_RETURN_IF_ERROR(DT_OPS_KERNEL(x.device(), RmsNorm, x, weight, static_cast<float>(eps), out));
+  }
+  return out;
+}
+
+absl::StatusOr<Tensor> LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                 double eps) {
+  DT_RETURN_IF_ERROR(CheckNormArgs("LayerNorm", x, eps, {{"weight", &weight}, {"bias", &bias}}));
+  DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(x.shape(), x.dtype(), x.device()));
+  if (out.numel() > 0) {
+    DT_RETURN_IF_ERROR(
+        DT_OPS_KERNEL(x.device(), LayerNorm, x, weight, bias, static_cast<float>(eps), out));
+  }
+  return out;
+}
+
+absl::StatusOr<Tensor> ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                                   RotaryStyle style) {
+  constexpr absl::string_view kOp = "ApplyRotary";
+  DT_RETURN_IF_ERROR(internal::CheckFloat(kOp, "x", x));
+  DT_RETURN_IF_ERROR(internal::CheckFloat(kOp, "cos", cos));
+  DT_RETURN_IF_ERROR(internal::CheckFloat(kOp, "sin", sin));
+  DT_RETURN_IF_ERROR(internal::CheckSameDevice(kOp, {{"x", &x}, {"cos", &cos}, {"sin", &sin}}));
+  DT_RETURN_IF_ERROR(internal::CheckMinDims(kOp, "x", x, 1));
+  if (x.size(-1) % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": the last dim of x must be even, got ", x.Describe()));
+  }
+  Tensor expanded[2];
+  const Tensor* tables[2] = {&cos, &sin};
+  const absl::string_view names[2] = {"cos", "sin"};
+  for (int i = 0; i < 2; ++i) {
+    const Tensor& t = *tables[i];
+    auto e = t.dim() >= 1 && t.size(-1) == x.size(-1) ? t.Expand(x.shape())
+                                                       : absl::StatusOr<Tensor>(absl::UnknownError(""));
+    if (!e.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(kOp, ": ", names[i], " ", t.Describe(),
+                                                     " does not broadcast to x ", x.Describe(),
+                                                     " (its last dim must be ", x.size(-1), ")"));
+    }
+    expanded[i] = *std::move(e);
+  }
+  DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(x.shape(), x.dtype(), x.device()));
+  if (out.numel() > 0) {
+    DT_RETURN_IF_ERROR(
+        DT_OPS_KERNEL(x.device(), ApplyRotary, x, expanded[0], expanded[1], style, out));
+  }
+  return out;
+}
+
+}  // namespace dt::ops
