@@ -67,6 +67,7 @@ class DeviceMesh {
   friend bool operator==(const DeviceMesh& a, const DeviceMesh& b);
 
  private:
+  friend class MeshBuilder;  // device_mesh.cc
   struct Impl;
   std::shared_ptr<Impl> impl_;
 };

@@ -7,7 +7,15 @@
 //
 // Groups are created lazily and cached by their rank list; Group() must be called by every member
 // of the list (and only by them) in the same order, like torch.distributed.new_group.
-// The threads backend runs N ranks as threads of one process: World::RunThreads(N, fn).
+// The threads backend runs N ranks as threads of one process: World::RunThreads(N, fn); inside fn,
+// `world.shared_from_this()` gives the shared_ptr that DeviceMesh wants:
+//
+//   World::RunThreads(8, [](World& w) -> absl::Status {
+//     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2, 4}, {"dp", "tp"}));
+//     ...
+//   });
+//
+// Backends (WorldOptions::backend or $DT_BACKEND): threads, gloo, mpi, nccl — see docs/mesh.md.
 
 #include <chrono>
 #include <functional>
@@ -23,16 +31,19 @@
 namespace dt {
 
 struct WorldOptions {
-  std::string backend;  // "threads", "gloo", "mpi", "nccl"; empty: $DT_BACKEND, else gloo (mpi under mpirun)
-  std::chrono::milliseconds timeout{300'000};  // every collective; also $DT_TIMEOUT_MS
+  // "threads", "gloo", "mpi", "nccl". Empty: $DT_BACKEND; else mpi under mpirun, gloo under any
+  // other launcher, threads (one rank) without a launcher.
+  std::string backend;
+  // Every collective and group creation; $DT_TIMEOUT_MS replaces the default (not an explicit value).
+  std::chrono::milliseconds timeout{300'000};
 };
 
-class World {
+class World : public std::enable_shared_from_this<World> {
  public:
   virtual ~World() = default;
   // Reads rank/world/master from dtrun/torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
   // MASTER_PORT), OpenMPI (OMPI_COMM_WORLD_*) or Slurm (SLURM_PROCID, SLURM_NTASKS, ...).
-  // Without any launcher: a world of one rank.
+  // Without any launcher: a world of one rank (threads backend unless one is asked for).
   static absl::StatusOr<std::shared_ptr<World>> FromEnv(WorldOptions options = {});
   // Runs fn(world) on `n` threads, one rank each, on the threads backend; returns the first error
   // any rank returned (the others are unblocked with an error instead of hanging).
@@ -46,6 +57,7 @@ class World {
   virtual absl::string_view backend() const = 0;
   virtual Device device() const = 0;    // cpu, or cuda:local_rank for nccl
   std::chrono::milliseconds timeout() const { return options_.timeout; }
+  const WorldOptions& options() const { return options_; }
 
   // The communicator over `ranks` (global ranks, in group order); cached.
   virtual absl::StatusOr<CommPtr> Group(absl::Span<const int> ranks) = 0;

@@ -1,0 +1,55 @@
+#pragma once
+// Internal to mesh/: how World::FromEnv and World::RunThreads reach the backends, and the launcher
+// environment they read.
+//
+//   launcher          rank / world / local rank / local size / node          master (gloo, nccl store)
+//   dtrun, torchrun   RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK  MASTER_ADDR MASTER_PORT
+//   OpenMPI mpirun    OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE,NODE_RANK}
+//                                                    MASTER_*; else 127.0.0.1 on one node and a port
+//                                                    derived from the job id
+//   Slurm srun        SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_TASKS_PER_NODE SLURM_NODEID
+//                                                    MASTER_*; else the first host of
+//                                                    SLURM_JOB_NODELIST and a port from SLURM_JOB_ID
+//   none              a world of one rank
+// The first launcher whose rank variable is set wins, in this order.
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "mesh/world.h"
+
+namespace dt::internal {
+
+struct LaunchInfo {
+  std::string launcher = "none";  // "dtrun", "openmpi", "slurm", "none"
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int node_rank = 0;
+  std::string master_addr;  // empty when the launcher gives none
+  int master_port = 0;      // 0 when unknown
+};
+
+using GetEnvFn = std::function<const char*(const char*)>;
+absl::StatusOr<LaunchInfo> ReadLaunchEnv(const GetEnvFn& getenv_fn);
+// The first host of a Slurm node list: "node[03-05,9]" -> "node03", "a,b" -> "a".
+std::string FirstSlurmHost(absl::string_view nodelist);
+
+// InvalidArgument unless `ranks` is a non-empty list of distinct ranks of [0, world_size) that
+// contains `my_rank`.
+absl::Status CheckGroupRanks(absl::Span<const int> ranks, int world_size, int my_rank,
+                             absl::string_view backend);
+
+// Backends. Each returns a World whose options() hold the resolved backend and timeout.
+absl::Status RunThreadsJob(int n, const std::function<absl::Status(World&)>& fn,
+                           const WorldOptions& options);
+std::shared_ptr<World> MakeSingleThreadWorld(const WorldOptions& options);
+absl::StatusOr<std::shared_ptr<World>> MakeGlooWorld(const LaunchInfo& info, const WorldOptions& options);
+absl::StatusOr<std::shared_ptr<World>> MakeMpiWorld(const LaunchInfo& info, const WorldOptions& options);
+absl::StatusOr<std::shared_ptr<World>> MakeNcclWorld(const LaunchInfo& info, const WorldOptions& options);
+
+}  // namespace dt::internal

@@ -1,0 +1,246 @@
+#include "mesh/collective.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dt::internal {
+
+absl::string_view CollectiveName(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return "all_reduce";
+    case CollectiveKind::kAllGather: return "all_gather";
+    case CollectiveKind::kAllGatherV: return "all_gather_v";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
+    case CollectiveKind::kReduceScatterV: return "reduce_scatter_v";
+    case CollectiveKind::kAllToAll: return "all_to_all";
+    case CollectiveKind::kAllToAllV: return "all_to_all_v";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kSend: return "send";
+    case CollectiveKind::kRecv: return "recv";
+    case CollectiveKind::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+bool IsReduction(CollectiveKind kind) {
+  return kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter ||
+         kind == CollectiveKind::kReduceScatterV;
+}
+
+std::string Collective::Describe() const {
+  std::string s(CollectiveName(kind));
+  const bool p2p = kind == CollectiveKind::kSend || kind == CollectiveKind::kRecv;
+  if (!p2p) absl::StrAppend(&s, " #", seq);
+  if (kind == CollectiveKind::kBarrier) return s;
+  absl::StrAppend(&s, " (", input.defined() ? input.Describe() : "undefined tensor");
+  if (output.defined()) absl::StrAppend(&s, " -> ", output.Describe());
+  if (IsReduction(kind)) absl::StrAppend(&s, ", ", ReduceOpName(op));
+  if (kind == CollectiveKind::kBroadcast) absl::StrAppend(&s, ", root ", peer);
+  if (kind == CollectiveKind::kSend) absl::StrAppend(&s, ", to ", peer);
+  if (kind == CollectiveKind::kRecv) absl::StrAppend(&s, ", from ", peer);
+  if (!counts.empty()) absl::StrAppend(&s, ", counts [", absl::StrJoin(counts, ", "), "]");
+  if (!recv_counts.empty()) {
+    absl::StrAppend(&s, ", recv_counts [", absl::StrJoin(recv_counts, ", "), "]");
+  }
+  absl::StrAppend(&s, ")");
+  return s;
+}
+
+std::vector<int64_t> Offsets(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> off(counts.size());
+  int64_t acc = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    off[i] = acc;
+    acc += counts[i];
+  }
+  return off;
+}
+
+int64_t Sum(const std::vector<int64_t>& counts) {
+  int64_t acc = 0;
+  for (int64_t c : counts) acc += c;
+  return acc;
+}
+
+BackendCommunicator::BackendCommunicator(std::vector<int> global_ranks, int rank, Device device,
+                                         std::chrono::milliseconds timeout)
+    : global_ranks_(std::move(global_ranks)), rank_(rank), device_(device) {
+  timeout_ = timeout;
+}
+
+std::string BackendCommunicator::ErrorPrefix(const Collective& c) const {
+  return absl::StrCat(Describe(), ", rank ", rank_, ": ", c.Describe());
+}
+
+namespace {
+
+absl::Status CheckTensor(const Tensor& t, absl::string_view what, Device device, bool written) {
+  if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(what, " is undefined"));
+  if (!t.is_contiguous()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", t.Describe(), " is not contiguous"));
+  }
+  if (t.device() != device) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", t.Describe(), " is on ", t.device().ToString(),
+                                                   "; this communicator works on ", device.ToString()));
+  }
+  if (written && t.read_only()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", t.Describe(), " is read-only"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckNumel(const Tensor& t, absl::string_view what, int64_t want, absl::string_view why) {
+  if (t.numel() != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has ", t.numel(), " elements, expected ", want, " (", why, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCounts(const std::vector<int64_t>& counts, absl::string_view what, int size) {
+  if (static_cast<int>(counts.size()) != size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has ", counts.size(), " entries, expected one per rank (", size, ")"));
+  }
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (counts[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "[", i, "] = ", counts[i], " is negative"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool Overlap(const Tensor& a, const Tensor& b) {
+  if (a.nbytes() == 0 || b.nbytes() == 0) return false;
+  const char* pa = static_cast<const char*>(a.raw_data());
+  const char* pb = static_cast<const char*>(b.raw_data());
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+}  // namespace
+
+absl::Status BackendCommunicator::Validate(const Collective& c) const {
+  using K = CollectiveKind;
+  const int n = size();
+  if (c.kind == K::kBarrier) return absl::OkStatus();
+  const bool in_written = c.kind == K::kAllReduce || c.kind == K::kBroadcast || c.kind == K::kRecv;
+  DT_RETURN_IF_ERROR(CheckTensor(c.input, c.output.defined() ? "input" : "tensor", device_, in_written));
+  if (c.output.defined()) {
+    DT_RETURN_IF_ERROR(CheckTensor(c.output, "output", device_, /*written=*/true));
+    if (c.output.dtype() != c.input.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat("output dtype ", DTypeName(c.output.dtype()),
+                                                     " differs from input dtype ", DTypeName(c.input.dtype())));
+    }
+    if (Overlap(c.input, c.output)) {
+      return absl::InvalidArgumentError("input and output overlap; use separate buffers");
+    }
+  }
+  if (IsReduction(c.kind) && c.input.dtype() == DType::kBool) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot reduce (", ReduceOpName(c.op), ") bool tensors; convert to u8 first"));
+  }
+  const int64_t in = c.input.numel();
+  switch (c.kind) {
+    case K::kAllReduce:
+    case K::kBarrier:
+      break;
+    case K::kAllGather:
+      DT_RETURN_IF_ERROR(CheckNumel(c.output, "output", in * n, absl::StrCat("group size ", n, " x input ", in)));
+      break;
+    case K::kAllGatherV:
+      DT_RETURN_IF_ERROR(CheckCounts(c.counts, "counts", n));
+      DT_RETURN_IF_ERROR(CheckNumel(c.input, "input", c.counts[rank_], absl::StrCat("counts[", rank_, "]")));
+      DT_RETURN_IF_ERROR(CheckNumel(c.output, "output", Sum(c.counts), "sum of counts"));
+      break;
+    case K::kReduceScatter:
+      DT_RETURN_IF_ERROR(CheckNumel(c.input, "input", c.output.numel() * n,
+                                    absl::StrCat("group size ", n, " x output ", c.output.numel())));
+      break;
+    case K::kReduceScatterV:
+      DT_RETURN_IF_ERROR(CheckCounts(c.counts, "counts", n));
+      DT_RETURN_IF_ERROR(CheckNumel(c.input, "input", Sum(c.counts), "sum of counts"));
+      DT_RETURN_IF_ERROR(CheckNumel(c.output, "output", c.counts[rank_], absl::StrCat("counts[", rank_, "]")));
+      break;
+    case K::kAllToAll:
+      DT_RETURN_IF_ERROR(CheckNumel(c.output, "output", in, "same as input"));
+      if (in % n != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input has ", in, " elements, not divisible by the group size ", n));
+      }
+      break;
+    case K::kAllToAllV:
+      DT_RETURN_IF_ERROR(CheckCounts(c.counts, "send_counts", n));
+      DT_RETURN_IF_ERROR(CheckCounts(c.recv_counts, "recv_counts", n));
+      DT_RETURN_IF_ERROR(CheckNumel(c.input, "input", Sum(c.counts), "sum of send_counts"));
+      DT_RETURN_IF_ERROR(CheckNumel(c.output, "output", Sum(c.recv_counts), "sum of recv_counts"));
+      break;
+    case K::kBroadcast:
+      if (c.peer < 0 || c.peer >= n) {
+        return absl::InvalidArgumentError(absl::StrCat("root ", c.peer, " is not a group rank (size ", n, ")"));
+      }
+      break;
+    case K::kSend:
+    case K::kRecv:
+      if (c.peer < 0 || c.peer >= n || c.peer == rank_) {
+        return absl::InvalidArgumentError(absl::StrCat("peer ", c.peer, " is not another group rank (size ", n,
+                                                       ", this rank ", rank_, ")"));
+      }
+      break;
+  }
+  return absl::OkStatus();
+}
+
+WorkPtr BackendCommunicator::RunInvalid(Collective c, absl::Status error) { return Work::Done(error); }
+
+WorkPtr BackendCommunicator::Submit(Collective c) {
+  if (c.kind != CollectiveKind::kSend && c.kind != CollectiveKind::kRecv) c.seq = next_seq_++;
+  absl::Status valid = Validate(c);
+  if (!valid.ok()) {
+    absl::Status error(valid.code(), absl::StrCat(ErrorPrefix(c), ": ", valid.message()));
+    return RunInvalid(std::move(c), std::move(error));
+  }
+  return Run(std::move(c));
+}
+
+WorkPtr BackendCommunicator::AllReduceAsync(const Tensor& x, ReduceOp op) {
+  Collective c{.kind = CollectiveKind::kAllReduce, .input = x, .op = op};
+  return Submit(std::move(c));
+}
+WorkPtr BackendCommunicator::AllGatherAsync(const Tensor& x, const Tensor& out) {
+  return Submit(Collective{.kind = CollectiveKind::kAllGather, .input = x, .output = out});
+}
+WorkPtr BackendCommunicator::AllGatherVAsync(const Tensor& x, const Tensor& out,
+                                             std::vector<int64_t> counts) {
+  return Submit(Collective{.kind = CollectiveKind::kAllGatherV, .input = x, .output = out,
+                           .counts = std::move(counts)});
+}
+WorkPtr BackendCommunicator::ReduceScatterAsync(const Tensor& x, const Tensor& out, ReduceOp op) {
+  return Submit(Collective{.kind = CollectiveKind::kReduceScatter, .input = x, .output = out, .op = op});
+}
+WorkPtr BackendCommunicator::ReduceScatterVAsync(const Tensor& x, const Tensor& out,
+                                                 std::vector<int64_t> counts, ReduceOp op) {
+  return Submit(Collective{.kind = CollectiveKind::kReduceScatterV, .input = x, .output = out, .op = op,
+                           .counts = std::move(counts)});
+}
+WorkPtr BackendCommunicator::AllToAllAsync(const Tensor& x, const Tensor& out) {
+  return Submit(Collective{.kind = CollectiveKind::kAllToAll, .input = x, .output = out});
+}
+WorkPtr BackendCommunicator::AllToAllVAsync(const Tensor& x, std::vector<int64_t> send_counts,
+                                            const Tensor& out, std::vector<int64_t> recv_counts) {
+  return Submit(Collective{.kind = CollectiveKind::kAllToAllV, .input = x, .output = out,
+                           .counts = std::move(send_counts), .recv_counts = std::move(recv_counts)});
+}
+WorkPtr BackendCommunicator::BroadcastAsync(const Tensor& x, int root) {
+  return Submit(Collective{.kind = CollectiveKind::kBroadcast, .input = x, .peer = root});
+}
+WorkPtr BackendCommunicator::SendAsync(const Tensor& x, int dst) {
+  return Submit(Collective{.kind = CollectiveKind::kSend, .input = x, .peer = dst});
+}
+WorkPtr BackendCommunicator::RecvAsync(const Tensor& x, int src) {
+  return Submit(Collective{.kind = CollectiveKind::kRecv, .input = x, .peer = src});
+}
+absl::Status BackendCommunicator::Barrier() {
+  return Submit(Collective{.kind = CollectiveKind::kBarrier})->Wait();
+}
+
+}  // namespace dt::internal

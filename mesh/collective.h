@@ -1,0 +1,101 @@
+#pragma once
+// Internal to mesh/: one collective call as data, its validation, and the base class every backend
+// derives from. The base turns each XxxAsync call into a Collective, checks it once for all backends
+// (contiguity, device, dtypes, element counts, roots and peers) and hands it to Run().
+//
+//   kind             input                      output                      extra
+//   all_reduce       x (in place)               -                           op
+//   all_gather       x [n]                      out [size*n]                -
+//   all_gather_v     x [counts[me]]             out [sum counts]            counts
+//   reduce_scatter   x [size*n]                 out [n]                     op
+//   reduce_scatter_v x [sum counts]             out [counts[me]]            counts, op
+//   all_to_all       x [size*n]                 out [size*n]                -
+//   all_to_all_v     x [sum counts]             out [sum recv_counts]       counts, recv_counts
+//   broadcast        x (in place)               -                           peer = root
+//   send / recv      x                          -                           peer
+//   barrier          -                          -                           -
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "mesh/communicator.h"
+
+namespace dt::internal {
+
+enum class CollectiveKind : uint8_t {
+  kAllReduce, kAllGather, kAllGatherV, kReduceScatter, kReduceScatterV, kAllToAll, kAllToAllV,
+  kBroadcast, kSend, kRecv, kBarrier,
+};
+absl::string_view CollectiveName(CollectiveKind kind);  // "all_reduce", ...
+bool IsReduction(CollectiveKind kind);
+
+struct Collective {
+  CollectiveKind kind = CollectiveKind::kBarrier;
+  Tensor input{};
+  Tensor output{};  // undefined for in-place kinds, send/recv and barrier
+  ReduceOp op = ReduceOp::kSum;
+  int peer = 0;                      // broadcast root, send destination, recv source (group ranks)
+  std::vector<int64_t> counts{};       // *_v kinds (send counts for all_to_all_v)
+  std::vector<int64_t> recv_counts{};  // all_to_all_v
+  int64_t seq = 0;                   // per-communicator sequence number of collectives
+
+  DType dtype() const { return input.defined() ? input.dtype() : DType::kU8; }
+  // "all_reduce #3 (f32[1024], sum)" — for error messages.
+  std::string Describe() const;
+};
+
+// Prefix sums: Offsets({2, 0, 3}) = {0, 2, 2}; Sum({2, 0, 3}) = 5.
+std::vector<int64_t> Offsets(const std::vector<int64_t>& counts);
+int64_t Sum(const std::vector<int64_t>& counts);
+// Ranges of `n` elements split into `parts` nearly equal chunks: chunk i is [begin(i), begin(i+1)).
+inline int64_t ChunkBegin(int64_t n, int parts, int i) { return n * i / parts; }
+
+// Base of every backend's communicator: validation, sequence numbers, the synchronous forms.
+class BackendCommunicator : public Communicator {
+ public:
+  BackendCommunicator(std::vector<int> global_ranks, int rank, Device device,
+                      std::chrono::milliseconds timeout);
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(global_ranks_.size()); }
+  const std::vector<int>& global_ranks() const override { return global_ranks_; }
+  Device device() const { return device_; }
+
+  WorkPtr AllReduceAsync(const Tensor& x, ReduceOp op) override;
+  WorkPtr AllGatherAsync(const Tensor& x, const Tensor& out) override;
+  WorkPtr AllGatherVAsync(const Tensor& x, const Tensor& out, std::vector<int64_t> counts) override;
+  WorkPtr ReduceScatterAsync(const Tensor& x, const Tensor& out, ReduceOp op) override;
+  WorkPtr ReduceScatterVAsync(const Tensor& x, const Tensor& out, std::vector<int64_t> counts,
+                              ReduceOp op) override;
+  WorkPtr AllToAllAsync(const Tensor& x, const Tensor& out) override;
+  WorkPtr AllToAllVAsync(const Tensor& x, std::vector<int64_t> send_counts, const Tensor& out,
+                         std::vector<int64_t> recv_counts) override;
+  WorkPtr BroadcastAsync(const Tensor& x, int root) override;
+  WorkPtr SendAsync(const Tensor& x, int dst) override;
+  WorkPtr RecvAsync(const Tensor& x, int src) override;
+  absl::Status Barrier() override;
+
+  // "<Describe()>: <c.Describe()>: <what>" — the prefix of every error about `c`.
+  std::string ErrorPrefix(const Collective& c) const;
+
+ protected:
+  // Runs a validated collective. Send/recv carry their own sequence numbers (per peer).
+  virtual WorkPtr Run(Collective c) = 0;
+  // Called instead of Run when this rank's arguments are invalid. The default returns `error` at
+  // once; a backend that can tell its peers (threads) overrides it so they fail too.
+  virtual WorkPtr RunInvalid(Collective c, absl::Status error);
+
+ private:
+  WorkPtr Submit(Collective c);
+  absl::Status Validate(const Collective& c) const;
+
+  std::vector<int> global_ranks_;
+  int rank_;
+  Device device_;
+  std::atomic<int64_t> next_seq_{0};
+};
+
+}  // namespace dt::internal

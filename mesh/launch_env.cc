@@ -1,0 +1,119 @@
+// Reading rank, world and master from the launcher's environment (see mesh/backends.h).
+
+#include <functional>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "mesh/backends.h"
+
+namespace dt::internal {
+namespace {
+
+class Env {
+ public:
+  explicit Env(const GetEnvFn& getenv_fn) : getenv_(getenv_fn) {}
+  bool Has(const char* name) const {
+    const char* v = getenv_(name);
+    return v != nullptr && *v != '\0';
+  }
+  std::string Str(const char* name) const { return Has(name) ? getenv_(name) : ""; }
+  // The variable as an integer, `fallback` when unset, an error when malformed.
+  absl::StatusOr<int> Int(const char* name, int fallback) const {
+    if (!Has(name)) return fallback;
+    int v = 0;
+    if (!absl::SimpleAtoi(getenv_(name), &v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment variable ", name, "='", getenv_(name), "' is not an integer"));
+    }
+    return v;
+  }
+
+ private:
+  const GetEnvFn& getenv_;
+};
+
+// "4(x2),3" -> 4: the task count of the first node in SLURM_TASKS_PER_NODE.
+int FirstTaskCount(const std::string& s, int fallback) {
+  int v = 0;
+  size_t end = s.find_first_not_of("0123456789");
+  if (!absl::SimpleAtoi(s.substr(0, end), &v)) return fallback;
+  return v;
+}
+
+}  // namespace
+
+std::string FirstSlurmHost(absl::string_view nodelist) {
+  std::string out;
+  for (size_t i = 0; i < nodelist.size(); ++i) {
+    const char ch = nodelist[i];
+    if (ch == ',') break;
+    if (ch == '[') {  // prefix[03-05,9]: the first number of the range
+      for (++i; i < nodelist.size() && nodelist[i] != '-' && nodelist[i] != ',' && nodelist[i] != ']'; ++i) {
+        out.push_back(nodelist[i]);
+      }
+      size_t close = nodelist.find(']', i);
+      if (close == absl::string_view::npos) break;
+      i = close;
+      continue;
+    }
+    out.push_back(ch);
+  }
+  return out;
+}
+
+absl::StatusOr<LaunchInfo> ReadLaunchEnv(const GetEnvFn& getenv_fn) {
+  Env env(getenv_fn);
+  LaunchInfo info;
+  if (env.Has("RANK") && env.Has("WORLD_SIZE")) {
+    info.launcher = "dtrun";
+    DT_ASSIGN_OR_RETURN(info.rank, env.Int("RANK", 0));
+    DT_ASSIGN_OR_RETURN(info.world_size, env.Int("WORLD_SIZE", 1));
+    DT_ASSIGN_OR_RETURN(info.local_rank, env.Int("LOCAL_RANK", info.rank));
+    DT_ASSIGN_OR_RETURN(info.local_size, env.Int("LOCAL_WORLD_SIZE", info.world_size));
+    DT_ASSIGN_OR_RETURN(info.node_rank, env.Int("NODE_RANK", env.Has("GROUP_RANK") ? -1 : 0));
+    if (info.node_rank < 0) {
+      DT_ASSIGN_OR_RETURN(info.node_rank, env.Int("GROUP_RANK", 0));
+    }
+  } else if (env.Has("OMPI_COMM_WORLD_RANK")) {
+    info.launcher = "openmpi";
+    DT_ASSIGN_OR_RETURN(info.rank, env.Int("OMPI_COMM_WORLD_RANK", 0));
+    DT_ASSIGN_OR_RETURN(info.world_size, env.Int("OMPI_COMM_WORLD_SIZE", 1));
+    DT_ASSIGN_OR_RETURN(info.local_rank, env.Int("OMPI_COMM_WORLD_LOCAL_RANK", 0));
+    DT_ASSIGN_OR_RETURN(info.local_size, env.Int("OMPI_COMM_WORLD_LOCAL_SIZE", 1));
+    DT_ASSIGN_OR_RETURN(info.node_rank, env.Int("OMPI_COMM_WORLD_NODE_RANK", 0));
+    if (info.local_size == info.world_size) info.master_addr = "127.0.0.1";
+    // Every rank of one mpirun sees the same job id; derive a port from it.
+    std::string job = env.Str("OMPI_MCA_ess_base_jobid");
+    if (job.empty()) job = env.Str("PMIX_NAMESPACE");
+    if (!job.empty()) info.master_port = 20000 + static_cast<int>(std::hash<std::string>()(job) % 20000);
+  } else if (env.Has("SLURM_PROCID")) {
+    info.launcher = "slurm";
+    DT_ASSIGN_OR_RETURN(info.rank, env.Int("SLURM_PROCID", 0));
+    DT_ASSIGN_OR_RETURN(info.world_size, env.Int("SLURM_NTASKS", 1));
+    DT_ASSIGN_OR_RETURN(info.local_rank, env.Int("SLURM_LOCALID", 0));
+    info.local_size = FirstTaskCount(env.Str("SLURM_TASKS_PER_NODE"), 1);
+    DT_ASSIGN_OR_RETURN(info.node_rank, env.Int("SLURM_NODEID", 0));
+    std::string nodes = env.Has("SLURM_STEP_NODELIST") ? env.Str("SLURM_STEP_NODELIST") : env.Str("SLURM_JOB_NODELIST");
+    info.master_addr = FirstSlurmHost(nodes);
+    DT_ASSIGN_OR_RETURN(int job, env.Int("SLURM_JOB_ID", 0));
+    info.master_port = 20000 + job % 20000;
+  }
+  if (env.Has("MASTER_ADDR")) info.master_addr = env.Str("MASTER_ADDR");
+  if (env.Has("MASTER_PORT")) {
+    DT_ASSIGN_OR_RETURN(info.master_port, env.Int("MASTER_PORT", 0));
+  }
+  if (info.world_size < 1 || info.rank < 0 || info.rank >= info.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("launcher ", info.launcher, ": rank ", info.rank,
+                                                   " is not in a world of size ", info.world_size));
+  }
+  if (info.local_size < 1 || info.local_rank < 0 || info.local_rank >= info.local_size) {
+    return absl::InvalidArgumentError(absl::StrCat("launcher ", info.launcher, ": local rank ", info.local_rank,
+                                                   " is not in a node of ", info.local_size, " ranks"));
+  }
+  if (info.master_port < 0 || info.master_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("MASTER_PORT ", info.master_port, " is not a TCP port"));
+  }
+  return info;
+}
+
+}  // namespace dt::internal

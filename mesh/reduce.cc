@@ -1,0 +1,93 @@
+#include "mesh/reduce.h"
+
+#include <type_traits>
+
+namespace dt::internal {
+namespace {
+
+template <typename T>
+inline T Apply(T a, T b, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      return static_cast<T>(a + b);
+    case ReduceOp::kProd:
+      return static_cast<T>(a * b);
+    case ReduceOp::kMin:
+      return (a < b || a != a) ? a : b;  // a != a: NaN propagates
+    case ReduceOp::kMax:
+      return (a > b || a != a) ? a : b;
+  }
+  return a;
+}
+
+// One loop per op so the compiler vectorises the common (f32 sum) case.
+template <typename T, ReduceOp kOp>
+void Loop(T* __restrict acc, const T* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] = Apply<T>(acc[i], src[i], kOp);
+}
+
+template <typename H, ReduceOp kOp>
+void HalfLoop(H* __restrict acc, const H* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    acc[i] = H(Apply<float>(static_cast<float>(acc[i]), static_cast<float>(src[i]), kOp));
+  }
+}
+
+template <typename T>
+void Dispatch(void* acc, const void* src, int64_t n, ReduceOp op) {
+  auto run = [&](auto op_tag) {
+    constexpr ReduceOp kOp = decltype(op_tag)::value;
+    if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+      HalfLoop<T, kOp>(static_cast<T*>(acc), static_cast<const T*>(src), n);
+    } else {
+      Loop<T, kOp>(static_cast<T*>(acc), static_cast<const T*>(src), n);
+    }
+  };
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return run(std::integral_constant<ReduceOp, ReduceOp::kSum>{});
+    case ReduceOp::kProd: return run(std::integral_constant<ReduceOp, ReduceOp::kProd>{});
+    case ReduceOp::kMin: return run(std::integral_constant<ReduceOp, ReduceOp::kMin>{});
+    case ReduceOp::kMax: return run(std::integral_constant<ReduceOp, ReduceOp::kMax>{});
+  }
+}
+
+}  // namespace
+
+void ReduceInto(void* acc, const void* src, int64_t n, DType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DType::kF32: return Dispatch<float>(acc, src, n, op);
+    case DType::kF16: return Dispatch<Float16>(acc, src, n, op);
+    case DType::kBF16: return Dispatch<BFloat16>(acc, src, n, op);
+    case DType::kI64: return Dispatch<int64_t>(acc, src, n, op);
+    case DType::kI32: return Dispatch<int32_t>(acc, src, n, op);
+    case DType::kU8: return Dispatch<uint8_t>(acc, src, n, op);
+    case DType::kBool: DT_CHECK(false, "bool reductions are rejected by the communicator");
+  }
+}
+
+void DivideInPlace(void* acc, int64_t n, DType dtype, int64_t divisor) {
+  auto run = [&](auto* p) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+      for (int64_t i = 0; i < n; ++i) p[i] = T(static_cast<float>(p[i]) / static_cast<float>(divisor));
+    } else if constexpr (std::is_floating_point_v<T>) {
+      const T d = static_cast<T>(divisor);
+      for (int64_t i = 0; i < n; ++i) p[i] = p[i] / d;
+    } else {
+      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(static_cast<int64_t>(p[i]) / divisor);
+    }
+  };
+  switch (dtype) {
+    case DType::kF32: return run(static_cast<float*>(acc));
+    case DType::kF16: return run(static_cast<Float16*>(acc));
+    case DType::kBF16: return run(static_cast<BFloat16*>(acc));
+    case DType::kI64: return run(static_cast<int64_t*>(acc));
+    case DType::kI32: return run(static_cast<int32_t*>(acc));
+    case DType::kU8: return run(static_cast<uint8_t*>(acc));
+    case DType::kBool: DT_CHECK(false, "bool reductions are rejected by the communicator");
+  }
+}
+
+}  // namespace dt::internal

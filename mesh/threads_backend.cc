@@ -1,0 +1,447 @@
+// The threads backend: N ranks as threads of one process.
+//
+// Note [Threads rendezvous]
+// Every group (rank list) has a Hub shared by its members; collective #k of a group meets in the
+// hub's Slot k. A rank posts pointers to its tensors and waits (phase 0) until every member has
+// arrived; then each rank moves data directly between the members' buffers, and a second wait
+// (phase 1) keeps every input alive until all peers have read it:
+//
+//   all_reduce       rank r reduces chunk r of every input (in rank order) into the slot's scratch;
+//                    phase 1; every rank copies the scratch into its tensor
+//   all_gather(_v)   rank r copies every input into its output; phase 1
+//   reduce_scatter   rank r reduces block r of every input into its output; phase 1
+//   all_to_all(_v)   rank r copies block r of every input into its output; phase 1
+//   broadcast        non-roots copy the root's tensor; phase 1
+// All of a job's hubs share one mutex and condition variable. Every wait ends by the collective's
+// deadline (now + timeout()) or when the job is aborted: a rank's function returned an error, or a
+// wait timed out (the timeout aborts the job so the rest fail fast instead of timing out one by
+// one). A rank whose function has returned can never arrive, so waiting for it fails at once.
+// Sends are eager (copied into a mailbox); receives happen on Wait().
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "mesh/backends.h"
+#include "mesh/collective.h"
+#include "mesh/reduce.h"
+#include "mesh/work.h"
+
+namespace dt::internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kPhases = 2;
+
+struct Slot {
+  explicit Slot(int n) : args(n, nullptr), invalid(n), reached(n, 0) {}
+  std::vector<const Collective*> args;  // per group rank, valid until that rank departs
+  std::vector<absl::Status> invalid;    // a rank's own argument error (it still joins)
+  std::vector<int> reached;             // 1 once a rank has arrived
+  int count[kPhases] = {0, 0};          // arrivals per phase
+  absl::Status failure;                 // set when a member left with an error
+  int departed = 0;
+  bool judged = false;
+  absl::Status verdict;  // the same for every member: mismatched or invalid arguments
+  Storage scratch;       // all_reduce
+};
+
+struct Message {
+  DType dtype;
+  int64_t numel;
+  Storage bytes;
+};
+
+struct Hub {
+  std::map<int64_t, std::shared_ptr<Slot>> slots;                 // by collective sequence number
+  std::map<std::pair<int, int>, std::deque<Message>> mailboxes;  // (src, dst) group ranks
+};
+
+// State shared by the ranks of one RunThreads call.
+class Job {
+ public:
+  Job(int n, WorldOptions options) : n_(n), options_(std::move(options)), exited_(n, false) {}
+
+  int n() const { return n_; }
+  const WorldOptions& options() const { return options_; }
+  std::mutex& mu() { return mu_; }
+  std::condition_variable& cv() { return cv_; }
+
+  std::shared_ptr<Hub> HubFor(const std::vector<int>& ranks) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& hub = hubs_[ranks];
+    if (!hub) hub = std::make_shared<Hub>();
+    return hub;
+  }
+  // Both under mu().
+  const absl::Status& abort_status() const { return abort_; }
+  bool exited(int global_rank) const { return exited_[global_rank]; }
+
+  void Abort(const absl::Status& why) {  // under mu()
+    if (abort_.ok()) abort_ = why;
+    cv_.notify_all();
+  }
+  void Finish(int rank, const absl::Status& status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    exited_[rank] = true;
+    if (!status.ok()) {
+      if (first_error_.ok()) first_error_ = status;
+      Abort(absl::Status(status.code(), absl::StrCat("rank ", rank, " failed: ", status.message())));
+    }
+    cv_.notify_all();
+  }
+  absl::Status first_error() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return first_error_;
+  }
+
+ private:
+  const int n_;
+  const WorldOptions options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::vector<int>, std::shared_ptr<Hub>> hubs_;
+  std::vector<bool> exited_;
+  absl::Status abort_;
+  absl::Status first_error_;
+};
+
+std::string RankList(const std::vector<int>& ranks) { return absl::StrCat("[", absl::StrJoin(ranks, ", "), "]"); }
+
+class ThreadsComm final : public BackendCommunicator {
+ public:
+  ThreadsComm(std::shared_ptr<Job> job, std::shared_ptr<Hub> hub, std::vector<int> ranks, int rank,
+              std::chrono::milliseconds timeout)
+      : BackendCommunicator(std::move(ranks), rank, kCPU, timeout), job_(std::move(job)), hub_(std::move(hub)) {}
+
+  absl::string_view backend() const override { return "threads"; }
+
+ protected:
+  WorkPtr Run(Collective c) override {
+    if (c.kind == CollectiveKind::kSend) return Work::Done(Send(c));
+    if (c.kind == CollectiveKind::kRecv) {
+      return std::make_shared<DeferredWork>([this, c] { return Recv(c); });
+    }
+    return Work::Done(Execute(c, absl::OkStatus()));
+  }
+  WorkPtr RunInvalid(Collective c, absl::Status error) override {
+    if (c.kind == CollectiveKind::kSend || c.kind == CollectiveKind::kRecv) return Work::Done(error);
+    return Work::Done(Execute(c, error));
+  }
+
+ private:
+  const char* In(const Slot& s, int i) const { return static_cast<const char*>(s.args[i]->input.raw_data()); }
+
+  // Enters phase 0 and waits for every member (see Note [Threads rendezvous]). Under the lock. Once
+  // a member has left the slot with an error the slot is failed: nobody passes it afterwards, so
+  // nobody reads the buffers of a rank that has gone.
+  absl::Status Arrive(std::unique_lock<std::mutex>& lock, Slot& s, const Collective& c,
+                      Clock::time_point deadline) {
+    const int n = size();
+    s.count[0]++;
+    s.reached[rank()] = 1;
+    job_->cv().notify_all();
+    auto fail = [&](absl::Status st) {
+      s.failure = st;
+      job_->cv().notify_all();
+      return st;
+    };
+    while (true) {
+      if (!s.failure.ok()) {
+        return absl::AbortedError(absl::StrCat(ErrorPrefix(c), ": a peer left: ", s.failure.message()));
+      }
+      if (s.count[0] == n) return absl::OkStatus();
+      if (!job_->abort_status().ok()) {
+        return fail(absl::AbortedError(absl::StrCat(ErrorPrefix(c), ": aborted: ", job_->abort_status().message())));
+      }
+      std::vector<int> missing, gone;
+      for (int i = 0; i < n; ++i) {
+        if (s.reached[i] > 0) continue;
+        missing.push_back(global_ranks()[i]);
+        if (job_->exited(global_ranks()[i])) gone.push_back(global_ranks()[i]);
+      }
+      if (!gone.empty()) {
+        return fail(absl::AbortedError(absl::StrCat(ErrorPrefix(c), ": global rank(s) ", RankList(gone),
+                                                    " returned from their function without joining")));
+      }
+      if (job_->cv().wait_until(lock, deadline) == std::cv_status::timeout && s.count[0] < n &&
+          s.failure.ok()) {
+        absl::Status st = absl::DeadlineExceededError(absl::StrCat(
+            ErrorPrefix(c), ": timed out after ", timeout().count(), " ms waiting for global rank(s) ",
+            RankList(missing)));
+        job_->Abort(st);
+        return fail(st);
+      }
+    }
+  }
+
+  // Phase 1: every member has passed phase 0 and only copies memory before it gets here, so this
+  // wait needs no deadline, and must not be cut short while peers may still read our buffers.
+  void AwaitCopies(Slot& s) {
+    std::unique_lock<std::mutex> lock(job_->mu());
+    s.count[1]++;
+    job_->cv().notify_all();
+    job_->cv().wait(lock, [&] { return s.count[1] == size(); });
+  }
+
+  // Same kind, dtype, op, root and sizes on every member; the first difference, or a member's own
+  // argument error.
+  std::string Judge(const Slot& s) const {
+    const int n = size();
+    const Collective& a = *s.args[0];
+    for (int i = 0; i < n; ++i) {
+      if (!s.invalid[i].ok()) {
+        return absl::StrCat("global rank ", global_ranks()[i], " passed invalid arguments: ", s.invalid[i].message());
+      }
+    }
+    auto differ = [&](int i, absl::string_view what, const std::string& mine, const std::string& theirs) {
+      return absl::StrCat("ranks disagree on the ", what, ": global rank ", global_ranks()[0], " passed ", mine,
+                          ", global rank ", global_ranks()[i], " passed ", theirs);
+    };
+    for (int i = 1; i < n; ++i) {
+      const Collective& b = *s.args[i];
+      if (b.kind != a.kind) {
+        return differ(i, "collective", std::string(CollectiveName(a.kind)), std::string(CollectiveName(b.kind)));
+      }
+      if (a.kind == CollectiveKind::kBarrier) continue;
+      if (b.dtype() != a.dtype()) {
+        return differ(i, "dtype", std::string(DTypeName(a.dtype())), std::string(DTypeName(b.dtype())));
+      }
+      if (IsReduction(a.kind) && b.op != a.op) {
+        return differ(i, "reduce op", std::string(ReduceOpName(a.op)), std::string(ReduceOpName(b.op)));
+      }
+      if (a.kind == CollectiveKind::kBroadcast && b.peer != a.peer) {
+        return differ(i, "root", absl::StrCat(a.peer), absl::StrCat(b.peer));
+      }
+      if (a.kind == CollectiveKind::kAllGatherV || a.kind == CollectiveKind::kReduceScatterV) {
+        if (b.counts != a.counts) {
+          return differ(i, "counts", RankList({a.counts.begin(), a.counts.end()}),
+                        RankList({b.counts.begin(), b.counts.end()}));
+        }
+      } else if (a.kind != CollectiveKind::kAllToAllV && b.input.numel() != a.input.numel()) {
+        return differ(i, "input size", a.input.Describe(), b.input.Describe());
+      }
+    }
+    if (a.kind == CollectiveKind::kAllToAllV) {
+      for (int i = 0; i < n; ++i) {
+        for (int j = 0; j < n; ++j) {
+          if (s.args[i]->counts[j] != s.args[j]->recv_counts[i]) {
+            return absl::StrCat("global rank ", global_ranks()[i], " sends ", s.args[i]->counts[j],
+                                " elements to global rank ", global_ranks()[j], ", which expects ",
+                                s.args[j]->recv_counts[i]);
+          }
+        }
+      }
+    }
+    return "";
+  }
+
+  absl::Status Execute(const Collective& c, const absl::Status& invalid) {
+    const auto deadline = Clock::now() + timeout();
+    const int n = size(), me = rank();
+    std::shared_ptr<Slot> slot;
+    {
+      std::unique_lock<std::mutex> lock(job_->mu());
+      auto& entry = hub_->slots[c.seq];
+      if (!entry) entry = std::make_shared<Slot>(n);
+      slot = entry;
+      slot->args[me] = &c;
+      slot->invalid[me] = invalid;
+      DT_RETURN_IF_ERROR(Arrive(lock, *slot, c, deadline));
+      if (!slot->judged) {
+        slot->judged = true;
+        std::string why = Judge(*slot);
+        if (!why.empty()) slot->verdict = absl::InvalidArgumentError(why);
+        if (why.empty() && c.kind == CollectiveKind::kAllReduce && n > 1) {
+          absl::StatusOr<Storage> scratch = Storage::Allocate(c.input.nbytes(), kCPU);
+          if (!scratch.ok()) {
+            slot->verdict = scratch.status();
+          } else {
+            slot->scratch = *std::move(scratch);
+          }
+        }
+      }
+    }
+    absl::Status status;
+    if (!invalid.ok()) {
+      status = invalid;
+    } else if (!slot->verdict.ok()) {
+      status = absl::Status(slot->verdict.code(), absl::StrCat(ErrorPrefix(c), ": ", slot->verdict.message()));
+    } else {
+      status = Move(*slot, c);
+    }
+    std::lock_guard<std::mutex> lock(job_->mu());
+    if (++slot->departed == n) hub_->slots.erase(c.seq);
+    return status;
+  }
+
+  // The data movement of a matched collective (see Note [Threads rendezvous]).
+  absl::Status Move(Slot& s, const Collective& c) {
+    using K = CollectiveKind;
+    const int n = size(), me = rank();
+    const int64_t esz = DTypeSize(c.dtype());
+    char* out = static_cast<char*>(c.output.defined() ? c.output.raw_data() : c.input.raw_data());
+    auto reduce_block = [&](char* dst, int64_t src_offset, int64_t count) {
+      std::memcpy(dst, In(s, 0) + src_offset * esz, count * esz);
+      for (int i = 1; i < n; ++i) ReduceInto(dst, In(s, i) + src_offset * esz, count, c.dtype(), c.op);
+      if (c.op == ReduceOp::kAvg) DivideInPlace(dst, count, c.dtype(), n);
+    };
+    switch (c.kind) {
+      case K::kBarrier:
+        return absl::OkStatus();
+      case K::kAllReduce: {
+        if (n == 1) return absl::OkStatus();
+        const int64_t numel = c.input.numel();
+        const int64_t b = ChunkBegin(numel, n, me), e = ChunkBegin(numel, n, me + 1);
+        char* scratch = static_cast<char*>(s.scratch.data());
+        reduce_block(scratch + b * esz, b, e - b);
+        AwaitCopies(s);
+        std::memcpy(out, scratch, numel * esz);
+        return absl::OkStatus();
+      }
+      case K::kAllGather:
+      case K::kAllGatherV: {
+        std::vector<int64_t> counts = c.kind == K::kAllGatherV ? c.counts
+                                                               : std::vector<int64_t>(n, c.input.numel());
+        std::vector<int64_t> off = Offsets(counts);
+        for (int i = 0; i < n; ++i) std::memcpy(out + off[i] * esz, In(s, i), counts[i] * esz);
+        break;
+      }
+      case K::kReduceScatter:
+        reduce_block(out, me * c.output.numel(), c.output.numel());
+        break;
+      case K::kReduceScatterV:
+        reduce_block(out, Offsets(c.counts)[me], c.counts[me]);
+        break;
+      case K::kAllToAll: {
+        const int64_t block = c.input.numel() / n;
+        for (int i = 0; i < n; ++i) std::memcpy(out + i * block * esz, In(s, i) + me * block * esz, block * esz);
+        break;
+      }
+      case K::kAllToAllV: {
+        std::vector<int64_t> recv_off = Offsets(c.recv_counts);
+        for (int i = 0; i < n; ++i) {
+          const int64_t src_off = Offsets(s.args[i]->counts)[me];
+          std::memcpy(out + recv_off[i] * esz, In(s, i) + src_off * esz, c.recv_counts[i] * esz);
+        }
+        break;
+      }
+      case K::kBroadcast:
+        if (me != c.peer) std::memcpy(out, In(s, c.peer), c.input.nbytes());
+        break;
+      case K::kSend:
+      case K::kRecv:
+        break;
+    }
+    AwaitCopies(s);
+    return absl::OkStatus();
+  }
+
+  absl::Status Send(const Collective& c) {
+    DT_ASSIGN_OR_RETURN(Storage bytes, Storage::Allocate(c.input.nbytes(), kCPU));
+    std::memcpy(bytes.data(), c.input.raw_data(), c.input.nbytes());
+    std::lock_guard<std::mutex> lock(job_->mu());
+    hub_->mailboxes[{rank(), c.peer}].push_back(Message{c.dtype(), c.input.numel(), std::move(bytes)});
+    job_->cv().notify_all();
+    return absl::OkStatus();
+  }
+
+  absl::Status Recv(const Collective& c) {
+    const auto deadline = Clock::now() + timeout();
+    const int src_global = global_ranks()[c.peer];
+    std::unique_lock<std::mutex> lock(job_->mu());
+    auto& box = hub_->mailboxes[{c.peer, rank()}];
+    while (box.empty()) {
+      if (!job_->abort_status().ok()) {
+        return absl::AbortedError(absl::StrCat(ErrorPrefix(c), ": aborted: ", job_->abort_status().message()));
+      }
+      if (job_->exited(src_global)) {
+        return absl::AbortedError(
+            absl::StrCat(ErrorPrefix(c), ": global rank ", src_global, " returned from its function without sending"));
+      }
+      if (job_->cv().wait_until(lock, deadline) == std::cv_status::timeout && box.empty()) {
+        absl::Status st = absl::DeadlineExceededError(absl::StrCat(
+            ErrorPrefix(c), ": timed out after ", timeout().count(), " ms waiting for global rank ", src_global));
+        job_->Abort(st);
+        return st;
+      }
+    }
+    Message m = std::move(box.front());
+    box.pop_front();
+    lock.unlock();
+    if (m.dtype != c.dtype() || m.numel != c.input.numel()) {
+      return absl::InvalidArgumentError(absl::StrCat(ErrorPrefix(c), ": global rank ", src_global, " sent ",
+                                                     DTypeName(m.dtype), "[", m.numel, "], expected ",
+                                                     c.input.Describe()));
+    }
+    std::memcpy(c.input.raw_data(), m.bytes.data(), c.input.nbytes());
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<Job> job_;
+  std::shared_ptr<Hub> hub_;
+};
+
+class ThreadsWorld final : public World {
+ public:
+  ThreadsWorld(std::shared_ptr<Job> job, int rank) : job_(std::move(job)), rank_(rank) {
+    options_ = job_->options();
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return job_->n(); }
+  int local_rank() const override { return rank_; }
+  int local_size() const override { return job_->n(); }
+  absl::string_view backend() const override { return "threads"; }
+  Device device() const override { return kCPU; }
+
+  absl::StatusOr<CommPtr> Group(absl::Span<const int> ranks) override {
+    DT_RETURN_IF_ERROR(CheckGroupRanks(ranks, size(), rank_, "threads"));
+    std::vector<int> key(ranks.begin(), ranks.end());
+    std::lock_guard<std::mutex> lock(mu_);
+    CommPtr& comm = groups_[key];
+    if (!comm) {
+      const int me = static_cast<int>(std::find(key.begin(), key.end(), rank_) - key.begin());
+      comm = std::make_shared<ThreadsComm>(job_, job_->HubFor(key), key, me, options_.timeout);
+    }
+    return comm;
+  }
+
+ private:
+  std::shared_ptr<Job> job_;
+  const int rank_;
+  std::mutex mu_;
+  std::map<std::vector<int>, CommPtr> groups_;
+};
+
+}  // namespace
+
+absl::Status RunThreadsJob(int n, const std::function<absl::Status(World&)>& fn, const WorldOptions& options) {
+  auto job = std::make_shared<Job>(n, options);
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      absl::Status status;
+      {
+        auto world = std::make_shared<ThreadsWorld>(job, r);
+        status = fn(*world);
+      }
+      job->Finish(r, status);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return job->first_error();
+}
+
+std::shared_ptr<World> MakeSingleThreadWorld(const WorldOptions& options) {
+  return std::make_shared<ThreadsWorld>(std::make_shared<Job>(1, options), 0);
+}
+
+}  // namespace dt::internal

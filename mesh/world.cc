@@ -1,0 +1,103 @@
+#include "mesh/world.h"
+
+#include <cstdlib>
+#include <numeric>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "mesh/backends.h"
+
+namespace dt {
+namespace {
+
+// Fills in the backend and the timeout from the environment where the caller left the defaults.
+absl::StatusOr<WorldOptions> Resolve(WorldOptions options, const internal::LaunchInfo& info) {
+  if (options.timeout == WorldOptions{}.timeout) {
+    if (const char* t = std::getenv("DT_TIMEOUT_MS"); t != nullptr && *t != '\0') {
+      int64_t ms = 0;
+      if (!absl::SimpleAtoi(t, &ms) || ms <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat("DT_TIMEOUT_MS='", t, "' is not a positive integer"));
+      }
+      options.timeout = std::chrono::milliseconds(ms);
+    }
+  }
+  if (options.timeout.count() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("timeout ", options.timeout.count(), " ms is not positive"));
+  }
+  if (options.backend.empty()) {
+    if (const char* b = std::getenv("DT_BACKEND"); b != nullptr && *b != '\0') options.backend = b;
+  }
+  if (options.backend.empty()) {
+    if (info.launcher == "openmpi") {
+      options.backend = "mpi";
+    } else {
+      options.backend = info.world_size > 1 ? "gloo" : "threads";
+    }
+  }
+  return options;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<World>> World::FromEnv(WorldOptions options) {
+  DT_ASSIGN_OR_RETURN(internal::LaunchInfo info, internal::ReadLaunchEnv([](const char* n) { return std::getenv(n); }));
+  DT_ASSIGN_OR_RETURN(options, Resolve(std::move(options), info));
+  const std::string& b = options.backend;
+  if (b == "threads") {
+    if (info.world_size != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "backend threads runs every rank as a thread of one process (World::RunThreads), but ",
+          info.launcher, " started this process as rank ", info.rank, " of ", info.world_size,
+          "; choose gloo, mpi or nccl (DT_BACKEND)"));
+    }
+    return internal::MakeSingleThreadWorld(options);
+  }
+  if (b == "gloo") return internal::MakeGlooWorld(info, options);
+  if (b == "mpi") return internal::MakeMpiWorld(info, options);
+  if (b == "nccl") return internal::MakeNcclWorld(info, options);
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown backend '", b, "': expected threads, gloo, mpi or nccl"));
+}
+
+absl::Status World::RunThreads(int n, const std::function<absl::Status(World&)>& fn, WorldOptions options) {
+  if (n < 1) return absl::InvalidArgumentError(absl::StrCat("RunThreads: ", n, " ranks; need at least 1"));
+  internal::LaunchInfo single;
+  options.backend = "threads";
+  DT_ASSIGN_OR_RETURN(options, Resolve(std::move(options), single));
+  return internal::RunThreadsJob(n, fn, options);
+}
+
+absl::StatusOr<CommPtr> World::WorldGroup() {
+  std::vector<int> all(size());
+  std::iota(all.begin(), all.end(), 0);
+  return Group(all);
+}
+
+namespace internal {
+
+absl::Status CheckGroupRanks(absl::Span<const int> ranks, int world_size, int my_rank, absl::string_view backend) {
+  const std::string list = absl::StrCat("[", absl::StrJoin(ranks, ", "), "]");
+  if (ranks.empty()) return absl::InvalidArgumentError(absl::StrCat(backend, " group: empty rank list"));
+  std::set<int> seen;
+  bool member = false;
+  for (int r : ranks) {
+    if (r < 0 || r >= world_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(backend, " group ", list, ": rank ", r, " is outside the world of ", world_size));
+    }
+    if (!seen.insert(r).second) {
+      return absl::InvalidArgumentError(absl::StrCat(backend, " group ", list, ": rank ", r, " appears twice"));
+    }
+    member |= r == my_rank;
+  }
+  if (!member) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(backend, " group ", list, ": this rank (", my_rank, ") is not a member; only members create a group"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace internal
+}  // namespace dt

@@ -1,0 +1,45 @@
+#pragma once
+// Test oracle for collectives: deterministic inputs per (case, rank) and the expected outputs,
+// computed directly from every rank's inputs (no communicator involved). Values are small integers
+// (products of ±1 and 2), so every backend's result is exact whatever its reduction order, and
+// avg follows the documented rule (sum, then one division in the dtype; integers truncate).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "mesh/collective.h"
+#include "mesh/communicator.h"
+
+namespace dt::testing {
+
+using internal::CollectiveKind;
+
+struct CollectiveCase {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  DType dtype = DType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  int64_t count = 5;   // elements per rank (per block for all_to_all); the base for uneven counts
+  uint64_t seed = 1;
+  int root = 0;        // broadcast root
+
+  std::string ToString() const;  // "all_reduce f32 sum count=5 seed=1"
+};
+
+// Per-rank counts of the *_v kinds: (count + 3*r + seed) % (count + 1) for rank r, so some are 0.
+std::vector<int64_t> UnevenCounts(const CollectiveCase& c, int size);
+// all_to_all_v: elements rank `src` sends to rank `dst`.
+int64_t PairCount(const CollectiveCase& c, int src, int dst);
+
+Tensor Input(const CollectiveCase& c, int rank, int size);
+Tensor Expected(const CollectiveCase& c, int rank, int size);
+
+// Runs `c` on `comm` (send/recv: a ring) and compares with Expected; the error names the case,
+// the rank and the first differing element.
+absl::Status RunCase(Communicator& comm, const CollectiveCase& c);
+
+// Every kind, dtype, op and a few sizes (0, 1, 7, 33), for sweeping a communicator.
+std::vector<CollectiveCase> AllCases(int size, uint64_t seed);
+
+}  // namespace dt::testing

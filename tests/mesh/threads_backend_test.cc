@@ -1,0 +1,271 @@
+// The threads backend against the oracle (tests/mesh/collective_oracle.h), its fault handling
+// (a failing rank, a rank that never arrives, mismatched arguments) and its concurrency.
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "mesh/world.h"
+#include "rapidcheck/gtest.h"
+#include "tests/mesh/collective_oracle.h"
+
+namespace dt {
+namespace {
+
+using testing::AllCases;
+using testing::CollectiveCase;
+using testing::RunCase;
+using Kind = internal::CollectiveKind;
+
+WorldOptions Quick(int timeout_ms = 5000) {
+  WorldOptions o;
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  return o;
+}
+
+class ThreadsSweep : public ::testing::TestWithParam<int> {};
+
+TEST_P(ThreadsSweep, EveryCollectiveMatchesTheOracle) {
+  const int n = GetParam();
+  absl::Status st = World::RunThreads(n, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(CommPtr comm, w.WorldGroup());
+    for (const CollectiveCase& c : AllCases(n, 7)) DT_RETURN_IF_ERROR(RunCase(*comm, c));
+    return absl::OkStatus();
+  }, Quick());
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, ThreadsSweep, ::testing::Values(1, 2, 3, 4, 8));
+
+TEST(ThreadsBackend, SubgroupsRunConcurrently) {
+  // Ranks {0,2} and {1,3} reduce in separate groups at the same time, then all four together.
+  absl::Status st = World::RunThreads(4, [](World& w) -> absl::Status {
+    std::vector<int> pair = w.rank() % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3};
+    DT_ASSIGN_OR_RETURN(CommPtr sub, w.Group(pair));
+    EXPECT_EQ(sub->size(), 2);
+    EXPECT_EQ(sub->rank(), w.rank() / 2);
+    EXPECT_EQ(sub->Describe(), w.rank() % 2 == 0 ? "threads group [0, 2]" : "threads group [1, 3]");
+    for (int i = 0; i < 50; ++i) {
+      DT_RETURN_IF_ERROR(RunCase(*sub, {Kind::kAllReduce, DType::kF32, ReduceOp::kSum, 64, uint64_t(i)}));
+    }
+    DT_ASSIGN_OR_RETURN(CommPtr all, w.WorldGroup());
+    return RunCase(*all, {Kind::kAllGatherV, DType::kI64, ReduceOp::kSum, 9, 3});
+  }, Quick());
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+TEST(ThreadsBackend, GroupsAreCachedAndValidated) {
+  absl::Status st = World::RunThreads(3, [](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(CommPtr a, w.WorldGroup());
+    DT_ASSIGN_OR_RETURN(CommPtr b, w.Group({0, 1, 2}));
+    EXPECT_EQ(a.get(), b.get());
+    EXPECT_EQ(w.Group({0, 0}).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(w.Group({0, 7}).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(w.Group({}).status().code(), absl::StatusCode::kInvalidArgument);
+    const int other = (w.rank() + 1) % 3;
+    absl::Status not_member = w.Group({other}).status();
+    EXPECT_EQ(not_member.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(not_member.message().find("not a member"), absl::string_view::npos) << not_member;
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+TEST(ThreadsBackend, AsyncWorkAndReceiveBeforeSend) {
+  absl::Status st = World::RunThreads(2, [](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(CommPtr c, w.WorldGroup());
+    // Both ranks post the receive first; receives complete on Wait().
+    Tensor in = Tensor::Full({4}, w.rank() + 1.0).value();
+    Tensor out = Tensor::Zeros({4}).value();
+    WorkPtr r = c->RecvAsync(out, 1 - w.rank());
+    WorkPtr s = c->SendAsync(in, 1 - w.rank());
+    DT_RETURN_IF_ERROR(s->Wait());
+    DT_RETURN_IF_ERROR(r->Wait());
+    EXPECT_EQ(out.ToVector<float>(), std::vector<float>(4, 2.0f - w.rank()));
+    Tensor x = Tensor::Full({3}, 1.0).value();
+    WorkPtr a = c->AllReduceAsync(x, ReduceOp::kSum);
+    DT_RETURN_IF_ERROR(a->Wait());
+    DT_RETURN_IF_ERROR(a->Wait());  // waiting twice is fine
+    EXPECT_EQ(x.ToVector<float>(), std::vector<float>(3, 2.0f));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+// ---- faults ---------------------------------------------------------------------------------
+
+TEST(ThreadsFaults, FailingRankUnblocksPeersWithItsError) {
+  std::atomic<int> aborted{0};
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status st = World::RunThreads(4, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(CommPtr c, w.WorldGroup());
+    Tensor x = Tensor::Ones({16}).value();
+    DT_RETURN_IF_ERROR(c->AllReduce(x, ReduceOp::kSum));
+    if (w.rank() == 2) return absl::InternalError("rank 2 gave up");
+    absl::Status s = c->AllReduce(x, ReduceOp::kSum);
+    EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+    EXPECT_NE(s.message().find("threads group [0, 1, 2, 3]"), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("all_reduce #1"), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("rank 2 failed: rank 2 gave up"), absl::string_view::npos) << s;
+    if (s.code() == absl::StatusCode::kAborted) ++aborted;
+    return s;
+  }, Quick(60'000));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
+  EXPECT_EQ(st.message(), "rank 2 gave up");
+  EXPECT_EQ(aborted.load(), 3);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));  // not the 60 s timeout
+}
+
+TEST(ThreadsFaults, RankThatNeverArrivesTimesOutNamingIt) {
+  const auto start = std::chrono::steady_clock::now();
+  std::atomic<int> timed_out{0};
+  absl::Status st = World::RunThreads(3, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(CommPtr c, w.WorldGroup());
+    Tensor x = Tensor::Ones({8}).value();
+    Tensor out = Tensor::Empty({24}).value();
+    if (w.rank() == 1) {  // stuck elsewhere (and still alive) for longer than the timeout
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      return absl::OkStatus();
+    }
+    absl::Status s = c->AllGather(x, out);
+    EXPECT_TRUE(s.code() == absl::StatusCode::kDeadlineExceeded || s.code() == absl::StatusCode::kAborted) << s;
+    EXPECT_NE(s.message().find("all_gather #0"), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("global rank(s) [1]"), absl::string_view::npos) << s;
+    ++timed_out;
+    return s;
+  }, Quick(300));
+  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(timed_out.load(), 2);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(ThreadsFaults, RankThatReturnedFailsPeersAtOnce) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status st = World::RunThreads(2, [&](World& w) -> absl::Status {
+    if (w.rank() == 0) return absl::OkStatus();  // forgot the collective
+    DT_ASSIGN_OR_RETURN(CommPtr c, w.WorldGroup());
+    absl::Status s = c->Barrier();
+    EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+    EXPECT_NE(s.message().find("global rank(s) [0] returned from their function"), absl::string_view::npos) << s;
+    return s;
+  }, Quick(60'000));
+  EXPECT_EQ(st.code(), absl::StatusCode::kAborted);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST(ThreadsFaults, MismatchedSizesFailOnEveryRank) {
+  std::atomic<int> errors{0};
+  absl::Status st = World::RunThreads(3, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(CommPtr c, w.WorldGroup());
+    Tensor x = Tensor::Ones({w.rank() == 2 ? 5 : 4}).value();
+    absl::Status s = c->AllReduce(x, ReduceOp::kSum);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("input size: global rank 0 passed f32[4] cpu, global rank 2 passed f32[5] cpu"),
+              absl::string_view::npos) << s;
+    errors += !s.ok();
+    // The group is still usable afterwards.
+    Tensor y = Tensor::Ones({2}).value();
+    DT_RETURN_IF_ERROR(c->AllReduce(y, ReduceOp::kSum));
+    EXPECT_EQ(y.ToVector<float>(), std::vector<float>(2, 3.0f));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(errors.load(), 3);
+}
+
+TEST(ThreadsFaults, MismatchedDTypeOpOrKindFailOnEveryRank) {
+  absl::Status st = World::RunThreads(2, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(CommPtr c, w.WorldGroup());
+    Tensor x = Tensor::Ones({4}, w.rank() == 0 ? DType::kF32 : DType::kBF16).value();
+    absl::Status s = c->AllReduce(x, ReduceOp::kSum);
+    EXPECT_NE(s.message().find("disagree on the dtype: global rank 0 passed f32, global rank 1 passed bf16"),
+              absl::string_view::npos) << s;
+    Tensor y = Tensor::Ones({4}).value();
+    s = c->AllReduce(y, w.rank() == 0 ? ReduceOp::kSum : ReduceOp::kMax);
+    EXPECT_NE(s.message().find("reduce op: global rank 0 passed sum, global rank 1 passed max"),
+              absl::string_view::npos) << s;
+    Tensor out = Tensor::Empty({8}).value();
+    s = w.rank() == 0 ? c->AllGather(y, out) : c->Broadcast(y, 0);
+    EXPECT_NE(s.message().find("collective: global rank 0 passed all_gather, global rank 1 passed broadcast"),
+              absl::string_view::npos) << s;
+    // all_to_all_v: rank 0 sends 2 to rank 1, which expects 3.
+    std::vector<int64_t> send = {1, 2}, recv = {1, 3};
+    if (w.rank() == 1) send = {3, 1}, recv = {3, 1};
+    Tensor in = Tensor::Ones({internal::Sum(send)}).value();
+    Tensor got = Tensor::Empty({internal::Sum(recv)}).value();
+    s = c->AllToAllV(in, send, got, recv);
+    EXPECT_NE(s.message().find("global rank 0 sends 2 elements to global rank 1, which expects 3"),
+              absl::string_view::npos) << s;
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+TEST(ThreadsFaults, InvalidArgumentsOnOneRankFailEveryRank) {
+  absl::Status st = World::RunThreads(2, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(CommPtr c, w.WorldGroup());
+    Tensor x = Tensor::Ones({4}).value();
+    Tensor out = Tensor::Empty({w.rank() == 1 ? 7 : 8}).value();  // rank 1's output is too small
+    absl::Status s = c->AllGather(x, out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    if (w.rank() == 1) {
+      EXPECT_NE(s.message().find("output has 7 elements, expected 8"), absl::string_view::npos) << s;
+    } else {
+      EXPECT_NE(s.message().find("global rank 1 passed invalid arguments"), absl::string_view::npos) << s;
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+TEST(ThreadsFaults, LocalArgumentChecks) {
+  absl::Status st = World::RunThreads(1, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(CommPtr c, w.WorldGroup());
+    Tensor m = Tensor::Ones({4, 4}).value();
+    Tensor t = m.Transpose(0, 1).value();
+    auto code = [](absl::Status s) { return s.code(); };
+    EXPECT_EQ(code(c->AllReduce(t, ReduceOp::kSum)), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(code(c->AllReduce(Tensor(), ReduceOp::kSum)), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(code(c->AllReduce(Tensor::Ones({2}, DType::kBool).value(), ReduceOp::kSum)),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(code(c->AllGather(m, m)), absl::StatusCode::kInvalidArgument);  // overlap
+    EXPECT_EQ(code(c->AllGather(m, Tensor::Empty({16}, DType::kI32).value())), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(code(c->Broadcast(m, 1)), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(code(c->Send(m, 0)), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(code(c->AllGatherV(m, Tensor::Empty({16}).value(), {16, 0})), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(code(c->AllGatherV(m, Tensor::Empty({16}).value(), {-1})), absl::StatusCode::kInvalidArgument);
+    absl::Status s = c->ReduceScatter(m, Tensor::Empty({3}).value(), ReduceOp::kSum);
+    EXPECT_EQ(std::string(s.message()), "threads group [0], rank 0: reduce_scatter #8 (f32[4, 4] cpu -> f32[3] cpu, sum): "
+                           "input has 16 elements, expected 3 (group size 1 x output 3)");
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+TEST(ThreadsFaults, RunThreadsRejectsBadCounts) {
+  EXPECT_EQ(World::RunThreads(0, [](World&) { return absl::OkStatus(); }).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// ---- properties -------------------------------------------------------------------------------
+
+RC_GTEST_PROP(ThreadsProperties, RandomCollectivesMatchTheOracle, ()) {
+  const int n = *rc::gen::inRange(1, 9);
+  const auto kind = *rc::gen::element(Kind::kAllReduce, Kind::kAllGather, Kind::kAllGatherV, Kind::kReduceScatter,
+                                      Kind::kReduceScatterV, Kind::kAllToAll, Kind::kAllToAllV, Kind::kBroadcast,
+                                      Kind::kSend);
+  const DType dtype = *rc::gen::element(DType::kF32, DType::kF16, DType::kBF16, DType::kI64, DType::kI32, DType::kU8);
+  const ReduceOp op = *rc::gen::element(ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProd);
+  const int64_t count = *rc::gen::inRange<int64_t>(0, 200);
+  const uint64_t seed = *rc::gen::arbitrary<uint32_t>();
+  const int root = *rc::gen::inRange(0, n);
+  const CollectiveCase c{kind, dtype, op, count, seed, root};
+  absl::Status st = World::RunThreads(n, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(CommPtr comm, w.WorldGroup());
+    return RunCase(*comm, c);
+  }, Quick());
+  RC_ASSERT(st.ok());
+}
+
+}  // namespace
+}  // namespace dt
