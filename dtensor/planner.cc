@@ -1,0 +1,663 @@
+#include "dtensor/planner.h"
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <queue>
+#include <tuple>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "core/status.h"
+
+namespace dt {
+
+// Note [Planning]
+// Legality. Mesh dims apply left to right (Note [Shard math]), so a mesh dim i can only change how
+// it splits tensor dim d when no mesh dim j > i (of size > 1) currently splits d as well: j's
+// pieces are pieces *of i's pieces*, and a collective along i alone cannot re-cut them. So a step
+// on mesh dim i from `from` to `to` is legal iff no such j shards a dim that `from` or `to` shards.
+// This is "unshard innermost first": [S(0), S(0)] -> [R, R] must gather mesh dim 1 before mesh
+// dim 0. Steps on mesh dims of size 1 never move data and are dropped.
+//
+// Greedy (PyTorch's generate_greedy_transform_infos): walk mesh dims right to left; a dim whose
+// target shards d while the dims left of it split d differently now than in the target goes to R
+// for the moment; every other dim goes straight to its target. Then walk left to right and finish
+// the dims parked at R. We compare the left dims' exact placements, not just "which dims shard d"
+// as PyTorch does, because S(0) and _S(0,2) on the same dim are different layouts.
+//
+// Min-cost search. Each mesh dim that must change visits at most three placements in order — its
+// source, R, its target — and no optimal plan revisits one (every greedy plan is such a walk). So
+// the state is one phase in {src, R, dst} per changing dim: at most 3^m states for m changing dims
+// (243 for 5), not PyTorch's (N+2)·M·M! placement/order graph. Dijkstra runs over these states with
+// edges for every legal single-dim step and for every legal merged step (an all_reduce, all_gather
+// or reduce_scatter over a set of dims at once, see below), priced by the alpha-beta CostModel on
+// the largest logical shape. Planning a 5-dim mesh of 10^4 ranks takes well under a millisecond;
+// costs never depend on the number of ranks except through k. Beyond 7 changing dims (3^7 states)
+// only greedy runs.
+//
+// Merging. Consecutive collectives of one kind become one collective on the flattened group of
+// their mesh dims (row-major over the dims, ascending) when that gives the same layout:
+//   all_reduce      any dims; ops equal, or sum mixed with avg (sum, then divide by the avg dims)
+//   all_gather      S(d) -> R on dims that are all the innermost splits of d, and every logical
+//                   size of d divisible by the group size (nested torch.chunk == flat chunk then)
+//   reduce_scatter  P -> S(d) likewise; no dim right of the first one may split d
+// all_to_all steps never merge (as in PyTorch). The search includes merged steps as edges, so it
+// prices them; the greedy plan is merged afterwards.
+//
+// Choice (Strategy::kBest): the search plan when it is strictly cheaper and has no more
+// collectives than the (merged) greedy plan; otherwise the greedy plan. So a plan never has more
+// collectives than greedy, and plan(x -> x) is empty.
+
+absl::string_view CollectiveName(Collective c) {
+  switch (c) {
+    case Collective::kLocal: return "local";
+    case Collective::kAllGather: return "all_gather";
+    case Collective::kAllReduce: return "all_reduce";
+    case Collective::kReduceScatter: return "reduce_scatter";
+    case Collective::kAllToAll: return "all_to_all";
+  }
+  return "?";
+}
+
+std::string PlanStep::ToString() const {
+  return absl::StrCat(CollectiveName(collective), " on d", absl::StrJoin(mesh_dims, "+d"), ": ",
+                      PlacementsToCompactString(from), " -> ", PlacementsToCompactString(to));
+}
+
+int Plan::num_collectives() const {
+  int n = 0;
+  for (const PlanStep& s : steps) n += s.collective != Collective::kLocal;
+  return n;
+}
+
+std::string Plan::ToString() const {
+  std::string out = PlacementsToString(src);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    absl::StrAppend(&out, " -", CollectiveName(steps[i].collective), "(d",
+                    absl::StrJoin(steps[i].mesh_dims, "+d"), ")-> ",
+                    PlacementsToString(states[i + 1]));
+  }
+  return out;
+}
+
+namespace {
+
+struct Problem {
+  Shape mesh;
+  Shape shape;
+  int64_t elem = 4;
+  CostModel cost;
+};
+
+bool ShardedRightOf(const Problem& pb, const Placements& cur, int i, int d,
+                    absl::Span<const int> except = {}) {
+  for (int j = i + 1; j < static_cast<int>(cur.size()); ++j) {
+    if (pb.mesh[j] <= 1 || !cur[j].is_any_shard(d)) continue;
+    if (std::find(except.begin(), except.end(), j) != except.end()) continue;
+    return true;
+  }
+  return false;
+}
+
+bool Legal(const Problem& pb, const Placements& cur, int i, const Placement& to) {
+  const Placement& from = cur[i];
+  if (from.is_any_shard() && ShardedRightOf(pb, cur, i, from.dim())) return false;
+  if (to.is_any_shard() && ShardedRightOf(pb, cur, i, to.dim())) return false;
+  return true;
+}
+
+Collective KindOf(const Placement& from, const Placement& to) {
+  if (from.is_any_shard()) return to.is_replicate() ? Collective::kAllGather : Collective::kAllToAll;
+  if (from.is_partial()) {
+    return to.is_any_shard() ? Collective::kReduceScatter : Collective::kAllReduce;
+  }
+  return Collective::kLocal;
+}
+
+bool OpsMergeable(ReduceOp a, ReduceOp b) {
+  if (a == b) return true;
+  auto sum_like = [](ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::kAvg; };
+  return sum_like(a) && sum_like(b);
+}
+
+// True when the product of dims [0, d) of `shape` is 1: a slab along d is contiguous.
+bool Leading(IntSpan shape, int d) {
+  for (int i = 0; i < d; ++i) {
+    if (shape[i] != 1) return false;
+  }
+  return true;
+}
+
+// Sets logical_shape, group_size, bytes and cost_us of `step`, taken from state `cur`.
+void Price(const Problem& pb, const Placements& cur, PlanStep& step) {
+  const CostModel& cm = pb.cost;
+  const int i0 = step.mesh_dims.front();
+  step.logical_shape = MaxShardShape(pb.shape, pb.mesh, cur, i0);
+  int64_t k = 1;
+  for (int i : step.mesh_dims) k *= pb.mesh[i];
+  step.group_size = k;
+  const double logical = static_cast<double>(Numel(step.logical_shape) * pb.elem);
+  // Bytes of the largest piece a shard placement list cuts the logical tensor into.
+  auto piece = [&](const Placements& ps) {
+    Shape s = step.logical_shape;
+    for (size_t m = 0; m < ps.size(); ++m) {
+      const Placement& p = ps[m];
+      if (p.is_any_shard()) s[p.dim()] = ShardPieceSize(p, s[p.dim()], pb.mesh[step.mesh_dims[m]], 0);
+    }
+    return static_cast<double>(Numel(s) * pb.elem);
+  };
+  auto contiguous = [&](const Placement& p) {
+    return p.is_shard() && Leading(step.logical_shape, p.dim());
+  };
+  double bytes = 0, cost = 0;
+  switch (step.collective) {
+    case Collective::kAllGather: {
+      const double p = piece(step.from);
+      bytes = (k - 1) * p;
+      cost = cm.latency_us + (k - 1) * cm.hop_us + bytes / cm.link_bytes_per_us;
+      if (!contiguous(step.from.front())) cost += logical / cm.copy_bytes_per_us;
+      break;
+    }
+    case Collective::kReduceScatter: {
+      const double p = piece(step.to);
+      bytes = (k - 1) * p;
+      cost = cm.latency_us + (k - 1) * cm.hop_us + bytes / cm.link_bytes_per_us;
+      if (!contiguous(step.to.front())) cost += logical / cm.copy_bytes_per_us;
+      break;
+    }
+    case Collective::kAllReduce:
+      bytes = 2.0 * (k - 1) * logical / k;
+      cost = cm.latency_us + 2 * (k - 1) * cm.hop_us + bytes / cm.link_bytes_per_us;
+      break;
+    case Collective::kAllToAll: {
+      const double p = piece(step.from);
+      bytes = (k - 1) * p / k;
+      cost = cm.latency_us + (k - 1) * cm.hop_us + bytes / cm.link_bytes_per_us +
+             2 * p / cm.copy_bytes_per_us;
+      break;
+    }
+    case Collective::kLocal: {
+      const Placement& to = step.to.front();
+      if (to.is_any_shard()) {
+        cost = contiguous(to) ? 0.0 : piece(step.to) / cm.copy_bytes_per_us;
+      } else {
+        cost = logical / cm.copy_bytes_per_us;
+      }
+      break;
+    }
+  }
+  step.bytes = static_cast<int64_t>(bytes);
+  step.cost_us = cost;
+}
+
+PlanStep SingleStep(const Problem& pb, const Placements& cur, int i, const Placement& to) {
+  PlanStep s;
+  s.mesh_dims = {i};
+  s.from = {cur[i]};
+  s.to = {to};
+  s.collective = KindOf(cur[i], to);
+  Price(pb, cur, s);
+  return s;
+}
+
+// A merged step over `dims` (ascending, >= 2) moving each to `tos`, or nullopt when merging is not
+// legal or does not preserve the layout. See Note [Planning].
+std::optional<PlanStep> MergedStep(const Problem& pb, const Placements& cur,
+                                   absl::Span<const int> dims, absl::Span<const Placement> tos) {
+  const Collective kind = KindOf(cur[dims[0]], tos[0]);
+  if (kind != Collective::kAllGather && kind != Collective::kAllReduce &&
+      kind != Collective::kReduceScatter) {
+    return std::nullopt;
+  }
+  int64_t k = 1;
+  for (size_t m = 0; m < dims.size(); ++m) {
+    const Placement& from = cur[dims[m]];
+    if (KindOf(from, tos[m]) != kind) return std::nullopt;
+    k *= pb.mesh[dims[m]];
+  }
+  int d = -1;
+  switch (kind) {
+    case Collective::kAllReduce:
+      for (int i : dims) {
+        if (!OpsMergeable(cur[i].reduce_op(), cur[dims[0]].reduce_op())) return std::nullopt;
+      }
+      break;
+    case Collective::kAllGather:
+      d = cur[dims[0]].dim();
+      for (int i : dims) {
+        if (!cur[i].is_shard() || cur[i].dim() != d) return std::nullopt;
+      }
+      break;
+    case Collective::kReduceScatter:
+      d = tos[0].dim();
+      for (size_t m = 0; m < dims.size(); ++m) {
+        if (!tos[m].is_shard() || tos[m].dim() != d) return std::nullopt;
+        if (!OpsMergeable(cur[dims[m]].reduce_op(), cur[dims[0]].reduce_op())) return std::nullopt;
+      }
+      break;
+    default:
+      return std::nullopt;
+  }
+  if (d >= 0) {
+    if (ShardedRightOf(pb, cur, dims[0], d, dims)) return std::nullopt;
+    for (int64_t n : PossibleShardSizes(pb.shape, pb.mesh, cur, d, dims[0])) {
+      if (n % k != 0) return std::nullopt;
+    }
+  }
+  PlanStep s;
+  s.mesh_dims.assign(dims.begin(), dims.end());
+  for (size_t m = 0; m < dims.size(); ++m) {
+    s.from.push_back(cur[dims[m]]);
+    s.to.push_back(tos[m]);
+  }
+  s.collective = kind;
+  Price(pb, cur, s);
+  return s;
+}
+
+void Apply(const PlanStep& s, Placements& cur) {
+  for (size_t m = 0; m < s.mesh_dims.size(); ++m) cur[s.mesh_dims[m]] = s.to[m];
+}
+
+double TotalCost(const std::vector<PlanStep>& steps) {
+  double c = 0;
+  for (const PlanStep& s : steps) c += s.cost_us;
+  return c;
+}
+
+int CountCollectives(const std::vector<PlanStep>& steps) {
+  int n = 0;
+  for (const PlanStep& s : steps) n += s.collective != Collective::kLocal;
+  return n;
+}
+
+// Greedy, see Note [Planning]. `start` already has size-1 mesh dims at their targets.
+std::vector<PlanStep> GreedySteps(const Problem& pb, Placements cur, const Placements& dst) {
+  std::vector<PlanStep> steps;
+  const int m = static_cast<int>(cur.size());
+  for (int i = m - 1; i >= 0; --i) {
+    Placement target = dst[i];
+    if (target.is_any_shard()) {
+      const int d = target.dim();
+      for (int h = 0; h < i; ++h) {
+        if (pb.mesh[h] <= 1) continue;
+        if ((cur[h].is_any_shard(d) || dst[h].is_any_shard(d)) && cur[h] != dst[h]) {
+          target = Placement::Replicate();
+          break;
+        }
+      }
+    }
+    if (cur[i] == target) continue;
+    steps.push_back(SingleStep(pb, cur, i, target));
+    cur[i] = target;
+  }
+  for (int i = 0; i < m; ++i) {
+    if (cur[i] == dst[i]) continue;
+    steps.push_back(SingleStep(pb, cur, i, dst[i]));
+    cur[i] = dst[i];
+  }
+  return steps;
+}
+
+// Merges runs of consecutive same-kind steps (Note [Planning]).
+std::vector<PlanStep> MergeSteps(const Problem& pb, Placements cur,
+                                 const std::vector<PlanStep>& steps) {
+  std::vector<PlanStep> out;
+  size_t i = 0;
+  while (i < steps.size()) {
+    PlanStep group = steps[i];
+    size_t j = i + 1;
+    while (j < steps.size() && steps[j].collective == group.collective &&
+           group.collective != Collective::kLocal && group.collective != Collective::kAllToAll) {
+      // Candidate dims and targets, ascending by mesh dim.
+      std::vector<std::pair<int, Placement>> members;
+      for (size_t m = 0; m < group.mesh_dims.size(); ++m) {
+        members.push_back({group.mesh_dims[m], group.to[m]});
+      }
+      for (size_t m = 0; m < steps[j].mesh_dims.size(); ++m) {
+        members.push_back({steps[j].mesh_dims[m], steps[j].to[m]});
+      }
+      std::sort(members.begin(), members.end(),
+                [](const auto& a, const auto& b) { return a.first < b.first; });
+      absl::InlinedVector<int, 4> dims;
+      Placements tos;
+      for (const auto& [dim, to] : members) {
+        dims.push_back(dim);
+        tos.push_back(to);
+      }
+      std::optional<PlanStep> merged = MergedStep(pb, cur, dims, tos);
+      if (!merged) break;
+      group = *std::move(merged);
+      ++j;
+    }
+    Apply(group, cur);
+    out.push_back(std::move(group));
+    i = j;
+  }
+  return out;
+}
+
+// Min-cost search over per-dim phases {src, R, dst} (Note [Planning]); nullopt when too many dims
+// change.
+std::optional<std::vector<PlanStep>> SearchSteps(const Problem& pb, const Placements& start,
+                                                 const Placements& dst, bool merge) {
+  struct Var {
+    int mesh_dim;
+    absl::InlinedVector<Placement, 3> opts;
+  };
+  std::vector<Var> vars;
+  for (int i = 0; i < static_cast<int>(start.size()); ++i) {
+    if (start[i] == dst[i]) continue;
+    Var v{i, {start[i]}};
+    if (!start[i].is_replicate() && !dst[i].is_replicate()) v.opts.push_back(Placement::Replicate());
+    v.opts.push_back(dst[i]);
+    vars.push_back(std::move(v));
+  }
+  const int nv = static_cast<int>(vars.size());
+  if (nv > 7) return std::nullopt;
+  if (nv == 0) return std::vector<PlanStep>{};
+  std::vector<int> radix(nv + 1, 1);
+  for (int v = 0; v < nv; ++v) radix[v + 1] = radix[v] * 3;
+  const int num_states = radix[nv];
+  auto phase = [&](int id, int v) { return (id / radix[v]) % 3; };
+  auto last = [&](int v) { return static_cast<int>(vars[v].opts.size()) - 1; };
+  int goal = 0;
+  for (int v = 0; v < nv; ++v) goal += last(v) * radix[v];
+
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<double> dist(num_states, kInf);
+  std::vector<int> nsteps(num_states, 0);
+  std::vector<int> prev(num_states, -1);
+  std::vector<PlanStep> via(num_states);
+  using Item = std::tuple<double, int, int>;  // cost, steps, state
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> queue;
+  dist[0] = 0;
+  queue.push({0.0, 0, 0});
+
+  Placements cur = start;
+  auto relax = [&](int from_id, int to_id, PlanStep step) {
+    const double c = dist[from_id] + step.cost_us;
+    const int n = nsteps[from_id] + 1;
+    if (c < dist[to_id] || (c == dist[to_id] && n < nsteps[to_id])) {
+      dist[to_id] = c;
+      nsteps[to_id] = n;
+      prev[to_id] = from_id;
+      via[to_id] = std::move(step);
+      queue.push({c, n, to_id});
+    }
+  };
+  while (!queue.empty()) {
+    const auto [c, n, id] = queue.top();
+    queue.pop();
+    if (c > dist[id] || (c == dist[id] && n > nsteps[id])) continue;
+    if (id == goal) break;
+    for (int v = 0; v < nv; ++v) cur[vars[v].mesh_dim] = vars[v].opts[phase(id, v)];
+    // Single-dim steps.
+    for (int v = 0; v < nv; ++v) {
+      const int p = phase(id, v);
+      for (int q = p + 1; q <= last(v); ++q) {
+        const Placement& to = vars[v].opts[q];
+        if (!Legal(pb, cur, vars[v].mesh_dim, to)) continue;
+        relax(id, id + (q - p) * radix[v], SingleStep(pb, cur, vars[v].mesh_dim, to));
+      }
+    }
+    if (!merge) continue;
+    // Merged steps: every subset (>= 2) of the dims that can take one collective of a kind.
+    for (Collective kind : {Collective::kAllReduce, Collective::kAllGather,
+                            Collective::kReduceScatter}) {
+      std::vector<std::pair<int, int>> cand;  // (var, target phase)
+      for (int v = 0; v < nv; ++v) {
+        const int p = phase(id, v);
+        for (int q = p + 1; q <= last(v); ++q) {
+          if (KindOf(vars[v].opts[p], vars[v].opts[q]) == kind) {
+            cand.push_back({v, q});
+            break;
+          }
+        }
+      }
+      const int nc = static_cast<int>(cand.size());
+      if (nc < 2) continue;
+      for (int mask = 1; mask < (1 << nc); ++mask) {
+        if ((mask & (mask - 1)) == 0) continue;  // single dims are covered above
+        absl::InlinedVector<int, 4> dims;
+        Placements tos;
+        int to_id = id;
+        for (int b = 0; b < nc; ++b) {  // vars are in ascending mesh-dim order
+          if (!(mask >> b & 1)) continue;
+          const auto [v, q] = cand[b];
+          dims.push_back(vars[v].mesh_dim);
+          tos.push_back(vars[v].opts[q]);
+          to_id += (q - phase(id, v)) * radix[v];
+        }
+        std::optional<PlanStep> step = MergedStep(pb, cur, dims, tos);
+        if (step) relax(id, to_id, *std::move(step));
+      }
+    }
+  }
+  if (dist[goal] == kInf) return std::nullopt;
+  std::vector<PlanStep> steps;
+  for (int id = goal; id != 0; id = prev[id]) steps.push_back(via[id]);
+  std::reverse(steps.begin(), steps.end());
+  return steps;
+}
+
+std::string Describe(const DTensorSpec& spec) { return spec.ToString(); }
+
+absl::Status Refuse(const DTensorSpec& src, const DTensorSpec& dst, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("cannot redistribute ", Describe(src), " to ",
+                                                 PlacementsToString(dst.placements()), ": ", why));
+}
+
+// Checks that `steps` are legal and take src to dst (an internal invariant of the planners).
+absl::Status CheckSteps(const Problem& pb, Placements cur, const Placements& dst,
+                        const std::vector<PlanStep>& steps) {
+  for (const PlanStep& s : steps) {
+    for (size_t m = 0; m < s.mesh_dims.size(); ++m) {
+      const int i = s.mesh_dims[m];
+      if (cur[i] != s.from[m] || !Legal(pb, cur, i, s.to[m])) {
+        return absl::InternalError(absl::StrCat("planner produced an illegal step ", s.ToString(),
+                                                " from ", PlacementsToString(cur)));
+      }
+    }
+    Apply(s, cur);
+  }
+  if (cur != dst) {
+    return absl::InternalError(absl::StrCat("planner ended at ", PlacementsToString(cur),
+                                            " instead of ", PlacementsToString(dst)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Plan> PlanRedistribute(const DTensorSpec& src, const DTensorSpec& dst,
+                                      const PlannerOptions& options) {
+  if (!(src.mesh() == dst.mesh())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot redistribute ", Describe(src), " to ", Describe(dst),
+        ": the meshes differ (redistribution across meshes is not supported)"));
+  }
+  if (src.shape() != dst.shape() || src.dtype() != dst.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot redistribute ", src.Describe(), " to ",
+                                                   dst.Describe(),
+                                                   ": the global shape and dtype must not change"));
+  }
+  const int m = static_cast<int>(src.placements().size());
+  const std::vector<std::string>& names = src.mesh().names();
+  for (int i = 0; i < m; ++i) {
+    const Placement& a = src.placements()[i];
+    const Placement& b = dst.placements()[i];
+    const std::string where = absl::StrCat(" (mesh dim ", MeshDimName(names, i), ": ",
+                                           a.ToString(), " -> ", b.ToString(), ")");
+    if (a.is_any_shard() && b.is_partial()) {
+      return Refuse(src, dst, absl::StrCat("Shard -> Partial is not a redistribution", where));
+    }
+    if (a.is_partial() && b.is_partial() && a.reduce_op() != b.reduce_op()) {
+      return Refuse(src, dst,
+                    absl::StrCat("Partial(", ReduceOpName(a.reduce_op()), ") -> Partial(",
+                                 ReduceOpName(b.reduce_op()), ") is not a redistribution", where));
+    }
+  }
+
+  Problem pb;
+  pb.mesh = Shape(src.mesh().shape().begin(), src.mesh().shape().end());
+  pb.shape = src.shape();
+  pb.elem = DTypeSize(src.dtype());
+  pb.cost = options.cost;
+
+  Plan plan;
+  plan.src = src.placements();
+  plan.dst = dst.placements();
+  // Mesh dims of size 1 hold the same data under every placement.
+  Placements start = src.placements();
+  for (int i = 0; i < m; ++i) {
+    if (pb.mesh[i] <= 1) start[i] = dst.placements()[i];
+  }
+
+  using Strategy = PlannerOptions::Strategy;
+  std::vector<PlanStep> greedy;
+  if (options.strategy != Strategy::kSearch) {
+    greedy = GreedySteps(pb, start, plan.dst);
+    if (options.merge) greedy = MergeSteps(pb, start, greedy);
+  }
+  std::optional<std::vector<PlanStep>> search;
+  if (options.strategy != Strategy::kGreedy) {
+    search = SearchSteps(pb, start, plan.dst, options.merge);
+    if (search && options.merge) search = MergeSteps(pb, start, *search);
+  }
+  // The greedy walk is legal by construction for plain shards; with interleaved shards it can
+  // get stuck, and then the search plan (always legal) is used.
+  const bool greedy_ok = options.strategy != Strategy::kSearch &&
+                         CheckSteps(pb, start, plan.dst, greedy).ok();
+  bool use_search = false;
+  if (options.strategy == Strategy::kSearch || (search && !greedy_ok)) {
+    if (!search) {
+      return absl::UnimplementedError(absl::StrCat(
+          "min-cost search for ", Describe(src), " -> ", PlacementsToString(dst.placements()),
+          ": more than 7 mesh dims change; use the greedy planner"));
+    }
+    use_search = true;
+  } else if (options.strategy == Strategy::kBest && search) {
+    use_search = TotalCost(*search) < TotalCost(greedy) - 1e-9 &&
+                 CountCollectives(*search) <= CountCollectives(greedy);
+  }
+  plan.steps = use_search ? *std::move(search) : std::move(greedy);
+  plan.strategy = plan.steps.empty() ? "none" : use_search ? "search" : "greedy";
+  DT_RETURN_IF_ERROR(CheckSteps(pb, start, plan.dst, plan.steps));
+
+  plan.cost_us = TotalCost(plan.steps);
+  Placements cur = start;
+  plan.states.push_back(cur);
+  for (const PlanStep& s : plan.steps) {
+    Apply(s, cur);
+    plan.states.push_back(cur);
+  }
+  return plan;
+}
+
+// ---- plan cache --------------------------------------------------------------------------------
+
+namespace {
+
+struct PlanKey {
+  Shape mesh;
+  Shape shape;
+  DType dtype;
+  Placements src, dst;
+  PlannerOptions::Strategy strategy;
+  bool merge;
+  double cost[4];
+
+  friend bool operator==(const PlanKey& a, const PlanKey& b) {
+    return a.dtype == b.dtype && a.strategy == b.strategy && a.merge == b.merge &&
+           std::equal(a.cost, a.cost + 4, b.cost) && a.mesh == b.mesh && a.shape == b.shape &&
+           a.src == b.src && a.dst == b.dst;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const PlanKey& k) {
+    return H::combine(std::move(h), absl::MakeConstSpan(k.mesh), absl::MakeConstSpan(k.shape),
+                      static_cast<int>(k.dtype), absl::MakeConstSpan(k.src),
+                      absl::MakeConstSpan(k.dst), static_cast<int>(k.strategy), k.merge,
+                      k.cost[0], k.cost[1], k.cost[2], k.cost[3]);
+  }
+};
+
+struct CacheEntry {
+  std::shared_ptr<const Plan> plan;
+};
+
+class PlanCache {
+ public:
+  static PlanCache& Get() {
+    static PlanCache* cache = new PlanCache();
+    return *cache;
+  }
+  std::shared_ptr<const Plan> Find(const PlanKey& key) {
+    absl::ReaderMutexLock lock(&mu_);
+    auto it = map_.find(key);
+    if (it == map_.end()) return nullptr;
+    hits_.fetch_add(1, std::memory_order_relaxed);
+    return it->second;
+  }
+  void Insert(PlanKey key, std::shared_ptr<const Plan> plan) {
+    absl::MutexLock lock(&mu_);
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    map_.emplace(std::move(key), std::move(plan));
+  }
+  PlanCacheStats Stats() {
+    absl::ReaderMutexLock lock(&mu_);
+    return {hits_.load(), misses_.load(), static_cast<int64_t>(map_.size())};
+  }
+  void Clear() {
+    absl::MutexLock lock(&mu_);
+    map_.clear();
+    hits_ = 0;
+    misses_ = 0;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<PlanKey, std::shared_ptr<const Plan>> map_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> hits_{0}, misses_{0};
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const Plan>> CachedPlan(const DTensorSpec& src,
+                                                       absl::Span<const Placement> dst_placements,
+                                                       const PlannerOptions& options,
+                                                       Placements* dst_out) {
+  PlanKey key{Shape(src.mesh().shape().begin(), src.mesh().shape().end()),
+              src.shape(),
+              src.dtype(),
+              src.placements(),
+              Placements(dst_placements.begin(), dst_placements.end()),
+              options.strategy,
+              options.merge,
+              {options.cost.latency_us, options.cost.hop_us, options.cost.link_bytes_per_us,
+               options.cost.copy_bytes_per_us}};
+  PlanCache& cache = PlanCache::Get();
+  if (std::shared_ptr<const Plan> plan = cache.Find(key)) {
+    if (dst_out) *dst_out = plan->dst;
+    return plan;
+  }
+  DT_ASSIGN_OR_RETURN(DTensorSpec dst, src.WithPlacements(dst_placements));
+  DT_ASSIGN_OR_RETURN(Plan plan, PlanRedistribute(src, dst, options));
+  auto shared = std::make_shared<const Plan>(std::move(plan));
+  if (dst_out) *dst_out = shared->dst;
+  cache.Insert(std::move(key), shared);
+  return shared;
+}
+
+PlanCacheStats GetPlanCacheStats() { return PlanCache::Get().Stats(); }
+void ClearPlanCache() { PlanCache::Get().Clear(); }
+
+}  // namespace dt

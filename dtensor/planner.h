@@ -1,0 +1,114 @@
+#pragma once
+// PlanRedistribute: the pure planner that turns one layout of a tensor into another as a sequence
+// of collectives, each over one mesh dim (or one flattened group of mesh dims). It needs no
+// communicator and no device, so it runs on abstract meshes of any size (the CLI plans for 8192
+// ranks) and is property-tested exhaustively. The executor (dtensor/executor.h) runs plans.
+//
+// One step changes the placement of one mesh dim (PyTorch's transition table):
+//
+//   from -> to          collective       bytes sent per rank (k ranks, L logical bytes, piece p)
+//   S(d) -> R           all_gather       (k-1) p            uneven: all_gather_v, no padding
+//   P    -> R           all_reduce       2 (k-1)/k L        avg: sum, then divide
+//   P    -> S(d)        reduce_scatter   (k-1) p            uneven: reduce_scatter_v
+//   R    -> S(d)        local            0                  a view when contiguous
+//   R    -> P           local            0                  internal: sum divides by k
+//   S(i) -> S(j)        all_to_all       (k-1)/k p          one all_to_all_v on every backend
+//   _S <-> S, R, P, _S  as the S rows, mapping indices through the blocks (Note [Interleaved shards])
+//   S -> P, P(a) -> P(b), across meshes: errors
+//   anything on a mesh dim of size 1: nothing (the layout is the same)
+//
+// See Note [Planning] in planner.cc for legality, the greedy and min-cost planners and merging.
+//
+// Example: f32 [13, 2] on mesh (4, 2), [S(0), S(0)] -> [R, R]
+//   step  mesh dim  from  to  collective  bytes
+//   0     1         S(0)  R   all_gather  16
+//   1     0         S(0)  R   all_gather  48
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
+#include "dtensor/placement.h"
+#include "dtensor/spec.h"
+
+namespace dt {
+
+enum class Collective : uint8_t { kLocal, kAllGather, kAllReduce, kReduceScatter, kAllToAll };
+// "local", "all_gather", "all_reduce", "reduce_scatter", "all_to_all".
+absl::string_view CollectiveName(Collective c);
+
+// Alpha-beta cost model, in microseconds. A collective over k ranks costs
+//   latency_us + hops * hop_us + bytes_sent / link_bytes_per_us
+// with hops = k-1 (2(k-1) for all_reduce), plus local packing at copy_bytes_per_us. The defaults
+// are PyTorch's intra-host constants (_collective_utils.py); only ratios matter for planning.
+struct CostModel {
+  double latency_us = 6.6;
+  double hop_us = 0.6;
+  double link_bytes_per_us = 87.7e3;   // 87.7 GB/s
+  double copy_bytes_per_us = 350.0e3;  // local memory copies
+};
+
+struct PlanStep {
+  // One mesh dim, or several (ascending) merged into one collective on their flattened group.
+  absl::InlinedVector<int, 2> mesh_dims;
+  Placements from, to;  // per entry of mesh_dims
+  Collective collective = Collective::kLocal;
+  int64_t group_size = 1;  // ranks in the group (product of the mesh dims' sizes)
+  Shape logical_shape;     // the largest logical tensor a group splits (mesh dims left of it applied)
+  int64_t bytes = 0;       // bytes each rank sends (largest over ranks)
+  double cost_us = 0;
+
+  std::string ToString() const;  // "all_gather on d1: S(0) -> R"
+};
+
+struct Plan {
+  Placements src, dst;
+  std::vector<PlanStep> steps;
+  // states[i] is the placement list before steps[i]; states.back() == dst.
+  std::vector<Placements> states;
+  double cost_us = 0;
+  const char* strategy = "none";  // "none" (empty plan), "greedy" or "search"
+
+  bool empty() const { return steps.empty(); }
+  int num_collectives() const;  // steps that communicate
+  // "[S(0), S(0)] -all_gather(d1)-> [S(0), R] -all_gather(d0)-> [R, R]".
+  std::string ToString() const;
+};
+
+struct PlannerOptions {
+  enum class Strategy : uint8_t {
+    kBest,    // greedy and min-cost search; the cheaper, never with more collectives than greedy
+    kGreedy,  // PyTorch's greedy order only
+    kSearch,  // min-cost search only
+  };
+  Strategy strategy = Strategy::kBest;
+  bool merge = true;  // merge consecutive collectives of one kind onto flattened groups
+  CostModel cost;
+};
+
+// Plans src -> dst. Errors (InvalidArgument, naming both specs): different meshes, shapes or
+// dtypes; Shard -> Partial; Partial(a) -> Partial(b) with a != b. Replicate -> Partial is planned
+// (a local step); DTensor::Redistribute refuses it unless asked (internal use, as in PyTorch).
+absl::StatusOr<Plan> PlanRedistribute(const DTensorSpec& src, const DTensorSpec& dst,
+                                      const PlannerOptions& options = {});
+
+// The same through a process-wide cache keyed by (mesh shape, shape, dtype, src placements, dst
+// placements, options). Thread-safe; a hit costs one hash of the key and a shared lock. On a miss
+// `dst` is validated and planned. Returns the plan and, through *dst_out, the validated dst spec.
+absl::StatusOr<std::shared_ptr<const Plan>> CachedPlan(const DTensorSpec& src,
+                                                       absl::Span<const Placement> dst_placements,
+                                                       const PlannerOptions& options = {},
+                                                       Placements* dst_out = nullptr);
+
+struct PlanCacheStats {
+  int64_t hits = 0;
+  int64_t misses = 0;
+  int64_t size = 0;
+};
+PlanCacheStats GetPlanCacheStats();
+void ClearPlanCache();
+
+}  // namespace dt
