@@ -139,8 +139,11 @@ bool Leading(IntSpan shape, int d) {
 // Sets logical_shape, group_size, bytes and cost_us of `step`, taken from state `cur`.
 void Price(const Problem& pb, const Placements& cur, PlanStep& step) {
   const CostModel& cm = pb.cost;
-  const int i0 = step.mesh_dims.front();
-  step.logical_shape = MaxShardShape(pb.shape, pb.mesh, cur, i0);
+  // The tensor the group jointly holds: every other mesh dim's split applied (Legal guarantees no
+  // dim right of the group splits the dims it moves).
+  Placements others = cur;
+  for (int i : step.mesh_dims) others[i] = Placement::Replicate();
+  step.logical_shape = MaxShardShape(pb.shape, pb.mesh, others);
   int64_t k = 1;
   for (int i : step.mesh_dims) k *= pb.mesh[i];
   step.group_size = k;
@@ -355,10 +358,11 @@ std::optional<std::vector<PlanStep>> SearchSteps(const Problem& pb, const Placem
   };
   std::vector<Var> vars;
   for (int i = 0; i < static_cast<int>(start.size()); ++i) {
-    if (start[i] == dst[i]) continue;
+    // A shard that stays may still have to step aside (to R) while a dim left of it re-splits.
+    if (start[i] == dst[i] && !(start[i].is_any_shard() && pb.mesh[i] > 1)) continue;
     Var v{i, {start[i]}};
     if (!start[i].is_replicate() && !dst[i].is_replicate()) v.opts.push_back(Placement::Replicate());
-    v.opts.push_back(dst[i]);
+    if (start[i] != dst[i] || v.opts.size() > 1) v.opts.push_back(dst[i]);
     vars.push_back(std::move(v));
   }
   const int nv = static_cast<int>(vars.size());
@@ -369,8 +373,13 @@ std::optional<std::vector<PlanStep>> SearchSteps(const Problem& pb, const Placem
   const int num_states = radix[nv];
   auto phase = [&](int id, int v) { return (id / radix[v]) % 3; };
   auto last = [&](int v) { return static_cast<int>(vars[v].opts.size()) - 1; };
-  int goal = 0;
-  for (int v = 0; v < nv; ++v) goal += last(v) * radix[v];
+  auto is_goal = [&](int id) {
+    for (int v = 0; v < nv; ++v) {
+      if (vars[v].opts[phase(id, v)] != dst[vars[v].mesh_dim]) return false;
+    }
+    return true;
+  };
+  int goal = -1;
 
   constexpr double kInf = std::numeric_limits<double>::infinity();
   std::vector<double> dist(num_states, kInf);
@@ -398,14 +407,17 @@ std::optional<std::vector<PlanStep>> SearchSteps(const Problem& pb, const Placem
     const auto [c, n, id] = queue.top();
     queue.pop();
     if (c > dist[id] || (c == dist[id] && n > nsteps[id])) continue;
-    if (id == goal) break;
+    if (is_goal(id)) {
+      goal = id;
+      break;
+    }
     for (int v = 0; v < nv; ++v) cur[vars[v].mesh_dim] = vars[v].opts[phase(id, v)];
     // Single-dim steps.
     for (int v = 0; v < nv; ++v) {
       const int p = phase(id, v);
       for (int q = p + 1; q <= last(v); ++q) {
         const Placement& to = vars[v].opts[q];
-        if (!Legal(pb, cur, vars[v].mesh_dim, to)) continue;
+        if (to == vars[v].opts[p] || !Legal(pb, cur, vars[v].mesh_dim, to)) continue;
         relax(id, id + (q - p) * radix[v], SingleStep(pb, cur, vars[v].mesh_dim, to));
       }
     }
@@ -442,7 +454,7 @@ std::optional<std::vector<PlanStep>> SearchSteps(const Problem& pb, const Placem
       }
     }
   }
-  if (dist[goal] == kInf) return std::nullopt;
+  if (goal < 0) return std::nullopt;
   std::vector<PlanStep> steps;
   for (int id = goal; id != 0; id = prev[id]) steps.push_back(via[id]);
   std::reverse(steps.begin(), steps.end());
@@ -462,7 +474,11 @@ absl::Status CheckSteps(const Problem& pb, Placements cur, const Placements& dst
   for (const PlanStep& s : steps) {
     for (size_t m = 0; m < s.mesh_dims.size(); ++m) {
       const int i = s.mesh_dims[m];
-      if (cur[i] != s.from[m] || !Legal(pb, cur, i, s.to[m])) {
+      const Placement& to = s.to[m];
+      const bool blocked =
+          (cur[i].is_any_shard() && ShardedRightOf(pb, cur, i, cur[i].dim(), s.mesh_dims)) ||
+          (to.is_any_shard() && ShardedRightOf(pb, cur, i, to.dim(), s.mesh_dims));
+      if (cur[i] != s.from[m] || blocked) {
         return absl::InternalError(absl::StrCat("planner produced an illegal step ", s.ToString(),
                                                 " from ", PlacementsToString(cur)));
       }
