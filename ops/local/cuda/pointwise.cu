@@ -1,0 +1,146 @@
+// CUDA pointwise kernels: Binary, BinaryScalar, Unary. One instantiation per dtype; the op is a
+// run-time switch (uniform across the grid, so it costs no divergence).
+
+#include <cmath>
+
+#include "ops/local/cuda/cuda_util.h"
+#include "ops/local/kernels.h"
+
+namespace dt::ops::cuda {
+
+namespace {
+
+// Integer arithmetic wraps (two's complement): computed on the unsigned type of the same width.
+template <typename C>
+__device__ __forceinline__ C Apply(BinaryOp op, C a, C b) {
+  if constexpr (std::is_integral_v<C>) {
+    using U = std::make_unsigned_t<C>;
+    const U x = static_cast<U>(a), y = static_cast<U>(b);
+    switch (op) {
+      case BinaryOp::kAdd: return static_cast<C>(static_cast<U>(x + y));
+      case BinaryOp::kSub: return static_cast<C>(static_cast<U>(x - y));
+      case BinaryOp::kMul: return static_cast<C>(static_cast<U>(x * y));
+      case BinaryOp::kDiv: return C{0};  // excluded by the public layer
+    }
+    return C{0};
+  } else {
+    switch (op) {
+      case BinaryOp::kAdd: return a + b;
+      case BinaryOp::kSub: return a - b;
+      case BinaryOp::kMul: return a * b;
+      case BinaryOp::kDiv: return a / b;
+    }
+    return a;
+  }
+}
+
+template <typename C>
+__device__ __forceinline__ C ApplyUnary(UnaryOp op, C v) {
+  if constexpr (std::is_integral_v<C>) {
+    return Apply<C>(BinaryOp::kSub, C{0}, v);  // only kNeg reaches integers
+  } else {
+    switch (op) {
+      case UnaryOp::kNeg: return 0.0f - v;  // as on the CPU: Neg(-0) is +0
+      case UnaryOp::kSilu: return v / (1.0f + expf(-v));
+      case UnaryOp::kGeluTanh: {
+        constexpr float kSqrt2OverPi = 0.7978845608028654f;
+        return 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
+      }
+      case UnaryOp::kGeluErf: return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+      case UnaryOp::kExp: return expf(v);
+      case UnaryOp::kRsqrt: return 1.0f / sqrtf(v);
+      case UnaryOp::kSqrt: return sqrtf(v);
+    }
+    return v;
+  }
+}
+
+// out (contiguous) [i] = a[i] op b[i].
+template <typename T>
+__global__ void BinaryKernel(BinaryOp op, const T* a, const T* b, T* out, Indexer<2> ix,
+                             bool contiguous, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t off[2] = {i, i};
+    if (!contiguous) ix.Offsets(i, off);
+    out[i] = Store<T>(Apply<Compute<T>>(op, Load(a[off[0]]), Load(b[off[1]])));
+  }
+}
+
+// out[i] = x[i] op s; s is given as f32 (float dtypes) and as an integer (integer dtypes).
+template <typename T>
+__global__ void ScalarKernel(BinaryOp op, const T* x, float sf, int64_t si, T* out, Indexer<1> ix,
+                             bool contiguous, int64_t n) {
+  using C = Compute<T>;
+  C s;
+  if constexpr (kIsFloat<T>) {
+    s = sf;
+  } else {
+    s = static_cast<C>(si);
+  }
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t off[1] = {i};
+    if (!contiguous) ix.Offsets(i, off);
+    out[i] = Store<T>(Apply<C>(op, Load(x[off[0]]), s));
+  }
+}
+
+template <typename T>
+__global__ void UnaryKernel(UnaryOp op, const T* x, T* out, Indexer<1> ix, bool contiguous,
+                            int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t off[1] = {i};
+    if (!contiguous) ix.Offsets(i, off);
+    out[i] = Store<T>(ApplyUnary<Compute<T>>(op, Load(x[off[0]])));
+  }
+}
+
+constexpr int kThreads = 256;
+
+}  // namespace
+
+absl::Status Binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  constexpr absl::string_view kKernel = "Binary";
+  DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
+  DT_ASSIGN_OR_RETURN(Indexer<2> ix, MakeIndexer<2>(kKernel, out.shape(),
+                                                     {IntSpan(a.strides()), IntSpan(b.strides())}));
+  const int64_t n = out.numel();
+  DT_CUDA_DISPATCH_NUMERIC(out.dtype(), T, [&] {
+    BinaryKernel<T><<<GridFor(n, kThreads), kThreads>>>(
+        op, static_cast<const T*>(a.raw_data()), static_cast<const T*>(b.raw_data()),
+        static_cast<T*>(out.raw_data()), ix, ix.contiguous(), n);
+  });
+  return CheckLaunch(kKernel);
+}
+
+absl::Status BinaryScalar(BinaryOp op, const Tensor& x, double s, const Tensor& out) {
+  constexpr absl::string_view kKernel = "BinaryScalar";
+  DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
+  DT_ASSIGN_OR_RETURN(Indexer<1> ix, MakeIndexer<1>(kKernel, out.shape(), {IntSpan(x.strides())}));
+  const int64_t n = out.numel();
+  const float sf = static_cast<float>(s);
+  const int64_t si = IsFloating(x.dtype()) ? 0 : static_cast<int64_t>(s);
+  DT_CUDA_DISPATCH_NUMERIC(out.dtype(), T, [&] {
+    ScalarKernel<T><<<GridFor(n, kThreads), kThreads>>>(op, static_cast<const T*>(x.raw_data()), sf,
+                                                        si, static_cast<T*>(out.raw_data()), ix,
+                                                        ix.contiguous(), n);
+  });
+  return CheckLaunch(kKernel);
+}
+
+absl::Status Unary(UnaryOp op, const Tensor& x, const Tensor& out) {
+  constexpr absl::string_view kKernel = "Unary";
+  DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
+  DT_ASSIGN_OR_RETURN(Indexer<1> ix, MakeIndexer<1>(kKernel, out.shape(), {IntSpan(x.strides())}));
+  const int64_t n = out.numel();
+  DT_CUDA_DISPATCH_NUMERIC(out.dtype(), T, [&] {
+    UnaryKernel<T><<<GridFor(n, kThreads), kThreads>>>(op, static_cast<const T*>(x.raw_data()),
+                                                       static_cast<T*>(out.raw_data()), ix,
+                                                       ix.contiguous(), n);
+  });
+  return CheckLaunch(kKernel);
+}
+
+}  // namespace dt::ops::cuda
