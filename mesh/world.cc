@@ -1,6 +1,7 @@
 #include "mesh/world.h"
 
 #include <cstdlib>
+#include <mutex>
 #include <numeric>
 #include <set>
 
@@ -39,11 +40,33 @@ absl::StatusOr<WorldOptions> Resolve(WorldOptions options, const internal::Launc
   return options;
 }
 
+absl::StatusOr<std::shared_ptr<World>> Make(const internal::LaunchInfo& info, const WorldOptions& options);
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<World>> World::FromEnv(WorldOptions options) {
   DT_ASSIGN_OR_RETURN(internal::LaunchInfo info, internal::ReadLaunchEnv([](const char* n) { return std::getenv(n); }));
   DT_ASSIGN_OR_RETURN(options, Resolve(std::move(options), info));
+  const std::string& b = options.backend;
+  // One multi-process world per process (it owns the store, the MPI state, the devices): while it
+  // is alive, FromEnv returns it again.
+  static std::mutex mu;
+  static std::weak_ptr<World> current;
+  std::lock_guard<std::mutex> lock(mu);
+  if (std::shared_ptr<World> w = current.lock()) {
+    if (w->backend() != b) {
+      return absl::FailedPreconditionError(absl::StrCat("World::FromEnv: a ", w->backend(),
+                                                        " world is alive in this process; cannot also start ", b));
+    }
+    return w;
+  }
+  absl::StatusOr<std::shared_ptr<World>> made = Make(info, options);
+  if (made.ok() && b != "threads") current = *made;
+  return made;
+}
+
+namespace {
+absl::StatusOr<std::shared_ptr<World>> Make(const internal::LaunchInfo& info, const WorldOptions& options) {
   const std::string& b = options.backend;
   if (b == "threads") {
     if (info.world_size != 1) {
@@ -60,6 +83,7 @@ absl::StatusOr<std::shared_ptr<World>> World::FromEnv(WorldOptions options) {
   return absl::InvalidArgumentError(
       absl::StrCat("unknown backend '", b, "': expected threads, gloo, mpi or nccl"));
 }
+}  // namespace
 
 absl::Status World::RunThreads(int n, const std::function<absl::Status(World&)>& fn, WorldOptions options) {
   if (n < 1) return absl::InvalidArgumentError(absl::StrCat("RunThreads: ", n, " ranks; need at least 1"));

@@ -1,0 +1,113 @@
+// The collectives of a multi-process backend against the oracle. Every rank runs this program
+// (under dtrun with DT_BACKEND=gloo, or under mpirun with DT_BACKEND=mpi) and every rank runs the
+// same tests in the same order, so the collectives line up.
+
+#include <chrono>
+
+#include "gtest/gtest.h"
+#include "mesh/device_mesh.h"
+#include "mesh/world.h"
+#include "tests/mesh/collective_oracle.h"
+
+namespace dt {
+namespace {
+
+using testing::AllCases;
+using testing::CollectiveCase;
+using testing::RunCase;
+using Kind = internal::CollectiveKind;
+
+std::shared_ptr<World> TheWorld() {
+  static std::shared_ptr<World> world = [] {
+    WorldOptions o;
+    o.timeout = std::chrono::seconds(60);
+    absl::StatusOr<std::shared_ptr<World>> w = World::FromEnv(o);
+    if (!w.ok()) {
+      std::fprintf(stderr, "World::FromEnv: %s\n", std::string(w.status().message()).c_str());
+      std::abort();
+    }
+    return *w;
+  }();
+  return world;
+}
+
+TEST(MultiProcess, WorldMatchesTheLauncher) {
+  auto w = TheWorld();
+  const char* backend = std::getenv("DT_BACKEND");
+  if (backend != nullptr) {
+    EXPECT_EQ(w->backend(), backend);
+  }
+  EXPECT_GE(w->size(), 1);
+  EXPECT_LT(w->rank(), w->size());
+  EXPECT_LT(w->local_rank(), w->local_size());
+}
+
+TEST(MultiProcess, EveryCollectiveMatchesTheOracle) {
+  auto w = TheWorld();
+  CommPtr comm = w->WorldGroup().value();
+  EXPECT_EQ(comm->backend(), w->backend());
+  for (const CollectiveCase& c : AllCases(w->size(), 11)) {
+    absl::Status st = RunCase(*comm, c);
+    EXPECT_TRUE(st.ok()) << st;
+  }
+}
+
+TEST(MultiProcess, LargeBuffers) {
+  auto w = TheWorld();
+  CommPtr comm = w->WorldGroup().value();
+  for (Kind kind : {Kind::kAllReduce, Kind::kAllGather, Kind::kReduceScatter, Kind::kReduceScatterV, Kind::kAllToAll,
+                    Kind::kAllGatherV, Kind::kAllToAllV}) {
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      absl::Status st = RunCase(*comm, {kind, dt, ReduceOp::kSum, (1 << 18) + 3, 5});
+      EXPECT_TRUE(st.ok()) << st;
+    }
+  }
+}
+
+TEST(MultiProcess, SubgroupsAndMeshDims) {
+  auto w = TheWorld();
+  const int n = w->size();
+  if (n < 2) GTEST_SKIP() << "needs 2 ranks";
+  // Even and odd ranks in separate groups at once.
+  std::vector<int> mine;
+  for (int r = w->rank() % 2; r < n; r += 2) mine.push_back(r);
+  CommPtr sub = w->Group(mine).value();
+  EXPECT_EQ(sub->size(), static_cast<int>(mine.size()));
+  for (const CollectiveCase& c : {CollectiveCase{Kind::kAllReduce, DType::kF32, ReduceOp::kMax, 100, 3},
+                                  CollectiveCase{Kind::kReduceScatterV, DType::kI32, ReduceOp::kSum, 10, 4},
+                                  CollectiveCase{Kind::kAllGatherV, DType::kF16, ReduceOp::kSum, 10, 4}}) {
+    absl::Status st = RunCase(*sub, c);
+    EXPECT_TRUE(st.ok()) << st;
+  }
+  if (n % 2 != 0) return;
+  DeviceMesh mesh = InitDeviceMesh(w, {2, n / 2}, {"dp", "tp"}).value();
+  Tensor x = Tensor::Full({5}, w->rank()).value();
+  ASSERT_TRUE(mesh.Comm(1).value()->AllReduce(x, ReduceOp::kSum).ok());
+  float row = 0;
+  const std::vector<int> tp_ranks = mesh.GroupRanks(1).value();
+  for (int r : tp_ranks) row += r;
+  EXPECT_EQ(x.ToVector<float>(), std::vector<float>(5, row));
+  DeviceMesh flat = mesh.Flatten({0, 1}).value();
+  Tensor y = Tensor::Ones({3}).value();
+  ASSERT_TRUE(flat.Comm(0).value()->AllReduce(y, ReduceOp::kSum).ok());
+  EXPECT_EQ(y.ToVector<float>(), std::vector<float>(3, n));
+}
+
+TEST(MultiProcess, AsyncCollectivesOverlap) {
+  auto w = TheWorld();
+  CommPtr comm = w->WorldGroup().value();
+  std::vector<Tensor> xs;
+  std::vector<WorkPtr> works;
+  for (int i = 0; i < 8; ++i) {
+    xs.push_back(Tensor::Full({1000}, i + w->rank()).value());
+    works.push_back(comm->AllReduceAsync(xs.back(), ReduceOp::kSum));
+  }
+  const int n = w->size();
+  for (int i = 7; i >= 0; --i) {  // waiting out of order is fine
+    ASSERT_TRUE(works[i]->Wait().ok());
+    EXPECT_EQ(xs[i].ToVector<float>()[0], n * i + n * (n - 1) / 2);
+  }
+}
+
+}  // namespace
+}  // namespace dt

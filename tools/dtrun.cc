@@ -1,0 +1,380 @@
+// dtrun: starts the ranks of one node of a distributed job, like torchrun.
+//
+//   dtrun --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P]
+//         [--grace-period S] PROG ARGS...
+//
+// Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK (and torchrun's
+// GROUP_RANK), MASTER_ADDR and MASTER_PORT (a free port when none is given on one node). Its
+// stdout/stderr lines are prefixed with "[rank N] ". SIGINT/SIGTERM/SIGHUP are forwarded. When a
+// rank fails (non-zero exit or a signal), the others get SIGTERM and, after the grace period
+// (default 5 s), SIGKILL; dtrun then exits with the failed rank's status (128+signal for a
+// signal). Each rank runs in its own process group, which is what gets signalled, and dies with
+// dtrun (PR_SET_PDEATHSIG), so no orphans remain.
+//
+// Note [dtrun exit status]
+//   all ranks exit 0              -> 0
+//   first failing rank exits k    -> k
+//   first failing rank killed by s -> 128 + s
+//   dtrun got SIGINT/SIGTERM (s)  -> 128 + s (after the ranks are gone)
+//   bad command line              -> 2
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int nproc = 0;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  double grace_s = 5.0;
+  std::vector<std::string> argv;
+};
+
+void Usage(const char* why) {
+  std::fprintf(stderr,
+               "dtrun: %s\n"
+               "usage: dtrun --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P]\n"
+               "             [--grace-period SECONDS] PROG ARGS...\n",
+               why);
+}
+
+bool ParseInt(const char* s, int* out) {
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0' || v < 0 || v > 1 << 30) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+std::optional<Options> Parse(int argc, char** argv) {
+  Options o;
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) break;
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    std::string value;
+    const size_t eq = a.find('=');
+    if (eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      Usage(("missing value for " + a).c_str());
+      return std::nullopt;
+    }
+    for (char& ch : a) if (ch == '_') ch = '-';
+    bool ok = true;
+    if (a == "--nproc-per-node") {
+      ok = ParseInt(value.c_str(), &o.nproc) && o.nproc > 0;
+    } else if (a == "--nnodes") {
+      ok = ParseInt(value.c_str(), &o.nnodes) && o.nnodes > 0;
+    } else if (a == "--node-rank") {
+      ok = ParseInt(value.c_str(), &o.node_rank);
+    } else if (a == "--master-addr") {
+      o.master_addr = value;
+    } else if (a == "--master-port") {
+      ok = ParseInt(value.c_str(), &o.master_port) && o.master_port > 0 && o.master_port < 65536;
+    } else if (a == "--grace-period") {
+      char* end = nullptr;
+      o.grace_s = std::strtod(value.c_str(), &end);
+      ok = end != value.c_str() && *end == '\0' && o.grace_s >= 0;
+    } else {
+      Usage(("unknown option " + a).c_str());
+      return std::nullopt;
+    }
+    if (!ok) {
+      Usage(("bad value '" + value + "' for " + a).c_str());
+      return std::nullopt;
+    }
+  }
+  for (; i < argc; ++i) o.argv.push_back(argv[i]);
+  if (o.nproc == 0) {
+    Usage("--nproc-per-node is required");
+    return std::nullopt;
+  }
+  if (o.argv.empty()) {
+    Usage("no program to run");
+    return std::nullopt;
+  }
+  if (o.node_rank >= o.nnodes) {
+    Usage("--node-rank must be below --nnodes");
+    return std::nullopt;
+  }
+  if (o.nnodes > 1 && o.master_port == 0) {
+    Usage("--master-port is required with --nnodes > 1 (every node must agree on it)");
+    return std::nullopt;
+  }
+  return o;
+}
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+int g_signal_pipe[2] = {-1, -1};
+
+void OnSignal(int sig) {
+  const int saved = errno;
+  unsigned char b = static_cast<unsigned char>(sig);
+  (void)!::write(g_signal_pipe[1], &b, 1);
+  errno = saved;
+}
+
+struct Rank {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;        // exit code, or 128 + signal
+  int fds[2] = {-1, -1};  // stdout, stderr pipes (read ends)
+  std::string partial[2];
+};
+
+void WriteAll(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+// Prefixes complete lines; `flush` also emits a trailing partial line.
+void Emit(Rank& r, int which, const char* data, size_t n, bool flush) {
+  std::string& buf = r.partial[which];
+  buf.append(data, n);
+  const std::string prefix = "[rank " + std::to_string(r.rank) + "] ";
+  std::string out;
+  size_t start = 0;
+  for (size_t nl; (nl = buf.find('\n', start)) != std::string::npos; start = nl + 1) {
+    out += prefix;
+    out.append(buf, start, nl + 1 - start);
+  }
+  buf.erase(0, start);
+  if (flush && !buf.empty()) {
+    out += prefix + buf + "\n";
+    buf.clear();
+  }
+  if (!out.empty()) WriteAll(which == 0 ? STDOUT_FILENO : STDERR_FILENO, out);
+}
+
+pid_t Spawn(const Options& o, Rank& r, int world, int local) {
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return -1;
+  const pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // dtrun died before prctl
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) ::signal(s, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    auto set = [](const char* k, const std::string& v) { ::setenv(k, v.c_str(), 1); };
+    set("RANK", std::to_string(r.rank));
+    set("WORLD_SIZE", std::to_string(world));
+    set("LOCAL_RANK", std::to_string(local));
+    set("LOCAL_WORLD_SIZE", std::to_string(o.nproc));
+    set("NODE_RANK", std::to_string(o.node_rank));
+    set("GROUP_RANK", std::to_string(o.node_rank));
+    set("MASTER_ADDR", o.master_addr);
+    set("MASTER_PORT", std::to_string(o.master_port));
+    std::vector<char*> args;
+    for (const auto& a : o.argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    std::fprintf(stderr, "dtrun: cannot run %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  if (pid < 0) {
+    ::close(out[0]);
+    ::close(err[0]);
+    return -1;
+  }
+  ::setpgid(pid, pid);  // also from here, so signals reach the group even before the child runs
+  r.fds[0] = out[0];
+  r.fds[1] = err[0];
+  return pid;
+}
+
+void SignalAll(std::vector<Rank>& ranks, int sig) {
+  for (Rank& r : ranks) {
+    if (r.running) ::kill(-r.pid, sig);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::optional<Options> parsed = Parse(argc, argv);
+  if (!parsed) return 2;
+  Options o = *parsed;
+  if (o.master_port == 0) o.master_port = FreePort();
+  if (o.master_port == 0) {
+    std::fprintf(stderr, "dtrun: cannot find a free port; pass --master-port\n");
+    return 2;
+  }
+  if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return 2;
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::sigaction(s, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  const int world = o.nnodes * o.nproc;
+  std::vector<Rank> ranks(o.nproc);
+  int exit_code = 0;
+  bool failing = false;
+  std::optional<Clock::time_point> kill_at;
+  for (int local = 0; local < o.nproc; ++local) {
+    Rank& r = ranks[local];
+    r.rank = o.node_rank * o.nproc + local;
+    r.pid = Spawn(o, r, world, local);
+    if (r.pid < 0) {
+      std::fprintf(stderr, "dtrun: cannot start rank %d: %s\n", r.rank, std::strerror(errno));
+      exit_code = 1;
+      failing = true;
+      break;
+    }
+    r.running = true;
+  }
+  if (failing) {
+    SignalAll(ranks, SIGTERM);
+    kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.grace_s * 1000));
+  }
+
+  auto open_pipes = [&] {
+    int n = 0;
+    for (const Rank& r : ranks) n += (r.fds[0] >= 0) + (r.fds[1] >= 0);
+    return n;
+  };
+  auto running = [&] {
+    int n = 0;
+    for (const Rank& r : ranks) n += r.running;
+    return n;
+  };
+  while (running() > 0 || open_pipes() > 0) {
+    std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
+    std::vector<std::pair<Rank*, int>> owners{{nullptr, 0}};
+    for (Rank& r : ranks) {
+      for (int w = 0; w < 2; ++w) {
+        if (r.fds[w] >= 0) {
+          fds.push_back({r.fds[w], POLLIN, 0});
+          owners.push_back({&r, w});
+        }
+      }
+    }
+    int timeout_ms = 200;
+    if (kill_at) {
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(*kill_at - Clock::now()).count(), 0, 200));
+    }
+    if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;
+    if (fds[0].revents & POLLIN) {
+      unsigned char sigs[64];
+      ssize_t n = ::read(g_signal_pipe[0], sigs, sizeof(sigs));
+      for (ssize_t k = 0; k < n; ++k) {
+        const int sig = sigs[k];
+        if (sig == SIGCHLD) continue;
+        std::fprintf(stderr, "dtrun: got signal %d (%s); forwarding it to the ranks\n", sig, strsignal(sig));
+        SignalAll(ranks, sig);
+        if (!failing) {
+          failing = true;
+          exit_code = 128 + sig;
+        }
+        if (!kill_at) kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.grace_s * 1000));
+      }
+    }
+    for (size_t k = 1; k < fds.size(); ++k) {
+      if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Rank& r = *owners[k].first;
+      const int w = owners[k].second;
+      char buf[65536];
+      ssize_t n = ::read(r.fds[w], buf, sizeof(buf));
+      if (n > 0) {
+        Emit(r, w, buf, static_cast<size_t>(n), false);
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        Emit(r, w, "", 0, true);
+        ::close(r.fds[w]);
+        r.fds[w] = -1;
+      }
+    }
+    // Reap.
+    for (Rank& r : ranks) {
+      if (!r.running) continue;
+      int st = 0;
+      pid_t p = ::waitpid(r.pid, &st, WNOHANG);
+      if (p != r.pid) continue;
+      r.running = false;
+      r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      if (r.status != 0 && !failing) {
+        failing = true;
+        exit_code = r.status;
+        if (WIFSIGNALED(st)) {
+          std::fprintf(stderr, "dtrun: rank %d (pid %d) was killed by signal %d (%s); stopping the other ranks\n",
+                       r.rank, r.pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
+        } else {
+          std::fprintf(stderr, "dtrun: rank %d (pid %d) exited with status %d; stopping the other ranks\n", r.rank,
+                       r.pid, r.status);
+        }
+        SignalAll(ranks, SIGTERM);
+        kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.grace_s * 1000));
+      }
+      // The group may still hold children of the rank; they go with it.
+      if (failing) ::kill(-r.pid, SIGKILL);
+    }
+    if (kill_at && Clock::now() >= *kill_at && running() > 0) {
+      std::fprintf(stderr, "dtrun: %d rank(s) still running after the %.1f s grace period; killing them\n",
+                   running(), o.grace_s);
+      SignalAll(ranks, SIGKILL);
+      kill_at = Clock::now() + std::chrono::hours(1);
+    }
+  }
+  return exit_code;
+}
