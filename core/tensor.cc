@@ -24,14 +24,34 @@ absl::Status CheckShape(IntSpan shape, absl::string_view op) {
   return absl::OkStatus();
 }
 
+// Float -> integer truncates toward zero, saturates to the i64 range (NaN gives 0) and then wraps
+// to the destination's width, so that no value is undefined behaviour (a plain static_cast of an
+// out-of-range float is): -1.5 -> u8 gives 255, like PyTorch on x86.
+template <typename D>
+inline D FloatToInt(double v) {
+  int64_t i = 0;
+  if (v >= 9223372036854775807.0) {
+    i = INT64_MAX;
+  } else if (v <= -9223372036854775808.0) {
+    i = INT64_MIN;
+  } else if (v == v) {
+    i = static_cast<int64_t>(v);
+  }
+  return static_cast<D>(i);
+}
+
 template <typename D, typename S>
 inline D Convert(S v) {
+  constexpr bool kSrcFloat = std::is_floating_point_v<S> || std::is_same_v<S, BFloat16> ||
+                             std::is_same_v<S, Float16>;
   if constexpr (std::is_same_v<D, S>) {
     return v;
   } else if constexpr (std::is_same_v<D, bool>) {
-    return static_cast<float>(v) != 0.0f;
+    return static_cast<double>(v) != 0.0;
   } else if constexpr (std::is_same_v<D, BFloat16> || std::is_same_v<D, Float16>) {
     return D(static_cast<float>(v));
+  } else if constexpr (std::is_integral_v<D> && kSrcFloat) {
+    return FloatToInt<D>(static_cast<double>(v));
   } else if constexpr (std::is_same_v<S, BFloat16> || std::is_same_v<S, Float16>) {
     return static_cast<D>(static_cast<float>(v));
   } else {

@@ -1,0 +1,133 @@
+#include <cmath>
+#include <random>
+
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include "ops/local/ops.h"
+#include "tests/ops/local/test_util.h"
+
+namespace dt::ops {
+namespace {
+
+using testing::RandomTensor;
+
+// Naive attention in double, straight from the definition.
+std::vector<double> NaiveAttention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                   double scale, int64_t kv_length, int64_t q_offset) {
+  const int64_t b = q.size(0), hq = q.size(1), sq = q.size(2), d = q.size(3);
+  const int64_t hkv = k.size(1), skv = k.size(2), dv = v.size(3);
+  const std::vector<double> qv = q.ToDoubles(), kv = k.ToDoubles(), vv = v.ToDoubles();
+  std::vector<double> out(static_cast<size_t>(b * hq * sq * dv), 0.0);
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t h = 0; h < hq; ++h) {
+      const int64_t g = h / (hq / hkv);
+      for (int64_t i = 0; i < sq; ++i) {
+        std::vector<double> w;
+        for (int64_t j = 0; j < kv_length && (!causal || j <= q_offset + i); ++j) {
+          double s = 0;
+          for (int64_t e = 0; e < d; ++e) {
+            s += qv[((bi * hq + h) * sq + i) * d + e] * kv[((bi * hkv + g) * skv + j) * d + e];
+          }
+          w.push_back(s * scale);
+        }
+        if (w.empty()) continue;
+        double mx = -INFINITY, sum = 0;
+        for (double s : w) mx = std::max(mx, s);
+        for (double& s : w) sum += s = std::exp(s - mx);
+        for (int64_t e = 0; e < dv; ++e) {
+          double o = 0;
+          for (size_t j = 0; j < w.size(); ++j) o += w[j] / sum * vv[((bi * hkv + g) * skv + j) * dv + e];
+          out[((bi * hq + h) * sq + i) * dv + e] = o;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+RC_GTEST_PROP(AttentionTest, AgreesWithNaiveLoops, ()) {
+  const DType dtype = testing::RandomFloatDType();
+  const int64_t b = *rc::gen::inRange<int64_t>(0, 3), hkv = *rc::gen::inRange<int64_t>(1, 4);
+  const int64_t hq = hkv * *rc::gen::inRange<int64_t>(1, 4);
+  const int64_t sq = *rc::gen::inRange<int64_t>(0, 6), skv = *rc::gen::inRange<int64_t>(0, 7);
+  const int64_t d = *rc::gen::inRange<int64_t>(1, 6), dv = *rc::gen::inRange<int64_t>(0, 6);
+  AttentionOptions opt;
+  opt.causal = *rc::gen::arbitrary<bool>();
+  if (*rc::gen::arbitrary<bool>()) opt.kv_length = *rc::gen::inRange<int64_t>(0, skv + 1);
+  if (*rc::gen::arbitrary<bool>()) opt.q_offset = *rc::gen::inRange<int64_t>(-2, skv + 2);
+  if (*rc::gen::arbitrary<bool>()) opt.scale = *rc::gen::inRange(1, 20) / 10.0;
+  const Tensor q = RandomTensor({b, hq, sq, d}, dtype);
+  const Tensor k = RandomTensor({b, hkv, skv, d}, dtype);
+  const Tensor v = RandomTensor({b, hkv, skv, dv}, dtype);
+  const int64_t kv_length = opt.kv_length.value_or(skv);
+  const std::vector<double> want =
+      NaiveAttention(q, k, v, opt.causal, opt.scale.value_or(1 / std::sqrt(static_cast<double>(d))),
+                     kv_length, opt.q_offset.value_or(kv_length - sq));
+  const Tensor got = ScaledDotProductAttention(q, k, v, opt).value();
+  RC_ASSERT(got.dtype() == dtype);
+  RC_ASSERT(testing::Mismatch(got, {b, hq, sq, dv}, want, testing::TolFor(dtype, 3)) == "");
+}
+
+// More queries than one block of the kernel, a KV-cache prefix, GQA, non-contiguous k/v.
+TEST(AttentionTest, LongSequenceWithCache) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> normal;
+  auto make = [&](const Shape& s) {
+    std::vector<double> v(static_cast<size_t>(Numel(s)));
+    for (double& x : v) x = normal(rng);
+    return Tensor::FromDoubles(s, v).value();
+  };
+  const Tensor q = make({1, 4, 150, 8});
+  const Tensor k = make({1, 200, 2, 8}).Transpose(1, 2).value();  // [1, 2, 200, 8], strided
+  const Tensor v = make({1, 2, 200, 6});
+  AttentionOptions opt;
+  opt.causal = true;
+  opt.kv_length = 170;  // q_offset defaults to 20
+  const std::vector<double> want = NaiveAttention(q, k, v, true, 1 / std::sqrt(8.0), 170, 20);
+  EXPECT_EQ(testing::Mismatch(ScaledDotProductAttention(q, k, v, opt).value(), {1, 4, 150, 6}, want,
+                              {1e-5, 1e-5}),
+            "");
+}
+
+TEST(AttentionTest, Golden) {
+  // One query, two keys with scores 0 and ln 3 (scale 1): weights 1/4 and 3/4.
+  const Tensor q = Tensor::FromVector<float>({1, 1, 1, 1}, {1}).value();
+  const Tensor k = Tensor::FromVector<float>({1, 1, 2, 1}, {0, std::log(3.0f)}).value();
+  const Tensor v = Tensor::FromVector<float>({1, 1, 2, 2}, {4, 8, 0, 4}).value();
+  AttentionOptions opt;
+  opt.scale = 1.0;
+  std::vector<float> o = ScaledDotProductAttention(q, k, v, opt).value().ToVector<float>();
+  EXPECT_NEAR(o[0], 1, 1e-6);
+  EXPECT_NEAR(o[1], 5, 1e-6);
+  // Causal with q_offset 0: the query sees only key 0.
+  opt.causal = true;
+  opt.q_offset = 0;
+  o = ScaledDotProductAttention(q, k, v, opt).value().ToVector<float>();
+  EXPECT_EQ(o, (std::vector<float>{4, 8}));
+  // No visible key: zeros.
+  opt.q_offset = -1;
+  EXPECT_EQ(ScaledDotProductAttention(q, k, v, opt).value().ToVector<float>(), (std::vector<float>{0, 0}));
+  // GQA: query heads 0, 1 use kv head 0; heads 2, 3 use kv head 1.
+  const Tensor q4 = Tensor::Ones({1, 4, 1, 1}).value();
+  const Tensor k2 = Tensor::Ones({1, 2, 1, 1}).value();
+  const Tensor v2 = Tensor::FromVector<float>({1, 2, 1, 1}, {10, 20}).value();
+  EXPECT_EQ(ScaledDotProductAttention(q4, k2, v2).value().ToVector<float>(),
+            (std::vector<float>{10, 10, 20, 20}));
+}
+
+TEST(AttentionTest, Errors) {
+  const Tensor q = Tensor::Zeros({1, 3, 2, 4}).value(), k = Tensor::Zeros({1, 2, 5, 4}).value();
+  auto s = ScaledDotProductAttention(q, k, k).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("ScaledDotProductAttention: shapes do not match"), std::string::npos) << s;
+  AttentionOptions opt;
+  opt.kv_length = 6;
+  s = ScaledDotProductAttention(Tensor::Zeros({1, 2, 2, 4}).value(), k, k, opt).status();
+  EXPECT_NE(s.message().find("kv_length 6 is out of range for Skv 5"), std::string::npos) << s;
+  s = ScaledDotProductAttention(Tensor::Zeros({2, 4}).value(), k, k).status();
+  EXPECT_NE(s.message().find("expected q [B, Hq, Sq, D]"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace dt::ops

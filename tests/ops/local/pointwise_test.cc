@@ -1,0 +1,193 @@
+#include <cmath>
+#include <limits>
+
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include "ops/local/ops.h"
+#include "tests/ops/local/test_util.h"
+
+namespace dt::ops {
+namespace {
+
+using testing::RandomShape;
+using testing::RandomTensor;
+
+DType RandomNumericDType() {
+  return *rc::gen::element(DType::kF32, DType::kBF16, DType::kF16, DType::kI64, DType::kI32, DType::kU8);
+}
+
+// The value an integer dtype stores for the exact integer v (two's complement wrap-around).
+double WrapTo(DType dtype, double v) {
+  const int64_t i = static_cast<int64_t>(v);
+  switch (dtype) {
+    case DType::kI32: return static_cast<int32_t>(static_cast<uint32_t>(i));
+    case DType::kU8: return static_cast<uint8_t>(i);
+    default: return static_cast<double>(i);
+  }
+}
+
+// The reference result of a op b stored in dtype: floats compute in f32 and round once.
+double ApplyBinary(BinaryOp op, DType dtype, double a, double b) {
+  double r = 0;
+  switch (op) {
+    case BinaryOp::kAdd: r = a + b; break;
+    case BinaryOp::kSub: r = a - b; break;
+    case BinaryOp::kMul: r = a * b; break;
+    case BinaryOp::kDiv: r = a / b; break;
+  }
+  return IsFloating(dtype) ? testing::RoundTo(dtype, r) : WrapTo(dtype, r);
+}
+
+// Tolerance for one f32 op then rounding (the reference rounds the exact result once).
+testing::Tol OneRounding(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return {0, 1.0 / 128};
+    case DType::kF16: return {6e-8, 1.0 / 1024};  // 6e-8: f16's subnormal spacing
+    case DType::kF32: return {0, 1e-7};
+    default: return {0, 0};
+  }
+}
+
+RC_GTEST_PROP(BinaryTest, BroadcastsLikeNumpy, ()) {
+  const BinaryOp op = *rc::gen::element(BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul, BinaryOp::kDiv);
+  const DType dtype = op == BinaryOp::kDiv ? testing::RandomFloatDType() : RandomNumericDType();
+  const Shape out_shape = RandomShape(*rc::gen::inRange(0, 5), 0, 4);
+  auto operand = [&] {
+    const size_t drop = *rc::gen::inRange<size_t>(0, out_shape.size() + 1);
+    Shape s(out_shape.begin() + drop, out_shape.end());
+    for (int64_t& d : s) d = *rc::gen::inRange(0, 3) == 0 ? 1 : d;
+    return s;
+  };
+  const Shape as = operand(), bs = operand();
+  const Tensor a = RandomTensor(as, dtype);
+  const Tensor b = RandomTensor(bs, dtype, op == BinaryOp::kDiv ? testing::Values::kPositive
+                                                                : testing::Values::kNormal);
+  const Shape shape = BroadcastShapes(as, bs).value();
+  const std::vector<double> av = a.ToDoubles(), bv = b.ToDoubles();
+  std::vector<double> want(static_cast<size_t>(Numel(shape)));
+  for (int64_t i = 0; i < Numel(shape); ++i) {
+    const Shape idx = testing::Unravel(i, shape);
+    want[i] = ApplyBinary(op, dtype, av[testing::BroadcastFlat(idx, as)], bv[testing::BroadcastFlat(idx, bs)]);
+  }
+  const Tensor got = Binary(op, a, b).value();
+  RC_ASSERT(got.dtype() == dtype);
+  RC_ASSERT(got.is_contiguous());
+  RC_ASSERT(testing::Mismatch(got, shape, want, OneRounding(dtype)) == "");
+}
+
+RC_GTEST_PROP(BinaryTest, ScalarAgreesWithElementwise, ()) {
+  const BinaryOp op = *rc::gen::element(BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul, BinaryOp::kDiv);
+  const DType dtype = op == BinaryOp::kDiv ? testing::RandomFloatDType() : RandomNumericDType();
+  const Shape shape = RandomShape(*rc::gen::inRange(0, 4), 0, 5);
+  const Tensor x = RandomTensor(shape, dtype);
+  double s = *rc::gen::inRange(-30, 30);
+  if (IsFloating(dtype)) s = s / 7.0 + (op == BinaryOp::kDiv && s == 0 ? 1 : 0);
+  const std::vector<double> xv = x.ToDoubles();
+  std::vector<double> want(xv.size());
+  for (size_t i = 0; i < xv.size(); ++i) {
+    want[i] = ApplyBinary(op, dtype, xv[i], IsFloating(dtype) ? static_cast<float>(s) : s);
+  }
+  RC_ASSERT(testing::Mismatch(Binary(op, x, s).value(), shape, want, OneRounding(dtype)) == "");
+}
+
+double ApplyUnary(UnaryOp op, double v) {
+  switch (op) {
+    case UnaryOp::kNeg: return -v;
+    case UnaryOp::kSilu: return v / (1 + std::exp(-v));
+    case UnaryOp::kGeluTanh:
+      return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    case UnaryOp::kGeluErf: return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+    case UnaryOp::kExp: return std::exp(v);
+    case UnaryOp::kRsqrt: return 1 / std::sqrt(v);
+    case UnaryOp::kSqrt: return std::sqrt(v);
+  }
+  return 0;
+}
+
+RC_GTEST_PROP(UnaryTest, AgreesWithLibm, ()) {
+  const UnaryOp op = *rc::gen::element(UnaryOp::kNeg, UnaryOp::kSilu, UnaryOp::kGeluTanh, UnaryOp::kGeluErf,
+                                       UnaryOp::kExp, UnaryOp::kRsqrt, UnaryOp::kSqrt);
+  const DType dtype = op == UnaryOp::kNeg ? RandomNumericDType() : testing::RandomFloatDType();
+  const bool positive = op == UnaryOp::kRsqrt || op == UnaryOp::kSqrt;
+  const Shape shape = RandomShape(*rc::gen::inRange(0, 4), 0, 5);
+  const Tensor x = RandomTensor(shape, dtype, positive ? testing::Values::kPositive : testing::Values::kNormal);
+  const std::vector<double> xv = x.ToDoubles();
+  std::vector<double> want(xv.size());
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const double r = ApplyUnary(op, xv[i]);
+    want[i] = IsFloating(dtype) ? testing::RoundTo(dtype, r) : WrapTo(dtype, r);
+  }
+  // libm's float functions are within a few ulp; halves get one extra rounding step.
+  // Gelu's 1 + tanh/erf cancels for negative inputs: an absolute f32 error of about 1e-7.
+  testing::Tol tol = OneRounding(dtype);
+  if (dtype == DType::kF32) tol.rtol = 1e-6;
+  if (IsFloating(dtype)) tol.atol = 1e-6;
+  RC_ASSERT(testing::Mismatch(Unary(op, x).value(), shape, want, tol) == "");
+}
+
+RC_GTEST_PROP(CastTest, ConvertsEveryPair, ()) {
+  const DType from = *rc::gen::elementOf(std::vector<DType>(std::begin(kAllDTypes), std::end(kAllDTypes)));
+  const DType to = *rc::gen::elementOf(std::vector<DType>(std::begin(kAllDTypes), std::end(kAllDTypes)));
+  const Shape shape = RandomShape(*rc::gen::inRange(0, 4), 0, 4);
+  const Tensor x = RandomTensor(shape, from);
+  std::vector<double> want = x.ToDoubles();
+  for (double& v : want) {
+    if (to == DType::kBool) v = v != 0;
+    else if (IsFloating(to)) v = testing::RoundTo(to, v);
+    else v = WrapTo(to, std::trunc(v));
+  }
+  const Tensor y = Cast(x, to).value();
+  RC_ASSERT(y.dtype() == to);
+  RC_ASSERT(y.is_contiguous());
+  RC_ASSERT(testing::Mismatch(y, shape, want) == "");
+}
+
+TEST(PointwiseTest, Golden) {
+  const Tensor a = Tensor::FromVector<float>({2, 1}, {1, 2}).value();
+  const Tensor b = Tensor::FromVector<float>({3}, {10, 20, 30}).value();
+  EXPECT_EQ(Add(a, b).value().ToVector<float>(), (std::vector<float>{11, 21, 31, 12, 22, 32}));
+  EXPECT_EQ(Sub(a, b).value().shape(), (Shape{2, 3}));
+  EXPECT_EQ(Div(b, 4.0).value().ToVector<float>(), (std::vector<float>{2.5, 5, 7.5}));
+  EXPECT_EQ(Mul(b, -0.5).value().ToVector<float>(), (std::vector<float>{-5, -10, -15}));
+  const Tensor x = Tensor::FromVector<float>({4}, {0, 1, -1, 4}).value();
+  EXPECT_EQ(Silu(x).value().ToVector<float>()[0], 0.0f);
+  EXPECT_NEAR(Silu(x).value().ToVector<float>()[1], 0.7310586f, 1e-6);
+  EXPECT_NEAR(Gelu(x).value().ToVector<float>()[2], -0.15865525f, 1e-6);
+  EXPECT_NEAR(Gelu(x, GeluApproximation::kTanh).value().ToVector<float>()[2], -0.15880801f, 1e-6);
+  EXPECT_EQ(Sqrt(x).value().ToVector<float>()[3], 2.0f);
+  EXPECT_EQ(Rsqrt(x).value().ToVector<float>()[3], 0.5f);
+  EXPECT_TRUE(std::isinf(Rsqrt(x).value().ToVector<float>()[0]));
+  // Integers wrap.
+  const Tensor i = Tensor::FromVector<int32_t>({2}, {std::numeric_limits<int32_t>::max(), 7}).value();
+  EXPECT_EQ(Add(i, 1.0).value().ToVector<int64_t>(),
+            (std::vector<int64_t>{std::numeric_limits<int32_t>::min(), 8}));
+  EXPECT_EQ(Neg(Tensor::FromVector<uint8_t>({1}, {1}).value()).value().ToVector<int64_t>(),
+            (std::vector<int64_t>{255}));
+  // bf16 rounds once: 1 + 2^-9 is a tie between 1 and 1 + 2^-7... rounds to even (1).
+  const Tensor one = Tensor::Full({1}, 1.0, DType::kBF16).value();
+  EXPECT_EQ(Add(one, 1.0 / 512).value().ToVector<float>()[0], 1.0f);
+  EXPECT_EQ(Add(one, 3.0 / 512).value().ToVector<float>()[0], 1.0078125f);
+}
+
+TEST(PointwiseTest, Errors) {
+  const Tensor f = Tensor::Zeros({2, 3}).value();
+  auto s = Add(f, Tensor::Zeros({4}).value()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("Add: a f32[2, 3] cpu and b f32[4] cpu do not broadcast"), std::string::npos) << s;
+  s = Mul(f, Tensor::Zeros({3}, DType::kBF16).value()).status();
+  EXPECT_NE(s.message().find("Mul: dtypes differ"), std::string::npos) << s;
+  s = Div(Tensor::Zeros({3}, DType::kI32).value(), 2.0).status();
+  EXPECT_NE(s.message().find("Div: x must be f32, bf16 or f16, got i32[3] cpu"), std::string::npos) << s;
+  s = Add(Tensor::Zeros({3}, DType::kI64).value(), 0.5).status();
+  EXPECT_NE(s.message().find("Add: scalar 0.5 is not an integer"), std::string::npos) << s;
+  s = Sub(Tensor::Zeros({3}, DType::kBool).value(), 1.0).status();
+  EXPECT_NE(s.message().find("Sub: x must not be bool"), std::string::npos) << s;
+  s = Exp(Tensor::Zeros({3}, DType::kI64).value()).status();
+  EXPECT_NE(s.message().find("Exp: x must be f32, bf16 or f16"), std::string::npos) << s;
+  s = Silu(Tensor()).status();
+  EXPECT_NE(s.message().find("Silu: x is an undefined tensor"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace dt::ops
