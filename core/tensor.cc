@@ -348,6 +348,10 @@ absl::StatusOr<Tensor> Tensor::Expand(IntSpan shape) const {
     const int64_t cur = shape_[i - lead];
     const int64_t want = shape[i] == -1 ? cur : shape[i];
     t.shape_[i] = want;
+    if (want < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("Expand: bad size ", shape[i], " at dim ", i, " in ",
+                                                     ShapeToString(shape)));
+    }
     if (cur == want) {
       t.strides_[i] = strides_[i - lead];
     } else if (cur == 1) {

@@ -1,0 +1,130 @@
+// bf16/f16 conversions: exhaustive over all 65536 bit patterns, round to nearest even at every tie,
+// and nearest rounding of random floats against an independent reference in double.
+
+#include <cmath>
+#include <limits>
+
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include "core/dtype.h"
+
+namespace dt {
+namespace {
+
+// Independent decoders (ldexp on the fields).
+double DecodeF16(uint16_t h) {
+  const int sign = h >> 15, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  double v;
+  if (exp == 0) v = std::ldexp(man, -24);
+  else if (exp == 31) v = man ? std::numeric_limits<double>::quiet_NaN() : INFINITY;
+  else v = std::ldexp(1024 + man, exp - 25);
+  return sign ? -v : v;
+}
+double DecodeBF16(uint16_t h) {
+  const int sign = h >> 15, exp = (h >> 7) & 0xff, man = h & 0x7f;
+  double v;
+  if (exp == 0) v = std::ldexp(man, -133);
+  else if (exp == 255) v = man ? std::numeric_limits<double>::quiet_NaN() : INFINITY;
+  else v = std::ldexp(128 + man, exp - 134);
+  return sign ? -v : v;
+}
+
+// Round-to-nearest-even of f into a format with `mant_bits` explicit mantissa bits, minimum normal
+// exponent `emin` and overflow at 2^(emax+1), computed in double.
+double RoundNearestEven(float f, int mant_bits, int emin, int emax) {
+  const double a = std::abs(static_cast<double>(f));
+  if (a == 0) return f;
+  const int e = std::max(emin, std::ilogb(a));
+  const double q = std::ldexp(1.0, e - mant_bits);
+  const double r = std::nearbyint(a / q) * q;  // default rounding mode: ties to even
+  const double v = r >= std::ldexp(1.0, emax + 1) ? INFINITY : r;
+  return std::signbit(f) ? -v : v;
+}
+
+bool SameValue(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+
+TEST(DTypeTest, Float16ExhaustiveRoundTrip) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = Float16::ToFloat(static_cast<uint16_t>(h));
+    ASSERT_TRUE(SameValue(f, DecodeF16(static_cast<uint16_t>(h)))) << "bits " << h;
+    const uint16_t back = Float16::FromFloat(f);
+    if (std::isnan(f)) {
+      ASSERT_TRUE(std::isnan(Float16::ToFloat(back))) << "bits " << h;
+      ASSERT_EQ(back >> 15, h >> 15) << "NaN sign, bits " << h;
+    } else {
+      ASSERT_EQ(back, h) << "value " << f;
+    }
+  }
+}
+
+TEST(DTypeTest, BFloat16ExhaustiveRoundTrip) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = BFloat16::FromBits(static_cast<uint16_t>(h));
+    ASSERT_TRUE(SameValue(f, DecodeBF16(static_cast<uint16_t>(h)))) << "bits " << h;
+    const uint16_t back = BFloat16::FromFloat(f);
+    if (std::isnan(f)) {
+      ASSERT_TRUE(std::isnan(static_cast<float>(BFloat16::FromBits(back)))) << "bits " << h;
+    } else {
+      ASSERT_EQ(back, h) << "value " << f;
+    }
+  }
+}
+
+// Every midpoint between neighbouring values (including the largest finite value and the infinity
+// it overflows to) rounds to the even one; one float ulp either side rounds to the nearer one.
+template <typename Fn, typename Decode>
+void CheckTies(uint16_t last_finite, Fn from_float, Decode decode, double overflow_next) {
+  for (uint32_t h = 0; h <= last_finite; ++h) {
+    const double lo = decode(static_cast<uint16_t>(h));
+    const double hi = h == last_finite ? overflow_next : decode(static_cast<uint16_t>(h + 1));
+    const float mid = static_cast<float>((lo + hi) / 2);
+    ASSERT_EQ(static_cast<double>(mid), (lo + hi) / 2) << "midpoint not exact in f32";
+    const uint16_t even = (h & 1) == 0 ? h : h + 1;
+    for (int sign : {0, 1}) {
+      const float s = sign ? -1.0f : 1.0f;
+      const uint16_t sb = static_cast<uint16_t>(sign << 15);
+      ASSERT_EQ(from_float(s * mid), sb | even) << "tie at " << mid;
+      ASSERT_EQ(from_float(s * std::nextafter(mid, 0.0f)), sb | h) << "below " << mid;
+      ASSERT_EQ(from_float(s * std::nextafter(mid, INFINITY)), sb | (h + 1)) << "above " << mid;
+    }
+  }
+}
+
+TEST(DTypeTest, Float16RoundsTiesToEven) {
+  CheckTies(0x7bff, Float16::FromFloat, DecodeF16, 65536.0);
+}
+
+TEST(DTypeTest, BFloat16RoundsTiesToEven) {
+  CheckTies(0x7f7f, BFloat16::FromFloat, DecodeBF16, std::ldexp(1.0, 128));
+}
+
+RC_GTEST_PROP(DTypeTest, RandomFloatsRoundToNearest, ()) {
+  // Fields drawn separately so that every exponent (subnormals, overflow, inf, NaN) is likely.
+  const uint32_t bits = (*rc::gen::inRange<uint32_t>(0, 2) << 31) | (*rc::gen::inRange<uint32_t>(0, 256) << 23) |
+                        *rc::gen::inRange<uint32_t>(0, 1u << 23);
+  const float f = BitsFloat(bits);
+  if (std::isnan(f)) {
+    RC_ASSERT(std::isnan(Float16::ToFloat(Float16::FromFloat(f))));
+    RC_ASSERT(std::isnan(static_cast<float>(BFloat16(f))));
+    return;
+  }
+  RC_ASSERT(SameValue(DecodeF16(Float16::FromFloat(f)), RoundNearestEven(f, 10, -14, 15)));
+  RC_ASSERT(SameValue(DecodeBF16(BFloat16::FromFloat(f)), RoundNearestEven(f, 7, -126, 127)));
+}
+
+TEST(DTypeTest, NamesAndParsing) {
+  for (DType t : kAllDTypes) {
+    EXPECT_EQ(ParseDType(DTypeName(t)).value(), t);
+  }
+  EXPECT_EQ(ParseDType("bfloat16").value(), DType::kBF16);
+  EXPECT_EQ(ParseDType("Float32").value(), DType::kF32);
+  EXPECT_EQ(DTypeSize(DType::kBF16), 2);
+  EXPECT_EQ(DTypeSize(DType::kI64), 8);
+  const auto s = ParseDType("f8").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("unknown dtype 'f8'"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace dt
