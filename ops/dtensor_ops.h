@@ -1,0 +1,216 @@
+#pragma once
+// DTensor ops: the functions of ops/local/ops.h on DTensors. Each op looks at its inputs'
+// placements, picks a sharding strategy (a placement list for every input and every output), moves
+// only the inputs whose placements differ from the strategy's (DTensor::Redistribute), runs the local
+// kernel on this rank's pieces and returns DTensors with the strategy's output placements. This is
+// PyTorch's sharding propagation (torch.distributed.tensor._ops) in C++, with its known failures
+// fixed (Note [Sharding propagation] in ops/dispatch.cc).
+//
+// Contract shared by every function here
+//   - All DTensor inputs live on one mesh (DeviceMesh equality) and every member of the mesh calls
+//     the op with the same arguments (shapes, placements, attributes), like any collective.
+//   - Strategy choice: per mesh dim the op's rule lists candidate placements (table below); the
+//     candidates are combined over mesh dims, filtered (valid for the shapes, uneven shards
+//     included), and the one with the least redistribution cost (dtensor/planner.h's cost model)
+//     wins; on a tie the one that moves fewer inputs, so no redistribution happens whenever a
+//     strategy needing none exists. The choice is cached per thread by op, input specs (mesh shape,
+//     placements, shape, dtype) and every attribute, scalars included (PyTorch #147180).
+//   - Results are exact layouts: the FullTensor() of a result equals the local op applied to the
+//     inputs' FullTensor()s (up to floating-point summation order where Partial sums are reduced).
+//   - Partial inputs: ops linear in an input keep Partial(sum|avg) (table); every other op first
+//     reduces them (all_reduce, or reduce_scatter when that is cheaper: the output is then sharded).
+//   - Errors are InvalidArgument naming the op and the placements, never a silently wrong layout:
+//       "Linear: x [S(0)] on mesh(tp=4) and w [S(1)] on mesh(dp=4): inputs are on different meshes"
+//       "ScaledDotProductAttention: q [S(1)] and k [S(1)] on mesh(tp=4) split the heads
+//        inconsistently for GQA (q heads 8, kv heads 2): rank 1 holds q heads [2, 4) but kv heads
+//        [1, 2)"
+//     Shape and dtype errors name the op and the global shapes, as in ops/local. Nothing throws.
+//   - A rank outside the mesh gets outputs with the right specs and empty local tensors, and
+//     communicates nothing. CUDA DTensors (local pieces on a GPU, mesh communicators on that device)
+//     run the CUDA kernels of ops/local unchanged.
+//   - Optional DTensor arguments are passed as DTensor() (undefined) to mean "none".
+//
+// Rule table, per mesh dim (k = that mesh dim's size; "S" also stands for interleaved shards
+// _S(d, ...) carried by an input, whenever the op keeps the dim's size; R -> R always exists):
+//
+//   op                    input placements -> output                     communication if inputs fit
+//   Matmul a·b            S(m),R -> S(m); R,S(n) -> S(n); S(batch) both  none
+//                         S(k),S(k) -> P(sum)  (contracting dim)          none (result is Partial)
+//                         P,R -> P; R,P -> P (linear in each operand)     none
+//   Linear x·wᵀ+b         x R, w S(0), b S(0) -> S(-1)   (colwise)        none
+//                         x S(-1), w S(1), b R -> P(sum) (rowwise; b is   none (result is Partial)
+//                         added by group rank 0 only: exact, once)
+//                         x S(batch), w R -> S(batch); x P -> P
+//   Add Sub               same S on both (broadcast dims R) -> S          none
+//                         P+P -> P; P+R, R+P -> P (sum: R added once,     none
+//                         by group rank 0; avg: by every rank)
+//   Mul Div (tensor)      same S -> S; P*R, R*P, P/R -> P                  none
+//   Add Sub (scalar)      S -> S; P(sum): s added once; P(avg|max|min): s added everywhere
+//   Mul Div (scalar)      S -> S; P(sum|avg) -> P; P(max|min) keeps (s > 0) or swaps (s < 0)
+//   Neg                   S -> S; P(sum|avg) -> P
+//   Silu Gelu Exp Rsqrt   S -> S (P is reduced first)
+//   Sqrt, Cast            S -> S; Cast float->float keeps P
+//   Sum Mean (dim d)      S(d) -> P(sum) (Mean divides by the global size); S(e != d) -> S;
+//                         P(sum|avg) -> P
+//   Max (dim d)           S(d) -> P(max) (empty shards hold the lowest value); P(max) -> P(max)
+//   Argmax (dim d)        S(e != d) -> S; d must be whole (R)
+//   Softmax LogSoftmax    S(e != d) -> S; d must be whole
+//   RmsNorm LayerNorm     x S(e != last) -> S; last dim whole; weight, bias R
+//   ApplyRotary           x, cos, sin S on a common non-last dim -> S (broadcast dims R);
+//                         x P(sum|avg) with cos, sin R -> P
+//   ScaledDotProduct-     q, k, v, out S(0) (batch); q, k, v S(1) (heads, GQA-consistent:
+//   Attention             checked); q S(1) with k, v R (kv heads picked locally); q S(2)
+//                         (queries) with k, v R (causal offsets adjusted)
+//   Embedding             table S(0) (vocab, contiguous), ids R -> P(sum) (masked lookup with
+//                         the rank's row offset); table S(1) -> S(-1); ids S(d) -> S(d);
+//                         table P -> P
+//   View Reshape Flatten  S(d) -> S(d') when d maps to an output dim of the same size, or d is
+//                         the outermost dim of a merged/split group and every rank's piece is
+//                         the same elements before and after (checked for every rank, uneven
+//                         shards included: PyTorch #179502); otherwise d is gathered first; P -> P
+//   Transpose Permute     S(d) -> S(perm(d)); P -> P                     none, ever
+//   Unsqueeze Squeeze     S(d) -> S(d') (a sharded size-1 dim is gathered before Squeeze); P -> P
+//   Cat (dim d)           same placements on all inputs, S(e != d) -> S; P -> P;
+//                         S(d) (one mesh dim) -> _S(d, [n0, n1, ...]) (each rank concatenates its
+//                         pieces: exact, no communication)
+//   Split Chunk (dim d)   S(e != d) -> S; P -> P; _S(d, blocks) -> _S(d, sub-blocks) when every
+//                         piece is a run of whole blocks (Flux2's fused qkv|mlp split)
+//   TopK (dim d)          S(e != d) -> S for values and indices; d must be whole
+//
+// Example (tp = 4, x [T, H] replicated, w_up [I, H] S(0), w_down [H, I] S(1)):
+//   auto h = dops::Linear(x, w_up).value();              // [T, I]  S(1): no communication
+//   auto a = dops::Silu(h).value();                      // [T, I]  S(1)
+//   auto y = dops::Linear(a, w_down).value();            // [T, H]  P(sum)
+//   auto z = y.Redistribute({Placement::Replicate()}).value();  // one all_reduce
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "dtensor/dtensor.h"
+#include "ops/local/ops.h"
+
+namespace dt::dops {
+
+// ---- GEMM ----------------------------------------------------------------------------------------
+
+// a [..., M, K] · b [..., K, N] -> [..., M, N], batch dims broadcast; trans_a / trans_b as in
+// ops::Matmul (a given as [..., K, M], b as [..., N, K]).
+absl::StatusOr<DTensor> Matmul(const DTensor& a, const DTensor& b, bool trans_a = false,
+                               bool trans_b = false);
+// x [..., in] · w [out, in]ᵀ + bias [out] -> [..., out]; bias optional (DTensor()).
+absl::StatusOr<DTensor> Linear(const DTensor& x, const DTensor& w, const DTensor& bias = DTensor());
+
+// ---- pointwise -----------------------------------------------------------------------------------
+
+// Tensor-tensor with numpy broadcasting; equal dtypes.
+absl::StatusOr<DTensor> Add(const DTensor& a, const DTensor& b);
+absl::StatusOr<DTensor> Sub(const DTensor& a, const DTensor& b);
+absl::StatusOr<DTensor> Mul(const DTensor& a, const DTensor& b);
+absl::StatusOr<DTensor> Div(const DTensor& a, const DTensor& b);
+absl::StatusOr<DTensor> Binary(ops::BinaryOp op, const DTensor& a, const DTensor& b);
+// Tensor-scalar (x op s), x's dtype.
+absl::StatusOr<DTensor> Add(const DTensor& x, double s);
+absl::StatusOr<DTensor> Sub(const DTensor& x, double s);
+absl::StatusOr<DTensor> Mul(const DTensor& x, double s);
+absl::StatusOr<DTensor> Div(const DTensor& x, double s);
+absl::StatusOr<DTensor> Binary(ops::BinaryOp op, const DTensor& x, double s);
+
+absl::StatusOr<DTensor> Neg(const DTensor& x);
+absl::StatusOr<DTensor> Silu(const DTensor& x);
+absl::StatusOr<DTensor> Gelu(const DTensor& x,
+                             ops::GeluApproximation approx = ops::GeluApproximation::kNone);
+absl::StatusOr<DTensor> Exp(const DTensor& x);
+absl::StatusOr<DTensor> Rsqrt(const DTensor& x);
+absl::StatusOr<DTensor> Sqrt(const DTensor& x);
+absl::StatusOr<DTensor> Unary(ops::UnaryOp op, const DTensor& x);
+absl::StatusOr<DTensor> Cast(const DTensor& x, DType dtype);
+
+// ---- reductions along one dim --------------------------------------------------------------------
+
+absl::StatusOr<DTensor> Sum(const DTensor& x, int64_t dim, bool keepdim = false);
+absl::StatusOr<DTensor> Mean(const DTensor& x, int64_t dim, bool keepdim = false);
+absl::StatusOr<DTensor> Max(const DTensor& x, int64_t dim, bool keepdim = false);
+absl::StatusOr<DTensor> Argmax(const DTensor& x, int64_t dim, bool keepdim = false);
+absl::StatusOr<DTensor> Reduce(ops::ReduceOp op, const DTensor& x, int64_t dim,
+                               bool keepdim = false);
+
+// ---- normalisation, rotary, attention, lookup ----------------------------------------------------
+
+absl::StatusOr<DTensor> Softmax(const DTensor& x, int64_t dim);
+absl::StatusOr<DTensor> LogSoftmax(const DTensor& x, int64_t dim);
+// Over the last dim; weight (and bias) [H] optional.
+absl::StatusOr<DTensor> RmsNorm(const DTensor& x, const DTensor& weight = DTensor(),
+                                double eps = 1e-6);
+absl::StatusOr<DTensor> LayerNorm(const DTensor& x, const DTensor& weight = DTensor(),
+                                  const DTensor& bias = DTensor(), double eps = 1e-5);
+// x [..., D], cos and sin broadcast to x (ops::ApplyRotary).
+absl::StatusOr<DTensor> ApplyRotary(const DTensor& x, const DTensor& cos, const DTensor& sin,
+                                    ops::RotaryStyle style);
+// q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv] -> [B, Hq, Sq, Dv] (ops::...).
+absl::StatusOr<DTensor> ScaledDotProductAttention(const DTensor& q, const DTensor& k,
+                                                  const DTensor& v,
+                                                  const ops::AttentionOptions& options = {});
+// table [V, H], ids [...] (i64/i32) -> [..., H]; an id outside [0, V) yields a zero row, as in
+// ops::Embedding.
+absl::StatusOr<DTensor> Embedding(const DTensor& table, const DTensor& ids);
+
+// ---- shape ops -----------------------------------------------------------------------------------
+
+// View and Reshape are the same op on DTensors (the local piece is reshaped, copying only when its
+// strides require); one -1 allowed.
+absl::StatusOr<DTensor> View(const DTensor& x, IntSpan shape);
+absl::StatusOr<DTensor> Reshape(const DTensor& x, IntSpan shape);
+absl::StatusOr<DTensor> Flatten(const DTensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
+absl::StatusOr<DTensor> Transpose(const DTensor& x, int64_t dim0, int64_t dim1);
+absl::StatusOr<DTensor> Permute(const DTensor& x, IntSpan dims);
+absl::StatusOr<DTensor> Unsqueeze(const DTensor& x, int64_t dim);
+absl::StatusOr<DTensor> Squeeze(const DTensor& x, int64_t dim);  // dim must have size 1
+
+absl::StatusOr<DTensor> Cat(absl::Span<const DTensor> tensors, int64_t dim);
+// Pieces of sizes `sizes` (summing to x.shape()[dim]) / torch.chunk pieces.
+absl::StatusOr<std::vector<DTensor>> Split(const DTensor& x, absl::Span<const int64_t> sizes,
+                                           int64_t dim);
+absl::StatusOr<std::vector<DTensor>> Chunk(const DTensor& x, int64_t chunks, int64_t dim);
+
+// ---- selection -----------------------------------------------------------------------------------
+
+struct TopKResult {
+  DTensor values;
+  DTensor indices;  // i64, global indices along dim
+};
+absl::StatusOr<TopKResult> TopK(const DTensor& x, int64_t k, int64_t dim = -1,
+                                bool largest = true);
+
+// ---- introspection -------------------------------------------------------------------------------
+
+// The strategy the last op on this thread used: "Linear: x [R] w [S(0)] -> [S(1)], cost 0 us,
+// cache hit". For tests, debugging and `dtensor explain`.
+struct Decision {
+  std::string op;
+  std::vector<Placements> inputs_before;  // the inputs' placements as given
+  std::vector<Placements> inputs_after;   // what the strategy needed (redistributed to)
+  std::vector<Placements> outputs;
+  double cost_us = 0;  // the redistribution cost the strategy was chosen for
+  bool cache_hit = false;
+
+  int num_redistributed() const;  // inputs whose placements changed
+  std::string ToString() const;
+};
+// Empty (op "") before any op ran on this thread.
+Decision LastDecision();
+
+// The strategy cache of this thread.
+struct DispatchCacheStats {
+  int64_t hits = 0;
+  int64_t misses = 0;
+  int64_t size = 0;
+};
+DispatchCacheStats GetDispatchCacheStats();
+void ClearDispatchCache();
+
+}  // namespace dt::dops
