@@ -44,7 +44,6 @@
 #include "gloo/transport/tcp/device.h"
 #include "mesh/backends.h"
 #include "mesh/collective.h"
-#include "mesh/gloo_internal.h"
 #include "mesh/reduce.h"
 #include "mesh/tcp_store.h"
 #include "mesh/work.h"
@@ -426,20 +425,7 @@ class GlooWorld final : public World {
     const int me = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank()) - ranks.begin());
     const std::string what = absl::StrCat("gloo group ", RankList(ranks), ", rank ", me, ": creating the group");
     // Join first, so that a member that never comes is named.
-    DT_RETURN_IF_ERROR(store_->Set(absl::StrCat("g/", gid, "/join/", me), "1"));
-    std::vector<std::string> keys;
-    for (size_t i = 0; i < ranks.size(); ++i) keys.push_back(absl::StrCat("g/", gid, "/join/", i));
-    absl::Status joined = store_->Wait(keys, timeout());
-    if (!joined.ok()) {
-      std::vector<int> missing;
-      for (size_t i = 0; i < ranks.size(); ++i) {
-        absl::StatusOr<std::optional<std::string>> v = store_->Get(keys[i]);
-        if (v.ok() && !v->has_value()) missing.push_back(ranks[i]);
-      }
-      return absl::Status(joined.code(), absl::StrCat(what, ": global rank(s) ", RankList(missing),
-                                                      " did not join within ", timeout().count(), " ms (",
-                                                      joined.message(), ")"));
-    }
+    DT_RETURN_IF_ERROR(JoinGroup(*store_, gid, ranks, me, timeout(), what));
     try {
       auto ctx = std::make_shared<gloo::rendezvous::Context>(me, static_cast<int>(ranks.size()));
       ctx->setTimeout(timeout());
@@ -462,27 +448,8 @@ class GlooWorld final : public World {
 
 }  // namespace
 
-std::string GroupKey(const std::vector<int>& ranks) {
-  uint64_t h = 1469598103934665603ull;
-  for (int r : ranks) h = (h ^ static_cast<uint64_t>(r)) * 1099511628211ull;
-  return absl::StrCat(ranks.size(), "x", absl::Hex(h));
-}
-
 absl::StatusOr<std::shared_ptr<World>> MakeGlooWorld(const LaunchInfo& info, const WorldOptions& options) {
-  const bool single = info.world_size == 1;
-  if (!single && (info.master_addr.empty() || info.master_port == 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "backend gloo: rank ", info.rank, " of ", info.world_size, " (launcher ", info.launcher,
-        ") needs MASTER_ADDR and MASTER_PORT for its store; dtrun sets them, or export them"));
-  }
-  std::unique_ptr<TcpStoreServer> server;
-  int port = info.master_port;
-  if (info.rank == 0) {
-    DT_ASSIGN_OR_RETURN(server, TcpStoreServer::Start(single ? 0 : port));
-    port = server->port();
-  }
-  const std::string host = info.rank == 0 ? "127.0.0.1" : info.master_addr;
-  DT_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store, TcpStore::Connect(host, port, info.rank, options.timeout));
+  DT_ASSIGN_OR_RETURN(Rendezvous rv, StartRendezvous(info, options.timeout, "gloo"));
   gloo::transport::tcp::attr attr;
   const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
   if (iface != nullptr && *iface != '\0') {
@@ -499,8 +466,7 @@ absl::StatusOr<std::shared_ptr<World>> MakeGlooWorld(const LaunchInfo& info, con
                                                attr.iface.empty() ? attr.hostname : attr.iface, "': ", e.what()));
   }
   return std::shared_ptr<World>(
-      std::make_shared<GlooWorld>(info, options, std::move(server), std::shared_ptr<TcpStore>(std::move(store)),
-                                  std::move(device)));
+      std::make_shared<GlooWorld>(info, options, std::move(rv.server), std::move(rv.store), std::move(device)));
 }
 
 }  // namespace dt::internal

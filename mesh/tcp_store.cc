@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/status.h"
+#include "mesh/backends.h"
 
 namespace dt::internal {
 namespace {
@@ -474,6 +475,49 @@ std::vector<int> TcpStore::DeadRanks() {
     if (absl::SimpleAtoi(part, &r)) out.push_back(r);
   }
   return out;
+}
+
+absl::StatusOr<Rendezvous> StartRendezvous(const LaunchInfo& info, std::chrono::milliseconds timeout,
+                                           absl::string_view backend) {
+  const bool single = info.world_size == 1;
+  if (!single && (info.master_addr.empty() || info.master_port == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "backend ", backend, ": rank ", info.rank, " of ", info.world_size, " (launcher ", info.launcher,
+        ") needs MASTER_ADDR and MASTER_PORT for its store; dtrun sets them, or export them"));
+  }
+  Rendezvous r;
+  int port = info.master_port;
+  if (info.rank == 0) {
+    DT_ASSIGN_OR_RETURN(r.server, TcpStoreServer::Start(single ? 0 : port));
+    port = r.server->port();
+  }
+  const std::string host = info.rank == 0 ? "127.0.0.1" : info.master_addr;
+  DT_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store, TcpStore::Connect(host, port, info.rank, timeout));
+  r.store = std::move(store);
+  return r;
+}
+
+absl::Status JoinGroup(TcpStore& store, const std::string& gid, const std::vector<int>& ranks, int me,
+                       std::chrono::milliseconds timeout, absl::string_view what) {
+  DT_RETURN_IF_ERROR(store.Set(absl::StrCat("g/", gid, "/join/", me), "1"));
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < ranks.size(); ++i) keys.push_back(absl::StrCat("g/", gid, "/join/", i));
+  absl::Status joined = store.Wait(keys, timeout);
+  if (joined.ok()) return joined;
+  std::vector<int> missing;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    absl::StatusOr<std::optional<std::string>> v = store.Get(keys[i]);
+    if (v.ok() && !v->has_value()) missing.push_back(ranks[i]);
+  }
+  return absl::Status(joined.code(), absl::StrCat(what, ": global rank(s) [", absl::StrJoin(missing, ", "),
+                                                  "] did not join within ", timeout.count(), " ms (",
+                                                  joined.message(), ")"));
+}
+
+std::string GroupKey(const std::vector<int>& ranks) {
+  uint64_t h = 1469598103934665603ull;
+  for (int r : ranks) h = (h ^ static_cast<uint64_t>(r)) * 1099511628211ull;
+  return absl::StrCat(ranks.size(), "x", absl::Hex(h));
 }
 
 }  // namespace dt::internal

@@ -80,4 +80,23 @@ class TcpStore {
   int port_ = 0;
 };
 
+struct LaunchInfo;
+
+// The store of a job: rank 0 starts the server at MASTER_PORT (any free port in a world of one)
+// and every rank connects to it. `backend` names the caller in errors.
+struct Rendezvous {
+  std::unique_ptr<TcpStoreServer> server;  // rank 0 only; must outlive `store`
+  std::shared_ptr<TcpStore> store;
+};
+absl::StatusOr<Rendezvous> StartRendezvous(const LaunchInfo& info, std::chrono::milliseconds timeout,
+                                           absl::string_view backend);
+
+// Group creation's first step: member `me` of `ranks` joins under "g/<gid>/join/<me>" and waits for
+// the others; the error names the members that did not join within `timeout`. `what` prefixes it.
+absl::Status JoinGroup(TcpStore& store, const std::string& gid, const std::vector<int>& ranks, int me,
+                       std::chrono::milliseconds timeout, absl::string_view what);
+
+// A short store key for a group: "<size>x<hash of the rank list>".
+std::string GroupKey(const std::vector<int>& ranks);
+
 }  // namespace dt::internal

@@ -154,13 +154,13 @@ Tensor Expected(const CollectiveCase& c, int rank, int size) {
   return Tensor();
 }
 
-absl::Status RunCase(Communicator& comm, const CollectiveCase& c) {
+absl::Status RunCase(Communicator& comm, const CollectiveCase& c, Device device) {
   using K = CollectiveKind;
   const int rank = comm.rank(), size = comm.size();
-  Tensor x = Input(c, rank, size);
+  DT_ASSIGN_OR_RETURN(Tensor x, Input(c, rank, size).To(device));
   Tensor got;
   absl::Status st;
-  auto empty_like = [&](int64_t n) { return Tensor::Empty({n}, c.dtype).value(); };
+  auto empty_like = [&](int64_t n) { return Tensor::Empty({n}, c.dtype, device).value(); };
   switch (c.kind) {
     case K::kAllReduce:
       st = comm.AllReduce(x, c.op);
@@ -219,7 +219,8 @@ absl::Status RunCase(Communicator& comm, const CollectiveCase& c) {
       break;
   }
   if (!st.ok()) return absl::Status(st.code(), absl::StrCat(c.ToString(), " on rank ", rank, ": ", st.message()));
-  absl::Status cmp = AllClose(got, Expected(c, rank, size), 0, 0);
+  DT_ASSIGN_OR_RETURN(Tensor host, got.To(kCPU));
+  absl::Status cmp = AllClose(host, Expected(c, rank, size), 0, 0);
   if (!cmp.ok()) {
     return absl::InternalError(absl::StrCat(c.ToString(), " on rank ", rank, " of ", size, ": ", cmp.message()));
   }

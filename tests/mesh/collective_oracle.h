@@ -35,9 +35,9 @@ int64_t PairCount(const CollectiveCase& c, int src, int dst);
 Tensor Input(const CollectiveCase& c, int rank, int size);
 Tensor Expected(const CollectiveCase& c, int rank, int size);
 
-// Runs `c` on `comm` (send/recv: a ring) and compares with Expected; the error names the case,
-// the rank and the first differing element.
-absl::Status RunCase(Communicator& comm, const CollectiveCase& c);
+// Runs `c` on `comm` with tensors on `device` (send/recv: a ring) and compares with Expected; the
+// error names the case, the rank and the first differing element.
+absl::Status RunCase(Communicator& comm, const CollectiveCase& c, Device device = kCPU);
 
 // Every kind, dtype, op and a few sizes (0, 1, 7, 33), for sweeping a communicator.
 std::vector<CollectiveCase> AllCases(int size, uint64_t seed);
