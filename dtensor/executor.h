@@ -1,0 +1,96 @@
+#pragma once
+// The redistribute executor: runs a Plan (dtensor/planner.h) on this rank's local tensor, one
+// collective per step over the communicator of the step's mesh dim (or flattened group), and
+// counts what it issues.
+//
+//   step            this rank does                                         extra local copies
+//   all_gather      all_gather (all_gather_v when pieces differ)           none for S(d) with only
+//                   into the group tensor; pieces placed by their ranges   size-1 dims before d
+//   reduce_scatter  reduce_scatter(_v) of the group tensor, packed rank-   none for such S(d)
+//                   major by the pieces' ranges
+//   all_reduce      all_reduce of a copy (in place when the input is ours) one (the copy)
+//   all_to_all      one all_to_all(_v): the block for peer g is my piece   a pack or an unpack
+//                   intersected with g's new piece                         unless slabs line up
+//   local           R -> S view/slice, R -> _S gather of rows, R -> P      as needed
+//
+// Uneven pieces use the V collectives with exact counts rather than padding, so no byte moves that
+// is not data. Partial avg is reduced as sum and divided locally by the number of averaged ranks
+// (every backend gets it right; PyTorch issue #162338 reports wrong AVG on gloo).
+// See Note [Partial from Replicate] for R -> P.
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+#include "dtensor/planner.h"
+#include "dtensor/spec.h"
+
+namespace dt {
+
+// Collectives issued by dtensor on one thread, by kind.
+struct CollectiveCounts {
+  int64_t all_gather = 0;
+  int64_t all_reduce = 0;
+  int64_t reduce_scatter = 0;
+  int64_t all_to_all = 0;
+  int64_t broadcast = 0;  // Distribute, FromLocal's check
+  int64_t scatter = 0;    // Distribute (an all_to_all_v from one source)
+  int64_t bytes_sent = 0; // per the plan's accounting (Plan steps' bytes)
+
+  int64_t total() const {
+    return all_gather + all_reduce + reduce_scatter + all_to_all + broadcast + scatter;
+  }
+  // "all_gather=1 all_to_all=1" (zero kinds left out; "none" when nothing).
+  std::string ToString() const;
+};
+
+// Counts the collectives dtensor issues on this thread while it is alive (PyTorch's
+// CommDebugMode). Scopes nest; each counts everything issued inside it. Ranks of the threads
+// backend are threads, so each rank counts its own.
+//
+//   CommCounter counter;
+//   auto y = x.Redistribute(...);
+//   EXPECT_EQ(counter.counts().all_gather, 1);
+class CommCounter {
+ public:
+  CommCounter();
+  ~CommCounter();
+  CommCounter(const CommCounter&) = delete;
+  CommCounter& operator=(const CommCounter&) = delete;
+  const CollectiveCounts& counts() const { return counts_; }
+
+ private:
+  friend void CountCollective(Collective kind, int64_t bytes);
+  friend void CountBroadcast(bool scatter);
+  CollectiveCounts counts_;
+  CommCounter* outer_;
+};
+
+// Records one collective in every active CommCounter of this thread.
+void CountCollective(Collective kind, int64_t bytes);
+void CountBroadcast(bool scatter);
+
+struct ExecuteOptions {
+  // The input's storage may be overwritten (the caller gave up its only reference): the first
+  // all_reduce then runs in place instead of on a copy.
+  bool may_modify_input = false;
+};
+
+// Runs `plan` (planned for `src`) on `local`, this rank's piece of `src`. Every member of the mesh
+// must call it with the same plan. Returns this rank's piece of the destination layout; a rank
+// outside the mesh gets an empty tensor and communicates nothing. The result may share storage with
+// `local` (e.g. R -> S(0) is a view).
+absl::StatusOr<Tensor> ExecutePlan(const Plan& plan, const DTensorSpec& src, Tensor local,
+                                   const ExecuteOptions& options = {});
+
+// Replicate -> Partial(op) on a mesh dim of k ranks for group rank `group_rank`: the term this rank
+// holds (see Note [Partial from Replicate]). May return `x` itself.
+absl::StatusOr<Tensor> PartitionReplicated(const Tensor& x, ReduceOp op, int64_t k,
+                                           int64_t group_rank);
+
+// The elements of `full` (global shape) at `ranges` (one RangeList per dim), as a new contiguous
+// tensor — a rank's piece cut from the global tensor without communication.
+absl::StatusOr<Tensor> SliceRanges(const Tensor& full, const DimRanges& ranges);
+
+}  // namespace dt
