@@ -8,10 +8,13 @@
 //
 // Note [GEMM threading]
 // Eigen 3.4 parallelises its GEMM only with OpenMP, which this build does not use. The kernel
-// instead cuts the output into as many blocks as there are cores (whole matrices when the batch is
-// large enough, otherwise row or column panels of each matrix) and runs one single-threaded Eigen
-// GEMM per block inside tbb::parallel_for. Each block repacks the panel of the operand it shares,
-// which costs a few percent against one GEMM on all cores.
+// instead cuts the output into blocks (whole matrices when the batch has at least one per core,
+// otherwise row or column panels of each matrix, about kPanelsPerThread per core and at least
+// kMinPanel wide) and runs one single-threaded Eigen GEMM per block inside tbb::parallel_for.
+// Several panels per core let oneTBB rebalance when a core is shared with other processes (a static
+// one-panel-per-core split finishes with the slowest core). Each panel repacks the operand it
+// shares; at 128-wide panels that costs a few percent (measured: 1024^3 on one core runs at the
+// same speed in 1, 4 or 8 row panels, within noise).
 
 #include "ops/local/cpu/gemm.h"
 
@@ -28,6 +31,9 @@
 namespace dt::ops::cpu {
 
 namespace {
+
+constexpr int64_t kPanelsPerThread = 4;
+constexpr int64_t kMinPanel = 128;
 
 using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ColMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
@@ -108,7 +114,8 @@ absl::Status Matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const 
   int64_t splits = 1;
   if (flops > 4e6 && batches < threads) {
     const int64_t longer = std::max(m, n);
-    splits = std::min<int64_t>((threads + batches - 1) / batches, std::max<int64_t>(1, longer / 32));
+    splits = std::min<int64_t>((kPanelsPerThread * threads + batches - 1) / batches,
+                               std::max<int64_t>(1, longer / kMinPanel));
   }
   const bool split_rows = m >= n;
   const int64_t along = split_rows ? m : n;
