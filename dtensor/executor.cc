@@ -184,6 +184,13 @@ bool OrderedSlabs(IntSpan shape, const DimRanges& have, const std::vector<DimRan
   return next == shape[lead];
 }
 
+// Partial avg is reduced as a sum and divided afterwards; the sum runs in a wider type where the
+// element type could overflow or round badly (integers in i64, f16/bf16 in f32).
+DType AvgDType(DType dtype, int64_t scale) {
+  if (scale <= 1 || dtype == DType::kF32 || dtype == DType::kI64) return dtype;
+  return IsFloating(dtype) ? DType::kF32 : DType::kI64;
+}
+
 absl::StatusOr<Tensor> Flat(const Tensor& t) { return t.View({t.numel()}); }
 
 // Divides a contiguous tensor we own by k (integer dtypes truncate).
@@ -363,34 +370,43 @@ class StepRunner {
         off += counts[g];
       }
     }
+    const auto [op, scale] = ReduceOpAndScale();
+    const DType wide = AvgDType(local.dtype(), scale);
+    if (wide != local.dtype()) {
+      DT_ASSIGN_OR_RETURN(buffer, buffer.To(wide));
+    }
     Shape out_shape = group_shape_;
     out_shape[d] = RangesSize(pieces[me_]);
-    DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(out_shape, local.dtype(), local.device()));
+    DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(out_shape, wide, local.device()));
     DT_ASSIGN_OR_RETURN(CommPtr comm, Comm());
     DT_ASSIGN_OR_RETURN(Tensor in_flat, Flat(buffer));
     DT_ASSIGN_OR_RETURN(Tensor out_flat, Flat(out));
-    const auto [op, scale] = ReduceOpAndScale();
     const bool even = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
     CountCollective(Collective::kReduceScatter, step_.bytes);
     DT_RETURN_IF_ERROR(even ? comm->ReduceScatter(in_flat, out_flat, op)
                             : comm->ReduceScatterV(in_flat, out_flat, counts, op));
     DivideInPlace(out, scale);
+    if (wide != local.dtype()) return out.To(local.dtype());
     return out;
   }
 
   absl::StatusOr<Tensor> AllReduce(const Tensor& local, bool owned) {
+    const auto [op, scale] = ReduceOpAndScale();
+    const DType wide = AvgDType(local.dtype(), scale);
     Tensor y;
-    if (owned && local.is_contiguous()) {
+    if (wide != local.dtype()) {
+      DT_ASSIGN_OR_RETURN(y, local.To(wide));
+    } else if (owned && local.is_contiguous()) {
       y = local;
     } else {
       DT_ASSIGN_OR_RETURN(y, local.Clone());
     }
     DT_ASSIGN_OR_RETURN(CommPtr comm, Comm());
     DT_ASSIGN_OR_RETURN(Tensor yf, Flat(y));
-    const auto [op, scale] = ReduceOpAndScale();
     CountCollective(Collective::kAllReduce, step_.bytes);
     DT_RETURN_IF_ERROR(comm->AllReduce(yf, op));
     DivideInPlace(y, scale);
+    if (wide != local.dtype()) return y.To(local.dtype());
     return y;
   }
 
