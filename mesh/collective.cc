@@ -1,6 +1,7 @@
 #include "mesh/collective.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 
 namespace dt::internal {
@@ -69,7 +70,99 @@ BackendCommunicator::BackendCommunicator(std::vector<int> global_ranks, int rank
 }
 
 std::string BackendCommunicator::ErrorPrefix(const Collective& c) const {
-  return absl::StrCat(Describe(), ", rank ", rank_, ": ", c.Describe());
+  return absl::StrCat(Describe(), ", global rank ", global_ranks_[rank_], ": ", c.Describe());
+}
+
+Fingerprint Fingerprint::Of(const Collective& c) {
+  Fingerprint f;
+  f.kind = c.kind;
+  f.dtype = c.dtype();
+  f.op = c.op;
+  f.peer = c.peer;
+  f.input_numel = c.input.defined() ? c.input.numel() : 0;
+  f.counts = c.counts;
+  f.recv_counts = c.recv_counts;
+  return f;
+}
+
+std::vector<int64_t> Fingerprint::Encode(int group_size) const {
+  std::vector<int64_t> out = {static_cast<int64_t>(kind), static_cast<int64_t>(dtype), static_cast<int64_t>(op),
+                              peer, input_numel};
+  for (int i = 0; i < group_size; ++i) out.push_back(i < static_cast<int>(counts.size()) ? counts[i] : -1);
+  for (int i = 0; i < group_size; ++i) out.push_back(i < static_cast<int>(recv_counts.size()) ? recv_counts[i] : -1);
+  return out;
+}
+
+Fingerprint Fingerprint::Decode(const int64_t* d, int group_size) {
+  Fingerprint f;
+  f.kind = static_cast<CollectiveKind>(d[0]);
+  f.dtype = static_cast<DType>(d[1]);
+  f.op = static_cast<ReduceOp>(d[2]);
+  f.peer = static_cast<int>(d[3]);
+  f.input_numel = d[4];
+  if (d[5] >= 0) f.counts.assign(d + 5, d + 5 + group_size);
+  if (d[5 + group_size] >= 0) f.recv_counts.assign(d + 5 + group_size, d + 5 + 2 * group_size);
+  return f;
+}
+
+std::string FindDisagreement(const std::vector<Fingerprint>& f, const std::vector<int>& g) {
+  using K = CollectiveKind;
+  const int n = static_cast<int>(f.size());
+  const Fingerprint& a = f[0];
+  auto differ = [&](int i, absl::string_view what, const std::string& mine, const std::string& theirs) {
+    return absl::StrCat("ranks disagree on the ", what, ": global rank ", g[0], " passed ", mine,
+                        ", global rank ", g[i], " passed ", theirs);
+  };
+  auto list = [](const std::vector<int64_t>& v) { return absl::StrCat("[", absl::StrJoin(v, ", "), "]"); };
+  for (int i = 1; i < n; ++i) {
+    const Fingerprint& b = f[i];
+    if (b.kind != a.kind) return differ(i, "collective", std::string(CollectiveName(a.kind)), std::string(CollectiveName(b.kind)));
+    if (a.kind == K::kBarrier) continue;
+    if (b.dtype != a.dtype) return differ(i, "dtype", std::string(DTypeName(a.dtype)), std::string(DTypeName(b.dtype)));
+    if (IsReduction(a.kind) && b.op != a.op) {
+      return differ(i, "reduce op", std::string(ReduceOpName(a.op)), std::string(ReduceOpName(b.op)));
+    }
+    if (a.kind == K::kBroadcast && b.peer != a.peer) return differ(i, "root", absl::StrCat(a.peer), absl::StrCat(b.peer));
+    if (a.kind == K::kAllGatherV || a.kind == K::kReduceScatterV) {
+      if (b.counts != a.counts) return differ(i, "counts", list(a.counts), list(b.counts));
+    } else if (a.kind != K::kAllToAllV && b.input_numel != a.input_numel) {
+      return differ(i, "input size", absl::StrCat(a.input_numel, " elements"), absl::StrCat(b.input_numel, " elements"));
+    }
+  }
+  if (a.kind == K::kAllToAllV) {
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < n; ++j) {
+        if (f[i].counts[j] != f[j].recv_counts[i]) {
+          return absl::StrCat("global rank ", g[i], " sends ", f[i].counts[j], " elements to global rank ", g[j],
+                              ", which expects ", f[j].recv_counts[i]);
+        }
+      }
+    }
+  }
+  return "";
+}
+
+absl::Status BackendCommunicator::Verify(const Collective& c) {
+  const int n = size();
+  const std::vector<int64_t> mine = Fingerprint::Of(c).Encode(n);
+  const int64_t len = static_cast<int64_t>(mine.size());
+  DT_ASSIGN_OR_RETURN(Tensor local, Tensor::FromVector<int64_t>({len}, mine));
+  DT_ASSIGN_OR_RETURN(Tensor all, Tensor::Empty({len * n}, DType::kI64, device_));
+  DT_ASSIGN_OR_RETURN(local, local.To(device_));
+  Collective gather{.kind = CollectiveKind::kAllGather, .input = local, .output = all, .seq = c.seq};
+  const std::string inner = ErrorPrefix(gather) + ": ";
+  absl::Status st = Run(std::move(gather))->Wait();
+  if (!st.ok()) {
+    absl::string_view why = st.message();
+    if (absl::StartsWith(why, inner)) why.remove_prefix(inner.size());
+    return absl::Status(st.code(), absl::StrCat(ErrorPrefix(c), ": while verifying the arguments: ", why));
+  }
+  DT_ASSIGN_OR_RETURN(Tensor host, all.To(kCPU));
+  std::vector<Fingerprint> members;
+  for (int i = 0; i < n; ++i) members.push_back(Fingerprint::Decode(host.data<int64_t>() + i * len, n));
+  std::string why = FindDisagreement(members, global_ranks_);
+  if (!why.empty()) return absl::InvalidArgumentError(absl::StrCat(ErrorPrefix(c), ": ", why));
+  return absl::OkStatus();
 }
 
 namespace {
@@ -198,6 +291,10 @@ WorkPtr BackendCommunicator::Submit(Collective c) {
   if (!valid.ok()) {
     absl::Status error(valid.code(), absl::StrCat(ErrorPrefix(c), ": ", valid.message()));
     return RunInvalid(std::move(c), std::move(error));
+  }
+  if (verify_ && size() > 1 && c.kind != CollectiveKind::kSend && c.kind != CollectiveKind::kRecv) {
+    absl::Status agreed = Verify(c);
+    if (!agreed.ok()) return Work::Done(agreed);
   }
   return Run(std::move(c));
 }

@@ -47,6 +47,26 @@ struct Collective {
   std::string Describe() const;
 };
 
+// What every member of a collective must agree on, comparable across ranks (the threads backend
+// compares them directly; the other backends all-gather them first when verification is on).
+struct Fingerprint {
+  CollectiveKind kind = CollectiveKind::kBarrier;
+  DType dtype = DType::kU8;
+  ReduceOp op = ReduceOp::kSum;
+  int peer = 0;
+  int64_t input_numel = 0;
+  std::vector<int64_t> counts;       // *_v kinds
+  std::vector<int64_t> recv_counts;  // all_to_all_v
+
+  static Fingerprint Of(const Collective& c);
+  // 5 + 2 * group_size integers.
+  std::vector<int64_t> Encode(int group_size) const;
+  static Fingerprint Decode(const int64_t* data, int group_size);
+};
+// "" when the members agree; else the first disagreement, naming global ranks and both values:
+// "ranks disagree on the dtype: global rank 0 passed f32, global rank 3 passed bf16".
+std::string FindDisagreement(const std::vector<Fingerprint>& members, const std::vector<int>& global_ranks);
+
 // Prefix sums: Offsets({2, 0, 3}) = {0, 2, 2}; Sum({2, 0, 3}) = 5.
 std::vector<int64_t> Offsets(const std::vector<int64_t>& counts);
 int64_t Sum(const std::vector<int64_t>& counts);
@@ -78,8 +98,12 @@ class BackendCommunicator : public Communicator {
   WorkPtr RecvAsync(const Tensor& x, int src) override;
   absl::Status Barrier() override;
 
-  // "<Describe()>: <c.Describe()>: <what>" — the prefix of every error about `c`.
+  // "<Describe()>, global rank G: <c.Describe()>" — the prefix of every error about `c`.
   std::string ErrorPrefix(const Collective& c) const;
+  // Verification (WorldOptions::verify): before each collective the members all-gather their
+  // Fingerprints, and a disagreement fails every member with InvalidArgument instead of reaching
+  // the backend (where gloo aborts the process, MPI may hang and NCCL reads garbage).
+  void set_verify(bool verify) { verify_ = verify; }
 
  protected:
   // Runs a validated collective. Send/recv carry their own sequence numbers (per peer).
@@ -91,11 +115,13 @@ class BackendCommunicator : public Communicator {
  private:
   WorkPtr Submit(Collective c);
   absl::Status Validate(const Collective& c) const;
+  absl::Status Verify(const Collective& c);
 
   std::vector<int> global_ranks_;
   int rank_;
   Device device_;
   std::atomic<int64_t> next_seq_{0};
+  bool verify_ = false;
 };
 
 }  // namespace dt::internal

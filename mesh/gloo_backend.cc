@@ -26,6 +26,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -130,11 +131,18 @@ class GlooComm final : public BackendCommunicator {
   // Names the dead members and those that never reached `c`, and breaks the communicator (see
   // Note [Gloo backend]).
   absl::Status Fail(const Collective& c, const std::string& what) {
+    const bool timed_out = absl::StrContains(what, "imed out");
     std::vector<int> dead, missing;
-    std::vector<int> all_dead = store_->DeadRanks();
-    for (int g : global_ranks()) {
-      if (std::find(all_dead.begin(), all_dead.end(), g) != all_dead.end()) dead.push_back(g);
-    }
+    // A peer's socket can report its death before the store has seen its connection close.
+    const auto settle_by = Clock::now() + std::chrono::milliseconds(timed_out ? 0 : 1000);
+    do {
+      std::vector<int> all_dead = store_->DeadRanks();
+      for (int g : global_ranks()) {
+        if (std::find(all_dead.begin(), all_dead.end(), g) != all_dead.end()) dead.push_back(g);
+      }
+      if (!dead.empty() || Clock::now() >= settle_by) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } while (true);
     bool store_ok = true;
     if (c.kind != CollectiveKind::kSend && c.kind != CollectiveKind::kRecv) {
       for (int i = 0; i < size(); ++i) {
@@ -149,7 +157,6 @@ class GlooComm final : public BackendCommunicator {
         if (reached <= c.seq && std::find(dead.begin(), dead.end(), g) == dead.end()) missing.push_back(g);
       }
     }
-    const bool timed_out = absl::StrContains(what, "imed out");
     std::string msg = ErrorPrefix(c) + ": ";
     if (!dead.empty()) absl::StrAppend(&msg, "global rank(s) ", RankList(dead), " died (store connection closed); ");
     if (!missing.empty()) absl::StrAppend(&msg, "global rank(s) ", RankList(missing), " never reached it; ");
@@ -423,7 +430,7 @@ class GlooWorld final : public World {
   absl::StatusOr<CommPtr> Connect(const std::vector<int>& ranks) {
     const std::string gid = GroupKey(ranks);
     const int me = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank()) - ranks.begin());
-    const std::string what = absl::StrCat("gloo group ", RankList(ranks), ", rank ", me, ": creating the group");
+    const std::string what = absl::StrCat("gloo group ", RankList(ranks), ", global rank ", rank(), ": creating the group");
     // Join first, so that a member that never comes is named.
     DT_RETURN_IF_ERROR(JoinGroup(*store_, gid, ranks, me, timeout(), what));
     try {
@@ -432,7 +439,9 @@ class GlooWorld final : public World {
       StoreAdapter adapter(*store_, timeout());
       gloo::rendezvous::PrefixStore prefixed(absl::StrCat("g/", gid, "/"), adapter);
       ctx->connectFullMesh(prefixed, device_);
-      return CommPtr(std::make_shared<GlooComm>(ctx, store_, gid, ranks, me, timeout()));
+      auto comm = std::make_shared<GlooComm>(ctx, store_, gid, ranks, me, timeout());
+      comm->set_verify(options_.verify.value_or(true));
+      return CommPtr(std::move(comm));
     } catch (const std::exception& e) {
       return absl::UnavailableError(absl::StrCat(what, ": gloo: ", e.what()));
     }

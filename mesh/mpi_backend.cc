@@ -462,14 +462,16 @@ class MpiWorld final : public World {
       res->cv.notify_all();
     }).detach();
     std::unique_lock<std::mutex> lock(res->mu);
-    const std::string what = absl::StrCat("mpi group ", RankList(ranks), ", rank ", me, ": creating the group");
+    const std::string what = absl::StrCat("mpi group ", RankList(ranks), ", global rank ", rank(), ": creating the group");
     if (!res->cv.wait_for(lock, timeout(), [&] { return res->done; })) {
       GetRuntime().stuck = true;
       return absl::DeadlineExceededError(absl::StrCat(what, ": not every member called Group() within ",
                                                       timeout().count(), " ms (MPI cannot say which)"));
     }
     if (res->rc != MPI_SUCCESS) return absl::UnavailableError(absl::StrCat(what, ": MPI: ", MpiError(res->rc)));
-    return CommPtr(std::make_shared<MpiComm>(res->comm, ranks, me, timeout()));
+    auto comm = std::make_shared<MpiComm>(res->comm, ranks, me, timeout());
+    comm->set_verify(options_.verify.value_or(true));
+    return CommPtr(std::move(comm));
   }
 
   const int rank_, size_, local_rank_, local_size_;

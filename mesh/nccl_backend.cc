@@ -333,7 +333,7 @@ class NcclWorld final : public World {
   absl::StatusOr<CommPtr> Create(const std::vector<int>& ranks) {
     const std::string gid = GroupKey(ranks);
     const int me = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank()) - ranks.begin());
-    const std::string what = absl::StrCat("nccl group [", absl::StrJoin(ranks, ", "), "], rank ", me,
+    const std::string what = absl::StrCat("nccl group [", absl::StrJoin(ranks, ", "), "], global rank ", rank(),
                                           ": creating the group");
     const auto deadline = Clock::now() + timeout();
     DT_RETURN_IF_ERROR(JoinGroup(*rv_.store, gid, ranks, me, timeout(), what));
@@ -372,7 +372,9 @@ class NcclWorld final : public World {
       ncclCommAbort(comm);
       return absl::InternalError(absl::StrCat(what, ": cannot create a CUDA stream"));
     }
-    return CommPtr(std::make_shared<NcclComm>(comm, stream, info_.local_rank, ranks, me, timeout()));
+    auto made = std::make_shared<NcclComm>(comm, stream, info_.local_rank, ranks, me, timeout());
+    made->set_verify(options_.verify.value_or(true));
+    return CommPtr(std::move(made));
   }
 
   LaunchInfo info_;

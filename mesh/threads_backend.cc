@@ -191,56 +191,16 @@ class ThreadsComm final : public BackendCommunicator {
     job_->cv().wait(lock, [&] { return s.count[1] == size(); });
   }
 
-  // Same kind, dtype, op, root and sizes on every member; the first difference, or a member's own
-  // argument error.
+  // A member's own argument error, or the first disagreement between members.
   std::string Judge(const Slot& s) const {
-    const int n = size();
-    const Collective& a = *s.args[0];
-    for (int i = 0; i < n; ++i) {
+    std::vector<Fingerprint> members;
+    for (int i = 0; i < size(); ++i) {
       if (!s.invalid[i].ok()) {
         return absl::StrCat("global rank ", global_ranks()[i], " passed invalid arguments: ", s.invalid[i].message());
       }
+      members.push_back(Fingerprint::Of(*s.args[i]));
     }
-    auto differ = [&](int i, absl::string_view what, const std::string& mine, const std::string& theirs) {
-      return absl::StrCat("ranks disagree on the ", what, ": global rank ", global_ranks()[0], " passed ", mine,
-                          ", global rank ", global_ranks()[i], " passed ", theirs);
-    };
-    for (int i = 1; i < n; ++i) {
-      const Collective& b = *s.args[i];
-      if (b.kind != a.kind) {
-        return differ(i, "collective", std::string(CollectiveName(a.kind)), std::string(CollectiveName(b.kind)));
-      }
-      if (a.kind == CollectiveKind::kBarrier) continue;
-      if (b.dtype() != a.dtype()) {
-        return differ(i, "dtype", std::string(DTypeName(a.dtype())), std::string(DTypeName(b.dtype())));
-      }
-      if (IsReduction(a.kind) && b.op != a.op) {
-        return differ(i, "reduce op", std::string(ReduceOpName(a.op)), std::string(ReduceOpName(b.op)));
-      }
-      if (a.kind == CollectiveKind::kBroadcast && b.peer != a.peer) {
-        return differ(i, "root", absl::StrCat(a.peer), absl::StrCat(b.peer));
-      }
-      if (a.kind == CollectiveKind::kAllGatherV || a.kind == CollectiveKind::kReduceScatterV) {
-        if (b.counts != a.counts) {
-          return differ(i, "counts", RankList({a.counts.begin(), a.counts.end()}),
-                        RankList({b.counts.begin(), b.counts.end()}));
-        }
-      } else if (a.kind != CollectiveKind::kAllToAllV && b.input.numel() != a.input.numel()) {
-        return differ(i, "input size", a.input.Describe(), b.input.Describe());
-      }
-    }
-    if (a.kind == CollectiveKind::kAllToAllV) {
-      for (int i = 0; i < n; ++i) {
-        for (int j = 0; j < n; ++j) {
-          if (s.args[i]->counts[j] != s.args[j]->recv_counts[i]) {
-            return absl::StrCat("global rank ", global_ranks()[i], " sends ", s.args[i]->counts[j],
-                                " elements to global rank ", global_ranks()[j], ", which expects ",
-                                s.args[j]->recv_counts[i]);
-          }
-        }
-      }
-    }
-    return "";
+    return FindDisagreement(members, global_ranks());
   }
 
   absl::Status Execute(const Collective& c, const absl::Status& invalid) {

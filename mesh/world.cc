@@ -27,6 +27,17 @@ absl::StatusOr<WorldOptions> Resolve(WorldOptions options, const internal::Launc
   if (options.timeout.count() <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("timeout ", options.timeout.count(), " ms is not positive"));
   }
+  if (!options.verify.has_value()) {
+    const char* v = std::getenv("DT_VERIFY_COLLECTIVES");
+    const std::string text = v == nullptr ? "" : v;
+    if (text.empty() || text == "1") {
+      options.verify = true;
+    } else if (text == "0") {
+      options.verify = false;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("DT_VERIFY_COLLECTIVES='", text, "': expected 0 or 1"));
+    }
+  }
   if (options.backend.empty()) {
     if (const char* b = std::getenv("DT_BACKEND"); b != nullptr && *b != '\0') options.backend = b;
   }

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,11 @@ struct WorldOptions {
   std::string backend;
   // Every collective and group creation; $DT_TIMEOUT_MS replaces the default (not an explicit value).
   std::chrono::milliseconds timeout{300'000};
+  // Before every collective, all-gather what each member passed (kind, dtype, op, root, sizes: a
+  // few dozen bytes) and fail every member with InvalidArgument when they disagree — instead of
+  // gloo aborting the process, MPI hanging or NCCL reading garbage. Empty: $DT_VERIFY_COLLECTIVES
+  // (0 or 1), else on. The threads backend always checks, at no cost.
+  std::optional<bool> verify;
 };
 
 class World : public std::enable_shared_from_this<World> {

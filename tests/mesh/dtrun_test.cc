@@ -1,0 +1,99 @@
+// dtrun: the environment it gives each rank, output prefixes, exit status, failure propagation,
+// signal forwarding, the grace period and that no process outlives it.
+
+#include <signal.h>
+
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "tests/mesh/process_runner.h"
+
+namespace dt {
+namespace {
+
+using testing::RunCommand;
+
+const std::string kDtrun = DT_DTRUN;
+
+// Running or sleeping; a zombie is dead (this machine's PID 1 does not reap orphans).
+bool Alive(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string pid_field, comm, state;
+  if (!(stat >> pid_field >> comm >> state)) return false;
+  return state != "Z" && state != "X";
+}
+
+TEST(Dtrun, GivesEachRankItsEnvironmentAndPrefixesItsOutput) {
+  auto r = RunCommand(kDtrun + " --nproc-per-node 2 sh -c "
+                      "'echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $NODE_RANK $MASTER_ADDR $MASTER_PORT; "
+                      "echo oops >&2'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  std::smatch m0, m1;
+  ASSERT_TRUE(std::regex_search(r.output, m0, std::regex(R"(\[rank 0\] 0 2 0 2 0 127\.0\.0\.1 (\d+)\n)"))) << r.output;
+  ASSERT_TRUE(std::regex_search(r.output, m1, std::regex(R"(\[rank 1\] 1 2 1 2 0 127\.0\.0\.1 (\d+)\n)"))) << r.output;
+  EXPECT_EQ(m0[1], m1[1]);  // one free port for the job
+  EXPECT_GT(std::stoi(m0[1]), 0);
+  EXPECT_NE(r.output.find("[rank 1] oops\n"), std::string::npos) << r.output;
+}
+
+TEST(Dtrun, MultiNodeFlags) {
+  auto r = RunCommand(kDtrun + " --nnodes 2 --node-rank 1 --master-addr 10.1.2.3 --master-port 29511 "
+                      "--nproc-per-node 2 sh -c 'echo $RANK/$WORLD_SIZE local $LOCAL_RANK node $NODE_RANK "
+                      "at $MASTER_ADDR:$MASTER_PORT'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 2] 2/4 local 0 node 1 at 10.1.2.3:29511"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 3] 3/4 local 1 node 1 at 10.1.2.3:29511"), std::string::npos) << r.output;
+}
+
+TEST(Dtrun, ExitsWithTheFailingRanksStatusAndStopsTheOthers) {
+  auto r = RunCommand(kDtrun + " --nproc-per-node 3 sh -c 'if [ $RANK = 1 ]; then sleep 0.2; exit 7; fi; sleep 30'");
+  EXPECT_EQ(r.status, 7) << r.output;
+  EXPECT_NE(r.output.find("dtrun: rank 1"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 5) << r.output;
+}
+
+TEST(Dtrun, RankKilledBySignal) {
+  auto r = RunCommand(kDtrun + " --nproc-per-node 2 sh -c 'if [ $RANK = 0 ]; then kill -SEGV $$; fi; sleep 30'");
+  EXPECT_EQ(r.status, 128 + SIGSEGV) << r.output;
+  EXPECT_LT(r.seconds, 5) << r.output;
+}
+
+TEST(Dtrun, KillsRanksThatIgnoreSigtermAfterTheGracePeriod) {
+  auto r = RunCommand(kDtrun + " --nproc-per-node 2 --grace-period 1 sh -c "
+                      "'trap \"\" TERM; if [ $RANK = 1 ]; then exit 3; fi; sleep 30'");
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_NE(r.output.find("grace period"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 6) << r.output;
+}
+
+TEST(Dtrun, ForwardsSigintAndLeavesNoProcessBehind) {
+  // Each rank starts a background sleep (a grandchild) and reports its pid; SIGINT to dtrun must
+  // end the ranks and their children.
+  auto r = RunCommand("sh -c '" + kDtrun + " --nproc-per-node 2 sh -c \"sleep 300 & echo child \\$!; "
+                      "trap \\\"echo got INT; exit 1\\\" INT; wait\" & d=$!; sleep 1; kill -INT $d; wait $d; "
+                      "echo dtrun=$?'");
+  EXPECT_NE(r.output.find("dtrun=130"), std::string::npos) << r.output;
+  std::smatch m;
+  std::string rest = r.output;
+  int children = 0;
+  while (std::regex_search(rest, m, std::regex(R"(\[rank \d\] child (\d+))"))) {
+    const int pid = std::stoi(m[1]);
+    EXPECT_FALSE(Alive(pid)) << "process " << pid << " outlived dtrun";
+    ++children;
+    rest = m.suffix();
+  }
+  EXPECT_EQ(children, 2) << r.output;
+}
+
+TEST(Dtrun, BadCommandLines) {
+  EXPECT_EQ(RunCommand(kDtrun + " echo hi").status, 2);
+  EXPECT_EQ(RunCommand(kDtrun + " --nproc-per-node 0 echo hi").status, 2);
+  EXPECT_EQ(RunCommand(kDtrun + " --nproc-per-node 2").status, 2);
+  EXPECT_EQ(RunCommand(kDtrun + " --nproc-per-node 2 --nnodes 2 echo hi").status, 2);  // needs a port
+  EXPECT_EQ(RunCommand(kDtrun + " --nproc-per-node 1 /nonexistent/program").status, 127);
+}
+
+}  // namespace
+}  // namespace dt

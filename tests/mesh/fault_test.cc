@@ -1,0 +1,125 @@
+// Faults across processes: a rank that dies mid-collective, one that never arrives, one that never
+// creates a group, mismatched arguments — under dtrun (gloo) and mpirun (mpi). Every survivor must
+// get an error naming the collective, the group and (where the backend can know) the missing rank,
+// within the timeout; the launcher must end the job with a non-zero status; nothing may hang.
+
+#include <string>
+
+#include "gtest/gtest.h"
+#include "tests/mesh/process_runner.h"
+
+namespace dt {
+namespace {
+
+using testing::ReportOf;
+using testing::RunCommand;
+
+constexpr int kTimeoutMs = 3000;
+
+std::string Gloo(const std::string& args) {
+  return "DT_BACKEND=gloo DT_TIMEOUT_MS=" + std::to_string(kTimeoutMs) + " " DT_DTRUN
+         " --nproc-per-node 3 --grace-period 20 " DT_FAULT_WORKER " " + args;
+}
+std::string Mpi(const std::string& args) {
+  return "DT_BACKEND=mpi DT_TIMEOUT_MS=" + std::to_string(kTimeoutMs) + " " DT_MPIEXEC
+         " --allow-run-as-root --oversubscribe -np 3 " DT_FAULT_WORKER " " + args;
+}
+
+void ExpectContains(const std::string& text, const std::string& part) {
+  EXPECT_NE(text.find(part), std::string::npos) << "missing '" << part << "' in: " << text;
+}
+
+TEST(GlooFaults, RankDiesMidCollective) {
+  auto r = RunCommand(Gloo("die 2"));
+  EXPECT_EQ(r.status, 128 + 6) << r.output;  // the victim's abort(), passed on by dtrun
+  ExpectContains(r.output, "dtrun: rank 2");
+  for (int rank : {0, 1}) {
+    const std::string report = ReportOf(r.output, rank);
+    ExpectContains(report, "code=UNAVAILABLE");
+    ExpectContains(report, "gloo group [0, 1, 2], global rank " + std::to_string(rank) + ": all_reduce #1");
+    ExpectContains(report, "global rank(s) [2] died");
+  }
+  EXPECT_LT(r.seconds, 15) << r.output;
+}
+
+TEST(GlooFaults, RankNeverArrives) {
+  auto r = RunCommand(Gloo("absent 1"));
+  for (int rank : {0, 2}) {
+    const std::string report = ReportOf(r.output, rank);
+    ExpectContains(report, "code=DEADLINE_EXCEEDED");
+    ExpectContains(report, "all_reduce #1");
+    ExpectContains(report, "global rank(s) [1] never reached it");
+    ExpectContains(report, "timed out after 3000 ms");
+  }
+  EXPECT_LT(r.seconds, 20) << r.output;
+}
+
+TEST(GlooFaults, MemberNeverCreatesTheGroup) {
+  auto r = RunCommand(Gloo("nogroup 0"));
+  for (int rank : {1, 2}) {
+    const std::string report = ReportOf(r.output, rank);
+    ExpectContains(report, "code=DEADLINE_EXCEEDED");
+    ExpectContains(report, "gloo group [2, 1, 0], global rank " + std::to_string(rank) + ": creating the group");
+    ExpectContains(report, "global rank(s) [0] did not join within 3000 ms");
+  }
+}
+
+TEST(GlooFaults, MismatchedSizesAreInvalidArgumentEverywhere) {
+  auto r = RunCommand(Gloo("mismatch 2"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (int rank : {0, 1, 2}) {
+    const std::string report = ReportOf(r.output, rank);
+    ExpectContains(report, "code=INVALID_ARGUMENT");
+    ExpectContains(report, "ranks disagree on the input size: global rank 0 passed 1024 elements, "
+                           "global rank 2 passed 1000 elements");
+  }
+}
+
+TEST(GlooFaults, WithoutVerificationGlooItselfKillsTheJob) {
+  // Documented: gloo's own size check throws on its I/O thread, which terminates the process; dtrun
+  // then ends the job. No hang either way.
+  auto r = RunCommand("DT_VERIFY_COLLECTIVES=0 " + Gloo("mismatch 2"));
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_LT(r.seconds, 20) << r.output;
+}
+
+TEST(MpiFaults, RankDiesMpirunEndsTheJob) {
+  // mpirun kills the survivors as soon as a rank dies: no report, a non-zero status, no hang.
+  auto r = RunCommand(Mpi("die 2"));
+  EXPECT_NE(r.status, 0) << r.output;
+  ExpectContains(r.output, "exited on signal 6");
+  EXPECT_LT(r.seconds, 20) << r.output;
+}
+
+TEST(MpiFaults, RankNeverArrives) {
+  auto r = RunCommand(Mpi("absent 1"));
+  for (int rank : {0, 2}) {
+    const std::string report = ReportOf(r.output, rank);
+    ExpectContains(report, "code=DEADLINE_EXCEEDED");
+    ExpectContains(report, "mpi group [0, 1, 2], global rank " + std::to_string(rank) + ": all_reduce #1");
+    ExpectContains(report, "timed out after 3000 ms");
+  }
+  EXPECT_NE(r.status, 0) << r.output;  // the survivors leave without MPI_Finalize
+  EXPECT_LT(r.seconds, 20) << r.output;
+}
+
+TEST(MpiFaults, MemberNeverCreatesTheGroup) {
+  auto r = RunCommand(Mpi("nogroup 0"));
+  for (int rank : {1, 2}) {
+    const std::string report = ReportOf(r.output, rank);
+    ExpectContains(report, "code=DEADLINE_EXCEEDED");
+    ExpectContains(report, "creating the group: not every member called Group() within 3000 ms");
+  }
+  EXPECT_LT(r.seconds, 20) << r.output;
+}
+
+TEST(MpiFaults, MismatchedSizesAreInvalidArgumentEverywhere) {
+  auto r = RunCommand(Mpi("mismatch 2"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (int rank : {0, 1, 2}) {
+    ExpectContains(ReportOf(r.output, rank), "ranks disagree on the input size");
+  }
+}
+
+}  // namespace
+}  // namespace dt

@@ -1,0 +1,91 @@
+// One rank of a fault scenario, run under dtrun (gloo) or mpirun (mpi) by fault_test.cc:
+//
+//   fault_worker die V       rank V starts a large all_reduce and abort()s in the middle of it
+//   fault_worker absent V    rank V never calls the second all_reduce (alive, sleeping)
+//   fault_worker nogroup V   rank V never creates the group the others create
+//   fault_worker mismatch V  rank V passes a different size to all_reduce
+// Every other rank prints one line
+//   FAULT-REPORT rank=R code=CODE elapsed_ms=T msg=MESSAGE
+// and exits 0. Survivors ignore SIGTERM so that they can report before the launcher's SIGKILL.
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <thread>
+
+#include "mesh/world.h"
+
+namespace {
+
+void Report(int rank, const absl::Status& st, std::chrono::steady_clock::time_point start) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  std::printf("FAULT-REPORT rank=%d code=%s elapsed_ms=%lld msg=%s\n", rank,
+              absl::StatusCodeToString(st.code()).c_str(), static_cast<long long>(ms.count()),
+              std::string(st.message()).c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dt;
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: fault_worker die|absent|nogroup|mismatch VICTIM\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  const int victim = std::atoi(argv[2]);
+  std::signal(SIGTERM, SIG_IGN);
+  absl::StatusOr<std::shared_ptr<World>> w = World::FromEnv();
+  if (!w.ok()) {
+    std::fprintf(stderr, "FromEnv: %s\n", std::string(w.status().message()).c_str());
+    return 3;
+  }
+  World& world = **w;
+  const int me = world.rank();
+  CommPtr comm = world.WorldGroup().value();
+  Tensor warm = Tensor::Ones({16}).value();
+  if (!comm->AllReduce(warm, ReduceOp::kSum).ok()) return 4;  // all_reduce #0: everyone is up
+  const auto start = std::chrono::steady_clock::now();
+  if (mode == "die") {
+    Tensor big = Tensor::Ones({8 << 20}).value();  // 32 MiB
+    WorkPtr work = comm->AllReduceAsync(big, ReduceOp::kSum);
+    if (me == victim) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      std::abort();
+    }
+    Report(me, work->Wait(), start);
+  } else if (mode == "absent") {
+    if (me == victim) {
+      std::this_thread::sleep_for(world.timeout() + std::chrono::seconds(2));
+      return 0;
+    }
+    Report(me, comm->AllReduce(warm, ReduceOp::kSum), start);
+  } else if (mode == "nogroup") {
+    if (me == victim) {
+      std::this_thread::sleep_for(world.timeout() + std::chrono::seconds(2));
+      return 0;
+    }
+    std::vector<int> all(world.size());
+    std::iota(all.begin(), all.end(), 0);
+    std::reverse(all.begin(), all.end());  // a new group: the world in reverse order
+    Report(me, world.Group(all).status(), start);
+  } else if (mode == "mismatch") {
+    Tensor x = Tensor::Ones({me == victim ? 1000 : 1024}).value();
+    absl::Status st = comm->AllReduce(x, ReduceOp::kSum);
+    Report(me, st, start);
+  } else {
+    std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+    return 2;
+  }
+  std::fflush(stdout);
+  // After a timeout a communicator may hold threads that MPI or gloo never release (and MPI must
+  // not be finalised): leave at once. A healthy world shuts down normally.
+  // Rank 0 hosts the gloo store, which the others may still be asking who is missing.
+  if (me == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  if (mode != "mismatch") std::_Exit(0);
+  return 0;
+}
