@@ -1,0 +1,5 @@
+# dtensor: the layout/redistribute CLI (tools/dtensor_cli*.cc): `dtensor explain`, `dtensor verify`.
+add_executable(dtensor_cli ${CMAKE_CURRENT_LIST_DIR}/dtensor_cli.cc
+                           ${CMAKE_CURRENT_LIST_DIR}/dtensor_cli_explain.cc)
+set_target_properties(dtensor_cli PROPERTIES OUTPUT_NAME dtensor)
+target_link_libraries(dtensor_cli PRIVATE dt_dtensor nlohmann_json::nlohmann_json)

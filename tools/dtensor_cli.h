@@ -1,0 +1,38 @@
+#pragma once
+// Internal to the `dtensor` CLI (tools/dtensor_cli*.cc): flag parsing shared by the subcommands.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "dtensor/placement.h"
+
+namespace dt::cli {
+
+// --key value / --key=value flags after the subcommand; bare words are errors.
+class Flags {
+ public:
+  static absl::StatusOr<Flags> Parse(int argc, char** argv, const std::vector<std::string>& known,
+                                     const std::vector<std::string>& switches);
+  bool Has(const std::string& key) const { return values_.count(key) > 0; }
+  std::string Get(const std::string& key, const std::string& fallback = "") const;
+  absl::StatusOr<std::string> Required(const std::string& key) const;
+
+  // Typed accessors with messages naming the flag.
+  absl::StatusOr<std::vector<int64_t>> Mesh() const;          // --mesh 4x2
+  absl::StatusOr<std::vector<std::string>> Names() const;     // --names dp,tp
+  absl::StatusOr<Shape> TensorShape() const;                  // --shape 13,2
+  absl::StatusOr<Placements> PlacementList(const std::string& key) const;
+  absl::StatusOr<DType> Dtype() const;                        // --dtype f32
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+int Explain(const Flags& flags);
+int Verify(const Flags& flags);
+
+}  // namespace dt::cli

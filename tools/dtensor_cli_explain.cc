@@ -1,0 +1,367 @@
+// `dtensor explain`: per-rank layout, a block picture and the redistribute plan, on an abstract
+// mesh (no processes), as text, JSON or SVG.
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+#include "dtensor/planner.h"
+#include "dtensor/spec.h"
+#include "nlohmann/json.hpp"
+#include "tools/dtensor_cli.h"
+
+namespace dt::cli {
+namespace {
+
+struct RankInfo {
+  int rank;
+  std::vector<int64_t> coord;
+  Shape local, offset;
+  DimRanges ranges;
+};
+
+std::string Join(IntSpan v) { return absl::StrCat("(", absl::StrJoin(v, ", "), ")"); }
+
+std::string RangesText(const DimRanges& ranges) {
+  std::vector<std::string> dims;
+  for (const RangeList& r : ranges) {
+    dims.push_back(r.size() > 1 ? absl::StrCat("{", RangesToString(r), "}") : RangesToString(r));
+  }
+  return absl::StrJoin(dims, " x ");
+}
+
+// "0-3,8" for {0,1,2,3,8}.
+std::string RankList(const std::vector<int>& ranks) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    parts.push_back(j == i ? absl::StrCat(ranks[i]) : absl::StrCat(ranks[i], "-", ranks[j]));
+    i = j + 1;
+  }
+  std::string s = absl::StrJoin(parts, ",");
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return s;
+}
+
+// The block picture: up to two tensor dims (the sharded ones first), cut at every piece boundary;
+// each cell lists the ranks that hold it.
+struct Picture {
+  std::vector<int> dims;                          // tensor dims shown (0, 1 or 2)
+  std::vector<std::vector<IndexRange>> segments;  // per shown dim
+  std::vector<std::vector<std::vector<int>>> cells;  // [row][col] -> ranks
+  std::vector<int> empty_ranks;
+  int64_t hidden_rows = 0, hidden_cols = 0;
+};
+
+Picture MakePicture(const DTensorSpec& spec, const std::vector<RankInfo>& ranks) {
+  constexpr size_t kMaxSegments = 48;
+  Picture pic;
+  const int nd = spec.ndim();
+  std::vector<bool> sharded(nd, false);
+  for (int i = 0; i < static_cast<int>(spec.placements().size()); ++i) {
+    const Placement& p = spec.placements()[i];
+    if (p.is_any_shard() && spec.mesh().Size(i) > 1) sharded[p.dim()] = true;
+  }
+  for (int d = 0; d < nd && pic.dims.size() < 2; ++d) {
+    if (sharded[d]) pic.dims.push_back(d);
+  }
+  for (int d = 0; d < nd && pic.dims.size() < 2; ++d) {
+    if (!sharded[d]) pic.dims.push_back(d);
+  }
+  std::sort(pic.dims.begin(), pic.dims.end());
+  for (int d : pic.dims) {
+    std::set<int64_t> cuts = {0, spec.shape()[d]};
+    for (const RankInfo& r : ranks) {
+      for (const IndexRange& x : r.ranges[d]) {
+        cuts.insert(x.start);
+        cuts.insert(x.stop);
+      }
+    }
+    std::vector<IndexRange> segs;
+    for (auto it = cuts.begin(); std::next(it) != cuts.end(); ++it) segs.push_back({*it, *std::next(it)});
+    pic.segments.push_back(std::move(segs));
+  }
+  for (const RankInfo& r : ranks) {
+    if (Numel(r.local) == 0) pic.empty_ranks.push_back(r.rank);
+  }
+  auto holds = [&](const RankInfo& r, int k, const IndexRange& seg) {
+    for (const IndexRange& x : r.ranges[pic.dims[k]]) {
+      if (x.start <= seg.start && seg.stop <= x.stop) return true;
+    }
+    return false;
+  };
+  const size_t rows = pic.dims.empty() ? 1 : std::min(pic.segments[0].size(), kMaxSegments);
+  const size_t cols = pic.dims.size() < 2 ? 1 : std::min(pic.segments[1].size(), kMaxSegments);
+  if (!pic.dims.empty()) pic.hidden_rows = pic.segments[0].size() - rows;
+  if (pic.dims.size() >= 2) pic.hidden_cols = pic.segments[1].size() - cols;
+  pic.cells.assign(rows, std::vector<std::vector<int>>(cols));
+  for (const RankInfo& r : ranks) {
+    if (Numel(r.local) == 0) continue;
+    for (size_t i = 0; i < rows; ++i) {
+      if (!pic.dims.empty() && !holds(r, 0, pic.segments[0][i])) continue;
+      for (size_t j = 0; j < cols; ++j) {
+        if (pic.dims.size() >= 2 && !holds(r, 1, pic.segments[1][j])) continue;
+        pic.cells[i][j].push_back(r.rank);
+      }
+    }
+  }
+  return pic;
+}
+
+std::string SegText(const IndexRange& s) {
+  return s.size() == 1 ? absl::StrCat(s.start) : absl::StrCat(s.start, "-", s.stop - 1);
+}
+
+void PrintPicture(const Picture& pic) {
+  if (pic.dims.empty()) {
+    std::printf("\nblocks: a scalar, held by ranks %s\n", RankList(pic.cells[0][0]).c_str());
+    return;
+  }
+  std::printf("\nblocks (%s; each cell: the ranks holding it)\n",
+              pic.dims.size() == 2
+                  ? absl::StrCat("rows: dim ", pic.dims[0], ", columns: dim ", pic.dims[1]).c_str()
+                  : absl::StrCat("rows: dim ", pic.dims[0]).c_str());
+  const size_t rows = pic.cells.size(), cols = pic.cells[0].size();
+  std::vector<size_t> width(cols + 1, 0);
+  for (size_t i = 0; i < rows; ++i) width[0] = std::max(width[0], SegText(pic.segments[0][i]).size());
+  for (size_t j = 0; j < cols; ++j) {
+    width[j + 1] = pic.dims.size() == 2 ? SegText(pic.segments[1][j]).size() : 5;
+    for (size_t i = 0; i < rows; ++i) width[j + 1] = std::max(width[j + 1], RankList(pic.cells[i][j]).size());
+  }
+  std::string header = std::string(width[0], ' ') + " |";
+  for (size_t j = 0; j < cols; ++j) {
+    const std::string label = pic.dims.size() == 2 ? SegText(pic.segments[1][j]) : "ranks";
+    absl::StrAppend(&header, " ", label, std::string(width[j + 1] - label.size(), ' '), " |");
+  }
+  std::printf("  %s\n", header.c_str());
+  std::string rule = std::string(width[0], '-') + "-+";
+  for (size_t j = 0; j < cols; ++j) absl::StrAppend(&rule, std::string(width[j + 1] + 2, '-'), "+");
+  std::printf("  %s\n", rule.c_str());
+  for (size_t i = 0; i < rows; ++i) {
+    const std::string label = SegText(pic.segments[0][i]);
+    std::string line = std::string(width[0] - label.size(), ' ') + label + " |";
+    for (size_t j = 0; j < cols; ++j) {
+      const std::string cell = pic.cells[i][j].empty() ? "." : RankList(pic.cells[i][j]);
+      absl::StrAppend(&line, " ", cell, std::string(width[j + 1] - cell.size(), ' '), " |");
+    }
+    std::printf("  %s\n", line.c_str());
+  }
+  if (pic.hidden_rows || pic.hidden_cols) {
+    std::printf("  (%lld more row blocks, %lld more column blocks not shown)\n",
+                static_cast<long long>(pic.hidden_rows), static_cast<long long>(pic.hidden_cols));
+  }
+  if (!pic.empty_ranks.empty()) {
+    std::printf("  ranks holding nothing: %s\n", RankList(pic.empty_ranks).c_str());
+  }
+}
+
+absl::Status WriteSvg(const std::string& path, const DTensorSpec& spec, const Picture& pic) {
+  const size_t rows = pic.cells.size(), cols = pic.cells[0].size();
+  const int cw = std::max(48, static_cast<int>(720 / std::max<size_t>(cols, 1)));
+  const int ch = 28, left = 90, top = 50;
+  std::string svg = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"monospace\" "
+      "font-size=\"12\">\n<text x=\"10\" y=\"20\">%s</text>\n",
+      left + cw * static_cast<int>(cols) + 20, top + ch * static_cast<int>(rows) + 40, spec.Describe());
+  for (size_t j = 0; j < cols && pic.dims.size() == 2; ++j) {
+    absl::StrAppendFormat(&svg, "<text x=\"%d\" y=\"%d\">%s</text>\n", left + cw * static_cast<int>(j) + 4,
+                          top - 6, SegText(pic.segments[1][j]));
+  }
+  for (size_t i = 0; i < rows; ++i) {
+    const int y = top + ch * static_cast<int>(i);
+    if (!pic.dims.empty()) {
+      absl::StrAppendFormat(&svg, "<text x=\"10\" y=\"%d\">%s</text>\n", y + 18, SegText(pic.segments[0][i]));
+    }
+    for (size_t j = 0; j < cols; ++j) {
+      const auto& cell = pic.cells[i][j];
+      const int hue = cell.empty() ? 0 : (cell[0] * 47) % 360;
+      absl::StrAppendFormat(&svg,
+                            "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" "
+                            "stroke=\"#333\"/>\n<text x=\"%d\" y=\"%d\">%s</text>\n",
+                            left + cw * static_cast<int>(j), y, cw, ch,
+                            cell.empty() ? "#eee" : absl::StrFormat("hsl(%d,60%%,75%%)", hue),
+                            left + cw * static_cast<int>(j) + 4, y + 18,
+                            cell.empty() ? std::string() : absl::StrCat("r", RankList(cell)));
+    }
+  }
+  svg += "</svg>\n";
+  std::ofstream out(path);
+  if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot write --svg ", path));
+  out << svg;
+  return absl::OkStatus();
+}
+
+nlohmann::ordered_json RangesJson(const DimRanges& ranges) {
+  nlohmann::ordered_json dims = nlohmann::ordered_json::array();
+  for (const RangeList& r : ranges) {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const IndexRange& x : r) list.push_back({x.start, x.stop});
+    dims.push_back(list);
+  }
+  return dims;
+}
+
+std::string DimLabel(const DTensorSpec& spec, const PlanStep& s) {
+  std::vector<std::string> names;
+  for (int i : s.mesh_dims) names.push_back(MeshDimName(spec.mesh().names(), i));
+  return absl::StrCat(absl::StrJoin(s.mesh_dims, "+"), " (", absl::StrJoin(names, "+"), ")");
+}
+
+}  // namespace
+
+int Explain(const Flags& flags) {
+  auto fail = [](const absl::Status& s) {
+    std::fprintf(stderr, "dtensor explain: %s\n", std::string(s.message()).c_str());
+    return 2;
+  };
+  auto mesh_shape = flags.Mesh();
+  if (!mesh_shape.ok()) return fail(mesh_shape.status());
+  auto names = flags.Names();
+  if (!names.ok()) return fail(names.status());
+  auto shape = flags.TensorShape();
+  if (!shape.ok()) return fail(shape.status());
+  auto placements = flags.PlacementList("placements");
+  if (!placements.ok()) return fail(placements.status());
+  auto dtype = flags.Dtype();
+  if (!dtype.ok()) return fail(dtype.status());
+  auto mesh = DeviceMesh::Abstract(*mesh_shape, *names);
+  if (!mesh.ok()) return fail(mesh.status());
+  auto spec = DTensorSpec::Create(*mesh, *placements, *shape, *dtype);
+  if (!spec.ok()) return fail(spec.status());
+  int64_t max_ranks = 64;
+  if (flags.Has("max-ranks") && !absl::SimpleAtoi(flags.Get("max-ranks"), &max_ranks)) {
+    return fail(absl::InvalidArgumentError("bad --max-ranks"));
+  }
+
+  std::optional<Plan> plan;
+  if (flags.Has("to")) {
+    auto to = flags.PlacementList("to");
+    if (!to.ok()) return fail(to.status());
+    auto dst = spec->WithPlacements(*to);
+    if (!dst.ok()) return fail(dst.status());
+    PlannerOptions options;
+    const std::string strategy = flags.Get("strategy", "best");
+    if (strategy == "greedy") options.strategy = PlannerOptions::Strategy::kGreedy;
+    else if (strategy == "search") options.strategy = PlannerOptions::Strategy::kSearch;
+    else if (strategy != "best") return fail(absl::InvalidArgumentError("bad --strategy"));
+    auto p = PlanRedistribute(*spec, *dst, options);
+    if (!p.ok()) return fail(p.status());
+    plan = *std::move(p);
+  }
+
+  std::vector<RankInfo> ranks;
+  for (int r = 0; r < static_cast<int>(mesh->Size()); ++r) {
+    RankInfo info;
+    info.rank = r;
+    info.coord = mesh->CoordinateOf(r).value();
+    info.local = spec->LocalShape(info.coord);
+    info.offset = spec->Offset(info.coord);
+    info.ranges = spec->Ranges(info.coord);
+    ranks.push_back(std::move(info));
+  }
+  const Picture pic = MakePicture(*spec, ranks);
+  if (flags.Has("svg")) {
+    if (absl::Status s = WriteSvg(flags.Get("svg"), *spec, pic); !s.ok()) return fail(s);
+  }
+
+  if (flags.Has("json")) {
+    nlohmann::ordered_json j;
+    j["mesh"] = {{"shape", *mesh_shape}, {"names", *names}, {"text", mesh->ToString()}};
+    j["shape"] = std::vector<int64_t>(shape->begin(), shape->end());
+    j["dtype"] = std::string(DTypeName(*dtype));
+    j["placements"] = PlacementsToCompactString(spec->placements());
+    j["ranks"] = nlohmann::ordered_json::array();
+    for (const RankInfo& r : ranks) {
+      j["ranks"].push_back({{"rank", r.rank},
+                            {"coordinate", r.coord},
+                            {"local_shape", std::vector<int64_t>(r.local.begin(), r.local.end())},
+                            {"offset", std::vector<int64_t>(r.offset.begin(), r.offset.end())},
+                            {"ranges", RangesJson(r.ranges)}});
+    }
+    if (plan) {
+      j["to"] = PlacementsToCompactString(plan->dst);
+      j["strategy"] = plan->strategy;
+      j["cost_us"] = plan->cost_us;
+      j["plan"] = nlohmann::ordered_json::array();
+      for (const PlanStep& s : plan->steps) {
+        nlohmann::ordered_json dims(std::vector<int>(s.mesh_dims.begin(), s.mesh_dims.end()));
+        j["plan"].push_back({{"mesh_dim", s.mesh_dims.size() == 1 ? nlohmann::ordered_json(s.mesh_dims[0]) : dims},
+                             {"mesh_dims", dims},
+                             {"from", PlacementsToCompactString(s.from)},
+                             {"to", PlacementsToCompactString(s.to)},
+                             {"collective", std::string(CollectiveName(s.collective))},
+                             {"bytes", s.bytes},
+                             {"group_size", s.group_size},
+                             {"logical_shape", std::vector<int64_t>(s.logical_shape.begin(), s.logical_shape.end())}});
+      }
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+
+  std::printf("%s: %lld ranks\n\n", spec->Describe().c_str(), static_cast<long long>(mesh->Size()));
+  std::vector<std::string> header = {"rank", "coordinate", "local_shape", "offset", "ranges"};
+  std::vector<std::vector<std::string>> rows;
+  const int64_t n = static_cast<int64_t>(ranks.size());
+  for (int64_t i = 0; i < n; ++i) {
+    if (n > max_ranks && i == max_ranks / 2) {
+      rows.push_back({"...", absl::StrCat("(", n - max_ranks, " more)"), "", "", ""});
+      i = n - max_ranks / 2;
+    }
+    const RankInfo& r = ranks[i];
+    rows.push_back({absl::StrCat(r.rank), Join(r.coord), ShapeToString(r.local), ShapeToString(r.offset),
+                    RangesText(r.ranges)});
+  }
+  std::vector<size_t> w(header.size());
+  for (size_t c = 0; c < header.size(); ++c) {
+    w[c] = header[c].size();
+    for (const auto& row : rows) w[c] = std::max(w[c], row[c].size());
+  }
+  auto print_row = [&](const std::vector<std::string>& row) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      absl::StrAppend(&line, row[c], c + 1 < row.size() ? std::string(w[c] - row[c].size() + 2, ' ') : "");
+    }
+    std::printf("%s\n", line.c_str());
+  };
+  print_row(header);
+  for (const auto& row : rows) print_row(row);
+  PrintPicture(pic);
+
+  if (plan) {
+    std::printf("\nplan %s -> %s: %zu steps, %d collectives (%s planner, est. %.1f us)\n",
+                PlacementsToString(plan->src).c_str(), PlacementsToString(plan->dst).c_str(),
+                plan->steps.size(), plan->num_collectives(), plan->strategy, plan->cost_us);
+    if (plan->steps.empty()) {
+      std::printf("  nothing to do: the layouts are the same\n");
+      return 0;
+    }
+    std::vector<std::string> ph = {"step", "mesh_dim", "from", "to", "collective", "bytes/rank", "logical_shape"};
+    std::vector<std::vector<std::string>> prow;
+    for (size_t i = 0; i < plan->steps.size(); ++i) {
+      const PlanStep& s = plan->steps[i];
+      prow.push_back({absl::StrCat(i), DimLabel(*spec, s), PlacementsToCompactString(s.from),
+                      PlacementsToCompactString(s.to), std::string(CollectiveName(s.collective)),
+                      absl::StrCat(s.bytes), ShapeToString(s.logical_shape)});
+    }
+    w.assign(ph.size(), 0);
+    for (size_t c = 0; c < ph.size(); ++c) {
+      w[c] = ph[c].size();
+      for (const auto& row : prow) w[c] = std::max(w[c], row[c].size());
+    }
+    print_row(ph);
+    for (const auto& row : prow) print_row(row);
+  }
+  return 0;
+}
+
+}  // namespace dt::cli
