@@ -38,8 +38,14 @@ std::string RangesText(const DimRanges& ranges) {
   return absl::StrJoin(dims, " x ");
 }
 
-// "0-3,8" for {0,1,2,3,8}.
+// "0-3,8" for {0,1,2,3,8}; "0-56 by 8" for {0,8,...,56}.
 std::string RankList(const std::vector<int>& ranks) {
+  if (ranks.size() >= 3 && ranks[1] - ranks[0] > 1) {
+    const int step = ranks[1] - ranks[0];
+    bool progression = true;
+    for (size_t i = 2; i < ranks.size(); ++i) progression &= ranks[i] - ranks[i - 1] == step;
+    if (progression) return absl::StrCat(ranks.front(), "-", ranks.back(), " by ", step);
+  }
   std::vector<std::string> parts;
   for (size_t i = 0; i < ranks.size();) {
     size_t j = i;
@@ -48,7 +54,7 @@ std::string RankList(const std::vector<int>& ranks) {
     i = j + 1;
   }
   std::string s = absl::StrJoin(parts, ",");
-  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  if (s.size() > 24) s = s.substr(0, 21) + "...";
   return s;
 }
 
@@ -63,7 +69,7 @@ struct Picture {
 };
 
 Picture MakePicture(const DTensorSpec& spec, const std::vector<RankInfo>& ranks) {
-  constexpr size_t kMaxSegments = 48;
+  constexpr size_t kMaxRows = 32, kMaxCols = 8;
   Picture pic;
   const int nd = spec.ndim();
   std::vector<bool> sharded(nd, false);
@@ -99,8 +105,8 @@ Picture MakePicture(const DTensorSpec& spec, const std::vector<RankInfo>& ranks)
     }
     return false;
   };
-  const size_t rows = pic.dims.empty() ? 1 : std::min(pic.segments[0].size(), kMaxSegments);
-  const size_t cols = pic.dims.size() < 2 ? 1 : std::min(pic.segments[1].size(), kMaxSegments);
+  const size_t rows = pic.dims.empty() ? 1 : std::min(pic.segments[0].size(), kMaxRows);
+  const size_t cols = pic.dims.size() < 2 ? 1 : std::min(pic.segments[1].size(), kMaxCols);
   if (!pic.dims.empty()) pic.hidden_rows = pic.segments[0].size() - rows;
   if (pic.dims.size() >= 2) pic.hidden_cols = pic.segments[1].size() - cols;
   pic.cells.assign(rows, std::vector<std::vector<int>>(cols));
