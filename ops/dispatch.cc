@@ -1,0 +1,451 @@
+#include "ops/dispatch.h"
+
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+#include "dtensor/planner.h"
+#include "ops/dtensor_ops.h"
+
+namespace dt::dops {
+
+// Note [Sharding propagation]
+// An op's rule (ops/rules.cc) lists, for one mesh dim at a time, candidate placements for every
+// input and output (PyTorch's single-mesh-dim strategies). ChooseStrategy takes the product over
+// mesh dims (on a mesh dim of size 1 only the candidates that keep the inputs as they are, since
+// every layout there is the same) and, for each combination:
+//   1. costs every input's move from its placements to the candidate's with the redistribute
+//      planner's cost model (CachedPlan; Partial targets are only accepted where the input is
+//      already that Partial: ops never create Partial inputs, and a target the planner refuses,
+//      such as S -> P, drops the candidate);
+//   2. keeps it only if it is cheaper than the best so far, or as cheap and moving fewer inputs
+//      (so a strategy needing no redistribution always wins when one exists);
+//   3. validates the outputs' placements for their shapes and runs the rule's whole-strategy check
+//      (view pieces, GQA head ranges, block boundaries), which sees every rank at once.
+// The winner is cached per thread under a key of everything the choice depends on: the op, every
+// attribute including scalars (PyTorch #147180 reused a decision made for another scalar), and
+// each input's mesh shape, placements, shape and dtype. A cache hit costs one hash of precomputed
+// spec hashes and one probe of a thread-local flat_hash_map; no lock, no allocation.
+// Fixed PyTorch failures: the scalar cache key (#147180); views of sharded dims, which are checked
+// rank by rank (#179502); ops on Partial inputs that are not linear, which reduce first (#165962).
+
+// Note [Adding a replicated term to a Partial]
+// A Partial(sum) value is the sum of the ranks' terms, so a replicated addend (a bias, the other
+// operand of Add, a scalar) must enter exactly one term: the rank whose coordinate is 0 on every
+// Partial(sum) mesh dim adds it, the others add zero. This is exact (no division by k, unlike
+// PyTorch's R -> P(sum) partition) and needs no communication. For Partial(avg), max and min every
+// rank adds it (avg(t + c) = avg(t) + c, max(t + c) = max(t) + c).
+
+namespace {
+
+// ---- the cache -----------------------------------------------------------------------------------
+
+struct SpecKey {
+  bool present = false;
+  Shape mesh;
+  Placements placements;
+  Shape shape;
+  DType dtype = DType::kF32;
+};
+
+struct Key {
+  OpId op;
+  const char* name;
+  Attrs attrs;
+  absl::InlinedVector<SpecKey, 4> specs;
+  size_t hash = 0;
+};
+
+struct CallRef {
+  const OpCall* call;
+  size_t hash;
+};
+
+uint64_t Bits(double v) {
+  uint64_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return u;
+}
+
+size_t HashCall(const OpCall& call) {
+  size_t h = absl::HashOf(static_cast<int>(call.op), call.name, call.attrs.ints.size(),
+                          call.attrs.reals.size(), call.inputs.size());
+  for (int64_t v : call.attrs.ints) h = absl::HashOf(h, v);
+  for (double v : call.attrs.reals) h = absl::HashOf(h, Bits(v));
+  for (const DTensorSpec* s : call.inputs) h = absl::HashOf(h, s == nullptr ? size_t{7} : s->hash());
+  return h;
+}
+
+bool SameAttrs(const Attrs& a, const Attrs& b) {
+  if (a.ints != b.ints || a.reals.size() != b.reals.size()) return false;
+  for (size_t i = 0; i < a.reals.size(); ++i) {
+    if (Bits(a.reals[i]) != Bits(b.reals[i])) return false;
+  }
+  return true;
+}
+
+bool Matches(const Key& k, const OpCall& c) {
+  if (k.op != c.op || k.name != c.name || k.specs.size() != c.inputs.size() ||
+      !SameAttrs(k.attrs, c.attrs)) {
+    return false;
+  }
+  for (size_t j = 0; j < k.specs.size(); ++j) {
+    const SpecKey& a = k.specs[j];
+    const DTensorSpec* b = c.inputs[j];
+    if (a.present != (b != nullptr)) return false;
+    if (b == nullptr) continue;
+    if (a.dtype != b->dtype() || a.shape != b->shape() || a.placements != b->placements() ||
+        !std::equal(a.mesh.begin(), a.mesh.end(), b->mesh().shape().begin(),
+                    b->mesh().shape().end())) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Key MakeKey(const OpCall& c, size_t hash) {
+  Key k{c.op, c.name, c.attrs, {}, hash};
+  for (const DTensorSpec* s : c.inputs) {
+    SpecKey sk;
+    if (s != nullptr) {
+      sk.present = true;
+      sk.mesh.assign(s->mesh().shape().begin(), s->mesh().shape().end());
+      sk.placements = s->placements();
+      sk.shape = s->shape();
+      sk.dtype = s->dtype();
+    }
+    k.specs.push_back(std::move(sk));
+  }
+  return k;
+}
+
+struct KeyHash {
+  using is_transparent = void;
+  size_t operator()(const Key& k) const { return k.hash; }
+  size_t operator()(const CallRef& r) const { return r.hash; }
+};
+
+struct KeyEq {
+  using is_transparent = void;
+  bool operator()(const Key& a, const Key& b) const {
+    if (a.hash != b.hash || a.op != b.op || a.name != b.name || !SameAttrs(a.attrs, b.attrs) ||
+        a.specs.size() != b.specs.size()) {
+      return false;
+    }
+    for (size_t j = 0; j < a.specs.size(); ++j) {
+      const SpecKey &x = a.specs[j], &y = b.specs[j];
+      if (x.present != y.present || x.mesh != y.mesh || x.placements != y.placements ||
+          x.shape != y.shape || x.dtype != y.dtype) {
+        return false;
+      }
+    }
+    return true;
+  }
+  bool operator()(const Key& a, const CallRef& b) const {
+    return a.hash == b.hash && Matches(a, *b.call);
+  }
+  bool operator()(const CallRef& b, const Key& a) const { return (*this)(a, b); }
+};
+
+// Bounds memory when shapes keep changing (e.g. growing KV caches): the cache starts over.
+constexpr size_t kMaxEntries = 1 << 14;
+
+struct Cache {
+  absl::flat_hash_map<Key, std::shared_ptr<const Entry>, KeyHash, KeyEq> map;
+  int64_t hits = 0;
+  int64_t misses = 0;
+  std::shared_ptr<const Entry> last;
+  bool last_hit = false;
+};
+
+Cache& ThreadCache() {
+  thread_local Cache cache;
+  return cache;
+}
+
+// ---- choosing ------------------------------------------------------------------------------------
+
+struct MoveCost {
+  bool ok = false;
+  double cost_us = 0;
+  bool moves = false;
+};
+
+// The cost of moving input `spec` to `target` (see Note [Sharding propagation], step 1).
+MoveCost CostOfMove(const DTensorSpec& spec, const Placements& target) {
+  if (target == spec.placements()) return {true, 0, false};
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (target[i].is_partial() && target[i] != spec.placements()[i]) return {};
+  }
+  auto plan = CachedPlan(spec, target);
+  if (!plan.ok()) return {};
+  return {true, (*plan)->cost_us, true};
+}
+
+bool SameOption(const DimOption& a, const DimOption& b) { return a.in == b.in && a.out == b.out; }
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const Entry>> ChooseStrategy(const OpCall& call) {
+  const OpRule& rule = RuleOf(call.op);
+  if (rule.precheck != nullptr) DT_RETURN_IF_ERROR(rule.precheck(call));
+  DT_ASSIGN_OR_RETURN(OutputMetas outs, rule.infer(call));
+  const DTensorSpec& first = call.first();
+  const DeviceMesh& mesh = first.mesh();
+  const int nd = mesh.ndim();
+  const int n_in = call.num_inputs();
+  const int n_out = static_cast<int>(outs.size());
+
+  // Candidates per mesh dim, without duplicates.
+  std::vector<DimOptions> per_dim(static_cast<size_t>(nd));
+  for (int i = 0; i < nd; ++i) {
+    DimOptions all;
+    rule.candidates(call, outs, i, &all);
+    DimOptions& opts = per_dim[i];
+    for (DimOption& o : all) {
+      bool dup = false;
+      for (const DimOption& e : opts) dup = dup || SameOption(e, o);
+      if (!dup) opts.push_back(std::move(o));
+    }
+    if (mesh.Size(i) == 1) {
+      DimOptions keep;
+      for (const DimOption& o : opts) {
+        bool same = true;
+        for (int j = 0; j < n_in; ++j) {
+          if (call.inputs[j] != nullptr && o.in[j] != call.inputs[j]->placements()[i]) same = false;
+        }
+        if (same) keep.push_back(o);
+      }
+      if (!keep.empty()) opts = std::move(keep);
+    }
+  }
+
+  // Memoized per input: the cost of each distinct target.
+  std::vector<absl::flat_hash_map<Placements, MoveCost>> memo(static_cast<size_t>(n_in));
+  std::vector<absl::flat_hash_map<Placements, bool>> out_ok(static_cast<size_t>(n_out));
+  std::vector<size_t> idx(static_cast<size_t>(nd), 0);
+  std::optional<Strategy> best;
+  double best_cost = 0;
+  int best_moves = 0;
+  absl::Status last_rejection;
+  for (bool done = nd > 0 && per_dim[0].empty(); !done;) {
+    Strategy s;
+    s.inputs.resize(static_cast<size_t>(n_in));
+    s.outputs.resize(static_cast<size_t>(n_out));
+    for (int i = 0; i < nd; ++i) {
+      const DimOption& o = per_dim[i][idx[i]];
+      for (int j = 0; j < n_in; ++j) {
+        if (call.inputs[j] != nullptr) s.inputs[j].push_back(o.in[j]);
+      }
+      for (int k = 0; k < n_out; ++k) s.outputs[k].push_back(o.out[k]);
+    }
+    // Next combination (odometer over mesh dims).
+    done = true;
+    for (int i = nd - 1; i >= 0; --i) {
+      if (++idx[i] < per_dim[i].size()) {
+        done = false;
+        break;
+      }
+      idx[i] = 0;
+    }
+
+    double cost = 0;
+    int moves = 0;
+    bool ok = true;
+    for (int j = 0; ok && j < n_in; ++j) {
+      if (call.inputs[j] == nullptr) continue;
+      auto [it, inserted] = memo[j].try_emplace(s.inputs[j]);
+      if (inserted) it->second = CostOfMove(*call.inputs[j], s.inputs[j]);
+      ok = it->second.ok;
+      cost += it->second.cost_us;
+      moves += it->second.moves;
+    }
+    if (!ok) continue;
+    if (best) {
+      const double eps = 1e-9 * (1 + std::abs(best_cost));
+      if (cost > best_cost + eps) continue;
+      if (cost > best_cost - eps && moves >= best_moves) continue;
+    }
+    for (int k = 0; ok && k < n_out; ++k) {
+      auto [it, inserted] = out_ok[k].try_emplace(s.outputs[k]);
+      if (inserted) {
+        it->second = NormalizePlacements(outs[k].shape, mesh.shape(), mesh.names(), s.outputs[k]).ok();
+      }
+      ok = it->second;
+    }
+    if (!ok) continue;
+    if (rule.check != nullptr) {
+      absl::Status st = rule.check(call, outs, s);
+      if (!st.ok()) {
+        last_rejection = std::move(st);
+        continue;
+      }
+    }
+    best = std::move(s);
+    best_cost = cost;
+    best_moves = moves;
+  }
+  if (!best) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        OpName(call), ": no strategy for ", DescribeInputs(call),
+        last_rejection.ok() ? "" : absl::StrCat(" (", last_rejection.message(), ")")));
+  }
+  auto e = std::make_shared<Entry>();
+  e->rule = &rule;
+  e->name = OpName(call);
+  e->outs = std::move(outs);
+  e->cost_us = best_cost;
+  for (int j = 0; j < n_in; ++j) {
+    const DTensorSpec* s = call.inputs[j];
+    e->moves.push_back(s != nullptr && best->inputs[j] != s->placements());
+    e->before.push_back(s != nullptr ? s->placements() : Placements());
+  }
+  e->strategy = *std::move(best);
+  return std::shared_ptr<const Entry>(std::move(e));
+}
+
+absl::Status Prepare(const OpCall& call, absl::Span<const DTensor* const> inputs, Prepared* p) {
+  p->call_ = &call;
+  p->inputs_.assign(inputs.begin(), inputs.end());
+  int first = -1;
+  for (int j = 0; j < static_cast<int>(inputs.size()); ++j) {
+    const DTensor* x = inputs[j];
+    if (x == nullptr) continue;
+    if (first < 0) {
+      first = j;
+      p->mesh_ = x;
+    } else if (!(x->mesh() == p->mesh_->mesh())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          OpName(call), ": ", InputName(call, first), " ", p->mesh_->spec().ToString(), " and ",
+          InputName(call, j), " ", x->spec().ToString(), ": inputs are on different meshes"));
+    }
+  }
+  DT_CHECK(p->mesh_ != nullptr, "op without inputs");
+
+  Cache& cache = ThreadCache();
+  const size_t hash = HashCall(call);
+  auto it = cache.map.find(CallRef{&call, hash});
+  if (it != cache.map.end()) {
+    p->entry_ = it->second;
+    ++cache.hits;
+    cache.last_hit = true;
+  } else {
+    DT_ASSIGN_OR_RETURN(p->entry_, ChooseStrategy(call));
+    if (cache.map.size() >= kMaxEntries) cache.map.clear();
+    cache.map.emplace(MakeKey(call, hash), p->entry_);
+    ++cache.misses;
+    cache.last_hit = false;
+  }
+  cache.last = p->entry_;
+
+  const auto& coord = p->mesh_->mesh().Coordinate();
+  if (!coord) return absl::OkStatus();  // outside the mesh: nothing to move, nothing to run
+  p->coord_ = &*coord;
+  const Entry& e = *p->entry_;
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    if (!e.moves[j]) continue;
+    if (p->moved_.size() < inputs.size()) p->moved_.resize(inputs.size());
+    DT_ASSIGN_OR_RETURN(p->moved_[j], inputs[j]->Redistribute(e.strategy.inputs[j]));
+    p->inputs_[j] = &p->moved_[j];
+  }
+  return absl::OkStatus();
+}
+
+Shape Prepared::OutLocalShape(int k) const {
+  return ShardShape(entry_->outs[k].shape, mesh().shape(), entry_->strategy.outputs[k], coord());
+}
+
+bool Prepared::Counts(int j, int k) const {
+  const Placements& pl = entry_->strategy.outputs[k];
+  for (size_t i = 0; i < pl.size(); ++i) {
+    if (!pl[i].is_partial() || pl[i].reduce_op() != ReduceOp::kSum || coord()[i] == 0) continue;
+    if (j < 0 || !spec(j).placements()[i].is_partial()) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<std::vector<DTensor>> Prepared::Wrap(LocalOutputs locals) const {
+  std::vector<DTensor> out;
+  out.reserve(locals.size());
+  for (size_t k = 0; k < locals.size(); ++k) {
+    const OutputMeta& m = entry_->outs[k];
+#ifndef NDEBUG
+    DT_CHECK(locals[k].shape() == OutLocalShape(static_cast<int>(k)), entry_->name,
+             ": local output ", k, " ", ShapeToString(locals[k].shape()), " vs ",
+             ShapeToString(OutLocalShape(static_cast<int>(k))));
+#endif
+    out.emplace_back(DTensorSpec::FromValidated(mesh(), entry_->strategy.outputs[k], m.shape,
+                                                m.dtype),
+                     std::move(locals[k]));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<DTensor>> Prepared::Empty() const {
+  LocalOutputs locals;
+  for (const OutputMeta& m : entry_->outs) {
+    DT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({0}, m.dtype, mesh_->ToLocal().device()));
+    locals.push_back(std::move(t));
+  }
+  std::vector<DTensor> out;
+  for (size_t k = 0; k < locals.size(); ++k) {
+    const OutputMeta& m = entry_->outs[k];
+    out.emplace_back(DTensorSpec::FromValidated(mesh(), entry_->strategy.outputs[k], m.shape,
+                                                m.dtype),
+                     std::move(locals[k]));
+  }
+  return out;
+}
+
+// ---- introspection (dtensor_ops.h) ---------------------------------------------------------------
+
+int Decision::num_redistributed() const {
+  int n = 0;
+  for (size_t j = 0; j < inputs_before.size(); ++j) n += inputs_before[j] != inputs_after[j];
+  return n;
+}
+
+std::string Decision::ToString() const {
+  auto list = [](const std::vector<Placements>& v) {
+    std::vector<std::string> parts;
+    for (const Placements& p : v) parts.push_back(p.empty() ? "-" : PlacementsToString(p));
+    return absl::StrJoin(parts, " ");
+  };
+  return absl::StrCat(op, ": ", list(inputs_before), " -> ", list(inputs_after), " => ",
+                      list(outputs), ", cost ", cost_us, " us, ",
+                      cache_hit ? "cache hit" : "cache miss");
+}
+
+Decision LastDecision() {
+  const Cache& cache = ThreadCache();
+  Decision d;
+  if (cache.last == nullptr) return d;
+  const Entry& e = *cache.last;
+  d.op = e.name;
+  d.inputs_before = e.before;
+  d.inputs_after.assign(e.strategy.inputs.begin(), e.strategy.inputs.end());
+  d.outputs.assign(e.strategy.outputs.begin(), e.strategy.outputs.end());
+  d.cost_us = e.cost_us;
+  d.cache_hit = cache.last_hit;
+  return d;
+}
+
+DispatchCacheStats GetDispatchCacheStats() {
+  const Cache& cache = ThreadCache();
+  return {cache.hits, cache.misses, static_cast<int64_t>(cache.map.size())};
+}
+
+void ClearDispatchCache() {
+  Cache& cache = ThreadCache();
+  cache.map.clear();
+  cache.hits = 0;
+  cache.misses = 0;
+  cache.last = nullptr;
+}
+
+}  // namespace dt::dops

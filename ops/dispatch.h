@@ -1,0 +1,83 @@
+#pragma once
+// The dispatcher behind ops/dtensor_ops.h: picks a strategy for an op call (cached per thread),
+// redistributes the inputs that need it and wraps the local results. See Note [Sharding
+// propagation] in dispatch.cc.
+//
+//   OpCall call{OpId::kBinary, {&a.spec(), &b.spec()}, {{int64_t(op)}, {}}};
+//   Prepared p;
+//   DT_RETURN_IF_ERROR(Prepare(call, {&a, &b}, &p));
+//   if (!p.member()) return p.Empty();                 // ranks outside the mesh
+//   DT_ASSIGN_OR_RETURN(Tensor y, ops::Binary(op, p.local(0), p.local(1)));
+//   return p.Wrap({y});
+
+#include <memory>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/tensor.h"
+#include "dtensor/dtensor.h"
+#include "ops/rules.h"
+#include "ops/strategy.h"
+
+namespace dt::dops {
+
+// A cached decision: the chosen strategy and what running it needs.
+struct Entry {
+  const OpRule* rule = nullptr;
+  const char* name = nullptr;  // OpName of the call
+  Strategy strategy;
+  absl::InlinedVector<bool, 4> moves;  // input j must be redistributed
+  OutputMetas outs;
+  double cost_us = 0;
+  std::vector<Placements> before;  // the inputs' placements (for Decision)
+};
+
+using LocalOutputs = absl::InlinedVector<Tensor, 2>;
+
+// One call in flight: the decision and the inputs in the strategy's placements.
+class Prepared {
+ public:
+  bool member() const { return coord_ != nullptr; }
+  const Entry& entry() const { return *entry_; }
+  const OpCall& call() const { return *call_; }
+  // Input j in the strategy's placements (undefined DTensor for an absent optional input).
+  const DTensor& input(int j) const { return *inputs_[j]; }
+  bool has(int j) const { return inputs_[j] != nullptr && inputs_[j]->defined(); }
+  const Tensor& local(int j) const { return inputs_[j]->ToLocal(); }
+  const DTensorSpec& spec(int j) const { return inputs_[j]->spec(); }
+  const Placements& out_placements(int k) const { return entry_->strategy.outputs[k]; }
+  const std::vector<int64_t>& coord() const { return *coord_; }
+  const DeviceMesh& mesh() const { return mesh_->mesh(); }
+  // This rank's piece of output k (its shape).
+  Shape OutLocalShape(int k) const;
+  // Whether input j's piece (j = -1: a scalar or other replicated constant) enters this rank's term
+  // of output k: always, except where output k is Partial(sum) on a mesh dim on which input j is not
+  // Partial and this rank's coordinate is not 0. See Note [Adding a replicated term to a Partial].
+  bool Counts(int j, int k) const;
+
+  // The output DTensors from this rank's pieces.
+  absl::StatusOr<std::vector<DTensor>> Wrap(LocalOutputs locals) const;
+  // Outputs for a rank outside the mesh: the right specs, empty pieces.
+  absl::StatusOr<std::vector<DTensor>> Empty() const;
+
+ private:
+  friend absl::Status Prepare(const OpCall& call, absl::Span<const DTensor* const> inputs,
+                              Prepared* p);
+  const OpCall* call_ = nullptr;
+  std::shared_ptr<const Entry> entry_;
+  absl::InlinedVector<DTensor, 4> moved_;
+  absl::InlinedVector<const DTensor*, 4> inputs_;
+  const DTensor* mesh_ = nullptr;  // the first present input
+  const std::vector<int64_t>* coord_ = nullptr;
+};
+
+// Chooses (or finds) the strategy for `call` and redistributes `inputs` (nullptr or undefined for
+// an absent optional input; call.inputs are their specs) to it. Collective over the mesh.
+absl::Status Prepare(const OpCall& call, absl::Span<const DTensor* const> inputs, Prepared* p);
+
+// The strategy choice itself (no cache, no communication): exposed for tests and tools.
+absl::StatusOr<std::shared_ptr<const Entry>> ChooseStrategy(const OpCall& call);
+
+}  // namespace dt::dops

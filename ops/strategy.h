@@ -1,0 +1,117 @@
+#pragma once
+// Internal vocabulary of the sharding rules (ops/rules.h) and the dispatcher (ops/dispatch.h): an
+// op call as the rules see it, per-mesh-dim candidate placements, and whole-mesh strategies.
+//
+// A rule never sees local tensors: it works on global specs and attributes only, so strategy
+// choice is the same on every rank and can be cached (See Note [Sharding propagation]).
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "dtensor/placement.h"
+#include "dtensor/spec.h"
+
+namespace dt::dops {
+
+// Every op with its own rule. Transpose is a Permute, Flatten and Reshape are a View, Chunk is a
+// Split and the tensor-scalar forms of Add/Sub/Mul/Div are kBinaryScalar.
+enum class OpId : uint8_t {
+  kMatmul,
+  kLinear,
+  kBinary,
+  kBinaryScalar,
+  kUnary,
+  kCast,
+  kReduce,
+  kSoftmax,
+  kRmsNorm,
+  kLayerNorm,
+  kRotary,
+  kAttention,
+  kEmbedding,
+  kView,
+  kPermute,
+  kUnsqueeze,
+  kSqueeze,
+  kCat,
+  kSplit,
+  kTopK,
+};
+
+// Non-tensor arguments. Everything that can change the result is here (scalars included: PyTorch
+// #147180), because the strategy cache keys on it. Doubles compare bitwise.
+struct Attrs {
+  absl::InlinedVector<int64_t, 8> ints;
+  absl::InlinedVector<double, 2> reals;
+};
+
+// One op application: the inputs' global specs (nullptr for an absent optional input) and attrs.
+struct OpCall {
+  OpId op;
+  absl::InlinedVector<const DTensorSpec*, 4> inputs;
+  Attrs attrs;
+  const char* name = nullptr;  // the public name ("Add", "Transpose"); the rule's name when null
+
+  int num_inputs() const { return static_cast<int>(inputs.size()); }
+  const DTensorSpec& first() const;  // the first present input
+};
+
+struct OutputMeta {
+  Shape shape;
+  DType dtype = DType::kF32;
+};
+using OutputMetas = absl::InlinedVector<OutputMeta, 2>;
+
+// A candidate for one mesh dim: the placement of every input (R for an absent one) and output.
+struct DimOption {
+  absl::InlinedVector<Placement, 4> in;
+  absl::InlinedVector<Placement, 2> out;
+};
+using DimOptions = std::vector<DimOption>;
+
+// A candidate for the whole mesh: placement lists per input (empty for an absent one) and output.
+struct Strategy {
+  absl::InlinedVector<Placements, 4> inputs;
+  absl::InlinedVector<Placements, 2> outputs;
+};
+
+// ---- helpers shared by the rules -----------------------------------------------------------------
+
+// All-Replicate for `n_in` inputs and `n_out` outputs.
+DimOption ReplicateOption(int n_in, int n_out);
+// The Partial op input `j` carries on mesh dim `i`, if any.
+std::optional<ReduceOp> PartialOf(const OpCall& call, int j, int i);
+bool IsSumLike(ReduceOp op);  // sum or avg: the reductions linear ops commute with
+
+// Labels describe the einsum-like ops: every dim of every input and output gets a label (or -1:
+// never sharded). Dims with one label have one size. Per mesh dim, AddShardOptions adds for each
+// label the option "shard it everywhere it occurs": inputs without the label stay R, outputs with it
+// are sharded, outputs without it get the label's reduction (kSum -> P(sum), kMax -> P(max)).
+// kMasked is kSum for the masked lookup of a vocab-sharded table (contiguous shards only).
+// Shard kinds: plain Shard, plus every interleaved shard _S(...) an input carries on that mesh dim
+// for that label (so packed weights stay packed), except for kMasked.
+enum class LabelKind : uint8_t { kFree, kSum, kMax, kMasked };
+struct LabelMap {
+  absl::InlinedVector<absl::InlinedVector<int, 6>, 4> in;   // per input (empty for absent)
+  absl::InlinedVector<absl::InlinedVector<int, 6>, 2> out;  // per output
+  absl::InlinedVector<LabelKind, 8> kinds;                   // per label
+
+  int AddLabel(LabelKind kind) {
+    kinds.push_back(kind);
+    return static_cast<int>(kinds.size()) - 1;
+  }
+};
+void AddShardOptions(const OpCall& call, const LabelMap& labels, int mesh_dim, DimOptions* options);
+
+// Identity labels for an op whose output has the shape of input 0 and whose other inputs broadcast
+// to it (numpy rules: aligned from the right; a size-1 dim broadcast to a larger one is -1).
+// Dims listed in `whole` (of the output) are -1 everywhere.
+LabelMap BroadcastLabels(const OpCall& call, IntSpan out_shape, int n_out,
+                         absl::Span<const int> whole = {});
+
+}  // namespace dt::dops
