@@ -606,9 +606,8 @@ struct PlanKey {
   }
 };
 
-struct CacheEntry {
-  std::shared_ptr<const Plan> plan;
-};
+// See Note [Plan cache].
+std::atomic<uint64_t> g_cache_generation{1};
 
 class PlanCache {
  public:
@@ -616,6 +615,7 @@ class PlanCache {
     static PlanCache* cache = new PlanCache();
     return *cache;
   }
+  void CountHit() { hits_.fetch_add(1, std::memory_order_relaxed); }
   std::shared_ptr<const Plan> Find(const PlanKey& key) {
     absl::ReaderMutexLock lock(&mu_);
     auto it = map_.find(key);
@@ -634,6 +634,7 @@ class PlanCache {
   }
   void Clear() {
     absl::MutexLock lock(&mu_);
+    g_cache_generation.fetch_add(1, std::memory_order_acq_rel);
     map_.clear();
     hits_ = 0;
     misses_ = 0;
@@ -647,10 +648,49 @@ class PlanCache {
 
 }  // namespace
 
+namespace {
+
+// Note [Plan cache]
+// The process-wide table is guarded by a reader-writer lock. In front of it each thread keeps its
+// last few plans, compared field by field without building a key, hashing or locking, so the common
+// case (a model redistributing the same few layouts every step) costs a handful of comparisons.
+// ClearPlanCache() bumps a generation that invalidates every thread's entries.
+
+struct LocalEntry {
+  uint64_t generation = 0;
+  PlanKey key;
+  std::shared_ptr<const Plan> plan;
+};
+constexpr int kLocalEntries = 8;
+
+bool Matches(const PlanKey& k, const DTensorSpec& src, absl::Span<const Placement> dst,
+             const PlannerOptions& o) {
+  const std::vector<int64_t>& mesh = src.mesh().shape();
+  return k.dtype == src.dtype() && k.strategy == o.strategy && k.merge == o.merge &&
+         k.cost[0] == o.cost.latency_us && k.cost[1] == o.cost.hop_us &&
+         k.cost[2] == o.cost.link_bytes_per_us && k.cost[3] == o.cost.copy_bytes_per_us &&
+         k.shape == src.shape() && k.src == src.placements() &&
+         std::equal(k.mesh.begin(), k.mesh.end(), mesh.begin(), mesh.end()) &&
+         std::equal(k.dst.begin(), k.dst.end(), dst.begin(), dst.end());
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<const Plan>> CachedPlan(const DTensorSpec& src,
                                                        absl::Span<const Placement> dst_placements,
                                                        const PlannerOptions& options,
                                                        Placements* dst_out) {
+  thread_local LocalEntry local[kLocalEntries];
+  thread_local int next_local = 0;
+  const uint64_t generation = g_cache_generation.load(std::memory_order_acquire);
+  PlanCache& cache = PlanCache::Get();
+  for (const LocalEntry& e : local) {
+    if (e.generation == generation && Matches(e.key, src, dst_placements, options)) {
+      cache.CountHit();
+      if (dst_out) *dst_out = e.plan->dst;
+      return e.plan;
+    }
+  }
   PlanKey key{Shape(src.mesh().shape().begin(), src.mesh().shape().end()),
               src.shape(),
               src.dtype(),
@@ -660,17 +700,18 @@ absl::StatusOr<std::shared_ptr<const Plan>> CachedPlan(const DTensorSpec& src,
               options.merge,
               {options.cost.latency_us, options.cost.hop_us, options.cost.link_bytes_per_us,
                options.cost.copy_bytes_per_us}};
-  PlanCache& cache = PlanCache::Get();
-  if (std::shared_ptr<const Plan> plan = cache.Find(key)) {
-    if (dst_out) *dst_out = plan->dst;
-    return plan;
+  std::shared_ptr<const Plan> plan = cache.Find(key);
+  if (!plan) {
+    DT_ASSIGN_OR_RETURN(DTensorSpec dst, src.WithPlacements(dst_placements));
+    DT_ASSIGN_OR_RETURN(Plan planned, PlanRedistribute(src, dst, options));
+    plan = std::make_shared<const Plan>(std::move(planned));
+    cache.Insert(key, plan);
   }
-  DT_ASSIGN_OR_RETURN(DTensorSpec dst, src.WithPlacements(dst_placements));
-  DT_ASSIGN_OR_RETURN(Plan plan, PlanRedistribute(src, dst, options));
-  auto shared = std::make_shared<const Plan>(std::move(plan));
-  if (dst_out) *dst_out = shared->dst;
-  cache.Insert(std::move(key), shared);
-  return shared;
+  LocalEntry& slot = local[next_local];
+  next_local = (next_local + 1) % kLocalEntries;
+  slot = {generation, std::move(key), plan};
+  if (dst_out) *dst_out = plan->dst;
+  return plan;
 }
 
 PlanCacheStats GetPlanCacheStats() { return PlanCache::Get().Stats(); }
