@@ -41,10 +41,10 @@
 #include "gloo/common/error.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/prefix_store.h"
-#include "gloo/rendezvous/store.h"
 #include "gloo/transport/tcp/device.h"
 #include "mesh/backends.h"
 #include "mesh/collective.h"
+#include "mesh/gloo_store.h"
 #include "mesh/reduce.h"
 #include "mesh/tcp_store.h"
 #include "mesh/work.h"
@@ -57,31 +57,6 @@ constexpr uint64_t kRingSlotPrefix = 0x41;
 constexpr uint64_t kP2PSlotPrefix = 0x42;
 
 std::string RankList(const std::vector<int>& r) { return absl::StrCat("[", absl::StrJoin(r, ", "), "]"); }
-
-// gloo::rendezvous::Store over our TcpStore; gloo expects exceptions.
-class StoreAdapter final : public gloo::rendezvous::Store {
- public:
-  StoreAdapter(TcpStore& store, std::chrono::milliseconds timeout) : store_(store), timeout_(timeout) {}
-  void set(const std::string& key, const std::vector<char>& data) override {
-    Check(store_.Set(key, std::string(data.begin(), data.end())));
-  }
-  std::vector<char> get(const std::string& key) override {
-    absl::StatusOr<std::string> v = store_.WaitGet(key, timeout_);
-    Check(v.status());
-    return std::vector<char>(v->begin(), v->end());
-  }
-  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
-    Check(store_.Wait(keys, timeout));
-  }
-
- private:
-  static void Check(const absl::Status& st) {
-    if (!st.ok()) throw gloo::IoException(std::string(st.message()));
-  }
-  TcpStore& store_;
-  std::chrono::milliseconds timeout_;
-};
 
 // The same element-wise reduction for every gloo path: c = a op b.
 gloo::AllreduceOptions::Func ReduceFunc(DType dtype, ReduceOp op) {
@@ -436,7 +411,7 @@ class GlooWorld final : public World {
     try {
       auto ctx = std::make_shared<gloo::rendezvous::Context>(me, static_cast<int>(ranks.size()));
       ctx->setTimeout(timeout());
-      StoreAdapter adapter(*store_, timeout());
+      GlooStore adapter(*store_, timeout());
       gloo::rendezvous::PrefixStore prefixed(absl::StrCat("g/", gid, "/"), adapter);
       ctx->connectFullMesh(prefixed, device_);
       auto comm = std::make_shared<GlooComm>(ctx, store_, gid, ranks, me, timeout());

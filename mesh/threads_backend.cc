@@ -62,6 +62,7 @@ struct Message {
 struct Hub {
   std::map<int64_t, std::shared_ptr<Slot>> slots;                 // by collective sequence number
   std::map<std::pair<int, int>, std::deque<Message>> mailboxes;  // (src, dst) group ranks
+  std::vector<Storage> spare_scratch;  // all_reduce scratch for reuse (fresh pages cost page faults)
 };
 
 // State shared by the ranks of one RunThreads call.
@@ -220,11 +221,19 @@ class ThreadsComm final : public BackendCommunicator {
         std::string why = Judge(*slot);
         if (!why.empty()) slot->verdict = absl::InvalidArgumentError(why);
         if (why.empty() && c.kind == CollectiveKind::kAllReduce && n > 1) {
-          absl::StatusOr<Storage> scratch = Storage::Allocate(c.input.nbytes(), kCPU);
-          if (!scratch.ok()) {
-            slot->verdict = scratch.status();
+          auto& spare = hub_->spare_scratch;
+          auto fit = std::find_if(spare.begin(), spare.end(),
+                                  [&](const Storage& st) { return st.nbytes() >= c.input.nbytes(); });
+          if (fit != spare.end()) {
+            slot->scratch = std::move(*fit);
+            spare.erase(fit);
           } else {
-            slot->scratch = *std::move(scratch);
+            absl::StatusOr<Storage> scratch = Storage::Allocate(c.input.nbytes(), kCPU);
+            if (!scratch.ok()) {
+              slot->verdict = scratch.status();
+            } else {
+              slot->scratch = *std::move(scratch);
+            }
           }
         }
       }
@@ -238,7 +247,14 @@ class ThreadsComm final : public BackendCommunicator {
       status = Move(*slot, c);
     }
     std::lock_guard<std::mutex> lock(job_->mu());
-    if (++slot->departed == n) hub_->slots.erase(c.seq);
+    if (++slot->departed == n) {
+      if (slot->scratch.defined()) {
+        auto& spare = hub_->spare_scratch;
+        spare.push_back(std::move(slot->scratch));
+        if (spare.size() > 2) spare.erase(spare.begin());  // keep the two most recent
+      }
+      hub_->slots.erase(c.seq);
+    }
     return status;
   }
 

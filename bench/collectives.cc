@@ -1,0 +1,406 @@
+// bench/collectives: algorithm bandwidth of our all_gather, all_reduce, reduce_scatter and
+// all_to_all per backend, each beside the raw backend call and memcpy, measured in the same run.
+//
+//   collectives [--quick]                 all configurations: threads in-process, gloo through
+//                                         dtrun, mpi through mpirun; 2 and 4 ranks
+//   collectives --worker gloo|mpi [--quick]   one rank of one configuration (what the driver runs)
+//
+// Sizes follow nccl-tests: S is the whole buffer per rank (all_reduce's buffer, all_gather's output,
+// reduce_scatter's input, all_to_all's input); algbw = S / time, in GB/s (1e9 bytes). Per
+// repetition we time ours and then the raw call back to back (interleaved, so drift hits both), take
+// the slowest rank, then the median over repetitions.
+//   raw gloo     gloo::allreduce/allgather/alltoall with gloo::sum on a context of our own, and
+//                gloo's ReduceScatterHalvingDoubling (its only reduce_scatter) made once
+//   raw mpi      MPI_Allreduce/Allgather/Reduce_scatter_block/Alltoall on MPI_COMM_WORLD
+//   raw threads  the same shared-memory algorithm written directly against std::barrier
+//   memcpy       every rank copies S bytes at once (the memory-bandwidth ceiling)
+// Ends with one line per (backend, ranks, op, size >= 16 MiB):
+//   RESULT <op>_<backend>_<n>r_<S>MiB_overhead <ours/raw> 1.05 PASS|FAIL
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gloo/allgather.h"
+#include "gloo/allreduce.h"
+#include "gloo/alltoall.h"
+#include "gloo/math.h"
+#include "gloo/reduce_scatter.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/prefix_store.h"
+#include "gloo/transport/tcp/device.h"
+#include "mesh/gloo_store.h"
+#include "mesh/tcp_store.h"
+#include "mesh/world.h"
+
+namespace dt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+const char* const kOps[] = {"all_gather", "all_reduce", "reduce_scatter", "all_to_all"};
+
+struct Row {
+  std::string backend;
+  int n = 0;
+  std::string op;
+  int mib = 0;
+  double ours_ms = 0, raw_ms = 0, memcpy_ms = 0;
+};
+
+// The raw backend call for each op on float buffers. `scratch` may be clobbered.
+class Raw {
+ public:
+  virtual ~Raw() = default;
+  virtual void AllReduce(float* buf, int64_t count) = 0;
+  virtual void AllGather(const float* in, float* out, int64_t per_rank) = 0;
+  virtual void ReduceScatter(float* in, float* out, int64_t per_rank) = 0;
+  virtual void AllToAll(const float* in, float* out, int64_t total) = 0;
+};
+
+class MpiRaw final : public Raw {
+ public:
+  void AllReduce(float* buf, int64_t count) override {
+    MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  }
+  void AllGather(const float* in, float* out, int64_t k) override {
+    MPI_Allgather(in, static_cast<int>(k), MPI_FLOAT, out, static_cast<int>(k), MPI_FLOAT, MPI_COMM_WORLD);
+  }
+  void ReduceScatter(float* in, float* out, int64_t k) override {
+    MPI_Reduce_scatter_block(in, out, static_cast<int>(k), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  }
+  void AllToAll(const float* in, float* out, int64_t total) override {
+    int n;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    const int k = static_cast<int>(total / n);
+    MPI_Alltoall(in, k, MPI_FLOAT, out, k, MPI_FLOAT, MPI_COMM_WORLD);
+  }
+};
+
+class GlooRaw final : public Raw {
+ public:
+  GlooRaw(int rank, int n) : rank_(rank), n_(n) {
+    const char* addr = std::getenv("MASTER_ADDR");
+    const char* port = std::getenv("MASTER_PORT");
+    store_ = internal::TcpStore::Connect(addr ? addr : "127.0.0.1", port ? std::atoi(port) : 0, 1000 + rank,
+                                         std::chrono::seconds(60)).value();
+    internal::GlooStore adapter(*store_, std::chrono::seconds(60));
+    gloo::rendezvous::PrefixStore prefixed("bench/raw/", adapter);
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    attr.ai_family = AF_INET;
+    device_ = gloo::transport::tcp::CreateDevice(attr);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, n);
+    ctx->setTimeout(std::chrono::seconds(60));
+    ctx->connectFullMesh(prefixed, device_);
+    ctx_ = ctx;
+  }
+  void AllReduce(float* buf, int64_t count) override {
+    gloo::AllreduceOptions o(ctx_);
+    o.setOutput(buf, count);
+    o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    o.setTag(tag_++);
+    gloo::allreduce(o);
+  }
+  void AllGather(const float* in, float* out, int64_t k) override {
+    gloo::AllgatherOptions o(ctx_);
+    o.setInput(const_cast<float*>(in), k);
+    o.setOutput(out, k * n_);
+    o.setTag(tag_++);
+    gloo::allgather(o);
+  }
+  void ReduceScatter(float* in, float* out, int64_t k) override {
+    auto key = std::make_pair(static_cast<const void*>(in), k);
+    auto& algo = rs_[key];
+    if (!algo) {
+      algo = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
+          ctx_, std::vector<float*>{in}, static_cast<int>(k * n_), std::vector<int>(n_, static_cast<int>(k)));
+    }
+    algo->run();  // in place: block `rank` of `in` holds the result
+    std::memcpy(out, in + rank_ * k, k * sizeof(float));
+  }
+  void AllToAll(const float* in, float* out, int64_t total) override {
+    gloo::AlltoallOptions o(ctx_);
+    o.setInput(const_cast<float*>(in), total);
+    o.setOutput(out, total);
+    o.setTag(tag_++);
+    gloo::alltoall(o);
+  }
+
+ private:
+  int rank_, n_;
+  uint32_t tag_ = 1;
+  std::unique_ptr<internal::TcpStore> store_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> ctx_;
+  std::map<std::pair<const void*, int64_t>, std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>>> rs_;
+};
+
+// The threads backend's algorithm (see mesh/threads_backend.cc) written directly: pointers in a
+// shared table, std::barrier between phases.
+struct ThreadsShared {
+  explicit ThreadsShared(int n) : n(n), in(n), out(n), bar(n) {}
+  int n;
+  std::vector<const float*> in;
+  std::vector<float*> out;
+  std::vector<float> scratch;
+  std::barrier<> bar;
+};
+
+class ThreadsRaw final : public Raw {
+ public:
+  ThreadsRaw(ThreadsShared& s, int rank) : s_(s), r_(rank) {}
+  void AllReduce(float* buf, int64_t count) override {
+    Post(buf, buf);
+    if (r_ == 0 && static_cast<int64_t>(s_.scratch.size()) < count) s_.scratch.resize(count);
+    s_.bar.arrive_and_wait();
+    const int64_t b = count * r_ / s_.n, e = count * (r_ + 1) / s_.n;
+    float* acc = s_.scratch.data();
+    std::memcpy(acc + b, s_.in[0] + b, (e - b) * sizeof(float));
+    for (int i = 1; i < s_.n; ++i) {
+      const float* src = s_.in[i];
+      for (int64_t j = b; j < e; ++j) acc[j] += src[j];
+    }
+    s_.bar.arrive_and_wait();
+    std::memcpy(buf, acc, count * sizeof(float));
+    s_.bar.arrive_and_wait();
+  }
+  void AllGather(const float* in, float* out, int64_t k) override {
+    Post(in, out);
+    for (int i = 0; i < s_.n; ++i) std::memcpy(out + i * k, s_.in[i], k * sizeof(float));
+    s_.bar.arrive_and_wait();
+  }
+  void ReduceScatter(float* in, float* out, int64_t k) override {
+    Post(in, out);
+    std::memcpy(out, s_.in[0] + r_ * k, k * sizeof(float));
+    for (int i = 1; i < s_.n; ++i) {
+      const float* src = s_.in[i] + r_ * k;
+      for (int64_t j = 0; j < k; ++j) out[j] += src[j];
+    }
+    s_.bar.arrive_and_wait();
+  }
+  void AllToAll(const float* in, float* out, int64_t total) override {
+    Post(in, out);
+    const int64_t k = total / s_.n;
+    for (int i = 0; i < s_.n; ++i) std::memcpy(out + i * k, s_.in[i] + r_ * k, k * sizeof(float));
+    s_.bar.arrive_and_wait();
+  }
+
+ private:
+  void Post(const float* in, float* out) {
+    s_.in[r_] = in;
+    s_.out[r_] = out;
+    s_.bar.arrive_and_wait();
+  }
+  ThreadsShared& s_;
+  int r_;
+};
+
+double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+
+// Runs every op and size on `world`; rank 0 returns the rows.
+absl::StatusOr<std::vector<Row>> Measure(World& world, Raw& raw, bool quick) {
+  DT_ASSIGN_OR_RETURN(CommPtr comm, world.WorldGroup());
+  const int n = world.size(), me = world.rank();
+  std::vector<Row> rows;
+  for (int mib : {1, 16, 64}) {
+    const int64_t count = int64_t{mib} * 1024 * 1024 / 4;  // S in floats
+    const int reps = mib == 1 ? (quick ? 20 : 100) : mib == 16 ? (quick ? 7 : 30) : (quick ? 5 : 12);
+    DT_ASSIGN_OR_RETURN(Tensor a, Tensor::Full({count}, 1.0f));
+    DT_ASSIGN_OR_RETURN(Tensor b, Tensor::Zeros({count}));
+    DT_ASSIGN_OR_RETURN(Tensor small, Tensor::Full({count / n}, 1.0f));
+    DT_ASSIGN_OR_RETURN(Tensor small_out, Tensor::Zeros({count / n}));
+    std::vector<float> ra(count, 1.0f), rb(count, 0.0f), rsmall(count / n, 1.0f);
+    for (const char* op : kOps) {
+      const std::string name = op;
+      auto ours = [&]() -> absl::Status {
+        if (name == "all_reduce") return comm->AllReduce(a, ReduceOp::kSum);
+        if (name == "all_gather") return comm->AllGather(small, b);
+        if (name == "reduce_scatter") return comm->ReduceScatter(a, small_out, ReduceOp::kSum);
+        return comm->AllToAll(a, b);
+      };
+      auto theirs = [&] {
+        if (name == "all_reduce") return raw.AllReduce(ra.data(), count);
+        if (name == "all_gather") return raw.AllGather(rsmall.data(), rb.data(), count / n);
+        if (name == "reduce_scatter") return raw.ReduceScatter(ra.data(), rsmall.data(), count / n);
+        return raw.AllToAll(ra.data(), rb.data(), count);
+      };
+      // A reduction keeps summing into its buffer; reset the values now and then.
+      DT_RETURN_IF_ERROR(ours());
+      theirs();
+      std::vector<float> t_ours, t_raw, t_copy;
+      for (int i = 0; i < reps; ++i) {
+        DT_RETURN_IF_ERROR(comm->Barrier());
+        auto t0 = Clock::now();
+        DT_RETURN_IF_ERROR(ours());
+        auto t1 = Clock::now();
+        DT_RETURN_IF_ERROR(comm->Barrier());
+        auto t2 = Clock::now();
+        theirs();
+        auto t3 = Clock::now();
+        DT_RETURN_IF_ERROR(comm->Barrier());
+        auto t4 = Clock::now();
+        std::memcpy(rb.data(), ra.data(), count * sizeof(float));
+        auto t5 = Clock::now();
+        t_ours.push_back(static_cast<float>(Ms(t0, t1)));
+        t_raw.push_back(static_cast<float>(Ms(t2, t3)));
+        t_copy.push_back(static_cast<float>(Ms(t4, t5)));
+        if (i % 4 == 3) {
+          DT_RETURN_IF_ERROR(a.Fill(1.0));
+          std::fill(ra.begin(), ra.end(), 1.0f);
+        }
+      }
+      // The slowest rank per repetition, then the median.
+      std::vector<float> all(t_ours);
+      all.insert(all.end(), t_raw.begin(), t_raw.end());
+      all.insert(all.end(), t_copy.begin(), t_copy.end());
+      DT_ASSIGN_OR_RETURN(Tensor times, Tensor::FromVector<float>({static_cast<int64_t>(all.size())}, all));
+      DT_RETURN_IF_ERROR(comm->AllReduce(times, ReduceOp::kMax));
+      std::vector<float> slow = times.ToVector<float>();
+      auto median = [&](int k) {
+        std::vector<float> v(slow.begin() + k * reps, slow.begin() + (k + 1) * reps);
+        std::nth_element(v.begin(), v.begin() + reps / 2, v.end());
+        return static_cast<double>(v[reps / 2]);
+      };
+      if (me == 0) rows.push_back(Row{std::string(world.backend()), n, name, mib, median(0), median(1), median(2)});
+    }
+  }
+  return rows;
+}
+
+void PrintRows(const std::vector<Row>& rows) {
+  for (const Row& r : rows) {
+    std::printf("ROW %s %d %s %d %.4f %.4f %.4f\n", r.backend.c_str(), r.n, r.op.c_str(), r.mib, r.ours_ms, r.raw_ms,
+                r.memcpy_ms);
+  }
+  std::fflush(stdout);
+}
+
+int Worker(bool quick) {
+  absl::StatusOr<std::shared_ptr<World>> w = World::FromEnv();
+  if (!w.ok()) {
+    std::fprintf(stderr, "collectives: %s\n", std::string(w.status().message()).c_str());
+    return 1;
+  }
+  std::unique_ptr<Raw> raw;
+  if ((*w)->backend() == "mpi") {
+    raw = std::make_unique<MpiRaw>();
+  } else {
+    raw = std::make_unique<GlooRaw>((*w)->rank(), (*w)->size());
+  }
+  absl::StatusOr<std::vector<Row>> rows = Measure(**w, *raw, quick);
+  if (!rows.ok()) {
+    std::fprintf(stderr, "collectives: %s\n", std::string(rows.status().message()).c_str());
+    return 1;
+  }
+  PrintRows(*rows);
+  return 0;
+}
+
+std::vector<Row> RunThreads(int n, bool quick) {
+  ThreadsShared shared(n);
+  std::vector<Row> rows;
+  absl::Status st = World::RunThreads(n, [&](World& w) -> absl::Status {
+    ThreadsRaw raw(shared, w.rank());
+    DT_ASSIGN_OR_RETURN(std::vector<Row> mine, Measure(w, raw, quick));
+    if (w.rank() == 0) rows = std::move(mine);
+    return absl::OkStatus();
+  });
+  if (!st.ok()) std::fprintf(stderr, "threads n=%d: %s\n", n, std::string(st.message()).c_str());
+  return rows;
+}
+
+std::vector<Row> Spawn(const std::string& command) {
+  std::vector<Row> rows;
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return rows;
+  char line[1024];
+  while (std::fgets(line, sizeof(line), p) != nullptr) {
+    const char* at = std::strstr(line, "ROW ");
+    if (at == nullptr) {
+      if (std::strstr(line, "rror") != nullptr) std::fputs(line, stderr);
+      continue;
+    }
+    std::vector<std::string> f = absl::StrSplit(absl::StripTrailingAsciiWhitespace(at), ' ');
+    if (f.size() != 8) continue;
+    rows.push_back(Row{f[1], std::stoi(f[2]), f[3], std::stoi(f[4]), std::stod(f[5]), std::stod(f[6]), std::stod(f[7])});
+  }
+  const int status = ::pclose(p);
+  if (status != 0) std::fprintf(stderr, "collectives: '%s' exited with %d\n", command.c_str(), status);
+  return rows;
+}
+
+std::string SelfDir() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string path(buf, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/'));
+}
+
+int Driver(bool quick) {
+  const std::string dir = SelfDir();
+  const std::string self = dir + "/collectives";
+  const std::string q = quick ? " --quick" : "";
+  std::vector<Row> rows;
+  for (int n : {2, 4}) {
+    for (Row& r : RunThreads(n, quick)) rows.push_back(r);
+    for (Row& r : Spawn("DT_BACKEND=gloo " + dir + "/dtrun --nproc-per-node " + std::to_string(n) + " " + self +
+                        " --worker gloo" + q)) {
+      rows.push_back(r);
+    }
+    for (Row& r : Spawn(std::string("DT_BACKEND=mpi ") + DT_MPIEXEC + " --allow-run-as-root --oversubscribe -np " +
+                        std::to_string(n) + " " + self + " --worker mpi" + q)) {
+      rows.push_back(r);
+    }
+  }
+  std::printf("%-8s %2s %-15s %5s %10s %10s %7s %10s %10s %10s\n", "backend", "n", "op", "MiB", "ours ms",
+              "raw ms", "ratio", "ours GB/s", "raw GB/s", "memcpy GB/s");
+  for (const Row& r : rows) {
+    const double bytes = r.mib * 1048576.0;
+    std::printf("%-8s %2d %-15s %5d %10.3f %10.3f %7.3f %10.2f %10.2f %10.2f\n", r.backend.c_str(), r.n,
+                r.op.c_str(), r.mib, r.ours_ms, r.raw_ms, r.ours_ms / r.raw_ms, bytes / r.ours_ms / 1e6,
+                bytes / r.raw_ms / 1e6, bytes / r.memcpy_ms / 1e6);
+  }
+  int expected = 3 * 2 * 4 * 3;
+  if (static_cast<int>(rows.size()) != expected) {
+    std::printf("RESULT configurations_measured %zu %d FAIL\n", rows.size(), expected);
+  }
+  for (const Row& r : rows) {
+    if (r.mib < 16) continue;
+    const double ratio = r.ours_ms / r.raw_ms;
+    std::printf("RESULT %s_%s_%dr_%dMiB_overhead %.3f 1.05 %s\n", r.op.c_str(), r.backend.c_str(), r.n, r.mib, ratio,
+                ratio <= 1.05 ? "PASS" : "FAIL");
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dt
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  std::string worker;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--worker" && i + 1 < argc) {
+      worker = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: collectives [--quick] [--worker gloo|mpi]\n");
+      return 2;
+    }
+  }
+  return worker.empty() ? dt::Driver(quick) : dt::Worker(quick);
+}
