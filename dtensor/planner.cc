@@ -46,8 +46,9 @@ namespace dt {
 // Merging. Consecutive collectives of one kind become one collective on the flattened group of
 // their mesh dims (row-major over the dims, ascending) when that gives the same layout:
 //   all_reduce      any dims; ops equal, or sum mixed with avg (sum, then divide by the avg dims)
-//   all_gather      S(d) -> R on dims that are all the innermost splits of d, and every logical
-//                   size of d divisible by the group size (nested torch.chunk == flat chunk then)
+//   all_gather      S(d) -> R on dims that are all the innermost splits of d, when nested
+//                   torch.chunk equals one flat chunk over the group for every logical size of d
+//                   (always when the group size divides it; see NestedIsFlat)
 //   reduce_scatter  P -> S(d) likewise; no dim right of the first one may split d
 // all_to_all steps never merge (as in PyTorch). The search includes merged steps as edges, so it
 // prices them; the greedy plan is merged afterwards.
@@ -211,6 +212,29 @@ PlanStep SingleStep(const Problem& pb, const Placements& cur, int i, const Place
   return s;
 }
 
+// Whether chunking n over ks[0], then each piece over ks[1], ... (nested S(d)) gives the same pieces
+// as one torch.chunk of n over prod(ks) in row-major order. True when prod(ks) divides n (PyTorch's
+// merge condition) and in some uneven cases too (13 over 4x2: 2,2,2,2,2,2,1,0 both ways), but not
+// in general (18 over 4x2: nested 3,2,3,2,3,2,2,1, flat 3,3,3,3,3,3,0,0).
+bool NestedIsFlat(int64_t n, absl::Span<const int64_t> ks) {
+  int64_t total = 1;
+  for (int64_t k : ks) total *= k;
+  if (n % total == 0) return true;
+  std::vector<int64_t> sizes = {n};
+  for (int64_t k : ks) {
+    std::vector<int64_t> next;
+    next.reserve(sizes.size() * k);
+    for (int64_t m : sizes) {
+      for (int64_t r = 0; r < k; ++r) next.push_back(ChunkOf(m, k, r).size);
+    }
+    sizes = std::move(next);
+  }
+  for (int64_t g = 0; g < total; ++g) {
+    if (sizes[g] != ChunkOf(n, total, g).size) return false;
+  }
+  return true;
+}
+
 // A merged step over `dims` (ascending, >= 2) moving each to `tos`, or nullopt when merging is not
 // legal or does not preserve the layout. See Note [Planning].
 std::optional<PlanStep> MergedStep(const Problem& pb, const Placements& cur,
@@ -251,8 +275,10 @@ std::optional<PlanStep> MergedStep(const Problem& pb, const Placements& cur,
   }
   if (d >= 0) {
     if (ShardedRightOf(pb, cur, dims[0], d, dims)) return std::nullopt;
+    absl::InlinedVector<int64_t, 4> ks;
+    for (int i : dims) ks.push_back(pb.mesh[i]);
     for (int64_t n : PossibleShardSizes(pb.shape, pb.mesh, cur, d, dims[0])) {
-      if (n % k != 0) return std::nullopt;
+      if (!NestedIsFlat(n, ks)) return std::nullopt;
     }
   }
   PlanStep s;

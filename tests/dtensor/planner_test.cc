@@ -64,17 +64,25 @@ TEST(PlannerTest, SameSpecIsEmpty) {
 }
 
 TEST(PlannerTest, StepsCarryLogicalShapeAndBytes) {
-  // f32 [13, 2] on (4, 2): [S(0), S(0)] -> [R, R] gathers mesh dim 1 (pieces of at most 2 rows of
-  // a 4-row block), then mesh dim 0 (pieces of at most 4 rows). 13 % 8 != 0: no merging.
-  const Plan p = MakePlan({4, 2}, {13, 2}, "S(0),S(0)", "R,R");
+  // f32 [18, 2] on (4, 2): [S(0), S(0)] -> [R, R] gathers mesh dim 1 (pieces of at most 2 rows of
+  // a 5-row block), then mesh dim 0 (pieces of at most 5 rows). Nested chunking of 18 rows
+  // (3,2,3,2,3,2,2,1) is not one flat chunk over 8 ranks (3,3,3,3,3,3,0,0): no merging.
+  const Plan p = MakePlan({4, 2}, {18, 2}, "S(0),S(0)", "R,R");
   ASSERT_EQ(p.steps.size(), 2u);
   EXPECT_EQ(p.steps[0].mesh_dims[0], 1);
-  EXPECT_EQ(p.steps[0].logical_shape, (Shape{4, 2}));
-  EXPECT_EQ(p.steps[0].bytes, 1 * 2 * 2 * 4);
+  EXPECT_EQ(p.steps[0].logical_shape, (Shape{5, 2}));
+  EXPECT_EQ(p.steps[0].bytes, 1 * 3 * 2 * 4);
   EXPECT_EQ(p.steps[1].mesh_dims[0], 0);
-  EXPECT_EQ(p.steps[1].logical_shape, (Shape{13, 2}));
-  EXPECT_EQ(p.steps[1].bytes, 3 * 4 * 2 * 4);
+  EXPECT_EQ(p.steps[1].logical_shape, (Shape{18, 2}));
+  EXPECT_EQ(p.steps[1].bytes, 3 * 5 * 2 * 4);
   EXPECT_EQ(p.ToString(), "[S(0), S(0)] -all_gather(d1)-> [S(0), R] -all_gather(d0)-> [R, R]");
+  // 13 rows: nested (2,2,2,2,2,2,1,0) equals the flat chunk, so one all_gather on the flattened
+  // group does it (PyTorch merges only when 8 divides the rows).
+  const Plan q = MakePlan({4, 2}, {13, 2}, "S(0),S(0)", "R,R");
+  ASSERT_EQ(q.steps.size(), 1u);
+  EXPECT_EQ(q.steps[0].mesh_dims, (absl::InlinedVector<int, 2>{0, 1}));
+  EXPECT_EQ(q.steps[0].group_size, 8);
+  EXPECT_EQ(q.steps[0].bytes, 7 * 2 * 2 * 4);
 }
 
 // Collective counts of the upstream multi-dim cases (reference §3, #16-#22, #26-#31).
