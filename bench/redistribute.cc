@@ -15,8 +15,8 @@
 //    all_reduce; the copying lvalue form is shown too. S(0)->S(1) must transpose blocks in memory
 //    (one pack pass; PyTorch does the same with movedim+contiguous), which the raw all_to_all of a
 //    contiguous buffer does not.
-//    Freed buffers are kept by malloc (mallopt M_MMAP_THRESHOLD) in this program, as a caching
-//    allocator would, so that both columns pay for data movement rather than for page faults.
+//    Freed buffers are kept by malloc (mallopt M_MMAP_MAX 0, M_TRIM_THRESHOLD) in this program, as
+//    a caching allocator would, so that both columns pay for data movement, not for page faults.
 //
 // Ends with one line per target: RESULT <metric> <value> <target> PASS|FAIL.
 
@@ -246,8 +246,8 @@ const char* Verdict(bool ok) { return ok ? "PASS" : "FAIL"; }
 
 int Main(int argc, char** argv) {
   // Keep freed large buffers in the heap (a caching allocator), see the header comment.
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_MMAP_MAX, 0);               // large blocks come from the heap, not fresh mmaps,
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);   // and freed ones stay there for the next call
   bool quick = false, worker = false;
   std::string backends = "threads,gloo,mpi", ranks_text = "2,4", sizes_text = "16,64";
   for (int i = 1; i < argc; ++i) {

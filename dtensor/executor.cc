@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
+#include "dtensor/buffer_pool.h"
 
 namespace dt {
 
@@ -311,13 +312,13 @@ class StepRunner {
       counts[g] = RangesSize(pieces[g]) * inner;
     }
     DT_ASSIGN_OR_RETURN(Tensor x, local.Contiguous());
-    DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(group_shape_, x.dtype(), x.device()));
+    DT_ASSIGN_OR_RETURN(Tensor out, PooledEmpty(group_shape_, x.dtype(), x.device()));
     const bool direct = AllPlainShards(step_.from) && LeadingDim(d);
     Tensor buffer = out;
     if (!direct) {
       int64_t total = 0;
       for (int64_t c : counts) total += c;
-      DT_ASSIGN_OR_RETURN(buffer, Tensor::Empty({total}, x.dtype(), x.device()));
+      DT_ASSIGN_OR_RETURN(buffer, PooledEmpty({total}, x.dtype(), x.device()));
     }
     DT_ASSIGN_OR_RETURN(CommPtr comm, Comm());
     DT_ASSIGN_OR_RETURN(Tensor xf, Flat(x));
@@ -357,7 +358,7 @@ class StepRunner {
     if (direct) {
       DT_ASSIGN_OR_RETURN(buffer, local.Contiguous());
     } else {
-      DT_ASSIGN_OR_RETURN(buffer, Tensor::Empty({total}, local.dtype(), local.device()));
+      DT_ASSIGN_OR_RETURN(buffer, PooledEmpty({total}, local.dtype(), local.device()));
       const DimRanges all = FullRanges(group_shape_);
       int64_t off = 0;
       for (int64_t g = 0; g < size_; ++g) {
@@ -377,7 +378,7 @@ class StepRunner {
     }
     Shape out_shape = group_shape_;
     out_shape[d] = RangesSize(pieces[me_]);
-    DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(out_shape, wide, local.device()));
+    DT_ASSIGN_OR_RETURN(Tensor out, PooledEmpty(out_shape, wide, local.device()));
     DT_ASSIGN_OR_RETURN(CommPtr comm, Comm());
     DT_ASSIGN_OR_RETURN(Tensor in_flat, Flat(buffer));
     DT_ASSIGN_OR_RETURN(Tensor out_flat, Flat(out));
@@ -399,7 +400,8 @@ class StepRunner {
     } else if (owned && local.is_contiguous()) {
       y = local;
     } else {
-      DT_ASSIGN_OR_RETURN(y, local.Clone());
+      DT_ASSIGN_OR_RETURN(y, PooledEmpty(local.shape(), local.dtype(), local.device()));
+      DT_RETURN_IF_ERROR(y.CopyFrom(local));
     }
     DT_ASSIGN_OR_RETURN(CommPtr comm, Comm());
     DT_ASSIGN_OR_RETURN(Tensor yf, Flat(y));
@@ -439,12 +441,12 @@ class StepRunner {
       recv_total += recv_counts[g];
     }
     DT_ASSIGN_OR_RETURN(Tensor x, local.Contiguous());
-    DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(ShapeOf(out_have), x.dtype(), x.device()));
+    DT_ASSIGN_OR_RETURN(Tensor out, PooledEmpty(ShapeOf(out_have), x.dtype(), x.device()));
     const bool send_direct = OrderedSlabs(x.shape(), x_have, send_boxes);
     const bool recv_direct = OrderedSlabs(out.shape(), out_have, recv_boxes);
     Tensor send = x, recv = out;
     if (!send_direct) {
-      DT_ASSIGN_OR_RETURN(send, Tensor::Empty({send_total}, x.dtype(), x.device()));
+      DT_ASSIGN_OR_RETURN(send, PooledEmpty({send_total}, x.dtype(), x.device()));
       int64_t off = 0;
       for (int64_t g = 0; g < size_; ++g) {
         DT_ASSIGN_OR_RETURN(Tensor seg, send.Narrow(0, off, send_counts[g]));
@@ -454,7 +456,7 @@ class StepRunner {
       }
     }
     if (!recv_direct) {
-      DT_ASSIGN_OR_RETURN(recv, Tensor::Empty({recv_total}, x.dtype(), x.device()));
+      DT_ASSIGN_OR_RETURN(recv, PooledEmpty({recv_total}, x.dtype(), x.device()));
     }
     DT_ASSIGN_OR_RETURN(CommPtr comm, Comm());
     DT_ASSIGN_OR_RETURN(Tensor sf, Flat(send));
@@ -492,7 +494,7 @@ class StepRunner {
         return v.Contiguous();
       }
       const DimRanges have = With(d, piece);
-      DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(ShapeOf(have), x.dtype(), x.device()));
+      DT_ASSIGN_OR_RETURN(Tensor out, PooledEmpty(ShapeOf(have), x.dtype(), x.device()));
       DT_RETURN_IF_ERROR(CopyBox(out, have, x, FullRanges(group_shape_), have));
       return out;
     }
@@ -548,7 +550,8 @@ absl::StatusOr<Tensor> PartitionReplicated(const Tensor& x, ReduceOp op, int64_t
       return x;
     case ReduceOp::kSum:
       if (IsFloating(x.dtype())) {
-        DT_ASSIGN_OR_RETURN(Tensor y, x.Clone());
+        DT_ASSIGN_OR_RETURN(Tensor y, PooledEmpty(x.shape(), x.dtype(), x.device()));
+        DT_RETURN_IF_ERROR(y.CopyFrom(x));
         DivideInPlace(y, k);
         return y;
       }
