@@ -123,7 +123,8 @@ RC_GTEST_PROP(RedistributeProp, EveryRankMatchesDirectDistribution, ()) {
   req.shape = *rc::gen::container<Shape>(ndim, rc::gen::inRange<int64_t>(0, 11));
   req.dtype = *rc::gen::element(DType::kF32, DType::kBF16, DType::kF16, DType::kI32, DType::kI64,
                                 DType::kU8);
-  const ReduceOp op = *rc::gen::element(ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin);
+  const ReduceOp op =
+      *rc::gen::element(ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd);
   req.from = GenPlacements(req.mesh, req.shape, op, true);
   auto m = DeviceMesh::Abstract(req.mesh);
   RC_PRE(DTensorSpec::Create(*m, req.from, req.shape, req.dtype).ok());
