@@ -175,6 +175,32 @@ TEST(RedistributeTest, FusedBlockWeightGathersToCheckpointLayout) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
+TEST(RedistributeTest, UnevenMergedCollectives) {
+  // 13 rows over (4, 2): nested chunking equals one flat chunk over 8 ranks, so the two gathers
+  // (and the two reduce-scatters) run as one all_gather_v (reduce_scatter_v) on the flat group.
+  const absl::Status s = World::RunThreads(8, [](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {4, 2}));
+    DT_ASSIGN_OR_RETURN(Tensor full, Tensor::Arange(0, 26));
+    DT_ASSIGN_OR_RETURN(full, full.View({13, 2}));
+    DT_ASSIGN_OR_RETURN(DTensor x, DTensor::Distribute(full, mesh, Pl("S(0),S(0)")));
+    CommCounter c;
+    DT_ASSIGN_OR_RETURN(DTensor r, x.Redistribute(Pl("R,R")));
+    if (c.counts().ToString() != "all_gather=1") return absl::InternalError(c.counts().ToString());
+    if (!Equal(r.ToLocal(), full)) return absl::InternalError("merged all_gather");
+    DT_ASSIGN_OR_RETURN(DTensor p, DTensor::FromLocal(full, mesh, Pl("P(sum),P(sum)")));
+    CommCounter c2;
+    DT_ASSIGN_OR_RETURN(DTensor q, p.Redistribute(Pl("S(0),S(0)")));
+    if (c2.counts().ToString() != "reduce_scatter=1") return absl::InternalError(c2.counts().ToString());
+    std::vector<double> v = full.ToDoubles();
+    for (double& e : v) e *= 8;
+    DT_ASSIGN_OR_RETURN(Tensor full8, Tensor::FromDoubles({13, 2}, v));
+    DT_ASSIGN_OR_RETURN(DTensor want, DTensor::Distribute(full8, mesh, Pl("S(0),S(0)"), std::nullopt));
+    if (!Equal(q.ToLocal(), want.ToLocal())) return absl::InternalError("merged reduce_scatter");
+    return absl::OkStatus();
+  }, Quick());
+  EXPECT_TRUE(s.ok()) << s;
+}
+
 TEST(RedistributeTest, FromLocalChecks) {
   const absl::Status s = World::RunThreads(4, [](World& w) -> absl::Status {
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2, 2}, {"dp", "tp"}));
