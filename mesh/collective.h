@@ -41,6 +41,7 @@ struct Collective {
   std::vector<int64_t> counts{};       // *_v kinds (send counts for all_to_all_v)
   std::vector<int64_t> recv_counts{};  // all_to_all_v
   int64_t seq = 0;                   // per-communicator sequence number of collectives
+  bool verify = false;               // the backend checks Fingerprints first (see set_verify)
 
   DType dtype() const { return input.defined() ? input.dtype() : DType::kU8; }
   // "all_reduce #3 (f32[1024], sum)" — for error messages.
@@ -105,12 +106,20 @@ class BackendCommunicator : public Communicator {
   // the backend (where gloo aborts the process, MPI may hang and NCCL reads garbage).
   void set_verify(bool verify) { verify_ = verify; }
 
+  // For backends that verify inside Run (their worker thread, no extra hand-off): this member's
+  // encoded Fingerprint, and the check of everyone's (group-rank order, concatenated).
+  std::vector<int64_t> EncodedFingerprint(const Collective& c) const { return Fingerprint::Of(c).Encode(size()); }
+  absl::Status CheckFingerprints(const Collective& c, const std::vector<int64_t>& all) const;
+
  protected:
   // Runs a validated collective. Send/recv carry their own sequence numbers (per peer).
   virtual WorkPtr Run(Collective c) = 0;
   // Called instead of Run when this rank's arguments are invalid. The default returns `error` at
   // once; a backend that can tell its peers (threads) overrides it so they fail too.
   virtual WorkPtr RunInvalid(Collective c, absl::Status error);
+  // True when Run() honours Collective::verify itself; otherwise the base verifies synchronously
+  // (an all_gather through Run) before calling Run.
+  virtual bool VerifiesInRun() const { return false; }
 
  private:
   WorkPtr Submit(Collective c);

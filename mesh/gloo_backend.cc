@@ -17,9 +17,12 @@
 //     collective, then drop our gloo context: closing its sockets makes the peers blocked on us
 //     fail at once instead of at their timeouts, so the failure spreads through the group.
 //     The communicator stays broken afterwards (gloo pairs do not recover).
+//   - gloo writes to sockets without MSG_NOSIGNAL, so a dead peer would raise SIGPIPE: creating a
+//     gloo world sets SIGPIPE to ignored when it still has the default action.
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -147,9 +150,21 @@ class GlooComm final : public BackendCommunicator {
     return st;
   }
 
+  bool VerifiesInRun() const override { return true; }
+
   absl::Status Execute(const Collective& c) {
     DT_ASSIGN_OR_RETURN(std::shared_ptr<gloo::Context> ctx, Context(c));
     try {
+      if (c.verify) {
+        std::vector<int64_t> mine = EncodedFingerprint(c), all(mine.size() * size());
+        gloo::AllgatherOptions opts(ctx);
+        opts.setTag(static_cast<uint32_t>(c.seq));
+        opts.setTimeout(timeout());
+        opts.setInput(mine.data(), mine.size());
+        opts.setOutput(all.data(), all.size());
+        gloo::allgather(opts);
+        DT_RETURN_IF_ERROR(CheckFingerprints(c, all));
+      }
       Gloo(ctx, c);
       return absl::OkStatus();
     } catch (const std::exception& e) {
@@ -252,9 +267,12 @@ class GlooComm final : public BackendCommunicator {
   }
 
   // See Note [Gloo backend]: block (r-s-1) goes right at step s, block (r-s-2) comes from the left
-  // and is reduced with ours; after n-1 steps the block from the left is our own, fully reduced.
+  // and is reduced with ours; after n-1 steps the block from the left is our own, fully reduced
+  // (the last step receives straight into `out`). Blocks travel in segments of kRingSegment bytes,
+  // one unbound buffer each, so each segment is reduced while the next ones are still in flight.
   void RingReduceScatter(const std::shared_ptr<gloo::Context>& ctx, const Collective& c,
                          const std::vector<int64_t>& counts) {
+    constexpr int64_t kRingSegment = 1 << 20;
     const int n = size(), r = rank();
     const int64_t esz = DTypeSize(c.dtype());
     const std::vector<int64_t> off = Offsets(counts);
@@ -264,32 +282,45 @@ class GlooComm final : public BackendCommunicator {
       std::memcpy(out, in, counts[0] * esz);
       return;
     }
-    const int64_t max_count = *std::max_element(counts.begin(), counts.end());
-    std::vector<char> tmp[2] = {std::vector<char>(std::max<int64_t>(max_count * esz, 1)),
-                                std::vector<char>(std::max<int64_t>(max_count * esz, 1))};
-    auto in_buf = ctx->createUnboundBuffer(in, std::max<int64_t>(c.input.nbytes(), 1));
-    std::unique_ptr<gloo::transport::UnboundBuffer> tmp_buf[2] = {
-        ctx->createUnboundBuffer(tmp[0].data(), tmp[0].size()), ctx->createUnboundBuffer(tmp[1].data(), tmp[1].size())};
+    const int64_t block = *std::max_element(counts.begin(), counts.end()) * esz;
+    if (scratch_bytes_ < 2 * block) {  // only this worker thread touches the scratch
+      scratch_.reset(new char[2 * block]);
+      scratch_bytes_ = 2 * block;
+    }
+    char* tmp[2] = {scratch_.get(), scratch_.get() + block};
+    const int64_t seg = std::max<int64_t>(esz, kRingSegment / esz * esz);
     const int left = (r + n - 1) % n, right = (r + 1) % n;
-    const uint64_t slot = (kRingSlotPrefix << 56) | (static_cast<uint64_t>(static_cast<uint32_t>(c.seq)) << 8);
+    // Slot: prefix (8 bits) | sequence (16) | step (12) | segment (20), the same on both sides of
+    // a transfer (the sender's block sb is the receiver's block rb).
+    const uint64_t base = (kRingSlotPrefix << 56) | ((static_cast<uint64_t>(c.seq) & 0xffff) << 32);
     for (int s = 0; s < n - 1; ++s) {
       const int sb = (r - s - 1 + 2 * n) % n, rb = (r - s - 2 + 2 * n) % n;
-      const bool receiving = counts[rb] > 0, sending = counts[sb] > 0;
-      if (receiving) tmp_buf[s % 2]->recv(left, slot, 0, counts[rb] * esz);
-      if (sending) {
-        if (s == 0) {
-          in_buf->send(right, slot, off[sb] * esz, counts[sb] * esz);
-        } else {
-          tmp_buf[(s - 1) % 2]->send(right, slot, 0, counts[sb] * esz);
-        }
+      const bool last = s == n - 2;
+      char* src = s == 0 ? in + off[sb] * esz : tmp[(s - 1) % 2];
+      char* dst = last ? out : tmp[s % 2];
+      const int64_t send_bytes = counts[sb] * esz, recv_bytes = counts[rb] * esz;
+      const int64_t send_segs = (send_bytes + seg - 1) / seg, recv_segs = (recv_bytes + seg - 1) / seg;
+      const uint64_t step_slot = base | (static_cast<uint64_t>(s & 0xfff) << 20);
+      std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> recvs, sends;
+      for (int64_t j = 0; j < recv_segs; ++j) {
+        const int64_t o = j * seg, len = std::min(seg, recv_bytes - o);
+        recvs.push_back(ctx->createUnboundBuffer(dst + o, len));
+        recvs.back()->recv(left, step_slot + j);
       }
-      if (receiving && !tmp_buf[s % 2]->waitRecv(timeout())) throw gloo::IoException("ring receive aborted");
-      if (sending && !(s == 0 ? in_buf : tmp_buf[(s - 1) % 2])->waitSend(timeout())) {
-        throw gloo::IoException("ring send aborted");
+      for (int64_t j = 0; j < send_segs; ++j) {
+        const int64_t o = j * seg, len = std::min(seg, send_bytes - o);
+        sends.push_back(ctx->createUnboundBuffer(src + o, len));
+        sends.back()->send(right, step_slot + j);
       }
-      if (receiving) ReduceInto(tmp[s % 2].data(), in + off[rb] * esz, counts[rb], c.dtype(), c.op);
+      for (int64_t j = 0; j < recv_segs; ++j) {
+        if (!recvs[j]->waitRecv(timeout())) throw gloo::IoException("ring receive aborted");
+        const int64_t o = j * seg, len = std::min(seg, recv_bytes - o);
+        ReduceInto(dst + o, in + off[rb] * esz + o, len / esz, c.dtype(), c.op);
+      }
+      for (auto& b : sends) {
+        if (!b->waitSend(timeout())) throw gloo::IoException("ring send aborted");
+      }
     }
-    if (counts[r] > 0) std::memcpy(out, tmp[(n - 2) % 2].data(), counts[r] * esz);
     if (c.op == ReduceOp::kAvg) DivideInPlace(out, counts[r], c.dtype(), n);
   }
 
@@ -334,6 +365,8 @@ class GlooComm final : public BackendCommunicator {
   std::shared_ptr<TcpStore> store_;
   const std::string gid_;
   std::vector<uint64_t> send_seq_, recv_seq_;
+  std::unique_ptr<char[]> scratch_;  // reduce_scatter's two blocks, reused
+  int64_t scratch_bytes_ = 0;
   WorkQueue queue_;  // last: its worker stops before the members above go away
 };
 
@@ -433,6 +466,12 @@ class GlooWorld final : public World {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<World>> MakeGlooWorld(const LaunchInfo& info, const WorldOptions& options) {
+  // gloo writes to its sockets without MSG_NOSIGNAL: a peer that dies would kill us with SIGPIPE
+  // instead of giving an error. Ignore SIGPIPE unless the program installed a handler of its own.
+  struct sigaction old_action {};
+  if (::sigaction(SIGPIPE, nullptr, &old_action) == 0 && old_action.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
   DT_ASSIGN_OR_RETURN(Rendezvous rv, StartRendezvous(info, options.timeout, "gloo"));
   gloo::transport::tcp::attr attr;
   const char* iface = std::getenv("GLOO_SOCKET_IFNAME");

@@ -238,7 +238,19 @@ class MpiComm final : public BackendCommunicator {
     return absl::UnavailableError(absl::StrCat(ErrorPrefix(c), ": MPI: ", MpiError(rc)));
   }
 
+  bool VerifiesInRun() const override { return true; }
+
   absl::Status Execute(const Collective& c) {
+    if (c.verify) {
+      std::vector<int64_t> mine = EncodedFingerprint(c), all(mine.size() * size());
+      const int len = static_cast<int>(mine.size());
+      DT_RETURN_IF_ERROR(Check(c, MPI_Allgather(mine.data(), len, MPI_INT64_T, all.data(), len, MPI_INT64_T, comm_)));
+      DT_RETURN_IF_ERROR(CheckFingerprints(c, all));
+    }
+    return Collect(c);
+  }
+
+  absl::Status Collect(const Collective& c) {
     using K = CollectiveKind;
     const int n = size();
     const MPI_Datatype t = TypeOf(c.dtype());

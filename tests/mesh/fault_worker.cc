@@ -84,8 +84,9 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   // After a timeout a communicator may hold threads that MPI or gloo never release (and MPI must
   // not be finalised): leave at once. A healthy world shuts down normally.
-  // Rank 0 hosts the gloo store, which the others may still be asking who is missing.
-  if (me == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // Linger while the others diagnose: rank 0 hosts the gloo store, and a rank that leaves without
+  // saying goodbye to the store would be reported as dead too.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   if (mode != "mismatch") std::_Exit(0);
   return 0;
 }
