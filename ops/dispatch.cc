@@ -213,15 +213,18 @@ absl::StatusOr<std::shared_ptr<const Entry>> ChooseStrategy(const OpCall& call) 
       if (!dup) opts.push_back(std::move(o));
     }
     if (mesh.Size(i) == 1) {
+      // Every layout is the same on a mesh dim of size 1: keep the inputs as they are, with the
+      // rule's outputs when it has such a candidate, else replicated outputs.
       DimOptions keep;
-      for (const DimOption& o : opts) {
-        bool same = true;
-        for (int j = 0; j < n_in; ++j) {
-          if (call.inputs[j] != nullptr && o.in[j] != call.inputs[j]->placements()[i]) same = false;
-        }
-        if (same) keep.push_back(o);
+      DimOption as_is = ReplicateOption(n_in, n_out);
+      for (int j = 0; j < n_in; ++j) {
+        if (call.inputs[j] != nullptr) as_is.in[j] = call.inputs[j]->placements()[i];
       }
-      if (!keep.empty()) opts = std::move(keep);
+      for (const DimOption& o : opts) {
+        if (o.in == as_is.in) keep.push_back(o);
+      }
+      if (keep.empty()) keep.push_back(std::move(as_is));
+      opts = std::move(keep);
     }
   }
 

@@ -88,6 +88,15 @@ inline ReduceOp GenPartialOp(bool extremes = true) {
               extremes ? ReduceOp::kMin : ReduceOp::kAvg);
 }
 
+// Whether a placement on a mesh dim of size > 1 satisfies `pred` (size-1 mesh dims hold everything).
+template <typename Pred>
+bool AnyOn(const std::vector<int64_t>& mesh, const Placements& ps, Pred pred) {
+  for (size_t i = 0; i < ps.size(); ++i) {
+    if (mesh[i] > 1 && pred(ps[i])) return true;
+  }
+  return false;
+}
+
 inline bool HasPartial(const Placements& ps) {
   for (const Placement& p : ps) {
     if (p.is_partial()) return true;

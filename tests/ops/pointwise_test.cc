@@ -92,7 +92,8 @@ RC_GTEST_PROP(DopsPointwise, ScalarMatchesLocalAndKeepsPartial, ()) {
                                                                    true, pop, 4))};
   const Tensor want = ops::Binary(op, args[0].full, s).value();
   // Every Partial kind stays Partial, except division by zero.
-  const bool no_moves = !(op == ops::BinaryOp::kDiv && s == 0);
+  const bool no_moves = !(op == ops::BinaryOp::kDiv && s == 0) ||
+                        !AnyOn(mesh, args[0].placements, [](const Placement& p) { return p.is_partial(); });
   CheckOp(mesh, args, Single([op, s](const std::vector<DTensor>& in) {
             return Binary(op, in[0], s);
           }),
@@ -111,10 +112,11 @@ RC_GTEST_PROP(DopsPointwise, UnaryMatchesLocal, ()) {
                                    GenPlacements(mesh, static_cast<int>(shape.size()), true, pop, 3))};
   const Tensor want = ops::Unary(op, args[0].full).value();
   // Only Neg is linear; the others must reduce a Partial input first, so they move it.
-  const bool no_moves = op == ops::UnaryOp::kNeg || !HasPartial(args[0].placements);
+  const bool partial = AnyOn(mesh, args[0].placements, [](const Placement& p) { return p.is_partial(); });
+  const bool no_moves = op == ops::UnaryOp::kNeg || !partial;
   CheckOp(mesh, args, Single([op](const std::vector<DTensor>& in) { return Unary(op, in[0]); }),
           {want}, /*exact=*/false, no_moves);
-  if (op != ops::UnaryOp::kNeg && HasPartial(args[0].placements)) {
+  if (op != ops::UnaryOp::kNeg && partial) {
     // Never a silently wrong layout: the non-linear op saw reduced values (checked above), which
     // took communication.
     auto res = RunOp(mesh, args, Single([op](const std::vector<DTensor>& in) {

@@ -95,13 +95,16 @@ RC_GTEST_PROP(ChunkTest, FollowsTorchChunk, ()) {
 }
 
 TEST(ChunkTest, Golden) {
-  const Tensor x = Tensor::Arange(0, 5).value();
-  std::vector<int64_t> sizes;
-  for (const Tensor& p : Chunk(x, 4, 0).value()) sizes.push_back(p.size(0));
-  EXPECT_EQ(sizes, (std::vector<int64_t>{2, 2, 1}));
-  sizes.clear();
-  for (const Tensor& p : Chunk(Tensor::Arange(0, 1).value(), 3, 0).value()) sizes.push_back(p.size(0));
-  EXPECT_EQ(sizes, (std::vector<int64_t>{1}));
+  auto sizes = [](int64_t n, int64_t chunks) {
+    const std::vector<Tensor> pieces = Chunk(Tensor::Arange(0, n).value(), chunks, 0).value();
+    std::vector<int64_t> s;
+    for (const Tensor& p : pieces) s.push_back(p.size(0));
+    return s;
+  };
+  EXPECT_EQ(sizes(6, 3), (std::vector<int64_t>{2, 2, 2}));
+  EXPECT_EQ(sizes(5, 4), (std::vector<int64_t>{2, 2, 1}));
+  EXPECT_EQ(sizes(1, 3), (std::vector<int64_t>{1}));
+  EXPECT_EQ(sizes(0, 2), (std::vector<int64_t>{0, 0}));
 }
 
 RC_GTEST_PROP(PadTest, AgreesWithIndexArithmetic, ()) {
