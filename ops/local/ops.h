@@ -16,7 +16,7 @@
 //
 //   op                        dtypes                 notes
 //   Matmul, Linear            f32 bf16 f16           batch dims broadcast
-//   Add Sub Mul               all but bool           numpy broadcasting; integers wrap like C++
+//   Add Sub Mul               all but bool           numpy broadcasting; integers wrap (two's complement)
 //   Div                       f32 bf16 f16
 //   Neg                       all but bool
 //   Silu Gelu Exp Rsqrt Sqrt  f32 bf16 f16
@@ -92,8 +92,9 @@ absl::StatusOr<Tensor> Rsqrt(const Tensor& x);
 absl::StatusOr<Tensor> Sqrt(const Tensor& x);
 absl::StatusOr<Tensor> Unary(UnaryOp op, const Tensor& x);
 
-// x converted to `dtype` (round to nearest even into bf16/f16; float -> integer truncates toward
-// zero; anything -> bool is x != 0). Contiguous; may return x itself when nothing changes.
+// x converted to `dtype`: round to nearest even into bf16/f16; float -> integer truncates toward
+// zero (beyond the i64 range it saturates, NaN gives 0, then it wraps to the width: -1.5 -> u8 is
+// 255); anything -> bool is x != 0. Contiguous; may return x itself when nothing changes.
 absl::StatusOr<Tensor> Cast(const Tensor& x, DType dtype);
 
 // ---- reductions along one dim --------------------------------------------------------------------
