@@ -1,0 +1,175 @@
+#include "nn/attention.h"
+
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "nn/vops.h"
+
+namespace dt::nn {
+
+RotaryEmbedding::RotaryEmbedding(int64_t head_dim, double theta, ops::RotaryStyle style)
+    : Module("RotaryEmbedding"), head_dim_(head_dim), theta_(theta), style_(style) {
+  // Hugging Face: 1 / theta^(arange(0, D, 2) / D), in f32.
+  std::vector<float> inv(head_dim / 2);
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    inv[i] = 1.0f / std::pow(static_cast<float>(theta), exponent);
+  }
+  auto t = Tensor::FromVector<float>({head_dim / 2}, inv);
+  DT_CHECK_OK(t);
+  SetBuffer("inv_freq", *std::move(t));
+}
+
+std::string RotaryEmbedding::ExtraRepr() const {
+  return absl::StrCat("head_dim=", head_dim_, ", theta=", theta_,
+                      style_ == ops::RotaryStyle::kHalf ? ", half" : ", interleaved");
+}
+
+absl::StatusOr<Values> RotaryEmbedding::Forward(Values inputs) {
+  DT_ASSIGN_OR_RETURN(Value positions, SingleInput(*this, inputs));
+  if (head_dim_ <= 0 || head_dim_ % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("RotaryEmbedding '", FullName(),
+                                                   "': head_dim must be even, got ", head_dim_));
+  }
+  if (positions.dtype() != DType::kI64 && positions.dtype() != DType::kI32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RotaryEmbedding '", FullName(), "': positions must be i64 or i32, got ",
+                     positions.Describe()));
+  }
+  if (positions.is_dtensor()) {
+    for (const Placement& p : positions.dtensor().placements()) {
+      if (!p.is_replicate()) {
+        return absl::InvalidArgumentError(absl::StrCat("RotaryEmbedding '", FullName(),
+                                                       "': positions must be replicated, got ",
+                                                       positions.Describe()));
+      }
+    }
+  }
+  const Tensor& pos = positions.local();
+  const std::vector<int64_t> p = pos.ToVector<int64_t>();
+  const std::vector<float> inv = FindBuffer("inv_freq")->local().ToVector<float>();
+  const int64_t half = head_dim_ / 2;
+  std::vector<float> cos(p.size() * head_dim_), sin(p.size() * head_dim_);
+  for (size_t t = 0; t < p.size(); ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(p[t]) * inv[i];
+      const float c = std::cos(angle), s = std::sin(angle);
+      const int64_t a = style_ == ops::RotaryStyle::kHalf ? i : 2 * i;
+      const int64_t b = style_ == ops::RotaryStyle::kHalf ? i + half : 2 * i + 1;
+      cos[t * head_dim_ + a] = cos[t * head_dim_ + b] = c;
+      sin[t * head_dim_ + a] = sin[t * head_dim_ + b] = s;
+    }
+  }
+  Shape shape = pos.shape();
+  shape.push_back(head_dim_);
+  DT_ASSIGN_OR_RETURN(Tensor cos_t, Tensor::FromVector<float>(shape, cos));
+  DT_ASSIGN_OR_RETURN(Tensor sin_t, Tensor::FromVector<float>(shape, sin));
+  DT_ASSIGN_OR_RETURN(cos_t, cos_t.To(pos.device()));
+  DT_ASSIGN_OR_RETURN(sin_t, sin_t.To(pos.device()));
+  if (!positions.is_dtensor()) return Values{Value(cos_t), Value(sin_t)};
+  const DTensor& d = positions.dtensor();
+  DT_ASSIGN_OR_RETURN(DTensor cos_d, DTensor::FromLocal(cos_t, d.mesh(), d.placements()));
+  DT_ASSIGN_OR_RETURN(DTensor sin_d, DTensor::FromLocal(sin_t, d.mesh(), d.placements()));
+  return Values{Value(std::move(cos_d)), Value(std::move(sin_d))};
+}
+
+Attention::Attention(const AttentionOptions& options) : Module("Attention"), options_(options) {
+  AttentionOptions& o = options_;
+  if (o.num_kv_heads == 0) o.num_kv_heads = o.num_heads;
+  if (o.head_dim == 0 && o.num_heads > 0) o.head_dim = o.hidden_size / o.num_heads;
+  AddModule<Linear>("q_proj", o.hidden_size, o.num_heads * o.head_dim, o.bias, o.dtype);
+  AddModule<Linear>("k_proj", o.hidden_size, o.num_kv_heads * o.head_dim, o.bias, o.dtype);
+  AddModule<Linear>("v_proj", o.hidden_size, o.num_kv_heads * o.head_dim, o.bias, o.dtype);
+  AddModule<Linear>("o_proj", o.num_heads * o.head_dim, o.hidden_size, o.bias, o.dtype);
+}
+
+void Attention::ResetKVCache() {
+  cache_k_ = Value();
+  cache_v_ = Value();
+}
+
+int64_t Attention::kv_cache_length() const {
+  return cache_k_.defined() ? cache_k_.shape()[2] : 0;
+}
+
+std::string Attention::ExtraRepr() const {
+  return absl::StrCat("hidden=", options_.hidden_size, ", heads=", options_.num_heads,
+                      ", kv_heads=", options_.num_kv_heads, ", head_dim=", options_.head_dim,
+                      options_.causal ? ", causal" : "");
+}
+
+absl::Status Attention::ValidateTensorParallel(const TPValidationContext& ctx) const {
+  const int64_t tp = ctx.tp_size();
+  auto fail = [&](absl::string_view what, int64_t n, absl::string_view projection,
+                  absl::string_view consequence) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Attention '", ctx.module_name(), "': tensor parallel size ", tp, " does not divide ",
+        what, " ", n, " (", projection, " sharded): each rank would hold a fraction of ",
+        consequence));
+  };
+  if (ctx.IsSharded("q_proj.weight") && options_.num_heads % tp != 0) {
+    return fail("num_heads", options_.num_heads, "q_proj.weight", "a query head");
+  }
+  for (const char* p : {"k_proj.weight", "v_proj.weight"}) {
+    if (ctx.IsSharded(p) && options_.num_kv_heads % tp != 0) {
+      return fail("num_kv_heads", options_.num_kv_heads, p, "a KV head (transformers #48307)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Values> Attention::Forward(Values inputs) {
+  if (inputs.empty() || inputs.size() > 3 || !inputs[0].defined() || inputs[0].dim() != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Attention '", FullName(), "' takes {x [B, S, H], cos, sin}, got ", inputs.size(),
+        " inputs", inputs.empty() ? "" : absl::StrCat(" (x ", inputs[0].Describe(), ")")));
+  }
+  const Value& x = inputs[0];
+  const Value cos = inputs.size() > 1 ? inputs[1] : Value();
+  const Value sin = inputs.size() > 2 ? inputs[2] : Value();
+  if (cos.defined() != sin.defined()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Attention '", FullName(), "': give both cos and sin, or neither"));
+  }
+  const int64_t b = x.shape()[0], s = x.shape()[1], d = options_.head_dim;
+
+  // [B, S, h·D] -> [B, h, S, D]
+  auto heads = [&](const char* proj) -> absl::StatusOr<Value> {
+    DT_ASSIGN_OR_RETURN(Value y, FindChild(proj)->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(y, vops::Reshape(y, {b, s, -1, d}));
+    return vops::Transpose(y, 1, 2);
+  };
+  DT_ASSIGN_OR_RETURN(Value q, heads("q_proj"));
+  DT_ASSIGN_OR_RETURN(Value k, heads("k_proj"));
+  DT_ASSIGN_OR_RETURN(Value v, heads("v_proj"));
+  if (cos.defined()) {
+    DT_ASSIGN_OR_RETURN(Value c, vops::AsKindOf(cos, q));
+    DT_ASSIGN_OR_RETURN(Value sn, vops::AsKindOf(sin, q));
+    if (c.dim() == 3) {  // [B, S, D] -> [B, 1, S, D]
+      DT_ASSIGN_OR_RETURN(c, vops::Unsqueeze(c, 1));
+      DT_ASSIGN_OR_RETURN(sn, vops::Unsqueeze(sn, 1));
+    }
+    DT_ASSIGN_OR_RETURN(q, vops::ApplyRotary(q, c, sn, options_.rotary_style));
+    DT_ASSIGN_OR_RETURN(k, vops::ApplyRotary(k, c, sn, options_.rotary_style));
+  }
+  if (use_cache_) {
+    if (cache_k_.defined()) {
+      DT_ASSIGN_OR_RETURN(k, vops::Cat({cache_k_, k}, 2));
+      DT_ASSIGN_OR_RETURN(v, vops::Cat({cache_v_, v}, 2));
+    }
+    cache_k_ = k;
+    cache_v_ = v;
+  }
+  ops::AttentionOptions attn;
+  attn.causal = options_.causal;
+  DT_ASSIGN_OR_RETURN(Value a, vops::ScaledDotProductAttention(q, k, v, attn));
+  DT_ASSIGN_OR_RETURN(a, vops::Transpose(a, 1, 2));
+  DT_ASSIGN_OR_RETURN(a, vops::Reshape(a, {b, s, -1}));
+  DT_ASSIGN_OR_RETURN(Value y, FindChild("o_proj")->CallOne({a}));
+  return Values{std::move(y)};
+}
+
+}  // namespace dt::nn

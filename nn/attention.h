@@ -1,0 +1,87 @@
+#pragma once
+// Rotary position embeddings and multi-head attention with grouped-query heads and a KV cache.
+//
+//   RotaryEmbedding  {positions i64 [S] or [B, S]} -> {cos [..., D], sin [..., D]}
+//                    inv_freq[i] = theta^(-2i/D) (f32, a buffer); angle = position · inv_freq;
+//                    kHalf (Llama, rotate_half) repeats the D/2 angles as [a | a], kInterleaved
+//                    (Flux2 pairs) as [a0, a0, a1, a1, ...]. Positions given as a DTensor must be
+//                    replicated and give replicated DTensors.
+//   Attention        {x [B, S, H], cos, sin} -> {o_proj(SDPA(rope(q), rope(k), v)) [B, S, H]}
+//                    children q_proj [nH·D, H], k_proj / v_proj [nKV·D, H], o_proj [H, nH·D];
+//                    cos/sin may be absent (Value()) for no rotary. Heads are split with
+//                    (-1, head_dim), so the forward is the same on every rank whatever number
+//                    of heads it holds (diffusers' TP-agnostic processors).
+//
+// KV cache: EnableKVCache() keeps K and V (after rotary) and concatenates every call's keys after
+// the previous ones; with `causal`, query i of a call attends to keys j <= cache_len + i (the
+// mask is bottom-right aligned). ResetKVCache() forgets them. Under tensor parallelism the cache
+// holds this rank's heads only.
+//
+// Tensor-parallel validation (before any weight is read): when the plan shards q_proj, tp must
+// divide num_heads; when it shards k_proj or v_proj, tp must divide num_kv_heads — transformers
+// does not check the latter and fails mid-forward (#48307):
+//   "Attention 'layers.0.self_attn': tensor parallel size 8 does not divide num_kv_heads 4
+//    (k_proj.weight sharded): each rank would hold a fraction of a KV head"
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "nn/linear.h"
+#include "nn/module.h"
+#include "ops/local/ops.h"
+
+namespace dt::nn {
+
+class RotaryEmbedding : public Module {
+ public:
+  RotaryEmbedding(int64_t head_dim, double theta = 10000.0,
+                  ops::RotaryStyle style = ops::RotaryStyle::kHalf);
+  int64_t head_dim() const { return head_dim_; }
+  ops::RotaryStyle style() const { return style_; }
+  std::string ExtraRepr() const override;
+
+ protected:
+  absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  int64_t head_dim_;
+  double theta_;
+  ops::RotaryStyle style_;
+};
+
+struct AttentionOptions {
+  int64_t hidden_size = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;  // 0: num_heads (no GQA)
+  int64_t head_dim = 0;      // 0: hidden_size / num_heads
+  bool bias = false;         // q/k/v/o biases (Llama's attention_bias)
+  bool causal = true;
+  ops::RotaryStyle rotary_style = ops::RotaryStyle::kHalf;
+  DType dtype = DType::kF32;
+};
+
+class Attention : public Module {
+ public:
+  explicit Attention(const AttentionOptions& options);
+  const AttentionOptions& options() const { return options_; }  // 0 fields resolved
+
+  void EnableKVCache(bool on = true) { use_cache_ = on; }
+  void ResetKVCache();
+  // Keys held in the cache (0 when empty or disabled).
+  int64_t kv_cache_length() const;
+
+  std::string ExtraRepr() const override;
+  absl::Status ValidateTensorParallel(const TPValidationContext& ctx) const override;
+
+ protected:
+  absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  AttentionOptions options_;
+  bool use_cache_ = false;
+  Value cache_k_;  // [B, h, S_past, D]
+  Value cache_v_;
+};
+
+}  // namespace dt::nn

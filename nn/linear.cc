@@ -1,0 +1,52 @@
+#include "nn/linear.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+#include "nn/vops.h"
+
+namespace dt::nn {
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias, DType dtype)
+    : Module("Linear"), in_(in_features), out_(out_features) {
+  RegisterParameter("weight", {out_features, in_features}, dtype);
+  if (bias) RegisterParameter("bias", {out_features}, dtype);
+}
+
+std::string Linear::ExtraRepr() const {
+  std::string s = absl::StrCat("in=", in_, ", out=", out_, ", bias=", has_bias() ? "true" : "false");
+  if (!packed_col_blocks_.empty()) {
+    absl::StrAppend(&s, ", packed_col_blocks=[", absl::StrJoin(packed_col_blocks_, ", "), "]");
+  }
+  if (!packed_row_blocks_.empty()) {
+    absl::StrAppend(&s, ", packed_row_blocks=[", absl::StrJoin(packed_row_blocks_, ", "), "]");
+  }
+  return s;
+}
+
+absl::StatusOr<Values> Linear::Forward(Values inputs) {
+  DT_ASSIGN_OR_RETURN(Value x, SingleInput(*this, inputs));
+  DT_ASSIGN_OR_RETURN(Value w, ParamValue("weight"));
+  Value b;
+  if (has_bias()) {
+    DT_ASSIGN_OR_RETURN(b, ParamValue("bias"));
+  }
+  DT_ASSIGN_OR_RETURN(Value y, vops::Linear(x, w, b));
+  return Values{std::move(y)};
+}
+
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, DType dtype)
+    : Module("Embedding"), num_(num_embeddings), dim_(embedding_dim) {
+  RegisterParameter("weight", {num_embeddings, embedding_dim}, dtype);
+}
+
+std::string Embedding::ExtraRepr() const { return absl::StrCat(num_, ", ", dim_); }
+
+absl::StatusOr<Values> Embedding::Forward(Values inputs) {
+  DT_ASSIGN_OR_RETURN(Value ids, SingleInput(*this, inputs));
+  DT_ASSIGN_OR_RETURN(Value w, ParamValue("weight"));
+  DT_ASSIGN_OR_RETURN(Value y, vops::Embedding(w, ids));
+  return Values{std::move(y)};
+}
+
+}  // namespace dt::nn

@@ -1,0 +1,67 @@
+#pragma once
+// Linear and Embedding: the two layers tensor-parallel styles shard.
+//
+//   layer       parameters                    forward (inputs -> outputs)
+//   Linear      weight [out, in], bias [out]  {x [..., in]} -> {x·weightᵀ + bias [..., out]}
+//   Embedding   weight [vocab, dim]           {ids [...] (i64/i32)} -> {rows [..., dim]}
+//
+// A Linear that packs several logical projections along one dim (a fused gate|up, Flux2's
+// q|k|v|gate|up) records their sizes as diffusers does (`_tp_packed_col_blocks`,
+// `_tp_packed_row_blocks`): packed_colwise / packed_rowwise read them when the plan gives no
+// blocks, so the model states its layout once and the plan stays a list of names.
+//
+//   Linear fused(64, 2 * 96);  fused.set_packed_col_blocks({96, 96});   // gate | up
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "nn/module.h"
+
+namespace dt::nn {
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = false, DType dtype = DType::kF32);
+
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+  bool has_bias() const { return FindParameter("bias") != nullptr; }
+
+  // Absolute sizes of the packed blocks of the output rows / input columns (sum = out / in);
+  // empty when the layer is not packed.
+  const std::vector<int64_t>& packed_col_blocks() const { return packed_col_blocks_; }
+  void set_packed_col_blocks(std::vector<int64_t> blocks) { packed_col_blocks_ = std::move(blocks); }
+  const std::vector<int64_t>& packed_row_blocks() const { return packed_row_blocks_; }
+  void set_packed_row_blocks(std::vector<int64_t> blocks) { packed_row_blocks_ = std::move(blocks); }
+
+  std::string ExtraRepr() const override;
+
+ protected:
+  absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  int64_t in_;
+  int64_t out_;
+  std::vector<int64_t> packed_col_blocks_;
+  std::vector<int64_t> packed_row_blocks_;
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, DType dtype = DType::kF32);
+
+  int64_t num_embeddings() const { return num_; }
+  int64_t embedding_dim() const { return dim_; }
+  std::string ExtraRepr() const override;
+
+ protected:
+  absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  int64_t num_;
+  int64_t dim_;
+};
+
+}  // namespace dt::nn

@@ -1,0 +1,84 @@
+#pragma once
+// Feed-forward blocks.
+//
+//   SwiGLUMLP      {x [..., H]} -> {down(silu(gate(x)) * up(x))}
+//                  children gate_proj [I, H], up_proj [I, H], down_proj [H, I] (Llama), or with
+//                  `fused` gate_up_proj [2I, H] (rows gate | up, recorded as packed blocks
+//                  [I, I]) and down_proj.
+//   Experts        {x [N, H], routing [N, E + E_id]} -> {Σ_e routing[:, e] · expert_e(x)}
+//                  parameters gate_up_proj [E, 2I, H] (rows gate | up per expert) and
+//                  down_proj [E, H, I] (transformers' fused MoE layout); with identity experts a
+//                  child `identity` (IdentityExpert) contributes routing[:, E + j] · x.
+//   IdentityExpert {x} -> {x}: the "zero computation" expert of some MoE models.
+//
+// Experts takes dense routing weights (zero for experts a token does not use) and computes on
+// local tensors: this rank's slice of every expert (moe_tp_experts reduces the partial sums).
+// DTensor inputs must be replicated; the output is then a replicated DTensor too.
+//
+// Tensor-parallel validation (before any weight is read): when the plan shards the projections,
+// tp must divide the intermediate size:
+//   "SwiGLUMLP 'layers.0.mlp': tensor parallel size 3 does not divide intermediate_size 64
+//    (gate_proj, up_proj, down_proj are sharded)"
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "nn/linear.h"
+#include "nn/module.h"
+
+namespace dt::nn {
+
+struct SwiGLUOptions {
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  bool bias = false;
+  bool fused = false;  // one gate_up_proj instead of gate_proj and up_proj
+  DType dtype = DType::kF32;
+};
+
+class SwiGLUMLP : public Module {
+ public:
+  explicit SwiGLUMLP(const SwiGLUOptions& options);
+  const SwiGLUOptions& options() const { return options_; }
+  std::string ExtraRepr() const override;
+  absl::Status ValidateTensorParallel(const TPValidationContext& ctx) const override;
+
+ protected:
+  absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  SwiGLUOptions options_;
+};
+
+class IdentityExpert : public Module {
+ public:
+  IdentityExpert() : Module("IdentityExpert") {}
+
+ protected:
+  absl::StatusOr<Values> Forward(Values inputs) override;
+};
+
+struct ExpertsOptions {
+  int64_t num_experts = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_identity_experts = 0;
+  DType dtype = DType::kF32;
+};
+
+class Experts : public Module {
+ public:
+  explicit Experts(const ExpertsOptions& options);
+  const ExpertsOptions& options() const { return options_; }
+  std::string ExtraRepr() const override;
+  absl::Status ValidateTensorParallel(const TPValidationContext& ctx) const override;
+
+ protected:
+  absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  ExpertsOptions options_;
+};
+
+}  // namespace dt::nn

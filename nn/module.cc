@@ -1,0 +1,254 @@
+#include "nn/module.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/status.h"
+
+namespace dt::nn {
+namespace {
+
+std::string Join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : absl::StrCat(prefix, ".", name);
+}
+
+// Sets a module's local mode for one forward and restores it afterwards.
+class LocalModeScope {
+ public:
+  LocalModeScope(Module* m, bool on) : m_(m), previous_(m->local_mode()) { m->set_local_mode(on); }
+  ~LocalModeScope() { m_->set_local_mode(previous_); }
+
+ private:
+  Module* m_;
+  bool previous_;
+};
+
+}  // namespace
+
+Module::Module(std::string type_name) : type_name_(std::move(type_name)) {}
+Module::~Module() = default;
+
+std::string Module::FullName() const {
+  if (parent_ == nullptr) return "";
+  return Join(parent_->FullName(), name_);
+}
+
+Parameter& Module::RegisterParameter(std::string name, Shape shape, DType dtype) {
+  DT_CHECK(FindParameter(name) == nullptr && FindChild(name) == nullptr, type_name_,
+           ": member '", name, "' registered twice");
+  params_.push_back(std::make_unique<Parameter>(this, std::move(name), std::move(shape), dtype));
+  return *params_.back();
+}
+
+void Module::AdoptChild(std::string name, std::unique_ptr<Module> child) {
+  DT_CHECK(child != nullptr && child->parent_ == nullptr, type_name_, ": bad child '", name, "'");
+  DT_CHECK(FindParameter(name) == nullptr && FindChild(name) == nullptr, type_name_,
+           ": member '", name, "' registered twice");
+  child->parent_ = this;
+  child->name_ = name;
+  children_.emplace_back(std::move(name), std::move(child));
+}
+
+void Module::SetBuffer(std::string name, Value value) {
+  for (auto& [n, v] : buffers_) {
+    if (n == name) {
+      v = std::move(value);
+      return;
+    }
+  }
+  buffers_.emplace_back(std::move(name), std::move(value));
+}
+
+Parameter* Module::FindParameter(absl::string_view name) const {
+  for (const auto& p : params_) {
+    if (p->name() == name) return p.get();
+  }
+  return nullptr;
+}
+
+Module* Module::FindChild(absl::string_view name) const {
+  for (const auto& [n, c] : children_) {
+    if (n == name) return c.get();
+  }
+  return nullptr;
+}
+
+const Value* Module::FindBuffer(absl::string_view name) const {
+  for (const auto& [n, v] : buffers_) {
+    if (n == name) return &v;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<Module*> Module::GetSubmodule(absl::string_view path) const {
+  Module* m = const_cast<Module*>(this);
+  if (path.empty()) return m;
+  std::string walked;
+  for (absl::string_view part : absl::StrSplit(path, '.')) {
+    Module* c = m->FindChild(part);
+    if (c == nullptr) {
+      return absl::NotFoundError(absl::StrCat("module '", path, "': ",
+                                              walked.empty() ? "the root" : "'" + walked + "'",
+                                              " (", m->type_name(), ") has no child '", part, "'"));
+    }
+    walked = Join(walked, std::string(part));
+    m = c;
+  }
+  return m;
+}
+
+absl::StatusOr<Parameter*> Module::GetParameter(absl::string_view path) const {
+  const size_t dot = path.rfind('.');
+  const absl::string_view owner = dot == absl::string_view::npos ? "" : path.substr(0, dot);
+  const absl::string_view leaf = dot == absl::string_view::npos ? path : path.substr(dot + 1);
+  DT_ASSIGN_OR_RETURN(Module * m, GetSubmodule(owner));
+  Parameter* p = m->FindParameter(leaf);
+  if (p == nullptr) {
+    return absl::NotFoundError(absl::StrCat("parameter '", path, "': ", m->type_name(),
+                                            " has no parameter '", leaf, "'"));
+  }
+  return p;
+}
+
+std::vector<std::pair<std::string, Parameter*>> Module::NamedParameters() const {
+  std::vector<std::pair<std::string, Parameter*>> out;
+  for (const auto& p : params_) out.emplace_back(p->name(), p.get());
+  for (const auto& [n, c] : children_) {
+    for (auto& [cn, p] : c->NamedParameters()) out.emplace_back(Join(n, cn), p);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::NamedModules() {
+  std::vector<std::pair<std::string, Module*>> out;
+  out.emplace_back("", this);
+  for (const auto& [n, c] : children_) {
+    for (auto& [cn, m] : c->NamedModules()) out.emplace_back(Join(n, cn), m);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, const Value*>> Module::NamedBuffers() const {
+  std::vector<std::pair<std::string, const Value*>> out;
+  for (const auto& [n, v] : buffers_) out.emplace_back(n, &v);
+  for (const auto& [n, c] : children_) {
+    for (auto& [cn, v] : c->NamedBuffers()) out.emplace_back(Join(n, cn), v);
+  }
+  return out;
+}
+
+absl::StatusOr<Values> Module::Call(Values inputs) {
+  for (auto& [id, hook] : pre_hooks_) DT_RETURN_IF_ERROR(hook(*this, inputs));
+  Values outputs;
+  if (installed_forward_) {
+    DT_ASSIGN_OR_RETURN(outputs, installed_forward_(*this, inputs));
+  } else {
+    DT_ASSIGN_OR_RETURN(outputs, RunForward(inputs));
+  }
+  for (auto& [id, hook] : hooks_) DT_RETURN_IF_ERROR(hook(*this, inputs, outputs));
+  return outputs;
+}
+
+absl::StatusOr<Value> Module::CallOne(Values inputs) {
+  DT_ASSIGN_OR_RETURN(Values out, Call(std::move(inputs)));
+  if (out.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(type_name_, " '", FullName(), "' returned ",
+                                                   out.size(), " outputs, expected 1"));
+  }
+  return std::move(out[0]);
+}
+
+absl::StatusOr<Values> Module::RunForward(Values inputs) {
+  const bool any_local =
+      std::any_of(inputs.begin(), inputs.end(), [](const Value& v) { return v.is_local(); });
+  LocalModeScope scope(this, local_mode_ || any_local);
+  return Forward(std::move(inputs));
+}
+
+HookId Module::RegisterForwardPreHook(ForwardPreHook hook) {
+  pre_hooks_.emplace_back(next_hook_id_, std::move(hook));
+  return next_hook_id_++;
+}
+
+HookId Module::RegisterForwardHook(ForwardHook hook) {
+  hooks_.emplace_back(next_hook_id_, std::move(hook));
+  return next_hook_id_++;
+}
+
+bool Module::RemoveHook(HookId id) {
+  auto drop = [id](auto& list) {
+    const auto it =
+        std::find_if(list.begin(), list.end(), [id](const auto& e) { return e.first == id; });
+    if (it == list.end()) return false;
+    list.erase(it);
+    return true;
+  };
+  return drop(pre_hooks_) || drop(hooks_);
+}
+
+absl::StatusOr<const Parameter*> Module::MaterializedParam(absl::string_view name) const {
+  const Parameter* p = FindParameter(name);
+  if (p == nullptr) {
+    return absl::NotFoundError(absl::StrCat(type_name_, " '", FullName(), "' has no parameter '",
+                                            name, "'"));
+  }
+  if (!p->materialized()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("parameter '", p->FullName(), "' is not materialized (", p->Describe(),
+                     "); load or initialize it before the forward (nn/init.h)"));
+  }
+  return p;
+}
+
+absl::StatusOr<Value> Module::ParamValue(absl::string_view name) const {
+  DT_ASSIGN_OR_RETURN(const Parameter* p, MaterializedParam(name));
+  if (local_mode_) return Value(p->value().ToLocal());
+  return Value(p->value());
+}
+
+absl::StatusOr<Tensor> Module::LocalParam(absl::string_view name) const {
+  DT_ASSIGN_OR_RETURN(const Parameter* p, MaterializedParam(name));
+  return p->value().ToLocal();
+}
+
+absl::Status Module::ValidateTensorParallel(const TPValidationContext&) const {
+  return absl::OkStatus();
+}
+
+std::string Module::ToString() const {
+  std::string out;
+  AppendTree(&out, "");
+  return out;
+}
+
+void Module::AppendTree(std::string* out, const std::string& indent) const {
+  absl::StrAppend(out, type_name_, "(", ExtraRepr(), ")");
+  if (!tp_style_.empty()) absl::StrAppend(out, " [", tp_style_, "]");
+  if (params_.empty() && children_.empty()) return;
+  absl::StrAppend(out, " {\n");
+  const std::string inner = indent + "  ";
+  for (const auto& p : params_) absl::StrAppend(out, inner, p->name(), ": ", p->Describe(), "\n");
+  for (const auto& [n, c] : children_) {
+    absl::StrAppend(out, inner, "(", n, "): ");
+    c->AppendTree(out, inner);
+    absl::StrAppend(out, "\n");
+  }
+  absl::StrAppend(out, indent, "}");
+}
+
+absl::StatusOr<Value> SingleInput(const Module& module, const Values& inputs) {
+  if (inputs.size() != 1 || !inputs[0].defined()) {
+    return absl::InvalidArgumentError(absl::StrCat(module.type_name(), " '", module.FullName(),
+                                                   "' takes one input, got ", inputs.size()));
+  }
+  return inputs[0];
+}
+
+absl::StatusOr<Values> ModuleList::Forward(Values) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "ModuleList '", FullName(), "' has no forward; iterate its ", size(), " modules instead"));
+}
+
+}  // namespace dt::nn

@@ -1,0 +1,212 @@
+#pragma once
+// Module: a tree of named parameters (nn/parameter.h), buffers and child modules with a forward
+// over Values (nn/value.h) — PyTorch's nn.Module, for inference.
+//
+//   root (LlamaModel)
+//   ├── embed_tokens (Embedding)            embed_tokens.weight
+//   ├── layers (ModuleList)
+//   │   ├── 0 (DecoderLayer)
+//   │   │   └── self_attn (Attention)
+//   │   │       └── q_proj (Linear)        layers.0.self_attn.q_proj.weight
+//   │   └── 1 ...
+//   └── norm (RMSNorm)                      norm.weight
+//
+// Names are dotted paths from the module they are asked of; ModuleList children are named by
+// their index. NamedParameters() lists a module's own parameters before its children's, in
+// registration order (PyTorch's order).
+//
+// Calling a module (Call) runs, in order: the forward pre-hooks (they may rewrite the inputs), the
+// forward — the one a tensor-parallel style installed (TensorParallelLayer::InstallForward), else
+// the module's own Forward — and the forward hooks (they may rewrite the outputs). Hooks see what
+// the caller passed and what the caller gets, around whatever a style does (as PyTorch's hooks
+// wrap transformers' replaced forward).
+//
+// Note [Local values]
+// A module's forward reads its parameters through ParamValue(): in DTensor mode that is the
+// parameter's DTensor, in local mode its local piece (a plain Tensor). A module runs in local mode
+// when a style asks for it (ShouldUseLocalTensors -> ContextAroundForward) or when any of its
+// inputs is a local tensor: a module fed this rank's pieces computes on this rank's pieces, as a
+// module with plain-tensor parameters does in transformers. For a parameter no rule covers
+// (Replicate) the local piece is the whole parameter, so replicated modules (norms, rotary) work
+// on local activations unchanged. Ops never mix the two kinds (nn/vops.h), so a forgotten
+// conversion is an error naming both operands, not a silent wrong layout.
+//
+// Modules are not thread-safe: every rank (thread or process) builds and owns its own tree.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "dtensor/placement.h"
+#include "nn/parameter.h"
+#include "nn/value.h"
+
+namespace dt::nn {
+
+class Module;
+
+using HookId = int64_t;
+// May rewrite the inputs before the forward.
+using ForwardPreHook = std::function<absl::Status(Module& module, Values& inputs)>;
+// May rewrite the outputs after the forward; `inputs` are what the pre-hooks produced.
+using ForwardHook =
+    std::function<absl::Status(Module& module, const Values& inputs, Values& outputs)>;
+// A replacement forward (TensorParallelLayer::InstallForward).
+using ForwardFn = std::function<absl::StatusOr<Values>(Module& module, Values inputs)>;
+
+// What a module's tensor-parallel validation may ask about the plan being applied
+// (ParallelizeModule implements it). Paths are dotted and relative to the module validated.
+class TPValidationContext {
+ public:
+  virtual ~TPValidationContext() = default;
+  // Size of the tensor-parallel mesh.
+  virtual int64_t tp_size() const = 0;
+  // The module's path from the root of ParallelizeModule ("" for the root).
+  virtual const std::string& module_name() const = 0;
+  // The placement the plan gives parameter `path`; Replicate when no rule covers it or when there
+  // is no such parameter.
+  virtual Placement PlannedPlacement(absl::string_view path) const = 0;
+  bool IsSharded(absl::string_view path) const { return PlannedPlacement(path).is_any_shard(); }
+};
+
+class Module {
+ public:
+  explicit Module(std::string type_name);
+  virtual ~Module();
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  const std::string& type_name() const { return type_name_; }  // "Linear"
+  const std::string& name() const { return name_; }            // in its parent: "q_proj"
+  Module* parent() const { return parent_; }
+  // Dotted path from the root of the tree: "layers.0.self_attn.q_proj" ("" for the root).
+  std::string FullName() const;
+
+  // ---- tree ------------------------------------------------------------------------------------
+
+  // Registration happens in constructors; a repeated name is a programming error (checked).
+  Parameter& RegisterParameter(std::string name, Shape shape, DType dtype);
+  template <typename M>
+  M& RegisterModule(std::string name, std::unique_ptr<M> module) {
+    M& ref = *module;
+    AdoptChild(std::move(name), std::move(module));
+    return ref;
+  }
+  template <typename M, typename... Args>
+  M& AddModule(std::string name, Args&&... args) {
+    return RegisterModule(std::move(name), std::make_unique<M>(std::forward<Args>(args)...));
+  }
+  // Buffers: non-parameter state (rotary tables, ...); set or replace.
+  void SetBuffer(std::string name, Value value);
+
+  // Direct members; nullptr when absent.
+  Parameter* FindParameter(absl::string_view name) const;
+  Module* FindChild(absl::string_view name) const;
+  const Value* FindBuffer(absl::string_view name) const;
+  // Dotted lookups below this module; NotFound naming the first missing component.
+  absl::StatusOr<Module*> GetSubmodule(absl::string_view path) const;  // "" is this module
+  absl::StatusOr<Parameter*> GetParameter(absl::string_view path) const;
+
+  const std::vector<std::unique_ptr<Parameter>>& parameters() const { return params_; }
+  const std::vector<std::pair<std::string, std::unique_ptr<Module>>>& children() const {
+    return children_;
+  }
+  // Recursive, dotted relative to this module.
+  std::vector<std::pair<std::string, Parameter*>> NamedParameters() const;
+  std::vector<std::pair<std::string, Module*>> NamedModules();  // this module first, as ""
+  std::vector<std::pair<std::string, const Value*>> NamedBuffers() const;
+
+  // ---- forward ---------------------------------------------------------------------------------
+
+  // pre-hooks -> installed forward or RunForward -> hooks (see the file comment).
+  absl::StatusOr<Values> Call(Values inputs);
+  // Call for modules with exactly one output.
+  absl::StatusOr<Value> CallOne(Values inputs);
+
+  HookId RegisterForwardPreHook(ForwardPreHook hook);
+  HookId RegisterForwardHook(ForwardHook hook);
+  // False when no hook has this id.
+  bool RemoveHook(HookId id);
+
+  // Replaces the forward Call runs (nullptr restores the module's own).
+  void SetForward(ForwardFn fn) { installed_forward_ = std::move(fn); }
+  bool has_installed_forward() const { return static_cast<bool>(installed_forward_); }
+  // The module's own Forward under Note [Local values] (no hooks, no installed forward).
+  absl::StatusOr<Values> RunForward(Values inputs);
+
+  // Local mode (Note [Local values]); set by styles' ContextAroundForward for one forward.
+  bool local_mode() const { return local_mode_; }
+  void set_local_mode(bool on) { local_mode_ = on; }
+
+  // Parameter `name`'s value for the forward: its DTensor, or its local piece in local mode.
+  // FailedPrecondition when it is not materialized (naming it and its spec).
+  absl::StatusOr<Value> ParamValue(absl::string_view name) const;
+  // The local piece whatever the mode.
+  absl::StatusOr<Tensor> LocalParam(absl::string_view name) const;
+
+  // ---- tensor parallelism ------------------------------------------------------------------------
+
+  // Checks the plan against what the module knows (heads, KV heads, intermediate size) before any
+  // weight is read; InvalidArgument naming the module and both numbers. Default: nothing to check.
+  virtual absl::Status ValidateTensorParallel(const TPValidationContext& ctx) const;
+  // The style ParallelizeModule installed on this module ("" when none), for printing.
+  const std::string& tp_style() const { return tp_style_; }
+  void set_tp_style(std::string name) { tp_style_ = std::move(name); }
+
+  // PyTorch-like tree: "Linear(in=8, out=4) [colwise]" with a line per parameter and child.
+  std::string ToString() const;
+  // One-line description of this module's configuration ("in=8, out=4"); default empty.
+  virtual std::string ExtraRepr() const { return ""; }
+
+ protected:
+  // The computation. Inputs and outputs are positional; see each module for its list.
+  virtual absl::StatusOr<Values> Forward(Values inputs) = 0;
+
+ private:
+  void AdoptChild(std::string name, std::unique_ptr<Module> child);
+  absl::StatusOr<const Parameter*> MaterializedParam(absl::string_view name) const;
+  void AppendTree(std::string* out, const std::string& indent) const;
+
+  std::string type_name_;
+  std::string name_;
+  Module* parent_ = nullptr;
+  std::vector<std::unique_ptr<Parameter>> params_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  std::vector<std::pair<std::string, Value>> buffers_;
+  std::vector<std::pair<HookId, ForwardPreHook>> pre_hooks_;
+  std::vector<std::pair<HookId, ForwardHook>> hooks_;
+  HookId next_hook_id_ = 1;
+  ForwardFn installed_forward_;
+  bool local_mode_ = false;
+  std::string tp_style_;
+};
+
+// ModuleList: children named "0", "1", ... (the `*` of plan keys). It has no forward of its own:
+// the owner iterates it.
+class ModuleList : public Module {
+ public:
+  ModuleList() : Module("ModuleList") {}
+  template <typename M>
+  M& Append(std::unique_ptr<M> module) {
+    return RegisterModule(std::to_string(size()), std::move(module));
+  }
+  int64_t size() const { return static_cast<int64_t>(children().size()); }
+  Module& at(int64_t i) const { return *children()[i].second; }
+
+ protected:
+  absl::StatusOr<Values> Forward(Values inputs) override;
+};
+
+// The single input a one-input module expects; InvalidArgument naming the module otherwise.
+absl::StatusOr<Value> SingleInput(const Module& module, const Values& inputs);
+
+}  // namespace dt::nn

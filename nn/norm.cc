@@ -1,0 +1,50 @@
+#include "nn/norm.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "nn/vops.h"
+
+namespace dt::nn {
+
+RMSNorm::RMSNorm(int64_t hidden_size, double eps, DType dtype)
+    : Module("RMSNorm"), hidden_(hidden_size), eps_(eps) {
+  RegisterParameter("weight", {hidden_size}, dtype);
+}
+
+std::string RMSNorm::ExtraRepr() const { return absl::StrCat(hidden_, ", eps=", eps_); }
+
+absl::StatusOr<Values> RMSNorm::Forward(Values inputs) {
+  DT_ASSIGN_OR_RETURN(Value x, SingleInput(*this, inputs));
+  DT_ASSIGN_OR_RETURN(Value w, ParamValue("weight"));
+  DT_ASSIGN_OR_RETURN(Value y, vops::RmsNorm(x, w, eps_));
+  return Values{std::move(y)};
+}
+
+LayerNorm::LayerNorm(int64_t hidden_size, double eps, bool elementwise_affine, bool bias,
+                     DType dtype)
+    : Module("LayerNorm"), hidden_(hidden_size), eps_(eps) {
+  if (elementwise_affine) {
+    RegisterParameter("weight", {hidden_size}, dtype);
+    if (bias) RegisterParameter("bias", {hidden_size}, dtype);
+  }
+}
+
+std::string LayerNorm::ExtraRepr() const {
+  return absl::StrCat(hidden_, ", eps=", eps_,
+                      ", elementwise_affine=", FindParameter("weight") ? "true" : "false");
+}
+
+absl::StatusOr<Values> LayerNorm::Forward(Values inputs) {
+  DT_ASSIGN_OR_RETURN(Value x, SingleInput(*this, inputs));
+  Value w, b;
+  if (FindParameter("weight") != nullptr) {
+    DT_ASSIGN_OR_RETURN(w, ParamValue("weight"));
+  }
+  if (FindParameter("bias") != nullptr) {
+    DT_ASSIGN_OR_RETURN(b, ParamValue("bias"));
+  }
+  DT_ASSIGN_OR_RETURN(Value y, vops::LayerNorm(x, w, b, eps_));
+  return Values{std::move(y)};
+}
+
+}  // namespace dt::nn

@@ -1,0 +1,278 @@
+#include "nn/plan.h"
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+#include <typeinfo>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/status.h"
+#include "nn/log.h"
+#include "nn/style_registry.h"
+
+namespace dt::nn {
+namespace {
+
+std::string Join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : absl::StrCat(prefix, ".", name);
+}
+
+bool IsNumeric(absl::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return absl::ascii_isdigit(c); });
+}
+
+std::string Demangle(const char* name) {
+  int status = 0;
+  char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  std::string out = status == 0 && d != nullptr ? d : name;
+  std::free(d);
+  return out;
+}
+
+// Note [Plan matching]
+// transformers normalizes a name's numeric components to `*` and looks the result up exactly;
+// diffusers expands one `*` over a ModuleList. Both agree on one-star keys, which is what plans
+// use, so a key here has at most one `*` and it stands for one numeric component — also in names
+// with several indices ("blocks.0.experts.3.w" is matched by "blocks.*.experts.3.w"), where
+// transformers' normalization would need a two-star key. Exact keys win over wildcards, so one
+// layer can be given a different style ("layers.0.mlp.up_proj" next to "layers.*.mlp.up_proj").
+class Matcher {
+ public:
+  explicit Matcher(const ParallelPlan& plan) : plan_(plan) {
+    for (int i = 0; i < static_cast<int>(plan.size()); ++i) {
+      if (plan[i].first.find('*') == std::string::npos) {
+        exact_[plan[i].first] = i;
+      } else {
+        wildcard_.push_back(i);
+      }
+    }
+  }
+
+  // The index of the rule for `name`, -1 when none.
+  absl::StatusOr<int> Lookup(const std::string& name) const {
+    if (auto it = exact_.find(name); it != exact_.end()) return it->second;
+    int found = -1;
+    for (int i : wildcard_) {
+      if (!PlanKeyMatches(plan_[i].first, name)) continue;
+      if (found >= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "plan keys '", plan_[found].first, "' and '", plan_[i].first, "' both match '", name,
+            "'; add an exact key for it"));
+      }
+      found = i;
+    }
+    return found;
+  }
+
+ private:
+  const ParallelPlan& plan_;
+  absl::flat_hash_map<std::string, int> exact_;
+  std::vector<int> wildcard_;
+};
+
+// The placements the plan will give, for modules' own validation.
+class PlanContext : public TPValidationContext {
+ public:
+  PlanContext(const PlanResolution& r, int64_t tp) : tp_(tp) {
+    for (const auto& p : r.params) params_[p.name] = &p;
+  }
+  void set_module(std::string name) { module_ = std::move(name); }
+
+  int64_t tp_size() const override { return tp_; }
+  const std::string& module_name() const override { return module_; }
+  Placement PlannedPlacement(absl::string_view path) const override {
+    auto it = params_.find(Join(module_, std::string(path)));
+    if (it == params_.end() || it->second->style == nullptr) return Placement::Replicate();
+    auto p = it->second->style->ParamPlacement(*it->second->module, *it->second->param);
+    return p.ok() ? *p : Placement::Replicate();
+  }
+
+ private:
+  int64_t tp_;
+  std::string module_;
+  absl::flat_hash_map<std::string, const PlanResolution::Param*> params_;
+};
+
+absl::Status CheckDivides(absl::string_view field, int64_t n, int64_t tp,
+                          absl::string_view consequence) {
+  if (n == 0 || n % tp == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("tensor parallel size ", tp, " does not divide ",
+                                                 field, " ", n, ": ", consequence));
+}
+
+}  // namespace
+
+std::string PlanEntry::Label() const {
+  if (!name.empty()) return name;
+  if (style == nullptr) return "<null style>";
+  return Demangle(typeid(*style).name());
+}
+
+bool PlanKeyMatches(absl::string_view key, absl::string_view name) {
+  if (key == name) return true;
+  const std::vector<absl::string_view> k = absl::StrSplit(key, '.');
+  const std::vector<absl::string_view> n = absl::StrSplit(name, '.');
+  if (k.size() != n.size()) return false;
+  int stars = 0;
+  for (size_t i = 0; i < k.size(); ++i) {
+    if (k[i] == "*") {
+      if (!IsNumeric(n[i])) return false;
+      ++stars;
+    } else if (k[i] != n[i]) {
+      return false;
+    }
+  }
+  return stars == 1;
+}
+
+std::string WildcardName(absl::string_view name) {
+  std::vector<std::string> parts = absl::StrSplit(name, '.');
+  for (std::string& p : parts) {
+    if (IsNumeric(p)) p = "*";
+  }
+  return absl::StrJoin(parts, ".");
+}
+
+absl::Status ValidateTPConfig(const TPConfig& c, int64_t tp) {
+  if (tp < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor parallel size must be >= 1, got ", tp));
+  }
+  DT_RETURN_IF_ERROR(CheckDivides("num_attention_heads", c.num_attention_heads, tp,
+                                  "each rank would hold a fraction of a query head"));
+  DT_RETURN_IF_ERROR(CheckDivides(
+      "num_key_value_heads", c.num_key_value_heads, tp,
+      "each rank would hold a fraction of a KV head (transformers does not check this and fails "
+      "mid-forward: #48307); use a tensor parallel size that divides it"));
+  DT_RETURN_IF_ERROR(CheckDivides("intermediate_size", c.intermediate_size, tp,
+                                  "the MLP projections would be split unevenly"));
+  DT_RETURN_IF_ERROR(CheckDivides("vocab_size", c.vocab_size, tp,
+                                  "the gathered logits need equal vocab shards"));
+  for (const auto& [name, blocks] : c.packed_blocks) {
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      DT_RETURN_IF_ERROR(CheckDivides(
+          absl::StrCat("packed block ", i, " of '", name, "' [", absl::StrJoin(blocks, ", "), "]:"),
+          blocks[i], tp, "every packed block must be divisible on its own"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PlanResolution> ResolvePlan(Module& module, const ParallelPlan& plan) {
+  std::vector<std::shared_ptr<const TensorParallelLayer>> styles;
+  std::set<std::string> seen;
+  for (const auto& [key, entry] : plan) {
+    if (!seen.insert(key).second) {
+      return absl::InvalidArgumentError(absl::StrCat("plan key '", key, "' is given twice"));
+    }
+    if (std::count(key.begin(), key.end(), '*') > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Wildcard '*' can only be used once in a plan key, got '", key, "'."));
+    }
+    std::shared_ptr<const TensorParallelLayer> style = entry.style;
+    if (style == nullptr) style = FindStyle(entry.name);
+    if (style == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Unsupported tensor parallel style '", entry.name, "' for layer '", key,
+          "'. Supported styles are [", absl::StrJoin(StyleNames(), ", "), "]"));
+    }
+    styles.push_back(std::move(style));
+  }
+
+  const Matcher matcher(plan);
+  PlanResolution r;
+  std::vector<bool> used(plan.size(), false);
+  std::set<std::string> uncovered_seen;
+  for (auto& [mname, m] : module.NamedModules()) {
+    DT_ASSIGN_OR_RETURN(const int mkey, matcher.Lookup(mname));
+    if (mkey >= 0) {
+      used[mkey] = true;
+      r.forwards.push_back({mname, m, plan[mkey].first, plan[mkey].second.Label(), styles[mkey]});
+    }
+    for (const auto& p : m->parameters()) {
+      const std::string name = Join(mname, p->name());
+      DT_ASSIGN_OR_RETURN(int key, matcher.Lookup(name));
+      if (key < 0) key = mkey;
+      PlanResolution::Param entry{name, p.get(), m, "", nullptr};
+      if (key >= 0) {
+        used[key] = true;
+        entry.key = plan[key].first;
+        entry.style = styles[key];
+      } else if (uncovered_seen.insert(WildcardName(name)).second) {
+        r.uncovered.push_back(WildcardName(name));
+      }
+      r.params.push_back(std::move(entry));
+    }
+  }
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (!used[i]) r.unused_rules.push_back(plan[i].first);
+  }
+  return r;
+}
+
+absl::Status ParallelizeModule(Module& module, const DeviceMesh& mesh, const ParallelPlan& plan,
+                               const ParallelizeOptions& options) {
+  if (mesh.ndim() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ParallelizeModule needs a 1-D tensor-parallel mesh (slice it: mesh[\"tp\"]), got ",
+        mesh.ToString()));
+  }
+  const int64_t tp = mesh.Size();
+  DT_ASSIGN_OR_RETURN(PlanResolution r, ResolvePlan(module, plan));
+  if (options.config) DT_RETURN_IF_ERROR(ValidateTPConfig(*options.config, tp));
+
+  // Every check before anything is placed or read.
+  for (const auto& p : r.params) {
+    if (p.style != nullptr) DT_RETURN_IF_ERROR(p.style->ValidateParam(*p.module, *p.param, mesh));
+  }
+  PlanContext context(r, tp);
+  for (auto& [mname, m] : module.NamedModules()) {
+    context.set_module(mname);
+    DT_RETURN_IF_ERROR(m->ValidateTensorParallel(context));
+  }
+
+  const auto& coord = mesh.Coordinate();
+  if (options.warn && coord && (*coord)[0] == 0) {
+    if (!r.unused_rules.empty()) {
+      LogWarning(absl::StrCat("The following TP rules were not applied on any of the layers: [",
+                              absl::StrJoin(r.unused_rules, ", "), "]"));
+    }
+    if (!r.uncovered.empty()) {
+      LogWarning(absl::StrCat("The following layers were not sharded by the TP plan: [",
+                              absl::StrJoin(r.uncovered, ", "), "] (they stay replicated)"));
+    }
+  }
+
+  for (const auto& p : r.params) {
+    if (p.style != nullptr) {
+      DT_RETURN_IF_ERROR(p.style->ShardParam(*p.module, *p.param, mesh));
+    } else {
+      DT_RETURN_IF_ERROR(p.param->Place(mesh, {Placement::Replicate()}));
+    }
+  }
+  for (const auto& f : r.forwards) {
+    DT_RETURN_IF_ERROR(f.style->InstallForward(*f.module, mesh));
+    f.module->set_tp_style(f.style_label);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParallelizeModule(Module& module, const DeviceMesh& mesh,
+                               std::shared_ptr<const TensorParallelLayer> style) {
+  return ParallelizeModule(module, mesh, ParallelPlan{{"", PlanEntry(std::move(style))}});
+}
+
+absl::Status ReplicateModule(Module& module, const DeviceMesh& mesh) {
+  const Placements replicated(mesh.ndim(), Placement::Replicate());
+  for (auto& [name, p] : module.NamedParameters()) {
+    DT_RETURN_IF_ERROR(p->Place(mesh, replicated));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dt::nn

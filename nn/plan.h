@@ -1,0 +1,126 @@
+#pragma once
+// Plans: ParallelizeModule(module, mesh, plan) lays a module tree out over a 1-D tensor-parallel
+// mesh by naming a style per layer, as transformers' `tp_plan` and diffusers' `_tp_plan` do.
+//
+//   ParallelizeModule(model, tp_mesh, {
+//       {"layers.*.self_attn.q_proj", "colwise"},  {"layers.*.self_attn.o_proj", "rowwise"},
+//       {"layers.*.mlp.gate_up_proj", "packed_colwise"},
+//       {"lm_head", "colwise_gather_output"},
+//       {"blocks.*.ff.linear_in", std::make_shared<PackedColwiseParallel>(std::vector<int64_t>{1, 1})}});
+//
+// Matching (Note [Plan matching]): a key is a dotted path; `*` stands for one ModuleList index
+// (a purely numeric path component) and appears at most once per key. For each parameter the
+// lookup order is: its own name exactly, its own name by a wildcard key, its module's name exactly,
+// its module's name by a wildcard key — so an exact key beats a wildcard and a parameter's key
+// beats its module's. A module's key (exact, then wildcard) also installs the style's forward on
+// that module; a parameter key only places the parameter. A module key covers the module's own
+// parameters, not its children's. The key "" is the root.
+//
+//   key                          layers.3.mlp.up_proj.weight        layers.3.mlp.up_proj (forward)
+//   layers.*.mlp.up_proj         yes (module, wildcard)             yes
+//   layers.3.mlp.up_proj         yes, and beats the line above      yes, and beats it
+//   layers.*.mlp.up_proj.weight  yes, beats both module keys        -
+//   layers.*proj, layers.*.*.up  never (invalid wildcard use)       -
+//
+// Order of work (nothing is placed or read until every check passed):
+//   1. the mesh is 1-D; every key has at most one `*`; every style name is registered, else
+//      InvalidArgument "Unsupported tensor parallel style 'foo' for layer 'layers.*.mlp.up_proj'.
+//      Supported styles are [colwise, ...]"; two wildcard keys matching one name are ambiguous.
+//   2. options.config (TPConfig) against the mesh size.
+//   3. every covered parameter: style->ValidateParam; every module: ValidateTensorParallel (heads,
+//      KV heads, intermediate size) against the placements the plan will give.
+//   4. warnings through nn/log.h (from group rank 0 only): "The following TP rules were not
+//      applied on any of the layers: [...]" and, once for all parameters no rule covers (they stay
+//      replicated), "The following layers were not sharded by the TP plan: [...]".
+//   5. ShardParam for covered parameters (placeholders; materialized parameters are cut locally),
+//      Replicate for the others; InstallForward for modules with a rule.
+// Call it once per tree, on every rank of the mesh, with the same plan.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "mesh/device_mesh.h"
+#include "nn/module.h"
+#include "nn/style.h"
+
+namespace dt::nn {
+
+// A plan value: a registered style name, or a configured style object.
+struct PlanEntry {
+  PlanEntry(const char* style_name) : name(style_name) {}          // NOLINT: implicit
+  PlanEntry(std::string style_name) : name(std::move(style_name)) {}  // NOLINT: implicit
+  template <typename S>
+  PlanEntry(std::shared_ptr<S> s) : style(std::move(s)) {}  // NOLINT: implicit
+  std::string name;  // empty for a style object
+  std::shared_ptr<const TensorParallelLayer> style;
+  // "colwise", or the object's type for messages.
+  std::string Label() const;
+};
+using ParallelPlan = std::vector<std::pair<std::string, PlanEntry>>;
+
+// A model's numbers, checked against the tensor-parallel size before anything else (0 = skip).
+// Models set them from their config; modules also check what they know themselves (Attention,
+// SwiGLUMLP, Experts), so this is the early, whole-model form of the same checks.
+struct TPConfig {
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t intermediate_size = 0;
+  int64_t vocab_size = 0;  // set when the vocab is gathered (lm_head colwise_gather_output)
+  // Packed projections: name -> absolute block sizes (each must divide on its own).
+  std::vector<std::pair<std::string, std::vector<int64_t>>> packed_blocks;
+};
+// InvalidArgument naming the field, both numbers and the consequence.
+absl::Status ValidateTPConfig(const TPConfig& config, int64_t tp_size);
+
+struct ParallelizeOptions {
+  std::optional<TPConfig> config;
+  bool warn = true;  // rules that matched nothing, parameters no rule covers
+};
+
+absl::Status ParallelizeModule(Module& module, const DeviceMesh& mesh, const ParallelPlan& plan,
+                               const ParallelizeOptions& options = {});
+// One style for the whole module (PyTorch's parallelize_module(module, mesh, style)).
+absl::Status ParallelizeModule(Module& module, const DeviceMesh& mesh,
+                               std::shared_ptr<const TensorParallelLayer> style);
+// The unparallelized module on `mesh`: every parameter placed Replicate, no forward installed.
+absl::Status ReplicateModule(Module& module, const DeviceMesh& mesh);
+
+// ---- plan matching, exposed for tests and tools -------------------------------------------------
+
+// True when `key` names `name`: equal, or equal with the key's single `*` standing for a numeric
+// component of `name`.
+bool PlanKeyMatches(absl::string_view key, absl::string_view name);
+// Every numeric path component replaced by `*`: "layers.3.mlp.w1" -> "layers.*.mlp.w1".
+std::string WildcardName(absl::string_view name);
+
+struct PlanResolution {
+  struct Param {
+    std::string name;  // dotted from the root
+    Parameter* param = nullptr;
+    Module* module = nullptr;
+    std::string key;  // the rule that covers it; "" when none
+    std::shared_ptr<const TensorParallelLayer> style;
+  };
+  struct Forward {
+    std::string name;
+    Module* module = nullptr;
+    std::string key;
+    std::string style_label;
+    std::shared_ptr<const TensorParallelLayer> style;
+  };
+  std::vector<Param> params;       // every parameter of the tree
+  std::vector<Forward> forwards;   // modules with a rule
+  std::vector<std::string> unused_rules;
+  std::vector<std::string> uncovered;  // WildcardName of uncovered parameters, deduplicated
+};
+// Steps 1 and the matching of ParallelizeModule; nothing is validated against sizes or placed.
+absl::StatusOr<PlanResolution> ResolvePlan(Module& module, const ParallelPlan& plan);
+
+}  // namespace dt::nn

@@ -1,0 +1,98 @@
+#include "nn/style.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+
+namespace dt::nn {
+
+absl::Status TensorParallelLayer::ValidateParam(const Module&, const Parameter&,
+                                                const DeviceMesh&) const {
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Placement> TensorParallelLayer::ParamPlacement(const Module&,
+                                                              const Parameter&) const {
+  return Placement::Replicate();
+}
+
+absl::Status TensorParallelLayer::ShardParam(Module& module, Parameter& param,
+                                             const DeviceMesh& mesh) const {
+  DT_ASSIGN_OR_RETURN(Placement p, ParamPlacement(module, param));
+  return param.Place(mesh, {p});
+}
+
+absl::StatusOr<Values> TensorParallelLayer::TransformInputsPreForward(Module&, Values inputs,
+                                                                      const DeviceMesh&) const {
+  return inputs;
+}
+
+ForwardContext TensorParallelLayer::ContextAroundForward(Module& module,
+                                                         const DeviceMesh&) const {
+  if (!ShouldUseLocalTensors(module)) return ForwardContext();
+  const bool previous = module.local_mode();
+  module.set_local_mode(true);
+  Module* m = &module;
+  return ForwardContext([m, previous] { m->set_local_mode(previous); });
+}
+
+absl::StatusOr<Values> TensorParallelLayer::TransformOutputPostForward(Module&, Values outputs,
+                                                                       const DeviceMesh&) const {
+  return outputs;
+}
+
+absl::Status TensorParallelLayer::InstallForward(Module& module, const DeviceMesh& mesh) const {
+  std::shared_ptr<const TensorParallelLayer> self = weak_from_this().lock();
+  if (self == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "InstallForward on '", module.FullName(),
+        "': the style must be owned by a std::shared_ptr (std::make_shared<MyStyle>(...))"));
+  }
+  module.SetForward([self, mesh](Module& m, Values inputs) -> absl::StatusOr<Values> {
+    DT_ASSIGN_OR_RETURN(Values in, self->TransformInputsPreForward(m, std::move(inputs), mesh));
+    absl::StatusOr<Values> out;
+    {
+      ForwardContext context = self->ContextAroundForward(m, mesh);
+      out = m.RunForward(std::move(in));
+    }
+    if (!out.ok()) return std::move(out).status();
+    return self->TransformOutputPostForward(m, *std::move(out), mesh);
+  });
+  return absl::OkStatus();
+}
+
+Placement ResolveDim(const Placement& p, int ndim) {
+  if (!p.is_any_shard() || p.dim() >= 0) return p;
+  return p.WithDim(p.dim() + ndim);
+}
+
+absl::StatusOr<DTensor> AsDTensor(const Value& v, const DeviceMesh& mesh, const Placement& declared,
+                                  const std::optional<Shape>& global) {
+  if (v.is_dtensor()) {
+    if (!(v.dtensor().mesh() == mesh)) {
+      return absl::InvalidArgumentError(absl::StrCat("input ", v.Describe(),
+                                                     " is not on the style's ", mesh.ToString()));
+    }
+    return v.dtensor();
+  }
+  if (!v.defined()) return absl::InvalidArgumentError("input is undefined");
+  FromLocalOptions options;
+  options.shape = global;
+  return DTensor::FromLocal(v.local(), mesh, {ResolveDim(declared, v.dim())}, options);
+}
+
+absl::StatusOr<DTensor> RedistributeTo(const DTensor& x, const Placement& target) {
+  const Placement t = ResolveDim(target, static_cast<int>(x.shape().size()));
+  if (x.placements().size() == 1 && x.placements()[0] == t) return x;
+  RedistributeOptions options;
+  options.allow_partial = t.is_partial();
+  return x.Redistribute({t}, options);
+}
+
+Value Handoff(DTensor x, bool use_local_output) {
+  if (use_local_output) return Value(x.ToLocal());
+  return Value(std::move(x));
+}
+
+}  // namespace dt::nn

@@ -1,0 +1,490 @@
+#include "nn/styles.h"
+
+#include <numeric>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+#include "nn/linear.h"
+
+namespace dt::nn {
+namespace {
+
+bool IsEmbedding(const Module& m) { return dynamic_cast<const Embedding*>(&m) != nullptr; }
+
+// The module's weight; InvalidArgument naming the module when it has none.
+absl::StatusOr<const Parameter*> WeightOf(const Module& m, absl::string_view style) {
+  const Parameter* w = m.FindParameter("weight");
+  if (w == nullptr || w->dim() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        style, " on '", m.FullName(), "': the module (", m.type_name(),
+        ") has no weight of 2 or more dims to derive the input layout from"));
+  }
+  return w;
+}
+
+absl::Status NeedInput(const Module& m, const Values& inputs, absl::string_view style) {
+  if (inputs.empty() || !inputs[0].defined()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(style, " on '", m.FullName(), "': the module was called without an input"));
+  }
+  return absl::OkStatus();
+}
+
+// ---- packed blocks (Note [Packed blocks]) ------------------------------------------------------
+
+struct PackedLayout {
+  std::vector<int64_t> sizes;  // absolute block sizes; empty: two torch.chunk halves (_S(d, 2))
+};
+
+std::string BlocksText(const std::vector<int64_t>& b) { return absl::StrCat("[", absl::StrJoin(b, ", "), "]"); }
+
+absl::StatusOr<PackedLayout> ResolvePacked(const std::vector<int64_t>& proportions,
+                                           const Module& m, bool col, int64_t n) {
+  PackedLayout layout;
+  if (!proportions.empty()) {
+    int64_t total = 0;
+    for (int64_t b : proportions) {
+      if (b <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "packed blocks ", BlocksText(proportions), " for '", m.FullName(),
+            "': every block must be positive"));
+      }
+      total += b;
+    }
+    if (n % total != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Cannot split ", n, " into proportional blocks ", BlocksText(proportions), ": sum(",
+          BlocksText(proportions), ")=", total, " does not divide ", n, " (layer '",
+          m.FullName(), "')."));
+    }
+    for (int64_t b : proportions) layout.sizes.push_back(b * (n / total));
+    return layout;
+  }
+  if (const auto* linear = dynamic_cast<const Linear*>(&m)) {
+    const std::vector<int64_t>& stored =
+        col ? linear->packed_col_blocks() : linear->packed_row_blocks();
+    if (!stored.empty()) {
+      const int64_t total = std::accumulate(stored.begin(), stored.end(), int64_t{0});
+      if (total != n) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Linear '", m.FullName(), "': ", col ? "packed_col_blocks " : "packed_row_blocks ",
+            BlocksText(stored), " sum to ", total, " but the packed dim has ", n,
+            col ? " rows" : " columns"));
+      }
+      layout.sizes = stored;
+    }
+  }
+  return layout;
+}
+
+Placement PackedPlacement(const PackedLayout& layout, int dim) {
+  if (layout.sizes.empty()) return Placement::StridedShard(dim, 2);
+  return Placement::BlockShard(dim, layout.sizes);
+}
+
+absl::Status CheckBlocksDivisible(absl::string_view style, const Parameter& param,
+                                  const PackedLayout& layout, int64_t n, int64_t tp) {
+  std::vector<int64_t> sizes = layout.sizes;
+  if (sizes.empty()) sizes = {(n + 1) / 2, n - (n + 1) / 2};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] % tp != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          style, " '", param.FullName(), "': packed block ", i, " of ", BlocksText(sizes),
+          " has size ", sizes[i], ", not divisible by the tensor parallel size ", tp,
+          " (every packed block must be divisible on its own)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Packed dim of a parameter: ndim-2 (colwise) / ndim-1 (rowwise) for weights, 0 for 1-D params.
+int PackedDim(const Parameter& p, bool col) {
+  if (p.dim() < 2) return 0;
+  return col ? p.dim() - 2 : p.dim() - 1;
+}
+
+}  // namespace
+
+// ---- colwise ------------------------------------------------------------------------------------
+
+ColwiseParallel::ColwiseParallel(Placement input_layout, Placement output_layout,
+                                 bool use_local_output)
+    : input_layout_(std::move(input_layout)),
+      output_layout_(std::move(output_layout)),
+      use_local_output_(use_local_output) {}
+
+StyleInfo ColwiseParallel::Info() const {
+  const bool gathers = output_layout_.is_replicate();
+  return {"S(0) (Embedding: S(1))", "S(0)", input_layout_.ToString() + " -> R",
+          absl::StrCat("S(-1)", gathers ? " -> R" : "", use_local_output_ ? " local" : ""),
+          gathers ? "all_gather" : "none"};
+}
+
+absl::Status ColwiseParallel::ValidateParam(const Module& module, const Parameter& param,
+                                            const DeviceMesh& mesh) const {
+  if (!output_layout_.is_replicate() || param.dim() < 2) return absl::OkStatus();
+  const int dim = IsEmbedding(module) ? 1 : param.dim() - 2;
+  const int64_t n = param.shape()[dim], tp = mesh.Size();
+  if (n % tp == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "The output size of `", module.FullName(), "` (", n,
+      ") must be divisible by the tensor parallel size (", tp,
+      ") when gathering a colwise output."));
+}
+
+absl::StatusOr<Placement> ColwiseParallel::ParamPlacement(const Module& module,
+                                                          const Parameter& param) const {
+  if (param.dim() == 0) return Placement::Replicate();
+  if (param.dim() == 1) return Placement::Shard(0);
+  if (IsEmbedding(module)) return Placement::Shard(1);
+  return Placement::Shard(param.dim() - 2);
+}
+
+absl::StatusOr<Values> ColwiseParallel::TransformInputsPreForward(Module& module, Values inputs,
+                                                                  const DeviceMesh& mesh) const {
+  DT_RETURN_IF_ERROR(NeedInput(module, inputs, "colwise"));
+  DT_ASSIGN_OR_RETURN(DTensor x, AsDTensor(inputs[0], mesh, input_layout_));
+  DT_ASSIGN_OR_RETURN(x, RedistributeTo(x, Placement::Replicate()));
+  inputs[0] = std::move(x);
+  return inputs;
+}
+
+absl::StatusOr<Values> ColwiseParallel::TransformOutputPostForward(Module& module, Values outputs,
+                                                                   const DeviceMesh& mesh) const {
+  if (outputs.empty() || !outputs[0].defined()) return outputs;
+  std::optional<Shape> global;
+  if (outputs[0].is_local()) {  // a forward run in local mode: annotate the exact global shape
+    global = outputs[0].shape();
+    const Parameter* w = module.FindParameter("weight");
+    if (w != nullptr && w->dim() >= 2) {
+      global->back() = IsEmbedding(module) ? w->shape()[1] : w->shape()[w->dim() - 2];
+    }
+  }
+  DT_ASSIGN_OR_RETURN(DTensor y, AsDTensor(outputs[0], mesh, Placement::Shard(-1), global));
+  DT_ASSIGN_OR_RETURN(y, RedistributeTo(y, output_layout_));
+  outputs[0] = Handoff(std::move(y), use_local_output_);
+  return outputs;
+}
+
+// ---- rowwise ------------------------------------------------------------------------------------
+
+RowwiseParallel::RowwiseParallel(Placement input_layout, Placement output_layout,
+                                 bool use_local_output)
+    : input_layout_(std::move(input_layout)),
+      output_layout_(std::move(output_layout)),
+      use_local_output_(use_local_output) {}
+
+StyleInfo RowwiseParallel::Info() const {
+  const std::string collective =
+      output_layout_.is_replicate() ? "all_reduce"
+                                    : (output_layout_.is_any_shard() ? "reduce_scatter" : "none");
+  return {"S(1) (Embedding: S(0))", "R", input_layout_.ToString() + " -> S(-1)",
+          absl::StrCat("P(sum) -> ", output_layout_.ToString(), use_local_output_ ? " local" : ""),
+          collective};
+}
+
+absl::StatusOr<Placement> RowwiseParallel::ParamPlacement(const Module& module,
+                                                          const Parameter& param) const {
+  if (param.dim() < 2) return Placement::Replicate();
+  if (IsEmbedding(module)) return Placement::Shard(0);
+  return Placement::Shard(param.dim() - 1);
+}
+
+absl::StatusOr<Values> RowwiseParallel::TransformInputsPreForward(Module& module, Values inputs,
+                                                                  const DeviceMesh& mesh) const {
+  DT_RETURN_IF_ERROR(NeedInput(module, inputs, "rowwise"));
+  if (IsEmbedding(module)) {  // ids stay whole: the table is split by vocab
+    DT_ASSIGN_OR_RETURN(DTensor ids, AsDTensor(inputs[0], mesh, input_layout_));
+    DT_ASSIGN_OR_RETURN(ids, RedistributeTo(ids, Placement::Replicate()));
+    inputs[0] = std::move(ids);
+    return inputs;
+  }
+  DT_ASSIGN_OR_RETURN(const Parameter* w, WeightOf(module, "rowwise"));
+  std::optional<Shape> global;
+  const Placement declared = ResolveDim(input_layout_, inputs[0].dim());
+  if (inputs[0].is_local() && declared.is_any_shard(inputs[0].dim() - 1)) {
+    global = inputs[0].shape();  // Note [Annotating local inputs]
+    global->back() = w->shape().back();
+  }
+  DT_ASSIGN_OR_RETURN(DTensor x, AsDTensor(inputs[0], mesh, declared, global));
+  DT_ASSIGN_OR_RETURN(x, RedistributeTo(x, Placement::Shard(-1)));
+  inputs[0] = std::move(x);
+  return inputs;
+}
+
+absl::StatusOr<Values> RowwiseParallel::TransformOutputPostForward(Module& module, Values outputs,
+                                                                   const DeviceMesh& mesh) const {
+  if (outputs.empty() || !outputs[0].defined()) return outputs;
+  DT_ASSIGN_OR_RETURN(DTensor y, AsDTensor(outputs[0], mesh, Placement::Partial()));
+  DT_ASSIGN_OR_RETURN(y, RedistributeTo(y, output_layout_));
+  outputs[0] = Handoff(std::move(y), use_local_output_);
+  return outputs;
+}
+
+// ---- packed -------------------------------------------------------------------------------------
+
+PackedColwiseParallel::PackedColwiseParallel(std::vector<int64_t> blocks, bool use_local_output)
+    : blocks_(std::move(blocks)), use_local_output_(use_local_output) {}
+
+StyleInfo PackedColwiseParallel::Info() const {
+  const std::string w = blocks_.empty() ? "_S(0,2) or _S(0,[Linear blocks])"
+                                        : absl::StrCat("_S(0,", BlocksText(blocks_), " scaled)");
+  return {w, "as weight", "R", absl::StrCat("_S(-1,...)", use_local_output_ ? " local" : ""),
+          "none"};
+}
+
+absl::Status PackedColwiseParallel::ValidateParam(const Module& module, const Parameter& param,
+                                                  const DeviceMesh& mesh) const {
+  if (param.dim() == 0) return absl::OkStatus();
+  const int dim = PackedDim(param, /*col=*/true);
+  DT_ASSIGN_OR_RETURN(PackedLayout layout, ResolvePacked(blocks_, module, true, param.shape()[dim]));
+  return CheckBlocksDivisible("packed_colwise", param, layout, param.shape()[dim], mesh.Size());
+}
+
+absl::StatusOr<Placement> PackedColwiseParallel::ParamPlacement(const Module& module,
+                                                                const Parameter& param) const {
+  if (param.dim() == 0) return Placement::Replicate();
+  const int dim = PackedDim(param, /*col=*/true);
+  DT_ASSIGN_OR_RETURN(PackedLayout layout, ResolvePacked(blocks_, module, true, param.shape()[dim]));
+  return PackedPlacement(layout, dim);
+}
+
+absl::StatusOr<Values> PackedColwiseParallel::TransformInputsPreForward(
+    Module& module, Values inputs, const DeviceMesh& mesh) const {
+  DT_RETURN_IF_ERROR(NeedInput(module, inputs, "packed_colwise"));
+  DT_ASSIGN_OR_RETURN(DTensor x, AsDTensor(inputs[0], mesh, Placement::Replicate()));
+  DT_ASSIGN_OR_RETURN(x, RedistributeTo(x, Placement::Replicate()));
+  inputs[0] = std::move(x);
+  return inputs;
+}
+
+absl::StatusOr<Values> PackedColwiseParallel::TransformOutputPostForward(
+    Module& module, Values outputs, const DeviceMesh& mesh) const {
+  if (outputs.empty() || !outputs[0].is_dtensor()) return outputs;
+  outputs[0] = Handoff(outputs[0].dtensor(), use_local_output_);
+  return outputs;
+}
+
+PackedRowwiseParallel::PackedRowwiseParallel(std::vector<int64_t> blocks, bool use_local_output)
+    : blocks_(std::move(blocks)), use_local_output_(use_local_output) {}
+
+StyleInfo PackedRowwiseParallel::Info() const {
+  const std::string w = blocks_.empty() ? "_S(1,2) or _S(1,[Linear blocks])"
+                                        : absl::StrCat("_S(1,", BlocksText(blocks_), " scaled)");
+  return {w, "R", "_S(-1,...)", absl::StrCat("P(sum) -> R", use_local_output_ ? " local" : ""),
+          "all_reduce"};
+}
+
+absl::Status PackedRowwiseParallel::ValidateParam(const Module& module, const Parameter& param,
+                                                  const DeviceMesh& mesh) const {
+  if (param.dim() < 2) return absl::OkStatus();
+  const int dim = PackedDim(param, /*col=*/false);
+  DT_ASSIGN_OR_RETURN(PackedLayout layout,
+                      ResolvePacked(blocks_, module, false, param.shape()[dim]));
+  return CheckBlocksDivisible("packed_rowwise", param, layout, param.shape()[dim], mesh.Size());
+}
+
+absl::StatusOr<Placement> PackedRowwiseParallel::ParamPlacement(const Module& module,
+                                                                const Parameter& param) const {
+  if (param.dim() < 2) return Placement::Replicate();
+  const int dim = PackedDim(param, /*col=*/false);
+  DT_ASSIGN_OR_RETURN(PackedLayout layout,
+                      ResolvePacked(blocks_, module, false, param.shape()[dim]));
+  return PackedPlacement(layout, dim);
+}
+
+absl::StatusOr<Values> PackedRowwiseParallel::TransformInputsPreForward(
+    Module& module, Values inputs, const DeviceMesh& mesh) const {
+  DT_RETURN_IF_ERROR(NeedInput(module, inputs, "packed_rowwise"));
+  DT_ASSIGN_OR_RETURN(const Parameter* w, WeightOf(module, "packed_rowwise"));
+  const int64_t in = w->shape().back();
+  DT_ASSIGN_OR_RETURN(PackedLayout layout, ResolvePacked(blocks_, module, false, in));
+  const Placement target = PackedPlacement(layout, inputs[0].dim() - 1);
+  std::optional<Shape> global;
+  if (inputs[0].is_local()) {  // Note [Annotating local inputs]
+    global = inputs[0].shape();
+    global->back() = in;
+  }
+  DT_ASSIGN_OR_RETURN(DTensor x, AsDTensor(inputs[0], mesh, target, global));
+  DT_ASSIGN_OR_RETURN(x, RedistributeTo(x, target));
+  inputs[0] = std::move(x);
+  return inputs;
+}
+
+absl::StatusOr<Values> PackedRowwiseParallel::TransformOutputPostForward(
+    Module& module, Values outputs, const DeviceMesh& mesh) const {
+  if (outputs.empty() || !outputs[0].defined()) return outputs;
+  DT_ASSIGN_OR_RETURN(DTensor y, AsDTensor(outputs[0], mesh, Placement::Partial()));
+  DT_ASSIGN_OR_RETURN(y, RedistributeTo(y, Placement::Replicate()));
+  outputs[0] = Handoff(std::move(y), use_local_output_);
+  return outputs;
+}
+
+// ---- embedding ----------------------------------------------------------------------------------
+
+EmbeddingParallel::EmbeddingParallel(int shard_dim, bool use_local_output)
+    : shard_dim_(shard_dim), use_local_output_(use_local_output) {}
+
+StyleInfo EmbeddingParallel::Info() const {
+  const std::string local = use_local_output_ ? " local" : "";
+  if (shard_dim_ == 0) {
+    return {"S(0) (vocab)", "-", "ids R", "P(sum) -> R" + local + " (masked lookup)",
+            "all_reduce"};
+  }
+  return {"S(1) (hidden)", "-", "ids R", "S(-1) -> R" + local, "all_gather"};
+}
+
+absl::Status EmbeddingParallel::ValidateParam(const Module& module, const Parameter& param,
+                                              const DeviceMesh&) const {
+  if (param.dim() == 2) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      shard_dim_ == 0 ? "embedding_rowwise" : "embedding_colwise", " on '", module.FullName(),
+      "': parameter '", param.FullName(), "' is ", param.Describe(),
+      "; an embedding table has 2 dims [vocab, hidden]"));
+}
+
+absl::StatusOr<Placement> EmbeddingParallel::ParamPlacement(const Module&,
+                                                            const Parameter& param) const {
+  if (param.dim() != 2) return Placement::Replicate();
+  return Placement::Shard(shard_dim_);
+}
+
+absl::StatusOr<Values> EmbeddingParallel::TransformInputsPreForward(Module& module, Values inputs,
+                                                                    const DeviceMesh& mesh) const {
+  DT_RETURN_IF_ERROR(NeedInput(module, inputs, "embedding"));
+  DT_ASSIGN_OR_RETURN(DTensor ids, AsDTensor(inputs[0], mesh, Placement::Replicate()));
+  DT_ASSIGN_OR_RETURN(ids, RedistributeTo(ids, Placement::Replicate()));
+  inputs[0] = std::move(ids);
+  return inputs;
+}
+
+absl::StatusOr<Values> EmbeddingParallel::TransformOutputPostForward(Module& module,
+                                                                     Values outputs,
+                                                                     const DeviceMesh& mesh) const {
+  if (outputs.empty() || !outputs[0].is_dtensor()) return outputs;
+  DT_ASSIGN_OR_RETURN(DTensor y, RedistributeTo(outputs[0].dtensor(), Placement::Replicate()));
+  outputs[0] = Handoff(std::move(y), use_local_output_);
+  return outputs;
+}
+
+// ---- sequence parallel --------------------------------------------------------------------------
+
+SequenceParallel::SequenceParallel(int sequence_dim, bool use_local_output)
+    : sequence_dim_(sequence_dim), use_local_output_(use_local_output) {}
+
+StyleInfo SequenceParallel::Info() const {
+  const std::string s = absl::StrCat("S(", sequence_dim_, ")");
+  return {"R", "R", s, absl::StrCat(s, use_local_output_ ? " local" : ""), "none"};
+}
+
+absl::StatusOr<Values> SequenceParallel::TransformInputsPreForward(Module& module, Values inputs,
+                                                                   const DeviceMesh& mesh) const {
+  DT_RETURN_IF_ERROR(NeedInput(module, inputs, "sequence_parallel"));
+  const Placement seq = Placement::Shard(sequence_dim_);
+  DT_ASSIGN_OR_RETURN(DTensor x, AsDTensor(inputs[0], mesh, seq));
+  DT_ASSIGN_OR_RETURN(x, RedistributeTo(x, seq));
+  inputs[0] = std::move(x);
+  return inputs;
+}
+
+absl::StatusOr<Values> SequenceParallel::TransformOutputPostForward(Module&, Values outputs,
+                                                                    const DeviceMesh&) const {
+  for (Value& v : outputs) {
+    if (v.is_dtensor()) v = Handoff(v.dtensor(), use_local_output_);
+  }
+  return outputs;
+}
+
+// ---- reductions and local forwards --------------------------------------------------------------
+
+StyleInfo AllReduceParallel::Info() const {
+  return {"-", "-", "unchanged", absl::StrCat("P(sum) -> R", use_local_output_ ? " local" : ""),
+          "all_reduce"};
+}
+
+absl::StatusOr<Values> AllReduceParallel::TransformOutputPostForward(Module&, Values outputs,
+                                                                     const DeviceMesh& mesh) const {
+  for (Value& v : outputs) {
+    if (!v.defined()) continue;
+    DT_ASSIGN_OR_RETURN(DTensor y, AsDTensor(v, mesh, Placement::Partial()));
+    DT_ASSIGN_OR_RETURN(y, RedistributeTo(y, Placement::Replicate()));
+    v = Handoff(std::move(y), use_local_output_);
+  }
+  return outputs;
+}
+
+StyleInfo LocalParamsParallel::Info() const {
+  return {"own entries", "own entries", "local pieces", "local", "none"};
+}
+
+absl::StatusOr<Values> LocalParamsParallel::TransformInputsPreForward(Module&, Values inputs,
+                                                                      const DeviceMesh&) const {
+  for (Value& v : inputs) {
+    if (v.is_dtensor()) v = Value(v.local());
+  }
+  return inputs;
+}
+
+StyleInfo ReplicatedWithGradAllReduce::Info() const {
+  return {"R", "R", "unchanged", "unchanged", "none (inference only: no gradients)"};
+}
+
+absl::Status ReplicatedWithGradAllReduce::InstallForward(Module&, const DeviceMesh&) const {
+  return absl::OkStatus();  // Note [Inference only]: the forward is the replicated one
+}
+
+StyleInfo MoEExpertsParallel::Info() const {
+  return {"own entries", "own entries", "R -> local", "P(sum) -> R local", "all_reduce"};
+}
+
+absl::StatusOr<Values> MoEExpertsParallel::TransformInputsPreForward(Module&, Values inputs,
+                                                                     const DeviceMesh&) const {
+  for (Value& v : inputs) {
+    if (!v.is_dtensor()) continue;
+    DT_ASSIGN_OR_RETURN(DTensor r, RedistributeTo(v.dtensor(), Placement::Replicate()));
+    v = Value(r.ToLocal());
+  }
+  return inputs;
+}
+
+absl::StatusOr<Values> MoEExpertsParallel::TransformOutputPostForward(Module& module,
+                                                                      Values outputs,
+                                                                      const DeviceMesh& mesh) const {
+  bool sharded = false;
+  for (const auto& p : module.parameters()) {
+    sharded = sharded || (p->placed() && p->spec().NumShards() > 0);
+  }
+  if (!sharded || outputs.empty() || !outputs[0].defined()) return outputs;
+  DT_ASSIGN_OR_RETURN(DTensor y, AsDTensor(outputs[0], mesh, Placement::Partial()));
+  DT_ASSIGN_OR_RETURN(y, RedistributeTo(y, Placement::Replicate()));
+  outputs[0] = Value(y.ToLocal());
+  return outputs;
+}
+
+StyleInfo MoEIdentityParallel::Info() const {
+  return {"-", "-", "R -> P(sum) (x / tp)", "local", "none"};
+}
+
+absl::StatusOr<Values> MoEIdentityParallel::TransformInputsPreForward(Module& module,
+                                                                      Values inputs,
+                                                                      const DeviceMesh& mesh) const {
+  DT_RETURN_IF_ERROR(NeedInput(module, inputs, "moe_identity_expert"));
+  DT_ASSIGN_OR_RETURN(DTensor x, AsDTensor(inputs[0], mesh, Placement::Replicate()));
+  DT_ASSIGN_OR_RETURN(x, RedistributeTo(x, Placement::Replicate()));
+  DT_ASSIGN_OR_RETURN(x, RedistributeTo(x, Placement::Partial()));
+  inputs[0] = std::move(x);
+  return inputs;
+}
+
+absl::StatusOr<Values> MoEIdentityParallel::TransformOutputPostForward(Module&, Values outputs,
+                                                                       const DeviceMesh&) const {
+  for (Value& v : outputs) {
+    if (v.is_dtensor()) v = Value(v.local());
+  }
+  return outputs;
+}
+
+}  // namespace dt::nn

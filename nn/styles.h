@@ -1,0 +1,232 @@
+#pragma once
+// The built-in tensor-parallel styles (registered under transformers' and diffusers' names in
+// nn/style_registry.h). T = tensor-parallel size; "local" = the output is this rank's piece as a
+// plain tensor (use_local_output, transformers' default).
+//
+//   class                        params (weight | 1-D)           input -> forward -> output
+//   ColwiseParallel(in, out)     S(ndim-2) | S(0);               in -> R; y S(-1) -> out
+//                                Embedding: S(1)
+//   RowwiseParallel(in, out)     S(ndim-1) | R (bias added       in -> S(-1); y P(sum) -> out (R:
+//                                once); Embedding: S(0)          all_reduce, S(d): reduce_scatter)
+//   PackedColwiseParallel(b)     _S(ndim-2, blocks) | the same   as colwise; the output stays the
+//                                blocks (Note [Packed bias])     interleaved shard _S(-1, blocks)
+//   PackedRowwiseParallel(b)     _S(ndim-1, blocks) | R          in -> _S(-1, blocks); P -> R
+//   EmbeddingParallel(0)         table S(0) (vocab)              ids R; masked lookup P(sum) -> R
+//   EmbeddingParallel(1)         table S(1) (hidden)             ids R; S(-1) -> R (all_gather)
+//   SequenceParallel(d)          R                               in -> S(d); output as computed
+//   AllReduceParallel            (none)                          output P(sum) -> R
+//   LocalParamsParallel          own plan entries                forward on local tensors
+//   ReplicatedWithGradAllReduce  R                               unchanged (inference only)
+//   MoEExpertsParallel           own plan entries                in -> R -> local; P(sum) -> R
+//   MoEIdentityParallel          (none)                          in R -> P(sum), i.e. x / T
+//
+// Note [Packed blocks]
+// A packed weight concatenates logical blocks along one dim (gate | up; q | k | v | gate | up).
+// Its placement is an interleaved shard: `_S(d, 2)` for transformers' two equal halves (split
+// factor 2) or `_S(d, [b0, b1, ...])` for explicit block sizes, so that each rank holds its slice
+// of every block, local chunk()/split() by the block ratio stay aligned, and FullTensor() returns
+// the checkpoint layout (diffusers labels these shards Shard(0) and gathers them permuted). Block
+// sizes come from the plan as proportions (diffusers' PackedColwiseParallel([1, 1, 1, 3, 3]))
+// or, when the plan gives none, from the Linear (packed_col_blocks / packed_row_blocks, diffusers'
+// `_tp_packed_*_blocks`), else two equal halves. Every block must be divisible by T on its own:
+// a block split unevenly would leave ranks with unequal pieces of q/k/v or gate/up.
+//
+// Note [Packed bias]
+// transformers G3 gives a packed 1-D parameter a plain Shard(-1), which slices a packed bias
+// across block boundaries (harmless only because its packed projections have no bias). Here a
+// packed_colwise bias follows its weight's blocks (as diffusers slices it), so a fused gate|up
+// bias stays aligned with the weight rows.
+//
+// Note [Annotating local inputs]
+// PyTorch annotates a local input as its declared layout assuming an even split. A Linear knows
+// its global in_features, so row-wise styles annotate with the exact global shape: a colwise ->
+// rowwise pair over an uneven split (10 features on 4 ranks: 3, 3, 3, 1) works with local
+// hand-offs. Styles without such knowledge (sequence_parallel) keep PyTorch's even assumption;
+// pass a DTensor for uneven sequence shards.
+
+#include <cstdint>
+#include <vector>
+
+#include "dtensor/placement.h"
+#include "nn/style.h"
+
+namespace dt::nn {
+
+class ColwiseParallel : public TensorParallelLayer {
+ public:
+  explicit ColwiseParallel(Placement input_layout = Placement::Replicate(),
+                           Placement output_layout = Placement::Shard(-1),
+                           bool use_local_output = true);
+  StyleInfo Info() const override;
+  // With a replicated output (the gathered vocab of lm_head), the sharded size must divide by T:
+  // "The output size of `lm_head` (10) must be divisible by the tensor parallel size (4) when
+  //  gathering a colwise output." (transformers' wording)
+  absl::Status ValidateParam(const Module& module, const Parameter& param,
+                             const DeviceMesh& mesh) const override;
+  absl::StatusOr<Placement> ParamPlacement(const Module& module,
+                                           const Parameter& param) const override;
+  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
+                                                   const DeviceMesh& mesh) const override;
+  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
+                                                    const DeviceMesh& mesh) const override;
+
+ private:
+  Placement input_layout_;
+  Placement output_layout_;
+  bool use_local_output_;
+};
+
+class RowwiseParallel : public TensorParallelLayer {
+ public:
+  explicit RowwiseParallel(Placement input_layout = Placement::Shard(-1),
+                           Placement output_layout = Placement::Replicate(),
+                           bool use_local_output = true);
+  StyleInfo Info() const override;
+  absl::StatusOr<Placement> ParamPlacement(const Module& module,
+                                           const Parameter& param) const override;
+  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
+                                                   const DeviceMesh& mesh) const override;
+  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
+                                                    const DeviceMesh& mesh) const override;
+
+ private:
+  Placement input_layout_;
+  Placement output_layout_;
+  bool use_local_output_;
+};
+
+// See Note [Packed blocks].
+class PackedColwiseParallel : public TensorParallelLayer {
+ public:
+  // blocks: proportions ({1, 1}: halves); empty: the Linear's packed_col_blocks, else halves.
+  explicit PackedColwiseParallel(std::vector<int64_t> blocks = {}, bool use_local_output = true);
+  StyleInfo Info() const override;
+  absl::Status ValidateParam(const Module& module, const Parameter& param,
+                             const DeviceMesh& mesh) const override;
+  absl::StatusOr<Placement> ParamPlacement(const Module& module,
+                                           const Parameter& param) const override;
+  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
+                                                   const DeviceMesh& mesh) const override;
+  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
+                                                    const DeviceMesh& mesh) const override;
+
+ private:
+  std::vector<int64_t> blocks_;
+  bool use_local_output_;
+};
+
+// See Note [Packed blocks]. diffusers' semantics (row-wise hooks: all_reduce of the output);
+// transformers G3's PackedRowwiseParallel places parameters only.
+class PackedRowwiseParallel : public TensorParallelLayer {
+ public:
+  explicit PackedRowwiseParallel(std::vector<int64_t> blocks = {}, bool use_local_output = true);
+  StyleInfo Info() const override;
+  absl::Status ValidateParam(const Module& module, const Parameter& param,
+                             const DeviceMesh& mesh) const override;
+  absl::StatusOr<Placement> ParamPlacement(const Module& module,
+                                           const Parameter& param) const override;
+  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
+                                                   const DeviceMesh& mesh) const override;
+  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
+                                                    const DeviceMesh& mesh) const override;
+
+ private:
+  std::vector<int64_t> blocks_;
+  bool use_local_output_;
+};
+
+// shard_dim 0: vocab rows (embedding_rowwise: each rank looks up the ids it owns, zero rows for
+// the others, then all_reduce); 1: hidden columns (embedding_colwise: all_gather).
+class EmbeddingParallel : public TensorParallelLayer {
+ public:
+  explicit EmbeddingParallel(int shard_dim, bool use_local_output = true);
+  StyleInfo Info() const override;
+  absl::Status ValidateParam(const Module& module, const Parameter& param,
+                             const DeviceMesh& mesh) const override;
+  absl::StatusOr<Placement> ParamPlacement(const Module& module,
+                                           const Parameter& param) const override;
+  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
+                                                   const DeviceMesh& mesh) const override;
+  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
+                                                    const DeviceMesh& mesh) const override;
+
+ private:
+  int shard_dim_;
+  bool use_local_output_;
+};
+
+class SequenceParallel : public TensorParallelLayer {
+ public:
+  explicit SequenceParallel(int sequence_dim = 1, bool use_local_output = true);
+  StyleInfo Info() const override;
+  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
+                                                   const DeviceMesh& mesh) const override;
+  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
+                                                    const DeviceMesh& mesh) const override;
+
+ private:
+  int sequence_dim_;
+  bool use_local_output_;
+};
+
+// Reduces a module whose outputs are partial sums: every output (a local tensor is taken as this
+// rank's P(sum) term) -> R.
+class AllReduceParallel : public TensorParallelLayer {
+ public:
+  explicit AllReduceParallel(bool use_local_output = true) : use_local_output_(use_local_output) {}
+  StyleInfo Info() const override;
+  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
+                                                    const DeviceMesh& mesh) const override;
+
+ private:
+  bool use_local_output_;
+};
+
+// Runs the forward on local tensors: the module's own parameters (sharded by their own plan
+// entries) as local pieces, DTensor inputs as their local pieces. For owners of bare parameters
+// (attention sinks) whose forward is written for local shards.
+class LocalParamsParallel : public TensorParallelLayer {
+ public:
+  StyleInfo Info() const override;
+  bool ShouldUseLocalTensors(const Module&) const override { return true; }
+  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
+                                                   const DeviceMesh& mesh) const override;
+};
+
+// Note [Inference only]
+// The runtime has no autograd. transformers' ReplicatedWithGradAllReduce replicates parameters and
+// all-reduces their gradients in a backward hook (for q/k norms between colwise and rowwise
+// projections); here it places parameters Replicate and leaves the forward unchanged, so plans
+// written for transformers load and run, and nothing claims to synchronize gradients.
+class ReplicatedWithGradAllReduce : public TensorParallelLayer {
+ public:
+  StyleInfo Info() const override;
+  absl::Status InstallForward(Module& module, const DeviceMesh& mesh) const override;
+};
+
+// The experts of a mixture of experts, tensor-parallel inside each expert: parameters come from
+// their own entries (gate_up_proj packed_colwise, down_proj rowwise); the forward runs on local
+// tensors (inputs replicated first) and, when any parameter is sharded, the partial output is
+// reduced (P(sum) -> R).
+class MoEExpertsParallel : public TensorParallelLayer {
+ public:
+  StyleInfo Info() const override;
+  bool ShouldUseLocalTensors(const Module&) const override { return true; }
+  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
+                                                   const DeviceMesh& mesh) const override;
+  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
+                                                    const DeviceMesh& mesh) const override;
+};
+
+// An identity ("zero computation") expert inside moe_tp_experts: its input becomes a P(sum) of x
+// (Replicate -> Partial divides by T), so the experts' reduction adds x exactly once.
+class MoEIdentityParallel : public TensorParallelLayer {
+ public:
+  StyleInfo Info() const override;
+  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
+                                                   const DeviceMesh& mesh) const override;
+  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
+                                                    const DeviceMesh& mesh) const override;
+};
+
+}  // namespace dt::nn

@@ -1,0 +1,63 @@
+#pragma once
+// Ops on Values: the layers' forward code is written once against these and runs either on
+// DTensors (dt::dops: sharding propagation, redistribution when needed) or on local tensors
+// (dt::ops: this rank's pieces, no communication).
+//
+//   operands                       runs                  result
+//   all DTensors                   dops::<op>            DTensor
+//   all local tensors              ops::<op>             local tensor
+//   a DTensor and a local tensor   -                     InvalidArgument (as PyTorch refuses to mix
+//                                                        torch.Tensor and DTensor)
+//
+// Undefined optional operands (Value()) are ignored. Messages name the op and both operands:
+//   "Linear: x is local f32[2, 4] cpu but w is DTensor(f32[8, 4] [S(0)] on mesh(tp=2), ...); a
+//    module reads its parameters' local pieces only in local mode (Note [Local values])"
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "nn/value.h"
+#include "ops/local/ops.h"
+
+namespace dt::nn::vops {
+
+// A replicated side input (rotary tables, masks) in the kind of `like`: its local tensor when
+// `like` is local, a replicated DTensor on like's mesh when `like` is a DTensor. A DTensor `side`
+// must be replicated.
+absl::StatusOr<Value> AsKindOf(const Value& side, const Value& like);
+
+absl::StatusOr<Value> Linear(const Value& x, const Value& w, const Value& bias = Value());
+absl::StatusOr<Value> Matmul(const Value& a, const Value& b, bool trans_a = false,
+                             bool trans_b = false);
+// Plain lookup (index offset 0); a vocab-sharded table needs the DTensor form (masked lookup).
+absl::StatusOr<Value> Embedding(const Value& table, const Value& ids);
+absl::StatusOr<Value> RmsNorm(const Value& x, const Value& weight, double eps);
+absl::StatusOr<Value> LayerNorm(const Value& x, const Value& weight, const Value& bias, double eps);
+
+absl::StatusOr<Value> Add(const Value& a, const Value& b);
+absl::StatusOr<Value> Sub(const Value& a, const Value& b);
+absl::StatusOr<Value> Mul(const Value& a, const Value& b);
+absl::StatusOr<Value> Mul(const Value& x, double s);
+absl::StatusOr<Value> Div(const Value& x, double s);
+absl::StatusOr<Value> Silu(const Value& x);
+absl::StatusOr<Value> Gelu(const Value& x, ops::GeluApproximation approx);
+absl::StatusOr<Value> Cast(const Value& x, DType dtype);
+
+absl::StatusOr<Value> ApplyRotary(const Value& x, const Value& cos, const Value& sin,
+                                  ops::RotaryStyle style);
+absl::StatusOr<Value> ScaledDotProductAttention(const Value& q, const Value& k, const Value& v,
+                                                const ops::AttentionOptions& options);
+
+absl::StatusOr<Value> Reshape(const Value& x, IntSpan shape);
+absl::StatusOr<Value> Transpose(const Value& x, int64_t dim0, int64_t dim1);
+absl::StatusOr<Value> Unsqueeze(const Value& x, int64_t dim);
+absl::StatusOr<Value> Cat(absl::Span<const Value> xs, int64_t dim);
+absl::StatusOr<std::vector<Value>> Split(const Value& x, absl::Span<const int64_t> sizes,
+                                         int64_t dim);
+absl::StatusOr<std::vector<Value>> Chunk(const Value& x, int64_t chunks, int64_t dim);
+
+}  // namespace dt::nn::vops
