@@ -1,3 +1,6 @@
+#include <random>
+#include <tuple>
+
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -119,6 +122,32 @@ TEST(MatmulTest, LargeShapesAgreeWithNaiveLoops) {
     const Tensor got = Matmul(a, b, c.ta, c.tb).value();
     EXPECT_EQ(testing::Mismatch(got, want_shape, want, testing::TolFor(c.dtype, scale)), "")
         << ShapeToString(c.a) << " x " << ShapeToString(c.b);
+  }
+}
+
+// Linear on the multi-threaded path: the bias is added per row panel and per column panel.
+TEST(LinearTest, LargeShapesWithBias) {
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> normal;
+  auto make = [&](const Shape& s, DType dtype) {
+    std::vector<double> v(static_cast<size_t>(Numel(s)));
+    for (double& x : v) x = normal(rng);
+    return Tensor::FromDoubles(s, v, dtype).value();
+  };
+  for (const auto& [rows, out, dtype] : {std::tuple<int64_t, int64_t, DType>{300, 200, DType::kF32},
+                                         {150, 400, DType::kBF16}}) {
+    const int64_t in = 64;
+    const Tensor x = make({rows, in}, dtype), w = make({out, in}, dtype), b = make({out}, dtype);
+    const std::vector<double> xv = x.ToDoubles(), wv = w.ToDoubles(), bv = b.ToDoubles();
+    std::vector<double> want(static_cast<size_t>(rows * out));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t o = 0; o < out; ++o) {
+        double acc = bv[o];
+        for (int64_t i = 0; i < in; ++i) acc += xv[r * in + i] * wv[o * in + i];
+        want[r * out + o] = acc;
+      }
+    }
+    EXPECT_EQ(testing::Mismatch(Linear(x, w, b).value(), {rows, out}, want, testing::TolFor(dtype, 8)), "");
   }
 }
 
