@@ -1,14 +1,23 @@
 #pragma once
 // Communicator: one process group (an ordered list of global ranks) on one backend.
 //
-// Semantics (every backend; see mesh/README section in the top-level README):
+// Semantics (every backend; docs/mesh.md has the per-backend details):
 //   - Tensors passed in must be contiguous and on the backend's device (cpu for threads/gloo/mpi,
 //     cuda for nccl); every member passes the same dtype and (where stated) the same sizes.
+//     Inputs and outputs must not overlap. Local mistakes are InvalidArgument at once; members that
+//     disagree with each other are InvalidArgument on every member (threads always; the others
+//     when WorldOptions::verify is on, the default).
 //   - Calls are collective over the group and must be issued in the same order on every member.
 //   - Every call finishes within timeout(): when a peer dies or never arrives the call returns
-//     DeadlineExceeded/Unavailable naming the collective, the group and the missing ranks.
+//     DeadlineExceeded/Unavailable/Aborted naming the collective, the group and, where the backend
+//     can know, the missing ranks. After such an error the communicator may stay broken (gloo,
+//     mpi, nccl): later calls fail at once with the original error.
 //   - Async variants return a Work whose Wait() yields the result; the tensors must stay alive
-//     until then. The synchronous forms are Async(...)->Wait().
+//     until then. The synchronous forms are Async(...)->Wait(). gloo and mpi run a communicator's
+//     collectives in order on a worker thread; nccl enqueues on its stream; threads completes
+//     collectives before returning (its receives happen on Wait()).
+//   - Reductions: f32, bf16, f16, i64, i32, u8 (not bool). Half types are combined as f32 per
+//     element pair and rounded back; avg = sum / size (integers: truncating division).
 //
 //   collective        input (per rank)         output (per rank)
 //   AllReduce         x [n]                    x [n] reduced in place

@@ -7,9 +7,19 @@
 //       0    0 1 2 3                   group along dp: ranks {2,6},     LocalRank(dp) = 1
 //       1    4 5 6 7
 //
-// One communicator per mesh dim, created lazily from the World and cached. Ranks outside the mesh
+// One communicator per mesh dim, created lazily from the World and cached (the World also caches
+// groups by rank list, so meshes that share a group share its communicator). Ranks outside the mesh
 // have no coordinate and take part in nothing. Slicing by names (`mesh["tp"]`, mesh.Slice({"dp",
-// "tp"})) gives sub-meshes over this rank's slice; Flatten() gives a 1-D mesh over several dims.
+// "tp"})) gives sub-meshes over this rank's slice (names in any order; a rank outside the mesh gets
+// the slice through index 0 of the other dims, which it is not in either). Flatten() gives a 1-D mesh
+// over several dims (default name "dp_tp"), with its own group; its name is registered in the root
+// mesh, so `mesh["dp_tp"]` works afterwards, as in PyTorch.
+//
+//   call                                   mesh(pp=2, dp=2, tp=2), rank 5 = coordinate (1, 0, 1)
+//   mesh["tp"]                             mesh(tp=2) ranks [4, 5]
+//   mesh.Slice({"dp", "tp"})               mesh(dp=2, tp=2) ranks [4, 5, 6, 7]
+//   mesh.Flatten({1, 2})                   mesh(dp_tp=4) ranks [4, 5, 6, 7]; then mesh["dp_tp"]
+//   Size(d) of a dim out of range          0
 
 #include <memory>
 #include <optional>
