@@ -344,9 +344,12 @@ int Explain(const Flags& flags) {
   PrintPicture(pic);
 
   if (plan) {
-    std::printf("\nplan %s -> %s: %zu steps, %d collectives (%s planner, est. %.1f us)\n",
+    const size_t nsteps = plan->steps.size();
+    const int ncoll = plan->num_collectives();
+    std::printf("\nplan %s -> %s: %zu step%s, %d collective%s (%s planner, est. %.1f us)\n",
                 PlacementsToString(plan->src).c_str(), PlacementsToString(plan->dst).c_str(),
-                plan->steps.size(), plan->num_collectives(), plan->strategy, plan->cost_us);
+                nsteps, nsteps == 1 ? "" : "s", ncoll, ncoll == 1 ? "" : "s", plan->strategy,
+                plan->cost_us);
     if (plan->steps.empty()) {
       std::printf("  nothing to do: the layouts are the same\n");
       return 0;
