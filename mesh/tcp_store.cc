@@ -151,7 +151,8 @@ struct TcpStoreServer::State {
   void Drop(int fd) {
     auto it = clients.find(fd);
     if (it == clients.end()) return;
-    if (it->second.rank >= 0 && !it->second.bye) {
+    if (it->second.rank >= 0 && !it->second.bye &&
+        std::find(dead.begin(), dead.end(), it->second.rank) == dead.end()) {
       dead.push_back(it->second.rank);
       kv["dt/dead"] = absl::StrJoin(dead, ",");
     }
@@ -329,7 +330,7 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& h
   s->port_ = port;
   const auto deadline = Clock::now() + timeout;
   std::string last_error = "no attempt";
-  while (true) {
+  auto connect_once = [&]() -> int {
     addrinfo hints{};
     hints.ai_family = AF_INET;
     hints.ai_socktype = SOCK_STREAM;
@@ -337,19 +338,25 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& h
     int gai = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
     if (gai != 0) {
       last_error = absl::StrCat("cannot resolve '", host, "': ", ::gai_strerror(gai));
-    } else {
-      for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
-        int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd < 0) continue;
-        if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
-          s->fd_ = fd;
-          break;
-        }
+      return -1;
+    }
+    int out = -1;
+    for (addrinfo* a = res; a != nullptr && out < 0; a = a->ai_next) {
+      int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd < 0) continue;
+      if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+        out = fd;
+      } else {
         last_error = std::strerror(errno);
         ::close(fd);
       }
-      ::freeaddrinfo(res);
     }
+    ::freeaddrinfo(res);
+    if (out >= 0) NoDelay(out);
+    return out;
+  };
+  while (true) {
+    s->fd_ = connect_once();
     if (s->fd_ >= 0) break;
     if (Clock::now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat("store at ", host, ":", port, ": cannot connect within ",
@@ -358,7 +365,7 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& h
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  NoDelay(s->fd_);
+  s->arrive_fd_ = connect_once();  // anonymous (no Hello): only the main connection tracks death
   std::string body;
   PutU32(body, static_cast<uint32_t>(rank));
   if (!SendAll(s->fd_, Frame(kHello, body))) {
@@ -368,6 +375,7 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& h
 }
 
 TcpStore::~TcpStore() {
+  if (arrive_fd_ >= 0) ::close(arrive_fd_);
   if (fd_ >= 0) {
     SendAll(fd_, Frame(kBye));
     ::shutdown(fd_, SHUT_WR);
@@ -462,8 +470,11 @@ void TcpStore::Arrive(const std::string& key, int64_t value) {
   std::string body;
   PutStr(body, key);
   PutI64(body, value);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (fd_ >= 0) SendAll(fd_, Frame(kArrive, body));
+  std::lock_guard<std::mutex> lock(arrive_mu_);
+  if (arrive_fd_ >= 0 && !SendAll(arrive_fd_, Frame(kArrive, body))) {
+    ::close(arrive_fd_);
+    arrive_fd_ = -1;
+  }
 }
 
 std::vector<int> TcpStore::DeadRanks() {

@@ -65,7 +65,9 @@ class TcpStore {
   // Wait + Get.
   absl::StatusOr<std::string> WaitGet(const std::string& key, std::chrono::milliseconds timeout);
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta);
-  void Arrive(const std::string& key, int64_t value);  // best effort, no reply
+  // Best effort, no reply, on a second connection of its own so that it never waits behind a
+  // long Wait() of another thread.
+  void Arrive(const std::string& key, int64_t value);
   // Ranks whose store connection closed without Bye (they died), in order of death.
   std::vector<int> DeadRanks();
   std::string address() const;  // "host:port"
@@ -76,6 +78,8 @@ class TcpStore {
 
   std::mutex mu_;
   int fd_ = -1;
+  std::mutex arrive_mu_;
+  int arrive_fd_ = -1;
   std::string host_;
   int port_ = 0;
 };

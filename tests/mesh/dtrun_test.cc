@@ -62,7 +62,7 @@ TEST(Dtrun, RankKilledBySignal) {
 
 TEST(Dtrun, KillsRanksThatIgnoreSigtermAfterTheGracePeriod) {
   auto r = RunCommand(kDtrun + " --nproc-per-node 2 --grace-period 1 sh -c "
-                      "'trap \"\" TERM; if [ $RANK = 1 ]; then exit 3; fi; sleep 30'");
+                      "'trap \"\" TERM; if [ $RANK = 1 ]; then sleep 0.5; exit 3; fi; sleep 30'");
   EXPECT_EQ(r.status, 3) << r.output;
   EXPECT_NE(r.output.find("grace period"), std::string::npos) << r.output;
   EXPECT_LT(r.seconds, 6) << r.output;
@@ -71,9 +71,11 @@ TEST(Dtrun, KillsRanksThatIgnoreSigtermAfterTheGracePeriod) {
 TEST(Dtrun, ForwardsSigintAndLeavesNoProcessBehind) {
   // Each rank starts a background sleep (a grandchild) and reports its pid; SIGINT to dtrun must
   // end the ranks and their children.
-  auto r = RunCommand("sh -c '" + kDtrun + " --nproc-per-node 2 sh -c \"sleep 300 & echo child \\$!; "
-                      "trap \\\"echo got INT; exit 1\\\" INT; wait\" & d=$!; sleep 1; kill -INT $d; wait $d; "
-                      "echo dtrun=$?'");
+  // The ranks must have set their trap (they print "child" after it) before the SIGINT comes.
+  auto r = RunCommand("sh -c 'out=$(mktemp); " + kDtrun + " --nproc-per-node 2 sh -c \"trap \\\"echo got INT; "
+                      "exit 1\\\" INT; sleep 300 & echo child \\$!; wait\" > $out 2>&1 & d=$!; "
+                      "for i in $(seq 1 300); do [ $(grep -c child $out) -ge 2 ] && break; sleep 0.1; done; "
+                      "kill -INT $d; wait $d; echo dtrun=$?; cat $out; rm -f $out'");
   EXPECT_NE(r.output.find("dtrun=130"), std::string::npos) << r.output;
   std::smatch m;
   std::string rest = r.output;
