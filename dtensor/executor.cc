@@ -216,7 +216,7 @@ void DivideInPlace(const Tensor& t, int64_t k) {
 class StepRunner {
  public:
   StepRunner(const DTensorSpec& spec, IntSpan coord, const Placements& state, const PlanStep& step)
-      : spec_(spec), coord_(coord), step_(step) {
+      : spec_(spec), step_(step) {
     Placements others = state;
     for (int i : step.mesh_dims) others[i] = Placement::Replicate();
     group_shape_ = ShardShape(spec.shape(), spec.mesh().shape(), others, coord);
@@ -503,7 +503,6 @@ class StepRunner {
   }
 
   const DTensorSpec& spec_;
-  IntSpan coord_;
   const PlanStep& step_;
   Shape group_shape_;
   absl::InlinedVector<int64_t, 2> ks_;
