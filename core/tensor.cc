@@ -369,7 +369,10 @@ absl::StatusOr<Tensor> Tensor::Flatten(int64_t start_dim, int64_t end_dim) const
   if (dim() == 0) return View({1});
   DT_ASSIGN_OR_RETURN(int a, NormalizeDim(start_dim, dim(), "Flatten: start_dim"));
   DT_ASSIGN_OR_RETURN(int b, NormalizeDim(end_dim, dim(), "Flatten: end_dim"));
-  if (a > b) return absl::InvalidArgumentError("Flatten: start_dim after end_dim");
+  if (a > b) {
+    return absl::InvalidArgumentError(absl::StrCat("Flatten: start_dim ", start_dim, " is after end_dim ",
+                                                   end_dim, " for ", Describe()));
+  }
   Shape s;
   for (int i = 0; i < a; ++i) s.push_back(shape_[i]);
   int64_t m = 1;

@@ -265,6 +265,8 @@ TEST(TensorTest, Errors) {
   EXPECT_NE(s.message().find("Expand: cannot expand f32[2, 3] cpu to [4, 3]"), std::string::npos) << s;
   s = Tensor::Zeros({1}).value().Expand({-2}).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  s = x.Flatten(1, 0).status();
+  EXPECT_NE(s.message().find("Flatten: start_dim 1 is after end_dim 0 for f32[2, 3] cpu"), std::string::npos) << s;
   s = x.CopyFrom(Tensor::Zeros({3, 2}).value());
   EXPECT_NE(s.message().find("CopyFrom: shape [3, 2] into [2, 3]"), std::string::npos) << s;
   s = Tensor::Empty({2, -1}).status();
