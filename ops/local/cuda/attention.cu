@@ -185,7 +185,7 @@ __global__ void CombineKernel(const float* partial, int nsplit, int64_t dv, T* o
 }
 
 template <typename T>
-absl::Status Launch(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& params,
+absl::Status RunAttention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& params,
                     const Tensor& out) {
   Shape4 s;
   s.batch = q.size(0);
@@ -240,15 +240,13 @@ absl::Status Launch(const Tensor& q, const Tensor& k, const Tensor& v, const Att
   }
   T* po = static_cast<T*>(out.raw_data());
   float* pp = s.nsplit > 1 ? static_cast<float*>(partial.raw_data()) : nullptr;
-  AttentionKernel<T><<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(s.nsplit)), 32 * warps, smem>>>(
-      Operand4Of<T>(q), Operand4Of<T>(k), Operand4Of<T>(v), params, s, po, pp);
-  DT_RETURN_IF_ERROR(CheckLaunch(kKernel));
-  if (s.nsplit > 1) {
-    const int64_t total = out.numel();
-    CombineKernel<T><<<GridFor(total, 256), 256>>>(pp, s.nsplit, s.dv, po, total);
-    DT_RETURN_IF_ERROR(CheckLaunch(kKernel));
-  }
-  return absl::OkStatus();
+  DT_RETURN_IF_ERROR(Launch(kKernel, AttentionKernel<T>,
+                            dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(s.nsplit)),
+                            dim3(32 * warps), smem, Operand4Of<T>(q), Operand4Of<T>(k),
+                            Operand4Of<T>(v), params, s, po, pp));
+  if (s.nsplit == 1) return absl::OkStatus();
+  const int64_t total = out.numel();
+  return Launch(kKernel, CombineKernel<T>, GridFor(total, 256), 256, 0, pp, s.nsplit, s.dv, po, total);
 }
 
 }  // namespace
@@ -256,7 +254,7 @@ absl::Status Launch(const Tensor& q, const Tensor& k, const Tensor& v, const Att
 absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
                        const AttentionParams& params, const Tensor& out) {
   DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
-  return DT_CUDA_DISPATCH_FLOAT(q.dtype(), T, [&] { return Launch<T>(q, k, v, params, out); });
+  return DT_CUDA_DISPATCH_FLOAT(q.dtype(), T, [&] { return RunAttention<T>(q, k, v, params, out); });
 }
 
 }  // namespace dt::ops::cuda

@@ -19,6 +19,7 @@
 #include <array>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -40,6 +41,16 @@ inline absl::Status CudaError(cudaError_t e, absl::string_view kernel) {
 inline absl::Status CheckLaunch(absl::string_view kernel) {
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? absl::OkStatus() : CudaError(e, kernel);
+}
+
+// Launches kernel<<<grid, block, smem>>>(args...) on the default stream (the one place that does)
+// and returns its launch error naming `name`.
+template <typename... Params, typename... Args>
+absl::Status Launch(absl::string_view name, void (*kernel)(Params...), dim3 grid, dim3 block,
+                    size_t smem, Args&&... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "Launch: wrong number of kernel arguments");
+  kernel<<<grid, block, smem>>>(static_cast<Params>(std::forward<Args>(args))...);
+  return CheckLaunch(name);
 }
 
 // Makes t's device current for the calling thread (like core's copies do).

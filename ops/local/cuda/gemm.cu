@@ -151,13 +151,12 @@ absl::Status Matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& bias, 
   if (bias.defined()) {  // Note [GEMM bias and rounding]
     const int64_t total = out.numel();
     if (DTypeSize(out.dtype()) == 4) {
-      BroadcastRowsKernel<<<GridFor(total, 256), 256>>>(static_cast<uint32_t*>(out.raw_data()),
-                                                         static_cast<const uint32_t*>(bias.raw_data()), n, total);
+      DT_RETURN_IF_ERROR(Launch(kKernel, BroadcastRowsKernel<uint32_t>, GridFor(total, 256), 256, 0,
+                                out.raw_data(), bias.raw_data(), n, total));
     } else {
-      BroadcastRowsKernel<<<GridFor(total, 256), 256>>>(static_cast<uint16_t*>(out.raw_data()),
-                                                         static_cast<const uint16_t*>(bias.raw_data()), n, total);
+      DT_RETURN_IF_ERROR(Launch(kKernel, BroadcastRowsKernel<uint16_t>, GridFor(total, 256), 256, 0,
+                                out.raw_data(), bias.raw_data(), n, total));
     }
-    DT_RETURN_IF_ERROR(CheckLaunch(kKernel));
     beta = 1.0f;
   }
   const float alpha = 1.0f;

@@ -30,14 +30,12 @@ __global__ void EmbeddingKernel(const E* table, int64_t vocab, int64_t ts0, int6
 }
 
 template <typename E>
-absl::Status Launch(const Tensor& table, const Tensor& ids, const Indexer<1>& ix,
+absl::Status RunEmbedding(const Tensor& table, const Tensor& ids, const Indexer<1>& ix,
                     int64_t index_offset, const Tensor& out) {
   const int64_t h = table.size(1), total = out.numel();
-  EmbeddingKernel<E><<<GridFor(total, 256), 256>>>(
-      static_cast<const E*>(table.raw_data()), table.size(0), table.stride(0), table.stride(1),
-      ids.raw_data(), ids.dtype() == DType::kI64, ix, index_offset, static_cast<E*>(out.raw_data()), h,
-      total);
-  return CheckLaunch("Embedding");
+  return Launch("Embedding", EmbeddingKernel<E>, GridFor(total, 256), 256, 0, table.raw_data(),
+                table.size(0), table.stride(0), table.stride(1), ids.raw_data(),
+                ids.dtype() == DType::kI64, ix, index_offset, out.raw_data(), h, total);
 }
 
 }  // namespace
@@ -48,10 +46,10 @@ absl::Status Embedding(const Tensor& table, const Tensor& ids, int64_t index_off
   DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
   DT_ASSIGN_OR_RETURN(Indexer<1> ix, MakeIndexer<1>(kKernel, ids.shape(), {IntSpan(ids.strides())}));
   switch (DTypeSize(table.dtype())) {
-    case 1: return Launch<uint8_t>(table, ids, ix, index_offset, out);
-    case 2: return Launch<uint16_t>(table, ids, ix, index_offset, out);
-    case 4: return Launch<uint32_t>(table, ids, ix, index_offset, out);
-    default: return Launch<uint64_t>(table, ids, ix, index_offset, out);
+    case 1: return RunEmbedding<uint8_t>(table, ids, ix, index_offset, out);
+    case 2: return RunEmbedding<uint16_t>(table, ids, ix, index_offset, out);
+    case 4: return RunEmbedding<uint32_t>(table, ids, ix, index_offset, out);
+    default: return RunEmbedding<uint64_t>(table, ids, ix, index_offset, out);
   }
 }
 

@@ -127,11 +127,10 @@ absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Ten
   DT_ASSIGN_OR_RETURN(LaneIndexer<2> li, MakeLaneIndexer<2>(kKernel, x.shape(), last,
                                                             {IntSpan(x.strides()), IntSpan(out.strides())}));
   const LaneLaunch l = ChooseLaneLaunch(li.lanes, li.n, x.stride(last) == 1);
-  DT_CUDA_DISPATCH_FLOAT(x.dtype(), T, [&] {
-    RmsNormKernel<T><<<l.grid, l.block>>>(static_cast<const T*>(x.raw_data()), ParamOf<T>(weight), eps,
-                                          static_cast<T*>(out.raw_data()), li);
+  return DT_CUDA_DISPATCH_FLOAT(x.dtype(), T, [&] {
+    return Launch(kKernel, RmsNormKernel<T>, l.grid, l.block, 0, x.raw_data(), ParamOf<T>(weight), eps,
+                  out.raw_data(), li);
   });
-  return CheckLaunch(kKernel);
 }
 
 absl::Status LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
@@ -142,11 +141,10 @@ absl::Status LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias
   DT_ASSIGN_OR_RETURN(LaneIndexer<2> li, MakeLaneIndexer<2>(kKernel, x.shape(), last,
                                                             {IntSpan(x.strides()), IntSpan(out.strides())}));
   const LaneLaunch l = ChooseLaneLaunch(li.lanes, li.n, x.stride(last) == 1);
-  DT_CUDA_DISPATCH_FLOAT(x.dtype(), T, [&] {
-    LayerNormKernel<T><<<l.grid, l.block>>>(static_cast<const T*>(x.raw_data()), ParamOf<T>(weight),
-                                            ParamOf<T>(bias), eps, static_cast<T*>(out.raw_data()), li);
+  return DT_CUDA_DISPATCH_FLOAT(x.dtype(), T, [&] {
+    return Launch(kKernel, LayerNormKernel<T>, l.grid, l.block, 0, x.raw_data(), ParamOf<T>(weight),
+                  ParamOf<T>(bias), eps, out.raw_data(), li);
   });
-  return CheckLaunch(kKernel);
 }
 
 absl::Status ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin, RotaryStyle style,
@@ -163,12 +161,10 @@ absl::Status ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin, 
   const int64_t n = out.numel(), d = x.size(last);
   const Table c{cos.raw_data(), cos.dtype(), cos.stride(last)};
   const Table s{sin.raw_data(), sin.dtype(), sin.stride(last)};
-  DT_CUDA_DISPATCH_FLOAT(x.dtype(), T, [&] {
-    RotaryKernel<T><<<GridFor(n, 256), 256>>>(static_cast<const T*>(x.raw_data()), x.stride(last), c,
-                                              s, static_cast<T*>(out.raw_data()), ix, d,
-                                              style == RotaryStyle::kInterleaved, n);
+  return DT_CUDA_DISPATCH_FLOAT(x.dtype(), T, [&] {
+    return Launch(kKernel, RotaryKernel<T>, GridFor(n, 256), 256, 0, x.raw_data(), x.stride(last), c, s,
+                  out.raw_data(), ix, d, style == RotaryStyle::kInterleaved, n);
   });
-  return CheckLaunch(kKernel);
 }
 
 }  // namespace dt::ops::cuda

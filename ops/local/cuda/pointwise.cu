@@ -107,12 +107,10 @@ absl::Status Binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor&
   DT_ASSIGN_OR_RETURN(Indexer<2> ix, MakeIndexer<2>(kKernel, out.shape(),
                                                      {IntSpan(a.strides()), IntSpan(b.strides())}));
   const int64_t n = out.numel();
-  DT_CUDA_DISPATCH_NUMERIC(out.dtype(), T, [&] {
-    BinaryKernel<T><<<GridFor(n, kThreads), kThreads>>>(
-        op, static_cast<const T*>(a.raw_data()), static_cast<const T*>(b.raw_data()),
-        static_cast<T*>(out.raw_data()), ix, ix.contiguous(), n);
+  return DT_CUDA_DISPATCH_NUMERIC(out.dtype(), T, [&] {
+    return Launch(kKernel, BinaryKernel<T>, GridFor(n, kThreads), kThreads, 0, op, a.raw_data(),
+                  b.raw_data(), out.raw_data(), ix, ix.contiguous(), n);
   });
-  return CheckLaunch(kKernel);
 }
 
 absl::Status BinaryScalar(BinaryOp op, const Tensor& x, double s, const Tensor& out) {
@@ -122,12 +120,10 @@ absl::Status BinaryScalar(BinaryOp op, const Tensor& x, double s, const Tensor& 
   const int64_t n = out.numel();
   const float sf = static_cast<float>(s);
   const int64_t si = IsFloating(x.dtype()) ? 0 : static_cast<int64_t>(s);
-  DT_CUDA_DISPATCH_NUMERIC(out.dtype(), T, [&] {
-    ScalarKernel<T><<<GridFor(n, kThreads), kThreads>>>(op, static_cast<const T*>(x.raw_data()), sf,
-                                                        si, static_cast<T*>(out.raw_data()), ix,
-                                                        ix.contiguous(), n);
+  return DT_CUDA_DISPATCH_NUMERIC(out.dtype(), T, [&] {
+    return Launch(kKernel, ScalarKernel<T>, GridFor(n, kThreads), kThreads, 0, op, x.raw_data(), sf, si,
+                  out.raw_data(), ix, ix.contiguous(), n);
   });
-  return CheckLaunch(kKernel);
 }
 
 absl::Status Unary(UnaryOp op, const Tensor& x, const Tensor& out) {
@@ -135,12 +131,10 @@ absl::Status Unary(UnaryOp op, const Tensor& x, const Tensor& out) {
   DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
   DT_ASSIGN_OR_RETURN(Indexer<1> ix, MakeIndexer<1>(kKernel, out.shape(), {IntSpan(x.strides())}));
   const int64_t n = out.numel();
-  DT_CUDA_DISPATCH_NUMERIC(out.dtype(), T, [&] {
-    UnaryKernel<T><<<GridFor(n, kThreads), kThreads>>>(op, static_cast<const T*>(x.raw_data()),
-                                                       static_cast<T*>(out.raw_data()), ix,
-                                                       ix.contiguous(), n);
+  return DT_CUDA_DISPATCH_NUMERIC(out.dtype(), T, [&] {
+    return Launch(kKernel, UnaryKernel<T>, GridFor(n, kThreads), kThreads, 0, op, x.raw_data(),
+                  out.raw_data(), ix, ix.contiguous(), n);
   });
-  return CheckLaunch(kKernel);
 }
 
 }  // namespace dt::ops::cuda

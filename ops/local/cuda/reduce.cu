@@ -151,10 +151,9 @@ absl::Status Reduce(ReduceOp op, const Tensor& x, int dim, const Tensor& out) {
   DT_ASSIGN_OR_RETURN(LaneIndexer<2> li, MakeLaneIndexer<2>(kKernel, x.shape(), dim,
                                                             {IntSpan(x.strides()), IntSpan(ostr)}));
   const LaneLaunch l = ChooseLaneLaunch(li.lanes, li.n, x.stride(dim) == 1);
-  DT_CUDA_DISPATCH_NUMERIC(x.dtype(), T, [&] {
-    ReduceKernel<T><<<l.grid, l.block>>>(op, static_cast<const T*>(x.raw_data()), out.raw_data(), li);
+  return DT_CUDA_DISPATCH_NUMERIC(x.dtype(), T, [&] {
+    return Launch(kKernel, ReduceKernel<T>, l.grid, l.block, 0, op, x.raw_data(), out.raw_data(), li);
   });
-  return CheckLaunch(kKernel);
 }
 
 absl::Status Softmax(const Tensor& x, int dim, bool log, const Tensor& out) {
@@ -163,11 +162,9 @@ absl::Status Softmax(const Tensor& x, int dim, bool log, const Tensor& out) {
   DT_ASSIGN_OR_RETURN(LaneIndexer<2> li, MakeLaneIndexer<2>(kKernel, x.shape(), dim,
                                                             {IntSpan(x.strides()), IntSpan(out.strides())}));
   const LaneLaunch l = ChooseLaneLaunch(li.lanes, li.n, x.stride(dim) == 1);
-  DT_CUDA_DISPATCH_FLOAT(x.dtype(), T, [&] {
-    SoftmaxKernel<T><<<l.grid, l.block>>>(static_cast<const T*>(x.raw_data()),
-                                          static_cast<T*>(out.raw_data()), log, li);
+  return DT_CUDA_DISPATCH_FLOAT(x.dtype(), T, [&] {
+    return Launch(kKernel, SoftmaxKernel<T>, l.grid, l.block, 0, x.raw_data(), out.raw_data(), log, li);
   });
-  return CheckLaunch(kKernel);
 }
 
 }  // namespace dt::ops::cuda

@@ -213,10 +213,8 @@ absl::Status LaunchGather(const Tensor& x, const LaneIndexer<1>& xl, const Tenso
                           int64_t p, const LaneIndexer<1>& ol, const Tensor& values,
                           const Tensor& indices, int64_t k) {
   const int64_t total = xl.lanes * k;
-  GatherKernel<E><<<GridFor(total, 256), 256>>>(
-      static_cast<const E*>(x.raw_data()), xl, static_cast<const uint32_t*>(cand_idx.raw_data()), p, ol,
-      static_cast<E*>(values.raw_data()), static_cast<int64_t*>(indices.raw_data()), k, total);
-  return CheckLaunch(kKernel);
+  return Launch(kKernel, GatherKernel<E>, GridFor(total, 256), 256, 0, x.raw_data(), xl,
+                cand_idx.raw_data(), p, ol, values.raw_data(), indices.raw_data(), k, total);
 }
 
 }  // namespace
@@ -245,26 +243,22 @@ absl::Status TopK(const Tensor& x, int64_t k, int dim, bool largest, const Tenso
   if (k < n) {
     DT_ASSIGN_OR_RETURN(keys, Scratch(total * 8, values));
   }
-  DT_CUDA_DISPATCH_NUMERIC(x.dtype(), T, [&] {
-    KeysKernel<T><<<GridFor(total, 256), 256>>>(
-        static_cast<const T*>(x.raw_data()), xl, largest, key_mask,
-        k < n ? static_cast<uint64_t*>(keys.raw_data()) : ck, k < n ? nullptr : ci, p, total);
-  });
-  DT_RETURN_IF_ERROR(CheckLaunch(kKernel));
+  DT_RETURN_IF_ERROR(DT_CUDA_DISPATCH_NUMERIC(x.dtype(), T, [&] {
+    return Launch(kKernel, KeysKernel<T>, GridFor(total, 256), 256, 0, x.raw_data(), xl, largest,
+                  key_mask, k < n ? keys.raw_data() : ck, k < n ? nullptr : ci, p, total);
+  }));
 
   const unsigned lane_blocks = static_cast<unsigned>(std::min<int64_t>(lanes, 1 << 16));
   if (k < n) {
     const int threads = static_cast<int>(std::clamp<int64_t>(NextPow2(n), 32, 512));
-    SelectKernel<<<lane_blocks, threads>>>(static_cast<const uint64_t*>(keys.raw_data()), lanes, n, k,
-                                           key_bits, ck, ci, p);
-    DT_RETURN_IF_ERROR(CheckLaunch(kKernel));
+    DT_RETURN_IF_ERROR(Launch(kKernel, SelectKernel, lane_blocks, threads, 0, keys.raw_data(), lanes, n,
+                              k, key_bits, ck, ci, p));
   }
   if (k > 1) {
     const bool shared = p <= kSharedSortMax;
     const int threads = static_cast<int>(std::clamp<int64_t>(p / 2, 32, 512));
     const size_t smem = shared ? static_cast<size_t>(p) * 12 : 0;
-    SortKernel<<<lane_blocks, threads, smem>>>(ck, ci, lanes, k, p, shared);
-    DT_RETURN_IF_ERROR(CheckLaunch(kKernel));
+    DT_RETURN_IF_ERROR(Launch(kKernel, SortKernel, lane_blocks, threads, smem, ck, ci, lanes, k, p, shared));
   }
   switch (DTypeSize(x.dtype())) {
     case 1: return LaunchGather<uint8_t>(x, xl, cand_idx, p, ol, values, indices, k);
