@@ -44,6 +44,7 @@
 # Exit status: 0 pass; 1 fail; 2 bad usage; 77 skipped (network namespaces not permitted here:
 # not root, no CAP_SYS_ADMIN/CAP_NET_ADMIN, or no veth/bridge support) — ctest's SKIP_RETURN_CODE.
 
+# shellcheck disable=SC2317  # cleanup and the signal handlers run from traps
 set -u -o pipefail
 
 readonly ME=$$
@@ -124,7 +125,7 @@ kill_ns() {
   while pids=$(ip netns pids "$ns" 2>/dev/null) && [[ -n "$pids" ]]; do
     # shellcheck disable=SC2086
     kill -KILL $pids 2>/dev/null
-    ((++tries > 50)) && { say "cannot empty namespace $ns: $(echo $pids)"; return 1; }
+    ((++tries > 50)) && { say "cannot empty namespace $ns: ${pids//$'\n'/ }"; return 1; }
     sleep 0.1
   done
   return 0
@@ -135,6 +136,7 @@ delete_ns() { kill_ns "$1"; ip netns del "$1" 2>/dev/null; }
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM HUP
+  [[ -n "$LOGDIR" && -s "$LOGDIR/reaper.pid" ]] && kill "$(cat "$LOGDIR/reaper.pid")" 2>/dev/null
   local ns
   for ns in "${NAMESPACES[@]}"; do kill_ns "$ns"; done
   wait 2>/dev/null  # reap our background `ip netns exec` children
@@ -163,6 +165,27 @@ remove_stale() {
   done < <(ip netns list 2>/dev/null)
 }
 
+# A detached watchdog (outside our process tree, so it survives ctest's timeout, which SIGKILLs the
+# tree and no trap runs): once this script is gone without cleaning up, it empties and deletes our
+# namespaces. The normal cleanup stops it first.
+start_reaper() {
+  (
+    # shellcheck disable=SC2016  # the watchdog's own script, expanded by it
+    setsid bash -c '
+      echo $$ >"$3/reaper.pid"
+      while kill -0 "$1" 2>/dev/null; do sleep 0.5; done
+      for ns in $(ip netns list | grep -oE "^$2[a-z0-9]+"); do
+        for try in 1 2 3 4 5 6 7 8 9 10; do
+          pids=$(ip netns pids "$ns") && [ -n "$pids" ] || break
+          kill -KILL $pids; sleep 0.1
+        done
+        ip netns del "$ns"
+      done' reaper "$ME" "$PREFIX" "$LOGDIR" </dev/null >/dev/null 2>&1 &
+  )
+  local tries=0
+  until [[ -s "$LOGDIR/reaper.pid" ]] || ((++tries > 50)); do sleep 0.02; done
+}
+
 skip() {
   say "SKIP: $* — simulated hosts need network namespaces (run as root, or with CAP_SYS_ADMIN and CAP_NET_ADMIN)"
   exit 77
@@ -184,11 +207,12 @@ make_cluster() {
     err=$(ip netns add "$ns" 2>&1) || skip "'ip netns add $ns' failed: $err"
     err=$(ip link add eth0 netns "$ns" type veth peer name "p$i" netns "$SWITCH" 2>&1) ||
       skip "cannot create a veth pair: $err"
-    ip -n "$SWITCH" link set "p$i" master br0 &&
-      ip -n "$SWITCH" link set "p$i" up &&
-      ip -n "$ns" link set lo up &&
-      ip -n "$ns" addr add "$SUBNET.$((i + 1))/24" dev eth0 &&
-      ip -n "$ns" link set eth0 up || { say "cannot configure host $i"; exit 1; }
+    if ! { ip -n "$SWITCH" link set "p$i" master br0 && ip -n "$SWITCH" link set "p$i" up &&
+      ip -n "$ns" link set lo up && ip -n "$ns" addr add "$SUBNET.$((i + 1))/24" dev eth0 &&
+      ip -n "$ns" link set eth0 up; }; then
+      say "cannot configure host $i"
+      exit 1
+    fi
   done
   # Wait until host 0 is reachable from every host (the bridge needs a moment to forward).
   local deadline=$(($(now_ms) + 10000))
@@ -438,8 +462,9 @@ run_fault() {
 # --- main ---------------------------------------------------------------------------------------
 
 remove_stale
-make_cluster
 LOGDIR=$(mktemp -d "${TMPDIR:-/tmp}/dtmn${ME}.XXXXXX")
+start_reaper
+make_cluster
 BASE_PORT=29500
 
 if [[ "$FAULT" != none ]]; then
