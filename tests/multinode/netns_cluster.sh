@@ -180,7 +180,8 @@ start_reaper() {
           kill -KILL $pids; sleep 0.1
         done
         ip netns del "$ns"
-      done' reaper "$ME" "$PREFIX" "$LOGDIR" </dev/null >/dev/null 2>&1 &
+      done
+      rm -rf "$3"' reaper "$ME" "$PREFIX" "$LOGDIR" </dev/null >/dev/null 2>&1 &
   )
   local tries=0
   until [[ -s "$LOGDIR/reaper.pid" ]] || ((++tries > 50)); do sleep 0.02; done
