@@ -80,9 +80,20 @@ class NcclComm final : public BackendCommunicator {
   ~NcclComm() override {
     cudaSetDevice(device_);
     if (!aborted_) {
-      cudaStreamSynchronize(stream_);
-      ncclCommDestroy(comm_);
+      // Nonblocking communicators finalise asynchronously; abort if that takes the full timeout.
+      const auto deadline = Clock::now() + timeout();
+      ncclResult_t r = ncclCommFinalize(comm_);
+      while (r == ncclInProgress && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        ncclCommGetAsyncError(comm_, &r);
+      }
+      if (r == ncclSuccess) {
+        ncclCommDestroy(comm_);
+      } else {
+        ncclCommAbort(comm_);
+      }
     }
+    if (barrier_buf_ != nullptr) cudaFree(barrier_buf_);
     cudaStreamDestroy(stream_);
   }
 
@@ -152,6 +163,7 @@ class NcclComm final : public BackendCommunicator {
   const int device_;
   bool aborted_ = false;
   absl::Status broken_;
+  void* barrier_buf_ = nullptr;  // device float for Barrier()
 };
 
 class NcclWork final : public Work {
@@ -248,15 +260,13 @@ absl::Status NcclComm::Enqueue(const Collective& c, Clock::time_point deadline, 
     case K::kRecv:
       if (c.input.numel() == 0) return absl::OkStatus();
       return settle(ncclRecv(in, c.input.numel(), t, c.peer, comm_, stream_));
-    case K::kBarrier: {
+    case K::kBarrier:
       // A one-element all_reduce; the Work's event then waits for it.
-      static thread_local std::map<int, void*> scratch;
-      void*& p = scratch[device_];
-      if (p == nullptr && cudaMalloc(&p, sizeof(float)) != cudaSuccess) {
+      if (barrier_buf_ == nullptr && cudaMalloc(&barrier_buf_, sizeof(float)) != cudaSuccess) {
+        barrier_buf_ = nullptr;
         return absl::ResourceExhaustedError(absl::StrCat(what, ": cannot allocate the barrier buffer"));
       }
-      return settle(ncclAllReduce(p, p, 1, ncclFloat32, ncclSum, comm_, stream_));
-    }
+      return settle(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, stream_));
   }
   return absl::OkStatus();
 }

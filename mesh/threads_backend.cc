@@ -6,7 +6,8 @@
 // arrived; then each rank moves data directly between the members' buffers, and a second wait
 // (phase 1) keeps every input alive until all peers have read it:
 //
-//   all_reduce       rank r reduces chunk r of every input (in rank order) into the slot's scratch;
+//   all_reduce       rank r reduces chunk r of every input (in rank order) into the slot's scratch
+//                    (recycled through the hub: fresh pages would cost a page fault each);
 //                    phase 1; every rank copies the scratch into its tensor
 //   all_gather(_v)   rank r copies every input into its output; phase 1
 //   reduce_scatter   rank r reduces block r of every input into its output; phase 1

@@ -50,6 +50,9 @@ class World : public std::enable_shared_from_this<World> {
   // Reads rank/world/master from dtrun/torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
   // MASTER_PORT), OpenMPI (OMPI_COMM_WORLD_*) or Slurm (SLURM_PROCID, SLURM_NTASKS, ...).
   // Without any launcher: a world of one rank (threads backend unless one is asked for).
+  // A process has one gloo/mpi/nccl world: while it is alive FromEnv returns it again (its options
+  // are those of the first call). Errors: a malformed variable, an unknown backend, a launcher
+  // that disagrees with MPI, a missing GPU (nccl), an unreachable store (gloo, nccl).
   static absl::StatusOr<std::shared_ptr<World>> FromEnv(WorldOptions options = {});
   // Runs fn(world) on `n` threads, one rank each, on the threads backend; returns the first error
   // any rank returned (the others are unblocked with an error instead of hanging).
