@@ -11,7 +11,9 @@ namespace dt::nn {
 namespace {
 
 std::string Join(const std::string& prefix, const std::string& name) {
-  return prefix.empty() ? name : absl::StrCat(prefix, ".", name);
+  if (prefix.empty()) return name;
+  if (name.empty()) return prefix;
+  return absl::StrCat(prefix, ".", name);
 }
 
 // Sets a module's local mode for one forward and restores it afterwards.

@@ -20,7 +20,9 @@ namespace dt::nn {
 namespace {
 
 std::string Join(const std::string& prefix, const std::string& name) {
-  return prefix.empty() ? name : absl::StrCat(prefix, ".", name);
+  if (prefix.empty()) return name;
+  if (name.empty()) return prefix;
+  return absl::StrCat(prefix, ".", name);
 }
 
 bool IsNumeric(absl::string_view s) {

@@ -1,0 +1,32 @@
+// Every style case (style_cases.h) with one process per rank: run under dtrun (DT_BACKEND=gloo),
+// the tp mesh spans the job's ranks.
+#include "core/status.h"
+#include "gtest/gtest.h"
+#include "mesh/world.h"
+#include "tests/nn/style_cases.h"
+
+namespace dt::nn::testing {
+namespace {
+
+World& TheWorld() {
+  static std::shared_ptr<World> world = [] {
+    auto w = World::FromEnv();
+    DT_CHECK_OK(w);
+    return *w;
+  }();
+  return *world;
+}
+
+class StylesMultiprocess : public ::testing::TestWithParam<StyleCase> {};
+
+TEST_P(StylesMultiprocess, MatchesUnparallelized) {
+  World& world = TheWorld();
+  const absl::Status s = GetParam().run(world);
+  EXPECT_TRUE(s.ok()) << "rank " << world.rank() << " of " << world.size() << ": " << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, StylesMultiprocess, ::testing::ValuesIn(StyleCases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace dt::nn::testing
