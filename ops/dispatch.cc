@@ -214,16 +214,17 @@ absl::StatusOr<std::shared_ptr<const Entry>> ChooseStrategy(const OpCall& call) 
     }
     if (mesh.Size(i) == 1) {
       // Every layout is the same on a mesh dim of size 1: keep the inputs as they are, with the
-      // rule's outputs when it has such a candidate, else replicated outputs.
+      // rule's outputs when it has such a candidate, and with replicated outputs (always exact
+      // there, and compatible with any Partial kind on other mesh dims).
       DimOptions keep;
       DimOption as_is = ReplicateOption(n_in, n_out);
       for (int j = 0; j < n_in; ++j) {
         if (call.inputs[j] != nullptr) as_is.in[j] = call.inputs[j]->placements()[i];
       }
       for (const DimOption& o : opts) {
-        if (o.in == as_is.in) keep.push_back(o);
+        if (o.in == as_is.in && !SameOption(o, as_is)) keep.push_back(o);
       }
-      if (keep.empty()) keep.push_back(std::move(as_is));
+      keep.push_back(std::move(as_is));
       opts = std::move(keep);
     }
   }

@@ -270,7 +270,9 @@ inline void CheckOp(const std::vector<int64_t>& mesh, const std::vector<Arg>& ar
     RC_ASSERT(res.full.size() == want.size());
     for (size_t k = 0; k < want.size(); ++k) {
       if (exact) {
-        if (!Equal(res.full[k], want[k])) {
+        // Value equality (a Partial sum of terms gives +0 where the op on the full tensor may give
+        // -0), same dtype.
+        if (res.full[k].dtype() != want[k].dtype() || !AllClose(res.full[k], want[k], 0, 0).ok()) {
           RC_FAIL(absl::StrCat("output ", k, ": got ", res.full[k].ToString(), ", want ",
                                want[k].ToString()));
         }
