@@ -158,9 +158,10 @@ std::string FormatStylesTable() {
     }
   }
   absl::StrAppend(&out,
-                  "\nT = tensor-parallel size; 'local' = the output is this rank's piece (a plain "
-                  "tensor).\nInference only: replicated_with_grad_allreduce keeps the forward "
-                  "replicated and synchronizes no gradients.\n");
+                  "\n'local': the output is this rank's piece as a plain tensor (use_local_output)."
+                  "\n_S(d,...): interleaved block shard of a packed weight (gathers back to the "
+                  "checkpoint layout).\nInference only: replicated_with_grad_allreduce keeps the "
+                  "forward replicated and synchronizes no gradients.\n");
   return out;
 }
 

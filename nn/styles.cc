@@ -12,6 +12,12 @@
 namespace dt::nn {
 namespace {
 
+// "R" when the declared input layout is the one the forward needs, else "R -> S(-1)".
+std::string InputText(const Placement& declared, const Placement& needed) {
+  if (declared == needed) return declared.ToString();
+  return absl::StrCat(declared.ToString(), " -> ", needed.ToString());
+}
+
 bool IsEmbedding(const Module& m) { return dynamic_cast<const Embedding*>(&m) != nullptr; }
 
 // The module's weight; InvalidArgument naming the module when it has none.
@@ -118,7 +124,7 @@ ColwiseParallel::ColwiseParallel(Placement input_layout, Placement output_layout
 
 StyleInfo ColwiseParallel::Info() const {
   const bool gathers = output_layout_.is_replicate();
-  return {"S(0) (Embedding: S(1))", "S(0)", input_layout_.ToString() + " -> R",
+  return {"S(0) (Embedding: S(1))", "S(0)", InputText(input_layout_, Placement::Replicate()),
           absl::StrCat("S(-1)", gathers ? " -> R" : "", use_local_output_ ? " local" : ""),
           gathers ? "all_gather" : "none"};
 }
@@ -181,7 +187,7 @@ StyleInfo RowwiseParallel::Info() const {
   const std::string collective =
       output_layout_.is_replicate() ? "all_reduce"
                                     : (output_layout_.is_any_shard() ? "reduce_scatter" : "none");
-  return {"S(1) (Embedding: S(0))", "R", input_layout_.ToString() + " -> S(-1)",
+  return {"S(1) (Embedding: S(0))", "R", InputText(input_layout_, Placement::Shard(-1)),
           absl::StrCat("P(sum) -> ", output_layout_.ToString(), use_local_output_ ? " local" : ""),
           collective};
 }

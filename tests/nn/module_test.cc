@@ -198,6 +198,31 @@ TEST(Materialize, InitRandomIsPlacementIndependent) {
   }).ok());
 }
 
+// Parallelizing a module whose weights are already loaded (diffusers' enable_parallelism flow)
+// cuts each rank's piece locally: Replicate -> Shard moves no data between ranks.
+TEST(Materialize, PlacingLoadedParametersCutsLocally) {
+  ASSERT_TRUE(World::RunThreads(2, [](World& world) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(world.shared_from_this(), {2}, {"tp"}));
+    Linear l(4, 6, true), fresh(4, 6, true);
+    DT_RETURN_IF_ERROR(ReplicateModule(l, mesh));
+    DT_RETURN_IF_ERROR(InitRandom(l, 9));
+    ParallelizeOptions quiet;
+    quiet.warn = false;
+    CommCounter counter;
+    DT_RETURN_IF_ERROR(ParallelizeModule(l, mesh, {{"", "colwise"}}, quiet));
+    EXPECT_EQ(counter.counts().ToString(), "none");
+    DT_RETURN_IF_ERROR(ParallelizeModule(fresh, mesh, {{"", "colwise"}}, quiet));
+    DT_RETURN_IF_ERROR(InitRandom(fresh, 9));
+    for (const char* name : {"weight", "bias"}) {
+      EXPECT_EQ(l.FindParameter(name)->spec(), fresh.FindParameter(name)->spec());
+      EXPECT_TRUE(Equal(l.FindParameter(name)->value().ToLocal(),
+                        fresh.FindParameter(name)->value().ToLocal()))
+          << name;
+    }
+    return absl::OkStatus();
+  }).ok());
+}
+
 TEST(Forward, HooksWrapTheForwardAndCanBeRemoved) {
   ASSERT_TRUE(World::RunThreads(1, [](World& world) -> absl::Status {
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(world.shared_from_this(), {1}, {"tp"}));
