@@ -37,6 +37,20 @@
 // packed_colwise bias follows its weight's blocks (as diffusers slices it), so a fused gate|up
 // bias stays aligned with the weight rows.
 //
+// Note [DTensor forwards]
+// transformers G3 gives plain nn.Linear layers a local fast path under no_grad (its DTensor
+// dispatch is slow in Python) with an explicit dist.all_reduce and the rowwise bias stashed and
+// added after it. Here the built-in styles run their module on DTensors (dt::dops: the choice of
+// strategy is cached, the rowwise bias is added once by the Linear rule) and every reduction is a
+// Redistribute(P(sum) -> R); only local_params and moe_tp_experts compute on local tensors, and they
+// turn local partial sums into DTensors (FromLocal as P(sum)) before reducing them.
+//
+// Note [Embedding colwise]
+// transformers G2 coded embedding_colwise (hidden dim sharded) with an all-reduce of the output,
+// which sums disjoint column slices into the wrong values; its docs (and PyTorch's
+// ColwiseParallel on an Embedding) gather them. Here the output S(-1) is redistributed to R: one
+// all_gather.
+//
 // Note [Annotating local inputs]
 // PyTorch annotates a local input as its declared layout assuming an even split. A Linear knows
 // its global in_features, so row-wise styles annotate with the exact global shape: a colwise ->
