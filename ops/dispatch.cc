@@ -335,17 +335,18 @@ absl::Status Prepare(const OpCall& call, absl::Span<const DTensor* const> inputs
   const size_t hash = HashCall(call);
   auto it = cache.map.find(CallRef{&call, hash});
   if (it != cache.map.end()) {
-    p->entry_ = it->second;
+    if (cache.last != it->second) cache.last = it->second;
     ++cache.hits;
     cache.last_hit = true;
   } else {
-    DT_ASSIGN_OR_RETURN(p->entry_, ChooseStrategy(call));
+    DT_ASSIGN_OR_RETURN(std::shared_ptr<const Entry> e, ChooseStrategy(call));
     if (cache.map.size() >= kMaxEntries) cache.map.clear();
-    cache.map.emplace(MakeKey(call, hash), p->entry_);
+    cache.map.emplace(MakeKey(call, hash), e);
+    cache.last = std::move(e);
     ++cache.misses;
     cache.last_hit = false;
   }
-  cache.last = p->entry_;
+  p->entry_ = cache.last.get();
 
   const auto& coord = p->mesh_->mesh().Coordinate();
   if (!coord) return absl::OkStatus();  // outside the mesh: nothing to move, nothing to run
@@ -373,9 +374,8 @@ bool Prepared::Counts(int j, int k) const {
   return true;
 }
 
-absl::StatusOr<std::vector<DTensor>> Prepared::Wrap(LocalOutputs locals) const {
-  std::vector<DTensor> out;
-  out.reserve(locals.size());
+absl::StatusOr<Outputs> Prepared::Wrap(LocalOutputs locals) const {
+  Outputs out;
   for (size_t k = 0; k < locals.size(); ++k) {
     const OutputMeta& m = entry_->outs[k];
 #ifndef NDEBUG
@@ -390,13 +390,13 @@ absl::StatusOr<std::vector<DTensor>> Prepared::Wrap(LocalOutputs locals) const {
   return out;
 }
 
-absl::StatusOr<std::vector<DTensor>> Prepared::Empty() const {
+absl::StatusOr<Outputs> Prepared::Empty() const {
   LocalOutputs locals;
   for (const OutputMeta& m : entry_->outs) {
     DT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({0}, m.dtype, mesh_->ToLocal().device()));
     locals.push_back(std::move(t));
   }
-  std::vector<DTensor> out;
+  Outputs out;
   for (size_t k = 0; k < locals.size(); ++k) {
     const OutputMeta& m = entry_->outs[k];
     out.emplace_back(DTensorSpec::FromValidated(mesh(), entry_->strategy.outputs[k], m.shape,

@@ -35,6 +35,7 @@ struct Entry {
 };
 
 using LocalOutputs = absl::InlinedVector<Tensor, 2>;
+using Outputs = absl::InlinedVector<DTensor, 2>;
 
 // One call in flight: the decision and the inputs in the strategy's placements.
 class Prepared {
@@ -58,15 +59,15 @@ class Prepared {
   bool Counts(int j, int k) const;
 
   // The output DTensors from this rank's pieces.
-  absl::StatusOr<std::vector<DTensor>> Wrap(LocalOutputs locals) const;
+  absl::StatusOr<Outputs> Wrap(LocalOutputs locals) const;
   // Outputs for a rank outside the mesh: the right specs, empty pieces.
-  absl::StatusOr<std::vector<DTensor>> Empty() const;
+  absl::StatusOr<Outputs> Empty() const;
 
  private:
   friend absl::Status Prepare(const OpCall& call, absl::Span<const DTensor* const> inputs,
                               Prepared* p);
   const OpCall* call_ = nullptr;
-  std::shared_ptr<const Entry> entry_;
+  const Entry* entry_ = nullptr;  // owned by this thread's cache (which also keeps the last one)
   absl::InlinedVector<DTensor, 4> moved_;
   absl::InlinedVector<const DTensor*, 4> inputs_;
   const DTensor* mesh_ = nullptr;  // the first present input

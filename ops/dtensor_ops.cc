@@ -18,7 +18,7 @@ using Inputs = std::initializer_list<const DTensor*>;
 // Runs `call` on `inputs` (nullptr for an absent optional input): dispatch, then `local` on this
 // rank's pieces (members only), then wrap.
 template <typename Fn>
-absl::StatusOr<std::vector<DTensor>> Run(const OpCall& call, Inputs inputs, Fn&& local) {
+absl::StatusOr<Outputs> Run(const OpCall& call, Inputs inputs, Fn&& local) {
   int j = 0;
   for (const DTensor* x : inputs) {
     if (x != nullptr && !x->defined()) {
@@ -36,7 +36,7 @@ absl::StatusOr<std::vector<DTensor>> Run(const OpCall& call, Inputs inputs, Fn&&
 
 template <typename Fn>
 absl::StatusOr<DTensor> Run1(const OpCall& call, Inputs inputs, Fn&& local) {
-  DT_ASSIGN_OR_RETURN(std::vector<DTensor> outs, Run(call, inputs, std::forward<Fn>(local)));
+  DT_ASSIGN_OR_RETURN(Outputs outs, Run(call, inputs, std::forward<Fn>(local)));
   return std::move(outs[0]);
 }
 
@@ -500,13 +500,13 @@ absl::StatusOr<DTensor> Cat(absl::Span<const DTensor> tensors, int64_t dim) {
   Prepared p;
   DT_RETURN_IF_ERROR(Prepare(call, ptrs, &p));
   if (!p.member()) {
-    DT_ASSIGN_OR_RETURN(std::vector<DTensor> outs, p.Empty());
+    DT_ASSIGN_OR_RETURN(Outputs outs, p.Empty());
     return std::move(outs[0]);
   }
   std::vector<Tensor> locals;
   for (size_t j = 0; j < tensors.size(); ++j) locals.push_back(p.local(static_cast<int>(j)));
   DT_ASSIGN_OR_RETURN(Tensor y, ops::Cat(locals, d));
-  DT_ASSIGN_OR_RETURN(std::vector<DTensor> outs, p.Wrap(One(std::move(y))));
+  DT_ASSIGN_OR_RETURN(Outputs outs, p.Wrap(One(std::move(y))));
   return std::move(outs[0]);
 }
 
@@ -516,14 +516,17 @@ absl::StatusOr<std::vector<DTensor>> Split(const DTensor& x, absl::Span<const in
   if (sizes.empty()) return absl::InvalidArgumentError("Split: no sizes");
   OpCall call{OpId::kSplit, {&x.spec()}, {{d}, {}}};
   call.attrs.ints.insert(call.attrs.ints.end(), sizes.begin(), sizes.end());
-  return Run(call, {&x}, [&](const Prepared& p) -> absl::StatusOr<LocalOutputs> {
+  DT_ASSIGN_OR_RETURN(Outputs outs, Run(call, {&x}, [&](const Prepared& p)
+                                                       -> absl::StatusOr<LocalOutputs> {
     std::vector<int64_t> local_sizes;
     for (size_t k = 0; k < sizes.size(); ++k) {
       local_sizes.push_back(p.OutLocalShape(static_cast<int>(k))[d]);
     }
     DT_ASSIGN_OR_RETURN(std::vector<Tensor> pieces, ops::Split(p.local(0), local_sizes, d));
     return LocalOutputs(pieces.begin(), pieces.end());
-  });
+  }));
+  return std::vector<DTensor>(std::make_move_iterator(outs.begin()),
+                              std::make_move_iterator(outs.end()));
 }
 
 absl::StatusOr<std::vector<DTensor>> Chunk(const DTensor& x, int64_t chunks, int64_t dim) {
@@ -547,7 +550,7 @@ absl::StatusOr<std::vector<DTensor>> Chunk(const DTensor& x, int64_t chunks, int
 absl::StatusOr<TopKResult> TopK(const DTensor& x, int64_t k, int64_t dim, bool largest) {
   DT_ASSIGN_OR_RETURN(const int d, Dim("TopK", x, dim));
   OpCall call{OpId::kTopK, {&x.spec()}, {{k, d, largest}, {}}};
-  DT_ASSIGN_OR_RETURN(std::vector<DTensor> outs,
+  DT_ASSIGN_OR_RETURN(Outputs outs,
                       Run(call, {&x}, [&](const Prepared& p) -> absl::StatusOr<LocalOutputs> {
                         DT_ASSIGN_OR_RETURN(ops::TopKResult r, ops::TopK(p.local(0), k, d, largest));
                         LocalOutputs o;
