@@ -121,6 +121,42 @@ absl::Status Attention::ValidateTensorParallel(const TPValidationContext& ctx) c
   return absl::OkStatus();
 }
 
+// Note [Replicated KV heads]
+// A plan may shard q_proj and keep k_proj / v_proj replicated (sensible for MQA, or when the KV
+// heads do not divide tp). On DTensors dops::ScaledDotProductAttention picks each rank's KV heads.
+// On local tensors the local GQA grouping would pair this rank's query heads (global heads
+// h0, h0+1, ...) with KV heads 0, 1, ... instead of the heads they use, silently. So the forward
+// picks, for each local query head h0 + j, its KV head (h0 + j) / (num_heads / num_kv_heads), as
+// transformers' repeat_kv would, reading h0 from q_proj's placement.
+absl::Status Attention::PickKVHeads(const Value& q, Value* k, Value* v) const {
+  const AttentionOptions& o = options_;
+  if (!q.is_local() || !k->is_local() || q.shape()[1] == o.num_heads ||
+      k->shape()[1] != o.num_kv_heads || o.num_kv_heads == 1) {
+    return absl::OkStatus();
+  }
+  const Parameter* w = FindChild("q_proj")->FindParameter("weight");
+  if (!w->placed() || w->spec().placements().size() != 1 || !w->spec().placements()[0].is_shard() ||
+      w->spec().placements()[0].dim() != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Attention '", FullName(), "': this rank holds ", q.shape()[1], " of ", o.num_heads,
+        " query heads but all ", o.num_kv_heads, " KV heads, and q_proj.weight (", w->Describe(),
+        ") does not say which query heads; shard k_proj and v_proj too"));
+  }
+  const int64_t h0 = w->spec().Offset()[0] / o.head_dim;
+  const int64_t group = o.num_heads / o.num_kv_heads;
+  std::vector<Value> ks, vs;
+  for (int64_t j = 0; j < q.shape()[1]; ++j) {
+    const int64_t kv = (h0 + j) / group;
+    DT_ASSIGN_OR_RETURN(Tensor kj, k->local().Narrow(1, kv, 1));
+    DT_ASSIGN_OR_RETURN(Tensor vj, v->local().Narrow(1, kv, 1));
+    ks.emplace_back(kj);
+    vs.emplace_back(vj);
+  }
+  DT_ASSIGN_OR_RETURN(*k, vops::Cat(ks, 1));
+  DT_ASSIGN_OR_RETURN(*v, vops::Cat(vs, 1));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Values> Attention::Forward(Values inputs) {
   if (inputs.empty() || inputs.size() > 3 || !inputs[0].defined() || inputs[0].dim() != 3) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -145,6 +181,7 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value q, heads("q_proj"));
   DT_ASSIGN_OR_RETURN(Value k, heads("k_proj"));
   DT_ASSIGN_OR_RETURN(Value v, heads("v_proj"));
+  DT_RETURN_IF_ERROR(PickKVHeads(q, &k, &v));
   if (cos.defined()) {
     DT_ASSIGN_OR_RETURN(Value c, vops::AsKindOf(cos, q));
     DT_ASSIGN_OR_RETURN(Value sn, vops::AsKindOf(sin, q));

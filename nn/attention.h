@@ -17,6 +17,9 @@
 // mask is bottom-right aligned). ResetKVCache() forgets them. Under tensor parallelism the cache
 // holds this rank's heads only.
 //
+// With q_proj sharded and k_proj / v_proj replicated, each rank pairs its query heads with the KV
+// heads they use (Note [Replicated KV heads]).
+//
 // Tensor-parallel validation (before any weight is read): when the plan shards q_proj, tp must
 // divide num_heads; when it shards k_proj or v_proj, tp must divide num_kv_heads — transformers
 // does not check the latter and fails mid-forward (#48307):
@@ -78,6 +81,9 @@ class Attention : public Module {
   absl::StatusOr<Values> Forward(Values inputs) override;
 
  private:
+  // See Note [Replicated KV heads] in attention.cc.
+  absl::Status PickKVHeads(const Value& q, Value* k, Value* v) const;
+
   AttentionOptions options_;
   bool use_cache_ = false;
   Value cache_k_;  // [B, h, S_past, D]

@@ -113,7 +113,7 @@ absl::StatusOr<Values> Experts::Forward(Values inputs) {
     }
     mesh = v.dtensor().mesh();
   }
-  if (!local_mode()) {
+  if (!local_mode_requested()) {
     for (const auto& p : parameters()) {
       if (p->placed() && p->spec().NumShards() > 0) {
         return absl::FailedPreconditionError(absl::StrCat(

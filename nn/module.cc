@@ -16,17 +16,6 @@ std::string Join(const std::string& prefix, const std::string& name) {
   return absl::StrCat(prefix, ".", name);
 }
 
-// Sets a module's local mode for one forward and restores it afterwards.
-class LocalModeScope {
- public:
-  LocalModeScope(Module* m, bool on) : m_(m), previous_(m->local_mode()) { m->set_local_mode(on); }
-  ~LocalModeScope() { m_->set_local_mode(previous_); }
-
- private:
-  Module* m_;
-  bool previous_;
-};
-
 }  // namespace
 
 Module::Module(std::string type_name) : type_name_(std::move(type_name)) {}
@@ -165,8 +154,10 @@ absl::StatusOr<Value> Module::CallOne(Values inputs) {
 absl::StatusOr<Values> Module::RunForward(Values inputs) {
   const bool any_local =
       std::any_of(inputs.begin(), inputs.end(), [](const Value& v) { return v.is_local(); });
-  LocalModeScope scope(this, local_mode_ || any_local);
-  return Forward(std::move(inputs));
+  const bool previous = std::exchange(local_inputs_, any_local);
+  absl::StatusOr<Values> out = Forward(std::move(inputs));
+  local_inputs_ = previous;
+  return out;
 }
 
 HookId Module::RegisterForwardPreHook(ForwardPreHook hook) {
@@ -206,8 +197,14 @@ absl::StatusOr<const Parameter*> Module::MaterializedParam(absl::string_view nam
 
 absl::StatusOr<Value> Module::ParamValue(absl::string_view name) const {
   DT_ASSIGN_OR_RETURN(const Parameter* p, MaterializedParam(name));
-  if (local_mode_) return Value(p->value().ToLocal());
-  return Value(p->value());
+  if (!local_mode()) return Value(p->value());
+  if (!local_mode_ && p->spec().NumShards() > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "parameter '", p->FullName(), "' is sharded (", p->Describe(), ") but ", type_name_, " '",
+        FullName(), "' received local inputs without a style that computes on local shards; give '",
+        FullName(), "' a module rule (e.g. rowwise, local_params) or pass DTensors"));
+  }
+  return Value(p->value().ToLocal());
 }
 
 absl::StatusOr<Tensor> Module::LocalParam(absl::string_view name) const {

@@ -28,8 +28,10 @@
 // inputs is a local tensor: a module fed this rank's pieces computes on this rank's pieces, as a
 // module with plain-tensor parameters does in transformers. For a parameter no rule covers
 // (Replicate) the local piece is the whole parameter, so replicated modules (norms, rotary) work
-// on local activations unchanged. Ops never mix the two kinds (nn/vops.h), so a forgotten
-// conversion is an error naming both operands, not a silent wrong layout.
+// on local activations unchanged. A sharded parameter is handed out in local mode only when a
+// style asked for it: a module that merely received local inputs gets FailedPrecondition instead
+// of silently computing a partial result. Ops never mix the two kinds (nn/vops.h), so a
+// forgotten conversion is an error naming both operands, not a silent wrong layout.
 //
 // Modules are not thread-safe: every rank (thread or process) builds and owns its own tree.
 
@@ -143,12 +145,15 @@ class Module {
   // The module's own Forward under Note [Local values] (no hooks, no installed forward).
   absl::StatusOr<Values> RunForward(Values inputs);
 
-  // Local mode (Note [Local values]); set by styles' ContextAroundForward for one forward.
-  bool local_mode() const { return local_mode_; }
+  // Local mode (Note [Local values]): requested by a style (set_local_mode, from
+  // ContextAroundForward for one forward) or implied by local inputs for the current forward.
+  bool local_mode() const { return local_mode_ || local_inputs_; }
+  bool local_mode_requested() const { return local_mode_; }
   void set_local_mode(bool on) { local_mode_ = on; }
 
   // Parameter `name`'s value for the forward: its DTensor, or its local piece in local mode.
-  // FailedPrecondition when it is not materialized (naming it and its spec).
+  // FailedPrecondition when it is not materialized (naming it and its spec), or when it is sharded
+  // and local mode was not requested by a style (Note [Local values]).
   absl::StatusOr<Value> ParamValue(absl::string_view name) const;
   // The local piece whatever the mode.
   absl::StatusOr<Tensor> LocalParam(absl::string_view name) const;
@@ -187,6 +192,7 @@ class Module {
   HookId next_hook_id_ = 1;
   ForwardFn installed_forward_;
   bool local_mode_ = false;
+  bool local_inputs_ = false;
   std::string tp_style_;
 };
 

@@ -281,6 +281,24 @@ TEST(Forward, LocalAndDTensorValues) {
   }).ok());
 }
 
+// A sharded parameter is not handed out to a forward that merely received local inputs: that
+// would silently compute this rank's partial result.
+TEST(Forward, ShardedParametersNeedAStyleForLocalInputs) {
+  ASSERT_TRUE(World::RunThreads(2, [](World& world) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(world.shared_from_this(), {2}, {"tp"}));
+    Linear param_rule_only(4, 2);
+    ParallelizeOptions quiet;
+    quiet.warn = false;
+    DT_RETURN_IF_ERROR(ParallelizeModule(param_rule_only, mesh, {{"weight", "rowwise"}}, quiet));
+    DT_RETURN_IF_ERROR(InitRandom(param_rule_only, 1));
+    DT_ASSIGN_OR_RETURN(Tensor x, Tensor::Randn({3, 2}, 2));
+    auto y = param_rule_only.CallOne({Value(x)});
+    EXPECT_EQ(y.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(Contains(y.status(), "parameter 'weight' is sharded (f32[2, 4] [S(1)]"));
+    return absl::OkStatus();
+  }).ok());
+}
+
 TEST(Forward, ToStringShowsStylesAndPlacements) {
   const DeviceMesh mesh = DeviceMesh::Abstract({2}, {"tp"}).value();
   SwiGLUMLP mlp(SwiGLUOptions{.hidden_size = 4, .intermediate_size = 6});

@@ -365,15 +365,22 @@ absl::StatusOr<Tensor> Positions(int64_t start, int64_t n) {
 
 // GQA with tp KV heads (2 query heads per KV head), rotary, causal, bias; a prefill of 3 tokens
 // and two decode steps through the KV cache.
-absl::Status AttentionKVCache(World& w, bool dtensor_flow) {
+// kv_replicated: k_proj and v_proj stay replicated with 2 KV heads (3·tp query heads each), q_proj
+// and o_proj sharded: each rank must pair its query heads with the right KV heads.
+absl::Status AttentionKVCache(World& w, bool dtensor_flow, bool kv_replicated = false) {
   DT_ASSIGN_OR_RETURN(DeviceMesh mesh, TpMesh(w));
   const int64_t tp = w.size();
-  const AttentionOptions o{.hidden_size = 8, .num_heads = 2 * tp, .num_kv_heads = tp,
-                           .head_dim = 4, .bias = true};
+  AttentionOptions o{.hidden_size = 8, .num_heads = 2 * tp, .num_kv_heads = tp, .head_dim = 4,
+                     .bias = true};
+  if (kv_replicated) {
+    o.num_heads = 6 * tp;
+    o.num_kv_heads = 2;
+  }
   Attention tp_attn(o), ref(o);
   RotaryEmbedding rope(4, 10000.0);
   ParallelPlan plan = {{"q_proj", "colwise"}, {"k_proj", "colwise"}, {"v_proj", "colwise"},
                        {"o_proj", "rowwise"}};
+  if (kv_replicated) plan = {{"q_proj", "colwise"}, {"o_proj", "rowwise"}};
   if (dtensor_flow) {  // DTensors between the projections: sharded heads through dops
     auto col = std::make_shared<ColwiseParallel>(Placement::Replicate(), Placement::Shard(-1), false);
     auto row = std::make_shared<RowwiseParallel>(Placement::Shard(-1), Placement::Replicate(), false);
@@ -428,6 +435,8 @@ std::vector<StyleCase> StyleCases() {
       {"moe_experts_identity", MoEExperts},
       {"attention_gqa_kv_cache", [](World& w) { return AttentionKVCache(w, false); }},
       {"attention_dtensor_flow", [](World& w) { return AttentionKVCache(w, true); }},
+      {"attention_replicated_kv_heads",
+       [](World& w) { return AttentionKVCache(w, false, /*kv_replicated=*/true); }},
   };
 }
 
