@@ -17,7 +17,7 @@ using testing::CollectiveCase;
 using testing::RunCase;
 using Kind = internal::CollectiveKind;
 
-// The world, or a skip (nccl without enough GPUs), or a failure.
+// The world, or a skip (nccl without enough GPUs or without NCCL), or a failure.
 absl::StatusOr<std::shared_ptr<World>> TheWorld() {
   static absl::StatusOr<std::shared_ptr<World>> world = [] {
     WorldOptions o;
@@ -29,7 +29,8 @@ absl::StatusOr<std::shared_ptr<World>> TheWorld() {
 
 #define DT_WORLD_OR_SKIP(w)                                                             \
   absl::StatusOr<std::shared_ptr<World>> w##_or = TheWorld();                           \
-  if (!w##_or.ok() && w##_or.status().code() == absl::StatusCode::kFailedPrecondition) \
+  if (!w##_or.ok() && (w##_or.status().code() == absl::StatusCode::kFailedPrecondition ||  \
+                       w##_or.status().code() == absl::StatusCode::kUnimplemented))       \
     GTEST_SKIP() << w##_or.status();                                                    \
   ASSERT_TRUE(w##_or.ok()) << w##_or.status();                                          \
   std::shared_ptr<World> w = *w##_or
