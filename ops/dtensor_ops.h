@@ -21,9 +21,9 @@
 //     reduces them (all_reduce, or reduce_scatter when that is cheaper: the output is then sharded).
 //   - Errors are InvalidArgument naming the op and the placements, never a silently wrong layout:
 //       "Linear: x [S(0)] on mesh(tp=4) and w [S(1)] on mesh(dp=4): inputs are on different meshes"
-//       "ScaledDotProductAttention: q [S(1)] and k [S(1)] on mesh(tp=4) split the heads
-//        inconsistently for GQA (q heads 8, kv heads 2): rank 1 holds q heads [2, 4) but kv heads
-//        [1, 2)"
+//       "ScaledDotProductAttention: q [S(1)], k [S(1)] and v [S(1)] on mesh(tp=4) split the heads
+//        inconsistently for GQA (q heads 8, kv heads 2): rank 1 (1) holds q heads [2, 4) but kv
+//        heads [1, 2) (it needs [0, 1))"
 //     Shape and dtype errors name the op and the global shapes, as in ops/local. Nothing throws.
 //   - A rank outside the mesh gets outputs with the right specs and empty local tensors, and
 //     communicates nothing. CUDA DTensors (local pieces on a GPU, mesh communicators on that device)

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status.h"
 #include "ops/local/ops.h"
+#include "ops/view_math.h"
 
 namespace dt::dops {
 namespace {
@@ -49,8 +50,8 @@ OutputMetas One(Shape shape, DType dtype) {
 
 // ---- option helpers ------------------------------------------------------------------------------
 
-// Linearity: input j carries a Partial op `op` accepts, every other input is replicated, and every
-// output is Partial with `out_op`.
+// Linearity: input j keeps its Partial placement on mesh dim i, every other input is replicated,
+// and every output is Partial(out_op).
 void AddPartialOf(const OpCall& call, int j, int i, int n_out, ReduceOp out_op,
                   DimOptions* options) {
   DimOption o = ReplicateOption(call.num_inputs(), n_out);
@@ -474,26 +475,12 @@ void CandAttention(const OpCall& call, const OutputMetas& outs, int i, DimOption
   }
 }
 
-// Calls fn(coord) for every coordinate of the mesh until it returns an error.
-template <typename Fn>
-absl::Status ForEachCoord(IntSpan mesh, Fn fn) {
-  std::vector<int64_t> c(mesh.size(), 0);
-  for (;;) {
-    DT_RETURN_IF_ERROR(fn(IntSpan(c)));
-    int d = static_cast<int>(mesh.size()) - 1;
-    while (d >= 0 && ++c[d] == mesh[d]) c[d--] = 0;
-    if (d < 0) return absl::OkStatus();
-  }
-}
-
 // The one contiguous range of `rl` (empty: {n, n}); nullopt when there are several.
 std::optional<IndexRange> Contiguous(const RangeList& rl, int64_t n) {
   if (rl.empty()) return IndexRange{n, n};
   if (rl.size() != 1) return std::nullopt;
   return rl[0];
 }
-
-std::string CoordString(IntSpan c) { return absl::StrCat("(", absl::StrJoin(c, ", "), ")"); }
 
 // Every rank's query heads need kv heads it holds: q heads [a, b) use kv heads [a/r, ceil(b/r)).
 // Batch pieces of q, k and v agree; k and v hold the same heads.
@@ -508,8 +495,8 @@ absl::Status AttentionPiecesFit(const OpCall& call, absl::Span<const Placements>
     const DimRanges rk = ShardRanges(k.shape(), mesh, pl[1], c);
     const DimRanges rv = ShardRanges(v.shape(), mesh, pl[2], c);
     if (rq[0] != rk[0] || rk[0] != rv[0] || rk[1] != rv[1]) {
-      return absl::InvalidArgumentError(absl::StrCat("rank at ", CoordString(c),
-                                                     ": q, k and v pieces differ in batch or heads"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(RankAt(q.mesh(), c), ": q, k and v pieces differ in batch or heads"));
     }
     const auto qh = Contiguous(rq[1], hq);
     const auto kh = Contiguous(rk[1], hkv);
@@ -518,7 +505,7 @@ absl::Status AttentionPiecesFit(const OpCall& call, absl::Span<const Placements>
     const int64_t need_a = qh->start / rep, need_b = (qh->stop + rep - 1) / rep;
     if (need_a < kh->start || need_b > kh->stop) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "rank at ", CoordString(c), " holds q heads [", qh->start, ", ", qh->stop,
+          RankAt(q.mesh(), c), " holds q heads [", qh->start, ", ", qh->stop,
           ") but kv heads [", kh->start, ", ", kh->stop, ") (it needs [", need_a, ", ", need_b,
           "))"));
     }
@@ -902,104 +889,6 @@ std::string DescribeInputs(const OpCall& call) {
     parts.push_back(absl::StrCat(InputName(call, j), " ", PlacementsToString(In(call, j).placements())));
   }
   return absl::StrCat(absl::StrJoin(parts, ", "), " on ", call.first().mesh().ToString());
-}
-
-// ---- view math -----------------------------------------------------------------------------------
-
-std::vector<ViewGroup> ViewGroups(IntSpan in, IntSpan out) {
-  std::vector<ViewGroup> groups;
-  const int ni = static_cast<int>(in.size()), no = static_cast<int>(out.size());
-  int i = 0, j = 0;
-  while (i < ni || j < no) {
-    ViewGroup g;
-    g.in_begin = i;
-    g.out_begin = j;
-    if (i == ni) {
-      ++j;
-    } else if (j == no) {
-      ++i;
-    } else {
-      int64_t pi = in[i++], pj = out[j++];
-      while (pi != pj) {  // equal numels (> 0) guarantee that the side behind has dims left
-        if (pi < pj) {
-          if (i == ni) break;
-          pi *= in[i++];
-        } else {
-          if (j == no) break;
-          pj *= out[j++];
-        }
-      }
-    }
-    g.in_end = i;
-    g.out_end = j;
-    for (int d = g.in_begin; d < g.in_end; ++d) {
-      if (g.in_lead < 0 && in[d] > 1) g.in_lead = d;
-      else if (g.in_lead >= 0) g.in_inner *= in[d];
-    }
-    for (int d = g.out_begin; d < g.out_end; ++d) {
-      if (g.out_lead < 0 && out[d] > 1) g.out_lead = d;
-      else if (g.out_lead >= 0) g.out_inner *= out[d];
-    }
-    groups.push_back(g);
-  }
-  return groups;
-}
-
-namespace {
-
-bool Whole(const RangeList& rl, int64_t n) {
-  return n == 0 ? rl.empty() : (rl.size() == 1 && rl[0].start == 0 && rl[0].stop == n);
-}
-
-// Ranges scaled by `inner` and merged where they touch.
-RangeList Scaled(const RangeList& rl, int64_t inner) {
-  RangeList out;
-  for (const IndexRange& r : rl) {
-    const IndexRange s{r.start * inner, r.stop * inner};
-    if (!out.empty() && out.back().stop == s.start) {
-      out.back().stop = s.stop;
-    } else {
-      out.push_back(s);
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-absl::Status ViewPiecesMatch(IntSpan in, IntSpan out, IntSpan mesh_shape,
-                             absl::Span<const Placement> in_pl,
-                             absl::Span<const Placement> out_pl) {
-  if (Numel(in) == 0) return absl::OkStatus();  // every piece is empty
-  const std::vector<ViewGroup> groups = ViewGroups(in, out);
-  return ForEachCoord(mesh_shape, [&](IntSpan c) -> absl::Status {
-    const DimRanges ri = ShardRanges(in, mesh_shape, in_pl, c);
-    const DimRanges ro = ShardRanges(out, mesh_shape, out_pl, c);
-    for (const ViewGroup& g : groups) {
-      for (int d = g.in_begin; d < g.in_end; ++d) {
-        if (d != g.in_lead && !Whole(ri[d], in[d])) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("rank at ", CoordString(c), ": input dim ", d, " is split inside a group"));
-        }
-      }
-      for (int d = g.out_begin; d < g.out_end; ++d) {
-        if (d != g.out_lead && !Whole(ro[d], out[d])) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "rank at ", CoordString(c), ": output dim ", d, " is split inside a group"));
-        }
-      }
-      if (g.in_lead < 0) continue;
-      const RangeList a = Scaled(ri[g.in_lead], g.in_inner);
-      const RangeList b = Scaled(ro[g.out_lead], g.out_inner);
-      if (a != b) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "rank at ", CoordString(c), ": input dim ", g.in_lead, " holds elements ",
-            RangesToString(a), " of its group, output dim ", g.out_lead, " would hold ",
-            RangesToString(b)));
-      }
-    }
-    return absl::OkStatus();
-  });
 }
 
 }  // namespace dt::dops

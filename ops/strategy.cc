@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/status.h"
 
 namespace dt::dops {
@@ -12,6 +14,14 @@ const DTensorSpec& OpCall::first() const {
   }
   DT_CHECK(false, "OpCall without inputs");
   return *inputs[0];
+}
+
+std::string CoordString(IntSpan c) { return absl::StrCat("(", absl::StrJoin(c, ", "), ")"); }
+
+std::string RankAt(const DeviceMesh& mesh, IntSpan c) {
+  int64_t flat = 0;
+  for (size_t i = 0; i < c.size(); ++i) flat = flat * mesh.shape()[i] + c[i];
+  return absl::StrCat("rank ", mesh.ranks()[flat], " ", CoordString(c));
 }
 
 DimOption ReplicateOption(int n_in, int n_out) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -107,6 +108,24 @@ struct LabelMap {
   }
 };
 void AddShardOptions(const OpCall& call, const LabelMap& labels, int mesh_dim, DimOptions* options);
+
+// Calls fn(coord) for every coordinate of a mesh of `mesh_shape` (row-major) until it returns an
+// error, which it returns. The whole-strategy checks use it to see every rank at once.
+template <typename Fn>
+absl::Status ForEachCoord(IntSpan mesh_shape, Fn fn) {
+  std::vector<int64_t> c(mesh_shape.size(), 0);
+  for (;;) {
+    absl::Status st = fn(IntSpan(c));
+    if (!st.ok()) return st;
+    int d = static_cast<int>(mesh_shape.size()) - 1;
+    while (d >= 0 && ++c[d] == mesh_shape[d]) c[d--] = 0;
+    if (d < 0) return absl::OkStatus();
+  }
+}
+// "(1, 0)".
+std::string CoordString(IntSpan c);
+// "rank 5 (1, 1)": the global rank at coordinate `c` of `mesh`, for messages.
+std::string RankAt(const DeviceMesh& mesh, IntSpan c);
 
 // Identity labels for an op whose output has the shape of input 0 and whose other inputs broadcast
 // to it (numpy rules: aligned from the right; a size-1 dim broadcast to a larger one is -1).

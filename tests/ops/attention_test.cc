@@ -100,7 +100,10 @@ TEST(DopsAttention, InconsistentGqaHeadSplitIsAnError) {
   const std::string msg(res.status().message());
   EXPECT_NE(msg.find("ScaledDotProductAttention"), std::string::npos) << msg;
   EXPECT_NE(msg.find("q [S(1)], k [S(1)] and v [S(1)] on mesh(d0=4)"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("inconsistently"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("inconsistently for GQA (q heads 8, kv heads 2): rank 1 (1) holds q heads "
+                     "[2, 4) but kv heads [1, 2)"),
+            std::string::npos)
+      << msg;
   // Query heads split with kv replicated is fine (each rank picks its kv heads).
   args[1].placements = args[2].placements = Pl("R");
   auto ok = RunOp({4}, args, Attention({}));
