@@ -73,9 +73,10 @@ absl::Status Run() {
   DT_RETURN_IF_ERROR(AllClose(y.local(), want.local(), 1e-5, 1e-5));
   if (world->rank() == 0) {
     std::printf("%s\n", model.GetSubmodule("blocks.0").value()->ToString().c_str());
-    std::printf("custom_parallel_mlp: tp=%d, output %s equals the unparallelized forward "
-                "(max |diff| %.2e)\n",
-                world->size(), ShapeToString(y.shape()).c_str(), max_diff);
+    std::printf(
+        "custom_parallel_mlp: tp=%d, output %s equals the unparallelized forward "
+        "(max |diff| %.2e)\n",
+        world->size(), ShapeToString(y.shape()).c_str(), max_diff);
   }
   return absl::OkStatus();
 }

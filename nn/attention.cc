@@ -31,13 +31,13 @@ std::string RotaryEmbedding::ExtraRepr() const {
 absl::StatusOr<Values> RotaryEmbedding::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value positions, SingleInput(*this, inputs));
   if (head_dim_ <= 0 || head_dim_ % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("RotaryEmbedding '", FullName(),
-                                                   "': head_dim must be even, got ", head_dim_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("RotaryEmbedding '", FullName(), "': head_dim must be even, got ", head_dim_));
   }
   if (positions.dtype() != DType::kI64 && positions.dtype() != DType::kI32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RotaryEmbedding '", FullName(), "': positions must be i64 or i32, got ",
-                     positions.Describe()));
+    return absl::InvalidArgumentError(absl::StrCat("RotaryEmbedding '", FullName(),
+                                                   "': positions must be i64 or i32, got ",
+                                                   positions.Describe()));
   }
   if (positions.is_dtensor()) {
     for (const Placement& p : positions.dtensor().placements()) {
@@ -91,9 +91,7 @@ void Attention::ResetKVCache() {
   cache_v_ = Value();
 }
 
-int64_t Attention::kv_cache_length() const {
-  return cache_k_.defined() ? cache_k_.shape()[2] : 0;
-}
+int64_t Attention::kv_cache_length() const { return cache_k_.defined() ? cache_k_.shape()[2] : 0; }
 
 std::string Attention::ExtraRepr() const {
   return absl::StrCat("hidden=", options_.hidden_size, ", heads=", options_.num_heads,
@@ -101,14 +99,25 @@ std::string Attention::ExtraRepr() const {
                       options_.causal ? ", causal" : "");
 }
 
+absl::Status Attention::CheckHeads() const {
+  const AttentionOptions& o = options_;
+  if (o.num_heads > 0 && o.num_kv_heads > 0 && o.head_dim > 0 &&
+      o.num_heads % o.num_kv_heads == 0) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "Attention '", FullName(), "': num_heads ", o.num_heads, " must be a positive multiple of ",
+      "num_kv_heads ", o.num_kv_heads, ", and head_dim (", o.head_dim, ") positive"));
+}
+
 absl::Status Attention::ValidateTensorParallel(const TPValidationContext& ctx) const {
+  DT_RETURN_IF_ERROR(CheckHeads());
   const int64_t tp = ctx.tp_size();
   auto fail = [&](absl::string_view what, int64_t n, absl::string_view projection,
                   absl::string_view consequence) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Attention '", ctx.module_name(), "': tensor parallel size ", tp, " does not divide ",
-        what, " ", n, " (", projection, " sharded): each rank would hold a fraction of ",
-        consequence));
+        "Attention '", ctx.module_name(), "': tensor parallel size ", tp, " does not divide ", what,
+        " ", n, " (", projection, " sharded): each rank would hold a fraction of ", consequence));
   };
   if (ctx.IsSharded("q_proj.weight") && options_.num_heads % tp != 0) {
     return fail("num_heads", options_.num_heads, "q_proj.weight", "a query head");
@@ -163,6 +172,7 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
         "Attention '", FullName(), "' takes {x [B, S, H], cos, sin}, got ", inputs.size(),
         " inputs", inputs.empty() ? "" : absl::StrCat(" (x ", inputs[0].Describe(), ")")));
   }
+  DT_RETURN_IF_ERROR(CheckHeads());
   const Value& x = inputs[0];
   const Value cos = inputs.size() > 1 ? inputs[1] : Value();
   const Value sin = inputs.size() > 2 ? inputs[2] : Value();

@@ -81,6 +81,7 @@ class Attention : public Module {
   absl::StatusOr<Values> Forward(Values inputs) override;
 
  private:
+  absl::Status CheckHeads() const;
   // See Note [Replicated KV heads] in attention.cc.
   absl::Status PickKVHeads(const Value& q, Value* k, Value* v) const;
 

@@ -13,9 +13,9 @@ namespace {
 
 absl::StatusOr<const DTensorSpec*> PlacedSpec(const std::string& name, const Parameter& p) {
   if (!p.placed()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "parameter '", name, "' (", p.Describe(),
-        ") is not placed on a mesh; call ParallelizeModule or ReplicateModule first"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("parameter '", name, "' (", p.Describe(),
+                     ") is not placed on a mesh; call ParallelizeModule or ReplicateModule first"));
   }
   return &p.spec();
 }
@@ -46,8 +46,8 @@ absl::Status MaterializeParameters(Module& module, const LocalPieceFn& fn) {
     DT_RETURN_IF_ERROR(Annotate(name, local.status()));
     FromLocalOptions options;
     options.shape = spec->shape();
-    absl::StatusOr<DTensor> d = DTensor::FromLocal(*std::move(local), spec->mesh(),
-                                                   spec->placements(), options);
+    absl::StatusOr<DTensor> d =
+        DTensor::FromLocal(*std::move(local), spec->mesh(), spec->placements(), options);
     DT_RETURN_IF_ERROR(Annotate(name, d.status()));
     DT_RETURN_IF_ERROR(p->Set(*std::move(d)));
   }
@@ -75,15 +75,16 @@ absl::Status LoadFullTensors(Module& module, const FullTensorFn& fn) {
 absl::Status InitRandom(Module& module, uint64_t seed) {
   for (auto& [name, p] : module.NamedParameters()) {
     DT_ASSIGN_OR_RETURN(const DTensorSpec* spec, PlacedSpec(name, *p));
-    absl::StatusOr<DTensor> u = DTensor::Rand(spec->shape(), ParameterSeed(seed, name),
-                                              spec->mesh(), spec->placements(), DType::kF32,
-                                              spec->mesh().device());
+    absl::StatusOr<DTensor> u =
+        DTensor::Rand(spec->shape(), ParameterSeed(seed, name), spec->mesh(), spec->placements(),
+                      DType::kF32, spec->mesh().device());
     DT_RETURN_IF_ERROR(Annotate(name, u.status()));
     // Elementwise on the local piece: the same as transforming the full tensor, then cutting.
     Tensor local = u->ToLocal();
     const double bound =
-        p->dim() >= 2 ? 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(1, p->shape().back())))
-                      : 0.5;
+        p->dim() >= 2
+            ? 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(1, p->shape().back())))
+            : 0.5;
     DT_ASSIGN_OR_RETURN(local, ops::Mul(local, 2 * bound));
     DT_ASSIGN_OR_RETURN(local, ops::Add(local, p->dim() >= 2 ? -bound : 0.5));
     DT_ASSIGN_OR_RETURN(local, ops::Cast(local, p->dtype()));

@@ -31,7 +31,8 @@
 
 namespace dt::nn {
 
-// Returns this rank's local piece of parameter `name` (shape spec.LocalShape(), dtype spec.dtype()).
+// Returns this rank's local piece of parameter `name` (shape spec.LocalShape(), dtype
+// spec.dtype()).
 using LocalPieceFn =
     std::function<absl::StatusOr<Tensor>(absl::string_view name, const DTensorSpec& spec)>;
 // Returns the full tensor of parameter `name` (shape and dtype of the parameter).

@@ -14,7 +14,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, DType dtype
 }
 
 std::string Linear::ExtraRepr() const {
-  std::string s = absl::StrCat("in=", in_, ", out=", out_, ", bias=", has_bias() ? "true" : "false");
+  std::string s =
+      absl::StrCat("in=", in_, ", out=", out_, ", bias=", has_bias() ? "true" : "false");
   if (!packed_col_blocks_.empty()) {
     absl::StrAppend(&s, ", packed_col_blocks=[", absl::StrJoin(packed_col_blocks_, ", "), "]");
   }

@@ -32,9 +32,13 @@ class Linear : public Module {
   // Absolute sizes of the packed blocks of the output rows / input columns (sum = out / in);
   // empty when the layer is not packed.
   const std::vector<int64_t>& packed_col_blocks() const { return packed_col_blocks_; }
-  void set_packed_col_blocks(std::vector<int64_t> blocks) { packed_col_blocks_ = std::move(blocks); }
+  void set_packed_col_blocks(std::vector<int64_t> blocks) {
+    packed_col_blocks_ = std::move(blocks);
+  }
   const std::vector<int64_t>& packed_row_blocks() const { return packed_row_blocks_; }
-  void set_packed_row_blocks(std::vector<int64_t> blocks) { packed_row_blocks_ = std::move(blocks); }
+  void set_packed_row_blocks(std::vector<int64_t> blocks) {
+    packed_row_blocks_ = std::move(blocks);
+  }
 
   std::string ExtraRepr() const override;
 

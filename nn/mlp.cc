@@ -20,10 +20,10 @@ absl::Status CheckIntermediate(const Module& m, const TPValidationContext& ctx,
     if (ctx.IsSharded(p)) sharded.push_back(p);
   }
   if (sharded.empty() || intermediate % ctx.tp_size() == 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      m.type_name(), " '", ctx.module_name(), "': tensor parallel size ", ctx.tp_size(),
-      " does not divide intermediate_size ", intermediate, " (", absl::StrJoin(sharded, ", "),
-      " sharded)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(m.type_name(), " '", ctx.module_name(), "': tensor parallel size ",
+                   ctx.tp_size(), " does not divide intermediate_size ", intermediate, " (",
+                   absl::StrJoin(sharded, ", "), " sharded)"));
 }
 
 }  // namespace
@@ -107,8 +107,8 @@ absl::StatusOr<Values> Experts::Forward(Values inputs) {
     if (!v.is_dtensor()) continue;
     for (const Placement& p : v.dtensor().placements()) {
       if (!p.is_replicate()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            name, ": DTensor inputs must be replicated, got ", v.Describe()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, ": DTensor inputs must be replicated, got ", v.Describe()));
       }
     }
     mesh = v.dtensor().mesh();
@@ -127,14 +127,14 @@ absl::StatusOr<Values> Experts::Forward(Values inputs) {
   const int64_t e_total = options_.num_experts + options_.num_identity_experts;
   if (x.dim() != 2 || routing.dim() != 2 || routing.size(0) != x.size(0) ||
       routing.size(1) != e_total) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": expected x [N, ", options_.hidden_size, "] and routing [N, ", e_total, "], got ",
-        x.Describe(), " and ", routing.Describe()));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": expected x [N, ", options_.hidden_size,
+                                                   "] and routing [N, ", e_total, "], got ",
+                                                   x.Describe(), " and ", routing.Describe()));
   }
   DT_ASSIGN_OR_RETURN(Tensor gate_up, LocalParam("gate_up_proj"));  // [E, 2I/tp, H]
-  DT_ASSIGN_OR_RETURN(Tensor down, LocalParam("down_proj"));         // [E, H, I/tp]
-  DT_ASSIGN_OR_RETURN(Tensor y, Tensor::Zeros({x.size(0), options_.hidden_size}, x.dtype(),
-                                              x.device()));
+  DT_ASSIGN_OR_RETURN(Tensor down, LocalParam("down_proj"));        // [E, H, I/tp]
+  DT_ASSIGN_OR_RETURN(Tensor y,
+                      Tensor::Zeros({x.size(0), options_.hidden_size}, x.dtype(), x.device()));
   for (int64_t e = 0; e < options_.num_experts; ++e) {
     DT_ASSIGN_OR_RETURN(Tensor w_gu, gate_up.Select(0, e));
     DT_ASSIGN_OR_RETURN(Tensor gu, ops::Linear(x, w_gu));

@@ -27,16 +27,16 @@ std::string Module::FullName() const {
 }
 
 Parameter& Module::RegisterParameter(std::string name, Shape shape, DType dtype) {
-  DT_CHECK(FindParameter(name) == nullptr && FindChild(name) == nullptr, type_name_,
-           ": member '", name, "' registered twice");
+  DT_CHECK(FindParameter(name) == nullptr && FindChild(name) == nullptr, type_name_, ": member '",
+           name, "' registered twice");
   params_.push_back(std::make_unique<Parameter>(this, std::move(name), std::move(shape), dtype));
   return *params_.back();
 }
 
 void Module::AdoptChild(std::string name, std::unique_ptr<Module> child) {
   DT_CHECK(child != nullptr && child->parent_ == nullptr, type_name_, ": bad child '", name, "'");
-  DT_CHECK(FindParameter(name) == nullptr && FindChild(name) == nullptr, type_name_,
-           ": member '", name, "' registered twice");
+  DT_CHECK(FindParameter(name) == nullptr && FindChild(name) == nullptr, type_name_, ": member '",
+           name, "' registered twice");
   child->parent_ = this;
   child->name_ = name;
   children_.emplace_back(std::move(name), std::move(child));
@@ -80,9 +80,9 @@ absl::StatusOr<Module*> Module::GetSubmodule(absl::string_view path) const {
   for (absl::string_view part : absl::StrSplit(path, '.')) {
     Module* c = m->FindChild(part);
     if (c == nullptr) {
-      return absl::NotFoundError(absl::StrCat("module '", path, "': ",
-                                              walked.empty() ? "the root" : "'" + walked + "'",
-                                              " (", m->type_name(), ") has no child '", part, "'"));
+      return absl::NotFoundError(
+          absl::StrCat("module '", path, "': ", walked.empty() ? "the root" : "'" + walked + "'",
+                       " (", m->type_name(), ") has no child '", part, "'"));
     }
     walked = Join(walked, std::string(part));
     m = c;
@@ -97,8 +97,8 @@ absl::StatusOr<Parameter*> Module::GetParameter(absl::string_view path) const {
   DT_ASSIGN_OR_RETURN(Module * m, GetSubmodule(owner));
   Parameter* p = m->FindParameter(leaf);
   if (p == nullptr) {
-    return absl::NotFoundError(absl::StrCat("parameter '", path, "': ", m->type_name(),
-                                            " has no parameter '", leaf, "'"));
+    return absl::NotFoundError(
+        absl::StrCat("parameter '", path, "': ", m->type_name(), " has no parameter '", leaf, "'"));
   }
   return p;
 }
@@ -184,8 +184,8 @@ bool Module::RemoveHook(HookId id) {
 absl::StatusOr<const Parameter*> Module::MaterializedParam(absl::string_view name) const {
   const Parameter* p = FindParameter(name);
   if (p == nullptr) {
-    return absl::NotFoundError(absl::StrCat(type_name_, " '", FullName(), "' has no parameter '",
-                                            name, "'"));
+    return absl::NotFoundError(
+        absl::StrCat(type_name_, " '", FullName(), "' has no parameter '", name, "'"));
   }
   if (!p->materialized()) {
     return absl::FailedPreconditionError(

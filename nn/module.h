@@ -158,7 +158,8 @@ class Module {
   // The local piece whatever the mode.
   absl::StatusOr<Tensor> LocalParam(absl::string_view name) const;
 
-  // ---- tensor parallelism ------------------------------------------------------------------------
+  // ---- tensor parallelism
+  // ------------------------------------------------------------------------
 
   // Checks the plan against what the module knows (heads, KV heads, intermediate size) before any
   // weight is read; InvalidArgument naming the module and both numbers. Default: nothing to check.

@@ -41,8 +41,8 @@ absl::Status Parameter::Place(const DeviceMesh& mesh, absl::Span<const Placement
     if (value_.placements() != spec->placements()) {
       auto moved = value_.Redistribute(spec->placements());
       if (!moved.ok()) {
-        return absl::Status(moved.status().code(), absl::StrCat("parameter '", FullName(), "': ",
-                                                                moved.status().message()));
+        return absl::Status(moved.status().code(), absl::StrCat("parameter '", FullName(),
+                                                                "': ", moved.status().message()));
       }
       value_ = *std::move(moved);
     }

@@ -26,7 +26,8 @@ std::string Join(const std::string& prefix, const std::string& name) {
 }
 
 bool IsNumeric(absl::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return absl::ascii_isdigit(c); });
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](char c) { return absl::ascii_isdigit(c); });
 }
 
 std::string Demangle(const char* name) {
@@ -63,9 +64,9 @@ class Matcher {
     for (int i : wildcard_) {
       if (!PlanKeyMatches(plan_[i].first, name)) continue;
       if (found >= 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "plan keys '", plan_[found].first, "' and '", plan_[i].first, "' both match '", name,
-            "'; add an exact key for it"));
+        return absl::InvalidArgumentError(absl::StrCat("plan keys '", plan_[found].first, "' and '",
+                                                       plan_[i].first, "' both match '", name,
+                                                       "'; add an exact key for it"));
       }
       found = i;
     }
@@ -153,8 +154,8 @@ absl::Status ValidateTPConfig(const TPConfig& c, int64_t tp) {
       "mid-forward: #48307); use a tensor parallel size that divides it"));
   DT_RETURN_IF_ERROR(CheckDivides("intermediate_size", c.intermediate_size, tp,
                                   "the MLP projections would be split unevenly"));
-  DT_RETURN_IF_ERROR(CheckDivides("vocab_size", c.vocab_size, tp,
-                                  "the gathered logits need equal vocab shards"));
+  DT_RETURN_IF_ERROR(
+      CheckDivides("vocab_size", c.vocab_size, tp, "the gathered logits need equal vocab shards"));
   for (const auto& [name, blocks] : c.packed_blocks) {
     for (size_t i = 0; i < blocks.size(); ++i) {
       DT_RETURN_IF_ERROR(CheckDivides(
@@ -173,15 +174,15 @@ absl::StatusOr<PlanResolution> ResolvePlan(Module& module, const ParallelPlan& p
       return absl::InvalidArgumentError(absl::StrCat("plan key '", key, "' is given twice"));
     }
     if (std::count(key.begin(), key.end(), '*') > 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Wildcard '*' can only be used once in a plan key, got '", key, "'."));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Wildcard '*' can only be used once in a plan key, got '", key, "'."));
     }
     std::shared_ptr<const TensorParallelLayer> style = entry.style;
     if (style == nullptr) style = FindStyle(entry.name);
     if (style == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Unsupported tensor parallel style '", entry.name, "' for layer '", key,
-          "'. Supported styles are [", absl::StrJoin(StyleNames(), ", "), "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Unsupported tensor parallel style '", entry.name, "' for layer '", key,
+                       "'. Supported styles are [", absl::StrJoin(StyleNames(), ", "), "]"));
     }
     styles.push_back(std::move(style));
   }

@@ -2,11 +2,12 @@
 // Plans: ParallelizeModule(module, mesh, plan) lays a module tree out over a 1-D tensor-parallel
 // mesh by naming a style per layer, as transformers' `tp_plan` and diffusers' `_tp_plan` do.
 //
+//   using Blocks = std::vector<int64_t>;
 //   ParallelizeModule(model, tp_mesh, {
 //       {"layers.*.self_attn.q_proj", "colwise"},  {"layers.*.self_attn.o_proj", "rowwise"},
 //       {"layers.*.mlp.gate_up_proj", "packed_colwise"},
 //       {"lm_head", "colwise_gather_output"},
-//       {"blocks.*.ff.linear_in", std::make_shared<PackedColwiseParallel>(std::vector<int64_t>{1, 1})}});
+//       {"blocks.*.ff.linear_in", std::make_shared<PackedColwiseParallel>(Blocks{1, 1})}});
 //
 // Matching (Note [Plan matching]): a key is a dotted path; `*` stands for one ModuleList index
 // (a purely numeric path component) and appears at most once per key. For each parameter the
@@ -54,11 +55,11 @@ namespace dt::nn {
 
 // A plan value: a registered style name, or a configured style object.
 struct PlanEntry {
-  PlanEntry(const char* style_name) : name(style_name) {}          // NOLINT: implicit
+  PlanEntry(const char* style_name) : name(style_name) {}             // NOLINT: implicit
   PlanEntry(std::string style_name) : name(std::move(style_name)) {}  // NOLINT: implicit
   template <typename S>
   PlanEntry(std::shared_ptr<S> s) : style(std::move(s)) {}  // NOLINT: implicit
-  std::string name;  // empty for a style object
+  std::string name;                                         // empty for a style object
   std::shared_ptr<const TensorParallelLayer> style;
   // "colwise", or the object's type for messages.
   std::string Label() const;
@@ -115,8 +116,8 @@ struct PlanResolution {
     std::string style_label;
     std::shared_ptr<const TensorParallelLayer> style;
   };
-  std::vector<Param> params;       // every parameter of the tree
-  std::vector<Forward> forwards;   // modules with a rule
+  std::vector<Param> params;      // every parameter of the tree
+  std::vector<Forward> forwards;  // modules with a rule
   std::vector<std::string> unused_rules;
   std::vector<std::string> uncovered;  // WildcardName of uncovered parameters, deduplicated
 };

@@ -28,8 +28,7 @@ absl::StatusOr<Values> TensorParallelLayer::TransformInputsPreForward(Module&, V
   return inputs;
 }
 
-ForwardContext TensorParallelLayer::ContextAroundForward(Module& module,
-                                                         const DeviceMesh&) const {
+ForwardContext TensorParallelLayer::ContextAroundForward(Module& module, const DeviceMesh&) const {
   if (!ShouldUseLocalTensors(module)) return ForwardContext();
   const bool previous = module.local_mode();
   module.set_local_mode(true);
@@ -71,8 +70,8 @@ absl::StatusOr<DTensor> AsDTensor(const Value& v, const DeviceMesh& mesh, const 
                                   const std::optional<Shape>& global) {
   if (v.is_dtensor()) {
     if (!(v.dtensor().mesh() == mesh)) {
-      return absl::InvalidArgumentError(absl::StrCat("input ", v.Describe(),
-                                                     " is not on the style's ", mesh.ToString()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input ", v.Describe(), " is not on the style's ", mesh.ToString()));
     }
     return v.dtensor();
   }

@@ -84,8 +84,8 @@ Registry& TheRegistry() {
 }
 
 absl::Status CheckName(const std::string& name) {
-  if (name.empty() || std::any_of(name.begin(), name.end(),
-                                  [](char c) { return absl::ascii_isspace(c); })) {
+  if (name.empty() ||
+      std::any_of(name.begin(), name.end(), [](char c) { return absl::ascii_isspace(c); })) {
     return absl::InvalidArgumentError(
         absl::StrCat("style name '", name, "' must be non-empty and contain no whitespace"));
   }
@@ -107,8 +107,8 @@ absl::Status RegisterStyle(const std::string& name,
 absl::Status RegisterStyleAlias(const std::string& alias, const std::string& target) {
   DT_RETURN_IF_ERROR(CheckName(alias));
   if (!TheRegistry().AddAlias(alias, target)) {
-    return absl::NotFoundError(absl::StrCat("RegisterStyleAlias('", alias, "'): no style '",
-                                            target, "'"));
+    return absl::NotFoundError(
+        absl::StrCat("RegisterStyleAlias('", alias, "'): no style '", target, "'"));
   }
   return absl::OkStatus();
 }
@@ -135,9 +135,10 @@ std::string FormatStylesTable() {
   std::vector<std::vector<std::string>> cells = {
       {"style", "weight", "bias (1-D)", "input", "output", "collective"}};
   for (const StyleRow& r : ListStyles()) {
-    const std::string name = r.alias_of.empty() ? r.name : absl::StrCat(r.name, " (= ", r.alias_of, ")");
-    cells.push_back({name, r.info.weight, r.info.bias, r.info.input, r.info.output,
-                     r.info.collective});
+    const std::string name =
+        r.alias_of.empty() ? r.name : absl::StrCat(r.name, " (= ", r.alias_of, ")");
+    cells.push_back(
+        {name, r.info.weight, r.info.bias, r.info.input, r.info.output, r.info.collective});
   }
   std::vector<size_t> width(cells[0].size(), 0);
   for (const auto& row : cells) {

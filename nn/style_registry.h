@@ -26,7 +26,8 @@
 namespace dt::nn {
 
 // Adds or replaces `name` (non-empty, no whitespace) -> `style` (non-null).
-absl::Status RegisterStyle(const std::string& name, std::shared_ptr<const TensorParallelLayer> style);
+absl::Status RegisterStyle(const std::string& name,
+                           std::shared_ptr<const TensorParallelLayer> style);
 // Registers `alias` as another name of the style registered under `target`.
 absl::Status RegisterStyleAlias(const std::string& alias, const std::string& target);
 // nullptr when `name` is not registered.

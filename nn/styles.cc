@@ -24,17 +24,23 @@ bool IsEmbedding(const Module& m) { return dynamic_cast<const Embedding*>(&m) !=
 absl::StatusOr<const Parameter*> WeightOf(const Module& m, absl::string_view style) {
   const Parameter* w = m.FindParameter("weight");
   if (w == nullptr || w->dim() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        style, " on '", m.FullName(), "': the module (", m.type_name(),
-        ") has no weight of 2 or more dims to derive the input layout from"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(style, " on '", m.FullName(), "': the module (", m.type_name(),
+                     ") has no weight of 2 or more dims to derive the input layout from"));
   }
   return w;
 }
 
-absl::Status NeedInput(const Module& m, const Values& inputs, absl::string_view style) {
+absl::Status NeedInput(const Module& m, const Values& inputs, absl::string_view style,
+                       int min_dim = 0) {
   if (inputs.empty() || !inputs[0].defined()) {
     return absl::InvalidArgumentError(
         absl::StrCat(style, " on '", m.FullName(), "': the module was called without an input"));
+  }
+  if (inputs[0].dim() < min_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(style, " on '", m.FullName(),
+                                                   "': the input needs at least ", min_dim,
+                                                   " dims, got ", inputs[0].Describe()));
   }
   return absl::OkStatus();
 }
@@ -45,26 +51,28 @@ struct PackedLayout {
   std::vector<int64_t> sizes;  // absolute block sizes; empty: two torch.chunk halves (_S(d, 2))
 };
 
-std::string BlocksText(const std::vector<int64_t>& b) { return absl::StrCat("[", absl::StrJoin(b, ", "), "]"); }
+std::string BlocksText(const std::vector<int64_t>& b) {
+  return absl::StrCat("[", absl::StrJoin(b, ", "), "]");
+}
 
-absl::StatusOr<PackedLayout> ResolvePacked(const std::vector<int64_t>& proportions,
-                                           const Module& m, bool col, int64_t n) {
+absl::StatusOr<PackedLayout> ResolvePacked(const std::vector<int64_t>& proportions, const Module& m,
+                                           bool col, int64_t n) {
   PackedLayout layout;
   if (!proportions.empty()) {
     int64_t total = 0;
     for (int64_t b : proportions) {
       if (b <= 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "packed blocks ", BlocksText(proportions), " for '", m.FullName(),
-            "': every block must be positive"));
+        return absl::InvalidArgumentError(absl::StrCat("packed blocks ", BlocksText(proportions),
+                                                       " for '", m.FullName(),
+                                                       "': every block must be positive"));
       }
       total += b;
     }
     if (n % total != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Cannot split ", n, " into proportional blocks ", BlocksText(proportions), ": sum(",
-          BlocksText(proportions), ")=", total, " does not divide ", n, " (layer '",
-          m.FullName(), "')."));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Cannot split ", n, " into proportional blocks ", BlocksText(proportions),
+                       ": sum(", BlocksText(proportions), ")=", total, " does not divide ", n,
+                       " (layer '", m.FullName(), "')."));
     }
     for (int64_t b : proportions) layout.sizes.push_back(b * (n / total));
     return layout;
@@ -79,6 +87,13 @@ absl::StatusOr<PackedLayout> ResolvePacked(const std::vector<int64_t>& proportio
             "Linear '", m.FullName(), "': ", col ? "packed_col_blocks " : "packed_row_blocks ",
             BlocksText(stored), " sum to ", total, " but the packed dim has ", n,
             col ? " rows" : " columns"));
+      }
+      for (int64_t b : stored) {
+        if (b <= 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "Linear '", m.FullName(), "': ", col ? "packed_col_blocks " : "packed_row_blocks ",
+              BlocksText(stored), " must all be positive"));
+        }
       }
       layout.sizes = stored;
     }
@@ -135,10 +150,10 @@ absl::Status ColwiseParallel::ValidateParam(const Module& module, const Paramete
   const int dim = IsEmbedding(module) ? 1 : param.dim() - 2;
   const int64_t n = param.shape()[dim], tp = mesh.Size();
   if (n % tp == 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "The output size of `", module.FullName(), "` (", n,
-      ") must be divisible by the tensor parallel size (", tp,
-      ") when gathering a colwise output."));
+  return absl::InvalidArgumentError(
+      absl::StrCat("The output size of `", module.FullName(), "` (", n,
+                   ") must be divisible by the tensor parallel size (", tp,
+                   ") when gathering a colwise output."));
 }
 
 absl::StatusOr<Placement> ColwiseParallel::ParamPlacement(const Module& module,
@@ -184,9 +199,9 @@ RowwiseParallel::RowwiseParallel(Placement input_layout, Placement output_layout
       use_local_output_(use_local_output) {}
 
 StyleInfo RowwiseParallel::Info() const {
-  const std::string collective =
-      output_layout_.is_replicate() ? "all_reduce"
-                                    : (output_layout_.is_any_shard() ? "reduce_scatter" : "none");
+  const std::string collective = output_layout_.is_replicate()
+                                     ? "all_reduce"
+                                     : (output_layout_.is_any_shard() ? "reduce_scatter" : "none");
   return {"S(1) (Embedding: S(0))", "R", InputText(input_layout_, Placement::Shard(-1)),
           absl::StrCat("P(sum) -> ", output_layout_.ToString(), use_local_output_ ? " local" : ""),
           collective};
@@ -201,7 +216,7 @@ absl::StatusOr<Placement> RowwiseParallel::ParamPlacement(const Module& module,
 
 absl::StatusOr<Values> RowwiseParallel::TransformInputsPreForward(Module& module, Values inputs,
                                                                   const DeviceMesh& mesh) const {
-  DT_RETURN_IF_ERROR(NeedInput(module, inputs, "rowwise"));
+  DT_RETURN_IF_ERROR(NeedInput(module, inputs, "rowwise", 1));
   if (IsEmbedding(module)) {  // ids stay whole: the table is split by vocab
     DT_ASSIGN_OR_RETURN(DTensor ids, AsDTensor(inputs[0], mesh, input_layout_));
     DT_ASSIGN_OR_RETURN(ids, RedistributeTo(ids, Placement::Replicate()));
@@ -246,7 +261,8 @@ absl::Status PackedColwiseParallel::ValidateParam(const Module& module, const Pa
                                                   const DeviceMesh& mesh) const {
   if (param.dim() == 0) return absl::OkStatus();
   const int dim = PackedDim(param, /*col=*/true);
-  DT_ASSIGN_OR_RETURN(PackedLayout layout, ResolvePacked(blocks_, module, true, param.shape()[dim]));
+  DT_ASSIGN_OR_RETURN(PackedLayout layout,
+                      ResolvePacked(blocks_, module, true, param.shape()[dim]));
   return CheckBlocksDivisible("packed_colwise", param, layout, param.shape()[dim], mesh.Size());
 }
 
@@ -254,7 +270,8 @@ absl::StatusOr<Placement> PackedColwiseParallel::ParamPlacement(const Module& mo
                                                                 const Parameter& param) const {
   if (param.dim() == 0) return Placement::Replicate();
   const int dim = PackedDim(param, /*col=*/true);
-  DT_ASSIGN_OR_RETURN(PackedLayout layout, ResolvePacked(blocks_, module, true, param.shape()[dim]));
+  DT_ASSIGN_OR_RETURN(PackedLayout layout,
+                      ResolvePacked(blocks_, module, true, param.shape()[dim]));
   return PackedPlacement(layout, dim);
 }
 
@@ -304,7 +321,7 @@ absl::StatusOr<Placement> PackedRowwiseParallel::ParamPlacement(const Module& mo
 
 absl::StatusOr<Values> PackedRowwiseParallel::TransformInputsPreForward(
     Module& module, Values inputs, const DeviceMesh& mesh) const {
-  DT_RETURN_IF_ERROR(NeedInput(module, inputs, "packed_rowwise"));
+  DT_RETURN_IF_ERROR(NeedInput(module, inputs, "packed_rowwise", 1));
   DT_ASSIGN_OR_RETURN(const Parameter* w, WeightOf(module, "packed_rowwise"));
   const int64_t in = w->shape().back();
   DT_ASSIGN_OR_RETURN(PackedLayout layout, ResolvePacked(blocks_, module, false, in));
@@ -337,8 +354,7 @@ EmbeddingParallel::EmbeddingParallel(int shard_dim, bool use_local_output)
 StyleInfo EmbeddingParallel::Info() const {
   const std::string local = use_local_output_ ? " local" : "";
   if (shard_dim_ == 0) {
-    return {"S(0) (vocab)", "-", "ids R", "P(sum) -> R" + local + " (masked lookup)",
-            "all_reduce"};
+    return {"S(0) (vocab)", "-", "ids R", "P(sum) -> R" + local + " (masked lookup)", "all_reduce"};
   }
   return {"S(1) (hidden)", "-", "ids R", "S(-1) -> R" + local, "all_gather"};
 }
@@ -346,10 +362,10 @@ StyleInfo EmbeddingParallel::Info() const {
 absl::Status EmbeddingParallel::ValidateParam(const Module& module, const Parameter& param,
                                               const DeviceMesh&) const {
   if (param.dim() == 2) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      shard_dim_ == 0 ? "embedding_rowwise" : "embedding_colwise", " on '", module.FullName(),
-      "': parameter '", param.FullName(), "' is ", param.Describe(),
-      "; an embedding table has 2 dims [vocab, hidden]"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(shard_dim_ == 0 ? "embedding_rowwise" : "embedding_colwise", " on '",
+                   module.FullName(), "': parameter '", param.FullName(), "' is ", param.Describe(),
+                   "; an embedding table has 2 dims [vocab, hidden]"));
 }
 
 absl::StatusOr<Placement> EmbeddingParallel::ParamPlacement(const Module&,
@@ -367,8 +383,7 @@ absl::StatusOr<Values> EmbeddingParallel::TransformInputsPreForward(Module& modu
   return inputs;
 }
 
-absl::StatusOr<Values> EmbeddingParallel::TransformOutputPostForward(Module& module,
-                                                                     Values outputs,
+absl::StatusOr<Values> EmbeddingParallel::TransformOutputPostForward(Module& module, Values outputs,
                                                                      const DeviceMesh& mesh) const {
   if (outputs.empty() || !outputs[0].is_dtensor()) return outputs;
   DT_ASSIGN_OR_RETURN(DTensor y, RedistributeTo(outputs[0].dtensor(), Placement::Replicate()));
@@ -456,9 +471,8 @@ absl::StatusOr<Values> MoEExpertsParallel::TransformInputsPreForward(Module&, Va
   return inputs;
 }
 
-absl::StatusOr<Values> MoEExpertsParallel::TransformOutputPostForward(Module& module,
-                                                                      Values outputs,
-                                                                      const DeviceMesh& mesh) const {
+absl::StatusOr<Values> MoEExpertsParallel::TransformOutputPostForward(
+    Module& module, Values outputs, const DeviceMesh& mesh) const {
   bool sharded = false;
   for (const auto& p : module.parameters()) {
     sharded = sharded || (p->placed() && p->spec().NumShards() > 0);
@@ -474,9 +488,8 @@ StyleInfo MoEIdentityParallel::Info() const {
   return {"-", "-", "R -> P(sum) (x / tp)", "local", "none"};
 }
 
-absl::StatusOr<Values> MoEIdentityParallel::TransformInputsPreForward(Module& module,
-                                                                      Values inputs,
-                                                                      const DeviceMesh& mesh) const {
+absl::StatusOr<Values> MoEIdentityParallel::TransformInputsPreForward(
+    Module& module, Values inputs, const DeviceMesh& mesh) const {
   DT_RETURN_IF_ERROR(NeedInput(module, inputs, "moe_identity_expert"));
   DT_ASSIGN_OR_RETURN(DTensor x, AsDTensor(inputs[0], mesh, Placement::Replicate()));
   DT_ASSIGN_OR_RETURN(x, RedistributeTo(x, Placement::Replicate()));

@@ -8,8 +8,8 @@
 //   undefined   -                an absent optional input (Value())
 //
 // Styles annotate a local input with the layout they declare (DTensor::FromLocal) before they
-// redistribute it, exactly as transformers' hooks do; see Note [Local values] in nn/module.h for how
-// a module runs when it receives local values.
+// redistribute it, exactly as transformers' hooks do; see Note [Local values] in nn/module.h for
+// how a module runs when it receives local values.
 
 #include <string>
 #include <vector>

@@ -69,8 +69,8 @@ absl::StatusOr<Value> AsKindOf(const Value& side, const Value& like) {
   if (side.is_dtensor()) {
     for (const Placement& p : side.dtensor().placements()) {
       if (!p.is_replicate()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "AsKindOf: the side input must be replicated, got ", side.Describe()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("AsKindOf: the side input must be replicated, got ", side.Describe()));
       }
     }
     return Value(side.local());
@@ -170,8 +170,8 @@ absl::StatusOr<Value> ApplyRotary(const Value& x, const Value& cos, const Value&
 
 absl::StatusOr<Value> ScaledDotProductAttention(const Value& q, const Value& k, const Value& v,
                                                 const ops::AttentionOptions& options) {
-  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("ScaledDotProductAttention",
-                                          {{"q", &q}, {"k", &k}, {"v", &v}}));
+  DT_ASSIGN_OR_RETURN(bool d,
+                      UseDTensors("ScaledDotProductAttention", {{"q", &q}, {"k", &k}, {"v", &v}}));
   if (d) return Wrap(dops::ScaledDotProductAttention(D(q), D(k), D(v), options));
   return Wrap(ops::ScaledDotProductAttention(L(q), L(k), L(v), options));
 }
@@ -197,7 +197,8 @@ absl::StatusOr<Value> Unsqueeze(const Value& x, int64_t dim) {
 absl::StatusOr<Value> Cat(absl::Span<const Value> xs, int64_t dim) {
   if (xs.empty()) return absl::InvalidArgumentError("Cat: no tensors given");
   for (size_t i = 1; i < xs.size(); ++i) {
-    DT_RETURN_IF_ERROR(UseDTensors("Cat", {{"tensors[0]", &xs[0]}, {"tensors[i]", &xs[i]}}).status());
+    DT_RETURN_IF_ERROR(
+        UseDTensors("Cat", {{"tensors[0]", &xs[0]}, {"tensors[i]", &xs[i]}}).status());
   }
   if (xs[0].is_dtensor()) {
     std::vector<DTensor> ds;

@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
     for (const std::string& name : dt::nn::StyleNames()) std::printf("%s\n", name.c_str());
     return 0;
   }
-  const bool help = argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0);
+  const bool help =
+      argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0);
   std::fputs("usage: dtensor-styles [--names]\n", help ? stdout : stderr);
   return help ? 0 : 2;
 }

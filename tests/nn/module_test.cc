@@ -161,8 +161,9 @@ TEST(Materialize, LoaderRangesEqualFullTensorCut) {
           DT_ASSIGN_OR_RETURN(Tensor full, full_of(name, spec.shape()));  // stands for the file
           return SliceRanges(full, spec.Ranges());
         }));
-    DT_RETURN_IF_ERROR(LoadFullTensors(
-        *by_full, [&](absl::string_view name, const Parameter& p) { return full_of(name, p.shape()); }));
+    DT_RETURN_IF_ERROR(LoadFullTensors(*by_full, [&](absl::string_view name, const Parameter& p) {
+      return full_of(name, p.shape());
+    }));
     EXPECT_EQ(reads, 2);
     for (const char* name : {"weight", "bias"}) {
       const DTensor& a = by_ranges->FindParameter(name)->value();

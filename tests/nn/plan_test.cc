@@ -28,8 +28,9 @@ ParallelizeOptions Quiet() {
 class Block : public Module {
  public:
   explicit Block(int64_t kv_heads = 2, int64_t intermediate = 8) : Module("Block") {
-    AddModule<Attention>("attn", AttentionOptions{.hidden_size = 8, .num_heads = 4,
-                                                  .num_kv_heads = kv_heads, .head_dim = 2});
+    AddModule<Attention>(
+        "attn", AttentionOptions{
+                    .hidden_size = 8, .num_heads = 4, .num_kv_heads = kv_heads, .head_dim = 2});
     AddModule<SwiGLUMLP>("mlp", SwiGLUOptions{.hidden_size = 8, .intermediate_size = intermediate});
     AddModule<RMSNorm>("norm", 8);
   }
@@ -40,8 +41,7 @@ class Block : public Module {
 
 class Net : public Module {
  public:
-  explicit Net(int64_t kv_heads = 2, int64_t intermediate = 8, int64_t vocab = 16)
-      : Module("Net") {
+  explicit Net(int64_t kv_heads = 2, int64_t intermediate = 8, int64_t vocab = 16) : Module("Net") {
     auto& layers = AddModule<ModuleList>("layers");
     for (int i = 0; i < 3; ++i) layers.Append(std::make_unique<Block>(kv_heads, intermediate));
     AddModule<Linear>("lm_head", 8, vocab);
@@ -52,8 +52,8 @@ class Net : public Module {
 };
 
 ParallelPlan LlamaLikePlan() {
-  return {{"layers.*.attn.q_proj", "colwise"},  {"layers.*.attn.k_proj", "colwise"},
-          {"layers.*.attn.v_proj", "colwise"},  {"layers.*.attn.o_proj", "rowwise"},
+  return {{"layers.*.attn.q_proj", "colwise"},   {"layers.*.attn.k_proj", "colwise"},
+          {"layers.*.attn.v_proj", "colwise"},   {"layers.*.attn.o_proj", "rowwise"},
           {"layers.*.mlp.gate_proj", "colwise"}, {"layers.*.mlp.up_proj", "colwise"},
           {"layers.*.mlp.down_proj", "rowwise"}, {"lm_head", "colwise_gather_output"}};
 }
@@ -112,11 +112,11 @@ TEST(PlanKeys, ModuleKeyCoversOnlyItsOwnParameters) {
 
 TEST(PlanErrors, UnknownStyleListsSupportedOnes) {
   Net net;
-  const absl::Status s =
-      ParallelizeModule(net, Tp(2), {{"layers.*.mlp.up_proj", "foo"}}, Quiet());
+  const absl::Status s = ParallelizeModule(net, Tp(2), {{"layers.*.mlp.up_proj", "foo"}}, Quiet());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(s, "Unsupported tensor parallel style 'foo' for layer "
-                          "'layers.*.mlp.up_proj'. Supported styles are [colwise, "));
+  EXPECT_TRUE(Contains(s,
+                       "Unsupported tensor parallel style 'foo' for layer "
+                       "'layers.*.mlp.up_proj'. Supported styles are [colwise, "));
   for (const char* name : {"colwise_gather_output", "colwise_rep", "rowwise_split_input",
                            "packed_colwise", "embedding_rowwise", "moe_identity_expert"}) {
     EXPECT_TRUE(Contains(s, name));
@@ -128,9 +128,8 @@ TEST(PlanErrors, MalformedKeys) {
   Net net;
   EXPECT_TRUE(Contains(ResolvePlan(net, {{"layers.*.mlp.*", "colwise"}}).status(),
                        "Wildcard '*' can only be used once in a plan key, got 'layers.*.mlp.*'."));
-  EXPECT_TRUE(Contains(
-      ResolvePlan(net, {{"lm_head", "colwise"}, {"lm_head", "rowwise"}}).status(),
-      "plan key 'lm_head' is given twice"));
+  EXPECT_TRUE(Contains(ResolvePlan(net, {{"lm_head", "colwise"}, {"lm_head", "rowwise"}}).status(),
+                       "plan key 'lm_head' is given twice"));
   // Two wildcards that match one name: ambiguous.
   class Nested : public Module {
    public:
@@ -143,12 +142,13 @@ TEST(PlanErrors, MalformedKeys) {
    protected:
     absl::StatusOr<Values> Forward(Values in) override { return in; }
   } nested;
-  EXPECT_TRUE(Contains(
-      ResolvePlan(nested, {{"blocks.*.0", "colwise"}, {"blocks.0.*", "rowwise"}}).status(),
-      "both match 'blocks.0.0'"));
-  EXPECT_TRUE(ResolvePlan(nested, {{"blocks.*.0", "colwise"}, {"blocks.0.*", "rowwise"},
-                                   {"blocks.0.0", "colwise"}})
-                  .ok());
+  EXPECT_TRUE(
+      Contains(ResolvePlan(nested, {{"blocks.*.0", "colwise"}, {"blocks.0.*", "rowwise"}}).status(),
+               "both match 'blocks.0.0'"));
+  EXPECT_TRUE(
+      ResolvePlan(nested,
+                  {{"blocks.*.0", "colwise"}, {"blocks.0.*", "rowwise"}, {"blocks.0.0", "colwise"}})
+          .ok());
   // Mesh must be 1-D.
   const DeviceMesh mesh2d = DeviceMesh::Abstract({2, 2}, {"dp", "tp"}).value();
   EXPECT_TRUE(Contains(ParallelizeModule(net, mesh2d, LlamaLikePlan()),
@@ -157,8 +157,7 @@ TEST(PlanErrors, MalformedKeys) {
 
 TEST(PlanWarnings, UnusedRulesAndUncoveredParameters) {
   std::vector<std::string> warnings;
-  ScopedLogSink capture(
-      [&](LogLevel level, absl::string_view m) { warnings.emplace_back(m); });
+  ScopedLogSink capture([&](LogLevel level, absl::string_view m) { warnings.emplace_back(m); });
   Net net;
   ParallelPlan plan = LlamaLikePlan();
   plan.push_back({"layers.*.mlp.w1", "colwise"});
@@ -238,19 +237,22 @@ TEST(Validation, KvHeadsMustDivide) {
   class Big : public Module {
    public:
     Big() : Module("Big") {
-      AddModule<Attention>("attn", AttentionOptions{.hidden_size = 64, .num_heads = 16,
-                                                    .num_kv_heads = 4, .head_dim = 4});
+      AddModule<Attention>(
+          "attn",
+          AttentionOptions{.hidden_size = 64, .num_heads = 16, .num_kv_heads = 4, .head_dim = 4});
     }
 
    protected:
     absl::StatusOr<Values> Forward(Values in) override { return in; }
   } m;
   const absl::Status s = ParallelizeModule(
-      m, Tp(8), {{"attn.q_proj", "colwise"}, {"attn.k_proj", "colwise"}, {"attn.v_proj", "colwise"}},
+      m, Tp(8),
+      {{"attn.q_proj", "colwise"}, {"attn.k_proj", "colwise"}, {"attn.v_proj", "colwise"}},
       Quiet());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(s, "Attention 'attn': tensor parallel size 8 does not divide num_kv_heads 4 "
-                          "(k_proj.weight sharded)"));
+  EXPECT_TRUE(Contains(s,
+                       "Attention 'attn': tensor parallel size 8 does not divide num_kv_heads 4 "
+                       "(k_proj.weight sharded)"));
   EXPECT_TRUE(Contains(s, "#48307"));
   EXPECT_FALSE(m.GetParameter("attn.q_proj.weight").value()->placed());
   // Replicated K/V projections (only q sharded) are fine.
@@ -259,15 +261,17 @@ TEST(Validation, KvHeadsMustDivide) {
 
 TEST(Validation, HeadsIntermediateVocabAndPackedBlocks) {
   Net net(/*kv_heads=*/4, /*intermediate=*/8, /*vocab=*/10);
-  EXPECT_TRUE(Contains(ParallelizeModule(net, Tp(3), {{"layers.*.attn.q_proj", "colwise"}}, Quiet()),
-                       "does not divide num_heads 4 (q_proj.weight sharded)"));
+  EXPECT_TRUE(
+      Contains(ParallelizeModule(net, Tp(3), {{"layers.*.attn.q_proj", "colwise"}}, Quiet()),
+               "does not divide num_heads 4 (q_proj.weight sharded)"));
   EXPECT_TRUE(Contains(
       ParallelizeModule(net, Tp(3), {{"layers.*.mlp.gate_proj", "colwise"}}, Quiet()),
       "SwiGLUMLP 'layers.0.mlp': tensor parallel size 3 does not divide intermediate_size 8 "
       "(gate_proj.weight sharded)"));
-  EXPECT_TRUE(Contains(ParallelizeModule(net, Tp(4), {{"lm_head", "colwise_gather_output"}}, Quiet()),
-                       "The output size of `lm_head` (10) must be divisible by the tensor "
-                       "parallel size (4) when gathering a colwise output."));
+  EXPECT_TRUE(
+      Contains(ParallelizeModule(net, Tp(4), {{"lm_head", "colwise_gather_output"}}, Quiet()),
+               "The output size of `lm_head` (10) must be divisible by the tensor "
+               "parallel size (4) when gathering a colwise output."));
   // Plain colwise allows the uneven vocab (no gather).
   EXPECT_TRUE(ParallelizeModule(net, Tp(4), {{"lm_head", "colwise"}}, Quiet()).ok());
 
@@ -285,12 +289,17 @@ TEST(Validation, HeadsIntermediateVocabAndPackedBlocks) {
                        "packed block 0 of [4, 20] has size 4, not divisible by the tensor parallel "
                        "size 8"));
   auto bad = std::make_shared<PackedColwiseParallel>(std::vector<int64_t>{1, 4});
-  EXPECT_TRUE(Contains(ParallelizeModule(halves, Tp(2), {{"", bad}}, Quiet()),
-                       "Cannot split 24 into proportional blocks [1, 4]: sum([1, 4])=5 does not divide 24"));
+  EXPECT_TRUE(Contains(
+      ParallelizeModule(halves, Tp(2), {{"", bad}}, Quiet()),
+      "Cannot split 24 into proportional blocks [1, 4]: sum([1, 4])=5 does not divide 24"));
   Linear wrong(8, 24);
   wrong.set_packed_col_blocks({4, 4});
   EXPECT_TRUE(Contains(ParallelizeModule(wrong, Tp(2), {{"", "packed_colwise"}}, Quiet()),
                        "packed_col_blocks [4, 4] sum to 8 but the packed dim has 24 rows"));
+  Linear negative(8, 24);
+  negative.set_packed_col_blocks({-4, 28});
+  EXPECT_TRUE(Contains(ParallelizeModule(negative, Tp(2), {{"", "packed_colwise"}}, Quiet()),
+                       "packed_col_blocks [-4, 28] must all be positive"));
   Linear out(36, 8);
   out.set_packed_row_blocks({12, 24});
   EXPECT_TRUE(Contains(ParallelizeModule(out, Tp(8), {{"", "packed_rowwise"}}, Quiet()),
@@ -322,9 +331,9 @@ TEST(Registry, RuntimeStylesAndTable) {
   const std::vector<std::string> names = StyleNames();
   for (const char* required :
        {"colwise", "colwise_gather_output", "colwise_rep", "rowwise", "rowwise_split_input",
-        "rowwise_rep", "packed_colwise", "packed_rowwise", "embedding_rowwise",
-        "embedding_colwise", "sequence_parallel", "all_reduce", "local_params",
-        "replicated_with_grad_allreduce", "moe_tp_experts", "moe_identity_expert"}) {
+        "rowwise_rep", "packed_colwise", "packed_rowwise", "embedding_rowwise", "embedding_colwise",
+        "sequence_parallel", "all_reduce", "local_params", "replicated_with_grad_allreduce",
+        "moe_tp_experts", "moe_identity_expert"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), required), names.end()) << required;
   }
   ASSERT_TRUE(RegisterStyle("colwise_custom", std::make_shared<ColwiseParallel>(

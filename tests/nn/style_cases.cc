@@ -92,8 +92,8 @@ absl::Status Expect(absl::string_view what, const Value& got, const Tensor& want
   }
   absl::Status s = AllClose(g, w, kTol, kTol);
   if (!s.ok()) {
-    return absl::InternalError(absl::StrCat(what, " on rank ", mesh.my_rank(), " of ", mesh.Size(),
-                                            ": ", s.message()));
+    return absl::InternalError(
+        absl::StrCat(what, " on rank ", mesh.my_rank(), " of ", mesh.Size(), ": ", s.message()));
   }
   return absl::OkStatus();
 }
@@ -172,7 +172,8 @@ absl::Status OneModule(World& w, const std::function<std::unique_ptr<Module>()>&
   DT_RETURN_IF_ERROR(Expect("local input", y, want, mesh, out_layout));
   const std::string expected = w.size() > 1 ? std::string(comm) : "none";
   if (issued != expected) {
-    return absl::InternalError(absl::StrCat("the forward issued ", issued, ", expected ", expected));
+    return absl::InternalError(
+        absl::StrCat("the forward issued ", issued, ", expected ", expected));
   }
   DT_ASSIGN_OR_RETURN(Value xd, Rep(x, mesh));
   DT_ASSIGN_OR_RETURN(y, tp->CallOne({xd}));
@@ -193,7 +194,8 @@ absl::Status ColwiseGatherOutput(World& w) {
   DT_ASSIGN_OR_RETURN(Tensor x, Randn({2, 3, 6}, 2));
   DT_RETURN_IF_ERROR(OneModule(w, Make<Linear>(6, 12, true), {{"", "colwise_gather_output"}}, x,
                                P("R"), P("R"), "all_gather=1"));
-  return OneModule(w, Make<Linear>(6, 12, true), {{"", "colwise_rep"}}, x, P("R"), P("R"), "all_gather=1");
+  return OneModule(w, Make<Linear>(6, 12, true), {{"", "colwise_rep"}}, x, P("R"), P("R"),
+                   "all_gather=1");
 }
 
 absl::Status ColwiseDTensorOutput(World& w) {
@@ -205,20 +207,23 @@ absl::Status ColwiseDTensorOutput(World& w) {
 
 absl::Status Rowwise(World& w) {
   DT_ASSIGN_OR_RETURN(Tensor x, Randn({3, 10}, 4));  // 10 inputs: uneven
-  return OneModule(w, Make<Linear>(10, 6, true), {{"", "rowwise"}}, x, P("S(1)"), P("R"), "all_reduce=1");
+  return OneModule(w, Make<Linear>(10, 6, true), {{"", "rowwise"}}, x, P("S(1)"), P("R"),
+                   "all_reduce=1");
 }
 
 absl::Status RowwiseReduceScatter(World& w) {
   DT_ASSIGN_OR_RETURN(Tensor x, Randn({2, 5, 10}, 5));  // sequence 5: uneven reduce_scatter
   auto style = std::make_shared<RowwiseParallel>(Placement::Shard(-1), Placement::Shard(1));
-  return OneModule(w, Make<Linear>(10, 6, true), {{"", style}}, x, P("S(2)"), P("S(1)"), "reduce_scatter=1");
+  return OneModule(w, Make<Linear>(10, 6, true), {{"", style}}, x, P("S(2)"), P("S(1)"),
+                   "reduce_scatter=1");
 }
 
 absl::Status RowwiseSplitInput(World& w) {
   DT_ASSIGN_OR_RETURN(Tensor x, Randn({3, 10}, 6));
   DT_RETURN_IF_ERROR(OneModule(w, Make<Linear>(10, 6, true), {{"", "rowwise_split_input"}}, x,
                                P("R"), P("R"), "all_reduce=1"));
-  return OneModule(w, Make<Linear>(10, 6, true), {{"", "rowwise_rep"}}, x, P("R"), P("R"), "all_reduce=1");
+  return OneModule(w, Make<Linear>(10, 6, true), {{"", "rowwise_rep"}}, x, P("R"), P("R"),
+                   "all_reduce=1");
 }
 
 absl::Status ColwiseThenRowwiseUneven(World& w) {
@@ -231,16 +236,17 @@ absl::Status ColwiseThenRowwiseUneven(World& w) {
     return std::unique_ptr<Module>(std::move(c));
   };
   DT_ASSIGN_OR_RETURN(Tensor x, Randn({4, 6}, 7));
-  return OneModule(w, make, {{"up", "colwise"}, {"down", "rowwise"}}, x, P("R"), P("R"), "all_reduce=1");
+  return OneModule(w, make, {{"up", "colwise"}, {"down", "rowwise"}}, x, P("R"), P("R"),
+                   "all_reduce=1");
 }
 
 absl::Status SwiGLU(World& w) {
   DT_ASSIGN_OR_RETURN(Tensor x, Randn({2, 3, 8}, 8));
   SwiGLUOptions o{.hidden_size = 8, .intermediate_size = 12, .bias = true};
-  DT_RETURN_IF_ERROR(OneModule(
-      w, Make<SwiGLUMLP>(o),
-      {{"gate_proj", "colwise"}, {"up_proj", "colwise"}, {"down_proj", "rowwise"}}, x, P("R"),
-      P("R"), "all_reduce=1"));
+  DT_RETURN_IF_ERROR(
+      OneModule(w, Make<SwiGLUMLP>(o),
+                {{"gate_proj", "colwise"}, {"up_proj", "colwise"}, {"down_proj", "rowwise"}}, x,
+                P("R"), P("R"), "all_reduce=1"));
   o.fused = true;  // gate_up_proj [2I, H], blocks [I, I] recorded on the Linear
   return OneModule(w, Make<SwiGLUMLP>(o),
                    {{"gate_up_proj", "packed_colwise"}, {"down_proj", "rowwise"}}, x, P("R"),
@@ -274,8 +280,8 @@ absl::Status PackedRowwise(World& w) {
   };
   DT_RETURN_IF_ERROR(
       OneModule(w, make, {{"", "packed_rowwise"}}, x, P("_S(1,[12,36])"), P("R"), "all_reduce=1"));
-  return OneModule(w, Make<Linear>(48, 6, false), {{"", "packed_rowwise"}}, x, P("_S(1,2)"),
-                   P("R"), "all_reduce=1");
+  return OneModule(w, Make<Linear>(48, 6, false), {{"", "packed_rowwise"}}, x, P("_S(1,2)"), P("R"),
+                   "all_reduce=1");
 }
 
 absl::Status FusedFlux2Block(World& w) {
@@ -292,12 +298,14 @@ absl::StatusOr<Tensor> Ids(int64_t vocab) {
 
 absl::Status EmbeddingRowwise(World& w) {
   DT_ASSIGN_OR_RETURN(Tensor ids, Ids(11));  // 11 rows: uneven vocab shards
-  return OneModule(w, Make<Embedding>(11, 6), {{"", "embedding_rowwise"}}, ids, P("R"), P("R"), "all_reduce=1");
+  return OneModule(w, Make<Embedding>(11, 6), {{"", "embedding_rowwise"}}, ids, P("R"), P("R"),
+                   "all_reduce=1");
 }
 
 absl::Status EmbeddingColwise(World& w) {
   DT_ASSIGN_OR_RETURN(Tensor ids, Ids(10));  // hidden 6: uneven on 4 ranks
-  return OneModule(w, Make<Embedding>(10, 6), {{"", "embedding_colwise"}}, ids, P("R"), P("R"), "all_gather=1");
+  return OneModule(w, Make<Embedding>(10, 6), {{"", "embedding_colwise"}}, ids, P("R"), P("R"),
+                   "all_gather=1");
 }
 
 absl::Status SequenceParallelNorms(World& w) {
@@ -326,24 +334,22 @@ absl::Status AllReduceAndLocalParams(World& w) {
   // down's weight is placed by its own (param-level) rule; down runs on local tensors
   // (local_params) and gives partial sums, which the root's all_reduce reduces.
   DT_ASSIGN_OR_RETURN(Tensor x, Randn({3, 6}, 14));
-  return OneModule(w, Make<PartialMLP>(),
-                   {{"up", "colwise"},
-                    {"down.weight", "rowwise"},
-                    {"down", "local_params"},
-                    {"", "all_reduce"}},
-                   x, P("R"), P("R"), "all_reduce=1");
+  return OneModule(
+      w, Make<PartialMLP>(),
+      {{"up", "colwise"}, {"down.weight", "rowwise"}, {"down", "local_params"}, {"", "all_reduce"}},
+      x, P("R"), P("R"), "all_reduce=1");
 }
 
 absl::Status ReplicatedWithGradAllReduce(World& w) {
   DT_ASSIGN_OR_RETURN(Tensor x, Randn({2, 3, 8}, 15));
-  return OneModule(w, Make<RMSNorm>(8, 1e-6), {{"", "replicated_with_grad_allreduce"}}, x,
-                   P("R"), P("R"), "none");
+  return OneModule(w, Make<RMSNorm>(8, 1e-6), {{"", "replicated_with_grad_allreduce"}}, x, P("R"),
+                   P("R"), "none");
 }
 
 absl::Status MoEExperts(World& w) {
   DT_ASSIGN_OR_RETURN(DeviceMesh mesh, TpMesh(w));
-  const ExpertsOptions o{.num_experts = 3, .hidden_size = 6, .intermediate_size = 12,
-                         .num_identity_experts = 1};
+  const ExpertsOptions o{
+      .num_experts = 3, .hidden_size = 6, .intermediate_size = 12, .num_identity_experts = 1};
   Experts tp(o), ref(o);
   DT_RETURN_IF_ERROR(Twin(tp, ref, mesh,
                           {{"gate_up_proj", "packed_colwise"},
@@ -370,20 +376,22 @@ absl::StatusOr<Tensor> Positions(int64_t start, int64_t n) {
 absl::Status AttentionKVCache(World& w, bool dtensor_flow, bool kv_replicated = false) {
   DT_ASSIGN_OR_RETURN(DeviceMesh mesh, TpMesh(w));
   const int64_t tp = w.size();
-  AttentionOptions o{.hidden_size = 8, .num_heads = 2 * tp, .num_kv_heads = tp, .head_dim = 4,
-                     .bias = true};
+  AttentionOptions o{
+      .hidden_size = 8, .num_heads = 2 * tp, .num_kv_heads = tp, .head_dim = 4, .bias = true};
   if (kv_replicated) {
     o.num_heads = 6 * tp;
     o.num_kv_heads = 2;
   }
   Attention tp_attn(o), ref(o);
   RotaryEmbedding rope(4, 10000.0);
-  ParallelPlan plan = {{"q_proj", "colwise"}, {"k_proj", "colwise"}, {"v_proj", "colwise"},
-                       {"o_proj", "rowwise"}};
+  ParallelPlan plan = {
+      {"q_proj", "colwise"}, {"k_proj", "colwise"}, {"v_proj", "colwise"}, {"o_proj", "rowwise"}};
   if (kv_replicated) plan = {{"q_proj", "colwise"}, {"o_proj", "rowwise"}};
   if (dtensor_flow) {  // DTensors between the projections: sharded heads through dops
-    auto col = std::make_shared<ColwiseParallel>(Placement::Replicate(), Placement::Shard(-1), false);
-    auto row = std::make_shared<RowwiseParallel>(Placement::Shard(-1), Placement::Replicate(), false);
+    auto col =
+        std::make_shared<ColwiseParallel>(Placement::Replicate(), Placement::Shard(-1), false);
+    auto row =
+        std::make_shared<RowwiseParallel>(Placement::Shard(-1), Placement::Replicate(), false);
     plan = {{"q_proj", col}, {"k_proj", col}, {"v_proj", col}, {"o_proj", row}};
   }
   DT_RETURN_IF_ERROR(Twin(tp_attn, ref, mesh, plan));
@@ -401,8 +409,8 @@ absl::Status AttentionKVCache(World& w, bool dtensor_flow, bool kv_replicated = 
     Value xin = dtensor_flow ? xr : Value(x);
     DT_ASSIGN_OR_RETURN(Values cs, rope.Call({dtensor_flow ? rp : Value(positions)}));
     DT_ASSIGN_OR_RETURN(Value y, tp_attn.CallOne({xin, cs[0], cs[1]}));
-    DT_RETURN_IF_ERROR(Expect(absl::StrCat("attention step at position ", pos), y, want, mesh,
-                              P("R")));
+    DT_RETURN_IF_ERROR(
+        Expect(absl::StrCat("attention step at position ", pos), y, want, mesh, P("R")));
     pos += len;
   }
   if (tp_attn.kv_cache_length() != 5) {
