@@ -284,6 +284,28 @@ TEST(RedistributeTest, RanksOutsideTheMeshHoldNothing) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
+TEST(RedistributeTest, IllegalRequestsAreErrorsOnEveryRank) {
+  const absl::Status s = World::RunThreads(4, [](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2, 2}, {"dp", "tp"}));
+    DT_ASSIGN_OR_RETURN(DeviceMesh other, InitDeviceMesh(w.shared_from_this(), {4}, {"all"}));
+    DT_ASSIGN_OR_RETURN(DTensor x, DTensor::Zeros({4, 4}, mesh, Pl("S(0),P(sum)")));
+    const std::pair<absl::StatusOr<DTensor>, const char*> cases[] = {
+        {x.Redistribute(Pl("P(sum),R")), "Shard -> Partial is not a redistribution (mesh dim dp"},
+        {x.Redistribute(Pl("S(0),P(max)")), "Partial(sum) -> Partial(max) is not a redistribution"},
+        {x.Redistribute(other, Pl("R")), "the meshes differ"},
+        {x.Redistribute(Pl("S(2),R")), "shard dim 2 of S(2) on mesh dim dp is out of range"},
+        {x.Redistribute(Pl("R")), "expected 2 placements"},
+    };
+    for (const auto& [result, want] : cases) {
+      if (result.ok() || result.status().message().find(want) == absl::string_view::npos) {
+        return absl::InternalError(absl::StrCat("want '", want, "', got ", result.status().ToString()));
+      }
+    }
+    return absl::OkStatus();
+  }, Quick());
+  EXPECT_TRUE(s.ok()) << s;
+}
+
 TEST(RedistributeTest, VerifyCommandIsOneLine) {
   VerifyRequest r;
   r.mesh = {2, 3};
