@@ -1,9 +1,10 @@
 #pragma once
 // Internal to mesh/: the Work handles the backends return.
-//   AsyncWork     completed by another thread (a worker queue, a progress loop)
-//   DeferredWork  runs its function on the first Wait() (threads-backend receives)
-//   WorkQueue     one FIFO worker thread; Post() returns the item's AsyncWork. Gloo's calls block,
-//                 so each gloo communicator runs them here to make XxxAsync truly asynchronous.
+//   DeferredWork  runs its function on the first Wait() (threads-backend receives, gloo send/recv)
+//   WorkQueue     one FIFO worker thread per gloo communicator (gloo's calls block, so this is what
+//                 makes XxxAsync asynchronous). Wait() on the item at the head of the queue that the
+//                 worker has not started runs it on the waiting thread instead: a synchronous call
+//                 costs no thread hand-off (two wake-ups, which take milliseconds on a loaded box).
 
 #include <condition_variable>
 #include <deque>
@@ -15,18 +16,6 @@
 #include "mesh/communicator.h"
 
 namespace dt::internal {
-
-class AsyncWork final : public Work {
- public:
-  void Complete(absl::Status status);
-  absl::Status Wait() override;
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  absl::Status status_;
-};
 
 class DeferredWork final : public Work {
  public:
@@ -46,15 +35,12 @@ class WorkQueue {
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;
 
-  std::shared_ptr<AsyncWork> Post(std::function<absl::Status()> fn);
+  WorkPtr Post(std::function<absl::Status()> fn);
+
+  struct State;
 
  private:
-  void Loop();
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::pair<std::function<absl::Status()>, std::shared_ptr<AsyncWork>>> items_;
-  bool stop_ = false;
+  std::shared_ptr<State> state_;
   std::thread worker_;
 };
 

@@ -30,7 +30,9 @@ absl::StatusOr<WorldOptions> Resolve(WorldOptions options, const internal::Launc
   if (!options.verify.has_value()) {
     const char* v = std::getenv("DT_VERIFY_COLLECTIVES");
     const std::string text = v == nullptr ? "" : v;
-    if (text.empty() || text == "1") {
+    if (text.empty()) {
+      // the backend's default
+    } else if (text == "1") {
       options.verify = true;
     } else if (text == "0") {
       options.verify = false;

@@ -66,7 +66,7 @@ TEST(GlooFaults, MemberNeverCreatesTheGroup) {
 }
 
 TEST(GlooFaults, MismatchedSizesAreInvalidArgumentEverywhere) {
-  auto r = RunCommand(Gloo("mismatch 2"));
+  auto r = RunCommand("DT_VERIFY_COLLECTIVES=1 " + Gloo("mismatch 2"));
   EXPECT_EQ(r.status, 0) << r.output;
   for (int rank : {0, 1, 2}) {
     const std::string report = ReportOf(r.output, rank);
@@ -77,9 +77,9 @@ TEST(GlooFaults, MismatchedSizesAreInvalidArgumentEverywhere) {
 }
 
 TEST(GlooFaults, WithoutVerificationGlooItselfKillsTheJob) {
-  // Documented: gloo's own size check throws on its I/O thread, which terminates the process; dtrun
-  // then ends the job. No hang either way.
-  auto r = RunCommand("DT_VERIFY_COLLECTIVES=0 " + Gloo("mismatch 2"));
+  // gloo's default. Documented: gloo's own size check throws on its I/O thread, which terminates
+  // the process; dtrun then ends the job. No hang either way.
+  auto r = RunCommand(Gloo("mismatch 2"));
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_LT(r.seconds, 20) << r.output;
 }
