@@ -43,6 +43,30 @@ Operand4<T> Operand4Of(const Tensor& t) {
   return {static_cast<const T*>(t.raw_data()), t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
 }
 
+// Rows c0 .. c0 + rows - 1 of t[b, h] (each `width` wide) into dst (row stride ld) as f32, by the
+// whole block; with `vec` through 16-byte loads (VectorLanes of t along its last dim).
+template <typename T>
+__device__ __forceinline__ void LoadRows(const Operand4<T>& t, int64_t b, int64_t h, int64_t c0,
+                                         int64_t rows, int64_t width, bool vec, float* dst, int64_t ld) {
+  const T* base = t.p + b * t.s0 + h * t.s1 + c0 * t.s2;
+  if (vec) {
+    constexpr int kV = kVec<T>;
+    const int64_t per_row = width / kV;
+    for (int64_t e = threadIdx.x; e < rows * per_row; e += blockDim.x) {
+      const int64_t j = e / per_row, x = (e - j * per_row) * kV;
+      float v[kV];
+      LoadVec(base + j * t.s2 + x, v);
+#pragma unroll
+      for (int u = 0; u < kV; ++u) dst[j * ld + x + u] = v[u];
+    }
+  } else {
+    for (int64_t e = threadIdx.x; e < rows * width; e += blockDim.x) {
+      const int64_t j = e / width, x = e - j * width;
+      dst[j * ld + x] = Load(base[j * t.s2 + x * t.s3]);
+    }
+  }
+}
+
 struct Shape4 {
   int64_t batch, hq, hkv, sq, d, dv;
   int64_t group;   // Hq / Hkv
@@ -50,6 +74,7 @@ struct Shape4 {
   int64_t tiles;   // ceil(rows / warps)
   int64_t split_len;  // keys per split (a multiple of kChunk)
   int nsplit;
+  bool vec_k, vec_v;  // K / V rows can be read with 16-byte loads
 };
 
 size_t SharedBytes(int warps, int64_t d, int64_t dv) {
@@ -113,14 +138,8 @@ __global__ void AttentionKernel(Operand4<T> q, Operand4<T> k, Operand4<T> v, Att
   for (int64_t c0 = begin; c0 < block_end; c0 += kChunk) {
     __syncthreads();  // the previous chunk is consumed (and the queries are stored)
     const int64_t nk = min(static_cast<int64_t>(kChunk), block_end - c0);
-    for (int64_t e = threadIdx.x; e < nk * d; e += blockDim.x) {
-      const int64_t j = e / d, x = e - j * d;
-      ks[j * (d + 1) + x] = k.At(b, g, c0 + j, x);
-    }
-    for (int64_t e = threadIdx.x; e < nk * dv; e += blockDim.x) {
-      const int64_t j = e / dv, x = e - j * dv;
-      vs[j * dv + x] = v.At(b, g, c0 + j, x);
-    }
+    LoadRows(k, b, g, c0, nk, d, s.vec_k, ks, d + 1);
+    LoadRows(v, b, g, c0, nk, dv, s.vec_v, vs, dv);
     __syncthreads();
     if (c0 >= row_end) continue;  // warp-uniform: nothing visible in this chunk for this row
     const int64_t nvis = min(static_cast<int64_t>(kChunk), row_end - c0);
@@ -196,6 +215,8 @@ absl::Status RunAttention(const Tensor& q, const Tensor& k, const Tensor& v, con
   s.dv = v.size(3);
   s.group = s.hq / s.hkv;
   s.rows = s.group * s.sq;
+  s.vec_k = VectorLanes(k, 3);
+  s.vec_v = VectorLanes(v, 3);
 
   // Warps per block: up to kMaxWarps, no more than the rows of a kv head, within shared memory.
   DT_ASSIGN_OR_RETURN(const int smem_optin,

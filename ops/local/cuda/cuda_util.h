@@ -152,6 +152,41 @@ __device__ __forceinline__ float LoadAnyFloat(const void* p, DType dtype, int64_
   }
 }
 
+// ---- 16-byte vector access ------------------------------------------------------------------------
+
+// Elements of T in one 16-byte load.
+template <typename T>
+inline constexpr int kVec = static_cast<int>(16 / sizeof(T));
+
+// True when every lane of t along `dim` can be read with 16-byte loads: stride 1 along dim, a
+// multiple of the vector width long, and every lane's start 16-byte aligned.
+inline bool VectorLanes(const Tensor& t, int dim) {
+  const int64_t v = 16 / DTypeSize(t.dtype());
+  if (t.stride(dim) != 1 || t.size(dim) % v != 0) return false;
+  if (reinterpret_cast<uintptr_t>(t.raw_data()) % 16 != 0) return false;
+  for (int d = 0; d < t.dim(); ++d) {
+    if (d != dim && t.size(d) > 1 && t.stride(d) % v != 0) return false;
+  }
+  return true;
+}
+
+// kVec<T> consecutive elements at p (16-byte aligned) as f32, and back (rounded once).
+template <typename T>
+__device__ __forceinline__ void LoadVec(const T* p, float (&v)[kVec<T>]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int u = 0; u < kVec<T>; ++u) v[u] = Load(e[u]);
+}
+template <typename T>
+__device__ __forceinline__ void StoreVec(T* p, const float (&v)[kVec<T>]) {
+  uint4 raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int u = 0; u < kVec<T>; ++u) e[u] = Store<T>(v[u]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
 // ---- strided index arithmetic --------------------------------------------------------------------
 
 constexpr int kMaxDims = 8;

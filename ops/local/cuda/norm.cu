@@ -27,8 +27,11 @@ Param<T> ParamOf(const Tensor& t) {
 
 // Rows of x [..., H]: n = x * rsqrt(mean(x²) + eps) in f32; with a weight, w * round(n), rounded
 // again on store (see ops::RmsNorm).
+// With `vec`, rows are read and written with 16-byte vectors (VectorLanes).
 template <typename T>
-__global__ void RmsNormKernel(const T* x, Param<T> w, float eps, T* out, LaneIndexer<2> li) {
+__global__ void RmsNormKernel(const T* x, Param<T> w, float eps, T* out, LaneIndexer<2> li,
+                              bool vec) {
+  constexpr int kV = kVec<T>;
   __shared__ double smem[8];
   const int64_t h = li.n, xs = li.lane_stride[0], os = li.lane_stride[1];
   for (int64_t lane = blockIdx.x * static_cast<int64_t>(blockDim.y) + threadIdx.y; lane < li.lanes;
@@ -38,16 +41,35 @@ __global__ void RmsNormKernel(const T* x, Param<T> w, float eps, T* out, LaneInd
     const T* v = x + off[0];
     T* o = out + off[1];
     double ss = 0;
-    for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
-      const float e = Load(v[j * xs]);
-      ss += static_cast<double>(e) * e;
+    if (vec) {
+      for (int64_t j = threadIdx.x * kV; j < h; j += blockDim.x * kV) {
+        float e[kV];
+        LoadVec(v + j, e);
+#pragma unroll
+        for (int u = 0; u < kV; ++u) ss += static_cast<double>(e[u]) * e[u];
+      }
+    } else {
+      for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
+        const float e = Load(v[j * xs]);
+        ss += static_cast<double>(e) * e;
+      }
     }
     ss = LaneReduce(ss, Plus{}, smem);
     const float r = 1.0f / sqrtf(static_cast<float>(ss / static_cast<double>(h)) + eps);
-    for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
-      float y = Load(v[j * xs]) * r;
-      if (w.p != nullptr) y = Load(w.p[j * w.stride]) * RoundTo<T>(y);
-      o[j * os] = Store<T>(y);
+    auto normed = [&](float e, int64_t j) {
+      const float y = e * r;
+      return w.p != nullptr ? Load(w.p[j * w.stride]) * RoundTo<T>(y) : y;
+    };
+    if (vec) {
+      for (int64_t j = threadIdx.x * kV; j < h; j += blockDim.x * kV) {
+        float e[kV];
+        LoadVec(v + j, e);
+#pragma unroll
+        for (int u = 0; u < kV; ++u) e[u] = normed(e[u], j + u);
+        StoreVec(o + j, e);
+      }
+    } else {
+      for (int64_t j = threadIdx.x; j < h; j += blockDim.x) o[j * os] = Store<T>(normed(Load(v[j * xs]), j));
     }
   }
 }
@@ -129,7 +151,7 @@ absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Ten
   const LaneLaunch l = ChooseLaneLaunch(li.lanes, li.n, x.stride(last) == 1);
   return DT_CUDA_DISPATCH_FLOAT(x.dtype(), T, [&] {
     return Launch(kKernel, RmsNormKernel<T>, l.grid, l.block, 0, x.raw_data(), ParamOf<T>(weight), eps,
-                  out.raw_data(), li);
+                  out.raw_data(), li, VectorLanes(x, last));
   });
 }
 

@@ -279,9 +279,11 @@ TEST(CudaOpsTest, NormsMatchCpu) {
   for (const Shape& shape : shapes) {
     for (DType dtype : kFloatTypes) {
       for (bool affine : {false, true}) {
-        SCOPED_TRACE(absl::StrCat(Name(shape, dtype), affine ? " affine" : ""));
+        // Contiguous rows take the 16-byte vector path.
+        const Layout layout = affine ? Layout::kStrided : Layout::kContiguous;
+        SCOPED_TRACE(absl::StrCat(Name(shape, dtype), affine ? " affine strided" : " contiguous"));
         const int64_t h = shape.back();
-        const Pair x = Random(shape, dtype, rng);
+        const Pair x = Random(shape, dtype, rng, layout);
         const Pair w = affine ? Random({h}, dtype, rng) : Pair{};
         const Pair b = affine ? Random({h}, dtype, rng) : Pair{};
         EXPECT_TRUE(Close(RmsNorm(x.gpu, w.gpu, 1e-6), RmsNorm(x.cpu, w.cpu, 1e-6), TolFor(dtype, 4)));
@@ -342,6 +344,8 @@ TEST(CudaOpsTest, AttentionMatchesCpu) {
   std::mt19937_64 rng(9);
   for (const Case& c : cases) {
     for (DType dtype : kFloatTypes) {
+      // Contiguous K/V (16-byte vector loads) for f32 and bf16, strided views for f16.
+      const Layout layout = dtype == DType::kF16 ? Layout::kStrided : Layout::kContiguous;
       SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " B=", c.b, " Hq=", c.hq, " Hkv=", c.hkv, " Sq=", c.sq,
                                 " Skv=", c.skv, " D=", c.d, " Dv=", c.dv, c.causal ? " causal" : "",
                                 " kv_length=", c.kv_length.value_or(-1), " q_offset=",
@@ -350,8 +354,8 @@ TEST(CudaOpsTest, AttentionMatchesCpu) {
       Pair q = Random({c.b, c.sq, c.hq, c.d}, dtype, rng, Layout::kContiguous);
       q.cpu = q.cpu.Transpose(1, 2).value();
       q.gpu = q.gpu.Transpose(1, 2).value();
-      const Pair k = Random({c.b, c.hkv, c.skv, c.d}, dtype, rng);
-      const Pair v = Random({c.b, c.hkv, c.skv, c.dv}, dtype, rng);
+      const Pair k = Random({c.b, c.hkv, c.skv, c.d}, dtype, rng, layout);
+      const Pair v = Random({c.b, c.hkv, c.skv, c.dv}, dtype, rng, layout);
       AttentionOptions o;
       o.causal = c.causal;
       o.kv_length = c.kv_length;
