@@ -177,7 +177,7 @@ absl::StatusOr<std::vector<Row>> MeasureAll(const std::shared_ptr<World>& world,
   for (int64_t mib : sizes) {
     for (const char* op : kOps) {
       if (quick && std::string(op) == "P->R (lvalue copy)") continue;  // informational only
-      const int reps = quick ? (mib >= 64 ? 4 : 7) : 11;
+      const int reps = quick ? (mib >= 64 ? 5 : 11) : 15;
       DT_ASSIGN_OR_RETURN(Row row, MeasureOp(world, op, mib, reps));
       rows.push_back(row);
     }

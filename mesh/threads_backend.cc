@@ -20,6 +20,7 @@
 // Sends are eager (copied into a mailbox); receives happen on Wait().
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -46,7 +47,7 @@ struct Slot {
   std::vector<const Collective*> args;  // per group rank, valid until that rank departs
   std::vector<absl::Status> invalid;    // a rank's own argument error (it still joins)
   std::vector<int> reached;             // 1 once a rank has arrived
-  int count[kPhases] = {0, 0};          // arrivals per phase
+  std::atomic<int> count[kPhases] = {0, 0};  // arrivals per phase (written under the job's lock)
   absl::Status failure;                 // set when a member left with an error
   int departed = 0;
   bool judged = false;
@@ -141,6 +142,14 @@ class ThreadsComm final : public BackendCommunicator {
  private:
   const char* In(const Slot& s, int i) const { return static_cast<const char*>(s.args[i]->input.raw_data()); }
 
+  // Peers usually arrive within microseconds: poll `count` briefly (yielding the CPU) before
+  // sleeping on the condition variable, whose wake-up takes a scheduler slice on a busy machine.
+  static void SpinFor(std::unique_lock<std::mutex>& lock, const std::atomic<int>& count, int target) {
+    lock.unlock();
+    for (int i = 0; i < 200 && count.load(std::memory_order_acquire) < target; ++i) std::this_thread::yield();
+    lock.lock();
+  }
+
   // Enters phase 0 and waits for every member (see Note [Threads rendezvous]). Under the lock. Once
   // a member has left the slot with an error the slot is failed: nobody passes it afterwards, so
   // nobody reads the buffers of a rank that has gone.
@@ -150,6 +159,7 @@ class ThreadsComm final : public BackendCommunicator {
     s.count[0]++;
     s.reached[rank()] = 1;
     job_->cv().notify_all();
+    if (s.count[0] < n) SpinFor(lock, s.count[0], n);
     auto fail = [&](absl::Status st) {
       s.failure = st;
       job_->cv().notify_all();
@@ -190,6 +200,7 @@ class ThreadsComm final : public BackendCommunicator {
     std::unique_lock<std::mutex> lock(job_->mu());
     s.count[1]++;
     job_->cv().notify_all();
+    if (s.count[1] < size()) SpinFor(lock, s.count[1], size());
     job_->cv().wait(lock, [&] { return s.count[1] == size(); });
   }
 
