@@ -283,7 +283,13 @@ int Main(int argc, char** argv) {
     return 0;
   }
 
-  std::printf("bench_redistribute%s\n\n", quick ? " --quick" : "");
+  std::printf("bench_redistribute%s (%ld CPUs", quick ? " --quick" : "", sysconf(_SC_NPROCESSORS_ONLN));
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {  // other tenants' load makes timings noisy
+    double load = 0;
+    if (std::fscanf(f, "%lf", &load) == 1) std::printf(", load average %.1f at start", load);
+    std::fclose(f);
+  }
+  std::printf(")\n\n");
   auto overhead = MeasureOverhead("S(0)", "S(0)", quick);
   auto local_step = MeasureOverhead("R", "S(0)", quick);
   if (!overhead.ok() || !local_step.ok()) {
