@@ -129,7 +129,8 @@ MPI_Op OpOf(DType d, ReduceOp op) {
 struct Job {
   std::mutex mu;
   std::condition_variable cv;
-  bool started = false, done = false;
+  bool started = false;
+  std::atomic<bool> done{false};
   Clock::time_point start;
   absl::Status status;
 };
@@ -156,8 +157,17 @@ struct WorkerState {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::pair<std::function<absl::Status()>, std::shared_ptr<Job>>> items;
+  std::atomic<int> queued{0};
   bool stop = false;
 };
+
+// The worker polls (yielding the CPU) for a little while before sleeping: waking a sleeping thread
+// costs a scheduler slice on a busy machine, and synchronous calls come back to back. (The caller
+// does not poll: while the worker is inside MPI that would take the CPU from the peers.)
+template <typename Ready>
+void SpinBriefly(Ready ready) {
+  for (int i = 0; i < 300 && !ready(); ++i) std::this_thread::yield();
+}
 
 class MpiComm final : public BackendCommunicator {
  public:
@@ -206,6 +216,7 @@ class MpiComm final : public BackendCommunicator {
     {
       std::lock_guard<std::mutex> lock(state_->mu);
       state_->items.emplace_back([this, c] { return Execute(c); }, job);
+      state_->queued.fetch_add(1, std::memory_order_release);
     }
     state_->cv.notify_one();
     return std::make_shared<MpiWork>(job, this, ErrorPrefix(c), timeout());
@@ -214,11 +225,13 @@ class MpiComm final : public BackendCommunicator {
  private:
   static void Loop(WorkerState& s) {
     while (true) {
+      SpinBriefly([&] { return s.queued.load(std::memory_order_acquire) > 0; });
       std::unique_lock<std::mutex> lock(s.mu);
       s.cv.wait(lock, [&] { return s.stop || !s.items.empty(); });
       if (s.items.empty()) return;
       auto item = std::move(s.items.front());
       s.items.pop_front();
+      s.queued.fetch_sub(1, std::memory_order_release);
       lock.unlock();
       {
         std::lock_guard<std::mutex> jl(item.second->mu);
