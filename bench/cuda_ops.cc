@@ -4,7 +4,8 @@
 //   - decode attention (Sq = 1 over a KV cache, GQA) and RmsNorm in GB/s against a device-to-device
 //     cudaMemcpy that moves the same number of bytes (read + write).
 // The kernels are timed at the kernel interface (ops/local/kernels.h) with preallocated outputs, so
-// the numbers exclude the public ops' output allocation; the public Matmul is printed for reference.
+// the numbers exclude the public ops' output allocation; the public Matmul is printed for
+// reference.
 //
 //   cuda_ops_bench [--quick]      --quick: one size per benchmark, fewer repetitions (< 1 minute)
 //
@@ -84,14 +85,16 @@ double MemcpySeconds(int64_t bytes, int iters, int reps) {
   CheckCuda(cudaMalloc(&src, bytes), "cudaMalloc");
   CheckCuda(cudaMalloc(&dst, bytes), "cudaMalloc");
   CheckCuda(cudaMemset(src, 0, bytes), "cudaMemset");
-  const double t = TimeIt([&] { CheckCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice), "memcpy"); },
-                          iters, reps);
+  const double t = TimeIt(
+      [&] { CheckCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice), "memcpy"); },
+      iters, reps);
   cudaFree(src);
   cudaFree(dst);
   return t;
 }
 
-// ---- GEMM ----------------------------------------------------------------------------------------
+// ---- GEMM
+// ----------------------------------------------------------------------------------------
 
 double GemmRatio(DType dtype, const std::vector<int64_t>& sizes, int iters, int reps) {
   cublasHandle_t handle;
@@ -104,32 +107,37 @@ double GemmRatio(DType dtype, const std::vector<int64_t>& sizes, int iters, int 
     const Tensor ours = Value(Tensor::Empty({n, n}, dtype, kGpu), "Empty");
     const Tensor theirs = Value(Tensor::Empty({n, n}, dtype, kGpu), "Empty");
     const double flops = 2.0 * n * n * n;
-    const double t_ours = TimeIt([&] { Check(ops::cuda::Matmul(a, b, Tensor(), ours), "Matmul"); }, iters, reps);
+    const double t_ours =
+        TimeIt([&] { Check(ops::cuda::Matmul(a, b, Tensor(), ours), "Matmul"); }, iters, reps);
     const float alpha = 1, beta = 0;
     const int ni = static_cast<int>(n);
     // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ.
     const double t_cublas = TimeIt(
         [&] {
-          const cublasStatus_t s = cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha,
-                                                b.raw_data(), type, ni, a.raw_data(), type, ni, &beta,
-                                                theirs.raw_data(), type, ni, CUBLAS_COMPUTE_32F,
-                                                CUBLAS_GEMM_DEFAULT);
+          const cublasStatus_t s =
+              cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, b.raw_data(), type,
+                           ni, a.raw_data(), type, ni, &beta, theirs.raw_data(), type, ni,
+                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
           if (s != CUBLAS_STATUS_SUCCESS) Die("cublasGemmEx");
         },
         iters, reps);
     const double t_public = TimeIt([&] { Value(ops::Matmul(a, b), "ops::Matmul"); }, iters, reps);
-    const absl::Status same = AllClose(ours, theirs, 1e-2 * std::sqrt(static_cast<double>(n)), 1e-2);
+    const absl::Status same =
+        AllClose(ours, theirs, 1e-2 * std::sqrt(static_cast<double>(n)), 1e-2);
     ratio = t_cublas / t_ours;
-    std::printf("gemm %-4s %5lld^3: ours %7.1f TFLOP/s, cuBLAS %7.1f TFLOP/s, ratio %.3f; ops::Matmul %7.1f TFLOP/s%s\n",
-                std::string(DTypeName(dtype)).c_str(), static_cast<long long>(n), flops / t_ours * 1e-12,
-                flops / t_cublas * 1e-12, ratio, flops / t_public * 1e-12,
-                same.ok() ? "" : (" (results differ: " + std::string(same.message()) + ")").c_str());
+    std::printf(
+        "gemm %-4s %5lld^3: ours %7.1f TFLOP/s, cuBLAS %7.1f TFLOP/s, ratio %.3f; ops::Matmul "
+        "%7.1f TFLOP/s%s\n",
+        std::string(DTypeName(dtype)).c_str(), static_cast<long long>(n), flops / t_ours * 1e-12,
+        flops / t_cublas * 1e-12, ratio, flops / t_public * 1e-12,
+        same.ok() ? "" : (" (results differ: " + std::string(same.message()) + ")").c_str());
   }
   cublasDestroy(handle);
   return ratio;  // of the last (largest) size
 }
 
-// ---- attention and RmsNorm -----------------------------------------------------------------------
+// ---- attention and RmsNorm
+// -----------------------------------------------------------------------
 
 double AttentionRatio(int64_t batch, int64_t skv, int iters, int reps) {
   const int64_t hq = 32, hkv = 8, d = 128;
@@ -143,13 +151,16 @@ double AttentionRatio(int64_t batch, int64_t skv, int iters, int reps) {
   p.kv_length = skv;
   p.q_offset = skv - 1;
   const int64_t bytes = k.nbytes() + v.nbytes() + q.nbytes() + out.nbytes();
-  const double t = TimeIt([&] { Check(ops::cuda::Attention(q, k, v, p, out), "Attention"); }, iters, reps);
+  const double t =
+      TimeIt([&] { Check(ops::cuda::Attention(q, k, v, p, out), "Attention"); }, iters, reps);
   // A memcpy of bytes/2 reads bytes/2 and writes bytes/2: the same traffic as attention's reads.
   const double t_copy = MemcpySeconds(bytes / 2, iters, reps);
-  std::printf("attention decode B=%lld Hq=%lld Hkv=%lld Skv=%lld D=%lld bf16: %7.1f GB/s, memcpy %7.1f GB/s, ratio %.3f\n",
-              static_cast<long long>(batch), static_cast<long long>(hq), static_cast<long long>(hkv),
-              static_cast<long long>(skv), static_cast<long long>(d), bytes / t * 1e-9, bytes / t_copy * 1e-9,
-              t_copy / t);
+  std::printf(
+      "attention decode B=%lld Hq=%lld Hkv=%lld Skv=%lld D=%lld bf16: %7.1f GB/s, memcpy %7.1f "
+      "GB/s, ratio %.3f\n",
+      static_cast<long long>(batch), static_cast<long long>(hq), static_cast<long long>(hkv),
+      static_cast<long long>(skv), static_cast<long long>(d), bytes / t * 1e-9,
+      bytes / t_copy * 1e-9, t_copy / t);
   return t_copy / t;
 }
 
@@ -158,7 +169,8 @@ double RmsNormRatio(int64_t rows, int64_t h, int iters, int reps) {
   const Tensor x = Value(Tensor::Randn({rows, h}, 6, dt, kGpu), "Randn");
   const Tensor w = Value(Tensor::Randn({h}, 7, dt, kGpu), "Randn");
   const Tensor out = Value(Tensor::Empty({rows, h}, dt, kGpu), "Empty");
-  const double t = TimeIt([&] { Check(ops::cuda::RmsNorm(x, w, 1e-6f, out), "RmsNorm"); }, iters, reps);
+  const double t =
+      TimeIt([&] { Check(ops::cuda::RmsNorm(x, w, 1e-6f, out), "RmsNorm"); }, iters, reps);
   // RmsNorm reads x and writes out: the traffic of a copy of x.
   const double t_copy = MemcpySeconds(x.nbytes(), iters, reps);
   const double bytes = 2.0 * static_cast<double>(x.nbytes());
@@ -184,12 +196,16 @@ int Main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   CheckCuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  std::printf("device: %s, %d SMs%s\n", prop.name, prop.multiProcessorCount, quick ? " (--quick)" : "");
+  std::printf("device: %s, %d SMs%s\n", prop.name, prop.multiProcessorCount,
+              quick ? " (--quick)" : "");
   const int iters = quick ? 10 : 50, reps = quick ? 3 : 7;
-  const std::vector<int64_t> sizes = quick ? std::vector<int64_t>{4096} : std::vector<int64_t>{1024, 2048, 4096};
+  const std::vector<int64_t> sizes =
+      quick ? std::vector<int64_t>{4096} : std::vector<int64_t>{1024, 2048, 4096};
   std::vector<Result> results;
-  results.push_back({"cuda_gemm_bf16_vs_cublas", GemmRatio(DType::kBF16, sizes, iters, reps), 0.95});
-  results.push_back({"cuda_gemm_f32_vs_cublas", GemmRatio(DType::kF32, sizes, quick ? 3 : 10, reps), 0.95});
+  results.push_back(
+      {"cuda_gemm_bf16_vs_cublas", GemmRatio(DType::kBF16, sizes, iters, reps), 0.95});
+  results.push_back(
+      {"cuda_gemm_f32_vs_cublas", GemmRatio(DType::kF32, sizes, quick ? 3 : 10, reps), 0.95});
   if (!quick) AttentionRatio(1, 4096, iters, reps);
   results.push_back({"cuda_attention_decode_vs_memcpy", AttentionRatio(8, 8192, iters, reps), 0.5});
   if (!quick) RmsNormRatio(4096, 4096, iters, reps);

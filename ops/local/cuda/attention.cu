@@ -3,17 +3,18 @@
 // Note [CUDA attention]
 // Work is split by (batch, kv head g, tile of W rows, key split). The rows of a kv head are the
 // pairs (query i, query head h of the group), ordered i-major, so one block serves all the query
-// heads that share K/V (GQA) and, in decode (Sq = 1), a whole group at once. Each of the W warps owns
-// one row. The block walks its key range in chunks of 32 keys staged in shared memory as f32:
+// heads that share K/V (GQA) and, in decode (Sq = 1), a whole group at once. Each of the W warps
+// owns one row. The block walks its key range in chunks of 32 keys staged in shared memory as f32:
 //   - lane j of a warp computes the score of key j of the chunk (a length-D dot product against
 //     the row's query, which sits in shared memory), masked to -inf when not visible;
 //   - the warp updates the row's running max m and sum l (online softmax) and adds p·V into the
 //     row's f32 accumulator [Dv] in shared memory (lane owns dims lane, lane + 32, ...).
 // Rows see keys j < min(kv_length, q_offset + i + 1) (causal) or j < kv_length; chunks past a
 // row's limit are skipped. A row without a visible key keeps l = 0 and is written as zeros.
-// When there are too few blocks to fill the GPU (decode), the keys are split across blocks
-// (flash-decoding): each split writes (acc, m, l) to f32 scratch and a second kernel combines them
-// with the usual log-sum-exp rescaling. Scores are dot·scale as in the CPU reference.
+// When there are too few blocks to fill the GPU (decode: fewer than four per SM), the keys are
+// split across blocks (flash-decoding): each split writes (acc, m, l) to f32 scratch and a second
+// kernel combines them with the usual log-sum-exp rescaling. Scores are dot·scale as in the CPU
+// reference.
 
 #include <cmath>
 
@@ -47,7 +48,8 @@ Operand4<T> Operand4Of(const Tensor& t) {
 // whole block; with `vec` through 16-byte loads (VectorLanes of t along its last dim).
 template <typename T>
 __device__ __forceinline__ void LoadRows(const Operand4<T>& t, int64_t b, int64_t h, int64_t c0,
-                                         int64_t rows, int64_t width, bool vec, float* dst, int64_t ld) {
+                                         int64_t rows, int64_t width, bool vec, float* dst,
+                                         int64_t ld) {
   const T* base = t.p + b * t.s0 + h * t.s1 + c0 * t.s2;
   if (vec) {
     constexpr int kV = kVec<T>;
@@ -69,9 +71,9 @@ __device__ __forceinline__ void LoadRows(const Operand4<T>& t, int64_t b, int64_
 
 struct Shape4 {
   int64_t batch, hq, hkv, sq, d, dv;
-  int64_t group;   // Hq / Hkv
-  int64_t rows;    // rows per (batch, kv head): group * Sq
-  int64_t tiles;   // ceil(rows / warps)
+  int64_t group;      // Hq / Hkv
+  int64_t rows;       // rows per (batch, kv head): group * Sq
+  int64_t tiles;      // ceil(rows / warps)
   int64_t split_len;  // keys per split (a multiple of kChunk)
   int nsplit;
   bool vec_k, vec_v;  // K / V rows can be read with 16-byte loads
@@ -101,11 +103,11 @@ __global__ void AttentionKernel(Operand4<T> q, Operand4<T> k, Operand4<T> v, Att
   extern __shared__ float smem[];
   const int warps = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t d = s.d, dv = s.dv;
-  float* qs = smem;                        // [warps][d]
-  float* ks = qs + warps * d;              // [kChunk][d + 1]
-  float* vs = ks + kChunk * (d + 1);       // [kChunk][dv]
-  float* ps = vs + kChunk * dv;            // [warps][kChunk]
-  float* acc = ps + warps * kChunk;        // [warps][dv]
+  float* qs = smem;                   // [warps][d]
+  float* ks = qs + warps * d;         // [kChunk][d + 1]
+  float* vs = ks + kChunk * (d + 1);  // [kChunk][dv]
+  float* ps = vs + kChunk * dv;       // [warps][kChunk]
+  float* acc = ps + warps * kChunk;   // [warps][dv]
   float* my_q = qs + w * d;
   float* my_p = ps + w * kChunk;
   float* my_acc = acc + w * dv;
@@ -168,7 +170,8 @@ __global__ void AttentionKernel(Operand4<T> q, Operand4<T> k, Operand4<T> v, Att
   const int64_t row = (b * s.hq + h) * s.sq + i;
   if (partial == nullptr) {
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int64_t x = lane; x < dv; x += 32) out[row * dv + x] = Store<T>(l > 0.0f ? my_acc[x] * inv : 0.0f);
+    for (int64_t x = lane; x < dv; x += 32)
+      out[row * dv + x] = Store<T>(l > 0.0f ? my_acc[x] * inv : 0.0f);
   } else {
     float* dst = partial + (row * s.nsplit + split) * (dv + 2);
     for (int64_t x = lane; x < dv; x += 32) dst[x] = my_acc[x];
@@ -204,8 +207,8 @@ __global__ void CombineKernel(const float* partial, int nsplit, int64_t dv, T* o
 }
 
 template <typename T>
-absl::Status RunAttention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& params,
-                    const Tensor& out) {
+absl::Status RunAttention(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const AttentionParams& params, const Tensor& out) {
   Shape4 s;
   s.batch = q.size(0);
   s.hq = q.size(1);
@@ -225,38 +228,42 @@ absl::Status RunAttention(const Tensor& q, const Tensor& k, const Tensor& v, con
   while (warps > 1 && SharedBytes(warps, s.d, s.dv) > static_cast<size_t>(smem_optin)) --warps;
   const size_t smem = SharedBytes(warps, s.d, s.dv);
   if (smem > static_cast<size_t>(smem_optin)) {
-    return absl::UnimplementedError(absl::StrCat(
-        kKernel, " on CUDA: head dims D=", s.d, ", Dv=", s.dv, " need ", smem,
-        " bytes of shared memory per block, the device allows ", smem_optin));
+    return absl::UnimplementedError(
+        absl::StrCat(kKernel, " on CUDA: head dims D=", s.d, ", Dv=", s.dv, " need ", smem,
+                     " bytes of shared memory per block, the device allows ", smem_optin));
   }
   if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(AttentionKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem));
+    const cudaError_t e = cudaFuncSetAttribute(
+        AttentionKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return CudaError(e, kKernel);
   }
   s.tiles = (s.rows + warps - 1) / warps;
   const int64_t blocks = s.tiles * s.batch * s.hkv;
 
-  // Key splits when the blocks would not fill the GPU twice over (Note [CUDA attention]); each
-  // split keeps at least 4 chunks.
+  // Key splits when the blocks would not give every SM four (Note [CUDA attention]); each split
+  // keeps at least 4 chunks.
   DT_ASSIGN_OR_RETURN(const int sms, DeviceAttribute(cudaDevAttrMultiProcessorCount, out, kKernel));
   const int64_t chunks = (params.kv_length + kChunk - 1) / kChunk;
+  const int64_t want_blocks = 4 * static_cast<int64_t>(sms);
   int64_t nsplit = 1;
-  if (blocks < 2 * sms) {
-    nsplit = std::max<int64_t>(1, std::min<int64_t>((2 * sms + blocks - 1) / blocks, chunks / 4));
+  if (blocks < want_blocks) {
+    nsplit =
+        std::max<int64_t>(1, std::min<int64_t>((want_blocks + blocks - 1) / blocks, chunks / 4));
   }
   nsplit = std::min<int64_t>(nsplit, 65535);
   const int64_t chunks_per_split = std::max<int64_t>(1, (chunks + nsplit - 1) / nsplit);
   s.split_len = chunks_per_split * kChunk;
-  s.nsplit = static_cast<int>(std::max<int64_t>(1, (params.kv_length + s.split_len - 1) / s.split_len));
+  s.nsplit =
+      static_cast<int>(std::max<int64_t>(1, (params.kv_length + s.split_len - 1) / s.split_len));
   if (blocks > 2147483647) {
-    return absl::UnimplementedError(absl::StrCat(kKernel, " on CUDA: too many blocks (", blocks, ")"));
+    return absl::UnimplementedError(
+        absl::StrCat(kKernel, " on CUDA: too many blocks (", blocks, ")"));
   }
 
   Tensor partial;
   if (s.nsplit > 1) {
-    DT_ASSIGN_OR_RETURN(partial, Scratch(static_cast<int64_t>(sizeof(float)) * s.batch * s.hq * s.sq *
-                                             s.nsplit * (s.dv + 2),
+    DT_ASSIGN_OR_RETURN(partial, Scratch(static_cast<int64_t>(sizeof(float)) * s.batch * s.hq *
+                                             s.sq * s.nsplit * (s.dv + 2),
                                          out));
   }
   T* po = static_cast<T*>(out.raw_data());
@@ -267,7 +274,8 @@ absl::Status RunAttention(const Tensor& q, const Tensor& k, const Tensor& v, con
                             Operand4Of<T>(v), params, s, po, pp));
   if (s.nsplit == 1) return absl::OkStatus();
   const int64_t total = out.numel();
-  return Launch(kKernel, CombineKernel<T>, GridFor(total, 256), 256, 0, pp, s.nsplit, s.dv, po, total);
+  return Launch(kKernel, CombineKernel<T>, GridFor(total, 256), 256, 0, pp, s.nsplit, s.dv, po,
+                total);
 }
 
 }  // namespace
@@ -275,7 +283,8 @@ absl::Status RunAttention(const Tensor& q, const Tensor& k, const Tensor& v, con
 absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
                        const AttentionParams& params, const Tensor& out) {
   DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
-  return DT_CUDA_DISPATCH_FLOAT(q.dtype(), T, [&] { return RunAttention<T>(q, k, v, params, out); });
+  return DT_CUDA_DISPATCH_FLOAT(q.dtype(), T,
+                                [&] { return RunAttention<T>(q, k, v, params, out); });
 }
 
 }  // namespace dt::ops::cuda

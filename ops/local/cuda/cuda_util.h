@@ -4,13 +4,13 @@
 // up to kMaxDims (coalesced) dims, and lane reductions.
 //
 // Note [CUDA streams and errors]
-// Every kernel runs on the legacy default stream of the tensors' device, so kernels are ordered with
-// each other and with core's copies (cudaMemcpy, which also makes the host wait for the results).
-// Kernels do not synchronise: a launch error is returned at once as an InternalError naming the
-// kernel ("CUDA error in Softmax: ..."); an error raised while a kernel runs surfaces at the next
-// synchronising call (e.g. the copy that reads the result back), which core reports. Scratch
-// buffers are ordinary device tensors: freeing one (cudaFree) waits for the device, so a buffer is
-// never released while a queued kernel still uses it.
+// Every kernel runs on the legacy default stream of the tensors' device, so kernels are ordered
+// with each other and with core's copies (cudaMemcpy, which also makes the host wait for the
+// results). Kernels do not synchronise: a launch error is returned at once as an InternalError
+// naming the kernel ("CUDA error in Softmax: ..."); an error raised while a kernel runs surfaces at
+// the next synchronising call (e.g. the copy that reads the result back), which core reports.
+// Scratch buffers are ordinary device tensors: freeing one (cudaFree) waits for the device, so a
+// buffer is never released while a queued kernel still uses it.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -85,6 +85,7 @@ inline unsigned GridFor(int64_t n, int threads) {
 // ---- dtypes ------------------------------------------------------------------------------------
 
 // Device storage types: f32 float, f16 __half, bf16 __nv_bfloat16, integers as themselves.
+// clang-format off
 #define DT_CUDA_DISPATCH_FLOAT(dtype, T, ...)                                          \
   [&] {                                                                                \
     switch (dtype) {                                                                   \
@@ -104,6 +105,7 @@ inline unsigned GridFor(int64_t n, int threads) {
       default: { using T = float; return __VA_ARGS__(); }                              \
     }                                                                                  \
   }()
+// clang-format on
 
 template <typename T>
 inline constexpr bool kIsHalf = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
@@ -152,7 +154,8 @@ __device__ __forceinline__ float LoadAnyFloat(const void* p, DType dtype, int64_
   }
 }
 
-// ---- 16-byte vector access ------------------------------------------------------------------------
+// ---- 16-byte vector access
+// ------------------------------------------------------------------------
 
 // Elements of T in one 16-byte load.
 template <typename T>
@@ -187,7 +190,8 @@ __device__ __forceinline__ void StoreVec(T* p, const float (&v)[kVec<T>]) {
   *reinterpret_cast<uint4*>(p) = raw;
 }
 
-// ---- strided index arithmetic --------------------------------------------------------------------
+// ---- strided index arithmetic
+// --------------------------------------------------------------------
 
 constexpr int kMaxDims = 8;
 
@@ -219,8 +223,8 @@ struct Indexer {
   }
 };
 
-// `shape` with N operands' strides: size-1 dims are dropped and neighbouring dims merged where every
-// operand is contiguous across them. More than kMaxDims dims left gives Unimplemented.
+// `shape` with N operands' strides: size-1 dims are dropped and neighbouring dims merged where
+// every operand is contiguous across them. More than kMaxDims dims left gives Unimplemented.
 template <int N>
 absl::StatusOr<Indexer<N>> MakeIndexer(absl::string_view kernel, IntSpan shape,
                                        const std::array<IntSpan, N>& strides) {
@@ -294,7 +298,8 @@ inline Shape StridesWithDim(const Tensor& t, int dim, int64_t dim_stride = 0) {
   return s;
 }
 
-// ---- lane launch shapes and reductions -------------------------------------------------------------
+// ---- lane launch shapes and reductions
+// -------------------------------------------------------------
 
 // A block of blockDim.x * blockDim.y threads handles blockDim.y lanes with blockDim.x threads each
 // (1, 32 or 256); lanes advance by gridDim.x * blockDim.y.
@@ -302,12 +307,15 @@ struct LaneLaunch {
   dim3 grid, block;
 };
 
-// Threads per lane: one for short or transposed lanes with many of them, a warp for medium ones,
-// 256 for long ones.
+// Threads per lane: one for short lanes, or transposed ones when there are many (neighbouring
+// threads then read neighbouring elements); 256 for long contiguous lanes (a block's lane stays
+// in L1 between passes); a warp otherwise, or 256 when there are few long lanes.
 inline LaneLaunch ChooseLaneLaunch(int64_t lanes, int64_t n, bool lane_contiguous) {
   int per_lane = 256;
   if (n < 16 || (!lane_contiguous && lanes >= 4096 && n <= 4096)) {
     per_lane = 1;
+  } else if (lane_contiguous && n >= 1024) {
+    per_lane = 256;
   } else if (n <= 4096 || lanes >= 4096) {
     per_lane = 32;
   }

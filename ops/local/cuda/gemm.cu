@@ -46,9 +46,11 @@ absl::StatusOr<cublasHandle_t> Handle(int device) {
   if (handles[device] == nullptr) {
     cublasHandle_t h = nullptr;
     cublasStatus_t s = cublasCreate(&h);
-    if (s != CUBLAS_STATUS_SUCCESS) return CublasError(s, absl::StrCat("cublasCreate on cuda:", device));
-    s = cublasSetMathMode(h, static_cast<cublasMath_t>(
-                                 CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    if (s != CUBLAS_STATUS_SUCCESS)
+      return CublasError(s, absl::StrCat("cublasCreate on cuda:", device));
+    s = cublasSetMathMode(
+        h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                     CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     if (s != CUBLAS_STATUS_SUCCESS) {
       cublasDestroy(h);
       return CublasError(s, "cublasSetMathMode");
@@ -66,7 +68,8 @@ cudaDataType_t CudaType(DType t) {
   }
 }
 
-// out[r, :] = bias for every row r (bias contiguous [n], out contiguous [rows, n]); T is 2 or 4 bytes.
+// out[r, :] = bias for every row r (bias contiguous [n], out contiguous [rows, n]); T is 2 or 4
+// bytes.
 template <typename T>
 __global__ void BroadcastRowsKernel(T* out, const T* bias, int64_t n, int64_t total) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -91,7 +94,8 @@ Operand Layout(const Tensor& t) {
 
 bool IsGemmLayout(const Tensor& t) {
   const int64_t rows = t.size(-2), cols = t.size(-1), rs = t.stride(-2), cs = t.stride(-1);
-  return (cs == 1 && rs >= std::max<int64_t>(1, cols)) || (rs == 1 && cs >= std::max<int64_t>(1, rows));
+  return (cs == 1 && rs >= std::max<int64_t>(1, cols)) ||
+         (rs == 1 && cs >= std::max<int64_t>(1, rows));
 }
 
 // Batch dims of a, b and out (all of out's batch shape), merged where all three are contiguous
@@ -142,8 +146,9 @@ absl::Status Matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& bias, 
   const int64_t m = out.size(-2), n = out.size(-1), k = a.size(-1);
   const Operand oa = Layout(a), ob = Layout(b);
   if (m > kIntMax || n > kIntMax || k > kIntMax || oa.ld > kIntMax || ob.ld > kIntMax) {
-    return absl::UnimplementedError(absl::StrCat(kKernel, " on CUDA: dims or leading dimensions above 2^31 (a ",
-                                                 a.Describe(), ", b ", b.Describe(), ")"));
+    return absl::UnimplementedError(
+        absl::StrCat(kKernel, " on CUDA: dims or leading dimensions above 2^31 (a ", a.Describe(),
+                     ", b ", b.Describe(), ")"));
   }
   DT_ASSIGN_OR_RETURN(cublasHandle_t handle, Handle(out.device().index));
 
@@ -179,18 +184,20 @@ absl::Status Matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& bias, 
     }
     for (int64_t c0 = 0; c0 < count; c0 += chunk) {
       const int64_t c = std::min(chunk, count - c0);
-      const char* pa = static_cast<const char*>(a.raw_data()) + (off[0] + c0 * batch.strides[0][inner]) * esz;
-      const char* pb = static_cast<const char*>(b.raw_data()) + (off[1] + c0 * batch.strides[1][inner]) * esz;
+      const char* pa =
+          static_cast<const char*>(a.raw_data()) + (off[0] + c0 * batch.strides[0][inner]) * esz;
+      const char* pb =
+          static_cast<const char*>(b.raw_data()) + (off[1] + c0 * batch.strides[1][inner]) * esz;
       char* pc = static_cast<char*>(out.raw_data()) + (off[2] + c0 * batch.strides[2][inner]) * esz;
       // Cᵀ (n x m) = op(B') · op(A'), see Note [cuBLAS layouts].
       const cublasStatus_t s = cublasGemmStridedBatchedEx(
-          handle, ob.op, oa.op, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha,
-          pb, type, static_cast<int>(ob.ld), batch.strides[1][inner], pa, type,
+          handle, ob.op, oa.op, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+          &alpha, pb, type, static_cast<int>(ob.ld), batch.strides[1][inner], pa, type,
           static_cast<int>(oa.ld), batch.strides[0][inner], &beta, pc, type, static_cast<int>(n),
           batch.strides[2][inner], static_cast<int>(c), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       if (s != CUBLAS_STATUS_SUCCESS) {
-        return CublasError(s, absl::StrCat("cublasGemmStridedBatchedEx m=", m, " n=", n, " k=", k,
-                                           " batch=", c));
+        return CublasError(
+            s, absl::StrCat("cublasGemmStridedBatchedEx m=", m, " n=", n, " k=", k, " batch=", c));
       }
     }
   }

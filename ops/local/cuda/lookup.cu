@@ -22,16 +22,16 @@ __global__ void EmbeddingKernel(const E* table, int64_t vocab, int64_t ts0, int6
     const int64_t id = ids64 ? static_cast<const int64_t*>(ids)[off[0]]
                              : static_cast<int64_t>(static_cast<const int32_t*>(ids)[off[0]]);
     // Compare without a signed subtraction that could overflow for extreme ids.
-    const bool present = id >= index_offset &&
-                         static_cast<uint64_t>(id) - static_cast<uint64_t>(index_offset) <
-                             static_cast<uint64_t>(vocab);
+    const bool present =
+        id >= index_offset && static_cast<uint64_t>(id) - static_cast<uint64_t>(index_offset) <
+                                  static_cast<uint64_t>(vocab);
     out[e] = present ? table[(id - index_offset) * ts0 + c * ts1] : E(0);
   }
 }
 
 template <typename E>
 absl::Status RunEmbedding(const Tensor& table, const Tensor& ids, const Indexer<1>& ix,
-                    int64_t index_offset, const Tensor& out) {
+                          int64_t index_offset, const Tensor& out) {
   const int64_t h = table.size(1), total = out.numel();
   return Launch("Embedding", EmbeddingKernel<E>, GridFor(total, 256), 256, 0, table.raw_data(),
                 table.size(0), table.stride(0), table.stride(1), ids.raw_data(),
@@ -44,7 +44,8 @@ absl::Status Embedding(const Tensor& table, const Tensor& ids, int64_t index_off
                        const Tensor& out) {
   constexpr absl::string_view kKernel = "Embedding";
   DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
-  DT_ASSIGN_OR_RETURN(Indexer<1> ix, MakeIndexer<1>(kKernel, ids.shape(), {IntSpan(ids.strides())}));
+  DT_ASSIGN_OR_RETURN(Indexer<1> ix,
+                      MakeIndexer<1>(kKernel, ids.shape(), {IntSpan(ids.strides())}));
   switch (DTypeSize(table.dtype())) {
     case 1: return RunEmbedding<uint8_t>(table, ids, ix, index_offset, out);
     case 2: return RunEmbedding<uint16_t>(table, ids, ix, index_offset, out);

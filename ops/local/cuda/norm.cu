@@ -69,7 +69,8 @@ __global__ void RmsNormKernel(const T* x, Param<T> w, float eps, T* out, LaneInd
         StoreVec(o + j, e);
       }
     } else {
-      for (int64_t j = threadIdx.x; j < h; j += blockDim.x) o[j * os] = Store<T>(normed(Load(v[j * xs]), j));
+      for (int64_t j = threadIdx.x; j < h; j += blockDim.x)
+        o[j * os] = Store<T>(normed(Load(v[j * xs]), j));
     }
   }
 }
@@ -146,12 +147,13 @@ absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Ten
   constexpr absl::string_view kKernel = "RmsNorm";
   DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
   const int last = x.dim() - 1;
-  DT_ASSIGN_OR_RETURN(LaneIndexer<2> li, MakeLaneIndexer<2>(kKernel, x.shape(), last,
-                                                            {IntSpan(x.strides()), IntSpan(out.strides())}));
+  DT_ASSIGN_OR_RETURN(
+      LaneIndexer<2> li,
+      MakeLaneIndexer<2>(kKernel, x.shape(), last, {IntSpan(x.strides()), IntSpan(out.strides())}));
   const LaneLaunch l = ChooseLaneLaunch(li.lanes, li.n, x.stride(last) == 1);
   return DT_CUDA_DISPATCH_FLOAT(x.dtype(), T, [&] {
-    return Launch(kKernel, RmsNormKernel<T>, l.grid, l.block, 0, x.raw_data(), ParamOf<T>(weight), eps,
-                  out.raw_data(), li, VectorLanes(x, last));
+    return Launch(kKernel, RmsNormKernel<T>, l.grid, l.block, 0, x.raw_data(), ParamOf<T>(weight),
+                  eps, out.raw_data(), li, VectorLanes(x, last));
   });
 }
 
@@ -160,8 +162,9 @@ absl::Status LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias
   constexpr absl::string_view kKernel = "LayerNorm";
   DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
   const int last = x.dim() - 1;
-  DT_ASSIGN_OR_RETURN(LaneIndexer<2> li, MakeLaneIndexer<2>(kKernel, x.shape(), last,
-                                                            {IntSpan(x.strides()), IntSpan(out.strides())}));
+  DT_ASSIGN_OR_RETURN(
+      LaneIndexer<2> li,
+      MakeLaneIndexer<2>(kKernel, x.shape(), last, {IntSpan(x.strides()), IntSpan(out.strides())}));
   const LaneLaunch l = ChooseLaneLaunch(li.lanes, li.n, x.stride(last) == 1);
   return DT_CUDA_DISPATCH_FLOAT(x.dtype(), T, [&] {
     return Launch(kKernel, LayerNormKernel<T>, l.grid, l.block, 0, x.raw_data(), ParamOf<T>(weight),
@@ -175,17 +178,16 @@ absl::Status ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin, 
   DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
   const int last = x.dim() - 1;
   const IntSpan rows(x.shape().data(), static_cast<size_t>(last));
-  DT_ASSIGN_OR_RETURN(Indexer<3> ix,
-                      MakeIndexer<3>(kKernel, rows,
-                                     {IntSpan(x.strides()).subspan(0, last),
-                                      IntSpan(cos.strides()).subspan(0, last),
-                                      IntSpan(sin.strides()).subspan(0, last)}));
+  DT_ASSIGN_OR_RETURN(Indexer<3> ix, MakeIndexer<3>(kKernel, rows,
+                                                    {IntSpan(x.strides()).subspan(0, last),
+                                                     IntSpan(cos.strides()).subspan(0, last),
+                                                     IntSpan(sin.strides()).subspan(0, last)}));
   const int64_t n = out.numel(), d = x.size(last);
   const Table c{cos.raw_data(), cos.dtype(), cos.stride(last)};
   const Table s{sin.raw_data(), sin.dtype(), sin.stride(last)};
   return DT_CUDA_DISPATCH_FLOAT(x.dtype(), T, [&] {
-    return Launch(kKernel, RotaryKernel<T>, GridFor(n, 256), 256, 0, x.raw_data(), x.stride(last), c, s,
-                  out.raw_data(), ix, d, style == RotaryStyle::kInterleaved, n);
+    return Launch(kKernel, RotaryKernel<T>, GridFor(n, 256), 256, 0, x.raw_data(), x.stride(last),
+                  c, s, out.raw_data(), ix, d, style == RotaryStyle::kInterleaved, n);
   });
 }
 

@@ -105,7 +105,7 @@ absl::Status Binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor&
   constexpr absl::string_view kKernel = "Binary";
   DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
   DT_ASSIGN_OR_RETURN(Indexer<2> ix, MakeIndexer<2>(kKernel, out.shape(),
-                                                     {IntSpan(a.strides()), IntSpan(b.strides())}));
+                                                    {IntSpan(a.strides()), IntSpan(b.strides())}));
   const int64_t n = out.numel();
   return DT_CUDA_DISPATCH_NUMERIC(out.dtype(), T, [&] {
     return Launch(kKernel, BinaryKernel<T>, GridFor(n, kThreads), kThreads, 0, op, a.raw_data(),
@@ -121,8 +121,8 @@ absl::Status BinaryScalar(BinaryOp op, const Tensor& x, double s, const Tensor& 
   const float sf = static_cast<float>(s);
   const int64_t si = IsFloating(x.dtype()) ? 0 : static_cast<int64_t>(s);
   return DT_CUDA_DISPATCH_NUMERIC(out.dtype(), T, [&] {
-    return Launch(kKernel, ScalarKernel<T>, GridFor(n, kThreads), kThreads, 0, op, x.raw_data(), sf, si,
-                  out.raw_data(), ix, ix.contiguous(), n);
+    return Launch(kKernel, ScalarKernel<T>, GridFor(n, kThreads), kThreads, 0, op, x.raw_data(), sf,
+                  si, out.raw_data(), ix, ix.contiguous(), n);
   });
 }
 

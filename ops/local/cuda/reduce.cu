@@ -34,9 +34,7 @@ struct Best {
   C v;
   int64_t i;
 
-  __device__ static Best Worst() {
-    return {kLowest<C>, LLONG_MAX};
-  }
+  __device__ static Best Worst() { return {kLowest<C>, LLONG_MAX}; }
   __device__ static Best ShflXor(const Best& b, int mask) {
     return {ShflXorValue(b.v, mask), __shfl_xor_sync(0xffffffffu, b.i, mask)};
   }
@@ -61,7 +59,9 @@ struct BetterOf {
 
 struct Plus {
   template <typename V>
-  __device__ V operator()(V a, V b) const { return a + b; }
+  __device__ V operator()(V a, V b) const {
+    return a + b;
+  }
 };
 struct MaxF {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
@@ -85,7 +85,8 @@ __global__ void ReduceKernel(ReduceOp op, const T* x, void* out, LaneIndexer<2> 
     if (op == ReduceOp::kSum || op == ReduceOp::kMean) {
       if constexpr (kIsFloat<T>) {
         double acc = 0;
-        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) acc += static_cast<double>(Load(v[j * xs]));
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+          acc += static_cast<double>(Load(v[j * xs]));
         acc = LaneReduce(acc, Plus{}, smem_f);
         if (op == ReduceOp::kMean) acc /= static_cast<double>(n);
         if (threadIdx.x == 0) static_cast<T*>(out)[off[1]] = Store<T>(static_cast<float>(acc));
@@ -132,7 +133,8 @@ __global__ void SoftmaxKernel(const T* x, T* out, bool log, LaneIndexer<2> li) {
     sum = LaneReduce(sum, Plus{}, smem);
     if (log) {
       const float shift = mx + logf(sum);
-      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) o[j * os] = Store<T>(Load(v[j * xs]) - shift);
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+        o[j * os] = Store<T>(Load(v[j * xs]) - shift);
     } else {
       const float inv = 1.0f / sum;
       for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
@@ -152,18 +154,21 @@ absl::Status Reduce(ReduceOp op, const Tensor& x, int dim, const Tensor& out) {
                                                             {IntSpan(x.strides()), IntSpan(ostr)}));
   const LaneLaunch l = ChooseLaneLaunch(li.lanes, li.n, x.stride(dim) == 1);
   return DT_CUDA_DISPATCH_NUMERIC(x.dtype(), T, [&] {
-    return Launch(kKernel, ReduceKernel<T>, l.grid, l.block, 0, op, x.raw_data(), out.raw_data(), li);
+    return Launch(kKernel, ReduceKernel<T>, l.grid, l.block, 0, op, x.raw_data(), out.raw_data(),
+                  li);
   });
 }
 
 absl::Status Softmax(const Tensor& x, int dim, bool log, const Tensor& out) {
   constexpr absl::string_view kKernel = "Softmax";
   DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
-  DT_ASSIGN_OR_RETURN(LaneIndexer<2> li, MakeLaneIndexer<2>(kKernel, x.shape(), dim,
-                                                            {IntSpan(x.strides()), IntSpan(out.strides())}));
+  DT_ASSIGN_OR_RETURN(
+      LaneIndexer<2> li,
+      MakeLaneIndexer<2>(kKernel, x.shape(), dim, {IntSpan(x.strides()), IntSpan(out.strides())}));
   const LaneLaunch l = ChooseLaneLaunch(li.lanes, li.n, x.stride(dim) == 1);
   return DT_CUDA_DISPATCH_FLOAT(x.dtype(), T, [&] {
-    return Launch(kKernel, SoftmaxKernel<T>, l.grid, l.block, 0, x.raw_data(), out.raw_data(), log, li);
+    return Launch(kKernel, SoftmaxKernel<T>, l.grid, l.block, 0, x.raw_data(), out.raw_data(), log,
+                  li);
   });
 }
 

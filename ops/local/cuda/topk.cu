@@ -2,9 +2,9 @@
 //
 // Note [TopK on the GPU]
 // 1. Every element becomes an unsigned order key (larger key = earlier in the result): floats by
-//    their IEEE bits flipped into unsigned order, with every NaN mapped to the largest key and -0 to
-//    +0 (the CPU treats NaNs as equal to each other and -0 == +0, breaking ties by index); integers
-//    with the sign bit flipped. For `largest == false` the key is inverted.
+//    their IEEE bits flipped into unsigned order, with every NaN mapped to the largest key and -0
+//    to +0 (the CPU treats NaNs as equal to each other and -0 == +0, breaking ties by index);
+//    integers with the sign bit flipped. For `largest == false` the key is inverted.
 // 2. When k < n, one block per lane finds the k-th largest key T by radix selection (8-bit digits
 //    from the top, a shared histogram per pass) and then compacts, in index order, every key > T
 //    and the first (k - #{key > T}) keys == T. Ties at T thus keep the lowest indices.
@@ -83,8 +83,8 @@ __device__ __forceinline__ unsigned BlockRank(bool flag, unsigned* warp_counts, 
 }
 
 // Step 2 of Note [TopK on the GPU]: candidates [lanes, p] (first k of each row) in index order.
-__global__ void SelectKernel(const uint64_t* keys, int64_t lanes, int64_t n, int64_t k, int key_bits,
-                             uint64_t* cand_key, uint32_t* cand_idx, int64_t p) {
+__global__ void SelectKernel(const uint64_t* keys, int64_t lanes, int64_t n, int64_t k,
+                             int key_bits, uint64_t* cand_key, uint32_t* cand_idx, int64_t p) {
   __shared__ unsigned hist[256];
   __shared__ unsigned warp_counts[32];
   __shared__ uint64_t s_prefix;
@@ -188,7 +188,8 @@ __global__ void SortKernel(uint64_t* cand_key, uint32_t* cand_idx, int64_t lanes
 // Step 4: values and indices (same shape and strides) from the sorted candidate indices.
 template <typename E>
 __global__ void GatherKernel(const E* x, LaneIndexer<1> xl, const uint32_t* cand_idx, int64_t p,
-                             LaneIndexer<1> ol, E* values, int64_t* indices, int64_t k, int64_t total) {
+                             LaneIndexer<1> ol, E* values, int64_t* indices, int64_t k,
+                             int64_t total) {
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t lane = e / k, i = e - lane * k;
@@ -224,12 +225,13 @@ absl::Status TopK(const Tensor& x, int64_t k, int dim, bool largest, const Tenso
   DT_RETURN_IF_ERROR(UseDevice(values, kKernel));
   const int64_t n = x.size(dim);
   if (n >= static_cast<int64_t>(kPadIndex)) {
-    return absl::UnimplementedError(absl::StrCat(kKernel, " on CUDA: dim ", dim, " of ", x.Describe(),
-                                                 " has 2^32 or more elements"));
+    return absl::UnimplementedError(absl::StrCat(kKernel, " on CUDA: dim ", dim, " of ",
+                                                 x.Describe(), " has 2^32 or more elements"));
   }
-  DT_ASSIGN_OR_RETURN(LaneIndexer<1> xl, MakeLaneIndexer<1>(kKernel, x.shape(), dim, {IntSpan(x.strides())}));
-  DT_ASSIGN_OR_RETURN(LaneIndexer<1> ol,
-                      MakeLaneIndexer<1>(kKernel, values.shape(), dim, {IntSpan(values.strides())}));
+  DT_ASSIGN_OR_RETURN(LaneIndexer<1> xl,
+                      MakeLaneIndexer<1>(kKernel, x.shape(), dim, {IntSpan(x.strides())}));
+  DT_ASSIGN_OR_RETURN(LaneIndexer<1> ol, MakeLaneIndexer<1>(kKernel, values.shape(), dim,
+                                                            {IntSpan(values.strides())}));
   const int64_t lanes = xl.lanes, p = NextPow2(k);
   const int key_bits = x.dtype() == DType::kI64 ? 64 : 32;
   const uint64_t key_mask = key_bits == 64 ? ~0ull : 0xffffffffull;
@@ -251,14 +253,15 @@ absl::Status TopK(const Tensor& x, int64_t k, int dim, bool largest, const Tenso
   const unsigned lane_blocks = static_cast<unsigned>(std::min<int64_t>(lanes, 1 << 16));
   if (k < n) {
     const int threads = static_cast<int>(std::clamp<int64_t>(NextPow2(n), 32, 512));
-    DT_RETURN_IF_ERROR(Launch(kKernel, SelectKernel, lane_blocks, threads, 0, keys.raw_data(), lanes, n,
-                              k, key_bits, ck, ci, p));
+    DT_RETURN_IF_ERROR(Launch(kKernel, SelectKernel, lane_blocks, threads, 0, keys.raw_data(),
+                              lanes, n, k, key_bits, ck, ci, p));
   }
   if (k > 1) {
     const bool shared = p <= kSharedSortMax;
     const int threads = static_cast<int>(std::clamp<int64_t>(p / 2, 32, 512));
     const size_t smem = shared ? static_cast<size_t>(p) * 12 : 0;
-    DT_RETURN_IF_ERROR(Launch(kKernel, SortKernel, lane_blocks, threads, smem, ck, ci, lanes, k, p, shared));
+    DT_RETURN_IF_ERROR(
+        Launch(kKernel, SortKernel, lane_blocks, threads, smem, ck, ci, lanes, k, p, shared));
   }
   switch (DTypeSize(x.dtype())) {
     case 1: return LaunchGather<uint8_t>(x, xl, cand_idx, p, ol, values, indices, k);

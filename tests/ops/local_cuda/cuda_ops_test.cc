@@ -27,7 +27,7 @@ namespace {
 constexpr Device kGpu = Device::CUDA(0);
 constexpr DType kFloatTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
 constexpr DType kNumericTypes[] = {DType::kF32, DType::kBF16, DType::kF16,
-                                   DType::kI64, DType::kI32, DType::kU8};
+                                   DType::kI64, DType::kI32,  DType::kU8};
 
 enum class Values { kNormal, kPositive, kSmallInts, kSpecials };
 enum class Layout { kContiguous, kStrided };
@@ -59,21 +59,30 @@ Pair Random(IntSpan shape, DType dtype, std::mt19937_64& rng, Layout layout = La
                              std::numeric_limits<double>::infinity(),
                              -std::numeric_limits<double>::infinity()};
   for (double& x : v) {
-    if (dtype == DType::kBool) x = bit(rng);
-    else if (dtype == DType::kU8) x = values == Values::kSmallInts ? small(rng) + 4 : u8(rng);
-    else if (values == Values::kSmallInts) x = small(rng);
-    else if (!IsFloating(dtype)) x = ints(rng);
-    else if (values == Values::kPositive) x = positive(rng);
-    else if (values == Values::kSpecials && pick(rng) < 3) x = specials[rng() % 5];
-    else if (values == Values::kSpecials) x = small(rng);
-    else x = normal(rng);
+    if (dtype == DType::kBool)
+      x = bit(rng);
+    else if (dtype == DType::kU8)
+      x = values == Values::kSmallInts ? small(rng) + 4 : u8(rng);
+    else if (values == Values::kSmallInts)
+      x = small(rng);
+    else if (!IsFloating(dtype))
+      x = ints(rng);
+    else if (values == Values::kPositive)
+      x = positive(rng);
+    else if (values == Values::kSpecials && pick(rng) < 3)
+      x = specials[rng() % 5];
+    else if (values == Values::kSpecials)
+      x = small(rng);
+    else
+      x = normal(rng);
   }
   Tensor base = Tensor::FromDoubles(base_shape, v, dtype).value();
   Tensor views[2] = {base, base.To(kGpu).value()};
   std::vector<int64_t> inv(static_cast<size_t>(nd));
   for (int i = 0; i < nd; ++i) inv[perm[i]] = i;
   Shape offsets(static_cast<size_t>(nd));
-  for (int i = 0; i < nd; ++i) offsets[i] = pad[perm[i]] > 0 ? static_cast<int64_t>(rng() % (pad[perm[i]] + 1)) : 0;
+  for (int i = 0; i < nd; ++i)
+    offsets[i] = pad[perm[i]] > 0 ? static_cast<int64_t>(rng() % (pad[perm[i]] + 1)) : 0;
   for (Tensor& t : views) {
     for (int i = 0; i < nd; ++i) t = t.Narrow(i, offsets[i], shape[perm[i]]).value();
     t = t.Permute(inv).value();
@@ -97,22 +106,27 @@ Tol TolFor(DType dtype, double scale = 1.0) {
 }
 
 // got (on the device) has want's dtype, shape and values within tol (NaNs must match).
-::testing::AssertionResult Close(const absl::StatusOr<Tensor>& got, const absl::StatusOr<Tensor>& want,
-                                 Tol tol = {0, 0}) {
+::testing::AssertionResult Close(const absl::StatusOr<Tensor>& got,
+                                 const absl::StatusOr<Tensor>& want, Tol tol = {0, 0}) {
   if (!want.ok()) return ::testing::AssertionFailure() << "cpu: " << want.status();
   if (!got.ok()) return ::testing::AssertionFailure() << "cuda: " << got.status();
-  if (!got->device().is_cuda()) return ::testing::AssertionFailure() << "result on " << got->device().ToString();
+  if (!got->device().is_cuda())
+    return ::testing::AssertionFailure() << "result on " << got->device().ToString();
   if (got->dtype() != want->dtype()) {
-    return ::testing::AssertionFailure() << "dtype: got " << got->Describe() << ", want " << want->Describe();
+    return ::testing::AssertionFailure()
+           << "dtype: got " << got->Describe() << ", want " << want->Describe();
   }
   const absl::Status s = AllClose(got->To(kCPU).value(), *want, tol.atol, tol.rtol);
   if (!s.ok()) return ::testing::AssertionFailure() << s.message() << " in " << want->Describe();
   return ::testing::AssertionSuccess();
 }
 
-std::string Name(IntSpan shape, DType dtype) { return absl::StrCat(DTypeName(dtype), ShapeToString(shape)); }
+std::string Name(IntSpan shape, DType dtype) {
+  return absl::StrCat(DTypeName(dtype), ShapeToString(shape));
+}
 
-// ---- GEMM ----------------------------------------------------------------------------------------
+// ---- GEMM
+// ----------------------------------------------------------------------------------------
 
 TEST(CudaOpsTest, MatmulMatchesCpu) {
   DT_SKIP_WITHOUT_CUDA();
@@ -121,13 +135,13 @@ TEST(CudaOpsTest, MatmulMatchesCpu) {
     bool ta, tb;
   };
   const Case cases[] = {
-      {{1, 1}, {1, 1}, false, false},       {{2, 3}, {3, 4}, false, false},
-      {{33, 17}, {17, 65}, false, false},   {{17, 33}, {65, 17}, true, true},
-      {{8, 2, 3}, {3, 4}, false, false},    {{5, 1, 2, 3}, {7, 4, 3}, false, true},
+      {{1, 1}, {1, 1}, false, false},          {{2, 3}, {3, 4}, false, false},
+      {{33, 17}, {17, 65}, false, false},      {{17, 33}, {65, 17}, true, true},
+      {{8, 2, 3}, {3, 4}, false, false},       {{5, 1, 2, 3}, {7, 4, 3}, false, true},
       {{3, 1, 9, 5}, {2, 5, 6}, false, false}, {{2, 3, 7, 5}, {2, 3, 7, 6}, true, false},
-      {{64, 96}, {96, 80}, false, false},   {{4, 128, 64}, {4, 96, 64}, false, true},
-      {{1, 300}, {300, 1}, false, false},   {{256, 384}, {384, 512}, false, false},
-      {{0, 5}, {5, 3}, false, false},       {{4, 0}, {0, 3}, false, false},
+      {{64, 96}, {96, 80}, false, false},      {{4, 128, 64}, {4, 96, 64}, false, true},
+      {{1, 300}, {300, 1}, false, false},      {{256, 384}, {384, 512}, false, false},
+      {{0, 5}, {5, 3}, false, false},          {{4, 0}, {0, 3}, false, false},
   };
   std::mt19937_64 rng(1);
   for (const Case& c : cases) {
@@ -159,26 +173,30 @@ TEST(CudaOpsTest, LinearWithBiasMatchesCpu) {
         const int64_t in = c.x.back();
         const Pair x = Random(c.x, dtype, rng), w = Random({c.out, in}, dtype, rng);
         const Pair b = with_bias ? Random({c.out}, dtype, rng) : Pair{};
-        EXPECT_TRUE(Close(Linear(x.gpu, w.gpu, b.gpu), Linear(x.cpu, w.cpu, b.cpu),
-                          TolFor(dtype, std::sqrt(static_cast<double>(std::max<int64_t>(in, 1))) + 1)));
+        EXPECT_TRUE(
+            Close(Linear(x.gpu, w.gpu, b.gpu), Linear(x.cpu, w.cpu, b.cpu),
+                  TolFor(dtype, std::sqrt(static_cast<double>(std::max<int64_t>(in, 1))) + 1)));
       }
     }
   }
 }
 
-// ---- pointwise -----------------------------------------------------------------------------------
+// ---- pointwise
+// -----------------------------------------------------------------------------------
 
 TEST(CudaOpsTest, BinaryMatchesCpu) {
   DT_SKIP_WITHOUT_CUDA();
   const std::pair<Shape, Shape> shapes[] = {
-      {{7}, {7}}, {{4, 1, 3}, {2, 1}}, {{3, 5, 6}, {3, 5, 6}}, {{}, {4}}, {{1000}, {1}},
-      {{2, 3, 4, 5, 6}, {3, 1, 5, 1}}, {{0, 3}, {3}}};
+      {{7}, {7}},   {{4, 1, 3}, {2, 1}}, {{3, 5, 6}, {3, 5, 6}},
+      {{}, {4}},    {{1000}, {1}},       {{2, 3, 4, 5, 6}, {3, 1, 5, 1}},
+      {{0, 3}, {3}}};
   std::mt19937_64 rng(3);
   for (const auto& [as, bs] : shapes) {
     for (DType dtype : kNumericTypes) {
       for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul, BinaryOp::kDiv}) {
         if (op == BinaryOp::kDiv && !IsFloating(dtype)) continue;
-        SCOPED_TRACE(absl::StrCat(Name(as, dtype), " op ", static_cast<int>(op), " ", Name(bs, dtype)));
+        SCOPED_TRACE(
+            absl::StrCat(Name(as, dtype), " op ", static_cast<int>(op), " ", Name(bs, dtype)));
         const Values values = op == BinaryOp::kDiv ? Values::kPositive : Values::kNormal;
         const Pair a = Random(as, dtype, rng, Layout::kStrided, values);
         const Pair b = Random(bs, dtype, rng, Layout::kStrided, values);
@@ -223,7 +241,8 @@ TEST(CudaOpsTest, UnaryMatchesCpu) {
   }
 }
 
-// ---- reductions, softmax -------------------------------------------------------------------------
+// ---- reductions, softmax
+// -------------------------------------------------------------------------
 
 TEST(CudaOpsTest, ReduceMatchesCpu) {
   DT_SKIP_WITHOUT_CUDA();
@@ -237,12 +256,12 @@ TEST(CudaOpsTest, ReduceMatchesCpu) {
           if (op == ReduceOp::kMean && !IsFloating(dtype)) continue;
           if ((op == ReduceOp::kMax || op == ReduceOp::kArgmax) && shape[dim] == 0) continue;
           for (Values values : {Values::kNormal, Values::kSmallInts, Values::kSpecials}) {
-            if (values == Values::kSpecials && (!IsFloating(dtype) || op == ReduceOp::kSum ||
-                                                op == ReduceOp::kMean)) {
+            if (values == Values::kSpecials &&
+                (!IsFloating(dtype) || op == ReduceOp::kSum || op == ReduceOp::kMean)) {
               continue;
             }
-            SCOPED_TRACE(absl::StrCat(Name(shape, dtype), " reduce ", static_cast<int>(op), " dim ", dim,
-                                      " values ", static_cast<int>(values)));
+            SCOPED_TRACE(absl::StrCat(Name(shape, dtype), " reduce ", static_cast<int>(op), " dim ",
+                                      dim, " values ", static_cast<int>(values)));
             const Pair x = Random(shape, dtype, rng, Layout::kStrided, values);
             const double n = static_cast<double>(std::max<int64_t>(1, shape[dim]));
             const Tol tol = op == ReduceOp::kSum ? TolFor(dtype, std::sqrt(n)) : TolFor(dtype);
@@ -270,7 +289,8 @@ TEST(CudaOpsTest, SoftmaxMatchesCpu) {
   }
 }
 
-// ---- norms, rotary -------------------------------------------------------------------------------
+// ---- norms, rotary
+// -------------------------------------------------------------------------------
 
 TEST(CudaOpsTest, NormsMatchCpu) {
   DT_SKIP_WITHOUT_CUDA();
@@ -286,9 +306,10 @@ TEST(CudaOpsTest, NormsMatchCpu) {
         const Pair x = Random(shape, dtype, rng, layout);
         const Pair w = affine ? Random({h}, dtype, rng) : Pair{};
         const Pair b = affine ? Random({h}, dtype, rng) : Pair{};
-        EXPECT_TRUE(Close(RmsNorm(x.gpu, w.gpu, 1e-6), RmsNorm(x.cpu, w.cpu, 1e-6), TolFor(dtype, 4)));
-        EXPECT_TRUE(Close(LayerNorm(x.gpu, w.gpu, b.gpu, 1e-5), LayerNorm(x.cpu, w.cpu, b.cpu, 1e-5),
-                          TolFor(dtype, 4)));
+        EXPECT_TRUE(
+            Close(RmsNorm(x.gpu, w.gpu, 1e-6), RmsNorm(x.cpu, w.cpu, 1e-6), TolFor(dtype, 4)));
+        EXPECT_TRUE(Close(LayerNorm(x.gpu, w.gpu, b.gpu, 1e-5),
+                          LayerNorm(x.cpu, w.cpu, b.cpu, 1e-5), TolFor(dtype, 4)));
       }
     }
   }
@@ -299,15 +320,18 @@ TEST(CudaOpsTest, ApplyRotaryMatchesCpu) {
   struct Case {
     Shape x, table;
   };
-  const Case cases[] = {{{2, 3, 5, 8}, {5, 8}}, {{1, 4, 7, 64}, {1, 1, 7, 64}}, {{6, 2}, {6, 2}},
-                        {{2, 2, 3, 16}, {2, 1, 3, 16}}, {{0, 4}, {4}}};
+  const Case cases[] = {{{2, 3, 5, 8}, {5, 8}},
+                        {{1, 4, 7, 64}, {1, 1, 7, 64}},
+                        {{6, 2}, {6, 2}},
+                        {{2, 2, 3, 16}, {2, 1, 3, 16}},
+                        {{0, 4}, {4}}};
   std::mt19937_64 rng(8);
   for (const Case& c : cases) {
     for (DType dtype : kFloatTypes) {
       for (DType table_dtype : {dtype, DType::kF32}) {
         for (RotaryStyle style : {RotaryStyle::kHalf, RotaryStyle::kInterleaved}) {
-          SCOPED_TRACE(absl::StrCat(Name(c.x, dtype), " tables ", Name(c.table, table_dtype), " style ",
-                                    static_cast<int>(style)));
+          SCOPED_TRACE(absl::StrCat(Name(c.x, dtype), " tables ", Name(c.table, table_dtype),
+                                    " style ", static_cast<int>(style)));
           const Pair x = Random(c.x, dtype, rng), cs = Random(c.table, table_dtype, rng);
           const Pair sn = Random(c.table, table_dtype, rng);
           EXPECT_TRUE(Close(ApplyRotary(x.gpu, cs.gpu, sn.gpu, style),
@@ -318,7 +342,8 @@ TEST(CudaOpsTest, ApplyRotaryMatchesCpu) {
   }
 }
 
-// ---- attention -----------------------------------------------------------------------------------
+// ---- attention
+// -----------------------------------------------------------------------------------
 
 TEST(CudaOpsTest, AttentionMatchesCpu) {
   DT_SKIP_WITHOUT_CUDA();
@@ -331,25 +356,25 @@ TEST(CudaOpsTest, AttentionMatchesCpu) {
       {1, 1, 1, 1, 1, 4, 4, false, {}, {}},
       {2, 4, 2, 5, 7, 16, 8, false, {}, {}},
       {2, 4, 2, 5, 7, 16, 8, true, {}, {}},
-      {1, 8, 2, 9, 9, 32, 32, true, {}, {}},           // prefill, GQA 4:1
-      {2, 8, 8, 1, 1000, 64, 64, true, 700, {}},       // decode into a KV cache (key splits)
-      {1, 32, 8, 1, 4096, 128, 128, false, {}, {}},    // decode, GQA, many splits
-      {1, 2, 1, 3, 12, 8, 8, true, 10, -2},            // negative offset: first rows see nothing
-      {1, 2, 2, 70, 100, 64, 32, true, 90, 5},         // prefill chunk of a cache, Dv != D
-      {1, 2, 1, 4, 6, 256, 256, true, {}, {}},         // large head dim (opt-in shared memory)
-      {1, 3, 3, 4, 0, 8, 8, false, {}, {}},            // no keys at all: zeros
-      {2, 2, 1, 3, 5, 8, 8, false, 0, {}},             // empty cache prefix: zeros
-      {1, 2, 1, 0, 5, 8, 8, false, {}, {}},            // no queries
+      {1, 8, 2, 9, 9, 32, 32, true, {}, {}},         // prefill, GQA 4:1
+      {2, 8, 8, 1, 1000, 64, 64, true, 700, {}},     // decode into a KV cache (key splits)
+      {1, 32, 8, 1, 4096, 128, 128, false, {}, {}},  // decode, GQA, many splits
+      {1, 2, 1, 3, 12, 8, 8, true, 10, -2},          // negative offset: first rows see nothing
+      {1, 2, 2, 70, 100, 64, 32, true, 90, 5},       // prefill chunk of a cache, Dv != D
+      {1, 2, 1, 4, 6, 256, 256, true, {}, {}},       // large head dim (opt-in shared memory)
+      {1, 3, 3, 4, 0, 8, 8, false, {}, {}},          // no keys at all: zeros
+      {2, 2, 1, 3, 5, 8, 8, false, 0, {}},           // empty cache prefix: zeros
+      {1, 2, 1, 0, 5, 8, 8, false, {}, {}},          // no queries
   };
   std::mt19937_64 rng(9);
   for (const Case& c : cases) {
     for (DType dtype : kFloatTypes) {
       // Contiguous K/V (16-byte vector loads) for f32 and bf16, strided views for f16.
       const Layout layout = dtype == DType::kF16 ? Layout::kStrided : Layout::kContiguous;
-      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " B=", c.b, " Hq=", c.hq, " Hkv=", c.hkv, " Sq=", c.sq,
-                                " Skv=", c.skv, " D=", c.d, " Dv=", c.dv, c.causal ? " causal" : "",
-                                " kv_length=", c.kv_length.value_or(-1), " q_offset=",
-                                c.q_offset.value_or(-999)));
+      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " B=", c.b, " Hq=", c.hq, " Hkv=", c.hkv,
+                                " Sq=", c.sq, " Skv=", c.skv, " D=", c.d, " Dv=", c.dv,
+                                c.causal ? " causal" : "", " kv_length=", c.kv_length.value_or(-1),
+                                " q_offset=", c.q_offset.value_or(-999)));
       // q as the usual transposed view of a [B, S, H, D] projection.
       Pair q = Random({c.b, c.sq, c.hq, c.d}, dtype, rng, Layout::kContiguous);
       q.cpu = q.cpu.Transpose(1, 2).value();
@@ -374,7 +399,8 @@ TEST(CudaOpsTest, AttentionHeadDimTooLargeIsAnError) {
   EXPECT_NE(r.status().message().find("Attention"), absl::string_view::npos) << r.status();
 }
 
-// ---- lookup, top-k -------------------------------------------------------------------------------
+// ---- lookup, top-k
+// -------------------------------------------------------------------------------
 
 TEST(CudaOpsTest, EmbeddingMatchesCpuExactly) {
   DT_SKIP_WITHOUT_CUDA();
@@ -382,17 +408,20 @@ TEST(CudaOpsTest, EmbeddingMatchesCpuExactly) {
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16, DType::kI64, DType::kI32, DType::kU8,
                       DType::kBool}) {
     for (DType id_dtype : {DType::kI64, DType::kI32}) {
-      for (const auto& [vocab, offset] : std::vector<std::pair<int64_t, int64_t>>{{10, 0}, {7, 5}, {0, 0}}) {
+      for (const auto& [vocab, offset] :
+           std::vector<std::pair<int64_t, int64_t>>{{10, 0}, {7, 5}, {0, 0}}) {
         SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " ids ", DTypeName(id_dtype), " V=", vocab,
                                   " offset=", offset));
         const Pair table = Random({vocab, 6}, dtype, rng);
         // ids in [-3, offset + vocab + 3): some rows exist, some do not.
         std::vector<double> ids(24);
-        for (double& id : ids) id = static_cast<double>(static_cast<int64_t>(rng() % (vocab + 9)) - 3 + offset);
+        for (double& id : ids)
+          id = static_cast<double>(static_cast<int64_t>(rng() % (vocab + 9)) - 3 + offset);
         const Tensor ids_base = Tensor::FromDoubles({4, 6}, ids, id_dtype).value();
         const Tensor ids_cpu = ids_base.Transpose(0, 1).value();
         const Tensor ids_gpu = ids_base.To(kGpu).value().Transpose(0, 1).value();
-        EXPECT_TRUE(Close(Embedding(table.gpu, ids_gpu, offset), Embedding(table.cpu, ids_cpu, offset)));
+        EXPECT_TRUE(
+            Close(Embedding(table.gpu, ids_gpu, offset), Embedding(table.cpu, ids_cpu, offset)));
       }
     }
   }
