@@ -5,6 +5,7 @@
 // rank's FullTensor()s, the collectives the op issued and the strategy it chose.
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <functional>
 #include <mutex>
@@ -24,6 +25,13 @@
 #include "ops/dtensor_ops.h"
 
 namespace dt::dops::testing {
+
+// These properties are cheap (about a millisecond a case), so they run 300 cases unless RC_PARAMS
+// says otherwise (rapidcheck reads it when the first property starts, after static init).
+inline const bool kDefaultCases = [] {
+  setenv("RC_PARAMS", "max_success=300", /*overwrite=*/0);
+  return true;
+}();
 
 inline WorldOptions Quick() {
   WorldOptions o;
