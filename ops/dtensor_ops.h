@@ -47,7 +47,7 @@
 //   Mul Div (tensor)      same S -> S; P*R, R*P, P/R -> P                  none
 //   Add Sub (scalar)      S -> S; P(sum): s added once; P(avg|max|min): s added everywhere
 //   Mul Div (scalar)      S -> S; P(sum|avg) -> P; P(max|min) keeps (s > 0) or swaps (s < 0)
-//   Neg                   S -> S; P(sum|avg) -> P
+//   Neg                   S -> S; P(sum|avg) -> P; P(max) <-> P(min)
 //   Silu Gelu Exp Rsqrt   S -> S (P is reduced first)
 //   Sqrt, Cast            S -> S; Cast float->float keeps P
 //   Sum Mean (dim d)      S(d) -> P(sum) (Mean divides by the global size); S(e != d) -> S;
