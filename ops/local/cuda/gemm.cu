@@ -189,15 +189,20 @@ absl::Status Matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& bias, 
       const char* pb =
           static_cast<const char*>(b.raw_data()) + (off[1] + c0 * batch.strides[1][inner]) * esz;
       char* pc = static_cast<char*>(out.raw_data()) + (off[2] + c0 * batch.strides[2][inner]) * esz;
-      // Cᵀ (n x m) = op(B') · op(A'), see Note [cuBLAS layouts].
-      const cublasStatus_t s = cublasGemmStridedBatchedEx(
-          handle, ob.op, oa.op, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
-          &alpha, pb, type, static_cast<int>(ob.ld), batch.strides[1][inner], pa, type,
-          static_cast<int>(oa.ld), batch.strides[0][inner], &beta, pc, type, static_cast<int>(n),
-          batch.strides[2][inner], static_cast<int>(c), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      // Cᵀ (n x m) = op(B') · op(A'), see Note [cuBLAS layouts]. A single matrix goes through
+      // cublasGemmEx, whose heuristics callers of cuBLAS know best.
+      const int in = static_cast<int>(n), im = static_cast<int>(m), ik = static_cast<int>(k);
+      const int ldb = static_cast<int>(ob.ld), lda = static_cast<int>(oa.ld);
+      const cublasStatus_t s =
+          c == 1 ? cublasGemmEx(handle, ob.op, oa.op, in, im, ik, &alpha, pb, type, ldb, pa, type,
+                                lda, &beta, pc, type, in, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
+                 : cublasGemmStridedBatchedEx(handle, ob.op, oa.op, in, im, ik, &alpha, pb, type,
+                                              ldb, batch.strides[1][inner], pa, type, lda,
+                                              batch.strides[0][inner], &beta, pc, type, in,
+                                              batch.strides[2][inner], static_cast<int>(c),
+                                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       if (s != CUBLAS_STATUS_SUCCESS) {
-        return CublasError(
-            s, absl::StrCat("cublasGemmStridedBatchedEx m=", m, " n=", n, " k=", k, " batch=", c));
+        return CublasError(s, absl::StrCat("GEMM m=", m, " n=", n, " k=", k, " batch=", c));
       }
     }
   }
