@@ -94,7 +94,11 @@ struct Row {
   bool counted = true;  // part of the bandwidth RESULT
 };
 
-const char* kOps[] = {"S(0)->R", "P->R", "P->R (lvalue copy)", "P->S(0)", "S(0)->S(1)"};
+// Rows marked "vs ..." are informational (not in RESULT): the lvalue P->R copies its input, and
+// "S(0)->S(1) vs AG" compares our all_to_all path with PyTorch's CPU/gloo fallback, an all_gather of
+// the whole tensor (then a local chunk).
+const char* kOps[] = {"S(0)->R", "P->R", "P->R (lvalue copy)", "P->S(0)", "S(0)->S(1)",
+                      "S(0)->S(1) vs AG"};
 
 // Runs one op pair on this rank of `world`; every rank calls it. Returns rank-0 times (ms).
 absl::StatusOr<Row> MeasureOp(const std::shared_ptr<World>& world, const std::string& op, int64_t mib,
@@ -111,7 +115,7 @@ absl::StatusOr<Row> MeasureOp(const std::shared_ptr<World>& world, const std::st
   row.op = op;
   row.ranks = k;
   row.mib = numel * 4 >> 20;
-  row.counted = op != "P->R (lvalue copy)";
+  row.counted = op != "P->R (lvalue copy)" && op != "S(0)->S(1) vs AG";
 
   // Inputs and raw buffers.
   std::function<absl::Status()> ours, raw;
@@ -144,6 +148,12 @@ absl::StatusOr<Row> MeasureOp(const std::shared_ptr<World>& world, const std::st
     DT_ASSIGN_OR_RETURN(raw_out, Tensor::Empty({numel / k}));
     ours = [&] { return keep.Redistribute(Pl("S(0)")).status(); };
     raw = [&] { return comm->ReduceScatter(raw_in, raw_out, ReduceOp::kSum); };
+  } else if (op == "S(0)->S(1) vs AG") {
+    DT_ASSIGN_OR_RETURN(keep, DTensor::Zeros(shape, mesh, Pl("S(0)")));
+    DT_ASSIGN_OR_RETURN(raw_in, Tensor::Zeros({numel / k}));
+    DT_ASSIGN_OR_RETURN(raw_out, Tensor::Empty({numel}));
+    ours = [&] { return keep.Redistribute(Pl("S(1)")).status(); };
+    raw = [&] { return comm->AllGather(raw_in, raw_out); };
   } else {
     DT_ASSIGN_OR_RETURN(keep, DTensor::Zeros(shape, mesh, Pl("S(0)")));
     DT_ASSIGN_OR_RETURN(raw_in, Tensor::Zeros({numel / k}));
