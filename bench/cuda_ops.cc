@@ -7,7 +7,7 @@
 // the numbers exclude the public ops' output allocation; the public Matmul is printed for
 // reference.
 //
-//   cuda_ops_bench [--quick]      --quick: one size per benchmark, fewer repetitions (< 1 minute)
+//   bench_cuda_ops [--quick]      --quick: one size per benchmark, fewer repetitions (< 1 minute)
 //
 // Ends with one line per target: RESULT <metric> <value> <target> PASS|FAIL. Without a CUDA device
 // it prints "no CUDA device: nothing measured" and exits 0.
@@ -40,7 +40,7 @@ struct Result {
 };
 
 [[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "cuda_ops_bench: %s\n", what.c_str());
+  std::fprintf(stderr, "bench_cuda_ops: %s\n", what.c_str());
   std::exit(1);
 }
 
