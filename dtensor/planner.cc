@@ -43,6 +43,12 @@ namespace dt {
 // costs never depend on the number of ranks except through k. Beyond 7 changing dims (3^7 states)
 // only greedy runs.
 //
+// Hosts. With CostModel::ranks_per_host, a step whose groups hold ranks of two hosts is priced on
+// the inter-host link (Note [Groups across hosts] in cost_model.cc), computed once per set of mesh
+// dims. So the search moves bytes within hosts where it can: [S(0), S(1)] -> [R, R] on
+// (node, local) gathers the small pieces across hosts first and the large ones within a host, the
+// reverse of the greedy order (without hosts both orders cost the same and greedy's is kept).
+//
 // Merging. Consecutive collectives of one kind become one collective on the flattened group of
 // their mesh dims (row-major over the dims, ascending) when that gives the same layout:
 //   all_reduce      any dims; ops equal, or sum mixed with avg (sum, then divide by the avg dims)
@@ -56,17 +62,6 @@ namespace dt {
 // Choice (Strategy::kBest): the search plan when it is strictly cheaper and has no more
 // collectives than the (merged) greedy plan; otherwise the greedy plan. So a plan never has more
 // collectives than greedy, and plan(x -> x) is empty.
-
-absl::string_view CollectiveName(Collective c) {
-  switch (c) {
-    case Collective::kLocal: return "local";
-    case Collective::kAllGather: return "all_gather";
-    case Collective::kAllReduce: return "all_reduce";
-    case Collective::kReduceScatter: return "reduce_scatter";
-    case Collective::kAllToAll: return "all_to_all";
-  }
-  return "?";
-}
 
 std::string PlanStep::ToString() const {
   return absl::StrCat(CollectiveName(collective), " on d", absl::StrJoin(mesh_dims, "+d"), ": ",
@@ -96,6 +91,22 @@ struct Problem {
   Shape shape;
   int64_t elem = 4;
   CostModel cost;
+  // GroupCrossesHosts by mask of mesh dims, computed on first use (a search prices the same few
+  // groups many times).
+  mutable absl::InlinedVector<std::pair<uint64_t, bool>, 8> crosses;
+
+  bool Crosses(absl::Span<const int> dims) const {
+    if (cost.ranks_per_host <= 0) return false;
+    if (mesh.size() > 64) return GroupCrossesHosts(mesh, dims, cost.ranks_per_host);
+    uint64_t mask = 0;
+    for (int d : dims) mask |= uint64_t{1} << d;
+    for (const auto& [m, v] : crosses) {
+      if (m == mask) return v;
+    }
+    const bool v = GroupCrossesHosts(mesh, dims, cost.ranks_per_host);
+    crosses.push_back({mask, v});
+    return v;
+  }
 };
 
 bool ShardedRightOf(const Problem& pb, const Placements& cur, int i, int d,
@@ -148,6 +159,8 @@ void Price(const Problem& pb, const Placements& cur, PlanStep& step) {
   int64_t k = 1;
   for (int i : step.mesh_dims) k *= pb.mesh[i];
   step.group_size = k;
+  step.crosses_hosts = step.collective != Collective::kLocal && pb.Crosses(step.mesh_dims);
+  const LinkCost& link = cm.Link(step.crosses_hosts);
   const double logical = static_cast<double>(Numel(step.logical_shape) * pb.elem);
   // Bytes of the largest piece a shard placement list cuts the logical tensor into.
   auto piece = [&](const Placements& ps) {
@@ -166,25 +179,25 @@ void Price(const Problem& pb, const Placements& cur, PlanStep& step) {
     case Collective::kAllGather: {
       const double p = piece(step.from);
       bytes = (k - 1) * p;
-      cost = cm.latency_us + (k - 1) * cm.hop_us + bytes / cm.link_bytes_per_us;
+      cost = link.latency_us + (k - 1) * link.hop_us + bytes / link.bytes_per_us;
       if (!contiguous(step.from.front())) cost += logical / cm.copy_bytes_per_us;
       break;
     }
     case Collective::kReduceScatter: {
       const double p = piece(step.to);
       bytes = (k - 1) * p;
-      cost = cm.latency_us + (k - 1) * cm.hop_us + bytes / cm.link_bytes_per_us;
+      cost = link.latency_us + (k - 1) * link.hop_us + bytes / link.bytes_per_us;
       if (!contiguous(step.to.front())) cost += logical / cm.copy_bytes_per_us;
       break;
     }
     case Collective::kAllReduce:
       bytes = 2.0 * (k - 1) * logical / k;
-      cost = cm.latency_us + 2 * (k - 1) * cm.hop_us + bytes / cm.link_bytes_per_us;
+      cost = link.latency_us + 2 * (k - 1) * link.hop_us + bytes / link.bytes_per_us;
       break;
     case Collective::kAllToAll: {
       const double p = piece(step.from);
       bytes = (k - 1) * p / k;
-      cost = cm.latency_us + (k - 1) * cm.hop_us + bytes / cm.link_bytes_per_us +
+      cost = link.latency_us + (k - 1) * link.hop_us + bytes / link.bytes_per_us +
              2 * p / cm.copy_bytes_per_us;
       break;
     }
@@ -616,19 +629,19 @@ struct PlanKey {
   Placements src, dst;
   PlannerOptions::Strategy strategy;
   bool merge;
-  double cost[4];
+  CostModel cost;
 
   friend bool operator==(const PlanKey& a, const PlanKey& b) {
     return a.dtype == b.dtype && a.strategy == b.strategy && a.merge == b.merge &&
-           std::equal(a.cost, a.cost + 4, b.cost) && a.mesh == b.mesh && a.shape == b.shape &&
-           a.src == b.src && a.dst == b.dst;
+           a.cost == b.cost && a.mesh == b.mesh && a.shape == b.shape && a.src == b.src &&
+           a.dst == b.dst;
   }
   template <typename H>
   friend H AbslHashValue(H h, const PlanKey& k) {
     return H::combine(std::move(h), absl::MakeConstSpan(k.mesh), absl::MakeConstSpan(k.shape),
                       static_cast<int>(k.dtype), absl::MakeConstSpan(k.src),
                       absl::MakeConstSpan(k.dst), static_cast<int>(k.strategy), k.merge,
-                      k.cost[0], k.cost[1], k.cost[2], k.cost[3]);
+                      k.cost);
   }
 };
 
@@ -693,9 +706,7 @@ bool Matches(const PlanKey& k, const DTensorSpec& src, absl::Span<const Placemen
              const PlannerOptions& o) {
   const std::vector<int64_t>& mesh = src.mesh().shape();
   return k.dtype == src.dtype() && k.strategy == o.strategy && k.merge == o.merge &&
-         k.cost[0] == o.cost.latency_us && k.cost[1] == o.cost.hop_us &&
-         k.cost[2] == o.cost.link_bytes_per_us && k.cost[3] == o.cost.copy_bytes_per_us &&
-         k.shape == src.shape() && k.src == src.placements() &&
+         k.cost == o.cost && k.shape == src.shape() && k.src == src.placements() &&
          std::equal(k.mesh.begin(), k.mesh.end(), mesh.begin(), mesh.end()) &&
          std::equal(k.dst.begin(), k.dst.end(), dst.begin(), dst.end());
 }
@@ -724,8 +735,7 @@ absl::StatusOr<std::shared_ptr<const Plan>> CachedPlan(const DTensorSpec& src,
               Placements(dst_placements.begin(), dst_placements.end()),
               options.strategy,
               options.merge,
-              {options.cost.latency_us, options.cost.hop_us, options.cost.link_bytes_per_us,
-               options.cost.copy_bytes_per_us}};
+              options.cost};
   std::shared_ptr<const Plan> plan = cache.Find(key);
   if (!plan) {
     DT_ASSIGN_OR_RETURN(DTensorSpec dst, src.WithPlacements(dst_placements));

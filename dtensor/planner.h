@@ -31,25 +31,11 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
+#include "dtensor/cost_model.h"
 #include "dtensor/placement.h"
 #include "dtensor/spec.h"
 
 namespace dt {
-
-enum class Collective : uint8_t { kLocal, kAllGather, kAllReduce, kReduceScatter, kAllToAll };
-// "local", "all_gather", "all_reduce", "reduce_scatter", "all_to_all".
-absl::string_view CollectiveName(Collective c);
-
-// Alpha-beta cost model, in microseconds. A collective over k ranks costs
-//   latency_us + hops * hop_us + bytes_sent / link_bytes_per_us
-// with hops = k-1 (2(k-1) for all_reduce), plus local packing at copy_bytes_per_us. The defaults
-// are PyTorch's intra-host constants (_collective_utils.py); only ratios matter for planning.
-struct CostModel {
-  double latency_us = 6.6;
-  double hop_us = 0.6;
-  double link_bytes_per_us = 87.7e3;   // 87.7 GB/s
-  double copy_bytes_per_us = 350.0e3;  // local memory copies
-};
 
 struct PlanStep {
   // One mesh dim, or several (ascending) merged into one collective on their flattened group.
@@ -59,7 +45,8 @@ struct PlanStep {
   int64_t group_size = 1;  // ranks in the group (product of the mesh dims' sizes)
   Shape logical_shape;     // the largest logical tensor a group splits (mesh dims left of it applied)
   int64_t bytes = 0;       // bytes each rank sends (largest over ranks)
-  double cost_us = 0;
+  bool crosses_hosts = false;  // some group holds ranks of two hosts (CostModel::ranks_per_host)
+  double cost_us = 0;          // predicted time on the link the group uses
 
   std::string ToString() const;  // "all_gather on d1: S(0) -> R"
 };
@@ -86,7 +73,7 @@ struct PlannerOptions {
   };
   Strategy strategy = Strategy::kBest;
   bool merge = true;  // merge consecutive collectives of one kind onto flattened groups
-  CostModel cost;
+  CostModel cost;     // prices steps; with ranks_per_host, on intra- or inter-host links
 };
 
 // Plans src -> dst. Errors (InvalidArgument, naming both specs): different meshes, shapes or

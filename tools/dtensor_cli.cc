@@ -1,17 +1,22 @@
 // dtensor: explain and verify layouts and redistributions from the command line.
 //
-//   dtensor explain --mesh 4x2 [--names dp,tp] --shape 13,2 --placements 'S(0),S(0)'
-//                   [--to 'R,R'] [--dtype f32] [--strategy best|greedy|search] [--json]
-//                   [--svg FILE] [--max-ranks N]
-//   dtensor verify  --mesh 4x2 [--names dp,tp] --shape 13,2 --from 'S(0),S(0)' --to 'R,R'
-//                   [--dtype f32] [--backend threads|gloo|mpi] [--seed N]
-//                   [--strategy best|greedy|search]
+//   dtensor explain   --mesh 4x2 [--names dp,tp] --shape 13,2 --placements 'S(0),S(0)'
+//                     [--to 'R,R'] [--dtype f32] [--strategy best|greedy|search] [--json]
+//                     [--svg FILE] [--max-ranks N|all] [--cost-model FILE] [--ranks-per-host N]
+//   dtensor verify    --mesh 4x2 [--names dp,tp] --shape 13,2 --from 'S(0),S(0)' --to 'R,R'
+//                     [--dtype f32] [--backend threads|gloo|mpi] [--seed N]
+//                     [--strategy best|greedy|search] [--cost-model FILE] [--ranks-per-host N]
+//   dtensor calibrate --bench FILE|- [--intra mpi] [--inter gloo] [--ranks-per-host N]
+//                     [--description TEXT] [--out FILE]
+//   dtensor styles
 //
 // explain is pure (an abstract mesh: no processes, any number of ranks). verify distributes random
 // data, redistributes it and checks every rank's piece against the direct distribution; with
 // --backend gloo or mpi it must run under a launcher with one process per rank:
 //   dtrun --nproc-per-node 8 dtensor verify --mesh 4x2 ... --backend gloo
 //   mpirun -np 8 dtensor verify --mesh 4x2 ... --backend mpi
+// calibrate fits a cost model file (dtensor/cost_model.h) to a bench/collectives run. styles prints
+// the tensor-parallel style registry (nn/style_registry.h).
 //
 // Exit status: 0 success (verify: every rank matches); 1 verify found a mismatch; 2 a bad command
 // line or an illegal request (e.g. Shard -> Partial), with a message on stderr.
@@ -21,6 +26,7 @@
 #include <chrono>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -30,6 +36,7 @@
 #include "core/status.h"
 #include "dtensor/verify.h"
 #include "mesh/world.h"
+#include "nn/style_registry.h"
 
 namespace dt::cli {
 
@@ -106,14 +113,34 @@ absl::StatusOr<Placements> Flags::PlacementList(const std::string& key) const {
 
 absl::StatusOr<DType> Flags::Dtype() const { return ParseDType(Get("dtype", "f32")); }
 
-namespace {
-
-absl::StatusOr<PlannerOptions::Strategy> ParseStrategy(const std::string& s) {
-  if (s == "best") return PlannerOptions::Strategy::kBest;
-  if (s == "greedy") return PlannerOptions::Strategy::kGreedy;
-  if (s == "search") return PlannerOptions::Strategy::kSearch;
-  return absl::InvalidArgumentError(absl::StrCat("bad --strategy '", s, "': expected best, greedy or search"));
+absl::StatusOr<PlannerOptions> Flags::Planner() const {
+  PlannerOptions options;
+  const std::string s = Get("strategy", "best");
+  if (s == "best") {
+    options.strategy = PlannerOptions::Strategy::kBest;
+  } else if (s == "greedy") {
+    options.strategy = PlannerOptions::Strategy::kGreedy;
+  } else if (s == "search") {
+    options.strategy = PlannerOptions::Strategy::kSearch;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad --strategy '", s, "': expected best, greedy or search"));
+  }
+  if (Has("cost-model")) {
+    DT_ASSIGN_OR_RETURN(options.cost, LoadCostModel(Get("cost-model")));
+  }
+  if (Has("ranks-per-host")) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(Get("ranks-per-host"), &n) || n < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad --ranks-per-host '", Get("ranks-per-host"), "': expected an integer >= 0 (0: one host)"));
+    }
+    options.cost.ranks_per_host = n;
+  }
+  return options;
 }
+
+namespace {
 
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "dtensor: %s\n", std::string(s.message()).c_str());
@@ -140,7 +167,7 @@ int Verify(const Flags& flags) {
     DT_ASSIGN_OR_RETURN(req.from, flags.PlacementList("from"));
     DT_ASSIGN_OR_RETURN(req.to, flags.PlacementList("to"));
     DT_ASSIGN_OR_RETURN(req.dtype, flags.Dtype());
-    DT_ASSIGN_OR_RETURN(req.planner.strategy, ParseStrategy(flags.Get("strategy", "best")));
+    DT_ASSIGN_OR_RETURN(req.planner, flags.Planner());
     if (!absl::SimpleAtoi(flags.Get("seed", "0"), &req.seed)) {
       return absl::InvalidArgumentError(absl::StrCat("bad --seed '", flags.Get("seed"), "'"));
     }
@@ -214,13 +241,18 @@ namespace {
 
 constexpr const char* kUsage =
     "usage:\n"
-    "  dtensor explain --mesh 4x2 [--names dp,tp] --shape 13,2 --placements 'S(0),S(0)'\n"
-    "                  [--to 'R,R'] [--dtype f32] [--strategy best|greedy|search] [--json]\n"
-    "                  [--svg FILE] [--max-ranks N]\n"
-    "  dtensor verify  --mesh 4x2 [--names dp,tp] --shape 13,2 --from 'S(0),S(0)' --to 'R,R'\n"
-    "                  [--dtype f32] [--backend threads|gloo|mpi] [--seed N]\n"
-    "                  [--strategy best|greedy|search]\n"
-    "placements: R, S(dim), P(sum|avg|min|max|prod), _S(dim,split_factor), _S(dim,[b0,b1,...])\n";
+    "  dtensor explain   --mesh 4x2 [--names dp,tp] --shape 13,2 --placements 'S(0),S(0)'\n"
+    "                    [--to 'R,R'] [--dtype f32] [--strategy best|greedy|search] [--json]\n"
+    "                    [--svg FILE] [--max-ranks N|all] [--cost-model FILE] [--ranks-per-host N]\n"
+    "  dtensor verify    --mesh 4x2 [--names dp,tp] --shape 13,2 --from 'S(0),S(0)' --to 'R,R'\n"
+    "                    [--dtype f32] [--backend threads|gloo|mpi] [--seed N]\n"
+    "                    [--strategy best|greedy|search] [--cost-model FILE] [--ranks-per-host N]\n"
+    "  dtensor calibrate --bench FILE|- [--intra mpi] [--inter gloo] [--ranks-per-host N]\n"
+    "                    [--description TEXT] [--out FILE]\n"
+    "                    (a cost model file from the output of bench/collectives)\n"
+    "  dtensor styles    (the tensor-parallel style registry)\n"
+    "placements: R, S(dim), P(sum|avg|min|max|prod), _S(dim,split_factor), _S(dim,[b0,b1,...])\n"
+    "--ranks-per-host N: ranks r*N .. r*N+N-1 share a host; explain marks steps intra-/cross-host\n";
 
 }  // namespace
 
@@ -230,26 +262,37 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
-  const std::vector<std::string> common = {"mesh", "names", "shape", "dtype", "strategy"};
+  if (cmd == "styles") {
+    std::fputs(dt::nn::FormatStylesTable().c_str(), stdout);
+    return 0;
+  }
+  const std::vector<std::string> common = {"mesh",     "names",      "shape",         "dtype",
+                                           "strategy", "cost-model", "ranks-per-host"};
+  auto parse = [&](std::vector<std::string> known,
+                   const std::vector<std::string>& switches) -> std::optional<dt::cli::Flags> {
+    auto flags = dt::cli::Flags::Parse(argc - 2, argv + 2, known, switches);
+    if (!flags.ok()) {
+      std::fprintf(stderr, "dtensor %s: %s\n%s", cmd.c_str(),
+                   std::string(flags.status().message()).c_str(), kUsage);
+      return std::nullopt;
+    }
+    return *std::move(flags);
+  };
   if (cmd == "explain") {
     std::vector<std::string> known = common;
     for (const char* k : {"placements", "to", "svg", "max-ranks"}) known.push_back(k);
-    auto flags = dt::cli::Flags::Parse(argc - 2, argv + 2, known, {"json"});
-    if (!flags.ok()) {
-      std::fprintf(stderr, "dtensor explain: %s\n%s", std::string(flags.status().message()).c_str(), kUsage);
-      return 2;
-    }
-    return dt::cli::Explain(*flags);
+    auto flags = parse(known, {"json"});
+    return flags ? dt::cli::Explain(*flags) : 2;
   }
   if (cmd == "verify") {
     std::vector<std::string> known = common;
     for (const char* k : {"from", "to", "backend", "seed"}) known.push_back(k);
-    auto flags = dt::cli::Flags::Parse(argc - 2, argv + 2, known, {});
-    if (!flags.ok()) {
-      std::fprintf(stderr, "dtensor verify: %s\n%s", std::string(flags.status().message()).c_str(), kUsage);
-      return 2;
-    }
-    return dt::cli::Verify(*flags);
+    auto flags = parse(known, {});
+    return flags ? dt::cli::Verify(*flags) : 2;
+  }
+  if (cmd == "calibrate") {
+    auto flags = parse({"bench", "intra", "inter", "ranks-per-host", "description", "out"}, {});
+    return flags ? dt::cli::Calibrate(*flags) : 2;
   }
   std::fprintf(stderr, "dtensor: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;

@@ -1,5 +1,8 @@
 #pragma once
 // Internal to the `dtensor` CLI (tools/dtensor_cli*.cc): flag parsing shared by the subcommands.
+//   dtensor_cli.cc            flags, `verify`, `styles`, main()
+//   dtensor_cli_explain.cc    `explain`
+//   dtensor_cli_calibrate.cc  `calibrate` (a cost model file from bench/collectives results)
 
 #include <map>
 #include <string>
@@ -9,6 +12,7 @@
 #include "core/dtype.h"
 #include "core/shape.h"
 #include "dtensor/placement.h"
+#include "dtensor/planner.h"
 
 namespace dt::cli {
 
@@ -27,6 +31,8 @@ class Flags {
   absl::StatusOr<Shape> TensorShape() const;                  // --shape 13,2
   absl::StatusOr<Placements> PlacementList(const std::string& key) const;
   absl::StatusOr<DType> Dtype() const;                        // --dtype f32
+  // --strategy best|greedy|search, --cost-model FILE, --ranks-per-host N (overrides the file's).
+  absl::StatusOr<PlannerOptions> Planner() const;
 
  private:
   std::map<std::string, std::string> values_;
@@ -34,5 +40,6 @@ class Flags {
 
 int Explain(const Flags& flags);
 int Verify(const Flags& flags);
+int Calibrate(const Flags& flags);
 
 }  // namespace dt::cli

@@ -1,9 +1,21 @@
 // `dtensor explain`: per-rank layout, a block picture and the redistribute plan, on an abstract
 // mesh (no processes), as text, JSON or SVG.
+//
+// Note [Explain at scale]
+// explain must stay readable (and fast) on cluster-sized meshes such as 16x8x8x8 = 8192 ranks. The
+// rank table lists every rank up to --max-ranks (default 16), else the first and last
+// max-ranks / 2 and a "(N more)" row, followed by the distinct local shapes with how many ranks
+// hold each. The block picture shows at most 16 row blocks by 8 column blocks. --json lists the
+// same ranks as the table, with num_ranks, ranks_omitted and local_shapes, so a script always
+// knows when it got a sample; `--max-ranks all` lists every rank in both forms (8192 ranks: about
+// 3 MB of JSON). Everything else (plan, hosts, cost model) is always complete.
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <limits>
+#include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -12,7 +24,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "core/status.h"
+#include "dtensor/cost_model.h"
 #include "dtensor/planner.h"
 #include "dtensor/spec.h"
 #include "nlohmann/json.hpp"
@@ -69,7 +83,7 @@ struct Picture {
 };
 
 Picture MakePicture(const DTensorSpec& spec, const std::vector<RankInfo>& ranks) {
-  constexpr size_t kMaxRows = 32, kMaxCols = 8;
+  constexpr size_t kMaxRows = 16, kMaxCols = 8;
   Picture pic;
   const int nd = spec.ndim();
   std::vector<bool> sharded(nd, false);
@@ -222,6 +236,51 @@ std::string DimLabel(const DTensorSpec& spec, const PlanStep& s) {
   return absl::StrCat(absl::StrJoin(s.mesh_dims, "+"), " (", absl::StrJoin(names, "+"), ")");
 }
 
+// "1835008 (1.75 MiB)"; small counts as they are.
+std::string BytesText(int64_t bytes) {
+  if (bytes < (int64_t{1} << 20)) return absl::StrCat(bytes);
+  const double mib = static_cast<double>(bytes) / (1 << 20);
+  return mib < 1024 ? absl::StrFormat("%d (%.3g MiB)", bytes, mib)
+                    : absl::StrFormat("%d (%.3g GiB)", bytes, mib / 1024);
+}
+
+// "10.8 us", "1.23 ms".
+std::string TimeText(double us) {
+  return us < 1000 ? absl::StrFormat("%.1f us", us) : absl::StrFormat("%.3g ms", us / 1000);
+}
+
+// Distinct local shapes in order of first appearance, with the ranks holding each.
+std::vector<std::pair<Shape, std::vector<int>>> LocalShapes(const std::vector<RankInfo>& ranks) {
+  std::vector<std::pair<Shape, std::vector<int>>> out;
+  std::map<std::vector<int64_t>, size_t> index;
+  for (const RankInfo& r : ranks) {
+    auto [it, inserted] = index.try_emplace(std::vector<int64_t>(r.local.begin(), r.local.end()),
+                                            out.size());
+    if (inserted) out.push_back({r.local, {}});
+    out[it->second].second.push_back(r.rank);
+  }
+  return out;
+}
+
+std::string LinkText(const LinkCost& l) {
+  return absl::StrFormat("%.3g us + %.3g us/hop, %.4g GB/s", l.latency_us, l.hop_us, l.gb_per_s());
+}
+
+// Mesh dims whose groups cross hosts (each alone).
+std::vector<int> CrossHostDims(const DeviceMesh& mesh, int64_t ranks_per_host) {
+  std::vector<int> dims;
+  for (int i = 0; i < mesh.ndim(); ++i) {
+    if (GroupCrossesHosts(mesh.shape(), {i}, ranks_per_host)) dims.push_back(i);
+  }
+  return dims;
+}
+
+std::string DimNames(const DeviceMesh& mesh, const std::vector<int>& dims) {
+  std::vector<std::string> names;
+  for (int i : dims) names.push_back(absl::StrCat(MeshDimName(mesh.names(), i), "(", mesh.Size(i), ")"));
+  return names.empty() ? "none" : absl::StrJoin(names, ", ");
+}
+
 }  // namespace
 
 int Explain(const Flags& flags) {
@@ -243,9 +302,16 @@ int Explain(const Flags& flags) {
   if (!mesh.ok()) return fail(mesh.status());
   auto spec = DTensorSpec::Create(*mesh, *placements, *shape, *dtype);
   if (!spec.ok()) return fail(spec.status());
-  int64_t max_ranks = 64;
-  if (flags.Has("max-ranks") && !absl::SimpleAtoi(flags.Get("max-ranks"), &max_ranks)) {
-    return fail(absl::InvalidArgumentError("bad --max-ranks"));
+  auto options = flags.Planner();
+  if (!options.ok()) return fail(options.status());
+  const CostModel& cost = options->cost;
+  // See Note [Explain at scale].
+  int64_t max_ranks = 16;
+  if (const std::string m = flags.Get("max-ranks", "16"); m == "all") {
+    max_ranks = std::numeric_limits<int64_t>::max();
+  } else if (!absl::SimpleAtoi(m, &max_ranks) || max_ranks < 2) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("bad --max-ranks '", m, "': expected a number >= 2 or 'all'")));
   }
 
   std::optional<Plan> plan;
@@ -254,12 +320,7 @@ int Explain(const Flags& flags) {
     if (!to.ok()) return fail(to.status());
     auto dst = spec->WithPlacements(*to);
     if (!dst.ok()) return fail(dst.status());
-    PlannerOptions options;
-    const std::string strategy = flags.Get("strategy", "best");
-    if (strategy == "greedy") options.strategy = PlannerOptions::Strategy::kGreedy;
-    else if (strategy == "search") options.strategy = PlannerOptions::Strategy::kSearch;
-    else if (strategy != "best") return fail(absl::InvalidArgumentError("bad --strategy"));
-    auto p = PlanRedistribute(*spec, *dst, options);
+    auto p = PlanRedistribute(*spec, *dst, *options);
     if (!p.ok()) return fail(p.status());
     plan = *std::move(p);
   }
@@ -278,50 +339,83 @@ int Explain(const Flags& flags) {
   if (flags.Has("svg")) {
     if (absl::Status s = WriteSvg(flags.Get("svg"), *spec, pic); !s.ok()) return fail(s);
   }
+  // The ranks listed: all of them, or the first and last max_ranks / 2.
+  const int64_t n = static_cast<int64_t>(ranks.size());
+  const int64_t head = n > max_ranks ? max_ranks / 2 : n;
+  const int64_t tail_from = n > max_ranks ? n - max_ranks / 2 : n;
+  const auto shapes = LocalShapes(ranks);
+  const int64_t num_hosts =
+      cost.ranks_per_host > 0 ? (n + cost.ranks_per_host - 1) / cost.ranks_per_host : 1;
+  const std::vector<int> cross_dims = CrossHostDims(*mesh, cost.ranks_per_host);
 
   if (flags.Has("json")) {
-    nlohmann::ordered_json j;
+    using Json = nlohmann::ordered_json;
+    Json j;
     j["mesh"] = {{"shape", *mesh_shape}, {"names", *names}, {"text", mesh->ToString()}};
     j["shape"] = std::vector<int64_t>(shape->begin(), shape->end());
     j["dtype"] = std::string(DTypeName(*dtype));
     j["placements"] = PlacementsToCompactString(spec->placements());
-    j["ranks"] = nlohmann::ordered_json::array();
-    for (const RankInfo& r : ranks) {
+    j["num_ranks"] = n;
+    j["ranks_omitted"] = tail_from - head;
+    j["local_shapes"] = Json::array();
+    for (const auto& [local, holders] : shapes) {
+      j["local_shapes"].push_back({{"shape", std::vector<int64_t>(local.begin(), local.end())},
+                                   {"ranks", holders.size()}});
+    }
+    j["ranks"] = Json::array();
+    for (int64_t i = 0; i < n; ++i) {
+      if (i == head) i = tail_from;
+      if (i >= n) break;
+      const RankInfo& r = ranks[i];
       j["ranks"].push_back({{"rank", r.rank},
                             {"coordinate", r.coord},
                             {"local_shape", std::vector<int64_t>(r.local.begin(), r.local.end())},
                             {"offset", std::vector<int64_t>(r.offset.begin(), r.offset.end())},
                             {"ranges", RangesJson(r.ranges)}});
     }
+    j["cost_model"] = Json::parse(CostModelToJson(cost));
+    if (cost.ranks_per_host > 0) {
+      j["hosts"] = {{"ranks_per_host", cost.ranks_per_host},
+                    {"num_hosts", num_hosts},
+                    {"cross_host_mesh_dims", cross_dims}};
+    }
     if (plan) {
       j["to"] = PlacementsToCompactString(plan->dst);
       j["strategy"] = plan->strategy;
       j["cost_us"] = plan->cost_us;
-      j["plan"] = nlohmann::ordered_json::array();
+      j["plan"] = Json::array();
       for (const PlanStep& s : plan->steps) {
-        nlohmann::ordered_json dims(std::vector<int>(s.mesh_dims.begin(), s.mesh_dims.end()));
-        j["plan"].push_back({{"mesh_dim", s.mesh_dims.size() == 1 ? nlohmann::ordered_json(s.mesh_dims[0]) : dims},
+        Json dims(std::vector<int>(s.mesh_dims.begin(), s.mesh_dims.end()));
+        j["plan"].push_back({{"mesh_dim", s.mesh_dims.size() == 1 ? Json(s.mesh_dims[0]) : dims},
                              {"mesh_dims", dims},
                              {"from", PlacementsToCompactString(s.from)},
                              {"to", PlacementsToCompactString(s.to)},
                              {"collective", std::string(CollectiveName(s.collective))},
                              {"bytes", s.bytes},
                              {"group_size", s.group_size},
-                             {"logical_shape", std::vector<int64_t>(s.logical_shape.begin(), s.logical_shape.end())}});
+                             {"logical_shape", std::vector<int64_t>(s.logical_shape.begin(), s.logical_shape.end())},
+                             {"crosses_hosts", s.crosses_hosts},
+                             {"cost_us", s.cost_us}});
       }
     }
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
 
-  std::printf("%s: %lld ranks\n\n", spec->Describe().c_str(), static_cast<long long>(mesh->Size()));
+  std::printf("%s: %lld ranks\n", spec->Describe().c_str(), static_cast<long long>(n));
+  if (cost.ranks_per_host > 0) {
+    std::printf("hosts: %lld of %lld ranks (rank r on host r / %lld); groups along %s cross hosts\n",
+                static_cast<long long>(num_hosts), static_cast<long long>(cost.ranks_per_host),
+                static_cast<long long>(cost.ranks_per_host), DimNames(*mesh, cross_dims).c_str());
+  }
+  std::printf("\n");
   std::vector<std::string> header = {"rank", "coordinate", "local_shape", "offset", "ranges"};
   std::vector<std::vector<std::string>> rows;
-  const int64_t n = static_cast<int64_t>(ranks.size());
   for (int64_t i = 0; i < n; ++i) {
-    if (n > max_ranks && i == max_ranks / 2) {
-      rows.push_back({"...", absl::StrCat("(", n - max_ranks, " more)"), "", "", ""});
-      i = n - max_ranks / 2;
+    if (i == head && tail_from > head) {
+      rows.push_back({"...", absl::StrCat("(", tail_from - head, " more)"), "", "", ""});
+      i = tail_from;
+      if (i >= n) break;
     }
     const RankInfo& r = ranks[i];
     rows.push_back({absl::StrCat(r.rank), Join(r.coord), ShapeToString(r.local), ShapeToString(r.offset),
@@ -337,30 +431,56 @@ int Explain(const Flags& flags) {
     for (size_t c = 0; c < row.size(); ++c) {
       absl::StrAppend(&line, row[c], c + 1 < row.size() ? std::string(w[c] - row[c].size() + 2, ' ') : "");
     }
-    std::printf("%s\n", line.c_str());
+    std::printf("%s\n", std::string(absl::StripTrailingAsciiWhitespace(line)).c_str());
   };
   print_row(header);
   for (const auto& row : rows) print_row(row);
+  if (tail_from > head || shapes.size() > 1) {
+    constexpr size_t kMaxShapes = 8;
+    std::printf("\nlocal shapes (%zu distinct):", shapes.size());
+    for (size_t i = 0; i < shapes.size() && i < kMaxShapes; ++i) {
+      const auto& [local, holders] = shapes[i];
+      std::printf("%s %s on %zu rank%s (%s)", i ? "," : "", ShapeToString(local).c_str(),
+                  holders.size(), holders.size() == 1 ? "" : "s", RankList(holders).c_str());
+    }
+    if (shapes.size() > kMaxShapes) std::printf(", %zu more", shapes.size() - kMaxShapes);
+    std::printf("\n");
+  }
   PrintPicture(pic);
 
   if (plan) {
     const size_t nsteps = plan->steps.size();
     const int ncoll = plan->num_collectives();
-    std::printf("\nplan %s -> %s: %zu step%s, %d collective%s (%s planner, est. %.1f us)\n",
+    std::printf("\nplan %s -> %s: %zu step%s, %d collective%s (%s planner, est. %s)\n",
                 PlacementsToString(plan->src).c_str(), PlacementsToString(plan->dst).c_str(),
                 nsteps, nsteps == 1 ? "" : "s", ncoll, ncoll == 1 ? "" : "s", plan->strategy,
-                plan->cost_us);
+                TimeText(plan->cost_us).c_str());
+    if (flags.Has("cost-model") || cost.ranks_per_host > 0) {
+      std::printf("cost model%s: intra-host %s", flags.Has("cost-model") ? absl::StrCat(" ", flags.Get("cost-model")).c_str() : "",
+                  LinkText(cost.intra).c_str());
+      if (cost.ranks_per_host > 0) std::printf("; cross-host %s", LinkText(cost.inter).c_str());
+      std::printf("\n");
+    }
     if (plan->steps.empty()) {
       std::printf("  nothing to do: the layouts are the same\n");
       return 0;
     }
+    const bool hosts = cost.ranks_per_host > 0;
     std::vector<std::string> ph = {"step", "mesh_dim", "from", "to", "collective", "bytes/rank", "logical_shape"};
+    if (hosts) ph.push_back("hosts");
+    ph.push_back("est");
     std::vector<std::vector<std::string>> prow;
     for (size_t i = 0; i < plan->steps.size(); ++i) {
       const PlanStep& s = plan->steps[i];
       prow.push_back({absl::StrCat(i), DimLabel(*spec, s), PlacementsToCompactString(s.from),
                       PlacementsToCompactString(s.to), std::string(CollectiveName(s.collective)),
-                      absl::StrCat(s.bytes), ShapeToString(s.logical_shape)});
+                      BytesText(s.bytes), ShapeToString(s.logical_shape)});
+      if (hosts) {
+        prow.back().push_back(s.collective == Collective::kLocal ? "-"
+                              : s.crosses_hosts                   ? "cross-host"
+                                                                  : "intra-host");
+      }
+      prow.back().push_back(TimeText(s.cost_us));
     }
     w.assign(ph.size(), 0);
     for (size_t c = 0; c < ph.size(); ++c) {

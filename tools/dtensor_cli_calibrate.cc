@@ -1,0 +1,162 @@
+// `dtensor calibrate`: a cost model file (dtensor/cost_model.h) fitted to a bench/collectives run.
+//
+//   build/bin/collectives --quick --backends mpi,gloo > collectives.txt
+//   dtensor calibrate --bench collectives.txt --intra mpi --inter gloo --ranks-per-host 2
+//                     --description "..." --out tools/cost_models/loopback_2vcpu.json
+//
+// Input: the driver's table rows ("mpi  2 all_gather  64  ours_ms raw_ms ratio ours_GB/s raw_GB/s
+// memcpy_GB/s") and small all_reduce latencies ("mpi  2  14.1 us /  9.9 us"), or the workers' raw
+// "ROW ..." / "LAT ..." lines; anything else is skipped. For each of the two backends, every timing
+// of our communicator (the "ours" column; latencies without argument verification, the transport's
+// own) goes to FitLinkCost: latency and per-hop time come from the small messages and the group
+// sizes, bandwidth from the large ones. The copy bandwidth is the median memcpy rate of the intra
+// backend's rows of >= 16 MiB.
+//
+// On one machine "intra" is a shared-memory transport (mpi) and "inter" a network one (gloo over
+// TCP); on a cluster, run bench/collectives within a host and across two hosts and pass both files'
+// lines in one input.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/status.h"
+#include "dtensor/cost_model.h"
+#include "nlohmann/json.hpp"
+#include "tools/dtensor_cli.h"
+
+namespace dt::cli {
+namespace {
+
+struct BenchData {
+  std::map<std::string, std::vector<CollectiveTiming>> timings;  // by backend
+  std::map<std::string, std::vector<double>> memcpy_gbps;        // by backend, rows >= 16 MiB
+};
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+void AddRow(BenchData& data, const std::string& backend, int64_t n, Collective op, double mib,
+            double ours_ms, double memcpy_gbps) {
+  data.timings[backend].push_back({op, n, mib * kMiB, ours_ms * 1000});
+  if (mib >= 16 && memcpy_gbps > 0) data.memcpy_gbps[backend].push_back(memcpy_gbps);
+}
+
+void AddLatency(BenchData& data, const std::string& backend, int64_t n, double plain_us) {
+  // bench/collectives times an all_reduce of 8 floats.
+  data.timings[backend].push_back({Collective::kAllReduce, n, 32, plain_us});
+}
+
+BenchData ParseBench(std::istream& in) {
+  BenchData data;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    int64_t n = 0;
+    double mib = 0, a = 0, b = 0, c = 0, d = 0;
+    if (f.size() == 9 && f[0] == "ROW") {  // ROW backend n op MiB ours_ms raw_ms memcpy_ms ratio
+      auto op = ParseCollective(f[3]);
+      if (op.ok() && absl::SimpleAtoi(f[2], &n) && absl::SimpleAtod(f[4], &mib) &&
+          absl::SimpleAtod(f[5], &a) && absl::SimpleAtod(f[7], &c) && c > 0) {
+        AddRow(data, f[1], n, *op, mib, a, mib * kMiB / c / 1e6);
+      }
+    } else if (f.size() == 5 && f[0] == "LAT") {  // LAT backend n verify_us plain_us
+      if (absl::SimpleAtoi(f[2], &n) && absl::SimpleAtod(f[4], &a)) AddLatency(data, f[1], n, a);
+    } else if (f.size() == 10) {  // backend n op MiB ours_ms raw_ms ratio ours raw memcpy (GB/s)
+      auto op = ParseCollective(f[2]);
+      if (op.ok() && absl::SimpleAtoi(f[1], &n) && absl::SimpleAtod(f[3], &mib) &&
+          absl::SimpleAtod(f[4], &a) && absl::SimpleAtod(f[9], &d)) {
+        AddRow(data, f[0], n, *op, mib, a, d);
+      }
+    } else if (f.size() == 7 && f[3] == "us" && f[4] == "/" && f[6] == "us") {  // backend n v us / p us
+      if (absl::SimpleAtoi(f[1], &n) && absl::SimpleAtod(f[5], &b)) AddLatency(data, f[0], n, b);
+    }
+  }
+  return data;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int Calibrate(const Flags& flags) {
+  auto fail = [](const absl::Status& s) {
+    std::fprintf(stderr, "dtensor calibrate: %s\n", std::string(s.message()).c_str());
+    return 2;
+  };
+  auto path = flags.Required("bench");
+  if (!path.ok()) {
+    return fail(absl::InvalidArgumentError(
+        "missing --bench FILE (the output of build/bin/collectives; '-' reads stdin)"));
+  }
+  BenchData data;
+  if (*path == "-") {
+    data = ParseBench(std::cin);
+  } else {
+    std::ifstream in(*path);
+    if (!in) return fail(absl::NotFoundError(absl::StrCat("cannot read --bench ", *path)));
+    data = ParseBench(in);
+  }
+  CostModel model;
+  if (flags.Has("ranks-per-host") &&
+      (!absl::SimpleAtoi(flags.Get("ranks-per-host"), &model.ranks_per_host) ||
+       model.ranks_per_host < 0)) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "bad --ranks-per-host '", flags.Get("ranks-per-host"), "': expected an integer >= 0")));
+  }
+  std::vector<std::string> found;
+  for (const auto& [backend, t] : data.timings) found.push_back(backend);
+  nlohmann::ordered_json calibration;
+  calibration["source"] = absl::StrCat("bench/collectives output ", *path);
+  for (const char* side : {"intra", "inter"}) {
+    const std::string backend = flags.Get(side, side == std::string("intra") ? "mpi" : "gloo");
+    auto it = data.timings.find(backend);
+    if (it == data.timings.end()) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "no timings for backend '", backend, "' (--", side, ") in ", *path,
+          ": expected bench/collectives rows such as 'mpi  2 all_gather  64  1.234 ...'; found ",
+          found.empty() ? "none" : absl::StrCat("backends ", absl::StrJoin(found, ", ")))));
+    }
+    auto fit = FitLinkCost(it->second);
+    if (!fit.ok()) return fail(absl::InvalidArgumentError(absl::StrCat(backend, ": ", fit.status().message())));
+    (side == std::string("intra") ? model.intra : model.inter) = fit->link;
+    calibration[side] = {{"backend", backend},
+                         {"timings", fit->samples},
+                         {"max_relative_error", std::round(fit->max_relative_error * 1000) / 1000}};
+    std::fprintf(stderr,
+                 "%s-host (%s, %d timings): latency %.2f us, %.2f us per hop, %.3g GB/s; largest "
+                 "error %.0f%%\n",
+                 side, backend.c_str(), fit->samples, fit->link.latency_us, fit->link.hop_us,
+                 fit->link.gb_per_s(), fit->max_relative_error * 100);
+  }
+  const std::string intra = flags.Get("intra", "mpi");
+  if (auto m = data.memcpy_gbps.find(intra); m != data.memcpy_gbps.end() && !m->second.empty()) {
+    model.copy_bytes_per_us = Median(m->second) * 1e3;
+    calibration["copy"] = absl::StrCat("median memcpy rate of the ", intra, " rows >= 16 MiB");
+  }
+  const std::string json =
+      CostModelToJson(model, flags.Get("description", absl::StrCat("calibrated from ", *path)),
+                      calibration.dump());
+  if (flags.Has("out")) {
+    std::ofstream out(flags.Get("out"));
+    if (!(out << json)) return fail(absl::InvalidArgumentError(absl::StrCat("cannot write --out ", flags.Get("out"))));
+  } else {
+    std::fputs(json.c_str(), stdout);
+  }
+  return 0;
+}
+
+}  // namespace dt::cli
