@@ -289,12 +289,13 @@ absl::StatusOr<LinkFit> FitLinkCost(absl::Span<const CollectiveTiming> timings) 
     }
     rows.push_back({1 / t.time_us, TimingHops(t) / t.time_us, TimingBytesSent(t) / t.time_us});
   }
-  // Every subset of {latency, hop} with the bandwidth term; the feasible fit (latency, hop >= 0,
-  // bandwidth > 0) with the smallest residual wins.
+  // Latency and hop, latency alone or hop alone, each with the bandwidth term; the feasible fit
+  // (latency, hop >= 0, bandwidth > 0) with the smallest residual wins. Bandwidth alone is no model
+  // of small messages.
   std::optional<std::vector<double>> best;
   double best_residual = 0;
   for (const std::vector<int>& cols : {std::vector<int>{0, 1, 2}, std::vector<int>{0, 2},
-                                       std::vector<int>{1, 2}, std::vector<int>{2}}) {
+                                       std::vector<int>{1, 2}}) {
     std::optional<std::vector<double>> x = SolveColumns(rows, cols);
     if (!x || (*x)[0] < 0 || (*x)[1] < 0 || !((*x)[2] > 0)) continue;
     double residual = 0;

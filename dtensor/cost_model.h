@@ -112,8 +112,9 @@ struct LinkFit {
   int samples = 0;
 };
 // Least squares over relative errors of time = latency + hops * hop + bytes_sent / bandwidth, with
-// latency, hop >= 0 (a parameter the data cannot separate is 0; hop needs two group sizes).
-// Errors: fewer than 2 timings, non-positive times, times that do not grow with bytes.
+// latency, hop >= 0, not both 0 (a parameter the data cannot separate is 0; hop needs two group
+// sizes or two kinds of collective). Errors: fewer than 2 timings, non-positive times, times that
+// do not grow with bytes.
 absl::StatusOr<LinkFit> FitLinkCost(absl::Span<const CollectiveTiming> timings);
 
 }  // namespace dt
