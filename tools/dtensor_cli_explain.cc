@@ -52,7 +52,7 @@ std::string RangesText(const DimRanges& ranges) {
   return absl::StrJoin(dims, " x ");
 }
 
-// "0-3,8" for {0,1,2,3,8}; "0-56 by 8" for {0,8,...,56}.
+// "0-3,8" for {0,1,2,3,8}; "0-56 by 8" for {0,8,...,56}; "0,8,...,7679 (1024)" when long.
 std::string RankList(const std::vector<int>& ranks) {
   if (ranks.size() >= 3 && ranks[1] - ranks[0] > 1) {
     const int step = ranks[1] - ranks[0];
@@ -68,7 +68,10 @@ std::string RankList(const std::vector<int>& ranks) {
     i = j + 1;
   }
   std::string s = absl::StrJoin(parts, ",");
-  if (s.size() > 24) s = s.substr(0, 21) + "...";
+  // Too long: the first two runs, the last rank and the count, "0,8,...,7679 (1024)".
+  if (s.size() > 24 && parts.size() > 2) {
+    s = absl::StrCat(parts[0], ",", parts[1], ",...,", ranks.back(), " (", ranks.size(), ")");
+  }
   return s;
 }
 
