@@ -13,6 +13,8 @@
 // RESULT plan_time_ms_max_<d>d <max over the pairs of the <d>-dim meshes> 10 PASS|FAIL  (d = 1..5)
 // RESULT plan_time_ms_1e4_ranks <max over the pairs of the 10^4-rank meshes of <= 5 dims> 10 ...
 
+#include "dtensor/planner.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,7 +27,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "dtensor/planner.h"
 #include "dtensor/spec.h"
 
 namespace dt {
@@ -46,10 +47,13 @@ Placement RandomPlacement(std::mt19937& rng, const Shape& shape, bool partial, R
   const int kind = std::uniform_int_distribution<int>(0, partial ? 5 : 4)(rng);
   const int d = std::uniform_int_distribution<int>(0, static_cast<int>(shape.size()) - 1)(rng);
   switch (kind) {
-    case 0: return Placement::Replicate();
+    case 0:
+      return Placement::Replicate();
     case 1:
-    case 2: return Placement::Shard(d);
-    case 3: return Placement::StridedShard(d, std::uniform_int_distribution<int64_t>(2, 4)(rng));
+    case 2:
+      return Placement::Shard(d);
+    case 3:
+      return Placement::StridedShard(d, std::uniform_int_distribution<int64_t>(2, 4)(rng));
     case 4: {
       // A fused-weight block list over the whole tensor dim: valid when no mesh dim left of this
       // one splits d (otherwise the spec is rejected and the pair drawn again).
@@ -63,7 +67,8 @@ Placement RandomPlacement(std::mt19937& rng, const Shape& shape, bool partial, R
       blocks.push_back(left);
       return Placement::BlockShard(d, std::move(blocks));
     }
-    default: return Placement::Partial(op);
+    default:
+      return Placement::Partial(op);
   }
 }
 
@@ -125,21 +130,33 @@ double Quantile(std::vector<double> v, double q) {
 int Run(bool quick, int samples, int64_t ranks_per_host) {
   if (samples <= 0) samples = quick ? 1000 : 10000;
   const std::vector<MeshCase> meshes = {
-      {{8}},           {{1024}},         {{10000}},                                  // 1 dim
-      {{8, 8}},        {{128, 64}},      {{100, 100}},                               // 2
-      {{16, 16, 16}},  {{32, 16, 16}},   {{10, 10, 100}},                            // 3
-      {{8, 8, 8, 8}},  {{16, 8, 8, 8}},  {{10, 10, 10, 10}},                         // 4
-      {{4, 4, 4, 4, 4}}, {{8, 8, 8, 4, 4}}, {{4, 5, 5, 10, 10}},                     // 5
-      {{4, 4, 4, 4, 4, 4}, true},      {{10, 10, 10, 10, 10}, true},                 // info
+      {{8}},
+      {{1024}},
+      {{10000}},  // 1 dim
+      {{8, 8}},
+      {{128, 64}},
+      {{100, 100}},  // 2
+      {{16, 16, 16}},
+      {{32, 16, 16}},
+      {{10, 10, 100}},  // 3
+      {{8, 8, 8, 8}},
+      {{16, 8, 8, 8}},
+      {{10, 10, 10, 10}},  // 4
+      {{4, 4, 4, 4, 4}},
+      {{8, 8, 8, 4, 4}},
+      {{4, 5, 5, 10, 10}},  // 5
+      {{4, 4, 4, 4, 4, 4}, true},
+      {{10, 10, 10, 10, 10}, true},  // info
   };
   PlannerOptions best;
   best.cost.ranks_per_host = ranks_per_host;
   PlannerOptions greedy = best;
   greedy.strategy = PlannerOptions::Strategy::kGreedy;
 
-  std::printf("bench_planner: %d random (src, dst) pairs per mesh, best of 3 cold plans each, "
-              "%lld ranks per host\n",
-              samples, static_cast<long long>(ranks_per_host));
+  std::printf(
+      "bench_planner: %d random (src, dst) pairs per mesh, best of 3 cold plans each, "
+      "%lld ranks per host\n",
+      samples, static_cast<long long>(ranks_per_host));
   std::printf("%-18s %4s %7s %7s %10s %10s %10s %12s %8s\n", "mesh", "dims", "ranks", "pairs",
               "median ms", "p99 ms", "max ms", "greedy med", "ratio");
   std::map<int, double> max_by_dims;

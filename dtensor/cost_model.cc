@@ -19,11 +19,16 @@ namespace dt {
 
 absl::string_view CollectiveName(Collective c) {
   switch (c) {
-    case Collective::kLocal: return "local";
-    case Collective::kAllGather: return "all_gather";
-    case Collective::kAllReduce: return "all_reduce";
-    case Collective::kReduceScatter: return "reduce_scatter";
-    case Collective::kAllToAll: return "all_to_all";
+    case Collective::kLocal:
+      return "local";
+    case Collective::kAllGather:
+      return "all_gather";
+    case Collective::kAllReduce:
+      return "all_reduce";
+    case Collective::kReduceScatter:
+      return "reduce_scatter";
+    case Collective::kAllToAll:
+      return "all_to_all";
   }
   return "?";
 }
@@ -33,9 +38,9 @@ absl::StatusOr<Collective> ParseCollective(absl::string_view name) {
                        Collective::kReduceScatter, Collective::kAllToAll}) {
     if (CollectiveName(c) == name) return c;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown collective '", name,
-      "': expected local, all_gather, all_reduce, reduce_scatter or all_to_all"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown collective '", name,
+                   "': expected local, all_gather, all_reduce, reduce_scatter or all_to_all"));
 }
 
 // ---- hosts -------------------------------------------------------------------------------------
@@ -110,8 +115,10 @@ absl::StatusOr<double> Number(const Json& v, absl::string_view what, const std::
 absl::Status ParseLink(const Json& j, absl::string_view what, const std::string& name,
                        LinkCost& link) {
   if (!j.is_object()) {
-    return Bad(what, absl::StrCat(name, " must be an object like {\"latency_us\": 6.6, \"hop_us\": "
-                                        "0.6, \"gb_per_s\": 87.7}, got ", j.dump()));
+    return Bad(what, absl::StrCat(name,
+                                  " must be an object like {\"latency_us\": 6.6, \"hop_us\": "
+                                  "0.6, \"gb_per_s\": 87.7}, got ",
+                                  j.dump()));
   }
   for (const auto& [key, v] : j.items()) {
     const std::string path = absl::StrCat(name, ".", key);
@@ -139,20 +146,22 @@ absl::StatusOr<CostModel> ParseCostModelJson(absl::string_view text, absl::strin
     j = Json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::exception& e) {
     std::string msg = e.what();
-    if (const size_t close = msg.find("] "); msg.rfind("[json.exception", 0) == 0 &&
-                                             close != std::string::npos) {
+    if (const size_t close = msg.find("] ");
+        msg.rfind("[json.exception", 0) == 0 && close != std::string::npos) {
       msg = msg.substr(close + 2);
     }
     return Bad(what, absl::StrCat("not valid JSON: ", msg));
   }
   if (!j.is_object()) {
     return Bad(what, absl::StrCat("expected a JSON object with keys ranks_per_host, intra, inter, "
-                                  "copy_gb_per_s, got ", j.type_name()));
+                                  "copy_gb_per_s, got ",
+                                  j.type_name()));
   }
   CostModel model;
   for (const auto& [key, v] : j.items()) {
     if (key == "description") {
-      if (!v.is_string()) return Bad(what, absl::StrCat("description must be a string, got ", v.dump()));
+      if (!v.is_string())
+        return Bad(what, absl::StrCat("description must be a string, got ", v.dump()));
     } else if (key == "calibration") {
       // Provenance (how the numbers were measured); not read.
     } else if (key == "ranks_per_host") {
@@ -214,11 +223,14 @@ std::string CostModelToJson(const CostModel& model, absl::string_view descriptio
 double TimingBytesSent(const CollectiveTiming& t) {
   const double k = static_cast<double>(t.group_size);
   switch (t.collective) {
-    case Collective::kAllReduce: return 2 * (k - 1) / k * t.buffer_bytes;
+    case Collective::kAllReduce:
+      return 2 * (k - 1) / k * t.buffer_bytes;
     case Collective::kAllGather:
     case Collective::kReduceScatter:
-    case Collective::kAllToAll: return (k - 1) / k * t.buffer_bytes;
-    case Collective::kLocal: return 0;
+    case Collective::kAllToAll:
+      return (k - 1) / k * t.buffer_bytes;
+    case Collective::kLocal:
+      return 0;
   }
   return 0;
 }
@@ -226,9 +238,12 @@ double TimingBytesSent(const CollectiveTiming& t) {
 double TimingHops(const CollectiveTiming& t) {
   const double k = static_cast<double>(t.group_size);
   switch (t.collective) {
-    case Collective::kAllReduce: return 2 * (k - 1);
-    case Collective::kLocal: return 0;
-    default: return k - 1;
+    case Collective::kAllReduce:
+      return 2 * (k - 1);
+    case Collective::kLocal:
+      return 0;
+    default:
+      return k - 1;
   }
 }
 
@@ -294,8 +309,8 @@ absl::StatusOr<LinkFit> FitLinkCost(absl::Span<const CollectiveTiming> timings) 
   // of small messages.
   std::optional<std::vector<double>> best;
   double best_residual = 0;
-  for (const std::vector<int>& cols : {std::vector<int>{0, 1, 2}, std::vector<int>{0, 2},
-                                       std::vector<int>{1, 2}}) {
+  for (const std::vector<int>& cols :
+       {std::vector<int>{0, 1, 2}, std::vector<int>{0, 2}, std::vector<int>{1, 2}}) {
     std::optional<std::vector<double>> x = SolveColumns(rows, cols);
     if (!x || (*x)[0] < 0 || (*x)[1] < 0 || !((*x)[2] > 0)) continue;
     double residual = 0;

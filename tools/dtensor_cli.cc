@@ -55,7 +55,8 @@ absl::StatusOr<Flags> Flags::Parse(int argc, char** argv, const std::vector<std:
       value = key.substr(eq + 1);
       key = key.substr(0, eq);
     } else if (!is_switch) {
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat("--", key, " needs a value"));
+      if (i + 1 >= argc)
+        return absl::InvalidArgumentError(absl::StrCat("--", key, " needs a value"));
       value = argv[++i];
     } else {
       value = "1";
@@ -107,7 +108,8 @@ absl::StatusOr<Shape> Flags::TensorShape() const {
 absl::StatusOr<Placements> Flags::PlacementList(const std::string& key) const {
   DT_ASSIGN_OR_RETURN(std::string text, Required(key));
   auto p = ParsePlacements(text);
-  if (!p.ok()) return absl::InvalidArgumentError(absl::StrCat("--", key, ": ", p.status().message()));
+  if (!p.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--", key, ": ", p.status().message()));
   return p;
 }
 
@@ -132,8 +134,9 @@ absl::StatusOr<PlannerOptions> Flags::Planner() const {
   if (Has("ranks-per-host")) {
     int64_t n = 0;
     if (!absl::SimpleAtoi(Get("ranks-per-host"), &n) || n < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "bad --ranks-per-host '", Get("ranks-per-host"), "': expected an integer >= 0 (0: one host)"));
+      return absl::InvalidArgumentError(absl::StrCat("bad --ranks-per-host '",
+                                                     Get("ranks-per-host"),
+                                                     "': expected an integer >= 0 (0: one host)"));
     }
     options.cost.ranks_per_host = n;
   }
@@ -173,8 +176,10 @@ int Verify(const Flags& flags) {
     }
     // Validate the request before starting any rank: an illegal one is a clear error (exit 2).
     DT_ASSIGN_OR_RETURN(DeviceMesh abstract, DeviceMesh::Abstract(req.mesh, req.names));
-    DT_ASSIGN_OR_RETURN(DTensorSpec src, DTensorSpec::Create(abstract, req.from, req.shape, req.dtype));
-    DT_ASSIGN_OR_RETURN(DTensorSpec dst, DTensorSpec::Create(abstract, req.to, req.shape, req.dtype));
+    DT_ASSIGN_OR_RETURN(DTensorSpec src,
+                        DTensorSpec::Create(abstract, req.from, req.shape, req.dtype));
+    DT_ASSIGN_OR_RETURN(DTensorSpec dst,
+                        DTensorSpec::Create(abstract, req.to, req.shape, req.dtype));
     return PlanRedistribute(src, dst, req.planner).status();
   };
   if (absl::Status s = parse(); !s.ok()) return Fail(s);
@@ -199,19 +204,20 @@ int Verify(const Flags& flags) {
   };
   absl::Status status;
   if (backend == "threads") {
-    status = World::RunThreads(static_cast<int>(n), [&](World& w) { return run(w.shared_from_this()); },
-                               options);
+    status = World::RunThreads(
+        static_cast<int>(n), [&](World& w) { return run(w.shared_from_this()); }, options);
   } else {
     auto world = World::FromEnv(options);
     if (!world.ok()) return Fail(world.status());
     world_size = (*world)->size();
     print = (*world)->rank() == 0;
     if (world_size != n) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "mesh ", absl::StrJoin(req.mesh, "x"), " needs ", n, " ranks but this ", backend,
-          " job has ", world_size, "; launch with: ",
-          backend == "mpi" ? absl::StrCat("mpirun -np ", n) : absl::StrCat("dtrun --nproc-per-node ", n),
-          " dtensor verify ... --backend ", backend)));
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("mesh ", absl::StrJoin(req.mesh, "x"), " needs ", n, " ranks but this ",
+                       backend, " job has ", world_size, "; launch with: ",
+                       backend == "mpi" ? absl::StrCat("mpirun -np ", n)
+                                        : absl::StrCat("dtrun --nproc-per-node ", n),
+                       " dtensor verify ... --backend ", backend)));
     }
     status = run(*world);
     if (status.ok() && !print) {  // other ranks: report their own mismatches (dtrun prefixes them)
@@ -243,7 +249,8 @@ constexpr const char* kUsage =
     "usage:\n"
     "  dtensor explain   --mesh 4x2 [--names dp,tp] --shape 13,2 --placements 'S(0),S(0)'\n"
     "                    [--to 'R,R'] [--dtype f32] [--strategy best|greedy|search] [--json]\n"
-    "                    [--svg FILE] [--max-ranks N|all] [--cost-model FILE] [--ranks-per-host N]\n"
+    "                    [--svg FILE] [--max-ranks N|all] [--cost-model FILE] [--ranks-per-host "
+    "N]\n"
     "  dtensor verify    --mesh 4x2 [--names dp,tp] --shape 13,2 --from 'S(0),S(0)' --to 'R,R'\n"
     "                    [--dtype f32] [--backend threads|gloo|mpi] [--seed N]\n"
     "                    [--strategy best|greedy|search] [--cost-model FILE] [--ranks-per-host N]\n"
@@ -252,7 +259,8 @@ constexpr const char* kUsage =
     "                    (a cost model file from the output of bench/collectives)\n"
     "  dtensor styles    (the tensor-parallel style registry)\n"
     "placements: R, S(dim), P(sum|avg|min|max|prod), _S(dim,split_factor), _S(dim,[b0,b1,...])\n"
-    "--ranks-per-host N: ranks r*N .. r*N+N-1 share a host; explain marks steps intra-/cross-host\n";
+    "--ranks-per-host N: ranks r*N .. r*N+N-1 share a host; explain marks steps "
+    "intra-/cross-host\n";
 
 }  // namespace
 

@@ -78,7 +78,8 @@ BenchData ParseBench(std::istream& in) {
           absl::SimpleAtod(f[4], &a) && absl::SimpleAtod(f[9], &d)) {
         AddRow(data, f[0], n, *op, mib, a, d);
       }
-    } else if (f.size() == 7 && f[3] == "us" && f[4] == "/" && f[6] == "us") {  // backend n v us / p us
+    } else if (f.size() == 7 && f[3] == "us" && f[4] == "/" &&
+               f[6] == "us") {  // backend n v us / p us
       if (absl::SimpleAtoi(f[1], &n) && absl::SimpleAtod(f[5], &b)) AddLatency(data, f[0], n, b);
     }
   }
@@ -131,7 +132,8 @@ int Calibrate(const Flags& flags) {
           found.empty() ? "none" : absl::StrCat("backends ", absl::StrJoin(found, ", ")))));
     }
     auto fit = FitLinkCost(it->second);
-    if (!fit.ok()) return fail(absl::InvalidArgumentError(absl::StrCat(backend, ": ", fit.status().message())));
+    if (!fit.ok())
+      return fail(absl::InvalidArgumentError(absl::StrCat(backend, ": ", fit.status().message())));
     (side == std::string("intra") ? model.intra : model.inter) = fit->link;
     calibration[side] = {{"backend", backend},
                          {"timings", fit->samples},
@@ -147,12 +149,13 @@ int Calibrate(const Flags& flags) {
     model.copy_bytes_per_us = Median(m->second) * 1e3;
     calibration["copy"] = absl::StrCat("median memcpy rate of the ", intra, " rows >= 16 MiB");
   }
-  const std::string json =
-      CostModelToJson(model, flags.Get("description", absl::StrCat("calibrated from ", *path)),
-                      calibration.dump());
+  const std::string json = CostModelToJson(
+      model, flags.Get("description", absl::StrCat("calibrated from ", *path)), calibration.dump());
   if (flags.Has("out")) {
     std::ofstream out(flags.Get("out"));
-    if (!(out << json)) return fail(absl::InvalidArgumentError(absl::StrCat("cannot write --out ", flags.Get("out"))));
+    if (!(out << json))
+      return fail(
+          absl::InvalidArgumentError(absl::StrCat("cannot write --out ", flags.Get("out"))));
   } else {
     std::fputs(json.c_str(), stdout);
   }

@@ -78,8 +78,8 @@ std::string RankList(const std::vector<int>& ranks) {
 // The block picture: up to two tensor dims (the sharded ones first), cut at every piece boundary;
 // each cell lists the ranks that hold it.
 struct Picture {
-  std::vector<int> dims;                          // tensor dims shown (0, 1 or 2)
-  std::vector<std::vector<IndexRange>> segments;  // per shown dim
+  std::vector<int> dims;                             // tensor dims shown (0, 1 or 2)
+  std::vector<std::vector<IndexRange>> segments;     // per shown dim
   std::vector<std::vector<std::vector<int>>> cells;  // [row][col] -> ranks
   std::vector<int> empty_ranks;
   int64_t hidden_rows = 0, hidden_cols = 0;
@@ -110,7 +110,8 @@ Picture MakePicture(const DTensorSpec& spec, const std::vector<RankInfo>& ranks)
       }
     }
     std::vector<IndexRange> segs;
-    for (auto it = cuts.begin(); std::next(it) != cuts.end(); ++it) segs.push_back({*it, *std::next(it)});
+    for (auto it = cuts.begin(); std::next(it) != cuts.end(); ++it)
+      segs.push_back({*it, *std::next(it)});
     pic.segments.push_back(std::move(segs));
   }
   for (const RankInfo& r : ranks) {
@@ -155,10 +156,12 @@ void PrintPicture(const Picture& pic) {
                   : absl::StrCat("rows: dim ", pic.dims[0]).c_str());
   const size_t rows = pic.cells.size(), cols = pic.cells[0].size();
   std::vector<size_t> width(cols + 1, 0);
-  for (size_t i = 0; i < rows; ++i) width[0] = std::max(width[0], SegText(pic.segments[0][i]).size());
+  for (size_t i = 0; i < rows; ++i)
+    width[0] = std::max(width[0], SegText(pic.segments[0][i]).size());
   for (size_t j = 0; j < cols; ++j) {
     width[j + 1] = pic.dims.size() == 2 ? SegText(pic.segments[1][j]).size() : 5;
-    for (size_t i = 0; i < rows; ++i) width[j + 1] = std::max(width[j + 1], RankList(pic.cells[i][j]).size());
+    for (size_t i = 0; i < rows; ++i)
+      width[j + 1] = std::max(width[j + 1], RankList(pic.cells[i][j]).size());
   }
   std::string header = std::string(width[0], ' ') + " |";
   for (size_t j = 0; j < cols; ++j) {
@@ -192,17 +195,21 @@ absl::Status WriteSvg(const std::string& path, const DTensorSpec& spec, const Pi
   const int cw = std::max(48, static_cast<int>(720 / std::max<size_t>(cols, 1)));
   const int ch = 28, left = 90, top = 50;
   std::string svg = absl::StrFormat(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"monospace\" "
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+      "font-family=\"monospace\" "
       "font-size=\"12\">\n<text x=\"10\" y=\"20\">%s</text>\n",
-      left + cw * static_cast<int>(cols) + 20, top + ch * static_cast<int>(rows) + 40, spec.Describe());
+      left + cw * static_cast<int>(cols) + 20, top + ch * static_cast<int>(rows) + 40,
+      spec.Describe());
   for (size_t j = 0; j < cols && pic.dims.size() == 2; ++j) {
-    absl::StrAppendFormat(&svg, "<text x=\"%d\" y=\"%d\">%s</text>\n", left + cw * static_cast<int>(j) + 4,
-                          top - 6, SegText(pic.segments[1][j]));
+    absl::StrAppendFormat(&svg, "<text x=\"%d\" y=\"%d\">%s</text>\n",
+                          left + cw * static_cast<int>(j) + 4, top - 6,
+                          SegText(pic.segments[1][j]));
   }
   for (size_t i = 0; i < rows; ++i) {
     const int y = top + ch * static_cast<int>(i);
     if (!pic.dims.empty()) {
-      absl::StrAppendFormat(&svg, "<text x=\"10\" y=\"%d\">%s</text>\n", y + 18, SegText(pic.segments[0][i]));
+      absl::StrAppendFormat(&svg, "<text x=\"10\" y=\"%d\">%s</text>\n", y + 18,
+                            SegText(pic.segments[0][i]));
     }
     for (size_t j = 0; j < cols; ++j) {
       const auto& cell = pic.cells[i][j];
@@ -257,8 +264,8 @@ std::vector<std::pair<Shape, std::vector<int>>> LocalShapes(const std::vector<Ra
   std::vector<std::pair<Shape, std::vector<int>>> out;
   std::map<std::vector<int64_t>, size_t> index;
   for (const RankInfo& r : ranks) {
-    auto [it, inserted] = index.try_emplace(std::vector<int64_t>(r.local.begin(), r.local.end()),
-                                            out.size());
+    auto [it, inserted] =
+        index.try_emplace(std::vector<int64_t>(r.local.begin(), r.local.end()), out.size());
     if (inserted) out.push_back({r.local, {}});
     out[it->second].second.push_back(r.rank);
   }
@@ -280,7 +287,8 @@ std::vector<int> CrossHostDims(const DeviceMesh& mesh, int64_t ranks_per_host) {
 
 std::string DimNames(const DeviceMesh& mesh, const std::vector<int>& dims) {
   std::vector<std::string> names;
-  for (int i : dims) names.push_back(absl::StrCat(MeshDimName(mesh.names(), i), "(", mesh.Size(i), ")"));
+  for (int i : dims)
+    names.push_back(absl::StrCat(MeshDimName(mesh.names(), i), "(", mesh.Size(i), ")"));
   return names.empty() ? "none" : absl::StrJoin(names, ", ");
 }
 
@@ -362,8 +370,8 @@ int Explain(const Flags& flags) {
     j["ranks_omitted"] = tail_from - head;
     j["local_shapes"] = Json::array();
     for (const auto& [local, holders] : shapes) {
-      j["local_shapes"].push_back({{"shape", std::vector<int64_t>(local.begin(), local.end())},
-                                   {"ranks", holders.size()}});
+      j["local_shapes"].push_back(
+          {{"shape", std::vector<int64_t>(local.begin(), local.end())}, {"ranks", holders.size()}});
     }
     j["ranks"] = Json::array();
     for (int64_t i = 0; i < n; ++i) {
@@ -396,7 +404,8 @@ int Explain(const Flags& flags) {
                              {"collective", std::string(CollectiveName(s.collective))},
                              {"bytes", s.bytes},
                              {"group_size", s.group_size},
-                             {"logical_shape", std::vector<int64_t>(s.logical_shape.begin(), s.logical_shape.end())},
+                             {"logical_shape",
+                              std::vector<int64_t>(s.logical_shape.begin(), s.logical_shape.end())},
                              {"crosses_hosts", s.crosses_hosts},
                              {"cost_us", s.cost_us}});
       }
@@ -407,9 +416,10 @@ int Explain(const Flags& flags) {
 
   std::printf("%s: %lld ranks\n", spec->Describe().c_str(), static_cast<long long>(n));
   if (cost.ranks_per_host > 0) {
-    std::printf("hosts: %lld of %lld ranks (rank r on host r / %lld); groups along %s cross hosts\n",
-                static_cast<long long>(num_hosts), static_cast<long long>(cost.ranks_per_host),
-                static_cast<long long>(cost.ranks_per_host), DimNames(*mesh, cross_dims).c_str());
+    std::printf(
+        "hosts: %lld of %lld ranks (rank r on host r / %lld); groups along %s cross hosts\n",
+        static_cast<long long>(num_hosts), static_cast<long long>(cost.ranks_per_host),
+        static_cast<long long>(cost.ranks_per_host), DimNames(*mesh, cross_dims).c_str());
   }
   std::printf("\n");
   std::vector<std::string> header = {"rank", "coordinate", "local_shape", "offset", "ranges"};
@@ -421,8 +431,8 @@ int Explain(const Flags& flags) {
       if (i >= n) break;
     }
     const RankInfo& r = ranks[i];
-    rows.push_back({absl::StrCat(r.rank), Join(r.coord), ShapeToString(r.local), ShapeToString(r.offset),
-                    RangesText(r.ranges)});
+    rows.push_back({absl::StrCat(r.rank), Join(r.coord), ShapeToString(r.local),
+                    ShapeToString(r.offset), RangesText(r.ranges)});
   }
   std::vector<size_t> w(header.size());
   for (size_t c = 0; c < header.size(); ++c) {
@@ -432,7 +442,8 @@ int Explain(const Flags& flags) {
   auto print_row = [&](const std::vector<std::string>& row) {
     std::string line;
     for (size_t c = 0; c < row.size(); ++c) {
-      absl::StrAppend(&line, row[c], c + 1 < row.size() ? std::string(w[c] - row[c].size() + 2, ' ') : "");
+      absl::StrAppend(&line, row[c],
+                      c + 1 < row.size() ? std::string(w[c] - row[c].size() + 2, ' ') : "");
     }
     std::printf("%s\n", std::string(absl::StripTrailingAsciiWhitespace(line)).c_str());
   };
@@ -459,7 +470,8 @@ int Explain(const Flags& flags) {
                 nsteps, nsteps == 1 ? "" : "s", ncoll, ncoll == 1 ? "" : "s", plan->strategy,
                 TimeText(plan->cost_us).c_str());
     if (flags.Has("cost-model") || cost.ranks_per_host > 0) {
-      std::printf("cost model%s: intra-host %s", flags.Has("cost-model") ? absl::StrCat(" ", flags.Get("cost-model")).c_str() : "",
+      std::printf("cost model%s: intra-host %s",
+                  flags.Has("cost-model") ? absl::StrCat(" ", flags.Get("cost-model")).c_str() : "",
                   LinkText(cost.intra).c_str());
       if (cost.ranks_per_host > 0) std::printf("; cross-host %s", LinkText(cost.inter).c_str());
       std::printf("\n");
@@ -469,7 +481,8 @@ int Explain(const Flags& flags) {
       return 0;
     }
     const bool hosts = cost.ranks_per_host > 0;
-    std::vector<std::string> ph = {"step", "mesh_dim", "from", "to", "collective", "bytes/rank", "logical_shape"};
+    std::vector<std::string> ph = {"step",       "mesh_dim",   "from",         "to",
+                                   "collective", "bytes/rank", "logical_shape"};
     if (hosts) ph.push_back("hosts");
     ph.push_back("est");
     std::vector<std::vector<std::string>> prow;
@@ -480,8 +493,8 @@ int Explain(const Flags& flags) {
                       BytesText(s.bytes), ShapeToString(s.logical_shape)});
       if (hosts) {
         prow.back().push_back(s.collective == Collective::kLocal ? "-"
-                              : s.crosses_hosts                   ? "cross-host"
-                                                                  : "intra-host");
+                              : s.crosses_hosts                  ? "cross-host"
+                                                                 : "intra-host");
       }
       prow.back().push_back(TimeText(s.cost_us));
     }

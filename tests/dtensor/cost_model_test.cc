@@ -131,7 +131,8 @@ TEST(CostModelFileTest, ErrorsAreClear) {
             "cost model 'x.json': expected a JSON object with keys ranks_per_host, intra, inter, "
             "copy_gb_per_s, got array");
   const std::string syntax = err("{\n  \"intra\": {\"latency_us\": 6.6,}\n}");
-  EXPECT_EQ(syntax.rfind("cost model 'x.json': not valid JSON: parse error at line 2, column", 0), 0u)
+  EXPECT_EQ(syntax.rfind("cost model 'x.json': not valid JSON: parse error at line 2, column", 0),
+            0u)
       << syntax;
   auto missing = LoadCostModel("/nonexistent/cost.json");
   ASSERT_FALSE(missing.ok());
@@ -159,8 +160,8 @@ std::vector<CollectiveTiming> Synthetic(const LinkCost& link, double noise = 0) 
     for (int64_t k : {2, 4}) {
       for (double bytes : {32.0, 1048576.0, 16777216.0, 67108864.0}) {
         CollectiveTiming t{c, k, bytes, 0};
-        t.time_us = link.latency_us + TimingHops(t) * link.hop_us +
-                    TimingBytesSent(t) / link.bytes_per_us;
+        t.time_us =
+            link.latency_us + TimingHops(t) * link.hop_us + TimingBytesSent(t) / link.bytes_per_us;
         t.time_us *= 1 + noise * ((i++ % 3) - 1);  // -noise, 0, +noise
         out.push_back(t);
       }
