@@ -19,14 +19,15 @@
 //
 //   model                          intra: latency, hop, GB/s   inter: latency, hop, GB/s
 //   default (PyTorch's constants)  6.6 us, 0.6 us, 87.7        6.6 us, 2.7 us, 19.3 (0.22x)
-//   tools/cost_models/*.json       measured or assumed clusters (see docs/dtensor.md)
+//   tools/cost_models/h100_ib.json 6.6 us, 0.6 us, 450           10 us, 2.7 us, 50   (assumed)
+//   tools/cost_models/loopback_... this VM, fitted by `dtensor calibrate` (docs/dtensor.md)
 //
 // Files (ParseCostModelJson / LoadCostModel) are JSON; every key is optional (defaults above),
 // unknown keys are errors, bandwidths are GB/s (1e9 bytes per second):
 //   {"description": "8x H100 per host, NVLink + 8x 400 Gb/s InfiniBand",
 //    "ranks_per_host": 8,
-//    "intra": {"latency_us": 6.6, "hop_us": 0.6, "gb_per_s": 360},
-//    "inter": {"latency_us": 12, "hop_us": 2.7, "gb_per_s": 40},
+//    "intra": {"latency_us": 6.6, "hop_us": 0.6, "gb_per_s": 450},
+//    "inter": {"latency_us": 10, "hop_us": 2.7, "gb_per_s": 50},
 //    "copy_gb_per_s": 1500,
 //    "calibration": {... provenance, not read ...}}
 //
