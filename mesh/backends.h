@@ -2,16 +2,24 @@
 // Internal to mesh/: how World::FromEnv and World::RunThreads reach the backends, and the launcher
 // environment they read.
 //
-//   launcher          rank / world / local rank / local size / node          master (gloo, nccl store)
-//   dtrun, torchrun   RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK  MASTER_ADDR MASTER_PORT
-//   OpenMPI mpirun    OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE,NODE_RANK}
+//   launcher          rank / world / local rank / local size / node / nodes  master (gloo, nccl store)
+//   dtrun, torchrun   RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK (or GROUP_RANK)
+//                     GROUP_WORLD_SIZE (else WORLD_SIZE / LOCAL_WORLD_SIZE, rounded up)
+//                                                    MASTER_ADDR MASTER_PORT
+//   OpenMPI mpirun    OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}; node = the rank's block
+//                     (rank - local rank) / local size, nodes = size / local size rounded up
+//                     (OMPI_COMM_WORLD_NODE_RANK is a per-node index, not the node's; the mpi
+//                     backend asks MPI instead)
 //                                                    MASTER_*; else 127.0.0.1 on one node and a port
 //                                                    derived from the job id
-//   Slurm srun        SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_TASKS_PER_NODE SLURM_NODEID
+//   Slurm srun        SLURM_PROCID SLURM_NTASKS SLURM_LOCALID, this node's entry of
+//                     SLURM_STEP_TASKS_PER_NODE (or SLURM_TASKS_PER_NODE), SLURM_NODEID,
+//                     SLURM_STEP_NUM_NODES (or SLURM_NNODES)
 //                                                    MASTER_*; else the first host of
 //                                                    SLURM_JOB_NODELIST and a port from SLURM_JOB_ID
 //   none              a world of one rank
-// The first launcher whose rank variable is set wins, in this order.
+// The first launcher whose rank variable is set wins, in this order. num_nodes is at least
+// node_rank + 1.
 
 #include <functional>
 #include <memory>
@@ -30,6 +38,7 @@ struct LaunchInfo {
   int local_rank = 0;
   int local_size = 1;
   int node_rank = 0;
+  int num_nodes = 1;
   std::string master_addr;  // empty when the launcher gives none
   int master_port = 0;      // 0 when unknown
 };
@@ -38,6 +47,9 @@ using GetEnvFn = std::function<const char*(const char*)>;
 absl::StatusOr<LaunchInfo> ReadLaunchEnv(const GetEnvFn& getenv_fn);
 // The first host of a Slurm node list: "node[03-05,9]" -> "node03", "a,b" -> "a".
 std::string FirstSlurmHost(absl::string_view nodelist);
+// The task count of node `node` in a Slurm tasks-per-node list: ("4(x2),3", 2) -> 3; `fallback`
+// when the list is malformed or shorter.
+int SlurmTasksOnNode(absl::string_view tasks_per_node, int node, int fallback);
 
 // InvalidArgument unless `ranks` is a non-empty list of distinct ranks of [0, world_size) that
 // contains `my_rank`.

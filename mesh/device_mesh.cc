@@ -197,6 +197,59 @@ absl::StatusOr<DeviceMesh> InitDeviceMesh(std::shared_ptr<World> world, std::vec
   return DeviceMesh::Create(std::move(world), std::move(shape), std::move(ranks), std::move(names));
 }
 
+absl::StatusOr<DeviceMesh> InitNodeLocalMesh(std::shared_ptr<World> world, std::vector<std::string> names) {
+  if (!world) return absl::InvalidArgumentError("InitNodeLocalMesh: null world");
+  const std::string what =
+      absl::StrCat("InitNodeLocalMesh(world of ", world->size(), ", names [", absl::StrJoin(names, ", "), "])");
+  if (names.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": needs 2 dim names, got ", names.size()));
+  }
+  // Every rank's (node, local rank), gathered so that every rank checks the same layout.
+  const int n = world->size();
+  DT_ASSIGN_OR_RETURN(CommPtr comm, world->WorldGroup());
+  DT_ASSIGN_OR_RETURN(Tensor mine_cpu, Tensor::FromVector<int64_t>(
+                                           {2}, {int64_t{world->node_rank()}, int64_t{world->local_rank()}}));
+  DT_ASSIGN_OR_RETURN(Tensor mine, mine_cpu.To(world->device()));
+  DT_ASSIGN_OR_RETURN(Tensor all, Tensor::Empty({int64_t{2} * n}, DType::kI64, world->device()));
+  absl::Status gathered = comm->AllGather(mine, all);
+  if (!gathered.ok()) {
+    return absl::Status(gathered.code(), absl::StrCat(what, ": gathering every rank's node: ", gathered.message()));
+  }
+  DT_ASSIGN_OR_RETURN(Tensor all_cpu, all.To(kCPU));
+  const std::vector<int64_t> v = all_cpu.ToVector<int64_t>();
+  std::map<int64_t, std::vector<int>> by_node;  // node -> global ranks
+  for (int r = 0; r < n; ++r) by_node[v[2 * r]].push_back(r);
+  const int64_t nodes = static_cast<int64_t>(by_node.size());
+  const int64_t per_node = static_cast<int64_t>(by_node.begin()->second.size());
+  std::vector<std::string> counts;
+  bool even = true;
+  for (const auto& [node, members] : by_node) {
+    even &= static_cast<int64_t>(members.size()) == per_node;
+    counts.push_back(absl::StrCat("node ", node, " has ", members.size(), " ([", absl::StrJoin(members, ", "), "])"));
+  }
+  if (!even) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": the nodes have different numbers of ranks: ",
+                                                   absl::StrJoin(counts, ", "),
+                                                   "; a (node, local) mesh needs the same number on every node"));
+  }
+  std::vector<int> ranks(static_cast<size_t>(n), -1);
+  for (int r = 0; r < n; ++r) {
+    const int64_t node = v[2 * r], local = v[2 * r + 1];
+    if (node < 0 || node >= nodes || local < 0 || local >= per_node) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": global rank ", r, " says node ", node, ", local rank ", local, "; the launcher's layout has ",
+          nodes, " node(s) numbered from 0 with ", per_node, " rank(s) each"));
+    }
+    int& slot = ranks[static_cast<size_t>(node * per_node + local)];
+    if (slot >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": global ranks ", slot, " and ", r, " both say node ",
+                                                     node, ", local rank ", local));
+    }
+    slot = r;
+  }
+  return DeviceMesh::Create(std::move(world), {nodes, per_node}, std::move(ranks), std::move(names));
+}
+
 int DeviceMesh::ndim() const { return impl_ ? static_cast<int>(impl_->shape.size()) : 0; }
 
 const std::vector<int64_t>& DeviceMesh::shape() const {

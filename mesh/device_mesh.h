@@ -86,4 +86,21 @@ class DeviceMesh {
 absl::StatusOr<DeviceMesh> InitDeviceMesh(std::shared_ptr<World> world, std::vector<int64_t> shape,
                                           std::vector<std::string> names = {});
 
+// The machines of the job as a 2-d mesh: shape (num_nodes, ranks per node), row n = the ranks of
+// node n in local-rank order (World::node_rank/local_rank, i.e. the launcher's view), so that
+// collectives along names[1] stay inside one machine and only those along names[0] cross the
+// network. With ranks in blocks per node (dtrun, srun --distribution block, mpirun --map-by slot)
+// the mesh is InitDeviceMesh(world, {nodes, per_node}); other layouts are followed as they are.
+//
+//   2 nodes x 3 ranks, blocks      mesh(node=2, local=3)  ranks [[0, 1, 2], [3, 4, 5]]
+//   2 nodes x 2 ranks, round robin (node = rank % 2)      ranks [[0, 2], [1, 3]]
+//   nodes of 3 and 1 ranks         InvalidArgument on every rank
+//
+// Collective: every rank of the world calls it (one all_gather of each rank's node and local
+// rank, so that all of them decide on the same data and fail or succeed together). Errors:
+// names not two, nodes with different numbers of ranks, two ranks claiming one (node, local)
+// position, and the all_gather's own (timeouts, a dead rank).
+absl::StatusOr<DeviceMesh> InitNodeLocalMesh(std::shared_ptr<World> world,
+                                             std::vector<std::string> names = {"node", "local"});
+
 }  // namespace dt

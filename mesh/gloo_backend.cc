@@ -12,17 +12,29 @@
 //   - reduce_scatter(_v): gloo 0.5 has no options-style reduce_scatter; we run a ring on unbound
 //     buffers (n-1 steps, each sends one block to the right and reduces the block from the left),
 //     which moves (n-1)/n of the data per rank — half of an allreduce; uneven counts come free.
-//   - Faults: gloo throws; we catch at this boundary. Every collective first posts an arrival
-//     marker to the store (fire and forget), and the store records ranks whose connection closed
-//     without Bye. On an error we name the dead ranks and the members that never reached the
-//     collective, then drop our gloo context: closing its sockets makes the peers blocked on us
-//     fail at once instead of at their timeouts, so the failure spreads through the group.
-//     The communicator stays broken afterwards (gloo pairs do not recover).
+//   - Faults: gloo throws; we catch at this boundary (Fail). First we drop our gloo context:
+//     closing its sockets makes the peers blocked on us fail at once instead of at their timeouts,
+//     so the failure spreads through the group while everyone is still there to be asked. The
+//     communicator stays broken afterwards (gloo pairs do not recover). Then we diagnose, within
+//     DiagnosisTime(timeout) (at most 1 s; errors come within the timeout + about a second):
+//       * every other member is probed directly (mesh/peer_probe.h): its process answers (alive,
+//         or failing too: it marked itself when its own Fail began), refuses or resets (its host
+//         is up, the process is gone: "died"), or says nothing (host down or network partition:
+//         "unreachable"). Asking the peers, not the store, also works on the side of a partition
+//         that lost the store, and names victims deterministically: a process being killed
+//         resets the probe, it never answers it.
+//       * ranks killed together die moments apart: once a probe finds one gone, the members that
+//         answered are probed once more kSettle after the failure, so that all are named. One
+//         that answered as failing and is gone now left after an error of its own: no cause.
+//       * the store (a Peek on its own connection, bounded like the probes) lists the ranks whose
+//         connection closed without Bye (died) or after Bye (left cleanly: no cause either), and
+//         the arrival markers: every collective first posts one (fire and forget), so on a
+//         timeout, or when nothing else explains the error, the members still alive that never
+//         posted theirs for this collective are named: "never reached it", or "failed before
+//         reaching it" when they answered as failing (stuck in an earlier collective that failed).
 //   - gloo writes to sockets without MSG_NOSIGNAL, so a dead peer would raise SIGPIPE: creating a
 //     gloo world sets SIGPIPE to ignored when it still has the default action.
 
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -49,7 +61,9 @@
 #include "mesh/backends.h"
 #include "mesh/collective.h"
 #include "mesh/gloo_store.h"
+#include "mesh/peer_probe.h"
 #include "mesh/reduce.h"
+#include "mesh/sockets.h"
 #include "mesh/tcp_store.h"
 #include "mesh/work.h"
 
@@ -58,6 +72,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kRingSlotPrefix = 0x41;
+// See Note [Gloo backend]: how long after finding one member dead we look for others.
+constexpr std::chrono::milliseconds kSettle{200};
+
+// The store key under which a rank publishes its probe endpoint ("host:port").
+std::string ProbeKey(int global_rank) { return absl::StrCat("dt/probe/", global_rank); }
 constexpr uint64_t kP2PSlotPrefix = 0x42;
 
 std::string RankList(const std::vector<int>& r) { return absl::StrCat("[", absl::StrJoin(r, ", "), "]"); }
@@ -76,12 +95,17 @@ gloo::AllreduceOptions::Func ReduceFunc(DType dtype, ReduceOp op) {
 
 class GlooComm final : public BackendCommunicator {
  public:
+  // `probe_endpoints`: per member, where its ProbeListener answers ("" for this rank and unknowns).
+  // `probe`: this process's listener (null in a world of one).
   GlooComm(std::shared_ptr<gloo::Context> ctx, std::shared_ptr<TcpStore> store, std::string gid,
-           std::vector<int> ranks, int rank, std::chrono::milliseconds timeout)
+           std::vector<int> ranks, int rank, std::chrono::milliseconds timeout,
+           std::vector<std::string> probe_endpoints, std::shared_ptr<ProbeListener> probe)
       : BackendCommunicator(std::move(ranks), rank, kCPU, timeout),
         ctx_(std::move(ctx)),
         store_(std::move(store)),
         gid_(std::move(gid)),
+        probe_endpoints_(std::move(probe_endpoints)),
+        probe_(std::move(probe)),
         send_seq_(size(), 0),
         recv_seq_(size(), 0) {}
 
@@ -107,46 +131,113 @@ class GlooComm final : public BackendCommunicator {
     return ctx_;
   }
 
-  // Names the dead members and those that never reached `c`, and breaks the communicator (see
-  // Note [Gloo backend]).
+  // Breaks the communicator, then names the members that died, those out of reach and (on a
+  // timeout, or when nothing else explains the error) those that never reached `c` (see Note
+  // [Gloo backend]). Returns within about DiagnosisTime(timeout()) + 2 * kSettle.
   absl::Status Fail(const Collective& c, const std::string& what) {
     const bool timed_out = absl::StrContains(what, "imed out");
-    std::vector<int> dead, missing;
-    // A peer's socket can report its death before the store has seen its connection close.
-    const auto settle_by = Clock::now() + std::chrono::milliseconds(timed_out ? 0 : 1000);
-    do {
-      std::vector<int> all_dead = store_->DeadRanks();
-      for (int g : global_ranks()) {
-        if (std::find(all_dead.begin(), all_dead.end(), g) != all_dead.end()) dead.push_back(g);
+    const auto start = Clock::now();
+    if (probe_) probe_->MarkFailing();
+    bool first = false;
+    {
+      // Drop our gloo context first: the peers blocked on us fail now, and diagnose while we still
+      // answer their probes (as failing, not as a cause).
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ctx_) {
+        broken_ = absl::UnavailableError(absl::StrCat(ErrorPrefix(c), ": gloo: ", what));
+        ctx_.reset();
+        first = true;
       }
-      if (!dead.empty() || Clock::now() >= settle_by) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    } while (true);
-    bool store_ok = true;
+    }
+    const std::chrono::milliseconds budget = DiagnosisTime(timeout());
+    std::vector<std::string> keys{std::string(TcpStore::kDeadKey), std::string(TcpStore::kLeftKey)};
+    constexpr size_t kMarkers = 2;  // the arrival markers follow the two lists
     if (c.kind != CollectiveKind::kSend && c.kind != CollectiveKind::kRecv) {
+      for (int i = 0; i < size(); ++i) keys.push_back(ArrivalKey(i));
+    }
+    std::vector<PeerState> state;
+    absl::StatusOr<std::vector<std::optional<std::string>>> peek;
+    {
+      PeerProbes probes(probe_endpoints_);  // the answers come in while we ask the store
+      peek = store_->Peek(keys, budget);
+      state = probes.Wait(start + budget);
+    }
+    // Members killed together die moments apart: once one is gone, look again at the others.
+    std::vector<bool> was_failing(size(), false);
+    if (std::find(state.begin(), state.end(), PeerState::kGone) != state.end()) {
+      std::this_thread::sleep_until(start + kSettle);
+      std::vector<std::string> again(size());
       for (int i = 0; i < size(); ++i) {
-        absl::StatusOr<std::optional<std::string>> v = store_->Get(ArrivalKey(i));
-        if (!v.ok()) {
-          store_ok = false;
+        if (state[i] == PeerState::kAlive || state[i] == PeerState::kFailing) again[i] = probe_endpoints_[i];
+      }
+      PeerProbes second(again);
+      const auto by = std::max(start + budget, Clock::now() + kSettle);
+      absl::StatusOr<std::vector<std::optional<std::string>>> later_peek =
+          store_->Peek(keys, std::chrono::duration_cast<std::chrono::milliseconds>(by - Clock::now()));
+      if (later_peek.ok()) peek = std::move(later_peek);
+      const std::vector<PeerState> later = second.Wait(by);
+      for (int i = 0; i < size(); ++i) {
+        if (again[i].empty()) continue;
+        was_failing[i] = state[i] == PeerState::kFailing;
+        state[i] = later[i];
+      }
+    }
+    auto list = [&](size_t k) {
+      return peek.ok() && (*peek)[k].has_value() ? ParseRankList(*(*peek)[k]) : std::vector<int>();
+    };
+    const std::vector<int> store_dead = list(0), store_left = list(1);
+    auto in = [](const std::vector<int>& v, int g) { return std::find(v.begin(), v.end(), g) != v.end(); };
+    std::vector<int> dead, unreachable, maybe_missing;
+    for (int i = 0; i < size(); ++i) {
+      if (i == rank()) continue;
+      const int g = global_ranks()[i];
+      switch (state[i]) {
+        case PeerState::kGone:  // a failing member that left after its own error is no cause
+          if (!was_failing[i] && !in(store_left, g)) dead.push_back(g);
           break;
-        }
+        case PeerState::kSilent:
+          (in(store_dead, g) ? dead : unreachable).push_back(g);
+          break;
+        case PeerState::kUnknown:
+          if (in(store_dead, g)) {
+            dead.push_back(g);
+          } else if (!in(store_left, g)) {
+            maybe_missing.push_back(i);
+          }
+          break;
+        case PeerState::kAlive:
+        case PeerState::kFailing:
+          maybe_missing.push_back(i);
+          break;
+      }
+    }
+    std::vector<int> missing, failed_before;  // alive, and failing themselves
+    if (peek.ok() && peek->size() > kMarkers && (timed_out || (dead.empty() && unreachable.empty()))) {
+      for (int i : maybe_missing) {
         int64_t reached = 0;
-        if (v->has_value() && !absl::SimpleAtoi(**v, &reached)) reached = 0;
-        const int g = global_ranks()[i];
-        if (reached <= c.seq && std::find(dead.begin(), dead.end(), g) == dead.end()) missing.push_back(g);
+        const std::optional<std::string>& v = (*peek)[kMarkers + i];
+        if (v.has_value() && !absl::SimpleAtoi(*v, &reached)) reached = 0;
+        if (reached > c.seq) continue;
+        (state[i] == PeerState::kFailing ? failed_before : missing).push_back(global_ranks()[i]);
       }
     }
     std::string msg = ErrorPrefix(c) + ": ";
-    if (!dead.empty()) absl::StrAppend(&msg, "global rank(s) ", RankList(dead), " died (store connection closed); ");
+    if (!dead.empty()) absl::StrAppend(&msg, "global rank(s) ", RankList(dead), " died (process gone); ");
+    if (!unreachable.empty()) {
+      absl::StrAppend(&msg, "global rank(s) ", RankList(unreachable), " unreachable (no answer within ",
+                      budget.count(), " ms: host down or network partition); ");
+    }
     if (!missing.empty()) absl::StrAppend(&msg, "global rank(s) ", RankList(missing), " never reached it; ");
-    if (!store_ok) absl::StrAppend(&msg, "the store is unreachable (global rank 0 may have died); ");
+    if (!failed_before.empty()) {
+      absl::StrAppend(&msg, "global rank(s) ", RankList(failed_before), " failed before reaching it; ");
+    }
+    if (!peek.ok()) absl::StrAppend(&msg, "the store is unreachable (global rank 0 may have died); ");
     if (timed_out) absl::StrAppend(&msg, "timed out after ", timeout().count(), " ms; ");
     absl::StrAppend(&msg, "gloo: ", what);
     absl::Status st = timed_out ? absl::DeadlineExceededError(msg) : absl::UnavailableError(msg);
-    std::lock_guard<std::mutex> lock(mu_);
-    if (ctx_) {
+    if (first) {
+      std::lock_guard<std::mutex> lock(mu_);
       broken_ = st;
-      ctx_.reset();
     }
     return st;
   }
@@ -155,6 +246,7 @@ class GlooComm final : public BackendCommunicator {
 
   absl::Status Execute(const Collective& c) {
     DT_ASSIGN_OR_RETURN(std::shared_ptr<gloo::Context> ctx, Context(c));
+    std::string error;
     try {
       if (c.verify) {
         std::vector<int64_t> mine = EncodedFingerprint(c), all(mine.size() * size());
@@ -169,8 +261,10 @@ class GlooComm final : public BackendCommunicator {
       Gloo(ctx, c);
       return absl::OkStatus();
     } catch (const std::exception& e) {
-      return Fail(c, e.what());
+      error = e.what();
     }
+    ctx.reset();  // so that Fail's drop of the communicator's reference closes the sockets
+    return Fail(c, error);
   }
 
   void Gloo(const std::shared_ptr<gloo::Context>& ctx, const Collective& c) {
@@ -365,43 +459,24 @@ class GlooComm final : public BackendCommunicator {
   absl::Status broken_;
   std::shared_ptr<TcpStore> store_;
   const std::string gid_;
+  const std::vector<std::string> probe_endpoints_;
+  const std::shared_ptr<ProbeListener> probe_;
   std::vector<uint64_t> send_seq_, recv_seq_;
   std::unique_ptr<char[]> scratch_;  // reduce_scatter's two blocks, reused
   int64_t scratch_bytes_ = 0;
   WorkQueue queue_;  // last: its worker stops before the members above go away
 };
 
-// The address peers reach us at: loopback for a local master, else the interface that routes to
-// the master (a connected UDP socket's local address).
-std::string LocalAddressFor(const std::string& master) {
-  if (master.empty() || master == "localhost" || absl::StartsWith(master, "127.")) return "127.0.0.1";
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  std::string out;
-  if (::getaddrinfo(master.c_str(), "9", &hints, &res) == 0 && res != nullptr) {
-    int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-    if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-      sockaddr_in local{};
-      socklen_t len = sizeof(local);
-      char buf[INET_ADDRSTRLEN];
-      if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
-          ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf)) != nullptr) {
-        out = buf;
-      }
-    }
-    if (fd >= 0) ::close(fd);
-    ::freeaddrinfo(res);
-  }
-  return out.empty() || out == "0.0.0.0" ? "127.0.0.1" : out;
-}
-
 class GlooWorld final : public World {
  public:
   GlooWorld(const LaunchInfo& info, const WorldOptions& options, std::unique_ptr<TcpStoreServer> server,
-            std::shared_ptr<TcpStore> store, std::shared_ptr<gloo::transport::Device> device)
-      : info_(info), server_(std::move(server)), store_(std::move(store)), device_(std::move(device)) {
+            std::shared_ptr<TcpStore> store, std::shared_ptr<gloo::transport::Device> device,
+            std::shared_ptr<ProbeListener> probe)
+      : info_(info),
+        server_(std::move(server)),
+        store_(std::move(store)),
+        device_(std::move(device)),
+        probe_(std::move(probe)) {
     options_ = options;
   }
   ~GlooWorld() override {
@@ -414,6 +489,8 @@ class GlooWorld final : public World {
   int size() const override { return info_.world_size; }
   int local_rank() const override { return info_.local_rank; }
   int local_size() const override { return info_.local_size; }
+  int node_rank() const override { return info_.node_rank; }
+  int num_nodes() const override { return info_.num_nodes; }
   absl::string_view backend() const override { return "gloo"; }
   Device device() const override { return kCPU; }
 
@@ -448,7 +525,8 @@ class GlooWorld final : public World {
       GlooStore adapter(*store_, timeout());
       gloo::rendezvous::PrefixStore prefixed(absl::StrCat("g/", gid, "/"), adapter);
       ctx->connectFullMesh(prefixed, device_);
-      auto comm = std::make_shared<GlooComm>(ctx, store_, gid, ranks, me, timeout());
+      auto comm = std::make_shared<GlooComm>(ctx, store_, gid, ranks, me, timeout(), ProbeEndpoints(ranks),
+                                             probe_);
       comm->set_verify(options_.verify.value_or(false));
       return CommPtr(std::move(comm));
     } catch (const std::exception& e) {
@@ -456,12 +534,38 @@ class GlooWorld final : public World {
     }
   }
 
+  // Where the members' probes answer ("" for this rank): published by every rank before it can
+  // join a group, so after JoinGroup they are all there. Cached; a store failure leaves "" (the
+  // diagnosis then relies on the store alone).
+  std::vector<std::string> ProbeEndpoints(const std::vector<int>& ranks) {
+    std::vector<std::string> keys;
+    for (int r : ranks) {
+      if (r != rank() && !probe_endpoints_.count(r)) keys.push_back(ProbeKey(r));
+    }
+    if (!keys.empty()) {
+      absl::StatusOr<std::vector<std::optional<std::string>>> v = store_->Peek(keys, timeout());
+      for (size_t i = 0, k = 0; v.ok() && i < ranks.size(); ++i) {
+        if (ranks[i] == rank() || probe_endpoints_.count(ranks[i])) continue;
+        if ((*v)[k].has_value()) probe_endpoints_[ranks[i]] = *(*v)[k];
+        ++k;
+      }
+    }
+    std::vector<std::string> out;
+    for (int r : ranks) {
+      auto it = probe_endpoints_.find(r);
+      out.push_back(r == rank() || it == probe_endpoints_.end() ? "" : it->second);
+    }
+    return out;
+  }
+
   LaunchInfo info_;
   std::unique_ptr<TcpStoreServer> server_;  // rank 0 only; outlives store_
   std::shared_ptr<TcpStore> store_;
   std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<ProbeListener> probe_;  // answers the peers' probes; shared with the communicators
   std::mutex mu_;
   std::map<std::vector<int>, CommPtr> groups_;
+  std::map<int, std::string> probe_endpoints_;  // by global rank
 };
 
 }  // namespace
@@ -475,11 +579,21 @@ absl::StatusOr<std::shared_ptr<World>> MakeGlooWorld(const LaunchInfo& info, con
   }
   DT_ASSIGN_OR_RETURN(Rendezvous rv, StartRendezvous(info, options.timeout, "gloo"));
   gloo::transport::tcp::attr attr;
-  const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
-  if (iface != nullptr && *iface != '\0') {
+  const char* iface_env = std::getenv("GLOO_SOCKET_IFNAME");
+  const std::string iface = iface_env == nullptr ? "" : iface_env;
+  if (!iface.empty()) {
     attr.iface = iface;
   } else {
     attr.hostname = LocalAddressFor(info.master_addr);
+  }
+  std::unique_ptr<ProbeListener> probe;
+  if (info.world_size > 1) {
+    DT_ASSIGN_OR_RETURN(probe, ProbeListener::Start());
+    const std::string endpoint = absl::StrCat(LocalAddressFor(info.master_addr, iface), ":", probe->port());
+    absl::Status published = rv.store->Set(ProbeKey(info.rank), endpoint);
+    if (!published.ok()) {
+      return absl::Status(published.code(), absl::StrCat("backend gloo, rank ", info.rank, ": ", published.message()));
+    }
   }
   attr.ai_family = AF_INET;
   std::shared_ptr<gloo::transport::Device> device;
@@ -490,7 +604,8 @@ absl::StatusOr<std::shared_ptr<World>> MakeGlooWorld(const LaunchInfo& info, con
                                                attr.iface.empty() ? attr.hostname : attr.iface, "': ", e.what()));
   }
   return std::shared_ptr<World>(
-      std::make_shared<GlooWorld>(info, options, std::move(rv.server), std::move(rv.store), std::move(device)));
+      std::make_shared<GlooWorld>(info, options, std::move(rv.server), std::move(rv.store), std::move(device),
+                                  std::move(probe)));
 }
 
 }  // namespace dt::internal

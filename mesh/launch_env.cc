@@ -1,9 +1,12 @@
 // Reading rank, world and master from the launcher's environment (see mesh/backends.h).
 
+#include <algorithm>
 #include <functional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "mesh/backends.h"
 
 namespace dt::internal {
@@ -32,15 +35,28 @@ class Env {
   const GetEnvFn& getenv_;
 };
 
-// "4(x2),3" -> 4: the task count of the first node in SLURM_TASKS_PER_NODE.
-int FirstTaskCount(const std::string& s, int fallback) {
-  int v = 0;
-  size_t end = s.find_first_not_of("0123456789");
-  if (!absl::SimpleAtoi(s.substr(0, end), &v)) return fallback;
-  return v;
-}
+int CeilDiv(int a, int b) { return (a + b - 1) / b; }
 
 }  // namespace
+
+int SlurmTasksOnNode(absl::string_view tasks_per_node, int node, int fallback) {
+  int first = 0;  // index of the first node of the current entry
+  for (absl::string_view entry : absl::StrSplit(tasks_per_node, ',')) {
+    int count = 0, repeat = 1;
+    const size_t paren = entry.find('(');
+    if (!absl::SimpleAtoi(entry.substr(0, paren), &count)) return fallback;
+    if (paren != absl::string_view::npos) {
+      absl::string_view rep = entry.substr(paren + 1);  // "x2)"
+      if (!absl::ConsumePrefix(&rep, "x") || !absl::ConsumeSuffix(&rep, ")") || !absl::SimpleAtoi(rep, &repeat) ||
+          repeat < 1) {
+        return fallback;
+      }
+    }
+    if (node < first + repeat) return node >= first ? count : fallback;
+    first += repeat;
+  }
+  return fallback;
+}
 
 std::string FirstSlurmHost(absl::string_view nodelist) {
   std::string out;
@@ -70,17 +86,19 @@ absl::StatusOr<LaunchInfo> ReadLaunchEnv(const GetEnvFn& getenv_fn) {
     DT_ASSIGN_OR_RETURN(info.world_size, env.Int("WORLD_SIZE", 1));
     DT_ASSIGN_OR_RETURN(info.local_rank, env.Int("LOCAL_RANK", info.rank));
     DT_ASSIGN_OR_RETURN(info.local_size, env.Int("LOCAL_WORLD_SIZE", info.world_size));
-    DT_ASSIGN_OR_RETURN(info.node_rank, env.Int("NODE_RANK", env.Has("GROUP_RANK") ? -1 : 0));
-    if (info.node_rank < 0) {
-      DT_ASSIGN_OR_RETURN(info.node_rank, env.Int("GROUP_RANK", 0));
-    }
+    DT_ASSIGN_OR_RETURN(info.node_rank, env.Int(env.Has("NODE_RANK") ? "NODE_RANK" : "GROUP_RANK", 0));
+    DT_ASSIGN_OR_RETURN(info.num_nodes, env.Int("GROUP_WORLD_SIZE", 0));
+    if (info.num_nodes == 0 && info.local_size > 0) info.num_nodes = CeilDiv(info.world_size, info.local_size);
   } else if (env.Has("OMPI_COMM_WORLD_RANK")) {
     info.launcher = "openmpi";
     DT_ASSIGN_OR_RETURN(info.rank, env.Int("OMPI_COMM_WORLD_RANK", 0));
     DT_ASSIGN_OR_RETURN(info.world_size, env.Int("OMPI_COMM_WORLD_SIZE", 1));
     DT_ASSIGN_OR_RETURN(info.local_rank, env.Int("OMPI_COMM_WORLD_LOCAL_RANK", 0));
     DT_ASSIGN_OR_RETURN(info.local_size, env.Int("OMPI_COMM_WORLD_LOCAL_SIZE", 1));
-    DT_ASSIGN_OR_RETURN(info.node_rank, env.Int("OMPI_COMM_WORLD_NODE_RANK", 0));
+    if (info.local_size > 0) {
+      info.node_rank = (info.rank - info.local_rank) / info.local_size;
+      info.num_nodes = CeilDiv(info.world_size, info.local_size);
+    }
     if (info.local_size == info.world_size) info.master_addr = "127.0.0.1";
     // Every rank of one mpirun sees the same job id; derive a port from it.
     std::string job = env.Str("OMPI_MCA_ess_base_jobid");
@@ -91,8 +109,12 @@ absl::StatusOr<LaunchInfo> ReadLaunchEnv(const GetEnvFn& getenv_fn) {
     DT_ASSIGN_OR_RETURN(info.rank, env.Int("SLURM_PROCID", 0));
     DT_ASSIGN_OR_RETURN(info.world_size, env.Int("SLURM_NTASKS", 1));
     DT_ASSIGN_OR_RETURN(info.local_rank, env.Int("SLURM_LOCALID", 0));
-    info.local_size = FirstTaskCount(env.Str("SLURM_TASKS_PER_NODE"), 1);
     DT_ASSIGN_OR_RETURN(info.node_rank, env.Int("SLURM_NODEID", 0));
+    const std::string per_node = env.Has("SLURM_STEP_TASKS_PER_NODE") ? env.Str("SLURM_STEP_TASKS_PER_NODE")
+                                                                      : env.Str("SLURM_TASKS_PER_NODE");
+    info.local_size = SlurmTasksOnNode(per_node, info.node_rank, 1);
+    DT_ASSIGN_OR_RETURN(info.num_nodes,
+                        env.Int(env.Has("SLURM_STEP_NUM_NODES") ? "SLURM_STEP_NUM_NODES" : "SLURM_NNODES", 1));
     std::string nodes = env.Has("SLURM_STEP_NODELIST") ? env.Str("SLURM_STEP_NODELIST") : env.Str("SLURM_JOB_NODELIST");
     info.master_addr = FirstSlurmHost(nodes);
     DT_ASSIGN_OR_RETURN(int job, env.Int("SLURM_JOB_ID", 0));
@@ -110,6 +132,11 @@ absl::StatusOr<LaunchInfo> ReadLaunchEnv(const GetEnvFn& getenv_fn) {
     return absl::InvalidArgumentError(absl::StrCat("launcher ", info.launcher, ": local rank ", info.local_rank,
                                                    " is not in a node of ", info.local_size, " ranks"));
   }
+  if (info.node_rank < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("launcher ", info.launcher, ": node rank ", info.node_rank,
+                                                   " is negative"));
+  }
+  info.num_nodes = std::max(info.num_nodes, info.node_rank + 1);
   if (info.master_port < 0 || info.master_port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("MASTER_PORT ", info.master_port, " is not a TCP port"));
   }

@@ -434,14 +434,22 @@ absl::Status MpiWork::Wait() {
 
 class MpiWorld final : public World {
  public:
-  MpiWorld(int rank, int size, int local_rank, int local_size, const WorldOptions& options)
-      : rank_(rank), size_(size), local_rank_(local_rank), local_size_(local_size) {
+  MpiWorld(int rank, int size, int local_rank, int local_size, int node_rank, int num_nodes,
+           const WorldOptions& options)
+      : rank_(rank),
+        size_(size),
+        local_rank_(local_rank),
+        local_size_(local_size),
+        node_rank_(node_rank),
+        num_nodes_(num_nodes) {
     options_ = options;
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
+  int node_rank() const override { return node_rank_; }
+  int num_nodes() const override { return num_nodes_; }
   absl::string_view backend() const override { return "mpi"; }
   Device device() const override { return kCPU; }
 
@@ -499,7 +507,7 @@ class MpiWorld final : public World {
     return CommPtr(std::move(comm));
   }
 
-  const int rank_, size_, local_rank_, local_size_;
+  const int rank_, size_, local_rank_, local_size_, node_rank_, num_nodes_;
   std::mutex mu_;
   std::map<std::vector<int>, CommPtr> groups_;
 };
@@ -536,14 +544,26 @@ absl::StatusOr<std::shared_ptr<World>> MakeMpiWorld(const LaunchInfo& info, cons
         "backend mpi: ", info.launcher, " started this process as rank ", info.rank, " of ", info.world_size,
         " but MPI sees rank ", rank, " of ", size, "; launch with mpirun or srun (--mpi=pmix)"));
   }
+  // A node is the processes that share memory; nodes are numbered by their lowest rank (the
+  // local rank 0 of each, in rank order), which every member of a node learns from its own.
   MPI_Comm node;
   int local_rank = 0, local_size = 1;
+  int node_info[2] = {0, 1};  // node rank, number of nodes
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
     MPI_Comm_rank(node, &local_rank);
     MPI_Comm_size(node, &local_size);
+    MPI_Comm leaders = MPI_COMM_NULL;
+    if (MPI_Comm_split(MPI_COMM_WORLD, local_rank == 0 ? 0 : MPI_UNDEFINED, rank, &leaders) == MPI_SUCCESS &&
+        leaders != MPI_COMM_NULL) {
+      MPI_Comm_rank(leaders, &node_info[0]);
+      MPI_Comm_size(leaders, &node_info[1]);
+      MPI_Comm_free(&leaders);
+    }
+    MPI_Bcast(node_info, 2, MPI_INT, 0, node);
     MPI_Comm_free(&node);
   }
-  return std::shared_ptr<World>(std::make_shared<MpiWorld>(rank, size, local_rank, local_size, options));
+  return std::shared_ptr<World>(
+      std::make_shared<MpiWorld>(rank, size, local_rank, local_size, node_info[0], node_info[1], options));
 }
 
 }  // namespace dt::internal

@@ -325,6 +325,8 @@ class NcclWorld final : public World {
   int size() const override { return info_.world_size; }
   int local_rank() const override { return info_.local_rank; }
   int local_size() const override { return info_.local_size; }
+  int node_rank() const override { return info_.node_rank; }
+  int num_nodes() const override { return info_.num_nodes; }
   absl::string_view backend() const override { return "nccl"; }
   Device device() const override { return Device::CUDA(info_.local_rank); }
 

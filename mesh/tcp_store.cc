@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "core/status.h"
 #include "mesh/backends.h"
+#include "mesh/sockets.h"
 
 namespace dt::internal {
 namespace {
@@ -27,8 +28,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 enum Cmd : uint8_t {
-  kHello = 1, kSet, kGet, kWait, kAdd, kArrive, kBye,
-  kOk = 100, kValue, kMissing, kTimeout, kNumber,
+  kHello = 1, kSet, kGet, kWait, kAdd, kArrive, kBye, kPeek,
+  kOk = 100, kValue, kMissing, kTimeout, kNumber, kValues,
 };
 
 void PutU32(std::string& s, uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); }
@@ -67,42 +68,12 @@ struct Reader {
     pos += n;
     return true;
   }
+  bool U8(uint8_t* v) {
+    if (pos + 1 > s.size()) return false;
+    *v = static_cast<uint8_t>(s[pos++]);
+    return true;
+  }
 };
-
-bool SendAll(int fd, const std::string& data) {
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    off += static_cast<size_t>(n);
-  }
-  return true;
-}
-
-// Reads exactly `n` bytes by `deadline`. Error: "timeout", "closed" or strerror.
-absl::Status RecvAll(int fd, char* buf, size_t n, Clock::time_point deadline) {
-  size_t off = 0;
-  while (off < n) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return absl::DeadlineExceededError("no reply in time");
-    pollfd p{fd, POLLIN, 0};
-    int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1 << 30)));
-    if (r < 0 && errno == EINTR) continue;
-    if (r == 0) continue;
-    ssize_t got = ::recv(fd, buf + off, n - off, 0);
-    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (got == 0) return absl::UnavailableError("connection closed");
-    if (got < 0) return absl::UnavailableError(std::strerror(errno));
-    off += static_cast<size_t>(got);
-  }
-  return absl::OkStatus();
-}
-
-void NoDelay(int fd) {
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
 
 }  // namespace
 
@@ -111,8 +82,10 @@ void NoDelay(int fd) {
 struct TcpStoreServer::State {
   struct Client {
     std::string in;
+    std::string out;  // replies the client has not taken yet (see Note [Store deadlines])
     int rank = -1;
     bool bye = false;
+    bool broken = false;  // a send failed; dropped by the loop
   };
   struct Waiter {
     int fd;
@@ -122,8 +95,29 @@ struct TcpStoreServer::State {
   std::map<std::string, std::string> kv;
   std::map<int, Client> clients;
   std::vector<Waiter> waiters;
-  std::vector<int> dead;
+  std::vector<int> dead, left;
+  bool stopping = false;  // the server is going away: the clients are not
 
+  // Queues `data` for `fd` and sends what the socket takes now; never blocks.
+  void Send(int fd, const std::string& data) {
+    auto it = clients.find(fd);
+    if (it == clients.end()) return;
+    it->second.out.append(data);
+    Flush(fd, it->second);
+  }
+  void Flush(int fd, Client& c) {
+    while (!c.out.empty() && !c.broken) {
+      const ssize_t n = ::send(fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        c.out.erase(0, static_cast<size_t>(n));
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else {
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) c.broken = true;
+        return;
+      }
+    }
+  }
   std::vector<std::string> Missing(const std::vector<std::string>& keys) const {
     std::vector<std::string> out;
     for (const auto& k : keys) if (!kv.count(k)) out.push_back(k);
@@ -135,12 +129,12 @@ struct TcpStoreServer::State {
     for (size_t i = 0; i < waiters.size();) {
       std::vector<std::string> missing = Missing(waiters[i].keys);
       if (missing.empty()) {
-        SendAll(waiters[i].fd, Frame(kOk));
+        Send(waiters[i].fd, Frame(kOk));
       } else if (expire && now >= waiters[i].deadline) {
         std::string body;
         PutU32(body, static_cast<uint32_t>(missing.size()));
         for (const auto& k : missing) PutStr(body, k);
-        SendAll(waiters[i].fd, Frame(kTimeout, body));
+        Send(waiters[i].fd, Frame(kTimeout, body));
       } else {
         ++i;
         continue;
@@ -151,10 +145,12 @@ struct TcpStoreServer::State {
   void Drop(int fd) {
     auto it = clients.find(fd);
     if (it == clients.end()) return;
-    if (it->second.rank >= 0 && !it->second.bye &&
-        std::find(dead.begin(), dead.end(), it->second.rank) == dead.end()) {
-      dead.push_back(it->second.rank);
-      kv["dt/dead"] = absl::StrJoin(dead, ",");
+    if (it->second.rank >= 0 && !stopping) {
+      std::vector<int>& list = it->second.bye ? left : dead;
+      if (std::find(list.begin(), list.end(), it->second.rank) == list.end()) {
+        list.push_back(it->second.rank);
+        kv[std::string(it->second.bye ? TcpStore::kLeftKey : TcpStore::kDeadKey)] = absl::StrJoin(list, ",");
+      }
     }
     clients.erase(it);
     waiters.erase(std::remove_if(waiters.begin(), waiters.end(), [&](const Waiter& w) { return w.fd == fd; }),
@@ -178,19 +174,32 @@ struct TcpStoreServer::State {
       case kSet:
         if (!r.Str(&key) || !r.Str(&value)) return false;
         kv[key] = value;
-        SendAll(fd, Frame(kOk));
+        Send(fd, Frame(kOk));
         ServeWaiters(false);
         return true;
       case kGet: {
         if (!r.Str(&key)) return false;
         auto it = kv.find(key);
         if (it == kv.end()) {
-          SendAll(fd, Frame(kMissing));
+          Send(fd, Frame(kMissing));
         } else {
           std::string body;
           PutStr(body, it->second);
-          SendAll(fd, Frame(kValue, body));
+          Send(fd, Frame(kValue, body));
         }
+        return true;
+      }
+      case kPeek: {
+        if (!r.U32(&u)) return false;
+        std::string body;
+        PutU32(body, u);
+        for (uint32_t i = 0; i < u; ++i) {
+          if (!r.Str(&key)) return false;
+          auto it = kv.find(key);
+          body.push_back(it == kv.end() ? '\0' : '\1');
+          PutStr(body, it == kv.end() ? std::string() : it->second);
+        }
+        Send(fd, Frame(kValues, body));
         return true;
       }
       case kWait: {
@@ -216,7 +225,7 @@ struct TcpStoreServer::State {
         if (msg[0] == kAdd) {
           std::string body;
           PutI64(body, now);
-          SendAll(fd, Frame(kNumber, body));
+          Send(fd, Frame(kNumber, body));
         }
         ServeWaiters(false);
         return true;
@@ -270,7 +279,9 @@ void TcpStoreServer::Loop() {
   while (true) {
     if (stop_by && (st.clients.empty() || Clock::now() >= *stop_by)) break;
     std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}};
-    for (const auto& [fd, c] : st.clients) fds.push_back({fd, POLLIN, 0});
+    for (const auto& [fd, c] : st.clients) {
+      fds.push_back({fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
+    }
     int timeout_ms = 1000;
     for (const auto& w : st.waiters) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(w.deadline - Clock::now()).count();
@@ -283,18 +294,23 @@ void TcpStoreServer::Loop() {
       stop_by = Clock::now() + linger_;
     }
     if (fds[1].revents & POLLIN) {
-      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) {
-        NoDelay(fd);
+        SetNoDelay(fd);
         st.clients[fd];
       }
     }
     for (size_t i = 2; i < fds.size(); ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       const int fd = fds[i].fd;
+      if (fds[i].revents & POLLOUT) {
+        auto it = st.clients.find(fd);
+        if (it != st.clients.end()) st.Flush(fd, it->second);
+      }
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      if (!st.clients.count(fd)) continue;
       char buf[65536];
-      ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
       if (n <= 0) {
         st.Drop(fd);
         continue;
@@ -314,11 +330,14 @@ void TcpStoreServer::Loop() {
       if (!ok) st.Drop(fd);
     }
     st.ServeWaiters(true);
+    std::vector<int> broken;
+    for (const auto& [fd, c] : st.clients) {
+      if (c.broken) broken.push_back(fd);
+    }
+    for (int fd : broken) st.Drop(fd);
   }
-  for (auto it = st.clients.begin(); it != st.clients.end(); it = st.clients.begin()) {
-    it->second.bye = true;  // we are leaving, not they
-    st.Drop(it->first);
-  }
+  st.stopping = true;  // we are leaving, not they
+  while (!st.clients.empty()) st.Drop(st.clients.begin()->first);
 }
 
 // ---- client -----------------------------------------------------------------------------------
@@ -328,36 +347,16 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& h
   std::unique_ptr<TcpStore> s(new TcpStore());
   s->host_ = host;
   s->port_ = port;
+  s->timeout_ = timeout;
   const auto deadline = Clock::now() + timeout;
   std::string last_error = "no attempt";
-  auto connect_once = [&]() -> int {
-    addrinfo hints{};
-    hints.ai_family = AF_INET;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    int gai = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
-    if (gai != 0) {
-      last_error = absl::StrCat("cannot resolve '", host, "': ", ::gai_strerror(gai));
-      return -1;
-    }
-    int out = -1;
-    for (addrinfo* a = res; a != nullptr && out < 0; a = a->ai_next) {
-      int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-      if (fd < 0) continue;
-      if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
-        out = fd;
-      } else {
-        last_error = std::strerror(errno);
-        ::close(fd);
-      }
-    }
-    ::freeaddrinfo(res);
-    if (out >= 0) NoDelay(out);
-    return out;
-  };
   while (true) {
-    s->fd_ = connect_once();
-    if (s->fd_ >= 0) break;
+    absl::StatusOr<int> fd = ConnectBy(host, port, deadline);
+    if (fd.ok()) {
+      s->main_.fd = *fd;
+      break;
+    }
+    last_error = std::string(fd.status().message());
     if (Clock::now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat("store at ", host, ":", port, ": cannot connect within ",
                                                       timeout.count(), " ms: ", last_error,
@@ -365,46 +364,75 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& h
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  s->arrive_fd_ = connect_once();  // anonymous (no Hello): only the main connection tracks death
+  // Anonymous (no Hello): only the main connection tracks death.
+  absl::StatusOr<int> arrive = ConnectBy(host, port, std::max(deadline, Clock::now() + std::chrono::seconds(1)));
+  if (arrive.ok()) s->arrive_.fd = *arrive;
   std::string body;
   PutU32(body, static_cast<uint32_t>(rank));
-  if (!SendAll(s->fd_, Frame(kHello, body))) {
+  if (!SendAllBy(s->main_.fd, Frame(kHello, body), Clock::now() + timeout).ok()) {
     return absl::UnavailableError(absl::StrCat("store at ", s->address(), ": connection lost"));
   }
   return s;
 }
 
 TcpStore::~TcpStore() {
-  if (arrive_fd_ >= 0) ::close(arrive_fd_);
-  if (fd_ >= 0) {
-    SendAll(fd_, Frame(kBye));
-    ::shutdown(fd_, SHUT_WR);
-    ::close(fd_);
+  for (Conn* c : {&arrive_, &peek_}) {
+    if (c->fd >= 0) ::close(c->fd);
+  }
+  if (main_.fd >= 0) {
+    (void)SendAllBy(main_.fd, Frame(kBye), Clock::now() + std::chrono::seconds(1));
+    ::shutdown(main_.fd, SHUT_WR);
+    ::close(main_.fd);
   }
 }
 
 std::string TcpStore::address() const { return absl::StrCat(host_, ":", port_); }
 
-absl::StatusOr<std::string> TcpStore::Call(const std::string& request, std::chrono::milliseconds reply_timeout) {
-  std::lock_guard<std::mutex> lock(mu_);
+absl::StatusOr<std::string> TcpStore::Call(Conn& conn, const std::string& request, Clock::time_point deadline,
+                                           bool reconnect) {
+  const auto start = Clock::now();
+  auto waited = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  };
+  std::unique_lock<std::timed_mutex> lock(conn.mu, std::defer_lock);
+  if (!lock.try_lock_until(deadline)) {
+    return absl::DeadlineExceededError(absl::StrCat("store at ", address(), ": another call on this connection "
+                                                    "did not finish within ", waited(), " ms"));
+  }
   auto lost = [&](absl::string_view why) {
     return absl::UnavailableError(absl::StrCat("store at ", address(), ": ", why,
                                                " (rank 0, which runs the store, may have died)"));
   };
-  if (fd_ < 0) return lost("not connected");
-  if (!SendAll(fd_, request)) return lost(std::strerror(errno));
-  uint32_t len = 0;
-  const auto deadline = Clock::now() + reply_timeout;
-  absl::Status st = RecvAll(fd_, reinterpret_cast<char*>(&len), 4, deadline);
-  std::string reply;
-  if (st.ok()) {
-    reply.resize(len);
-    st = RecvAll(fd_, reply.data(), len, deadline);
+  if (conn.fd < 0 && reconnect) {
+    absl::StatusOr<int> fd = ConnectBy(host_, port_, deadline);
+    if (!fd.ok()) {
+      if (absl::IsDeadlineExceeded(fd.status())) {
+        return absl::DeadlineExceededError(absl::StrCat("store at ", address(), ": no answer within ", waited(),
+                                                        " ms (rank 0, which runs the store, may have died or be "
+                                                        "out of reach)"));
+      }
+      return lost(fd.status().message());
+    }
+    conn.fd = *fd;
   }
-  if (!st.ok() || len == 0) {
-    ::close(fd_);  // the stream is out of step now
-    fd_ = -1;
-    return lost(st.ok() ? "empty reply" : st.message());
+  if (conn.fd < 0) return lost("not connected");
+  absl::Status st = SendAllBy(conn.fd, request, deadline);
+  uint32_t len = 0;
+  std::string reply;
+  if (st.ok()) st = RecvAllBy(conn.fd, reinterpret_cast<char*>(&len), 4, deadline);
+  if (st.ok() && len > 0 && len <= (1u << 30)) {
+    reply.resize(len);
+    st = RecvAllBy(conn.fd, reply.data(), len, deadline);
+  }
+  if (!st.ok() || len == 0 || len > (1u << 30)) {
+    ::close(conn.fd);  // the stream is out of step now
+    conn.fd = -1;
+    if (absl::IsDeadlineExceeded(st)) {
+      return absl::DeadlineExceededError(absl::StrCat("store at ", address(), ": no reply within ", waited(),
+                                                      " ms (rank 0, which runs the store, may have died or be out "
+                                                      "of reach)"));
+    }
+    return lost(st.ok() ? "malformed reply" : st.message());
   }
   return reply;
 }
@@ -413,14 +441,14 @@ absl::Status TcpStore::Set(const std::string& key, const std::string& value) {
   std::string body;
   PutStr(body, key);
   PutStr(body, value);
-  DT_ASSIGN_OR_RETURN(std::string reply, Call(Frame(kSet, body), std::chrono::seconds(60)));
+  DT_ASSIGN_OR_RETURN(std::string reply, Call(main_, Frame(kSet, body), Clock::now() + timeout_));
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<std::string>> TcpStore::Get(const std::string& key) {
   std::string body;
   PutStr(body, key);
-  DT_ASSIGN_OR_RETURN(std::string reply, Call(Frame(kGet, body), std::chrono::seconds(60)));
+  DT_ASSIGN_OR_RETURN(std::string reply, Call(main_, Frame(kGet, body), Clock::now() + timeout_));
   if (static_cast<uint8_t>(reply[0]) == kMissing) return std::optional<std::string>();
   Reader r{reply, 1};
   std::string value;
@@ -433,7 +461,7 @@ absl::Status TcpStore::Wait(const std::vector<std::string>& keys, std::chrono::m
   PutI64(body, timeout.count());
   PutU32(body, static_cast<uint32_t>(keys.size()));
   for (const auto& k : keys) PutStr(body, k);
-  DT_ASSIGN_OR_RETURN(std::string reply, Call(Frame(kWait, body), timeout + std::chrono::seconds(30)));
+  DT_ASSIGN_OR_RETURN(std::string reply, Call(main_, Frame(kWait, body), Clock::now() + timeout + kWaitGrace));
   if (static_cast<uint8_t>(reply[0]) == kOk) return absl::OkStatus();
   Reader r{reply, 1};
   uint32_t n = 0;
@@ -459,7 +487,7 @@ absl::StatusOr<int64_t> TcpStore::Add(const std::string& key, int64_t delta) {
   std::string body;
   PutStr(body, key);
   PutI64(body, delta);
-  DT_ASSIGN_OR_RETURN(std::string reply, Call(Frame(kAdd, body), std::chrono::seconds(60)));
+  DT_ASSIGN_OR_RETURN(std::string reply, Call(main_, Frame(kAdd, body), Clock::now() + timeout_));
   Reader r{reply, 1};
   int64_t v = 0;
   if (!r.I64(&v)) return absl::InternalError(absl::StrCat("store at ", address(), ": malformed reply"));
@@ -470,18 +498,41 @@ void TcpStore::Arrive(const std::string& key, int64_t value) {
   std::string body;
   PutStr(body, key);
   PutI64(body, value);
-  std::lock_guard<std::mutex> lock(arrive_mu_);
-  if (arrive_fd_ >= 0 && !SendAll(arrive_fd_, Frame(kArrive, body))) {
-    ::close(arrive_fd_);
-    arrive_fd_ = -1;
+  const auto deadline = Clock::now() + timeout_;
+  std::unique_lock<std::timed_mutex> lock(arrive_.mu, std::defer_lock);
+  if (!lock.try_lock_until(deadline)) return;
+  if (arrive_.fd >= 0 && !SendAllBy(arrive_.fd, Frame(kArrive, body), deadline).ok()) {
+    ::close(arrive_.fd);  // a partial frame would put the stream out of step
+    arrive_.fd = -1;
   }
 }
 
-std::vector<int> TcpStore::DeadRanks() {
+absl::StatusOr<std::vector<std::optional<std::string>>> TcpStore::Peek(const std::vector<std::string>& keys,
+                                                                      std::chrono::milliseconds timeout) {
+  std::string body;
+  PutU32(body, static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys) PutStr(body, k);
+  DT_ASSIGN_OR_RETURN(std::string reply, Call(peek_, Frame(kPeek, body), Clock::now() + timeout, true));
+  Reader r{reply, 1};
+  uint32_t n = 0;
+  std::vector<std::optional<std::string>> out;
+  if (static_cast<uint8_t>(reply[0]) != kValues || !r.U32(&n) || n != keys.size()) {
+    return absl::InternalError(absl::StrCat("store at ", address(), ": malformed reply"));
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    uint8_t present = 0;
+    std::string v;
+    if (!r.U8(&present) || !r.Str(&v)) {
+      return absl::InternalError(absl::StrCat("store at ", address(), ": malformed reply"));
+    }
+    out.push_back(present ? std::optional<std::string>(std::move(v)) : std::nullopt);
+  }
+  return out;
+}
+
+std::vector<int> ParseRankList(absl::string_view list) {
   std::vector<int> out;
-  absl::StatusOr<std::optional<std::string>> v = Get("dt/dead");
-  if (!v.ok() || !v->has_value()) return out;
-  for (absl::string_view part : absl::StrSplit(**v, ',')) {
+  for (absl::string_view part : absl::StrSplit(list, ',')) {
     int r;
     if (absl::SimpleAtoi(part, &r)) out.push_back(r);
   }
@@ -510,19 +561,29 @@ absl::StatusOr<Rendezvous> StartRendezvous(const LaunchInfo& info, std::chrono::
 
 absl::Status JoinGroup(TcpStore& store, const std::string& gid, const std::vector<int>& ranks, int me,
                        std::chrono::milliseconds timeout, absl::string_view what) {
-  DT_RETURN_IF_ERROR(store.Set(absl::StrCat("g/", gid, "/join/", me), "1"));
+  absl::Status set = store.Set(absl::StrCat("g/", gid, "/join/", me), "1");
+  if (!set.ok()) return absl::Status(set.code(), absl::StrCat(what, ": ", set.message()));
   std::vector<std::string> keys;
   for (size_t i = 0; i < ranks.size(); ++i) keys.push_back(absl::StrCat("g/", gid, "/join/", i));
   absl::Status joined = store.Wait(keys, timeout);
   if (joined.ok()) return joined;
+  absl::StatusOr<std::vector<std::optional<std::string>>> v = store.Peek(keys, DiagnosisTime(timeout));
+  if (!v.ok()) {
+    return absl::Status(joined.code(), absl::StrCat(what, ": ", joined.message(),
+                                                    "; cannot tell who is missing: ", v.status().message()));
+  }
   std::vector<int> missing;
   for (size_t i = 0; i < ranks.size(); ++i) {
-    absl::StatusOr<std::optional<std::string>> v = store.Get(keys[i]);
-    if (v.ok() && !v->has_value()) missing.push_back(ranks[i]);
+    if (!(*v)[i].has_value()) missing.push_back(ranks[i]);
   }
   return absl::Status(joined.code(), absl::StrCat(what, ": global rank(s) [", absl::StrJoin(missing, ", "),
                                                   "] did not join within ", timeout.count(), " ms (",
                                                   joined.message(), ")"));
+}
+
+std::chrono::milliseconds DiagnosisTime(std::chrono::milliseconds timeout) {
+  return std::clamp<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(500),
+                                               std::chrono::milliseconds(1000));
 }
 
 std::string GroupKey(const std::vector<int>& ranks) {

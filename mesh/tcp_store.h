@@ -11,10 +11,22 @@
 //   Wait(keys, t)    ok, or the missing keys    the server times the wait out after t
 //   Add(k, d)        new value                  k holds a decimal integer
 //   Arrive(k, v)     none (fire and forget)     k = max(k, v); collective arrival markers
+//   Peek(keys)       each value or "missing"    never blocks; for diagnosis
 //   Hello(rank)      none                       names the connection; when it closes without Bye
-//                                               the server appends the rank to key "dt/dead"
+//                                               the server appends the rank to key "dt/dead",
+//                                               after a Bye to key "dt/left"
 //   Bye              none                       clean shutdown
 // Messages are [u32 length][u8 command][fields], strings as [u32 length][bytes].
+//
+// Note [Store deadlines]
+//   Every client call returns by a deadline, also when the server is behind a network partition
+//   (nothing answers, no connection closes): Set/Get/Add and connecting within the timeout given
+//   to Connect (the world's), Wait within its own timeout plus kWaitGrace (the server answers at
+//   the timeout; the grace covers its latency), Arrive's send within the timeout, Peek within the
+//   (short) time its caller gives. A client connection has three sockets: the main one (Hello;
+//   Set/Get/Wait/Add, one call at a time), one for Arrive, and one for Peek made on first use, so
+//   that diagnosing a failure never waits behind another thread's Wait. The server never blocks on
+//   a client: replies to a client that does not read are queued.
 
 #include <chrono>
 #include <cstdint>
@@ -26,6 +38,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace dt::internal {
 
@@ -53,11 +66,13 @@ class TcpStoreServer {
 
 class TcpStore {
  public:
-  // Connects to host:port, retrying until `timeout` (the server may start after us).
+  // Connects to host:port, retrying until `timeout` (the server may start after us). `timeout`
+  // also bounds every later call (see Note [Store deadlines]).
   static absl::StatusOr<std::unique_ptr<TcpStore>> Connect(const std::string& host, int port, int rank,
                                                            std::chrono::milliseconds timeout);
   ~TcpStore();  // says Bye
 
+  // Errors: Unavailable (connection lost), DeadlineExceeded (no reply within the timeout).
   absl::Status Set(const std::string& key, const std::string& value);
   absl::StatusOr<std::optional<std::string>> Get(const std::string& key);
   // OK when every key exists; DeadlineExceeded naming the missing keys after `timeout`.
@@ -65,24 +80,40 @@ class TcpStore {
   // Wait + Get.
   absl::StatusOr<std::string> WaitGet(const std::string& key, std::chrono::milliseconds timeout);
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta);
-  // Best effort, no reply, on a second connection of its own so that it never waits behind a
-  // long Wait() of another thread.
+  // Best effort, no reply, on a connection of its own so that it never waits behind a long Wait()
+  // of another thread.
   void Arrive(const std::string& key, int64_t value);
-  // Ranks whose store connection closed without Bye (they died), in order of death.
-  std::vector<int> DeadRanks();
+  // For diagnosis: the values of `keys` (nullopt where missing), all within `timeout`, on a
+  // connection of its own.
+  absl::StatusOr<std::vector<std::optional<std::string>>> Peek(const std::vector<std::string>& keys,
+                                                               std::chrono::milliseconds timeout);
   std::string address() const;  // "host:port"
 
- private:
-  TcpStore() = default;
-  absl::StatusOr<std::string> Call(const std::string& request, std::chrono::milliseconds reply_timeout);
+  // The keys listing the ranks whose store connection closed without Bye (they died), and with
+  // Bye (they left), in order ("4,5"; see ParseRankList).
+  static constexpr absl::string_view kDeadKey = "dt/dead";
+  static constexpr absl::string_view kLeftKey = "dt/left";
+  static constexpr std::chrono::milliseconds kWaitGrace{1000};
 
-  std::mutex mu_;
-  int fd_ = -1;
-  std::mutex arrive_mu_;
-  int arrive_fd_ = -1;
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Conn {
+    std::timed_mutex mu;
+    int fd = -1;
+  };
+  TcpStore() = default;
+  // One request and its reply on `conn` by `deadline`; `reconnect`: connect first when needed.
+  absl::StatusOr<std::string> Call(Conn& conn, const std::string& request, Clock::time_point deadline,
+                                   bool reconnect = false);
+
+  Conn main_, arrive_, peek_;
   std::string host_;
   int port_ = 0;
+  std::chrono::milliseconds timeout_{0};
 };
+
+// "4,5" -> {4, 5}; what does not parse is skipped.
+std::vector<int> ParseRankList(absl::string_view list);
 
 struct LaunchInfo;
 
@@ -99,6 +130,10 @@ absl::StatusOr<Rendezvous> StartRendezvous(const LaunchInfo& info, std::chrono::
 // the others; the error names the members that did not join within `timeout`. `what` prefixes it.
 absl::Status JoinGroup(TcpStore& store, const std::string& gid, const std::vector<int>& ranks, int me,
                        std::chrono::milliseconds timeout, absl::string_view what);
+
+// How long diagnosing a failure may take (store peeks, peer probes; see Note [Gloo backend]): a
+// quarter of the timeout, within [500 ms, 1 s].
+std::chrono::milliseconds DiagnosisTime(std::chrono::milliseconds timeout);
 
 // A short store key for a group: "<size>x<hash of the rank list>".
 std::string GroupKey(const std::vector<int>& ranks);

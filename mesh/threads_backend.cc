@@ -386,6 +386,8 @@ class ThreadsWorld final : public World {
   int size() const override { return job_->n(); }
   int local_rank() const override { return rank_; }
   int local_size() const override { return job_->n(); }
+  int node_rank() const override { return 0; }
+  int num_nodes() const override { return 1; }
   absl::string_view backend() const override { return "threads"; }
   Device device() const override { return kCPU; }
 

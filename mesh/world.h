@@ -65,6 +65,13 @@ class World : public std::enable_shared_from_this<World> {
   virtual int size() const = 0;
   virtual int local_rank() const = 0;   // rank on this node
   virtual int local_size() const = 0;   // ranks on this node
+  // This node's index in [0, num_nodes()) and the number of nodes (machines) of the job, as the
+  // launcher sees them: dtrun/torchrun NODE_RANK (GROUP_RANK) and GROUP_WORLD_SIZE, Slurm
+  // SLURM_NODEID and SLURM_NNODES; under OpenMPI the mpi backend asks MPI (which processes share
+  // memory), gloo/nccl derive them from the local rank and size (ranks in blocks per node). The
+  // threads backend is one node. See InitNodeLocalMesh (mesh/device_mesh.h).
+  virtual int node_rank() const = 0;
+  virtual int num_nodes() const = 0;
   virtual absl::string_view backend() const = 0;
   virtual Device device() const = 0;    // cpu, or cuda:local_rank for nccl
   std::chrono::milliseconds timeout() const { return options_.timeout; }

@@ -4,12 +4,22 @@
 //         [--grace-period S] PROG ARGS...
 //
 // Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK (and torchrun's
-// GROUP_RANK), MASTER_ADDR and MASTER_PORT (a free port when none is given on one node). Its
+// GROUP_RANK), GROUP_WORLD_SIZE (the number of nodes, torchrun's name), MASTER_ADDR and
+// MASTER_PORT (a free port when none is given on one node). Its
 // stdout/stderr lines are prefixed with "[rank N] ". SIGINT/SIGTERM/SIGHUP are forwarded. When a
 // rank fails (non-zero exit or a signal), the others get SIGTERM and, after the grace period
 // (default 5 s), SIGKILL; dtrun then exits with the failed rank's status (128+signal for a
 // signal). Each rank runs in its own process group, which is what gets signalled, and dies with
 // dtrun (PR_SET_PDEATHSIG), so no orphans remain.
+//
+// Note [dtrun signals around fork]
+//   dtrun's signal handler writes the signal number to a self-pipe that the main loop reads. A
+//   forked child inherits both the handler and the pipe until it execs, so a signal sent to the
+//   child in that window (e.g. the SIGTERM that stops the other ranks when one fails at once)
+//   would run dtrun's handler in the child: dtrun would report a signal it never received as its
+//   own, and the child would swallow it and live on until the grace period's SIGKILL. So every
+//   signal is blocked across fork(); the child resets the handlers and closes the pipe while they
+//   are blocked, and only then unblocks them (a pending SIGTERM then kills it at once), then execs.
 //
 // Note [dtrun exit status]
 //   all ranks exit 0              -> 0
@@ -202,14 +212,20 @@ pid_t Spawn(const Options& o, Rank& r, int world, int local) {
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return -1;
   const pid_t parent = ::getpid();
+  // See Note [dtrun signals around fork].
+  sigset_t all, old;
+  sigfillset(&all);
+  ::sigprocmask(SIG_BLOCK, &all, &old);
   pid_t pid = ::fork();
   if (pid == 0) {
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) ::signal(s, SIG_DFL);
+    ::close(g_signal_pipe[0]);
+    ::close(g_signal_pipe[1]);
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);  // dtrun died before prctl
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) ::signal(s, SIG_DFL);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -220,6 +236,7 @@ pid_t Spawn(const Options& o, Rank& r, int world, int local) {
     set("LOCAL_WORLD_SIZE", std::to_string(o.nproc));
     set("NODE_RANK", std::to_string(o.node_rank));
     set("GROUP_RANK", std::to_string(o.node_rank));
+    set("GROUP_WORLD_SIZE", std::to_string(o.nnodes));
     set("MASTER_ADDR", o.master_addr);
     set("MASTER_PORT", std::to_string(o.master_port));
     std::vector<char*> args;
@@ -229,11 +246,14 @@ pid_t Spawn(const Options& o, Rank& r, int world, int local) {
     std::fprintf(stderr, "dtrun: cannot run %s: %s\n", args[0], std::strerror(errno));
     ::_exit(127);
   }
+  const int fork_errno = errno;
+  ::sigprocmask(SIG_SETMASK, &old, nullptr);
   ::close(out[1]);
   ::close(err[1]);
   if (pid < 0) {
     ::close(out[0]);
     ::close(err[0]);
+    errno = fork_errno;  // for the caller's message
     return -1;
   }
   ::setpgid(pid, pid);  // also from here, so signals reach the group even before the child runs

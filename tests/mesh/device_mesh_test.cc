@@ -4,6 +4,7 @@
 
 #include "mesh/device_mesh.h"
 
+#include <functional>
 #include <set>
 
 #include "gtest/gtest.h"
@@ -177,6 +178,114 @@ TEST(DeviceMesh, MeshSmallerThanTheWorld) {
     return absl::OkStatus();
   });
   EXPECT_TRUE(st.ok()) << st;
+}
+
+// A threads rank that claims the launcher layout of a multi-node job: node and local rank are
+// functions of the global rank; everything else is the threads world's.
+class NodeView final : public World {
+ public:
+  using Layout = std::function<int(int rank)>;
+  NodeView(World& inner, Layout node_of, Layout local_of, int nodes)
+      : inner_(inner.shared_from_this()), node_of_(std::move(node_of)), local_of_(std::move(local_of)), nodes_(nodes) {
+    options_ = inner.options();
+  }
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  int local_rank() const override { return local_of_(rank()); }
+  int local_size() const override {
+    int n = 0;
+    for (int r = 0; r < size(); ++r) n += node_of_(r) == node_rank();
+    return n;
+  }
+  int node_rank() const override { return node_of_(rank()); }
+  int num_nodes() const override { return nodes_; }
+  absl::string_view backend() const override { return inner_->backend(); }
+  Device device() const override { return inner_->device(); }
+  absl::StatusOr<CommPtr> Group(absl::Span<const int> ranks) override { return inner_->Group(ranks); }
+
+ private:
+  std::shared_ptr<World> inner_;
+  Layout node_of_, local_of_;
+  int nodes_;
+};
+
+// The ranks of `mesh` as rows (one per index of dim 0).
+std::vector<std::vector<int>> Rows(const DeviceMesh& mesh) {
+  std::vector<std::vector<int>> rows(mesh.Size(0));
+  for (size_t i = 0; i < mesh.ranks().size(); ++i) rows[i / mesh.Size(1)].push_back(mesh.ranks()[i]);
+  return rows;
+}
+
+TEST(DeviceMesh, NodeLocalMeshOfBlocks) {
+  // 2 nodes x 3 ranks, in blocks (dtrun, srun --distribution block): all_reduce along "local"
+  // sums the ranks of one node, along "node" the same local rank of every node.
+  absl::Status st = World::RunThreads(6, [](World& w) -> absl::Status {
+    auto view = std::make_shared<NodeView>(w, [](int r) { return r / 3; }, [](int r) { return r % 3; }, 2);
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitNodeLocalMesh(view));
+    EXPECT_EQ(mesh.ToString(), "mesh(node=2, local=3)");
+    EXPECT_EQ(Rows(mesh), (std::vector<std::vector<int>>{{0, 1, 2}, {3, 4, 5}}));
+    EXPECT_EQ(*mesh.Coordinate(), (std::vector<int64_t>{w.rank() / 3, w.rank() % 3}));
+    DT_ASSIGN_OR_RETURN(CommPtr local, mesh.Comm(1));
+    Tensor x = Tensor::Full({2}, w.rank()).value();
+    DT_RETURN_IF_ERROR(local->AllReduce(x, ReduceOp::kSum));
+    EXPECT_EQ(x.ToVector<float>(), std::vector<float>(2, w.rank() < 3 ? 0 + 1 + 2 : 3 + 4 + 5));
+    DT_ASSIGN_OR_RETURN(CommPtr node, mesh.Comm(0));
+    Tensor y = Tensor::Full({1}, w.rank()).value();
+    DT_RETURN_IF_ERROR(node->AllReduce(y, ReduceOp::kSum));
+    EXPECT_EQ(y.Item(), 2 * (w.rank() % 3) + 3);  // r % 3 + (r % 3 + 3)
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+TEST(DeviceMesh, NodeLocalMeshFollowsOtherLayouts) {
+  // Round robin over 2 nodes (mpirun --map-by node): node = rank % 2, local = rank / 2.
+  absl::Status st = World::RunThreads(4, [](World& w) -> absl::Status {
+    auto view = std::make_shared<NodeView>(w, [](int r) { return r % 2; }, [](int r) { return r / 2; }, 2);
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitNodeLocalMesh(view, {"host", "gpu"}));
+    EXPECT_EQ(mesh.ToString(), "mesh(host=2, gpu=2)");
+    EXPECT_EQ(Rows(mesh), (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+    EXPECT_EQ(mesh.GroupRanks(1).value(), (w.rank() % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3}));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+  // The threads backend is one node.
+  st = World::RunThreads(3, [](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitNodeLocalMesh(w.shared_from_this()));
+    EXPECT_EQ(mesh.ToString(), "mesh(node=1, local=3)");
+    EXPECT_EQ(mesh.ranks(), (std::vector<int>{0, 1, 2}));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+TEST(DeviceMesh, NodeLocalMeshErrorsAreTheSameOnEveryRank) {
+  // Nodes of 3 and 1 ranks; two ranks claiming one position; a wrong number of names. Every rank
+  // gets InvalidArgument (none is left waiting in a collective).
+  struct Case {
+    std::function<int(int)> node, local;
+    std::vector<std::string> names;
+    std::string message;
+  };
+  const std::vector<Case> cases{
+      {[](int r) { return r < 3 ? 0 : 1; }, [](int r) { return r < 3 ? r : 0; }, {"node", "local"},
+       "InitNodeLocalMesh(world of 4, names [node, local]): the nodes have different numbers of ranks: node 0 has 3 "
+       "([0, 1, 2]), node 1 has 1 ([3]); a (node, local) mesh needs the same number on every node"},
+      {[](int r) { return r / 2; }, [](int r) { return r == 1 ? 0 : r % 2; }, {"node", "local"},
+       "InitNodeLocalMesh(world of 4, names [node, local]): global ranks 0 and 1 both say node 0, local rank 0"},
+      {[](int r) { return r / 2; }, [](int r) { return r % 2; }, {"local"},
+       "InitNodeLocalMesh(world of 4, names [local]): needs 2 dim names, got 1"},
+  };
+  for (const Case& c : cases) {
+    absl::Status st = World::RunThreads(4, [&](World& w) -> absl::Status {
+      auto view = std::make_shared<NodeView>(w, c.node, c.local, 2);
+      absl::Status got = InitNodeLocalMesh(view, c.names).status();
+      EXPECT_EQ(got.code(), absl::StatusCode::kInvalidArgument) << got;
+      EXPECT_EQ(std::string(got.message()), c.message);
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(st.ok()) << st;
+  }
 }
 
 // Every rank appears in exactly one group along each dim, and the groups along a dim partition the

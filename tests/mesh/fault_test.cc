@@ -16,9 +16,9 @@ using testing::RunCommand;
 
 constexpr int kTimeoutMs = 3000;
 
-std::string Gloo(const std::string& args) {
-  return "DT_BACKEND=gloo DT_TIMEOUT_MS=" + std::to_string(kTimeoutMs) + " " DT_DTRUN
-         " --nproc-per-node 3 --grace-period 20 " DT_FAULT_WORKER " " + args;
+std::string Gloo(const std::string& args, int nproc = 3) {
+  return "DT_BACKEND=gloo DT_TIMEOUT_MS=" + std::to_string(kTimeoutMs) + " " DT_DTRUN " --nproc-per-node " +
+         std::to_string(nproc) + " --grace-period 20 " DT_FAULT_WORKER " " + args;
 }
 // OpenMPI leaks a little at MPI_Finalize: keep LeakSanitizer (the asan preset) out of it.
 std::string Mpi(const std::string& args) {
@@ -41,6 +41,22 @@ TEST(GlooFaults, RankDiesMidCollective) {
     ExpectContains(report, "global rank(s) [2] died");
   }
   EXPECT_LT(r.seconds, 15) << r.output;
+}
+
+TEST(GlooFaults, SurvivorsNameEveryRankThatDiedAtOnce) {
+  // Two ranks SIGKILLed at the same moment: every survivor names both, whichever death it saw
+  // first (a few tries: which one a survivor sees first varies).
+  for (int run = 0; run < 3; ++run) {
+    auto r = RunCommand(Gloo("kill 3,4", 5));
+    EXPECT_EQ(r.status, 128 + 9) << r.output;
+    for (int rank : {0, 1, 2}) {
+      const std::string report = ReportOf(r.output, rank);
+      ExpectContains(report, "code=UNAVAILABLE");
+      ExpectContains(report, "all_reduce #1");
+      ExpectContains(report, "global rank(s) [3, 4] died");
+    }
+    EXPECT_LT(r.seconds, 15) << r.output;
+  }
 }
 
 TEST(GlooFaults, RankNeverArrives) {

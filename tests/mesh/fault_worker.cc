@@ -1,6 +1,7 @@
 // One rank of a fault scenario, run under dtrun (gloo) or mpirun (mpi) by fault_test.cc:
 //
-//   fault_worker die V       rank V starts a large all_reduce and abort()s in the middle of it
+//   fault_worker die V       rank V starts a large all_reduce and abort()s while it runs
+//   fault_worker kill V,W    ranks V and W start it and SIGKILL themselves, at about the same moment
 //   fault_worker absent V    rank V never calls the second all_reduce (alive, sleeping)
 //   fault_worker nogroup V   rank V never creates the group the others create
 //   fault_worker mismatch V  rank V passes a different size to all_reduce
@@ -13,9 +14,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <set>
 #include <string>
 #include <thread>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "mesh/world.h"
 
 namespace {
@@ -33,11 +37,20 @@ void Report(int rank, const absl::Status& st, std::chrono::steady_clock::time_po
 int main(int argc, char** argv) {
   using namespace dt;
   if (argc != 3) {
-    std::fprintf(stderr, "usage: fault_worker die|absent|nogroup|mismatch VICTIM\n");
+    std::fprintf(stderr, "usage: fault_worker die|kill|absent|nogroup|mismatch VICTIM[,VICTIM...]\n");
     return 2;
   }
   const std::string mode = argv[1];
-  const int victim = std::atoi(argv[2]);
+  std::set<int> victims;
+  for (absl::string_view v : absl::StrSplit(argv[2], ',')) {
+    int r = 0;
+    if (absl::SimpleAtoi(v, &r)) victims.insert(r);
+  }
+  if (victims.empty()) {
+    std::fprintf(stderr, "fault_worker: bad victim list '%s'\n", argv[2]);
+    return 2;
+  }
+  const int victim = *victims.begin();
   std::signal(SIGTERM, SIG_IGN);
   absl::StatusOr<std::shared_ptr<World>> w = World::FromEnv();
   if (!w.ok()) {
@@ -53,10 +66,14 @@ int main(int argc, char** argv) {
   if (mode == "die") {
     Tensor big = Tensor::Ones({8 << 20}).value();  // 32 MiB
     WorkPtr work = comm->AllReduceAsync(big, ReduceOp::kSum);
-    if (me == victim) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(30));
-      std::abort();
-    }
+    // At once: 32 MiB over loopback can finish within a few tens of milliseconds on a quiet machine.
+    if (me == victim) std::abort();
+    Report(me, work->Wait(), start);
+  } else if (mode == "kill") {
+    // The victims leave all_reduce #0 within a millisecond of each other and die as they start #1.
+    Tensor big = Tensor::Ones({8 << 20}).value();  // 32 MiB
+    WorkPtr work = comm->AllReduceAsync(big, ReduceOp::kSum);
+    if (victims.count(me)) std::raise(SIGKILL);
     Report(me, work->Wait(), start);
   } else if (mode == "absent") {
     if (me == victim) {

@@ -32,10 +32,19 @@ TEST(LaunchEnv, DtrunAndTorchrun) {
   EXPECT_EQ(info.local_rank, 1);
   EXPECT_EQ(info.local_size, 4);
   EXPECT_EQ(info.node_rank, 1);
+  EXPECT_EQ(info.num_nodes, 2);  // WORLD_SIZE / LOCAL_WORLD_SIZE
   EXPECT_EQ(info.master_addr, "10.0.0.1");
   EXPECT_EQ(info.master_port, 29500);
-  // torchrun names the node GROUP_RANK.
-  EXPECT_EQ(Read({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"GROUP_RANK", "3"}}).value().node_rank, 3);
+  // torchrun names the node GROUP_RANK and the number of nodes GROUP_WORLD_SIZE (dtrun sets both).
+  LaunchInfo torchrun = Read({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"GROUP_RANK", "3"}}).value();
+  EXPECT_EQ(torchrun.node_rank, 3);
+  EXPECT_EQ(torchrun.num_nodes, 4);  // never below node_rank + 1
+  LaunchInfo three = Read({{"RANK", "5"}, {"WORLD_SIZE", "7"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "3"},
+                           {"NODE_RANK", "1"}, {"GROUP_WORLD_SIZE", "3"}})
+                         .value();
+  EXPECT_EQ(three.num_nodes, 3);
+  EXPECT_EQ(Read({{"RANK", "0"}, {"WORLD_SIZE", "5"}, {"LOCAL_WORLD_SIZE", "2"}}).value().num_nodes, 3);
+  EXPECT_EQ(Read({{"RANK", "0"}, {"WORLD_SIZE", "2"}}).value().num_nodes, 1);
 }
 
 TEST(LaunchEnv, OpenMpi) {
@@ -55,6 +64,16 @@ TEST(LaunchEnv, OpenMpi) {
                            {"OMPI_MCA_ess_base_jobid", "1234"}})
                          .value();
   EXPECT_EQ(other.master_port, info.master_port);
+  EXPECT_EQ(info.node_rank, 0);
+  EXPECT_EQ(info.num_nodes, 1);
+  // Two nodes of 4: the node is the rank's block. OMPI_COMM_WORLD_NODE_RANK is a per-node process
+  // index (here 1), not the node's.
+  LaunchInfo second = Read({{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"},
+                            {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                            {"OMPI_COMM_WORLD_NODE_RANK", "1"}})
+                          .value();
+  EXPECT_EQ(second.node_rank, 1);
+  EXPECT_EQ(second.num_nodes, 2);
 }
 
 TEST(LaunchEnv, Slurm) {
@@ -68,8 +87,28 @@ TEST(LaunchEnv, Slurm) {
   EXPECT_EQ(info.local_rank, 2);
   EXPECT_EQ(info.local_size, 4);
   EXPECT_EQ(info.node_rank, 1);
+  EXPECT_EQ(info.num_nodes, 2);  // at least node_rank + 1 without SLURM_NNODES
   EXPECT_EQ(info.master_addr, "gpu07");
   EXPECT_EQ(info.master_port, 24242);
+  // This node's own task count; the step's variables win over the job's.
+  LaunchInfo last = Read({{"SLURM_PROCID", "8"}, {"SLURM_NTASKS", "11"}, {"SLURM_LOCALID", "0"},
+                          {"SLURM_TASKS_PER_NODE", "4(x2),3"}, {"SLURM_NODEID", "2"}, {"SLURM_NNODES", "3"}})
+                         .value();
+  EXPECT_EQ(last.local_size, 3);
+  EXPECT_EQ(last.num_nodes, 3);
+  LaunchInfo step = Read({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"},
+                          {"SLURM_TASKS_PER_NODE", "8(x4)"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"},
+                          {"SLURM_NODEID", "0"}, {"SLURM_NNODES", "4"}, {"SLURM_STEP_NUM_NODES", "2"}})
+                         .value();
+  EXPECT_EQ(step.local_size, 2);
+  EXPECT_EQ(step.num_nodes, 2);
+  EXPECT_EQ(SlurmTasksOnNode("4(x2),3", 0, -1), 4);
+  EXPECT_EQ(SlurmTasksOnNode("4(x2),3", 1, -1), 4);
+  EXPECT_EQ(SlurmTasksOnNode("4(x2),3", 2, -1), 3);
+  EXPECT_EQ(SlurmTasksOnNode("4(x2),3", 3, -1), -1);
+  EXPECT_EQ(SlurmTasksOnNode("2,5(x3)", 3, -1), 5);
+  EXPECT_EQ(SlurmTasksOnNode("4(2)", 0, -1), -1);
+  EXPECT_EQ(SlurmTasksOnNode("", 0, -1), -1);
   EXPECT_EQ(FirstSlurmHost("a,b"), "a");
   EXPECT_EQ(FirstSlurmHost("node[3,5-9]"), "node3");
   EXPECT_EQ(FirstSlurmHost("rack1-n[001-004],x"), "rack1-n001");
@@ -80,6 +119,8 @@ TEST(LaunchEnv, BadValuesAreErrors) {
   EXPECT_EQ(Read({{"RANK", "2"}, {"WORLD_SIZE", "2"}}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Read({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}}).status().code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Read({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"NODE_RANK", "-1"}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
   absl::Status st = Read({{"RANK", "abc"}, {"WORLD_SIZE", "2"}}).status();
   EXPECT_EQ(std::string(st.message()), "environment variable RANK='abc' is not an integer");
 }
@@ -89,6 +130,8 @@ TEST(World, FromEnvWithoutALauncherIsOneThreadRank) {
   EXPECT_EQ(world->rank(), 0);
   EXPECT_EQ(world->size(), 1);
   EXPECT_EQ(world->backend(), "threads");
+  EXPECT_EQ(world->node_rank(), 0);
+  EXPECT_EQ(world->num_nodes(), 1);
   CommPtr c = world->WorldGroup().value();
   Tensor x = Tensor::Full({4}, 3.0).value();
   EXPECT_TRUE(c->AllReduce(x, ReduceOp::kAvg).ok());

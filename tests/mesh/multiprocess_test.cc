@@ -3,6 +3,7 @@
 // same tests in the same order, so the collectives line up.
 
 #include <chrono>
+#include <cstdlib>
 
 #include "gtest/gtest.h"
 #include "mesh/device_mesh.h"
@@ -44,6 +45,19 @@ TEST(MultiProcess, WorldMatchesTheLauncher) {
   EXPECT_GE(w->size(), 1);
   EXPECT_LT(w->rank(), w->size());
   EXPECT_LT(w->local_rank(), w->local_size());
+  // Nodes as the launcher sees them: dtrun's variables; mpirun (the mpi backend asks MPI) on one
+  // machine here.
+  if (const char* node = std::getenv("NODE_RANK")) EXPECT_EQ(w->node_rank(), std::atoi(node));
+  if (const char* nodes = std::getenv("GROUP_WORLD_SIZE")) EXPECT_EQ(w->num_nodes(), std::atoi(nodes));
+  const char* ompi_local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (ompi_local != nullptr && std::atoi(ompi_local) == w->size()) {
+    EXPECT_EQ(w->node_rank(), 0);
+    EXPECT_EQ(w->num_nodes(), 1);
+  }
+  absl::StatusOr<DeviceMesh> mesh = InitNodeLocalMesh(w);  // collective: every rank
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  EXPECT_EQ(mesh->shape(), (std::vector<int64_t>{w->num_nodes(), w->local_size()}));
+  EXPECT_EQ(*mesh->Coordinate(), (std::vector<int64_t>{w->node_rank(), w->local_rank()}));
 }
 
 TEST(MultiProcess, EveryCollectiveMatchesTheOracle) {

@@ -2,10 +2,11 @@
 // inside each host's network namespace, one dtrun per host, exactly as on real machines).
 //
 //   multinode_worker topology [--iface eth0]
-//       The launcher's view (NODE_RANK, LOCAL_RANK, LOCAL_WORLD_SIZE) against the world and a
-//       DeviceMesh laid out as (node, local): rank = node * local_size + local, the `local` group of
-//       every rank is exactly the ranks of its host (compared by network-namespace identity), the
-//       `node` group has one rank per host; collectives on the node, local and world groups match
+//       The launcher's view (NODE_RANK, LOCAL_RANK, LOCAL_WORLD_SIZE) against the world (node and
+//       local rank and size) and InitNodeLocalMesh's (node, local) mesh: rank = node * local_size +
+//       local, the `local` group of every rank is exactly the ranks of its host (compared by
+//       network-namespace identity), the `node` group has one rank per host; collectives on the
+//       node, local and world groups match
 //       the oracle. With --iface, the host's interface counters prove that a `local` all_reduce
 //       stays off the wire while a `node` all_reduce of the same size crosses it.
 //   multinode_worker loop
@@ -140,12 +141,19 @@ int Topology(int argc, char** argv) {
   }
   if (w->size() % lsize != 0) Fail(absl::StrCat("world size ", w->size(), " is not a multiple of ", lsize));
   const int nnodes = w->size() / lsize;
+  if (w->node_rank() != node || w->num_nodes() != nnodes) {
+    Fail(absl::StrCat("world says node ", w->node_rank(), " of ", w->num_nodes(), ", the launcher ", node, " of ",
+                      nnodes));
+  }
   if (w->rank() != node * lsize + local) {
     Fail(absl::StrCat("rank ", w->rank(), " != node ", node, " * ", lsize, " + local ", local));
   }
 
   // The (node, local) mesh: dim 1 is the host's ranks, dim 0 the same local index on every host.
-  DeviceMesh mesh = Check(InitDeviceMesh(w, {nnodes, lsize}, {"node", "local"}), "InitDeviceMesh");
+  DeviceMesh mesh = Check(InitNodeLocalMesh(w), "InitNodeLocalMesh");
+  if (mesh.ToString() != absl::StrCat("mesh(node=", nnodes, ", local=", lsize, ")")) {
+    Fail(absl::StrCat("InitNodeLocalMesh gave ", mesh.ToString()));
+  }
   const std::vector<int64_t> coord = *mesh.Coordinate();
   if (coord != std::vector<int64_t>{node, local}) {
     Fail(absl::StrCat("mesh coordinate [", absl::StrJoin(coord, ", "), "], want [", node, ", ", local, "]"));

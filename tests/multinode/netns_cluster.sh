@@ -31,7 +31,7 @@
 #                          (the other side of the fault), and come within $DT_TIMEOUT_MS + slack of
 #                          the fault; dtrun must exit non-zero on every surviving host
 #   --expect-named none    fault: skip the "name every lost rank" check (when host 0, which runs the
-#                          store, is the one lost, the survivors cannot know more than "rank 0")
+#                          store, never starts, the survivors cannot know more than "rank 0")
 #   --slack-ms MS          allowed lateness of an error report    default 2500
 #   --deadline S           wall-clock limit of each launch        default 60
 #   --keep-logs DIR        copy the hosts' logs there
@@ -116,6 +116,11 @@ else
 fi
 TIMEOUT_MS=300000
 for e in "${ENVS[@]}"; do [[ "$e" == DT_TIMEOUT_MS=* ]] && TIMEOUT_MS=${e#DT_TIMEOUT_MS=}; done
+# With a fault, dtrun's grace period (its SIGKILL after the first failing rank) must not end
+# before every survivor had its chance to report: a survivor that gloo only tells at its timeout
+# (docs/mesh.md) has until timeout + slack, counted from the fault, not from the first failure.
+GRACE=()
+[[ "$FAULT" != none ]] && GRACE=(--grace-period $(((TIMEOUT_MS + SLACK_MS) / 1000 + 2)))
 
 host_ns() { printf '%sh%d' "$PREFIX" "$1"; }
 
@@ -256,7 +261,7 @@ launch() {
     # The subshell passes dtrun's status on and keeps bash's "Killed" notices out of the output.
     (
       ip netns exec "$(host_ns "$i")" env "${ENVS[@]}" "$BIN_DIR/dtrun" --nnodes "$HOSTS" --node-rank "$i" \
-        --master-addr "$SUBNET.1" --master-port "$port" --nproc-per-node "$NPROC" "$prog" "$@" \
+        --master-addr "$SUBNET.1" --master-port "$port" --nproc-per-node "$NPROC" "${GRACE[@]}" "$prog" "$@" \
         >"$LOGDIR/host$i.log" 2>&1
       exit $?
     ) 2>/dev/null &

@@ -1,0 +1,43 @@
+#pragma once
+// Internal to mesh/: TCP over IPv4 with deadlines, for the store (mesh/tcp_store.h) and the peer
+// probes (mesh/peer_probe.h). Every socket made here is non-blocking and close-on-exec; every call
+// returns by its deadline, also when the other side is behind a network partition (a blocking
+// connect() would wait for the kernel's SYN retries, about two minutes).
+
+#include <chrono>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace dt::internal {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// Starts connecting to host:port (name or dotted quad); the socket is non-blocking and may still
+// be connecting (see FinishConnect). Errors: unresolvable host, or the connect failed at once
+// (e.g. "Connection refused" on a reachable host where nothing listens; its errno goes to
+// `connect_errno` when given).
+absl::StatusOr<int> StartConnect(const std::string& host, int port, int* connect_errno = nullptr);
+// Waits until the connection started by StartConnect is up: OK, DeadlineExceeded, or the error.
+absl::Status FinishConnect(int fd, SteadyClock::time_point deadline);
+// StartConnect + FinishConnect; closes the socket on failure.
+absl::StatusOr<int> ConnectBy(const std::string& host, int port, SteadyClock::time_point deadline);
+
+// Writes all of `data`: OK, DeadlineExceeded, or Unavailable (the connection is gone).
+absl::Status SendAllBy(int fd, absl::string_view data, SteadyClock::time_point deadline);
+// Reads exactly `n` bytes: OK, DeadlineExceeded, or Unavailable ("connection closed", ...).
+absl::Status RecvAllBy(int fd, char* buf, size_t n, SteadyClock::time_point deadline);
+
+void SetNoDelay(int fd);
+void SetNonBlocking(int fd);
+
+// The IPv4 address other hosts reach this process at: loopback when `master` is local, else the
+// address of the interface that routes to `master` (or of `iface` when it is set).
+std::string LocalAddressFor(const std::string& master, const std::string& iface = "");
+
+// "host:port" -> host and port; false when malformed.
+bool SplitHostPort(absl::string_view endpoint, std::string* host, int* port);
+
+}  // namespace dt::internal
