@@ -1,0 +1,712 @@
+#include "loaders/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+#include "nlohmann/json.hpp"
+#include "ops/local/ops.h"
+
+namespace dt::loaders {
+namespace {
+
+using Json = nlohmann::json;
+
+struct DTypeEntry {
+  const char* name;
+  int bits;
+  std::optional<DType> dtype;
+};
+// Every dtype of the safetensors format (0.5+).
+constexpr DTypeEntry kDTypes[] = {
+    {"F32", 32, DType::kF32},     {"F16", 16, DType::kF16},   {"BF16", 16, DType::kBF16},
+    {"I64", 64, DType::kI64},     {"I32", 32, DType::kI32},   {"U8", 8, DType::kU8},
+    {"BOOL", 8, DType::kBool},    {"F64", 64, std::nullopt},  {"I8", 8, std::nullopt},
+    {"I16", 16, std::nullopt},    {"U16", 16, std::nullopt},  {"U32", 32, std::nullopt},
+    {"U64", 64, std::nullopt},    {"C64", 64, std::nullopt},  {"F8_E5M2", 8, std::nullopt},
+    {"F8_E4M3", 8, std::nullopt}, {"F8_E8M0", 8, std::nullopt}, {"F6_E2M3", 6, std::nullopt},
+    {"F6_E3M2", 6, std::nullopt}, {"F4", 4, std::nullopt},
+};
+
+const DTypeEntry* FindDType(absl::string_view name) {
+  for (const DTypeEntry& e : kDTypes) {
+    if (name == e.name) return &e;
+  }
+  return nullptr;
+}
+
+std::string Quote(absl::string_view what) { return absl::StrCat("safetensors '", what, "'"); }
+
+absl::Status Invalid(absl::string_view what, absl::string_view msg) {
+  return absl::InvalidArgumentError(absl::StrCat(Quote(what), ": ", msg));
+}
+
+// A JSON integer >= 0 that fits int64, or nullopt.
+std::optional<int64_t> NonNegativeInt(const Json& j) {
+  if (j.is_number_unsigned()) {
+    const uint64_t v = j.get<uint64_t>();
+    if (v > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+    return static_cast<int64_t>(v);
+  }
+  if (j.is_number_integer()) {
+    const int64_t v = j.get<int64_t>();
+    if (v < 0) return std::nullopt;
+    return v;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<TensorInfo> ParseEntry(absl::string_view what, const std::string& name,
+                                      const Json& j, int64_t data_size) {
+  auto bad = [&](absl::string_view msg) {
+    return Invalid(what, absl::StrCat("tensor '", name, "': ", msg));
+  };
+  if (name.empty()) return Invalid(what, "a tensor has an empty name");
+  if (!j.is_object()) return bad(absl::StrCat("entry must be an object, got ", j.type_name()));
+  TensorInfo info;
+  info.name = name;
+  auto dt = j.find("dtype");
+  if (dt == j.end() || !dt->is_string()) return bad("missing \"dtype\" (a string)");
+  info.dtype_name = dt->get<std::string>();
+  const DTypeEntry* entry = FindDType(info.dtype_name);
+  if (entry == nullptr) return bad(absl::StrCat("unknown dtype '", info.dtype_name, "'"));
+  info.dtype = entry->dtype;
+
+  auto shape = j.find("shape");
+  if (shape == j.end() || !shape->is_array()) return bad("missing \"shape\" (a list)");
+  std::vector<std::string> dims_text;
+  bool dims_ok = true;
+  for (const Json& d : *shape) {
+    dims_text.push_back(d.dump());
+    std::optional<int64_t> v = NonNegativeInt(d);
+    if (!v) {
+      dims_ok = false;
+    } else {
+      info.shape.push_back(*v);
+    }
+  }
+  const std::string shape_text = absl::StrCat("[", absl::StrJoin(dims_text, ", "), "]");
+  if (!dims_ok) {
+    return bad(absl::StrCat("shape ", shape_text, ": dims must be integers >= 0"));
+  }
+  if (info.shape.size() > 64) return bad(absl::StrCat("shape has ", info.shape.size(), " dims"));
+  // Bits, with overflow checks (a hostile shape must not wrap around to a small size).
+  uint64_t numel = 1;
+  for (int64_t d : info.shape) {
+    if (__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel)) {
+      return bad(absl::StrCat("shape ", shape_text, " overflows 64-bit sizes"));
+    }
+  }
+  uint64_t bits = 0;
+  if (__builtin_mul_overflow(numel, static_cast<uint64_t>(entry->bits), &bits) ||
+      bits / 8 > static_cast<uint64_t>(INT64_MAX)) {
+    return bad(absl::StrCat("shape ", shape_text, " overflows 64-bit sizes"));
+  }
+  if (bits % 8 != 0) {
+    return bad(absl::StrCat(info.dtype_name, shape_text, " is not a whole number of bytes"));
+  }
+  const int64_t need = static_cast<int64_t>(bits / 8);
+
+  auto offsets = j.find("data_offsets");
+  if (offsets == j.end() || !offsets->is_array() || offsets->size() != 2) {
+    return bad("missing \"data_offsets\" ([begin, end])");
+  }
+  std::optional<int64_t> b = NonNegativeInt((*offsets)[0]), e = NonNegativeInt((*offsets)[1]);
+  if (!b || !e || *b > *e) {
+    return bad(absl::StrCat("data_offsets ", offsets->dump(),
+                            " must be integers with 0 <= begin <= end"));
+  }
+  info.begin = *b;
+  info.end = *e;
+  if (info.nbytes() != need) {
+    return bad(absl::StrCat("data_offsets [", info.begin, ", ", info.end, "] hold ",
+                            info.nbytes(), " bytes, but ", info.dtype_name, shape_text,
+                            " needs ", need));
+  }
+  if (info.end > data_size) {
+    return bad(absl::StrCat("data_offsets [", info.begin, ", ", info.end,
+                            "] run past the end of the data section (", data_size, " bytes)"));
+  }
+  return info;
+}
+
+// A row-major tensor in the file: sizes and strides in bytes.
+struct Layout {
+  Shape shape;
+  Shape byte_strides;
+  int64_t elt = 0;
+};
+
+// Copies the elements of a row-major tensor at `src` whose indices lie in `ranges` into `dst`
+// (row-major, shape = the ranges' sizes). Dims after `k` are whole, so each range of dim k is one
+// contiguous run of the source. Returns the bytes copied.
+int64_t CopyRanges(const char* src, const Layout& l, const DimRanges& ranges, int k, int dim,
+                   char** dst) {
+  if (dim == k) {
+    int64_t n = 0;
+    for (const IndexRange& r : ranges[dim]) {
+      const int64_t bytes = r.size() * l.byte_strides[dim];
+      std::memcpy(*dst, src + r.start * l.byte_strides[dim], bytes);
+      *dst += bytes;
+      n += bytes;
+    }
+    return n;
+  }
+  int64_t n = 0;
+  for (const IndexRange& r : ranges[dim]) {
+    for (int64_t i = r.start; i < r.stop; ++i) {
+      n += CopyRanges(src + i * l.byte_strides[dim], l, ranges, k, dim + 1, dst);
+    }
+  }
+  return n;
+}
+
+absl::Status CheckRanges(absl::string_view what, const TensorInfo& info, const DimRanges& ranges) {
+  if (ranges.size() != info.shape.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Quote(what), ": tensor '", info.name, "' ", info.Describe(), " has ", info.shape.size(),
+        " dims, but ranges were given for ", ranges.size()));
+  }
+  for (size_t d = 0; d < ranges.size(); ++d) {
+    int64_t prev = 0;
+    for (const IndexRange& r : ranges[d]) {
+      if (r.start < prev || r.start >= r.stop || r.stop > info.shape[d]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Quote(what), ": tensor '", info.name, "' ", info.Describe(), ": ranges of dim ", d,
+            " (", RangesToString(ranges[d]), ") must be ascending, disjoint, non-empty and inside [0, ",
+            info.shape[d], ")"));
+      }
+      prev = r.stop;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Account(ReadStats* stats, int64_t viewed, int64_t copied, int64_t converted) {
+  if (stats == nullptr) return;
+  stats->tensors += 1;
+  stats->bytes_viewed += viewed;
+  stats->bytes_copied += copied;
+  stats->bytes_converted += converted;
+  stats->max_piece_bytes = std::max(stats->max_piece_bytes, viewed + copied);
+  // While converting, the source piece and the converted one are held together; then the source
+  // is dropped.
+  const int64_t held = converted > 0 ? converted : viewed + copied;
+  const int64_t transient = converted > 0 ? viewed + copied : 0;
+  stats->peak_bytes = std::max(stats->peak_bytes, stats->resident_bytes + held + transient);
+  stats->resident_bytes += held;
+}
+
+absl::Status ReadExactly(int fd, int64_t offset, int64_t n, char* out, absl::string_view path) {
+  int64_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, out + done, static_cast<size_t>(n - done), offset + done);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError(absl::StrCat(Quote(path), ": read failed: ", std::strerror(errno)));
+    }
+    if (r == 0) {
+      return Invalid(path, absl::StrCat("truncated: wanted ", n, " bytes at offset ", offset));
+    }
+    done += r;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string TensorInfo::Describe() const {
+  return absl::StrCat(dtype_name, ShapeToString(shape));
+}
+
+absl::StatusOr<DType> DTypeFromSafetensors(absl::string_view name) {
+  const DTypeEntry* e = FindDType(name);
+  if (e == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown safetensors dtype '", name, "'"));
+  }
+  if (!e->dtype) {
+    return absl::UnimplementedError(absl::StrCat(
+        "safetensors dtype ", name, " is not supported (supported: F32 F16 BF16 I64 I32 U8 BOOL)"));
+  }
+  return *e->dtype;
+}
+
+absl::string_view SafetensorsDTypeName(DType dtype) {
+  for (const DTypeEntry& e : kDTypes) {
+    if (e.dtype == dtype) return e.name;
+  }
+  return "?";
+}
+
+DimRanges FullRanges(IntSpan shape) {
+  DimRanges out;
+  for (int64_t n : shape) {
+    RangeList l;
+    if (n > 0) l.push_back({0, n});
+    out.push_back(l);
+  }
+  return out;
+}
+
+// ---- SafetensorsFile -----------------------------------------------------------------------------
+
+absl::StatusOr<SafetensorsFile::Header> SafetensorsFile::ParseHeader(absl::string_view what,
+                                                                     absl::string_view json,
+                                                                     int64_t data_size) {
+  // Duplicate names are legal JSON (the last one wins in most parsers): catch them while parsing.
+  std::set<std::string> seen;
+  std::string duplicate;
+  Json::parser_callback_t callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (depth == 1 && event == Json::parse_event_t::key && parsed.is_string()) {
+      const std::string& key = *parsed.get_ptr<const std::string*>();
+      if (!seen.insert(key).second && duplicate.empty()) duplicate = key;
+    }
+    return true;
+  };
+  Json j;
+  try {
+    j = Json::parse(json.begin(), json.end(), callback, /*allow_exceptions=*/false);
+  } catch (const std::exception& e) {  // the boundary: nlohmann must not throw past it
+    return Invalid(what, absl::StrCat("header is not valid JSON (", e.what(), ")"));
+  }
+  if (j.is_discarded()) return Invalid(what, "header is not valid JSON");
+  if (!j.is_object()) {
+    return Invalid(what, absl::StrCat("header must be a JSON object, got ", j.type_name()));
+  }
+  if (!duplicate.empty()) {
+    return Invalid(what, absl::StrCat("duplicate tensor '", duplicate, "' in the header"));
+  }
+  Header h;
+  try {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (it.key() == "__metadata__") {
+        if (!it->is_object()) return Invalid(what, "__metadata__ must be an object of strings");
+        for (auto m = it->begin(); m != it->end(); ++m) {
+          if (!m->is_string()) {
+            return Invalid(what, absl::StrCat("__metadata__ '", m.key(), "' must be a string"));
+          }
+          h.metadata[m.key()] = m->get<std::string>();
+        }
+        continue;
+      }
+      DT_ASSIGN_OR_RETURN(TensorInfo info, ParseEntry(what, it.key(), *it, data_size));
+      h.tensors.push_back(std::move(info));
+    }
+  } catch (const std::exception& e) {
+    return Invalid(what, absl::StrCat("malformed header (", e.what(), ")"));
+  }
+  std::sort(h.tensors.begin(), h.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
+    return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+  });
+  int64_t at = 0;
+  const TensorInfo* prev = nullptr;
+  for (const TensorInfo& t : h.tensors) {
+    if (t.begin < at) {
+      return Invalid(what, absl::StrCat("tensor '", t.name, "': data_offsets [", t.begin, ", ",
+                                        t.end, "] overlap tensor '", prev->name, "' [",
+                                        prev->begin, ", ", prev->end, "]"));
+    }
+    if (t.begin > at) {
+      return Invalid(what, absl::StrCat("tensor '", t.name, "': data_offsets [", t.begin, ", ",
+                                        t.end, "] leave a gap of ", t.begin - at,
+                                        " bytes before them (at ", at, ")"));
+    }
+    at = t.end;
+    prev = &t;
+  }
+  if (at != data_size) {
+    return Invalid(what, absl::StrCat("the tensors cover ", at, " bytes of a data section of ",
+                                      data_size, " bytes"));
+  }
+  return h;
+}
+
+absl::StatusOr<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::Open(
+    const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat("cannot open ", Quote(path), ": ", std::strerror(errno)));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return absl::InternalError(absl::StrCat("cannot stat ", Quote(path), ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) return Invalid(path, "not a regular file");
+  const int64_t size = st.st_size;
+  if (size < 8) {
+    return Invalid(path, absl::StrCat("is ", size, " bytes, shorter than the 8-byte header length"));
+  }
+  unsigned char len_bytes[8];
+  DT_RETURN_IF_ERROR(ReadExactly(fd, 0, 8, reinterpret_cast<char*>(len_bytes), path));
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
+  if (n > static_cast<uint64_t>(kMaxHeaderBytes)) {
+    return Invalid(path, absl::StrCat("header length ", n, " is absurdly large (the limit is ",
+                                      kMaxHeaderBytes, " bytes)"));
+  }
+  if (static_cast<int64_t>(n) > size - 8) {
+    return Invalid(path, absl::StrCat("header length ", n, " runs past the end of the file (",
+                                      size, " bytes)"));
+  }
+  std::string json(n, '\0');
+  DT_RETURN_IF_ERROR(ReadExactly(fd, 8, static_cast<int64_t>(n), json.data(), path));
+  const int64_t data_offset = 8 + static_cast<int64_t>(n);
+  DT_ASSIGN_OR_RETURN(Header header, ParseHeader(path, json, size - data_offset));
+
+  std::shared_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = path;
+  f->file_size_ = size;
+  f->data_offset_ = data_offset;
+  f->header_ = std::move(header);
+  for (size_t i = 0; i < f->header_.tensors.size(); ++i) f->index_[f->header_.tensors[i].name] = i;
+  DT_ASSIGN_OR_RETURN(f->data_, Storage::MapFile(path, data_offset, size - data_offset));
+  return std::shared_ptr<const SafetensorsFile>(std::move(f));
+}
+
+const TensorInfo* SafetensorsFile::Find(absl::string_view name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &header_.tensors[it->second];
+}
+
+absl::StatusOr<Tensor> SafetensorsFile::Read(absl::string_view name, const ReadOptions& options,
+                                             ReadStats* stats) const {
+  const TensorInfo* info = Find(name);
+  if (info == nullptr) {
+    return absl::NotFoundError(absl::StrCat(Quote(path_), ": no tensor '", name, "'"));
+  }
+  return ReadRanges(name, FullRanges(info->shape), options, stats);
+}
+
+absl::StatusOr<Tensor> SafetensorsFile::ReadRanges(absl::string_view name, const DimRanges& ranges,
+                                                   const ReadOptions& options,
+                                                   ReadStats* stats) const {
+  const TensorInfo* info = Find(name);
+  if (info == nullptr) {
+    return absl::NotFoundError(absl::StrCat(Quote(path_), ": no tensor '", name, "'"));
+  }
+  if (!info->dtype) {
+    return absl::UnimplementedError(absl::StrCat(
+        Quote(path_), ": tensor '", info->name, "' has dtype ", info->dtype_name,
+        ", which dtensor does not support (supported: F32 F16 BF16 I64 I32 U8 BOOL)"));
+  }
+  DT_RETURN_IF_ERROR(CheckRanges(path_, *info, ranges));
+  const DType dtype = *info->dtype;
+  Layout l;
+  l.shape = info->shape;
+  l.elt = DTypeSize(dtype);
+  l.byte_strides = ContiguousStrides(info->shape);
+  for (int64_t& s : l.byte_strides) s *= l.elt;
+  Shape out_shape;
+  for (const RangeList& r : ranges) out_shape.push_back(RangesSize(r));
+  const int ndim = static_cast<int>(l.shape.size());
+  // k: the last dim that is not whole; the dims after it are copied as whole runs.
+  int k = -1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    const bool whole = ranges[d].size() == 1 && ranges[d][0].start == 0 &&
+                       ranges[d][0].stop == l.shape[d];
+    if (!whole) {
+      k = d;
+      break;
+    }
+  }
+  const char* base = static_cast<const char*>(data_.data()) + info->begin;
+  const int64_t out_bytes = Numel(out_shape) * l.elt;
+  // One contiguous run: a single index in every dim before k, one range in dim k.
+  bool contiguous = true;
+  int64_t offset = 0;
+  for (int d = 0; d <= k; ++d) {
+    if (ranges[d].size() != 1 || (d < k && ranges[d][0].size() != 1)) {
+      contiguous = false;
+      break;
+    }
+    offset += ranges[d][0].start * l.byte_strides[d];
+  }
+  if (out_bytes == 0) contiguous = false;  // nothing to view or copy
+  Tensor piece;
+  int64_t viewed = 0, copied = 0;
+  const char* run = base + offset;
+  if (contiguous && options.zero_copy && reinterpret_cast<uintptr_t>(run) % l.elt == 0) {
+    Storage view = Storage::Alias(data_, const_cast<char*>(run), out_bytes, /*read_only=*/true);
+    piece = Tensor(std::move(view), out_shape, ContiguousStrides(out_shape), 0, dtype);
+    viewed = out_bytes;
+  } else {
+    DT_ASSIGN_OR_RETURN(piece, Tensor::Empty(out_shape, dtype));
+    if (out_bytes > 0) {
+      char* dst = static_cast<char*>(piece.raw_data());
+      copied = k < 0 ? (std::memcpy(dst, base, out_bytes), out_bytes)
+                     : CopyRanges(base, l, ranges, k, 0, &dst);
+      DT_CHECK(copied == out_bytes, "copied ", copied, " of ", out_bytes);
+    }
+  }
+  int64_t converted = 0;
+  if (options.dtype && *options.dtype != dtype) {
+    DT_ASSIGN_OR_RETURN(piece, ops::Cast(piece, *options.dtype));
+    converted = piece.nbytes();
+  }
+  Account(stats, viewed, copied, converted);
+  return piece;
+}
+
+// ---- Checkpoint ----------------------------------------------------------------------------------
+
+absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  Checkpoint c;
+  c.path_ = path;
+  if (!fs::is_directory(path, ec)) {
+    if (!fs::exists(path, ec)) {
+      return absl::NotFoundError(absl::StrCat("checkpoint '", path, "' does not exist"));
+    }
+    DT_ASSIGN_OR_RETURN(auto f, SafetensorsFile::Open(path));
+    c.files_.push_back(f);
+    for (const TensorInfo& t : f->tensors()) c.where_[t.name] = 0;
+    return c;
+  }
+  const fs::path dir(path);
+  const fs::path index = dir / "model.safetensors.index.json";
+  const fs::path single = dir / "model.safetensors";
+  if (!fs::exists(index, ec)) {
+    if (!fs::exists(single, ec)) {
+      return absl::NotFoundError(absl::StrCat("checkpoint '", path,
+                                              "' has neither model.safetensors.index.json nor "
+                                              "model.safetensors"));
+    }
+    DT_ASSIGN_OR_RETURN(auto f, SafetensorsFile::Open(single.string()));
+    c.files_.push_back(f);
+    for (const TensorInfo& t : f->tensors()) c.where_[t.name] = 0;
+    return c;
+  }
+  const std::string what = index.string();
+  FILE* fp = std::fopen(what.c_str(), "rb");
+  if (fp == nullptr) {
+    return absl::NotFoundError(absl::StrCat("cannot open '", what, "': ", std::strerror(errno)));
+  }
+  std::string text;
+  char buf[1 << 16];
+  size_t got;
+  while ((got = std::fread(buf, 1, sizeof(buf), fp)) > 0) {
+    text.append(buf, got);
+    if (text.size() > static_cast<size_t>(kMaxHeaderBytes)) break;
+  }
+  std::fclose(fp);
+  if (text.size() > static_cast<size_t>(kMaxHeaderBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", what, "' is larger than ",
+                                                   kMaxHeaderBytes, " bytes"));
+  }
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", what, "' is not a JSON object"));
+  }
+  auto wm = j.find("weight_map");
+  if (wm == j.end() || !wm->is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", what, "' has no \"weight_map\" object (tensor name -> file)"));
+  }
+  std::map<std::string, size_t> file_index;
+  std::vector<std::pair<std::string, std::string>> entries;  // tensor, file
+  for (auto it = wm->begin(); it != wm->end(); ++it) {
+    if (!it->is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat("'", what, "': weight_map entry '", it.key(),
+                                                     "' must be a file name (a string)"));
+    }
+    const std::string file = it->get<std::string>();
+    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == ".." ||
+        file.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", what, "': tensor '", it.key(), "' maps to '", file,
+          "', which is not a plain file name in the checkpoint directory"));
+    }
+    if (!file_index.count(file)) {
+      const size_t i = c.files_.size();
+      DT_ASSIGN_OR_RETURN(auto f, SafetensorsFile::Open((dir / file).string()));
+      c.files_.push_back(f);
+      file_index[file] = i;
+    }
+    entries.emplace_back(it.key(), file);
+  }
+  for (const auto& [name, file] : entries) {
+    const size_t i = file_index[file];
+    if (c.files_[i]->Find(name) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("'", what, "' maps tensor '", name, "' to '",
+                                                     file, "', which does not contain it"));
+    }
+    c.where_[name] = i;
+  }
+  // Tensors the index does not list, and tensors stored twice.
+  for (size_t i = 0; i < c.files_.size(); ++i) {
+    for (const TensorInfo& t : c.files_[i]->tensors()) {
+      auto it = c.where_.find(t.name);
+      if (it == c.where_.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("'", c.files_[i]->path(), "' holds tensor '",
+                                                       t.name, "', which '", what,
+                                                       "' does not list"));
+      }
+      if (it->second != i) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", t.name, "' is stored in both '", c.files_[i]->path(), "' and '",
+            c.files_[it->second]->path(), "'"));
+      }
+    }
+  }
+  return c;
+}
+
+std::vector<std::string> Checkpoint::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, i] : where_) out.push_back(name);
+  return out;
+}
+
+absl::StatusOr<const TensorInfo*> Checkpoint::Info(absl::string_view name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint '", path_, "' has no tensor '", name, "'"));
+  }
+  return files_[it->second]->Find(name);
+}
+
+absl::StatusOr<Tensor> Checkpoint::Read(absl::string_view name, const ReadOptions& options,
+                                        ReadStats* stats) const {
+  DT_ASSIGN_OR_RETURN(const TensorInfo* info, Info(name));
+  return files_[where_.find(name)->second]->ReadRanges(name, FullRanges(info->shape), options,
+                                                      stats);
+}
+
+absl::StatusOr<Tensor> Checkpoint::ReadRanges(absl::string_view name, const DimRanges& ranges,
+                                              const ReadOptions& options,
+                                              ReadStats* stats) const {
+  DT_RETURN_IF_ERROR(Info(name).status());
+  return files_[where_.find(name)->second]->ReadRanges(name, ranges, options, stats);
+}
+
+absl::StatusOr<Tensor> Checkpoint::ReadLocal(absl::string_view name, const DTensorSpec& spec,
+                                             const ReadOptions& options, ReadStats* stats) const {
+  DT_ASSIGN_OR_RETURN(const TensorInfo* info, Info(name));
+  if (info->shape != spec.shape()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': expected ",
+                                                   ShapeToString(spec.shape()), ", got ",
+                                                   ShapeToString(info->shape), " in '",
+                                                   files_[where_.find(name)->second]->path(), "'"));
+  }
+  if (!spec.is_member()) return Tensor::Empty({0}, spec.dtype());
+  ReadOptions o = options;
+  o.dtype = spec.dtype();
+  return ReadRanges(name, spec.Ranges(), o, stats);
+}
+
+// ---- writers -------------------------------------------------------------------------------------
+
+absl::Status WriteSafetensors(const std::string& path,
+                              absl::Span<const std::pair<std::string, Tensor>> tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::set<std::string> names;
+  std::vector<Tensor> data;
+  int64_t at = 0;
+  for (const auto& [name, t] : tensors) {
+    if (name.empty() || name == "__metadata__" || !names.insert(name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("WriteSafetensors '", path, "': bad or repeated tensor name '", name, "'"));
+    }
+    if (!t.defined()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("WriteSafetensors '", path, "': tensor '", name, "' is undefined"));
+    }
+    DT_ASSIGN_OR_RETURN(Tensor host, t.To(kCPU));
+    DT_ASSIGN_OR_RETURN(host, host.Contiguous());
+    header[name] = {{"dtype", std::string(SafetensorsDTypeName(t.dtype()))},
+                    {"shape", std::vector<int64_t>(t.shape().begin(), t.shape().end())},
+                    {"data_offsets", {at, at + host.nbytes()}}};
+    at += host.nbytes();
+    data.push_back(std::move(host));
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  FILE* fp = std::fopen(tmp.c_str(), "wb");
+  if (fp == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("WriteSafetensors: cannot create '", tmp, "': ", std::strerror(errno)));
+  }
+  unsigned char len[8];
+  uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  bool ok = std::fwrite(len, 1, 8, fp) == 8 && std::fwrite(text.data(), 1, n, fp) == n;
+  for (const Tensor& t : data) {
+    if (!ok) break;
+    const size_t bytes = static_cast<size_t>(t.nbytes());
+    ok = bytes == 0 || std::fwrite(t.raw_data(), 1, bytes, fp) == bytes;
+  }
+  ok = (std::fclose(fp) == 0) && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::InternalError(absl::StrCat("WriteSafetensors: cannot write '", path, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteCheckpoint(const std::string& dir,
+                             absl::Span<const std::pair<std::string, Tensor>> tensors,
+                             int64_t max_file_bytes,
+                             const std::map<std::string, std::string>& metadata) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("cannot create '", dir, "': ", ec.message()));
+  }
+  // Greedy packing in order, as save_pretrained's shard splitting does.
+  std::vector<std::vector<std::pair<std::string, Tensor>>> files(1);
+  int64_t in_file = 0, total = 0;
+  for (const auto& nt : tensors) {
+    const int64_t b = nt.second.nbytes();
+    if (max_file_bytes > 0 && in_file > 0 && in_file + b > max_file_bytes) {
+      files.emplace_back();
+      in_file = 0;
+    }
+    files.back().push_back(nt);
+    in_file += b;
+    total += b;
+  }
+  if (files.size() == 1) {
+    return WriteSafetensors((fs::path(dir) / "model.safetensors").string(), files[0], metadata);
+  }
+  nlohmann::ordered_json index;
+  index["metadata"] = {{"total_size", total}};
+  nlohmann::ordered_json map = nlohmann::ordered_json::object();
+  for (size_t i = 0; i < files.size(); ++i) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", i + 1, files.size());
+    DT_RETURN_IF_ERROR(WriteSafetensors((fs::path(dir) / name).string(), files[i], metadata));
+    for (const auto& [tname, t] : files[i]) map[tname] = name;
+  }
+  index["weight_map"] = map;
+  const std::string path = (fs::path(dir) / "model.safetensors.index.json").string();
+  FILE* fp = std::fopen(path.c_str(), "wb");
+  if (fp == nullptr) return absl::InternalError(absl::StrCat("cannot create '", path, "'"));
+  const std::string text = index.dump(2) + "\n";
+  const bool ok = std::fwrite(text.data(), 1, text.size(), fp) == text.size();
+  if (std::fclose(fp) != 0 || !ok) {
+    return absl::InternalError(absl::StrCat("cannot write '", path, "'"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dt::loaders

@@ -1,0 +1,201 @@
+#pragma once
+// safetensors checkpoints: validated headers, zero-copy mmap views and rank-sliced reads.
+//
+// File layout (https://github.com/huggingface/safetensors): 8 bytes little-endian header length N,
+// N bytes of JSON {"name": {"dtype": "BF16", "shape": [4096, 4096], "data_offsets": [b, e]}, ...,
+// "__metadata__": {"k": "v"}}, then the data section; offsets are relative to its start.
+//
+// Every file is hostile until validated. Open() reads the 8-byte length and the JSON with pread
+// (nothing is mapped before the header passed), and rejects, naming the file and the tensor:
+//
+//   problem                                  message (abridged)
+//   shorter than 8 bytes                     "is 5 bytes, shorter than the 8-byte header length"
+//   header length > 100 MB or past EOF       "header length 9999 runs past the end of the file"
+//   not JSON, not an object, duplicate name  "header is not valid JSON", "duplicate tensor 'w'"
+//   unknown dtype                            "tensor 'w': unknown dtype 'F33'"
+//   shape not a list of integers >= 0        "tensor 'w': shape [2, -1]: dims must be integers >= 0"
+//   element count or byte size overflow      "tensor 'w': shape [...] overflows 64-bit sizes"
+//   offsets not [begin <= end], wrong size   "data_offsets [0, 10] hold 10 bytes, F32[3] needs 12"
+//   out of bounds, overlaps, gaps            "tensor 'b': data_offsets [8, 20] overlap tensor 'a'"
+//
+// The data section must be covered exactly, tensor after tensor (the reference implementation's
+// rule), so an accepted file is one `safe_open` accepts too. Known dtypes dtensor does not compute
+// with (F64, I8, U16, F8_E4M3, ...) are listed and validated; reading one is Unimplemented naming
+// the dtype. Supported: F32 F16 BF16 I64 I32 U8 BOOL.
+//
+// Reads. A tensor's piece is given per dim as ascending, disjoint index ranges (dtensor's
+// DimRanges, i.e. DTensorSpec::Ranges() of this rank), and only those elements are touched:
+//
+//   piece                                    how                         bytes touched
+//   whole tensor, or one run of rows (S(0))  one mmap view, zero copy    the piece
+//                                            (a copy when unaligned or
+//                                            ReadOptions::zero_copy off)
+//   column ranges (S(1)), interleaved        one memcpy per contiguous   the piece
+//   shards (_S(0,2)), nested shards          run of the file
+//
+// ReadStats counts what was viewed and copied, so tests and the Llama loader can prove that no
+// rank ever reads a full sharded weight. The file stays mapped while any view of it lives.
+// A file truncated after Open would fault on access (mmap semantics); checkpoints are immutable.
+//
+// Checkpoint: a model directory — model.safetensors.index.json ("weight_map": name -> file) over
+// several files, or one model.safetensors, or a single .safetensors path.
+//
+// Writers (tests, tools/make_tiny_llama): WriteSafetensors and WriteCheckpoint (sharded, with the
+// index), in the reference layout (header padded with spaces to 8 bytes, data contiguous).
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "core/storage.h"
+#include "core/tensor.h"
+#include "dtensor/spec.h"
+
+namespace dt::loaders {
+
+// The header's limit in the reference implementation (safetensors' MAX_HEADER_SIZE).
+inline constexpr int64_t kMaxHeaderBytes = 100'000'000;
+
+struct TensorInfo {
+  std::string name;
+  std::string dtype_name;     // as written: "BF16"
+  std::optional<DType> dtype;  // nullopt for dtypes dtensor does not compute with
+  Shape shape;
+  int64_t begin = 0;  // byte offsets in the data section
+  int64_t end = 0;
+  int64_t nbytes() const { return end - begin; }
+  // "BF16[4096, 4096]".
+  std::string Describe() const;
+};
+
+// The dtensor dtype of a safetensors dtype name; Unimplemented for a known dtype dtensor does not
+// support, InvalidArgument for an unknown name.
+absl::StatusOr<DType> DTypeFromSafetensors(absl::string_view name);
+// "F32", "BF16", ... (the names the writer uses).
+absl::string_view SafetensorsDTypeName(DType dtype);
+
+// What reads cost. Sums over every read that was given the same ReadStats.
+struct ReadStats {
+  int64_t tensors = 0;          // pieces returned
+  int64_t bytes_viewed = 0;     // zero-copy views of the mapped file
+  int64_t bytes_copied = 0;     // memcpy'd out of the mapped file
+  int64_t bytes_converted = 0;  // produced by dtype conversion (ReadOptions::dtype)
+  int64_t max_piece_bytes = 0;  // the largest piece read from a file (bytes_viewed or copied)
+  // What the returned pieces hold, and the most held at once counting a conversion's source copy
+  // (freed once converted): the loader's peak memory.
+  int64_t resident_bytes = 0;
+  int64_t peak_bytes = 0;
+  int64_t bytes_read() const { return bytes_viewed + bytes_copied; }
+};
+
+struct ReadOptions {
+  // Return mmap views for contiguous, aligned pieces (read-only tensors); false: always copy.
+  bool zero_copy = true;
+  // Convert to this dtype (a fresh tensor); nullopt keeps the file's dtype.
+  std::optional<DType> dtype;
+};
+
+// The ranges to read as a list per dim, with no sharding at all: [0, n) for every dim.
+DimRanges FullRanges(IntSpan shape);
+
+class SafetensorsFile {
+ public:
+  // Opens and validates `path` (see the file comment); the data section is mapped read-only.
+  static absl::StatusOr<std::shared_ptr<const SafetensorsFile>> Open(const std::string& path);
+
+  // Validates a header (the JSON text) for a data section of `data_size` bytes; `what` names the
+  // file in messages. Entries come back sorted by offset. Open() uses it; exposed for tests.
+  struct Header {
+    std::vector<TensorInfo> tensors;
+    std::map<std::string, std::string> metadata;
+  };
+  static absl::StatusOr<Header> ParseHeader(absl::string_view what, absl::string_view json,
+                                            int64_t data_size);
+
+  const std::string& path() const { return path_; }
+  int64_t file_size() const { return file_size_; }
+  int64_t data_offset() const { return data_offset_; }  // 8 + header length
+  const std::vector<TensorInfo>& tensors() const { return header_.tensors; }
+  const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
+  // nullptr when absent.
+  const TensorInfo* Find(absl::string_view name) const;
+
+  // The whole tensor (a view when possible).
+  absl::StatusOr<Tensor> Read(absl::string_view name, const ReadOptions& options = {},
+                              ReadStats* stats = nullptr) const;
+  // The elements of tensor `name` at `ranges` (one RangeList per dim, ascending and disjoint), as
+  // a contiguous tensor of the ranges' sizes. Only those elements are read.
+  absl::StatusOr<Tensor> ReadRanges(absl::string_view name, const DimRanges& ranges,
+                                    const ReadOptions& options = {},
+                                    ReadStats* stats = nullptr) const;
+
+ private:
+  SafetensorsFile() = default;
+  std::string path_;
+  int64_t file_size_ = 0;
+  int64_t data_offset_ = 0;
+  Header header_;
+  std::map<std::string, size_t, std::less<>> index_;
+  Storage data_;  // the mapped data section
+};
+
+// A model's weights over one or more safetensors files.
+class Checkpoint {
+ public:
+  // `path`: a directory with model.safetensors.index.json or model.safetensors, or a .safetensors
+  // file. The index's file names must be plain names inside the directory (no '/', no ".."); every
+  // tensor it lists must be in its file, and a tensor may live in one file only.
+  static absl::StatusOr<Checkpoint> Open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  // Every tensor name, sorted.
+  std::vector<std::string> names() const;
+  bool contains(absl::string_view name) const { return where_.find(name) != where_.end(); }
+  const std::vector<std::shared_ptr<const SafetensorsFile>>& files() const { return files_; }
+  // NotFound naming the tensor and the checkpoint.
+  absl::StatusOr<const TensorInfo*> Info(absl::string_view name) const;
+
+  absl::StatusOr<Tensor> Read(absl::string_view name, const ReadOptions& options = {},
+                              ReadStats* stats = nullptr) const;
+  absl::StatusOr<Tensor> ReadRanges(absl::string_view name, const DimRanges& ranges,
+                                    const ReadOptions& options = {},
+                                    ReadStats* stats = nullptr) const;
+  // This rank's piece of a tensor laid out as `spec`: checks that the file's shape equals
+  // spec.shape() ("tensor 'w': expected [8, 8], got [8, 4]"), reads spec.Ranges() and converts to
+  // spec.dtype(). A rank outside the spec's mesh gets an empty [0] tensor and reads nothing.
+  absl::StatusOr<Tensor> ReadLocal(absl::string_view name, const DTensorSpec& spec,
+                                   const ReadOptions& options = {},
+                                   ReadStats* stats = nullptr) const;
+
+ private:
+  std::string path_;
+  std::vector<std::shared_ptr<const SafetensorsFile>> files_;
+  std::map<std::string, size_t, std::less<>> where_;  // name -> index in files_
+};
+
+// ---- writers -------------------------------------------------------------------------------------
+
+// Writes `tensors` (any strides; names unique and non-empty) in the given order with `metadata`.
+// The file appears atomically (written to a temporary name, then renamed).
+absl::Status WriteSafetensors(const std::string& path,
+                              absl::Span<const std::pair<std::string, Tensor>> tensors,
+                              const std::map<std::string, std::string>& metadata = {});
+
+// Writes a checkpoint directory: one model.safetensors when everything fits in `max_file_bytes`
+// (0: no limit), else model-00001-of-0000N.safetensors files plus model.safetensors.index.json,
+// as save_pretrained does. The directory is created when missing.
+absl::Status WriteCheckpoint(const std::string& dir,
+                             absl::Span<const std::pair<std::string, Tensor>> tensors,
+                             int64_t max_file_bytes = 0,
+                             const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+
+}  // namespace dt::loaders

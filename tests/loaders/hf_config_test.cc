@@ -1,0 +1,159 @@
+// loaders/hf_config: Llama config.json in its v4 and v5 spellings, defaults, every error class, the
+// rope frequencies against values computed by transformers (_compute_llama3_parameters).
+#include "loaders/hf_config.h"
+
+#include <cmath>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace dt::loaders {
+namespace {
+
+::testing::AssertionResult ErrorContains(const absl::Status& s, absl::string_view needle) {
+  if (s.ok()) return ::testing::AssertionFailure() << "OK; expected an error with '" << needle << "'";
+  if (std::string(s.message()).find(std::string(needle)) == std::string::npos) {
+    return ::testing::AssertionFailure() << "'" << s.message() << "' lacks '" << needle << "'";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Llama-3.1-8B's config.json (v4 spelling).
+constexpr char kLlama31[] = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "hidden_act": "silu",
+  "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+  "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+  "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+  "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "transformers_version": "4.43.0.dev0", "use_cache": true, "vocab_size": 128256})";
+
+TEST(HfConfig, Llama31) {
+  auto c = ParseLlamaConfig(kLlama31, "llama31");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->hidden_size, 4096);
+  EXPECT_EQ(c->num_key_value_heads, 8);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->vocab_size, 128256);
+  EXPECT_EQ(c->rope_theta, 500000.0);
+  EXPECT_EQ(c->rope_scaling.rope_type, "llama3");
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_EQ(c->dtype, DType::kBF16);
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{128001, 128008, 128009}));
+  EXPECT_EQ(*c->bos_token_id, 128000);
+  EXPECT_EQ(c->rms_norm_eps, 1e-5);
+  // Llama-3.1-8B has 8.03B parameters.
+  EXPECT_EQ(c->NumParameters(), 8030261248);
+}
+
+TEST(HfConfig, V5SpellingAndDefaults) {
+  auto c = ParseLlamaConfig(R"({
+      "model_type": "llama", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 200,
+      "num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 16, "dtype": "bfloat16",
+      "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0},
+      "tie_word_embeddings": true, "attention_bias": true})",
+                            "v5");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_key_value_heads, 8);  // defaults to the heads
+  EXPECT_EQ(c->head_dim, 16);            // explicit, != hidden / heads
+  EXPECT_EQ(c->rope_theta, 500000.0);
+  EXPECT_EQ(c->rope_scaling.rope_type, "default");
+  EXPECT_EQ(c->dtype, DType::kBF16);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_TRUE(c->attention_bias);
+  EXPECT_FALSE(c->mlp_bias);
+  EXPECT_EQ(c->max_position_embeddings, 2048);
+  EXPECT_EQ(c->rms_norm_eps, 1e-6);
+  EXPECT_EQ(c->dtype, DType::kBF16);
+  // No dtype at all: f32; legacy "type" key; linear scaling.
+  auto d = ParseLlamaConfig(R"({"vocab_size": 10, "hidden_size": 8, "intermediate_size": 8,
+      "num_hidden_layers": 1, "num_attention_heads": 2,
+      "rope_scaling": {"type": "linear", "factor": 2.0}})",
+                            "legacy");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->dtype, DType::kF32);
+  EXPECT_EQ(d->rope_scaling.rope_type, "linear");
+  EXPECT_EQ(d->head_dim, 4);
+  const std::vector<float> inv = RopeInverseFrequencies(*d);
+  EXPECT_FLOAT_EQ(inv[0], 0.5f);
+  EXPECT_FLOAT_EQ(inv[1], 0.005f);
+}
+
+TEST(HfConfig, Errors) {
+  const std::string base = R"("vocab_size": 10, "hidden_size": 8, "intermediate_size": 8,
+                              "num_hidden_layers": 1)";
+  struct Case {
+    std::string json;
+    const char* error;
+  } cases[] = {
+      {"{", "not valid JSON"},
+      {"[]", "must be a JSON object"},
+      {"{" + base + "}", "missing required field \"num_attention_heads\""},
+      {R"({"hidden_size": 8})", "missing required field \"vocab_size\""},
+      {"{" + base + R"(, "num_attention_heads": 3})", "hidden_size 8 is not a multiple of"},
+      {"{" + base + R"(, "num_attention_heads": 0})", "\"num_attention_heads\" must be a positive"},
+      {"{" + base + R"(, "num_attention_heads": "2"})", "must be a positive integer, got \"2\""},
+      {"{" + base + R"(, "num_attention_heads": 4, "num_key_value_heads": 3})",
+       "num_key_value_heads 3 must divide num_attention_heads 4"},
+      {"{" + base + R"(, "num_attention_heads": 2, "head_dim": 3})", "head_dim 3 must be even"},
+      {"{" + base + R"(, "num_attention_heads": 2, "rms_norm_eps": -1})",
+       "\"rms_norm_eps\" must be a positive number"},
+      {"{" + base + R"(, "num_attention_heads": 2, "torch_dtype": "int8"})",
+       "torch_dtype \"int8\" is not supported"},
+      {"{" + base + R"(, "num_attention_heads": 2, "model_type": "mistral"})",
+       "model_type \"mistral\" is not \"llama\""},
+      {"{" + base + R"(, "num_attention_heads": 2, "tie_word_embeddings": "yes"})",
+       "must be true or false"},
+      {"{" + base + R"(, "num_attention_heads": 2, "rope_scaling": {"rope_type": "llama3"}})",
+       "needs \"factor\""},
+      {"{" + base + R"(, "num_attention_heads": 2, "rope_scaling": {"rope_type": "llama3",
+          "factor": 8, "low_freq_factor": 4, "high_freq_factor": 1}})",
+       "low_freq_factor 4 must be below high_freq_factor 1"},
+      {"{" + base + R"(, "num_attention_heads": 2, "rope_scaling": 5})", "must be an object"},
+      {"{" + base + R"(, "num_attention_heads": 2, "eos_token_id": "x"})", "eos_token_id"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseLlamaConfig(c.json, "cfg.json");
+    EXPECT_TRUE(ErrorContains(r.status(), c.error)) << c.json;
+    EXPECT_TRUE(ErrorContains(r.status(), "cfg.json")) << c.json;
+  }
+  auto yarn = ParseLlamaConfig("{" + base + R"(, "num_attention_heads": 2,
+      "rope_scaling": {"rope_type": "yarn", "factor": 4}})",
+                               "y");
+  EXPECT_EQ(yarn.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(ErrorContains(yarn.status(), "yarn"));
+  auto gelu = ParseLlamaConfig("{" + base + R"(, "num_attention_heads": 2, "hidden_act": "gelu"})",
+                               "g");
+  EXPECT_EQ(gelu.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(LoadLlamaConfig("/nonexistent/dir").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(HfConfig, Llama3RopeMatchesTransformers) {
+  // transformers 5.24 _compute_llama3_parameters for head_dim 8, theta 10000, factor 8,
+  // low 1, high 4, original 64: the three bands (kept, smoothed, divided by the factor).
+  LlamaConfig c;
+  c.hidden_size = 64;
+  c.num_attention_heads = 8;
+  c.head_dim = 8;
+  c.rope_theta = 10000;
+  c.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 64};
+  const std::vector<float> inv = RopeInverseFrequencies(c);
+  ASSERT_EQ(inv.size(), 4u);
+  const float want[] = {1.0f, 0.0130422562f, 0.00125f, 0.000125f};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(inv[i], want[i], 1e-6 * want[i]) << i;
+}
+
+TEST(HfConfig, JsonRoundTrip) {
+  auto c = ParseLlamaConfig(kLlama31, "llama31").value();
+  auto back = ParseLlamaConfig(LlamaConfigToJson(c), "roundtrip");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->Summary(), c.Summary());
+  EXPECT_EQ(back->eos_token_ids, c.eos_token_ids);
+  EXPECT_EQ(back->rope_scaling.original_max_position_embeddings, 8192);
+}
+
+}  // namespace
+}  // namespace dt::loaders

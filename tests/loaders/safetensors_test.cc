@@ -1,0 +1,443 @@
+// loaders/safetensors: round trips, every validation error, hostile files (mutated and truncated:
+// always a clean error, never a crash), rank-sliced reads against an independent gather over
+// random meshes and placements (bytes read == bytes of the piece), multi-file checkpoints.
+#include "loaders/safetensors.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "dtensor/spec.h"
+#include "gtest/gtest.h"
+#include "rapidcheck/gtest.h"
+
+namespace dt::loaders {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempDir() {
+  static const std::string dir = [] {
+    std::string d = (fs::temp_directory_path() / absl::StrCat("dt_safetensors_", ::getpid())).string();
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+std::string TempPath(absl::string_view name) { return (fs::path(TempDir()) / std::string(name)).string(); }
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// A file with a hand-written header and `data_size` data bytes.
+std::string RawFile(const std::string& name, const std::string& header, int64_t data_size,
+                    std::optional<uint64_t> length = std::nullopt) {
+  std::string bytes(8, '\0');
+  const uint64_t n = length.value_or(header.size());
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(n >> (8 * i));
+  bytes += header;
+  bytes += std::string(static_cast<size_t>(data_size), '\x01');
+  const std::string path = TempPath(name);
+  WriteBytes(path, bytes);
+  return path;
+}
+
+Tensor Iota(IntSpan shape, DType dtype) {
+  Tensor t = Tensor::Arange(0, static_cast<double>(Numel(shape))).value().View(shape).value();
+  return t.To(dtype).value();
+}
+
+absl::Status OpenStatus(const std::string& path) { return SafetensorsFile::Open(path).status(); }
+
+::testing::AssertionResult ErrorContains(const absl::Status& s, absl::string_view needle) {
+  if (s.ok()) return ::testing::AssertionFailure() << "OK; expected an error with '" << needle << "'";
+  if (std::string(s.message()).find(std::string(needle)) == std::string::npos) {
+    return ::testing::AssertionFailure() << "'" << s.message() << "' lacks '" << needle << "'";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(Safetensors, RoundTripEveryDType) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (DType d : kAllDTypes) {
+    tensors.emplace_back(absl::StrCat("t.", DTypeName(d)), Iota({3, 5}, d));
+  }
+  tensors.emplace_back("scalar", Iota({}, DType::kF32));
+  tensors.emplace_back("empty", Iota({0, 4}, DType::kF32));
+  const std::string path = TempPath("roundtrip.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, tensors, {{"format", "pt"}}).ok());
+  auto f = SafetensorsFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ((*f)->metadata().at("format"), "pt");
+  EXPECT_EQ((*f)->data_offset() % 8, 0);
+  for (const auto& [name, t] : tensors) {
+    ReadStats stats;
+    auto got = (*f)->Read(name, {}, &stats);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(Equal(*got, t)) << name;
+    EXPECT_EQ(stats.bytes_read(), t.nbytes());
+  }
+}
+
+TEST(Safetensors, WholeTensorAndRowShardsAreZeroCopyViews) {
+  const std::string path = TempPath("views.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, {{"w", Iota({8, 6}, DType::kF32)}}).ok());
+  auto f = SafetensorsFile::Open(path).value();
+  ReadStats stats;
+  Tensor whole = f->Read("w", {}, &stats).value();
+  EXPECT_EQ(whole.storage().kind(), Storage::Kind::kMmap);
+  EXPECT_TRUE(whole.read_only());
+  Tensor rows = f->ReadRanges("w", {{{2, 5}}, {{0, 6}}}, {}, &stats).value();
+  EXPECT_TRUE(rows.read_only());
+  EXPECT_EQ(stats.bytes_viewed, 8 * 6 * 4 + 3 * 6 * 4);
+  EXPECT_EQ(stats.bytes_copied, 0);
+  EXPECT_EQ(rows.ToVector<float>()[0], 12.0f);
+  // Columns are strided: copied, and only the piece.
+  Tensor cols = f->ReadRanges("w", {{{0, 8}}, {{1, 3}}}, {}, &stats).value();
+  EXPECT_FALSE(cols.read_only());
+  EXPECT_EQ(stats.bytes_copied, 8 * 2 * 4);
+  EXPECT_EQ(cols.ToVector<float>()[2], 7.0f);
+  // zero_copy off copies; a dtype conversion produces a fresh tensor.
+  ReadStats s2;
+  ReadOptions o;
+  o.zero_copy = false;
+  o.dtype = DType::kBF16;
+  Tensor conv = f->ReadRanges("w", {{{0, 1}}, {{0, 6}}}, o, &s2).value();
+  EXPECT_EQ(conv.dtype(), DType::kBF16);
+  EXPECT_EQ(s2.bytes_copied, 24);
+  EXPECT_EQ(s2.bytes_converted, 12);
+}
+
+// ---- validation: one case per error class --------------------------------------------------------
+
+TEST(Safetensors, RejectsTruncatedAndAbsurdHeaders) {
+  WriteBytes(TempPath("short.safetensors"), "abc");
+  EXPECT_TRUE(ErrorContains(OpenStatus(TempPath("short.safetensors")), "shorter than the 8-byte"));
+  EXPECT_TRUE(ErrorContains(OpenStatus(RawFile("past.safetensors", "{}", 0, 9999)),
+                            "header length 9999 runs past the end of the file"));
+  EXPECT_TRUE(ErrorContains(OpenStatus(RawFile("huge.safetensors", "{}", 0, 1ull << 40)),
+                            "absurdly large"));
+  EXPECT_TRUE(ErrorContains(OpenStatus(RawFile("huge2.safetensors", "{}", 0, ~0ull)),
+                            "absurdly large"));
+  EXPECT_EQ(OpenStatus(TempPath("missing.safetensors")).code(), absl::StatusCode::kNotFound);
+  // The message names the file.
+  EXPECT_TRUE(ErrorContains(OpenStatus(TempPath("short.safetensors")), "short.safetensors"));
+}
+
+TEST(Safetensors, RejectsMalformedHeaders) {
+  struct Case {
+    const char* header;
+    int64_t data;
+    const char* error;
+  } cases[] = {
+      {"{not json", 0, "not valid JSON"},
+      {"[1, 2]", 0, "must be a JSON object"},
+      {R"({"a": 5})", 0, "tensor 'a': entry must be an object"},
+      {R"({"a": {"shape": [1], "data_offsets": [0, 4]}})", 4, "missing \"dtype\""},
+      {R"({"a": {"dtype": "F33", "shape": [1], "data_offsets": [0, 4]}})", 4,
+       "tensor 'a': unknown dtype 'F33'"},
+      {R"({"a": {"dtype": "F32", "shape": [2, -1], "data_offsets": [0, 4]}})", 4,
+       "tensor 'a': shape [2, -1]: dims must be integers >= 0"},
+      {R"({"a": {"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}})", 4,
+       "dims must be integers >= 0"},
+      {R"({"a": {"dtype": "F32", "shape": "x", "data_offsets": [0, 4]}})", 4, "missing \"shape\""},
+      {R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296, 16], "data_offsets": [0, 4]}})",
+       4, "overflows 64-bit sizes"},
+      {R"({"a": {"dtype": "F64", "shape": [1152921504606846976], "data_offsets": [0, 4]}})", 4,
+       "overflows 64-bit sizes"},
+      {R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 10]}})", 10,
+       "data_offsets [0, 10] hold 10 bytes, but F32[3] needs 12"},
+      {R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}})", 4,
+       "0 <= begin <= end"},
+      {R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0]}})", 4, "missing \"data_offsets\""},
+      {R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]}})", 4, "0 <= begin <= end"},
+      {R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 4,
+       "run past the end of the data section (4 bytes)"},
+      {R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+           "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+       12, "tensor 'b': data_offsets [4, 12] overlap tensor 'a' [0, 8]"},
+      {R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8, "leave a gap"},
+      {R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 8,
+       "cover 4 bytes of a data section of 8"},
+      {R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+           "a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+       8, "duplicate tensor 'a'"},
+      {R"({"__metadata__": {"k": 1}})", 0, "__metadata__ 'k' must be a string"},
+      {R"({"": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4, "empty name"},
+      {R"({"a": {"dtype": "F4", "shape": [3], "data_offsets": [0, 2]}})", 2,
+       "not a whole number of bytes"},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    const std::string path = RawFile(absl::StrCat("bad", i++, ".safetensors"), c.header, c.data);
+    EXPECT_TRUE(ErrorContains(OpenStatus(path), c.error)) << c.header;
+    EXPECT_TRUE(ErrorContains(OpenStatus(path), path)) << c.header;
+  }
+}
+
+TEST(Safetensors, UnsupportedDTypesAreListedButNotRead) {
+  const std::string path = RawFile(
+      "f64.safetensors",
+      R"({"d": {"dtype": "F64", "shape": [2], "data_offsets": [0, 16]},
+          "f": {"dtype": "F8_E4M3", "shape": [4], "data_offsets": [16, 20]}})",
+      20);
+  auto f = SafetensorsFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto r = (*f)->Read("d");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(ErrorContains(r.status(), "tensor 'd' has dtype F64"));
+  EXPECT_TRUE(ErrorContains((*f)->Read("f").status(), "F8_E4M3"));
+  EXPECT_EQ(DTypeFromSafetensors("I8").status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(DTypeFromSafetensors("Q4").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DTypeFromSafetensors("BF16").value(), DType::kBF16);
+}
+
+TEST(Safetensors, RejectsBadRanges) {
+  const std::string path = TempPath("ranges.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, {{"w", Iota({4, 4}, DType::kF32)}}).ok());
+  auto f = SafetensorsFile::Open(path).value();
+  EXPECT_TRUE(ErrorContains(f->ReadRanges("w", {{{0, 4}}}).status(), "has 2 dims"));
+  EXPECT_TRUE(ErrorContains(f->ReadRanges("w", {{{0, 5}}, {{0, 4}}}).status(), "inside [0, 4)"));
+  EXPECT_TRUE(
+      ErrorContains(f->ReadRanges("w", {{{2, 3}, {0, 1}}, {{0, 4}}}).status(), "ascending"));
+  EXPECT_EQ(f->Read("nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+// ---- hostile files: mutations never crash --------------------------------------------------------
+
+// A valid file with a few random tensors.
+std::string ValidFile(const std::string& name, int ntensors, uint64_t seed) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (int i = 0; i < ntensors; ++i) {
+    const DType d = kAllDTypes[(seed + i) % std::size(kAllDTypes)];
+    const int64_t rows = static_cast<int64_t>((seed >> (4 * i)) % 4), cols = 1 + i % 3;
+    tensors.emplace_back(absl::StrCat("layer.", i, ".w"), Iota({rows, cols}, d));
+  }
+  const std::string path = TempPath(name);
+  DT_CHECK_OK(WriteSafetensors(path, tensors, {{"format", "pt"}}));
+  return path;
+}
+
+// Opens `path`; when that succeeds, every tensor must read back with its declared size.
+void OpenAndReadAll(const std::string& path) {
+  auto f = SafetensorsFile::Open(path);
+  if (!f.ok()) {
+    RC_ASSERT(!f.status().message().empty());
+    RC_ASSERT(std::string(f.status().message()).find(path) != std::string::npos ||
+              f.status().code() == absl::StatusCode::kNotFound);
+    return;
+  }
+  for (const TensorInfo& t : (*f)->tensors()) {
+    auto r = (*f)->Read(t.name);
+    if (t.dtype) {
+      RC_ASSERT(r.ok());
+      RC_ASSERT(r->nbytes() == t.nbytes());
+    } else {
+      RC_ASSERT(r.status().code() == absl::StatusCode::kUnimplemented);
+    }
+  }
+}
+
+RC_GTEST_PROP(SafetensorsFuzz, TruncatedFilesGiveCleanErrors, ()) {
+  const std::string path = ValidFile("fuzz_base.safetensors", *rc::gen::inRange(1, 5),
+                                     *rc::gen::arbitrary<uint32_t>());
+  const std::string bytes = ReadBytes(path);
+  const size_t keep = *rc::gen::inRange<size_t>(0, bytes.size());
+  const std::string cut = TempPath("fuzz_cut.safetensors");
+  WriteBytes(cut, bytes.substr(0, keep));
+  auto f = SafetensorsFile::Open(cut);
+  RC_ASSERT(!f.ok());  // every byte of a valid file matters: the data section is covered exactly
+  RC_ASSERT(std::string(f.status().message()).find(cut) != std::string::npos);
+}
+
+RC_GTEST_PROP(SafetensorsFuzz, MutatedFilesNeverCrash, ()) {
+  const std::string path = ValidFile("fuzz_base2.safetensors", *rc::gen::inRange(1, 5),
+                                     *rc::gen::arbitrary<uint32_t>());
+  std::string bytes = ReadBytes(path);
+  const int mutations = *rc::gen::inRange(1, 6);
+  for (int m = 0; m < mutations; ++m) {
+    const int kind = *rc::gen::inRange(0, 6);
+    if (bytes.empty()) break;
+    const size_t at = *rc::gen::inRange<size_t>(0, bytes.size());
+    switch (kind) {
+      case 0:  // random byte
+        bytes[at] = static_cast<char>(*rc::gen::arbitrary<uint8_t>());
+        break;
+      case 1:  // a digit in the header changes (sizes, offsets, shapes)
+        for (size_t i = at; i < bytes.size(); ++i) {
+          if (bytes[i] >= '0' && bytes[i] <= '9') {
+            bytes[i] = static_cast<char>('0' + *rc::gen::inRange(0, 10));
+            break;
+          }
+        }
+        break;
+      case 2:  // delete a span
+        bytes.erase(at, *rc::gen::inRange<size_t>(1, 16));
+        break;
+      case 3:  // the header length
+        for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(*rc::gen::arbitrary<uint8_t>());
+        break;
+      case 4:  // insert JSON punctuation / a minus sign
+        bytes.insert(at, 1, "{}[],:\"-e0"[*rc::gen::inRange(0, 10)]);
+        break;
+      case 5:  // append garbage
+        bytes += std::string(*rc::gen::inRange<size_t>(1, 32), '\x7f');
+        break;
+    }
+  }
+  const std::string mutated = TempPath("fuzz_mut.safetensors");
+  WriteBytes(mutated, bytes);
+  OpenAndReadAll(mutated);
+}
+
+// ---- rank-sliced reads ---------------------------------------------------------------------------
+
+// Independent gather: the bytes of `full` (row-major, element size elt) at the cartesian product
+// of `ranges`, by explicit index arithmetic.
+std::string Gather(const std::string& full, IntSpan shape, int64_t elt, const DimRanges& ranges) {
+  std::vector<std::vector<int64_t>> idx(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    for (const IndexRange& r : ranges[d]) {
+      for (int64_t i = r.start; i < r.stop; ++i) idx[d].push_back(i);
+    }
+  }
+  std::string out;
+  std::vector<size_t> pos(shape.size(), 0);
+  for (const auto& v : idx) {
+    if (v.empty()) return out;
+  }
+  while (true) {
+    int64_t flat = 0;
+    for (size_t d = 0; d < shape.size(); ++d) flat = flat * shape[d] + idx[d][pos[d]];
+    out.append(full, static_cast<size_t>(flat * elt), static_cast<size_t>(elt));
+    int d = static_cast<int>(shape.size()) - 1;
+    while (d >= 0 && ++pos[d] == idx[d].size()) pos[d--] = 0;
+    if (d < 0) break;
+  }
+  return out;
+}
+
+rc::Gen<Placement> GenPlacement(int ndim) {
+  return rc::gen::exec([ndim] {
+    const int kind = *rc::gen::inRange(0, 4);
+    const int dim = *rc::gen::inRange(0, ndim);
+    if (kind == 0) return Placement::Replicate();
+    if (kind == 1) return Placement::Shard(dim);
+    if (kind == 2) return Placement::StridedShard(dim, *rc::gen::inRange(2, 4));
+    return Placement::Partial();
+  });
+}
+
+RC_GTEST_PROP(SafetensorsSlices, EqualSlicingTheFullTensorAndReadOnlyThePiece, ()) {
+  const int ndim = *rc::gen::inRange(1, 4);
+  Shape shape;
+  for (int d = 0; d < ndim; ++d) shape.push_back(*rc::gen::inRange<int64_t>(0, 10));
+  const DType dtype = *rc::gen::element(DType::kF32, DType::kBF16, DType::kI64, DType::kU8);
+  const int mdims = *rc::gen::inRange(1, 4);
+  std::vector<int64_t> mesh_shape;
+  for (int d = 0; d < mdims; ++d) mesh_shape.push_back(*rc::gen::inRange<int64_t>(1, 4));
+  Placements placements;
+  for (int d = 0; d < mdims; ++d) placements.push_back(*GenPlacement(ndim));
+  auto mesh = DeviceMesh::Abstract(mesh_shape);
+  RC_ASSERT(mesh.ok());
+  auto spec = DTensorSpec::Create(*mesh, placements, shape, dtype);
+  RC_PRE(spec.ok());  // e.g. a strided shard of a dim of zero blocks
+
+  const std::string path = TempPath("slices.safetensors");
+  Tensor full = Tensor::Randn(shape, 7, DType::kF32).value().To(dtype).value();
+  RC_ASSERT(WriteSafetensors(path, {{"pad", Iota({3}, DType::kU8)}, {"w", full}}).ok());
+  auto f = SafetensorsFile::Open(path).value();
+  const std::string bytes = ReadBytes(path).substr(static_cast<size_t>(f->data_offset() + 3));
+  const int64_t elt = DTypeSize(dtype);
+  for (int64_t rank = 0; rank < mesh->Size(); ++rank) {
+    const std::vector<int64_t> coord = mesh->CoordinateOf(static_cast<int>(rank)).value();
+    const DimRanges ranges = spec->Ranges(coord);
+    ReadStats stats;
+    ReadOptions o;
+    o.zero_copy = *rc::gen::arbitrary<bool>();
+    auto piece = f->ReadRanges("w", ranges, o, &stats);
+    RC_ASSERT(piece.ok());
+    RC_ASSERT(piece->shape() == spec->LocalShape(coord));
+    const std::string got(static_cast<const char*>(piece->raw_data()),
+                          static_cast<size_t>(piece->nbytes()));
+    RC_ASSERT(got == Gather(bytes, shape, elt, ranges));
+    // Never more than the piece: no rank reads a full sharded tensor.
+    RC_ASSERT(stats.bytes_read() == piece->nbytes());
+    RC_ASSERT(stats.bytes_read() == Numel(spec->LocalShape(coord)) * elt);
+  }
+}
+
+// ---- checkpoints ---------------------------------------------------------------------------------
+
+TEST(Checkpoint, ShardedDirectoryWithIndex) {
+  const std::string dir = TempPath("ckpt_sharded");
+  fs::remove_all(dir);
+  std::vector<std::pair<std::string, Tensor>> tensors = {
+      {"a", Iota({16, 4}, DType::kF32)}, {"b", Iota({8}, DType::kBF16)},
+      {"c", Iota({4, 4}, DType::kF32)}};
+  ASSERT_TRUE(WriteCheckpoint(dir, tensors, /*max_file_bytes=*/100).ok());
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "model.safetensors.index.json"));
+  auto c = Checkpoint::Open(dir);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->files().size(), 2u);  // a (256 bytes) | b + c
+  EXPECT_EQ(c->names(), (std::vector<std::string>{"a", "b", "c"}));
+  for (const auto& [name, t] : tensors) EXPECT_TRUE(Equal(c->Read(name).value(), t)) << name;
+  auto mesh = DeviceMesh::Abstract({4}, {"tp"}, 2).value();
+  auto spec = DTensorSpec::Create(mesh, {Placement::Shard(1)}, {16, 4}, DType::kBF16).value();
+  ReadStats stats;
+  Tensor piece = c->ReadLocal("a", spec, {}, &stats).value();
+  EXPECT_EQ(piece.dtype(), DType::kBF16);
+  EXPECT_EQ(piece.shape(), (Shape{16, 1}));
+  EXPECT_EQ(piece.ToVector<float>()[1], 6.0f);
+  EXPECT_EQ(stats.bytes_copied, 16 * 4);
+  auto wrong = DTensorSpec::Create(mesh, {Placement::Replicate()}, {16, 8}, DType::kF32).value();
+  EXPECT_TRUE(ErrorContains(c->ReadLocal("a", wrong).status(),
+                            "tensor 'a': expected [16, 8], got [16, 4]"));
+  EXPECT_EQ(c->Read("zzz").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(Checkpoint, RejectsBadIndexes) {
+  const std::string dir = TempPath("ckpt_bad");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  EXPECT_TRUE(ErrorContains(Checkpoint::Open(dir).status(), "neither"));
+  ASSERT_TRUE(WriteSafetensors(dir + "/part.safetensors", {{"a", Iota({2}, DType::kF32)}}).ok());
+  auto index = [&](const std::string& text) {
+    WriteBytes(dir + "/model.safetensors.index.json", text);
+    return Checkpoint::Open(dir).status();
+  };
+  EXPECT_TRUE(ErrorContains(index("nope"), "not a JSON object"));
+  EXPECT_TRUE(ErrorContains(index(R"({"metadata": {}})"), "no \"weight_map\""));
+  EXPECT_TRUE(ErrorContains(index(R"({"weight_map": {"a": "../x.safetensors"}})"),
+                            "not a plain file name"));
+  EXPECT_TRUE(ErrorContains(index(R"({"weight_map": {"a": "/etc/passwd"}})"), "not a plain"));
+  EXPECT_TRUE(ErrorContains(index(R"({"weight_map": {"a": 3}})"), "must be a file name"));
+  EXPECT_TRUE(ErrorContains(index(R"({"weight_map": {"z": "part.safetensors"}})"),
+                            "does not contain it"));
+  EXPECT_EQ(index(R"({"weight_map": {"a": "gone.safetensors"}})").code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(WriteSafetensors(dir + "/more.safetensors",
+                               {{"a", Iota({2}, DType::kF32)}, {"b", Iota({2}, DType::kF32)}})
+                  .ok());
+  EXPECT_TRUE(ErrorContains(index(R"({"weight_map": {"a": "part.safetensors",
+                                                      "b": "more.safetensors"}})"),
+                            "stored in both"));
+  EXPECT_TRUE(index(R"({"weight_map": {"a": "part.safetensors"}})").ok());
+}
+
+}  // namespace
+}  // namespace dt::loaders
