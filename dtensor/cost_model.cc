@@ -9,9 +9,8 @@
 #include <sstream>
 #include <vector>
 
-#include "absl/strings/match.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "core/status.h"
 #include "nlohmann/json.hpp"
 
@@ -68,9 +67,9 @@ bool GroupCrossesHosts(IntSpan mesh_shape, absl::Span<const int> mesh_dims,
   for (int d : mesh_dims) span += (mesh_shape[d] - 1) * stride[d];
   if (span == 0) return false;
   if (span >= h) return true;
-  std::vector<char> seen(h, 0);
+  // A set, not a bitmap of h entries: memory follows the residues reached, not the host size.
+  absl::flat_hash_set<int64_t> seen = {0};
   std::vector<int64_t> residues = {0};
-  seen[0] = 1;
   for (int j = 0; j < m; ++j) {
     if (mesh_shape[j] <= 1 || std::find(mesh_dims.begin(), mesh_dims.end(), j) != mesh_dims.end()) {
       continue;
@@ -82,9 +81,8 @@ bool GroupCrossesHosts(IntSpan mesh_shape, absl::Span<const int> mesh_dims,
     for (size_t r = 0; r < before; ++r) {
       for (int64_t c = 1; c < reps; ++c) {
         const int64_t x = (residues[r] + c * step) % h;
-        if (seen[x]) continue;
+        if (!seen.insert(x).second) continue;
         if (x + span >= h) return true;
-        seen[x] = 1;
         residues.push_back(x);
       }
     }
