@@ -259,7 +259,7 @@ constexpr const char* kUsage =
     "                    (a cost model file from the output of bench/collectives)\n"
     "  dtensor styles    (the tensor-parallel style registry)\n"
     "placements: R, S(dim), P(sum|avg|min|max|prod), _S(dim,split_factor), _S(dim,[b0,b1,...])\n"
-    "--ranks-per-host N: ranks r*N .. r*N+N-1 share a host; explain marks steps "
+    "--ranks-per-host N: host h holds ranks h*N .. h*N+N-1; explain marks steps "
     "intra-/cross-host\n";
 
 }  // namespace
