@@ -5,11 +5,14 @@
 //   latency_us + hops * hop_us + bytes_sent / bandwidth     hops = k-1 (2(k-1) for all_reduce)
 // plus local packing at copy bandwidth (dtensor/planner.h has each collective's bytes_sent).
 //
-// Hosts. Ranks are numbered row-major over the mesh, and host h holds the global ranks
-// [h * ranks_per_host, (h+1) * ranks_per_host) — what every launcher does (dtrun, torchrun,
-// mpirun --map-by slot). A step runs on the inter-host link when any group of its mesh dims holds
-// ranks of two hosts (GroupCrossesHosts), otherwise on the intra-host link. This is exact for every
-// layout; PyTorch's MeshTopoInfo instead assumes the outer mesh dims are the host dims.
+// Hosts. Mesh positions are numbered row-major, and host h holds positions
+// [h * ranks_per_host, (h+1) * ranks_per_host): the global ranks of InitDeviceMesh under every
+// launcher that places ranks in blocks per node (dtrun, torchrun, mpirun --map-by slot), and the
+// rows of InitNodeLocalMesh (mesh/device_mesh.h) with ranks_per_host = ranks per node, whatever the
+// launcher. A step runs on the inter-host link when any group of its mesh dims holds ranks of two
+// hosts (GroupCrossesHosts), otherwise on the intra-host link. This is exact for every mesh shape;
+// PyTorch's MeshTopoInfo instead assumes the outer mesh dims are the host dims. DTensor's
+// Redistribute plans for one host unless RedistributeOptions::planner.cost says otherwise.
 //
 //   mesh (node=16, local=8), 8 ranks per host   groups along local: intra-host
 //                                               groups along node, and node+local: cross-host
@@ -78,8 +81,8 @@ struct CostModel {
   }
 };
 
-// Whether some group along `mesh_dims` (the ranks that differ only in those coordinates) holds
-// ranks of two hosts, with row-major rank numbering and `ranks_per_host` consecutive ranks per host
+// Whether some group along `mesh_dims` (the positions that differ only in those coordinates) holds
+// ranks of two hosts, with row-major positions and `ranks_per_host` consecutive positions per host
 // (<= 0: one host). Cost: O(1) in the aligned cases, else at most ranks_per_host x the sizes of the
 // other dims.
 bool GroupCrossesHosts(IntSpan mesh_shape, absl::Span<const int> mesh_dims, int64_t ranks_per_host);
