@@ -1,0 +1,365 @@
+#include "nn/models/llama.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+#include "nn/attention.h"
+#include "nn/init.h"
+#include "nn/linear.h"
+#include "nn/log.h"
+#include "nn/mlp.h"
+#include "nn/norm.h"
+#include "nn/vops.h"
+
+namespace dt::nn {
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+}  // namespace
+
+// ---- layers --------------------------------------------------------------------------------------
+
+LlamaDecoderLayer::LlamaDecoderLayer(const loaders::LlamaConfig& c, DType dtype)
+    : Module("LlamaDecoderLayer") {
+  AddModule<RMSNorm>("input_layernorm", c.hidden_size, c.rms_norm_eps, dtype);
+  AttentionOptions a;
+  a.hidden_size = c.hidden_size;
+  a.num_heads = c.num_attention_heads;
+  a.num_kv_heads = c.num_key_value_heads;
+  a.head_dim = c.head_dim;
+  a.bias = c.attention_bias;
+  a.causal = true;
+  a.rotary_style = ops::RotaryStyle::kHalf;
+  a.dtype = dtype;
+  AddModule<Attention>("self_attn", a).EnableKVCache(true);
+  AddModule<RMSNorm>("post_attention_layernorm", c.hidden_size, c.rms_norm_eps, dtype);
+  SwiGLUOptions m;
+  m.hidden_size = c.hidden_size;
+  m.intermediate_size = c.intermediate_size;
+  m.bias = c.mlp_bias;
+  m.dtype = dtype;
+  AddModule<SwiGLUMLP>("mlp", m);
+}
+
+absl::StatusOr<Values> LlamaDecoderLayer::Forward(Values inputs) {
+  if (inputs.size() != 3) {
+    return absl::InvalidArgumentError(absl::StrCat("LlamaDecoderLayer '", FullName(),
+                                                   "' takes {h, cos, sin}, got ", inputs.size(),
+                                                   " inputs"));
+  }
+  const Value& h = inputs[0];
+  DT_ASSIGN_OR_RETURN(Value x, FindChild("input_layernorm")->CallOne({h}));
+  DT_ASSIGN_OR_RETURN(Value a, FindChild("self_attn")->CallOne({x, inputs[1], inputs[2]}));
+  DT_ASSIGN_OR_RETURN(Value r, vops::Add(h, a));
+  DT_ASSIGN_OR_RETURN(x, FindChild("post_attention_layernorm")->CallOne({r}));
+  DT_ASSIGN_OR_RETURN(Value m, FindChild("mlp")->CallOne({x}));
+  DT_ASSIGN_OR_RETURN(Value out, vops::Add(r, m));
+  return Values{std::move(out)};
+}
+
+LlamaModel::LlamaModel(const loaders::LlamaConfig& c, DType dtype) : Module("LlamaModel") {
+  AddModule<Embedding>("embed_tokens", c.vocab_size, c.hidden_size, dtype);
+  ModuleList& layers = AddModule<ModuleList>("layers");
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    layers.Append(std::make_unique<LlamaDecoderLayer>(c, dtype));
+  }
+  AddModule<RMSNorm>("norm", c.hidden_size, c.rms_norm_eps, dtype);
+  RotaryEmbedding& rope =
+      AddModule<RotaryEmbedding>("rotary_emb", c.head_dim, c.rope_theta, ops::RotaryStyle::kHalf);
+  // The scaled frequencies (llama3, linear) replace the default ones.
+  const std::vector<float> inv = loaders::RopeInverseFrequencies(c);
+  auto t = Tensor::FromVector<float>({static_cast<int64_t>(inv.size())}, inv);
+  DT_CHECK_OK(t);
+  rope.SetBuffer("inv_freq", *std::move(t));
+}
+
+absl::StatusOr<Values> LlamaModel::Forward(Values inputs) {
+  if (inputs.size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LlamaModel takes {ids, positions}, got ", inputs.size(), " inputs"));
+  }
+  DT_ASSIGN_OR_RETURN(Value h, FindChild("embed_tokens")->CallOne({inputs[0]}));
+  DT_ASSIGN_OR_RETURN(Values cs, FindChild("rotary_emb")->Call({inputs[1]}));
+  // transformers hands cos and sin to attention in the model dtype.
+  DT_ASSIGN_OR_RETURN(Value cos, vops::Cast(cs[0], h.dtype()));
+  DT_ASSIGN_OR_RETURN(Value sin, vops::Cast(cs[1], h.dtype()));
+  const ModuleList& layers = static_cast<const ModuleList&>(*FindChild("layers"));
+  for (int64_t i = 0; i < layers.size(); ++i) {
+    DT_ASSIGN_OR_RETURN(h, layers.at(i).CallOne({h, cos, sin}));
+  }
+  DT_ASSIGN_OR_RETURN(h, FindChild("norm")->CallOne({h}));
+  return Values{std::move(h)};
+}
+
+// ---- LlamaForCausalLM ----------------------------------------------------------------------------
+
+LlamaForCausalLM::LlamaForCausalLM(const loaders::LlamaConfig& config, DType dtype)
+    : Module("LlamaForCausalLM"), config_(config), dtype_(dtype) {
+  AddModule<LlamaModel>("model", config, dtype);
+  AddModule<Linear>("lm_head", config.hidden_size, config.vocab_size, /*bias=*/false, dtype);
+}
+
+ParallelPlan LlamaForCausalLM::TPPlan(bool shard_embedding) {
+  ParallelPlan plan = {
+      {"model.layers.*.self_attn.q_proj", "colwise"},
+      {"model.layers.*.self_attn.k_proj", "colwise"},
+      {"model.layers.*.self_attn.v_proj", "colwise"},
+      {"model.layers.*.self_attn.o_proj", "rowwise"},
+      {"model.layers.*.mlp.gate_proj", "colwise"},
+      {"model.layers.*.mlp.up_proj", "colwise"},
+      {"model.layers.*.mlp.down_proj", "rowwise"},
+      {"lm_head", "colwise_gather_output"},
+  };
+  if (shard_embedding) plan.emplace_back("model.embed_tokens", "embedding_rowwise");
+  return plan;
+}
+
+TPConfig LlamaForCausalLM::tp_config() const {
+  TPConfig t;
+  t.num_attention_heads = config_.num_attention_heads;
+  t.num_key_value_heads = config_.num_key_value_heads;
+  t.intermediate_size = config_.intermediate_size;
+  t.vocab_size = config_.vocab_size;
+  return t;
+}
+
+absl::Status LlamaForCausalLM::Parallelize(const DeviceMesh& mesh, bool shard_embedding) {
+  ParallelizeOptions o;
+  o.config = tp_config();
+  o.warn = false;  // norms and (by default) the embedding are replicated on purpose
+  DT_RETURN_IF_ERROR(ParallelizeModule(*this, mesh, TPPlan(shard_embedding), o));
+  mesh_ = mesh;
+  return absl::OkStatus();
+}
+
+std::string LlamaForCausalLM::CheckpointName(absl::string_view name) const {
+  if (config_.tie_word_embeddings && name == "lm_head.weight") return "model.embed_tokens.weight";
+  return std::string(name);
+}
+
+absl::Status LlamaForCausalLM::CheckCheckpoint(const loaders::Checkpoint& checkpoint,
+                                               bool warn) const {
+  std::set<std::string> used;
+  for (const auto& [name, p] : NamedParameters()) {
+    const std::string source = CheckpointName(name);
+    absl::StatusOr<const loaders::TensorInfo*> info = checkpoint.Info(source);
+    if (!info.ok()) {
+      return absl::NotFoundError(absl::StrCat("checkpoint '", checkpoint.path(),
+                                              "' has no tensor '", source, "' (parameter '",
+                                              name, "' ", DTypeName(p->dtype()),
+                                              ShapeToString(p->shape()), ")"));
+    }
+    if ((*info)->shape != p->shape()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", source, "': expected ",
+                                                     ShapeToString(p->shape()), ", got ",
+                                                     ShapeToString((*info)->shape)));
+    }
+    if (!(*info)->dtype || !IsFloating(*(*info)->dtype)) {
+      return absl::UnimplementedError(absl::StrCat("tensor '", source, "' has dtype ",
+                                                   (*info)->dtype_name,
+                                                   "; Llama weights must be F32, BF16 or F16"));
+    }
+    used.insert(source);
+  }
+  if (warn) {
+    std::vector<std::string> unused;
+    for (const std::string& n : checkpoint.names()) {
+      if (!used.count(n)) unused.push_back(n);
+    }
+    if (!unused.empty()) {
+      const size_t shown = std::min<size_t>(unused.size(), 8);
+      LogWarning(absl::StrCat("checkpoint '", checkpoint.path(), "': ", unused.size(),
+                              " tensors are not used by LlamaForCausalLM: ",
+                              absl::StrJoin(unused.begin(), unused.begin() + shown, ", "),
+                              unused.size() > shown ? ", ..." : ""));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlamaForCausalLM::LoadWeights(const loaders::Checkpoint& checkpoint,
+                                           const LlamaLoadOptions& options,
+                                           LlamaLoadReport* report) {
+  const auto t0 = std::chrono::steady_clock::now();
+  LlamaLoadReport local;
+  LlamaLoadReport& r = report != nullptr ? *report : local;
+  r = LlamaLoadReport();
+  loaders::ReadOptions ro;
+  ro.zero_copy = options.zero_copy;
+  DT_RETURN_IF_ERROR(MaterializeParameters(
+      *this, [&](absl::string_view name, const DTensorSpec& spec) -> absl::StatusOr<Tensor> {
+        const int64_t before = r.stats.bytes_read();
+        LlamaLoadReport::Param p;
+        p.name = std::string(name);
+        p.checkpoint = CheckpointName(name);
+        p.spec = spec.ToString();
+        p.full_bytes = Numel(spec.shape()) * DTypeSize(spec.dtype());
+        p.sharded = spec.NumShards() > 0;
+        DT_ASSIGN_OR_RETURN(Tensor piece, checkpoint.ReadLocal(p.checkpoint, spec, ro, &r.stats));
+        p.local_bytes = piece.nbytes();
+        p.read_bytes = r.stats.bytes_read() - before;
+        r.full_bytes += p.full_bytes;
+        (p.sharded ? r.sharded_full_bytes : r.replicated_bytes) += p.full_bytes;
+        r.local_bytes += p.local_bytes;
+        r.params.push_back(std::move(p));
+        return piece;
+      }));
+  r.seconds = Seconds(t0);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<LlamaForCausalLM>> LlamaForCausalLM::FromPretrained(
+    const std::string& dir, const DeviceMesh& mesh, const LlamaLoadOptions& options,
+    LlamaLoadReport* report) {
+  DT_ASSIGN_OR_RETURN(loaders::LlamaConfig config, loaders::LoadLlamaConfig(dir));
+  const DType dtype = options.dtype.value_or(config.dtype);
+  if (!IsFloating(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LlamaForCausalLM: compute dtype must be f32, bf16 or f16, got ",
+                     DTypeName(dtype)));
+  }
+  auto model = std::make_unique<LlamaForCausalLM>(config, dtype);
+  // Nothing below reads a weight until every check passed: the plan against the config and the
+  // mesh, then the checkpoint's names and shapes (headers only).
+  DT_RETURN_IF_ERROR(model->Parallelize(mesh, options.shard_embedding));
+  DT_ASSIGN_OR_RETURN(loaders::Checkpoint checkpoint, loaders::Checkpoint::Open(dir));
+  DT_RETURN_IF_ERROR(model->CheckCheckpoint(checkpoint, options.warn && mesh.my_rank() ==
+                                                             mesh.ranks().front()));
+  DT_RETURN_IF_ERROR(model->LoadWeights(checkpoint, options, report));
+  return model;
+}
+
+void LlamaForCausalLM::ResetCache() {
+  for (auto& [name, m] : NamedModules()) {
+    if (auto* a = dynamic_cast<Attention*>(m)) a->ResetKVCache();
+  }
+  past_ = 0;
+}
+
+absl::StatusOr<Tensor> LlamaForCausalLM::Logits(const Tensor& ids_in, bool last_only) {
+  if (!ids_in.defined() || ids_in.dim() != 2 || ids_in.size(1) == 0 ||
+      (ids_in.dtype() != DType::kI64 && ids_in.dtype() != DType::kI32)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LlamaForCausalLM: ids must be i64 or i32 [B, S] with S > 0, got ",
+        ids_in.defined() ? ids_in.Describe() : "undefined"));
+  }
+  DT_ASSIGN_OR_RETURN(Tensor ids, ops::Cast(ids_in, DType::kI64));
+  for (int64_t id : ids.ToVector<int64_t>()) {
+    if (id < 0 || id >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("LlamaForCausalLM: token id ", id,
+                                                     " is outside the vocab [0, ",
+                                                     config_.vocab_size, ")"));
+    }
+  }
+  const int64_t s = ids.size(1);
+  DT_ASSIGN_OR_RETURN(Tensor positions,
+                      Tensor::Arange(static_cast<double>(past_), static_cast<double>(past_ + s),
+                                     1.0, DType::kI64));
+  DT_ASSIGN_OR_RETURN(Value h, FindChild("model")->CallOne({Value(ids), Value(positions)}));
+  past_ += s;
+  if (last_only && s > 1) {
+    DT_ASSIGN_OR_RETURN(Tensor last, h.local().Narrow(1, s - 1, 1));
+    h = Value(last);
+  }
+  DT_ASSIGN_OR_RETURN(Value logits, FindChild("lm_head")->CallOne({h}));
+  if (logits.is_dtensor()) {
+    DT_ASSIGN_OR_RETURN(Tensor full, logits.dtensor().FullTensor());
+    return full;
+  }
+  return logits.local();
+}
+
+absl::StatusOr<Values> LlamaForCausalLM::Forward(Values inputs) {
+  DT_ASSIGN_OR_RETURN(Value ids, SingleInput(*this, inputs));
+  DT_ASSIGN_OR_RETURN(Tensor logits, Logits(ids.local(), /*last_only=*/false));
+  return Values{Value(std::move(logits))};
+}
+
+// Note [Agreeing on tokens]
+// Every rank holds the gathered logits, and with this runtime's backends they are bitwise equal
+// on every rank (all_gather copies bytes; each all_reduce hands every member the same sum). Still,
+// a rank that picked a different token would silently feed the others' KV caches garbage, and an
+// MPI all_reduce is not required to be bitwise identical across ranks. So every rank computes the
+// pick (errors, e.g. NaN logits, then fail on every rank alike) and group rank 0's token is
+// broadcast: one 8-byte broadcast per token, a few microseconds against a forward.
+absl::StatusOr<int64_t> LlamaForCausalLM::PickToken(const Tensor& logits,
+                                                    const SamplingOptions& sampling,
+                                                    int64_t step) {
+  DT_ASSIGN_OR_RETURN(Tensor f, ops::Cast(logits, DType::kF32));
+  DT_ASSIGN_OR_RETURN(f, f.Contiguous());
+  const float* p = f.data<float>();
+  DT_ASSIGN_OR_RETURN(int64_t token,
+                      SampleToken(absl::MakeConstSpan(p + f.numel() - config_.vocab_size,
+                                                      config_.vocab_size),
+                                  sampling, step));
+  if (mesh_ && mesh_->Size() > 1) {
+    DT_ASSIGN_OR_RETURN(CommPtr comm, mesh_->Comm(0));
+    DT_ASSIGN_OR_RETURN(Tensor t, Tensor::FromVector<int64_t>({1}, {token}));
+    DT_RETURN_IF_ERROR(comm->Broadcast(t, 0));
+    token = t.data<int64_t>()[0];
+  }
+  return token;
+}
+
+double GenerateResult::prefill_tokens_per_second() const {
+  return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0;
+}
+double GenerateResult::decode_tokens_per_second() const {
+  const int64_t steps = static_cast<int64_t>(tokens.size()) - 1;
+  return decode_seconds > 0 && steps > 0 ? steps / decode_seconds : 0;
+}
+
+absl::StatusOr<GenerateResult> LlamaForCausalLM::Generate(const std::vector<int64_t>& prompt,
+                                                          const GenerateOptions& options) {
+  if (prompt.empty()) return absl::InvalidArgumentError("Generate: the prompt is empty");
+  if (options.max_new_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Generate: max_new_tokens must be >= 0, got ", options.max_new_tokens));
+  }
+  ResetCache();
+  GenerateResult result;
+  result.prompt_tokens = static_cast<int64_t>(prompt.size());
+  if (options.max_new_tokens == 0) return result;
+  const auto t0 = std::chrono::steady_clock::now();
+  DT_ASSIGN_OR_RETURN(Tensor ids,
+                      Tensor::FromVector<int64_t>({1, result.prompt_tokens}, prompt));
+  DT_ASSIGN_OR_RETURN(Tensor logits, Logits(ids, /*last_only=*/true));
+  DT_ASSIGN_OR_RETURN(int64_t token, PickToken(logits, options.sampling, 0));
+  result.prefill_seconds = Seconds(t0);
+  result.tokens.push_back(token);
+  GenerateProgress progress;
+  progress.prefill_seconds = result.prefill_seconds;
+  auto report = [&] {
+    if (!options.on_progress) return;
+    progress.step = static_cast<int64_t>(result.tokens.size());
+    progress.token = result.tokens.back();
+    progress.decode_seconds = result.decode_seconds;
+    options.on_progress(progress);
+  };
+  report();
+  auto stop = [&](int64_t t) {
+    return std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), t) !=
+           options.stop_token_ids.end();
+  };
+  const auto t1 = std::chrono::steady_clock::now();
+  while (static_cast<int64_t>(result.tokens.size()) < options.max_new_tokens && !stop(token)) {
+    DT_ASSIGN_OR_RETURN(Tensor next, Tensor::FromVector<int64_t>({1, 1}, {token}));
+    DT_ASSIGN_OR_RETURN(logits, Logits(next, /*last_only=*/true));
+    DT_ASSIGN_OR_RETURN(token, PickToken(logits, options.sampling,
+                                         static_cast<int64_t>(result.tokens.size())));
+    result.tokens.push_back(token);
+    result.decode_seconds = Seconds(t1);
+    report();
+  }
+  return result;
+}
+
+}  // namespace dt::nn
