@@ -1,0 +1,262 @@
+// Llama text generation with tensor parallelism, from a Hugging Face checkpoint sharded at load
+// time: each rank reads only its own rows/columns of every weight (docs/llama.md).
+//
+//   dtrun --nproc-per-node 4 build/bin/llama_generate --model tests/fixtures/llama-tiny \
+//       --prompt-ids 1,15,27 --max-new-tokens 32 [--greedy | --temperature 0.8 --top-k 40 --seed 1]
+//
+// Options: --model DIR (config.json + safetensors), --prompt-ids a,b,c | --prompt TEXT (a toy
+// byte-level mapping, one id per UTF-8 byte, for models whose vocab has >= 256 ids: NOT Llama's
+// tokenizer, which is not included), --max-new-tokens N, --greedy, --temperature T, --top-k K,
+// --top-p P, --seed S, --dtype f32|bf16 (default: the checkpoint's), --shard-embedding
+// (embedding_rowwise), --stop-at-eos, --check (rank 0 reruns on one rank in-process and every rank
+// exits 1 unless the tokens are equal), --quiet (no per-step progress).
+//
+// The world comes from the launcher (dtrun/torchrun, mpirun, srun; DT_BACKEND picks the backend);
+// without one it runs on a single rank.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/status.h"
+#include "mesh/world.h"
+#include "nn/models/llama.h"
+
+using namespace dt;      // NOLINT: example brevity
+using namespace dt::nn;  // NOLINT
+
+namespace {
+
+struct Args {
+  std::string model;
+  std::vector<int64_t> prompt;
+  bool text_prompt = false;
+  int64_t max_new_tokens = 32;
+  SamplingOptions sampling;
+  std::optional<DType> dtype;
+  bool shard_embedding = false;
+  bool stop_at_eos = false;
+  bool check = false;
+  bool quiet = false;
+};
+
+absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
+  Args a;
+  auto value = [&](int& i) -> absl::StatusOr<std::string> {
+    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(argv[i], " needs a value"));
+    return std::string(argv[++i]);
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    if (f == "--model") {
+      DT_ASSIGN_OR_RETURN(a.model, value(i));
+    } else if (f == "--prompt-ids") {
+      DT_ASSIGN_OR_RETURN(std::string v, value(i));
+      for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+        int64_t id;
+        if (!absl::SimpleAtoi(p, &id)) {
+          return absl::InvalidArgumentError(absl::StrCat("--prompt-ids: bad id '", p, "'"));
+        }
+        a.prompt.push_back(id);
+      }
+    } else if (f == "--prompt") {
+      DT_ASSIGN_OR_RETURN(std::string v, value(i));
+      for (unsigned char c : v) a.prompt.push_back(c);
+      a.text_prompt = true;
+    } else if (f == "--max-new-tokens") {
+      DT_ASSIGN_OR_RETURN(std::string v, value(i));
+      if (!absl::SimpleAtoi(v, &a.max_new_tokens)) {
+        return absl::InvalidArgumentError("--max-new-tokens: not an integer");
+      }
+    } else if (f == "--greedy") {
+      a.sampling.greedy = true;
+    } else if (f == "--temperature" || f == "--top-p") {
+      DT_ASSIGN_OR_RETURN(std::string v, value(i));
+      double d;
+      if (!absl::SimpleAtod(v, &d)) return absl::InvalidArgumentError(f + ": not a number");
+      (f == "--temperature" ? a.sampling.temperature : a.sampling.top_p) = d;
+      a.sampling.greedy = false;
+    } else if (f == "--top-k" || f == "--seed") {
+      DT_ASSIGN_OR_RETURN(std::string v, value(i));
+      int64_t n;
+      if (!absl::SimpleAtoi(v, &n) || n < 0) {
+        return absl::InvalidArgumentError(f + ": not an integer >= 0");
+      }
+      if (f == "--top-k") {
+        a.sampling.top_k = n;
+        a.sampling.greedy = false;
+      } else {
+        a.sampling.seed = static_cast<uint64_t>(n);
+      }
+    } else if (f == "--dtype") {
+      DT_ASSIGN_OR_RETURN(std::string v, value(i));
+      DT_ASSIGN_OR_RETURN(DType d, ParseDType(v));
+      a.dtype = d;
+    } else if (f == "--shard-embedding") {
+      a.shard_embedding = true;
+    } else if (f == "--stop-at-eos") {
+      a.stop_at_eos = true;
+    } else if (f == "--check") {
+      a.check = true;
+    } else if (f == "--quiet") {
+      a.quiet = true;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown option '", f, "' (see the file comment)"));
+    }
+  }
+  if (a.model.empty()) return absl::InvalidArgumentError("--model DIR is required");
+  if (a.prompt.empty()) a.prompt = {1};
+  return a;
+}
+
+std::string MB(int64_t bytes) {
+  return bytes < 1000000 ? absl::StrFormat("%.1f KB", bytes / 1e3)
+                         : absl::StrFormat("%.2f MB", bytes / 1e6);
+}
+
+// The toy byte-level view of ids (printable ASCII as is, the rest as <id>).
+std::string BytesText(const std::vector<int64_t>& ids) {
+  std::string out;
+  for (int64_t id : ids) {
+    if (id >= 32 && id < 127) {
+      out += static_cast<char>(id);
+    } else {
+      absl::StrAppend(&out, "<", id, ">");
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<GenerateResult> GenerateOn(LlamaForCausalLM& model, const Args& a, bool progress) {
+  GenerateOptions g;
+  g.max_new_tokens = a.max_new_tokens;
+  g.sampling = a.sampling;
+  if (a.stop_at_eos) g.stop_token_ids = model.config().eos_token_ids;
+  if (progress) {
+    g.on_progress = [&](const GenerateProgress& p) {
+      if (p.step == 1) {
+        std::printf("prefill: %zu tokens in %.1f ms, first token %lld\n", a.prompt.size(),
+                    p.prefill_seconds * 1e3, static_cast<long long>(p.token));
+      } else if (p.step % 8 == 0 || p.step == a.max_new_tokens) {
+        std::printf("decode: %lld/%lld tokens, %.1f tokens/s\n", static_cast<long long>(p.step),
+                    static_cast<long long>(a.max_new_tokens),
+                    p.decode_seconds > 0 ? (p.step - 1) / p.decode_seconds : 0.0);
+      }
+      std::fflush(stdout);
+    };
+  }
+  return model.Generate(a.prompt, g);
+}
+
+// Rank 0 only: the same generation on a single rank (threads backend, in this process).
+absl::StatusOr<std::vector<int64_t>> SingleRankTokens(const Args& a) {
+  std::vector<int64_t> tokens;
+  DT_RETURN_IF_ERROR(World::RunThreads(1, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {1}, {"tp"}));
+    LlamaLoadOptions o;
+    o.dtype = a.dtype;
+    o.warn = false;
+    DT_ASSIGN_OR_RETURN(auto model, LlamaForCausalLM::FromPretrained(a.model, mesh, o));
+    DT_ASSIGN_OR_RETURN(GenerateResult r, GenerateOn(*model, a, /*progress=*/false));
+    tokens = r.tokens;
+    return absl::OkStatus();
+  }));
+  return tokens;
+}
+
+absl::Status Run(const Args& a) {
+  DT_ASSIGN_OR_RETURN(std::shared_ptr<World> world, World::FromEnv());
+  DT_ASSIGN_OR_RETURN(DeviceMesh tp, InitDeviceMesh(world, {world->size()}, {"tp"}));
+  const bool lead = world->rank() == 0;
+  LlamaLoadOptions o;
+  o.dtype = a.dtype;
+  o.shard_embedding = a.shard_embedding;
+  LlamaLoadReport report;
+  DT_ASSIGN_OR_RETURN(auto model, LlamaForCausalLM::FromPretrained(a.model, tp, o, &report));
+  const loaders::LlamaConfig& c = model->config();
+  if (lead) {
+    std::printf("model %s: %s, %.2fM parameters\n", a.model.c_str(), c.Summary().c_str(),
+                c.NumParameters() / 1e6);
+    std::printf("mesh %s, backend %s, compute %s\n", tp.ToString().c_str(),
+                std::string(world->backend()).c_str(), DTypeName(model->dtype()).data());
+    for (const LlamaLoadReport::Param& p : report.params) {
+      if (p.name.rfind("model.layers.0.", 0) == 0 || p.name.rfind("model.layers.", 0) != 0) {
+        std::printf("  %-48s %-22s full %9s  this rank %9s\n", p.name.c_str(), p.spec.c_str(),
+                    MB(p.full_bytes).c_str(), MB(p.local_bytes).c_str());
+      }
+    }
+  }
+  std::fflush(stdout);
+  DT_RETURN_IF_ERROR(tp.Comm(0).value()->Barrier());
+  // Every rank: what it holds and what it read.
+  int64_t largest_full = 0, largest_sharded_read = 0;
+  for (const LlamaLoadReport::Param& p : report.params) {
+    if (p.sharded) {
+      largest_full = std::max(largest_full, p.full_bytes);
+      largest_sharded_read = std::max(largest_sharded_read, p.read_bytes);
+    }
+  }
+  std::printf(
+      "rank %d holds %s of %s (%.0f%%); read %s (mmap views %s, copied %s), peak %s; the largest "
+      "sharded weight read here is %s of %s; loaded in %.1f ms\n",
+      world->rank(), MB(report.local_bytes).c_str(), MB(report.full_bytes).c_str(),
+      100.0 * report.local_bytes / std::max<int64_t>(1, report.full_bytes),
+      MB(report.stats.bytes_read()).c_str(), MB(report.stats.bytes_viewed).c_str(),
+      MB(report.stats.bytes_copied).c_str(), MB(report.stats.peak_bytes).c_str(),
+      MB(largest_sharded_read).c_str(), MB(largest_full).c_str(), report.seconds * 1e3);
+  std::fflush(stdout);
+  DT_RETURN_IF_ERROR(tp.Comm(0).value()->Barrier());
+
+  if (lead) {
+    std::printf("prompt ids [%s]%s, %lld new tokens, %s\n", absl::StrJoin(a.prompt, ",").c_str(),
+                a.text_prompt ? " (toy byte-level mapping of --prompt)" : "",
+                static_cast<long long>(a.max_new_tokens), a.sampling.ToString().c_str());
+  }
+  DT_ASSIGN_OR_RETURN(GenerateResult r, GenerateOn(*model, a, lead && !a.quiet));
+  if (lead) {
+    std::printf("generated ids [%s]\n", absl::StrJoin(r.tokens, ",").c_str());
+    if (a.text_prompt) {
+      std::printf("as bytes (toy mapping, not a tokenizer): \"%s\"\n",
+                  BytesText(r.tokens).c_str());
+    }
+    std::printf("prefill %.1f tokens/s, decode %.1f tokens/s (tp=%d)\n",
+                r.prefill_tokens_per_second(), r.decode_tokens_per_second(), world->size());
+  }
+  if (!a.check) return absl::OkStatus();
+  // Rank 0 compares with a single-rank run and tells everyone.
+  DT_ASSIGN_OR_RETURN(Tensor verdict, Tensor::FromVector<int64_t>({1}, {0}));
+  if (lead) {
+    absl::StatusOr<std::vector<int64_t>> single = SingleRankTokens(a);
+    const bool same = single.ok() && *single == r.tokens;
+    verdict.data<int64_t>()[0] = same ? 1 : 0;
+    if (same) {
+      std::printf("check: the %zu tokens equal the single-rank run\n", r.tokens.size());
+    } else {
+      std::printf("check FAILED: single-rank run %s\n",
+                  single.ok() ? absl::StrCat("[", absl::StrJoin(*single, ","), "]").c_str()
+                              : single.status().ToString().c_str());
+    }
+  }
+  DT_RETURN_IF_ERROR(tp.Comm(0).value()->Broadcast(verdict, 0));
+  if (verdict.data<int64_t>()[0] != 1) {
+    return absl::InternalError("tensor-parallel tokens differ from the single-rank run");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::StatusOr<Args> args = ParseArgs(argc, argv);
+  if (!args.ok()) {
+    std::fprintf(stderr, "llama_generate: %s\n", args.status().ToString().c_str());
+    return 2;
+  }
+  const absl::Status s = Run(*args);
+  if (!s.ok()) std::fprintf(stderr, "llama_generate: %s\n", s.ToString().c_str());
+  return s.ok() ? 0 : 1;
+}

@@ -1,0 +1,60 @@
+// Llama tensor parallelism with one process per rank: run under dtrun (DT_BACKEND=gloo). Every
+// rank loads only its shards of tests/fixtures/llama-tiny and must reproduce transformers' logits
+// and greedy continuation; the loader's peak per rank stays under (full/tp + replicated) x 1.2.
+#include "core/status.h"
+#include "gtest/gtest.h"
+#include "mesh/world.h"
+#include "nn/models/llama.h"
+#include "tests/models/llama_util.h"
+
+namespace dt::nn::testing {
+namespace {
+
+World& TheWorld() {
+  static std::shared_ptr<World> world = [] {
+    auto w = World::FromEnv();
+    DT_CHECK_OK(w);
+    return *w;
+  }();
+  return *world;
+}
+
+class LlamaMultiprocess : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(LlamaMultiprocess, MatchesTransformers) {
+  World& world = TheWorld();
+  const Golden g = LoadGolden(GetParam());
+  auto mesh = InitDeviceMesh(world.shared_from_this(), {world.size()}, {"tp"});
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  LlamaLoadOptions o;
+  o.dtype = DType::kF32;
+  LlamaLoadReport report;
+  auto model = LlamaForCausalLM::FromPretrained(FixtureDir(GetParam()), *mesh, o, &report);
+  ASSERT_TRUE(model.ok()) << "rank " << world.rank() << ": " << model.status();
+  auto ids = Tensor::FromVector<int64_t>({1, static_cast<int64_t>(g.prompt.size())}, g.prompt);
+  auto logits = (*model)->Logits(*ids);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  EXPECT_LE(MaxAbsDiff(*logits, g.f32.prompt_logits), 1e-4) << "rank " << world.rank();
+  GenerateOptions go;
+  go.max_new_tokens = static_cast<int64_t>(g.f32.greedy_tokens.size());
+  auto r = (*model)->Generate(g.prompt, go);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens, g.f32.greedy_tokens) << "rank " << world.rank();
+  const double bound =
+      (double(report.sharded_full_bytes) / world.size() + report.replicated_bytes) * 1.2;
+  EXPECT_LE(report.stats.peak_bytes, bound) << "rank " << world.rank();
+  for (const LlamaLoadReport::Param& p : report.params) {
+    if (world.size() > 1 && p.sharded) EXPECT_LT(p.read_bytes, p.full_bytes) << p.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaMultiprocess,
+                         ::testing::Values("llama-tiny", "llama-tiny-tied-bf16"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n) c = c == '-' ? '_' : c;
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace dt::nn::testing
