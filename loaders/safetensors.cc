@@ -482,9 +482,12 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& path) {
   const fs::path single = dir / "model.safetensors";
   if (!fs::exists(index, ec)) {
     if (!fs::exists(single, ec)) {
-      return absl::NotFoundError(absl::StrCat("checkpoint '", path,
-                                              "' has neither model.safetensors.index.json nor "
-                                              "model.safetensors"));
+      const bool pickle = fs::exists(dir / "pytorch_model.bin", ec) ||
+                          fs::exists(dir / "pytorch_model.bin.index.json", ec);
+      return absl::NotFoundError(absl::StrCat(
+          "checkpoint '", path, "' has neither model.safetensors.index.json nor model.safetensors",
+          pickle ? " (pytorch_model.bin checkpoints are not read: convert them to safetensors)"
+                 : ""));
     }
     DT_ASSIGN_OR_RETURN(auto f, SafetensorsFile::Open(single.string()));
     c.files_.push_back(f);
