@@ -23,13 +23,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A directory of this process's own, removed at exit.
+struct ScratchDir {
+  std::string path =
+      (fs::temp_directory_path() / absl::StrCat("dt_safetensors_", ::getpid())).string();
+  ScratchDir() { fs::create_directories(path); }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
 std::string TempDir() {
-  static const std::string dir = [] {
-    std::string d = (fs::temp_directory_path() / absl::StrCat("dt_safetensors_", ::getpid())).string();
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  static const ScratchDir dir;
+  return dir.path;
 }
 
 std::string TempPath(absl::string_view name) { return (fs::path(TempDir()) / std::string(name)).string(); }

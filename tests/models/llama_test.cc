@@ -4,6 +4,8 @@
 // sharded weight; peak <= (full/tp + replicated) x 1.2); validation before any weight is read.
 #include "nn/models/llama.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -226,9 +228,18 @@ TEST(LlamaValidation, TPSizeMustDivideHeadsAndKVHeads) {
   EXPECT_NE(std::string(eight.message()).find("num_key_value_heads"), std::string::npos) << eight;
 }
 
+// A directory of this process's own, removed at exit.
+struct ScratchDir {
+  std::string path = (fs::temp_directory_path() / absl::StrCat("dt_llama_", ::getpid())).string();
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
 std::string CopyFixtureWithout(const std::string& drop, const std::string& reshape) {
-  const std::string dir =
-      (fs::temp_directory_path() / absl::StrCat("dt_llama_", ::getpid(), "_", drop, reshape)).string();
+  static const ScratchDir scratch;
+  const std::string dir = absl::StrCat(scratch.path, "/", drop, reshape);
   fs::remove_all(dir);
   fs::create_directories(dir);
   fs::copy_file(FixtureDir("llama-tiny") + "/config.json", dir + "/config.json");
