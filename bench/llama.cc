@@ -3,16 +3,24 @@
 // (hidden 512, 4 layers, GQA 8/4 heads, intermediate 1376, vocab 4096, f32: 15.8M parameters).
 // Ratios are against the single rank measured in the same run.
 //
-//   bench_llama [--quick] [--prompt N] [--decode N] [--reps N]
+//   bench_llama [--quick] [--no-gloo] [--prompt N] [--decode N] [--reps N]
+//
+// Rows: 1 rank, tp 2 and 4 as threads of this process, and tp 2 and 4 as gloo processes (this
+// program re-launched under dtrun, which must sit next to it; --no-gloo skips them). RESULT lines
+// use the threads rows (the tensor-parallel machinery without process and TCP costs).
 //
 // Target: decode with tp=2 at >= 0.5x the single rank. On this 2-core machine one rank's GEMMs
 // already use both cores, and tensor parallelism adds 2 all_reduces per layer, a logits
 // all_gather and a token broadcast per step, so TP cannot be much faster than one rank here; the
 // target bounds what the tensor-parallel machinery costs (its speedups need one core or device per
 // rank). docs/llama.md has the measured figures.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,35 +62,73 @@ loaders::LlamaConfig BenchConfig() {
   return c;
 }
 
-absl::StatusOr<Figures> Measure(int tp, int64_t prompt_len, int64_t decode, int reps) {
+// Builds the model on `w`'s ranks (1-D tp mesh over all of them) and measures; rank 0's figures.
+absl::StatusOr<Figures> MeasureOn(World& w, int64_t prompt_len, int64_t decode, int reps) {
+  const int tp = w.size();
+  DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {tp}, {"tp"}));
+  LlamaForCausalLM model(BenchConfig(), DType::kF32);
+  DT_RETURN_IF_ERROR(model.Parallelize(mesh));
+  DT_RETURN_IF_ERROR(InitRandom(model, 7));
+  std::vector<int64_t> prompt(prompt_len);
+  for (int64_t i = 0; i < prompt_len; ++i) prompt[i] = (i * 37 + 11) % 4096;
+  GenerateOptions o;
+  o.max_new_tokens = 4;
+  DT_RETURN_IF_ERROR(model.Generate(prompt, o).status());  // warm-up (strategy caches)
+  o.max_new_tokens = decode + 1;
+  std::vector<double> pre, dec;
+  for (int r = 0; r < reps; ++r) {
+    DT_ASSIGN_OR_RETURN(GenerateResult g, model.Generate(prompt, o));
+    pre.push_back(g.prefill_tokens_per_second());
+    dec.push_back(g.decode_tokens_per_second());
+  }
+  return Figures{Median(pre), Median(dec)};
+}
+
+absl::StatusOr<Figures> MeasureThreads(int tp, int64_t prompt_len, int64_t decode, int reps) {
   Figures f;
   DT_RETURN_IF_ERROR(World::RunThreads(tp, [&](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {tp}, {"tp"}));
-    LlamaForCausalLM model(BenchConfig(), DType::kF32);
-    DT_RETURN_IF_ERROR(model.Parallelize(mesh));
-    DT_RETURN_IF_ERROR(InitRandom(model, 7));
-    std::vector<int64_t> prompt(prompt_len);
-    for (int64_t i = 0; i < prompt_len; ++i) prompt[i] = (i * 37 + 11) % 4096;
-    GenerateOptions o;
-    o.max_new_tokens = 4;
-    DT_RETURN_IF_ERROR(model.Generate(prompt, o).status());  // warm-up (strategy caches)
-    o.max_new_tokens = decode + 1;
-    std::vector<double> pre, dec;
-    for (int r = 0; r < reps; ++r) {
-      DT_ASSIGN_OR_RETURN(GenerateResult g, model.Generate(prompt, o));
-      pre.push_back(g.prefill_tokens_per_second());
-      dec.push_back(g.decode_tokens_per_second());
-    }
-    if (w.rank() == 0) f = {Median(pre), Median(dec)};
+    DT_ASSIGN_OR_RETURN(Figures mine, MeasureOn(w, prompt_len, decode, reps));
+    if (w.rank() == 0) f = mine;
     return absl::OkStatus();
   }));
   return f;
 }
 
+// Runs this program as `tp` gloo processes under dtrun (next to this binary); rank 0 prints
+// "LLAMA_ROW <prefill> <decode>".
+absl::StatusOr<Figures> MeasureGloo(int tp, int64_t prompt_len, int64_t decode, int reps) {
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (len <= 0) return absl::UnavailableError("cannot find this program (/proc/self/exe)");
+  self[len] = '\0';
+  const std::string me = self, dir = me.substr(0, me.rfind('/'));
+  const std::string cmd = absl::StrCat("DT_BACKEND=gloo '", dir, "/dtrun' --nproc-per-node ", tp,
+                                       " '", me, "' --worker --prompt ", prompt_len, " --decode ",
+                                       decode, " --reps ", reps, " 2>&1");
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return absl::UnavailableError(absl::StrCat("cannot run: ", cmd));
+  std::string log;
+  std::optional<Figures> f;
+  char line[4096];
+  while (fgets(line, sizeof(line), p)) {
+    double a = 0, b = 0;
+    const char* row = std::strstr(line, "LLAMA_ROW ");
+    if (row != nullptr && std::sscanf(row, "LLAMA_ROW %lf %lf", &a, &b) == 2) {
+      f = Figures{a, b};
+    } else {
+      log += line;
+    }
+  }
+  if (pclose(p) != 0 || !f) {
+    return absl::UnavailableError(absl::StrCat("gloo x", tp, " failed (", cmd, "):\n", log));
+  }
+  return *f;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, worker = false, gloo = true;
   int64_t prompt = 128, decode = 64;
   int reps = 5;
   for (int i = 1; i < argc; ++i) {
@@ -97,15 +143,32 @@ int main(int argc, char** argv) {
     int64_t v = 0;
     if (a == "--quick") {
       quick = true;
+    } else if (a == "--worker") {
+      worker = true;
+    } else if (a == "--no-gloo") {
+      gloo = false;
     } else if (a == "--prompt" && next(&prompt)) {
     } else if (a == "--decode" && next(&decode)) {
     } else if (a == "--reps" && next(&v)) {
       reps = static_cast<int>(v);
     } else {
-      std::fprintf(stderr, "bench_llama: bad option '%s' (--quick, --prompt N, --decode N, --reps N)\n",
+      std::fprintf(stderr,
+                   "bench_llama: bad option '%s' (--quick, --no-gloo, --prompt N, --decode N, "
+                   "--reps N)\n",
                    a.c_str());
       return 2;
     }
+  }
+  if (worker) {  // one gloo rank under dtrun
+    absl::StatusOr<std::shared_ptr<World>> w = World::FromEnv();
+    absl::StatusOr<Figures> f =
+        w.ok() ? MeasureOn(**w, prompt, decode, reps) : absl::StatusOr<Figures>(w.status());
+    if (!f.ok()) {
+      std::fprintf(stderr, "bench_llama worker: %s\n", f.status().ToString().c_str());
+      return 1;
+    }
+    if ((*w)->rank() == 0) std::printf("LLAMA_ROW %.3f %.3f\n", f->prefill, f->decode);
+    return 0;
   }
   if (quick) {
     prompt = std::min<int64_t>(prompt, 64);
@@ -115,26 +178,43 @@ int main(int argc, char** argv) {
   const loaders::LlamaConfig c = BenchConfig();
   std::printf(
       "bench_llama: %s, %.1fM parameters; prompt %lld tokens, decode %lld tokens, median of %d; "
-      "threads backend, %u hardware threads\n",
+      "%u hardware threads\n",
       c.Summary().c_str(), c.NumParameters() / 1e6, static_cast<long long>(prompt),
       static_cast<long long>(decode), reps, std::thread::hardware_concurrency());
-  std::printf("%-6s %14s %14s %12s %12s\n", "ranks", "prefill tok/s", "decode tok/s",
+  std::printf("%-22s %14s %14s %12s %12s\n", "ranks", "prefill tok/s", "decode tok/s",
               "prefill/1rk", "decode/1rk");
-  std::vector<std::pair<int, Figures>> rows;
-  for (int tp : {1, 2, 4}) {
-    absl::StatusOr<Figures> f = Measure(tp, prompt, decode, reps);
+  struct Row {
+    std::string name;
+    int tp;
+    Figures f;
+  };
+  std::vector<Row> rows;
+  auto add = [&](const std::string& name, int tp, absl::StatusOr<Figures> f) {
     if (!f.ok()) {
-      std::fprintf(stderr, "bench_llama: tp=%d: %s\n", tp, f.status().ToString().c_str());
-      return 1;
+      std::fprintf(stderr, "bench_llama: %s: %s\n", name.c_str(), f.status().ToString().c_str());
+      return false;
     }
-    rows.emplace_back(tp, *f);
-    const Figures& base = rows.front().second;
-    std::printf("%-6d %14.1f %14.1f %12.2f %12.2f\n", tp, f->prefill, f->decode,
+    rows.push_back({name, tp, *f});
+    const Figures& base = rows.front().f;
+    std::printf("%-22s %14.1f %14.1f %12.2f %12.2f\n", name.c_str(), f->prefill, f->decode,
                 f->prefill / base.prefill, f->decode / base.decode);
     std::fflush(stdout);
+    return true;
+  };
+  for (int tp : {1, 2, 4}) {
+    if (!add(absl::StrCat(tp, tp == 1 ? " (no TP)" : " threads"), tp,
+             MeasureThreads(tp, prompt, decode, reps))) {
+      return 1;
+    }
   }
-  const Figures& one = rows[0].second;
-  const Figures& two = rows[1].second;
+  const Figures one = rows[0].f, two = rows[1].f;
+  if (gloo) {
+    for (int tp : {2, 4}) {
+      if (!add(absl::StrCat(tp, " gloo processes"), tp, MeasureGloo(tp, prompt, decode, reps))) {
+        return 1;
+      }
+    }
+  }
   const double decode_ratio = two.decode / one.decode, prefill_ratio = two.prefill / one.prefill;
   std::printf("RESULT llama_decode_tp2_vs_1rank %.2f 0.5 %s\n", decode_ratio,
               decode_ratio >= 0.5 ? "PASS" : "FAIL");
