@@ -231,7 +231,7 @@ class GlooComm final : public BackendCommunicator {
     if (!failed_before.empty()) {
       absl::StrAppend(&msg, "global rank(s) ", RankList(failed_before), " failed before reaching it; ");
     }
-    if (!peek.ok()) absl::StrAppend(&msg, "the store is unreachable (global rank 0 may have died); ");
+    if (!peek.ok()) absl::StrAppend(&msg, "the store is unreachable (global rank 0 may have died, or be cut off); ");
     if (timed_out) absl::StrAppend(&msg, "timed out after ", timeout().count(), " ms; ");
     absl::StrAppend(&msg, "gloo: ", what);
     absl::Status st = timed_out ? absl::DeadlineExceededError(msg) : absl::UnavailableError(msg);

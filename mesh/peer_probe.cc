@@ -74,8 +74,9 @@ PeerProbes::PeerProbes(const std::vector<std::string>& endpoints) : probes_(endp
     int err = 0;
     absl::StatusOr<int> fd = StartConnect(host, port, &err);
     if (!fd.ok()) {
-      // Refused at once: nothing listens there any more. Anything else: we cannot reach it.
-      Finish(p, err == ECONNREFUSED ? PeerState::kGone : PeerState::kSilent);
+      // Refused at once: nothing listens there any more; another connect error (no route): we
+      // cannot reach it; no connect at all (no socket, e.g. out of descriptors): we do not know.
+      Finish(p, err == ECONNREFUSED ? PeerState::kGone : err != 0 ? PeerState::kSilent : PeerState::kUnknown);
       continue;
     }
     p.fd = *fd;

@@ -12,7 +12,7 @@
 //                                                                   failed (it is diagnosing, or leaving)
 //   connection refused / reset / closed without a byte    kGone     the process exited; its host is up
 //   nothing by the deadline (or host/net unreachable)     kSilent   host down, or a network partition
-//   no endpoint known                                     kUnknown
+//   no endpoint known, or no socket to probe with         kUnknown
 //
 // A process being killed while probed is kGone, not kAlive: the kernel may complete the handshake
 // from the listen backlog, but only the thread writes the byte, and the socket is reset when the
