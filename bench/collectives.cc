@@ -3,7 +3,7 @@
 //
 //   collectives [--quick] [--backends threads,gloo,mpi] [--ranks 2,4] [--rep-scale K]
 //       every configuration: threads in-process, gloo through dtrun, mpi through mpirun
-//   collectives --worker gloo|mpi [--quick] [--rep-scale K]
+//   bench_collectives --worker gloo|mpi [--quick] [--rep-scale K]
 //       one rank of one configuration (what the driver launches)
 //
 // Sizes follow nccl-tests: S is the whole buffer per rank (all_reduce's buffer, all_gather's output,
@@ -415,17 +415,16 @@ std::vector<Row> Spawn(const std::string& command, std::vector<Latency>* lats) {
   return rows;
 }
 
-std::string SelfDir() {
+std::string SelfPath() {
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return ".";
-  std::string path(buf, static_cast<size_t>(n));
-  return path.substr(0, path.rfind('/'));
+  if (n <= 0) return "./bench_collectives";
+  return std::string(buf, static_cast<size_t>(n));
 }
 
 int Driver(const Options& opt) {
-  const std::string dir = SelfDir();
-  const std::string self = dir + "/collectives";
+  const std::string self = SelfPath();
+  const std::string dir = self.substr(0, self.rfind('/'));
   const std::string args = absl::StrCat(opt.quick ? " --quick" : "", " --rep-scale ", opt.rep_scale);
   auto wanted = [&](const char* b) { return std::find(opt.backends.begin(), opt.backends.end(), b) != opt.backends.end(); };
   std::vector<Row> rows;
@@ -496,7 +495,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: collectives [--quick] [--backends threads,gloo,mpi] [--ranks 2,4] [--rep-scale K]\n"
-                   "       collectives --worker gloo|mpi [--quick] [--rep-scale K]   (one rank; the driver runs these)\n");
+                   "       bench_collectives --worker gloo|mpi [--quick] [--rep-scale K]   (one rank; the driver runs these)\n");
       return 2;
     }
   }

@@ -21,27 +21,28 @@ inline T Apply(T a, T b, ReduceOp op) {
   return a;
 }
 
-// One loop per op so the compiler vectorises the common (f32 sum) case.
+// One loop per op so the compiler vectorises the common (f32 sum) case. out may alias a (in place)
+// but not b, except when all three are the same buffer's identical prefix (never in practice).
 template <typename T, ReduceOp kOp>
-void Loop(T* __restrict acc, const T* __restrict src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] = Apply<T>(acc[i], src[i], kOp);
+void Loop(T* out, const T* a, const T* __restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Apply<T>(a[i], b[i], kOp);
 }
 
 template <typename H, ReduceOp kOp>
-void HalfLoop(H* __restrict acc, const H* __restrict src, int64_t n) {
+void HalfLoop(H* out, const H* a, const H* __restrict b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    acc[i] = H(Apply<float>(static_cast<float>(acc[i]), static_cast<float>(src[i]), kOp));
+    out[i] = H(Apply<float>(static_cast<float>(a[i]), static_cast<float>(b[i]), kOp));
   }
 }
 
 template <typename T>
-void Dispatch(void* acc, const void* src, int64_t n, ReduceOp op) {
+void Dispatch(void* out, const void* a, const void* b, int64_t n, ReduceOp op) {
   auto run = [&](auto op_tag) {
     constexpr ReduceOp kOp = decltype(op_tag)::value;
     if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
-      HalfLoop<T, kOp>(static_cast<T*>(acc), static_cast<const T*>(src), n);
+      HalfLoop<T, kOp>(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
     } else {
-      Loop<T, kOp>(static_cast<T*>(acc), static_cast<const T*>(src), n);
+      Loop<T, kOp>(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
     }
   };
   switch (op) {
@@ -55,16 +56,20 @@ void Dispatch(void* acc, const void* src, int64_t n, ReduceOp op) {
 
 }  // namespace
 
-void ReduceInto(void* acc, const void* src, int64_t n, DType dtype, ReduceOp op) {
+void Reduce3(void* out, const void* a, const void* b, int64_t n, DType dtype, ReduceOp op) {
   switch (dtype) {
-    case DType::kF32: return Dispatch<float>(acc, src, n, op);
-    case DType::kF16: return Dispatch<Float16>(acc, src, n, op);
-    case DType::kBF16: return Dispatch<BFloat16>(acc, src, n, op);
-    case DType::kI64: return Dispatch<int64_t>(acc, src, n, op);
-    case DType::kI32: return Dispatch<int32_t>(acc, src, n, op);
-    case DType::kU8: return Dispatch<uint8_t>(acc, src, n, op);
+    case DType::kF32: return Dispatch<float>(out, a, b, n, op);
+    case DType::kF16: return Dispatch<Float16>(out, a, b, n, op);
+    case DType::kBF16: return Dispatch<BFloat16>(out, a, b, n, op);
+    case DType::kI64: return Dispatch<int64_t>(out, a, b, n, op);
+    case DType::kI32: return Dispatch<int32_t>(out, a, b, n, op);
+    case DType::kU8: return Dispatch<uint8_t>(out, a, b, n, op);
     case DType::kBool: DT_CHECK(false, "bool reductions are rejected by the communicator");
   }
+}
+
+void ReduceInto(void* acc, const void* src, int64_t n, DType dtype, ReduceOp op) {
+  Reduce3(acc, acc, src, n, dtype, op);
 }
 
 void DivideInPlace(void* acc, int64_t n, DType dtype, int64_t divisor) {

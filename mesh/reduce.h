@@ -19,6 +19,8 @@ namespace dt::internal {
 
 // acc[i] = acc[i] op src[i] for i < n.
 void ReduceInto(void* acc, const void* src, int64_t n, DType dtype, ReduceOp op);
+// out = a op b elementwise, in one pass; out may be a (in place) but must not overlap b otherwise.
+void Reduce3(void* out, const void* a, const void* b, int64_t n, DType dtype, ReduceOp op);
 // acc[i] /= divisor for i < n.
 void DivideInPlace(void* acc, int64_t n, DType dtype, int64_t divisor);
 

@@ -1,6 +1,6 @@
 // `dtensor calibrate`: a cost model file (dtensor/cost_model.h) fitted to a bench/collectives run.
 //
-//   build/bin/collectives --quick --backends mpi,gloo > collectives.txt
+//   build/bin/bench_collectives --quick --backends mpi,gloo > collectives.txt
 //   dtensor calibrate --bench collectives.txt --intra mpi --inter gloo --ranks-per-host 2
 //                     --description "..." --out tools/cost_models/loopback_2vcpu.json
 //
@@ -101,7 +101,7 @@ int Calibrate(const Flags& flags) {
   auto path = flags.Required("bench");
   if (!path.ok()) {
     return fail(absl::InvalidArgumentError(
-        "missing --bench FILE (the output of build/bin/collectives; '-' reads stdin)"));
+        "missing --bench FILE (the output of build/bin/bench_collectives; '-' reads stdin)"));
   }
   BenchData data;
   if (*path == "-") {
