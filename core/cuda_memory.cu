@@ -104,6 +104,23 @@ absl::Status LaunchSameType(const Tensor& dst, const Tensor& src, const Layout& 
   return absl::OkStatus();
 }
 
+// Same dtype: a copy by element size; floats: a converting copy.
+absl::Status Launch(const Tensor& dst, const Tensor& src, const Layout& l) {
+  if (dst.dtype() == src.dtype()) {
+    switch (DTypeSize(dst.dtype())) {
+      case 1: return LaunchSameType<uint8_t>(dst, src, l);
+      case 2: return LaunchSameType<uint16_t>(dst, src, l);
+      case 4: return LaunchSameType<uint32_t>(dst, src, l);
+      default: return LaunchSameType<uint64_t>(dst, src, l);
+    }
+  }
+  switch (dst.dtype()) {
+    case DType::kF32: return LaunchCopyFrom<float>(dst, src, l);
+    case DType::kBF16: return LaunchCopyFrom<BFloat16>(dst, src, l);
+    default: return LaunchCopyFrom<Float16>(dst, src, l);
+  }
+}
+
 }  // namespace
 
 bool CudaAvailable() { return CudaDeviceCount() > 0; }
@@ -149,26 +166,13 @@ absl::Status CudaCopy(void* dst, Device dst_device, const void* src, Device src_
 absl::Status CudaStridedCopy(const Tensor& dst, const Tensor& src) {
   DT_ASSIGN_OR_RETURN(Layout l, MakeLayout(dst, &src));
   cudaSetDevice(dst.device().index);
-  absl::Status s;
-  if (dst.dtype() == src.dtype()) {
-    switch (DTypeSize(dst.dtype())) {
-      case 1: s = LaunchSameType<uint8_t>(dst, src, l); break;
-      case 2: s = LaunchSameType<uint16_t>(dst, src, l); break;
-      case 4: s = LaunchSameType<uint32_t>(dst, src, l); break;
-      default: s = LaunchSameType<uint64_t>(dst, src, l); break;
-    }
-  } else if (IsFloating(dst.dtype()) && IsFloating(src.dtype())) {
-    switch (dst.dtype()) {
-      case DType::kF32: s = LaunchCopyFrom<float>(dst, src, l); break;
-      case DType::kBF16: s = LaunchCopyFrom<BFloat16>(dst, src, l); break;
-      default: s = LaunchCopyFrom<Float16>(dst, src, l); break;
-    }
-  } else {
+  if (!(dst.dtype() == src.dtype()) && !(IsFloating(dst.dtype()) && IsFloating(src.dtype()))) {
     // Integer conversions on the device are rare (token ids): go through the host.
     DT_ASSIGN_OR_RETURN(Tensor h, src.To(kCPU));
     DT_ASSIGN_OR_RETURN(h, h.To(dst.dtype()));
     return dst.CopyFrom(h);
   }
+  const absl::Status s = Launch(dst, src, l);
   DT_RETURN_IF_ERROR(s);
   cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) e = cudaDeviceSynchronize();

@@ -1,7 +1,7 @@
 // Llama text generation with tensor parallelism, from a Hugging Face checkpoint sharded at load
 // time: each rank reads only its own rows/columns of every weight (docs/llama.md).
 //
-//   dtrun --nproc-per-node 4 build/bin/llama_generate --model tests/fixtures/llama-tiny \
+//   dtrun --nproc-per-node 4 build/bin/llama_generate --model tests/fixtures/llama-tiny
 //       --prompt-ids 1,15,27 --max-new-tokens 32 [--greedy | --temperature 0.8 --top-k 40 --seed 1]
 //
 // Options: --model DIR (config.json + safetensors), --prompt-ids a,b,c | --prompt TEXT (a toy
