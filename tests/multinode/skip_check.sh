@@ -10,6 +10,13 @@ if [[ $(id -u) != 0 ]] || ! command -v setpriv >/dev/null; then
   echo "skip_check: SKIP: needs root and setpriv to run the harness unprivileged"
   exit 77
 fi
+# The checkout may sit below a directory `nobody` cannot enter (mktemp -d is mode 700): run a copy of
+# the harness from a directory of its own that everyone can read.
+copy_dir=$(mktemp -d)
+trap 'rm -rf "$copy_dir"' EXIT
+chmod 755 "$copy_dir"
+install -m 755 "$harness" "$copy_dir/netns_cluster.sh"
+harness=$copy_dir/netns_cluster.sh
 before=$(ip netns list 2>/dev/null | grep -o "^dtmn[^ ]*" | sort)
 out=$(setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all \
   "$harness" --bin-dir "$bin_dir" --hosts 2 --nproc-per-node 1 -- /bin/true 2>&1)
