@@ -100,6 +100,11 @@ done
 
 [[ "$HOSTS" =~ ^[0-9]+$ && "$HOSTS" -ge 1 && "$HOSTS" -le 200 ]] || { say "bad --hosts '$HOSTS'"; exit 2; }
 [[ "$NPROC" =~ ^[0-9]+$ && "$NPROC" -ge 1 ]] || { say "bad --nproc-per-node '$NPROC'"; exit 2; }
+# Skip first where namespaces are not permitted (such a user may not even be able to read --bin-dir).
+if command -v unshare >/dev/null && ! unshare --net true 2>/dev/null; then
+  say "SKIP: cannot create a network namespace — simulated hosts need network namespaces (run as root, or with CAP_SYS_ADMIN and CAP_NET_ADMIN)"
+  exit 77
+fi
 [[ -x "$BIN_DIR/dtrun" ]] || { say "no dtrun in --bin-dir '$BIN_DIR'"; exit 2; }
 [[ "$EXPECT_NAMED" == lost || "$EXPECT_NAMED" == none ]] || { say "bad --expect-named '$EXPECT_NAMED'"; exit 2; }
 case "$FAULT" in
