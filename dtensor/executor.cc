@@ -166,23 +166,39 @@ Shape ShapeOf(const DimRanges& ranges) {
   return s;
 }
 
-// True when the tensor holding `have` (shape `shape`) is the concatenation of `boxes` in order,
-// each a slab along its first dim of size != 1: then it can be sent or received without packing.
-bool OrderedSlabs(IntSpan shape, const DimRanges& have, const std::vector<DimRanges>& boxes) {
-  if (Numel(shape) == 0) return true;
-  int lead = 0;
-  while (lead < static_cast<int>(shape.size()) - 1 && shape[lead] == 1) ++lead;
-  int64_t next = 0;
-  for (const DimRanges& box : boxes) {
-    if (Numel(ShapeOf(box)) == 0) continue;
-    for (int d = 0; d < static_cast<int>(shape.size()); ++d) {
-      if (d != lead && !(box[d] == have[d])) return false;
-    }
-    const Runs runs = DimRuns(have[lead], have[lead], box[lead]);
-    if (runs.size() != 1 || runs[0].src != next) return false;
-    next += runs[0].len;
+// The views of `t` (holding `have`) that cover the global indices `box` when they travel from a
+// tensor holding `src_have` to one holding `dst_have` (`t` is one of the two: `at_src`): one view
+// per combination of the per-dim runs, in row-major order of the run indices. Sender and receiver
+// derive the same runs from the same three range lists, so their views pair up element for
+// element (see Note [Shard to shard in one pass]).
+absl::StatusOr<TensorViews> BoxViews(const Tensor& t, bool at_src, const DimRanges& src_have,
+                                     const DimRanges& dst_have, const DimRanges& box) {
+  const int nd = t.dim();
+  std::vector<Runs> runs(nd);
+  size_t combos = 1;
+  for (int d = 0; d < nd; ++d) {
+    runs[d] = DimRuns(src_have[d], dst_have[d], box[d]);
+    combos *= runs[d].size();
   }
-  return next == shape[lead];
+  TensorViews views;
+  if (combos == 0) {  // nothing to move; a zero-size view keeps the dtype known
+    DT_ASSIGN_OR_RETURN(Tensor none, t.Narrow(0, 0, 0));
+    views.push_back(std::move(none));
+    return views;
+  }
+  std::vector<size_t> at(nd, 0);
+  for (size_t k = 0; k < combos; ++k) {
+    Tensor v = t;
+    for (int d = 0; d < nd; ++d) {
+      const Run& r = runs[d][at[d]];
+      const int64_t start = at_src ? r.src : r.dst;
+      if (start == 0 && r.len == t.size(d)) continue;
+      DT_ASSIGN_OR_RETURN(v, v.Narrow(d, start, r.len));
+    }
+    views.push_back(std::move(v));
+    for (int d = nd - 1; d >= 0 && ++at[d] == runs[d].size(); --d) at[d] = 0;
+  }
+  return views;
 }
 
 // Partial avg is reduced as a sum and divided afterwards; the sum runs in a wider type where the
@@ -212,6 +228,17 @@ void DivideInPlace(const Tensor& t, int64_t k) {
 }
 
 // ---- one step ----------------------------------------------------------------------------------
+
+// Note [Shard to shard in one pass]
+// A shard-dim change (S(i) -> S(j), plain or interleaved, even or not) is one all_to_all_views
+// (mesh/communicator.h): the block for group rank g is my piece intersected with g's new piece, a
+// box of global indices. Per dim, DimRuns splits the box into runs contiguous in both the sender's
+// and the receiver's local tensor; each combination of runs is a strided view of both (a Narrow
+// per dim), so the block is a list of views on each side, paired in the same order (BoxViews).
+// Plain shards give one view per peer: for S(0) -> S(1) rank r sends x[:, cols(g)] (strided) and
+// receives into out[rows(g), :] (contiguous). The communicator moves the elements straight between
+// the views (threads: one strided copy per block; mpi/gloo: see Note [All-to-all over views]), so
+// no separate pack or unpack pass remains, and uneven pieces are exact element counts (no padding).
 
 class StepRunner {
  public:
@@ -412,74 +439,33 @@ class StepRunner {
     return y;
   }
 
-  absl::StatusOr<Tensor> AllToAll(const Tensor& local) {
-    const Placement& a = step_.from[0];
-    const Placement& b = step_.to[0];
-    const int da = a.dim(), db = b.dim();
+  // See Note [Shard to shard in one pass].
+  absl::StatusOr<Tensor> AllToAll(const Tensor& x) {
+    const int da = step_.from[0].dim(), db = step_.to[0].dim();
+    std::vector<DimRanges> before(size_), after(size_);  // what group rank g holds
     std::vector<RangeList> src(size_), dst(size_);
     for (int64_t g = 0; g < size_; ++g) {
       src[g] = Piece(step_.from, g);
       dst[g] = Piece(step_.to, g);
+      before[g] = With(da, src[g]);
+      after[g] = With(db, dst[g]);
     }
+    // The global indices group rank s sends to group rank r.
     auto box = [&](int64_t s, int64_t r) {
       DimRanges bx = FullRanges(group_shape_);
       bx[da] = src[s];
       bx[db] = da == db ? Intersect(src[s], dst[r]) : dst[r];
       return bx;
     };
-    const DimRanges x_have = With(da, src[me_]);
-    const DimRanges out_have = With(db, dst[me_]);
-    std::vector<DimRanges> send_boxes(size_), recv_boxes(size_);
-    std::vector<int64_t> send_counts(size_), recv_counts(size_);
-    int64_t send_total = 0, recv_total = 0;
+    DT_ASSIGN_OR_RETURN(Tensor out, PooledEmpty(ShapeOf(after[me_]), x.dtype(), x.device()));
+    std::vector<TensorViews> send(size_), recv(size_);
     for (int64_t g = 0; g < size_; ++g) {
-      send_boxes[g] = box(me_, g);
-      recv_boxes[g] = box(g, me_);
-      send_counts[g] = Numel(ShapeOf(send_boxes[g]));
-      recv_counts[g] = Numel(ShapeOf(recv_boxes[g]));
-      send_total += send_counts[g];
-      recv_total += recv_counts[g];
-    }
-    DT_ASSIGN_OR_RETURN(Tensor x, local.Contiguous());
-    DT_ASSIGN_OR_RETURN(Tensor out, PooledEmpty(ShapeOf(out_have), x.dtype(), x.device()));
-    const bool send_direct = OrderedSlabs(x.shape(), x_have, send_boxes);
-    const bool recv_direct = OrderedSlabs(out.shape(), out_have, recv_boxes);
-    Tensor send = x, recv = out;
-    if (!send_direct) {
-      DT_ASSIGN_OR_RETURN(send, PooledEmpty({send_total}, x.dtype(), x.device()));
-      int64_t off = 0;
-      for (int64_t g = 0; g < size_; ++g) {
-        DT_ASSIGN_OR_RETURN(Tensor seg, send.Narrow(0, off, send_counts[g]));
-        DT_ASSIGN_OR_RETURN(seg, seg.View(ShapeOf(send_boxes[g])));
-        DT_RETURN_IF_ERROR(CopyBox(seg, send_boxes[g], x, x_have, send_boxes[g]));
-        off += send_counts[g];
-      }
-    }
-    if (!recv_direct) {
-      DT_ASSIGN_OR_RETURN(recv, PooledEmpty({recv_total}, x.dtype(), x.device()));
+      DT_ASSIGN_OR_RETURN(send[g], BoxViews(x, /*at_src=*/true, before[me_], after[g], box(me_, g)));
+      DT_ASSIGN_OR_RETURN(recv[g], BoxViews(out, /*at_src=*/false, before[g], after[me_], box(g, me_)));
     }
     DT_ASSIGN_OR_RETURN(CommPtr comm, Comm());
-    DT_ASSIGN_OR_RETURN(Tensor sf, Flat(send));
-    DT_ASSIGN_OR_RETURN(Tensor rf, Flat(recv));
-    // Every member must pick the same collective: all blocks are equal exactly when the shard
-    // dims differ and every old piece and every new piece has one size.
-    bool even = da != db;
-    for (int64_t g = 0; g < size_; ++g) {
-      even = even && RangesSize(src[g]) == RangesSize(src[0]) &&
-             RangesSize(dst[g]) == RangesSize(dst[0]);
-    }
     CountCollective(Collective::kAllToAll, step_.bytes);
-    DT_RETURN_IF_ERROR(even ? comm->AllToAll(sf, rf)
-                            : comm->AllToAllV(sf, send_counts, rf, recv_counts));
-    if (!recv_direct) {
-      int64_t off = 0;
-      for (int64_t g = 0; g < size_; ++g) {
-        DT_ASSIGN_OR_RETURN(Tensor seg, rf.Narrow(0, off, recv_counts[g]));
-        DT_ASSIGN_OR_RETURN(seg, seg.View(ShapeOf(recv_boxes[g])));
-        DT_RETURN_IF_ERROR(CopyBox(out, out_have, seg, recv_boxes[g], recv_boxes[g]));
-        off += recv_counts[g];
-      }
-    }
+    DT_RETURN_IF_ERROR(comm->AllToAllViews(std::move(send), std::move(recv)));
     return out;
   }
 

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "mesh/work.h"
 
 namespace dt::internal {
 
@@ -15,6 +16,7 @@ absl::string_view CollectiveName(CollectiveKind kind) {
     case CollectiveKind::kReduceScatterV: return "reduce_scatter_v";
     case CollectiveKind::kAllToAll: return "all_to_all";
     case CollectiveKind::kAllToAllV: return "all_to_all_v";
+    case CollectiveKind::kAllToAllViews: return "all_to_all_views";
     case CollectiveKind::kBroadcast: return "broadcast";
     case CollectiveKind::kSend: return "send";
     case CollectiveKind::kRecv: return "recv";
@@ -33,8 +35,12 @@ std::string Collective::Describe() const {
   const bool p2p = kind == CollectiveKind::kSend || kind == CollectiveKind::kRecv;
   if (!p2p) absl::StrAppend(&s, " #", seq);
   if (kind == CollectiveKind::kBarrier) return s;
-  absl::StrAppend(&s, " (", input.defined() ? input.Describe() : "undefined tensor");
-  if (output.defined()) absl::StrAppend(&s, " -> ", output.Describe());
+  if (kind == CollectiveKind::kAllToAllViews) {
+    absl::StrAppend(&s, " (", DTypeName(views_dtype), " views");
+  } else {
+    absl::StrAppend(&s, " (", input.defined() ? input.Describe() : "undefined tensor");
+    if (output.defined()) absl::StrAppend(&s, " -> ", output.Describe());
+  }
   if (IsReduction(kind)) absl::StrAppend(&s, ", ", ReduceOpName(op));
   if (kind == CollectiveKind::kBroadcast) absl::StrAppend(&s, ", root ", peer);
   if (kind == CollectiveKind::kSend) absl::StrAppend(&s, ", to ", peer);
@@ -125,11 +131,11 @@ std::string FindDisagreement(const std::vector<Fingerprint>& f, const std::vecto
     if (a.kind == K::kBroadcast && b.peer != a.peer) return differ(i, "root", absl::StrCat(a.peer), absl::StrCat(b.peer));
     if (a.kind == K::kAllGatherV || a.kind == K::kReduceScatterV) {
       if (b.counts != a.counts) return differ(i, "counts", list(a.counts), list(b.counts));
-    } else if (a.kind != K::kAllToAllV && b.input_numel != a.input_numel) {
+    } else if (a.kind != K::kAllToAllV && a.kind != K::kAllToAllViews && b.input_numel != a.input_numel) {
       return differ(i, "input size", absl::StrCat(a.input_numel, " elements"), absl::StrCat(b.input_numel, " elements"));
     }
   }
-  if (a.kind == K::kAllToAllV) {
+  if (a.kind == K::kAllToAllV || a.kind == K::kAllToAllViews) {
     for (int i = 0; i < n; ++i) {
       for (int j = 0; j < n; ++j) {
         if (f[i].counts[j] != f[j].recv_counts[i]) {
@@ -222,6 +228,7 @@ absl::Status BackendCommunicator::Validate(const Collective& c) const {
   using K = CollectiveKind;
   const int n = size();
   if (c.kind == K::kBarrier) return absl::OkStatus();
+  if (c.kind == K::kAllToAllViews) return ValidateViews(c);
   const bool in_written = c.kind == K::kAllReduce || c.kind == K::kBroadcast || c.kind == K::kRecv;
   DT_RETURN_IF_ERROR(CheckTensor(c.input, c.output.defined() ? "input" : "tensor", device_, in_written));
   if (c.output.defined()) {
@@ -242,6 +249,7 @@ absl::Status BackendCommunicator::Validate(const Collective& c) const {
   switch (c.kind) {
     case K::kAllReduce:
     case K::kBarrier:
+    case K::kAllToAllViews:
       break;
     case K::kAllGather:
       DT_RETURN_IF_ERROR(CheckNumel(c.output, "output", in * n, absl::StrCat("group size ", n, " x input ", in)));
@@ -289,6 +297,69 @@ absl::Status BackendCommunicator::Validate(const Collective& c) const {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The bytes a strided view can touch, [lo, hi); empty for a zero-size view.
+std::pair<const char*, const char*> ByteSpan(const Tensor& t) {
+  if (t.numel() == 0) return {nullptr, nullptr};
+  int64_t last = 0;
+  for (int d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  const char* lo = static_cast<const char*>(t.raw_data());
+  return {lo, lo + (last + 1) * DTypeSize(t.dtype())};
+}
+
+}  // namespace
+
+absl::Status BackendCommunicator::ValidateViews(const Collective& c) const {
+  const int n = size();
+  bool any = false;
+  std::vector<std::pair<const char*, const char*>> sent;
+  for (const bool recv : {false, true}) {
+    const std::vector<TensorViews>& lists = recv ? c.recv_views : c.send_views;
+    const char* what = recv ? "recv" : "send";
+    if (static_cast<int>(lists.size()) != n) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " has ", lists.size(),
+                                                     " entries, expected one list of views per rank (", n, ")"));
+    }
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < lists[r].size(); ++i) {
+        const Tensor& t = lists[r][i];
+        const std::string name = absl::StrCat(what, "[", r, "][", i, "]");
+        if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(name, " is undefined"));
+        if (t.device() != device_) {
+          return absl::InvalidArgumentError(absl::StrCat(name, " ", t.Describe(), " is on ", t.device().ToString(),
+                                                         "; this communicator works on ", device_.ToString()));
+        }
+        if (t.dtype() != c.views_dtype) {
+          return absl::InvalidArgumentError(absl::StrCat(name, " ", t.Describe(), " differs in dtype from the first view (",
+                                                         DTypeName(c.views_dtype), ")"));
+        }
+        if (recv && t.read_only()) {
+          return absl::InvalidArgumentError(absl::StrCat(name, " ", t.Describe(), " is read-only"));
+        }
+        any = true;
+        const auto span = ByteSpan(t);
+        if (span.first == nullptr) continue;
+        if (!recv) {
+          sent.push_back(span);
+          continue;
+        }
+        for (const auto& s : sent) {
+          if (span.first < s.second && s.first < span.second) {
+            return absl::InvalidArgumentError(absl::StrCat(name, " ", t.Describe(),
+                                                           " shares bytes with a send view; use separate buffers"));
+          }
+        }
+      }
+    }
+  }
+  if (!any) {
+    return absl::InvalidArgumentError(
+        "no views: every rank passes at least one (a zero-size view is fine), which gives the dtype");
+  }
+  return absl::OkStatus();
+}
+
 WorkPtr BackendCommunicator::RunInvalid(Collective c, absl::Status error) { return Work::Done(error); }
 
 WorkPtr BackendCommunicator::Submit(Collective c) {
@@ -298,6 +369,50 @@ WorkPtr BackendCommunicator::Submit(Collective c) {
     absl::Status error(valid.code(), absl::StrCat(ErrorPrefix(c), ": ", valid.message()));
     return RunInvalid(std::move(c), std::move(error));
   }
+  if (c.kind == CollectiveKind::kAllToAllViews && !HandlesViews()) return RunViewsStaged(std::move(c));
+  return Dispatch(std::move(c));
+}
+
+WorkPtr BackendCommunicator::RunViewsStaged(Collective c) {
+  // Pack the send views rank by rank into one buffer, exchange it as an all_to_all_v, unpack the
+  // received one on Wait() (the recv views must not be written before the data is there).
+  auto staging = [&](int64_t numel) { return Tensor::Empty({numel}, c.views_dtype, device_); };
+  auto segments = [](const Tensor& flat, const std::vector<TensorViews>& lists,
+                     const std::function<absl::Status(const Tensor&, const Tensor&)>& fn) -> absl::Status {
+    int64_t off = 0;
+    for (const TensorViews& views : lists) {
+      for (const Tensor& v : views) {
+        DT_ASSIGN_OR_RETURN(Tensor seg, flat.Narrow(0, off, v.numel()));
+        DT_ASSIGN_OR_RETURN(seg, seg.View(v.shape()));
+        DT_RETURN_IF_ERROR(fn(seg, v));
+        off += v.numel();
+      }
+    }
+    return absl::OkStatus();
+  };
+  absl::StatusOr<Tensor> in = staging(Sum(c.counts)), out = staging(Sum(c.recv_counts));
+  absl::Status packed = in.ok() ? out.status() : in.status();
+  if (packed.ok()) {
+    packed = segments(*in, c.send_views, [](const Tensor& seg, const Tensor& v) { return seg.CopyFrom(v); });
+  }
+  if (!packed.ok()) {
+    return Work::Done(absl::Status(packed.code(), absl::StrCat(ErrorPrefix(c), ": packing the send views: ",
+                                                               packed.message())));
+  }
+  c.input = *in;
+  c.output = *out;
+  const std::string what = ErrorPrefix(c);
+  std::vector<TensorViews> recv = c.recv_views;
+  WorkPtr work = Dispatch(std::move(c));
+  return std::make_shared<DeferredWork>([work, recv = std::move(recv), out = *out, segments, what]() -> absl::Status {
+    DT_RETURN_IF_ERROR(work->Wait());
+    absl::Status st = segments(out, recv, [](const Tensor& seg, const Tensor& v) { return v.CopyFrom(seg); });
+    if (!st.ok()) return absl::Status(st.code(), absl::StrCat(what, ": unpacking into the recv views: ", st.message()));
+    return absl::OkStatus();
+  });
+}
+
+WorkPtr BackendCommunicator::Dispatch(Collective c) {
   if (verify_ && size() > 1 && c.kind != CollectiveKind::kSend && c.kind != CollectiveKind::kRecv) {
     if (VerifiesInRun()) {
       c.verify = true;
@@ -336,6 +451,26 @@ WorkPtr BackendCommunicator::AllToAllVAsync(const Tensor& x, std::vector<int64_t
                                             const Tensor& out, std::vector<int64_t> recv_counts) {
   return Submit(Collective{.kind = CollectiveKind::kAllToAllV, .input = x, .output = out,
                            .counts = std::move(send_counts), .recv_counts = std::move(recv_counts)});
+}
+WorkPtr BackendCommunicator::AllToAllViewsAsync(std::vector<TensorViews> send, std::vector<TensorViews> recv) {
+  Collective c{.kind = CollectiveKind::kAllToAllViews};
+  bool typed = false;
+  for (std::vector<TensorViews>* lists : {&send, &recv}) {
+    std::vector<int64_t>& counts = lists == &send ? c.counts : c.recv_counts;
+    for (const TensorViews& views : *lists) {
+      int64_t k = 0;
+      for (const Tensor& v : views) {
+        if (!v.defined()) continue;
+        k += v.numel();
+        if (!typed) c.views_dtype = v.dtype();
+        typed = true;
+      }
+      counts.push_back(k);
+    }
+  }
+  c.send_views = std::move(send);
+  c.recv_views = std::move(recv);
+  return Submit(std::move(c));
 }
 WorkPtr BackendCommunicator::BroadcastAsync(const Tensor& x, int root) {
   return Submit(Collective{.kind = CollectiveKind::kBroadcast, .input = x, .peer = root});

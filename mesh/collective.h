@@ -11,9 +11,48 @@
 //   reduce_scatter_v x [sum counts]             out [counts[me]]            counts, op
 //   all_to_all       x [size*n]                 out [size*n]                -
 //   all_to_all_v     x [sum counts]             out [sum recv_counts]       counts, recv_counts
+//   all_to_all_views send_views[size]           recv_views[size]            counts, recv_counts (their
+//                                                                           element counts); input/
+//                                                                           output: staging, default path
 //   broadcast        x (in place)               -                           peer = root
 //   send / recv      x                          -                           peer
 //   barrier          -                          -                           -
+//
+// Note [All-to-all over views]
+// Why: a shard-dim change (S(0) -> S(1)) sends each peer a strided block of the local piece
+// (x[:, cols(g)]), and communicators took contiguous buffers only, so the executor packed the
+// blocks first: one more pass over the data, about as long as the exchange itself where the
+// transport runs at memory speed (threads, MPI's shared memory): 0.5x the raw all_to_all there.
+// Contract: AllToAllViews(send[size], recv[size]), each entry a list of views of any strides; the
+// elements exchanged with a peer are its list's views in row-major order, one after another (a
+// ViewStream, mesh/view_stream.h), so shapes need not match across ranks, only counts. The base
+// computes counts/recv_counts from the views, so verification and the threads backend's checks
+// see them like all_to_all_v's; views must not share bytes with the other side's (checked on the
+// byte spans, which is conservative for interleaved views of one buffer).
+// Backends (bench_redistribute, S(0) -> S(1) of 16 and 64 MiB on 2 and 4 ranks, ratio raw
+// all_to_all / ours; 2-vCPU VM, medians of interleaved runs):
+//   threads  receivers copy straight from the senders' views into their own: no staging. The
+//            copy streams (Note [Copying between views] in view_stream.cc), which is what makes
+//            a strided copy keep up with the raw all_to_all's one memcpy per block.
+//   mpi      MPI_Alltoallw with derived datatypes (hvectors of the coalesced dims, a struct over
+//            the views at absolute addresses, MPI_BOTTOM); our own block is copied view to view.
+//            OpenMPI packs a non-contiguous send through vader's shared-memory fragments
+//            (single-copy CMA needs contiguous memory), and its default 32 KiB fragments cost
+//            0.7x at 16 MiB; MakeMpiWorld raises btl_vader_max_send_size to 128 KiB unless the
+//            user set it (contiguous collectives use CMA and do not change: bench_collectives
+//            within noise). Per-peer pipelining (pack 64 KiB-1 MiB chunks, MPI_Isend/Irecv,
+//            unpack as they arrive) measured 0.5-0.78x: two full passes against MPI's in-cache
+//            fragments.
+//   gloo     per peer, the stream in 1 MiB chunks on unbound buffers (slot: 0x43, sequence,
+//            chunk): every receive posted first (in place where contiguous, else staging), each
+//            send chunk packed and sent at once so packing overlaps gloo's I/O thread, our block
+//            copied view to view meanwhile, staged chunks unpacked as they arrive. TCP can only
+//            send contiguous bytes, so the send side still packs (4 ranks on 2 cores are
+//            CPU-bound: that pass shows there).
+//   nccl     the default below: cheap next to NVLink.
+// Default (HandlesViews() false): the base packs the send views into a staging input, runs the
+// collective as all_to_all_v (same sequence number, fingerprint and error messages naming
+// all_to_all_views) and unpacks the staging output into the recv views on Wait().
 
 #include <atomic>
 #include <cstdint>
@@ -27,7 +66,7 @@ namespace dt::internal {
 
 enum class CollectiveKind : uint8_t {
   kAllReduce, kAllGather, kAllGatherV, kReduceScatter, kReduceScatterV, kAllToAll, kAllToAllV,
-  kBroadcast, kSend, kRecv, kBarrier,
+  kAllToAllViews, kBroadcast, kSend, kRecv, kBarrier,
 };
 absl::string_view CollectiveName(CollectiveKind kind);  // "all_reduce", ...
 bool IsReduction(CollectiveKind kind);
@@ -38,12 +77,14 @@ struct Collective {
   Tensor output{};  // undefined for in-place kinds, send/recv and barrier
   ReduceOp op = ReduceOp::kSum;
   int peer = 0;                      // broadcast root, send destination, recv source (group ranks)
-  std::vector<int64_t> counts{};       // *_v kinds (send counts for all_to_all_v)
-  std::vector<int64_t> recv_counts{};  // all_to_all_v
+  std::vector<int64_t> counts{};       // *_v kinds (send counts for all_to_all_v/views)
+  std::vector<int64_t> recv_counts{};  // all_to_all_v/views
+  std::vector<TensorViews> send_views{}, recv_views{};  // all_to_all_views, per group rank
+  DType views_dtype = DType::kU8;                       // all_to_all_views
   int64_t seq = 0;                   // per-communicator sequence number of collectives
   bool verify = false;               // the backend checks Fingerprints first (see set_verify)
 
-  DType dtype() const { return input.defined() ? input.dtype() : DType::kU8; }
+  DType dtype() const { return input.defined() ? input.dtype() : views_dtype; }
   // "all_reduce #3 (f32[1024], sum)" — for error messages.
   std::string Describe() const;
 };
@@ -57,7 +98,7 @@ struct Fingerprint {
   int peer = 0;
   int64_t input_numel = 0;
   std::vector<int64_t> counts;       // *_v kinds
-  std::vector<int64_t> recv_counts;  // all_to_all_v
+  std::vector<int64_t> recv_counts;  // all_to_all_v/views
 
   static Fingerprint Of(const Collective& c);
   // 5 + 2 * group_size integers.
@@ -94,6 +135,7 @@ class BackendCommunicator : public Communicator {
   WorkPtr AllToAllAsync(const Tensor& x, const Tensor& out) override;
   WorkPtr AllToAllVAsync(const Tensor& x, std::vector<int64_t> send_counts, const Tensor& out,
                          std::vector<int64_t> recv_counts) override;
+  WorkPtr AllToAllViewsAsync(std::vector<TensorViews> send, std::vector<TensorViews> recv) override;
   WorkPtr BroadcastAsync(const Tensor& x, int root) override;
   WorkPtr SendAsync(const Tensor& x, int dst) override;
   WorkPtr RecvAsync(const Tensor& x, int src) override;
@@ -120,10 +162,19 @@ class BackendCommunicator : public Communicator {
   // True when Run() honours Collective::verify itself; otherwise the base verifies synchronously
   // (an all_gather through Run) before calling Run.
   virtual bool VerifiesInRun() const { return false; }
+  // True when Run() moves all_to_all_views data itself, from and into the views; otherwise the base
+  // packs the send views into a staging input, runs the collective as an all_to_all_v into a
+  // staging output and unpacks that on Wait() (see Note [All-to-all over views]).
+  virtual bool HandlesViews() const { return false; }
 
  private:
   WorkPtr Submit(Collective c);
+  // Verification (when on), then Run.
+  WorkPtr Dispatch(Collective c);
   absl::Status Validate(const Collective& c) const;
+  absl::Status ValidateViews(const Collective& c) const;
+  // The default all_to_all_views: pack, Run as all_to_all_v on staging buffers, unpack on Wait().
+  WorkPtr RunViewsStaged(Collective c);
   absl::Status Verify(const Collective& c);
 
   std::vector<int> global_ranks_;

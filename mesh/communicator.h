@@ -2,8 +2,9 @@
 // Communicator: one process group (an ordered list of global ranks) on one backend.
 //
 // Semantics (every backend; docs/mesh.md has the per-backend details):
-//   - Tensors passed in must be contiguous and on the backend's device (cpu for threads/gloo/mpi,
-//     cuda for nccl); every member passes the same dtype and (where stated) the same sizes.
+//   - Tensors passed in must be contiguous (except AllToAllViews') and on the backend's device (cpu
+//     for threads/gloo/mpi, cuda for nccl); every member passes the same dtype and (where stated)
+//     the same sizes.
 //     Inputs and outputs must not overlap. Local mistakes are InvalidArgument at once; members that
 //     disagree with each other are InvalidArgument on every member (threads always; the others
 //     when WorldOptions::verify is on, the default).
@@ -27,6 +28,8 @@
 //   ReduceScatterV    x [sum counts]           out [counts[me]]
 //   AllToAll          x [size*n]               out [size*n]: block r of out = block `me` of rank r's x
 //   AllToAllV         x, send_counts[size]     out, recv_counts[size] (element counts per peer)
+//   AllToAllViews     send[size]: views        recv[size]: views; recv[r] is filled with send[me]
+//                                              of rank r (strided, see Note [All-to-all over views])
 //   Broadcast         x from `root` (group rank) to everyone, in place
 //   Send/Recv         point to point by group rank
 // Counts and sizes are in elements of the tensor's dtype.
@@ -57,6 +60,11 @@ class Work {
 };
 using WorkPtr = std::shared_ptr<Work>;
 
+// What AllToAllViews exchanges with one peer: the elements of these tensors (any strides), each
+// view in row-major order, one view after another. See Note [All-to-all over views] in
+// mesh/collective.h.
+using TensorViews = std::vector<Tensor>;
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -82,6 +90,14 @@ class Communicator {
   virtual WorkPtr AllToAllAsync(const Tensor& x, const Tensor& out) = 0;
   virtual WorkPtr AllToAllVAsync(const Tensor& x, std::vector<int64_t> send_counts,
                                  const Tensor& out, std::vector<int64_t> recv_counts) = 0;
+  // An all_to_all whose blocks are lists of strided views, so that a transpose-like exchange
+  // (a shard-dim change) needs no separate pack/unpack pass. send[r] goes to group rank r and
+  // recv[r] receives from it (me to me included); the element counts must agree pairwise (rank
+  // r's send[q] and rank q's recv[r]); shapes may differ, only the order of the elements counts.
+  // One dtype throughout, on this communicator's device; every rank passes at least one view
+  // (zero-size ones are fine); no recv view may share bytes with a send view, and recv views must
+  // not overlap one another.
+  virtual WorkPtr AllToAllViewsAsync(std::vector<TensorViews> send, std::vector<TensorViews> recv) = 0;
   virtual WorkPtr BroadcastAsync(const Tensor& x, int root) = 0;
   virtual WorkPtr SendAsync(const Tensor& x, int dst) = 0;
   virtual WorkPtr RecvAsync(const Tensor& x, int src) = 0;
@@ -104,6 +120,11 @@ class Communicator {
                          std::vector<int64_t> recv_counts) {
     return AllToAllVAsync(x, std::move(send_counts), out, std::move(recv_counts))->Wait();
   }
+  absl::Status AllToAllViews(std::vector<TensorViews> send, std::vector<TensorViews> recv) {
+    return AllToAllViewsAsync(std::move(send), std::move(recv))->Wait();
+  }
+  // One view per peer.
+  absl::Status AllToAllViews(const std::vector<Tensor>& send, const std::vector<Tensor>& recv);
   absl::Status Broadcast(const Tensor& x, int root) { return BroadcastAsync(x, root)->Wait(); }
   absl::Status Send(const Tensor& x, int dst) { return SendAsync(x, dst)->Wait(); }
   absl::Status Recv(const Tensor& x, int src) { return RecvAsync(x, src)->Wait(); }

@@ -65,6 +65,7 @@
 #include "mesh/reduce.h"
 #include "mesh/sockets.h"
 #include "mesh/tcp_store.h"
+#include "mesh/view_stream.h"
 #include "mesh/work.h"
 
 namespace dt::internal {
@@ -78,6 +79,7 @@ constexpr std::chrono::milliseconds kSettle{200};
 // The store key under which a rank publishes its probe endpoint ("host:port").
 std::string ProbeKey(int global_rank) { return absl::StrCat("dt/probe/", global_rank); }
 constexpr uint64_t kP2PSlotPrefix = 0x42;
+constexpr uint64_t kViewsSlotPrefix = 0x43;
 
 std::string RankList(const std::vector<int>& r) { return absl::StrCat("[", absl::StrJoin(r, ", "), "]"); }
 
@@ -241,6 +243,7 @@ class GlooComm final : public BackendCommunicator {
   }
 
   bool VerifiesInRun() const override { return true; }
+  bool HandlesViews() const override { return true; }
 
   absl::Status Execute(const Collective& c) {
     DT_ASSIGN_OR_RETURN(std::shared_ptr<gloo::Context> ctx, Context(c));
@@ -336,6 +339,9 @@ class GlooComm final : public BackendCommunicator {
         gloo::alltoallv(opts);
         return;
       }
+      case K::kAllToAllViews:
+        ViewsAllToAll(ctx, c);
+        return;
       case K::kBroadcast: {
         if (c.input.numel() == 0) return;
         gloo::BroadcastOptions opts(ctx);
@@ -417,6 +423,90 @@ class GlooComm final : public BackendCommunicator {
     if (c.op == ReduceOp::kAvg) DivideInPlace(out, counts[r], c.dtype(), n);
   }
 
+  // all_to_all_views: each peer's stream travels in chunks of kViewsChunk bytes, one unbound buffer
+  // each. Every receive is posted first, straight into the recv views where a chunk is contiguous
+  // there, else into staging; then each send chunk is packed (unless contiguous) and sent at once,
+  // so packing overlaps the transfers gloo's I/O thread does; then our own block is copied view to
+  // view, and received chunks are unpacked as they arrive (see Note [All-to-all over views]).
+  void ViewsAllToAll(const std::shared_ptr<gloo::Context>& ctx, const Collective& c) {
+    constexpr int64_t kViewsChunk = 1 << 20;
+    const int n = size(), me = rank();
+    const int64_t esz = DTypeSize(c.dtype());
+    const int64_t chunk = std::max<int64_t>(1, kViewsChunk / esz);
+    const auto deadline = Clock::now() + timeout();
+    auto left = [&] {
+      return std::max(std::chrono::milliseconds(1),
+                      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+    };
+    std::vector<ViewStream> sends(n), recvs(n);
+    int64_t send_stage = 0, recv_stage = 0, rounds = 0;
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      sends[p] = ViewStream(c.send_views[p]);
+      recvs[p] = ViewStream(c.recv_views[p]);
+      send_stage += sends[p].numel();
+      recv_stage += recvs[p].numel();
+      rounds = std::max({rounds, (sends[p].numel() + chunk - 1) / chunk, (recvs[p].numel() + chunk - 1) / chunk});
+    }
+    if (send_stage_bytes_ < send_stage * esz) {  // only this worker thread touches the staging
+      send_stage_.reset(new char[send_stage * esz]);
+      send_stage_bytes_ = send_stage * esz;
+    }
+    if (recv_stage_bytes_ < recv_stage * esz) {
+      recv_stage_.reset(new char[recv_stage * esz]);
+      recv_stage_bytes_ = recv_stage * esz;
+    }
+    // Slot: prefix (8 bits) | sequence (24) | chunk (32), the same on both sides of a transfer.
+    const uint64_t base = (kViewsSlotPrefix << 56) | ((static_cast<uint64_t>(c.seq) & 0xffffff) << 32);
+    struct Transfer {
+      std::unique_ptr<gloo::transport::UnboundBuffer> buf;
+      int peer;
+      int64_t begin, len;
+      char* staged;  // received into staging: unpack from here
+    };
+    std::vector<Transfer> in, out;
+    char* rs = recv_stage_.get();
+    char* ss = send_stage_.get();
+    for (int64_t j = 0; j < rounds; ++j) {
+      for (int i = 1; i < n; ++i) {
+        const int p = (me + n - i) % n;
+        const int64_t b = j * chunk, len = std::min(chunk, recvs[p].numel() - b);
+        if (len <= 0) continue;
+        char* at = recvs[p].Contiguous(b, len);
+        char* staged = nullptr;
+        if (at == nullptr) {
+          at = staged = rs;
+          rs += len * esz;
+        }
+        in.push_back({ctx->createUnboundBuffer(at, len * esz), p, b, len, staged});
+        in.back().buf->recv(p, base | static_cast<uint64_t>(j));
+      }
+    }
+    for (int64_t j = 0; j < rounds; ++j) {
+      for (int i = 1; i < n; ++i) {
+        const int p = (me + i) % n;
+        const int64_t b = j * chunk, len = std::min(chunk, sends[p].numel() - b);
+        if (len <= 0) continue;
+        char* at = sends[p].Contiguous(b, len);
+        if (at == nullptr) {
+          at = ss;
+          ss += len * esz;
+          sends[p].Pack(b, len, at);
+        }
+        out.push_back({ctx->createUnboundBuffer(at, len * esz), p, b, len, nullptr});
+        out.back().buf->send(p, base | static_cast<uint64_t>(j));
+      }
+    }
+    ViewStream::Copy(ViewStream(c.recv_views[me]), ViewStream(c.send_views[me]));
+    for (Transfer& t : in) {
+      if (!t.buf->waitRecv(left())) throw gloo::IoException("all_to_all_views receive aborted");
+      if (t.staged != nullptr) recvs[t.peer].Unpack(t.begin, t.len, t.staged);
+    }
+    for (Transfer& t : out) {
+      if (!t.buf->waitSend(left())) throw gloo::IoException("all_to_all_views send aborted");
+    }
+  }
+
   // Send/recv post at once on unbound buffers; Wait() waits with the timeout.
   WorkPtr PointToPoint(const Collective& c) {
     absl::StatusOr<std::shared_ptr<gloo::Context>> ctx = Context(c);
@@ -462,6 +552,8 @@ class GlooComm final : public BackendCommunicator {
   std::vector<uint64_t> send_seq_, recv_seq_;
   std::unique_ptr<char[]> scratch_;  // reduce_scatter's two blocks, reused
   int64_t scratch_bytes_ = 0;
+  std::unique_ptr<char[]> send_stage_, recv_stage_;  // all_to_all_views staging, reused
+  int64_t send_stage_bytes_ = 0, recv_stage_bytes_ = 0;
   WorkQueue queue_;  // last: its worker stops before the members above go away
 };
 

@@ -34,7 +34,9 @@
 #include "absl/strings/str_join.h"
 #include "mesh/backends.h"
 #include "mesh/collective.h"
+#include "core/strided.h"
 #include "mesh/reduce.h"
+#include "mesh/view_stream.h"
 
 namespace dt::internal {
 namespace {
@@ -252,6 +254,7 @@ class MpiComm final : public BackendCommunicator {
   }
 
   bool VerifiesInRun() const override { return true; }
+  bool HandlesViews() const override { return true; }
 
   absl::Status Execute(const Collective& c) {
     if (c.verify) {
@@ -329,6 +332,8 @@ class MpiComm final : public BackendCommunicator {
         DT_RETURN_IF_ERROR(to_int(Offsets(c.recv_counts), &rd));
         return Check(c, MPI_Alltoallv(in, sc.data(), sd.data(), t, out, rc.data(), rd.data(), t, comm_));
       }
+      case K::kAllToAllViews:
+        return ViewsAlltoallw(c);
       case K::kBroadcast: {
         DT_ASSIGN_OR_RETURN(int k, count(c.input.numel()));
         return Check(c, MPI_Bcast(in, k, t, c.peer, comm_));
@@ -340,6 +345,81 @@ class MpiComm final : public BackendCommunicator {
         break;
     }
     return absl::OkStatus();
+  }
+
+  // An MPI datatype for the elements of `views` at their absolute addresses (for MPI_BOTTOM), in
+  // stream order; MPI_DATATYPE_NULL when they hold none.
+  absl::StatusOr<MPI_Datatype> ViewsType(const Collective& c, const TensorViews& views) {
+    const MPI_Datatype base = TypeOf(c.dtype());
+    const int64_t esz = DTypeSize(c.dtype());
+    std::vector<MPI_Datatype> types;
+    std::vector<MPI_Aint> addrs;
+    auto release = [&] {
+      for (MPI_Datatype& t : types) MPI_Type_free(&t);
+    };
+    for (const Tensor& v : views) {
+      if (v.numel() == 0) continue;
+      StridedLoop loop(v.shape(), v.strides(), {});
+      MPI_Datatype t = base;
+      for (int d = static_cast<int>(loop.shape.size()) - 1; d >= 0; --d) {
+        if (loop.shape[d] > std::numeric_limits<int>::max()) {
+          if (t != base) MPI_Type_free(&t);
+          release();
+          return absl::InvalidArgumentError(absl::StrCat(ErrorPrefix(c), ": a view dim of ", loop.shape[d],
+                                                         " elements exceeds MPI's int counts"));
+        }
+        const int k = static_cast<int>(loop.shape[d]);
+        const int64_t stride = loop.strides[0][d];
+        MPI_Datatype next;
+        if (t == base && stride == 1) {
+          MPI_Type_contiguous(k, t, &next);
+        } else {
+          MPI_Type_create_hvector(k, 1, static_cast<MPI_Aint>(stride * esz), t, &next);
+        }
+        if (t != base) MPI_Type_free(&t);
+        t = next;
+      }
+      MPI_Aint addr;
+      MPI_Get_address(v.raw_data(), &addr);
+      types.push_back(t);
+      addrs.push_back(addr);
+    }
+    if (types.empty()) return MPI_DATATYPE_NULL;
+    std::vector<int> ones(types.size(), 1);
+    MPI_Datatype all;
+    MPI_Type_create_struct(static_cast<int>(types.size()), ones.data(), addrs.data(), types.data(), &all);
+    MPI_Type_commit(&all);
+    release();
+    return all;
+  }
+
+  absl::Status ViewsAlltoallw(const Collective& c) {
+    const int n = size(), me = rank();
+    std::vector<MPI_Datatype> st(n, MPI_DATATYPE_NULL), rt(n, MPI_DATATYPE_NULL);
+    auto release = [&] {
+      for (MPI_Datatype& t : st) if (t != MPI_DATATYPE_NULL) MPI_Type_free(&t);
+      for (MPI_Datatype& t : rt) if (t != MPI_DATATYPE_NULL) MPI_Type_free(&t);
+    };
+    std::vector<int> sc(n, 0), rc(n, 0), zero(n, 0);
+    std::vector<MPI_Datatype> sty(n, MPI_BYTE), rty(n, MPI_BYTE);
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      absl::StatusOr<MPI_Datatype> s = ViewsType(c, c.send_views[p]);
+      absl::StatusOr<MPI_Datatype> r = s.ok() ? ViewsType(c, c.recv_views[p]) : s;
+      if (s.ok()) st[p] = *s;
+      if (r.ok()) rt[p] = *r;
+      if (!r.ok()) {
+        release();
+        return r.status();
+      }
+      if (st[p] != MPI_DATATYPE_NULL) sty[p] = st[p], sc[p] = 1;
+      if (rt[p] != MPI_DATATYPE_NULL) rty[p] = rt[p], rc[p] = 1;
+    }
+    ViewStream::Copy(ViewStream(c.recv_views[me]), ViewStream(c.send_views[me]));
+    const int code = MPI_Alltoallw(MPI_BOTTOM, sc.data(), zero.data(), sty.data(), MPI_BOTTOM, rc.data(),
+                                   zero.data(), rty.data(), comm_);
+    release();
+    return Check(c, code);
   }
 
   // Nonblocking point to point, polled against the deadline on Wait().
@@ -522,6 +602,9 @@ absl::StatusOr<std::shared_ptr<World>> MakeMpiWorld(const LaunchInfo& info, cons
   if (finalized) return absl::FailedPreconditionError("backend mpi: MPI was already finalised in this process");
   int provided = 0;
   if (!initialized) {
+    // See Note [All-to-all over views]: larger shared-memory fragments for derived datatypes,
+    // unless the user chose a size.
+    setenv("OMPI_MCA_btl_vader_max_send_size", "131072", /*overwrite=*/0);
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
       return absl::UnavailableError("backend mpi: MPI_Init_thread failed");
     }

@@ -10,7 +10,8 @@
 //     ncclCommGetAsyncError against the deadline; on a timeout or an asynchronous error the
 //     communicator is aborted (ncclCommAbort) and stays broken, as PyTorch's watchdog does.
 //   - Collectives NCCL lacks: all_gather_v as a group of broadcasts, reduce_scatter_v as a group
-//     of reduces, all_to_all(_v) as grouped send/recv.
+//     of reduces, all_to_all(_v) as grouped send/recv; all_to_all_views takes the base's default
+//     (pack on the device, all_to_all_v, unpack), cheap next to NVLink.
 //   - avg: ncclAvg for floating dtypes; integers sum, then divide on the host (a slow path).
 
 #include "mesh/backends.h"
@@ -239,7 +240,8 @@ absl::Status NcclComm::Enqueue(const Collective& c, Clock::time_point deadline, 
       });
     }
     case K::kAllToAll:
-    case K::kAllToAllV: {
+    case K::kAllToAllV:
+    case K::kAllToAllViews: {  // views: the base's staging buffers (see Note [All-to-all over views])
       std::vector<int64_t> sc = c.counts, rc = c.recv_counts;
       if (c.kind == K::kAllToAll) sc = rc = std::vector<int64_t>(n, c.input.numel() / n);
       const std::vector<int64_t> so = Offsets(sc), ro = Offsets(rc);

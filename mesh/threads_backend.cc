@@ -12,6 +12,8 @@
 //   all_gather(_v)   rank r copies every input into its output; phase 1
 //   reduce_scatter   rank r reduces block r of every input into its output; phase 1
 //   all_to_all(_v)   rank r copies block r of every input into its output; phase 1
+//   all_to_all_views rank r copies every member's send views for r straight into its own recv views
+//                    (strided to strided, run by run: mesh/view_stream.h); phase 1
 //   broadcast        non-roots copy the root's tensor; phase 1
 // All of a job's hubs share one mutex and condition variable. Every wait ends by the collective's
 // deadline (now + timeout()) or when the job is aborted: a rank's function returned an error, or a
@@ -34,6 +36,7 @@
 #include "mesh/backends.h"
 #include "mesh/collective.h"
 #include "mesh/reduce.h"
+#include "mesh/view_stream.h"
 #include "mesh/work.h"
 
 namespace dt::internal {
@@ -127,6 +130,7 @@ class ThreadsComm final : public BackendCommunicator {
   absl::string_view backend() const override { return "threads"; }
 
  protected:
+  bool HandlesViews() const override { return true; }
   WorkPtr Run(Collective c) override {
     if (c.kind == CollectiveKind::kSend) return Work::Done(Send(c));
     if (c.kind == CollectiveKind::kRecv) {
@@ -321,6 +325,9 @@ class ThreadsComm final : public BackendCommunicator {
         }
         break;
       }
+      case K::kAllToAllViews:
+        for (int i = 0; i < n; ++i) ViewStream::Copy(ViewStream(c.recv_views[i]), ViewStream(s.args[i]->send_views[me]));
+        break;
       case K::kBroadcast:
         if (me != c.peer) std::memcpy(out, In(s, c.peer), c.input.nbytes());
         break;
