@@ -31,11 +31,12 @@ bool IsReduction(CollectiveKind kind) {
 }
 
 std::string Collective::Describe() const {
-  std::string s(CollectiveName(kind));
+  const bool views = kind == CollectiveKind::kAllToAllViews || staged_views;
+  std::string s(CollectiveName(views ? CollectiveKind::kAllToAllViews : kind));
   const bool p2p = kind == CollectiveKind::kSend || kind == CollectiveKind::kRecv;
   if (!p2p) absl::StrAppend(&s, " #", seq);
   if (kind == CollectiveKind::kBarrier) return s;
-  if (kind == CollectiveKind::kAllToAllViews) {
+  if (views) {
     absl::StrAppend(&s, " (", DTypeName(views_dtype), " views");
   } else {
     absl::StrAppend(&s, " (", input.defined() ? input.Describe() : "undefined tensor");
@@ -369,7 +370,9 @@ WorkPtr BackendCommunicator::Submit(Collective c) {
     absl::Status error(valid.code(), absl::StrCat(ErrorPrefix(c), ": ", valid.message()));
     return RunInvalid(std::move(c), std::move(error));
   }
-  if (c.kind == CollectiveKind::kAllToAllViews && !HandlesViews()) return RunViewsStaged(std::move(c));
+  if (c.kind == CollectiveKind::kAllToAllViews && (stage_views_ || !HandlesViews())) {
+    return RunViewsStaged(std::move(c));
+  }
   return Dispatch(std::move(c));
 }
 
@@ -399,6 +402,8 @@ WorkPtr BackendCommunicator::RunViewsStaged(Collective c) {
     return Work::Done(absl::Status(packed.code(), absl::StrCat(ErrorPrefix(c), ": packing the send views: ",
                                                                packed.message())));
   }
+  c.kind = CollectiveKind::kAllToAllV;
+  c.staged_views = true;
   c.input = *in;
   c.output = *out;
   const std::string what = ErrorPrefix(c);

@@ -12,8 +12,7 @@
 //   all_to_all       x [size*n]                 out [size*n]                -
 //   all_to_all_v     x [sum counts]             out [sum recv_counts]       counts, recv_counts
 //   all_to_all_views send_views[size]           recv_views[size]            counts, recv_counts (their
-//                                                                           element counts); input/
-//                                                                           output: staging, default path
+//                                                                           element counts)
 //   broadcast        x (in place)               -                           peer = root
 //   send / recv      x                          -                           peer
 //   barrier          -                          -                           -
@@ -50,9 +49,10 @@
 //            send contiguous bytes, so the send side still packs (4 ranks on 2 cores are
 //            CPU-bound: that pass shows there).
 //   nccl     the default below: cheap next to NVLink.
-// Default (HandlesViews() false): the base packs the send views into a staging input, runs the
-// collective as all_to_all_v (same sequence number, fingerprint and error messages naming
-// all_to_all_views) and unpacks the staging output into the recv views on Wait().
+// Default (HandlesViews() false, or set_stage_views): the base packs the send views into a staging
+// input, runs the collective as an all_to_all_v of it (the same sequence number; staged_views
+// keeps error messages naming all_to_all_views) and unpacks the staging output into the recv
+// views on Wait().
 
 #include <atomic>
 #include <cstdint>
@@ -81,6 +81,7 @@ struct Collective {
   std::vector<int64_t> recv_counts{};  // all_to_all_v/views
   std::vector<TensorViews> send_views{}, recv_views{};  // all_to_all_views, per group rank
   DType views_dtype = DType::kU8;                       // all_to_all_views
+  bool staged_views = false;  // an all_to_all_views run as all_to_all_v on staging input/output
   int64_t seq = 0;                   // per-communicator sequence number of collectives
   bool verify = false;               // the backend checks Fingerprints first (see set_verify)
 
@@ -147,6 +148,9 @@ class BackendCommunicator : public Communicator {
   // Fingerprints, and a disagreement fails every member with InvalidArgument instead of reaching
   // the backend (where gloo aborts the process, MPI may hang and NCCL reads garbage).
   void set_verify(bool verify) { verify_ = verify; }
+  // Runs all_to_all_views through the default staging path even where the backend moves views
+  // itself (tests of that path on every backend, and benchmarks).
+  void set_stage_views(bool stage) { stage_views_ = stage; }
 
   // For backends that verify inside Run (their worker thread, no extra hand-off): this member's
   // encoded Fingerprint, and the check of everyone's (group-rank order, concatenated).
@@ -182,6 +186,7 @@ class BackendCommunicator : public Communicator {
   Device device_;
   std::atomic<int64_t> next_seq_{0};
   bool verify_ = false;
+  bool stage_views_ = false;
 };
 
 }  // namespace dt::internal

@@ -39,13 +39,6 @@ std::shared_ptr<Work> Work::Done(absl::Status status) {
   return std::make_shared<DoneWork>(std::move(status));
 }
 
-absl::Status Communicator::AllToAllViews(const std::vector<Tensor>& send, const std::vector<Tensor>& recv) {
-  std::vector<TensorViews> s, r;
-  for (const Tensor& t : send) s.push_back({t});
-  for (const Tensor& t : recv) r.push_back({t});
-  return AllToAllViews(std::move(s), std::move(r));
-}
-
 std::string Communicator::Describe() const {
   return absl::StrCat(backend(), " group [", absl::StrJoin(global_ranks(), ", "), "]");
 }

@@ -123,8 +123,6 @@ class Communicator {
   absl::Status AllToAllViews(std::vector<TensorViews> send, std::vector<TensorViews> recv) {
     return AllToAllViewsAsync(std::move(send), std::move(recv))->Wait();
   }
-  // One view per peer.
-  absl::Status AllToAllViews(const std::vector<Tensor>& send, const std::vector<Tensor>& recv);
   absl::Status Broadcast(const Tensor& x, int root) { return BroadcastAsync(x, root)->Wait(); }
   absl::Status Send(const Tensor& x, int dst) { return SendAsync(x, dst)->Wait(); }
   absl::Status Recv(const Tensor& x, int src) { return RecvAsync(x, src)->Wait(); }

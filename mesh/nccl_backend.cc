@@ -240,8 +240,7 @@ absl::Status NcclComm::Enqueue(const Collective& c, Clock::time_point deadline, 
       });
     }
     case K::kAllToAll:
-    case K::kAllToAllV:
-    case K::kAllToAllViews: {  // views: the base's staging buffers (see Note [All-to-all over views])
+    case K::kAllToAllV: {
       std::vector<int64_t> sc = c.counts, rc = c.recv_counts;
       if (c.kind == K::kAllToAll) sc = rc = std::vector<int64_t>(n, c.input.numel() / n);
       const std::vector<int64_t> so = Offsets(sc), ro = Offsets(rc);
@@ -253,6 +252,8 @@ absl::Status NcclComm::Enqueue(const Collective& c, Clock::time_point deadline, 
         return absl::OkStatus();
       });
     }
+    case K::kAllToAllViews:  // never here: the base stages them as all_to_all_v (HandlesViews)
+      return absl::InternalError(absl::StrCat(what, ": all_to_all_views reached the nccl backend"));
     case K::kBroadcast:
       if (c.input.numel() == 0) return absl::OkStatus();
       return settle(ncclBroadcast(in, in, c.input.numel(), t, c.peer, comm_, stream_));

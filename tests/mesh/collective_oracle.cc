@@ -77,6 +77,36 @@ int64_t PairCount(const CollectiveCase& c, int src, int dst) {
   return (c.count + 2 * src + 5 * dst + static_cast<int64_t>(c.seed % 5)) % (c.count + 1);
 }
 
+namespace {
+constexpr int64_t kViewsWidth = 2;  // columns of the all_to_all_views blocks
+int64_t ViewsBlock(const CollectiveCase& c, int size) { return c.count * kViewsWidth * size; }  // A and C
+int64_t ViewsRows(const CollectiveCase& c, int size) { return c.count * size; }                 // E and F
+int64_t ViewsColumns(const CollectiveCase& c, int size) { return (c.count + 1) * size; }       // B and D
+}  // namespace
+
+ViewLists MakeViews(const CollectiveCase& c, int rank, int size, const Tensor& input, const Tensor& output) {
+  const int64_t h = c.count, w = kViewsWidth, blk = ViewsBlock(c, size), rows = ViewsRows(c, size);
+  const int64_t cols = ViewsColumns(c, size);
+  const Tensor a = input.Narrow(0, 0, blk).value().View({h, w * size}).value();
+  const Tensor e = input.Narrow(0, blk, rows).value().View({size, h}).value();
+  const Tensor b = input.Narrow(0, blk + rows, cols).value().View({h + 1, size}).value();
+  const Tensor cc = output.Narrow(0, 0, blk).value().View({size * h, w}).value();
+  const Tensor f = output.Narrow(0, blk, rows).value().View({h, size}).value();
+  const Tensor d = output.Narrow(0, blk + rows, cols).value().View({h + 1, size}).value();
+  ViewLists v;
+  for (int p = 0; p < size; ++p) {
+    const Tensor col = b.Select(1, p).value();
+    const int64_t m = PairCount(c, rank, p), half = m / 2;
+    v.send.push_back({a.Narrow(1, p * w, w).value(), e.Select(0, p).value(), col.Narrow(0, 0, half).value(),
+                      col.Narrow(0, half, m - half).value()});
+    const Tensor dcol = d.Select(1, p).value();
+    const int64_t k = PairCount(c, p, rank), third = k / 3;
+    v.recv.push_back({cc.Narrow(0, p * h, h).value(), f.Select(1, p).value(), dcol.Narrow(0, 0, third).value(),
+                      dcol.Narrow(0, third, third).value(), dcol.Narrow(0, 2 * third, k - 2 * third).value()});
+  }
+  return v;
+}
+
 Tensor Input(const CollectiveCase& c, int rank, int size) {
   using K = CollectiveKind;
   auto v = [&](int64_t i) { return Value(c, rank, i); };
@@ -100,6 +130,8 @@ Tensor Input(const CollectiveCase& c, int rank, int size) {
       for (int d = 0; d < size; ++d) n += PairCount(c, rank, d);
       return Make(c, n, v);
     }
+    case K::kAllToAllViews:
+      return Make(c, ViewsBlock(c, size) + ViewsRows(c, size) + ViewsColumns(c, size), v);
   }
   return Tensor();
 }
@@ -142,6 +174,25 @@ Tensor Expected(const CollectiveCase& c, int rank, int size) {
         for (int64_t i = 0; i < PairCount(c, src, rank); ++i) out.push_back(Value(c, src, off + i));
       }
       return Tensor::FromDoubles({static_cast<int64_t>(out.size())}, out, c.dtype).value();
+    }
+    case K::kAllToAllViews: {
+      // C[q*h + i, j] = A_q[i, rank*w + j]; F[i, q] = E_q[rank, i]; D[i, q] = B_q[i, rank] below
+      // PairCount(q, rank).
+      const int64_t h = c.count, w = kViewsWidth, blk = ViewsBlock(c, size), rows = ViewsRows(c, size);
+      return Make(c, blk + rows + ViewsColumns(c, size), [&](int64_t x) {
+        if (x < blk) {
+          const int64_t q = x / (h * w), i = x / w % h, j = x % w;
+          return Value(c, static_cast<int>(q), i * w * size + rank * w + j);
+        }
+        if (x < blk + rows) {
+          const int64_t i = (x - blk) / size;
+          const int q = static_cast<int>((x - blk) % size);
+          return Value(c, q, blk + rank * h + i);
+        }
+        const int64_t i = (x - blk - rows) / size;
+        const int q = static_cast<int>((x - blk - rows) % size);
+        return i < PairCount(c, q, rank) ? Value(c, q, blk + rows + i * size + rank) : kViewsSentinel;
+      });
     }
     case K::kBroadcast:
       return Make(c, c.count, [&](int64_t i) { return Value(c, c.root, i); });
@@ -196,6 +247,13 @@ absl::Status RunCase(Communicator& comm, const CollectiveCase& c, Device device)
       st = comm.AllToAllV(x, send, got, recv);
       break;
     }
+    case K::kAllToAllViews: {
+      got = empty_like(Expected(c, rank, size).numel());
+      DT_RETURN_IF_ERROR(got.Fill(kViewsSentinel));
+      ViewLists views = MakeViews(c, rank, size, x, got);
+      st = comm.AllToAllViews(std::move(views.send), std::move(views.recv));
+      break;
+    }
     case K::kBroadcast:
       if (rank != c.root) DT_RETURN_IF_ERROR(x.Fill(0));
       st = comm.Broadcast(x, c.root);
@@ -238,14 +296,16 @@ std::vector<CollectiveCase> AllCases(int size, uint64_t seed) {
       for (K kind : {K::kAllReduce, K::kReduceScatter, K::kReduceScatterV}) {
         for (ReduceOp op : ops) cases.push_back({kind, dt, op, count, seed});
       }
-      for (K kind : {K::kAllGather, K::kAllGatherV, K::kAllToAll, K::kAllToAllV, K::kSend}) {
+      for (K kind : {K::kAllGather, K::kAllGatherV, K::kAllToAll, K::kAllToAllV, K::kAllToAllViews, K::kSend}) {
         cases.push_back({kind, dt, ReduceOp::kSum, count, seed});
       }
       cases.push_back({K::kBroadcast, dt, ReduceOp::kSum, count, seed, static_cast<int>((seed + count) % size)});
       ++seed;
     }
   }
-  for (K kind : {K::kAllGather, K::kBroadcast, K::kAllToAll}) cases.push_back({kind, DType::kBool, ReduceOp::kSum, 9, seed});
+  for (K kind : {K::kAllGather, K::kBroadcast, K::kAllToAll, K::kAllToAllViews}) {
+    cases.push_back({kind, DType::kBool, ReduceOp::kSum, 9, seed});
+  }
   cases.push_back({K::kBarrier, DType::kF32, ReduceOp::kSum, 0, seed});
   return cases;
 }

@@ -32,6 +32,19 @@ std::vector<int64_t> UnevenCounts(const CollectiveCase& c, int size);
 // all_to_all_v: elements rank `src` sends to rank `dst`.
 int64_t PairCount(const CollectiveCase& c, int src, int dst);
 
+// all_to_all_views, per peer p: a 2-d block A[:, p*2:(p+1)*2] of A [count, 2*size] (strided), row
+// p of E [size, count] (contiguous), then column p of B [count+1, size] down to PairCount rows
+// (strided, zero-size for some pairs) split in two views; received into rows [q*count, (q+1)*count)
+// of C [size*count, 2] (contiguous), column q of F [count, size] (strided) and column q of
+// D [count+1, size] split in three views, the rest of D left at kViewsSentinel. Input() is A, E, B
+// flat; Expected() is C, F, D flat.
+inline constexpr double kViewsSentinel = 1;
+struct ViewLists {
+  std::vector<TensorViews> send, recv;
+};
+// The views of `input` (rank's Input(), on any device) and `output` (shaped like Expected()).
+ViewLists MakeViews(const CollectiveCase& c, int rank, int size, const Tensor& input, const Tensor& output);
+
 Tensor Input(const CollectiveCase& c, int rank, int size);
 Tensor Expected(const CollectiveCase& c, int rank, int size);
 

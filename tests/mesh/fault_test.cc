@@ -43,6 +43,18 @@ TEST(GlooFaults, RankDiesMidCollective) {
   EXPECT_LT(r.seconds, 15) << r.output;
 }
 
+TEST(GlooFaults, RankDiesMidAllToAllViews) {
+  auto r = RunCommand(Gloo("die-views 1"));
+  EXPECT_EQ(r.status, 128 + 6) << r.output;
+  for (int rank : {0, 2}) {
+    const std::string report = ReportOf(r.output, rank);
+    ExpectContains(report, "code=UNAVAILABLE");
+    ExpectContains(report, "gloo group [0, 1, 2], global rank " + std::to_string(rank) + ": all_to_all_views #1");
+    ExpectContains(report, "global rank(s) [1] died");
+  }
+  EXPECT_LT(r.seconds, 15) << r.output;
+}
+
 TEST(GlooFaults, SurvivorsNameEveryRankThatDiedAtOnce) {
   // Two ranks SIGKILLed at the same moment: every survivor names both, whichever death it saw
   // first (a few tries: which one a survivor sees first varies).
@@ -117,6 +129,18 @@ TEST(MpiFaults, RankNeverArrives) {
     ExpectContains(report, "timed out after 3000 ms");
   }
   EXPECT_NE(r.status, 0) << r.output;  // the survivors leave without MPI_Finalize
+  EXPECT_LT(r.seconds, 20) << r.output;
+}
+
+TEST(MpiFaults, RankNeverArrivesAtAllToAllViews) {
+  auto r = RunCommand(Mpi("absent-views 1"));
+  for (int rank : {0, 2}) {
+    const std::string report = ReportOf(r.output, rank);
+    ExpectContains(report, "code=DEADLINE_EXCEEDED");
+    ExpectContains(report, "mpi group [0, 1, 2], global rank " + std::to_string(rank) + ": all_to_all_views #1");
+    ExpectContains(report, "timed out after 3000 ms");
+  }
+  EXPECT_NE(r.status, 0) << r.output;
   EXPECT_LT(r.seconds, 20) << r.output;
 }
 

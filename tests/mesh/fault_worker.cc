@@ -5,6 +5,8 @@
 //   fault_worker absent V    rank V never calls the second all_reduce (alive, sleeping)
 //   fault_worker nogroup V   rank V never creates the group the others create
 //   fault_worker mismatch V  rank V passes a different size to all_reduce
+//   fault_worker die-views V, absent-views V   the same as die/absent with a large all_to_all_views
+//                            (strided blocks) instead of the second all_reduce
 // Every other rank prints one line
 //   FAULT-REPORT rank=R code=CODE elapsed_ms=T msg=MESSAGE
 // and exits 0. Survivors ignore SIGTERM so that they can report before the launcher's SIGKILL.
@@ -62,8 +64,31 @@ int main(int argc, char** argv) {
   CommPtr comm = world.WorldGroup().value();
   Tensor warm = Tensor::Ones({16}).value();
   if (!comm->AllReduce(warm, ReduceOp::kSum).ok()) return 4;  // all_reduce #0: everyone is up
+  // A [rows, n*cols] f32 piece whose column blocks go to the peers (S(0) -> S(1)): 32 MiB in all.
+  Tensor x, out;  // alive until the report
+  auto views_exchange = [&]() -> WorkPtr {
+    const int64_t n = world.size(), cols = 1024, rows = (8 << 20) / (n * cols);
+    x = Tensor::Ones({rows, n * cols}).value();
+    out = Tensor::Empty({n * rows, cols}).value();
+    std::vector<TensorViews> send, recv;
+    for (int64_t p = 0; p < n; ++p) {
+      send.push_back({x.Narrow(1, p * cols, cols).value()});
+      recv.push_back({out.Narrow(0, p * rows, rows).value()});
+    }
+    return comm->AllToAllViewsAsync(std::move(send), std::move(recv));
+  };
   const auto start = std::chrono::steady_clock::now();
-  if (mode == "die") {
+  if (mode == "die-views") {
+    WorkPtr work = views_exchange();
+    if (me == victim) std::abort();
+    Report(me, work->Wait(), start);
+  } else if (mode == "absent-views") {
+    if (me == victim) {
+      std::this_thread::sleep_for(world.timeout() + std::chrono::seconds(2));
+      return 0;
+    }
+    Report(me, views_exchange()->Wait(), start);
+  } else if (mode == "die") {
     Tensor big = Tensor::Ones({8 << 20}).value();  // 32 MiB
     WorkPtr work = comm->AllReduceAsync(big, ReduceOp::kSum);
     // At once: 32 MiB over loopback can finish within a few tens of milliseconds on a quiet machine.

@@ -74,12 +74,29 @@ TEST(MultiProcess, LargeBuffers) {
   DT_WORLD_OR_SKIP(w);
   CommPtr comm = w->WorldGroup().value();
   for (Kind kind : {Kind::kAllReduce, Kind::kAllGather, Kind::kReduceScatter, Kind::kReduceScatterV, Kind::kAllToAll,
-                    Kind::kAllGatherV, Kind::kAllToAllV}) {
+                    Kind::kAllGatherV, Kind::kAllToAllV, Kind::kAllToAllViews}) {
     for (DType dt : {DType::kF32, DType::kBF16}) {
       absl::Status st = RunCase(*comm, {kind, dt, ReduceOp::kSum, (1 << 18) + 3, 5}, w->device());
       EXPECT_TRUE(st.ok()) << st;
     }
   }
+}
+
+TEST(MultiProcess, AllToAllViewsThroughTheStagedPath) {
+  // The default all_to_all_views (pack, all_to_all_v, unpack; nccl's) on this backend too.
+  DT_WORLD_OR_SKIP(w);
+  CommPtr comm = w->WorldGroup().value();
+  auto* backend = dynamic_cast<internal::BackendCommunicator*>(comm.get());
+  ASSERT_NE(backend, nullptr);
+  backend->set_stage_views(true);
+  for (const CollectiveCase& c : AllCases(w->size(), 17)) {
+    if (c.kind != Kind::kAllToAllViews) continue;
+    absl::Status st = RunCase(*comm, c, w->device());
+    EXPECT_TRUE(st.ok()) << st;
+  }
+  absl::Status large = RunCase(*comm, {Kind::kAllToAllViews, DType::kBF16, ReduceOp::kSum, (1 << 18) + 3, 5}, w->device());
+  EXPECT_TRUE(large.ok()) << large;
+  backend->set_stage_views(false);
 }
 
 TEST(MultiProcess, SubgroupsAndMeshDims) {

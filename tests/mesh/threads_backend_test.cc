@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "mesh/collective.h"
 #include "mesh/world.h"
 #include "rapidcheck/gtest.h"
 #include "tests/mesh/collective_oracle.h"
@@ -243,6 +244,83 @@ TEST(ThreadsFaults, LocalArgumentChecks) {
   EXPECT_TRUE(st.ok()) << st;
 }
 
+TEST(ThreadsFaults, AllToAllViewsFailuresNameTheCollective) {
+  // Counts that disagree fail every rank, naming both; a rank that fails unblocks the others.
+  std::atomic<int> aborted{0};
+  absl::Status st = World::RunThreads(3, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(CommPtr c, w.WorldGroup());
+    Tensor x = Tensor::Ones({4, 6}).value(), out = Tensor::Empty({12, 2}).value();
+    std::vector<TensorViews> send, recv;
+    for (int p = 0; p < 3; ++p) {
+      send.push_back({x.Narrow(1, 2 * p, 2).value()});
+      recv.push_back({out.Narrow(0, 4 * p, w.rank() == 1 && p == 0 ? 3 : 4).value()});
+    }
+    absl::Status s = c->AllToAllViews(send, recv);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("all_to_all_views #0 (f32 views, counts [8, 8, 8], recv_counts ["),
+              absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("global rank 0 sends 8 elements to global rank 1, which expects 6"),
+              absl::string_view::npos) << s;
+    recv[0] = {out.Narrow(0, 0, 4).value()};
+    DT_RETURN_IF_ERROR(c->AllToAllViews(send, recv));  // the group is still usable
+    if (w.rank() == 2) return absl::InternalError("rank 2 gave up");
+    s = c->AllToAllViews(send, recv);
+    EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+    EXPECT_NE(s.message().find("all_to_all_views #2"), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("rank 2 failed: rank 2 gave up"), absl::string_view::npos) << s;
+    aborted += s.code() == absl::StatusCode::kAborted;
+    return s;
+  }, Quick(60'000));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
+  EXPECT_EQ(aborted.load(), 2);
+}
+
+TEST(ThreadsFaults, AllToAllViewsArgumentChecks) {
+  absl::Status st = World::RunThreads(1, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(CommPtr c, w.WorldGroup());
+    Tensor x = Tensor::Ones({4, 4}).value(), out = Tensor::Empty({4, 4}).value();
+    auto message = [&](std::vector<TensorViews> send, std::vector<TensorViews> recv) {
+      absl::Status s = c->AllToAllViews(std::move(send), std::move(recv));
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      return std::string(s.message());
+    };
+    auto has = [](const std::string& text, const std::string& part) {
+      EXPECT_NE(text.find(part), std::string::npos) << text;
+    };
+    has(message({{x}, {x}}, {{out}}), "send has 2 entries, expected one list of views per rank (1)");
+    has(message({{x}}, {{Tensor()}}), "recv[0][0] is undefined");
+    has(message({{x}}, {{out.Narrow(0, 0, 2).value(), Tensor::Empty({8}, DType::kI32).value()}}),
+        "recv[0][1] i32[8] cpu differs in dtype from the first view (f32)");
+    has(message({{x.Transpose(0, 1).value()}}, {{x.Narrow(1, 1, 2).value()}}),
+        "recv[0][0] f32[4, 2] cpu shares bytes with a send view; use separate buffers");
+    has(message({{}}, {{}}), "no views: every rank passes at least one (a zero-size view is fine)");
+    float ro_data[16] = {};
+    Tensor ro(Storage::Wrap(ro_data, sizeof(ro_data), kCPU, nullptr, /*read_only=*/true), {16}, {1}, 0, DType::kF32);
+    has(message({{x}}, {{ro}}), "recv[0][0] f32[16] cpu is read-only");
+    // Strided and zero-size views are fine; the transpose travels in row-major order of the view.
+    Tensor m = Tensor::Arange(0, 16).value().View({4, 4}).value();
+    DT_RETURN_IF_ERROR(c->AllToAllViews({{m.Transpose(0, 1).value(), m.Narrow(0, 0, 0).value()}}, {{out}}));
+    EXPECT_EQ(out.ToVector<float>(), m.Transpose(0, 1).value().ToVector<float>());
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+TEST(ThreadsViews, StagedDefaultPathMatchesTheOracle) {
+  // The default all_to_all_views (pack, all_to_all_v, unpack) that nccl uses, on every dtype.
+  for (int n : {1, 2, 3, 4}) {
+    absl::Status st = World::RunThreads(n, [&](World& w) -> absl::Status {
+      DT_ASSIGN_OR_RETURN(CommPtr comm, w.WorldGroup());
+      dynamic_cast<internal::BackendCommunicator&>(*comm).set_stage_views(true);
+      for (const CollectiveCase& c : AllCases(n, 3)) {
+        if (c.kind == Kind::kAllToAllViews) DT_RETURN_IF_ERROR(RunCase(*comm, c));
+      }
+      return absl::OkStatus();
+    }, Quick());
+    EXPECT_TRUE(st.ok()) << st;
+  }
+}
+
 TEST(ThreadsFaults, RunThreadsRejectsBadCounts) {
   EXPECT_EQ(World::RunThreads(0, [](World&) { return absl::OkStatus(); }).code(), absl::StatusCode::kInvalidArgument);
 }
@@ -252,8 +330,8 @@ TEST(ThreadsFaults, RunThreadsRejectsBadCounts) {
 RC_GTEST_PROP(ThreadsProperties, RandomCollectivesMatchTheOracle, ()) {
   const int n = *rc::gen::inRange(1, 9);
   const auto kind = *rc::gen::element(Kind::kAllReduce, Kind::kAllGather, Kind::kAllGatherV, Kind::kReduceScatter,
-                                      Kind::kReduceScatterV, Kind::kAllToAll, Kind::kAllToAllV, Kind::kBroadcast,
-                                      Kind::kSend);
+                                      Kind::kReduceScatterV, Kind::kAllToAll, Kind::kAllToAllV, Kind::kAllToAllViews,
+                                      Kind::kBroadcast, Kind::kSend);
   const DType dtype = *rc::gen::element(DType::kF32, DType::kF16, DType::kBF16, DType::kI64, DType::kI32, DType::kU8);
   const ReduceOp op = *rc::gen::element(ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProd);
   const int64_t count = *rc::gen::inRange<int64_t>(0, 200);
@@ -263,6 +341,99 @@ RC_GTEST_PROP(ThreadsProperties, RandomCollectivesMatchTheOracle, ()) {
   absl::Status st = World::RunThreads(n, [&](World& w) -> absl::Status {
     DT_ASSIGN_OR_RETURN(CommPtr comm, w.WorldGroup());
     return RunCase(*comm, c);
+  }, Quick());
+  RC_ASSERT(st.ok());
+}
+
+// One view of `numel` elements shaped `shape` with arbitrary strides: a permutation of a padded
+// base tensor, narrowed back to `shape`.
+Tensor StridedView(const std::vector<int64_t>& shape, const std::vector<int64_t>& perm, const std::vector<int64_t>& pad,
+                   DType dtype) {
+  const int nd = static_cast<int>(shape.size());
+  std::vector<int64_t> base_shape(nd), inverse(nd);
+  for (int i = 0; i < nd; ++i) base_shape[i] = shape[perm[i]] + pad[i];
+  for (int i = 0; i < nd; ++i) inverse[perm[i]] = i;
+  Tensor v = Tensor::Zeros(base_shape, dtype).value().Permute(inverse).value();
+  for (int d = 0; d < nd; ++d) v = v.Narrow(d, pad[inverse[d]] / 2, shape[d]).value();
+  return v;
+}
+
+// The value rank `src` sends rank `dst` at stream position i.
+double StreamValue(int src, int dst, int64_t i, DType dtype) {
+  const int64_t v = (src * 7 + dst * 3 + i) % 50;
+  return dtype == DType::kBool ? static_cast<double>(v % 2) : static_cast<double>(v);
+}
+
+RC_GTEST_PROP(ThreadsViews, RandomStridedViewsCarryTheStreamInOrder, ()) {
+  // Every pair's stream is cut into views of different shapes and strides on each side; what the
+  // receiver reads back, view after view in row-major order, must be the sender's stream.
+  const int n = *rc::gen::inRange(1, 5);
+  const DType dtype = *rc::gen::element(DType::kF32, DType::kF16, DType::kBF16, DType::kI64, DType::kI32, DType::kU8,
+                                        DType::kBool);
+  struct Side {
+    std::vector<std::vector<int64_t>> shapes, perms, pads;  // one entry per view
+  };
+  std::vector<std::vector<Side>> send(n, std::vector<Side>(n)), recv(n, std::vector<Side>(n));
+  auto random_view = [&](Side& side, std::vector<int64_t> shape) {
+    std::vector<int64_t> perm(shape.size());
+    for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
+    perm = *rc::gen::just(perm);
+    for (size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[*rc::gen::inRange<size_t>(0, i)]);
+    side.shapes.push_back(shape);
+    side.perms.push_back(perm);
+    side.pads.push_back(*rc::gen::container<std::vector<int64_t>>(shape.size(), rc::gen::inRange<int64_t>(0, 3)));
+  };
+  for (int s = 0; s < n; ++s) {
+    for (int d = 0; d < n; ++d) {
+      // The sender: one 3-d view (or two: a 3-d and a 1-d one); the receiver: the total as a 1-d
+      // strided view and a 2-d one.
+      const auto dims = *rc::gen::container<std::vector<int64_t>>(3, rc::gen::inRange<int64_t>(0, 5));
+      random_view(send[s][d], dims);
+      const int64_t extra = *rc::gen::inRange<int64_t>(0, 6);
+      if (extra > 0) random_view(send[s][d], {extra});
+      const int64_t total = dims[0] * dims[1] * dims[2] + extra;
+      const int64_t rows = *rc::gen::inRange<int64_t>(1, 4);
+      const int64_t head = total % rows + rows * *rc::gen::inRange<int64_t>(0, total / rows + 1);
+      random_view(recv[d][s], {std::min(head, total)});
+      const int64_t rest = total - std::min(head, total);
+      random_view(recv[d][s], {rows, rest / rows});
+      RC_ASSERT(rest % rows == 0);
+    }
+  }
+  absl::Status st = World::RunThreads(n, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(CommPtr comm, w.WorldGroup());
+    const int me = w.rank();
+    std::vector<TensorViews> sv(n), rv(n);
+    for (int p = 0; p < n; ++p) {
+      int64_t at = 0;
+      for (size_t k = 0; k < send[me][p].shapes.size(); ++k) {
+        const Side& side = send[me][p];
+        Tensor v = StridedView(side.shapes[k], side.perms[k], side.pads[k], dtype);
+        std::vector<double> vals(v.numel());
+        for (int64_t i = 0; i < v.numel(); ++i) vals[i] = StreamValue(me, p, at + i, dtype);
+        DT_RETURN_IF_ERROR(v.CopyFrom(Tensor::FromDoubles(v.shape(), vals, dtype).value()));
+        at += v.numel();
+        sv[p].push_back(v);
+      }
+      for (size_t k = 0; k < recv[me][p].shapes.size(); ++k) {
+        const Side& side = recv[me][p];
+        rv[p].push_back(StridedView(side.shapes[k], side.perms[k], side.pads[k], dtype));
+      }
+    }
+    DT_RETURN_IF_ERROR(comm->AllToAllViews(sv, rv));
+    for (int q = 0; q < n; ++q) {
+      int64_t at = 0;
+      for (const Tensor& v : rv[q]) {
+        const std::vector<double> got = v.ToDoubles();
+        for (int64_t i = 0; i < v.numel(); ++i) {
+          if (got[i] != StreamValue(q, me, at + i, dtype)) {
+            return absl::InternalError(absl::StrCat("rank ", me, " from ", q, " at ", at + i, ": got ", got[i]));
+          }
+        }
+        at += v.numel();
+      }
+    }
+    return absl::OkStatus();
   }, Quick());
   RC_ASSERT(st.ok());
 }

@@ -116,7 +116,8 @@ void Sweep(Communicator& comm, const std::string& what, uint64_t seed) {
       for (Kind k : {Kind::kAllReduce, Kind::kReduceScatter, Kind::kReduceScatterV}) {
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) cases.push_back({k, dt, op, count, seed});
       }
-      for (Kind k : {Kind::kAllGather, Kind::kAllGatherV, Kind::kAllToAll, Kind::kAllToAllV, Kind::kSend}) {
+      for (Kind k : {Kind::kAllGather, Kind::kAllGatherV, Kind::kAllToAll, Kind::kAllToAllV, Kind::kAllToAllViews,
+                     Kind::kSend}) {
         cases.push_back({k, dt, ReduceOp::kSum, count, seed});
       }
       cases.push_back({Kind::kBroadcast, dt, ReduceOp::kSum, count, seed, static_cast<int>(seed % comm.size())});
