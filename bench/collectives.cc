@@ -1,5 +1,9 @@
 // bench/collectives: algorithm bandwidth of our all_gather, all_reduce, reduce_scatter and
-// all_to_all per backend, each beside the raw backend call and memcpy, measured in the same run.
+// all_to_all per backend, each beside the raw backend call and memcpy, measured in the same run;
+// and all_to_all_views, the all_to_all of strided blocks a shard-dim change sends (each rank's
+// buffer as [rows, size*1024] floats, column block r to rank r, received as contiguous row blocks;
+// see Note [All-to-all over views] in mesh/collective.h) beside the same raw all_to_all of
+// contiguous blocks.
 //
 //   collectives [--quick] [--backends threads,gloo,mpi] [--ranks 2,4] [--rep-scale K]
 //       every configuration: threads in-process, gloo through dtrun, mpi through mpirun
@@ -52,7 +56,8 @@ namespace dt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-const char* const kOps[] = {"all_gather", "all_reduce", "reduce_scatter", "all_to_all"};
+const char* const kOps[] = {"all_gather", "all_reduce", "reduce_scatter", "all_to_all", "all_to_all_views"};
+constexpr int kNumOps = sizeof(kOps) / sizeof(kOps[0]);
 
 struct Row {
   std::string backend;
@@ -243,6 +248,19 @@ absl::StatusOr<std::vector<Row>> Measure(World& world, Raw& raw, const Options& 
     DT_ASSIGN_OR_RETURN(Tensor b, Tensor::Zeros({count}));
     DT_ASSIGN_OR_RETURN(Tensor small, Tensor::Full({count / n}, 1.0f));
     DT_ASSIGN_OR_RETURN(Tensor small_out, Tensor::Zeros({count / n}));
+    // all_to_all_views: a as [rows, n*cols], column block r for rank r; b as n blocks of [rows, cols].
+    const int64_t cols = 1024, view_rows = count / (n * cols);
+    std::vector<TensorViews> views_send(n), views_recv(n);
+    DT_ASSIGN_OR_RETURN(Tensor a2, a.Narrow(0, 0, view_rows * n * cols));
+    DT_ASSIGN_OR_RETURN(a2, a2.View({view_rows, n * cols}));
+    DT_ASSIGN_OR_RETURN(Tensor b2, b.Narrow(0, 0, view_rows * n * cols));
+    DT_ASSIGN_OR_RETURN(b2, b2.View({n * view_rows, cols}));
+    for (int r = 0; r < n; ++r) {
+      DT_ASSIGN_OR_RETURN(Tensor sv, a2.Narrow(1, r * cols, cols));
+      DT_ASSIGN_OR_RETURN(Tensor rv, b2.Narrow(0, r * view_rows, view_rows));
+      views_send[r] = {sv};
+      views_recv[r] = {rv};
+    }
     float* ra = a.data<float>();
     float* rb = b.data<float>();
     float* rsmall = small.data<float>();
@@ -253,6 +271,7 @@ absl::StatusOr<std::vector<Row>> Measure(World& world, Raw& raw, const Options& 
         if (name == "all_reduce") return comm->AllReduce(a, ReduceOp::kSum);
         if (name == "all_gather") return comm->AllGather(small, b);
         if (name == "reduce_scatter") return comm->ReduceScatter(a, small_out, ReduceOp::kSum);
+        if (name == "all_to_all_views") return comm->AllToAllViews(views_send, views_recv);
         return comm->AllToAll(a, b);
       };
       auto theirs = [&] {
@@ -460,7 +479,7 @@ int Driver(const Options& opt) {
   for (const Latency& l : lats) {
     std::printf("%-8s %2d  %8.1f us / %8.1f us\n", l.backend.c_str(), l.n, l.verify_us, l.plain_us);
   }
-  const int expected = static_cast<int>(opt.backends.size() * opt.ranks.size()) * 4 * 3;
+  const int expected = static_cast<int>(opt.backends.size() * opt.ranks.size()) * kNumOps * 3;
   if (static_cast<int>(rows.size()) != expected) {
     std::printf("RESULT configurations_measured %zu %d FAIL\n", rows.size(), expected);
   }

@@ -12,9 +12,10 @@
 //    repetitions. threads runs in this process; gloo and mpi re-launch this program as workers
 //    under dtrun (next to this binary) and mpirun.
 //    P->R uses the rvalue form (std::move(x).Redistribute), which reduces in place like the raw
-//    all_reduce; the copying lvalue form is shown too. S(0)->S(1) must transpose blocks in memory
-//    (one pack pass; PyTorch does the same with movedim+contiguous), which the raw all_to_all of a
-//    contiguous buffer does not.
+//    all_reduce; the copying lvalue form is shown too. S(0)->S(1) sends every peer a strided block
+//    (x[:, cols(g)]) through one all_to_all_views (Note [Shard to shard in one pass]); its raw
+//    baseline stays the all_to_all of contiguous blocks of the same bytes, which transposes
+//    nothing (PyTorch packs with movedim+contiguous first).
 //    Freed buffers are kept by malloc (mallopt M_MMAP_MAX 0, M_TRIM_THRESHOLD) in this program, as
 //    a caching allocator would, so that both columns pay for data movement, not for page faults.
 //
@@ -379,7 +380,7 @@ int Main(int argc, char** argv) {
     }
   }
   std::printf("(GB/s: global tensor bytes / time; raw: the same collective on preallocated buffers;\n"
-              " S(0)->S(1) includes the block transpose the raw all_to_all of a contiguous buffer skips)\n");
+              " S(0)->S(1) sends strided blocks, its raw all_to_all contiguous ones)\n");
   for (const std::string& s : skipped) std::printf("skipped: %s\n", s.c_str());
   const std::pair<const char*, const char*> metrics[] = {
       {"S(0)->R", "s0_to_r"}, {"P->R", "p_to_r"}, {"P->S(0)", "p_to_s0"}, {"S(0)->S(1)", "s0_to_s1"}};

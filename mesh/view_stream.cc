@@ -16,19 +16,23 @@ namespace dt::internal {
 namespace {
 
 // Note [Copying between views]
-// The copies here go from one strided view to another, run by run. Measured on the 2-vCPU VM
-// (tmp microbenchmark: 2 and 4 threads each gathering [rows, cols/k] blocks of 8-16 KiB-stride
-// rows from every thread's buffer, against one memcpy of the same bytes from a contiguous block —
-// what the threads backend's all_to_all does):
-//   memcpy per row                         0.75-0.86x the contiguous memcpy
-//   128-byte moves, next row prefetched     0.77-0.91x
-//   the same with streaming stores          1.01-1.32x
-// glibc's memcpy of a multi-MiB block stays below its non-temporal threshold here (a third of
-// the L3 per thread), so each destination line is read before it is written; a row-sized memcpy
-// also pays its rep-movsb start-up and the hardware prefetcher stops at every row (a new page).
-// So a large copy (kStreamBytes or more in all) uses streaming stores for runs that are
-// contiguous on both sides and prefetches the source's next row; small copies keep memcpy (their
-// destination stays in cache for whoever reads it next).
+// The copies go run by run (a row of the coalesced view). For a shard-dim change the source runs
+// are rows of a few KiB at a stride of several rows, the destination one contiguous block; the
+// raw all_to_all it is measured against copies each block with one memcpy. Measured on the
+// 2-vCPU VM (2 and 4 threads each gathering [rows, 2-8 KiB] blocks from every thread's buffer;
+// ratio = contiguous memcpy time / ours, median of interleaved repetitions):
+//   memcpy per row                                       0.75-0.86
+//   128-byte moves, source rows prefetched ahead         0.77-0.91
+//   the same with streaming (non-temporal) stores        0.90-1.3
+// A multi-MiB memcpy stays below glibc's non-temporal threshold here, so each destination line
+// is read before it is written; a row-sized memcpy also pays its rep-movsb start-up, and the
+// hardware prefetcher stops at every row (a new page). So:
+//   - Copy and Unpack of kStreamBytes or more use streaming stores for runs contiguous on both
+//     sides (threads S(0)->S(1) at 16 MiB on 4 ranks: 0.78-1.15x raw; with a 2 MiB threshold,
+//     which leaves its 1 MiB blocks to memcpy, 0.44-0.56x); smaller copies keep their
+//     destination in cache for whoever reads it next;
+//   - source rows are prefetched about kPrefetchBytes ahead (1-4 rows here; 4-32 KiB measured
+//     alike); Pack prefetches too but never streams: gloo sends the chunk it packs right away.
 constexpr int64_t kStreamBytes = int64_t{1} << 20;
 constexpr int64_t kPrefetchBytes = 8 << 10;
 constexpr int64_t kLine = 64;
@@ -77,6 +81,17 @@ void StreamCopy(char* dst, const char* src, int64_t n, const char* next) {
 #endif
 }
 
+// n contiguous bytes in 128-byte moves (no rep-movsb start-up per row), prefetching `next` too.
+void PrefetchCopy(char* dst, const char* src, int64_t n, const char* next) {
+  int64_t i = 0;
+  for (; i + 2 * kLine <= n; i += 2 * kLine) {
+    __builtin_prefetch(next + i);
+    __builtin_prefetch(next + i + kLine);
+    std::memcpy(dst + i, src + i, 2 * kLine);
+  }
+  std::memcpy(dst + i, src + i, static_cast<size_t>(n - i));
+}
+
 void StreamFence() {
 #if defined(__SSE2__)
   _mm_sfence();
@@ -96,6 +111,8 @@ void CopyRun(char* dst, int64_t ds, const char* src, int64_t ss, int64_t n, int6
   if ((ds == 1 && ss == 1) || n == 1) {
     if (stream && n * esz >= 2 * kLine) {
       StreamCopy(dst, src, n * esz, next);
+    } else if (next != nullptr) {
+      PrefetchCopy(dst, src, n * esz, next);
     } else {
       std::memcpy(dst, src, static_cast<size_t>(n * esz));
     }
@@ -211,7 +228,7 @@ void ViewStream::Pack(int64_t begin, int64_t n, void* out) const {
   Cursor c(*this, begin);
   while (n > 0) {
     const int64_t k = std::min(n, c.left);
-    CopyRun(o, 1, c.ptr, c.stride, k, esz_);
+    CopyRun(o, 1, c.ptr, c.stride, k, esz_, /*stream=*/false, c.RowAhead());
     o += k * esz_;
     n -= k;
     c.Advance(k);
@@ -244,7 +261,7 @@ void ViewStream::Copy(const ViewStream& dst, const ViewStream& src) {
   Cursor d(dst, 0), s(src, 0);
   while (n > 0) {
     const int64_t k = std::min({n, d.left, s.left});
-    CopyRun(d.ptr, d.stride, s.ptr, s.stride, k, dst.esz_, stream, stream ? s.RowAhead() : nullptr);
+    CopyRun(d.ptr, d.stride, s.ptr, s.stride, k, dst.esz_, stream, s.RowAhead());
     n -= k;
     d.Advance(k);
     s.Advance(k);
