@@ -9,8 +9,9 @@
 //   reduce_scatter  reduce_scatter(_v) of the group tensor, packed rank-   none for such S(d)
 //                   major by the pieces' ranges
 //   all_reduce      all_reduce of a copy (in place when the input is ours) one (the copy)
-//   all_to_all      one all_to_all(_v): the block for peer g is my piece   a pack or an unpack
-//                   intersected with g's new piece                         unless slabs line up
+//   all_to_all      one all_to_all_views: the block for peer g is my piece none: strided views of
+//                   intersected with g's new piece                         both local tensors (Note
+//                                                                          [Shard to shard in one pass])
 //   local           R -> S view/slice, R -> _S gather of rows, R -> P      as needed
 //
 // Uneven pieces use the V collectives with exact counts rather than padding, so no byte moves that
