@@ -372,6 +372,7 @@ class GlooComm final : public BackendCommunicator {
   void RingReduceScatter(const std::shared_ptr<gloo::Context>& ctx, const Collective& c,
                          const std::vector<int64_t>& counts) {
     constexpr int64_t kRingSegment = 1 << 20;
+    const auto deadline = Clock::now() + timeout();
     const int n = size(), r = rank();
     const int64_t esz = DTypeSize(c.dtype());
     const std::vector<int64_t> off = Offsets(counts);
@@ -412,15 +413,46 @@ class GlooComm final : public BackendCommunicator {
         sends.back()->send(right, step_slot + j);
       }
       for (int64_t j = 0; j < recv_segs; ++j) {
-        if (!recvs[j]->waitRecv(timeout())) throw gloo::IoException("ring receive aborted");
+        WaitTransfer(*recvs[j], /*send=*/false, left, deadline, "ring receive");
         const int64_t o = j * seg, len = std::min(seg, recv_bytes - o);
         ReduceInto(dst + o, in + off[rb] * esz + o, len / esz, c.dtype(), c.op);
       }
       for (auto& b : sends) {
-        if (!b->waitSend(timeout())) throw gloo::IoException("ring send aborted");
+        WaitTransfer(*b, /*send=*/true, right, deadline, "ring send");
       }
     }
     if (c.op == ReduceOp::kAvg) DivideInPlace(out, counts[r], c.dtype(), n);
+  }
+
+  // Waits for one unbound-buffer transfer with group member `peer` until `deadline`, in slices of
+  // kPeerCheck: between slices the peer is probed, and a peer whose process is gone ends the wait
+  // now rather than at the timeout. gloo 0.5 signals a pending unbound-buffer transfer when its
+  // pair breaks while the transfer waits, but not when the pair broke before the transfer was
+  // posted (a peer that died just before the collective): without the probe that is a timeout.
+  // Bound-buffer collectives (gloo's own algorithms) do not need this. A peer that answers, even
+  // as failing (a process-wide mark), is waited for: its closing sockets end the wait.
+  void WaitTransfer(gloo::transport::UnboundBuffer& buf, bool send, int peer, Clock::time_point deadline,
+                    const char* what) {
+    constexpr std::chrono::milliseconds kPeerCheck{250};
+    while (true) {
+      const auto now = Clock::now();
+      const auto slice = std::max(std::chrono::milliseconds(1),
+                                  std::min(kPeerCheck, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now)));
+      try {
+        if (!(send ? buf.waitSend(slice) : buf.waitRecv(slice))) throw gloo::IoException(absl::StrCat(what, " aborted"));
+        return;
+      } catch (const gloo::IoException& e) {
+        // gloo reports an elapsed wait only as this exception; anything else is a real error.
+        if (!absl::StrContains(e.what(), "Timed out waiting")) throw;
+      }
+      if (Clock::now() >= deadline) throw gloo::IoException(absl::StrCat(what, ": timed out waiting for the peer"));
+      const std::string& endpoint = probe_endpoints_[peer];
+      if (endpoint.empty()) continue;
+      PeerProbes probe({endpoint});
+      if (probe.Wait(std::min(deadline, Clock::now() + kPeerCheck))[0] == PeerState::kGone) {
+        throw gloo::IoException(absl::StrCat(what, ": global rank ", global_ranks()[peer], " is gone"));
+      }
+    }
   }
 
   // all_to_all_views: each peer's stream travels in chunks of kViewsChunk bytes, one unbound buffer
@@ -434,10 +466,6 @@ class GlooComm final : public BackendCommunicator {
     const int64_t esz = DTypeSize(c.dtype());
     const int64_t chunk = std::max<int64_t>(1, kViewsChunk / esz);
     const auto deadline = Clock::now() + timeout();
-    auto left = [&] {
-      return std::max(std::chrono::milliseconds(1),
-                      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-    };
     std::vector<ViewStream> sends(n), recvs(n);
     int64_t send_stage = 0, recv_stage = 0, rounds = 0;
     for (int p = 0; p < n; ++p) {
@@ -499,11 +527,11 @@ class GlooComm final : public BackendCommunicator {
     }
     ViewStream::Copy(ViewStream(c.recv_views[me]), ViewStream(c.send_views[me]));
     for (Transfer& t : in) {
-      if (!t.buf->waitRecv(left())) throw gloo::IoException("all_to_all_views receive aborted");
+      WaitTransfer(*t.buf, /*send=*/false, t.peer, deadline, "all_to_all_views receive");
       if (t.staged != nullptr) recvs[t.peer].Unpack(t.begin, t.len, t.staged);
     }
     for (Transfer& t : out) {
-      if (!t.buf->waitSend(left())) throw gloo::IoException("all_to_all_views send aborted");
+      WaitTransfer(*t.buf, /*send=*/true, t.peer, deadline, "all_to_all_views send");
     }
   }
 
@@ -533,8 +561,7 @@ class GlooComm final : public BackendCommunicator {
     // The work keeps the context and the buffer alive until it is waited on.
     return std::make_shared<DeferredWork>([this, c, buf, ctx = *ctx, send]() -> absl::Status {
       try {
-        const bool ok = send ? buf->waitSend(timeout()) : buf->waitRecv(timeout());
-        if (!ok) return Fail(c, "aborted");
+        WaitTransfer(*buf, send, c.peer, Clock::now() + timeout(), send ? "send" : "recv");
         return absl::OkStatus();
       } catch (const std::exception& e) {
         return Fail(c, e.what());
