@@ -23,6 +23,8 @@
 //   memcpy       every rank copies S bytes at once (the memory-bandwidth ceiling)
 // Ends with one line per (backend, ranks, op, size >= 16 MiB):
 //   RESULT <op>_<backend>_<n>r_<S>MiB_overhead <ours/raw> 1.05 PASS|FAIL
+// all_to_all_views has no raw call of its own (no backend sends strided blocks without packing),
+// so its rows are shown but carry no RESULT: its target is bench_redistribute's S(0)->S(1) line.
 
 #include <mpi.h>
 #include <unistd.h>
@@ -467,11 +469,11 @@ int Driver(const Options& opt) {
   }
   std::printf("times: median over repetitions of the slowest rank; ratio: median of ours/raw per repetition;\n"
               "algbw in GB/s (1e9 B/s) from the median times\n");
-  std::printf("%-8s %2s %-15s %5s %10s %10s %7s %10s %10s %11s\n", "backend", "n", "op", "MiB", "ours ms",
+  std::printf("%-8s %2s %-16s %5s %10s %10s %7s %10s %10s %11s\n", "backend", "n", "op", "MiB", "ours ms",
               "raw ms", "ratio", "ours GB/s", "raw GB/s", "memcpy GB/s");
   for (const Row& r : rows) {
     const double bytes = r.mib * 1048576.0;
-    std::printf("%-8s %2d %-15s %5d %10.3f %10.3f %7.3f %10.2f %10.2f %11.2f\n", r.backend.c_str(), r.n,
+    std::printf("%-8s %2d %-16s %5d %10.3f %10.3f %7.3f %10.2f %10.2f %11.2f\n", r.backend.c_str(), r.n,
                 r.op.c_str(), r.mib, r.ours_ms, r.raw_ms, r.ratio, bytes / r.ours_ms / 1e6, bytes / r.raw_ms / 1e6,
                 bytes / r.memcpy_ms / 1e6);
   }
@@ -484,7 +486,7 @@ int Driver(const Options& opt) {
     std::printf("RESULT configurations_measured %zu %d FAIL\n", rows.size(), expected);
   }
   for (const Row& r : rows) {
-    if (r.mib < 16) continue;
+    if (r.mib < 16 || r.op == "all_to_all_views") continue;
     const double ratio = r.ratio;
     std::printf("RESULT %s_%s_%dr_%dMiB_overhead %.3f 1.05 %s\n", r.op.c_str(), r.backend.c_str(), r.n, r.mib, ratio,
                 ratio <= 1.05 ? "PASS" : "FAIL");
