@@ -22,8 +22,11 @@
 // node_rank + 1.
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -55,6 +58,22 @@ int SlurmTasksOnNode(absl::string_view tasks_per_node, int node, int fallback);
 // contains `my_rank`.
 absl::Status CheckGroupRanks(absl::Span<const int> ranks, int world_size, int my_rank,
                              absl::string_view backend);
+
+// A world's communicators by member list, for World::Group: Get() checks the ranks, returns the
+// cached communicator, or makes one with `make` under the lock (so a group is made once, in the
+// order the callers asked; a failure caches nothing). Clear() drops them (before the world's
+// transport goes away).
+class GroupCache {
+ public:
+  using MakeFn = std::function<absl::StatusOr<CommPtr>(const std::vector<int>& ranks)>;
+  absl::StatusOr<CommPtr> Get(absl::Span<const int> ranks, int world_size, int my_rank, absl::string_view backend,
+                              const MakeFn& make);
+  void Clear();
+
+ private:
+  std::mutex mu_;
+  std::map<std::vector<int>, CommPtr> groups_;
+};
 
 // Backends. Each returns a World whose options() hold the resolved backend and timeout.
 absl::Status RunThreadsJob(int n, const std::function<absl::Status(World&)>& fn,

@@ -534,14 +534,7 @@ class MpiWorld final : public World {
   Device device() const override { return kCPU; }
 
   absl::StatusOr<CommPtr> Group(absl::Span<const int> ranks) override {
-    DT_RETURN_IF_ERROR(CheckGroupRanks(ranks, size_, rank_, "mpi"));
-    std::vector<int> key(ranks.begin(), ranks.end());
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = groups_.find(key);
-    if (it != groups_.end()) return it->second;
-    DT_ASSIGN_OR_RETURN(CommPtr comm, Create(key));
-    groups_[key] = comm;
-    return comm;
+    return groups_.Get(ranks, size_, rank_, "mpi", [this](const std::vector<int>& key) { return Create(key); });
   }
 
  private:
@@ -588,8 +581,7 @@ class MpiWorld final : public World {
   }
 
   const int rank_, size_, local_rank_, local_size_, node_rank_, num_nodes_;
-  std::mutex mu_;
-  std::map<std::vector<int>, CommPtr> groups_;
+  GroupCache groups_;
 };
 
 }  // namespace

@@ -320,8 +320,7 @@ class NcclWorld final : public World {
     options_ = options;
   }
   ~NcclWorld() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    groups_.clear();
+    groups_.Clear();
     rv_.store.reset();
   }
   int rank() const override { return info_.rank; }
@@ -334,14 +333,7 @@ class NcclWorld final : public World {
   Device device() const override { return Device::CUDA(info_.local_rank); }
 
   absl::StatusOr<CommPtr> Group(absl::Span<const int> ranks) override {
-    DT_RETURN_IF_ERROR(CheckGroupRanks(ranks, size(), rank(), "nccl"));
-    std::vector<int> key(ranks.begin(), ranks.end());
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = groups_.find(key);
-    if (it != groups_.end()) return it->second;
-    DT_ASSIGN_OR_RETURN(CommPtr comm, Create(key));
-    groups_[key] = comm;
-    return comm;
+    return groups_.Get(ranks, size(), rank(), "nccl", [this](const std::vector<int>& key) { return Create(key); });
   }
 
  private:
@@ -394,8 +386,7 @@ class NcclWorld final : public World {
 
   LaunchInfo info_;
   Rendezvous rv_;
-  std::mutex mu_;
-  std::map<std::vector<int>, CommPtr> groups_;
+  GroupCache groups_;
 };
 
 }  // namespace

@@ -399,22 +399,16 @@ class ThreadsWorld final : public World {
   Device device() const override { return kCPU; }
 
   absl::StatusOr<CommPtr> Group(absl::Span<const int> ranks) override {
-    DT_RETURN_IF_ERROR(CheckGroupRanks(ranks, size(), rank_, "threads"));
-    std::vector<int> key(ranks.begin(), ranks.end());
-    std::lock_guard<std::mutex> lock(mu_);
-    CommPtr& comm = groups_[key];
-    if (!comm) {
+    return groups_.Get(ranks, size(), rank_, "threads", [this](const std::vector<int>& key) -> absl::StatusOr<CommPtr> {
       const int me = static_cast<int>(std::find(key.begin(), key.end(), rank_) - key.begin());
-      comm = std::make_shared<ThreadsComm>(job_, job_->HubFor(key), key, me, options_.timeout);
-    }
-    return comm;
+      return CommPtr(std::make_shared<ThreadsComm>(job_, job_->HubFor(key), key, me, options_.timeout));
+    });
   }
 
  private:
   std::shared_ptr<Job> job_;
   const int rank_;
-  std::mutex mu_;
-  std::map<std::vector<int>, CommPtr> groups_;
+  GroupCache groups_;
 };
 
 }  // namespace

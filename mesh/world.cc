@@ -136,5 +136,22 @@ absl::Status CheckGroupRanks(absl::Span<const int> ranks, int world_size, int my
   return absl::OkStatus();
 }
 
+absl::StatusOr<CommPtr> GroupCache::Get(absl::Span<const int> ranks, int world_size, int my_rank,
+                                        absl::string_view backend, const MakeFn& make) {
+  DT_RETURN_IF_ERROR(CheckGroupRanks(ranks, world_size, my_rank, backend));
+  std::vector<int> key(ranks.begin(), ranks.end());
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = groups_.find(key);
+  if (it != groups_.end()) return it->second;
+  DT_ASSIGN_OR_RETURN(CommPtr comm, make(key));
+  groups_.emplace(std::move(key), comm);
+  return comm;
+}
+
+void GroupCache::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  groups_.clear();
+}
+
 }  // namespace internal
 }  // namespace dt

@@ -127,8 +127,10 @@ int main(int argc, char** argv) {
   // After a timeout a communicator may hold threads that MPI or gloo never release (and MPI must
   // not be finalised): leave at once. A healthy world shuts down normally.
   // Linger while the others diagnose: rank 0 hosts the gloo store, and a rank that leaves without
-  // saying goodbye to the store would be reported as dead too.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // saying goodbye to the store would be reported as dead too — also by a survivor that learns of
+  // the failure only at its timeout (see Note [Gloo backend]), hence the timeout plus its diagnosis.
+  std::this_thread::sleep_for(mode == "mismatch" ? std::chrono::milliseconds(1500)
+                                                 : world.timeout() + std::chrono::milliseconds(1500));
   if (mode != "mismatch") std::_Exit(0);
   return 0;
 }
