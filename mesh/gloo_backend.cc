@@ -99,10 +99,8 @@ std::string RankList(const std::vector<int>& r) { return absl::StrCat("[", absl:
 
 // The same element-wise reduction for every gloo path: c = a op b.
 gloo::AllreduceOptions::Func ReduceFunc(DType dtype, ReduceOp op) {
-  // One pass over the data (gloo calls c = a op b with c == a, c == b or all distinct); the ops are
-  // commutative, so c == b reduces a into it.
+  // gloo calls c = a op b with c == a, c == b or all distinct; Reduce3 handles each in one pass.
   return [dtype, op](void* c, const void* a, const void* b, size_t n) {
-    if (c == b) std::swap(a, b);
     Reduce3(c, a, b, static_cast<int64_t>(n), dtype, op);
   };
 }

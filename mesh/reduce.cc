@@ -1,6 +1,7 @@
 #include "mesh/reduce.h"
 
 #include <type_traits>
+#include <utility>
 
 namespace dt::internal {
 namespace {
@@ -21,17 +22,28 @@ inline T Apply(T a, T b, ReduceOp op) {
   return a;
 }
 
-// One loop per op so the compiler vectorises the common (f32 sum) case. out may alias a (in place)
-// but not b, except when all three are the same buffer's identical prefix (never in practice).
+// One loop per op so the compiler vectorises the common (f32 sum) case. out may be a (in place)
+// but may not overlap b. The in-place case has a loop of its own, with every pointer restrict: a
+// loop where out and a may alias gets a run-time overlap check, which out == a fails.
 template <typename T, ReduceOp kOp>
-void Loop(T* out, const T* a, const T* __restrict b, int64_t n) {
+void Loop(T* __restrict out, const T* __restrict a, const T* __restrict b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = Apply<T>(a[i], b[i], kOp);
+}
+template <typename T, ReduceOp kOp>
+void InPlaceLoop(T* __restrict acc, const T* __restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] = Apply<T>(acc[i], b[i], kOp);
 }
 
 template <typename H, ReduceOp kOp>
-void HalfLoop(H* out, const H* a, const H* __restrict b, int64_t n) {
+void HalfLoop(H* __restrict out, const H* __restrict a, const H* __restrict b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     out[i] = H(Apply<float>(static_cast<float>(a[i]), static_cast<float>(b[i]), kOp));
+  }
+}
+template <typename H, ReduceOp kOp>
+void HalfInPlaceLoop(H* __restrict acc, const H* __restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    acc[i] = H(Apply<float>(static_cast<float>(acc[i]), static_cast<float>(b[i]), kOp));
   }
 }
 
@@ -39,10 +51,14 @@ template <typename T>
 void Dispatch(void* out, const void* a, const void* b, int64_t n, ReduceOp op) {
   auto run = [&](auto op_tag) {
     constexpr ReduceOp kOp = decltype(op_tag)::value;
+    T* o = static_cast<T*>(out);
+    const T* x = static_cast<const T*>(a);
+    const T* y = static_cast<const T*>(b);
+    if (o == y) std::swap(x, y);  // the ops commute
     if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
-      HalfLoop<T, kOp>(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
+      o == x ? HalfInPlaceLoop<T, kOp>(o, y, n) : HalfLoop<T, kOp>(o, x, y, n);
     } else {
-      Loop<T, kOp>(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
+      o == x ? InPlaceLoop<T, kOp>(o, y, n) : Loop<T, kOp>(o, x, y, n);
     }
   };
   switch (op) {
