@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/quick_flag.h"
 #include "absl/strings/str_format.h"
 #include "core/tensor.h"
 #include "ops/local/kernels.h"
@@ -181,15 +182,9 @@ double RmsNormRatio(int64_t rows, int64_t h, int iters, int reps) {
 }
 
 int Main(int argc, char** argv) {
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) {
-      quick = true;
-    } else {
-      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
-      return 2;
-    }
-  }
+  const std::optional<bool> flag = dt::bench::ParseQuickFlag(argc, argv);
+  if (!flag.has_value()) return 2;
+  const bool quick = *flag;
   if (!CudaAvailable()) {
     std::printf("no CUDA device: nothing measured\n");
     return 0;

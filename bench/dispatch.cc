@@ -21,6 +21,7 @@
 #include <functional>
 #include <vector>
 
+#include "bench/quick_flag.h"
 #include "core/status.h"
 #include "dtensor/dtensor.h"
 #include "ops/dtensor_ops.h"
@@ -129,14 +130,8 @@ int Main(bool quick) {
 }  // namespace dt
 
 int main(int argc, char** argv) {
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) {
-      quick = true;
-    } else {
-      std::fprintf(stderr, "usage: bench_dispatch [--quick]\n");
-      return 2;
-    }
-  }
+  const std::optional<bool> flag = dt::bench::ParseQuickFlag(argc, argv);
+  if (!flag.has_value()) return 2;
+  const bool quick = *flag;
   return dt::Main(quick);
 }

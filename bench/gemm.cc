@@ -22,6 +22,7 @@
 #include <Eigen/Core>
 #include <tbb/task_arena.h>
 
+#include "bench/quick_flag.h"
 #include "core/tensor.h"
 #include "ops/local/ops.h"
 
@@ -149,15 +150,9 @@ const char* Verdict(double value, double target) { return value >= target ? "PAS
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) {
-      quick = true;
-    } else {
-      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
-      return 2;
-    }
-  }
+  const std::optional<bool> flag = dt::bench::ParseQuickFlag(argc, argv);
+  if (!flag.has_value()) return 2;
+  const bool quick = *flag;
   const Reps reps = quick ? Reps{3, 0.3} : Reps{10, 2.0};
   std::printf("bench_gemm%s: ours on %d threads (oneTBB), eigen on 1 thread", quick ? " --quick" : "",
               tbb::this_task_arena::max_concurrency());
