@@ -59,16 +59,30 @@ int SlurmTasksOnNode(absl::string_view tasks_per_node, int node, int fallback);
 absl::Status CheckGroupRanks(absl::Span<const int> ranks, int world_size, int my_rank,
                              absl::string_view backend);
 
-// A world's communicators by member list, for World::Group: Get() checks the ranks, returns the
-// cached communicator, or makes one with `make` under the lock (so a group is made once, in the
-// order the callers asked; a failure caches nothing). Clear() drops them (before the world's
-// transport goes away).
-class GroupCache {
+// What every backend's World shares: the ranks as the launcher gave them, and Group(), which checks
+// the ranks and returns the communicator made earlier for the same member list, or has MakeGroup()
+// make it under the lock (so a group is made once, in the order the callers asked; a failure
+// caches nothing). ClearGroups() drops them, for destructors that must do so before the world's
+// transport goes away.
+class BackendWorld : public World {
  public:
-  using MakeFn = std::function<absl::StatusOr<CommPtr>(const std::vector<int>& ranks)>;
-  absl::StatusOr<CommPtr> Get(absl::Span<const int> ranks, int world_size, int my_rank, absl::string_view backend,
-                              const MakeFn& make);
-  void Clear();
+  BackendWorld(const LaunchInfo& info, const WorldOptions& options) : info_(info) { options_ = options; }
+  int rank() const final { return info_.rank; }
+  int size() const final { return info_.world_size; }
+  int local_rank() const final { return info_.local_rank; }
+  int local_size() const final { return info_.local_size; }
+  int node_rank() const final { return info_.node_rank; }
+  int num_nodes() const final { return info_.num_nodes; }
+  absl::StatusOr<CommPtr> Group(absl::Span<const int> ranks) final;
+
+ protected:
+  // A communicator over `ranks` (checked, this rank among them), called under the groups' lock.
+  virtual absl::StatusOr<CommPtr> MakeGroup(const std::vector<int>& ranks) = 0;
+  void ClearGroups();
+  // This rank's index in `ranks`.
+  int IndexIn(const std::vector<int>& ranks) const;
+
+  const LaunchInfo info_;
 
  private:
   std::mutex mu_;

@@ -566,42 +566,30 @@ class GlooComm final : public BackendCommunicator {
   WorkQueue queue_;  // last: its worker stops before the members above go away
 };
 
-class GlooWorld final : public World {
+class GlooWorld final : public BackendWorld {
  public:
   GlooWorld(const LaunchInfo& info, const WorldOptions& options, std::unique_ptr<TcpStoreServer> server,
             std::shared_ptr<TcpStore> store, std::shared_ptr<gloo::transport::Device> device,
             std::shared_ptr<ProbeListener> probe)
-      : info_(info),
+      : BackendWorld(info, options),
         server_(std::move(server)),
         store_(std::move(store)),
         device_(std::move(device)),
-        probe_(std::move(probe)) {
-    options_ = options;
-  }
+        probe_(std::move(probe)) {}
   ~GlooWorld() override {
-    groups_.Clear();
+    ClearGroups();
     store_.reset();  // Bye before our own server (rank 0) lingers for the others
   }
 
-  int rank() const override { return info_.rank; }
-  int size() const override { return info_.world_size; }
-  int local_rank() const override { return info_.local_rank; }
-  int local_size() const override { return info_.local_size; }
-  int node_rank() const override { return info_.node_rank; }
-  int num_nodes() const override { return info_.num_nodes; }
   absl::string_view backend() const override { return "gloo"; }
   Device device() const override { return kCPU; }
-
-  absl::StatusOr<CommPtr> Group(absl::Span<const int> ranks) override {
-    return groups_.Get(ranks, size(), rank(), "gloo", [this](const std::vector<int>& key) { return Connect(key); });
-  }
 
   TcpStore& store() { return *store_; }
 
  private:
-  absl::StatusOr<CommPtr> Connect(const std::vector<int>& ranks) {
+  absl::StatusOr<CommPtr> MakeGroup(const std::vector<int>& ranks) override {
     const std::string gid = GroupKey(ranks);
-    const int me = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank()) - ranks.begin());
+    const int me = IndexIn(ranks);
     const std::string what = absl::StrCat("gloo group ", RankList(ranks), ", global rank ", rank(), ": creating the group");
     // Join first, so that a member that never comes is named.
     DT_RETURN_IF_ERROR(JoinGroup(*store_, gid, ranks, me, timeout(), what));
@@ -644,13 +632,11 @@ class GlooWorld final : public World {
     return out;
   }
 
-  LaunchInfo info_;
   std::unique_ptr<TcpStoreServer> server_;  // rank 0 only; outlives store_
   std::shared_ptr<TcpStore> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<ProbeListener> probe_;  // answers the peers' probes; shared with the communicators
-  GroupCache groups_;
-  std::map<int, std::string> probe_endpoints_;  // by global rank; Connect runs under groups_' lock
+  std::map<int, std::string> probe_endpoints_;  // by global rank; MakeGroup runs under the groups' lock
 };
 
 }  // namespace

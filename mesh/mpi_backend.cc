@@ -512,35 +512,17 @@ absl::Status MpiWork::Wait() {
   return job_->status;
 }
 
-class MpiWorld final : public World {
+class MpiWorld final : public BackendWorld {
  public:
-  MpiWorld(int rank, int size, int local_rank, int local_size, int node_rank, int num_nodes,
-           const WorldOptions& options)
-      : rank_(rank),
-        size_(size),
-        local_rank_(local_rank),
-        local_size_(local_size),
-        node_rank_(node_rank),
-        num_nodes_(num_nodes) {
-    options_ = options;
-  }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  int local_rank() const override { return local_rank_; }
-  int local_size() const override { return local_size_; }
-  int node_rank() const override { return node_rank_; }
-  int num_nodes() const override { return num_nodes_; }
+  MpiWorld(const LaunchInfo& info, const WorldOptions& options) : BackendWorld(info, options) {}
   absl::string_view backend() const override { return "mpi"; }
   Device device() const override { return kCPU; }
 
-  absl::StatusOr<CommPtr> Group(absl::Span<const int> ranks) override {
-    return groups_.Get(ranks, size_, rank_, "mpi", [this](const std::vector<int>& key) { return Create(key); });
-  }
 
  private:
   // MPI_Comm_create_group on a helper thread, bounded by the timeout (see Note [MPI timeouts]).
-  absl::StatusOr<CommPtr> Create(const std::vector<int>& ranks) {
-    const int me = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin());
+  absl::StatusOr<CommPtr> MakeGroup(const std::vector<int>& ranks) override {
+    const int me = IndexIn(ranks);
     uint32_t h = 2166136261u;
     for (int r : ranks) h = (h ^ static_cast<uint32_t>(r)) * 16777619u;
     const int tag = static_cast<int>(h % 32000u);
@@ -580,8 +562,6 @@ class MpiWorld final : public World {
     return CommPtr(std::move(comm));
   }
 
-  const int rank_, size_, local_rank_, local_size_, node_rank_, num_nodes_;
-  GroupCache groups_;
 };
 
 }  // namespace
@@ -637,8 +617,14 @@ absl::StatusOr<std::shared_ptr<World>> MakeMpiWorld(const LaunchInfo& info, cons
     MPI_Bcast(node_info, 2, MPI_INT, 0, node);
     MPI_Comm_free(&node);
   }
-  return std::shared_ptr<World>(
-      std::make_shared<MpiWorld>(rank, size, local_rank, local_size, node_info[0], node_info[1], options));
+  LaunchInfo seen = info;  // as MPI sees it
+  seen.rank = rank;
+  seen.world_size = size;
+  seen.local_rank = local_rank;
+  seen.local_size = local_size;
+  seen.node_rank = node_info[0];
+  seen.num_nodes = node_info[1];
+  return std::shared_ptr<World>(std::make_shared<MpiWorld>(seen, options));
 }
 
 }  // namespace dt::internal

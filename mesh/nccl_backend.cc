@@ -313,33 +313,22 @@ WorkPtr NcclComm::Run(Collective c) {
   return std::make_shared<NcclWork>(this, event, deadline, what, std::move(after));
 }
 
-class NcclWorld final : public World {
+class NcclWorld final : public BackendWorld {
  public:
   NcclWorld(const LaunchInfo& info, const WorldOptions& options, Rendezvous rv)
-      : info_(info), rv_(std::move(rv)) {
-    options_ = options;
-  }
+      : BackendWorld(info, options), rv_(std::move(rv)) {}
   ~NcclWorld() override {
-    groups_.Clear();
+    ClearGroups();
     rv_.store.reset();
   }
-  int rank() const override { return info_.rank; }
-  int size() const override { return info_.world_size; }
-  int local_rank() const override { return info_.local_rank; }
-  int local_size() const override { return info_.local_size; }
-  int node_rank() const override { return info_.node_rank; }
-  int num_nodes() const override { return info_.num_nodes; }
   absl::string_view backend() const override { return "nccl"; }
   Device device() const override { return Device::CUDA(info_.local_rank); }
 
-  absl::StatusOr<CommPtr> Group(absl::Span<const int> ranks) override {
-    return groups_.Get(ranks, size(), rank(), "nccl", [this](const std::vector<int>& key) { return Create(key); });
-  }
 
  private:
-  absl::StatusOr<CommPtr> Create(const std::vector<int>& ranks) {
+  absl::StatusOr<CommPtr> MakeGroup(const std::vector<int>& ranks) override {
     const std::string gid = GroupKey(ranks);
-    const int me = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank()) - ranks.begin());
+    const int me = IndexIn(ranks);
     const std::string what = absl::StrCat("nccl group [", absl::StrJoin(ranks, ", "), "], global rank ", rank(),
                                           ": creating the group");
     const auto deadline = Clock::now() + timeout();
@@ -384,9 +373,7 @@ class NcclWorld final : public World {
     return CommPtr(std::move(made));
   }
 
-  LaunchInfo info_;
   Rendezvous rv_;
-  GroupCache groups_;
 };
 
 }  // namespace

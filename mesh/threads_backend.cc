@@ -384,31 +384,29 @@ class ThreadsComm final : public BackendCommunicator {
   std::shared_ptr<Hub> hub_;
 };
 
-class ThreadsWorld final : public World {
+// N ranks as threads of one process: one node.
+LaunchInfo ThreadsLaunch(int n, int rank) {
+  LaunchInfo info;
+  info.launcher = "threads";
+  info.rank = info.local_rank = rank;
+  info.world_size = info.local_size = n;
+  return info;
+}
+
+class ThreadsWorld final : public BackendWorld {
  public:
-  ThreadsWorld(std::shared_ptr<Job> job, int rank) : job_(std::move(job)), rank_(rank) {
-    options_ = job_->options();
-  }
-  int rank() const override { return rank_; }
-  int size() const override { return job_->n(); }
-  int local_rank() const override { return rank_; }
-  int local_size() const override { return job_->n(); }
-  int node_rank() const override { return 0; }
-  int num_nodes() const override { return 1; }
+  ThreadsWorld(std::shared_ptr<Job> job, int rank)
+      : BackendWorld(ThreadsLaunch(job->n(), rank), job->options()), job_(std::move(job)) {}
   absl::string_view backend() const override { return "threads"; }
   Device device() const override { return kCPU; }
 
-  absl::StatusOr<CommPtr> Group(absl::Span<const int> ranks) override {
-    return groups_.Get(ranks, size(), rank_, "threads", [this](const std::vector<int>& key) -> absl::StatusOr<CommPtr> {
-      const int me = static_cast<int>(std::find(key.begin(), key.end(), rank_) - key.begin());
-      return CommPtr(std::make_shared<ThreadsComm>(job_, job_->HubFor(key), key, me, options_.timeout));
-    });
-  }
 
  private:
+  absl::StatusOr<CommPtr> MakeGroup(const std::vector<int>& ranks) override {
+    return CommPtr(std::make_shared<ThreadsComm>(job_, job_->HubFor(ranks), ranks, IndexIn(ranks), options_.timeout));
+  }
+
   std::shared_ptr<Job> job_;
-  const int rank_;
-  GroupCache groups_;
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "mesh/world.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <numeric>
@@ -136,21 +137,24 @@ absl::Status CheckGroupRanks(absl::Span<const int> ranks, int world_size, int my
   return absl::OkStatus();
 }
 
-absl::StatusOr<CommPtr> GroupCache::Get(absl::Span<const int> ranks, int world_size, int my_rank,
-                                        absl::string_view backend, const MakeFn& make) {
-  DT_RETURN_IF_ERROR(CheckGroupRanks(ranks, world_size, my_rank, backend));
+absl::StatusOr<CommPtr> BackendWorld::Group(absl::Span<const int> ranks) {
+  DT_RETURN_IF_ERROR(CheckGroupRanks(ranks, size(), rank(), backend()));
   std::vector<int> key(ranks.begin(), ranks.end());
   std::lock_guard<std::mutex> lock(mu_);
   auto it = groups_.find(key);
   if (it != groups_.end()) return it->second;
-  DT_ASSIGN_OR_RETURN(CommPtr comm, make(key));
+  DT_ASSIGN_OR_RETURN(CommPtr comm, MakeGroup(key));
   groups_.emplace(std::move(key), comm);
   return comm;
 }
 
-void GroupCache::Clear() {
+void BackendWorld::ClearGroups() {
   std::lock_guard<std::mutex> lock(mu_);
   groups_.clear();
+}
+
+int BackendWorld::IndexIn(const std::vector<int>& ranks) const {
+  return static_cast<int>(std::find(ranks.begin(), ranks.end(), rank()) - ranks.begin());
 }
 
 }  // namespace internal
