@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status.h"
 #include "dtensor/buffer_pool.h"
+#include "mesh/reduce.h"
 
 namespace dt {
 
@@ -210,21 +211,18 @@ DType AvgDType(DType dtype, int64_t scale) {
 
 absl::StatusOr<Tensor> Flat(const Tensor& t) { return t.View({t.numel()}); }
 
-// Divides a contiguous tensor we own by k (integer dtypes truncate).
-void DivideInPlace(const Tensor& t, int64_t k) {
-  if (k == 1 || t.numel() == 0) return;
-  DT_DISPATCH_DTYPE(t.dtype(), T, [&] {
-    T* p = static_cast<T*>(t.raw_data());
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Float16>) {
-        p[i] = T(static_cast<float>(p[i]) / static_cast<float>(k));
-      } else if constexpr (std::is_same_v<T, bool>) {
-        // avg of bools: leave as is (0/1 averages are not representable)
-      } else {
-        p[i] = static_cast<T>(p[i] / static_cast<T>(k));
-      }
-    }
-  });
+// Divides a contiguous tensor we own by k (integers truncate; bools are left alone: a 0/1 average
+// is not representable), with the communicators' host loop. Device memory goes through the host:
+// only Partial(avg) and splitting a Replicate float into Partial(sum) get here, never a hot path.
+absl::Status DivideInPlace(const Tensor& t, int64_t k) {
+  if (k == 1 || t.numel() == 0 || t.dtype() == DType::kBool) return absl::OkStatus();
+  if (t.device().is_cpu()) {
+    internal::DivideInPlace(t.raw_data(), t.numel(), t.dtype(), k);
+    return absl::OkStatus();
+  }
+  DT_ASSIGN_OR_RETURN(Tensor host, t.To(kCPU));
+  internal::DivideInPlace(host.raw_data(), host.numel(), host.dtype(), k);
+  return t.CopyFrom(host);
 }
 
 // ---- one step ----------------------------------------------------------------------------------
@@ -413,7 +411,7 @@ class StepRunner {
     CountCollective(Collective::kReduceScatter, step_.bytes);
     DT_RETURN_IF_ERROR(even ? comm->ReduceScatter(in_flat, out_flat, op)
                             : comm->ReduceScatterV(in_flat, out_flat, counts, op));
-    DivideInPlace(out, scale);
+    DT_RETURN_IF_ERROR(DivideInPlace(out, scale));
     if (wide != local.dtype()) return out.To(local.dtype());
     return out;
   }
@@ -434,7 +432,7 @@ class StepRunner {
     DT_ASSIGN_OR_RETURN(Tensor yf, Flat(y));
     CountCollective(Collective::kAllReduce, step_.bytes);
     DT_RETURN_IF_ERROR(comm->AllReduce(yf, op));
-    DivideInPlace(y, scale);
+    DT_RETURN_IF_ERROR(DivideInPlace(y, scale));
     if (wide != local.dtype()) return y.To(local.dtype());
     return y;
   }
@@ -537,7 +535,7 @@ absl::StatusOr<Tensor> PartitionReplicated(const Tensor& x, ReduceOp op, int64_t
       if (IsFloating(x.dtype())) {
         DT_ASSIGN_OR_RETURN(Tensor y, PooledEmpty(x.shape(), x.dtype(), x.device()));
         DT_RETURN_IF_ERROR(y.CopyFrom(x));
-        DivideInPlace(y, k);
+        DT_RETURN_IF_ERROR(DivideInPlace(y, k));
         return y;
       }
       [[fallthrough]];

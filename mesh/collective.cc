@@ -112,6 +112,8 @@ Fingerprint Fingerprint::Decode(const int64_t* d, int group_size) {
   return f;
 }
 
+std::string RankList(absl::Span<const int> ranks) { return absl::StrCat("[", absl::StrJoin(ranks, ", "), "]"); }
+
 std::string FindDisagreement(const std::vector<Fingerprint>& f, const std::vector<int>& g) {
   using K = CollectiveKind;
   const int n = static_cast<int>(f.size());
@@ -157,9 +159,9 @@ absl::Status BackendCommunicator::Verify(const Collective& c) {
   DT_ASSIGN_OR_RETURN(Tensor all, Tensor::Empty({len * n}, DType::kI64, device_));
   DT_ASSIGN_OR_RETURN(local, local.To(device_));
   Collective gather{.kind = CollectiveKind::kAllGather, .input = local, .output = all, .seq = c.seq};
-  const std::string inner = ErrorPrefix(gather) + ": ";
-  absl::Status st = Run(std::move(gather))->Wait();
+  absl::Status st = Run(gather)->Wait();
   if (!st.ok()) {
+    const std::string inner = ErrorPrefix(gather) + ": ";
     absl::string_view why = st.message();
     if (absl::StartsWith(why, inner)) why.remove_prefix(inner.size());
     return absl::Status(st.code(), absl::StrCat(ErrorPrefix(c), ": while verifying the arguments: ", why));

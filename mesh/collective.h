@@ -59,6 +59,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "core/tensor.h"
 #include "mesh/communicator.h"
 
@@ -109,6 +110,9 @@ struct Fingerprint {
 // "" when the members agree; else the first disagreement, naming global ranks and both values:
 // "ranks disagree on the dtype: global rank 0 passed f32, global rank 3 passed bf16".
 std::string FindDisagreement(const std::vector<Fingerprint>& members, const std::vector<int>& global_ranks);
+
+// "[0, 1, 2]": how every error message lists ranks.
+std::string RankList(absl::Span<const int> ranks);
 
 // Prefix sums: Offsets({2, 0, 3}) = {0, 2, 2}; Sum({2, 0, 3}) = 5.
 std::vector<int64_t> Offsets(const std::vector<int64_t>& counts);

@@ -369,16 +369,23 @@ absl::StatusOr<CommPtr> DeviceMesh::Comm(int dim) const {
 }
 
 absl::StatusOr<CommPtr> DeviceMesh::Comm(absl::Span<const int> dims) const {
+  // Called on every redistribute step: a cached communicator is returned before any rank
+  // arithmetic (dims that were valid once stay valid).
+  std::vector<int> key(dims.begin(), dims.end());
+  if (impl_) {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->comms.find(key);
+    if (it != impl_->comms.end()) return it->second;
+  }
   DT_ASSIGN_OR_RETURN(std::vector<int> ranks, RanksAlong(*this, dims));
   if (!impl_->root->world) {
     return absl::FailedPreconditionError(absl::StrCat(ToString(), " is abstract (no world): it has no communicators"));
   }
-  std::vector<int> key(dims.begin(), dims.end());
   std::lock_guard<std::mutex> lock(impl_->mu);
-  CommPtr& comm = impl_->comms[key];
-  if (!comm) {
-    DT_ASSIGN_OR_RETURN(comm, impl_->root->world->Group(ranks));
-  }
+  auto it = impl_->comms.find(key);  // another thread may have made it meanwhile
+  if (it != impl_->comms.end()) return it->second;
+  DT_ASSIGN_OR_RETURN(CommPtr comm, impl_->root->world->Group(ranks));
+  impl_->comms.emplace(std::move(key), comm);
   return comm;
 }
 

@@ -95,8 +95,6 @@ std::chrono::milliseconds Left(Clock::time_point deadline) {
                   std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
 }
 
-std::string RankList(const std::vector<int>& r) { return absl::StrCat("[", absl::StrJoin(r, ", "), "]"); }
-
 // The same element-wise reduction for every gloo path: c = a op b.
 gloo::AllreduceOptions::Func ReduceFunc(DType dtype, ReduceOp op) {
   // gloo calls c = a op b with c == a, c == b or all distinct; Reduce3 handles each in one pass.
@@ -583,8 +581,6 @@ class GlooWorld final : public BackendWorld {
 
   absl::string_view backend() const override { return "gloo"; }
   Device device() const override { return kCPU; }
-
-  TcpStore& store() { return *store_; }
 
  private:
   absl::StatusOr<CommPtr> MakeGroup(const std::vector<int>& ranks) override {

@@ -43,8 +43,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string RankList(const std::vector<int>& r) { return absl::StrCat("[", absl::StrJoin(r, ", "), "]"); }
-
 std::string MpiError(int code) {
   char buf[MPI_MAX_ERROR_STRING];
   int len = 0;
@@ -139,17 +137,18 @@ struct Job {
 
 class MpiComm;
 
-// Work of a collective that runs on the communicator's worker.
+// Work of a collective that runs on the communicator's worker. (It keeps the collective, not its
+// error prefix: that is formatted only when there is an error to report.)
 class MpiWork final : public Work {
  public:
-  MpiWork(std::shared_ptr<Job> job, MpiComm* comm, std::string what, std::chrono::milliseconds timeout)
-      : job_(std::move(job)), comm_(comm), what_(std::move(what)), timeout_(timeout), submit_(Clock::now()) {}
+  MpiWork(std::shared_ptr<Job> job, MpiComm* comm, Collective c, std::chrono::milliseconds timeout)
+      : job_(std::move(job)), comm_(comm), c_(std::move(c)), timeout_(timeout), submit_(Clock::now()) {}
   absl::Status Wait() override;
 
  private:
   std::shared_ptr<Job> job_;
   MpiComm* comm_;
-  std::string what_;
+  Collective c_;
   std::chrono::milliseconds timeout_;
   Clock::time_point submit_;
 };
@@ -221,7 +220,7 @@ class MpiComm final : public BackendCommunicator {
       state_->queued.fetch_add(1, std::memory_order_release);
     }
     state_->cv.notify_one();
-    return std::make_shared<MpiWork>(job, this, ErrorPrefix(c), timeout());
+    return std::make_shared<MpiWork>(job, this, std::move(c), timeout());
   }
 
  private:
@@ -433,15 +432,13 @@ class MpiComm final : public BackendCommunicator {
                        ? MPI_Isend(c.input.raw_data(), *k, TypeOf(c.dtype()), c.peer, 0, comm_, req.get())
                        : MPI_Irecv(c.input.raw_data(), *k, TypeOf(c.dtype()), c.peer, 0, comm_, req.get());
     if (rc != MPI_SUCCESS) return Work::Done(Check(c, rc));
-    const std::string what = ErrorPrefix(c);
-    return std::make_shared<P2PWork>(req, this, what, timeout(), c);
+    return std::make_shared<P2PWork>(req, this, timeout(), c);
   }
 
   class P2PWork final : public Work {
    public:
-    P2PWork(std::shared_ptr<MPI_Request> req, MpiComm* comm, std::string what, std::chrono::milliseconds timeout,
-            Collective c)
-        : req_(std::move(req)), comm_(comm), what_(std::move(what)), timeout_(timeout), c_(std::move(c)) {}
+    P2PWork(std::shared_ptr<MPI_Request> req, MpiComm* comm, std::chrono::milliseconds timeout, Collective c)
+        : req_(std::move(req)), comm_(comm), timeout_(timeout), c_(std::move(c)) {}
     absl::Status Wait() override {
       std::lock_guard<std::mutex> lock(mu_);
       if (done_) return status_;
@@ -451,7 +448,7 @@ class MpiComm final : public BackendCommunicator {
         int flag = 0;
         const int rc = MPI_Test(req_.get(), &flag, &mst);
         if (rc != MPI_SUCCESS) {
-          status_ = absl::UnavailableError(absl::StrCat(what_, ": MPI: ", MpiError(rc)));
+          status_ = absl::UnavailableError(absl::StrCat(comm_->ErrorPrefix(c_), ": MPI: ", MpiError(rc)));
           break;
         }
         if (flag) {
@@ -460,13 +457,13 @@ class MpiComm final : public BackendCommunicator {
             MPI_Get_count(&mst, TypeOf(c_.dtype()), &got);
             if (got != c_.input.numel()) {
               status_ = absl::InvalidArgumentError(
-                  absl::StrCat(what_, ": received ", got, " elements, expected ", c_.input.numel()));
+                  absl::StrCat(comm_->ErrorPrefix(c_), ": received ", got, " elements, expected ", c_.input.numel()));
             }
           }
           break;
         }
         if (Clock::now() >= deadline) {
-          status_ = absl::DeadlineExceededError(absl::StrCat(what_, ": timed out after ", timeout_.count(),
+          status_ = absl::DeadlineExceededError(absl::StrCat(comm_->ErrorPrefix(c_), ": timed out after ", timeout_.count(),
                                                              " ms; MPI cannot cancel it, the communicator is broken"));
           comm_->Break(status_);
           break;
@@ -481,7 +478,6 @@ class MpiComm final : public BackendCommunicator {
     std::mutex mu_;
     std::shared_ptr<MPI_Request> req_;
     MpiComm* comm_;
-    std::string what_;
     std::chrono::milliseconds timeout_;
     Collective c_;
     bool done_ = false;
@@ -501,7 +497,7 @@ absl::Status MpiWork::Wait() {
     const auto deadline = (job_->started ? job_->start : submit_) + timeout_;
     if (Clock::now() >= deadline) {
       absl::Status st = absl::DeadlineExceededError(absl::StrCat(
-          what_, ": timed out after ", timeout_.count(), " ms", job_->started ? "" : " (still queued behind an earlier call)",
+          comm_->ErrorPrefix(c_), ": timed out after ", timeout_.count(), " ms", job_->started ? "" : " (still queued behind an earlier call)",
           "; MPI cannot tell which rank is missing nor cancel the call, so this communicator is broken now"));
       lock.unlock();
       comm_->Break(st);

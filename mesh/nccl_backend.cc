@@ -329,7 +329,7 @@ class NcclWorld final : public BackendWorld {
   absl::StatusOr<CommPtr> MakeGroup(const std::vector<int>& ranks) override {
     const std::string gid = GroupKey(ranks);
     const int me = IndexIn(ranks);
-    const std::string what = absl::StrCat("nccl group [", absl::StrJoin(ranks, ", "), "], global rank ", rank(),
+    const std::string what = absl::StrCat("nccl group ", RankList(ranks), ", global rank ", rank(),
                                           ": creating the group");
     const auto deadline = Clock::now() + timeout();
     DT_RETURN_IF_ERROR(JoinGroup(*rv_.store, gid, ranks, me, timeout(), what));

@@ -31,7 +31,6 @@ absl::Status SendAllBy(int fd, absl::string_view data, SteadyClock::time_point d
 absl::Status RecvAllBy(int fd, char* buf, size_t n, SteadyClock::time_point deadline);
 
 void SetNoDelay(int fd);
-void SetNonBlocking(int fd);
 
 // The IPv4 address other hosts reach this process at: loopback when `master` is local, else the
 // address of the interface that routes to `master` (or of `iface` when it is set).

@@ -28,8 +28,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 enum Cmd : uint8_t {
-  kHello = 1, kSet, kGet, kWait, kAdd, kArrive, kBye, kPeek,
-  kOk = 100, kValue, kMissing, kTimeout, kNumber, kValues,
+  kHello = 1, kSet, kGet, kWait, kArrive, kBye, kPeek,
+  kOk = 100, kValue, kMissing, kTimeout, kValues,
 };
 
 void PutU32(std::string& s, uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); }
@@ -214,19 +214,12 @@ struct TcpStoreServer::State {
         ServeWaiters(false);
         return true;
       }
-      case kAdd:
       case kArrive: {
         if (!r.Str(&key) || !r.I64(&num)) return false;
         int64_t old = 0;
         auto it = kv.find(key);
         if (it != kv.end() && !absl::SimpleAtoi(it->second, &old)) old = 0;
-        const int64_t now = msg[0] == kAdd ? old + num : std::max(old, num);
-        kv[key] = absl::StrCat(now);
-        if (msg[0] == kAdd) {
-          std::string body;
-          PutI64(body, now);
-          Send(fd, Frame(kNumber, body));
-        }
+        kv[key] = absl::StrCat(std::max(old, num));
         ServeWaiters(false);
         return true;
       }
@@ -481,17 +474,6 @@ absl::StatusOr<std::string> TcpStore::WaitGet(const std::string& key, std::chron
   DT_ASSIGN_OR_RETURN(std::optional<std::string> v, Get(key));
   if (!v) return absl::InternalError(absl::StrCat("store key '", key, "' vanished"));
   return *std::move(v);
-}
-
-absl::StatusOr<int64_t> TcpStore::Add(const std::string& key, int64_t delta) {
-  std::string body;
-  PutStr(body, key);
-  PutI64(body, delta);
-  DT_ASSIGN_OR_RETURN(std::string reply, Call(main_, Frame(kAdd, body), Clock::now() + timeout_));
-  Reader r{reply, 1};
-  int64_t v = 0;
-  if (!r.I64(&v)) return absl::InternalError(absl::StrCat("store at ", address(), ": malformed reply"));
-  return v;
 }
 
 void TcpStore::Arrive(const std::string& key, int64_t value) {

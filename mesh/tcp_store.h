@@ -9,7 +9,6 @@
 //   Set(k, v)        ok
 //   Get(k)           value or "missing"         never blocks
 //   Wait(keys, t)    ok, or the missing keys    the server times the wait out after t
-//   Add(k, d)        new value                  k holds a decimal integer
 //   Arrive(k, v)     none (fire and forget)     k = max(k, v); collective arrival markers
 //   Peek(keys)       each value or "missing"    never blocks; for diagnosis
 //   Hello(rank)      none                       names the connection; when it closes without Bye
@@ -20,11 +19,11 @@
 //
 // Note [Store deadlines]
 //   Every client call returns by a deadline, also when the server is behind a network partition
-//   (nothing answers, no connection closes): Set/Get/Add and connecting within the timeout given
+//   (nothing answers, no connection closes): Set/Get and connecting within the timeout given
 //   to Connect (the world's), Wait within its own timeout plus kWaitGrace (the server answers at
 //   the timeout; the grace covers its latency), Arrive's send within the timeout, Peek within the
 //   (short) time its caller gives. A client connection has three sockets: the main one (Hello;
-//   Set/Get/Wait/Add, one call at a time), one for Arrive, and one for Peek made on first use, so
+//   Set/Get/Wait, one call at a time), one for Arrive, and one for Peek made on first use, so
 //   that diagnosing a failure never waits behind another thread's Wait. The server never blocks on
 //   a client: replies to a client that does not read are queued.
 
@@ -49,7 +48,6 @@ class TcpStoreServer {
   // Waits up to `linger` for clients to disconnect, then stops.
   ~TcpStoreServer();
   int port() const { return port_; }
-  void set_linger(std::chrono::milliseconds linger) { linger_ = linger; }
 
  private:
   struct State;
@@ -79,7 +77,6 @@ class TcpStore {
   absl::Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   // Wait + Get.
   absl::StatusOr<std::string> WaitGet(const std::string& key, std::chrono::milliseconds timeout);
-  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta);
   // Best effort, no reply, on a connection of its own so that it never waits behind a long Wait()
   // of another thread.
   void Arrive(const std::string& key, int64_t value);

@@ -119,8 +119,6 @@ class Job {
   absl::Status first_error_;
 };
 
-std::string RankList(const std::vector<int>& ranks) { return absl::StrCat("[", absl::StrJoin(ranks, ", "), "]"); }
-
 class ThreadsComm final : public BackendCommunicator {
  public:
   ThreadsComm(std::shared_ptr<Job> job, std::shared_ptr<Hub> hub, std::vector<int> ranks, int rank,

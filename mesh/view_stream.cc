@@ -216,7 +216,6 @@ ViewStream::ViewStream(const std::vector<Tensor>& views) {
     p.strides = loop.strides[0];
     p.inner = loop.inner();
     p.inner_stride = p.strides.back();
-    p.rows = loop.rows();
     p.begin = numel_;
     numel_ += v.numel();
     parts_.push_back(std::move(p));

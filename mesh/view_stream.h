@@ -25,7 +25,6 @@ class ViewStream {
   explicit ViewStream(const std::vector<Tensor>& views);
 
   int64_t numel() const { return numel_; }
-  int64_t element_size() const { return esz_; }
 
   // Elements [begin, begin + n) of the stream to contiguous `out`, or from contiguous `in`.
   void Pack(int64_t begin, int64_t n, void* out) const;
@@ -37,11 +36,11 @@ class ViewStream {
   static void Copy(const ViewStream& dst, const ViewStream& src);
 
  private:
-  // One non-empty view, its dims coalesced (core/strided.h): `rows` runs of `inner` elements.
+  // One non-empty view, its dims coalesced (core/strided.h): runs of `inner` elements.
   struct Part {
     char* base = nullptr;
     Shape shape, strides;  // coalesced; innermost last
-    int64_t inner = 0, inner_stride = 0, rows = 0;
+    int64_t inner = 0, inner_stride = 0;
     int64_t begin = 0;  // stream position of its first element
   };
   class Cursor;

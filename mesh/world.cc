@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "mesh/backends.h"
+#include "mesh/collective.h"
 
 namespace dt {
 namespace {
@@ -116,23 +117,22 @@ absl::StatusOr<CommPtr> World::WorldGroup() {
 namespace internal {
 
 absl::Status CheckGroupRanks(absl::Span<const int> ranks, int world_size, int my_rank, absl::string_view backend) {
-  const std::string list = absl::StrCat("[", absl::StrJoin(ranks, ", "), "]");
   if (ranks.empty()) return absl::InvalidArgumentError(absl::StrCat(backend, " group: empty rank list"));
   std::set<int> seen;
   bool member = false;
   for (int r : ranks) {
     if (r < 0 || r >= world_size) {
       return absl::InvalidArgumentError(
-          absl::StrCat(backend, " group ", list, ": rank ", r, " is outside the world of ", world_size));
+          absl::StrCat(backend, " group ", RankList(ranks), ": rank ", r, " is outside the world of ", world_size));
     }
     if (!seen.insert(r).second) {
-      return absl::InvalidArgumentError(absl::StrCat(backend, " group ", list, ": rank ", r, " appears twice"));
+      return absl::InvalidArgumentError(absl::StrCat(backend, " group ", RankList(ranks), ": rank ", r, " appears twice"));
     }
     member |= r == my_rank;
   }
   if (!member) {
     return absl::InvalidArgumentError(
-        absl::StrCat(backend, " group ", list, ": this rank (", my_rank, ") is not a member; only members create a group"));
+        absl::StrCat(backend, " group ", RankList(ranks), ": this rank (", my_rank, ") is not a member; only members create a group"));
   }
   return absl::OkStatus();
 }

@@ -47,8 +47,12 @@ TEST(MultiProcess, WorldMatchesTheLauncher) {
   EXPECT_LT(w->local_rank(), w->local_size());
   // Nodes as the launcher sees them: dtrun's variables; mpirun (the mpi backend asks MPI) on one
   // machine here.
-  if (const char* node = std::getenv("NODE_RANK")) EXPECT_EQ(w->node_rank(), std::atoi(node));
-  if (const char* nodes = std::getenv("GROUP_WORLD_SIZE")) EXPECT_EQ(w->num_nodes(), std::atoi(nodes));
+  if (const char* node = std::getenv("NODE_RANK")) {
+    EXPECT_EQ(w->node_rank(), std::atoi(node));
+  }
+  if (const char* nodes = std::getenv("GROUP_WORLD_SIZE")) {
+    EXPECT_EQ(w->num_nodes(), std::atoi(nodes));
+  }
   const char* ompi_local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   if (ompi_local != nullptr && std::atoi(ompi_local) == w->size()) {
     EXPECT_EQ(w->node_rank(), 0);

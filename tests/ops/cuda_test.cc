@@ -69,6 +69,8 @@ TEST(DopsCuda, OpsMatchTheHostOnEveryRank) {
              One([](auto& in) { return Linear(in[0], in[1], in[2]); }), false);
   CheckOnGpu("Linear rowwise", {{big, "S(1)"}, {w2, "S(1)"}, {RandTensor({8}, 7, false), "R"}},
              One([](auto& in) { return Linear(in[0], in[1], in[2]); }), false);
+  // Splitting a float into Partial(sum) divides each rank's copy (device memory, via the host).
+  CheckOnGpu("Distribute P(sum)", {{x, "P(sum)"}}, One([](auto& in) -> absl::StatusOr<DTensor> { return in[0]; }), false);
   CheckOnGpu("Matmul", {{x, "S(0)"}, {RandTensor({8, 5}, 8, false), "R"}},
              One([](auto& in) { return Matmul(in[0], in[1]); }), false);
   CheckOnGpu("Add Partial + R", {{big, "S(1)"}, {pos, "S(1)"}},
