@@ -1,5 +1,6 @@
 #include "nn/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -87,9 +88,32 @@ Attention::Attention(const AttentionOptions& options) : Module("Attention"), opt
 }
 
 void Attention::ResetKVCache() {
-  cache_k_ = Value();
-  cache_v_ = Value();
+  cache_k_ = cache_v_ = Value();
+  buffer_k_ = buffer_v_ = Tensor();
 }
+
+namespace {
+
+// Appends local `x` [B, h, S, D] to the cache whose filled part is `cache` (a view of `buffer`,
+// or undefined), growing `buffer` [B, h, capacity, D] by doubling; returns the new filled part.
+absl::StatusOr<Tensor> AppendToBuffer(Tensor& buffer, const Value& cache, const Tensor& x) {
+  const int64_t len = cache.defined() ? cache.shape()[2] : 0, need = len + x.size(2);
+  if (!buffer.defined() || buffer.size(2) < need) {
+    Shape shape = x.shape();
+    shape[2] = std::max(need, buffer.defined() ? 2 * buffer.size(2) : need);
+    DT_ASSIGN_OR_RETURN(Tensor grown, Tensor::Empty(shape, x.dtype(), x.device()));
+    if (len > 0) {
+      DT_ASSIGN_OR_RETURN(Tensor old, grown.Narrow(2, 0, len));
+      DT_RETURN_IF_ERROR(old.CopyFrom(cache.local()));
+    }
+    buffer = std::move(grown);
+  }
+  DT_ASSIGN_OR_RETURN(Tensor slot, buffer.Narrow(2, len, x.size(2)));
+  DT_RETURN_IF_ERROR(slot.CopyFrom(x));
+  return buffer.Narrow(2, 0, need);
+}
+
+}  // namespace
 
 int64_t Attention::kv_cache_length() const { return cache_k_.defined() ? cache_k_.shape()[2] : 0; }
 
@@ -203,7 +227,13 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
     DT_ASSIGN_OR_RETURN(k, vops::ApplyRotary(k, c, sn, options_.rotary_style));
   }
   if (use_cache_) {
-    if (cache_k_.defined()) {
+    const bool local = k.is_local() && v.is_local() && (!cache_k_.defined() || cache_k_.is_local());
+    if (local) {
+      DT_ASSIGN_OR_RETURN(Tensor kk, AppendToBuffer(buffer_k_, cache_k_, k.local()));
+      DT_ASSIGN_OR_RETURN(Tensor vv, AppendToBuffer(buffer_v_, cache_v_, v.local()));
+      k = kk;
+      v = vv;
+    } else if (cache_k_.defined()) {
       DT_ASSIGN_OR_RETURN(k, vops::Cat({cache_k_, k}, 2));
       DT_ASSIGN_OR_RETURN(v, vops::Cat({cache_v_, v}, 2));
     }

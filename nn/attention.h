@@ -12,10 +12,13 @@
 //                    (-1, head_dim), so the forward is the same on every rank whatever number
 //                    of heads it holds (diffusers' TP-agnostic processors).
 //
-// KV cache: EnableKVCache() keeps K and V (after rotary) and concatenates every call's keys after
-// the previous ones; with `causal`, query i of a call attends to keys j <= cache_len + i (the
-// mask is bottom-right aligned). ResetKVCache() forgets them. Under tensor parallelism the cache
-// holds this rank's heads only.
+// KV cache: EnableKVCache() keeps K and V (after rotary) and appends every call's keys after the
+// previous ones; with `causal`, query i of a call attends to keys j <= cache_len + i (the mask is
+// bottom-right aligned). ResetKVCache() forgets them. Under tensor parallelism the cache holds this
+// rank's heads only. Local K/V (what the tensor-parallel styles hand on) go into buffers with
+// spare room along the sequence, doubled when full, so a generation of T tokens copies O(T) cache
+// rows rather than O(T²) as a concatenation per step would; attention reads the filled part as a
+// view. DTensor K/V are concatenated.
 //
 // With q_proj sharded and k_proj / v_proj replicated, each rank pairs its query heads with the KV
 // heads they use (Note [Replicated KV heads]).
@@ -87,8 +90,9 @@ class Attention : public Module {
 
   AttentionOptions options_;
   bool use_cache_ = false;
-  Value cache_k_;  // [B, h, S_past, D]
+  Value cache_k_;  // [B, h, S_past, D]: the filled part of the buffer below, or a DTensor
   Value cache_v_;
+  Tensor buffer_k_, buffer_v_;  // [B, h, capacity, D] for local K/V
 };
 
 }  // namespace dt::nn
