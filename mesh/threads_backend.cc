@@ -22,6 +22,7 @@
 // Sends are eager (copied into a mailbox); receives happen on Wait().
 
 #include <algorithm>
+#include <numeric>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -175,13 +176,14 @@ class ThreadsComm final : public BackendCommunicator {
       if (!job_->abort_status().ok()) {
         return fail(absl::AbortedError(absl::StrCat(ErrorPrefix(c), ": aborted: ", job_->abort_status().message())));
       }
-      std::vector<int> missing, gone;
-      for (int i = 0; i < n; ++i) {
-        if (s.reached[i] > 0) continue;
-        missing.push_back(global_ranks()[i]);
-        if (job_->exited(global_ranks()[i])) gone.push_back(global_ranks()[i]);
-      }
-      if (!gone.empty()) {
+      auto missing = [&](bool exited_only) {
+        std::vector<int> out;
+        for (int i = 0; i < n; ++i) {
+          if (s.reached[i] == 0 && (!exited_only || job_->exited(global_ranks()[i]))) out.push_back(global_ranks()[i]);
+        }
+        return out;
+      };
+      if (const std::vector<int> gone = missing(/*exited_only=*/true); !gone.empty()) {
         return fail(absl::AbortedError(absl::StrCat(ErrorPrefix(c), ": global rank(s) ", RankList(gone),
                                                     " returned from their function without joining")));
       }
@@ -189,7 +191,7 @@ class ThreadsComm final : public BackendCommunicator {
           s.failure.ok()) {
         absl::Status st = absl::DeadlineExceededError(absl::StrCat(
             ErrorPrefix(c), ": timed out after ", timeout().count(), " ms waiting for global rank(s) ",
-            RankList(missing)));
+            RankList(missing(/*exited_only=*/false))));
         job_->Abort(st);
         return fail(st);
       }
@@ -318,7 +320,8 @@ class ThreadsComm final : public BackendCommunicator {
       case K::kAllToAllV: {
         std::vector<int64_t> recv_off = Offsets(c.recv_counts);
         for (int i = 0; i < n; ++i) {
-          const int64_t src_off = Offsets(s.args[i]->counts)[me];
+          const std::vector<int64_t>& sent = s.args[i]->counts;
+          const int64_t src_off = std::accumulate(sent.begin(), sent.begin() + me, int64_t{0});
           std::memcpy(out + recv_off[i] * esz, In(s, i) + src_off * esz, c.recv_counts[i] * esz);
         }
         break;

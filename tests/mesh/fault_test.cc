@@ -170,7 +170,9 @@ TEST(MpiFaults, MismatchedSizesAreInvalidArgumentEverywhere) {
   auto r = RunCommand(Mpi("mismatch 2"));
   EXPECT_EQ(r.status, 0) << r.output;
   for (int rank : {0, 1, 2}) {
-    ExpectContains(ReportOf(r.output, rank), "ranks disagree on the input size");
+    const std::string report = ReportOf(r.output, rank);
+    ExpectContains(report, "code=INVALID_ARGUMENT");
+    ExpectContains(report, "ranks disagree on the input size");
   }
 }
 

@@ -28,11 +28,12 @@ inline ProcessResult RunCommand(const std::string& command) {
   return r;
 }
 
-// The "FAULT-REPORT rank=R ..." line of rank R, or "".
+// The "FAULT-REPORT rank=R ..." line of rank R, or a line saying it is missing (so that a failed
+// expectation on it names the rank).
 inline std::string ReportOf(const std::string& output, int rank) {
   const std::string key = "FAULT-REPORT rank=" + std::to_string(rank) + " ";
   const size_t at = output.find(key);
-  if (at == std::string::npos) return "";
+  if (at == std::string::npos) return "(no FAULT-REPORT line from rank " + std::to_string(rank) + ")";
   return output.substr(at, output.find('\n', at) - at);
 }
 
