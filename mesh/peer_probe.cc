@@ -17,18 +17,10 @@ namespace dt::internal {
 
 absl::StatusOr<std::unique_ptr<ProbeListener>> ProbeListener::Start() {
   std::unique_ptr<ProbeListener> l(new ProbeListener());
-  l->listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (l->listen_fd_ < 0) return absl::InternalError(absl::StrCat("probe: socket: ", std::strerror(errno)));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  socklen_t len = sizeof(addr);
-  if (::bind(l->listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(l->listen_fd_, 256) != 0 ||
-      ::getsockname(l->listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    return absl::UnavailableError(absl::StrCat("probe: cannot listen: ", std::strerror(errno)));
-  }
-  l->port_ = ntohs(addr.sin_port);
+  absl::StatusOr<Listener> sock = ListenAny(0, 256);
+  if (!sock.ok()) return absl::Status(sock.status().code(), absl::StrCat("probe: cannot listen: ", sock.status().message()));
+  l->listen_fd_ = sock->fd;
+  l->port_ = sock->port;
   if (::pipe2(l->wake_, O_CLOEXEC) != 0) return absl::InternalError("probe: pipe failed");
   l->thread_ = std::thread([p = l.get()] { p->Loop(); });
   return l;

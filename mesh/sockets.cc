@@ -37,6 +37,27 @@ int PollBy(int fd, short events, SteadyClock::time_point deadline) {
 
 }  // namespace
 
+absl::StatusOr<Listener> ListenAny(int port, int backlog) {
+  Listener l;
+  l.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (l.fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  int one = 1;
+  ::setsockopt(l.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  socklen_t len = sizeof(addr);
+  if (::bind(l.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(l.fd, backlog) != 0 ||
+      ::getsockname(l.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int err = errno;
+    ::close(l.fd);
+    return absl::UnavailableError(std::strerror(err));
+  }
+  l.port = ntohs(addr.sin_port);
+  return l;
+}
+
 void SetNoDelay(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

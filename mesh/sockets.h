@@ -32,6 +32,14 @@ absl::Status RecvAllBy(int fd, char* buf, size_t n, SteadyClock::time_point dead
 
 void SetNoDelay(int fd);
 
+// A listening socket on every interface at `port` (0: a free one), SO_REUSEADDR set. Returns the
+// socket and the port it got; on failure closes it and says why (errno's text).
+struct Listener {
+  int fd = -1;
+  int port = 0;
+};
+absl::StatusOr<Listener> ListenAny(int port, int backlog);
+
 // The IPv4 address other hosts reach this process at: loopback when `master` is local, else the
 // address of the interface that routes to `master` (or of `iface` when it is set).
 std::string LocalAddressFor(const std::string& master, const std::string& iface = "");

@@ -232,25 +232,13 @@ struct TcpStoreServer::State {
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(int port) {
   std::unique_ptr<TcpStoreServer> s(new TcpStoreServer());
   s->state_ = std::make_unique<State>();
-  s->listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s->listen_fd_ < 0) return absl::InternalError(absl::StrCat("store: socket: ", std::strerror(errno)));
-  int one = 1;
-  ::setsockopt(s->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (::bind(s->listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(s->listen_fd_, 1024) != 0) {
-    const int err = errno;
-    ::close(s->listen_fd_);
-    s->listen_fd_ = -1;
-    return absl::UnavailableError(absl::StrCat("store: cannot listen on port ", port, ": ", std::strerror(err),
-                                               " (is another job using MASTER_PORT ", port, "?)"));
+  absl::StatusOr<Listener> sock = ListenAny(port, 1024);
+  if (!sock.ok()) {
+    return absl::Status(sock.status().code(), absl::StrCat("store: cannot listen on port ", port, ": ", sock.status().message(),
+                                                           " (is another job using MASTER_PORT ", port, "?)"));
   }
-  socklen_t len = sizeof(addr);
-  ::getsockname(s->listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  s->port_ = ntohs(addr.sin_port);
+  s->listen_fd_ = sock->fd;
+  s->port_ = sock->port;
   if (::pipe2(s->wake_, O_CLOEXEC) != 0) return absl::InternalError("store: pipe failed");
   s->thread_ = std::thread([p = s.get()] { p->Loop(); });
   return s;
