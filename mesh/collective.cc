@@ -114,6 +114,12 @@ Fingerprint Fingerprint::Decode(const int64_t* d, int group_size) {
 
 std::string RankList(absl::Span<const int> ranks) { return absl::StrCat("[", absl::StrJoin(ranks, ", "), "]"); }
 
+uint64_t GroupHash(absl::Span<const int> ranks) {
+  uint64_t h = 1469598103934665603ull;
+  for (int r : ranks) h = (h ^ static_cast<uint64_t>(r)) * 1099511628211ull;
+  return h;
+}
+
 std::string FindDisagreement(const std::vector<Fingerprint>& f, const std::vector<int>& g) {
   using K = CollectiveKind;
   const int n = static_cast<int>(f.size());

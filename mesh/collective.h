@@ -113,6 +113,9 @@ std::string FindDisagreement(const std::vector<Fingerprint>& members, const std:
 
 // "[0, 1, 2]": how every error message lists ranks.
 std::string RankList(absl::Span<const int> ranks);
+// A hash of a member list (FNV-1a), the same in every process: names a group in the store and in
+// MPI's group-creation tag.
+uint64_t GroupHash(absl::Span<const int> ranks);
 
 // Prefix sums: Offsets({2, 0, 3}) = {0, 2, 2}; Sum({2, 0, 3}) = 5.
 std::vector<int64_t> Offsets(const std::vector<int64_t>& counts);

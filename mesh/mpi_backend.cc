@@ -519,9 +519,7 @@ class MpiWorld final : public BackendWorld {
   // MPI_Comm_create_group on a helper thread, bounded by the timeout (see Note [MPI timeouts]).
   absl::StatusOr<CommPtr> MakeGroup(const std::vector<int>& ranks) override {
     const int me = IndexIn(ranks);
-    uint32_t h = 2166136261u;
-    for (int r : ranks) h = (h ^ static_cast<uint32_t>(r)) * 16777619u;
-    const int tag = static_cast<int>(h % 32000u);
+    const int tag = static_cast<int>(GroupHash(ranks) % 32000u);
     struct Result {
       std::mutex mu;
       std::condition_variable cv;

@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "core/status.h"
 #include "mesh/backends.h"
+#include "mesh/collective.h"
 #include "mesh/sockets.h"
 
 namespace dt::internal {
@@ -557,9 +558,7 @@ std::chrono::milliseconds DiagnosisTime(std::chrono::milliseconds timeout) {
 }
 
 std::string GroupKey(const std::vector<int>& ranks) {
-  uint64_t h = 1469598103934665603ull;
-  for (int r : ranks) h = (h ^ static_cast<uint64_t>(r)) * 1099511628211ull;
-  return absl::StrCat(ranks.size(), "x", absl::Hex(h));
+  return absl::StrCat(ranks.size(), "x", absl::Hex(GroupHash(ranks)));
 }
 
 }  // namespace dt::internal
