@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/shape.h"
 
 namespace dt {
 
@@ -44,6 +45,35 @@ std::string DimName(const std::vector<std::string>& names, int i) {
   return i < static_cast<int>(names.size()) && !names[i].empty() ? names[i] : absl::StrCat("d", i);
 }
 
+// Flat row-major offsets into a grid of `shape`: every position along `dims` (row-major over them,
+// in that order), the other dims held at `fixed`.
+std::vector<int64_t> OffsetsAlong(const std::vector<int64_t>& shape, const std::vector<int64_t>& fixed,
+                                  absl::Span<const int> dims) {
+  const Shape strides = ContiguousStrides(shape);
+  std::vector<bool> along(shape.size(), false);
+  for (int d : dims) along[d] = true;
+  int64_t base = 0;
+  for (size_t d = 0; d < shape.size(); ++d) if (!along[d]) base += fixed[d] * strides[d];
+  std::vector<int64_t> offsets{base};
+  for (int d : dims) {
+    std::vector<int64_t> next;
+    next.reserve(offsets.size() * shape[d]);
+    for (int64_t o : offsets) for (int64_t i = 0; i < shape[d]; ++i) next.push_back(o + i * strides[d]);
+    offsets = std::move(next);
+  }
+  return offsets;
+}
+
+// The coordinate of flat row-major index `flat` in a grid of `shape`.
+std::vector<int64_t> Unflatten(int64_t flat, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> c(shape.size());
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+    c[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return c;
+}
+
 class MeshBuilder {
  public:
   using Impl = DeviceMesh::Impl;
@@ -63,28 +93,15 @@ class MeshBuilder {
 std::shared_ptr<DeviceMesh::Impl> MeshBuilder::Build(std::shared_ptr<MeshRoot> root, std::vector<std::vector<int>> dims,
                                         std::vector<std::string> names) {
   auto impl = std::make_shared<DeviceMesh::Impl>();
-  const int rn = static_cast<int>(root->shape.size());
-  std::vector<int64_t> fixed(rn, 0);
-  if (root->coord) fixed = *root->coord;
-  std::vector<int64_t> root_strides(rn, 1);
-  for (int d = rn - 2; d >= 0; --d) root_strides[d] = root_strides[d + 1] * root->shape[d + 1];
-  int64_t base = 0;
-  std::vector<bool> used(rn, false);
-  for (const auto& e : dims) for (int d : e) used[d] = true;
-  for (int d = 0; d < rn; ++d) if (!used[d]) base += fixed[d] * root_strides[d];
-  // Flat root offsets of every position, row-major over the entries (each row-major over its dims).
-  std::vector<int64_t> offsets{base};
+  std::vector<int> flat_dims;
   for (const auto& e : dims) {
     int64_t size = 1;
     for (int d : e) size *= root->shape[d];
     impl->shape.push_back(size);
-    for (int d : e) {
-      std::vector<int64_t> next;
-      next.reserve(offsets.size() * root->shape[d]);
-      for (int64_t o : offsets) for (int64_t i = 0; i < root->shape[d]; ++i) next.push_back(o + i * root_strides[d]);
-      offsets = std::move(next);
-    }
+    flat_dims.insert(flat_dims.end(), e.begin(), e.end());
   }
+  const std::vector<int64_t> fixed = root->coord ? *root->coord : std::vector<int64_t>(root->shape.size(), 0);
+  const std::vector<int64_t> offsets = OffsetsAlong(root->shape, fixed, flat_dims);
   for (int64_t o : offsets) impl->ranks.push_back(root->ranks[o]);
   if (root->coord) {
     std::vector<int64_t> c;
@@ -145,15 +162,7 @@ absl::StatusOr<DeviceMesh> MeshBuilder::MakeRoot(std::shared_ptr<World> world, s
   root->names = names.empty() ? std::vector<std::string>(shape.size()) : names;
   root->my_rank = my_rank;
   auto it = std::find(root->ranks.begin(), root->ranks.end(), my_rank);
-  if (it != root->ranks.end()) {
-    int64_t flat = it - root->ranks.begin();
-    std::vector<int64_t> c(shape.size());
-    for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
-      c[d] = flat % shape[d];
-      flat /= shape[d];
-    }
-    root->coord = std::move(c);
-  }
+  if (it != root->ranks.end()) root->coord = Unflatten(it - root->ranks.begin(), root->shape);
   std::vector<std::vector<int>> dims;
   for (int d = 0; d < static_cast<int>(shape.size()); ++d) dims.push_back({d});
   return Wrap(Build(root, std::move(dims), root->names));
@@ -296,13 +305,7 @@ absl::StatusOr<std::vector<int64_t>> DeviceMesh::CoordinateOf(int global_rank) c
   if (it == ranks().end()) {
     return absl::NotFoundError(absl::StrCat("rank ", global_rank, " is not in ", ToString()));
   }
-  int64_t flat = it - ranks().begin();
-  std::vector<int64_t> c(ndim());
-  for (int d = ndim() - 1; d >= 0; --d) {
-    c[d] = flat % impl_->shape[d];
-    flat /= impl_->shape[d];
-  }
-  return c;
+  return Unflatten(it - ranks().begin(), impl_->shape);
 }
 
 namespace {
@@ -339,18 +342,7 @@ absl::StatusOr<std::vector<int>> RanksAlong(const DeviceMesh& mesh, absl::Span<c
     used[d] = true;
   }
   DT_RETURN_IF_ERROR(CheckMember(mesh));
-  const auto& shape = mesh.shape();
-  const auto& coord = *mesh.Coordinate();
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) strides[d] = strides[d + 1] * shape[d + 1];
-  int64_t base = 0;
-  for (int d = 0; d < mesh.ndim(); ++d) if (!used[d]) base += coord[d] * strides[d];
-  std::vector<int64_t> offsets{base};
-  for (int d : dims) {
-    std::vector<int64_t> next;
-    for (int64_t o : offsets) for (int64_t i = 0; i < shape[d]; ++i) next.push_back(o + i * strides[d]);
-    offsets = std::move(next);
-  }
+  const std::vector<int64_t> offsets = OffsetsAlong(mesh.shape(), *mesh.Coordinate(), dims);
   std::vector<int> out;
   out.reserve(offsets.size());
   for (int64_t o : offsets) out.push_back(mesh.ranks()[o]);
