@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "ops/local/ops.h"
 #include "nlohmann/json.hpp"
 
 namespace dt::loaders {
@@ -291,14 +292,7 @@ std::string LlamaConfigToJson(const LlamaConfig& c) {
 }
 
 std::vector<float> RopeInverseFrequencies(const LlamaConfig& c) {
-  const int64_t dim = c.head_dim;
-  std::vector<float> inv(dim / 2);
-  const float base = static_cast<float>(c.rope_theta);
-  for (int64_t i = 0; i < dim / 2; ++i) {
-    // torch: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all in f32.
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
-    inv[i] = 1.0f / std::pow(base, exponent);
-  }
+  std::vector<float> inv = ops::RopeInverseFrequencies(c.head_dim, c.rope_theta);
   const RopeScaling& s = c.rope_scaling;
   if (s.rope_type == "linear") {
     for (float& f : inv) f = f / static_cast<float>(s.factor);

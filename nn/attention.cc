@@ -11,22 +11,23 @@
 
 namespace dt::nn {
 
-RotaryEmbedding::RotaryEmbedding(int64_t head_dim, double theta, ops::RotaryStyle style)
-    : Module("RotaryEmbedding"), head_dim_(head_dim), theta_(theta), style_(style) {
-  // Hugging Face: 1 / theta^(arange(0, D, 2) / D), in f32.
-  std::vector<float> inv(head_dim / 2);
-  for (int64_t i = 0; i < head_dim / 2; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    inv[i] = 1.0f / std::pow(static_cast<float>(theta), exponent);
-  }
-  auto t = Tensor::FromVector<float>({head_dim / 2}, inv);
+RotaryEmbedding::RotaryEmbedding(std::vector<float> inv_freq, std::string scaling, ops::RotaryStyle style)
+    : Module("RotaryEmbedding"),
+      head_dim_(2 * static_cast<int64_t>(inv_freq.size())),
+      table_(std::move(scaling)),
+      style_(style) {
+  auto t = Tensor::FromVector<float>({static_cast<int64_t>(inv_freq.size())}, inv_freq);
   DT_CHECK_OK(t);
   SetBuffer("inv_freq", *std::move(t));
 }
 
+RotaryEmbedding::RotaryEmbedding(int64_t head_dim, double theta, ops::RotaryStyle style)
+    : RotaryEmbedding(ops::RopeInverseFrequencies(head_dim, theta), absl::StrCat("theta=", theta), style) {
+  head_dim_ = head_dim;  // an odd head_dim is reported by Forward
+}
+
 std::string RotaryEmbedding::ExtraRepr() const {
-  return absl::StrCat("head_dim=", head_dim_, ", theta=", theta_,
-                      style_ == ops::RotaryStyle::kHalf ? ", half" : ", interleaved");
+  return absl::StrCat("head_dim=", head_dim_, ", ", table_, style_ == ops::RotaryStyle::kHalf ? ", half" : ", interleaved");
 }
 
 absl::StatusOr<Values> RotaryEmbedding::Forward(Values inputs) {

@@ -43,6 +43,10 @@ class RotaryEmbedding : public Module {
  public:
   RotaryEmbedding(int64_t head_dim, double theta = 10000.0,
                   ops::RotaryStyle style = ops::RotaryStyle::kHalf);
+  // A table of its own (scaled frequencies: llama3, linear); head_dim = 2 * inv_freq.size().
+  // `scaling` names it in ExtraRepr.
+  RotaryEmbedding(std::vector<float> inv_freq, std::string scaling,
+                  ops::RotaryStyle style = ops::RotaryStyle::kHalf);
   int64_t head_dim() const { return head_dim_; }
   ops::RotaryStyle style() const { return style_; }
   std::string ExtraRepr() const override;
@@ -52,7 +56,7 @@ class RotaryEmbedding : public Module {
 
  private:
   int64_t head_dim_;
-  double theta_;
+  std::string table_;  // "theta=10000" or the scaling's name, for ExtraRepr
   ops::RotaryStyle style_;
 };
 

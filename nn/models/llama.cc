@@ -72,13 +72,11 @@ LlamaModel::LlamaModel(const loaders::LlamaConfig& c, DType dtype) : Module("Lla
     layers.Append(std::make_unique<LlamaDecoderLayer>(c, dtype));
   }
   AddModule<RMSNorm>("norm", c.hidden_size, c.rms_norm_eps, dtype);
-  RotaryEmbedding& rope =
-      AddModule<RotaryEmbedding>("rotary_emb", c.head_dim, c.rope_theta, ops::RotaryStyle::kHalf);
-  // The scaled frequencies (llama3, linear) replace the default ones.
-  const std::vector<float> inv = loaders::RopeInverseFrequencies(c);
-  auto t = Tensor::FromVector<float>({static_cast<int64_t>(inv.size())}, inv);
-  DT_CHECK_OK(t);
-  rope.SetBuffer("inv_freq", *std::move(t));
+  // The frequencies with the config's scaling (llama3, linear) applied.
+  AddModule<RotaryEmbedding>("rotary_emb", loaders::RopeInverseFrequencies(c),
+                             absl::StrCat("theta=", c.rope_theta, c.rope_scaling.rope_type == "default" ? "" : ", ",
+                                          c.rope_scaling.rope_type == "default" ? "" : c.rope_scaling.rope_type),
+                             ops::RotaryStyle::kHalf);
 }
 
 absl::StatusOr<Values> LlamaModel::Forward(Values inputs) {

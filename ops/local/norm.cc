@@ -1,6 +1,8 @@
 // Normalisations over the last dim and rotary position embeddings.
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "ops/local/checks.h"
@@ -48,6 +50,15 @@ absl::StatusOr<Tensor> LayerNorm(const Tensor& x, const Tensor& weight, const Te
         DT_OPS_KERNEL(x.device(), LayerNorm, x, weight, bias, static_cast<float>(eps), out));
   }
   return out;
+}
+
+std::vector<float> RopeInverseFrequencies(int64_t head_dim, double theta) {
+  std::vector<float> inv(std::max<int64_t>(head_dim, 0) / 2);
+  for (size_t i = 0; i < inv.size(); ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    inv[i] = 1.0f / std::pow(static_cast<float>(theta), exponent);
+  }
+  return inv;
 }
 
 absl::StatusOr<Tensor> ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin,

@@ -135,6 +135,10 @@ enum class RotaryStyle : uint8_t { kHalf, kInterleaved };
 absl::StatusOr<Tensor> ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin,
                                    RotaryStyle style);
 
+// The default inverse frequencies of a rotary table, as Hugging Face computes them in f32:
+// 1 / theta^(2i / head_dim) for i < head_dim / 2.
+std::vector<float> RopeInverseFrequencies(int64_t head_dim, double theta);
+
 // ---- attention -----------------------------------------------------------------------------------
 
 struct AttentionOptions {
