@@ -38,40 +38,21 @@ absl::StatusOr<Tensor> ScatterAlong(const Tensor& cur, const DTensorSpec& spec, 
   const Placement& p = spec.placements()[i];
   const int64_t k = spec.mesh().Size(i);
   const int d = p.dim();
-  const Shape& g = cur.shape();
-  int64_t inner = 1;
-  for (int e = 0; e < cur.dim(); ++e) {
-    if (e != d) inner *= g[e];
-  }
   std::vector<RangeList> pieces(k);
+  for (int64_t r = 0; r < k; ++r) pieces[r] = ShardPositions(p, cur.size(d), k, r);
+  const PieceLayout layout = MakePieceLayout(cur.shape(), d, std::move(pieces));
   std::vector<int64_t> send_counts(k, 0), recv_counts(k, 0);
-  int64_t total = 0;
-  for (int64_t r = 0; r < k; ++r) {
-    pieces[r] = ShardPositions(p, g[d], k, r);
-    if (me == src) send_counts[r] = RangesSize(pieces[r]) * inner;
-    total += RangesSize(pieces[r]) * inner;
-  }
-  recv_counts[src] = RangesSize(pieces[me]) * inner;
+  recv_counts[src] = layout.counts[me];
   Tensor send;
   if (me == src) {
-    DT_ASSIGN_OR_RETURN(send, Tensor::Empty({total}, cur.dtype(), cur.device()));
-    int64_t off = 0;
-    for (int64_t r = 0; r < k; ++r) {
-      DimRanges ranges;
-      for (int e = 0; e < cur.dim(); ++e) {
-        ranges.push_back(e == d ? pieces[r] : (g[e] > 0 ? RangeList{{0, g[e]}} : RangeList{}));
-      }
-      DT_ASSIGN_OR_RETURN(Tensor piece, SliceRanges(cur, ranges));
-      DT_ASSIGN_OR_RETURN(Tensor seg, send.Narrow(0, off, send_counts[r]));
-      DT_ASSIGN_OR_RETURN(Tensor flat, piece.View({piece.numel()}));
-      DT_RETURN_IF_ERROR(seg.CopyFrom(flat));
-      off += send_counts[r];
-    }
+    send_counts = layout.counts;
+    DT_ASSIGN_OR_RETURN(send, Tensor::Empty({layout.total}, cur.dtype(), cur.device()));
+    DT_RETURN_IF_ERROR(PackPieces(cur, layout, send));
   } else {
     DT_ASSIGN_OR_RETURN(send, Tensor::Empty({0}, cur.dtype(), cur.device()));
   }
-  Shape out_shape = g;
-  out_shape[d] = RangesSize(pieces[me]);
+  Shape out_shape = cur.shape();
+  out_shape[d] = RangesSize(layout.pieces[me]);
   DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(out_shape, cur.dtype(), cur.device()));
   DT_ASSIGN_OR_RETURN(Tensor out_flat, out.View({out.numel()}));
   DT_ASSIGN_OR_RETURN(CommPtr comm, spec.mesh().Comm(i));

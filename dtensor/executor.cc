@@ -319,82 +319,41 @@ class StepRunner {
     return {op, scale};
   }
 
-  int64_t Inner(int d) const {
-    int64_t n = 1;
-    for (int i = 0; i < static_cast<int>(group_shape_.size()); ++i) {
-      if (i != d) n *= group_shape_[i];
-    }
-    return n;
+  // The layout of the group's pieces under `ps` along their shard dim.
+  PieceLayout Layout(const Placements& ps) const {
+    std::vector<RangeList> pieces(size_);
+    for (int64_t g = 0; g < size_; ++g) pieces[g] = Piece(ps, g);
+    return MakePieceLayout(group_shape_, ps[0].dim(), std::move(pieces));
   }
 
   absl::StatusOr<Tensor> AllGather(const Tensor& local) {
-    const int d = step_.from[0].dim();
-    std::vector<RangeList> pieces(size_);
-    std::vector<int64_t> counts(size_);
-    const int64_t inner = Inner(d);
-    for (int64_t g = 0; g < size_; ++g) {
-      pieces[g] = Piece(step_.from, g);
-      counts[g] = RangesSize(pieces[g]) * inner;
-    }
+    const PieceLayout layout = Layout(step_.from);
     DT_ASSIGN_OR_RETURN(Tensor x, local.Contiguous());
     DT_ASSIGN_OR_RETURN(Tensor out, PooledEmpty(group_shape_, x.dtype(), x.device()));
-    const bool direct = AllPlainShards(step_.from) && LeadingDim(d);
+    const bool direct = AllPlainShards(step_.from) && LeadingDim(layout.dim);
     Tensor buffer = out;
     if (!direct) {
-      int64_t total = 0;
-      for (int64_t c : counts) total += c;
-      DT_ASSIGN_OR_RETURN(buffer, PooledEmpty({total}, x.dtype(), x.device()));
+      DT_ASSIGN_OR_RETURN(buffer, PooledEmpty({layout.total}, x.dtype(), x.device()));
     }
     DT_ASSIGN_OR_RETURN(CommPtr comm, Comm());
     DT_ASSIGN_OR_RETURN(Tensor xf, Flat(x));
     DT_ASSIGN_OR_RETURN(Tensor bf, Flat(buffer));
-    const bool even = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
     CountCollective(Collective::kAllGather, step_.bytes);
-    DT_RETURN_IF_ERROR(even ? comm->AllGather(xf, bf) : comm->AllGatherV(xf, bf, counts));
-    if (!direct) {
-      const DimRanges all = FullRanges(group_shape_);
-      int64_t off = 0;
-      for (int64_t g = 0; g < size_; ++g) {
-        Shape seg_shape = group_shape_;
-        seg_shape[d] = RangesSize(pieces[g]);
-        DT_ASSIGN_OR_RETURN(Tensor seg, bf.Narrow(0, off, counts[g]));
-        DT_ASSIGN_OR_RETURN(seg, seg.View(seg_shape));
-        const DimRanges have = With(d, pieces[g]);
-        DT_RETURN_IF_ERROR(CopyBox(out, all, seg, have, have));
-        off += counts[g];
-      }
-    }
+    DT_RETURN_IF_ERROR(layout.even ? comm->AllGather(xf, bf)
+                                   : comm->AllGatherV(xf, bf, layout.counts));
+    if (!direct) DT_RETURN_IF_ERROR(UnpackPieces(bf, layout, out));
     return out;
   }
 
   absl::StatusOr<Tensor> ReduceScatter(const Tensor& local) {
-    const int d = step_.to[0].dim();
-    std::vector<RangeList> pieces(size_);
-    std::vector<int64_t> counts(size_);
-    const int64_t inner = Inner(d);
-    int64_t total = 0;
-    for (int64_t g = 0; g < size_; ++g) {
-      pieces[g] = Piece(step_.to, g);
-      counts[g] = RangesSize(pieces[g]) * inner;
-      total += counts[g];
-    }
-    const bool direct = AllPlainShards(step_.to) && LeadingDim(d);
+    const PieceLayout layout = Layout(step_.to);
+    const bool direct = AllPlainShards(step_.to) && LeadingDim(layout.dim);
     Tensor buffer;
     if (direct) {
       DT_ASSIGN_OR_RETURN(buffer, local.Contiguous());
     } else {
-      DT_ASSIGN_OR_RETURN(buffer, PooledEmpty({total}, local.dtype(), local.device()));
-      const DimRanges all = FullRanges(group_shape_);
-      int64_t off = 0;
-      for (int64_t g = 0; g < size_; ++g) {
-        Shape seg_shape = group_shape_;
-        seg_shape[d] = RangesSize(pieces[g]);
-        DT_ASSIGN_OR_RETURN(Tensor seg, buffer.Narrow(0, off, counts[g]));
-        DT_ASSIGN_OR_RETURN(seg, seg.View(seg_shape));
-        const DimRanges have = With(d, pieces[g]);
-        DT_RETURN_IF_ERROR(CopyBox(seg, have, local, all, have));
-        off += counts[g];
-      }
+      DT_ASSIGN_OR_RETURN(buffer, PooledEmpty({layout.total}, local.dtype(), local.device()));
+      DT_RETURN_IF_ERROR(PackPieces(local, layout, buffer));
     }
     const auto [op, scale] = ReduceOpAndScale();
     const DType wide = AvgDType(local.dtype(), scale);
@@ -402,15 +361,14 @@ class StepRunner {
       DT_ASSIGN_OR_RETURN(buffer, buffer.To(wide));
     }
     Shape out_shape = group_shape_;
-    out_shape[d] = RangesSize(pieces[me_]);
+    out_shape[layout.dim] = RangesSize(layout.pieces[me_]);
     DT_ASSIGN_OR_RETURN(Tensor out, PooledEmpty(out_shape, wide, local.device()));
     DT_ASSIGN_OR_RETURN(CommPtr comm, Comm());
     DT_ASSIGN_OR_RETURN(Tensor in_flat, Flat(buffer));
     DT_ASSIGN_OR_RETURN(Tensor out_flat, Flat(out));
-    const bool even = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
     CountCollective(Collective::kReduceScatter, step_.bytes);
-    DT_RETURN_IF_ERROR(even ? comm->ReduceScatter(in_flat, out_flat, op)
-                            : comm->ReduceScatterV(in_flat, out_flat, counts, op));
+    DT_RETURN_IF_ERROR(layout.even ? comm->ReduceScatter(in_flat, out_flat, op)
+                                   : comm->ReduceScatterV(in_flat, out_flat, layout.counts, op));
     DT_RETURN_IF_ERROR(DivideInPlace(out, scale));
     if (wide != local.dtype()) return out.To(local.dtype());
     return out;
@@ -550,6 +508,57 @@ absl::StatusOr<Tensor> SliceRanges(const Tensor& full, const DimRanges& ranges) 
   DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(ShapeOf(ranges), full.dtype(), full.device()));
   DT_RETURN_IF_ERROR(CopyBox(out, ranges, full, FullRanges(full.shape()), ranges));
   return out;
+}
+
+// ---- pieces in a flat buffer -------------------------------------------------------------------
+
+PieceLayout MakePieceLayout(IntSpan shape, int dim, std::vector<RangeList> pieces) {
+  PieceLayout l;
+  l.shape.assign(shape.begin(), shape.end());
+  l.dim = dim;
+  int64_t inner = 1;
+  for (int e = 0; e < static_cast<int>(shape.size()); ++e) {
+    if (e != dim) inner *= shape[e];
+  }
+  l.counts.reserve(pieces.size());
+  for (const RangeList& p : pieces) {
+    l.counts.push_back(RangesSize(p) * inner);
+    l.total += l.counts.back();
+  }
+  l.even = std::all_of(l.counts.begin(), l.counts.end(),
+                       [&](int64_t c) { return c == l.counts.front(); });
+  l.pieces = std::move(pieces);
+  return l;
+}
+
+namespace {
+
+// The one segment loop: for every group rank, its segment of the flat `buffer` viewed in the
+// piece's shape, and the piece copied between it and `full` (into the segment when `pack`).
+absl::Status CopySegments(const Tensor& buffer, const Tensor& full, const PieceLayout& l,
+                          bool pack) {
+  const DimRanges all = FullRanges(l.shape);
+  int64_t off = 0;
+  for (size_t g = 0; g < l.pieces.size(); ++g) {
+    DimRanges have = all;
+    have[l.dim] = l.pieces[g];
+    DT_ASSIGN_OR_RETURN(Tensor seg, buffer.Narrow(0, off, l.counts[g]));
+    DT_ASSIGN_OR_RETURN(seg, seg.View(ShapeOf(have)));
+    DT_RETURN_IF_ERROR(pack ? CopyBox(seg, have, full, all, have)
+                            : CopyBox(full, all, seg, have, have));
+    off += l.counts[g];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status PackPieces(const Tensor& full, const PieceLayout& layout, const Tensor& buffer) {
+  return CopySegments(buffer, full, layout, /*pack=*/true);
+}
+
+absl::Status UnpackPieces(const Tensor& buffer, const PieceLayout& layout, const Tensor& full) {
+  return CopySegments(buffer, full, layout, /*pack=*/false);
 }
 
 }  // namespace dt

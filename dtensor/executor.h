@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
@@ -93,5 +94,21 @@ absl::StatusOr<Tensor> PartitionReplicated(const Tensor& x, ReduceOp op, int64_t
 // The elements of `full` (global shape) at `ranges` (one RangeList per dim), as a new contiguous
 // tensor — a rank's piece cut from the global tensor without communication.
 absl::StatusOr<Tensor> SliceRanges(const Tensor& full, const DimRanges& ranges);
+
+// The pieces a group of ranks holds of one tensor dim, laid out in a flat buffer one after the
+// other in group-rank order: all_gather's output, reduce_scatter's input, Distribute's scatter.
+struct PieceLayout {
+  Shape shape;                    // the tensor the group jointly holds
+  int dim = 0;                    // the dim the pieces split
+  std::vector<RangeList> pieces;  // group rank g's positions along `dim`
+  std::vector<int64_t> counts;    // elements of g's segment
+  int64_t total = 0;              // elements of the buffer
+  bool even = true;               // all counts equal: the plain (not _v) collectives suffice
+};
+PieceLayout MakePieceLayout(IntSpan shape, int dim, std::vector<RangeList> pieces);
+// Copies every piece of `full` (of layout.shape) into its segment of the flat `buffer`
+// (layout.total elements), and back.
+absl::Status PackPieces(const Tensor& full, const PieceLayout& layout, const Tensor& buffer);
+absl::Status UnpackPieces(const Tensor& buffer, const PieceLayout& layout, const Tensor& full);
 
 }  // namespace dt
