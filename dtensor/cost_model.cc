@@ -233,17 +233,18 @@ double TimingBytesSent(const CollectiveTiming& t) {
   return 0;
 }
 
-double TimingHops(const CollectiveTiming& t) {
-  const double k = static_cast<double>(t.group_size);
-  switch (t.collective) {
+double Hops(Collective c, int64_t k) {
+  switch (c) {
     case Collective::kAllReduce:
-      return 2 * (k - 1);
+      return 2.0 * static_cast<double>(k - 1);
     case Collective::kLocal:
       return 0;
     default:
-      return k - 1;
+      return static_cast<double>(k - 1);
   }
 }
+
+double TimingHops(const CollectiveTiming& t) { return Hops(t.collective, t.group_size); }
 
 namespace {
 

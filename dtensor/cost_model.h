@@ -54,6 +54,9 @@ absl::string_view CollectiveName(Collective c);
 // The inverse of CollectiveName; InvalidArgument naming the text otherwise.
 absl::StatusOr<Collective> ParseCollective(absl::string_view name);
 
+// Hops of a collective over k ranks: k-1, 2(k-1) for all_reduce, 0 for a local step.
+double Hops(Collective c, int64_t k);
+
 // One class of link: within a host or between hosts.
 struct LinkCost {
   double latency_us = 6.6;
@@ -61,6 +64,10 @@ struct LinkCost {
   double bytes_per_us = 87.7e3;  // 87.7 GB/s
 
   double gb_per_s() const { return bytes_per_us / 1e3; }
+  // The model's time of a collective: latency + hops * hop + bytes sent / bandwidth.
+  double TimeUs(double hops, double bytes_sent) const {
+    return latency_us + hops * hop_us + bytes_sent / bytes_per_us;
+  }
   friend bool operator==(const LinkCost&, const LinkCost&) = default;
 };
 

@@ -292,20 +292,6 @@ class StepRunner {
     return spec_.mesh().Comm(absl::MakeConstSpan(step_.mesh_dims.data(), step_.mesh_dims.size()));
   }
 
-  bool AllPlainShards(const Placements& ps) const {
-    for (const Placement& p : ps) {
-      if (!p.is_shard()) return false;
-    }
-    return true;
-  }
-
-  bool LeadingDim(int d) const {
-    for (int i = 0; i < d; ++i) {
-      if (group_shape_[i] != 1) return false;
-    }
-    return true;
-  }
-
   // The reduce op the communicator runs and the divisor for avg (Partial avg is reduced as sum).
   std::pair<ReduceOp, int64_t> ReduceOpAndScale() const {
     int64_t scale = 1;
@@ -330,7 +316,7 @@ class StepRunner {
     const PieceLayout layout = Layout(step_.from);
     DT_ASSIGN_OR_RETURN(Tensor x, local.Contiguous());
     DT_ASSIGN_OR_RETURN(Tensor out, PooledEmpty(group_shape_, x.dtype(), x.device()));
-    const bool direct = AllPlainShards(step_.from) && LeadingDim(layout.dim);
+    const bool direct = !NeedsPacking(step_.from, group_shape_);
     Tensor buffer = out;
     if (!direct) {
       DT_ASSIGN_OR_RETURN(buffer, PooledEmpty({layout.total}, x.dtype(), x.device()));
@@ -347,7 +333,7 @@ class StepRunner {
 
   absl::StatusOr<Tensor> ReduceScatter(const Tensor& local) {
     const PieceLayout layout = Layout(step_.to);
-    const bool direct = AllPlainShards(step_.to) && LeadingDim(layout.dim);
+    const bool direct = !NeedsPacking(step_.to, group_shape_);
     Tensor buffer;
     if (direct) {
       DT_ASSIGN_OR_RETURN(buffer, local.Contiguous());

@@ -140,14 +140,6 @@ bool OpsMergeable(ReduceOp a, ReduceOp b) {
   return sum_like(a) && sum_like(b);
 }
 
-// True when the product of dims [0, d) of `shape` is 1: a slab along d is contiguous.
-bool Leading(IntSpan shape, int d) {
-  for (int i = 0; i < d; ++i) {
-    if (shape[i] != 1) return false;
-  }
-  return true;
-}
-
 // Sets logical_shape, group_size, bytes and cost_us of `step`, taken from state `cur`.
 void Price(const Problem& pb, const Placements& cur, PlanStep& step) {
   const CostModel& cm = pb.cost;
@@ -171,48 +163,38 @@ void Price(const Problem& pb, const Placements& cur, PlanStep& step) {
     }
     return static_cast<double>(Numel(s) * pb.elem);
   };
-  auto contiguous = [&](const Placement& p) {
-    return p.is_shard() && Leading(step.logical_shape, p.dim());
-  };
-  double bytes = 0, cost = 0;
+  // Bytes sent per rank and bytes copied locally (packing, slicing).
+  double bytes = 0, copied = 0;
   switch (step.collective) {
-    case Collective::kAllGather: {
-      const double p = piece(step.from);
-      bytes = (k - 1) * p;
-      cost = link.latency_us + (k - 1) * link.hop_us + bytes / link.bytes_per_us;
-      if (!contiguous(step.from.front())) cost += logical / cm.copy_bytes_per_us;
-      break;
-    }
+    case Collective::kAllGather:
     case Collective::kReduceScatter: {
-      const double p = piece(step.to);
-      bytes = (k - 1) * p;
-      cost = link.latency_us + (k - 1) * link.hop_us + bytes / link.bytes_per_us;
-      if (!contiguous(step.to.front())) cost += logical / cm.copy_bytes_per_us;
+      const Placements& shards =
+          step.collective == Collective::kAllGather ? step.from : step.to;
+      bytes = (k - 1) * piece(shards);
+      if (NeedsPacking(shards, step.logical_shape)) copied = logical;
       break;
     }
     case Collective::kAllReduce:
       bytes = 2.0 * (k - 1) * logical / k;
-      cost = link.latency_us + 2 * (k - 1) * link.hop_us + bytes / link.bytes_per_us;
       break;
     case Collective::kAllToAll: {
       const double p = piece(step.from);
       bytes = (k - 1) * p / k;
-      cost = link.latency_us + (k - 1) * link.hop_us + bytes / link.bytes_per_us +
-             2 * p / cm.copy_bytes_per_us;
+      copied = 2 * p;
       break;
     }
-    case Collective::kLocal: {
-      const Placement& to = step.to.front();
-      if (to.is_any_shard()) {
-        cost = contiguous(to) ? 0.0 : piece(step.to) / cm.copy_bytes_per_us;
-      } else {
-        cost = logical / cm.copy_bytes_per_us;
+    case Collective::kLocal:
+      if (!step.to.front().is_any_shard()) {
+        copied = logical;
+      } else if (NeedsPacking(step.to, step.logical_shape)) {
+        copied = piece(step.to);
       }
       break;
-    }
   }
+  const double comm =
+      step.collective == Collective::kLocal ? 0.0 : link.TimeUs(Hops(step.collective, k), bytes);
   step.bytes = static_cast<int64_t>(bytes);
-  step.cost_us = cost;
+  step.cost_us = comm + copied / cm.copy_bytes_per_us;
 }
 
 PlanStep SingleStep(const Problem& pb, const Placements& cur, int i, const Placement& to) {

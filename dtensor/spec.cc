@@ -144,6 +144,17 @@ Shape MaxShardShape(IntSpan shape, IntSpan mesh_shape, absl::Span<const Placemen
   return out;
 }
 
+bool NeedsPacking(absl::Span<const Placement> shards, IntSpan shape) {
+  if (shards.empty()) return false;
+  for (const Placement& p : shards) {
+    if (!p.is_shard()) return true;
+  }
+  for (int i = 0; i < shards.front().dim(); ++i) {
+    if (shape[i] != 1) return true;
+  }
+  return false;
+}
+
 std::vector<int64_t> PossibleShardSizes(IntSpan shape, IntSpan mesh_shape,
                                         absl::Span<const Placement> placements, int dim,
                                         int upto) {

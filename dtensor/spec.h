@@ -71,6 +71,13 @@ Shape ShardShape(IntSpan shape, IntSpan mesh_shape, absl::Span<const Placement> 
 // The largest piece any rank holds after mesh dims [0, upto) (every dim maximized).
 Shape MaxShardShape(IntSpan shape, IntSpan mesh_shape, absl::Span<const Placement> placements,
                     int upto = -1);
+// Whether a collective over the pieces that `shards` (the placements of a group's mesh dims, all
+// sharding one tensor dim, nested in order) cut from a tensor of `shape` needs a packed buffer:
+// false only when all are plain Shard(d) and every dim before d has size 1, so that the pieces are
+// contiguous slabs of the tensor in group-rank order. The executor packs all_gather and
+// reduce_scatter buffers exactly then, and the planner prices the copy (also that of a local
+// R -> S slice) by it, so cost and execution cannot drift.
+bool NeedsPacking(absl::Span<const Placement> shards, IntSpan shape);
 // Every distinct size tensor dim `dim` can have after mesh dims [0, upto), over all coordinates.
 std::vector<int64_t> PossibleShardSizes(IntSpan shape, IntSpan mesh_shape,
                                         absl::Span<const Placement> placements, int dim,
