@@ -96,8 +96,17 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// The keys a cost model file and each of its links may have (ParseCostModelJson's loops).
+constexpr absl::string_view kModelKeys =
+    "description, ranks_per_host, intra, inter, copy_gb_per_s, calibration";
+constexpr absl::string_view kLinkKeys = "latency_us, hop_us, gb_per_s";
+
 absl::Status Bad(absl::string_view what, absl::string_view msg) {
   return absl::InvalidArgumentError(absl::StrCat(what, ": ", msg));
+}
+
+absl::Status UnknownKey(absl::string_view what, absl::string_view key, absl::string_view expected) {
+  return Bad(what, absl::StrCat("unknown key '", key, "' (expected ", expected, ")"));
 }
 
 absl::StatusOr<double> Number(const Json& v, absl::string_view what, const std::string& key,
@@ -108,6 +117,12 @@ absl::StatusOr<double> Number(const Json& v, absl::string_view what, const std::
                                   v.dump()));
   }
   return v.get<double>();
+}
+
+// A bandwidth in GB/s (> 0), as bytes per microsecond.
+absl::StatusOr<double> BytesPerUs(const Json& v, absl::string_view what, const std::string& key) {
+  DT_ASSIGN_OR_RETURN(double gb, Number(v, what, key, /*positive=*/true));
+  return gb * 1e3;
 }
 
 absl::Status ParseLink(const Json& j, absl::string_view what, const std::string& name,
@@ -125,12 +140,10 @@ absl::Status ParseLink(const Json& j, absl::string_view what, const std::string&
     } else if (key == "hop_us") {
       DT_ASSIGN_OR_RETURN(link.hop_us, Number(v, what, path, false));
     } else if (key == "gb_per_s") {
-      DT_ASSIGN_OR_RETURN(double gb, Number(v, what, path, true));
-      link.bytes_per_us = gb * 1e3;
+      DT_ASSIGN_OR_RETURN(link.bytes_per_us, BytesPerUs(v, what, path));
     } else {
-      return Bad(what, absl::StrCat("unknown key '", path,
-                                    "' (expected latency_us, hop_us, gb_per_s; bandwidths are "
-                                    "GB/s, 1e9 bytes per second)"));
+      return UnknownKey(what, path,
+                        absl::StrCat(kLinkKeys, "; bandwidths are GB/s, 1e9 bytes per second"));
     }
   }
   return absl::OkStatus();
@@ -151,8 +164,7 @@ absl::StatusOr<CostModel> ParseCostModelJson(absl::string_view text, absl::strin
     return Bad(what, absl::StrCat("not valid JSON: ", msg));
   }
   if (!j.is_object()) {
-    return Bad(what, absl::StrCat("expected a JSON object with keys ranks_per_host, intra, inter, "
-                                  "copy_gb_per_s, got ",
+    return Bad(what, absl::StrCat("expected a JSON object with keys ", kModelKeys, ", got ",
                                   j.type_name()));
   }
   CostModel model;
@@ -173,12 +185,9 @@ absl::StatusOr<CostModel> ParseCostModelJson(absl::string_view text, absl::strin
     } else if (key == "inter") {
       DT_RETURN_IF_ERROR(ParseLink(v, what, key, model.inter));
     } else if (key == "copy_gb_per_s") {
-      DT_ASSIGN_OR_RETURN(double gb, Number(v, what, key, true));
-      model.copy_bytes_per_us = gb * 1e3;
+      DT_ASSIGN_OR_RETURN(model.copy_bytes_per_us, BytesPerUs(v, what, key));
     } else {
-      return Bad(what, absl::StrCat("unknown key '", key,
-                                    "' (expected description, ranks_per_host, intra, inter, "
-                                    "copy_gb_per_s, calibration)"));
+      return UnknownKey(what, key, kModelKeys);
     }
   }
   return model;

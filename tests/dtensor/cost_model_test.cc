@@ -128,8 +128,8 @@ TEST(CostModelFileTest, ErrorsAreClear) {
             "cost model 'x.json': intra must be an object like {\"latency_us\": 6.6, \"hop_us\": "
             "0.6, \"gb_per_s\": 87.7}, got 450");
   EXPECT_EQ(err("[1, 2]"),
-            "cost model 'x.json': expected a JSON object with keys ranks_per_host, intra, inter, "
-            "copy_gb_per_s, got array");
+            "cost model 'x.json': expected a JSON object with keys description, ranks_per_host, "
+            "intra, inter, copy_gb_per_s, calibration, got array");
   const std::string syntax = err("{\n  \"intra\": {\"latency_us\": 6.6,}\n}");
   EXPECT_EQ(syntax.rfind("cost model 'x.json': not valid JSON: parse error at line 2, column", 0),
             0u)
