@@ -158,7 +158,7 @@ absl::StatusOr<DTensor> DTensor::FromLocal(Tensor local, const DeviceMesh& mesh,
   DT_ASSIGN_OR_RETURN(CommPtr world, mesh.Comm(all_dims));
   DT_ASSIGN_OR_RETURN(Tensor mine, Tensor::FromVector<int64_t>({kMeta}, meta));
   DT_ASSIGN_OR_RETURN(Tensor gathered, Tensor::Empty({kMeta * world->size()}, DType::kI64));
-  CountCollective(Collective::kAllGather, 0);
+  CountCollective(Collective::kAllGather);
   DT_RETURN_IF_ERROR(world->AllGather(mine, gathered));
   const int64_t* g = gathered.data<int64_t>();
   for (int r = 0; r < world->size(); ++r) {
@@ -195,7 +195,7 @@ absl::StatusOr<DTensor> DTensor::FromLocal(Tensor local, const DeviceMesh& mesh,
     if (bad_dim < 0 && !Equal(ref, x)) bad_dim = i;
   }
   DT_ASSIGN_OR_RETURN(Tensor verdict, Tensor::FromVector<int64_t>({1}, {bad_dim}));
-  CountCollective(Collective::kAllReduce, 0);
+  CountCollective(Collective::kAllReduce);
   DT_RETURN_IF_ERROR(world->AllReduce(verdict, ReduceOp::kMax));
   const int64_t worst = verdict.data<int64_t>()[0];
   if (worst >= 0) {

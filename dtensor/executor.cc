@@ -32,7 +32,7 @@ thread_local CommCounter* g_counters = nullptr;
 CommCounter::CommCounter() : outer_(g_counters) { g_counters = this; }
 CommCounter::~CommCounter() { g_counters = outer_; }
 
-void CountCollective(Collective kind, int64_t bytes) {
+void CountCollective(Collective kind) {
   for (CommCounter* c = g_counters; c != nullptr; c = c->outer_) {
     CollectiveCounts& n = c->counts_;
     switch (kind) {
@@ -42,7 +42,6 @@ void CountCollective(Collective kind, int64_t bytes) {
       case Collective::kAllToAll: ++n.all_to_all; break;
       case Collective::kLocal: break;
     }
-    n.bytes_sent += bytes;
   }
 }
 
@@ -324,7 +323,7 @@ class StepRunner {
     DT_ASSIGN_OR_RETURN(CommPtr comm, Comm());
     DT_ASSIGN_OR_RETURN(Tensor xf, Flat(x));
     DT_ASSIGN_OR_RETURN(Tensor bf, Flat(buffer));
-    CountCollective(Collective::kAllGather, step_.bytes);
+    CountCollective(Collective::kAllGather);
     DT_RETURN_IF_ERROR(layout.even ? comm->AllGather(xf, bf)
                                    : comm->AllGatherV(xf, bf, layout.counts));
     if (!direct) DT_RETURN_IF_ERROR(UnpackPieces(bf, layout, out));
@@ -352,7 +351,7 @@ class StepRunner {
     DT_ASSIGN_OR_RETURN(CommPtr comm, Comm());
     DT_ASSIGN_OR_RETURN(Tensor in_flat, Flat(buffer));
     DT_ASSIGN_OR_RETURN(Tensor out_flat, Flat(out));
-    CountCollective(Collective::kReduceScatter, step_.bytes);
+    CountCollective(Collective::kReduceScatter);
     DT_RETURN_IF_ERROR(layout.even ? comm->ReduceScatter(in_flat, out_flat, op)
                                    : comm->ReduceScatterV(in_flat, out_flat, layout.counts, op));
     DT_RETURN_IF_ERROR(DivideInPlace(out, scale));
@@ -374,7 +373,7 @@ class StepRunner {
     }
     DT_ASSIGN_OR_RETURN(CommPtr comm, Comm());
     DT_ASSIGN_OR_RETURN(Tensor yf, Flat(y));
-    CountCollective(Collective::kAllReduce, step_.bytes);
+    CountCollective(Collective::kAllReduce);
     DT_RETURN_IF_ERROR(comm->AllReduce(yf, op));
     DT_RETURN_IF_ERROR(DivideInPlace(y, scale));
     if (wide != local.dtype()) return y.To(local.dtype());
@@ -406,7 +405,7 @@ class StepRunner {
       DT_ASSIGN_OR_RETURN(recv[g], BoxViews(out, /*at_src=*/false, before[g], after[me_], box(g, me_)));
     }
     DT_ASSIGN_OR_RETURN(CommPtr comm, Comm());
-    CountCollective(Collective::kAllToAll, step_.bytes);
+    CountCollective(Collective::kAllToAll);
     DT_RETURN_IF_ERROR(comm->AllToAllViews(std::move(send), std::move(recv)));
     return out;
   }

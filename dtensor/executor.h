@@ -38,7 +38,6 @@ struct CollectiveCounts {
   int64_t all_to_all = 0;
   int64_t broadcast = 0;  // Distribute, FromLocal's check
   int64_t scatter = 0;    // Distribute (an all_to_all_v from one source)
-  int64_t bytes_sent = 0; // per the plan's accounting (Plan steps' bytes)
 
   int64_t total() const {
     return all_gather + all_reduce + reduce_scatter + all_to_all + broadcast + scatter;
@@ -63,14 +62,14 @@ class CommCounter {
   const CollectiveCounts& counts() const { return counts_; }
 
  private:
-  friend void CountCollective(Collective kind, int64_t bytes);
+  friend void CountCollective(Collective kind);
   friend void CountBroadcast(bool scatter);
   CollectiveCounts counts_;
   CommCounter* outer_;
 };
 
 // Records one collective in every active CommCounter of this thread.
-void CountCollective(Collective kind, int64_t bytes);
+void CountCollective(Collective kind);
 void CountBroadcast(bool scatter);
 
 struct ExecuteOptions {

@@ -78,7 +78,6 @@ class Placement {
 
   int dim() const { return dim_; }              // shard dim (any shard kind)
   ReduceOp reduce_op() const { return op_; }    // partial only
-  int64_t split_factor() const { return sf_; }  // _S(d,sf); 0 when explicit blocks are given
   // Explicit blocks of _S(d,[...]); empty otherwise.
   absl::Span<const int64_t> blocks() const;
   // The block sizes this placement cuts a logical dim of size n into (torch.chunk(n, sf) or the

@@ -697,8 +697,7 @@ bool Matches(const PlanKey& k, const DTensorSpec& src, absl::Span<const Placemen
 
 absl::StatusOr<std::shared_ptr<const Plan>> CachedPlan(const DTensorSpec& src,
                                                        absl::Span<const Placement> dst_placements,
-                                                       const PlannerOptions& options,
-                                                       Placements* dst_out) {
+                                                       const PlannerOptions& options) {
   thread_local LocalEntry local[kLocalEntries];
   thread_local int next_local = 0;
   const uint64_t generation = g_cache_generation.load(std::memory_order_acquire);
@@ -706,7 +705,6 @@ absl::StatusOr<std::shared_ptr<const Plan>> CachedPlan(const DTensorSpec& src,
   for (const LocalEntry& e : local) {
     if (e.generation == generation && Matches(e.key, src, dst_placements, options)) {
       cache.CountHit();
-      if (dst_out) *dst_out = e.plan->dst;
       return e.plan;
     }
   }
@@ -728,7 +726,6 @@ absl::StatusOr<std::shared_ptr<const Plan>> CachedPlan(const DTensorSpec& src,
   LocalEntry& slot = local[next_local];
   next_local = (next_local + 1) % kLocalEntries;
   slot = {generation, std::move(key), plan};
-  if (dst_out) *dst_out = plan->dst;
   return plan;
 }
 

@@ -84,11 +84,10 @@ absl::StatusOr<Plan> PlanRedistribute(const DTensorSpec& src, const DTensorSpec&
 
 // The same through a process-wide cache keyed by (mesh shape, shape, dtype, src placements, dst
 // placements, options). Thread-safe; a hit costs one hash of the key and a shared lock. On a miss
-// `dst` is validated and planned. Returns the plan and, through *dst_out, the validated dst spec.
+// `dst` is validated and planned; the plan's dst holds the validated (normalized) placements.
 absl::StatusOr<std::shared_ptr<const Plan>> CachedPlan(const DTensorSpec& src,
                                                        absl::Span<const Placement> dst_placements,
-                                                       const PlannerOptions& options = {},
-                                                       Placements* dst_out = nullptr);
+                                                       const PlannerOptions& options = {});
 
 struct PlanCacheStats {
   int64_t hits = 0;

@@ -277,13 +277,6 @@ absl::StatusOr<DTensorSpec> DTensorSpec::WithPlacements(
   return Create(mesh_, placements, shape_, dtype_);
 }
 
-bool DTensorSpec::has_partial() const {
-  for (const Placement& p : placements_) {
-    if (p.is_partial()) return true;
-  }
-  return false;
-}
-
 int64_t DTensorSpec::NumShards() const {
   int64_t n = 0;
   for (int i = 0; i < static_cast<int>(placements_.size()); ++i) {
@@ -307,10 +300,6 @@ Shape DTensorSpec::Offset(IntSpan coord) const {
 
 DimRanges DTensorSpec::Ranges(IntSpan coord) const {
   return ShardRanges(shape_, mesh_.shape(), placements_, coord);
-}
-
-Shape DTensorSpec::LogicalShape(int mesh_dim, IntSpan coord) const {
-  return ShardShape(shape_, mesh_.shape(), placements_, coord, mesh_dim);
 }
 
 Shape DTensorSpec::LocalShape() const {

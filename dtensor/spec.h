@@ -105,7 +105,6 @@ class DTensorSpec {
   const Shape& shape() const { return shape_; }
   DType dtype() const { return dtype_; }
   int ndim() const { return static_cast<int>(shape_.size()); }
-  bool has_partial() const;
   // Number of mesh dims (of size > 1) that shard the tensor.
   int64_t NumShards() const;
 
@@ -113,8 +112,6 @@ class DTensorSpec {
   Shape LocalShape(IntSpan coord) const;
   Shape Offset(IntSpan coord) const;
   DimRanges Ranges(IntSpan coord) const;
-  // The logical tensor mesh dim `mesh_dim` splits at `coord` (mesh dims < mesh_dim applied).
-  Shape LogicalShape(int mesh_dim, IntSpan coord) const;
 
   // The same for this rank; a rank outside the mesh holds nothing (shape [0], no ranges).
   bool is_member() const { return mesh_.Coordinate().has_value(); }

@@ -314,7 +314,6 @@ absl::StatusOr<std::shared_ptr<const Entry>> ChooseStrategy(const OpCall& call) 
 }
 
 absl::Status Prepare(const OpCall& call, absl::Span<const DTensor* const> inputs, Prepared* p) {
-  p->call_ = &call;
   p->inputs_.assign(inputs.begin(), inputs.end());
   int first = -1;
   for (int j = 0; j < static_cast<int>(inputs.size()); ++j) {

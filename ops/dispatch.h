@@ -41,14 +41,9 @@ using Outputs = absl::InlinedVector<DTensor, 2>;
 class Prepared {
  public:
   bool member() const { return coord_ != nullptr; }
-  const Entry& entry() const { return *entry_; }
-  const OpCall& call() const { return *call_; }
-  // Input j in the strategy's placements (undefined DTensor for an absent optional input).
-  const DTensor& input(int j) const { return *inputs_[j]; }
   bool has(int j) const { return inputs_[j] != nullptr && inputs_[j]->defined(); }
   const Tensor& local(int j) const { return inputs_[j]->ToLocal(); }
   const DTensorSpec& spec(int j) const { return inputs_[j]->spec(); }
-  const Placements& out_placements(int k) const { return entry_->strategy.outputs[k]; }
   const std::vector<int64_t>& coord() const { return *coord_; }
   const DeviceMesh& mesh() const { return mesh_->mesh(); }
   // This rank's piece of output k (its shape).
@@ -66,7 +61,6 @@ class Prepared {
  private:
   friend absl::Status Prepare(const OpCall& call, absl::Span<const DTensor* const> inputs,
                               Prepared* p);
-  const OpCall* call_ = nullptr;
   const Entry* entry_ = nullptr;  // owned by this thread's cache (which also keeps the last one)
   absl::InlinedVector<DTensor, 4> moved_;
   absl::InlinedVector<const DTensor*, 4> inputs_;

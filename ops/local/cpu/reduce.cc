@@ -14,9 +14,9 @@ namespace dt::ops::cpu {
 namespace {
 
 // Strides of `out` (which lacks `dim`) as strides over the full shape, 0 at `dim`.
-Shape StridesWithDim(const Tensor& out, int dim, int64_t dim_stride = 0) {
+Shape StridesWithDim(const Tensor& out, int dim) {
   Shape s = out.strides();
-  s.insert(s.begin() + dim, dim_stride);
+  s.insert(s.begin() + dim, 0);
   return s;
 }
 

@@ -291,10 +291,10 @@ absl::StatusOr<LaneIndexer<N>> MakeLaneIndexer(absl::string_view kernel, IntSpan
   return li;
 }
 
-// Strides of `t` (which lacks `dim`) over the full shape, `dim_stride` at `dim`.
-inline Shape StridesWithDim(const Tensor& t, int dim, int64_t dim_stride = 0) {
+// Strides of `t` (which lacks `dim`) over the full shape, 0 at `dim`.
+inline Shape StridesWithDim(const Tensor& t, int dim) {
   Shape s = t.strides();
-  s.insert(s.begin() + dim, dim_stride);
+  s.insert(s.begin() + dim, 0);
   return s;
 }
 
