@@ -115,6 +115,10 @@ std::string PlacementsToString(absl::Span<const Placement> placements);
 // "S(0),R" — the compact form used on command lines.
 std::string PlacementsToCompactString(absl::Span<const Placement> placements);
 
+// Sum or avg: the reductions that linear ops commute with and that may be mixed or merged (avg is
+// reduced as a sum, then divided).
+inline bool IsSumLike(ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::kAvg; }
+
 // torch.chunk of n elements into k parts: part r has `size` elements at `offset`; an empty part's
 // offset is n (PyTorch's convention for empty shards).
 struct Chunk {

@@ -134,11 +134,7 @@ Collective KindOf(const Placement& from, const Placement& to) {
   return Collective::kLocal;
 }
 
-bool OpsMergeable(ReduceOp a, ReduceOp b) {
-  if (a == b) return true;
-  auto sum_like = [](ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::kAvg; };
-  return sum_like(a) && sum_like(b);
-}
+bool OpsMergeable(ReduceOp a, ReduceOp b) { return a == b || (IsSumLike(a) && IsSumLike(b)); }
 
 // Sets logical_shape, group_size, bytes and cost_us of `step`, taken from state `cur`.
 void Price(const Problem& pb, const Placements& cur, PlanStep& step) {

@@ -215,9 +215,7 @@ absl::StatusOr<Placements> NormalizePlacements(IntSpan shape, IntSpan mesh_shape
         first_op = p.reduce_op();
         first_op_dim = static_cast<int>(i);
       } else if (p.reduce_op() != first_op) {
-        const bool sum_avg = (first_op == ReduceOp::kSum || first_op == ReduceOp::kAvg) &&
-                             (p.reduce_op() == ReduceOp::kSum || p.reduce_op() == ReduceOp::kAvg);
-        if (!sum_avg) {
+        if (!IsSumLike(first_op) || !IsSumLike(p.reduce_op())) {
           return absl::InvalidArgumentError(absl::StrCat(
               "mixed Partial ops ", Placement::Partial(first_op).ToString(), " (mesh dim ",
               MeshDimName(mesh_names, first_op_dim), ") and ", p.ToString(), " (mesh dim ",

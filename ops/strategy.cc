@@ -39,8 +39,6 @@ std::optional<ReduceOp> PartialOf(const OpCall& call, int j, int i) {
   return p.reduce_op();
 }
 
-bool IsSumLike(ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::kAvg; }
-
 namespace {
 
 int FindLabel(absl::Span<const int> dims, int label) {

@@ -87,7 +87,6 @@ struct Strategy {
 DimOption ReplicateOption(int n_in, int n_out);
 // The Partial op input `j` carries on mesh dim `i`, if any.
 std::optional<ReduceOp> PartialOf(const OpCall& call, int j, int i);
-bool IsSumLike(ReduceOp op);  // sum or avg: the reductions linear ops commute with
 
 // Labels describe the einsum-like ops: every dim of every input and output gets a label (or -1:
 // never sharded). Dims with one label have one size. Per mesh dim, AddShardOptions adds for each
