@@ -645,7 +645,7 @@ class PlanCache {
     misses_.fetch_add(1, std::memory_order_relaxed);
     map_.emplace(std::move(key), std::move(plan));
   }
-  PlanCacheStats Stats() {
+  CacheStats Stats() {
     absl::ReaderMutexLock lock(&mu_);
     return {hits_.load(), misses_.load(), static_cast<int64_t>(map_.size())};
   }
@@ -725,7 +725,7 @@ absl::StatusOr<std::shared_ptr<const Plan>> CachedPlan(const DTensorSpec& src,
   return plan;
 }
 
-PlanCacheStats GetPlanCacheStats() { return PlanCache::Get().Stats(); }
+CacheStats GetPlanCacheStats() { return PlanCache::Get().Stats(); }
 void ClearPlanCache() { PlanCache::Get().Clear(); }
 
 }  // namespace dt

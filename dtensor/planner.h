@@ -89,12 +89,14 @@ absl::StatusOr<std::shared_ptr<const Plan>> CachedPlan(const DTensorSpec& src,
                                                        absl::Span<const Placement> dst_placements,
                                                        const PlannerOptions& options = {});
 
-struct PlanCacheStats {
+// Hits, misses and entries of a cache (the plan cache here, the dispatch cache of
+// ops/dtensor_ops.h).
+struct CacheStats {
   int64_t hits = 0;
   int64_t misses = 0;
   int64_t size = 0;
 };
-PlanCacheStats GetPlanCacheStats();
+CacheStats GetPlanCacheStats();
 void ClearPlanCache();
 
 }  // namespace dt

@@ -92,6 +92,7 @@
 #include "core/dtype.h"
 #include "core/shape.h"
 #include "dtensor/dtensor.h"
+#include "dtensor/planner.h"  // CacheStats
 #include "ops/local/ops.h"
 
 namespace dt::dops {
@@ -205,11 +206,7 @@ struct Decision {
 Decision LastDecision();
 
 // The strategy cache of this thread.
-struct DispatchCacheStats {
-  int64_t hits = 0;
-  int64_t misses = 0;
-  int64_t size = 0;
-};
+using DispatchCacheStats = CacheStats;
 DispatchCacheStats GetDispatchCacheStats();
 void ClearDispatchCache();
 
