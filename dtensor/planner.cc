@@ -68,11 +68,15 @@ std::string PlanStep::ToString() const {
                       PlacementsToCompactString(from), " -> ", PlacementsToCompactString(to));
 }
 
-int Plan::num_collectives() const {
+namespace {
+int CountCollectives(const std::vector<PlanStep>& steps) {
   int n = 0;
   for (const PlanStep& s : steps) n += s.collective != Collective::kLocal;
   return n;
 }
+}  // namespace
+
+int Plan::num_collectives() const { return CountCollectives(steps); }
 
 std::string Plan::ToString() const {
   std::string out = PlacementsToString(src);
@@ -291,12 +295,6 @@ double TotalCost(const std::vector<PlanStep>& steps) {
   double c = 0;
   for (const PlanStep& s : steps) c += s.cost_us;
   return c;
-}
-
-int CountCollectives(const std::vector<PlanStep>& steps) {
-  int n = 0;
-  for (const PlanStep& s : steps) n += s.collective != Collective::kLocal;
-  return n;
 }
 
 // Greedy, see Note [Planning]. `start` already has size-1 mesh dims at their targets.
