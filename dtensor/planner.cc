@@ -147,7 +147,8 @@ void Price(const Problem& pb, const Placements& cur, PlanStep& step) {
   // dim right of the group splits the dims it moves).
   Placements others = cur;
   for (int i : step.mesh_dims) others[i] = Placement::Replicate();
-  step.logical_shape = MaxShardShape(pb.shape, pb.mesh, others);
+  const Shape origin(pb.mesh.size(), 0);  // holds the largest pieces
+  step.logical_shape = ShardShape(pb.shape, pb.mesh, others, origin);
   int64_t k = 1;
   for (int i : step.mesh_dims) k *= pb.mesh[i];
   step.group_size = k;

@@ -132,18 +132,6 @@ Shape ShardShape(IntSpan shape, IntSpan mesh_shape, absl::Span<const Placement> 
   return out;
 }
 
-Shape MaxShardShape(IntSpan shape, IntSpan mesh_shape, absl::Span<const Placement> placements,
-                    int upto) {
-  Shape out(shape.begin(), shape.end());
-  const int end = Upto(upto, placements.size());
-  for (int i = 0; i < end; ++i) {
-    const Placement& p = placements[i];
-    if (!p.is_any_shard() || mesh_shape[i] <= 1) continue;
-    out[p.dim()] = ShardPieceSize(p, out[p.dim()], mesh_shape[i], 0);  // rank 0's piece is largest
-  }
-  return out;
-}
-
 bool NeedsPacking(absl::Span<const Placement> shards, IntSpan shape) {
   if (shards.empty()) return false;
   for (const Placement& p : shards) {

@@ -65,12 +65,10 @@ RangeList SelectPositions(const RangeList& list, const RangeList& positions);
 // default). Placements must be valid for the shapes (see DTensorSpec::Create).
 DimRanges ShardRanges(IntSpan shape, IntSpan mesh_shape, absl::Span<const Placement> placements,
                       IntSpan coord, int upto = -1);
-// Sizes only: the shape of the piece at `coord` after mesh dims [0, upto).
+// Sizes only: the shape of the piece at `coord` after mesh dims [0, upto). Coordinate 0 holds the
+// largest piece any rank holds (every dim maximized: torch.chunk's first chunks are the longest).
 Shape ShardShape(IntSpan shape, IntSpan mesh_shape, absl::Span<const Placement> placements,
                  IntSpan coord, int upto = -1);
-// The largest piece any rank holds after mesh dims [0, upto) (every dim maximized).
-Shape MaxShardShape(IntSpan shape, IntSpan mesh_shape, absl::Span<const Placement> placements,
-                    int upto = -1);
 // Whether a collective over the pieces that `shards` (the placements of a group's mesh dims, all
 // sharding one tensor dim, nested in order) cut from a tensor of `shape` needs a packed buffer:
 // false only when all are plain Shard(d) and every dim before d has size 1, so that the pieces are
