@@ -123,10 +123,13 @@ bool ShardedRightOf(const Problem& pb, const Placements& cur, int i, int d,
   return false;
 }
 
-bool Legal(const Problem& pb, const Placements& cur, int i, const Placement& to) {
+// Whether mesh dim i may go from cur[i] to `to` (Note [Planning]); the mesh dims in `except` move
+// in the same (merged) step and do not block it.
+bool Legal(const Problem& pb, const Placements& cur, int i, const Placement& to,
+           absl::Span<const int> except = {}) {
   const Placement& from = cur[i];
-  if (from.is_any_shard() && ShardedRightOf(pb, cur, i, from.dim())) return false;
-  if (to.is_any_shard() && ShardedRightOf(pb, cur, i, to.dim())) return false;
+  if (from.is_any_shard() && ShardedRightOf(pb, cur, i, from.dim(), except)) return false;
+  if (to.is_any_shard() && ShardedRightOf(pb, cur, i, to.dim(), except)) return false;
   return true;
 }
 
@@ -490,11 +493,7 @@ absl::Status CheckSteps(const Problem& pb, Placements cur, const Placements& dst
   for (const PlanStep& s : steps) {
     for (size_t m = 0; m < s.mesh_dims.size(); ++m) {
       const int i = s.mesh_dims[m];
-      const Placement& to = s.to[m];
-      const bool blocked =
-          (cur[i].is_any_shard() && ShardedRightOf(pb, cur, i, cur[i].dim(), s.mesh_dims)) ||
-          (to.is_any_shard() && ShardedRightOf(pb, cur, i, to.dim(), s.mesh_dims));
-      if (cur[i] != s.from[m] || blocked) {
+      if (cur[i] != s.from[m] || !Legal(pb, cur, i, s.to[m], s.mesh_dims)) {
         return absl::InternalError(absl::StrCat("planner produced an illegal step ", s.ToString(),
                                                 " from ", PlacementsToString(cur)));
       }
