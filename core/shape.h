@@ -20,6 +20,9 @@ std::string ShapeToString(IntSpan shape);  // "[4, 1024]"
 absl::StatusOr<Shape> ParseShape(absl::string_view text);  // "4,1024" or "[4, 1024]" or "4x1024"
 // Wraps a possibly negative dim into [0, ndim); error names the op and both values.
 absl::StatusOr<int> NormalizeDim(int64_t dim, int64_t ndim, absl::string_view what = "dim");
+// `shape` for a tensor of `numel` elements with its one -1 (if any) resolved. Errors name `op`:
+// more than one -1, another negative size, a -1 that cannot be inferred, a size mismatch.
+absl::StatusOr<Shape> InferShape(IntSpan shape, int64_t numel, absl::string_view op);
 // The broadcast of two shapes (numpy rules) or InvalidArgument naming both.
 absl::StatusOr<Shape> BroadcastShapes(IntSpan a, IntSpan b);
 

@@ -115,33 +115,6 @@ std::optional<Shape> ViewStrides(IntSpan old_shape, IntSpan old_strides, IntSpan
   return out;
 }
 
-absl::StatusOr<Shape> InferShape(IntSpan shape, int64_t numel, absl::string_view op) {
-  Shape out(shape.begin(), shape.end());
-  int infer = -1;
-  int64_t known = 1;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == -1) {
-      if (infer >= 0) return absl::InvalidArgumentError(absl::StrCat(op, ": only one -1 allowed in ", ShapeToString(shape)));
-      infer = static_cast<int>(i);
-    } else if (out[i] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(op, ": bad size in ", ShapeToString(shape)));
-    } else {
-      known *= out[i];
-    }
-  }
-  if (infer >= 0) {
-    if (known == 0 || numel % known != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(op, ": cannot infer -1 in ", ShapeToString(shape),
-                                                     " for ", numel, " elements"));
-    }
-    out[infer] = numel / known;
-  } else if (known != numel) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": shape ", ShapeToString(shape), " has ", known,
-                                                   " elements, the tensor has ", numel));
-  }
-  return out;
-}
-
 }  // namespace
 
 #ifdef DT_WITH_CUDA

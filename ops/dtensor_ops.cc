@@ -1,5 +1,6 @@
 #include "ops/dtensor_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -363,27 +364,16 @@ absl::StatusOr<DTensor> Embedding(const DTensor& table, const DTensor& ids) {
 namespace {
 absl::StatusOr<DTensor> ViewImpl(const char* name, const DTensor& x, IntSpan shape) {
   if (!x.defined()) return absl::InvalidArgumentError(absl::StrCat(name, ": x is undefined"));
-  // Resolve one -1.
+  // Resolve a -1 (InferShape); a plain size mismatch is left to the view rule, whose message
+  // names the layout.
   Shape out(shape.begin(), shape.end());
-  int infer = -1;
-  int64_t known = 1;
-  for (int d = 0; d < static_cast<int>(out.size()); ++d) {
-    if (out[d] == -1 && infer < 0) {
-      infer = d;
-    } else if (out[d] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": bad shape ", ShapeToString(shape),
-                                                     " for ", x.spec().Describe()));
-    } else {
-      known *= out[d];
+  if (std::any_of(shape.begin(), shape.end(), [](int64_t s) { return s < 0; })) {
+    auto inferred = InferShape(shape, Numel(x.shape()), name);
+    if (!inferred.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(inferred.status().message(), " (x ", x.spec().Describe(), ")"));
     }
-  }
-  if (infer >= 0) {
-    const int64_t n = Numel(x.shape());
-    if (known == 0 || n % known != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": cannot view ", x.spec().Describe(),
-                                                     " as ", ShapeToString(shape)));
-    }
-    out[infer] = n / known;
+    out = *std::move(inferred);
   }
   OpCall call{OpId::kView, {&x.spec()}, {{out.begin(), out.end()}, {}}, name};
   return Run1(call, {&x}, [&](const Prepared& p) -> absl::StatusOr<LocalOutputs> {
