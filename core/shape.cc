@@ -1,5 +1,7 @@
 #include "core/shape.h"
 
+#include <algorithm>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -85,6 +87,17 @@ absl::StatusOr<Shape> InferShape(IntSpan shape, int64_t numel, absl::string_view
                                                    known, " elements, the tensor has ", numel));
   }
   return out;
+}
+
+std::vector<int64_t> ChunkSizes(int64_t n, int64_t chunks) {
+  std::vector<int64_t> sizes;
+  if (n == 0) {
+    sizes.assign(static_cast<size_t>(chunks), 0);
+    return sizes;
+  }
+  const int64_t c = (n + chunks - 1) / chunks;
+  for (int64_t start = 0; start < n; start += c) sizes.push_back(std::min(c, n - start));
+  return sizes;
 }
 
 absl::StatusOr<Shape> BroadcastShapes(IntSpan a, IntSpan b) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
@@ -23,6 +24,9 @@ absl::StatusOr<int> NormalizeDim(int64_t dim, int64_t ndim, absl::string_view wh
 // `shape` for a tensor of `numel` elements with its one -1 (if any) resolved. Errors name `op`:
 // more than one -1, another negative size, a -1 that cannot be inferred, a size mismatch.
 absl::StatusOr<Shape> InferShape(IntSpan shape, int64_t numel, absl::string_view op);
+// torch.chunk's piece sizes for n elements in `chunks` (>= 1) pieces: ceil(n / chunks) each, the
+// last shorter, fewer pieces when they run out; n == 0 gives `chunks` empty pieces.
+std::vector<int64_t> ChunkSizes(int64_t n, int64_t chunks);
 // The broadcast of two shapes (numpy rules) or InvalidArgument naming both.
 absl::StatusOr<Shape> BroadcastShapes(IntSpan a, IntSpan b);
 

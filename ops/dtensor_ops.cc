@@ -524,17 +524,7 @@ absl::StatusOr<std::vector<DTensor>> Chunk(const DTensor& x, int64_t chunks, int
   if (chunks <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("Chunk: chunks must be positive, got ", chunks));
   }
-  // torch.chunk: pieces of ceil(n / chunks), the last shorter, fewer when they run out; a zero-size
-  // dim gives `chunks` empty pieces.
-  const int64_t n = x.shape()[d];
-  std::vector<int64_t> sizes;
-  if (n == 0) {
-    sizes.assign(static_cast<size_t>(chunks), 0);
-  } else {
-    const int64_t c = (n + chunks - 1) / chunks;
-    for (int64_t at = 0; at < n; at += c) sizes.push_back(std::min(c, n - at));
-  }
-  return Split(x, sizes, d);
+  return Split(x, ChunkSizes(x.shape()[d], chunks), d);
 }
 
 absl::StatusOr<TopKResult> TopK(const DTensor& x, int64_t k, int64_t dim, bool largest) {

@@ -70,15 +70,7 @@ absl::StatusOr<std::vector<Tensor>> Chunk(const Tensor& x, int64_t chunks, int64
   if (chunks < 1) {
     return absl::InvalidArgumentError(absl::StrCat("Chunk: chunks must be >= 1, got ", chunks));
   }
-  const int64_t n = x.size(d);
-  std::vector<int64_t> sizes;
-  if (n == 0) {
-    sizes.assign(static_cast<size_t>(chunks), 0);
-  } else {
-    const int64_t c = (n + chunks - 1) / chunks;
-    for (int64_t start = 0; start < n; start += c) sizes.push_back(std::min(c, n - start));
-  }
-  return Split(x, sizes, d);
+  return Split(x, ChunkSizes(x.size(d), chunks), d);
 }
 
 absl::StatusOr<Tensor> Pad(const Tensor& x, int64_t dim, int64_t before, int64_t after,
