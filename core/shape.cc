@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/status.h"
 
 namespace dt {
 
@@ -87,6 +88,22 @@ absl::StatusOr<Shape> InferShape(IntSpan shape, int64_t numel, absl::string_view
                                                    known, " elements, the tensor has ", numel));
   }
   return out;
+}
+
+absl::StatusOr<Shape> FlattenShape(IntSpan shape, int64_t start_dim, int64_t end_dim,
+                                   absl::string_view what) {
+  const int64_t r = static_cast<int64_t>(shape.size());
+  if (r == 0) return Shape{1};
+  DT_ASSIGN_OR_RETURN(int a, NormalizeDim(start_dim, r, "Flatten: start_dim"));
+  DT_ASSIGN_OR_RETURN(int b, NormalizeDim(end_dim, r, "Flatten: end_dim"));
+  if (a > b) {
+    return absl::InvalidArgumentError(absl::StrCat("Flatten: start_dim ", start_dim,
+                                                   " is after end_dim ", end_dim, " for ", what));
+  }
+  Shape s(shape.begin(), shape.begin() + a);
+  s.push_back(Numel(shape.subspan(a, b - a + 1)));
+  s.insert(s.end(), shape.begin() + b + 1, shape.end());
+  return s;
 }
 
 std::vector<int64_t> ChunkSizes(int64_t n, int64_t chunks) {

@@ -24,6 +24,10 @@ absl::StatusOr<int> NormalizeDim(int64_t dim, int64_t ndim, absl::string_view wh
 // `shape` for a tensor of `numel` elements with its one -1 (if any) resolved. Errors name `op`:
 // more than one -1, another negative size, a -1 that cannot be inferred, a size mismatch.
 absl::StatusOr<Shape> InferShape(IntSpan shape, int64_t numel, absl::string_view op);
+// The shape of flattening dims [start_dim, end_dim] (negative dims count from the end) into one; a
+// 0-dim shape flattens to [1]. Errors name `what` (the tensor) when start_dim is after end_dim.
+absl::StatusOr<Shape> FlattenShape(IntSpan shape, int64_t start_dim, int64_t end_dim,
+                                   absl::string_view what);
 // torch.chunk's piece sizes for n elements in `chunks` (>= 1) pieces: ceil(n / chunks) each, the
 // last shorter, fewer pieces when they run out; n == 0 gives `chunks` empty pieces.
 std::vector<int64_t> ChunkSizes(int64_t n, int64_t chunks);

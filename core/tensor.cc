@@ -340,18 +340,7 @@ absl::StatusOr<Tensor> Tensor::Expand(IntSpan shape) const {
 
 absl::StatusOr<Tensor> Tensor::Flatten(int64_t start_dim, int64_t end_dim) const {
   if (dim() == 0) return View({1});
-  DT_ASSIGN_OR_RETURN(int a, NormalizeDim(start_dim, dim(), "Flatten: start_dim"));
-  DT_ASSIGN_OR_RETURN(int b, NormalizeDim(end_dim, dim(), "Flatten: end_dim"));
-  if (a > b) {
-    return absl::InvalidArgumentError(absl::StrCat("Flatten: start_dim ", start_dim, " is after end_dim ",
-                                                   end_dim, " for ", Describe()));
-  }
-  Shape s;
-  for (int i = 0; i < a; ++i) s.push_back(shape_[i]);
-  int64_t m = 1;
-  for (int i = a; i <= b; ++i) m *= shape_[i];
-  s.push_back(m);
-  for (int i = b + 1; i < dim(); ++i) s.push_back(shape_[i]);
+  DT_ASSIGN_OR_RETURN(Shape s, FlattenShape(shape_, start_dim, end_dim, Describe()));
   return Reshape(s);
 }
 

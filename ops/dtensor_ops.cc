@@ -417,20 +417,8 @@ absl::StatusOr<DTensor> Reshape(const DTensor& x, IntSpan shape) {
 
 absl::StatusOr<DTensor> Flatten(const DTensor& x, int64_t start_dim, int64_t end_dim) {
   if (!x.defined()) return absl::InvalidArgumentError("Flatten: x is undefined");
-  const int r = x.spec().ndim();
-  if (r == 0) return ViewImpl("Flatten", x, {1});
-  DT_ASSIGN_OR_RETURN(const int s, NormalizeDim(start_dim, r, "Flatten: start_dim"));
-  DT_ASSIGN_OR_RETURN(const int e, NormalizeDim(end_dim, r, "Flatten: end_dim"));
-  if (s > e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Flatten: start_dim ", start_dim, " is after end_dim ", end_dim));
-  }
-  Shape out;
-  for (int d = 0; d < s; ++d) out.push_back(x.shape()[d]);
-  int64_t n = 1;
-  for (int d = s; d <= e; ++d) n *= x.shape()[d];
-  out.push_back(n);
-  for (int d = e + 1; d < r; ++d) out.push_back(x.shape()[d]);
+  DT_ASSIGN_OR_RETURN(Shape out,
+                      FlattenShape(x.shape(), start_dim, end_dim, x.spec().Describe()));
   return ViewImpl("Flatten", x, out);
 }
 
