@@ -104,18 +104,25 @@ namespace {
 int Upto(int upto, size_t n) { return upto < 0 ? static_cast<int>(n) : upto; }
 }  // namespace
 
+RangeList ShardRangesAlong(IntSpan shape, IntSpan mesh_shape,
+                           absl::Span<const Placement> placements, IntSpan coord, int dim,
+                           int upto) {
+  RangeList list;
+  if (shape[dim] > 0) list.push_back({0, shape[dim]});
+  const int end = Upto(upto, placements.size());
+  for (int i = 0; i < end; ++i) {
+    const Placement& p = placements[i];
+    if (!p.is_any_shard(dim) || mesh_shape[i] <= 1) continue;
+    list = SelectPositions(list, ShardPositions(p, RangesSize(list), mesh_shape[i], coord[i]));
+  }
+  return list;
+}
+
 DimRanges ShardRanges(IntSpan shape, IntSpan mesh_shape, absl::Span<const Placement> placements,
                       IntSpan coord, int upto) {
   DimRanges ranges(shape.size());
   for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] > 0) ranges[d].push_back({0, shape[d]});
-  }
-  const int end = Upto(upto, placements.size());
-  for (int i = 0; i < end; ++i) {
-    const Placement& p = placements[i];
-    if (!p.is_any_shard() || mesh_shape[i] <= 1) continue;
-    RangeList& list = ranges[p.dim()];
-    list = SelectPositions(list, ShardPositions(p, RangesSize(list), mesh_shape[i], coord[i]));
+    ranges[d] = ShardRangesAlong(shape, mesh_shape, placements, coord, static_cast<int>(d), upto);
   }
   return ranges;
 }
@@ -276,12 +283,14 @@ Shape DTensorSpec::LocalShape(IntSpan coord) const {
 }
 
 Shape DTensorSpec::Offset(IntSpan coord) const {
-  const DimRanges ranges = Ranges(coord);
   Shape off(shape_.size());
-  for (size_t d = 0; d < shape_.size(); ++d) {
-    off[d] = ranges[d].empty() ? shape_[d] : ranges[d].front().start;
-  }
+  for (int d = 0; d < ndim(); ++d) off[d] = Offset(coord, d);
   return off;
+}
+
+int64_t DTensorSpec::Offset(IntSpan coord, int dim) const {
+  const RangeList r = ShardRangesAlong(shape_, mesh_.shape(), placements_, coord, dim);
+  return r.empty() ? shape_[dim] : r.front().start;
 }
 
 DimRanges DTensorSpec::Ranges(IntSpan coord) const {

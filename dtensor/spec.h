@@ -65,6 +65,10 @@ RangeList SelectPositions(const RangeList& list, const RangeList& positions);
 // default). Placements must be valid for the shapes (see DTensorSpec::Create).
 DimRanges ShardRanges(IntSpan shape, IntSpan mesh_shape, absl::Span<const Placement> placements,
                       IntSpan coord, int upto = -1);
+// The same along tensor dim `dim` only (ShardRanges(...)[dim] without the other dims).
+RangeList ShardRangesAlong(IntSpan shape, IntSpan mesh_shape,
+                           absl::Span<const Placement> placements, IntSpan coord, int dim,
+                           int upto = -1);
 // Sizes only: the shape of the piece at `coord` after mesh dims [0, upto). Coordinate 0 holds the
 // largest piece any rank holds (every dim maximized: torch.chunk's first chunks are the longest).
 Shape ShardShape(IntSpan shape, IntSpan mesh_shape, absl::Span<const Placement> placements,
@@ -109,6 +113,7 @@ class DTensorSpec {
   // Shard math for any coordinate of the mesh.
   Shape LocalShape(IntSpan coord) const;
   Shape Offset(IntSpan coord) const;
+  int64_t Offset(IntSpan coord, int dim) const;  // Offset(coord)[dim] without the other dims
   DimRanges Ranges(IntSpan coord) const;
 
   // The same for this rank; a rank outside the mesh holds nothing (shape [0], no ranges).

@@ -63,9 +63,9 @@ bool Sharded(const DTensorSpec& spec, int dim) {
   return false;
 }
 
-// This rank's global offset along `dim` (0 when the dim is whole).
+// This rank's global offset along `dim` (0 when the dim is whole); members only.
 int64_t OffsetAlong(const DTensorSpec& spec, int dim) {
-  return Sharded(spec, dim) ? spec.Offset()[dim] : 0;
+  return Sharded(spec, dim) ? spec.Offset(*spec.mesh().Coordinate(), dim) : 0;
 }
 
 absl::StatusOr<Tensor> ZerosLike(const Tensor& t) {
