@@ -268,7 +268,7 @@ class StepRunner {
   // Positions (along the group tensor's dim) of group rank g's piece under `ps` (one per mesh dim
   // of the step, nested in order).
   RangeList Piece(const Placements& ps, int64_t g) const {
-    std::vector<int64_t> c(ks_.size());
+    absl::InlinedVector<int64_t, 4> c(ks_.size());  // g's coordinates (no heap per call)
     for (int m = static_cast<int>(ks_.size()) - 1; m >= 0; --m) {
       c[m] = g % ks_[m];
       g /= ks_[m];
