@@ -146,7 +146,14 @@ TEST(CostModelFileTest, CommittedModelsLoad) {
     auto m = LoadCostModel(path);
     ASSERT_TRUE(m.ok()) << m.status();
     EXPECT_GT(m->ranks_per_host, 0) << path;
-    // Within a host is faster than across hosts, in both latency and bandwidth.
+    // Within a host is faster than across hosts, in both latency (a collective of no bytes, per
+    // hop and at its base) and bandwidth.
+    for (int64_t k : {2, 8}) {
+      const double hops = Hops(Collective::kAllGather, k);
+      EXPECT_LT(m->intra.TimeUs(hops, 0), m->inter.TimeUs(hops, 0)) << path << " k=" << k;
+    }
+    EXPECT_LE(m->intra.latency_us, m->inter.latency_us) << path;
+    EXPECT_LT(m->intra.hop_us, m->inter.hop_us) << path;
     EXPECT_GT(m->intra.bytes_per_us, m->inter.bytes_per_us) << path;
   }
 }
