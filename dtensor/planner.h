@@ -19,10 +19,13 @@
 //
 // See Note [Planning] in planner.cc for legality, the greedy and min-cost planners and merging.
 //
-// Example: f32 [13, 2] on mesh (4, 2), [S(0), S(0)] -> [R, R]
-//   step  mesh dim  from  to  collective  bytes
-//   0     1         S(0)  R   all_gather  16
-//   1     0         S(0)  R   all_gather  48
+// Example: f32 [18, 2] on mesh (4, 2), [S(0), S(0)] -> [R, R] (innermost first)
+//   step  mesh dims  from  to  collective  bytes
+//   0     1          S(0)  R   all_gather  24
+//   1     0          S(0)  R   all_gather  120
+// With 13 rows the nested chunks (2,2,2,2,2,2,1,0) equal one flat chunk over the 8 ranks, so the
+// two merge into one all_gather on the flattened group:
+//   0     0+1        S(0)  R   all_gather  112
 
 #include <cstdint>
 #include <memory>
