@@ -25,10 +25,18 @@ absl::Status Tour(dt::World& world) {
   DT_ASSIGN_OR_RETURN(DTensor y, x.Redistribute(grid));
   DT_ASSIGN_OR_RETURN(DTensor z, y.Redistribute(ParsePlacements("S(1),S(0)").value()));
   std::printf("rank %d: %s\n", world.rank(), counter.counts().ToString().c_str());
+  if (counter.counts().ToString() != "all_gather=1 all_to_all=1") {  // the same on every rank
+    return absl::InternalError("unexpected collectives: " + counter.counts().ToString());
+  }
 
   // Partial sums (e.g. a row-parallel matmul's output) reduce with one reduce_scatter.
   DT_ASSIGN_OR_RETURN(DTensor partial, DTensor::Ones({8, 4}, mesh, ParsePlacements("R,P(sum)").value()));
   DT_ASSIGN_OR_RETURN(DTensor summed, std::move(partial).Redistribute(ParsePlacements("R,S(0)").value()));
+  if (counter.counts().reduce_scatter != 1) return absl::InternalError("expected one reduce_scatter");
+  // Ones with P(sum) over tp: every rank holds a term of 1/4; the sums are ones.
+  DT_ASSIGN_OR_RETURN(Tensor sums, summed.FullTensor());
+  DT_ASSIGN_OR_RETURN(Tensor ones, Tensor::Ones({8, 4}));
+  if (!Equal(sums, ones)) return absl::InternalError("the partial sums are not ones");
 
   // A fused Flux2-style weight [q|k|v|mlp_in|mlp_gate] sharded block by block; gathering it gives
   // the checkpoint layout back.
