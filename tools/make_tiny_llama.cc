@@ -6,8 +6,9 @@
 //       --head-dim 8 --intermediate 172 --vocab 384 --dtype f32|bf16 --tie --seed 0
 //       --max-file-mb 0 (0: one file; else model-0000i-of-0000N.safetensors + index)]
 //
-// Weights: linear and embedding rows ~ N(0, 1/fan_in) (counter-based, reproducible), norm weights
-// uniform in [0.5, 1.5). Rope: llama3 scaling (factor 8, original context 64) unless --no-rope-scaling.
+// Tensors: LlamaForCausalLM's parameters, in its order. Weights: linear and embedding rows (and
+// biases) ~ N(0, 1/last dim) (counter-based, reproducible), norm weights uniform in [0.5, 1.5).
+// Rope: llama3 scaling (factor 8, original context 64) unless --no-rope-scaling.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "core/status.h"
 #include "loaders/hf_config.h"
 #include "loaders/safetensors.h"
+#include "nn/models/llama.h"
 #include "ops/local/ops.h"
 
 using namespace dt;  // NOLINT: tool brevity
@@ -104,28 +106,18 @@ absl::Status Run(int argc, char** argv) {
   // Validate through the parser the loader uses.
   DT_ASSIGN_OR_RETURN(c, loaders::ParseLlamaConfig(loaders::LlamaConfigToJson(c), "generated"));
 
-  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim,
-                kv = c.num_key_value_heads * c.head_dim, in = c.intermediate_size;
-  std::vector<std::pair<std::string, Shape>> shapes = {{"model.embed_tokens.weight", {c.vocab_size, h}}};
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = absl::StrCat("model.layers.", l, ".");
-    shapes.push_back({p + "input_layernorm.weight", {h}});
-    shapes.push_back({p + "self_attn.q_proj.weight", {q, h}});
-    shapes.push_back({p + "self_attn.k_proj.weight", {kv, h}});
-    shapes.push_back({p + "self_attn.v_proj.weight", {kv, h}});
-    shapes.push_back({p + "self_attn.o_proj.weight", {h, q}});
-    shapes.push_back({p + "post_attention_layernorm.weight", {h}});
-    shapes.push_back({p + "mlp.gate_proj.weight", {in, h}});
-    shapes.push_back({p + "mlp.up_proj.weight", {in, h}});
-    shapes.push_back({p + "mlp.down_proj.weight", {h, in}});
-  }
-  shapes.push_back({"model.norm.weight", {h}});
-  if (!c.tie_word_embeddings) shapes.push_back({"lm_head.weight", {c.vocab_size, h}});
-
+  // The model's own parameter list (placeholders: nothing is allocated), in registration order,
+  // so the tensors, their names and shapes (biases included) are the ones the loader expects. A
+  // tied lm_head reads the embedding: it has no tensor of its own.
+  nn::LlamaForCausalLM model(c, c.dtype);
   std::vector<std::pair<std::string, Tensor>> tensors;
   uint64_t s = seed * 1000003;
-  for (const auto& [name, shape] : shapes) {
-    DT_ASSIGN_OR_RETURN(Tensor t, Random(shape, ++s, shape.size() == 1, c.dtype));
+  for (const auto& [name, p] : model.NamedParameters()) {
+    if (model.CheckpointName(name) != name) continue;
+    DT_ASSIGN_OR_RETURN(const nn::Module* owner,
+                        model.GetSubmodule(name.substr(0, name.rfind('.'))));
+    const bool norm = owner->type_name() == "RMSNorm";
+    DT_ASSIGN_OR_RETURN(Tensor t, Random(p->shape(), ++s, norm, c.dtype));
     tensors.emplace_back(name, std::move(t));
   }
   std::filesystem::create_directories(out);
