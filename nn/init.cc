@@ -73,29 +73,20 @@ absl::Status LoadFullTensors(Module& module, const FullTensorFn& fn) {
 }
 
 absl::Status InitRandom(Module& module, uint64_t seed) {
-  for (auto& [name, p] : module.NamedParameters()) {
-    DT_ASSIGN_OR_RETURN(const DTensorSpec* spec, PlacedSpec(name, *p));
-    absl::StatusOr<DTensor> u =
-        DTensor::Rand(spec->shape(), ParameterSeed(seed, name), spec->mesh(), spec->placements(),
-                      DType::kF32, spec->mesh().device());
-    DT_RETURN_IF_ERROR(Annotate(name, u.status()));
-    // Elementwise on the local piece: the same as transforming the full tensor, then cutting.
-    Tensor local = u->ToLocal();
-    const double bound =
-        p->dim() >= 2
-            ? 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(1, p->shape().back())))
-            : 0.5;
-    DT_ASSIGN_OR_RETURN(local, ops::Mul(local, 2 * bound));
-    DT_ASSIGN_OR_RETURN(local, ops::Add(local, p->dim() >= 2 ? -bound : 0.5));
-    DT_ASSIGN_OR_RETURN(local, ops::Cast(local, p->dtype()));
-    FromLocalOptions options;
-    options.shape = spec->shape();
-    absl::StatusOr<DTensor> d =
-        DTensor::FromLocal(std::move(local), spec->mesh(), spec->placements(), options);
-    DT_RETURN_IF_ERROR(Annotate(name, d.status()));
-    DT_RETURN_IF_ERROR(p->Set(*std::move(d)));
-  }
-  return absl::OkStatus();
+  return MaterializeParameters(
+      module, [seed](absl::string_view name, const DTensorSpec& spec) -> absl::StatusOr<Tensor> {
+        DT_ASSIGN_OR_RETURN(DTensor u, DTensor::Rand(spec.shape(), ParameterSeed(seed, name),
+                                                     spec.mesh(), spec.placements(), DType::kF32,
+                                                     spec.mesh().device()));
+        // Elementwise on the local piece: the same as transforming the full tensor, then cutting.
+        const bool matrix = spec.shape().size() >= 2;
+        const double bound =
+            matrix ? 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(1, spec.shape().back())))
+                   : 0.5;
+        DT_ASSIGN_OR_RETURN(Tensor local, ops::Mul(u.ToLocal(), 2 * bound));
+        DT_ASSIGN_OR_RETURN(local, ops::Add(local, matrix ? -bound : 0.5));
+        return ops::Cast(local, spec.dtype());
+      });
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> GatherParameters(Module& module) {
