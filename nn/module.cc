@@ -8,22 +8,19 @@
 #include "core/status.h"
 
 namespace dt::nn {
-namespace {
 
-std::string Join(const std::string& prefix, const std::string& name) {
-  if (prefix.empty()) return name;
-  if (name.empty()) return prefix;
+std::string JoinName(absl::string_view prefix, absl::string_view name) {
+  if (prefix.empty()) return std::string(name);
+  if (name.empty()) return std::string(prefix);
   return absl::StrCat(prefix, ".", name);
 }
-
-}  // namespace
 
 Module::Module(std::string type_name) : type_name_(std::move(type_name)) {}
 Module::~Module() = default;
 
 std::string Module::FullName() const {
   if (parent_ == nullptr) return "";
-  return Join(parent_->FullName(), name_);
+  return JoinName(parent_->FullName(), name_);
 }
 
 Parameter& Module::RegisterParameter(std::string name, Shape shape, DType dtype) {
@@ -84,7 +81,7 @@ absl::StatusOr<Module*> Module::GetSubmodule(absl::string_view path) const {
           absl::StrCat("module '", path, "': ", walked.empty() ? "the root" : "'" + walked + "'",
                        " (", m->type_name(), ") has no child '", part, "'"));
     }
-    walked = Join(walked, std::string(part));
+    walked = JoinName(walked, part);
     m = c;
   }
   return m;
@@ -107,7 +104,7 @@ std::vector<std::pair<std::string, Parameter*>> Module::NamedParameters() const 
   std::vector<std::pair<std::string, Parameter*>> out;
   for (const auto& p : params_) out.emplace_back(p->name(), p.get());
   for (const auto& [n, c] : children_) {
-    for (auto& [cn, p] : c->NamedParameters()) out.emplace_back(Join(n, cn), p);
+    for (auto& [cn, p] : c->NamedParameters()) out.emplace_back(JoinName(n, cn), p);
   }
   return out;
 }
@@ -116,7 +113,7 @@ std::vector<std::pair<std::string, Module*>> Module::NamedModules() {
   std::vector<std::pair<std::string, Module*>> out;
   out.emplace_back("", this);
   for (const auto& [n, c] : children_) {
-    for (auto& [cn, m] : c->NamedModules()) out.emplace_back(Join(n, cn), m);
+    for (auto& [cn, m] : c->NamedModules()) out.emplace_back(JoinName(n, cn), m);
   }
   return out;
 }
@@ -125,7 +122,7 @@ std::vector<std::pair<std::string, const Value*>> Module::NamedBuffers() const {
   std::vector<std::pair<std::string, const Value*>> out;
   for (const auto& [n, v] : buffers_) out.emplace_back(n, &v);
   for (const auto& [n, c] : children_) {
-    for (auto& [cn, v] : c->NamedBuffers()) out.emplace_back(Join(n, cn), v);
+    for (auto& [cn, v] : c->NamedBuffers()) out.emplace_back(JoinName(n, cn), v);
   }
   return out;
 }

@@ -213,6 +213,9 @@ class ModuleList : public Module {
   absl::StatusOr<Values> Forward(Values inputs) override;
 };
 
+// "prefix.name"; either part may be empty ("" + "w" -> "w", "layers.0" + "" -> "layers.0").
+std::string JoinName(absl::string_view prefix, absl::string_view name);
+
 // The single input a one-input module expects; InvalidArgument naming the module otherwise.
 absl::StatusOr<Value> SingleInput(const Module& module, const Values& inputs);
 

@@ -12,8 +12,7 @@ Parameter::Parameter(Module* owner, std::string name, Shape shape, DType dtype)
     : owner_(owner), name_(std::move(name)), shape_(std::move(shape)), dtype_(dtype) {}
 
 std::string Parameter::FullName() const {
-  const std::string prefix = owner_ != nullptr ? owner_->FullName() : "";
-  return prefix.empty() ? name_ : absl::StrCat(prefix, ".", name_);
+  return JoinName(owner_ != nullptr ? owner_->FullName() : "", name_);
 }
 
 const DTensorSpec& Parameter::spec() const {

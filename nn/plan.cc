@@ -19,12 +19,6 @@
 namespace dt::nn {
 namespace {
 
-std::string Join(const std::string& prefix, const std::string& name) {
-  if (prefix.empty()) return name;
-  if (name.empty()) return prefix;
-  return absl::StrCat(prefix, ".", name);
-}
-
 bool IsNumeric(absl::string_view s) {
   return !s.empty() &&
          std::all_of(s.begin(), s.end(), [](char c) { return absl::ascii_isdigit(c); });
@@ -90,7 +84,7 @@ class PlanContext : public TPValidationContext {
   int64_t tp_size() const override { return tp_; }
   const std::string& module_name() const override { return module_; }
   Placement PlannedPlacement(absl::string_view path) const override {
-    auto it = params_.find(Join(module_, std::string(path)));
+    auto it = params_.find(JoinName(module_, path));
     if (it == params_.end() || it->second->style == nullptr) return Placement::Replicate();
     auto p = it->second->style->ParamPlacement(*it->second->module, *it->second->param);
     return p.ok() ? *p : Placement::Replicate();
@@ -198,7 +192,7 @@ absl::StatusOr<PlanResolution> ResolvePlan(Module& module, const ParallelPlan& p
       r.forwards.push_back({mname, m, plan[mkey].first, plan[mkey].second.Label(), styles[mkey]});
     }
     for (const auto& p : m->parameters()) {
-      const std::string name = Join(mname, p->name());
+      const std::string name = JoinName(mname, p->name());
       DT_ASSIGN_OR_RETURN(int key, matcher.Lookup(name));
       if (key < 0) key = mkey;
       PlanResolution::Param entry{name, p.get(), m, "", nullptr};
