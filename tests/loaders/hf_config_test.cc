@@ -6,17 +6,12 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace dt::loaders {
 namespace {
 
-::testing::AssertionResult ErrorContains(const absl::Status& s, absl::string_view needle) {
-  if (s.ok()) return ::testing::AssertionFailure() << "OK; expected an error with '" << needle << "'";
-  if (std::string(s.message()).find(std::string(needle)) == std::string::npos) {
-    return ::testing::AssertionFailure() << "'" << s.message() << "' lacks '" << needle << "'";
-  }
-  return ::testing::AssertionSuccess();
-}
+using dt::testing::Contains;
 
 // Llama-3.1-8B's config.json (v4 spelling).
 constexpr char kLlama31[] = R"({
@@ -117,14 +112,14 @@ TEST(HfConfig, Errors) {
   };
   for (const Case& c : cases) {
     auto r = ParseLlamaConfig(c.json, "cfg.json");
-    EXPECT_TRUE(ErrorContains(r.status(), c.error)) << c.json;
-    EXPECT_TRUE(ErrorContains(r.status(), "cfg.json")) << c.json;
+    EXPECT_TRUE(Contains(r.status(), c.error)) << c.json;
+    EXPECT_TRUE(Contains(r.status(), "cfg.json")) << c.json;
   }
   auto yarn = ParseLlamaConfig("{" + base + R"(, "num_attention_heads": 2,
       "rope_scaling": {"rope_type": "yarn", "factor": 4}})",
                                "y");
   EXPECT_EQ(yarn.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_TRUE(ErrorContains(yarn.status(), "yarn"));
+  EXPECT_TRUE(Contains(yarn.status(), "yarn"));
   auto gelu = ParseLlamaConfig("{" + base + R"(, "num_attention_heads": 2, "hidden_act": "gelu"})",
                                "g");
   EXPECT_EQ(gelu.status().code(), absl::StatusCode::kUnimplemented);

@@ -17,6 +17,7 @@
 #include "dtensor/spec.h"
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
+#include "tests/test_util.h"
 
 namespace dt::loaders {
 namespace {
@@ -70,13 +71,7 @@ Tensor Iota(IntSpan shape, DType dtype) {
 
 absl::Status OpenStatus(const std::string& path) { return SafetensorsFile::Open(path).status(); }
 
-::testing::AssertionResult ErrorContains(const absl::Status& s, absl::string_view needle) {
-  if (s.ok()) return ::testing::AssertionFailure() << "OK; expected an error with '" << needle << "'";
-  if (std::string(s.message()).find(std::string(needle)) == std::string::npos) {
-    return ::testing::AssertionFailure() << "'" << s.message() << "' lacks '" << needle << "'";
-  }
-  return ::testing::AssertionSuccess();
-}
+using dt::testing::Contains;
 
 TEST(Safetensors, RoundTripEveryDType) {
   std::vector<std::pair<std::string, Tensor>> tensors;
@@ -133,16 +128,15 @@ TEST(Safetensors, WholeTensorAndRowShardsAreZeroCopyViews) {
 
 TEST(Safetensors, RejectsTruncatedAndAbsurdHeaders) {
   WriteBytes(TempPath("short.safetensors"), "abc");
-  EXPECT_TRUE(ErrorContains(OpenStatus(TempPath("short.safetensors")), "shorter than the 8-byte"));
-  EXPECT_TRUE(ErrorContains(OpenStatus(RawFile("past.safetensors", "{}", 0, 9999)),
-                            "header length 9999 runs past the end of the file"));
-  EXPECT_TRUE(ErrorContains(OpenStatus(RawFile("huge.safetensors", "{}", 0, 1ull << 40)),
-                            "absurdly large"));
-  EXPECT_TRUE(ErrorContains(OpenStatus(RawFile("huge2.safetensors", "{}", 0, ~0ull)),
-                            "absurdly large"));
+  EXPECT_TRUE(Contains(OpenStatus(TempPath("short.safetensors")), "shorter than the 8-byte"));
+  EXPECT_TRUE(Contains(OpenStatus(RawFile("past.safetensors", "{}", 0, 9999)),
+                       "header length 9999 runs past the end of the file"));
+  EXPECT_TRUE(
+      Contains(OpenStatus(RawFile("huge.safetensors", "{}", 0, 1ull << 40)), "absurdly large"));
+  EXPECT_TRUE(Contains(OpenStatus(RawFile("huge2.safetensors", "{}", 0, ~0ull)), "absurdly large"));
   EXPECT_EQ(OpenStatus(TempPath("missing.safetensors")).code(), absl::StatusCode::kNotFound);
   // The message names the file.
-  EXPECT_TRUE(ErrorContains(OpenStatus(TempPath("short.safetensors")), "short.safetensors"));
+  EXPECT_TRUE(Contains(OpenStatus(TempPath("short.safetensors")), "short.safetensors"));
 }
 
 TEST(Safetensors, RejectsMalformedHeaders) {
@@ -191,8 +185,8 @@ TEST(Safetensors, RejectsMalformedHeaders) {
   int i = 0;
   for (const Case& c : cases) {
     const std::string path = RawFile(absl::StrCat("bad", i++, ".safetensors"), c.header, c.data);
-    EXPECT_TRUE(ErrorContains(OpenStatus(path), c.error)) << c.header;
-    EXPECT_TRUE(ErrorContains(OpenStatus(path), path)) << c.header;
+    EXPECT_TRUE(Contains(OpenStatus(path), c.error)) << c.header;
+    EXPECT_TRUE(Contains(OpenStatus(path), path)) << c.header;
   }
 }
 
@@ -206,8 +200,8 @@ TEST(Safetensors, UnsupportedDTypesAreListedButNotRead) {
   ASSERT_TRUE(f.ok()) << f.status();
   auto r = (*f)->Read("d");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_TRUE(ErrorContains(r.status(), "tensor 'd' has dtype F64"));
-  EXPECT_TRUE(ErrorContains((*f)->Read("f").status(), "F8_E4M3"));
+  EXPECT_TRUE(Contains(r.status(), "tensor 'd' has dtype F64"));
+  EXPECT_TRUE(Contains((*f)->Read("f").status(), "F8_E4M3"));
   EXPECT_EQ(DTypeFromSafetensors("I8").status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(DTypeFromSafetensors("Q4").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DTypeFromSafetensors("BF16").value(), DType::kBF16);
@@ -217,10 +211,9 @@ TEST(Safetensors, RejectsBadRanges) {
   const std::string path = TempPath("ranges.safetensors");
   ASSERT_TRUE(WriteSafetensors(path, {{"w", Iota({4, 4}, DType::kF32)}}).ok());
   auto f = SafetensorsFile::Open(path).value();
-  EXPECT_TRUE(ErrorContains(f->ReadRanges("w", {{{0, 4}}}).status(), "has 2 dims"));
-  EXPECT_TRUE(ErrorContains(f->ReadRanges("w", {{{0, 5}}, {{0, 4}}}).status(), "inside [0, 4)"));
-  EXPECT_TRUE(
-      ErrorContains(f->ReadRanges("w", {{{2, 3}, {0, 1}}, {{0, 4}}}).status(), "ascending"));
+  EXPECT_TRUE(Contains(f->ReadRanges("w", {{{0, 4}}}).status(), "has 2 dims"));
+  EXPECT_TRUE(Contains(f->ReadRanges("w", {{{0, 5}}, {{0, 4}}}).status(), "inside [0, 4)"));
+  EXPECT_TRUE(Contains(f->ReadRanges("w", {{{2, 3}, {0, 1}}, {{0, 4}}}).status(), "ascending"));
   EXPECT_EQ(f->Read("nope").status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -412,8 +405,8 @@ TEST(Checkpoint, ShardedDirectoryWithIndex) {
   EXPECT_EQ(piece.ToVector<float>()[1], 6.0f);
   EXPECT_EQ(stats.bytes_copied, 16 * 4);
   auto wrong = DTensorSpec::Create(mesh, {Placement::Replicate()}, {16, 8}, DType::kF32).value();
-  EXPECT_TRUE(ErrorContains(c->ReadLocal("a", wrong).status(),
-                            "tensor 'a': expected [16, 8], got [16, 4]"));
+  EXPECT_TRUE(
+      Contains(c->ReadLocal("a", wrong).status(), "tensor 'a': expected [16, 8], got [16, 4]"));
   EXPECT_EQ(c->Read("zzz").status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -421,28 +414,28 @@ TEST(Checkpoint, RejectsBadIndexes) {
   const std::string dir = TempPath("ckpt_bad");
   fs::remove_all(dir);
   fs::create_directories(dir);
-  EXPECT_TRUE(ErrorContains(Checkpoint::Open(dir).status(), "neither"));
+  EXPECT_TRUE(Contains(Checkpoint::Open(dir).status(), "neither"));
   ASSERT_TRUE(WriteSafetensors(dir + "/part.safetensors", {{"a", Iota({2}, DType::kF32)}}).ok());
   auto index = [&](const std::string& text) {
     WriteBytes(dir + "/model.safetensors.index.json", text);
     return Checkpoint::Open(dir).status();
   };
-  EXPECT_TRUE(ErrorContains(index("nope"), "not a JSON object"));
-  EXPECT_TRUE(ErrorContains(index(R"({"metadata": {}})"), "no \"weight_map\""));
-  EXPECT_TRUE(ErrorContains(index(R"({"weight_map": {"a": "../x.safetensors"}})"),
-                            "not a plain file name"));
-  EXPECT_TRUE(ErrorContains(index(R"({"weight_map": {"a": "/etc/passwd"}})"), "not a plain"));
-  EXPECT_TRUE(ErrorContains(index(R"({"weight_map": {"a": 3}})"), "must be a file name"));
-  EXPECT_TRUE(ErrorContains(index(R"({"weight_map": {"z": "part.safetensors"}})"),
-                            "does not contain it"));
+  EXPECT_TRUE(Contains(index("nope"), "not a JSON object"));
+  EXPECT_TRUE(Contains(index(R"({"metadata": {}})"), "no \"weight_map\""));
+  EXPECT_TRUE(
+      Contains(index(R"({"weight_map": {"a": "../x.safetensors"}})"), "not a plain file name"));
+  EXPECT_TRUE(Contains(index(R"({"weight_map": {"a": "/etc/passwd"}})"), "not a plain"));
+  EXPECT_TRUE(Contains(index(R"({"weight_map": {"a": 3}})"), "must be a file name"));
+  EXPECT_TRUE(
+      Contains(index(R"({"weight_map": {"z": "part.safetensors"}})"), "does not contain it"));
   EXPECT_EQ(index(R"({"weight_map": {"a": "gone.safetensors"}})").code(),
             absl::StatusCode::kNotFound);
   ASSERT_TRUE(WriteSafetensors(dir + "/more.safetensors",
                                {{"a", Iota({2}, DType::kF32)}, {"b", Iota({2}, DType::kF32)}})
                   .ok());
-  EXPECT_TRUE(ErrorContains(index(R"({"weight_map": {"a": "part.safetensors",
+  EXPECT_TRUE(Contains(index(R"({"weight_map": {"a": "part.safetensors",
                                                       "b": "more.safetensors"}})"),
-                            "stored in both"));
+                       "stored in both"));
   EXPECT_TRUE(index(R"({"weight_map": {"a": "part.safetensors"}})").ok());
 }
 

@@ -15,11 +15,14 @@
 #include "gtest/gtest.h"
 #include "mesh/world.h"
 #include "tests/models/llama_util.h"
+#include "tests/test_util.h"
 
 namespace dt::nn::testing {
 namespace {
 
 namespace fs = std::filesystem;
+
+using dt::testing::Contains;
 
 using RankFn = std::function<absl::Status(int rank, LlamaForCausalLM& model,
                                           const LlamaLoadReport& report)>;
@@ -223,9 +226,9 @@ TEST(LlamaValidation, TPSizeMustDivideHeadsAndKVHeads) {
   };
   absl::Status three = fail(3);
   EXPECT_EQ(three.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(std::string(three.message()).find("num_attention_heads"), std::string::npos) << three;
+  EXPECT_TRUE(Contains(three, "num_attention_heads"));
   absl::Status eight = fail(8);  // 8 heads but 4 KV heads: transformers #48307
-  EXPECT_NE(std::string(eight.message()).find("num_key_value_heads"), std::string::npos) << eight;
+  EXPECT_TRUE(Contains(eight, "num_key_value_heads"));
 }
 
 // A directory of this process's own, removed at exit.
@@ -263,15 +266,10 @@ TEST(LlamaValidation, CheckpointMissingOrMisshapenTensors) {
   };
   absl::Status missing = load(CopyFixtureWithout("model.layers.2.mlp.up_proj.weight", ""));
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(std::string(missing.message()).find("model.layers.2.mlp.up_proj.weight"),
-            std::string::npos)
-      << missing;
+  EXPECT_TRUE(Contains(missing, "model.layers.2.mlp.up_proj.weight"));
   absl::Status shape = load(CopyFixtureWithout("", "model.layers.0.self_attn.k_proj.weight"));
-  EXPECT_NE(std::string(shape.message())
-                .find("tensor 'model.layers.0.self_attn.k_proj.weight': expected [32, 64], got "
-                      "[31, 64]"),
-            std::string::npos)
-      << shape;
+  EXPECT_TRUE(Contains(
+      shape, "tensor 'model.layers.0.self_attn.k_proj.weight': expected [32, 64], got [31, 64]"));
   EXPECT_EQ(load("/nonexistent").code(), absl::StatusCode::kNotFound);
 }
 
@@ -279,9 +277,7 @@ TEST(LlamaValidation, BadTokenIds) {
   absl::Status s = OnRanks(1, FixtureDir("llama-tiny"), {}, [](int, LlamaForCausalLM& m,
                                                                const LlamaLoadReport&) {
     absl::StatusOr<GenerateResult> r = m.Generate({1, 384}, GenerateOptions());
-    EXPECT_NE(std::string(r.status().message()).find("token id 384 is outside the vocab [0, 384)"),
-              std::string::npos)
-        << r.status();
+    EXPECT_TRUE(Contains(r.status(), "token id 384 is outside the vocab [0, 384)"));
     EXPECT_FALSE(m.Generate({}, GenerateOptions()).ok());
     GenerateOptions zero;
     zero.max_new_tokens = 0;

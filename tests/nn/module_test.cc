@@ -9,12 +9,12 @@
 #include "mesh/world.h"
 #include "nn/nn.h"
 #include "ops/local/ops.h"
-#include "tests/nn/test_util.h"
+#include "tests/test_util.h"
 
 namespace dt::nn {
 namespace {
 
-using testing::Contains;
+using dt::testing::Contains;
 
 // A two-layer decoder-like model: embed, layers.{0,1}.{self_attn, mlp, norm}, norm.
 class Layer : public Module {

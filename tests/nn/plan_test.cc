@@ -9,12 +9,12 @@
 
 #include "gtest/gtest.h"
 #include "nn/nn.h"
-#include "tests/nn/test_util.h"
+#include "tests/test_util.h"
 
 namespace dt::nn {
 namespace {
 
-using testing::Contains;
+using dt::testing::Contains;
 
 DeviceMesh Tp(int64_t n, int rank = 0) { return DeviceMesh::Abstract({n}, {"tp"}, rank).value(); }
 

@@ -1,12 +1,12 @@
 #pragma once
-// Small assertions for the nn tests.
+// Small assertions shared by the tests.
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
 
-namespace dt::nn::testing {
+namespace dt::testing {
 
 // EXPECT_TRUE(Contains(text, "needle")) prints both on failure.
 inline ::testing::AssertionResult Contains(absl::string_view text, absl::string_view needle) {
@@ -18,4 +18,4 @@ inline ::testing::AssertionResult Contains(const absl::Status& s, absl::string_v
   return Contains(s.message(), needle);
 }
 
-}  // namespace dt::nn::testing
+}  // namespace dt::testing
