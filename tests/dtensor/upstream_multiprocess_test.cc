@@ -4,24 +4,16 @@
 #include "gtest/gtest.h"
 #include "mesh/world.h"
 #include "tests/dtensor/upstream_cases.h"
+#include "tests/test_world.h"
 
 namespace dt::testing {
 namespace {
-
-std::shared_ptr<World> TheWorld() {
-  static std::shared_ptr<World> world = [] {
-    auto w = World::FromEnv();
-    DT_CHECK_OK(w);
-    return *w;
-  }();
-  return world;
-}
 
 class UpstreamMultiprocess : public ::testing::TestWithParam<UpstreamCase> {};
 
 TEST_P(UpstreamMultiprocess, Passes) {
   const UpstreamCase& c = GetParam();
-  std::shared_ptr<World> world = TheWorld();
+  std::shared_ptr<World> world = TheWorld().shared_from_this();
   if (world->size() != c.world_size) {
     GTEST_SKIP() << c.name << " needs " << c.world_size << " ranks; this job has " << world->size();
   }

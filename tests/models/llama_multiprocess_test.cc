@@ -6,18 +6,12 @@
 #include "mesh/world.h"
 #include "nn/models/llama.h"
 #include "tests/models/llama_util.h"
+#include "tests/test_world.h"
 
 namespace dt::nn::testing {
 namespace {
 
-World& TheWorld() {
-  static std::shared_ptr<World> world = [] {
-    auto w = World::FromEnv();
-    DT_CHECK_OK(w);
-    return *w;
-  }();
-  return *world;
-}
+using dt::testing::TheWorld;
 
 class LlamaMultiprocess : public ::testing::TestWithParam<const char*> {};
 

@@ -4,18 +4,12 @@
 #include "gtest/gtest.h"
 #include "mesh/world.h"
 #include "tests/nn/style_cases.h"
+#include "tests/test_world.h"
 
 namespace dt::nn::testing {
 namespace {
 
-World& TheWorld() {
-  static std::shared_ptr<World> world = [] {
-    auto w = World::FromEnv();
-    DT_CHECK_OK(w);
-    return *w;
-  }();
-  return *world;
-}
+using dt::testing::TheWorld;
 
 class StylesMultiprocess : public ::testing::TestWithParam<StyleCase> {};
 
