@@ -8,17 +8,42 @@ function(dt_library name)
   set_property(GLOBAL APPEND PROPERTY DT_LIBRARIES ${name})
 endfunction()
 
+# dt_default(VAR VALUE): VAR = VALUE unless VAR is set (a function argument left out).
+macro(dt_default var value)
+  if(NOT ${var})
+    set(${var} ${value})
+  endif()
+endmacro()
+
 # dt_test(NAME SOURCES ... DEPS ... [LABELS ...]): a gtest binary whose tests ctest discovers.
 function(dt_test name)
   cmake_parse_arguments(A "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
-  if(NOT A_LABELS)
-    set(A_LABELS cpu)
-  endif()
-  if(NOT A_TIMEOUT)
-    set(A_TIMEOUT 300)
-  endif()
+  dt_default(A_LABELS cpu)
+  dt_default(A_TIMEOUT 300)
   add_executable(${name} ${A_SOURCES})
   target_link_libraries(${name} PRIVATE ${A_DEPS} rapidcheck_gtest rapidcheck GTest::gtest GTest::gtest_main)
   gtest_discover_tests(${name} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
                        DISCOVERY_TIMEOUT 60)
+endfunction()
+
+# dt_dtrun_test(BINARY [SOURCES ... DEPS ...] TESTS PREFIX NPROCS n... [BACKEND gloo]
+#               [LABELS multiprocess] [TIMEOUT 300] [ENVIRONMENT ...]): ctest PREFIX_np<n> runs the
+# gtest binary BINARY on n processes under dtrun with DT_BACKEND=BACKEND (plus ENVIRONMENT), for
+# each n of NPROCS. With SOURCES, BINARY is built from them (linked to DEPS and gtest_main).
+function(dt_dtrun_test binary)
+  cmake_parse_arguments(A "" "TESTS;BACKEND;TIMEOUT" "SOURCES;DEPS;NPROCS;LABELS;ENVIRONMENT"
+                        ${ARGN})
+  dt_default(A_BACKEND gloo)
+  dt_default(A_LABELS multiprocess)
+  dt_default(A_TIMEOUT 300)
+  if(A_SOURCES)
+    add_executable(${binary} ${A_SOURCES})
+    target_link_libraries(${binary} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main)
+  endif()
+  set(env DT_BACKEND=${A_BACKEND} ${A_ENVIRONMENT})
+  foreach(n ${A_NPROCS})
+    add_test(NAME ${A_TESTS}_np${n} COMMAND dtrun --nproc-per-node ${n} $<TARGET_FILE:${binary}>)
+    set_tests_properties(${A_TESTS}_np${n} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
+                         ENVIRONMENT "${env}")
+  endforeach()
 endfunction()
