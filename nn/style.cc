@@ -94,4 +94,11 @@ Value Handoff(DTensor x, bool use_local_output) {
   return Value(std::move(x));
 }
 
+absl::StatusOr<Value> ReducePartial(const Value& v, const DeviceMesh& mesh,
+                                    const Placement& target, bool use_local_output) {
+  DT_ASSIGN_OR_RETURN(DTensor y, AsDTensor(v, mesh, Placement::Partial()));
+  DT_ASSIGN_OR_RETURN(y, RedistributeTo(y, target));
+  return Handoff(std::move(y), use_local_output);
+}
+
 }  // namespace dt::nn

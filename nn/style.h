@@ -107,4 +107,9 @@ absl::StatusOr<DTensor> RedistributeTo(const DTensor& x, const Placement& target
 // What a style hands on: the DTensor, or its local piece with use_local_output.
 Value Handoff(DTensor x, bool use_local_output);
 
+// A forward's partial-sum output `v` (a local tensor is annotated Partial) redistributed to
+// `target` (Replicate: all_reduce, Shard: reduce_scatter) and handed on (Handoff).
+absl::StatusOr<Value> ReducePartial(const Value& v, const DeviceMesh& mesh,
+                                    const Placement& target, bool use_local_output);
+
 }  // namespace dt::nn

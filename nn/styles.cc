@@ -121,10 +121,21 @@ absl::Status CheckBlocksDivisible(absl::string_view style, const Parameter& para
   return absl::OkStatus();
 }
 
-// Packed dim of a parameter: ndim-2 (colwise) / ndim-1 (rowwise) for weights, 0 for 1-D params.
-int PackedDim(const Parameter& p, bool col) {
-  if (p.dim() < 2) return 0;
-  return col ? p.dim() - 2 : p.dim() - 1;
+// A parameter's packed dim (ndim-2 colwise / ndim-1 rowwise for weights, 0 for 1-D params), its
+// size and its blocks.
+struct PackedParam {
+  int dim = 0;
+  int64_t size = 0;
+  PackedLayout layout;
+};
+
+absl::StatusOr<PackedParam> ResolvePackedParam(const std::vector<int64_t>& proportions,
+                                               const Module& m, const Parameter& p, bool col) {
+  PackedParam out;
+  if (p.dim() >= 2) out.dim = col ? p.dim() - 2 : p.dim() - 1;
+  out.size = p.shape()[out.dim];
+  DT_ASSIGN_OR_RETURN(out.layout, ResolvePacked(proportions, m, col, out.size));
+  return out;
 }
 
 }  // namespace
@@ -239,9 +250,8 @@ absl::StatusOr<Values> RowwiseParallel::TransformInputsPreForward(Module& module
 absl::StatusOr<Values> RowwiseParallel::TransformOutputPostForward(Module& module, Values outputs,
                                                                    const DeviceMesh& mesh) const {
   if (outputs.empty() || !outputs[0].defined()) return outputs;
-  DT_ASSIGN_OR_RETURN(DTensor y, AsDTensor(outputs[0], mesh, Placement::Partial()));
-  DT_ASSIGN_OR_RETURN(y, RedistributeTo(y, output_layout_));
-  outputs[0] = Handoff(std::move(y), use_local_output_);
+  DT_ASSIGN_OR_RETURN(outputs[0],
+                      ReducePartial(outputs[0], mesh, output_layout_, use_local_output_));
   return outputs;
 }
 
@@ -260,19 +270,15 @@ StyleInfo PackedColwiseParallel::Info() const {
 absl::Status PackedColwiseParallel::ValidateParam(const Module& module, const Parameter& param,
                                                   const DeviceMesh& mesh) const {
   if (param.dim() == 0) return absl::OkStatus();
-  const int dim = PackedDim(param, /*col=*/true);
-  DT_ASSIGN_OR_RETURN(PackedLayout layout,
-                      ResolvePacked(blocks_, module, true, param.shape()[dim]));
-  return CheckBlocksDivisible("packed_colwise", param, layout, param.shape()[dim], mesh.Size());
+  DT_ASSIGN_OR_RETURN(PackedParam p, ResolvePackedParam(blocks_, module, param, /*col=*/true));
+  return CheckBlocksDivisible("packed_colwise", param, p.layout, p.size, mesh.Size());
 }
 
 absl::StatusOr<Placement> PackedColwiseParallel::ParamPlacement(const Module& module,
                                                                 const Parameter& param) const {
   if (param.dim() == 0) return Placement::Replicate();
-  const int dim = PackedDim(param, /*col=*/true);
-  DT_ASSIGN_OR_RETURN(PackedLayout layout,
-                      ResolvePacked(blocks_, module, true, param.shape()[dim]));
-  return PackedPlacement(layout, dim);
+  DT_ASSIGN_OR_RETURN(PackedParam p, ResolvePackedParam(blocks_, module, param, /*col=*/true));
+  return PackedPlacement(p.layout, p.dim);
 }
 
 absl::StatusOr<Values> PackedColwiseParallel::TransformInputsPreForward(
@@ -304,19 +310,15 @@ StyleInfo PackedRowwiseParallel::Info() const {
 absl::Status PackedRowwiseParallel::ValidateParam(const Module& module, const Parameter& param,
                                                   const DeviceMesh& mesh) const {
   if (param.dim() < 2) return absl::OkStatus();
-  const int dim = PackedDim(param, /*col=*/false);
-  DT_ASSIGN_OR_RETURN(PackedLayout layout,
-                      ResolvePacked(blocks_, module, false, param.shape()[dim]));
-  return CheckBlocksDivisible("packed_rowwise", param, layout, param.shape()[dim], mesh.Size());
+  DT_ASSIGN_OR_RETURN(PackedParam p, ResolvePackedParam(blocks_, module, param, /*col=*/false));
+  return CheckBlocksDivisible("packed_rowwise", param, p.layout, p.size, mesh.Size());
 }
 
 absl::StatusOr<Placement> PackedRowwiseParallel::ParamPlacement(const Module& module,
                                                                 const Parameter& param) const {
   if (param.dim() < 2) return Placement::Replicate();
-  const int dim = PackedDim(param, /*col=*/false);
-  DT_ASSIGN_OR_RETURN(PackedLayout layout,
-                      ResolvePacked(blocks_, module, false, param.shape()[dim]));
-  return PackedPlacement(layout, dim);
+  DT_ASSIGN_OR_RETURN(PackedParam p, ResolvePackedParam(blocks_, module, param, /*col=*/false));
+  return PackedPlacement(p.layout, p.dim);
 }
 
 absl::StatusOr<Values> PackedRowwiseParallel::TransformInputsPreForward(
@@ -340,9 +342,8 @@ absl::StatusOr<Values> PackedRowwiseParallel::TransformInputsPreForward(
 absl::StatusOr<Values> PackedRowwiseParallel::TransformOutputPostForward(
     Module& module, Values outputs, const DeviceMesh& mesh) const {
   if (outputs.empty() || !outputs[0].defined()) return outputs;
-  DT_ASSIGN_OR_RETURN(DTensor y, AsDTensor(outputs[0], mesh, Placement::Partial()));
-  DT_ASSIGN_OR_RETURN(y, RedistributeTo(y, Placement::Replicate()));
-  outputs[0] = Handoff(std::move(y), use_local_output_);
+  DT_ASSIGN_OR_RETURN(outputs[0],
+                      ReducePartial(outputs[0], mesh, Placement::Replicate(), use_local_output_));
   return outputs;
 }
 
@@ -430,9 +431,7 @@ absl::StatusOr<Values> AllReduceParallel::TransformOutputPostForward(Module&, Va
                                                                      const DeviceMesh& mesh) const {
   for (Value& v : outputs) {
     if (!v.defined()) continue;
-    DT_ASSIGN_OR_RETURN(DTensor y, AsDTensor(v, mesh, Placement::Partial()));
-    DT_ASSIGN_OR_RETURN(y, RedistributeTo(y, Placement::Replicate()));
-    v = Handoff(std::move(y), use_local_output_);
+    DT_ASSIGN_OR_RETURN(v, ReducePartial(v, mesh, Placement::Replicate(), use_local_output_));
   }
   return outputs;
 }
@@ -478,9 +477,8 @@ absl::StatusOr<Values> MoEExpertsParallel::TransformOutputPostForward(
     sharded = sharded || (p->placed() && p->spec().NumShards() > 0);
   }
   if (!sharded || outputs.empty() || !outputs[0].defined()) return outputs;
-  DT_ASSIGN_OR_RETURN(DTensor y, AsDTensor(outputs[0], mesh, Placement::Partial()));
-  DT_ASSIGN_OR_RETURN(y, RedistributeTo(y, Placement::Replicate()));
-  outputs[0] = Value(y.ToLocal());
+  DT_ASSIGN_OR_RETURN(outputs[0], ReducePartial(outputs[0], mesh, Placement::Replicate(),
+                                                 /*use_local_output=*/true));
   return outputs;
 }
 
