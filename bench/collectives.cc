@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/bench_util.h"
 #include "absl/strings/str_split.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
@@ -436,15 +437,13 @@ std::vector<Row> Spawn(const std::string& command, std::vector<Latency>* lats) {
   return rows;
 }
 
-std::string SelfPath() {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return "./bench_collectives";
-  return std::string(buf, static_cast<size_t>(n));
-}
-
 int Driver(const Options& opt) {
-  const std::string self = SelfPath();
+  const absl::StatusOr<std::string> self_path = bench::SelfPath();
+  if (!self_path.ok()) {
+    std::fprintf(stderr, "collectives: %s\n", self_path.status().ToString().c_str());
+    return 1;
+  }
+  const std::string& self = *self_path;
   const std::string dir = self.substr(0, self.rfind('/'));
   const std::string args = absl::StrCat(opt.quick ? " --quick" : "", " --rep-scale ", opt.rep_scale);
   auto wanted = [&](const char* b) { return std::find(opt.backends.begin(), opt.backends.end(), b) != opt.backends.end(); };
@@ -489,7 +488,7 @@ int Driver(const Options& opt) {
     if (r.mib < 16 || r.op == "all_to_all_views") continue;
     const double ratio = r.ratio;
     std::printf("RESULT %s_%s_%dr_%dMiB_overhead %.3f 1.05 %s\n", r.op.c_str(), r.backend.c_str(), r.n, r.mib, ratio,
-                ratio <= 1.05 ? "PASS" : "FAIL");
+                bench::Verdict(ratio <= 1.05));
   }
   return 0;
 }

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/quick_flag.h"
+#include "bench/bench_util.h"
 #include "absl/strings/str_format.h"
 #include "core/tensor.h"
 #include "ops/local/kernels.h"

@@ -21,7 +21,7 @@
 #include <functional>
 #include <vector>
 
-#include "bench/quick_flag.h"
+#include "bench/bench_util.h"
 #include "core/status.h"
 #include "dtensor/dtensor.h"
 #include "ops/dtensor_ops.h"
@@ -31,11 +31,7 @@ namespace dt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::Median;
 
 // ns per call of fn over `n` calls.
 double TimePerCall(const std::function<bool()>& fn, int n) {
@@ -121,7 +117,7 @@ int Main(bool quick) {
   for (const Row& r : rows) {
     const double overhead = r.dtensor_ns - r.local_ns;
     std::printf("RESULT dispatch_%s_overhead_ns %.0f 2000 %s\n", r.name, overhead,
-                overhead < 2000 ? "PASS" : "FAIL");
+                bench::Verdict(overhead < 2000));
   }
   return 0;
 }

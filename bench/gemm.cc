@@ -22,7 +22,7 @@
 #include <Eigen/Core>
 #include <tbb/task_arena.h>
 
-#include "bench/quick_flag.h"
+#include "bench/bench_util.h"
 #include "core/tensor.h"
 #include "ops/local/ops.h"
 
@@ -64,10 +64,7 @@ std::vector<double> Time(const Reps& reps, F&&... fns) {
     (one(fns), ...);
   }
   std::vector<double> medians;
-  for (auto& v : t) {
-    std::sort(v.begin(), v.end());
-    medians.push_back(v[v.size() / 2]);
-  }
+  for (auto& v : t) medians.push_back(dt::bench::Median(std::move(v)));
   return medians;
 }
 
@@ -145,8 +142,6 @@ Bf16Result BenchBf16(int64_t m, int64_t n, int64_t k, const Reps& reps) {
   return r;
 }
 
-const char* Verdict(double value, double target) { return value >= target ? "PASS" : "FAIL"; }
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -192,9 +187,9 @@ int main(int argc, char** argv) {
   std::printf("(GFLOP/s = 2*M*N*K / median time per call)\n\n");
 
   for (const auto& [metric, ratio] : ratios) {
-    std::printf("RESULT %s %.2f 0.9 %s\n", metric.c_str(), ratio, Verdict(ratio, 0.9));
+    std::printf("RESULT %s %.2f 0.9 %s\n", metric.c_str(), ratio, dt::bench::Verdict(ratio >= 0.9));
   }
   const double bf_ratio = bf.ours / bf.eigen;
-  std::printf("RESULT gemm_bf16_vs_eigen_bf16 %.2f 3 %s\n", bf_ratio, Verdict(bf_ratio, 3.0));
+  std::printf("RESULT gemm_bf16_vs_eigen_bf16 %.2f 3 %s\n", bf_ratio, dt::bench::Verdict(bf_ratio >= 3.0));
   return 0;
 }

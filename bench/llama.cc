@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "bench/bench_util.h"
 #include "core/status.h"
 #include "mesh/world.h"
 #include "nn/init.h"
@@ -33,6 +34,7 @@
 
 using namespace dt;      // NOLINT: bench brevity
 using namespace dt::nn;  // NOLINT
+using dt::bench::Median;
 
 namespace {
 
@@ -40,11 +42,6 @@ struct Figures {
   double prefill = 0;  // tokens/s, median over reps
   double decode = 0;
 };
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 loaders::LlamaConfig BenchConfig() {
   loaders::LlamaConfig c;
@@ -97,11 +94,8 @@ absl::StatusOr<Figures> MeasureThreads(int tp, int64_t prompt_len, int64_t decod
 // Runs this program as `tp` gloo processes under dtrun (next to this binary); rank 0 prints
 // "LLAMA_ROW <prefill> <decode>".
 absl::StatusOr<Figures> MeasureGloo(int tp, int64_t prompt_len, int64_t decode, int reps) {
-  char self[4096];
-  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (len <= 0) return absl::UnavailableError("cannot find this program (/proc/self/exe)");
-  self[len] = '\0';
-  const std::string me = self, dir = me.substr(0, me.rfind('/'));
+  DT_ASSIGN_OR_RETURN(const std::string me, bench::SelfPath());
+  const std::string dir = me.substr(0, me.rfind('/'));
   const std::string cmd = absl::StrCat("DT_BACKEND=gloo '", dir, "/dtrun' --nproc-per-node ", tp,
                                        " '", me, "' --worker --prompt ", prompt_len, " --decode ",
                                        decode, " --reps ", reps, " 2>&1");
@@ -217,8 +211,8 @@ int main(int argc, char** argv) {
   }
   const double decode_ratio = two.decode / one.decode, prefill_ratio = two.prefill / one.prefill;
   std::printf("RESULT llama_decode_tp2_vs_1rank %.2f 0.5 %s\n", decode_ratio,
-              decode_ratio >= 0.5 ? "PASS" : "FAIL");
+              bench::Verdict(decode_ratio >= 0.5));
   std::printf("RESULT llama_prefill_tp2_vs_1rank %.2f 0.5 %s\n", prefill_ratio,
-              prefill_ratio >= 0.5 ? "PASS" : "FAIL");
+              bench::Verdict(prefill_ratio >= 0.5));
   return 0;
 }

@@ -27,6 +27,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bench/bench_util.h"
 #include "dtensor/spec.h"
 
 namespace dt {
@@ -198,10 +199,10 @@ int Run(bool quick, int samples, int64_t ranks_per_host) {
   constexpr double kTargetMs = 10;
   for (const auto& [dims, mx] : max_by_dims) {
     std::printf("RESULT plan_time_ms_max_%dd %.4f %g %s\n", dims, mx, kTargetMs,
-                ok && mx < kTargetMs ? "PASS" : "FAIL");
+                bench::Verdict(ok && mx < kTargetMs));
   }
   std::printf("RESULT plan_time_ms_1e4_ranks %.4f %g %s\n", max_1e4, kTargetMs,
-              ok && max_1e4 < kTargetMs ? "PASS" : "FAIL");
+              bench::Verdict(ok && max_1e4 < kTargetMs));
   return 0;
 }
 

@@ -42,6 +42,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
 #include "core/status.h"
 #include "dtensor/dtensor.h"
 #include "mesh/world.h"
@@ -51,13 +52,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+using bench::Median;
+using bench::Verdict;
+
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 Placements Pl(const char* text) { return ParsePlacements(text).value(); }
@@ -263,8 +262,6 @@ std::vector<int64_t> Ints(const std::string& s) {
   return v;
 }
 
-const char* Verdict(bool ok) { return ok ? "PASS" : "FAIL"; }
-
 int Main(int argc, char** argv) {
   // Keep freed large buffers in the heap (a caching allocator), see the header comment.
   mallopt(M_MMAP_MAX, 0);               // large blocks come from the heap, not fresh mmaps,
@@ -322,9 +319,11 @@ int Main(int argc, char** argv) {
   std::printf("  PyTorch DTensor dispatch: 24-90 us per op (reference §4-5)\n\n");
   std::fflush(stdout);
 
-  char self[4096];
-  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  self[len > 0 ? len : 0] = '\0';
+  const absl::StatusOr<std::string> self = bench::SelfPath();
+  if (!self.ok()) {
+    std::fprintf(stderr, "bench_redistribute: %s\n", self.status().ToString().c_str());
+    return 1;
+  }
   std::vector<Row> rows;
   std::vector<std::string> skipped;
   for (absl::string_view b : absl::StrSplit(backends, ',')) {
@@ -343,7 +342,7 @@ int Main(int argc, char** argv) {
         }
         rows.insert(rows.end(), got.begin(), got.end());
       } else {
-        auto got = Launch(self, backend, static_cast<int>(k), sizes_text, quick);
+        auto got = Launch(*self, backend, static_cast<int>(k), sizes_text, quick);
         if (!got.ok()) {
           skipped.push_back(std::string(got.status().message()));
           continue;

@@ -1,0 +1,55 @@
+#pragma once
+// What the benches share: the command line of those that take nothing but --quick (done in under a
+// minute), medians, the PASS/FAIL of RESULT lines, and this program's path (for the benches that
+// re-launch themselves under dtrun or mpirun).
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+
+namespace dt::bench {
+
+// true with --quick, false without; nullopt, after printing the usage, for anything else.
+inline std::optional<bool> ParseQuickFlag(int argc, char** argv) {
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") != 0) {
+      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+      return std::nullopt;
+    }
+    quick = true;
+  }
+  return quick;
+}
+
+// The median of `v` (the upper middle one for an even count); `v` must not be empty.
+inline double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The verdict of a RESULT line.
+inline const char* Verdict(bool pass) { return pass ? "PASS" : "FAIL"; }
+
+// This program's absolute path (/proc/self/exe).
+inline absl::StatusOr<std::string> SelfPath() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf));
+  if (n <= 0 || n == static_cast<ssize_t>(sizeof(buf))) {
+    return absl::UnavailableError(absl::StrCat("cannot find this program (/proc/self/exe): ",
+                                               n <= 0 ? std::strerror(errno) : "path too long"));
+  }
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+}  // namespace dt::bench
