@@ -1,15 +1,13 @@
 #include "loaders/hf_config.h"
 
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
-#include "ops/local/ops.h"
+#include "loaders/small_file.h"
 #include "nlohmann/json.hpp"
+#include "ops/local/ops.h"
 
 namespace dt::loaders {
 namespace {
@@ -219,17 +217,7 @@ absl::StatusOr<LlamaConfig> LoadLlamaConfig(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) {
     file = (std::filesystem::path(path) / "config.json").string();
   }
-  FILE* fp = std::fopen(file.c_str(), "rb");
-  if (fp == nullptr) {
-    return absl::NotFoundError(absl::StrCat("cannot open config '", file, "': ", std::strerror(errno)));
-  }
-  std::string text;
-  char buf[1 << 14];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof(buf), fp)) > 0 && text.size() < (16u << 20)) {
-    text.append(buf, got);
-  }
-  std::fclose(fp);
+  DT_ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(file, int64_t{16} << 20));
   return ParseLlamaConfig(text, file);
 }
 

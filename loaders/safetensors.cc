@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
+#include "loaders/small_file.h"
 #include "nlohmann/json.hpp"
 #include "ops/local/ops.h"
 
@@ -495,22 +496,7 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& path) {
     return c;
   }
   const std::string what = index.string();
-  FILE* fp = std::fopen(what.c_str(), "rb");
-  if (fp == nullptr) {
-    return absl::NotFoundError(absl::StrCat("cannot open '", what, "': ", std::strerror(errno)));
-  }
-  std::string text;
-  char buf[1 << 16];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof(buf), fp)) > 0) {
-    text.append(buf, got);
-    if (text.size() > static_cast<size_t>(kMaxHeaderBytes)) break;
-  }
-  std::fclose(fp);
-  if (text.size() > static_cast<size_t>(kMaxHeaderBytes)) {
-    return absl::InvalidArgumentError(absl::StrCat("'", what, "' is larger than ",
-                                                   kMaxHeaderBytes, " bytes"));
-  }
+  DT_ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(what, kMaxHeaderBytes));
   Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat("'", what, "' is not a JSON object"));

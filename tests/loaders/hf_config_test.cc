@@ -2,10 +2,16 @@
 // rope frequencies against values computed by transformers (_compute_llama3_parameters).
 #include "loaders/hf_config.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "loaders/small_file.h"
 #include "tests/test_util.h"
 
 namespace dt::loaders {
@@ -139,6 +145,31 @@ TEST(HfConfig, Llama3RopeMatchesTransformers) {
   ASSERT_EQ(inv.size(), 4u);
   const float want[] = {1.0f, 0.0130422562f, 0.00125f, 0.000125f};
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(inv[i], want[i], 1e-6 * want[i]) << i;
+}
+
+TEST(HfConfig, OversizedAndUnreadableFilesAreErrorsNamingThem) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / absl::StrCat("dt_hf_config_", ::getpid());
+  fs::create_directories(dir);
+  const std::string file = (dir / "config.json").string();
+  {
+    // Valid JSON, then whitespace past the 16 MiB limit: read whole, it would parse.
+    std::ofstream out(file, std::ios::binary);
+    out << kLlama31 << std::string((16 << 20) + 1, ' ');
+  }
+  absl::StatusOr<LlamaConfig> big = LoadLlamaConfig(dir.string());
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(big.status(), absl::StrCat("'", file, "' is larger than 16777216 bytes")));
+  absl::StatusOr<std::string> small = ReadSmallFile(file, 4);
+  EXPECT_EQ(small.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(small.status(), "is larger than 4 bytes"));
+  // A directory opens but cannot be read (EISDIR).
+  absl::StatusOr<std::string> unreadable = ReadSmallFile(dir.string(), 100);
+  EXPECT_EQ(unreadable.status().code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(Contains(unreadable.status(), absl::StrCat("cannot read '", dir.string(), "'")));
+  EXPECT_TRUE(Contains(LoadLlamaConfig("/nonexistent/config.json").status(),
+                       "/nonexistent/config.json"));
+  fs::remove_all(dir);
 }
 
 TEST(HfConfig, JsonRoundTrip) {
