@@ -21,6 +21,10 @@ class Reader {
   absl::Status Error(absl::string_view msg) const {
     return absl::InvalidArgumentError(absl::StrCat("config '", what_, "': ", msg));
   }
+  // A valid value this implementation does not support.
+  absl::Status Unsupported(absl::string_view msg) const {
+    return absl::UnimplementedError(absl::StrCat("config '", what_, "': ", msg));
+  }
   const Json* Find(const Json& obj, absl::string_view key) const {
     auto it = obj.find(std::string(key));
     if (it == obj.end() || it->is_null()) return nullptr;
@@ -130,8 +134,8 @@ absl::Status ParseRope(const Reader& r, LlamaConfig* c) {
     }
     return absl::OkStatus();
   }
-  return absl::UnimplementedError(absl::StrCat(
-      "config: rope_type \"", t, "\" is not supported (default, linear, llama3)"));
+  return r.Unsupported(
+      absl::StrCat("rope_type \"", t, "\" is not supported (default, linear, llama3)"));
 }
 
 }  // namespace
@@ -176,8 +180,7 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
     DT_RETURN_IF_ERROR(ParseRope(r, &c));
     DT_ASSIGN_OR_RETURN(std::optional<std::string> act, r.String("hidden_act"));
     if (act && *act != "silu") {
-      return absl::UnimplementedError(absl::StrCat("config '", what, "': hidden_act \"", *act,
-                                                   "\" is not supported (silu)"));
+      return r.Unsupported(absl::StrCat("hidden_act \"", *act, "\" is not supported (silu)"));
     }
     DT_ASSIGN_OR_RETURN(c.attention_bias, r.Bool("attention_bias", false));
     DT_ASSIGN_OR_RETURN(c.mlp_bias, r.Bool("mlp_bias", false));

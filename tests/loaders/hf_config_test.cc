@@ -125,10 +125,11 @@ TEST(HfConfig, Errors) {
       "rope_scaling": {"rope_type": "yarn", "factor": 4}})",
                                "y");
   EXPECT_EQ(yarn.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_TRUE(Contains(yarn.status(), "yarn"));
+  EXPECT_TRUE(Contains(yarn.status(), "config 'y': rope_type \"yarn\" is not supported"));
   auto gelu = ParseLlamaConfig("{" + base + R"(, "num_attention_heads": 2, "hidden_act": "gelu"})",
                                "g");
   EXPECT_EQ(gelu.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(Contains(gelu.status(), "config 'g': hidden_act \"gelu\" is not supported"));
   EXPECT_EQ(LoadLlamaConfig("/nonexistent/dir").status().code(), absl::StatusCode::kNotFound);
 }
 
