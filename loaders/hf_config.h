@@ -44,6 +44,8 @@ struct RopeScaling {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
+
+  bool operator==(const RopeScaling&) const = default;
 };
 
 struct LlamaConfig {
@@ -65,6 +67,8 @@ struct LlamaConfig {
   DType dtype = DType::kF32;  // torch_dtype
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;
+
+  bool operator==(const LlamaConfig&) const = default;
 
   // Parameters of the whole model (embeddings and lm_head included, lm_head once when tied).
   int64_t NumParameters() const;

@@ -178,6 +178,7 @@ TEST(HfConfig, JsonRoundTrip) {
   auto back = ParseLlamaConfig(LlamaConfigToJson(c), "roundtrip");
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->Summary(), c.Summary());
+  EXPECT_EQ(*back, c);  // every field: Summary() leaves some out
   EXPECT_EQ(back->eos_token_ids, c.eos_token_ids);
   EXPECT_EQ(back->rope_scaling.original_max_position_embeddings, 8192);
 }

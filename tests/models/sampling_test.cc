@@ -57,8 +57,12 @@ TEST(Sampling, TopKAndTopPRestrictTheSupport) {
   EXPECT_GT(seen[0], 0);
   EXPECT_GT(seen[1], 0);
   EXPECT_EQ(seen[2] + seen[3] + seen[4], 0);
-  // Same (logits, options, step): same token, in any process.
-  EXPECT_EQ(SampleToken(logits, o, 7).value(), SampleToken(logits, o, 7).value());
+  // Same (logits, options, step): same token, in any process and run (values from one run; a
+  // change of the RNG or of the sampling arithmetic changes them).
+  EXPECT_EQ(SampleToken(logits, o, 7).value(), 1);
+  std::vector<int64_t> first;
+  for (int step = 0; step < 12; ++step) first.push_back(SampleToken(logits, o, step).value());
+  EXPECT_EQ(first, (std::vector<int64_t>{0, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 1}));
 }
 
 TEST(Sampling, RejectsBadOptions) {

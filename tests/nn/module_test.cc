@@ -191,6 +191,9 @@ TEST(Materialize, InitRandomIsPlacementIndependent) {
     DT_RETURN_IF_ERROR(InitRandom(ref, 5));
     DT_ASSIGN_OR_RETURN(auto a, GatherParameters(tp));
     DT_ASSIGN_OR_RETURN(auto b, GatherParameters(ref));
+    EXPECT_FALSE(a.empty());
+    EXPECT_EQ(a.size(), b.size());
+    if (a.empty() || a.size() != b.size()) return absl::InternalError("parameter lists differ");
     for (size_t i = 0; i < a.size(); ++i) {
       EXPECT_EQ(a[i].first, b[i].first);
       EXPECT_TRUE(Equal(a[i].second, b[i].second)) << a[i].first;

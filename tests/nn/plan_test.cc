@@ -336,14 +336,22 @@ TEST(Registry, RuntimeStylesAndTable) {
         "moe_tp_experts", "moe_identity_expert"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), required), names.end()) << required;
   }
-  ASSERT_TRUE(RegisterStyle("colwise_custom", std::make_shared<ColwiseParallel>(
-                                                  Placement::Replicate(), Placement::Shard(-1),
-                                                  /*use_local_output=*/false))
-                  .ok());
+  const auto custom = std::make_shared<ColwiseParallel>(
+      Placement::Replicate(), Placement::Shard(-1), /*use_local_output=*/false);
+  ASSERT_TRUE(RegisterStyle("colwise_custom", custom).ok());
   ASSERT_TRUE(RegisterStyleAlias("colwise_custom_alias", "colwise_custom").ok());
   EXPECT_FALSE(RegisterStyle("has space", std::make_shared<AllReduceParallel>()).ok());
   EXPECT_FALSE(RegisterStyleAlias("x", "no_such_style").ok());
+  // The alias is the custom style (a DTensor output), not the built-in colwise (a local output),
+  // whose weight placement is the same.
+  EXPECT_EQ(FindStyle("colwise_custom_alias"), custom);
+  EXPECT_NE(FindStyle("colwise_custom_alias"), FindStyle("colwise"));
+  EXPECT_NE(FindStyle("colwise_custom_alias")->Info().output, FindStyle("colwise")->Info().output);
   Linear l(4, 8);
+  absl::StatusOr<PlanResolution> resolved = ResolvePlan(l, {{"", "colwise_custom_alias"}});
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  ASSERT_EQ(resolved->forwards.size(), 1u);
+  EXPECT_EQ(resolved->forwards[0].style, custom);
   ASSERT_TRUE(ParallelizeModule(l, Tp(2), {{"", "colwise_custom_alias"}}, Quiet()).ok());
   EXPECT_EQ(PlacementOf(l, "weight"), "[S(0)]");
 
