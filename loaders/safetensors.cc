@@ -370,7 +370,6 @@ absl::StatusOr<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::Open(
 
   std::shared_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
-  f->file_size_ = size;
   f->data_offset_ = data_offset;
   f->header_ = std::move(header);
   for (size_t i = 0; i < f->header_.tensors.size(); ++i) f->index_[f->header_.tensors[i].name] = i;

@@ -122,7 +122,6 @@ class SafetensorsFile {
                                             int64_t data_size);
 
   const std::string& path() const { return path_; }
-  int64_t file_size() const { return file_size_; }
   int64_t data_offset() const { return data_offset_; }  // 8 + header length
   const std::vector<TensorInfo>& tensors() const { return header_.tensors; }
   const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
@@ -141,7 +140,6 @@ class SafetensorsFile {
  private:
   SafetensorsFile() = default;
   std::string path_;
-  int64_t file_size_ = 0;
   int64_t data_offset_ = 0;
   Header header_;
   std::map<std::string, size_t, std::less<>> index_;
@@ -159,7 +157,6 @@ class Checkpoint {
   const std::string& path() const { return path_; }
   // Every tensor name, sorted.
   std::vector<std::string> names() const;
-  bool contains(absl::string_view name) const { return where_.find(name) != where_.end(); }
   const std::vector<std::shared_ptr<const SafetensorsFile>>& files() const { return files_; }
   // NotFound naming the tensor and the checkpoint.
   absl::StatusOr<const TensorInfo*> Info(absl::string_view name) const;

@@ -141,7 +141,6 @@ class Module {
 
   // Replaces the forward Call runs (nullptr restores the module's own).
   void SetForward(ForwardFn fn) { installed_forward_ = std::move(fn); }
-  bool has_installed_forward() const { return static_cast<bool>(installed_forward_); }
   // The module's own Forward under Note [Local values] (no hooks, no installed forward).
   absl::StatusOr<Values> RunForward(Values inputs);
 

@@ -19,7 +19,6 @@ namespace dt::nn {
 class RMSNorm : public Module {
  public:
   explicit RMSNorm(int64_t hidden_size, double eps = 1e-6, DType dtype = DType::kF32);
-  double eps() const { return eps_; }
   std::string ExtraRepr() const override;
 
  protected:
@@ -35,7 +34,6 @@ class LayerNorm : public Module {
   // bias is only registered with elementwise_affine.
   explicit LayerNorm(int64_t hidden_size, double eps = 1e-5, bool elementwise_affine = true,
                      bool bias = true, DType dtype = DType::kF32);
-  double eps() const { return eps_; }
   std::string ExtraRepr() const override;
 
  protected:

@@ -43,7 +43,6 @@ class Parameter {
 
   const std::string& name() const { return name_; }  // within its module: "weight"
   std::string FullName() const;                      // from the root: "layers.0.q_proj.weight"
-  Module* owner() const { return owner_; }
   const Shape& shape() const { return shape_; }
   int dim() const { return static_cast<int>(shape_.size()); }
   DType dtype() const { return dtype_; }
