@@ -18,8 +18,8 @@ absl::Status Tour(dt::World& world) {
   auto log = [&](const std::string& s) {
     if (lead) std::printf("%s\n", s.c_str());
   };
-  DT_ASSIGN_OR_RETURN(dt::DeviceMesh mesh, dt::InitDeviceMesh(
-      std::shared_ptr<dt::World>(&world, [](dt::World*) {}), {2, 2}, {"dp", "tp"}));
+  DT_ASSIGN_OR_RETURN(dt::DeviceMesh mesh,
+                      dt::InitDeviceMesh(world.shared_from_this(), {2, 2}, {"dp", "tp"}));
   // The same seeded 7x6 tensor on every rank (uneven on purpose: 7 rows over 2 and over 4).
   DT_ASSIGN_OR_RETURN(dt::Tensor full, dt::Tensor::Randn({7, 6}, /*seed=*/42));
   log("redistribute demo: " + std::to_string(world.size()) + " ranks on " +
