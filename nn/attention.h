@@ -48,7 +48,6 @@ class RotaryEmbedding : public Module {
   RotaryEmbedding(std::vector<float> inv_freq, std::string scaling,
                   ops::RotaryStyle style = ops::RotaryStyle::kHalf);
   int64_t head_dim() const { return head_dim_; }
-  ops::RotaryStyle style() const { return style_; }
   std::string ExtraRepr() const override;
 
  protected:
