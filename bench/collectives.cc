@@ -5,23 +5,29 @@
 // see Note [All-to-all over views] in mesh/collective.h) beside the same raw all_to_all of
 // contiguous blocks.
 //
-//   collectives [--quick] [--backends threads,gloo,mpi] [--ranks 2,4] [--rep-scale K]
+//   collectives [--quick] [--backends threads,gloo,mpi] [--ranks 2,4] [--rep-scale K] [--null]
 //       every configuration: threads in-process, gloo through dtrun, mpi through mpirun
-//   bench_collectives --worker gloo|mpi [--quick] [--rep-scale K]
+//       --null: "ours" is the raw call as well, so the ratios show the method's own noise floor
+//   bench_collectives --worker gloo|mpi [--quick] [--null] [--rep-scale K]
 //       one rank of one configuration (what the driver launches)
 //
 // Sizes follow nccl-tests: S is the whole buffer per rank (all_reduce's buffer, all_gather's output,
-// reduce_scatter's input, all_to_all's input); algbw = S / time, in GB/s (1e9 bytes). Per
-// repetition we time ours and the raw call back to back on the same buffers (alternating which goes
-// first), take the slowest rank of each, and report the median time and the median of the
-// per-repetition ratios ours/raw: pairs measured a few milliseconds apart share the machine's
-// state, which matters on a shared 2-core VM where single repetitions vary by ±30%.
+// reduce_scatter's input, all_to_all's input); algbw = S / time, in GB/s (1e9 bytes). A sample
+// is a barrier, then kCallsPerSample calls back to back, timed together (the per-call time is
+// their mean, as nccl-tests does: a barrier before every single call adds its exit skew to each
+// one, which on a loaded 2-core VM is milliseconds). Per repetition we take one sample of ours and
+// one of the raw call on the same buffers (ABBA order), take the slowest rank of each, and report
+// the median time and the median of the per-repetition ratios ours/raw.
+//   Precision (measured with --null, the raw call against itself, 2-vCPU VM): with one call per
+// sample and a barrier before each, the ratio of identical calls spread with sd 7% (0.83-1.36)
+// and a fifth of them 'failed' 1.05; with 4 calls per sample and the repetitions below, sd 2.6%.
 //   raw gloo     gloo::allreduce/allgather/alltoall with gloo::sum on a context of our own, and
-//                gloo's ReduceScatterHalvingDoubling (its only reduce_scatter) made once
+//                gloo's ReduceScatterHalvingDoubling (its only reduce_scatter) made once, on a
+//                second context; the barriers run on a third (see GlooRaw and Raw for why)
 //   raw mpi      MPI_Allreduce/Allgather/Reduce_scatter_block/Alltoall on MPI_COMM_WORLD
 //   raw threads  the same shared-memory algorithm written directly against std::barrier
 //   memcpy       every rank copies S bytes at once (the memory-bandwidth ceiling)
-// Ends with one line per (backend, ranks, op, size >= 16 MiB):
+// --quick measures 1 and 16 MiB only. Ends with one line per (backend, ranks, op, size >= 16 MiB):
 //   RESULT <op>_<backend>_<n>r_<S>MiB_overhead <ours/raw> 1.05 PASS|FAIL
 // all_to_all_views has no raw call of its own (no backend sends strided blocks without packing),
 // so its rows are shown but carry no RESULT: its target is bench_redistribute's S(0)->S(1) line.
@@ -44,6 +50,7 @@
 #include "absl/strings/str_split.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
+#include "gloo/barrier.h"
 #include "gloo/alltoall.h"
 #include "gloo/math.h"
 #include "gloo/reduce_scatter.h"
@@ -59,6 +66,7 @@ namespace dt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr int kCallsPerSample = 4;
 const char* const kOps[] = {"all_gather", "all_reduce", "reduce_scatter", "all_to_all", "all_to_all_views"};
 constexpr int kNumOps = sizeof(kOps) / sizeof(kOps[0]);
 
@@ -78,10 +86,15 @@ struct Latency {
   double verify_us = 0, plain_us = 0;
 };
 
-// The raw backend call for each op on float buffers. `scratch` may be clobbered.
+// The raw backend call for each op on float buffers, and the barrier that lines the ranks up
+// before each sample. The barrier must not run on the sockets of either side: on gloo, a barrier's
+// small request/response messages just before a bulk transfer on the same TCP connection slowed
+// that transfer by about 20% (16 MiB all_reduce over loopback, 2 ranks), which would charge a cost
+// of the benchmark's own barrier to whichever side shared its context.
 class Raw {
  public:
   virtual ~Raw() = default;
+  virtual void Barrier() = 0;
   virtual void AllReduce(float* buf, int64_t count) = 0;
   virtual void AllGather(const float* in, float* out, int64_t per_rank) = 0;
   virtual void ReduceScatter(float* in, float* out, int64_t per_rank) = 0;
@@ -90,6 +103,7 @@ class Raw {
 
 class MpiRaw final : public Raw {
  public:
+  void Barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
   void AllReduce(float* buf, int64_t count) override {
     MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   }
@@ -115,15 +129,23 @@ class GlooRaw final : public Raw {
     store_ = internal::TcpStore::Connect(addr ? addr : "127.0.0.1", port ? std::atoi(port) : 0, 1000 + rank,
                                          std::chrono::seconds(60)).value();
     internal::GlooStore adapter(*store_, std::chrono::seconds(60));
-    gloo::rendezvous::PrefixStore prefixed("bench/raw/", adapter);
     gloo::transport::tcp::attr attr;
     attr.hostname = "127.0.0.1";
     attr.ai_family = AF_INET;
     device_ = gloo::transport::tcp::CreateDevice(attr);
-    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, n);
-    ctx->setTimeout(std::chrono::seconds(60));
-    ctx->connectFullMesh(prefixed, device_);
-    ctx_ = ctx;
+    for (auto* ctx : {&ctx_, &rs_ctx_, &sync_ctx_}) {
+      auto made = std::make_shared<gloo::rendezvous::Context>(rank, n);
+      made->setTimeout(std::chrono::seconds(60));
+      const std::string prefix = absl::StrCat("bench/raw/", ctx == &ctx_ ? "ops" : ctx == &rs_ctx_ ? "rs" : "sync", "/");
+      gloo::rendezvous::PrefixStore prefixed(prefix, adapter);
+      made->connectFullMesh(prefixed, device_);
+      *ctx = made;
+    }
+  }
+  void Barrier() override {
+    gloo::BarrierOptions o(sync_ctx_);
+    o.setTag(sync_tag_++);
+    gloo::barrier(o);
   }
   void AllReduce(float* buf, int64_t count) override {
     gloo::AllreduceOptions o(ctx_);
@@ -144,7 +166,7 @@ class GlooRaw final : public Raw {
     auto& algo = rs_[key];
     if (!algo) {
       algo = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
-          ctx_, std::vector<float*>{in}, static_cast<int>(k * n_), std::vector<int>(n_, static_cast<int>(k)));
+          rs_ctx_, std::vector<float*>{in}, static_cast<int>(k * n_), std::vector<int>(n_, static_cast<int>(k)));
     }
     algo->run();  // in place: block `rank` of `in` holds the result
     std::memcpy(out, in + rank_ * k, k * sizeof(float));
@@ -159,10 +181,16 @@ class GlooRaw final : public Raw {
 
  private:
   int rank_, n_;
-  uint32_t tag_ = 1;
+  uint32_t tag_ = 1, sync_tag_ = 1;
   std::unique_ptr<internal::TcpStore> store_;
   std::shared_ptr<gloo::transport::Device> device_;
-  std::shared_ptr<gloo::Context> ctx_;
+  // ReduceScatterHalvingDoubling uses gloo's older buffer API, whose sends set SO_SNDBUF on the
+  // pair's socket to the message size, which stays locked afterwards (autotuning off). That socket
+  // state changes the speed of every later call on the context (at 16 MiB over loopback the
+  // unbound-buffer collectives ran 1.1-1.4x faster with it), so it gets a context of its own and
+  // the raw all_gather/all_reduce/all_to_all run on sockets in the same state as ours. The
+  // barriers have a third context (see Raw).
+  std::shared_ptr<gloo::Context> ctx_, rs_ctx_, sync_ctx_;
   std::map<std::pair<const void*, int64_t>, std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>>> rs_;
 };
 
@@ -180,6 +208,7 @@ struct ThreadsShared {
 class ThreadsRaw final : public Raw {
  public:
   ThreadsRaw(ThreadsShared& s, int rank) : s_(s), r_(rank) {}
+  void Barrier() override { s_.bar.arrive_and_wait(); }
   void AllReduce(float* buf, int64_t count) override {
     Post(buf, buf);
     if (r_ == 0 && static_cast<int64_t>(s_.scratch.size()) < count) s_.scratch.resize(count);
@@ -232,7 +261,11 @@ struct Options {
   std::vector<std::string> backends = {"threads", "gloo", "mpi"};
   std::vector<int> ranks = {2, 4};
   int rep_scale = 1;                                       // multiplies the repetitions
+  bool null = false;                                       // "ours" is the raw call too
 };
+
+// Buffer sizes S in MiB. --quick leaves out 64 MiB (more than half of the full run's time).
+std::vector<int> Sizes(const Options& opt) { return opt.quick ? std::vector<int>{1, 16} : std::vector<int>{1, 16, 64}; }
 
 double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
@@ -242,9 +275,10 @@ absl::StatusOr<std::vector<Row>> Measure(World& world, Raw& raw, const Options& 
   DT_ASSIGN_OR_RETURN(CommPtr comm, world.WorldGroup());
   const int n = world.size(), me = world.rank();
   std::vector<Row> rows;
-  for (int mib : {1, 16, 64}) {
+  for (int mib : Sizes(opt)) {
     const int64_t count = int64_t{mib} * 1024 * 1024 / 4;  // S in floats
-    const int reps = opt.rep_scale * (mib == 1 ? (quick ? 8 : 100) : mib == 16 ? (quick ? 8 : 30) : (quick ? 6 : 16));
+    // Samples per op; each times kCallsPerSample calls back to back (see the top of this file).
+    const int reps = opt.rep_scale * (mib == 1 ? (quick ? 8 : 50) : mib == 16 ? (quick ? 32 : 96) : (quick ? 12 : 32));
     // Ours and the raw call work on the same buffers, so that page placement (huge pages or not)
     // cannot favour either.
     DT_ASSIGN_OR_RETURN(Tensor a, Tensor::Full({count}, 1.0f));
@@ -270,46 +304,50 @@ absl::StatusOr<std::vector<Row>> Measure(World& world, Raw& raw, const Options& 
     float* rsmall_out = small_out.data<float>();
     for (const char* op : kOps) {
       const std::string name = op;
-      auto ours = [&]() -> absl::Status {
-        if (name == "all_reduce") return comm->AllReduce(a, ReduceOp::kSum);
-        if (name == "all_gather") return comm->AllGather(small, b);
-        if (name == "reduce_scatter") return comm->ReduceScatter(a, small_out, ReduceOp::kSum);
-        if (name == "all_to_all_views") return comm->AllToAllViews(views_send, views_recv);
-        return comm->AllToAll(a, b);
-      };
       auto theirs = [&] {
         if (name == "all_reduce") return raw.AllReduce(ra, count);
         if (name == "all_gather") return raw.AllGather(rsmall, rb, count / n);
         if (name == "reduce_scatter") return raw.ReduceScatter(ra, rsmall_out, count / n);
         return raw.AllToAll(ra, rb, count);
       };
+      auto ours = [&]() -> absl::Status {
+        if (opt.null) {
+          theirs();
+          return absl::OkStatus();
+        }
+        if (name == "all_reduce") return comm->AllReduce(a, ReduceOp::kSum);
+        if (name == "all_gather") return comm->AllGather(small, b);
+        if (name == "reduce_scatter") return comm->ReduceScatter(a, small_out, ReduceOp::kSum);
+        if (name == "all_to_all_views") return comm->AllToAllViews(views_send, views_recv);
+        return comm->AllToAll(a, b);
+      };
       // A reduction keeps summing into its buffer; reset the values now and then.
       DT_RETURN_IF_ERROR(ours());
       theirs();
       std::vector<float> t_ours, t_raw, t_copy;
       for (int i = 0; i < reps; ++i) {
-        // Alternate which goes first, so that neither always runs on the warmer machine.
+        // Alternate which goes first (ABBA), so that neither always runs on the warmer machine.
         auto run_ours = [&]() -> absl::StatusOr<double> {
-          DT_RETURN_IF_ERROR(comm->Barrier());
+          raw.Barrier();
           auto t0 = Clock::now();
-          DT_RETURN_IF_ERROR(ours());
-          return Ms(t0, Clock::now());
+          for (int k = 0; k < kCallsPerSample; ++k) DT_RETURN_IF_ERROR(ours());
+          return Ms(t0, Clock::now()) / kCallsPerSample;
         };
         auto run_raw = [&]() -> absl::StatusOr<double> {
-          DT_RETURN_IF_ERROR(comm->Barrier());
+          raw.Barrier();
           auto t0 = Clock::now();
-          theirs();
-          return Ms(t0, Clock::now());
+          for (int k = 0; k < kCallsPerSample; ++k) theirs();
+          return Ms(t0, Clock::now()) / kCallsPerSample;
         };
         double ms_ours = 0, ms_raw = 0;
-        if (i % 2 == 0) {
+        if (i % 4 == 0 || i % 4 == 3) {
           DT_ASSIGN_OR_RETURN(ms_ours, run_ours());
           DT_ASSIGN_OR_RETURN(ms_raw, run_raw());
         } else {
           DT_ASSIGN_OR_RETURN(ms_raw, run_raw());
           DT_ASSIGN_OR_RETURN(ms_ours, run_ours());
         }
-        DT_RETURN_IF_ERROR(comm->Barrier());
+        raw.Barrier();
         auto t4 = Clock::now();
         std::memcpy(rb, ra, count * sizeof(float));
         auto t5 = Clock::now();
@@ -445,7 +483,8 @@ int Driver(const Options& opt) {
   }
   const std::string& self = *self_path;
   const std::string dir = self.substr(0, self.rfind('/'));
-  const std::string args = absl::StrCat(opt.quick ? " --quick" : "", " --rep-scale ", opt.rep_scale);
+  const std::string args =
+      absl::StrCat(opt.quick ? " --quick" : "", opt.null ? " --null" : "", " --rep-scale ", opt.rep_scale);
   auto wanted = [&](const char* b) { return std::find(opt.backends.begin(), opt.backends.end(), b) != opt.backends.end(); };
   std::vector<Row> rows;
   std::vector<Latency> lats;
@@ -466,8 +505,9 @@ int Driver(const Options& opt) {
       }
     }
   }
-  std::printf("times: median over repetitions of the slowest rank; ratio: median of ours/raw per repetition;\n"
-              "algbw in GB/s (1e9 B/s) from the median times\n");
+  std::printf("times: per call, median over repetitions of the slowest rank; ratio: median of ours/raw per\n"
+              "repetition; algbw in GB/s (1e9 B/s) from the median times%s\n",
+              opt.null ? "\n--null: 'ours' is the raw call too (the method's noise floor)" : "");
   std::printf("%-8s %2s %-16s %5s %10s %10s %7s %10s %10s %11s\n", "backend", "n", "op", "MiB", "ours ms",
               "raw ms", "ratio", "ours GB/s", "raw GB/s", "memcpy GB/s");
   for (const Row& r : rows) {
@@ -480,15 +520,14 @@ int Driver(const Options& opt) {
   for (const Latency& l : lats) {
     std::printf("%-8s %2d  %8.1f us / %8.1f us\n", l.backend.c_str(), l.n, l.verify_us, l.plain_us);
   }
-  const int expected = static_cast<int>(opt.backends.size() * opt.ranks.size()) * kNumOps * 3;
+  const int expected = static_cast<int>(opt.backends.size() * opt.ranks.size() * Sizes(opt).size()) * kNumOps;
   if (static_cast<int>(rows.size()) != expected) {
     std::printf("RESULT configurations_measured %zu %d FAIL\n", rows.size(), expected);
   }
   for (const Row& r : rows) {
     if (r.mib < 16 || r.op == "all_to_all_views") continue;
-    const double ratio = r.ratio;
-    std::printf("RESULT %s_%s_%dr_%dMiB_overhead %.3f 1.05 %s\n", r.op.c_str(), r.backend.c_str(), r.n, r.mib, ratio,
-                bench::Verdict(ratio <= 1.05));
+    std::printf("RESULT %s%s_%s_%dr_%dMiB_overhead %.3f 1.05 %s\n", opt.null ? "null_" : "", r.op.c_str(),
+                r.backend.c_str(), r.n, r.mib, r.ratio, bench::Verdict(r.ratio <= 1.05));
   }
   return 0;
 }
@@ -510,12 +549,14 @@ int main(int argc, char** argv) {
     } else if (a == "--ranks" && has_value) {
       opt.ranks.clear();
       for (absl::string_view r : absl::StrSplit(argv[++i], ',')) opt.ranks.push_back(std::atoi(std::string(r).c_str()));
+    } else if (a == "--null") {
+      opt.null = true;
     } else if (a == "--rep-scale" && has_value) {
       opt.rep_scale = std::max(1, std::atoi(argv[++i]));
     } else {
       std::fprintf(stderr,
-                   "usage: collectives [--quick] [--backends threads,gloo,mpi] [--ranks 2,4] [--rep-scale K]\n"
-                   "       bench_collectives --worker gloo|mpi [--quick] [--rep-scale K]   (one rank; the driver runs these)\n");
+                   "usage: collectives [--quick] [--backends threads,gloo,mpi] [--ranks 2,4] [--rep-scale K] [--null]\n"
+                   "       bench_collectives --worker gloo|mpi [--quick] [--null] [--rep-scale K]   (one rank; the driver runs these)\n");
       return 2;
     }
   }
