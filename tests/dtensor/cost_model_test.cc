@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
+#include "tests/test_util.h"
 
 namespace dt {
 namespace {
@@ -216,10 +217,9 @@ TEST(FitLinkCostTest, Errors) {
                                      {Collective::kAllGather, 2, 64 << 20, 100}};
   auto fit = FitLinkCost(t);
   ASSERT_FALSE(fit.ok());
-  EXPECT_NE(fit.status().message().find("times do not grow with the bytes sent"), std::string::npos)
-      << fit.status();
+  EXPECT_TRUE(dt::testing::Contains(fit.status(), "times do not grow with the bytes sent"));
   t[1].time_us = 0;
-  EXPECT_NE(FitLinkCost(t).status().message().find("need time > 0"), std::string::npos);
+  EXPECT_TRUE(dt::testing::Contains(FitLinkCost(t).status(), "need time > 0"));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "ops/local/ops.h"
 #include "tests/ops/local/test_util.h"
+#include "tests/test_util.h"
 
 namespace dt::ops {
 namespace {
@@ -131,21 +132,17 @@ TEST(ShapeOpsTest, Errors) {
   const Tensor a = Tensor::Zeros({2, 3}).value(), b = Tensor::Zeros({3, 3}).value();
   auto s = Cat({a, b}, 1).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("Cat: tensors[1] f32[3, 3] cpu does not match tensors[0] f32[2, 3] cpu"),
-            std::string::npos)
-      << s;
-  EXPECT_NE(Cat({a, Tensor::Zeros({2, 3}, DType::kBF16).value()}, 0).status().message().find("Cat:"),
-            std::string::npos);
-  EXPECT_NE(Cat({}, 0).status().message().find("Cat: no tensors"), std::string::npos);
+  EXPECT_TRUE(dt::testing::Contains(s, "Cat: tensors[1] f32[3, 3] cpu does not match tensors[0] f32[2, 3] cpu"));
+  EXPECT_TRUE(dt::testing::Contains(Cat({a, Tensor::Zeros({2, 3}, DType::kBF16).value()}, 0).status(), "Cat:"));
+  EXPECT_TRUE(dt::testing::Contains(Cat({}, 0).status(), "Cat: no tensors"));
   s = Split(a, {1, 1}, 1).status();
-  EXPECT_NE(s.message().find("Split: sizes [1, 1] do not partition dim 1 of f32[2, 3] cpu"), std::string::npos)
-      << s;
+  EXPECT_TRUE(dt::testing::Contains(s, "Split: sizes [1, 1] do not partition dim 1 of f32[2, 3] cpu"));
   s = Chunk(a, 0, 0).status();
-  EXPECT_NE(s.message().find("Chunk: chunks must be >= 1, got 0"), std::string::npos) << s;
+  EXPECT_TRUE(dt::testing::Contains(s, "Chunk: chunks must be >= 1, got 0"));
   s = Pad(a, 0, -1, 0).status();
-  EXPECT_NE(s.message().find("Pad: before -1 and after 0 must be >= 0"), std::string::npos) << s;
+  EXPECT_TRUE(dt::testing::Contains(s, "Pad: before -1 and after 0 must be >= 0"));
   s = Pad(a, 2, 1, 1).status();
-  EXPECT_NE(s.message().find("Pad: dim 2 is out of range"), std::string::npos) << s;
+  EXPECT_TRUE(dt::testing::Contains(s, "Pad: dim 2 is out of range"));
 }
 
 }  // namespace
