@@ -5,6 +5,11 @@ function(dt_library name)
   target_include_directories(${name} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}> $<INSTALL_INTERFACE:include/dtensor>)
   target_link_libraries(${name} PUBLIC ${A_PUBLIC_DEPS} PRIVATE ${A_PRIVATE_DEPS})
+  if(DT_SANITIZE)
+    # The objects call the sanitizer runtimes: whatever links them (an installed dtensor's
+    # consumers included) must link those too.
+    target_link_options(${name} INTERFACE -fsanitize=address,undefined)
+  endif()
   set_property(GLOBAL APPEND PROPERTY DT_LIBRARIES ${name})
 endfunction()
 

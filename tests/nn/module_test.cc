@@ -113,8 +113,8 @@ TEST(Parameters, PlaceholdersCarryOnlyTheSpec) {
   EXPECT_EQ(v.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(std::string(v.status().message()), "'weight' is not materialized"));
 
-  Parameter& b = *Linear(6, 10, true).FindParameter("bias");
-  EXPECT_FALSE(b.placed());
+  Linear fresh(6, 10, true);
+  EXPECT_FALSE(fresh.FindParameter("bias")->placed());
 }
 
 TEST(Parameters, SetChecksShapeAndSpec) {
