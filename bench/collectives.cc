@@ -304,48 +304,45 @@ absl::StatusOr<std::vector<Row>> Measure(World& world, Raw& raw, const Options& 
     float* rsmall_out = small_out.data<float>();
     for (const char* op : kOps) {
       const std::string name = op;
-      auto theirs = [&] {
-        if (name == "all_reduce") return raw.AllReduce(ra, count);
-        if (name == "all_gather") return raw.AllGather(rsmall, rb, count / n);
-        if (name == "reduce_scatter") return raw.ReduceScatter(ra, rsmall_out, count / n);
-        return raw.AllToAll(ra, rb, count);
+      auto theirs = [&]() -> absl::Status {
+        if (name == "all_reduce") {
+          raw.AllReduce(ra, count);
+        } else if (name == "all_gather") {
+          raw.AllGather(rsmall, rb, count / n);
+        } else if (name == "reduce_scatter") {
+          raw.ReduceScatter(ra, rsmall_out, count / n);
+        } else {
+          raw.AllToAll(ra, rb, count);
+        }
+        return absl::OkStatus();
       };
       auto ours = [&]() -> absl::Status {
-        if (opt.null) {
-          theirs();
-          return absl::OkStatus();
-        }
+        if (opt.null) return theirs();
         if (name == "all_reduce") return comm->AllReduce(a, ReduceOp::kSum);
         if (name == "all_gather") return comm->AllGather(small, b);
         if (name == "reduce_scatter") return comm->ReduceScatter(a, small_out, ReduceOp::kSum);
         if (name == "all_to_all_views") return comm->AllToAllViews(views_send, views_recv);
         return comm->AllToAll(a, b);
       };
-      // A reduction keeps summing into its buffer; reset the values now and then.
+      // One sample: the ranks lined up, then kCallsPerSample calls; the time per call.
+      auto sample = [&](const auto& call) -> absl::StatusOr<double> {
+        raw.Barrier();
+        const auto t0 = Clock::now();
+        for (int k = 0; k < kCallsPerSample; ++k) DT_RETURN_IF_ERROR(call());
+        return Ms(t0, Clock::now()) / kCallsPerSample;
+      };
       DT_RETURN_IF_ERROR(ours());
-      theirs();
+      DT_RETURN_IF_ERROR(theirs());
       std::vector<float> t_ours, t_raw, t_copy;
       for (int i = 0; i < reps; ++i) {
         // Alternate which goes first (ABBA), so that neither always runs on the warmer machine.
-        auto run_ours = [&]() -> absl::StatusOr<double> {
-          raw.Barrier();
-          auto t0 = Clock::now();
-          for (int k = 0; k < kCallsPerSample; ++k) DT_RETURN_IF_ERROR(ours());
-          return Ms(t0, Clock::now()) / kCallsPerSample;
-        };
-        auto run_raw = [&]() -> absl::StatusOr<double> {
-          raw.Barrier();
-          auto t0 = Clock::now();
-          for (int k = 0; k < kCallsPerSample; ++k) theirs();
-          return Ms(t0, Clock::now()) / kCallsPerSample;
-        };
         double ms_ours = 0, ms_raw = 0;
         if (i % 4 == 0 || i % 4 == 3) {
-          DT_ASSIGN_OR_RETURN(ms_ours, run_ours());
-          DT_ASSIGN_OR_RETURN(ms_raw, run_raw());
+          DT_ASSIGN_OR_RETURN(ms_ours, sample(ours));
+          DT_ASSIGN_OR_RETURN(ms_raw, sample(theirs));
         } else {
-          DT_ASSIGN_OR_RETURN(ms_raw, run_raw());
-          DT_ASSIGN_OR_RETURN(ms_ours, run_ours());
+          DT_ASSIGN_OR_RETURN(ms_raw, sample(theirs));
+          DT_ASSIGN_OR_RETURN(ms_ours, sample(ours));
         }
         raw.Barrier();
         auto t4 = Clock::now();
@@ -354,7 +351,7 @@ absl::StatusOr<std::vector<Row>> Measure(World& world, Raw& raw, const Options& 
         t_ours.push_back(static_cast<float>(ms_ours));
         t_raw.push_back(static_cast<float>(ms_raw));
         t_copy.push_back(static_cast<float>(Ms(t4, t5)));
-        if (i % 4 == 3) DT_RETURN_IF_ERROR(a.Fill(1.0));
+        if (i % 4 == 3) DT_RETURN_IF_ERROR(a.Fill(1.0));  // the reductions keep summing into `a`
       }
       // The slowest rank per repetition, then the median.
       std::vector<float> all(t_ours);
@@ -364,16 +361,13 @@ absl::StatusOr<std::vector<Row>> Measure(World& world, Raw& raw, const Options& 
       DT_RETURN_IF_ERROR(comm->AllReduce(times, ReduceOp::kMax));
       std::vector<float> slow = times.ToVector<float>();
       auto median = [&](int k) {
-        std::vector<float> v(slow.begin() + k * reps, slow.begin() + (k + 1) * reps);
-        std::nth_element(v.begin(), v.begin() + reps / 2, v.end());
-        return static_cast<double>(v[reps / 2]);
+        return bench::Median(std::vector<double>(slow.begin() + k * reps, slow.begin() + (k + 1) * reps));
       };
       std::vector<double> ratios;
       for (int i = 0; i < reps; ++i) ratios.push_back(slow[i] / slow[reps + i]);
-      std::nth_element(ratios.begin(), ratios.begin() + reps / 2, ratios.end());
       if (me == 0) {
         rows.push_back(Row{std::string(world.backend()), n, name, mib, median(0), median(1), median(2),
-                           ratios[reps / 2]});
+                           bench::Median(ratios)});
       }
     }
   }
@@ -397,9 +391,9 @@ absl::StatusOr<Latency> MeasureLatency(World& world) {
     }
     DT_ASSIGN_OR_RETURN(Tensor times, Tensor::FromVector<float>({static_cast<int64_t>(t.size())}, t));
     DT_RETURN_IF_ERROR(comm->AllReduce(times, ReduceOp::kMax));
-    std::vector<float> v = times.ToVector<float>();
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    (verify ? lat.verify_us : lat.plain_us) = v[v.size() / 2];  // the second round (warm) wins
+    const std::vector<float> v = times.ToVector<float>();
+    // the second round (warm) wins
+    (verify ? lat.verify_us : lat.plain_us) = bench::Median(std::vector<double>(v.begin(), v.end()));
   }
   backend->set_verify(world.options().verify.value_or(world.backend() == "mpi"));
   return lat;
