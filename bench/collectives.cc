@@ -46,7 +46,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "bench/bench_util.h"
+#include "dtensor/bench/bench_util.h"
 #include "absl/strings/str_split.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
@@ -57,10 +57,10 @@
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/prefix_store.h"
 #include "gloo/transport/tcp/device.h"
-#include "mesh/collective.h"
-#include "mesh/gloo_store.h"
-#include "mesh/tcp_store.h"
-#include "mesh/world.h"
+#include "dtensor/mesh/collective.h"
+#include "dtensor/mesh/gloo_store.h"
+#include "dtensor/mesh/tcp_store.h"
+#include "dtensor/mesh/world.h"
 
 namespace dt {
 namespace {

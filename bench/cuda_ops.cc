@@ -24,11 +24,11 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_util.h"
+#include "dtensor/bench/bench_util.h"
 #include "absl/strings/str_format.h"
-#include "core/tensor.h"
-#include "ops/local/kernels.h"
-#include "ops/local/ops.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/ops/local/kernels.h"
+#include "dtensor/ops/local/ops.h"
 
 namespace dt {
 namespace {

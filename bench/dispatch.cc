@@ -21,11 +21,11 @@
 #include <functional>
 #include <vector>
 
-#include "bench/bench_util.h"
-#include "core/status.h"
-#include "dtensor/dtensor.h"
-#include "ops/dtensor_ops.h"
-#include "ops/local/ops.h"
+#include "dtensor/bench/bench_util.h"
+#include "dtensor/core/status.h"
+#include "dtensor/dtensor/dtensor.h"
+#include "dtensor/ops/dtensor_ops.h"
+#include "dtensor/ops/local/ops.h"
 
 namespace dt {
 namespace {

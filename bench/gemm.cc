@@ -22,9 +22,9 @@
 #include <Eigen/Core>
 #include <tbb/task_arena.h>
 
-#include "bench/bench_util.h"
-#include "core/tensor.h"
-#include "ops/local/ops.h"
+#include "dtensor/bench/bench_util.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/ops/local/ops.h"
 
 #ifdef DT_BENCH_OPENBLAS
 #include <cblas.h>

@@ -26,11 +26,11 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "bench/bench_util.h"
-#include "core/status.h"
-#include "mesh/world.h"
-#include "nn/init.h"
-#include "nn/models/llama.h"
+#include "dtensor/bench/bench_util.h"
+#include "dtensor/core/status.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/nn/init.h"
+#include "dtensor/nn/models/llama.h"
 
 using namespace dt;      // NOLINT: bench brevity
 using namespace dt::nn;  // NOLINT

@@ -13,7 +13,7 @@
 // RESULT plan_time_ms_max_<d>d <max over the pairs of the <d>-dim meshes> 10 PASS|FAIL  (d = 1..5)
 // RESULT plan_time_ms_1e4_ranks <max over the pairs of the 10^4-rank meshes of <= 5 dims> 10 ...
 
-#include "dtensor/planner.h"
+#include "dtensor/dtensor/planner.h"
 
 #include <algorithm>
 #include <chrono>
@@ -27,8 +27,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "bench/bench_util.h"
-#include "dtensor/spec.h"
+#include "dtensor/bench/bench_util.h"
+#include "dtensor/dtensor/spec.h"
 
 namespace dt {
 namespace {

@@ -42,10 +42,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "bench/bench_util.h"
-#include "core/status.h"
-#include "dtensor/dtensor.h"
-#include "mesh/world.h"
+#include "dtensor/bench/bench_util.h"
+#include "dtensor/core/status.h"
+#include "dtensor/dtensor/dtensor.h"
+#include "dtensor/mesh/world.h"
 
 namespace dt {
 namespace {

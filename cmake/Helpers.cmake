@@ -1,9 +1,18 @@
-# dt_library(NAME SOURCES ... DEPS ...): one static library per layer, includes rooted at the repo root.
+# Note [Include prefix]
+# Every include carries the project prefix, in the tree and installed alike:
+# "dtensor/nn/nn.h", "dtensor/dtensor/placement.h", so that a consumer's own nn/ or core/ never
+# collides with ours. In the build tree, build/include/dtensor is a link to the repository root;
+# installed, the headers sit under P/include/dtensor/<layer>/.
+set(DT_INCLUDE_ROOT ${PROJECT_BINARY_DIR}/include)
+file(MAKE_DIRECTORY ${DT_INCLUDE_ROOT})
+file(CREATE_LINK ${PROJECT_SOURCE_DIR} ${DT_INCLUDE_ROOT}/dtensor SYMBOLIC)
+
+# dt_library(NAME SOURCES ... DEPS ...): one static library per layer (Note [Include prefix]).
 function(dt_library name)
   cmake_parse_arguments(A "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(${name} STATIC ${A_SOURCES})
   target_include_directories(${name} PUBLIC
-    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}> $<INSTALL_INTERFACE:include/dtensor>)
+    $<BUILD_INTERFACE:${DT_INCLUDE_ROOT}> $<INSTALL_INTERFACE:include>)
   target_link_libraries(${name} PUBLIC ${A_PUBLIC_DEPS} PRIVATE ${A_PRIVATE_DEPS})
   if(DT_SANITIZE)
     # The objects call the sanitizer runtimes: whatever links them (an installed dtensor's

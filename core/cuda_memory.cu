@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
-#include "core/tensor.h"
+#include "dtensor/core/tensor.h"
 
 namespace dt {
 

@@ -1,4 +1,4 @@
-#include "core/device.h"
+#include "dtensor/core/device.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"

@@ -1,4 +1,4 @@
-#include "core/dtype.h"
+#include "dtensor/core/dtype.h"
 
 #include <string>
 

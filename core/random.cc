@@ -1,4 +1,4 @@
-#include "core/random.h"
+#include "dtensor/core/random.h"
 
 #include <cmath>
 

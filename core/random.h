@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/tensor.h"
+#include "dtensor/core/tensor.h"
 
 namespace dt {
 

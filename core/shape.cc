@@ -1,4 +1,4 @@
-#include "core/shape.h"
+#include "dtensor/core/shape.h"
 
 #include <algorithm>
 
@@ -7,7 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "core/status.h"
+#include "dtensor/core/status.h"
 
 namespace dt {
 

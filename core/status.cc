@@ -1,4 +1,4 @@
-#include "core/status.h"
+#include "dtensor/core/status.h"
 
 namespace dt::internal {
 

@@ -1,4 +1,4 @@
-#include "core/storage.h"
+#include "dtensor/core/storage.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
+#include "dtensor/core/status.h"
 
 namespace dt {
 

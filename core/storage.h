@@ -12,7 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "core/device.h"
+#include "dtensor/core/device.h"
 
 namespace dt {
 

@@ -1,4 +1,4 @@
-#include "core/strided.h"
+#include "dtensor/core/strided.h"
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "core/shape.h"
+#include "dtensor/core/shape.h"
 
 namespace dt::internal {
 

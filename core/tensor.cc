@@ -1,4 +1,4 @@
-#include "core/tensor.h"
+#include "dtensor/core/tensor.h"
 
 #include <cmath>
 #include <cstring>
@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/random.h"
-#include "core/strided.h"
+#include "dtensor/core/random.h"
+#include "dtensor/core/strided.h"
 
 namespace dt {
 

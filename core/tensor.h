@@ -22,11 +22,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "core/status.h"
-#include "core/storage.h"
+#include "dtensor/core/device.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/core/shape.h"
+#include "dtensor/core/status.h"
+#include "dtensor/core/storage.h"
 
 namespace dt {
 

@@ -1,4 +1,4 @@
-#include "dtensor/buffer_pool.h"
+#include "dtensor/dtensor/buffer_pool.h"
 
 #include <cstdlib>
 #include <mutex>

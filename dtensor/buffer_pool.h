@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "core/tensor.h"
+#include "dtensor/core/tensor.h"
 
 namespace dt {
 

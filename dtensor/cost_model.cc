@@ -1,4 +1,4 @@
-#include "dtensor/cost_model.h"
+#include "dtensor/dtensor/cost_model.h"
 
 #include <algorithm>
 #include <array>
@@ -11,7 +11,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
+#include "dtensor/core/status.h"
 #include "nlohmann/json.hpp"
 
 namespace dt {

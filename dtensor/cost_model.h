@@ -44,7 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "core/shape.h"
+#include "dtensor/core/shape.h"
 
 namespace dt {
 

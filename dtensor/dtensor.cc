@@ -1,12 +1,12 @@
-#include "dtensor/dtensor.h"
+#include "dtensor/dtensor/dtensor.h"
 
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/random.h"
-#include "core/status.h"
-#include "dtensor/executor.h"
+#include "dtensor/core/random.h"
+#include "dtensor/core/status.h"
+#include "dtensor/dtensor/executor.h"
 
 namespace dt {
 

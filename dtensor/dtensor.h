@@ -27,10 +27,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/tensor.h"
-#include "dtensor/planner.h"
-#include "dtensor/spec.h"
-#include "mesh/device_mesh.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/dtensor/planner.h"
+#include "dtensor/dtensor/spec.h"
+#include "dtensor/mesh/device_mesh.h"
 
 namespace dt {
 

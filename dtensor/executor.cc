@@ -1,4 +1,4 @@
-#include "dtensor/executor.h"
+#include "dtensor/dtensor/executor.h"
 
 #include <algorithm>
 #include <functional>
@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status.h"
-#include "dtensor/buffer_pool.h"
-#include "mesh/reduce.h"
+#include "dtensor/core/status.h"
+#include "dtensor/dtensor/buffer_pool.h"
+#include "dtensor/mesh/reduce.h"
 
 namespace dt {
 

@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/tensor.h"
-#include "dtensor/planner.h"
-#include "dtensor/spec.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/dtensor/planner.h"
+#include "dtensor/dtensor/spec.h"
 
 namespace dt {
 

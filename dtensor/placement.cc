@@ -1,4 +1,4 @@
-#include "dtensor/placement.h"
+#include "dtensor/dtensor/placement.h"
 
 #include <utility>
 
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "core/status.h"
+#include "dtensor/core/status.h"
 
 namespace dt {
 

@@ -1,4 +1,4 @@
-#include "dtensor/planner.h"
+#include "dtensor/dtensor/planner.h"
 
 #include <algorithm>
 #include <atomic>
@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "core/status.h"
+#include "dtensor/core/status.h"
 
 namespace dt {
 

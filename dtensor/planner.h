@@ -34,9 +34,9 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
-#include "dtensor/cost_model.h"
-#include "dtensor/placement.h"
-#include "dtensor/spec.h"
+#include "dtensor/dtensor/cost_model.h"
+#include "dtensor/dtensor/placement.h"
+#include "dtensor/dtensor/spec.h"
 
 namespace dt {
 

@@ -1,4 +1,4 @@
-#include "dtensor/spec.h"
+#include "dtensor/dtensor/spec.h"
 
 #include <algorithm>
 #include <utility>
@@ -6,7 +6,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status.h"
+#include "dtensor/core/status.h"
 
 namespace dt {
 

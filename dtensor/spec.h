@@ -30,10 +30,10 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "dtensor/placement.h"
-#include "mesh/device_mesh.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/core/shape.h"
+#include "dtensor/dtensor/placement.h"
+#include "dtensor/mesh/device_mesh.h"
 
 namespace dt {
 

@@ -1,11 +1,11 @@
-#include "dtensor/verify.h"
+#include "dtensor/dtensor/verify.h"
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status.h"
-#include "dtensor/dtensor.h"
+#include "dtensor/core/status.h"
+#include "dtensor/dtensor/dtensor.h"
 
 namespace dt {
 

@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "dtensor/executor.h"
-#include "dtensor/placement.h"
-#include "mesh/world.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/core/shape.h"
+#include "dtensor/dtensor/executor.h"
+#include "dtensor/dtensor/placement.h"
+#include "dtensor/mesh/world.h"
 
 namespace dt {
 

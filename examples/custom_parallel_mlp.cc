@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "mesh/world.h"
-#include "nn/nn.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/nn/nn.h"
 
 using namespace dt;      // NOLINT: example brevity
 using namespace dt::nn;  // NOLINT

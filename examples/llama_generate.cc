@@ -22,9 +22,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "core/status.h"
-#include "mesh/world.h"
-#include "nn/models/llama.h"
+#include "dtensor/core/status.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/nn/models/llama.h"
 
 using namespace dt;      // NOLINT: example brevity
 using namespace dt::nn;  // NOLINT

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <string>
 
-#include "dtensor/dtensor.h"
-#include "mesh/world.h"
+#include "dtensor/dtensor/dtensor.h"
+#include "dtensor/mesh/world.h"
 
 namespace {
 

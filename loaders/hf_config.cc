@@ -1,13 +1,13 @@
-#include "loaders/hf_config.h"
+#include "dtensor/loaders/hf_config.h"
 
 #include <cmath>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
-#include "loaders/small_file.h"
+#include "dtensor/core/status.h"
+#include "dtensor/loaders/small_file.h"
 #include "nlohmann/json.hpp"
-#include "ops/local/ops.h"
+#include "dtensor/ops/local/ops.h"
 
 namespace dt::loaders {
 namespace {

@@ -34,7 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/dtype.h"
+#include "dtensor/core/dtype.h"
 
 namespace dt::loaders {
 

@@ -1,4 +1,4 @@
-#include "loaders/safetensors.h"
+#include "dtensor/loaders/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,10 +13,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status.h"
-#include "loaders/small_file.h"
+#include "dtensor/core/status.h"
+#include "dtensor/loaders/small_file.h"
 #include "nlohmann/json.hpp"
-#include "ops/local/ops.h"
+#include "dtensor/ops/local/ops.h"
 
 namespace dt::loaders {
 namespace {

@@ -54,11 +54,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "core/storage.h"
-#include "core/tensor.h"
-#include "dtensor/spec.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/core/shape.h"
+#include "dtensor/core/storage.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/dtensor/spec.h"
 
 namespace dt::loaders {
 

@@ -1,4 +1,4 @@
-#include "loaders/small_file.h"
+#include "dtensor/loaders/small_file.h"
 
 #include <cerrno>
 #include <cstdio>

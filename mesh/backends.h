@@ -30,7 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "mesh/world.h"
+#include "dtensor/mesh/world.h"
 
 namespace dt::internal {
 

@@ -1,9 +1,9 @@
-#include "mesh/collective.h"
+#include "dtensor/mesh/collective.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
-#include "mesh/work.h"
+#include "dtensor/mesh/work.h"
 
 namespace dt::internal {
 

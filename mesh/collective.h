@@ -60,8 +60,8 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "core/tensor.h"
-#include "mesh/communicator.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/mesh/communicator.h"
 
 namespace dt::internal {
 

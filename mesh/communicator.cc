@@ -1,4 +1,4 @@
-#include "mesh/communicator.h"
+#include "dtensor/mesh/communicator.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

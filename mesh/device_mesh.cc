@@ -6,7 +6,7 @@
 // with dp fixed at 1: ranks 4..7. Flattened names are registered in the root, so a flattening
 // made from a slice is reachable by name from the root, as in PyTorch (`mesh["dp_cp"]`).
 
-#include "mesh/device_mesh.h"
+#include "dtensor/mesh/device_mesh.h"
 
 #include <algorithm>
 #include <map>
@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/shape.h"
+#include "dtensor/core/shape.h"
 
 namespace dt {
 

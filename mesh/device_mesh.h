@@ -28,9 +28,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/device.h"
-#include "mesh/communicator.h"
-#include "mesh/world.h"
+#include "dtensor/core/device.h"
+#include "dtensor/mesh/communicator.h"
+#include "dtensor/mesh/world.h"
 
 namespace dt {
 

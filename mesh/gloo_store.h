@@ -8,7 +8,7 @@
 
 #include "gloo/common/error.h"
 #include "gloo/rendezvous/store.h"
-#include "mesh/tcp_store.h"
+#include "dtensor/mesh/tcp_store.h"
 
 namespace dt::internal {
 

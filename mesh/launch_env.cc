@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "mesh/backends.h"
+#include "dtensor/mesh/backends.h"
 
 namespace dt::internal {
 namespace {

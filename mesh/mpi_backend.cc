@@ -32,11 +32,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "mesh/backends.h"
-#include "mesh/collective.h"
-#include "core/strided.h"
-#include "mesh/reduce.h"
-#include "mesh/view_stream.h"
+#include "dtensor/mesh/backends.h"
+#include "dtensor/mesh/collective.h"
+#include "dtensor/core/strided.h"
+#include "dtensor/mesh/reduce.h"
+#include "dtensor/mesh/view_stream.h"
 
 namespace dt::internal {
 namespace {

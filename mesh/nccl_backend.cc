@@ -14,7 +14,7 @@
 //     (pack on the device, all_to_all_v, unpack), cheap next to NVLink.
 //   - avg: ncclAvg for floating dtypes; integers sum, then divide on the host (a slow path).
 
-#include "mesh/backends.h"
+#include "dtensor/mesh/backends.h"
 
 #ifndef DT_WITH_NCCL
 
@@ -39,9 +39,9 @@ absl::StatusOr<std::shared_ptr<World>> MakeNcclWorld(const LaunchInfo& info, con
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "mesh/collective.h"
-#include "mesh/reduce.h"
-#include "mesh/tcp_store.h"
+#include "dtensor/mesh/collective.h"
+#include "dtensor/mesh/reduce.h"
+#include "dtensor/mesh/tcp_store.h"
 
 namespace dt::internal {
 namespace {

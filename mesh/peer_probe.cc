@@ -1,4 +1,4 @@
-#include "mesh/peer_probe.h"
+#include "dtensor/mesh/peer_probe.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "mesh/sockets.h"
+#include "dtensor/mesh/sockets.h"
 
 namespace dt::internal {
 

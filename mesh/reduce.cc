@@ -1,4 +1,4 @@
-#include "mesh/reduce.h"
+#include "dtensor/mesh/reduce.h"
 
 #include <type_traits>
 #include <utility>

@@ -12,8 +12,8 @@
 
 #include <cstdint>
 
-#include "core/dtype.h"
-#include "mesh/communicator.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/mesh/communicator.h"
 
 namespace dt::internal {
 

@@ -1,4 +1,4 @@
-#include "mesh/sockets.h"
+#include "dtensor/mesh/sockets.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

@@ -1,4 +1,4 @@
-#include "mesh/tcp_store.h"
+#include "dtensor/mesh/tcp_store.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -18,10 +18,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "core/status.h"
-#include "mesh/backends.h"
-#include "mesh/collective.h"
-#include "mesh/sockets.h"
+#include "dtensor/core/status.h"
+#include "dtensor/mesh/backends.h"
+#include "dtensor/mesh/collective.h"
+#include "dtensor/mesh/sockets.h"
 
 namespace dt::internal {
 namespace {

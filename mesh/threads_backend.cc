@@ -34,11 +34,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "mesh/backends.h"
-#include "mesh/collective.h"
-#include "mesh/reduce.h"
-#include "mesh/view_stream.h"
-#include "mesh/work.h"
+#include "dtensor/mesh/backends.h"
+#include "dtensor/mesh/collective.h"
+#include "dtensor/mesh/reduce.h"
+#include "dtensor/mesh/view_stream.h"
+#include "dtensor/mesh/work.h"
 
 namespace dt::internal {
 namespace {

@@ -1,4 +1,4 @@
-#include "mesh/view_stream.h"
+#include "dtensor/mesh/view_stream.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "core/strided.h"
+#include "dtensor/core/strided.h"
 
 namespace dt::internal {
 namespace {

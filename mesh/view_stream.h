@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/tensor.h"
+#include "dtensor/core/tensor.h"
 
 namespace dt::internal {
 

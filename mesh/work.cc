@@ -1,4 +1,4 @@
-#include "mesh/work.h"
+#include "dtensor/mesh/work.h"
 
 namespace dt::internal {
 

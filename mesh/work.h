@@ -13,7 +13,7 @@
 #include <mutex>
 #include <thread>
 
-#include "mesh/communicator.h"
+#include "dtensor/mesh/communicator.h"
 
 namespace dt::internal {
 

@@ -1,4 +1,4 @@
-#include "mesh/world.h"
+#include "dtensor/mesh/world.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -9,8 +9,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "mesh/backends.h"
-#include "mesh/collective.h"
+#include "dtensor/mesh/backends.h"
+#include "dtensor/mesh/collective.h"
 
 namespace dt {
 namespace {

@@ -26,8 +26,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/device.h"
-#include "mesh/communicator.h"
+#include "dtensor/core/device.h"
+#include "dtensor/mesh/communicator.h"
 
 namespace dt {
 

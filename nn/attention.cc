@@ -1,4 +1,4 @@
-#include "nn/attention.h"
+#include "dtensor/nn/attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
-#include "nn/vops.h"
+#include "dtensor/core/status.h"
+#include "dtensor/nn/vops.h"
 
 namespace dt::nn {
 

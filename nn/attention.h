@@ -32,10 +32,10 @@
 #include <cstdint>
 #include <string>
 
-#include "core/dtype.h"
-#include "nn/linear.h"
-#include "nn/module.h"
-#include "ops/local/ops.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/nn/linear.h"
+#include "dtensor/nn/module.h"
+#include "dtensor/ops/local/ops.h"
 
 namespace dt::nn {
 

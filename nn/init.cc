@@ -1,12 +1,12 @@
-#include "nn/init.h"
+#include "dtensor/nn/init.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
-#include "dtensor/dtensor.h"
-#include "ops/local/ops.h"
+#include "dtensor/core/status.h"
+#include "dtensor/dtensor/dtensor.h"
+#include "dtensor/ops/local/ops.h"
 
 namespace dt::nn {
 namespace {

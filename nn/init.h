@@ -25,9 +25,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/tensor.h"
-#include "dtensor/spec.h"
-#include "nn/module.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/dtensor/spec.h"
+#include "dtensor/nn/module.h"
 
 namespace dt::nn {
 

@@ -1,9 +1,9 @@
-#include "nn/linear.h"
+#include "dtensor/nn/linear.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status.h"
-#include "nn/vops.h"
+#include "dtensor/core/status.h"
+#include "dtensor/nn/vops.h"
 
 namespace dt::nn {
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
-#include "nn/module.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/nn/module.h"
 
 namespace dt::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/log.h"
+#include "dtensor/nn/log.h"
 
 #include <cstdio>
 #include <utility>

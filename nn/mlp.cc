@@ -1,4 +1,4 @@
-#include "nn/mlp.h"
+#include "dtensor/nn/mlp.h"
 
 #include <optional>
 #include <utility>
@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status.h"
-#include "nn/vops.h"
-#include "ops/local/ops.h"
+#include "dtensor/core/status.h"
+#include "dtensor/nn/vops.h"
+#include "dtensor/ops/local/ops.h"
 
 namespace dt::nn {
 namespace {

@@ -23,9 +23,9 @@
 #include <cstdint>
 #include <string>
 
-#include "core/dtype.h"
-#include "nn/linear.h"
-#include "nn/module.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/nn/linear.h"
+#include "dtensor/nn/module.h"
 
 namespace dt::nn {
 

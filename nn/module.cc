@@ -1,11 +1,11 @@
-#include "nn/module.h"
+#include "dtensor/nn/module.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/status.h"
+#include "dtensor/core/status.h"
 
 namespace dt::nn {
 

@@ -46,11 +46,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "dtensor/placement.h"
-#include "nn/parameter.h"
-#include "nn/value.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/core/shape.h"
+#include "dtensor/dtensor/placement.h"
+#include "dtensor/nn/parameter.h"
+#include "dtensor/nn/value.h"
 
 namespace dt::nn {
 

@@ -1,8 +1,8 @@
-#include "nn/norm.h"
+#include "dtensor/nn/norm.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
-#include "nn/vops.h"
+#include "dtensor/core/status.h"
+#include "dtensor/nn/vops.h"
 
 namespace dt::nn {
 

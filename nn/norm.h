@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <string>
 
-#include "core/dtype.h"
-#include "nn/module.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/nn/module.h"
 
 namespace dt::nn {
 

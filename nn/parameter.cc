@@ -1,10 +1,10 @@
-#include "nn/parameter.h"
+#include "dtensor/nn/parameter.h"
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
-#include "nn/module.h"
+#include "dtensor/core/status.h"
+#include "dtensor/nn/module.h"
 
 namespace dt::nn {
 

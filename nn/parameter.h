@@ -24,12 +24,12 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "dtensor/dtensor.h"
-#include "dtensor/placement.h"
-#include "dtensor/spec.h"
-#include "mesh/device_mesh.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/core/shape.h"
+#include "dtensor/dtensor/dtensor.h"
+#include "dtensor/dtensor/placement.h"
+#include "dtensor/dtensor/spec.h"
+#include "dtensor/mesh/device_mesh.h"
 
 namespace dt::nn {
 

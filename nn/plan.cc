@@ -1,4 +1,4 @@
-#include "nn/plan.h"
+#include "dtensor/nn/plan.h"
 
 #include <cxxabi.h>
 
@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "core/status.h"
-#include "nn/log.h"
-#include "nn/style_registry.h"
+#include "dtensor/core/status.h"
+#include "dtensor/nn/log.h"
+#include "dtensor/nn/style_registry.h"
 
 namespace dt::nn {
 namespace {

@@ -47,9 +47,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "mesh/device_mesh.h"
-#include "nn/module.h"
-#include "nn/style.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/nn/module.h"
+#include "dtensor/nn/style.h"
 
 namespace dt::nn {
 

@@ -1,9 +1,9 @@
-#include "nn/style.h"
+#include "dtensor/nn/style.h"
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
+#include "dtensor/core/status.h"
 
 namespace dt::nn {
 

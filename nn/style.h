@@ -35,12 +35,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "dtensor/dtensor.h"
-#include "dtensor/placement.h"
-#include "mesh/device_mesh.h"
-#include "nn/module.h"
-#include "nn/parameter.h"
-#include "nn/value.h"
+#include "dtensor/dtensor/dtensor.h"
+#include "dtensor/dtensor/placement.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/nn/module.h"
+#include "dtensor/nn/parameter.h"
+#include "dtensor/nn/value.h"
 
 namespace dt::nn {
 

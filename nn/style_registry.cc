@@ -1,4 +1,4 @@
-#include "nn/style_registry.h"
+#include "dtensor/nn/style_registry.h"
 
 #include <algorithm>
 #include <utility>
@@ -6,8 +6,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "core/status.h"
-#include "nn/styles.h"
+#include "dtensor/core/status.h"
+#include "dtensor/nn/styles.h"
 
 namespace dt::nn {
 namespace {

@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "nn/style.h"
+#include "dtensor/nn/style.h"
 
 namespace dt::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/styles.h"
+#include "dtensor/nn/styles.h"
 
 #include <numeric>
 #include <string>
@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status.h"
-#include "nn/linear.h"
+#include "dtensor/core/status.h"
+#include "dtensor/nn/linear.h"
 
 namespace dt::nn {
 namespace {

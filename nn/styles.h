@@ -61,8 +61,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "dtensor/placement.h"
-#include "nn/style.h"
+#include "dtensor/dtensor/placement.h"
+#include "dtensor/nn/style.h"
 
 namespace dt::nn {
 

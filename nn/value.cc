@@ -1,7 +1,7 @@
-#include "nn/value.h"
+#include "dtensor/nn/value.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
+#include "dtensor/core/status.h"
 
 namespace dt::nn {
 

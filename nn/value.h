@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "core/tensor.h"
-#include "dtensor/dtensor.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/core/shape.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/dtensor/dtensor.h"
 
 namespace dt::nn {
 

@@ -1,11 +1,11 @@
-#include "nn/vops.h"
+#include "dtensor/nn/vops.h"
 
 #include <initializer_list>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
-#include "ops/dtensor_ops.h"
+#include "dtensor/core/status.h"
+#include "dtensor/ops/dtensor_ops.h"
 
 namespace dt::nn::vops {
 namespace {

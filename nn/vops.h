@@ -18,10 +18,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "nn/value.h"
-#include "ops/local/ops.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/core/shape.h"
+#include "dtensor/nn/value.h"
+#include "dtensor/ops/local/ops.h"
 
 namespace dt::nn::vops {
 

@@ -1,4 +1,4 @@
-#include "ops/dispatch.h"
+#include "dtensor/ops/dispatch.h"
 
 #include <cmath>
 #include <cstring>
@@ -8,9 +8,9 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status.h"
-#include "dtensor/planner.h"
-#include "ops/dtensor_ops.h"
+#include "dtensor/core/status.h"
+#include "dtensor/dtensor/planner.h"
+#include "dtensor/ops/dtensor_ops.h"
 
 namespace dt::dops {
 

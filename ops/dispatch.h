@@ -16,10 +16,10 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/tensor.h"
-#include "dtensor/dtensor.h"
-#include "ops/rules.h"
-#include "ops/strategy.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/dtensor/dtensor.h"
+#include "dtensor/ops/rules.h"
+#include "dtensor/ops/strategy.h"
 
 namespace dt::dops {
 

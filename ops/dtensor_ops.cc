@@ -1,4 +1,4 @@
-#include "ops/dtensor_ops.h"
+#include "dtensor/ops/dtensor_ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,9 +7,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
-#include "ops/dispatch.h"
-#include "ops/rules.h"
+#include "dtensor/core/status.h"
+#include "dtensor/ops/dispatch.h"
+#include "dtensor/ops/rules.h"
 
 namespace dt::dops {
 namespace {

@@ -89,11 +89,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "dtensor/dtensor.h"
-#include "dtensor/planner.h"  // CacheStats
-#include "ops/local/ops.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/core/shape.h"
+#include "dtensor/dtensor/dtensor.h"
+#include "dtensor/dtensor/planner.h"  // CacheStats
+#include "dtensor/ops/local/ops.h"
 
 namespace dt::dops {
 

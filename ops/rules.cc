@@ -1,4 +1,4 @@
-#include "ops/rules.h"
+#include "dtensor/ops/rules.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status.h"
-#include "ops/local/ops.h"
-#include "ops/view_math.h"
+#include "dtensor/core/status.h"
+#include "dtensor/ops/local/ops.h"
+#include "dtensor/ops/view_math.h"
 
 namespace dt::dops {
 namespace {

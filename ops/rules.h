@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "ops/strategy.h"
+#include "dtensor/ops/strategy.h"
 
 namespace dt::dops {
 

@@ -1,10 +1,10 @@
-#include "ops/strategy.h"
+#include "dtensor/ops/strategy.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status.h"
+#include "dtensor/core/status.h"
 
 namespace dt::dops {
 

@@ -12,10 +12,10 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "dtensor/placement.h"
-#include "dtensor/spec.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/core/shape.h"
+#include "dtensor/dtensor/placement.h"
+#include "dtensor/dtensor/spec.h"
 
 namespace dt::dops {
 

@@ -1,9 +1,9 @@
-#include "ops/view_math.h"
+#include "dtensor/ops/view_math.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status.h"
-#include "ops/strategy.h"
+#include "dtensor/core/status.h"
+#include "dtensor/ops/strategy.h"
 
 namespace dt::dops {
 

@@ -7,8 +7,8 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "core/shape.h"
-#include "dtensor/placement.h"
+#include "dtensor/core/shape.h"
+#include "dtensor/dtensor/placement.h"
 
 namespace dt::dops {
 

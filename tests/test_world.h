@@ -3,8 +3,8 @@
 // kept for the whole test binary; a failure to join aborts).
 #include <memory>
 
-#include "core/status.h"
-#include "mesh/world.h"
+#include "dtensor/core/status.h"
+#include "dtensor/mesh/world.h"
 
 namespace dt::testing {
 

@@ -21,7 +21,7 @@
 // Exit status: 0 success (verify: every rank matches); 1 verify found a mismatch; 2 a bad command
 // line or an illegal request (e.g. Shard -> Partial), with a message on stderr.
 
-#include "tools/dtensor_cli.h"
+#include "dtensor/tools/dtensor_cli.h"
 
 #include <chrono>
 #include <cstdio>
@@ -33,10 +33,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "core/status.h"
-#include "dtensor/verify.h"
-#include "mesh/world.h"
-#include "nn/style_registry.h"
+#include "dtensor/core/status.h"
+#include "dtensor/dtensor/verify.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/nn/style_registry.h"
 
 namespace dt::cli {
 

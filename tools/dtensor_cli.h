@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "dtensor/placement.h"
-#include "dtensor/planner.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/core/shape.h"
+#include "dtensor/dtensor/placement.h"
+#include "dtensor/dtensor/planner.h"
 
 namespace dt::cli {
 

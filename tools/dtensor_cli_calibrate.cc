@@ -31,10 +31,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "core/status.h"
-#include "dtensor/cost_model.h"
+#include "dtensor/core/status.h"
+#include "dtensor/dtensor/cost_model.h"
 #include "nlohmann/json.hpp"
-#include "tools/dtensor_cli.h"
+#include "dtensor/tools/dtensor_cli.h"
 
 namespace dt::cli {
 namespace {

@@ -25,12 +25,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "core/status.h"
-#include "dtensor/cost_model.h"
-#include "dtensor/planner.h"
-#include "dtensor/spec.h"
+#include "dtensor/core/status.h"
+#include "dtensor/dtensor/cost_model.h"
+#include "dtensor/dtensor/planner.h"
+#include "dtensor/dtensor/spec.h"
 #include "nlohmann/json.hpp"
-#include "tools/dtensor_cli.h"
+#include "dtensor/tools/dtensor_cli.h"
 
 namespace dt::cli {
 namespace {

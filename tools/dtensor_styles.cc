@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "nn/style_registry.h"
+#include "dtensor/nn/style_registry.h"
 
 int main(int argc, char** argv) {
   if (argc == 1) {

@@ -17,11 +17,11 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
-#include "loaders/hf_config.h"
-#include "loaders/safetensors.h"
-#include "nn/models/llama.h"
-#include "ops/local/ops.h"
+#include "dtensor/core/status.h"
+#include "dtensor/loaders/hf_config.h"
+#include "dtensor/loaders/safetensors.h"
+#include "dtensor/nn/models/llama.h"
+#include "dtensor/ops/local/ops.h"
 
 using namespace dt;  // NOLINT: tool brevity
 

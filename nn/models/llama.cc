@@ -1,4 +1,4 @@
-#include "nn/models/llama.h"
+#include "dtensor/nn/models/llama.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,14 +7,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status.h"
-#include "nn/attention.h"
-#include "nn/init.h"
-#include "nn/linear.h"
-#include "nn/log.h"
-#include "nn/mlp.h"
-#include "nn/norm.h"
-#include "nn/vops.h"
+#include "dtensor/core/status.h"
+#include "dtensor/nn/attention.h"
+#include "dtensor/nn/init.h"
+#include "dtensor/nn/linear.h"
+#include "dtensor/nn/log.h"
+#include "dtensor/nn/mlp.h"
+#include "dtensor/nn/norm.h"
+#include "dtensor/nn/vops.h"
 
 namespace dt::nn {
 namespace {

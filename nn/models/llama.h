@@ -56,13 +56,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/tensor.h"
-#include "loaders/hf_config.h"
-#include "loaders/safetensors.h"
-#include "mesh/device_mesh.h"
-#include "nn/module.h"
-#include "nn/plan.h"
-#include "nn/models/sampling.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/loaders/hf_config.h"
+#include "dtensor/loaders/safetensors.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/nn/module.h"
+#include "dtensor/nn/plan.h"
+#include "dtensor/nn/models/sampling.h"
 
 namespace dt::nn {
 

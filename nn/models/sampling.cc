@@ -1,4 +1,4 @@
-#include "nn/models/sampling.h"
+#include "dtensor/nn/models/sampling.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/random.h"
+#include "dtensor/core/random.h"
 
 namespace dt::nn {
 

@@ -1,4 +1,4 @@
-#include "ops/local/checks.h"
+#include "dtensor/ops/local/checks.h"
 
 #include "absl/strings/str_cat.h"
 

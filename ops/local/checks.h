@@ -6,8 +6,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "core/tensor.h"
-#include "ops/local/kernels.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/ops/local/kernels.h"
 
 namespace dt::ops::internal {
 

@@ -18,8 +18,8 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "core/tensor.h"
-#include "ops/local/ops.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/ops/local/ops.h"
 
 namespace dt::ops {
 

@@ -3,9 +3,9 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "ops/local/checks.h"
-#include "ops/local/kernels.h"
-#include "ops/local/ops.h"
+#include "dtensor/ops/local/checks.h"
+#include "dtensor/ops/local/kernels.h"
+#include "dtensor/ops/local/ops.h"
 
 namespace dt::ops {
 

@@ -2,8 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "ops/local/checks.h"
-#include "ops/local/ops.h"
+#include "dtensor/ops/local/checks.h"
+#include "dtensor/ops/local/ops.h"
 
 namespace dt::ops {
 

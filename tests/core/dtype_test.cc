@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include "core/dtype.h"
-#include "tests/test_util.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/tests/test_util.h"
 
 namespace dt {
 namespace {

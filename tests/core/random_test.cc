@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include "core/random.h"
-#include "tests/test_util.h"
+#include "dtensor/core/random.h"
+#include "dtensor/tests/test_util.h"
 
 namespace dt {
 namespace {

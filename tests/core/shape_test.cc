@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include "core/shape.h"
-#include "tests/test_util.h"
+#include "dtensor/core/shape.h"
+#include "dtensor/tests/test_util.h"
 
 namespace dt {
 namespace {

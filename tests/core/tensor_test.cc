@@ -12,8 +12,8 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include "core/tensor.h"
-#include "tests/test_util.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/tests/test_util.h"
 
 namespace dt {
 namespace {

@@ -1,4 +1,4 @@
-#include "dtensor/cost_model.h"
+#include "dtensor/dtensor/cost_model.h"
 
 #include <algorithm>
 #include <map>
@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
-#include "tests/test_util.h"
+#include "dtensor/tests/test_util.h"
 
 namespace dt {
 namespace {

@@ -2,9 +2,9 @@
 #include "gtest/gtest.h"
 
 // ---- begin docs/dtensor.md example ----
-#include "dtensor/dtensor.h"
-#include "dtensor/executor.h"  // CommCounter
-#include "mesh/world.h"
+#include "dtensor/dtensor/dtensor.h"
+#include "dtensor/dtensor/executor.h"  // CommCounter
+#include "dtensor/mesh/world.h"
 
 absl::Status Tour(dt::World& world) {
   using namespace dt;

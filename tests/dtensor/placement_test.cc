@@ -1,8 +1,8 @@
-#include "dtensor/placement.h"
+#include "dtensor/dtensor/placement.h"
 
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
-#include "tests/test_util.h"
+#include "dtensor/tests/test_util.h"
 
 namespace dt {
 namespace {

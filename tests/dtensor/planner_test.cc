@@ -1,4 +1,4 @@
-#include "dtensor/planner.h"
+#include "dtensor/dtensor/planner.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
-#include "tests/test_util.h"
+#include "dtensor/tests/test_util.h"
 
 namespace dt {
 namespace {

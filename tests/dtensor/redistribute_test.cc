@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "dtensor/dtensor.h"
-#include "dtensor/verify.h"
+#include "dtensor/dtensor/dtensor.h"
+#include "dtensor/dtensor/verify.h"
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
 

@@ -1,4 +1,4 @@
-#include "dtensor/spec.h"
+#include "dtensor/dtensor/spec.h"
 
 #include <string>
 #include <vector>

@@ -1,12 +1,12 @@
-#include "tests/dtensor/upstream_cases.h"
+#include "dtensor/tests/dtensor/upstream_cases.h"
 
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
-#include "dtensor/dtensor.h"
-#include "dtensor/executor.h"
+#include "dtensor/core/status.h"
+#include "dtensor/dtensor/dtensor.h"
+#include "dtensor/dtensor/executor.h"
 
 namespace dt::testing {
 namespace {

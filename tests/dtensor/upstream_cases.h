@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "mesh/world.h"
+#include "dtensor/mesh/world.h"
 
 namespace dt::testing {
 

@@ -2,9 +2,9 @@
 // under dtrun (DT_BACKEND=gloo) or mpirun (DT_BACKEND=mpi); the cases whose world size matches the
 // job run, the others are skipped.
 #include "gtest/gtest.h"
-#include "mesh/world.h"
-#include "tests/dtensor/upstream_cases.h"
-#include "tests/test_world.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/tests/dtensor/upstream_cases.h"
+#include "dtensor/tests/test_world.h"
 
 namespace dt::testing {
 namespace {

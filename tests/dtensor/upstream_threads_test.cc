@@ -2,8 +2,8 @@
 #include <chrono>
 
 #include "gtest/gtest.h"
-#include "mesh/world.h"
-#include "tests/dtensor/upstream_cases.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/tests/dtensor/upstream_cases.h"
 
 namespace dt::testing {
 namespace {

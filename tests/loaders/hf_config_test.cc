@@ -1,6 +1,6 @@
 // loaders/hf_config: Llama config.json in its v4 and v5 spellings, defaults, every error class, the
 // rope frequencies against values computed by transformers (_compute_llama3_parameters).
-#include "loaders/hf_config.h"
+#include "dtensor/loaders/hf_config.h"
 
 #include <unistd.h>
 
@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "loaders/small_file.h"
-#include "tests/test_util.h"
+#include "dtensor/loaders/small_file.h"
+#include "dtensor/tests/test_util.h"
 
 namespace dt::loaders {
 namespace {

@@ -1,7 +1,7 @@
 // loaders/safetensors: round trips, every validation error, hostile files (mutated and truncated:
 // always a clean error, never a crash), rank-sliced reads against an independent gather over
 // random meshes and placements (bytes read == bytes of the piece), multi-file checkpoints.
-#include "loaders/safetensors.h"
+#include "dtensor/loaders/safetensors.h"
 
 #include <unistd.h>
 
@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
-#include "dtensor/spec.h"
+#include "dtensor/core/status.h"
+#include "dtensor/dtensor/spec.h"
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
-#include "tests/test_util.h"
+#include "dtensor/tests/test_util.h"
 
 namespace dt::loaders {
 namespace {

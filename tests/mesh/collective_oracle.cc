@@ -1,4 +1,4 @@
-#include "tests/mesh/collective_oracle.h"
+#include "dtensor/tests/mesh/collective_oracle.h"
 
 #include <cmath>
 

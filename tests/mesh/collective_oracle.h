@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
-#include "mesh/collective.h"
-#include "mesh/communicator.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/mesh/collective.h"
+#include "dtensor/mesh/communicator.h"
 
 namespace dt::testing {
 

@@ -2,7 +2,7 @@
 // communicators along mesh dims on the threads backend, meshes smaller than the world, and the
 // invalid meshes that must give InvalidArgument.
 
-#include "mesh/device_mesh.h"
+#include "dtensor/mesh/device_mesh.h"
 
 #include <functional>
 #include <set>

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "tests/mesh/process_runner.h"
+#include "dtensor/tests/mesh/process_runner.h"
 
 namespace dt {
 namespace {

@@ -22,7 +22,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "mesh/world.h"
+#include "dtensor/mesh/world.h"
 
 namespace {
 

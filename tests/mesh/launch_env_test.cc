@@ -3,7 +3,7 @@
 #include <map>
 
 #include "gtest/gtest.h"
-#include "mesh/backends.h"
+#include "dtensor/mesh/backends.h"
 
 namespace dt::internal {
 namespace {

@@ -6,9 +6,9 @@
 #include <cstdlib>
 
 #include "gtest/gtest.h"
-#include "mesh/device_mesh.h"
-#include "mesh/world.h"
-#include "tests/mesh/collective_oracle.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/tests/mesh/collective_oracle.h"
 
 namespace dt {
 namespace {

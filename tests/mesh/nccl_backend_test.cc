@@ -2,8 +2,8 @@
 // program under dtrun, see CMakeLists.txt). Skips cleanly without a CUDA device.
 
 #include "gtest/gtest.h"
-#include "mesh/world.h"
-#include "tests/mesh/collective_oracle.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/tests/mesh/collective_oracle.h"
 
 namespace dt {
 namespace {

@@ -1,7 +1,7 @@
 // The TCP store (requests, the dead/left lists, deadlines when the server says nothing) and the
 // peer probes (alive, failing, gone, silent, unknown), on loopback in one process.
 
-#include "mesh/tcp_store.h"
+#include "dtensor/mesh/tcp_store.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "gtest/gtest.h"
-#include "mesh/peer_probe.h"
-#include "tests/test_util.h"
+#include "dtensor/mesh/peer_probe.h"
+#include "dtensor/tests/test_util.h"
 
 namespace dt::internal {
 namespace {

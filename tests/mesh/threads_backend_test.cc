@@ -6,11 +6,11 @@
 #include <thread>
 
 #include "gtest/gtest.h"
-#include "mesh/collective.h"
-#include "mesh/world.h"
+#include "dtensor/mesh/collective.h"
+#include "dtensor/mesh/world.h"
 #include "rapidcheck/gtest.h"
-#include "tests/mesh/collective_oracle.h"
-#include "tests/test_util.h"
+#include "dtensor/tests/mesh/collective_oracle.h"
+#include "dtensor/tests/test_util.h"
 
 namespace dt {
 namespace {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "mesh/view_stream.h"
+#include "dtensor/mesh/view_stream.h"
 #include "rapidcheck/gtest.h"
 
 namespace dt::internal {

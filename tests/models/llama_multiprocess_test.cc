@@ -1,12 +1,12 @@
 // Llama tensor parallelism with one process per rank: run under dtrun (DT_BACKEND=gloo). Every
 // rank loads only its shards of tests/fixtures/llama-tiny and must reproduce transformers' logits
 // and greedy continuation; the loader's peak per rank stays under (full/tp + replicated) x 1.2.
-#include "core/status.h"
+#include "dtensor/core/status.h"
 #include "gtest/gtest.h"
-#include "mesh/world.h"
-#include "nn/models/llama.h"
-#include "tests/models/llama_util.h"
-#include "tests/test_world.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/nn/models/llama.h"
+#include "dtensor/tests/models/llama_util.h"
+#include "dtensor/tests/test_world.h"
 
 namespace dt::nn::testing {
 namespace {

@@ -2,7 +2,7 @@
 // (tests/fixtures, tools/reference/make_llama_fixtures.py); tensor parallelism on 1, 2 and 4 ranks
 // (threads backend) against the single-rank run; the loader's accounting (no rank reads a full
 // sharded weight; peak <= (full/tp + replicated) x 1.2); validation before any weight is read.
-#include "nn/models/llama.h"
+#include "dtensor/nn/models/llama.h"
 
 #include <unistd.h>
 
@@ -11,11 +11,11 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
+#include "dtensor/core/status.h"
 #include "gtest/gtest.h"
-#include "mesh/world.h"
-#include "tests/models/llama_util.h"
-#include "tests/test_util.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/tests/models/llama_util.h"
+#include "dtensor/tests/test_util.h"
 
 namespace dt::nn::testing {
 namespace {

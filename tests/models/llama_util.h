@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/tensor.h"
+#include "dtensor/core/tensor.h"
 #include "nlohmann/json.hpp"
 
 namespace dt::nn::testing {

@@ -1,5 +1,5 @@
 // nn/models/sampling: greedy, and the sampling distribution against softmax computed here.
-#include "nn/models/sampling.h"
+#include "dtensor/nn/models/sampling.h"
 
 #include <cmath>
 #include <vector>

@@ -35,9 +35,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "mesh/device_mesh.h"
-#include "mesh/world.h"
-#include "tests/mesh/collective_oracle.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/tests/mesh/collective_oracle.h"
 
 namespace dt {
 namespace {

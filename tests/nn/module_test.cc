@@ -4,12 +4,12 @@
 #include <string>
 #include <vector>
 
-#include "dtensor/executor.h"
+#include "dtensor/dtensor/executor.h"
 #include "gtest/gtest.h"
-#include "mesh/world.h"
-#include "nn/nn.h"
-#include "ops/local/ops.h"
-#include "tests/test_util.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/nn/nn.h"
+#include "dtensor/ops/local/ops.h"
+#include "dtensor/tests/test_util.h"
 
 namespace dt::nn {
 namespace {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "nn/nn.h"
-#include "tests/test_util.h"
+#include "dtensor/nn/nn.h"
+#include "dtensor/tests/test_util.h"
 
 namespace dt::nn {
 namespace {

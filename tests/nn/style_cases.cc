@@ -1,16 +1,16 @@
-#include "tests/nn/style_cases.h"
+#include "dtensor/tests/nn/style_cases.h"
 
 #include <memory>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/status.h"
-#include "dtensor/dtensor.h"
-#include "dtensor/executor.h"
-#include "mesh/device_mesh.h"
-#include "nn/nn.h"
-#include "ops/local/ops.h"
+#include "dtensor/core/status.h"
+#include "dtensor/dtensor/dtensor.h"
+#include "dtensor/dtensor/executor.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/nn/nn.h"
+#include "dtensor/ops/local/ops.h"
 
 namespace dt::nn::testing {
 namespace {

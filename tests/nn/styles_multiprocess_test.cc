@@ -1,10 +1,10 @@
 // Every style case (style_cases.h) with one process per rank: run under dtrun (DT_BACKEND=gloo),
 // the tp mesh spans the job's ranks.
-#include "core/status.h"
+#include "dtensor/core/status.h"
 #include "gtest/gtest.h"
-#include "mesh/world.h"
-#include "tests/nn/style_cases.h"
-#include "tests/test_world.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/tests/nn/style_cases.h"
+#include "dtensor/tests/test_world.h"
 
 namespace dt::nn::testing {
 namespace {

@@ -3,8 +3,8 @@
 #include <ostream>
 
 #include "gtest/gtest.h"
-#include "mesh/world.h"
-#include "tests/nn/style_cases.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/tests/nn/style_cases.h"
 
 namespace dt::nn::testing {
 namespace {

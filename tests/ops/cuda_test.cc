@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "ops/dtensor_ops.h"
-#include "tests/ops/dops_test_util.h"
+#include "dtensor/ops/dtensor_ops.h"
+#include "dtensor/tests/ops/dops_test_util.h"
 
 namespace dt::dops::testing {
 namespace {

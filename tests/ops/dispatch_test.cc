@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "ops/dispatch.h"
-#include "tests/ops/dops_test_util.h"
+#include "dtensor/ops/dispatch.h"
+#include "dtensor/tests/ops/dops_test_util.h"
 
 namespace dt::dops::testing {
 namespace {

@@ -17,12 +17,12 @@
 #include <rapidcheck.h>
 
 #include "absl/strings/str_cat.h"
-#include "core/tensor.h"
-#include "dtensor/dtensor.h"
-#include "dtensor/executor.h"
-#include "mesh/device_mesh.h"
-#include "mesh/world.h"
-#include "ops/dtensor_ops.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/dtensor/dtensor.h"
+#include "dtensor/dtensor/executor.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/ops/dtensor_ops.h"
 
 namespace dt::dops::testing {
 

@@ -4,7 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
-#include "tests/ops/dops_test_util.h"
+#include "dtensor/tests/ops/dops_test_util.h"
 
 namespace dt::dops::testing {
 namespace {

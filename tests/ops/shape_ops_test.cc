@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "ops/view_math.h"
+#include "dtensor/ops/view_math.h"
 #include "rapidcheck/gtest.h"
-#include "tests/ops/dops_test_util.h"
+#include "dtensor/tests/ops/dops_test_util.h"
 
 namespace dt::dops::testing {
 namespace {

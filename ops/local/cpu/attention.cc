@@ -6,9 +6,9 @@
 #include <limits>
 #include <vector>
 
-#include "ops/local/cpu/gemm.h"
-#include "ops/local/cpu/loops.h"
-#include "ops/local/kernels.h"
+#include "dtensor/ops/local/cpu/gemm.h"
+#include "dtensor/ops/local/cpu/loops.h"
+#include "dtensor/ops/local/kernels.h"
 
 namespace dt::ops::cpu {
 

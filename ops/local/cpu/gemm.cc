@@ -16,7 +16,7 @@
 // shares; at 128-wide panels that costs a few percent (measured: 1024^3 on one core runs at the
 // same speed in 1, 4 or 8 row panels, within noise).
 
-#include "ops/local/cpu/gemm.h"
+#include "dtensor/ops/local/cpu/gemm.h"
 
 #include <algorithm>
 #include <vector>
@@ -25,8 +25,8 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
-#include "ops/local/cpu/loops.h"
-#include "ops/local/kernels.h"
+#include "dtensor/ops/local/cpu/loops.h"
+#include "dtensor/ops/local/kernels.h"
 
 namespace dt::ops::cpu {
 

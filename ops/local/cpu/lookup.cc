@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "ops/local/cpu/loops.h"
-#include "ops/local/kernels.h"
+#include "dtensor/ops/local/cpu/loops.h"
+#include "dtensor/ops/local/kernels.h"
 
 namespace dt::ops::cpu {
 

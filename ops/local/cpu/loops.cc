@@ -1,4 +1,4 @@
-#include "ops/local/cpu/loops.h"
+#include "dtensor/ops/local/cpu/loops.h"
 
 namespace dt::ops::cpu {
 

@@ -9,9 +9,9 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "core/tensor.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/core/shape.h"
+#include "dtensor/core/tensor.h"
 
 // DT_OPS_DISPATCH_FLOAT / DT_OPS_DISPATCH_NUMERIC(dtype, T, body): like DT_DISPATCH_DTYPE over the
 // float dtypes, or every dtype but bool. The caller has validated the dtype.

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <vector>
 
-#include "ops/local/cpu/loops.h"
-#include "ops/local/kernels.h"
+#include "dtensor/ops/local/cpu/loops.h"
+#include "dtensor/ops/local/kernels.h"
 
 namespace dt::ops::cpu {
 

@@ -25,8 +25,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "core/shape.h"
-#include "core/tensor.h"
+#include "dtensor/core/shape.h"
+#include "dtensor/core/tensor.h"
 
 namespace dt::ops::cuda {
 

@@ -18,8 +18,8 @@
 #include <mutex>
 #include <vector>
 
-#include "ops/local/cuda/cuda_util.h"
-#include "ops/local/kernels.h"
+#include "dtensor/ops/local/cuda/cuda_util.h"
+#include "dtensor/ops/local/kernels.h"
 
 namespace dt::ops::cuda {
 

@@ -1,8 +1,8 @@
 // CUDA Embedding kernel: masked row gather, one thread per output element. The table's dtype only
 // matters through its element size.
 
-#include "ops/local/cuda/cuda_util.h"
-#include "ops/local/kernels.h"
+#include "dtensor/ops/local/cuda/cuda_util.h"
+#include "dtensor/ops/local/kernels.h"
 
 namespace dt::ops::cuda {
 

@@ -1,8 +1,8 @@
 // CUDA kernels over the last dim: RmsNorm, LayerNorm (one lane per row, statistics in f64 as in the
 // CPU reference) and ApplyRotary (one thread per output element).
 
-#include "ops/local/cuda/cuda_util.h"
-#include "ops/local/kernels.h"
+#include "dtensor/ops/local/cuda/cuda_util.h"
+#include "dtensor/ops/local/kernels.h"
 
 namespace dt::ops::cuda {
 

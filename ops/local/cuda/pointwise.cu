@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "ops/local/cuda/cuda_util.h"
-#include "ops/local/kernels.h"
+#include "dtensor/ops/local/cuda/cuda_util.h"
+#include "dtensor/ops/local/kernels.h"
 
 namespace dt::ops::cuda {
 

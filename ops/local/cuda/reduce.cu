@@ -7,8 +7,8 @@
 #include <climits>
 #include <limits>
 
-#include "ops/local/cuda/cuda_util.h"
-#include "ops/local/kernels.h"
+#include "dtensor/ops/local/cuda/cuda_util.h"
+#include "dtensor/ops/local/kernels.h"
 
 namespace dt::ops::cuda {
 

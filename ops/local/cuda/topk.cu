@@ -13,8 +13,8 @@
 // 4. The values are gathered from x at the sorted indices (bit-exact copies).
 // Cost per lane: O(n · key bytes) for the selection plus O(k log² k) for the sort.
 
-#include "ops/local/cuda/cuda_util.h"
-#include "ops/local/kernels.h"
+#include "dtensor/ops/local/cuda/cuda_util.h"
+#include "dtensor/ops/local/kernels.h"
 
 namespace dt::ops::cuda {
 

@@ -2,9 +2,9 @@
 // and gathered back, plus a tensor-parallel Linear from nn/.
 #include <cstdio>
 
-#include "dtensor/dtensor.h"
-#include "mesh/world.h"
-#include "nn/nn.h"
+#include "dtensor/dtensor/dtensor.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/nn/nn.h"
 
 namespace {
 

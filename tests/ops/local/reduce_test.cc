@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include "ops/local/ops.h"
-#include "tests/ops/local/test_util.h"
-#include "tests/test_util.h"
+#include "dtensor/ops/local/ops.h"
+#include "dtensor/tests/ops/local/test_util.h"
+#include "dtensor/tests/test_util.h"
 
 namespace dt::ops {
 namespace {

@@ -12,7 +12,7 @@
 #include <rapidcheck.h>
 
 #include "absl/strings/str_cat.h"
-#include "core/tensor.h"
+#include "dtensor/core/tensor.h"
 
 namespace dt::testing {
 

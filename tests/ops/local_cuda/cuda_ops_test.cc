@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/tensor.h"
-#include "ops/local/ops.h"
-#include "tests/test_util.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/ops/local/ops.h"
+#include "dtensor/tests/test_util.h"
 
 namespace dt::ops {
 namespace {
