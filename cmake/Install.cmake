@@ -1,11 +1,16 @@
-# `cmake --install build --prefix P` installs the headers under P/include/dtensor, the static layer
-# libraries and a package config so that `find_package(dtensor)` gives `dtensor::dtensor`.
+# `cmake --install build --prefix P` installs the headers under P/include/dtensor/<layer>/, the
+# static layer libraries, the programs an outside project needs to run anything (P/bin/dtrun, the
+# launcher; P/bin/dtensor, the CLI) and a package config: `find_package(dtensor)` gives
+# `dtensor::dtensor` (the libraries) and `dtensor::dtrun` / `dtensor::dtensor_cli` (imported
+# executables, e.g. for multi-rank ctest cases: `add_test(NAME t COMMAND dtensor::dtrun
+# --nproc-per-node 2 $<TARGET_FILE:my_test>)`).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 get_property(dt_libs GLOBAL PROPERTY DT_LIBRARIES)
-install(TARGETS ${dt_libs} dtensor EXPORT dtensorTargets
-        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS ${dt_libs} dtensor dtrun dtensor_cli EXPORT dtensorTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 foreach(dir core ops mesh dtensor loaders nn)
   if(EXISTS ${PROJECT_SOURCE_DIR}/${dir})
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/dtensor

@@ -1,5 +1,7 @@
-# cmake -P script: install BUILD_DIR into WORK_DIR/prefix, configure + build SOURCE_DIR against it,
-# run the consumer. Fails on any step.
+# cmake -P script: install BUILD_DIR into WORK_DIR/prefix, check that the installed package names
+# no path of the build machine, configure + build SOURCE_DIR against the prefix alone and run its
+# ctest (the consumer on threads, under the installed dtrun on 2 gloo processes, the installed
+# CLI); a CUDA build also shows its message to a consumer without CUDA. Fails on any step.
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
 function(run)
@@ -10,6 +12,21 @@ function(run)
   message(STATUS "${out}")
 endfunction()
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
+foreach(exe dtrun dtensor)
+  if(NOT EXISTS ${WORK_DIR}/prefix/bin/${exe})
+    message(FATAL_ERROR "the install has no bin/${exe}")
+  endif()
+endforeach()
+file(GLOB configs ${WORK_DIR}/prefix/lib*/cmake/dtensor/*.cmake)
+foreach(f ${configs})
+  file(READ ${f} text)
+  foreach(path ${BUILD_DIR} ${PROJECT_DIR})
+    string(FIND "${text}" "${path}" at)
+    if(NOT at EQUAL -1)
+      message(FATAL_ERROR "${f} names a path of the build machine: ${path}")
+    endif()
+  endforeach()
+endforeach()
 set(extra)
 if(CUDA_COMPILER)
   set(extra -DCMAKE_CUDA_COMPILER=${CUDA_COMPILER})
@@ -17,4 +34,15 @@ endif()
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix ${extra})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
-run(${WORK_DIR}/build/consumer)
+if(CUDA_COMPILER)
+  # A consumer machine without the CUDA toolkit (simulated) gets the package's message, not a
+  # link error.
+  execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build-nocuda -G ${GENERATOR}
+                  -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(FIND "${out}${err}" "this dtensor was built with CUDA" at)
+  if(rc EQUAL 0 OR at EQUAL -1)
+    message(FATAL_ERROR "a consumer without CUDA should get the package's message (rc ${rc}):\n${out}\n${err}")
+  endif()
+endif()
+run(${CMAKE_CTEST_COMMAND} --test-dir ${WORK_DIR}/build --output-on-failure)

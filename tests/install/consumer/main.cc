@@ -1,6 +1,8 @@
-// An outside project using the installed dtensor: a DTensor on a 2-rank threads mesh, redistributed
-// and gathered back, plus a tensor-parallel Linear from nn/.
+// An outside project using the installed dtensor: a DTensor on a 2-rank mesh, redistributed and
+// gathered back. Without a launcher the two ranks are threads; under the installed dtrun they are
+// two gloo processes (World::FromEnv).
 #include <cstdio>
+#include <cstdlib>
 
 #include "dtensor/dtensor/dtensor.h"
 #include "dtensor/mesh/world.h"
@@ -25,7 +27,13 @@ absl::Status Run(dt::World& world) {
 }  // namespace
 
 int main() {
-  absl::Status s = dt::World::RunThreads(2, Run);
+  absl::Status s;
+  if (std::getenv("RANK") != nullptr) {
+    auto world = dt::World::FromEnv();
+    s = world.ok() ? Run(**world) : world.status();
+  } else {
+    s = dt::World::RunThreads(2, Run);
+  }
   if (!s.ok()) {
     std::fprintf(stderr, "consumer: %s\n", s.ToString().c_str());
     return 1;
