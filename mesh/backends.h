@@ -35,7 +35,7 @@
 namespace dt::internal {
 
 struct LaunchInfo {
-  std::string launcher = "none";  // "dtrun", "openmpi", "slurm", "none"
+  std::string launcher = "none";  // "dtrun", "torchrun", "openmpi", "slurm", "none"
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
@@ -44,6 +44,11 @@ struct LaunchInfo {
   int num_nodes = 1;
   std::string master_addr;  // empty when the launcher gives none
   int master_port = 0;      // 0 when unknown
+  // torchrun (TORCHELASTIC_USE_AGENT_STORE=True): MASTER_ADDR:MASTER_PORT is the agent's c10d
+  // store, which we join instead of serving (Note [Joining torchrun's store], mesh/agent_store.h).
+  bool agent_store = false;
+  std::string run_id;     // TORCHELASTIC_RUN_ID
+  int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT
 };
 
 using GetEnvFn = std::function<const char*(const char*)>;

@@ -89,6 +89,12 @@ absl::StatusOr<LaunchInfo> ReadLaunchEnv(const GetEnvFn& getenv_fn) {
     DT_ASSIGN_OR_RETURN(info.node_rank, env.Int(env.Has("NODE_RANK") ? "NODE_RANK" : "GROUP_RANK", 0));
     DT_ASSIGN_OR_RETURN(info.num_nodes, env.Int("GROUP_WORLD_SIZE", 0));
     if (info.num_nodes == 0 && info.local_size > 0) info.num_nodes = CeilDiv(info.world_size, info.local_size);
+    if (env.Str("TORCHELASTIC_USE_AGENT_STORE") == "True") {
+      info.launcher = "torchrun";
+      info.agent_store = true;
+      info.run_id = env.Str("TORCHELASTIC_RUN_ID");
+      DT_ASSIGN_OR_RETURN(info.restart_count, env.Int("TORCHELASTIC_RESTART_COUNT", 0));
+    }
   } else if (env.Has("OMPI_COMM_WORLD_RANK")) {
     info.launcher = "openmpi";
     DT_ASSIGN_OR_RETURN(info.rank, env.Int("OMPI_COMM_WORLD_RANK", 0));

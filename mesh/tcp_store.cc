@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "dtensor/core/status.h"
+#include "dtensor/mesh/agent_store.h"
 #include "dtensor/mesh/backends.h"
 #include "dtensor/mesh/collective.h"
 #include "dtensor/mesh/sockets.h"
@@ -520,9 +521,20 @@ absl::StatusOr<Rendezvous> StartRendezvous(const LaunchInfo& info, std::chrono::
   }
   Rendezvous r;
   int port = info.master_port;
+  std::unique_ptr<AgentStoreClient> agent;  // torchrun: Note [Joining torchrun's store]
+  if (info.agent_store && !single) {
+    DT_ASSIGN_OR_RETURN(agent, AgentStoreClient::Connect(info.master_addr, info.master_port, timeout));
+  }
   if (info.rank == 0) {
-    DT_ASSIGN_OR_RETURN(r.server, TcpStoreServer::Start(single ? 0 : port));
+    DT_ASSIGN_OR_RETURN(r.server, TcpStoreServer::Start(single || agent ? 0 : port));
     port = r.server->port();
+    if (agent) DT_RETURN_IF_ERROR(agent->Set(AgentStoreKey(info), absl::StrCat(port)));
+  } else if (agent) {
+    DT_ASSIGN_OR_RETURN(std::string published, agent->WaitGet(AgentStoreKey(info), timeout));
+    if (!absl::SimpleAtoi(published, &port) || port <= 0 || port > 65535) {
+      return absl::DataLossError(absl::StrCat("torchrun's agent store: key '", AgentStoreKey(info),
+                                              "' holds '", published, "', not the port of rank 0's store"));
+    }
   }
   const std::string host = info.rank == 0 ? "127.0.0.1" : info.master_addr;
   DT_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store, TcpStore::Connect(host, port, info.rank, timeout));

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "gtest/gtest.h"
+#include "dtensor/mesh/agent_store.h"
 #include "dtensor/mesh/backends.h"
 
 namespace dt::internal {
@@ -45,6 +46,27 @@ TEST(LaunchEnv, DtrunAndTorchrun) {
   EXPECT_EQ(three.num_nodes, 3);
   EXPECT_EQ(Read({{"RANK", "0"}, {"WORLD_SIZE", "5"}, {"LOCAL_WORLD_SIZE", "2"}}).value().num_nodes, 3);
   EXPECT_EQ(Read({{"RANK", "0"}, {"WORLD_SIZE", "2"}}).value().num_nodes, 1);
+}
+
+TEST(LaunchEnv, TorchrunWithItsAgentStore) {
+  // What torchrun 2.15 sets (tests/models: models_llama_generate_torchrun_np2 runs the real one).
+  LaunchInfo info = Read({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+                          {"GROUP_RANK", "0"}, {"GROUP_WORLD_SIZE", "1"}, {"MASTER_ADDR", "localhost"},
+                          {"MASTER_PORT", "44943"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                          {"TORCHELASTIC_RUN_ID", "1bf8b31d"}, {"TORCHELASTIC_RESTART_COUNT", "2"}})
+                         .value();
+  EXPECT_EQ(info.launcher, "torchrun");
+  EXPECT_TRUE(info.agent_store);
+  EXPECT_EQ(info.master_addr, "localhost");
+  EXPECT_EQ(info.master_port, 44943);
+  EXPECT_EQ(AgentStoreKey(info), "/dtensor/1bf8b31d/2/store");
+  // Without the agent store (torchrun --no-agent-store style launches, dtrun) we serve our own.
+  EXPECT_FALSE(Read({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_USE_AGENT_STORE", "False"}})
+                   .value()
+                   .agent_store);
+  EXPECT_FALSE(Read({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_RESTART_COUNT", "x"},
+                     {"TORCHELASTIC_USE_AGENT_STORE", "True"}})
+                   .ok());
 }
 
 TEST(LaunchEnv, OpenMpi) {
