@@ -1,13 +1,14 @@
 #include "dtensor/loaders/hf_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
 #include "dtensor/loaders/small_file.h"
 #include "nlohmann/json.hpp"
-#include "dtensor/ops/local/ops.h"
 
 namespace dt::loaders {
 namespace {
@@ -85,21 +86,68 @@ absl::StatusOr<DType> TorchDType(const Reader& r, const std::string& name) {
                               "\" is not supported (float32, bfloat16, float16)"));
 }
 
+// The keys each rope_type takes besides rope_type/type and rope_theta (transformers' validation).
+const std::vector<std::string>& RopeKeys(const std::string& type) {
+  static const auto* keys = new std::map<std::string, std::vector<std::string>>{
+      {"default", {}},
+      {"linear", {"factor"}},
+      {"dynamic", {"factor"}},
+      {"yarn", {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
+                "mscale", "mscale_all_dim", "truncate"}},
+      {"longrope", {"short_factor", "long_factor", "original_max_position_embeddings", "factor",
+                    "attention_factor"}},
+      {"llama3", {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}},
+  };
+  static const std::vector<std::string> none;
+  auto it = keys->find(type);
+  return it == keys->end() ? none : it->second;
+}
+
+absl::StatusOr<std::vector<double>> NumberList(const Reader& r, const Json& obj, absl::string_view key,
+                                               size_t want, absl::string_view where) {
+  const Json* v = r.Find(obj, key);
+  if (v == nullptr) return r.Error(absl::StrCat("\"", where, "\" of rope_type longrope needs \"", key, "\""));
+  if (!v->is_array() || v->size() != want) {
+    return r.Error(absl::StrCat("\"", where, ".", key, "\" must be a list of ", want,
+                                " numbers (head_dim / 2), got ", v->dump().substr(0, 80)));
+  }
+  std::vector<double> out;
+  for (const Json& x : *v) {
+    if (!x.is_number() || !(x.get<double>() > 0) || !std::isfinite(x.get<double>())) {
+      return r.Error(absl::StrCat("\"", where, ".", key, "\" must hold positive numbers, got ", x.dump()));
+    }
+    out.push_back(x.get<double>());
+  }
+  return out;
+}
+
+// Needs head_dim and max_position_embeddings parsed.
 absl::Status ParseRope(const Reader& r, LlamaConfig* c) {
   const Json& j = r.j();
   // v5: rope_parameters {rope_type, rope_theta, ...}; v4: rope_theta + rope_scaling {...}.
-  const Json* params = r.Find(j, "rope_parameters");
-  const char* key = "rope_parameters";
-  if (params == nullptr) {
-    params = r.Find(j, "rope_scaling");
-    key = "rope_scaling";
+  // transformers takes rope_scaling over rope_parameters; a config with both that disagree is
+  // ambiguous, so it is refused.
+  const Json* v5 = r.Find(j, "rope_parameters");
+  const Json* v4 = r.Find(j, "rope_scaling");
+  if (v5 != nullptr && v4 != nullptr && *v5 != *v4) {
+    return r.Error(absl::StrCat("\"rope_parameters\" ", v5->dump().substr(0, 120), " and \"rope_scaling\" ",
+                                v4->dump().substr(0, 120), " disagree; keep one"));
   }
+  const Json* params = v5 != nullptr ? v5 : v4;
+  const std::string key = v5 != nullptr ? "rope_parameters" : "rope_scaling";
   DT_ASSIGN_OR_RETURN(c->rope_theta, r.PositiveNumber(j, "rope_theta", 10000.0));
   if (params == nullptr) return absl::OkStatus();
   if (!params->is_object()) {
     return r.Error(absl::StrCat("\"", key, "\" must be an object or null, got ", params->dump()));
   }
-  DT_ASSIGN_OR_RETURN(c->rope_theta, r.PositiveNumber(*params, "rope_theta", c->rope_theta));
+  if (r.Find(*params, "rope_theta") != nullptr) {
+    DT_ASSIGN_OR_RETURN(const double theta, r.PositiveNumber(*params, "rope_theta", c->rope_theta));
+    if (r.Find(j, "rope_theta") != nullptr && theta != c->rope_theta) {
+      return r.Error(absl::StrCat("\"rope_theta\" ", c->rope_theta, " and \"", key, ".rope_theta\" ", theta,
+                                  " disagree; keep one"));
+    }
+    c->rope_theta = theta;
+  }
   const Json* type = r.Find(*params, "rope_type");
   if (type == nullptr) type = r.Find(*params, "type");  // legacy spelling
   std::string t = "default";
@@ -109,33 +157,73 @@ absl::Status ParseRope(const Reader& r, LlamaConfig* c) {
     }
     t = type->get<std::string>();
   }
+  static const std::vector<std::string> kTypes = {"default", "linear", "dynamic", "yarn", "longrope", "llama3"};
+  if (std::find(kTypes.begin(), kTypes.end(), t) == kTypes.end()) {
+    return r.Unsupported(absl::StrCat("rope_type \"", t,
+                                      "\" is not supported (default, linear, dynamic, yarn, longrope, llama3)"));
+  }
+  const std::vector<std::string>& allowed = RopeKeys(t);
+  for (auto it = params->begin(); it != params->end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "rope_type" || k == "type" || k == "rope_theta" || it->is_null()) continue;
+    if (k == "partial_rotary_factor" && it->is_number() && it->get<double>() == 1.0) continue;
+    if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
+      return r.Unsupported(absl::StrCat("\"", key, ".", k, "\" is not a parameter of rope_type ", t,
+                                        " that this implementation knows; refusing to ignore it"));
+    }
+  }
   RopeScaling& s = c->rope_scaling;
   s.rope_type = t;
   if (t == "default") return absl::OkStatus();
-  if (t == "linear") {
-    DT_ASSIGN_OR_RETURN(s.factor, r.PositiveNumber(*params, "factor", 1.0));
+  auto require = [&](const char* f) -> absl::Status {
+    if (r.Find(*params, f) != nullptr) return absl::OkStatus();
+    return r.Error(absl::StrCat("\"", key, "\" of rope_type ", t, " needs \"", f, "\""));
+  };
+  auto optional_number = [&](const char* f, std::optional<double>* out) -> absl::Status {
+    if (r.Find(*params, f) == nullptr) return absl::OkStatus();
+    DT_ASSIGN_OR_RETURN(double v, r.PositiveNumber(*params, f, 1.0));
+    *out = v;
     return absl::OkStatus();
-  }
+  };
+  // Phi-3 style: a top-level original_max_position_embeddings wins (transformers' exception).
+  DT_ASSIGN_OR_RETURN(const int64_t top_original,
+                      r.PositiveInt(j, "original_max_position_embeddings", int64_t{0}));
+  DT_ASSIGN_OR_RETURN(s.original_max_position_embeddings,
+                      r.PositiveInt(*params, "original_max_position_embeddings", c->max_position_embeddings));
+  if (top_original > 0) s.original_max_position_embeddings = top_original;
+  if (t != "longrope") DT_RETURN_IF_ERROR(require("factor"));
+  s.has_factor = r.Find(*params, "factor") != nullptr;
+  DT_ASSIGN_OR_RETURN(s.factor, r.PositiveNumber(*params, "factor", 1.0));
   if (t == "llama3") {
-    for (const char* f : {"factor", "low_freq_factor", "high_freq_factor"}) {
-      if (r.Find(*params, f) == nullptr) {
-        return r.Error(absl::StrCat("\"", key, "\" of rope_type llama3 needs \"", f, "\""));
-      }
-    }
-    DT_ASSIGN_OR_RETURN(s.factor, r.PositiveNumber(*params, "factor", 1.0));
+    DT_RETURN_IF_ERROR(require("low_freq_factor"));
+    DT_RETURN_IF_ERROR(require("high_freq_factor"));
     DT_ASSIGN_OR_RETURN(s.low_freq_factor, r.PositiveNumber(*params, "low_freq_factor", 1.0));
     DT_ASSIGN_OR_RETURN(s.high_freq_factor, r.PositiveNumber(*params, "high_freq_factor", 4.0));
-    DT_ASSIGN_OR_RETURN(s.original_max_position_embeddings,
-                        r.PositiveInt(*params, "original_max_position_embeddings",
-                                      c->max_position_embeddings));
     if (!(s.low_freq_factor < s.high_freq_factor)) {
       return r.Error(absl::StrCat("llama3 rope: low_freq_factor ", s.low_freq_factor,
                                   " must be below high_freq_factor ", s.high_freq_factor));
     }
-    return absl::OkStatus();
+  } else if (t == "yarn") {
+    DT_RETURN_IF_ERROR(optional_number("attention_factor", &s.attention_factor));
+    DT_RETURN_IF_ERROR(optional_number("beta_fast", &s.beta_fast));
+    DT_RETURN_IF_ERROR(optional_number("beta_slow", &s.beta_slow));
+    DT_RETURN_IF_ERROR(optional_number("mscale", &s.mscale));
+    DT_RETURN_IF_ERROR(optional_number("mscale_all_dim", &s.mscale_all_dim));
+    if (const Json* tr = r.Find(*params, "truncate")) {
+      if (!tr->is_boolean()) return r.Error(absl::StrCat("\"", key, ".truncate\" must be true or false"));
+      s.truncate = tr->get<bool>();
+    }
+    if (s.beta_fast.value_or(32) < s.beta_slow.value_or(1)) {
+      return r.Error(absl::StrCat("yarn rope: beta_fast ", s.beta_fast.value_or(32), " must not be below beta_slow ",
+                                  s.beta_slow.value_or(1)));
+    }
+  } else if (t == "longrope") {
+    const size_t half = static_cast<size_t>(c->head_dim / 2);
+    DT_ASSIGN_OR_RETURN(s.short_factor, NumberList(r, *params, "short_factor", half, key));
+    DT_ASSIGN_OR_RETURN(s.long_factor, NumberList(r, *params, "long_factor", half, key));
+    DT_RETURN_IF_ERROR(optional_number("attention_factor", &s.attention_factor));
   }
-  return r.Unsupported(
-      absl::StrCat("rope_type \"", t, "\" is not supported (default, linear, llama3)"));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -260,14 +348,28 @@ std::string LlamaConfigToJson(const LlamaConfig& c) {
   const RopeScaling& s = c.rope_scaling;
   if (s.rope_type == "default") {
     j["rope_scaling"] = nullptr;
-  } else if (s.rope_type == "linear") {
-    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", s.factor}};
   } else {
-    j["rope_scaling"] = {{"rope_type", s.rope_type},
-                         {"factor", s.factor},
-                         {"low_freq_factor", s.low_freq_factor},
-                         {"high_freq_factor", s.high_freq_factor},
-                         {"original_max_position_embeddings", s.original_max_position_embeddings}};
+    nlohmann::ordered_json r;
+    r["rope_type"] = s.rope_type;
+    if (s.rope_type != "longrope" || s.has_factor) r["factor"] = s.factor;
+    if (s.rope_type == "llama3") {
+      r["low_freq_factor"] = s.low_freq_factor;
+      r["high_freq_factor"] = s.high_freq_factor;
+    }
+    if (s.rope_type == "llama3" || s.rope_type == "yarn" || s.rope_type == "longrope") {
+      r["original_max_position_embeddings"] = s.original_max_position_embeddings;
+    }
+    if (s.attention_factor) r["attention_factor"] = *s.attention_factor;
+    if (s.beta_fast) r["beta_fast"] = *s.beta_fast;
+    if (s.beta_slow) r["beta_slow"] = *s.beta_slow;
+    if (s.mscale) r["mscale"] = *s.mscale;
+    if (s.mscale_all_dim) r["mscale_all_dim"] = *s.mscale_all_dim;
+    if (s.rope_type == "yarn" && !s.truncate) r["truncate"] = false;
+    if (s.rope_type == "longrope") {
+      r["short_factor"] = s.short_factor;
+      r["long_factor"] = s.long_factor;
+    }
+    j["rope_scaling"] = r;
   }
   j["hidden_act"] = c.hidden_act;
   j["attention_bias"] = c.attention_bias;
@@ -282,30 +384,8 @@ std::string LlamaConfigToJson(const LlamaConfig& c) {
   return j.dump(2) + "\n";
 }
 
-std::vector<float> RopeInverseFrequencies(const LlamaConfig& c) {
-  std::vector<float> inv = ops::RopeInverseFrequencies(c.head_dim, c.rope_theta);
-  const RopeScaling& s = c.rope_scaling;
-  if (s.rope_type == "linear") {
-    for (float& f : inv) f = f / static_cast<float>(s.factor);
-  } else if (s.rope_type == "llama3") {
-    const float factor = static_cast<float>(s.factor);
-    const float low = static_cast<float>(s.low_freq_factor);
-    const float high = static_cast<float>(s.high_freq_factor);
-    const float old_len = static_cast<float>(s.original_max_position_embeddings);
-    const double low_wl = static_cast<double>(s.original_max_position_embeddings) / s.low_freq_factor;
-    const double high_wl =
-        static_cast<double>(s.original_max_position_embeddings) / s.high_freq_factor;
-    const float two_pi = static_cast<float>(2 * M_PI);
-    for (float& f : inv) {
-      const float wavelen = two_pi / f;
-      float g = wavelen > low_wl ? f / factor : f;
-      const float smooth = (old_len / wavelen - low) / (high - low);
-      const float smoothed = (1 - smooth) * g / factor + smooth * g;
-      const bool medium = !(wavelen < high_wl) && !(wavelen > low_wl);
-      f = medium ? smoothed : g;
-    }
-  }
-  return inv;
+RopeSpec LlamaRopeSpec(const LlamaConfig& c) {
+  return RopeSpec{c.rope_scaling, c.head_dim, c.rope_theta, c.max_position_embeddings};
 }
 
 }  // namespace dt::loaders

@@ -13,10 +13,12 @@
 //   rms_norm_eps                 no        1e-6
 //   rope_theta                   no        10000 (v5: rope_parameters.rope_theta)
 //   rope_scaling | rope_parameters no      null -> default; rope_type (legacy key "type"):
-//                                          default, linear (factor), llama3 (factor,
-//                                          low_freq_factor, high_freq_factor,
-//                                          original_max_position_embeddings); others
-//                                          (dynamic, yarn, longrope) are Unimplemented
+//                                          default, linear, dynamic, yarn, longrope, llama3
+//                                          with their parameters (loaders/rope.h); a key the
+//                                          type does not take is an error. Both given and
+//                                          different, or a top-level rope_theta that differs
+//                                          from rope_parameters.rope_theta: an error naming both
+//   original_max_position_embeddings no    top level (Phi-3 style): longrope/yarn/llama3's value
 //   hidden_act                   no        "silu" (the only one supported)
 //   attention_bias, mlp_bias     no        false
 //   tie_word_embeddings          no        false (true: no lm_head.weight; it is embed_tokens)
@@ -35,18 +37,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "dtensor/core/dtype.h"
+#include "dtensor/loaders/rope.h"
 
 namespace dt::loaders {
-
-struct RopeScaling {
-  std::string rope_type = "default";  // default, linear, llama3
-  double factor = 1.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
-  int64_t original_max_position_embeddings = 8192;
-
-  bool operator==(const RopeScaling&) const = default;
-};
 
 struct LlamaConfig {
   int64_t vocab_size = 0;
@@ -84,8 +77,7 @@ absl::StatusOr<LlamaConfig> LoadLlamaConfig(const std::string& path);
 // readable by LlamaConfig.from_pretrained and by ParseLlamaConfig.
 std::string LlamaConfigToJson(const LlamaConfig& config);
 
-// The rotary inverse frequencies for head_dim D (f32, D/2 values), Hugging Face's
-// _compute_default_rope_parameters / linear / _compute_llama3_parameters, in f32 as torch does.
-std::vector<float> RopeInverseFrequencies(const LlamaConfig& config);
+// The config's rope numbers (loaders/rope.h: ComputeRope, RopeSchedule).
+RopeSpec LlamaRopeSpec(const LlamaConfig& config);
 
 }  // namespace dt::loaders

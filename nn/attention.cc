@@ -21,6 +21,11 @@ RotaryEmbedding::RotaryEmbedding(std::vector<float> inv_freq, std::string scalin
   SetBuffer("inv_freq", *std::move(t));
 }
 
+RotaryEmbedding::RotaryEmbedding(RotaryTableFn table, std::string scaling, ops::RotaryStyle style)
+    : RotaryEmbedding(table(0).inv_freq, std::move(scaling), style) {
+  table_fn_ = std::move(table);
+}
+
 RotaryEmbedding::RotaryEmbedding(int64_t head_dim, double theta, ops::RotaryStyle style)
     : RotaryEmbedding(ops::RopeInverseFrequencies(head_dim, theta), absl::StrCat("theta=", theta), style) {
   head_dim_ = head_dim;  // an odd head_dim is reported by Forward
@@ -52,13 +57,27 @@ absl::StatusOr<Values> RotaryEmbedding::Forward(Values inputs) {
   }
   const Tensor& pos = positions.local();
   const std::vector<int64_t> p = pos.ToVector<int64_t>();
+  float scaling = 1.0f;
+  if (table_fn_) {
+    const int64_t seq_len = p.empty() ? 0 : *std::max_element(p.begin(), p.end()) + 1;
+    RotaryTable t = table_fn_(seq_len);
+    if (static_cast<int64_t>(t.inv_freq.size()) * 2 != head_dim_) {
+      return absl::InternalError(absl::StrCat("RotaryEmbedding '", FullName(), "': its table function gave ",
+                                              t.inv_freq.size(), " frequencies for head_dim ", head_dim_));
+    }
+    if (t.inv_freq != FindBuffer("inv_freq")->local().ToVector<float>()) {  // a new table (dynamic)
+      DT_ASSIGN_OR_RETURN(Tensor inv_t, Tensor::FromVector<float>({head_dim_ / 2}, t.inv_freq));
+      SetBuffer("inv_freq", std::move(inv_t));
+    }
+    scaling = t.attention_scaling;
+  }
   const std::vector<float> inv = FindBuffer("inv_freq")->local().ToVector<float>();
   const int64_t half = head_dim_ / 2;
   std::vector<float> cos(p.size() * head_dim_), sin(p.size() * head_dim_);
   for (size_t t = 0; t < p.size(); ++t) {
     for (int64_t i = 0; i < half; ++i) {
       const float angle = static_cast<float>(p[t]) * inv[i];
-      const float c = std::cos(angle), s = std::sin(angle);
+      const float c = std::cos(angle) * scaling, s = std::sin(angle) * scaling;
       const int64_t a = style_ == ops::RotaryStyle::kHalf ? i : 2 * i;
       const int64_t b = style_ == ops::RotaryStyle::kHalf ? i + half : 2 * i + 1;
       cos[t * head_dim_ + a] = cos[t * head_dim_ + b] = c;

@@ -2,7 +2,10 @@
 // Rotary position embeddings and multi-head attention with grouped-query heads and a KV cache.
 //
 //   RotaryEmbedding  {positions i64 [S] or [B, S]} -> {cos [..., D], sin [..., D]}
-//                    inv_freq[i] = theta^(-2i/D) (f32, a buffer); angle = position · inv_freq;
+//                    inv_freq[i] = theta^(-2i/D) (f32, a buffer), or a table function of the
+//                    sequence length the positions reach (max + 1: dynamic NTK, longrope) with
+//                    a factor cos and sin are multiplied by (yarn, longrope; loaders/rope.h);
+//                    angle = position · inv_freq;
 //                    kHalf (Llama, rotate_half) repeats the D/2 angles as [a | a], kInterleaved
 //                    (Flux2 pairs) as [a0, a0, a1, a1, ...]. Positions given as a DTensor must be
 //                    replicated and give replicated DTensors.
@@ -30,7 +33,9 @@
 //    (k_proj.weight sharded): each rank would hold a fraction of a KV head"
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "dtensor/core/dtype.h"
 #include "dtensor/nn/linear.h"
@@ -39,6 +44,16 @@
 
 namespace dt::nn {
 
+// What a forward of RotaryEmbedding uses: D/2 inverse frequencies and the factor cos and sin are
+// multiplied by.
+struct RotaryTable {
+  std::vector<float> inv_freq;
+  float attention_scaling = 1.0f;
+};
+// Called by every forward with the sequence length its positions reach (max position + 1); may
+// keep state (transformers' dynamic_rope_update). Every rank calls it with the same lengths.
+using RotaryTableFn = std::function<RotaryTable(int64_t seq_len)>;
+
 class RotaryEmbedding : public Module {
  public:
   RotaryEmbedding(int64_t head_dim, double theta = 10000.0,
@@ -46,6 +61,9 @@ class RotaryEmbedding : public Module {
   // A table of its own (scaled frequencies: llama3, linear); head_dim = 2 * inv_freq.size().
   // `scaling` names it in ExtraRepr.
   RotaryEmbedding(std::vector<float> inv_freq, std::string scaling,
+                  ops::RotaryStyle style = ops::RotaryStyle::kHalf);
+  // A table that depends on the sequence length; `table(0)` gives the initial one.
+  RotaryEmbedding(RotaryTableFn table, std::string scaling,
                   ops::RotaryStyle style = ops::RotaryStyle::kHalf);
   int64_t head_dim() const { return head_dim_; }
   std::string ExtraRepr() const override;
@@ -57,6 +75,7 @@ class RotaryEmbedding : public Module {
   int64_t head_dim_;
   std::string table_;  // "theta=10000" or the scaling's name, for ExtraRepr
   ops::RotaryStyle style_;
+  RotaryTableFn table_fn_;  // unset: the inv_freq buffer, scaling 1
 };
 
 struct AttentionOptions {

@@ -72,11 +72,18 @@ LlamaModel::LlamaModel(const loaders::LlamaConfig& c, DType dtype) : Module("Lla
     layers.Append(std::make_unique<LlamaDecoderLayer>(c, dtype));
   }
   AddModule<RMSNorm>("norm", c.hidden_size, c.rms_norm_eps, dtype);
-  // The frequencies with the config's scaling (llama3, linear) applied.
-  AddModule<RotaryEmbedding>("rotary_emb", loaders::RopeInverseFrequencies(c),
-                             absl::StrCat("theta=", c.rope_theta, c.rope_scaling.rope_type == "default" ? "" : ", ",
-                                          c.rope_scaling.rope_type == "default" ? "" : c.rope_scaling.rope_type),
-                             ops::RotaryStyle::kHalf);
+  // The frequencies with the config's scaling applied, updated with the sequence length as
+  // transformers does (dynamic, longrope; loaders/rope.h).
+  auto schedule = std::make_shared<loaders::RopeSchedule>(loaders::LlamaRopeSpec(c));
+  AddModule<RotaryEmbedding>(
+      "rotary_emb",
+      [schedule](int64_t seq_len) {
+        const loaders::RopeTable& t = seq_len > 0 ? schedule->ForLength(seq_len) : schedule->current();
+        return RotaryTable{t.inv_freq, t.attention_scaling};
+      },
+      absl::StrCat("theta=", c.rope_theta, c.rope_scaling.rope_type == "default" ? "" : ", ",
+                   c.rope_scaling.rope_type == "default" ? "" : c.rope_scaling.rope_type),
+      ops::RotaryStyle::kHalf);
 }
 
 absl::StatusOr<Values> LlamaModel::Forward(Values inputs) {

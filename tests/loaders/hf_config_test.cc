@@ -78,7 +78,7 @@ TEST(HfConfig, V5SpellingAndDefaults) {
   EXPECT_EQ(d->dtype, DType::kF32);
   EXPECT_EQ(d->rope_scaling.rope_type, "linear");
   EXPECT_EQ(d->head_dim, 4);
-  const std::vector<float> inv = RopeInverseFrequencies(*d);
+  const std::vector<float> inv = ComputeRope(LlamaRopeSpec(*d)).inv_freq;
   EXPECT_FLOAT_EQ(inv[0], 0.5f);
   EXPECT_FLOAT_EQ(inv[1], 0.005f);
 }
@@ -114,6 +114,21 @@ TEST(HfConfig, Errors) {
           "factor": 8, "low_freq_factor": 4, "high_freq_factor": 1}})",
        "low_freq_factor 4 must be below high_freq_factor 1"},
       {"{" + base + R"(, "num_attention_heads": 2, "rope_scaling": 5})", "must be an object"},
+      // Contradicting fields name both.
+      {"{" + base + R"(, "num_attention_heads": 2, "rope_parameters": {"rope_type": "linear", "factor": 2},
+          "rope_scaling": {"rope_type": "linear", "factor": 4}})",
+       "\"rope_parameters\" {\"factor\":2,\"rope_type\":\"linear\"} and \"rope_scaling\" {\"factor\":4,\"rope_type\":\"linear\"} disagree"},
+      {"{" + base + R"(, "num_attention_heads": 2, "rope_theta": 10000,
+          "rope_parameters": {"rope_type": "default", "rope_theta": 500000}})",
+       "\"rope_theta\" 10000 and \"rope_parameters.rope_theta\" 500000 disagree"},
+      {"{" + base + R"(, "num_attention_heads": 2, "rope_scaling": {"rope_type": "dynamic"}})",
+       "\"rope_scaling\" of rope_type dynamic needs \"factor\""},
+      {"{" + base + R"(, "num_attention_heads": 2, "rope_scaling": {"rope_type": "longrope",
+          "short_factor": [1, 1], "long_factor": [1]}})",
+       "\"rope_scaling.long_factor\" must be a list of 2 numbers (head_dim / 2), got [1]"},
+      {"{" + base + R"(, "num_attention_heads": 2, "rope_scaling": {"rope_type": "yarn", "factor": 4,
+          "beta_fast": 1, "beta_slow": 8}})",
+       "yarn rope: beta_fast 1 must not be below beta_slow 8"},
       {"{" + base + R"(, "num_attention_heads": 2, "eos_token_id": "x"})", "eos_token_id"},
   };
   for (const Case& c : cases) {
@@ -121,11 +136,17 @@ TEST(HfConfig, Errors) {
     EXPECT_TRUE(Contains(r.status(), c.error)) << c.json;
     EXPECT_TRUE(Contains(r.status(), "cfg.json")) << c.json;
   }
-  auto yarn = ParseLlamaConfig("{" + base + R"(, "num_attention_heads": 2,
-      "rope_scaling": {"rope_type": "yarn", "factor": 4}})",
-                               "y");
-  EXPECT_EQ(yarn.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_TRUE(Contains(yarn.status(), "config 'y': rope_type \"yarn\" is not supported"));
+  auto mrope = ParseLlamaConfig("{" + base + R"(, "num_attention_heads": 2,
+      "rope_scaling": {"rope_type": "mrope", "factor": 4}})",
+                                "y");
+  EXPECT_EQ(mrope.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(Contains(mrope.status(), "config 'y': rope_type \"mrope\" is not supported"));
+  // A parameter the type does not take is refused, not ignored.
+  auto extra = ParseLlamaConfig("{" + base + R"(, "num_attention_heads": 2,
+      "rope_scaling": {"rope_type": "linear", "factor": 4, "mscale": 1.0}})",
+                                "x");
+  EXPECT_EQ(extra.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(Contains(extra.status(), "\"rope_scaling.mscale\" is not a parameter of rope_type linear"));
   auto gelu = ParseLlamaConfig("{" + base + R"(, "num_attention_heads": 2, "hidden_act": "gelu"})",
                                "g");
   EXPECT_EQ(gelu.status().code(), absl::StatusCode::kUnimplemented);
@@ -142,7 +163,7 @@ TEST(HfConfig, Llama3RopeMatchesTransformers) {
   c.head_dim = 8;
   c.rope_theta = 10000;
   c.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 64};
-  const std::vector<float> inv = RopeInverseFrequencies(c);
+  const std::vector<float> inv = ComputeRope(LlamaRopeSpec(c)).inv_freq;
   ASSERT_EQ(inv.size(), 4u);
   const float want[] = {1.0f, 0.0130422562f, 0.00125f, 0.000125f};
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(inv[i], want[i], 1e-6 * want[i]) << i;
