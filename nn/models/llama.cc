@@ -150,6 +150,16 @@ std::string LlamaForCausalLM::CheckpointName(absl::string_view name) const {
   return std::string(name);
 }
 
+SaveOptions LlamaForCausalLM::save_options() const {
+  SaveOptions o;
+  const bool tied = config_.tie_word_embeddings;
+  o.checkpoint_name = [tied](const std::string& name) {
+    return tied && name == "lm_head.weight" ? std::string() : name;
+  };
+  o.files["config.json"] = loaders::LlamaConfigToJson(config_);
+  return o;
+}
+
 absl::Status LlamaForCausalLM::CheckCheckpoint(const loaders::Checkpoint& checkpoint,
                                                bool warn) const {
   std::set<std::string> used;
