@@ -7,7 +7,9 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_join.h"
 #include "dtensor/core/status.h"
 #include "dtensor/nn/attention.h"
@@ -139,13 +141,69 @@ TPConfig LlamaForCausalLM::tp_config() const {
 }
 
 absl::Status LlamaForCausalLM::Parallelize(const DeviceMesh& mesh, bool shard_embedding) {
+  return Parallelize(mesh, TPPlan(shard_embedding));
+}
+
+absl::Status LlamaForCausalLM::Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan) {
   ParallelizeOptions o;
   o.config = tp_config();
   o.warn = false;  // norms and (by default) the embedding are replicated on purpose
-  DT_RETURN_IF_ERROR(ParallelizeModule(*this, mesh, TPPlan(shard_embedding), o));
+  DT_RETURN_IF_ERROR(ParallelizeModule(*this, mesh, plan, o));
   mesh_ = mesh;
+  plan_ = plan;
   return absl::OkStatus();
 }
+
+absl::Status LlamaForCausalLM::ShardLoaded(const ParallelPlan& plan) {
+  ParallelizeOptions o;
+  o.config = tp_config();
+  o.warn = false;
+  DT_RETURN_IF_ERROR(nn::ShardLoaded(*this, plan, o));
+  plan_ = plan;
+  return absl::OkStatus();
+}
+
+std::string LlamaForCausalLM::tp_plan() {
+  absl::StatusOr<std::string> s = FormatPlan(*this, plan_);
+  return s.ok() ? *s : std::string(s.status().message());
+}
+
+namespace {
+
+// Note [Config against checkpoint]
+// The config decides how many modules are built, so its sizes are checked against the checkpoint's
+// headers before any module exists: a config.json claiming 10^9 layers is refused in
+// microseconds instead of allocating for hours. Layers: the model.layers.N indices present must be
+// exactly 0..L-1; the embedding must be [vocab_size, hidden_size].
+absl::Status CheckConfigAgainstCheckpoint(const loaders::LlamaConfig& c,
+                                          const loaders::Checkpoint& checkpoint) {
+  int64_t layers = 0;
+  std::set<int64_t> seen;
+  for (const std::string& name : checkpoint.names()) {
+    absl::string_view rest = name;
+    if (!absl::ConsumePrefix(&rest, "model.layers.")) continue;
+    int64_t i = 0;
+    if (absl::SimpleAtoi(rest.substr(0, rest.find('.')), &i) && i >= 0) seen.insert(i);
+  }
+  layers = static_cast<int64_t>(seen.size());
+  const bool dense = seen.empty() || (*seen.begin() == 0 && *seen.rbegin() == layers - 1);
+  if (!dense || layers != c.num_hidden_layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config num_hidden_layers ", c.num_hidden_layers, " does not match checkpoint '",
+        checkpoint.path(), "', which holds ", layers, " layers",
+        dense ? "" : " (with gaps in model.layers.N)"));
+  }
+  absl::StatusOr<const loaders::TensorInfo*> embed = checkpoint.Info("model.embed_tokens.weight");
+  if (embed.ok() && (*embed)->shape != Shape{c.vocab_size, c.hidden_size}) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config vocab_size ", c.vocab_size, " and hidden_size ", c.hidden_size,
+        " do not match checkpoint '", checkpoint.path(), "': model.embed_tokens.weight is ",
+        ShapeToString((*embed)->shape)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 std::string LlamaForCausalLM::CheckpointName(absl::string_view name) const {
   if (config_.tie_word_embeddings && name == "lm_head.weight") return "model.embed_tokens.weight";
@@ -252,15 +310,40 @@ absl::StatusOr<std::unique_ptr<LlamaForCausalLM>> LlamaForCausalLM::FromPretrain
         absl::StrCat("LlamaForCausalLM: compute dtype must be f32, bf16 or f16, got ",
                      DTypeName(dtype)));
   }
-  auto model = std::make_unique<LlamaForCausalLM>(config, dtype);
-  // Nothing below reads a weight until every check passed: the plan against the config and the
-  // mesh, then the checkpoint's names and shapes (headers only).
-  DT_RETURN_IF_ERROR(model->Parallelize(mesh, options.shard_embedding));
+  // Nothing below reads a weight until every check passed: the config against the checkpoint's
+  // headers (Note [Config against checkpoint]), the plan against the config and the mesh, then the
+  // checkpoint's names and shapes.
   DT_ASSIGN_OR_RETURN(loaders::Checkpoint checkpoint, loaders::Checkpoint::Open(dir));
+  DT_RETURN_IF_ERROR(CheckConfigAgainstCheckpoint(config, checkpoint));
+  auto model = std::make_unique<LlamaForCausalLM>(config, dtype);
+  const ParallelPlan plan = options.plan.value_or(TPPlan(options.shard_embedding));
+  if (options.load_whole) {
+    DT_RETURN_IF_ERROR(ReplicateModule(*model, mesh));
+    model->mesh_ = mesh;
+  } else {
+    DT_RETURN_IF_ERROR(model->Parallelize(mesh, plan));
+  }
   DT_RETURN_IF_ERROR(model->CheckCheckpoint(checkpoint, options.warn && mesh.my_rank() ==
                                                              mesh.ranks().front()));
   DT_RETURN_IF_ERROR(model->LoadWeights(checkpoint, options, report));
+  if (options.load_whole) DT_RETURN_IF_ERROR(model->ShardLoaded(plan));
   return model;
+}
+
+absl::StatusOr<std::unique_ptr<LlamaForCausalLM>> LlamaForCausalLM::FromPretrained(
+    const std::string& dir, const std::shared_ptr<World>& world, const DistributedConfig& dist,
+    LlamaLoadOptions options, LlamaLoadReport* report) {
+  DT_ASSIGN_OR_RETURN(DeviceMesh tp, TensorParallelMesh(world, dist));
+  DT_ASSIGN_OR_RETURN(options.plan, EffectivePlan(dist, TPPlan(options.shard_embedding)));
+  return FromPretrained(dir, tp, options, report);
+}
+
+absl::StatusOr<std::unique_ptr<LlamaForCausalLM>> LlamaForCausalLM::FromPretrained(
+    const std::string& dir, const DeviceMesh& mesh, const DistributedConfig& dist,
+    LlamaLoadOptions options, LlamaLoadReport* report) {
+  DT_ASSIGN_OR_RETURN(DeviceMesh tp, TensorParallelMesh(mesh, dist));
+  DT_ASSIGN_OR_RETURN(options.plan, EffectivePlan(dist, TPPlan(options.shard_embedding)));
+  return FromPretrained(dir, tp, options, report);
 }
 
 void LlamaForCausalLM::ResetCache() {

@@ -60,6 +60,7 @@
 #include "dtensor/loaders/hf_config.h"
 #include "dtensor/loaders/safetensors.h"
 #include "dtensor/mesh/device_mesh.h"
+#include "dtensor/nn/distributed.h"
 #include "dtensor/nn/module.h"
 #include "dtensor/nn/plan.h"
 #include "dtensor/nn/save.h"
@@ -95,6 +96,12 @@ struct LlamaLoadOptions {
   bool zero_copy = true;
   // Warnings for checkpoint tensors the model does not use.
   bool warn = true;
+  // The plan; nullopt: TPPlan(shard_embedding). (DistributedConfig::tp_plan sets it.)
+  std::optional<ParallelPlan> plan;
+  // Read every weight whole on every rank, then shard in place (ShardLoaded, diffusers'
+  // enable_parallelism) instead of reading only this rank's ranges: the slow, memory-heavy path,
+  // kept to compare with (bench/load) and for models that arrive whole.
+  bool load_whole = false;
 };
 
 // What one rank's load did (the loader's accounting, see loaders::ReadStats).
@@ -152,12 +159,27 @@ class LlamaForCausalLM : public Module {
       const std::string& dir, const DeviceMesh& mesh, const LlamaLoadOptions& options = {},
       LlamaLoadReport* report = nullptr);
 
+  // One entry point (nn/distributed.h): the mesh from the world or the n-D mesh's "tp" dim, the
+  // plan from DistributedConfig::tp_plan ("auto": TPPlan()).
+  static absl::StatusOr<std::unique_ptr<LlamaForCausalLM>> FromPretrained(
+      const std::string& dir, const std::shared_ptr<World>& world, const DistributedConfig& dist,
+      LlamaLoadOptions options = {}, LlamaLoadReport* report = nullptr);
+  static absl::StatusOr<std::unique_ptr<LlamaForCausalLM>> FromPretrained(
+      const std::string& dir, const DeviceMesh& mesh, const DistributedConfig& dist,
+      LlamaLoadOptions options = {}, LlamaLoadReport* report = nullptr);
+
   // The plan above, and the config's numbers for TPConfig validation.
   static ParallelPlan TPPlan(bool shard_embedding = false);
+  // The plan in effect, rule by rule with the parameters each matched (nn::FormatPlan).
+  std::string tp_plan();
   TPConfig tp_config() const;
 
   // Places the parameters (ParallelizeModule with TPPlan and tp_config) without reading anything.
   absl::Status Parallelize(const DeviceMesh& mesh, bool shard_embedding = false);
+  absl::Status Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan);
+  // Shards a model loaded whole (every parameter Replicate with its value): nn::ShardLoaded with
+  // `plan` and tp_config.
+  absl::Status ShardLoaded(const ParallelPlan& plan);
   // Reads every placed parameter's local piece from `checkpoint` (names as in HF checkpoints).
   absl::Status LoadWeights(const loaders::Checkpoint& checkpoint, const LlamaLoadOptions& options,
                            LlamaLoadReport* report = nullptr);
@@ -196,6 +218,7 @@ class LlamaForCausalLM : public Module {
   DType dtype_;
   int64_t past_ = 0;
   std::optional<DeviceMesh> mesh_;
+  ParallelPlan plan_;
 };
 
 }  // namespace dt::nn

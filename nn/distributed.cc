@@ -1,0 +1,102 @@
+#include "dtensor/nn/distributed.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "dtensor/core/status.h"
+
+namespace dt::nn {
+namespace {
+
+absl::Status CheckSize(const DistributedConfig& config, int64_t size, absl::string_view what) {
+  if (config.tp_size < 0 || (config.tp_size != 0 && config.tp_size != size)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DistributedConfig: tp_size ", config.tp_size, " does not match ", what, " of ", size,
+        " ranks (0 derives it; other parallel dims need an n-D mesh with a 'tp' dim)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DeviceMesh> TensorParallelMesh(const std::shared_ptr<World>& world,
+                                              const DistributedConfig& config) {
+  DT_RETURN_IF_ERROR(CheckSize(config, world->size(), "the world"));
+  return InitDeviceMesh(world, {world->size()}, {"tp"});
+}
+
+absl::StatusOr<DeviceMesh> TensorParallelMesh(const DeviceMesh& mesh,
+                                              const DistributedConfig& config) {
+  if (mesh.ndim() == 1) {
+    DT_RETURN_IF_ERROR(CheckSize(config, mesh.Size(), "the mesh"));
+    return mesh;
+  }
+  absl::StatusOr<DeviceMesh> tp = mesh["tp"];
+  if (!tp.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DistributedConfig: the mesh ", mesh.ToString(),
+        " has no 'tp' dim; name the tensor-parallel dim 'tp' (InitDeviceMesh(world, shape, names))"));
+  }
+  DT_RETURN_IF_ERROR(CheckSize(config, tp->Size(), "the mesh's tp dim"));
+  return tp;
+}
+
+absl::StatusOr<ParallelPlan> EffectivePlan(const DistributedConfig& config,
+                                           const ParallelPlan& model_plan) {
+  if (const auto* plan = std::get_if<ParallelPlan>(&config.tp_plan)) return *plan;
+  const std::string& name = std::get<std::string>(config.tp_plan);
+  if (name == "auto") return model_plan;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "DistributedConfig: tp_plan '", name, "' is not known: use \"auto\" or a {key, style} list"));
+}
+
+absl::StatusOr<std::string> FormatPlan(Module& module, const ParallelPlan& plan) {
+  DT_ASSIGN_OR_RETURN(PlanResolution r, ResolvePlan(module, plan));
+  std::string out;
+  for (const auto& [key, style] : plan) {
+    std::vector<std::string> matched;
+    for (const auto& p : r.params) {
+      if (p.key == key) matched.push_back(p.name);
+    }
+    absl::StrAppend(&out, key, " -> ", style.Label(), ": ");
+    if (matched.empty()) {
+      absl::StrAppend(&out, "(matches no parameter)\n");
+    } else if (matched.size() <= 3) {
+      absl::StrAppend(&out, absl::StrJoin(matched, ", "), "\n");
+    } else {
+      absl::StrAppend(&out, matched.front(), ", ... ", matched.back(), " (", matched.size(),
+                      " parameters)\n");
+    }
+  }
+  if (!r.uncovered.empty()) {
+    absl::StrAppend(&out, "replicated (no rule): ", absl::StrJoin(r.uncovered, ", "), "\n");
+  }
+  return out;
+}
+
+absl::Status ShardLoaded(Module& module, const ParallelPlan& plan,
+                         const ParallelizeOptions& options) {
+  const DeviceMesh* mesh = nullptr;
+  for (const auto& [name, p] : module.NamedParameters()) {
+    if (!p->materialized()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ShardLoaded: parameter '", name, "' holds no value (load the model whole first)"));
+    }
+    if (mesh == nullptr) mesh = &p->value().mesh();
+  }
+  if (mesh == nullptr) return absl::InvalidArgumentError("ShardLoaded: the model has no parameters");
+  const DeviceMesh on = *mesh;
+  // Placing a materialized parameter redistributes it (Replicate -> Shard cuts the piece locally,
+  // no communication); validation runs first, before anything moves.
+  DT_RETURN_IF_ERROR(ParallelizeModule(module, on, plan, options));
+  // A piece cut from the full tensor still shares its storage: copy it out so the full is freed.
+  for (const auto& [name, p] : module.NamedParameters()) {
+    const Tensor& local = p->value().ToLocal();
+    if (local.storage().nbytes() > local.nbytes()) {
+      DT_ASSIGN_OR_RETURN(Tensor compact, local.Clone());
+      DT_RETURN_IF_ERROR(p->Set(DTensor(p->value().spec(), std::move(compact))));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dt::nn

@@ -1,0 +1,67 @@
+#pragma once
+// One entry point for every model: DistributedConfig, the tensor-parallel mesh it implies, the
+// effective plan as text, and sharding a model that was loaded whole.
+//
+//   auto world = World::FromEnv().value();
+//   auto model = LlamaForCausalLM::FromPretrained(dir, world, {.tp_size = 0, .tp_plan = "auto"});
+//   std::cout << model.value()->tp_plan();      // key -> style, and the parameters each matched
+//
+// tp_size 0 means "every rank the mesh has beyond its other dims" — the world size for a World (as
+// transformers derives tp from WORLD_SIZE), or the size of the mesh's "tp" dim for an n-D mesh
+// (which must name one). tp_plan "auto" is the model's own plan (SupportsTPPlan: M::TPPlan());
+// a ParallelPlan replaces it, with the same key matching and validation.
+//
+// ShardLoaded is diffusers' enable_parallelism: a model whose parameters hold their full values
+// (loaded with every parameter Replicate on the tensor-parallel mesh) is sharded in place by a
+// plan; every rank keeps a compact copy of its own piece and drops the full tensor, one parameter
+// at a time, so the peak is the whole model once. The result is the model load-time sharding
+// builds (same placements, same forwards), only slower to reach and heavier at its peak —
+// bench/load measures both.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+
+#include "absl/status/statusor.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/nn/module.h"
+#include "dtensor/nn/plan.h"
+
+namespace dt::nn {
+
+struct DistributedConfig {
+  int64_t tp_size = 0;  // 0: derived (see the file comment)
+  // "auto" (the model's plan) or an explicit {key, style} list.
+  std::variant<std::string, ParallelPlan> tp_plan = std::string("auto");
+};
+
+// Models with their own plan: `M::TPPlan()` returns a ParallelPlan.
+template <typename M>
+concept SupportsTPPlan = requires {
+  { M::TPPlan() } -> std::convertible_to<ParallelPlan>;
+};
+
+// The 1-D tensor-parallel mesh over all of `world` (tp_size must be 0 or the world size: other
+// parallel dims need an n-D mesh).
+absl::StatusOr<DeviceMesh> TensorParallelMesh(const std::shared_ptr<World>& world,
+                                              const DistributedConfig& config);
+// The "tp" dim of an n-D mesh (a 1-D mesh is its own tp dim whatever its name); tp_size must be 0
+// or that dim's size.
+absl::StatusOr<DeviceMesh> TensorParallelMesh(const DeviceMesh& mesh,
+                                              const DistributedConfig& config);
+
+// The plan to apply: `model_plan` for "auto", else the config's list; InvalidArgument for any
+// other string.
+absl::StatusOr<ParallelPlan> EffectivePlan(const DistributedConfig& config,
+                                           const ParallelPlan& model_plan);
+
+// "key -> style: param, param, ..." per rule, then the parameters no rule covers (replicated).
+absl::StatusOr<std::string> FormatPlan(Module& module, const ParallelPlan& plan);
+
+// See the file comment. Every parameter must be materialized on one 1-D mesh.
+absl::Status ShardLoaded(Module& module, const ParallelPlan& plan,
+                         const ParallelizeOptions& options = {});
+
+}  // namespace dt::nn
