@@ -1,6 +1,7 @@
 #include "dtensor/loaders/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -191,6 +192,20 @@ absl::Status CheckRanges(absl::string_view what, const TensorInfo& info, const D
     }
   }
   return absl::OkStatus();
+}
+
+// Note [Copies leave no mapped pages]
+// A strided read (column ranges, interleaved shards) touches every page that holds a wanted
+// element, which for a rowwise shard is every page of the tensor: those file pages would count in
+// this process's RSS for as long as the file stays mapped, although the piece was copied out.
+// After a copy the tensor's whole pages are released from this mapping (MADV_DONTNEED on a
+// read-only file mapping only unmaps: a zero-copy view sharing a page faults it back in from the
+// page cache), so a rank's peak RSS is its pieces, not every tensor it sliced.
+void DropMappedPages(const char* begin, int64_t nbytes) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(begin) + nbytes) / page * page;
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
 void Account(ReadStats* stats, int64_t viewed, int64_t copied, int64_t converted) {
@@ -450,6 +465,7 @@ absl::StatusOr<Tensor> SafetensorsFile::ReadRanges(absl::string_view name, const
       copied = k < 0 ? (std::memcpy(dst, base, out_bytes), out_bytes)
                      : CopyRanges(base, l, ranges, k, 0, &dst);
       DT_CHECK(copied == out_bytes, "copied ", copied, " of ", out_bytes);
+      DropMappedPages(base, info->nbytes());
     }
   }
   int64_t converted = 0;
