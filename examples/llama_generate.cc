@@ -9,7 +9,9 @@
 // tokenizer, which is not included), --max-new-tokens N, --greedy, --temperature T, --top-k K,
 // --top-p P, --seed S, --dtype f32|bf16 (default: the checkpoint's), --shard-embedding
 // (embedding_rowwise), --stop-at-eos, --check (rank 0 reruns on one rank in-process and every rank
-// exits 1 unless the tokens are equal), --quiet (no per-step progress).
+// exits 1 unless the tokens are equal), --quiet (no per-step progress), --save-to DIR (after
+// loading, write the tensor-parallel model as one HF checkpoint, gathered tensor by tensor:
+// nn/save.h).
 //
 // The world comes from the launcher (dtrun/torchrun, mpirun, srun; DT_BACKEND picks the backend);
 // without one it runs on a single rank.
@@ -22,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "dtensor/core/status.h"
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/models/llama.h"
@@ -42,6 +45,7 @@ struct Args {
   bool stop_at_eos = false;
   bool check = false;
   bool quiet = false;
+  std::string save_to;
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
@@ -104,6 +108,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       a.check = true;
     } else if (f == "--quiet") {
       a.quiet = true;
+    } else if (f == "--save-to") {
+      DT_ASSIGN_OR_RETURN(a.save_to, value(i));
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown option '", f, "' (see the file comment)"));
     }
@@ -210,6 +216,15 @@ absl::Status Run(const Args& a) {
       MB(largest_sharded_read).c_str(), MB(largest_full).c_str(), report.seconds * 1e3);
   std::fflush(stdout);
   DT_RETURN_IF_ERROR(tp.Comm(0).value()->Barrier());
+
+  if (!a.save_to.empty()) {
+    const absl::Time t0 = absl::Now();
+    DT_RETURN_IF_ERROR(SaveGathered(*model, a.save_to, model->save_options()));
+    if (lead) {
+      std::printf("saved the model gathered to %s in %.1f ms\n", a.save_to.c_str(),
+                  absl::ToDoubleMilliseconds(absl::Now() - t0));
+    }
+  }
 
   if (lead) {
     std::printf("prompt ids [%s]%s, %lld new tokens, %s\n", absl::StrJoin(a.prompt, ",").c_str(),

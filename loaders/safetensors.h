@@ -40,8 +40,7 @@
 // Checkpoint: a model directory — model.safetensors.index.json ("weight_map": name -> file) over
 // several files, or one model.safetensors, or a single .safetensors path.
 //
-// Writers (tests, tools/make_tiny_llama): WriteSafetensors and WriteCheckpoint (sharded, with the
-// index), in the reference layout (header padded with spaces to 8 bytes, data contiguous).
+// Writers: loaders/safetensors_writer.h (included here).
 
 #include <cstdint>
 #include <map>
@@ -179,20 +178,7 @@ class Checkpoint {
   std::map<std::string, size_t, std::less<>> where_;  // name -> index in files_
 };
 
-// ---- writers -------------------------------------------------------------------------------------
-
-// Writes `tensors` (any strides; names unique and non-empty) in the given order with `metadata`.
-// The file appears atomically (written to a temporary name, then renamed).
-absl::Status WriteSafetensors(const std::string& path,
-                              absl::Span<const std::pair<std::string, Tensor>> tensors,
-                              const std::map<std::string, std::string>& metadata = {});
-
-// Writes a checkpoint directory: one model.safetensors when everything fits in `max_file_bytes`
-// (0: no limit), else model-00001-of-0000N.safetensors files plus model.safetensors.index.json,
-// as save_pretrained does. The directory is created when missing.
-absl::Status WriteCheckpoint(const std::string& dir,
-                             absl::Span<const std::pair<std::string, Tensor>> tensors,
-                             int64_t max_file_bytes = 0,
-                             const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
-
 }  // namespace dt::loaders
+
+// The writers (WriteSafetensors, WriteCheckpoint, the streaming SafetensorsWriter).
+#include "dtensor/loaders/safetensors_writer.h"  // IWYU pragma: export

@@ -9,6 +9,7 @@
 //   dtensor calibrate --bench FILE|- [--intra mpi] [--inter gloo] [--ranks-per-host N]
 //                     [--description TEXT] [--out FILE]
 //   dtensor styles
+//   dtensor inspect   PATH [--tp N] [--plan auto]
 //
 // explain is pure (an abstract mesh: no processes, any number of ranks). verify distributes random
 // data, redistributes it and checks every rank's piece against the direct distribution; with
@@ -258,6 +259,8 @@ constexpr const char* kUsage =
     "                    [--description TEXT] [--out FILE]\n"
     "                    (a cost model file from the output of bench/collectives)\n"
     "  dtensor styles    (the tensor-parallel style registry)\n"
+    "  dtensor inspect   PATH [--tp N] [--plan auto]\n"
+    "                    (a checkpoint's tensors; with --tp, each rank's sharded reads)\n"
     "placements: R, S(dim), P(sum|avg|min|max|prod), _S(dim,split_factor), _S(dim,[b0,b1,...])\n"
     "--ranks-per-host N: host h holds ranks h*N .. h*N+N-1; explain marks steps "
     "intra-/cross-host\n";
@@ -297,6 +300,19 @@ int main(int argc, char** argv) {
     for (const char* k : {"from", "to", "backend", "seed"}) known.push_back(k);
     auto flags = parse(known, {});
     return flags ? dt::cli::Verify(*flags) : 2;
+  }
+  if (cmd == "inspect") {
+    if (argc < 3 || std::string(argv[2]).rfind("--", 0) == 0) {
+      std::fprintf(stderr, "dtensor inspect: needs a PATH\n%s", kUsage);
+      return 2;
+    }
+    auto flags = dt::cli::Flags::Parse(argc - 3, argv + 3, {"tp", "plan"}, {});
+    if (!flags.ok()) {
+      std::fprintf(stderr, "dtensor inspect: %s\n%s", std::string(flags.status().message()).c_str(),
+                   kUsage);
+      return 2;
+    }
+    return dt::cli::Inspect(argv[2], *flags);
   }
   if (cmd == "calibrate") {
     auto flags = parse({"bench", "intra", "inter", "ranks-per-host", "description", "out"}, {});

@@ -3,6 +3,7 @@
 //   dtensor_cli.cc            flags, `verify`, `styles`, main()
 //   dtensor_cli_explain.cc    `explain`
 //   dtensor_cli_calibrate.cc  `calibrate` (a cost model file from bench/collectives results)
+//   dtensor_cli_inspect.cc    `inspect` (a checkpoint's tensors and each rank's reads)
 
 #include <map>
 #include <string>
@@ -41,5 +42,7 @@ class Flags {
 int Explain(const Flags& flags);
 int Verify(const Flags& flags);
 int Calibrate(const Flags& flags);
+// `dtensor inspect PATH ...` (PATH is positional, before the flags).
+int Inspect(const std::string& path, const Flags& flags);
 
 }  // namespace dt::cli

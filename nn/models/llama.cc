@@ -1,5 +1,7 @@
 #include "dtensor/nn/models/llama.h"
 
+#include "dtensor/core/progress.h"
+
 #include <algorithm>
 #include <chrono>
 #include <set>
@@ -150,6 +152,16 @@ std::string LlamaForCausalLM::CheckpointName(absl::string_view name) const {
   return std::string(name);
 }
 
+SaveOptions LlamaForCausalLM::save_options() const {
+  SaveOptions o;
+  const bool tied = config_.tie_word_embeddings;
+  o.checkpoint_name = [tied](const std::string& name) {
+    return tied && name == "lm_head.weight" ? std::string() : name;
+  };
+  o.files["config.json"] = loaders::LlamaConfigToJson(config_);
+  return o;
+}
+
 absl::Status LlamaForCausalLM::CheckCheckpoint(const loaders::Checkpoint& checkpoint,
                                                bool warn) const {
   std::set<std::string> used;
@@ -199,6 +211,14 @@ absl::Status LlamaForCausalLM::LoadWeights(const loaders::Checkpoint& checkpoint
   r = LlamaLoadReport();
   loaders::ReadOptions ro;
   ro.zero_copy = options.zero_copy;
+  // On the mesh's first rank: a progress bar on a terminal when loading takes over a second.
+  int64_t total_bytes = 0, total_params = 0;
+  for (const auto& [name, p] : NamedParameters()) {
+    total_bytes += Numel(p->shape()) * DTypeSize(p->dtype());
+    ++total_params;
+  }
+  const bool lead = !mesh_.has_value() || mesh_->my_rank() == mesh_->ranks()[0];
+  ProgressBar bar("loading", total_bytes, total_params, "tensors", lead);
   DT_RETURN_IF_ERROR(MaterializeParameters(
       *this, [&](absl::string_view name, const DTensorSpec& spec) -> absl::StatusOr<Tensor> {
         const int64_t before = r.stats.bytes_read();
@@ -215,6 +235,7 @@ absl::Status LlamaForCausalLM::LoadWeights(const loaders::Checkpoint& checkpoint
         (p.sharded ? r.sharded_full_bytes : r.replicated_bytes) += p.full_bytes;
         r.local_bytes += p.local_bytes;
         r.params.push_back(std::move(p));
+        bar.Update(r.full_bytes, static_cast<int64_t>(r.params.size()));
         return piece;
       }));
   r.seconds = Seconds(t0);

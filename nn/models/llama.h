@@ -62,6 +62,7 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/nn/module.h"
 #include "dtensor/nn/plan.h"
+#include "dtensor/nn/save.h"
 #include "dtensor/nn/models/sampling.h"
 
 namespace dt::nn {
@@ -164,6 +165,9 @@ class LlamaForCausalLM : public Module {
   absl::Status CheckCheckpoint(const loaders::Checkpoint& checkpoint, bool warn) const;
   // The checkpoint tensor parameter `name` is read from.
   std::string CheckpointName(absl::string_view name) const;
+  // How SaveGathered (nn/save.h) writes this model as an HF checkpoint: HF names, a tied lm_head
+  // left out, config.json from config().
+  SaveOptions save_options() const;
 
   const loaders::LlamaConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }

@@ -1,0 +1,142 @@
+// `dtensor inspect PATH [--tp N] [--plan auto] [--dtype f32|bf16]`: what a checkpoint holds and,
+// with --tp, what each rank of a tensor-parallel load will read.
+//
+// PATH is a .safetensors file, a model.safetensors.index.json, or a model directory. Without --tp
+// it lists every tensor (dtype, shape, bytes). With --tp N it places the model the directory's
+// config.json describes (--plan auto: the model's own tensor-parallel plan, as FromPretrained
+// applies it) on an abstract mesh of N ranks — nothing is launched and no weight is read — and
+// prints each tensor's placement and the bytes each rank's sharded read takes from the file, then
+// the totals per rank. Exit status: 0; 1 when the loader refuses the checkpoint or the plan (its
+// message on stderr); 2 for a bad command line.
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "dtensor/core/status.h"
+#include "dtensor/loaders/hf_config.h"
+#include "dtensor/loaders/safetensors.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/nn/models/llama.h"
+#include "dtensor/tools/dtensor_cli.h"
+
+namespace dt::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Bytes(int64_t b) {
+  if (b >= (int64_t{1} << 30)) return absl::StrFormat("%.2f GiB", b / double(int64_t{1} << 30));
+  if (b >= (int64_t{1} << 20)) return absl::StrFormat("%.2f MiB", b / double(1 << 20));
+  if (b >= 1024) return absl::StrFormat("%.1f KiB", b / 1024.0);
+  return absl::StrCat(b, " B");
+}
+
+// One tensor's placement and per-rank reads under the plan.
+struct Placed {
+  const loaders::TensorInfo* info = nullptr;  // the checkpoint tensor it is read from
+  std::string placement = "R";
+  std::vector<int64_t> rank_bytes;  // per rank
+};
+
+// The model directory's config.json (the checkpoint's own directory for a file path).
+std::string ModelDir(const std::string& path) {
+  const fs::path p(path);
+  return fs::is_directory(p) ? p.string() : p.parent_path().string();
+}
+
+absl::StatusOr<std::map<std::string, Placed>> PlaceLlama(const std::string& dir, int64_t tp,
+                                                         const loaders::Checkpoint& ckpt) {
+  DT_ASSIGN_OR_RETURN(loaders::LlamaConfig config, loaders::LoadLlamaConfig(dir));
+  nn::LlamaForCausalLM model(config, config.dtype);
+  DT_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Abstract({tp}, {"tp"}));
+  DT_RETURN_IF_ERROR(model.Parallelize(mesh));
+  DT_RETURN_IF_ERROR(model.CheckCheckpoint(ckpt, /*warn=*/false));
+  std::map<std::string, Placed> placed;
+  for (const auto& [name, p] : model.NamedParameters()) {
+    const std::string source = model.CheckpointName(name);
+    DT_ASSIGN_OR_RETURN(const loaders::TensorInfo* info, ckpt.Info(source));
+    const int64_t item = info->nbytes() / std::max<int64_t>(1, Numel(info->shape));
+    Placed& out = placed[name];
+    out.info = info;
+    out.placement = PlacementsToString(p->spec().placements());
+    for (int64_t r = 0; r < tp; ++r) {
+      int64_t n = item;
+      for (const RangeList& rl : p->spec().Ranges({r})) n *= RangesSize(rl);
+      out.rank_bytes.push_back(n);
+    }
+  }
+  return placed;
+}
+
+}  // namespace
+
+int Inspect(const std::string& path, const Flags& flags) {
+  auto fail = [&](const absl::Status& s) {
+    std::fprintf(stderr, "dtensor inspect: %s\n", std::string(s.message()).c_str());
+    return 1;
+  };
+  std::string open_path = path;
+  if (fs::path(path).filename() == "model.safetensors.index.json") {
+    open_path = fs::path(path).parent_path().string();
+  }
+  absl::StatusOr<loaders::Checkpoint> ckpt = loaders::Checkpoint::Open(open_path);
+  if (!ckpt.ok()) return fail(ckpt.status());
+
+  const std::vector<std::string> names = ckpt->names();
+  if (!flags.Has("tp")) {
+    int64_t total = 0;
+    std::printf("%-56s %-6s %-20s %12s\n", "tensor", "dtype", "shape", "bytes");
+    for (const std::string& name : names) {
+      const loaders::TensorInfo* info = *ckpt->Info(name);
+      std::printf("%-56s %-6s %-20s %12s\n", name.c_str(), info->dtype_name.c_str(),
+                  ShapeToString(info->shape).c_str(), Bytes(info->nbytes()).c_str());
+      total += info->nbytes();
+    }
+    std::printf("%zu tensors, %s\n", names.size(), Bytes(total).c_str());
+    return 0;
+  }
+
+  int64_t tp = 0;
+  if (!absl::SimpleAtoi(flags.Get("tp"), &tp) || tp < 1 || tp > 4096) {
+    std::fprintf(stderr, "dtensor inspect: --tp must be an integer in [1, 4096], got '%s'\n",
+                 flags.Get("tp").c_str());
+    return 2;
+  }
+  if (flags.Get("plan", "auto") != "auto") {
+    std::fprintf(stderr, "dtensor inspect: --plan: only 'auto' (the model's own plan) is known\n");
+    return 2;
+  }
+  auto placed = PlaceLlama(ModelDir(path), tp, *ckpt);
+  if (!placed.ok()) return fail(placed.status());
+
+  // By parameter: a tied lm_head reads the embedding's rows a second time.
+  std::vector<int64_t> per_rank(tp, 0);
+  int64_t total = 0;
+  std::printf("%-56s %-6s %-16s %-10s %12s %14s\n", "tensor", "dtype", "shape", "placement",
+              "bytes", "rank 0 reads");
+  for (const auto& [param, p] : *placed) {
+    const std::string shape = ShapeToString(p.info->shape);
+    const int64_t full = p.info->nbytes();
+    std::printf("%-56s %-6s %-16s %-10s %12s %14s\n", param.c_str(), p.info->dtype_name.c_str(),
+                shape.c_str(), p.placement.c_str(), Bytes(full).c_str(),
+                Bytes(p.rank_bytes[0]).c_str());
+    total += full;
+    for (int64_t r = 0; r < tp; ++r) per_rank[r] += p.rank_bytes[r];
+  }
+  std::printf("tp=%lld: the model's parameters take %s in the file\n",
+              static_cast<long long>(tp), Bytes(total).c_str());
+  for (int64_t r = 0; r < tp; ++r) {
+    std::printf("rank %lld reads %s (%.1f%%)\n", static_cast<long long>(r),
+                Bytes(per_rank[r]).c_str(), total > 0 ? 100.0 * per_rank[r] / total : 0.0);
+  }
+  return 0;
+}
+
+}  // namespace dt::cli
