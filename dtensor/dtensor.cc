@@ -308,7 +308,7 @@ absl::StatusOr<DTensor> DTensor::RedistributeImpl(Tensor local, bool may_modify,
                                                   absl::Span<const Placement> placements,
                                                   const RedistributeOptions& options) const {
   if (!local.defined()) return absl::FailedPreconditionError("Redistribute on an undefined DTensor");
-  DT_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan,
+  DT_ASSIGN_OR_RETURN(std::shared_ptr<const RedistributePlan> plan,
                       CachedPlan(spec_, placements, options.planner));
   if (!options.allow_partial) {
     for (size_t i = 0; i < plan->dst.size(); ++i) {

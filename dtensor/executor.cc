@@ -439,8 +439,8 @@ class StepRunner {
 
 }  // namespace
 
-absl::StatusOr<Tensor> ExecutePlan(const Plan& plan, const DTensorSpec& src, Tensor local,
-                                   const ExecuteOptions& options) {
+absl::StatusOr<Tensor> ExecutePlan(const RedistributePlan& plan, const DTensorSpec& src,
+                                   Tensor local, const ExecuteOptions& options) {
   const auto& coord = src.mesh().Coordinate();
   if (!coord) return Tensor::Empty({0}, src.dtype(), local.defined() ? local.device() : kCPU);
   const Shape want = src.LocalShape(*coord);

@@ -1,7 +1,7 @@
 #pragma once
-// The redistribute executor: runs a Plan (dtensor/planner.h) on this rank's local tensor, one
-// collective per step over the communicator of the step's mesh dim (or flattened group), and
-// counts what it issues.
+// The redistribute executor: runs a RedistributePlan (dtensor/planner.h) on this rank's local
+// tensor, one collective per step over the communicator of the step's mesh dim (or flattened
+// group), and counts what it issues.
 //
 //   step            this rank does                                         extra local copies
 //   all_gather      all_gather (all_gather_v when pieces differ)           none for S(d) with only
@@ -82,8 +82,8 @@ struct ExecuteOptions {
 // must call it with the same plan. Returns this rank's piece of the destination layout; a rank
 // outside the mesh gets an empty tensor and communicates nothing. The result may share storage with
 // `local` (e.g. R -> S(0) is a view).
-absl::StatusOr<Tensor> ExecutePlan(const Plan& plan, const DTensorSpec& src, Tensor local,
-                                   const ExecuteOptions& options = {});
+absl::StatusOr<Tensor> ExecutePlan(const RedistributePlan& plan, const DTensorSpec& src,
+                                   Tensor local, const ExecuteOptions& options = {});
 
 // Replicate -> Partial(op) on a mesh dim of k ranks for group rank `group_rank`: the term this rank
 // holds (see Note [Partial from Replicate]). May return `x` itself.

@@ -76,9 +76,9 @@ int CountCollectives(const std::vector<PlanStep>& steps) {
 }
 }  // namespace
 
-int Plan::num_collectives() const { return CountCollectives(steps); }
+int RedistributePlan::num_collectives() const { return CountCollectives(steps); }
 
-std::string Plan::ToString() const {
+std::string RedistributePlan::ToString() const {
   std::string out = PlacementsToString(src);
   for (size_t i = 0; i < steps.size(); ++i) {
     absl::StrAppend(&out, " -", CollectiveName(steps[i].collective), "(d",
@@ -509,8 +509,8 @@ absl::Status CheckSteps(const Problem& pb, Placements cur, const Placements& dst
 
 }  // namespace
 
-absl::StatusOr<Plan> PlanRedistribute(const DTensorSpec& src, const DTensorSpec& dst,
-                                      const PlannerOptions& options) {
+absl::StatusOr<RedistributePlan> PlanRedistribute(const DTensorSpec& src, const DTensorSpec& dst,
+                                                  const PlannerOptions& options) {
   if (!(src.mesh() == dst.mesh())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot redistribute ", Describe(src), " to ", Describe(dst),
@@ -544,7 +544,7 @@ absl::StatusOr<Plan> PlanRedistribute(const DTensorSpec& src, const DTensorSpec&
   pb.elem = DTypeSize(src.dtype());
   pb.cost = options.cost;
 
-  Plan plan;
+  RedistributePlan plan;
   plan.src = src.placements();
   plan.dst = dst.placements();
   // Mesh dims of size 1 hold the same data under every placement.
@@ -631,14 +631,14 @@ class PlanCache {
     return *cache;
   }
   void CountHit() { hits_.fetch_add(1, std::memory_order_relaxed); }
-  std::shared_ptr<const Plan> Find(const PlanKey& key) {
+  std::shared_ptr<const RedistributePlan> Find(const PlanKey& key) {
     absl::ReaderMutexLock lock(&mu_);
     auto it = map_.find(key);
     if (it == map_.end()) return nullptr;
     hits_.fetch_add(1, std::memory_order_relaxed);
     return it->second;
   }
-  void Insert(PlanKey key, std::shared_ptr<const Plan> plan) {
+  void Insert(PlanKey key, std::shared_ptr<const RedistributePlan> plan) {
     absl::MutexLock lock(&mu_);
     misses_.fetch_add(1, std::memory_order_relaxed);
     map_.emplace(std::move(key), std::move(plan));
@@ -657,7 +657,7 @@ class PlanCache {
 
  private:
   absl::Mutex mu_;
-  absl::flat_hash_map<PlanKey, std::shared_ptr<const Plan>> map_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<PlanKey, std::shared_ptr<const RedistributePlan>> map_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> hits_{0}, misses_{0};
 };
 
@@ -674,7 +674,7 @@ namespace {
 struct LocalEntry {
   uint64_t generation = 0;
   PlanKey key;
-  std::shared_ptr<const Plan> plan;
+  std::shared_ptr<const RedistributePlan> plan;
 };
 constexpr int kLocalEntries = 8;
 
@@ -689,9 +689,9 @@ bool Matches(const PlanKey& k, const DTensorSpec& src, absl::Span<const Placemen
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const Plan>> CachedPlan(const DTensorSpec& src,
-                                                       absl::Span<const Placement> dst_placements,
-                                                       const PlannerOptions& options) {
+absl::StatusOr<std::shared_ptr<const RedistributePlan>> CachedPlan(
+    const DTensorSpec& src, absl::Span<const Placement> dst_placements,
+    const PlannerOptions& options) {
   thread_local LocalEntry local[kLocalEntries];
   thread_local int next_local = 0;
   const uint64_t generation = g_cache_generation.load(std::memory_order_acquire);
@@ -710,11 +710,11 @@ absl::StatusOr<std::shared_ptr<const Plan>> CachedPlan(const DTensorSpec& src,
               options.strategy,
               options.merge,
               options.cost};
-  std::shared_ptr<const Plan> plan = cache.Find(key);
+  std::shared_ptr<const RedistributePlan> plan = cache.Find(key);
   if (!plan) {
     DT_ASSIGN_OR_RETURN(DTensorSpec dst, src.WithPlacements(dst_placements));
-    DT_ASSIGN_OR_RETURN(Plan planned, PlanRedistribute(src, dst, options));
-    plan = std::make_shared<const Plan>(std::move(planned));
+    DT_ASSIGN_OR_RETURN(RedistributePlan planned, PlanRedistribute(src, dst, options));
+    plan = std::make_shared<const RedistributePlan>(std::move(planned));
     cache.Insert(key, plan);
   }
   LocalEntry& slot = local[next_local];

@@ -54,7 +54,7 @@ struct PlanStep {
   std::string ToString() const;  // "all_gather on d1: S(0) -> R"
 };
 
-struct Plan {
+struct RedistributePlan {
   Placements src, dst;
   std::vector<PlanStep> steps;
   // states[i] is the placement list before steps[i]; states.back() == dst.
@@ -82,15 +82,15 @@ struct PlannerOptions {
 // Plans src -> dst. Errors (InvalidArgument, naming both specs): different meshes, shapes or
 // dtypes; Shard -> Partial; Partial(a) -> Partial(b) with a != b. Replicate -> Partial is planned
 // (a local step); DTensor::Redistribute refuses it unless asked (internal use, as in PyTorch).
-absl::StatusOr<Plan> PlanRedistribute(const DTensorSpec& src, const DTensorSpec& dst,
-                                      const PlannerOptions& options = {});
+absl::StatusOr<RedistributePlan> PlanRedistribute(const DTensorSpec& src, const DTensorSpec& dst,
+                                                  const PlannerOptions& options = {});
 
 // The same through a process-wide cache keyed by (mesh shape, shape, dtype, src placements, dst
 // placements, options). Thread-safe; a hit costs one hash of the key and a shared lock. On a miss
 // `dst` is validated and planned; the plan's dst holds the validated (normalized) placements.
-absl::StatusOr<std::shared_ptr<const Plan>> CachedPlan(const DTensorSpec& src,
-                                                       absl::Span<const Placement> dst_placements,
-                                                       const PlannerOptions& options = {});
+absl::StatusOr<std::shared_ptr<const RedistributePlan>> CachedPlan(
+    const DTensorSpec& src, absl::Span<const Placement> dst_placements,
+    const PlannerOptions& options = {});
 
 // Hits, misses and entries of a cache (the plan cache here, the dispatch cache of
 // ops/dtensor_ops.h).

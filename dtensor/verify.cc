@@ -73,7 +73,7 @@ absl::StatusOr<VerifyReport> VerifyRedistribute(const std::shared_ptr<World>& wo
   DT_ASSIGN_OR_RETURN(Tensor full, VerifyTensor(r.shape, r.dtype, r.seed));
   DT_ASSIGN_OR_RETURN(DTensorSpec src_spec, DTensorSpec::Create(mesh, r.from, r.shape, r.dtype));
   DT_ASSIGN_OR_RETURN(DTensorSpec dst_spec, DTensorSpec::Create(mesh, r.to, r.shape, r.dtype));
-  DT_ASSIGN_OR_RETURN(Plan plan, PlanRedistribute(src_spec, dst_spec, r.planner));
+  DT_ASSIGN_OR_RETURN(RedistributePlan plan, PlanRedistribute(src_spec, dst_spec, r.planner));
 
   VerifyReport report;
   report.plan = plan.ToString();

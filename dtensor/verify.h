@@ -36,7 +36,7 @@ struct VerifyRequest {
 
 struct VerifyReport {
   bool ok = false;
-  std::string plan;                 // Plan::ToString()
+  std::string plan;                 // RedistributePlan::ToString()
   int plan_collectives = 0;
   CollectiveCounts counts;          // issued by Redistribute on this rank
   std::vector<std::string> errors;  // this rank's mismatches, e.g. "rank 3: at [1, 0]: got ..."

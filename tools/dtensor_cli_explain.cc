@@ -325,7 +325,7 @@ int Explain(const Flags& flags) {
         absl::StrCat("bad --max-ranks '", m, "': expected a number >= 2 or 'all'")));
   }
 
-  std::optional<Plan> plan;
+  std::optional<RedistributePlan> plan;
   if (flags.Has("to")) {
     auto to = flags.PlacementList("to");
     if (!to.ok()) return fail(to.status());

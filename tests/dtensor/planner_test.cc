@@ -23,15 +23,16 @@ DTensorSpec Spec(const std::vector<int64_t>& mesh, const std::string& placements
   return *s;
 }
 
-Plan MakePlan(const std::vector<int64_t>& mesh, const std::vector<int64_t>& shape,
-              const std::string& from, const std::string& to, PlannerOptions options = {}) {
+RedistributePlan MakePlan(const std::vector<int64_t>& mesh, const std::vector<int64_t>& shape,
+                          const std::string& from, const std::string& to,
+                          PlannerOptions options = {}) {
   auto plan = PlanRedistribute(Spec(mesh, from, shape), Spec(mesh, to, shape), options);
   DT_CHECK_OK(plan);
   return *plan;
 }
 
 // "AG=1 A2A=1" style counts of a plan.
-std::map<std::string, int> Counts(const Plan& p) {
+std::map<std::string, int> Counts(const RedistributePlan& p) {
   std::map<std::string, int> c;
   for (const PlanStep& s : p.steps) {
     if (s.collective != Collective::kLocal) ++c[std::string(CollectiveName(s.collective))];
@@ -53,7 +54,7 @@ TEST(PlannerTest, OneDimTransitions) {
       {"P(avg)", "_S(0,3)", Collective::kReduceScatter}, {"R", "_S(1,2)", Collective::kLocal},
   };
   for (const Case& c : cases) {
-    const Plan p = MakePlan({4}, {13, 6}, c.from, c.to);
+    const RedistributePlan p = MakePlan({4}, {13, 6}, c.from, c.to);
     ASSERT_EQ(p.steps.size(), 1u) << c.from << " -> " << c.to;
     EXPECT_EQ(p.steps[0].collective, c.kind) << c.from << " -> " << c.to;
     EXPECT_EQ(p.steps[0].mesh_dims[0], 0);
@@ -70,7 +71,7 @@ TEST(PlannerTest, StepsCarryLogicalShapeAndBytes) {
   // f32 [18, 2] on (4, 2): [S(0), S(0)] -> [R, R] gathers mesh dim 1 (pieces of at most 2 rows of
   // a 5-row block), then mesh dim 0 (pieces of at most 5 rows). Nested chunking of 18 rows
   // (3,2,3,2,3,2,2,1) is not one flat chunk over 8 ranks (3,3,3,3,3,3,0,0): no merging.
-  const Plan p = MakePlan({4, 2}, {18, 2}, "S(0),S(0)", "R,R");
+  const RedistributePlan p = MakePlan({4, 2}, {18, 2}, "S(0),S(0)", "R,R");
   ASSERT_EQ(p.steps.size(), 2u);
   EXPECT_EQ(p.steps[0].mesh_dims[0], 1);
   EXPECT_EQ(p.steps[0].logical_shape, (Shape{5, 2}));
@@ -81,7 +82,7 @@ TEST(PlannerTest, StepsCarryLogicalShapeAndBytes) {
   EXPECT_EQ(p.ToString(), "[S(0), S(0)] -all_gather(d1)-> [S(0), R] -all_gather(d0)-> [R, R]");
   // 13 rows: nested (2,2,2,2,2,2,1,0) equals the flat chunk, so one all_gather on the flattened
   // group does it (PyTorch merges only when 8 divides the rows).
-  const Plan q = MakePlan({4, 2}, {13, 2}, "S(0),S(0)", "R,R");
+  const RedistributePlan q = MakePlan({4, 2}, {13, 2}, "S(0),S(0)", "R,R");
   ASSERT_EQ(q.steps.size(), 1u);
   EXPECT_EQ(q.steps[0].mesh_dims, (absl::InlinedVector<int, 2>{0, 1}));
   EXPECT_EQ(q.steps[0].group_size, 8);
@@ -145,11 +146,12 @@ TEST(PlannerTest, UpstreamCollectiveCounts) {
       {{2, 3}, {4000, 64}, "P(sum),P(sum)", "S(0),S(0)", M{{"reduce_scatter", 2}}},
   };
   for (const Case& c : cases) {
-    const Plan p = MakePlan(c.mesh, c.shape, c.from, c.to);
+    const RedistributePlan p = MakePlan(c.mesh, c.shape, c.from, c.to);
     EXPECT_EQ(Counts(p), c.want) << c.from << " -> " << c.to << ": " << p.ToString();
   }
   // #29 first case: upstream RS1+AR1+AG1; we need two collectives.
-  const Plan p29 = MakePlan({2, 2, 2}, {16, 16, 16}, "P(sum),P(sum),S(0)", "S(0),S(0),S(0)");
+  const RedistributePlan p29 =
+      MakePlan({2, 2, 2}, {16, 16, 16}, "P(sum),P(sum),S(0)", "S(0),S(0),S(0)");
   EXPECT_LE(p29.num_collectives(), 2) << p29.ToString();
 }
 
@@ -158,8 +160,8 @@ TEST(PlannerTest, SearchReducesBeforeGathering) {
   // all-reduces the half-size shards first.
   PlannerOptions greedy;
   greedy.strategy = PlannerOptions::Strategy::kGreedy;
-  const Plan g = MakePlan({2, 2}, {1024, 64}, "P(sum),S(0)", "R,R", greedy);
-  const Plan b = MakePlan({2, 2}, {1024, 64}, "P(sum),S(0)", "R,R");
+  const RedistributePlan g = MakePlan({2, 2}, {1024, 64}, "P(sum),S(0)", "R,R", greedy);
+  const RedistributePlan b = MakePlan({2, 2}, {1024, 64}, "P(sum),S(0)", "R,R");
   ASSERT_EQ(g.steps.size(), 2u);
   EXPECT_EQ(g.steps[0].collective, Collective::kAllGather);
   ASSERT_EQ(b.steps.size(), 2u);
@@ -167,8 +169,8 @@ TEST(PlannerTest, SearchReducesBeforeGathering) {
   EXPECT_LT(b.cost_us, g.cost_us);
   EXPECT_STREQ(b.strategy, "search");
   // [P, P] -> [S(0), S(0)] uneven: greedy all-reduces on mesh dim 1; search reduce-scatters twice.
-  const Plan g2 = MakePlan({2, 3}, {1000, 64}, "P(sum),P(sum)", "S(0),S(0)", greedy);
-  const Plan b2 = MakePlan({2, 3}, {1000, 64}, "P(sum),P(sum)", "S(0),S(0)");
+  const RedistributePlan g2 = MakePlan({2, 3}, {1000, 64}, "P(sum),P(sum)", "S(0),S(0)", greedy);
+  const RedistributePlan b2 = MakePlan({2, 3}, {1000, 64}, "P(sum),P(sum)", "S(0),S(0)");
   EXPECT_EQ(Counts(g2), (std::map<std::string, int>{{"all_reduce", 1}, {"reduce_scatter", 1}}));
   EXPECT_EQ(Counts(b2), (std::map<std::string, int>{{"reduce_scatter", 2}}));
 }
@@ -240,13 +242,13 @@ PlannerOptions Hosts(int64_t ranks_per_host, PlannerOptions::Strategy strategy =
 
 TEST(PlannerHostsTest, StepsSayWhetherTheyCrossHosts) {
   // (node=4, local=8), 8 ranks per host: local groups are one host each, node groups span 4.
-  const Plan p = MakePlan({4, 8}, {64, 64}, "S(0),P(sum)", "R,R", Hosts(8));
+  const RedistributePlan p = MakePlan({4, 8}, {64, 64}, "S(0),P(sum)", "R,R", Hosts(8));
   for (const PlanStep& s : p.steps) {
     const bool node = std::find(s.mesh_dims.begin(), s.mesh_dims.end(), 0) != s.mesh_dims.end();
     EXPECT_EQ(s.crosses_hosts, node) << s.ToString();
   }
   // A merged collective over both dims crosses hosts.
-  const Plan merged = MakePlan({4, 8}, {64, 64}, "P(sum),P(sum)", "R,R", Hosts(8));
+  const RedistributePlan merged = MakePlan({4, 8}, {64, 64}, "P(sum),P(sum)", "R,R", Hosts(8));
   ASSERT_EQ(merged.steps.size(), 1u);
   EXPECT_EQ(merged.steps[0].mesh_dims.size(), 2u);
   EXPECT_TRUE(merged.steps[0].crosses_hosts);
@@ -256,11 +258,11 @@ TEST(PlannerHostsTest, StepsSayWhetherTheyCrossHosts) {
   }
   // (3, 4) with 6 ranks per host: row 1's group {4-7} spans hosts 0 and 1, so a step on dim 1
   // crosses (PyTorch's MeshTopoInfo would call it intra-host: 4 <= 6).
-  const Plan odd = MakePlan({3, 4}, {64}, "R,S(0)", "R,R", Hosts(6));
+  const RedistributePlan odd = MakePlan({3, 4}, {64}, "R,S(0)", "R,R", Hosts(6));
   ASSERT_EQ(odd.steps.size(), 1u);
   EXPECT_TRUE(odd.steps[0].crosses_hosts);
   // A local step never crosses.
-  const Plan local = MakePlan({4, 8}, {64}, "R,R", "S(0),R", Hosts(8));
+  const RedistributePlan local = MakePlan({4, 8}, {64}, "R,R", "S(0),R", Hosts(8));
   ASSERT_EQ(local.steps.size(), 1u);
   EXPECT_FALSE(local.steps[0].crosses_hosts);
 }
@@ -271,13 +273,14 @@ TEST(PlannerHostsTest, PrefersIntraHostStepsWhenOtherwiseEquivalent) {
   // On one host the cost ties and greedy's order (local first) stays; with hosts the planner
   // gathers the small pieces across hosts first and the large ones within a host.
   const std::vector<int64_t> mesh = {4, 8}, shape = {1024, 1024};
-  const Plan flat = MakePlan(mesh, shape, "S(0),S(1)", "R,R");
+  const RedistributePlan flat = MakePlan(mesh, shape, "S(0),S(1)", "R,R");
   ASSERT_EQ(flat.steps.size(), 2u);
   EXPECT_EQ(flat.steps[0].mesh_dims[0], 1);
   EXPECT_STREQ(flat.strategy, "greedy");
 
-  const Plan hosts = MakePlan(mesh, shape, "S(0),S(1)", "R,R", Hosts(8));
-  const Plan greedy = MakePlan(mesh, shape, "S(0),S(1)", "R,R", Hosts(8, PlannerOptions::Strategy::kGreedy));
+  const RedistributePlan hosts = MakePlan(mesh, shape, "S(0),S(1)", "R,R", Hosts(8));
+  const RedistributePlan greedy =
+      MakePlan(mesh, shape, "S(0),S(1)", "R,R", Hosts(8, PlannerOptions::Strategy::kGreedy));
   ASSERT_EQ(hosts.steps.size(), 2u);
   EXPECT_EQ(hosts.steps[0].mesh_dims[0], 0);
   EXPECT_TRUE(hosts.steps[0].crosses_hosts);
