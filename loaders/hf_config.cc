@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
+#include "dtensor/loaders/gguf_llama.h"
 #include "dtensor/loaders/small_file.h"
 #include "nlohmann/json.hpp"
 
@@ -305,6 +306,10 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
 absl::StatusOr<LlamaConfig> LoadLlamaConfig(const std::string& path) {
   std::error_code ec;
   std::string file = path;
+  if (std::filesystem::is_regular_file(path, ec) && GgufFile::HasMagic(path)) {
+    DT_ASSIGN_OR_RETURN(std::shared_ptr<const GgufFile> gguf, GgufFile::Open(path));
+    return LlamaConfigFromGguf(*gguf);
+  }
   if (std::filesystem::is_directory(path, ec)) {
     file = (std::filesystem::path(path) / "config.json").string();
   }

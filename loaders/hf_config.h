@@ -71,7 +71,7 @@ struct LlamaConfig {
 
 // `what` names the source in messages (usually the path).
 absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::string_view what);
-// `path`: config.json or the directory holding it.
+// `path`: config.json or the directory holding it, or a GGUF file (loaders/gguf_llama.h).
 absl::StatusOr<LlamaConfig> LoadLlamaConfig(const std::string& path);
 // The config as transformers writes it (v4 spelling: torch_dtype, rope_theta, rope_scaling),
 // readable by LlamaConfig.from_pretrained and by ParseLlamaConfig.

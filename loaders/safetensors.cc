@@ -9,13 +9,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "dtensor/core/status.h"
-#include "dtensor/loaders/small_file.h"
+#include "dtensor/loaders/read_util.h"
 #include "nlohmann/json.hpp"
 #include "dtensor/ops/local/ops.h"
 
@@ -171,56 +170,6 @@ int64_t CopyRanges(const char* src, const Layout& l, const DimRanges& ranges, in
     }
   }
   return n;
-}
-
-absl::Status CheckRanges(absl::string_view what, const TensorInfo& info, const DimRanges& ranges) {
-  if (ranges.size() != info.shape.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Quote(what), ": tensor '", info.name, "' ", info.Describe(), " has ", info.shape.size(),
-        " dims, but ranges were given for ", ranges.size()));
-  }
-  for (size_t d = 0; d < ranges.size(); ++d) {
-    int64_t prev = 0;
-    for (const IndexRange& r : ranges[d]) {
-      if (r.start < prev || r.start >= r.stop || r.stop > info.shape[d]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            Quote(what), ": tensor '", info.name, "' ", info.Describe(), ": ranges of dim ", d,
-            " (", RangesToString(ranges[d]), ") must be ascending, disjoint, non-empty and inside [0, ",
-            info.shape[d], ")"));
-      }
-      prev = r.stop;
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Note [Copies leave no mapped pages]
-// A strided read (column ranges, interleaved shards) touches every page that holds a wanted
-// element, which for a rowwise shard is every page of the tensor: those file pages would count in
-// this process's RSS for as long as the file stays mapped, although the piece was copied out.
-// After a copy the tensor's whole pages are released from this mapping (MADV_DONTNEED on a
-// read-only file mapping only unmaps: a zero-copy view sharing a page faults it back in from the
-// page cache), so a rank's peak RSS is its pieces, not every tensor it sliced.
-void DropMappedPages(const char* begin, int64_t nbytes) {
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t lo = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
-  const uintptr_t hi = (reinterpret_cast<uintptr_t>(begin) + nbytes) / page * page;
-  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
-}
-
-void Account(ReadStats* stats, int64_t viewed, int64_t copied, int64_t converted) {
-  if (stats == nullptr) return;
-  stats->tensors += 1;
-  stats->bytes_viewed += viewed;
-  stats->bytes_copied += copied;
-  stats->bytes_converted += converted;
-  stats->max_piece_bytes = std::max(stats->max_piece_bytes, viewed + copied);
-  // While converting, the source piece and the converted one are held together; then the source
-  // is dropped.
-  const int64_t held = converted > 0 ? converted : viewed + copied;
-  const int64_t transient = converted > 0 ? viewed + copied : 0;
-  stats->peak_bytes = std::max(stats->peak_bytes, stats->resident_bytes + held + transient);
-  stats->resident_bytes += held;
 }
 
 absl::Status ReadExactly(int fd, int64_t offset, int64_t n, char* out, absl::string_view path) {
@@ -418,7 +367,7 @@ absl::StatusOr<Tensor> SafetensorsFile::ReadRanges(absl::string_view name, const
         Quote(path_), ": tensor '", info->name, "' has dtype ", info->dtype_name,
         ", which dtensor does not support (supported: F32 F16 BF16 I64 I32 U8 BOOL)"));
   }
-  DT_RETURN_IF_ERROR(CheckRanges(path_, *info, ranges));
+  DT_RETURN_IF_ERROR(CheckRanges(Quote(path_), info->name, info->Describe(), info->shape, ranges));
   const DType dtype = *info->dtype;
   Layout l;
   l.shape = info->shape;
@@ -473,147 +422,8 @@ absl::StatusOr<Tensor> SafetensorsFile::ReadRanges(absl::string_view name, const
     DT_ASSIGN_OR_RETURN(piece, ops::Cast(piece, *options.dtype));
     converted = piece.nbytes();
   }
-  Account(stats, viewed, copied, converted);
+  AccountRead(stats, viewed, copied, converted);
   return piece;
 }
-
-// ---- Checkpoint ----------------------------------------------------------------------------------
-
-absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  Checkpoint c;
-  c.path_ = path;
-  if (!fs::is_directory(path, ec)) {
-    if (!fs::exists(path, ec)) {
-      return absl::NotFoundError(absl::StrCat("checkpoint '", path, "' does not exist"));
-    }
-    DT_ASSIGN_OR_RETURN(auto f, SafetensorsFile::Open(path));
-    c.files_.push_back(f);
-    for (const TensorInfo& t : f->tensors()) c.where_[t.name] = 0;
-    return c;
-  }
-  const fs::path dir(path);
-  const fs::path index = dir / "model.safetensors.index.json";
-  const fs::path single = dir / "model.safetensors";
-  if (!fs::exists(index, ec)) {
-    if (!fs::exists(single, ec)) {
-      const bool pickle = fs::exists(dir / "pytorch_model.bin", ec) ||
-                          fs::exists(dir / "pytorch_model.bin.index.json", ec);
-      return absl::NotFoundError(absl::StrCat(
-          "checkpoint '", path, "' has neither model.safetensors.index.json nor model.safetensors",
-          pickle ? " (pytorch_model.bin checkpoints are not read: convert them to safetensors)"
-                 : ""));
-    }
-    DT_ASSIGN_OR_RETURN(auto f, SafetensorsFile::Open(single.string()));
-    c.files_.push_back(f);
-    for (const TensorInfo& t : f->tensors()) c.where_[t.name] = 0;
-    return c;
-  }
-  const std::string what = index.string();
-  DT_ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(what, kMaxHeaderBytes));
-  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat("'", what, "' is not a JSON object"));
-  }
-  auto wm = j.find("weight_map");
-  if (wm == j.end() || !wm->is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", what, "' has no \"weight_map\" object (tensor name -> file)"));
-  }
-  std::map<std::string, size_t> file_index;
-  std::vector<std::pair<std::string, std::string>> entries;  // tensor, file
-  for (auto it = wm->begin(); it != wm->end(); ++it) {
-    if (!it->is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat("'", what, "': weight_map entry '", it.key(),
-                                                     "' must be a file name (a string)"));
-    }
-    const std::string file = it->get<std::string>();
-    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == ".." ||
-        file.find('\0') != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'", what, "': tensor '", it.key(), "' maps to '", file,
-          "', which is not a plain file name in the checkpoint directory"));
-    }
-    if (!file_index.count(file)) {
-      const size_t i = c.files_.size();
-      DT_ASSIGN_OR_RETURN(auto f, SafetensorsFile::Open((dir / file).string()));
-      c.files_.push_back(f);
-      file_index[file] = i;
-    }
-    entries.emplace_back(it.key(), file);
-  }
-  for (const auto& [name, file] : entries) {
-    const size_t i = file_index[file];
-    if (c.files_[i]->Find(name) == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("'", what, "' maps tensor '", name, "' to '",
-                                                     file, "', which does not contain it"));
-    }
-    c.where_[name] = i;
-  }
-  // Tensors the index does not list, and tensors stored twice.
-  for (size_t i = 0; i < c.files_.size(); ++i) {
-    for (const TensorInfo& t : c.files_[i]->tensors()) {
-      auto it = c.where_.find(t.name);
-      if (it == c.where_.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("'", c.files_[i]->path(), "' holds tensor '",
-                                                       t.name, "', which '", what,
-                                                       "' does not list"));
-      }
-      if (it->second != i) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "tensor '", t.name, "' is stored in both '", c.files_[i]->path(), "' and '",
-            c.files_[it->second]->path(), "'"));
-      }
-    }
-  }
-  return c;
-}
-
-std::vector<std::string> Checkpoint::names() const {
-  std::vector<std::string> out;
-  for (const auto& [name, i] : where_) out.push_back(name);
-  return out;
-}
-
-absl::StatusOr<const TensorInfo*> Checkpoint::Info(absl::string_view name) const {
-  auto it = where_.find(name);
-  if (it == where_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("checkpoint '", path_, "' has no tensor '", name, "'"));
-  }
-  return files_[it->second]->Find(name);
-}
-
-absl::StatusOr<Tensor> Checkpoint::Read(absl::string_view name, const ReadOptions& options,
-                                        ReadStats* stats) const {
-  DT_ASSIGN_OR_RETURN(const TensorInfo* info, Info(name));
-  return files_[where_.find(name)->second]->ReadRanges(name, FullRanges(info->shape), options,
-                                                      stats);
-}
-
-absl::StatusOr<Tensor> Checkpoint::ReadRanges(absl::string_view name, const DimRanges& ranges,
-                                              const ReadOptions& options,
-                                              ReadStats* stats) const {
-  DT_RETURN_IF_ERROR(Info(name).status());
-  return files_[where_.find(name)->second]->ReadRanges(name, ranges, options, stats);
-}
-
-absl::StatusOr<Tensor> Checkpoint::ReadLocal(absl::string_view name, const DTensorSpec& spec,
-                                             const ReadOptions& options, ReadStats* stats) const {
-  DT_ASSIGN_OR_RETURN(const TensorInfo* info, Info(name));
-  if (info->shape != spec.shape()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': expected ",
-                                                   ShapeToString(spec.shape()), ", got ",
-                                                   ShapeToString(info->shape), " in '",
-                                                   files_[where_.find(name)->second]->path(), "'"));
-  }
-  if (!spec.is_member()) return Tensor::Empty({0}, spec.dtype());
-  ReadOptions o = options;
-  o.dtype = spec.dtype();
-  return ReadRanges(name, spec.Ranges(), o, stats);
-}
-
-// ---- writers -------------------------------------------------------------------------------------
 
 }  // namespace dt::loaders

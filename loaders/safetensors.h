@@ -37,8 +37,7 @@
 // rank ever reads a full sharded weight. The file stays mapped while any view of it lives.
 // A file truncated after Open would fault on access (mmap semantics); checkpoints are immutable.
 //
-// Checkpoint: a model directory — model.safetensors.index.json ("weight_map": name -> file) over
-// several files, or one model.safetensors, or a single .safetensors path.
+// Checkpoint (a model directory, an index over several files, or a GGUF file): loaders/checkpoint.h.
 //
 // Writers: loaders/safetensors_writer.h (included here).
 
@@ -145,40 +144,9 @@ class SafetensorsFile {
   Storage data_;  // the mapped data section
 };
 
-// A model's weights over one or more safetensors files.
-class Checkpoint {
- public:
-  // `path`: a directory with model.safetensors.index.json or model.safetensors, or a .safetensors
-  // file. The index's file names must be plain names inside the directory (no '/', no ".."); every
-  // tensor it lists must be in its file, and a tensor may live in one file only.
-  static absl::StatusOr<Checkpoint> Open(const std::string& path);
-
-  const std::string& path() const { return path_; }
-  // Every tensor name, sorted.
-  std::vector<std::string> names() const;
-  const std::vector<std::shared_ptr<const SafetensorsFile>>& files() const { return files_; }
-  // NotFound naming the tensor and the checkpoint.
-  absl::StatusOr<const TensorInfo*> Info(absl::string_view name) const;
-
-  absl::StatusOr<Tensor> Read(absl::string_view name, const ReadOptions& options = {},
-                              ReadStats* stats = nullptr) const;
-  absl::StatusOr<Tensor> ReadRanges(absl::string_view name, const DimRanges& ranges,
-                                    const ReadOptions& options = {},
-                                    ReadStats* stats = nullptr) const;
-  // This rank's piece of a tensor laid out as `spec`: checks that the file's shape equals
-  // spec.shape() ("tensor 'w': expected [8, 8], got [8, 4]"), reads spec.Ranges() and converts to
-  // spec.dtype(). A rank outside the spec's mesh gets an empty [0] tensor and reads nothing.
-  absl::StatusOr<Tensor> ReadLocal(absl::string_view name, const DTensorSpec& spec,
-                                   const ReadOptions& options = {},
-                                   ReadStats* stats = nullptr) const;
-
- private:
-  std::string path_;
-  std::vector<std::shared_ptr<const SafetensorsFile>> files_;
-  std::map<std::string, size_t, std::less<>> where_;  // name -> index in files_
-};
-
 }  // namespace dt::loaders
 
-// The writers (WriteSafetensors, WriteCheckpoint, the streaming SafetensorsWriter).
+// The writers (WriteSafetensors, WriteCheckpoint, the streaming SafetensorsWriter), and the
+// Checkpoint over several files or a GGUF.
 #include "dtensor/loaders/safetensors_writer.h"  // IWYU pragma: export
+#include "dtensor/loaders/checkpoint.h"  // IWYU pragma: export

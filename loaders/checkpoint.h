@@ -1,0 +1,74 @@
+#pragma once
+// A model's weights, whatever holds them:
+//
+//   path                                        tensors
+//   directory with model.safetensors.index.json  "weight_map": name -> file, over several files
+//   directory with model.safetensors, or a       that file's tensors
+//   .safetensors file
+//   a GGUF file (by its magic, any name)         its tensors under their Hugging Face names
+//                                                (loaders/gguf_llama.h), dequantized on read
+//
+// Every read goes through the same calls (Read, ReadRanges, ReadLocal) and the same ReadStats,
+// so the model loaders do not know which format they read.
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/dtensor/spec.h"
+#include "dtensor/loaders/safetensors.h"
+
+namespace dt::loaders {
+
+class GgufFile;  // loaders/gguf.h
+
+class Checkpoint {
+ public:
+  // `path`: see the file comment. The index's file names must be plain names inside the directory
+  // (no '/', no ".."); every tensor it lists must be in its file, and a tensor may live in one file
+  // only.
+  static absl::StatusOr<Checkpoint> Open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  // Every tensor name, sorted.
+  std::vector<std::string> names() const;
+  // NotFound naming the tensor and the checkpoint. A GGUF tensor's dtype_name is its ggml type
+  // ("Q4_1") and its dtype f32 when dtensor dequantizes it.
+  absl::StatusOr<const TensorInfo*> Info(absl::string_view name) const;
+  // The GGUF file behind this checkpoint, or nullptr for safetensors.
+  const GgufFile* gguf() const { return gguf_.get(); }
+
+  absl::StatusOr<Tensor> Read(absl::string_view name, const ReadOptions& options = {},
+                              ReadStats* stats = nullptr) const;
+  absl::StatusOr<Tensor> ReadRanges(absl::string_view name, const DimRanges& ranges,
+                                    const ReadOptions& options = {},
+                                    ReadStats* stats = nullptr) const;
+  // This rank's piece of a tensor laid out as `spec`: checks that the file's shape equals
+  // spec.shape() ("tensor 'w': expected [8, 8], got [8, 4]"), reads spec.Ranges() and converts to
+  // spec.dtype(). A rank outside the spec's mesh gets an empty [0] tensor and reads nothing.
+  absl::StatusOr<Tensor> ReadLocal(absl::string_view name, const DTensorSpec& spec,
+                                   const ReadOptions& options = {},
+                                   ReadStats* stats = nullptr) const;
+
+ private:
+  static absl::StatusOr<Checkpoint> OpenGguf(const std::string& path);
+  // Where a tensor lives: its file (safetensors) or its GGUF entry.
+  struct Entry {
+    size_t file = 0;       // index in files_
+    TensorInfo gguf_info;  // GGUF only: the info under the HF name
+    std::string gguf_name;
+    int64_t permute_heads = 0;
+  };
+  const TensorInfo& InfoOf(const Entry& e, absl::string_view name) const;
+
+  std::string path_;
+  std::vector<std::shared_ptr<const SafetensorsFile>> files_;
+  std::shared_ptr<const GgufFile> gguf_;
+  std::map<std::string, Entry, std::less<>> where_;
+};
+
+}  // namespace dt::loaders

@@ -1,0 +1,149 @@
+#pragma once
+// GGUF files (llama.cpp's checkpoint format, versions 2 and 3): validated header, metadata,
+// tensor infos, and rank-sliced reads dequantized to the compute dtype.
+//
+// Layout (little-endian): "GGUF", u32 version, u64 tensor count, u64 metadata count; metadata as
+// (string key, u32 value type, value); tensor infos as (string name, u32 dims, u64 ne[dims],
+// u32 ggml type, u64 offset); padding to `general.alignment` (default 32); the data section.
+// A string is u64 length + bytes; an array is u32 element type + u64 count + elements (arrays of
+// arrays allowed). ne[0] is the fastest-varying dim: dtensor's shape is ne reversed, so a linear
+// weight [out, in] (PyTorch's layout) is stored as ne = [in, out], rows of `in` elements, each row
+// a whole number of quant blocks (loaders/gguf_quants.h).
+//
+// Every file is hostile until validated. Open() reads the header with pread (nothing is mapped
+// until it passed) and rejects, naming the file and the field:
+//
+//   problem                                   message (abridged)
+//   not "GGUF", version not 2 or 3            "is not a GGUF file (magic ...)", "version 1 ..."
+//   a count, length or dim past the file      "metadata 'k': string length 9999 runs past the end"
+//   (checked before anything is allocated)
+//   unknown value type, arrays nested > 8     "metadata 'k': unknown value type 13"
+//   duplicate key or tensor name              "duplicate metadata key 'k'"
+//   dims > 4, a dim < 1, element overflow     "tensor 'w': 5 dims (at most 4)"
+//   unknown ggml type                         "tensor 'w': unknown ggml type 99"
+//   row not a whole number of blocks          "tensor 'w': Q4_K rows of 100 elements are not whole 256-element blocks"
+//   offset unaligned, past the data, overlap  "tensor 'w': data [a, b) overlaps tensor 'v'"
+//   general.alignment not a power of 2        "general.alignment 3 must be a power of two"
+//
+// Reads (ReadRanges): the ranges are dtensor's DimRanges as for safetensors. Only the quant blocks
+// that hold a wanted element are read and dequantized — a colwise shard (rows) reads its rows, a
+// rowwise shard (columns) reads the blocks of its columns in every row — and ReadStats counts the
+// bytes of those blocks (bytes_copied) and the dequantized output (bytes_converted). Types dtensor
+// does not dequantize (IQ*, Q2_K, Q3_K, ...) are listed and validated; reading one is
+// Unimplemented naming the type.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "dtensor/core/shape.h"
+#include "dtensor/core/storage.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/dtensor/spec.h"
+#include "dtensor/loaders/gguf_quants.h"
+#include "dtensor/loaders/safetensors.h"
+
+namespace dt::loaders {
+
+// A metadata value. Integers of every width are held as int64 or uint64 (by signedness), floats
+// as double; `type` keeps the type written (GGUF's value type ids).
+struct GgufValue {
+  enum Type : uint32_t {
+    kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
+    kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  };
+  Type type = kU8;
+  Type element_type = kU8;  // arrays
+  std::variant<int64_t, uint64_t, double, bool, std::string, std::vector<GgufValue>> value;
+
+  // An integer value (any width) that fits int64; nullopt otherwise.
+  std::optional<int64_t> AsInt() const;
+  // A float or integer value.
+  std::optional<double> AsDouble() const;
+  const std::string* AsString() const;
+  const std::vector<GgufValue>* AsArray() const;
+  // Short text: 42, "text", [1, 2, ...(n)].
+  std::string ToString() const;
+};
+
+// "u32", "string", "array" ...; "type 13" for an unknown id.
+std::string GgufTypeName(uint32_t type);
+
+struct GgufTensorInfo {
+  std::string name;
+  const GgmlType* type = nullptr;
+  Shape shape;         // dtensor's order: ne reversed
+  int64_t offset = 0;  // in the data section
+  int64_t nbytes = 0;
+  // "Q4_1[1536, 576]".
+  std::string Describe() const;
+};
+
+class GgufFile {
+ public:
+  // Header limits: dims of a tensor, nesting of arrays, and metadata values in all (a value is
+  // held as a GgufValue, ~48 bytes: a 50 MB array of u8 must not become 2.4 GB of them; the
+  // largest vocabularies hold ~10^6 values).
+  static constexpr int kMaxDims = 4;
+  static constexpr int kMaxNesting = 8;
+  static constexpr int64_t kMaxMetadataValues = 8'000'000;
+
+  // Opens and validates `path` (see the file comment); the data section is mapped read-only.
+  static absl::StatusOr<std::shared_ptr<const GgufFile>> Open(const std::string& path);
+  // True when the file at `path` starts with the GGUF magic (false for a missing file).
+  static bool HasMagic(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  uint32_t version() const { return version_; }
+  int64_t alignment() const { return alignment_; }
+  int64_t data_offset() const { return data_offset_; }
+  const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
+  const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+  // nullptr when absent.
+  const GgufValue* Find(absl::string_view key) const;
+  const GgufTensorInfo* FindTensor(absl::string_view name) const;
+
+  // Typed metadata: NotFound naming the key when absent (the optional forms return nullopt),
+  // InvalidArgument naming it when of another type.
+  absl::StatusOr<int64_t> GetInt(absl::string_view key) const;
+  absl::StatusOr<std::optional<int64_t>> GetOptionalInt(absl::string_view key) const;
+  absl::StatusOr<std::optional<double>> GetOptionalDouble(absl::string_view key) const;
+  absl::StatusOr<std::string> GetString(absl::string_view key) const;
+  absl::StatusOr<std::optional<std::string>> GetOptionalString(absl::string_view key) const;
+  // An array of strings (tokenizer.ggml.tokens, .merges) or of integers.
+  absl::StatusOr<std::vector<std::string>> GetStrings(absl::string_view key) const;
+  absl::StatusOr<std::vector<int64_t>> GetInts(absl::string_view key) const;
+
+  // The elements of tensor `name` at `ranges` (one RangeList per dim of its shape, ascending and
+  // disjoint), dequantized, as a contiguous tensor of `options.dtype` (f32 when unset).
+  absl::StatusOr<Tensor> ReadRanges(absl::string_view name, const DimRanges& ranges,
+                                    const ReadOptions& options = {},
+                                    ReadStats* stats = nullptr) const;
+  // The tensor seen as a matrix [rows, ne0] (every dim but the last flattened): the given rows,
+  // in the given order (any order, repeats allowed), at the column ranges `cols`, as a tensor
+  // [rows.size(), cols' size]. ReadRanges is this with the rows of its leading ranges; a
+  // permuted read (Q and K of a Llama GGUF, loaders/gguf_llama.h) passes its own order.
+  absl::StatusOr<Tensor> ReadRows(absl::string_view name, absl::Span<const int64_t> rows,
+                                  const RangeList& cols, const ReadOptions& options = {},
+                                  ReadStats* stats = nullptr) const;
+
+ private:
+  GgufFile() = default;
+  std::string path_;
+  uint32_t version_ = 0;
+  int64_t alignment_ = 32;
+  int64_t data_offset_ = 0;
+  std::map<std::string, GgufValue> metadata_;
+  std::vector<GgufTensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> index_;
+  Storage data_;
+};
+
+}  // namespace dt::loaders

@@ -1,0 +1,195 @@
+#include "dtensor/loaders/gguf_llama.h"
+
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "dtensor/core/status.h"
+
+namespace dt::loaders {
+namespace {
+
+std::string Where(const GgufFile& f) { return absl::StrCat("gguf '", f.path(), "'"); }
+
+absl::Status Bad(const GgufFile& f, absl::string_view msg) {
+  return absl::InvalidArgumentError(absl::StrCat(Where(f), ": ", msg));
+}
+
+// A positive integer metadata value (`fallback` when absent; nullopt fallback: required).
+absl::StatusOr<int64_t> Positive(const GgufFile& f, const std::string& key,
+                                 std::optional<int64_t> fallback) {
+  DT_ASSIGN_OR_RETURN(std::optional<int64_t> v, f.GetOptionalInt(key));
+  if (!v) {
+    if (!fallback) return Bad(f, absl::StrCat("no metadata '", key, "' (required for llama)"));
+    return *fallback;
+  }
+  if (*v < 1) return Bad(f, absl::StrCat("metadata '", key, "' is ", *v, "; it must be >= 1"));
+  return *v;
+}
+
+// The llama.* keys this reader understands (the rest are refused).
+const std::set<std::string>& KnownKeys() {
+  static const std::set<std::string> keys = {
+      "block_count", "embedding_length", "feed_forward_length", "attention.head_count",
+      "attention.head_count_kv", "attention.key_length", "attention.value_length",
+      "rope.dimension_count", "context_length", "attention.layer_norm_rms_epsilon",
+      "rope.freq_base", "rope.scaling.type", "rope.scaling.factor",
+      "rope.scaling.original_context_length", "vocab_size", "expert_count",
+      "expert_used_count"};
+  return keys;
+}
+
+}  // namespace
+
+absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
+  DT_ASSIGN_OR_RETURN(std::optional<std::string> arch, f.GetOptionalString("general.architecture"));
+  if (!arch) return Bad(f, "no metadata 'general.architecture'");
+  if (*arch != "llama") {
+    return absl::UnimplementedError(absl::StrCat(
+        Where(f), ": architecture '", *arch, "' is not supported (dtensor reads llama GGUFs)"));
+  }
+  for (const auto& [key, value] : f.metadata()) {
+    if (!absl::StartsWith(key, "llama.")) continue;
+    if (!KnownKeys().count(key.substr(6))) {
+      return absl::UnimplementedError(absl::StrCat(Where(f), ": metadata '", key, "' (",
+                                                   value.ToString(),
+                                                   ") is not supported by dtensor's llama"));
+    }
+  }
+  LlamaConfig c;
+  DT_ASSIGN_OR_RETURN(c.num_hidden_layers, Positive(f, "llama.block_count", std::nullopt));
+  DT_ASSIGN_OR_RETURN(c.hidden_size, Positive(f, "llama.embedding_length", std::nullopt));
+  DT_ASSIGN_OR_RETURN(c.intermediate_size, Positive(f, "llama.feed_forward_length", std::nullopt));
+  DT_ASSIGN_OR_RETURN(c.num_attention_heads, Positive(f, "llama.attention.head_count", std::nullopt));
+  DT_ASSIGN_OR_RETURN(c.num_key_value_heads,
+                      Positive(f, "llama.attention.head_count_kv", c.num_attention_heads));
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    return Bad(f, absl::StrCat("llama.attention.head_count_kv ", c.num_key_value_heads,
+                               " must divide llama.attention.head_count ", c.num_attention_heads));
+  }
+  std::optional<int64_t> default_hd;
+  if (c.hidden_size % c.num_attention_heads == 0) default_hd = c.hidden_size / c.num_attention_heads;
+  DT_ASSIGN_OR_RETURN(c.head_dim, Positive(f, "llama.attention.key_length", default_hd));
+  DT_ASSIGN_OR_RETURN(int64_t value_length, Positive(f, "llama.attention.value_length", c.head_dim));
+  if (value_length != c.head_dim) {
+    return absl::UnimplementedError(absl::StrCat(
+        Where(f), ": llama.attention.value_length ", value_length,
+        " differs from key_length ", c.head_dim, " (not supported)"));
+  }
+  if (c.head_dim % 2 != 0) return Bad(f, absl::StrCat("head dim ", c.head_dim, " must be even"));
+  DT_ASSIGN_OR_RETURN(int64_t rope_dims, Positive(f, "llama.rope.dimension_count", c.head_dim));
+  if (rope_dims != c.head_dim) {
+    return absl::UnimplementedError(absl::StrCat(
+        Where(f), ": llama.rope.dimension_count ", rope_dims, " is not the head dim ", c.head_dim,
+        " (partial rotary embeddings are not supported)"));
+  }
+  DT_ASSIGN_OR_RETURN(c.max_position_embeddings, Positive(f, "llama.context_length", 2048));
+  DT_ASSIGN_OR_RETURN(std::optional<double> eps,
+                      f.GetOptionalDouble("llama.attention.layer_norm_rms_epsilon"));
+  c.rms_norm_eps = eps.value_or(1e-5);
+  DT_ASSIGN_OR_RETURN(std::optional<double> base, f.GetOptionalDouble("llama.rope.freq_base"));
+  c.rope_theta = base.value_or(10000.0);
+  if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0)) {
+    return Bad(f, absl::StrCat("layer_norm_rms_epsilon ", c.rms_norm_eps, " and rope.freq_base ",
+                               c.rope_theta, " must be > 0"));
+  }
+  DT_ASSIGN_OR_RETURN(std::optional<std::string> scaling, f.GetOptionalString("llama.rope.scaling.type"));
+  if (scaling && *scaling != "none") {
+    if (*scaling != "linear") {
+      return absl::UnimplementedError(absl::StrCat(
+          Where(f), ": llama.rope.scaling.type '", *scaling, "' is not supported (none, linear)"));
+    }
+    DT_ASSIGN_OR_RETURN(std::optional<double> factor, f.GetOptionalDouble("llama.rope.scaling.factor"));
+    if (!factor || !(*factor >= 1)) {
+      return Bad(f, "linear rope scaling needs llama.rope.scaling.factor >= 1");
+    }
+    c.rope_scaling.rope_type = "linear";
+    c.rope_scaling.factor = *factor;
+  }
+  for (const char* key : {"llama.expert_count", "llama.expert_used_count"}) {
+    DT_ASSIGN_OR_RETURN(std::optional<int64_t> n, f.GetOptionalInt(key));
+    if (n && *n != 0) {
+      return absl::UnimplementedError(absl::StrCat(Where(f), ": ", key, " ", *n,
+                                                   " (mixture of experts) is not supported"));
+    }
+  }
+  std::optional<int64_t> n_tokens;
+  if (f.Find("tokenizer.ggml.tokens") != nullptr) {
+    DT_ASSIGN_OR_RETURN(std::vector<std::string> tokens, f.GetStrings("tokenizer.ggml.tokens"));
+    n_tokens = static_cast<int64_t>(tokens.size());
+  }
+  if (!n_tokens) {
+    if (const GgufTensorInfo* e = f.FindTensor("token_embd.weight")) n_tokens = e->shape[0];
+  }
+  DT_ASSIGN_OR_RETURN(c.vocab_size, Positive(f, "llama.vocab_size", n_tokens));
+  if (f.FindTensor("rope_freqs.weight") != nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        Where(f), ": tensor rope_freqs.weight (llama 3.1 rope frequency factors) is not supported"));
+  }
+  c.tie_word_embeddings = f.FindTensor("output.weight") == nullptr;
+  c.attention_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
+  c.mlp_bias = f.FindTensor("blk.0.ffn_up.bias") != nullptr;
+  c.dtype = DType::kF32;
+  DT_ASSIGN_OR_RETURN(std::optional<int64_t> bos, f.GetOptionalInt("tokenizer.ggml.bos_token_id"));
+  c.bos_token_id = bos;
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"}) {
+    DT_ASSIGN_OR_RETURN(std::optional<int64_t> id, f.GetOptionalInt(key));
+    if (id && std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), *id) == c.eos_token_ids.end()) {
+      c.eos_token_ids.push_back(*id);
+    }
+  }
+  return c;
+}
+
+int64_t GgufRotaryRow(int64_t row, int64_t rows, int64_t heads) {
+  const int64_t hd = rows / heads, half = hd / 2;
+  const int64_t h = row / hd, j = row % hd;
+  const int64_t s = j / half, i = j % half;
+  return h * hd + 2 * i + s;
+}
+
+absl::StatusOr<std::vector<GgufTensorName>> LlamaGgufTensorNames(const GgufFile& f) {
+  DT_ASSIGN_OR_RETURN(LlamaConfig c, LlamaConfigFromGguf(f));
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}};
+  static const std::pair<const char*, const char*> kBlock[] = {
+      {"attn_norm", "input_layernorm"},     {"ffn_norm", "post_attention_layernorm"},
+      {"attn_q", "self_attn.q_proj"},       {"attn_k", "self_attn.k_proj"},
+      {"attn_v", "self_attn.v_proj"},       {"attn_output", "self_attn.o_proj"},
+      {"ffn_gate", "mlp.gate_proj"},        {"ffn_up", "mlp.up_proj"},
+      {"ffn_down", "mlp.down_proj"}};
+  std::vector<GgufTensorName> out;
+  for (const GgufTensorInfo& t : f.tensors()) {
+    GgufTensorName n{t.name, t.name, 0};
+    const std::vector<std::string> parts = absl::StrSplit(t.name, '.');
+    const std::string suffix = parts.back();  // weight, bias
+    if (parts.size() == 2) {
+      for (const auto& [g, hf] : kTop) {
+        if (parts[0] == g) n.hf_name = absl::StrCat(hf, ".", suffix);
+      }
+    } else if (parts.size() == 4 && parts[0] == "blk") {
+      int64_t layer = 0;
+      if (absl::SimpleAtoi(parts[1], &layer)) {
+        for (const auto& [g, hf] : kBlock) {
+          if (parts[2] == g) n.hf_name = absl::StrCat("model.layers.", layer, ".", hf, ".", suffix);
+        }
+        if (parts[2] == "attn_q") n.permute_heads = c.num_attention_heads;
+        if (parts[2] == "attn_k") n.permute_heads = c.num_key_value_heads;
+        if (n.permute_heads > 0 && suffix != "weight") {
+          return absl::UnimplementedError(absl::StrCat(Where(f), ": tensor '", t.name,
+                                                       "' (a rotary projection's bias) is not supported"));
+        }
+      }
+    }
+    if (n.permute_heads > 0 && t.shape[0] % (2 * n.permute_heads) != 0) {
+      return Bad(f, absl::StrCat("tensor '", t.name, "' ", t.Describe(), ": ", t.shape[0],
+                                 " rows are not ", n.permute_heads, " heads of even size"));
+    }
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+}  // namespace dt::loaders

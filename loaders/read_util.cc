@@ -1,0 +1,64 @@
+#include "dtensor/loaders/read_util.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+
+namespace dt::loaders {
+
+absl::Status CheckRanges(absl::string_view what, absl::string_view name,
+                         absl::string_view describe, IntSpan shape, const DimRanges& ranges) {
+  if (ranges.size() != shape.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": tensor '", name, "' ", describe, " has ", shape.size(),
+        " dims, but ranges were given for ", ranges.size()));
+  }
+  for (size_t d = 0; d < ranges.size(); ++d) {
+    int64_t prev = 0;
+    for (const IndexRange& r : ranges[d]) {
+      if (r.start < prev || r.start >= r.stop || r.stop > shape[d]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": tensor '", name, "' ", describe, ": ranges of dim ", d,
+            " (", RangesToString(ranges[d]), ") must be ascending, disjoint, non-empty and inside [0, ",
+            shape[d], ")"));
+      }
+      prev = r.stop;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Note [Copies leave no mapped pages]
+// A strided read (column ranges, interleaved shards) touches every page that holds a wanted
+// element, which for a rowwise shard is every page of the tensor: those file pages would count in
+// this process's RSS for as long as the file stays mapped, although the piece was copied out.
+// After a copy the tensor's whole pages are released from this mapping (MADV_DONTNEED on a
+// read-only file mapping only unmaps: a zero-copy view sharing a page faults it back in from the
+// page cache), so a rank's peak RSS is its pieces, not every tensor it sliced.
+void DropMappedPages(const char* begin, int64_t nbytes) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(begin) + nbytes) / page * page;
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
+void AccountRead(ReadStats* stats, int64_t viewed, int64_t copied, int64_t converted) {
+  if (stats == nullptr) return;
+  stats->tensors += 1;
+  stats->bytes_viewed += viewed;
+  stats->bytes_copied += copied;
+  stats->bytes_converted += converted;
+  stats->max_piece_bytes = std::max(stats->max_piece_bytes, viewed + copied);
+  // While converting, the source piece and the converted one are held together; then the source
+  // is dropped.
+  const int64_t held = converted > 0 ? converted : viewed + copied;
+  const int64_t transient = converted > 0 ? viewed + copied : 0;
+  stats->peak_bytes = std::max(stats->peak_bytes, stats->resident_bytes + held + transient);
+  stats->resident_bytes += held;
+}
+
+}  // namespace dt::loaders

@@ -1,0 +1,28 @@
+#pragma once
+// What the checkpoint readers (safetensors, GGUF) share: range validation, read accounting, and
+// releasing the mapped pages a copy touched.
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "dtensor/core/shape.h"
+#include "dtensor/dtensor/spec.h"
+#include "dtensor/loaders/safetensors.h"
+
+namespace dt::loaders {
+
+// `ranges` must hold one list per dim of `shape`, each ascending, disjoint, non-empty and inside
+// the dim. `what` names the file ("safetensors 'a.safetensors'"), `describe` the tensor ("F32[4]").
+absl::Status CheckRanges(absl::string_view what, absl::string_view name,
+                         absl::string_view describe, IntSpan shape, const DimRanges& ranges);
+
+// Counts one piece: `viewed` bytes of zero-copy views, `copied` bytes copied out of the file,
+// `converted` bytes produced by a dtype conversion (its source freed once converted).
+void AccountRead(ReadStats* stats, int64_t viewed, int64_t copied, int64_t converted);
+
+// Releases this mapping's whole pages in [begin, begin + nbytes) (Note [Copies leave no mapped
+// pages] in read_util.cc).
+void DropMappedPages(const char* begin, int64_t nbytes);
+
+}  // namespace dt::loaders

@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""Golden fixtures for the GGUF reader, the BPE tokenizer and Llama-from-GGUF, made with the real
+gguf (gguf-py), tokenizers and transformers packages.
+
+    tools/reference/.venv/bin/python tools/reference/make_gguf_fixtures.py [--out tests/fixtures]
+        [--smollm2 PATH.gguf]
+
+Writes tests/fixtures/gguf/:
+  quants.gguf              one [4, 512] tensor per type F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K
+                           Q5_K Q6_K (random blocks with finite scales), a 3-D F32 tensor, and
+                           metadata of every GGUF value type (scalars, strings, nested arrays)
+  quants_expected.safetensors  the same tensors dequantized to f32 by gguf.quants.dequantize
+  metadata.json            the metadata as gguf.GGUFReader reads it (for the reader's test)
+  tokenizer.json           a byte-level BPE trained with `tokenizers` (SmolLM2's pre-tokenizer:
+                           individual digits, then GPT-2's ByteLevel split) with ChatML specials
+  tokenizer_golden.json    ids of a corpus of hard strings through that tokenizer (HF tokenizers),
+                           its decodes, and the same through transformers' GGUF tokenizer
+  llama-tiny.gguf          a random tiny Llama (hidden 256, 2 layers, 8 / 4 heads) in llama.cpp's
+                           layout (Q/K rows permuted as convert_hf_to_gguf does), one quant type per
+                           weight (all eleven), untied Q6_K output, the tokenizer in its metadata
+  llama_gguf_golden.json   transformers' logits (every prompt position) and greedy continuation
+                           after loading llama-tiny.gguf (from_pretrained(gguf_file=...), f32)
+With --smollm2 (the SmolLM2-135M-Instruct.Q4_1.gguf that scripts/fetch-smollm2 unpacks) also
+  smollm2_golden.json      transformers' greedy continuations of raw prompts (40 tokens), the
+                           tokenizer's ids of the corpus, and the chat template applied to a
+                           conversation (with and without a system message)
+  smollm2_logits.safetensors  the prompts' last-position logits (last_logits.0, .1; f32)
+"""
+import argparse
+import json
+import os
+import tempfile
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as Q
+from safetensors.numpy import save_file
+
+CORPUS = [
+    "Hello world",
+    "Hello, world! How are you today?",
+    "  leading spaces and trailing   ",
+    "line one\nline two\n\n\tindented\r\nwindows",
+    "numbers 1234567 and 3.14159 and 1,000,000",
+    "contractions: I'm, you're, it's, we'll, they've, she'd, don't, CAN'T",
+    "unicode: café naïve résumé Ærøskøbing ß",
+    "中文字符和日本語のテキスト、한국어",
+    "emoji 😀🎉👍🏽 and flags 🇫🇷",
+    "math ∑ x² ≤ ∞ → λ",
+    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+    "special in text<|endoftext|>after",
+    "code: def f(x):\n    return x**2  # square",
+    "mixed\u00a0non-breaking\u2003em-space",
+    "",
+    " ",
+    "a",
+    "!!!???...",
+    "The quick brown fox jumps over the lazy dog. " * 3,
+]
+
+TRAIN_TEXT = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Hello world, hello tokenizers, hello byte pair encoding.",
+    "Numbers like 12345 and 3.14 are split digit by digit.",
+    "I'm sure you're right; it's what we'll do, they've said.",
+    "café naïve résumé — unicode text with accents.",
+    "def square(x):\n    return x * x\n",
+] * 20
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+QUANT_TYPES = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K,
+               Q.Q6_K]
+# Byte offsets of the f16 scale fields inside one block of each quantized type.
+F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2],
+              Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208]}
+
+
+def random_quant(rng, qtype, rows, cols, scale):
+    """Raw bytes [rows, bytes per row] of random blocks whose f16 scales are finite."""
+    if qtype == Q.F32:
+        return (rng.standard_normal((rows, cols)) * scale * 20).astype(np.float32)
+    if qtype == Q.F16:
+        return (rng.standard_normal((rows, cols)) * scale * 20).astype(np.float16)
+    if qtype == Q.BF16:
+        x = (rng.standard_normal((rows, cols)) * scale * 20).astype(np.float32)
+        return gguf.quants.quantize(x, Q.BF16)
+    block, nbytes = gguf.GGML_QUANT_SIZES[qtype]
+    nblocks = rows * cols // block
+    raw = rng.integers(0, 256, size=(nblocks, nbytes), dtype=np.uint8)
+    for off in F16_FIELDS[qtype]:
+        d = (rng.uniform(0.2, 1.0, size=nblocks) * scale).astype(np.float16)
+        raw[:, off:off + 2] = d.view(np.uint8).reshape(nblocks, 2)
+    return raw.reshape(rows, cols // block * nbytes)
+
+
+def add(writer, name, qtype, data):
+    if qtype in (Q.F32, Q.F16):
+        writer.add_tensor(name, data)
+    else:
+        writer.add_tensor(name, data, raw_dtype=qtype)
+
+
+def dequant(qtype, data):
+    if qtype in (Q.F32, Q.F16):
+        return data.astype(np.float32)
+    return gguf.quants.dequantize(data, qtype).astype(np.float32)
+
+
+def make_quants(out):
+    rng = np.random.default_rng(7)
+    path = os.path.join(out, "quants.gguf")
+    w = gguf.GGUFWriter(path, arch="test")
+    w.add_uint8("test.u8", 200)
+    w.add_int8("test.i8", -100)
+    w.add_uint16("test.u16", 60000)
+    w.add_int16("test.i16", -30000)
+    w.add_uint32("test.u32", 4000000000)
+    w.add_int32("test.i32", -2000000000)
+    w.add_float32("test.f32", 0.15625)
+    w.add_bool("test.bool", True)
+    w.add_string("test.string", "héllo wörld")
+    w.add_uint64("test.u64", 18000000000000000000)
+    w.add_int64("test.i64", -9000000000000000000)
+    w.add_float64("test.f64", 2.718281828459045)
+    w.add_array("test.array_i32", [1, -2, 3])
+    w.add_array("test.array_str", ["a", "bc", ""])
+    w.add_array("test.array_nested", [[1, 2], [3]])
+    w.add_array("test.array_empty", [])
+    expected = {}
+    for qtype in QUANT_TYPES:
+        data = random_quant(rng, qtype, 4, 512, 0.05)
+        name = f"t.{qtype.name}"
+        add(w, name, qtype, data)
+        expected[name] = dequant(qtype, data).reshape(4, 512)
+    cube = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    w.add_tensor("t.cube", cube)
+    expected["t.cube"] = cube
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    save_file(expected, os.path.join(out, "quants_expected.safetensors"))
+    # What gguf's own reader makes of the metadata.
+    r = gguf.GGUFReader(path)
+    meta = {}
+    for f in r.fields.values():
+        if not f.name.startswith("test."):
+            continue
+        meta[f.name] = f.contents()
+    with open(os.path.join(out, "metadata.json"), "w") as fh:
+        json.dump(meta, fh, indent=1, ensure_ascii=False)
+    print("wrote", path)
+
+
+def make_tokenizer(out):
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers, processors
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=420, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(TRAIN_TEXT, trainer)
+    path = os.path.join(out, "tokenizer.json")
+    tok.save(path)
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as fh:
+        json.dump({"bos_token": None, "eos_token": "<|im_end|>", "chat_template": CHAT_TEMPLATE,
+                   "add_bos_token": False}, fh, indent=1)
+    golden = {"corpus": CORPUS, "ids": [], "decoded": []}
+    for text in CORPUS:
+        ids = tok.encode(text).ids
+        golden["ids"].append(ids)
+        golden["decoded"].append(tok.decode(ids, skip_special_tokens=False))
+    print("wrote", path, "vocab", tok.get_vocab_size())
+    return tok, golden
+
+
+def permute(w, n_head):
+    """convert_hf_to_gguf's LlamaModel.permute: Q/K rows from HF's half-split to pairs."""
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def add_tokenizer_metadata(w, tok):
+    vocab = tok.get_vocab()
+    tokens = [None] * len(vocab)
+    for t, i in vocab.items():
+        tokens[i] = t
+    model = json.loads(tok.to_str())["model"]
+    merges = [" ".join(m) if isinstance(m, list) else m for m in model["merges"]]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
+    w.add_token_merges(merges)
+    w.add_bos_token_id(vocab["<|im_start|>"])
+    w.add_eos_token_id(vocab["<|im_end|>"])
+    w.add_unk_token_id(vocab["<|endoftext|>"])
+    w.add_pad_token_id(vocab["<|im_end|>"])
+    w.add_add_bos_token(False)
+    w.add_chat_template(CHAT_TEMPLATE)
+
+
+def make_tiny_llama(out, tok, golden):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    rng = np.random.default_rng(11)
+    H, L, NH, NKV, HD, I = 256, 2, 8, 4, 32, 512
+    V = tok.get_vocab_size()
+    path = os.path.join(out, "llama-tiny.gguf")
+    w = gguf.GGUFWriter(path, arch="llama")
+    w.add_name("llama-tiny")
+    w.add_context_length(512)
+    w.add_embedding_length(H)
+    w.add_block_count(L)
+    w.add_feed_forward_length(I)
+    w.add_head_count(NH)
+    w.add_head_count_kv(NKV)
+    w.add_rope_dimension_count(HD)
+    w.add_rope_freq_base(100000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(V)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_1)
+    add_tokenizer_metadata(w, tok)
+    types = {
+        0: dict(attn_q=Q.Q4_0, attn_k=Q.Q4_1, attn_v=Q.Q5_0, attn_output=Q.Q5_1, ffn_gate=Q.Q8_0,
+                ffn_up=Q.F16, ffn_down=Q.BF16),
+        1: dict(attn_q=Q.Q4_K, attn_k=Q.Q5_K, attn_v=Q.Q6_K, attn_output=Q.Q4_K,
+                ffn_gate=Q.Q5_K, ffn_up=Q.Q6_K, ffn_down=Q.Q5_0),
+    }
+    shapes = dict(attn_q=(NH * HD, H), attn_k=(NKV * HD, H), attn_v=(NKV * HD, H),
+                  attn_output=(H, NH * HD), ffn_gate=(I, H), ffn_up=(I, H), ffn_down=(H, I))
+
+    def weight(name, qtype, rows, cols, heads=None):
+        data = random_quant(rng, qtype, rows, cols, 0.004)
+        if heads is not None:
+            # The checkpoint holds the permuted rows of an HF weight: permute whole rows (the
+            # row bytes of a quantized tensor are its row's blocks).
+            data = np.ascontiguousarray(permute(data, heads))
+        add(w, name, qtype, data)
+
+    weight("token_embd.weight", Q.Q8_0, V, H)
+    for layer in range(L):
+        for k, qtype in types[layer].items():
+            rows, cols = shapes[k]
+            heads = NH if k == "attn_q" else NKV if k == "attn_k" else None
+            weight(f"blk.{layer}.{k}.weight", qtype, rows, cols, heads)
+        for norm in ("attn_norm", "ffn_norm"):
+            w.add_tensor(f"blk.{layer}.{norm}.weight",
+                         rng.uniform(0.5, 1.5, H).astype(np.float32))
+    w.add_tensor("output_norm.weight", rng.uniform(0.5, 1.5, H).astype(np.float32))
+    weight("output.weight", Q.Q6_K, V, H)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print("wrote", path)
+
+    model = AutoModelForCausalLM.from_pretrained(out, gguf_file="llama-tiny.gguf",
+                                                 dtype=torch.float32)
+    model.eval()
+    gtok = AutoTokenizer.from_pretrained(out, gguf_file="llama-tiny.gguf")
+    golden["gguf_ids"] = [gtok.encode(t, add_special_tokens=False) for t in CORPUS]
+    with open(os.path.join(out, "tokenizer_golden.json"), "w") as fh:
+        json.dump(golden, fh, indent=1, ensure_ascii=False)
+    prompt = golden["ids"][1]
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        logits = model(ids).logits[0]
+        gen = model.generate(ids, max_new_tokens=24, do_sample=False, min_new_tokens=24,
+                             pad_token_id=0)
+    out_golden = {"prompt": prompt, "logits": logits.tolist(),
+                  "greedy": gen[0, len(prompt):].tolist()}
+    with open(os.path.join(out, "llama_gguf_golden.json"), "w") as fh:
+        json.dump(out_golden, fh)
+    print("wrote llama_gguf_golden.json; greedy", out_golden["greedy"])
+
+
+def make_smollm2(out, path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    d, f = os.path.dirname(os.path.abspath(path)), os.path.basename(path)
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32)
+    model.eval()
+    prompts = ["The capital of France is", "def fibonacci(n):\n    \"\"\"Return the n-th"]
+    logits = {}
+    golden = {"prompts": [], "corpus": CORPUS,
+              "corpus_ids": [tok.encode(t, add_special_tokens=False) for t in CORPUS]}
+    for p in prompts:
+        ids = tok.encode(p, add_special_tokens=False)
+        t = torch.tensor([ids])
+        with torch.no_grad():
+            last = model(t).logits[0, -1]
+            gen = model.generate(t, max_new_tokens=40, min_new_tokens=40, do_sample=False,
+                                 pad_token_id=tok.eos_token_id)
+        logits[f"last_logits.{len(logits)}"] = last.numpy().astype(np.float32)
+        golden["prompts"].append({"text": p, "ids": ids,
+                                  "greedy": gen[0, len(ids):].tolist(),
+                                  "greedy_text": tok.decode(gen[0, len(ids):])})
+        print(repr(p), "->", repr(golden["prompts"][-1]["greedy_text"]))
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    golden["chat"] = {"messages": messages,
+                      "text": tok.apply_chat_template(messages, tokenize=False,
+                                                      add_generation_prompt=True)}
+    with_system = [{"role": "system", "content": "Answer briefly."}] + messages
+    golden["chat_system"] = {"messages": with_system,
+                             "text": tok.apply_chat_template(with_system, tokenize=False,
+                                                             add_generation_prompt=True)}
+    golden["bos_token_id"] = tok.bos_token_id
+    golden["eos_token_id"] = tok.eos_token_id
+    save_file(logits, os.path.join(out, "smollm2_logits.safetensors"))
+    with open(os.path.join(out, "smollm2_golden.json"), "w") as fh:
+        json.dump(golden, fh, ensure_ascii=False)
+    print("wrote smollm2_golden.json")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests",
+                                                   "fixtures"))
+    ap.add_argument("--smollm2", default=None)
+    a = ap.parse_args()
+    out = os.path.join(a.out, "gguf")
+    os.makedirs(out, exist_ok=True)
+    make_quants(out)
+    tok, golden = make_tokenizer(out)
+    make_tiny_llama(out, tok, golden)
+    if a.smollm2:
+        make_smollm2(out, a.smollm2)
+
+
+if __name__ == "__main__":
+    main()
