@@ -7,6 +7,8 @@ find_package(absl REQUIRED)            # no version: abslConfigVersion wants an 
 find_package(nlohmann_json 3.11 REQUIRED)
 find_package(Gloo REQUIRED)            # capital G; imports the plain target `gloo`
 find_package(MPI REQUIRED COMPONENTS CXX)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)  # the tokenizer's split regexes
 if(DT_BUILD_TESTS)
   find_package(GTest REQUIRED)
   find_package(rapidcheck REQUIRED)

@@ -39,6 +39,8 @@ class Checkpoint {
   // NotFound naming the tensor and the checkpoint. A GGUF tensor's dtype_name is its ggml type
   // ("Q4_1") and its dtype f32 when dtensor dequantizes it.
   absl::StatusOr<const TensorInfo*> Info(absl::string_view name) const;
+  // The safetensors files (none for a GGUF).
+  const std::vector<std::shared_ptr<const SafetensorsFile>>& files() const { return files_; }
   // The GGUF file behind this checkpoint, or nullptr for safetensors.
   const GgufFile* gguf() const { return gguf_.get(); }
 

@@ -13,6 +13,8 @@ Writes tests/fixtures/gguf/:
   metadata.json            the metadata as gguf.GGUFReader reads it (for the reader's test)
   tokenizer.json           a byte-level BPE trained with `tokenizers` (SmolLM2's pre-tokenizer:
                            individual digits, then GPT-2's ByteLevel split) with ChatML specials
+  llama3-tokenizer/        the same corpus through a tokenizer in Llama 3's layout (Split regex,
+                           ignore_merges, BOS template) with Llama 3's chat template: golden.json
   tokenizer_golden.json    ids of a corpus of hard strings through that tokenizer (HF tokenizers),
                            its decodes, and the same through transformers' GGUF tokenizer
   llama-tiny.gguf          a random tiny Llama (hidden 256, 2 layers, 8 / 4 heads) in llama.cpp's
@@ -22,7 +24,7 @@ Writes tests/fixtures/gguf/:
                            after loading llama-tiny.gguf (from_pretrained(gguf_file=...), f32)
 With --smollm2 (the SmolLM2-135M-Instruct.Q4_1.gguf that scripts/fetch-smollm2 unpacks) also
   smollm2_golden.json      transformers' greedy continuations of raw prompts (40 tokens), the
-                           tokenizer's ids of the corpus, and the chat template applied to a
+                           corpus' ids (SmolLM2's own pre-tokenizer; see make_smollm2), and the chat template applied to a
                            conversation (with and without a system message)
   smollm2_logits.safetensors  the prompts' last-position logits (last_logits.0, .1; f32)
 """
@@ -57,6 +59,38 @@ CORPUS = [
     "!!!???...",
     "The quick brown fox jumps over the lazy dog. " * 3,
 ]
+
+def generated_corpus(n=200, seed=0):
+    """Deterministic random mixes of hard fragments: every script, whitespace kind, digit run,
+    contraction case, emoji sequence, code and special-token text, and very long words."""
+    import random
+    rng = random.Random(seed)
+    frags = ["hello", "World", "don't", "I'M", "we'LL", "they'Ve", "it's", "'s", "'", "''",
+             "café", "naïve", "Ærøskøbing", "straße", "İstanbul", "ǅemal", "Ωμέγα", "Привет",
+             "мир", "中文", "日本語の", "テキスト", "한국어", "ไทย", "हिन्दी", "عربي", "עברית",
+             "😀", "👍🏽", "👨‍👩‍👧", "🇫🇷", "❤️", "∑", "x²", "≤", "→", "½", "٣", "१२३",
+             "0", "7", "42", "1234567", "3.14159", "1,000", "-12", "+3e10", "0x1F",
+             "def", "f(x):", "return", "x**2", "#", "//", "{", "}", "[]", "()", "=>", "!=",
+             "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|im_", "|>", "<", ">",
+             "...", "!!!", "???", "—", "–", "«", "»", "“quoted”", "(paren)", "@user",
+             "https://example.com/a?b=c", "e-mail@example.org", "$100", "€5", "%", "&amp;"]
+    seps = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "\u00a0", "\u2003",
+            "\u3000", "", "", "", ", ", ". ", "\t\t", " \t", "\n    "]
+    out = []
+    for k in range(n):
+        parts = [rng.choice(frags) for _ in range(rng.randint(1, 9))]
+        text = ""
+        for p in parts:
+            text += p + rng.choice(seps)
+        if k % 23 == 0:
+            text = rng.choice(frags) * rng.randint(20, 120)  # very long words
+        if k % 17 == 0:
+            text = rng.choice(seps) + text + rng.choice(seps)
+        out.append(text)
+    return out
+
+
+CORPUS += generated_corpus()
 
 TRAIN_TEXT = [
     "The quick brown fox jumps over the lazy dog.",
@@ -185,6 +219,60 @@ def make_tokenizer(out):
     return tok, golden
 
 
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
+                r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                   "<|end_header_id|>", "<|eot_id|>"]
+LLAMA3_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | "
+    "trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}"
+    "{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+
+
+def make_llama3_tokenizer(out):
+    """Llama 3's tokenizer.json layout: a Split regex then ByteLevel without its own regex,
+    ignore_merges, a TemplateProcessing post-processor adding <|begin_of_text|>, and Llama 3's
+    chat template; ids and chat texts through transformers."""
+    from tokenizers import Tokenizer, Regex, models, pre_tokenizers, decoders, trainers, processors
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=450, special_tokens=LLAMA3_SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(TRAIN_TEXT, trainer)
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                      pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+                                      special_tokens=[("<|begin_of_text|>", bos)])])
+    d = os.path.join(out, "llama3-tokenizer")
+    os.makedirs(d, exist_ok=True)
+    tok.save(os.path.join(d, "tokenizer.json"))
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as fh:
+        json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
+                   "chat_template": LLAMA3_TEMPLATE}, fh, indent=1)
+    ht = PreTrainedTokenizerFast.from_pretrained(d)
+    messages = [{"role": "system", "content": "  Be brief. "},
+                {"role": "user", "content": "What is 2+2?\n"}]
+    golden = {"corpus": CORPUS,
+              "ids": [tok.encode(t, add_special_tokens=False).ids for t in CORPUS],
+              "ids_with_bos": [ht.encode(t) for t in CORPUS[:5]],
+              "chat": {"messages": messages,
+                       "text": ht.apply_chat_template(messages, tokenize=False,
+                                                      add_generation_prompt=True)}}
+    golden["decoded"] = [tok.decode(i, skip_special_tokens=False) for i in golden["ids"]]
+    with open(os.path.join(d, "golden.json"), "w") as fh:
+        json.dump(golden, fh, indent=1, ensure_ascii=False)
+    print("wrote", d)
+
+
 def permute(w, n_head):
     """convert_hf_to_gguf's LlamaModel.permute: Q/K rows from HF's half-split to pairs."""
     return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
@@ -295,8 +383,21 @@ def make_smollm2(out, path):
     model.eval()
     prompts = ["The capital of France is", "def fibonacci(n):\n    \"\"\"Return the n-th"]
     logits = {}
+    # transformers' GGUF loader gives every gpt2-model vocabulary GPT-2's ByteLevel split and
+    # drops tokenizer.ggml.pre ("smollm": digits one by one, as SmolLM2's own tokenizer.json and
+    # llama.cpp split them). corpus_ids: that tokenizer with SmolLM2's real pre-tokenizer
+    # (Digits(individual) then ByteLevel) restored, through `tokenizers`; the ids of
+    # transformers' GGUF tokenizer are kept beside them (they differ on non-ASCII digits).
+    from tokenizers import Tokenizer as HfTokenizer, pre_tokenizers
+    hub = HfTokenizer.from_str(tok.backend_tokenizer.to_str())
+    hub.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
     golden = {"prompts": [], "corpus": CORPUS,
-              "corpus_ids": [tok.encode(t, add_special_tokens=False) for t in CORPUS]}
+              "corpus_ids": [hub.encode(t, add_special_tokens=False).ids for t in CORPUS],
+              "transformers_gguf_ids": [tok.encode(t, add_special_tokens=False) for t in CORPUS]}
+    golden["pre_tokenizer_differs"] = [i for i in range(len(CORPUS))
+                                       if golden["corpus_ids"][i] != golden["transformers_gguf_ids"][i]]
     for p in prompts:
         ids = tok.encode(p, add_special_tokens=False)
         t = torch.tensor([ids])
@@ -335,6 +436,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     make_quants(out)
     tok, golden = make_tokenizer(out)
+    make_llama3_tokenizer(out)
     make_tiny_llama(out, tok, golden)
     if a.smollm2:
         make_smollm2(out, a.smollm2)

@@ -1,0 +1,96 @@
+#include "dtensor/loaders/chat_template.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+
+namespace dt::loaders {
+namespace {
+
+// The text of a ChatML default system message written as a literal in the template:
+// '<|im_start|>system\n' + TEXT + '<|im_end|>' inside one quoted Jinja string. "" when none.
+std::string DefaultSystem(absl::string_view source) {
+  for (absl::string_view head : {"<|im_start|>system\n", "<|im_start|>system\\n"}) {
+    size_t at = source.find(head);
+    while (at != absl::string_view::npos) {
+      const size_t begin = at + head.size();
+      const size_t end = source.find("<|im_end|>", begin);
+      if (end == absl::string_view::npos) break;
+      absl::string_view text = source.substr(begin, end - begin);
+      // A literal: no Jinja expression, no closing quote inside.
+      if (!absl::StrContains(text, "{{") && !absl::StrContains(text, "{%") &&
+          !absl::StrContains(text, "'") && !absl::StrContains(text, "\"") && !text.empty()) {
+        return absl::StrReplaceAll(text, {{"\\n", "\n"}});
+      }
+      at = source.find(head, end);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Recognize(
+    absl::string_view source, absl::string_view bos) {
+  auto t = std::make_shared<ChatTemplate>();
+  t->bos_ = std::string(bos);
+  const std::string head(source.substr(0, 80));
+  if (absl::StrContains(source, "<|im_start|>") && absl::StrContains(source, "<|im_end|>")) {
+    t->format_ = Format::kChatML;
+    t->default_system_ = DefaultSystem(source);
+    return std::shared_ptr<const ChatTemplate>(std::move(t));
+  }
+  if (absl::StrContains(source, "<|start_header_id|>") && absl::StrContains(source, "<|eot_id|>")) {
+    if (absl::StrContains(source, "Cutting Knowledge") || absl::StrContains(source, "tools")) {
+      return absl::UnimplementedError(absl::StrCat(
+          "chat template: Llama 3.1+'s format (date and tool preamble) is not supported; the "
+          "template starts \"", absl::CEscape(head), "\""));
+    }
+    t->format_ = Format::kLlama3;
+    return std::shared_ptr<const ChatTemplate>(std::move(t));
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      "chat template not recognized (supported: ChatML, Llama 3); it starts \"",
+      absl::CEscape(head), "\""));
+}
+
+absl::string_view ChatTemplate::name() const {
+  return format_ == Format::kChatML ? "ChatML" : "Llama 3";
+}
+
+absl::string_view ChatTemplate::end_of_turn() const {
+  return format_ == Format::kChatML ? "<|im_end|>" : "<|eot_id|>";
+}
+
+absl::StatusOr<std::string> ChatTemplate::Apply(absl::Span<const ChatMessage> messages,
+                                                bool add_generation_prompt) const {
+  if (messages.empty()) return absl::InvalidArgumentError("chat: no messages");
+  for (const ChatMessage& m : messages) {
+    if (m.role != "system" && m.role != "user" && m.role != "assistant") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chat: role '", m.role, "' is not one of system, user, assistant"));
+    }
+  }
+  std::string out;
+  if (format_ == Format::kChatML) {
+    if (messages[0].role != "system" && !default_system_.empty()) {
+      absl::StrAppend(&out, "<|im_start|>system\n", default_system_, "<|im_end|>\n");
+    }
+    for (const ChatMessage& m : messages) {
+      absl::StrAppend(&out, "<|im_start|>", m.role, "\n", m.content, "<|im_end|>\n");
+    }
+    if (add_generation_prompt) absl::StrAppend(&out, "<|im_start|>assistant\n");
+    return out;
+  }
+  out = bos_;
+  for (const ChatMessage& m : messages) {
+    absl::StrAppend(&out, "<|start_header_id|>", m.role, "<|end_header_id|>\n\n",
+                    absl::StripAsciiWhitespace(m.content), "<|eot_id|>");
+  }
+  if (add_generation_prompt) absl::StrAppend(&out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  return out;
+}
+
+}  // namespace dt::loaders

@@ -1,0 +1,410 @@
+// loaders/gguf: dequantization of every supported ggml type bit-exact against gguf-py
+// (tests/fixtures/gguf/quants_expected.safetensors), metadata of every value type against
+// gguf.GGUFReader, sharded reads (random row and column ranges: the values of the whole read, and
+// only the covering blocks counted), every truncation of a real file and hand-written hostile
+// headers (always a clean error naming the file), Llama config and names from GGUF.
+#include "dtensor/loaders/gguf.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "dtensor/loaders/gguf_llama.h"
+#include "dtensor/loaders/safetensors.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "rapidcheck/gtest.h"
+#include "dtensor/tests/test_util.h"
+
+namespace dt::loaders {
+namespace {
+
+namespace fs = std::filesystem;
+using dt::testing::Contains;
+
+const std::string kDir = std::string(DT_FIXTURES_DIR) + "/gguf";
+
+std::string TempPath(absl::string_view name) {
+  static const std::string dir = [] {
+    const fs::path p = fs::temp_directory_path() / absl::StrCat("dt_gguf_", ::getpid());
+    fs::create_directories(p);
+    return p.string();
+  }();
+  return (fs::path(dir) / std::string(name)).string();
+}
+
+struct Cleanup {
+  ~Cleanup() {
+    std::error_code ec;
+    fs::remove_all(fs::path(TempPath("x")).parent_path(), ec);
+  }
+} cleanup;
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+std::string WriteBytes(absl::string_view name, const std::string& bytes) {
+  const std::string path = TempPath(name);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return path;
+}
+
+std::shared_ptr<const GgufFile> Quants() {
+  static const auto f = GgufFile::Open(kDir + "/quants.gguf").value();
+  return f;
+}
+
+// ---- dequantization ------------------------------------------------------------------------------
+
+TEST(Gguf, DequantizesEveryTypeBitExactlyAsGgufPy) {
+  auto expected = SafetensorsFile::Open(kDir + "/quants_expected.safetensors").value();
+  std::set<std::string> seen;
+  for (const TensorInfo& e : expected->tensors()) {
+    SCOPED_TRACE(e.name);
+    const GgufTensorInfo* t = Quants()->FindTensor(e.name);
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->shape, e.shape);
+    seen.insert(t->type->name);
+    Tensor want = expected->Read(e.name).value();
+    ReadStats stats;
+    Tensor got = Quants()->ReadRanges(e.name, FullRanges(t->shape), {}, &stats).value();
+    ASSERT_EQ(got.shape(), want.shape());
+    ASSERT_EQ(got.dtype(), DType::kF32);
+    EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()), 0);
+    EXPECT_EQ(stats.bytes_copied, t->nbytes);
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0",
+                                         "Q5_1", "Q4_K", "Q5_K", "Q6_K"}));
+}
+
+TEST(Gguf, ReadsIntoBf16) {
+  Tensor f32 = Quants()->ReadRanges("t.Q4_K", FullRanges(Shape{4, 512})).value();
+  ReadOptions o;
+  o.dtype = DType::kBF16;
+  Tensor bf = Quants()->ReadRanges("t.Q4_K", FullRanges(Shape{4, 512}), o).value();
+  EXPECT_EQ(bf.dtype(), DType::kBF16);
+  const float* a = f32.data<float>();
+  const BFloat16* b = bf.data<BFloat16>();
+  for (int64_t i = 0; i < f32.numel(); ++i) ASSERT_EQ(float(b[i]), float(BFloat16(a[i])));
+}
+
+// Random row and column ranges of every type read what the whole read holds there, and count
+// exactly the quant blocks that cover the wanted columns.
+RC_GTEST_PROP(Gguf, ShardedReadsReadTheirBlocks, ()) {
+  static const std::vector<std::string> kTypes = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1",
+                                                 "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"};
+  const std::string name = absl::StrCat("t.", *rc::gen::elementOf(kTypes));
+  const GgufTensorInfo* t = Quants()->FindTensor(name);
+  const Tensor whole = Quants()->ReadRanges(name, FullRanges(t->shape)).value();
+  auto ranges_of = [](int64_t n) {
+    const int64_t a = *rc::gen::inRange<int64_t>(0, n);
+    const int64_t b = *rc::gen::inRange<int64_t>(a + 1, n + 1);
+    RangeList l = {{a, b}};
+    if (b + 1 < n && *rc::gen::arbitrary<bool>()) {
+      const int64_t c = *rc::gen::inRange<int64_t>(b + 1, n);
+      l.push_back({c, *rc::gen::inRange<int64_t>(c + 1, n + 1)});
+    }
+    return l;
+  };
+  const DimRanges ranges = {ranges_of(t->shape[0]), ranges_of(t->shape[1])};
+  ReadStats stats;
+  const Tensor piece = Quants()->ReadRanges(name, ranges, {}, &stats).value();
+  RC_ASSERT(piece.shape() == (Shape{RangesSize(ranges[0]), RangesSize(ranges[1])}));
+  const float* w = whole.data<float>();
+  const float* p = piece.data<float>();
+  int64_t blocks = 0;
+  for (const IndexRange& c : ranges[1]) {
+    blocks += (c.stop + t->type->block - 1) / t->type->block - c.start / t->type->block;
+  }
+  int64_t k = 0;
+  for (const IndexRange& r : ranges[0]) {
+    for (int64_t i = r.start; i < r.stop; ++i) {
+      for (const IndexRange& c : ranges[1]) {
+        for (int64_t j = c.start; j < c.stop; ++j) RC_ASSERT(p[k++] == w[i * t->shape[1] + j]);
+      }
+    }
+  }
+  RC_ASSERT(stats.bytes_copied == RangesSize(ranges[0]) * blocks * t->type->block_bytes);
+}
+
+TEST(Gguf, ThreeDimensionalTensorAndRowOrder) {
+  auto expected = SafetensorsFile::Open(kDir + "/quants_expected.safetensors").value();
+  const Tensor cube = expected->Read("t.cube").value();
+  ASSERT_EQ(cube.shape(), (Shape{2, 3, 5}));
+  const Tensor piece = Quants()->ReadRanges("t.cube", {{{1, 2}}, {{0, 1}, {2, 3}}, {{1, 4}}}).value();
+  ASSERT_EQ(piece.shape(), (Shape{1, 2, 3}));
+  const float* c = cube.data<float>();
+  const float* p = piece.data<float>();
+  for (int j = 0; j < 3; ++j) {
+    EXPECT_EQ(p[j], c[15 + 0 * 5 + 1 + j]);
+    EXPECT_EQ(p[3 + j], c[15 + 2 * 5 + 1 + j]);
+  }
+  // Rows in any order, repeated.
+  const Tensor rows = Quants()->ReadRows("t.Q8_0", std::vector<int64_t>{3, 0, 3}, {{32, 64}}).value();
+  const Tensor whole = Quants()->ReadRanges("t.Q8_0", FullRanges(Shape{4, 512})).value();
+  for (int j = 0; j < 32; ++j) {
+    EXPECT_EQ(rows.data<float>()[j], whole.data<float>()[3 * 512 + 32 + j]);
+    EXPECT_EQ(rows.data<float>()[32 + j], whole.data<float>()[32 + j]);
+  }
+  EXPECT_TRUE(Contains(Quants()->ReadRows("t.Q8_0", std::vector<int64_t>{4}, {{0, 1}}).status(),
+                       "row 4 is outside [0, 4)"));
+  EXPECT_TRUE(Contains(Quants()->ReadRanges("t.Q8_0", {{{0, 5}}, {{0, 1}}}).status(),
+                       "must be ascending, disjoint, non-empty and inside [0, 4)"));
+}
+
+// ---- metadata ------------------------------------------------------------------------------------
+
+TEST(Gguf, MetadataOfEveryTypeAsGgufPyReadsIt) {
+  const nlohmann::json want = nlohmann::json::parse(ReadBytes(kDir + "/metadata.json"));
+  const GgufFile& f = *Quants();
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(f.alignment(), 32);
+  const std::pair<const char*, GgufValue::Type> types[] = {
+      {"test.u8", GgufValue::kU8},   {"test.i8", GgufValue::kI8},   {"test.u16", GgufValue::kU16},
+      {"test.i16", GgufValue::kI16}, {"test.u32", GgufValue::kU32}, {"test.i32", GgufValue::kI32},
+      {"test.u64", GgufValue::kU64}, {"test.i64", GgufValue::kI64}};
+  for (const auto& [key, type] : types) {
+    SCOPED_TRACE(key);
+    const GgufValue* v = f.Find(key);
+    ASSERT_NE(v, nullptr);
+    EXPECT_EQ(v->type, type);
+    if (type == GgufValue::kU64) {
+      EXPECT_EQ(std::get<uint64_t>(v->value), want[key].get<uint64_t>());
+      EXPECT_FALSE(v->AsInt().has_value());  // 1.8e19 does not fit int64
+    } else {
+      EXPECT_EQ(*v->AsInt(), want[key].get<int64_t>());
+    }
+  }
+  EXPECT_EQ(*f.GetOptionalDouble("test.f32").value(), want["test.f32"].get<double>());
+  EXPECT_EQ(*f.GetOptionalDouble("test.f64").value(), want["test.f64"].get<double>());
+  EXPECT_EQ(std::get<bool>(f.Find("test.bool")->value), true);
+  EXPECT_EQ(f.GetString("test.string").value(), want["test.string"].get<std::string>());
+  EXPECT_EQ(f.GetInts("test.array_i32").value(), (std::vector<int64_t>{1, -2, 3}));
+  EXPECT_EQ(f.GetStrings("test.array_str").value(), (std::vector<std::string>{"a", "bc", ""}));
+  const GgufValue* nested = f.Find("test.array_nested");
+  ASSERT_NE(nested, nullptr);
+  EXPECT_EQ(nested->element_type, GgufValue::kArray);
+  ASSERT_EQ(nested->AsArray()->size(), 2u);
+  EXPECT_EQ((*nested->AsArray())[1].ToString(), "[3]");
+  // Typed accessors name the key.
+  EXPECT_TRUE(Contains(f.GetInt("nope").status(), "no metadata 'nope'"));
+  EXPECT_TRUE(Contains(f.GetInt("test.string").status(), "'test.string' must be an integer, got string"));
+  EXPECT_TRUE(Contains(f.GetStrings("test.array_i32").status(), "must be an array of strings"));
+}
+
+// ---- hostile files -------------------------------------------------------------------------------
+
+TEST(Gguf, EveryTruncationIsACleanError) {
+  const std::string bytes = ReadBytes(kDir + "/quants.gguf");
+  const int64_t data = Quants()->data_offset();
+  for (int64_t n = 0; n < static_cast<int64_t>(bytes.size()); n += n < data + 64 ? 1 : 61) {
+    const std::string path = WriteBytes("trunc.gguf", bytes.substr(0, n));
+    absl::Status s = GgufFile::Open(path).status();
+    ASSERT_FALSE(s.ok()) << n;
+    ASSERT_TRUE(Contains(s, "gguf '")) << n;
+  }
+}
+
+// Random byte flips in the header: Open either succeeds or fails cleanly, and a file it accepts
+// reads every tensor without faulting.
+RC_GTEST_PROP(Gguf, MutatedHeadersNeverCrash, ()) {
+  static const std::string bytes = ReadBytes(kDir + "/quants.gguf");
+  std::string m = bytes;
+  const int flips = *rc::gen::inRange(1, 8);
+  for (int i = 0; i < flips; ++i) {
+    const size_t at = *rc::gen::inRange<size_t>(0, static_cast<size_t>(Quants()->data_offset()));
+    m[at] = static_cast<char>(*rc::gen::arbitrary<uint8_t>());
+  }
+  const std::string path = WriteBytes(absl::StrCat("mut_", ::getpid(), ".gguf"), m);
+  auto f = GgufFile::Open(path);
+  if (!f.ok()) {
+    RC_ASSERT(Contains(f.status(), "gguf '"));
+    return;
+  }
+  for (const GgufTensorInfo& t : (*f)->tensors()) {
+    if (t.type->dequantizable && Numel(t.shape) <= (1 << 22)) {
+      (void)(*f)->ReadRanges(t.name, FullRanges(t.shape));
+    }
+  }
+}
+
+// A hand-written GGUF: the header fields in order, then padding and data.
+struct Writer {
+  std::string b = "GGUF";
+  template <typename T>
+  Writer& Put(T v) {
+    b.append(reinterpret_cast<const char*>(&v), sizeof(T));
+    return *this;
+  }
+  Writer& Str(const std::string& s) {
+    Put<uint64_t>(s.size());
+    b += s;
+    return *this;
+  }
+  Writer& Header(uint64_t tensors, uint64_t kvs, uint32_t version = 3) {
+    return Put(version).Put(tensors).Put(kvs);
+  }
+  // One tensor info: 2 dims ne = {ne0, ne1}.
+  Writer& Info(const std::string& name, uint64_t ne0, uint64_t ne1, uint32_t type, uint64_t offset) {
+    Str(name).Put<uint32_t>(2).Put(ne0).Put(ne1).Put(type).Put(offset);
+    return *this;
+  }
+  Writer& Pad(size_t to = 32) {
+    while (b.size() % to != 0) b += '\0';
+    return *this;
+  }
+  Writer& Data(size_t n) {
+    b += std::string(n, '\x11');
+    return *this;
+  }
+  absl::Status Open() const { return GgufFile::Open(WriteBytes("hand.gguf", b)).status(); }
+};
+
+TEST(Gguf, HostileHeadersGetNamedErrors) {
+  EXPECT_TRUE(Contains(Writer{"GGML"}.Header(0, 0).Open(), "is not a GGUF file"));
+  EXPECT_TRUE(Contains(Writer().Header(0, 0, 1).Open(), "version 1 is not supported"));
+  EXPECT_TRUE(Contains(Writer().Header(0, 0, 0x03000000).Open(), "a big-endian file?"));
+  EXPECT_TRUE(Contains(Writer().Header(1ull << 60, 0).Open(), "tensor count 1152921504606846976 runs past"));
+  EXPECT_TRUE(Contains(Writer().Header(0, 1ull << 62).Open(), "metadata count"));
+  // A string length past the end, before anything is allocated.
+  EXPECT_TRUE(Contains(Writer().Header(0, 1).Put<uint64_t>(1ull << 62).Data(64).Open(),
+                       "string length 4611686018427387904 runs past the end"));
+  EXPECT_TRUE(Contains(Writer().Header(0, 1).Str("k").Put<uint32_t>(13).Open(),
+                       "metadata 'k': unknown value type 13"));
+  EXPECT_TRUE(Contains(Writer().Header(0, 1).Str("k").Put<uint32_t>(9).Put<uint32_t>(4).Put<uint64_t>(1ull << 40).Open(),
+                       "metadata 'k': array of 1099511627776 u32 runs past the end"));
+  EXPECT_TRUE(Contains(Writer().Header(0, 1).Str("k").Put<uint32_t>(7).Put<uint8_t>(2).Open(),
+                       "bool value 2 is not 0 or 1"));
+  {
+    Writer w;
+    w.Header(0, 1).Str("k").Put<uint32_t>(9);
+    for (int i = 0; i < 10; ++i) w.Put<uint32_t>(9).Put<uint64_t>(1);
+    w.Put<uint32_t>(4).Put<uint64_t>(1).Put<uint32_t>(7);
+    EXPECT_TRUE(Contains(w.Open(), "arrays nested deeper than 8"));
+  }
+  EXPECT_TRUE(Contains(Writer().Header(0, 2).Str("k").Put<uint32_t>(4).Put<uint32_t>(1)
+                           .Str("k").Put<uint32_t>(4).Put<uint32_t>(2).Open(),
+                       "duplicate metadata key 'k'"));
+  EXPECT_TRUE(Contains(Writer().Header(0, 1).Str("general.alignment").Put<uint32_t>(4).Put<uint32_t>(3).Open(),
+                       "general.alignment 3 must be a power of two"));
+  // Tensor infos.
+  EXPECT_TRUE(Contains(Writer().Header(1, 0).Str("w").Put<uint32_t>(5).Data(64).Open(),
+                       "tensor 'w': 5 dims (1 to 4)"));
+  EXPECT_TRUE(Contains(Writer().Header(1, 0).Info("w", 0, 4, 0, 0).Data(64).Open(),
+                       "tensor 'w': dim 0 of 0 (dims must be >= 1)"));
+  EXPECT_TRUE(Contains(Writer().Header(1, 0).Info("w", 1ull << 40, 1ull << 40, 0, 0).Data(64).Open(),
+                       "overflows 64-bit sizes"));
+  EXPECT_TRUE(Contains(Writer().Header(1, 0).Info("w", 4, 4, 99, 0).Data(64).Open(),
+                       "tensor 'w': unknown ggml type 99"));
+  EXPECT_TRUE(Contains(Writer().Header(1, 0).Info("w", 100, 1, 12, 0).Data(64).Open(),
+                       "tensor 'w': Q4_K rows of 100 elements are not whole 256-element blocks"));
+  EXPECT_TRUE(Contains(Writer().Header(1, 0).Info("w", 4, 1, 0, 4).Pad().Data(64).Open(),
+                       "tensor 'w': offset 4 is not a multiple of the 32-byte alignment"));
+  EXPECT_TRUE(Contains(Writer().Header(1, 0).Info("w", 4, 4, 0, 0).Pad().Data(63).Open(),
+                       "tensor 'w' F32[4, 4]: data [0, 64) runs past the end of the data section (63 bytes)"));
+  EXPECT_TRUE(Contains(Writer().Header(2, 0).Info("a", 16, 1, 0, 0).Info("b", 16, 1, 0, 32).Pad().Data(128).Open(),
+                       "tensor 'b': data [32, 96) overlaps tensor 'a' [0, 64)"));
+  EXPECT_TRUE(Contains(Writer().Header(2, 0).Info("a", 8, 1, 0, 0).Info("a", 8, 1, 0, 32).Pad().Data(64).Open(),
+                       "duplicate tensor 'a'"));
+  // An empty array (gguf-py does not write one) is a value like any other.
+  Writer empty;
+  empty.Header(0, 1).Str("k").Put<uint32_t>(9).Put<uint32_t>(4).Put<uint64_t>(0);
+  EXPECT_EQ(GgufFile::Open(WriteBytes("empty.gguf", empty.b)).value()->GetInts("k").value().size(), 0u);
+  // A type dtensor knows but does not dequantize: listed, and its read says so.
+  Writer iq;
+  iq.Header(1, 0).Info("w", 256, 1, 19, 0).Pad().Data(64);
+  auto f = GgufFile::Open(WriteBytes("iq.gguf", iq.b)).value();
+  EXPECT_TRUE(Contains(f->ReadRanges("w", FullRanges(Shape{1, 256})).status(),
+                       "is IQ1_S, which dtensor does not dequantize (supported: F32 F16 Q4_0"));
+  EXPECT_TRUE(Contains(GgufFile::Open(TempPath("missing.gguf")).status(), "cannot open"));
+}
+
+// ---- Llama from GGUF -----------------------------------------------------------------------------
+
+TEST(GgufLlama, ConfigFromMetadata) {
+  auto f = GgufFile::Open(kDir + "/llama-tiny.gguf").value();
+  LlamaConfig c = LlamaConfigFromGguf(*f).value();
+  EXPECT_EQ(c.hidden_size, 256);
+  EXPECT_EQ(c.num_hidden_layers, 2);
+  EXPECT_EQ(c.num_attention_heads, 8);
+  EXPECT_EQ(c.num_key_value_heads, 4);
+  EXPECT_EQ(c.head_dim, 32);
+  EXPECT_EQ(c.intermediate_size, 512);
+  EXPECT_EQ(c.rope_theta, 100000.0);
+  EXPECT_FLOAT_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_EQ(c.vocab_size, 414);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(LoadLlamaConfig(kDir + "/llama-tiny.gguf").value(), c);
+}
+
+TEST(GgufLlama, NamesAndRotaryRowOrder) {
+  auto f = GgufFile::Open(kDir + "/llama-tiny.gguf").value();
+  std::vector<GgufTensorName> names = LlamaGgufTensorNames(*f).value();
+  std::map<std::string, GgufTensorName> by_hf;
+  for (const GgufTensorName& n : names) by_hf[n.hf_name] = n;
+  EXPECT_EQ(by_hf["model.embed_tokens.weight"].gguf_name, "token_embd.weight");
+  EXPECT_EQ(by_hf["lm_head.weight"].gguf_name, "output.weight");
+  EXPECT_EQ(by_hf["model.layers.1.self_attn.o_proj.weight"].gguf_name, "blk.1.attn_output.weight");
+  EXPECT_EQ(by_hf["model.layers.0.post_attention_layernorm.weight"].gguf_name, "blk.0.ffn_norm.weight");
+  EXPECT_EQ(by_hf["model.layers.0.self_attn.q_proj.weight"].permute_heads, 8);
+  EXPECT_EQ(by_hf["model.layers.0.self_attn.k_proj.weight"].permute_heads, 4);
+  EXPECT_EQ(by_hf["model.layers.0.self_attn.v_proj.weight"].permute_heads, 0);
+  EXPECT_EQ(names.size(), 2u + 1u + 2u * 9u);
+  // The row map is a bijection that keeps each head's rows in the head.
+  std::set<int64_t> rows;
+  for (int64_t r = 0; r < 256; ++r) {
+    const int64_t g = GgufRotaryRow(r, 256, 8);
+    EXPECT_EQ(g / 32, r / 32);
+    rows.insert(g);
+  }
+  EXPECT_EQ(rows.size(), 256u);
+  EXPECT_EQ(GgufRotaryRow(1, 256, 8), 2);    // HF row 1 (first half, i=1) is GGUF row 2
+  EXPECT_EQ(GgufRotaryRow(16, 256, 8), 1);   // HF row 16 (second half, i=0) is GGUF row 1
+}
+
+TEST(GgufLlama, CheckpointReadsHfNamesAndCountsBlocks) {
+  Checkpoint c = Checkpoint::Open(kDir + "/llama-tiny.gguf").value();
+  ASSERT_NE(c.gguf(), nullptr);
+  const TensorInfo* q = c.Info("model.layers.0.self_attn.q_proj.weight").value();
+  EXPECT_EQ(q->dtype_name, "Q4_0");
+  EXPECT_EQ(q->shape, (Shape{256, 256}));
+  // A colwise shard of heads 2..3 is the whole read's rows 64..127.
+  const Tensor whole = c.Read(q->name).value();
+  ReadStats stats;
+  const Tensor rows = c.ReadRanges(q->name, {{{64, 128}}, {{0, 256}}}, {}, &stats).value();
+  EXPECT_EQ(std::memcmp(rows.raw_data(), whole.data<float>() + 64 * 256, rows.nbytes()), 0);
+  EXPECT_EQ(stats.bytes_copied, 64 * (256 / 32) * 18);  // 64 rows of 8 Q4_0 blocks
+  // Rowwise: columns 128..255 of o_proj read half of each row's blocks.
+  stats = {};
+  (void)c.ReadRanges("model.layers.0.self_attn.o_proj.weight", {{{0, 256}}, {{128, 256}}}, {}, &stats).value();
+  EXPECT_EQ(stats.bytes_copied, 256 * 4 * 24);  // Q5_1: 4 of 8 blocks per row
+}
+
+TEST(GgufLlama, RefusesWhatItDoesNotImplement) {
+  Writer w;
+  w.Header(0, 2).Str("general.architecture").Put<uint32_t>(8).Str("qwen2")
+      .Str("x").Put<uint32_t>(4).Put<uint32_t>(1);
+  auto f = GgufFile::Open(WriteBytes("arch.gguf", w.b)).value();
+  EXPECT_TRUE(Contains(LlamaConfigFromGguf(*f).status(), "architecture 'qwen2' is not supported"));
+  Writer u;
+  u.Header(0, 2).Str("general.architecture").Put<uint32_t>(8).Str("llama")
+      .Str("llama.attention.sliding_window").Put<uint32_t>(4).Put<uint32_t>(4096);
+  f = GgufFile::Open(WriteBytes("unknown.gguf", u.b)).value();
+  EXPECT_TRUE(Contains(LlamaConfigFromGguf(*f).status(),
+                       "metadata 'llama.attention.sliding_window' (4096) is not supported"));
+  Writer m;
+  m.Header(0, 1).Str("general.architecture").Put<uint32_t>(8).Str("llama");
+  f = GgufFile::Open(WriteBytes("nokeys.gguf", m.b)).value();
+  EXPECT_TRUE(Contains(LlamaConfigFromGguf(*f).status(), "no metadata 'llama.block_count'"));
+}
+
+}  // namespace
+}  // namespace dt::loaders
