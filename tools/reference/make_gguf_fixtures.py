@@ -365,13 +365,24 @@ def make_tiny_llama(out, tok, golden):
     ids = torch.tensor([prompt])
     with torch.no_grad():
         logits = model(ids).logits[0]
-        gen = model.generate(ids, max_new_tokens=24, do_sample=False, min_new_tokens=24,
-                             pad_token_id=0)
-    out_golden = {"prompt": prompt, "logits": logits.tolist(),
-                  "greedy": gen[0, len(prompt):].tolist()}
+    out_golden = {"prompt": prompt, "logits": logits.tolist(), "greedy": greedy(model, prompt, 24)}
     with open(os.path.join(out, "llama_gguf_golden.json"), "w") as fh:
         json.dump(out_golden, fh)
     print("wrote llama_gguf_golden.json; greedy", out_golden["greedy"])
+
+
+def greedy(model, ids, n):
+    """Plain argmax decoding for n steps: no EOS stop and no logits processors (generate's
+    min_new_tokens would mask EOS, which dtensor's greedy run does not)."""
+    import torch
+    ids = list(ids)
+    out = []
+    with torch.no_grad():
+        for _ in range(n):
+            nxt = int(model(torch.tensor([ids])).logits[0, -1].argmax())
+            ids.append(nxt)
+            out.append(nxt)
+    return out
 
 
 def make_smollm2(out, path):
@@ -403,12 +414,10 @@ def make_smollm2(out, path):
         t = torch.tensor([ids])
         with torch.no_grad():
             last = model(t).logits[0, -1]
-            gen = model.generate(t, max_new_tokens=40, min_new_tokens=40, do_sample=False,
-                                 pad_token_id=tok.eos_token_id)
         logits[f"last_logits.{len(logits)}"] = last.numpy().astype(np.float32)
-        golden["prompts"].append({"text": p, "ids": ids,
-                                  "greedy": gen[0, len(ids):].tolist(),
-                                  "greedy_text": tok.decode(gen[0, len(ids):])})
+        gen = greedy(model, ids, 40)
+        golden["prompts"].append({"text": p, "ids": ids, "greedy": gen,
+                                  "greedy_text": tok.decode(gen)})
         print(repr(p), "->", repr(golden["prompts"][-1]["greedy_text"]))
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     golden["chat"] = {"messages": messages,
