@@ -1,22 +1,31 @@
-// Llama text generation with tensor parallelism, from a Hugging Face checkpoint sharded at load
-// time: each rank reads only its own rows/columns of every weight (docs/llama.md).
+// Llama text generation with tensor parallelism, from a Hugging Face checkpoint or a GGUF file
+// sharded at load time: each rank reads only its own rows/columns of every weight (docs/llama.md).
 //
+//   dtrun --nproc-per-node 3 build/bin/llama_generate --model SmolLM2-135M-Instruct.Q4_1.gguf
+//       --chat --prompt "What is the capital of France?"
 //   dtrun --nproc-per-node 4 build/bin/llama_generate --model tests/fixtures/llama-tiny
 //       --prompt-ids 1,15,27 --max-new-tokens 32 [--greedy | --temperature 0.8 --top-k 40 --seed 1]
 //
-// Options: --model DIR (config.json + safetensors), --prompt-ids a,b,c | --prompt TEXT (a toy
-// byte-level mapping, one id per UTF-8 byte, for models whose vocab has >= 256 ids: NOT Llama's
-// tokenizer, which is not included), --max-new-tokens N, --greedy, --temperature T, --top-k K,
-// --top-p P, --seed S, --dtype f32|bf16 (default: the checkpoint's), --shard-embedding
-// (embedding_rowwise), --stop-at-eos, --check (rank 0 reruns on one rank in-process and every rank
-// exits 1 unless the tokens are equal), --quiet (no per-step progress), --save-to DIR (after
-// loading, write the tensor-parallel model as one HF checkpoint, gathered tensor by tensor:
-// nn/save.h).
+// Options: --model DIR|FILE.gguf (config.json + safetensors [+ tokenizer.json], or a GGUF with its
+// vocabulary), --prompt TEXT (tokenized; BOS first when the tokenizer adds one), --chat (TEXT is a
+// user message in the checkpoint's chat template; --system TEXT adds a system message),
+// --prompt-ids a,b,c (ids, no tokenizer needed), --max-new-tokens N, --greedy, --temperature T,
+// --top-k K, --top-p P, --seed S, --dtype f32|bf16 (default: the checkpoint's; f32 for GGUF),
+// --shard-embedding (embedding_rowwise), --stop-at-eos (with --prompt-ids; a text prompt always
+// stops at EOS and the chat format's end of turn), --print-ids (the generated ids too), --check
+// (rank 0 reruns on one rank in-process and every rank exits 1 unless the tokens are equal),
+// --quiet (no load report or per-step progress), --save-to DIR (after loading, write the
+// tensor-parallel model as one HF checkpoint, gathered tensor by tensor: nn/save.h).
+//
+// With a text prompt the answer is streamed as tokens arrive (a character split over tokens is
+// held until complete); prefill and decode tokens/s are printed at the end.
 //
 // The world comes from the launcher (dtrun/torchrun, mpirun, srun; DT_BACKEND picks the backend);
 // without one it runs on a single rank.
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +35,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "dtensor/core/status.h"
+#include "dtensor/loaders/tokenizer.h"
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/models/llama.h"
 
@@ -37,7 +47,11 @@ namespace {
 struct Args {
   std::string model;
   std::vector<int64_t> prompt;
-  bool text_prompt = false;
+  std::string text;  // --prompt
+  std::string system;
+  bool chat = false;
+  bool print_ids = false;
+  std::vector<int64_t> stop_ids;  // filled once the tokenizer is known
   int64_t max_new_tokens = 32;
   SamplingOptions sampling;
   std::optional<DType> dtype;
@@ -68,9 +82,13 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
         a.prompt.push_back(id);
       }
     } else if (f == "--prompt") {
-      DT_ASSIGN_OR_RETURN(std::string v, value(i));
-      for (unsigned char c : v) a.prompt.push_back(c);
-      a.text_prompt = true;
+      DT_ASSIGN_OR_RETURN(a.text, value(i));
+    } else if (f == "--system") {
+      DT_ASSIGN_OR_RETURN(a.system, value(i));
+    } else if (f == "--chat") {
+      a.chat = true;
+    } else if (f == "--print-ids") {
+      a.print_ids = true;
     } else if (f == "--max-new-tokens") {
       DT_ASSIGN_OR_RETURN(std::string v, value(i));
       if (!absl::SimpleAtoi(v, &a.max_new_tokens)) {
@@ -114,8 +132,15 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       return absl::InvalidArgumentError(absl::StrCat("unknown option '", f, "' (see the file comment)"));
     }
   }
-  if (a.model.empty()) return absl::InvalidArgumentError("--model DIR is required");
-  if (a.prompt.empty()) a.prompt = {1};
+  if (a.model.empty()) return absl::InvalidArgumentError("--model DIR|FILE.gguf is required");
+  if (!a.text.empty() && !a.prompt.empty()) {
+    return absl::InvalidArgumentError("give --prompt TEXT or --prompt-ids, not both");
+  }
+  if ((a.chat || !a.system.empty()) && a.text.empty()) {
+    return absl::InvalidArgumentError("--chat and --system need --prompt TEXT");
+  }
+  if (!a.system.empty()) a.chat = true;
+  if (a.text.empty() && a.prompt.empty()) a.prompt = {1};
   return a;
 }
 
@@ -124,25 +149,49 @@ std::string MB(int64_t bytes) {
                          : absl::StrFormat("%.2f MB", bytes / 1e6);
 }
 
-// The toy byte-level view of ids (printable ASCII as is, the rest as <id>).
-std::string BytesText(const std::vector<int64_t>& ids) {
-  std::string out;
-  for (int64_t id : ids) {
-    if (id >= 32 && id < 127) {
-      out += static_cast<char>(id);
-    } else {
-      absl::StrAppend(&out, "<", id, ">");
-    }
+// The prompt's ids: --prompt-ids as given, or --prompt tokenized (in the chat template with
+// --chat), and the ids that end the answer.
+absl::Status TokenizePrompt(Args& a) {
+  if (a.text.empty()) return absl::OkStatus();
+  absl::StatusOr<std::shared_ptr<const loaders::Tokenizer>> tok = loaders::Tokenizer::Load(a.model);
+  if (!tok.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--prompt needs the model's tokenizer: ", tok.status().message(),
+        " (--prompt-ids takes ids without one)"));
   }
-  return out;
+  std::string text = a.text;
+  bool add_bos = true;
+  if (a.chat) {
+    std::vector<loaders::ChatMessage> messages;
+    if (!a.system.empty()) messages.push_back({"system", a.system});
+    messages.push_back({"user", a.text});
+    DT_ASSIGN_OR_RETURN(text, (*tok)->ApplyChatTemplate(messages));
+    add_bos = false;  // a template that wants BOS writes it
+  }
+  DT_ASSIGN_OR_RETURN(a.prompt, (*tok)->Encode(text, add_bos));
+  a.stop_ids = (*tok)->stop_ids();
+  return absl::OkStatus();
 }
 
-absl::StatusOr<GenerateResult> GenerateOn(LlamaForCausalLM& model, const Args& a, bool progress) {
+absl::StatusOr<GenerateResult> GenerateOn(LlamaForCausalLM& model, const Args& a, bool progress,
+                                          const loaders::Tokenizer* tok = nullptr) {
   GenerateOptions g;
   g.max_new_tokens = a.max_new_tokens;
   g.sampling = a.sampling;
-  if (a.stop_at_eos) g.stop_token_ids = model.config().eos_token_ids;
-  if (progress) {
+  g.stop_token_ids = a.stop_ids;
+  if (a.stop_at_eos) {
+    for (int64_t id : model.config().eos_token_ids) g.stop_token_ids.push_back(id);
+  }
+  std::optional<loaders::StreamDecoder> stream;
+  if (tok != nullptr) {
+    stream.emplace(*tok);
+    g.on_progress = [&](const GenerateProgress& p) {
+      if (std::find(g.stop_token_ids.begin(), g.stop_token_ids.end(), p.token) == g.stop_token_ids.end()) {
+        std::fputs(stream->Push(p.token).c_str(), stdout);
+        std::fflush(stdout);
+      }
+    };
+  } else if (progress) {
     g.on_progress = [&](const GenerateProgress& p) {
       if (p.step == 1) {
         std::printf("prefill: %zu tokens in %.1f ms, first token %lld\n", a.prompt.size(),
@@ -155,7 +204,9 @@ absl::StatusOr<GenerateResult> GenerateOn(LlamaForCausalLM& model, const Args& a
       std::fflush(stdout);
     };
   }
-  return model.Generate(a.prompt, g);
+  absl::StatusOr<GenerateResult> r = model.Generate(a.prompt, g);
+  if (stream) std::printf("%s\n", stream->Finish().c_str());
+  return r;
 }
 
 // Rank 0 only: the same generation on a single rank (threads backend, in this process).
@@ -174,7 +225,12 @@ absl::StatusOr<std::vector<int64_t>> SingleRankTokens(const Args& a) {
   return tokens;
 }
 
-absl::Status Run(const Args& a) {
+absl::Status Run(Args a) {
+  DT_RETURN_IF_ERROR(TokenizePrompt(a));
+  std::shared_ptr<const loaders::Tokenizer> tok;
+  if (!a.text.empty()) {
+    DT_ASSIGN_OR_RETURN(tok, loaders::Tokenizer::Load(a.model));
+  }
   DT_ASSIGN_OR_RETURN(std::shared_ptr<World> world, World::FromEnv());
   DT_ASSIGN_OR_RETURN(DeviceMesh tp, InitDeviceMesh(world, {world->size()}, {"tp"}));
   const bool lead = world->rank() == 0;
@@ -184,7 +240,7 @@ absl::Status Run(const Args& a) {
   LlamaLoadReport report;
   DT_ASSIGN_OR_RETURN(auto model, LlamaForCausalLM::FromPretrained(a.model, tp, o, &report));
   const loaders::LlamaConfig& c = model->config();
-  if (lead) {
+  if (lead && !a.quiet) {
     std::printf("model %s: %s, %.2fM parameters\n", a.model.c_str(), c.Summary().c_str(),
                 c.NumParameters() / 1e6);
     std::printf("mesh %s, backend %s, compute %s\n", tp.ToString().c_str(),
@@ -206,7 +262,7 @@ absl::Status Run(const Args& a) {
       largest_sharded_read = std::max(largest_sharded_read, p.read_bytes);
     }
   }
-  std::printf(
+  if (!a.quiet) std::printf(
       "rank %d holds %s of %s (%.0f%%); read %s (mmap views %s, copied %s), peak %s; the largest "
       "sharded weight read here is %s of %s; loaded in %.1f ms\n",
       world->rank(), MB(report.local_bytes).c_str(), MB(report.full_bytes).c_str(),
@@ -227,19 +283,29 @@ absl::Status Run(const Args& a) {
   }
 
   if (lead) {
-    std::printf("prompt ids [%s]%s, %lld new tokens, %s\n", absl::StrJoin(a.prompt, ",").c_str(),
-                a.text_prompt ? " (toy byte-level mapping of --prompt)" : "",
-                static_cast<long long>(a.max_new_tokens), a.sampling.ToString().c_str());
-  }
-  DT_ASSIGN_OR_RETURN(GenerateResult r, GenerateOn(*model, a, lead && !a.quiet));
-  if (lead) {
-    std::printf("generated ids [%s]\n", absl::StrJoin(r.tokens, ",").c_str());
-    if (a.text_prompt) {
-      std::printf("as bytes (toy mapping, not a tokenizer): \"%s\"\n",
-                  BytesText(r.tokens).c_str());
+    if (tok == nullptr || a.print_ids) {
+      std::printf("prompt ids [%s], %lld new tokens at most, %s\n",
+                  absl::StrJoin(a.prompt, ",").c_str(), static_cast<long long>(a.max_new_tokens),
+                  a.sampling.ToString().c_str());
     }
-    std::printf("prefill %.1f tokens/s, decode %.1f tokens/s (tp=%d)\n",
-                r.prefill_tokens_per_second(), r.decode_tokens_per_second(), world->size());
+    if (tok != nullptr) {
+      if (a.chat) {
+        std::printf("> %s\n", a.text.c_str());
+      } else {
+        std::fputs(a.text.c_str(), stdout);  // the continuation follows the prompt
+      }
+    }
+    std::fflush(stdout);
+  }
+  DT_ASSIGN_OR_RETURN(GenerateResult r,
+                      GenerateOn(*model, a, lead && !a.quiet, lead ? tok.get() : nullptr));
+  if (lead) {
+    if (tok == nullptr || a.print_ids) {
+      std::printf("generated ids [%s]\n", absl::StrJoin(r.tokens, ",").c_str());
+    }
+    std::printf("%zu prompt tokens, %zu new: prefill %.1f tokens/s, decode %.1f tokens/s (tp=%d)\n",
+                a.prompt.size(), r.tokens.size(), r.prefill_tokens_per_second(),
+                r.decode_tokens_per_second(), world->size());
   }
   if (!a.check) return absl::OkStatus();
   // Rank 0 compares with a single-rank run and tells everyone.

@@ -10,6 +10,7 @@
 //                     [--description TEXT] [--out FILE]
 //   dtensor styles
 //   dtensor inspect   PATH [--tp N] [--plan auto]
+//   dtensor tokenize  --model DIR|FILE.gguf [--decode] [--bos] TEXT
 //
 // explain is pure (an abstract mesh: no processes, any number of ranks). verify distributes random
 // data, redistributes it and checks every rank's piece against the direct distribution; with
@@ -261,6 +262,8 @@ constexpr const char* kUsage =
     "  dtensor styles    (the tensor-parallel style registry)\n"
     "  dtensor inspect   PATH [--tp N] [--plan auto]\n"
     "                    (a checkpoint's tensors; with --tp, each rank's sharded reads)\n"
+    "  dtensor tokenize  --model DIR|FILE.gguf [--decode] [--bos] TEXT\n"
+    "                    (TEXT's token ids as a JSON list; --decode: the text of ids 1,2,3)\n"
     "placements: R, S(dim), P(sum|avg|min|max|prod), _S(dim,split_factor), _S(dim,[b0,b1,...])\n"
     "--ranks-per-host N: host h holds ranks h*N .. h*N+N-1; explain marks steps "
     "intra-/cross-host\n";
@@ -314,6 +317,7 @@ int main(int argc, char** argv) {
     }
     return dt::cli::Inspect(argv[2], *flags);
   }
+  if (cmd == "tokenize") return dt::cli::Tokenize(argc - 2, argv + 2);
   if (cmd == "calibrate") {
     auto flags = parse({"bench", "intra", "inter", "ranks-per-host", "description", "out"}, {});
     return flags ? dt::cli::Calibrate(*flags) : 2;

@@ -4,6 +4,7 @@
 //   dtensor_cli_explain.cc    `explain`
 //   dtensor_cli_calibrate.cc  `calibrate` (a cost model file from bench/collectives results)
 //   dtensor_cli_inspect.cc    `inspect` (a checkpoint's tensors and each rank's reads)
+//   dtensor_cli_tokenize.cc   `tokenize` (text to ids and back)
 
 #include <map>
 #include <string>
@@ -44,5 +45,7 @@ int Verify(const Flags& flags);
 int Calibrate(const Flags& flags);
 // `dtensor inspect PATH ...` (PATH is positional, before the flags).
 int Inspect(const std::string& path, const Flags& flags);
+// `dtensor tokenize` (argv after the subcommand).
+int Tokenize(int argc, char** argv);
 
 }  // namespace dt::cli
