@@ -14,7 +14,7 @@
 // --shard-embedding (embedding_rowwise), --stop-at-eos (with --prompt-ids; a text prompt always
 // stops at EOS and the chat format's end of turn), --print-ids (the generated ids too), --check
 // (rank 0 reruns on one rank in-process and every rank exits 1 unless the tokens are equal),
-// --quiet (no load report or per-step progress), --save-to DIR (after loading, write the
+// --quiet (no table of parameters, no per-step progress), --save-to DIR (after loading, write the
 // tensor-parallel model as one HF checkpoint, gathered tensor by tensor: nn/save.h).
 //
 // With a text prompt the answer is streamed as tokens arrive (a character split over tokens is
@@ -262,7 +262,7 @@ absl::Status Run(Args a) {
       largest_sharded_read = std::max(largest_sharded_read, p.read_bytes);
     }
   }
-  if (!a.quiet) std::printf(
+  std::printf(
       "rank %d holds %s of %s (%.0f%%); read %s (mmap views %s, copied %s), peak %s; the largest "
       "sharded weight read here is %s of %s; loaded in %.1f ms\n",
       world->rank(), MB(report.local_bytes).c_str(), MB(report.full_bytes).c_str(),
