@@ -176,7 +176,8 @@ struct Rank {
   bool running = false;
   int status = 0;        // exit code, or 128 + signal
   int fds[2] = {-1, -1};  // stdout, stderr pipes (read ends)
-  std::string partial[2];
+  std::string partial[2];  // output after the last newline, held briefly (Note [Partial lines])
+  std::optional<std::chrono::steady_clock::time_point> partial_since[2];
 };
 
 void WriteAll(int fd, const std::string& s) {
@@ -189,23 +190,65 @@ void WriteAll(int fd, const std::string& s) {
   }
 }
 
-// Prefixes complete lines; `flush` also emits a trailing partial line.
+// Note [Partial lines]
+// Output is prefixed line by line so that ranks do not interleave inside a line. A line that stays
+// unfinished for 100 ms (a generator streaming tokens, a progress dot) is written anyway and left
+// open: the same rank's next output continues it without a prefix; another rank's output on the
+// same stream first ends it with a newline. A line finished within 100 ms stays whole.
+constexpr auto kPartialHold = std::chrono::milliseconds(100);
+int g_open_line[2] = {-1, -1};  // the rank whose line is open on stdout / stderr
+
+void WriteLines(const Rank& r, int which, const std::string& text) {
+  const std::string prefix = "[rank " + std::to_string(r.rank) + "] ";
+  int& open = g_open_line[which];
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    if (open != r.rank) {
+      if (open != -1) out += "\n";
+      out += prefix;
+    }
+    const size_t nl = text.find('\n', i);
+    const size_t end = nl == std::string::npos ? text.size() : nl + 1;
+    out.append(text, i, end - i);
+    open = nl == std::string::npos ? r.rank : -1;
+    i = end;
+  }
+  if (!out.empty()) WriteAll(which == 0 ? STDOUT_FILENO : STDERR_FILENO, out);
+}
+
+// Writes the complete lines; `flush` (the pipe closed) also writes and ends a trailing partial one.
 void Emit(Rank& r, int which, const char* data, size_t n, bool flush) {
   std::string& buf = r.partial[which];
   buf.append(data, n);
-  const std::string prefix = "[rank " + std::to_string(r.rank) + "] ";
-  std::string out;
-  size_t start = 0;
-  for (size_t nl; (nl = buf.find('\n', start)) != std::string::npos; start = nl + 1) {
-    out += prefix;
-    out.append(buf, start, nl + 1 - start);
+  const size_t last = buf.rfind('\n');
+  if (last != std::string::npos) {
+    WriteLines(r, which, buf.substr(0, last + 1));
+    buf.erase(0, last + 1);
   }
-  buf.erase(0, start);
-  if (flush && !buf.empty()) {
-    out += prefix + buf + "\n";
+  if (flush) {
+    WriteLines(r, which, buf);
     buf.clear();
+    if (g_open_line[which] == r.rank) {
+      WriteAll(which == 0 ? STDOUT_FILENO : STDERR_FILENO, "\n");
+      g_open_line[which] = -1;
+    }
   }
-  if (!out.empty()) WriteAll(which == 0 ? STDOUT_FILENO : STDERR_FILENO, out);
+  if (buf.empty()) {
+    r.partial_since[which].reset();
+  } else if (!r.partial_since[which]) {
+    r.partial_since[which] = std::chrono::steady_clock::now();
+  }
+}
+
+// Writes partial lines held longer than kPartialHold (Note [Partial lines]).
+void EmitStale(Rank& r) {
+  for (int w = 0; w < 2; ++w) {
+    if (r.partial_since[w] && std::chrono::steady_clock::now() - *r.partial_since[w] >= kPartialHold) {
+      WriteLines(r, w, r.partial[w]);
+      r.partial[w].clear();
+      r.partial_since[w].reset();
+    }
+  }
 }
 
 pid_t Spawn(const Options& o, Rank& r, int world, int local) {
@@ -335,6 +378,9 @@ int main(int argc, char** argv) {
       timeout_ms = static_cast<int>(std::clamp<int64_t>(
           std::chrono::duration_cast<std::chrono::milliseconds>(*kill_at - Clock::now()).count(), 0, 200));
     }
+    for (const Rank& r : ranks) {
+      if (r.partial_since[0] || r.partial_since[1]) timeout_ms = std::min(timeout_ms, 50);
+    }
     if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;
     if (fds[0].revents & POLLIN) {
       unsigned char sigs[64];
@@ -365,6 +411,7 @@ int main(int argc, char** argv) {
         r.fds[w] = -1;
       }
     }
+    for (Rank& r : ranks) EmitStale(r);
     // Reap.
     for (Rank& r : ranks) {
       if (!r.running) continue;
