@@ -149,10 +149,10 @@ std::string MB(int64_t bytes) {
                          : absl::StrFormat("%.2f MB", bytes / 1e6);
 }
 
-// The prompt's ids: --prompt-ids as given, or --prompt tokenized (in the chat template with
+// The prompt's ids: --prompt-ids as given (no tokenizer: nullptr), or --prompt tokenized (in the chat template with
 // --chat), and the ids that end the answer.
-absl::Status TokenizePrompt(Args& a) {
-  if (a.text.empty()) return absl::OkStatus();
+absl::StatusOr<std::shared_ptr<const loaders::Tokenizer>> TokenizePrompt(Args& a) {
+  if (a.text.empty()) return std::shared_ptr<const loaders::Tokenizer>();
   absl::StatusOr<std::shared_ptr<const loaders::Tokenizer>> tok = loaders::Tokenizer::Load(a.model);
   if (!tok.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -170,7 +170,7 @@ absl::Status TokenizePrompt(Args& a) {
   }
   DT_ASSIGN_OR_RETURN(a.prompt, (*tok)->Encode(text, add_bos));
   a.stop_ids = (*tok)->stop_ids();
-  return absl::OkStatus();
+  return *tok;
 }
 
 absl::StatusOr<GenerateResult> GenerateOn(LlamaForCausalLM& model, const Args& a, bool progress,
@@ -226,11 +226,7 @@ absl::StatusOr<std::vector<int64_t>> SingleRankTokens(const Args& a) {
 }
 
 absl::Status Run(Args a) {
-  DT_RETURN_IF_ERROR(TokenizePrompt(a));
-  std::shared_ptr<const loaders::Tokenizer> tok;
-  if (!a.text.empty()) {
-    DT_ASSIGN_OR_RETURN(tok, loaders::Tokenizer::Load(a.model));
-  }
+  DT_ASSIGN_OR_RETURN(std::shared_ptr<const loaders::Tokenizer> tok, TokenizePrompt(a));
   DT_ASSIGN_OR_RETURN(std::shared_ptr<World> world, World::FromEnv());
   DT_ASSIGN_OR_RETURN(DeviceMesh tp, InitDeviceMesh(world, {world->size()}, {"tp"}));
   const bool lead = world->rank() == 0;

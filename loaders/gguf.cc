@@ -254,22 +254,8 @@ bool GgufFile::HasMagic(const std::string& path) {
 }
 
 absl::StatusOr<std::shared_ptr<const GgufFile>> GgufFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat("cannot open ", Quote(path), ": ", std::strerror(errno)));
-  }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    return absl::InternalError(absl::StrCat("cannot stat ", Quote(path), ": ", std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(Quote(path), ": not a regular file"));
-  }
-  HeaderReader in(fd, st.st_size, path);
+  DT_ASSIGN_OR_RETURN(OpenFile file, OpenForRead(path, Quote(path)));
+  HeaderReader in(file.fd, file.size, path);
   ParseState s{&in, &path};
   std::shared_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
@@ -277,7 +263,7 @@ absl::StatusOr<std::shared_ptr<const GgufFile>> GgufFile::Open(const std::string
   char magic[4] = {};
   if (in.remaining() < 4 || !in.Bytes(4, magic, "magic").ok() || std::memcmp(magic, "GGUF", 4) != 0) {
     return Invalid(s, absl::StrCat("is not a GGUF file (the first 4 bytes are not \"GGUF\"; the "
-                                   "file has ", st.st_size, " bytes)"));
+                                   "file has ", file.size, " bytes)"));
   }
   DT_ASSIGN_OR_RETURN(f->version_, in.Get<uint32_t>("version"));
   if (f->version_ != 2 && f->version_ != 3) {
@@ -350,10 +336,10 @@ absl::StatusOr<std::shared_ptr<const GgufFile>> GgufFile::Open(const std::string
     f->tensors_.push_back(std::move(t));
   }
   f->data_offset_ = (in.pos() + f->alignment_ - 1) / f->alignment_ * f->alignment_;
-  const int64_t data_size = st.st_size - f->data_offset_;
+  const int64_t data_size = file.size - f->data_offset_;
   if (data_size < 0 && !f->tensors_.empty()) {
     return Invalid(s, absl::StrCat("the data section (at offset ", f->data_offset_,
-                                   ") starts past the end of the file (", st.st_size, " bytes)"));
+                                   ") starts past the end of the file (", file.size, " bytes)"));
   }
   std::vector<const GgufTensorInfo*> by_offset;
   for (const GgufTensorInfo& t : f->tensors_) by_offset.push_back(&t);

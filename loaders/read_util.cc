@@ -1,10 +1,14 @@
 #include "dtensor/loaders/read_util.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -44,6 +48,25 @@ void DropMappedPages(const char* begin, int64_t nbytes) {
   const uintptr_t lo = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
   const uintptr_t hi = (reinterpret_cast<uintptr_t>(begin) + nbytes) / page * page;
   if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
+OpenFile::~OpenFile() {
+  if (fd >= 0) ::close(fd);
+}
+
+absl::StatusOr<OpenFile> OpenForRead(const std::string& path, absl::string_view what) {
+  OpenFile f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd < 0) {
+    return absl::NotFoundError(absl::StrCat("cannot open ", what, ": ", std::strerror(errno)));
+  }
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) {
+    return absl::InternalError(absl::StrCat("cannot stat ", what, ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(what, ": not a regular file"));
+  f.size = st.st_size;
+  return f;
 }
 
 void AccountRead(ReadStats* stats, int64_t viewed, int64_t copied, int64_t converted) {

@@ -298,20 +298,9 @@ absl::StatusOr<SafetensorsFile::Header> SafetensorsFile::ParseHeader(absl::strin
 
 absl::StatusOr<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::Open(
     const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat("cannot open ", Quote(path), ": ", std::strerror(errno)));
-  }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    return absl::InternalError(absl::StrCat("cannot stat ", Quote(path), ": ", std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) return Invalid(path, "not a regular file");
-  const int64_t size = st.st_size;
+  DT_ASSIGN_OR_RETURN(OpenFile file, OpenForRead(path, Quote(path)));
+  const int fd = file.fd;
+  const int64_t size = file.size;
   if (size < 8) {
     return Invalid(path, absl::StrCat("is ", size, " bytes, shorter than the 8-byte header length"));
   }

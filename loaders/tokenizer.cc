@@ -277,6 +277,16 @@ Tokenizer::~Tokenizer() = default;
 
 namespace {
 
+// "a b" (tokenizer.json's older form and GGUF's) as its two tokens.
+absl::StatusOr<std::pair<std::string, std::string>> ParseMerge(absl::string_view what,
+                                                               const std::string& s) {
+  const size_t sp = s.find(' ', 1);
+  if (sp == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": merge '", s, "' is not 'a b'"));
+  }
+  return std::make_pair(s.substr(0, sp), s.substr(sp + 1));
+}
+
 // Fills the vocabulary, merges and byte tables shared by both sources.
 absl::Status BuildVocab(absl::string_view what, const std::vector<std::string>& tokens,
                         const std::vector<std::pair<std::string, std::string>>& merges,
@@ -407,12 +417,8 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(absl::strin
     std::vector<std::pair<std::string, std::string>> merges;
     for (const Json& m : model.at("merges")) {
       if (m.is_string()) {
-        const std::string s = m.get<std::string>();
-        const size_t sp = s.find(' ', 1);
-        if (sp == std::string::npos) {
-          return absl::InvalidArgumentError(absl::StrCat(what, ": merge '", s, "' is not 'a b'"));
-        }
-        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+        DT_ASSIGN_OR_RETURN(auto merge, ParseMerge(what, m.get<std::string>()));
+        merges.push_back(std::move(merge));
       } else {
         merges.emplace_back(m.at(0).get<std::string>(), m.at(1).get<std::string>());
       }
@@ -488,16 +494,8 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(absl::strin
         }
       }
     }
-    if (chat.empty()) {
-      t->chat_error_ = absl::StrCat(what, " has no chat template");
-    } else {
-      auto tmpl = ChatTemplate::Recognize(chat, t->bos_ ? t->tokens_[*t->bos_] : "");
-      if (tmpl.ok()) {
-        t->chat_ = *tmpl;
-      } else {
-        t->chat_error_ = std::string(tmpl.status().message());
-      }
-    }
+    t->SetChatTemplate(chat.empty() ? std::nullopt : std::optional<std::string>(chat),
+                       absl::StrCat(what, " has no chat template"));
   } catch (const std::exception& e) {  // nlohmann must not throw past this boundary
     return absl::InvalidArgumentError(absl::StrCat(what, ": malformed tokenizer (", e.what(), ")"));
   }
@@ -535,12 +533,9 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromGguf(const GgufF
   std::vector<std::pair<std::string, std::string>> merges;
   if (f.Find("tokenizer.ggml.merges") != nullptr) {
     DT_ASSIGN_OR_RETURN(std::vector<std::string> text, f.GetStrings("tokenizer.ggml.merges"));
-    for (const std::string& s : text) {
-      const size_t sp = s.find(' ', 1);
-      if (sp == std::string::npos) {
-        return absl::InvalidArgumentError(absl::StrCat(what, ": merge '", s, "' is not 'a b'"));
-      }
-      merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+    for (const std::string& m : text) {
+      DT_ASSIGN_OR_RETURN(auto merge, ParseMerge(what, m));
+      merges.push_back(std::move(merge));
     }
   }
   DT_RETURN_IF_ERROR(BuildVocab(what, t->tokens_, merges, t->impl_.get()));
@@ -572,16 +567,7 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromGguf(const GgufF
     if (const bool* b = std::get_if<bool>(&add->value)) t->add_bos_ = *b;
   }
   DT_ASSIGN_OR_RETURN(std::optional<std::string> chat, f.GetOptionalString("tokenizer.chat_template"));
-  if (!chat) {
-    t->chat_error_ = absl::StrCat(what, " has no tokenizer.chat_template");
-  } else {
-    auto tmpl = ChatTemplate::Recognize(*chat, t->bos_ ? t->tokens_[*t->bos_] : "");
-    if (tmpl.ok()) {
-      t->chat_ = *tmpl;
-    } else {
-      t->chat_error_ = std::string(tmpl.status().message());
-    }
-  }
+  t->SetChatTemplate(chat, absl::StrCat(what, " has no tokenizer.chat_template"));
   return std::shared_ptr<const Tokenizer>(std::move(t));
 }
 
@@ -687,14 +673,23 @@ std::vector<int64_t> Tokenizer::stop_ids() const {
   return out;
 }
 
+void Tokenizer::SetChatTemplate(const std::optional<std::string>& source, const std::string& none) {
+  if (!source) {
+    chat_status_ = absl::FailedPreconditionError(none);
+    return;
+  }
+  absl::StatusOr<std::shared_ptr<const ChatTemplate>> t =
+      ChatTemplate::Recognize(*source, bos_ ? tokens_[static_cast<size_t>(*bos_)] : "");
+  if (t.ok()) {
+    chat_ = *t;
+  } else {
+    chat_status_ = t.status();  // Unimplemented, naming what was seen
+  }
+}
+
 absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(absl::Span<const ChatMessage> messages,
                                                          bool add_generation_prompt) const {
-  if (!chat_) {
-    if (absl::StrContains(chat_error_, "not recognized") || absl::StrContains(chat_error_, "not supported")) {
-      return absl::UnimplementedError(chat_error_);
-    }
-    return absl::FailedPreconditionError(chat_error_);
-  }
+  if (!chat_) return chat_status_;
   return chat_->Apply(messages, add_generation_prompt);
 }
 

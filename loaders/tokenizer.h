@@ -88,8 +88,10 @@ class Tokenizer {
   std::vector<std::string> tokens_;  // id -> token text as stored (byte characters)
   std::optional<int64_t> bos_, eos_;
   bool add_bos_ = false;
+  // The checkpoint's template (nullopt: none) recognized; `none` is the error when absent.
+  void SetChatTemplate(const std::optional<std::string>& source, const std::string& none);
   std::shared_ptr<const ChatTemplate> chat_;
-  std::string chat_error_;  // why there is no chat_
+  absl::Status chat_status_;  // why there is no chat_
 };
 
 // Decodes ids one at a time for streaming: Push returns the text that is complete so far (an

@@ -1,5 +1,7 @@
 #include "dtensor/nn/models/llama.h"
 
+#include "dtensor/loaders/gguf_llama.h"
+
 #include "dtensor/core/progress.h"
 
 #include <algorithm>
@@ -303,7 +305,11 @@ absl::Status LlamaForCausalLM::LoadWeights(const loaders::Checkpoint& checkpoint
 absl::StatusOr<std::unique_ptr<LlamaForCausalLM>> LlamaForCausalLM::FromPretrained(
     const std::string& dir, const DeviceMesh& mesh, const LlamaLoadOptions& options,
     LlamaLoadReport* report) {
-  DT_ASSIGN_OR_RETURN(loaders::LlamaConfig config, loaders::LoadLlamaConfig(dir));
+  // A GGUF's config is in its header: read it from the checkpoint opened once.
+  DT_ASSIGN_OR_RETURN(loaders::Checkpoint checkpoint, loaders::Checkpoint::Open(dir));
+  DT_ASSIGN_OR_RETURN(loaders::LlamaConfig config,
+                      checkpoint.gguf() != nullptr ? loaders::LlamaConfigFromGguf(*checkpoint.gguf())
+                                                   : loaders::LoadLlamaConfig(dir));
   const DType dtype = options.dtype.value_or(config.dtype);
   if (!IsFloating(dtype)) {
     return absl::InvalidArgumentError(
@@ -313,7 +319,6 @@ absl::StatusOr<std::unique_ptr<LlamaForCausalLM>> LlamaForCausalLM::FromPretrain
   // Nothing below reads a weight until every check passed: the config against the checkpoint's
   // headers (Note [Config against checkpoint]), the plan against the config and the mesh, then the
   // checkpoint's names and shapes.
-  DT_ASSIGN_OR_RETURN(loaders::Checkpoint checkpoint, loaders::Checkpoint::Open(dir));
   DT_RETURN_IF_ERROR(CheckConfigAgainstCheckpoint(config, checkpoint));
   auto model = std::make_unique<LlamaForCausalLM>(config, dtype);
   const ParallelPlan plan = options.plan.value_or(TPPlan(options.shard_embedding));
