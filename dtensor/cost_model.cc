@@ -16,26 +16,26 @@
 
 namespace dt {
 
-absl::string_view CollectiveName(Collective c) {
+absl::string_view StepKindName(StepKind c) {
   switch (c) {
-    case Collective::kLocal:
+    case StepKind::kLocal:
       return "local";
-    case Collective::kAllGather:
+    case StepKind::kAllGather:
       return "all_gather";
-    case Collective::kAllReduce:
+    case StepKind::kAllReduce:
       return "all_reduce";
-    case Collective::kReduceScatter:
+    case StepKind::kReduceScatter:
       return "reduce_scatter";
-    case Collective::kAllToAll:
+    case StepKind::kAllToAll:
       return "all_to_all";
   }
   return "?";
 }
 
-absl::StatusOr<Collective> ParseCollective(absl::string_view name) {
-  for (Collective c : {Collective::kLocal, Collective::kAllGather, Collective::kAllReduce,
-                       Collective::kReduceScatter, Collective::kAllToAll}) {
-    if (CollectiveName(c) == name) return c;
+absl::StatusOr<StepKind> ParseStepKind(absl::string_view name) {
+  for (StepKind c : {StepKind::kLocal, StepKind::kAllGather, StepKind::kAllReduce,
+                       StepKind::kReduceScatter, StepKind::kAllToAll}) {
+    if (StepKindName(c) == name) return c;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown collective '", name,
@@ -230,23 +230,23 @@ std::string CostModelToJson(const CostModel& model, absl::string_view descriptio
 double TimingBytesSent(const CollectiveTiming& t) {
   const double k = static_cast<double>(t.group_size);
   switch (t.collective) {
-    case Collective::kAllReduce:
+    case StepKind::kAllReduce:
       return 2 * (k - 1) / k * t.buffer_bytes;
-    case Collective::kAllGather:
-    case Collective::kReduceScatter:
-    case Collective::kAllToAll:
+    case StepKind::kAllGather:
+    case StepKind::kReduceScatter:
+    case StepKind::kAllToAll:
       return (k - 1) / k * t.buffer_bytes;
-    case Collective::kLocal:
+    case StepKind::kLocal:
       return 0;
   }
   return 0;
 }
 
-double Hops(Collective c, int64_t k) {
+double Hops(StepKind c, int64_t k) {
   switch (c) {
-    case Collective::kAllReduce:
+    case StepKind::kAllReduce:
       return 2.0 * static_cast<double>(k - 1);
-    case Collective::kLocal:
+    case StepKind::kLocal:
       return 0;
     default:
       return static_cast<double>(k - 1);
@@ -307,7 +307,7 @@ absl::StatusOr<LinkFit> FitLinkCost(absl::Span<const CollectiveTiming> timings) 
   for (const CollectiveTiming& t : timings) {
     if (!(t.time_us > 0) || !std::isfinite(t.time_us) || t.group_size < 2 || t.buffer_bytes < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "bad timing: ", CollectiveName(t.collective), " on ", t.group_size, " ranks of ",
+          "bad timing: ", StepKindName(t.collective), " on ", t.group_size, " ranks of ",
           t.buffer_bytes, " bytes in ", t.time_us, " us (need time > 0 and >= 2 ranks)"));
     }
     rows.push_back({1 / t.time_us, TimingHops(t) / t.time_us, TimingBytesSent(t) / t.time_us});

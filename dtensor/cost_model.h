@@ -48,14 +48,14 @@
 
 namespace dt {
 
-enum class Collective : uint8_t { kLocal, kAllGather, kAllReduce, kReduceScatter, kAllToAll };
+enum class StepKind : uint8_t { kLocal, kAllGather, kAllReduce, kReduceScatter, kAllToAll };
 // "local", "all_gather", "all_reduce", "reduce_scatter", "all_to_all".
-absl::string_view CollectiveName(Collective c);
+absl::string_view StepKindName(StepKind c);
 // The inverse of CollectiveName; InvalidArgument naming the text otherwise.
-absl::StatusOr<Collective> ParseCollective(absl::string_view name);
+absl::StatusOr<StepKind> ParseStepKind(absl::string_view name);
 
 // Hops of a collective over k ranks: k-1, 2(k-1) for all_reduce, 0 for a local step.
-double Hops(Collective c, int64_t k);
+double Hops(StepKind c, int64_t k);
 
 // One class of link: within a host or between hosts.
 struct LinkCost {
@@ -108,7 +108,7 @@ std::string CostModelToJson(const CostModel& model, absl::string_view descriptio
 // One timed collective over `group_size` ranks. `buffer_bytes` is nccl-tests' S: all_reduce's
 // buffer, all_gather's output, reduce_scatter's input, all_to_all's input (bench/collectives).
 struct CollectiveTiming {
-  Collective collective = Collective::kAllReduce;
+  StepKind collective = StepKind::kAllReduce;
   int64_t group_size = 2;
   double buffer_bytes = 0;
   double time_us = 0;

@@ -56,7 +56,6 @@ absl::StatusOr<Tensor> ScatterAlong(const Tensor& cur, const DTensorSpec& spec, 
   DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(out_shape, cur.dtype(), cur.device()));
   DT_ASSIGN_OR_RETURN(Tensor out_flat, out.View({out.numel()}));
   DT_ASSIGN_OR_RETURN(CommPtr comm, spec.mesh().Comm(i));
-  CountBroadcast(/*scatter=*/true);
   DT_RETURN_IF_ERROR(comm->AllToAllV(send, send_counts, out_flat, recv_counts));
   return out;
 }
@@ -96,7 +95,6 @@ absl::StatusOr<DTensor> DTensor::Distribute(const Tensor& full, const DeviceMesh
       }
       DT_ASSIGN_OR_RETURN(Tensor flat, x.View({x.numel()}));
       DT_ASSIGN_OR_RETURN(CommPtr comm, mesh.Comm(i));
-      CountBroadcast(/*scatter=*/false);
       DT_RETURN_IF_ERROR(comm->Broadcast(flat, *src_rank));
       cur = x;
     }
@@ -158,7 +156,6 @@ absl::StatusOr<DTensor> DTensor::FromLocal(Tensor local, const DeviceMesh& mesh,
   DT_ASSIGN_OR_RETURN(CommPtr world, mesh.Comm(all_dims));
   DT_ASSIGN_OR_RETURN(Tensor mine, Tensor::FromVector<int64_t>({kMeta}, meta));
   DT_ASSIGN_OR_RETURN(Tensor gathered, Tensor::Empty({kMeta * world->size()}, DType::kI64));
-  CountCollective(Collective::kAllGather);
   DT_RETURN_IF_ERROR(world->AllGather(mine, gathered));
   const int64_t* g = gathered.data<int64_t>();
   for (int r = 0; r < world->size(); ++r) {
@@ -190,12 +187,10 @@ absl::StatusOr<DTensor> DTensor::FromLocal(Tensor local, const DeviceMesh& mesh,
     DT_ASSIGN_OR_RETURN(Tensor ref, x.Clone());
     DT_ASSIGN_OR_RETURN(Tensor flat, ref.View({ref.numel()}));
     DT_ASSIGN_OR_RETURN(CommPtr comm, mesh.Comm(i));
-    CountBroadcast(/*scatter=*/false);
     DT_RETURN_IF_ERROR(comm->Broadcast(flat, 0));
     if (bad_dim < 0 && !Equal(ref, x)) bad_dim = i;
   }
   DT_ASSIGN_OR_RETURN(Tensor verdict, Tensor::FromVector<int64_t>({1}, {bad_dim}));
-  CountCollective(Collective::kAllReduce);
   DT_RETURN_IF_ERROR(world->AllReduce(verdict, ReduceOp::kMax));
   const int64_t worst = verdict.data<int64_t>()[0];
   if (worst >= 0) {
@@ -310,18 +305,6 @@ absl::StatusOr<DTensor> DTensor::RedistributeImpl(Tensor local, bool may_modify,
   if (!local.defined()) return absl::FailedPreconditionError("Redistribute on an undefined DTensor");
   DT_ASSIGN_OR_RETURN(std::shared_ptr<const RedistributePlan> plan,
                       CachedPlan(spec_, placements, options.planner));
-  if (!options.allow_partial) {
-    for (size_t i = 0; i < plan->dst.size(); ++i) {
-      if (plan->dst[i].is_partial() && plan->src[i] != plan->dst[i]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "cannot redistribute ", spec_.ToString(), " to ", PlacementsToString(plan->dst),
-            ": redistributing to Partial is for internal use only (mesh dim ",
-            MeshDimName(spec_.mesh().names(), static_cast<int>(i)), ": ",
-            plan->src[i].ToString(), " -> ", plan->dst[i].ToString(),
-            "; see RedistributeOptions::allow_partial)"));
-      }
-    }
-  }
   ExecuteOptions exec;
   exec.may_modify_input = may_modify;
   DT_ASSIGN_OR_RETURN(Tensor out, ExecutePlan(*plan, spec_, std::move(local), exec));

@@ -45,9 +45,8 @@ struct FromLocalOptions {
 };
 
 struct RedistributeOptions {
-  // Allow Replicate -> Partial (internal use, as in PyTorch: sharding rules produce Partial
-  // results; users do not ask for them).
-  bool allow_partial = false;
+  // Strategy, merging, cost model and allow_partial (Replicate -> Partial, internal use as in
+  // PyTorch) of the plan; see dtensor/planner.h.
   PlannerOptions planner;
 };
 

@@ -23,148 +23,9 @@ namespace dt {
 // Distribute() and the creation functions use the same rule for Partial placements, so
 // "redistribute equals distributing the full tensor" holds for Partial targets too.
 
-// ---- counting ----------------------------------------------------------------------------------
-
-namespace {
-thread_local CommCounter* g_counters = nullptr;
-}  // namespace
-
-CommCounter::CommCounter() : outer_(g_counters) { g_counters = this; }
-CommCounter::~CommCounter() { g_counters = outer_; }
-
-void CountCollective(Collective kind) {
-  for (CommCounter* c = g_counters; c != nullptr; c = c->outer_) {
-    CollectiveCounts& n = c->counts_;
-    switch (kind) {
-      case Collective::kAllGather: ++n.all_gather; break;
-      case Collective::kAllReduce: ++n.all_reduce; break;
-      case Collective::kReduceScatter: ++n.reduce_scatter; break;
-      case Collective::kAllToAll: ++n.all_to_all; break;
-      case Collective::kLocal: break;
-    }
-  }
-}
-
-void CountBroadcast(bool scatter) {
-  for (CommCounter* c = g_counters; c != nullptr; c = c->outer_) {
-    ++(scatter ? c->counts_.scatter : c->counts_.broadcast);
-  }
-}
-
-std::string CollectiveCounts::ToString() const {
-  std::vector<std::string> parts;
-  auto add = [&](const char* name, int64_t n) {
-    if (n) parts.push_back(absl::StrCat(name, "=", n));
-  };
-  add("all_gather", all_gather);
-  add("all_reduce", all_reduce);
-  add("reduce_scatter", reduce_scatter);
-  add("all_to_all", all_to_all);
-  add("broadcast", broadcast);
-  add("scatter", scatter);
-  return parts.empty() ? "none" : absl::StrJoin(parts, " ");
-}
-
 // ---- boxes: copying index sets between tensors that hold different index sets -------------------
 
 namespace {
-
-RangeList Full(int64_t n) {
-  RangeList r;
-  if (n > 0) r.push_back({0, n});
-  return r;
-}
-
-DimRanges FullRanges(IntSpan shape) {
-  DimRanges out;
-  for (int64_t n : shape) out.push_back(Full(n));
-  return out;
-}
-
-RangeList Intersect(const RangeList& a, const RangeList& b) {
-  RangeList out;
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    const int64_t lo = std::max(a[i].start, b[j].start);
-    const int64_t hi = std::min(a[i].stop, b[j].stop);
-    if (lo < hi) out.push_back({lo, hi});
-    (a[i].stop < b[j].stop) ? ++i : ++j;
-  }
-  return out;
-}
-
-// Position of global index x in `have` and how many indices follow contiguously from there.
-std::pair<int64_t, int64_t> Locate(const RangeList& have, int64_t x) {
-  int64_t pos = 0;
-  for (const IndexRange& r : have) {
-    if (x >= r.start && x < r.stop) return {pos + (x - r.start), r.stop - x};
-    pos += r.size();
-  }
-  DT_CHECK(false, "index ", x, " not in ", RangesToString(have));
-  return {0, 0};
-}
-
-struct Run {
-  int64_t src, dst, len;
-};
-using Runs = absl::InlinedVector<Run, 4>;
-
-// The runs copying the global indices `box` from a tensor holding `src_have` along a dim into one
-// holding `dst_have` (box is a subset of both).
-Runs DimRuns(const RangeList& src_have, const RangeList& dst_have, const RangeList& box) {
-  Runs runs;
-  for (const IndexRange& r : box) {
-    int64_t x = r.start;
-    while (x < r.stop) {
-      const auto [sp, sleft] = Locate(src_have, x);
-      const auto [dp, dleft] = Locate(dst_have, x);
-      const int64_t len = std::min({r.stop - x, sleft, dleft});
-      if (!runs.empty() && runs.back().src + runs.back().len == sp &&
-          runs.back().dst + runs.back().len == dp) {
-        runs.back().len += len;
-      } else {
-        runs.push_back({sp, dp, len});
-      }
-      x += len;
-    }
-  }
-  return runs;
-}
-
-// Copies the elements at global indices `box` (per dim) from `src` (holding `src_have`) into `dst`
-// (holding `dst_have`).
-absl::Status CopyBox(const Tensor& dst, const DimRanges& dst_have, const Tensor& src,
-                     const DimRanges& src_have, const DimRanges& box) {
-  const int nd = src.dim();
-  std::vector<Runs> runs(nd);
-  for (int d = 0; d < nd; ++d) {
-    runs[d] = DimRuns(src_have[d], dst_have[d], box[d]);
-    if (runs[d].empty()) return absl::OkStatus();
-  }
-  if (nd == 0) return dst.CopyFrom(src);
-  std::function<absl::Status(int, const Tensor&, const Tensor&)> rec =
-      [&](int d, const Tensor& s, const Tensor& t) -> absl::Status {
-    if (d == nd) return t.CopyFrom(s);
-    for (const Run& r : runs[d]) {
-      const bool whole = r.src == 0 && r.dst == 0 && r.len == s.size(d) && r.len == t.size(d);
-      if (whole) {
-        DT_RETURN_IF_ERROR(rec(d + 1, s, t));
-        continue;
-      }
-      DT_ASSIGN_OR_RETURN(Tensor sn, s.Narrow(d, r.src, r.len));
-      DT_ASSIGN_OR_RETURN(Tensor tn, t.Narrow(d, r.dst, r.len));
-      DT_RETURN_IF_ERROR(rec(d + 1, sn, tn));
-    }
-    return absl::OkStatus();
-  };
-  return rec(0, src, dst);
-}
-
-Shape ShapeOf(const DimRanges& ranges) {
-  Shape s;
-  for (const RangeList& r : ranges) s.push_back(RangesSize(r));
-  return s;
-}
 
 // The views of `t` (holding `have`) that cover the global indices `box` when they travel from a
 // tensor holding `src_have` to one holding `dst_have` (`t` is one of the two: `at_src`): one view
@@ -174,7 +35,7 @@ Shape ShapeOf(const DimRanges& ranges) {
 absl::StatusOr<TensorViews> BoxViews(const Tensor& t, bool at_src, const DimRanges& src_have,
                                      const DimRanges& dst_have, const DimRanges& box) {
   const int nd = t.dim();
-  std::vector<Runs> runs(nd);
+  std::vector<IndexRuns> runs(nd);
   size_t combos = 1;
   for (int d = 0; d < nd; ++d) {
     runs[d] = DimRuns(src_have[d], dst_have[d], box[d]);
@@ -190,7 +51,7 @@ absl::StatusOr<TensorViews> BoxViews(const Tensor& t, bool at_src, const DimRang
   for (size_t k = 0; k < combos; ++k) {
     Tensor v = t;
     for (int d = 0; d < nd; ++d) {
-      const Run& r = runs[d][at[d]];
+      const IndexRun& r = runs[d][at[d]];
       const int64_t start = at_src ? r.src : r.dst;
       if (start == 0 && r.len == t.size(d)) continue;
       DT_ASSIGN_OR_RETURN(v, v.Narrow(d, start, r.len));
@@ -209,20 +70,6 @@ DType AvgDType(DType dtype, int64_t scale) {
 }
 
 absl::StatusOr<Tensor> Flat(const Tensor& t) { return t.View({t.numel()}); }
-
-// Divides a contiguous tensor we own by k (integers truncate; bools are left alone: a 0/1 average
-// is not representable), with the communicators' host loop. Device memory goes through the host:
-// only Partial(avg) and splitting a Replicate float into Partial(sum) get here, never a hot path.
-absl::Status DivideInPlace(const Tensor& t, int64_t k) {
-  if (k == 1 || t.numel() == 0 || t.dtype() == DType::kBool) return absl::OkStatus();
-  if (t.device().is_cpu()) {
-    internal::DivideInPlace(t.raw_data(), t.numel(), t.dtype(), k);
-    return absl::OkStatus();
-  }
-  DT_ASSIGN_OR_RETURN(Tensor host, t.To(kCPU));
-  internal::DivideInPlace(host.raw_data(), host.numel(), host.dtype(), k);
-  return t.CopyFrom(host);
-}
 
 // ---- one step ----------------------------------------------------------------------------------
 
@@ -255,11 +102,11 @@ class StepRunner {
 
   absl::StatusOr<Tensor> Run(Tensor x, bool owned) {
     switch (step_.collective) {
-      case Collective::kAllGather: return AllGather(x);
-      case Collective::kReduceScatter: return ReduceScatter(x);
-      case Collective::kAllReduce: return AllReduce(x, owned);
-      case Collective::kAllToAll: return AllToAll(x);
-      case Collective::kLocal: return Local(x);
+      case StepKind::kAllGather: return AllGather(x);
+      case StepKind::kReduceScatter: return ReduceScatter(x);
+      case StepKind::kAllReduce: return AllReduce(x, owned);
+      case StepKind::kAllToAll: return AllToAll(x);
+      case StepKind::kLocal: return Local(x);
     }
     return absl::InternalError("unknown collective");
   }
@@ -273,7 +120,7 @@ class StepRunner {
       c[m] = g % ks_[m];
       g /= ks_[m];
     }
-    RangeList list = Full(group_shape_[ps[0].dim()]);
+    RangeList list = FullRange(group_shape_[ps[0].dim()]);
     for (size_t m = 0; m < ps.size(); ++m) {
       list = SelectPositions(list, ShardPositions(ps[m], RangesSize(list), ks_[m], c[m]));
     }
@@ -323,7 +170,6 @@ class StepRunner {
     DT_ASSIGN_OR_RETURN(CommPtr comm, Comm());
     DT_ASSIGN_OR_RETURN(Tensor xf, Flat(x));
     DT_ASSIGN_OR_RETURN(Tensor bf, Flat(buffer));
-    CountCollective(Collective::kAllGather);
     DT_RETURN_IF_ERROR(layout.even ? comm->AllGather(xf, bf)
                                    : comm->AllGatherV(xf, bf, layout.counts));
     if (!direct) DT_RETURN_IF_ERROR(UnpackPieces(bf, layout, out));
@@ -351,10 +197,9 @@ class StepRunner {
     DT_ASSIGN_OR_RETURN(CommPtr comm, Comm());
     DT_ASSIGN_OR_RETURN(Tensor in_flat, Flat(buffer));
     DT_ASSIGN_OR_RETURN(Tensor out_flat, Flat(out));
-    CountCollective(Collective::kReduceScatter);
     DT_RETURN_IF_ERROR(layout.even ? comm->ReduceScatter(in_flat, out_flat, op)
                                    : comm->ReduceScatterV(in_flat, out_flat, layout.counts, op));
-    DT_RETURN_IF_ERROR(DivideInPlace(out, scale));
+    DT_RETURN_IF_ERROR(internal::DivideInPlace(out, scale));
     if (wide != local.dtype()) return out.To(local.dtype());
     return out;
   }
@@ -373,9 +218,8 @@ class StepRunner {
     }
     DT_ASSIGN_OR_RETURN(CommPtr comm, Comm());
     DT_ASSIGN_OR_RETURN(Tensor yf, Flat(y));
-    CountCollective(Collective::kAllReduce);
     DT_RETURN_IF_ERROR(comm->AllReduce(yf, op));
-    DT_RETURN_IF_ERROR(DivideInPlace(y, scale));
+    DT_RETURN_IF_ERROR(internal::DivideInPlace(y, scale));
     if (wide != local.dtype()) return y.To(local.dtype());
     return y;
   }
@@ -395,17 +239,16 @@ class StepRunner {
     auto box = [&](int64_t s, int64_t r) {
       DimRanges bx = FullRanges(group_shape_);
       bx[da] = src[s];
-      bx[db] = da == db ? Intersect(src[s], dst[r]) : dst[r];
+      bx[db] = da == db ? IntersectRanges(src[s], dst[r]) : dst[r];
       return bx;
     };
-    DT_ASSIGN_OR_RETURN(Tensor out, PooledEmpty(ShapeOf(after[me_]), x.dtype(), x.device()));
+    DT_ASSIGN_OR_RETURN(Tensor out, PooledEmpty(RangesShape(after[me_]), x.dtype(), x.device()));
     std::vector<TensorViews> send(size_), recv(size_);
     for (int64_t g = 0; g < size_; ++g) {
       DT_ASSIGN_OR_RETURN(send[g], BoxViews(x, /*at_src=*/true, before[me_], after[g], box(me_, g)));
       DT_ASSIGN_OR_RETURN(recv[g], BoxViews(out, /*at_src=*/false, before[g], after[me_], box(g, me_)));
     }
     DT_ASSIGN_OR_RETURN(CommPtr comm, Comm());
-    CountCollective(Collective::kAllToAll);
     DT_RETURN_IF_ERROR(comm->AllToAllViews(std::move(send), std::move(recv)));
     return out;
   }
@@ -421,7 +264,7 @@ class StepRunner {
         return v.Contiguous();
       }
       const DimRanges have = With(d, piece);
-      DT_ASSIGN_OR_RETURN(Tensor out, PooledEmpty(ShapeOf(have), x.dtype(), x.device()));
+      DT_ASSIGN_OR_RETURN(Tensor out, PooledEmpty(RangesShape(have), x.dtype(), x.device()));
       DT_RETURN_IF_ERROR(CopyBox(out, have, x, FullRanges(group_shape_), have));
       return out;
     }
@@ -478,7 +321,7 @@ absl::StatusOr<Tensor> PartitionReplicated(const Tensor& x, ReduceOp op, int64_t
       if (IsFloating(x.dtype())) {
         DT_ASSIGN_OR_RETURN(Tensor y, PooledEmpty(x.shape(), x.dtype(), x.device()));
         DT_RETURN_IF_ERROR(y.CopyFrom(x));
-        DT_RETURN_IF_ERROR(DivideInPlace(y, k));
+        DT_RETURN_IF_ERROR(internal::DivideInPlace(y, k));
         return y;
       }
       [[fallthrough]];
@@ -487,12 +330,6 @@ absl::StatusOr<Tensor> PartitionReplicated(const Tensor& x, ReduceOp op, int64_t
   }
   if (group_rank == 0) return x;
   return Tensor::Full(x.shape(), op == ReduceOp::kProd ? 1.0 : 0.0, x.dtype(), x.device());
-}
-
-absl::StatusOr<Tensor> SliceRanges(const Tensor& full, const DimRanges& ranges) {
-  DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(ShapeOf(ranges), full.dtype(), full.device()));
-  DT_RETURN_IF_ERROR(CopyBox(out, ranges, full, FullRanges(full.shape()), ranges));
-  return out;
 }
 
 // ---- pieces in a flat buffer -------------------------------------------------------------------
@@ -528,7 +365,7 @@ absl::Status CopySegments(const Tensor& buffer, const Tensor& full, const PieceL
     DimRanges have = all;
     have[l.dim] = l.pieces[g];
     DT_ASSIGN_OR_RETURN(Tensor seg, buffer.Narrow(0, off, l.counts[g]));
-    DT_ASSIGN_OR_RETURN(seg, seg.View(ShapeOf(have)));
+    DT_ASSIGN_OR_RETURN(seg, seg.View(RangesShape(have)));
     DT_RETURN_IF_ERROR(pack ? CopyBox(seg, have, full, all, have)
                             : CopyBox(full, all, seg, have, have));
     off += l.counts[g];

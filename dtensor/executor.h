@@ -1,7 +1,7 @@
 #pragma once
 // The redistribute executor: runs a RedistributePlan (dtensor/planner.h) on this rank's local
 // tensor, one collective per step over the communicator of the step's mesh dim (or flattened
-// group), and counts what it issues.
+// group). What it issues is counted by mesh/comm_counter.h like every other collective.
 //
 //   step            this rank does                                         extra local copies
 //   all_gather      all_gather (all_gather_v when pieces differ)           none for S(d) with only
@@ -30,48 +30,6 @@
 
 namespace dt {
 
-// Collectives issued by dtensor on one thread, by kind.
-struct CollectiveCounts {
-  int64_t all_gather = 0;
-  int64_t all_reduce = 0;
-  int64_t reduce_scatter = 0;
-  int64_t all_to_all = 0;
-  int64_t broadcast = 0;  // Distribute, FromLocal's check
-  int64_t scatter = 0;    // Distribute (an all_to_all_v from one source)
-
-  int64_t total() const {
-    return all_gather + all_reduce + reduce_scatter + all_to_all + broadcast + scatter;
-  }
-  // "all_gather=1 all_to_all=1" (zero kinds left out; "none" when nothing).
-  std::string ToString() const;
-};
-
-// Counts the collectives dtensor issues on this thread while it is alive (PyTorch's
-// CommDebugMode). Scopes nest; each counts everything issued inside it. Ranks of the threads
-// backend are threads, so each rank counts its own.
-//
-//   CommCounter counter;
-//   auto y = x.Redistribute(...);
-//   EXPECT_EQ(counter.counts().all_gather, 1);
-class CommCounter {
- public:
-  CommCounter();
-  ~CommCounter();
-  CommCounter(const CommCounter&) = delete;
-  CommCounter& operator=(const CommCounter&) = delete;
-  const CollectiveCounts& counts() const { return counts_; }
-
- private:
-  friend void CountCollective(Collective kind);
-  friend void CountBroadcast(bool scatter);
-  CollectiveCounts counts_;
-  CommCounter* outer_;
-};
-
-// Records one collective in every active CommCounter of this thread.
-void CountCollective(Collective kind);
-void CountBroadcast(bool scatter);
-
 struct ExecuteOptions {
   // The input's storage may be overwritten (the caller gave up its only reference): the first
   // all_reduce then runs in place instead of on a copy.
@@ -89,10 +47,6 @@ absl::StatusOr<Tensor> ExecutePlan(const RedistributePlan& plan, const DTensorSp
 // holds (see Note [Partial from Replicate]). May return `x` itself.
 absl::StatusOr<Tensor> PartitionReplicated(const Tensor& x, ReduceOp op, int64_t k,
                                            int64_t group_rank);
-
-// The elements of `full` (global shape) at `ranges` (one RangeList per dim), as a new contiguous
-// tensor — a rank's piece cut from the global tensor without communication.
-absl::StatusOr<Tensor> SliceRanges(const Tensor& full, const DimRanges& ranges);
 
 // The pieces a group of ranks holds of one tensor dim, laid out in a flat buffer one after the
 // other in group-rank order: all_gather's output, reduce_scatter's input, Distribute's scatter.

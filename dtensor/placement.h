@@ -35,7 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "dtensor/mesh/communicator.h"
+#include "dtensor/core/reduce_op.h"
 
 namespace dt {
 

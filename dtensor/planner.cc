@@ -64,14 +64,14 @@ namespace dt {
 // collectives than greedy, and plan(x -> x) is empty.
 
 std::string PlanStep::ToString() const {
-  return absl::StrCat(CollectiveName(collective), " on d", absl::StrJoin(mesh_dims, "+d"), ": ",
+  return absl::StrCat(StepKindName(collective), " on d", absl::StrJoin(mesh_dims, "+d"), ": ",
                       PlacementsToCompactString(from), " -> ", PlacementsToCompactString(to));
 }
 
 namespace {
 int CountCollectives(const std::vector<PlanStep>& steps) {
   int n = 0;
-  for (const PlanStep& s : steps) n += s.collective != Collective::kLocal;
+  for (const PlanStep& s : steps) n += s.collective != StepKind::kLocal;
   return n;
 }
 }  // namespace
@@ -81,7 +81,7 @@ int RedistributePlan::num_collectives() const { return CountCollectives(steps); 
 std::string RedistributePlan::ToString() const {
   std::string out = PlacementsToString(src);
   for (size_t i = 0; i < steps.size(); ++i) {
-    absl::StrAppend(&out, " -", CollectiveName(steps[i].collective), "(d",
+    absl::StrAppend(&out, " -", StepKindName(steps[i].collective), "(d",
                     absl::StrJoin(steps[i].mesh_dims, "+d"), ")-> ",
                     PlacementsToString(states[i + 1]));
   }
@@ -133,17 +133,17 @@ bool Legal(const Problem& pb, const Placements& cur, int i, const Placement& to,
   return true;
 }
 
-Collective KindOf(const Placement& from, const Placement& to) {
-  if (from.is_any_shard()) return to.is_replicate() ? Collective::kAllGather : Collective::kAllToAll;
+StepKind KindOf(const Placement& from, const Placement& to) {
+  if (from.is_any_shard()) return to.is_replicate() ? StepKind::kAllGather : StepKind::kAllToAll;
   if (from.is_partial()) {
-    return to.is_any_shard() ? Collective::kReduceScatter : Collective::kAllReduce;
+    return to.is_any_shard() ? StepKind::kReduceScatter : StepKind::kAllReduce;
   }
-  return Collective::kLocal;
+  return StepKind::kLocal;
 }
 
 bool OpsMergeable(ReduceOp a, ReduceOp b) { return a == b || (IsSumLike(a) && IsSumLike(b)); }
 
-// Sets logical_shape, group_size, bytes and cost_us of `step`, taken from state `cur`.
+// Sets cost_shape, group_size, bytes and cost_us of `step`, taken from state `cur`.
 void Price(const Problem& pb, const Placements& cur, PlanStep& step) {
   const CostModel& cm = pb.cost;
   // The tensor the group jointly holds: every other mesh dim's split applied (Legal guarantees no
@@ -151,16 +151,16 @@ void Price(const Problem& pb, const Placements& cur, PlanStep& step) {
   Placements others = cur;
   for (int i : step.mesh_dims) others[i] = Placement::Replicate();
   const Shape origin(pb.mesh.size(), 0);  // holds the largest pieces
-  step.logical_shape = ShardShape(pb.shape, pb.mesh, others, origin);
+  step.cost_shape = ShardShape(pb.shape, pb.mesh, others, origin);
   int64_t k = 1;
   for (int i : step.mesh_dims) k *= pb.mesh[i];
   step.group_size = k;
-  step.crosses_hosts = step.collective != Collective::kLocal && pb.Crosses(step.mesh_dims);
+  step.crosses_hosts = step.collective != StepKind::kLocal && pb.Crosses(step.mesh_dims);
   const LinkCost& link = cm.Link(step.crosses_hosts);
-  const double logical = static_cast<double>(Numel(step.logical_shape) * pb.elem);
+  const double logical = static_cast<double>(Numel(step.cost_shape) * pb.elem);
   // Bytes of the largest piece a shard placement list cuts the logical tensor into.
   auto piece = [&](const Placements& ps) {
-    Shape s = step.logical_shape;
+    Shape s = step.cost_shape;
     for (size_t m = 0; m < ps.size(); ++m) {
       const Placement& p = ps[m];
       if (p.is_any_shard()) s[p.dim()] = ShardPieceSize(p, s[p.dim()], pb.mesh[step.mesh_dims[m]], 0);
@@ -170,33 +170,33 @@ void Price(const Problem& pb, const Placements& cur, PlanStep& step) {
   // Bytes sent per rank and bytes copied locally (packing, slicing).
   double bytes = 0, copied = 0;
   switch (step.collective) {
-    case Collective::kAllGather:
-    case Collective::kReduceScatter: {
+    case StepKind::kAllGather:
+    case StepKind::kReduceScatter: {
       const Placements& shards =
-          step.collective == Collective::kAllGather ? step.from : step.to;
+          step.collective == StepKind::kAllGather ? step.from : step.to;
       bytes = (k - 1) * piece(shards);
-      if (NeedsPacking(shards, step.logical_shape)) copied = logical;
+      if (NeedsPacking(shards, step.cost_shape)) copied = logical;
       break;
     }
-    case Collective::kAllReduce:
+    case StepKind::kAllReduce:
       bytes = 2.0 * (k - 1) * logical / k;
       break;
-    case Collective::kAllToAll: {
+    case StepKind::kAllToAll: {
       const double p = piece(step.from);
       bytes = (k - 1) * p / k;
       copied = 2 * p;
       break;
     }
-    case Collective::kLocal:
+    case StepKind::kLocal:
       if (!step.to.front().is_any_shard()) {
         copied = logical;
-      } else if (NeedsPacking(step.to, step.logical_shape)) {
+      } else if (NeedsPacking(step.to, step.cost_shape)) {
         copied = piece(step.to);
       }
       break;
   }
   const double comm =
-      step.collective == Collective::kLocal ? 0.0 : link.TimeUs(Hops(step.collective, k), bytes);
+      step.collective == StepKind::kLocal ? 0.0 : link.TimeUs(Hops(step.collective, k), bytes);
   step.bytes = static_cast<int64_t>(bytes);
   step.cost_us = comm + copied / cm.copy_bytes_per_us;
 }
@@ -238,9 +238,9 @@ bool NestedIsFlat(int64_t n, absl::Span<const int64_t> ks) {
 // legal or does not preserve the layout. See Note [Planning].
 std::optional<PlanStep> MergedStep(const Problem& pb, const Placements& cur,
                                    absl::Span<const int> dims, absl::Span<const Placement> tos) {
-  const Collective kind = KindOf(cur[dims[0]], tos[0]);
-  if (kind != Collective::kAllGather && kind != Collective::kAllReduce &&
-      kind != Collective::kReduceScatter) {
+  const StepKind kind = KindOf(cur[dims[0]], tos[0]);
+  if (kind != StepKind::kAllGather && kind != StepKind::kAllReduce &&
+      kind != StepKind::kReduceScatter) {
     return std::nullopt;
   }
   int64_t k = 1;
@@ -251,18 +251,18 @@ std::optional<PlanStep> MergedStep(const Problem& pb, const Placements& cur,
   }
   int d = -1;
   switch (kind) {
-    case Collective::kAllReduce:
+    case StepKind::kAllReduce:
       for (int i : dims) {
         if (!OpsMergeable(cur[i].reduce_op(), cur[dims[0]].reduce_op())) return std::nullopt;
       }
       break;
-    case Collective::kAllGather:
+    case StepKind::kAllGather:
       d = cur[dims[0]].dim();
       for (int i : dims) {
         if (!cur[i].is_shard() || cur[i].dim() != d) return std::nullopt;
       }
       break;
-    case Collective::kReduceScatter:
+    case StepKind::kReduceScatter:
       d = tos[0].dim();
       for (size_t m = 0; m < dims.size(); ++m) {
         if (!tos[m].is_shard() || tos[m].dim() != d) return std::nullopt;
@@ -338,7 +338,7 @@ std::vector<PlanStep> MergeSteps(const Problem& pb, Placements cur,
     PlanStep group = steps[i];
     size_t j = i + 1;
     while (j < steps.size() && steps[j].collective == group.collective &&
-           group.collective != Collective::kLocal && group.collective != Collective::kAllToAll) {
+           group.collective != StepKind::kLocal && group.collective != StepKind::kAllToAll) {
       // Candidate dims and targets, ascending by mesh dim.
       std::vector<std::pair<int, Placement>> members;
       for (size_t m = 0; m < group.mesh_dims.size(); ++m) {
@@ -442,8 +442,8 @@ std::optional<std::vector<PlanStep>> SearchSteps(const Problem& pb, const Placem
     }
     if (!merge) continue;
     // Merged steps: every subset (>= 2) of the dims that can take one collective of a kind.
-    for (Collective kind : {Collective::kAllReduce, Collective::kAllGather,
-                            Collective::kReduceScatter}) {
+    for (StepKind kind : {StepKind::kAllReduce, StepKind::kAllGather,
+                            StepKind::kReduceScatter}) {
       std::vector<std::pair<int, int>> cand;  // (var, target phase)
       for (int v = 0; v < nv; ++v) {
         const int p = phase(id, v);
@@ -531,6 +531,10 @@ absl::StatusOr<RedistributePlan> PlanRedistribute(const DTensorSpec& src, const 
     if (a.is_any_shard() && b.is_partial()) {
       return Refuse(src, dst, absl::StrCat("Shard -> Partial is not a redistribution", where));
     }
+    if (b.is_partial() && !(a == b) && !a.is_partial() && !options.allow_partial) {
+      return Refuse(src, dst, absl::StrCat("redistributing to Partial is for internal use only", where,
+                                           "; see PlannerOptions::allow_partial"));
+    }
     if (a.is_partial() && b.is_partial() && a.reduce_op() != b.reduce_op()) {
       return Refuse(src, dst,
                     absl::StrCat("Partial(", ReduceOpName(a.reduce_op()), ") -> Partial(",
@@ -565,15 +569,22 @@ absl::StatusOr<RedistributePlan> PlanRedistribute(const DTensorSpec& src, const 
     if (search && options.merge) search = MergeSteps(pb, start, *search);
   }
   // The greedy walk is legal by construction for plain shards; with interleaved shards it can
-  // get stuck, and then the search plan (always legal) is used.
+  // get stuck, and then the search plan (always legal) is used, whichever strategy was asked for.
   const bool greedy_ok = options.strategy != Strategy::kSearch &&
                          CheckSteps(pb, start, plan.dst, greedy).ok();
+  if (!greedy_ok && !search && options.strategy == Strategy::kGreedy) {
+    search = SearchSteps(pb, start, plan.dst, options.merge);
+    if (search && options.merge) search = MergeSteps(pb, start, *search);
+  }
   bool use_search = false;
-  if (options.strategy == Strategy::kSearch || (search && !greedy_ok)) {
+  if (options.strategy == Strategy::kSearch || !greedy_ok) {
     if (!search) {
       return absl::UnimplementedError(absl::StrCat(
-          "min-cost search for ", Describe(src), " -> ", PlacementsToString(dst.placements()),
-          ": more than 7 mesh dims change; use the greedy planner"));
+          "cannot plan ", Describe(src), " -> ", PlacementsToString(dst.placements()), ": ",
+          options.strategy == Strategy::kSearch
+              ? "the min-cost search covers at most 7 changing mesh dims; use the greedy planner"
+              : "the greedy order gets stuck on these interleaved shards and the min-cost search "
+                "covers at most 7 changing mesh dims"));
     }
     use_search = true;
   } else if (options.strategy == Strategy::kBest && search) {
@@ -605,10 +616,12 @@ struct PlanKey {
   Placements src, dst;
   PlannerOptions::Strategy strategy;
   bool merge;
+  bool allow_partial;
   CostModel cost;
 
   friend bool operator==(const PlanKey& a, const PlanKey& b) {
     return a.dtype == b.dtype && a.strategy == b.strategy && a.merge == b.merge &&
+           a.allow_partial == b.allow_partial &&
            a.cost == b.cost && a.mesh == b.mesh && a.shape == b.shape && a.src == b.src &&
            a.dst == b.dst;
   }
@@ -617,7 +630,7 @@ struct PlanKey {
     return H::combine(std::move(h), absl::MakeConstSpan(k.mesh), absl::MakeConstSpan(k.shape),
                       static_cast<int>(k.dtype), absl::MakeConstSpan(k.src),
                       absl::MakeConstSpan(k.dst), static_cast<int>(k.strategy), k.merge,
-                      k.cost);
+                      k.allow_partial, k.cost);
   }
 };
 
@@ -682,7 +695,7 @@ bool Matches(const PlanKey& k, const DTensorSpec& src, absl::Span<const Placemen
              const PlannerOptions& o) {
   const std::vector<int64_t>& mesh = src.mesh().shape();
   return k.dtype == src.dtype() && k.strategy == o.strategy && k.merge == o.merge &&
-         k.cost == o.cost && k.shape == src.shape() && k.src == src.placements() &&
+         k.allow_partial == o.allow_partial && k.cost == o.cost && k.shape == src.shape() && k.src == src.placements() &&
          std::equal(k.mesh.begin(), k.mesh.end(), mesh.begin(), mesh.end()) &&
          std::equal(k.dst.begin(), k.dst.end(), dst.begin(), dst.end());
 }
@@ -709,6 +722,7 @@ absl::StatusOr<std::shared_ptr<const RedistributePlan>> CachedPlan(
               Placements(dst_placements.begin(), dst_placements.end()),
               options.strategy,
               options.merge,
+              options.allow_partial,
               options.cost};
   std::shared_ptr<const RedistributePlan> plan = cache.Find(key);
   if (!plan) {

@@ -44,9 +44,11 @@ struct PlanStep {
   // One mesh dim, or several (ascending) merged into one collective on their flattened group.
   absl::InlinedVector<int, 2> mesh_dims;
   Placements from, to;  // per entry of mesh_dims
-  Collective collective = Collective::kLocal;
+  StepKind collective = StepKind::kLocal;
   int64_t group_size = 1;  // ranks in the group (product of the mesh dims' sizes)
-  Shape logical_shape;     // the largest logical tensor a group splits (mesh dims left of it applied)
+  // Pricing only: the largest logical tensor a group splits (mesh dims left of it applied, rank
+  // 0's coordinates). The executor derives each rank's own shapes from the spec, never from this.
+  Shape cost_shape;
   int64_t bytes = 0;       // bytes each rank sends (largest over ranks)
   bool crosses_hosts = false;  // some group holds ranks of two hosts (CostModel::ranks_per_host)
   double cost_us = 0;          // predicted time on the link the group uses
@@ -71,17 +73,21 @@ struct RedistributePlan {
 struct PlannerOptions {
   enum class Strategy : uint8_t {
     kBest,    // greedy and min-cost search; the cheaper, never with more collectives than greedy
-    kGreedy,  // PyTorch's greedy order only
+    kGreedy,  // PyTorch's greedy order; where it gets stuck (interleaved shards), the search
     kSearch,  // min-cost search only
   };
   Strategy strategy = Strategy::kBest;
   bool merge = true;  // merge consecutive collectives of one kind onto flattened groups
   CostModel cost;     // prices steps; with ranks_per_host, on intra- or inter-host links
+  // Replicate -> Partial is planned (a local step) only when allowed: internal use, as in PyTorch
+  // (sharding rules and styles produce Partial values; users do not ask for them). Checked before
+  // planning, so a refused request never reaches the plan cache.
+  bool allow_partial = false;
 };
 
 // Plans src -> dst. Errors (InvalidArgument, naming both specs): different meshes, shapes or
-// dtypes; Shard -> Partial; Partial(a) -> Partial(b) with a != b. Replicate -> Partial is planned
-// (a local step); DTensor::Redistribute refuses it unless asked (internal use, as in PyTorch).
+// dtypes; Shard -> Partial; Partial(a) -> Partial(b) with a != b; Replicate -> Partial unless
+// options.allow_partial.
 absl::StatusOr<RedistributePlan> PlanRedistribute(const DTensorSpec& src, const DTensorSpec& dst,
                                                   const PlannerOptions& options = {});
 

@@ -23,19 +23,6 @@ namespace dt {
 // holds its indices in ascending order" true. Sizes alone (ShardShape) follow the same recursion
 // without building ranges, which is what the executor needs per call.
 
-int64_t RangesSize(const RangeList& ranges) {
-  int64_t n = 0;
-  for (const IndexRange& r : ranges) n += r.size();
-  return n;
-}
-
-std::string RangesToString(const RangeList& ranges) {
-  if (ranges.empty()) return "empty";
-  return absl::StrJoin(ranges, ", ", [](std::string* out, const IndexRange& r) {
-    absl::StrAppend(out, "[", r.start, ", ", r.stop, ")");
-  });
-}
-
 RangeList ShardPositions(const Placement& p, int64_t n, int64_t k, int64_t r) {
   RangeList out;
   auto push = [&out](int64_t start, int64_t size) {

@@ -31,26 +31,12 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "dtensor/core/dtype.h"
+#include "dtensor/core/ranges.h"
 #include "dtensor/core/shape.h"
 #include "dtensor/dtensor/placement.h"
 #include "dtensor/mesh/device_mesh.h"
 
 namespace dt {
-
-// [start, stop) of global indices along one dim.
-struct IndexRange {
-  int64_t start = 0;
-  int64_t stop = 0;
-  int64_t size() const { return stop - start; }
-  friend bool operator==(const IndexRange&, const IndexRange&) = default;
-};
-// Ascending, disjoint, non-empty ranges.
-using RangeList = absl::InlinedVector<IndexRange, 2>;
-using DimRanges = absl::InlinedVector<RangeList, 4>;  // one RangeList per tensor dim
-
-int64_t RangesSize(const RangeList& ranges);
-// "[0, 2), [5, 6)"; "empty" for no ranges.
-std::string RangesToString(const RangeList& ranges);
 
 // ---- pure shard math on plain shapes (no mesh object, no communicator) ---------------------------
 

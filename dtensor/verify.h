@@ -21,6 +21,7 @@
 #include "dtensor/dtensor/executor.h"
 #include "dtensor/dtensor/placement.h"
 #include "dtensor/mesh/world.h"
+#include "dtensor/mesh/comm_counter.h"
 
 namespace dt {
 

@@ -148,30 +148,6 @@ struct Layout {
   int64_t elt = 0;
 };
 
-// Copies the elements of a row-major tensor at `src` whose indices lie in `ranges` into `dst`
-// (row-major, shape = the ranges' sizes). Dims after `k` are whole, so each range of dim k is one
-// contiguous run of the source. Returns the bytes copied.
-int64_t CopyRanges(const char* src, const Layout& l, const DimRanges& ranges, int k, int dim,
-                   char** dst) {
-  if (dim == k) {
-    int64_t n = 0;
-    for (const IndexRange& r : ranges[dim]) {
-      const int64_t bytes = r.size() * l.byte_strides[dim];
-      std::memcpy(*dst, src + r.start * l.byte_strides[dim], bytes);
-      *dst += bytes;
-      n += bytes;
-    }
-    return n;
-  }
-  int64_t n = 0;
-  for (const IndexRange& r : ranges[dim]) {
-    for (int64_t i = r.start; i < r.stop; ++i) {
-      n += CopyRanges(src + i * l.byte_strides[dim], l, ranges, k, dim + 1, dst);
-    }
-  }
-  return n;
-}
-
 absl::Status ReadExactly(int fd, int64_t offset, int64_t n, char* out, absl::string_view path) {
   int64_t done = 0;
   while (done < n) {
@@ -211,16 +187,6 @@ absl::string_view SafetensorsDTypeName(DType dtype) {
     if (e.dtype == dtype) return e.name;
   }
   return "?";
-}
-
-DimRanges FullRanges(IntSpan shape) {
-  DimRanges out;
-  for (int64_t n : shape) {
-    RangeList l;
-    if (n > 0) l.push_back({0, n});
-    out.push_back(l);
-  }
-  return out;
 }
 
 // ---- SafetensorsFile -----------------------------------------------------------------------------
@@ -399,10 +365,15 @@ absl::StatusOr<Tensor> SafetensorsFile::ReadRanges(absl::string_view name, const
   } else {
     DT_ASSIGN_OR_RETURN(piece, Tensor::Empty(out_shape, dtype));
     if (out_bytes > 0) {
-      char* dst = static_cast<char*>(piece.raw_data());
-      copied = k < 0 ? (std::memcpy(dst, base, out_bytes), out_bytes)
-                     : CopyRanges(base, l, ranges, k, 0, &dst);
-      DT_CHECK(copied == out_bytes, "copied ", copied, " of ", out_bytes);
+      if (k < 0) {
+        std::memcpy(piece.raw_data(), base, out_bytes);
+      } else {
+        Storage whole = Storage::Alias(data_, const_cast<char*>(base), info->nbytes(),
+                                       /*read_only=*/true);
+        const Tensor src(std::move(whole), l.shape, ContiguousStrides(l.shape), 0, dtype);
+        DT_RETURN_IF_ERROR(CopyBox(piece, ranges, src, FullRanges(l.shape), ranges));
+      }
+      copied = out_bytes;
       DropMappedPages(base, info->nbytes());
     }
   }

@@ -103,7 +103,7 @@ struct ReadOptions {
 };
 
 // The ranges to read as a list per dim, with no sharding at all: [0, n) for every dim.
-DimRanges FullRanges(IntSpan shape);
+
 
 class SafetensorsFile {
  public:

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "dtensor/mesh/reduce.h"
 #include "dtensor/mesh/work.h"
 
 namespace dt::internal {
@@ -42,7 +43,7 @@ std::string Collective::Describe() const {
     absl::StrAppend(&s, " (", input.defined() ? input.Describe() : "undefined tensor");
     if (output.defined()) absl::StrAppend(&s, " -> ", output.Describe());
   }
-  if (IsReduction(kind)) absl::StrAppend(&s, ", ", ReduceOpName(op));
+  if (IsReduction(kind)) absl::StrAppend(&s, ", ", ReduceOpName(requested_op()));
   if (kind == CollectiveKind::kBroadcast) absl::StrAppend(&s, ", root ", peer);
   if (kind == CollectiveKind::kSend) absl::StrAppend(&s, ", to ", peer);
   if (kind == CollectiveKind::kRecv) absl::StrAppend(&s, ", from ", peer);
@@ -84,7 +85,7 @@ Fingerprint Fingerprint::Of(const Collective& c) {
   Fingerprint f;
   f.kind = c.kind;
   f.dtype = c.dtype();
-  f.op = c.op;
+  f.op = c.requested_op();
   f.peer = c.peer;
   f.input_numel = c.input.defined() ? c.input.numel() : 0;
   f.counts = c.counts;
@@ -378,8 +379,25 @@ WorkPtr BackendCommunicator::Submit(Collective c) {
     absl::Status error(valid.code(), absl::StrCat(ErrorPrefix(c), ": ", valid.message()));
     return RunInvalid(std::move(c), std::move(error));
   }
+  CountIssued(c.kind);
   if (c.kind == CollectiveKind::kAllToAllViews && (stage_views_ || !HandlesViews())) {
     return RunViewsStaged(std::move(c));
+  }
+  // Note [Average once]
+  // avg is sum divided by the group size on every backend, so it is written here once: the
+  // backend sums, and Wait() divides the result (integers truncate) where the caller can see it.
+  // Verification and messages still say avg (Collective::requested_op). A backend that averages
+  // natively (NCCL for floats) says so with ReducesAvg and gets avg.
+  if (IsReduction(c.kind) && c.op == ReduceOp::kAvg && !ReducesAvg(c.dtype())) {
+    const Tensor target = c.kind == CollectiveKind::kAllReduce ? c.input : c.output;
+    const int64_t n = size();
+    c.op = ReduceOp::kSum;
+    c.averaged = true;
+    WorkPtr work = Dispatch(std::move(c));
+    return std::make_shared<DeferredWork>([work, target, n]() -> absl::Status {
+      DT_RETURN_IF_ERROR(work->Wait());
+      return DivideInPlace(target, n);
+    });
   }
   return Dispatch(std::move(c));
 }

@@ -71,6 +71,8 @@ enum class CollectiveKind : uint8_t {
 };
 absl::string_view CollectiveName(CollectiveKind kind);  // "all_reduce", ...
 bool IsReduction(CollectiveKind kind);
+// Records an accepted collective in this thread's CommCounters (mesh/comm_counter.h).
+void CountIssued(CollectiveKind kind);
 
 struct Collective {
   CollectiveKind kind = CollectiveKind::kBarrier;
@@ -83,10 +85,13 @@ struct Collective {
   std::vector<TensorViews> send_views{}, recv_views{};  // all_to_all_views, per group rank
   DType views_dtype = DType::kU8;                       // all_to_all_views
   bool staged_views = false;  // an all_to_all_views run as all_to_all_v on staging input/output
+  bool averaged = false;      // the caller asked for avg: op is kSum and the base divides on Wait()
   int64_t seq = 0;                   // per-communicator sequence number of collectives
   bool verify = false;               // the backend checks Fingerprints first (see set_verify)
 
   DType dtype() const { return input.defined() ? input.dtype() : views_dtype; }
+  // The reduction the caller asked for (avg where the base runs it as sum).
+  ReduceOp requested_op() const { return averaged ? ReduceOp::kAvg : op; }
   // "all_reduce #3 (f32[1024], sum)" — for error messages.
   std::string Describe() const;
 };
@@ -177,6 +182,9 @@ class BackendCommunicator : public Communicator {
   // packs the send views into a staging input, runs the collective as an all_to_all_v into a
   // staging output and unpacks that on Wait() (see Note [All-to-all over views]).
   virtual bool HandlesViews() const { return false; }
+  // True when Run() computes avg of `dtype` itself (NCCL's native float average); otherwise the
+  // base runs avg as sum and divides on Wait() (Note [Average once] in collective.cc).
+  virtual bool ReducesAvg(DType dtype) const { return false; }
 
  private:
   WorkPtr Submit(Collective c);

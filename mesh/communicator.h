@@ -42,13 +42,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "dtensor/core/reduce_op.h"
 #include "dtensor/core/tensor.h"
 
 namespace dt {
-
-enum class ReduceOp : uint8_t { kSum, kAvg, kMin, kMax, kProd };
-absl::string_view ReduceOpName(ReduceOp op);  // "sum", "avg", "min", "max", "prod"
-absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name);
 
 // Handle of an asynchronous collective.
 class Work {

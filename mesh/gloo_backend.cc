@@ -299,7 +299,6 @@ class GlooComm final : public BackendCommunicator {
         DT_DISPATCH_DTYPE(c.dtype(), T, [&] { opts.setOutput(reinterpret_cast<T*>(in), c.input.numel()); });
         opts.setReduceFunction(ReduceFunc(c.dtype(), c.op));
         gloo::allreduce(opts);
-        if (c.op == ReduceOp::kAvg) DivideInPlace(in, c.input.numel(), c.dtype(), n);
         return;
       }
       case K::kAllGather: {
@@ -431,7 +430,6 @@ class GlooComm final : public BackendCommunicator {
         if (!b->waitSend(Left(deadline))) throw gloo::IoException("ring send aborted");
       }
     }
-    if (c.op == ReduceOp::kAvg) DivideInPlace(out, counts[r], c.dtype(), n);
   }
 
   // all_to_all_views: each peer's stream travels in chunks of kViewsChunk bytes, one unbound buffer

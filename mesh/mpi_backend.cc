@@ -290,9 +290,7 @@ class MpiComm final : public BackendCommunicator {
       case K::kAllReduce: {
         DT_ASSIGN_OR_RETURN(int k, count(c.input.numel()));
         if (k == 0) return absl::OkStatus();
-        DT_RETURN_IF_ERROR(Check(c, MPI_Allreduce(MPI_IN_PLACE, in, k, t, OpOf(c.dtype(), c.op), comm_)));
-        if (c.op == ReduceOp::kAvg) DivideInPlace(in, k, c.dtype(), n);
-        return absl::OkStatus();
+        return Check(c, MPI_Allreduce(MPI_IN_PLACE, in, k, t, OpOf(c.dtype(), c.op), comm_));
       }
       case K::kAllGather: {
         DT_ASSIGN_OR_RETURN(int k, count(c.input.numel()));
@@ -307,17 +305,13 @@ class MpiComm final : public BackendCommunicator {
       case K::kReduceScatter: {
         DT_ASSIGN_OR_RETURN(int k, count(c.output.numel()));
         if (k == 0) return absl::OkStatus();
-        DT_RETURN_IF_ERROR(Check(c, MPI_Reduce_scatter_block(in, out, k, t, OpOf(c.dtype(), c.op), comm_)));
-        if (c.op == ReduceOp::kAvg) DivideInPlace(out, k, c.dtype(), n);
-        return absl::OkStatus();
+        return Check(c, MPI_Reduce_scatter_block(in, out, k, t, OpOf(c.dtype(), c.op), comm_));
       }
       case K::kReduceScatterV: {
         std::vector<int> counts;
         DT_RETURN_IF_ERROR(to_int(c.counts, &counts));
         if (Sum(c.counts) == 0) return absl::OkStatus();
-        DT_RETURN_IF_ERROR(Check(c, MPI_Reduce_scatter(in, out, counts.data(), t, OpOf(c.dtype(), c.op), comm_)));
-        if (c.op == ReduceOp::kAvg) DivideInPlace(out, counts[rank()], c.dtype(), n);
-        return absl::OkStatus();
+        return Check(c, MPI_Reduce_scatter(in, out, counts.data(), t, OpOf(c.dtype(), c.op), comm_));
       }
       case K::kAllToAll: {
         DT_ASSIGN_OR_RETURN(int k, count(c.input.numel() / n));

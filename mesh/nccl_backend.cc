@@ -61,10 +61,10 @@ ncclDataType_t TypeOf(DType d) {
   return ncclUint8;
 }
 
-ncclRedOp_t OpOf(DType d, ReduceOp op) {
+ncclRedOp_t OpOf(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return IsFloating(d) ? ncclAvg : ncclSum;
+    case ReduceOp::kAvg: return ncclAvg;  // floats only (ReducesAvg); the base averages integers
     case ReduceOp::kProd: return ncclProd;
     case ReduceOp::kMin: return ncclMin;
     case ReduceOp::kMax: return ncclMax;
@@ -99,6 +99,7 @@ class NcclComm final : public BackendCommunicator {
   }
 
   absl::string_view backend() const override { return "nccl"; }
+  bool ReducesAvg(DType dtype) const override { return IsFloating(dtype); }
 
   // Waits until `event` has passed on the GPU, `deadline` passes (abort) or NCCL reports an error.
   absl::Status Await(cudaEvent_t event, Clock::time_point deadline, const std::string& what) {
@@ -169,15 +170,13 @@ class NcclComm final : public BackendCommunicator {
 
 class NcclWork final : public Work {
  public:
-  NcclWork(NcclComm* comm, cudaEvent_t event, Clock::time_point deadline, std::string what,
-           std::function<absl::Status()> after)
-      : comm_(comm), event_(event), deadline_(deadline), what_(std::move(what)), after_(std::move(after)) {}
+  NcclWork(NcclComm* comm, cudaEvent_t event, Clock::time_point deadline, std::string what)
+      : comm_(comm), event_(event), deadline_(deadline), what_(std::move(what)) {}
   ~NcclWork() override { cudaEventDestroy(event_); }
   absl::Status Wait() override {
     std::lock_guard<std::mutex> lock(mu_);
     if (!done_) {
       status_ = comm_->Await(event_, deadline_, what_);
-      if (status_.ok() && after_) status_ = after_();
       done_ = true;
     }
     return status_;
@@ -189,7 +188,6 @@ class NcclWork final : public Work {
   cudaEvent_t event_;
   Clock::time_point deadline_;
   std::string what_;
-  std::function<absl::Status()> after_;
   bool done_ = false;
   absl::Status status_;
 };
@@ -211,7 +209,7 @@ absl::Status NcclComm::Enqueue(const Collective& c, Clock::time_point deadline, 
   switch (c.kind) {
     case K::kAllReduce:
       if (c.input.numel() == 0) return absl::OkStatus();
-      return settle(ncclAllReduce(in, in, c.input.numel(), t, OpOf(c.dtype(), c.op), comm_, stream_));
+      return settle(ncclAllReduce(in, in, c.input.numel(), t, OpOf(c.op), comm_, stream_));
     case K::kAllGather:
       return settle(ncclAllGather(in, out, c.input.numel(), t, comm_, stream_));
     case K::kAllGatherV: {
@@ -227,13 +225,13 @@ absl::Status NcclComm::Enqueue(const Collective& c, Clock::time_point deadline, 
     }
     case K::kReduceScatter:
       if (c.output.numel() == 0) return absl::OkStatus();
-      return settle(ncclReduceScatter(in, out, c.output.numel(), t, OpOf(c.dtype(), c.op), comm_, stream_));
+      return settle(ncclReduceScatter(in, out, c.output.numel(), t, OpOf(c.op), comm_, stream_));
     case K::kReduceScatterV: {
       const std::vector<int64_t> off = Offsets(c.counts);
       return grouped([&]() -> absl::Status {
         for (int r = 0; r < n; ++r) {
           if (c.counts[r] == 0) continue;
-          DT_RETURN_IF_ERROR(settle(ncclReduce(in + off[r] * esz, out, c.counts[r], t, OpOf(c.dtype(), c.op), r,
+          DT_RETURN_IF_ERROR(settle(ncclReduce(in + off[r] * esz, out, c.counts[r], t, OpOf(c.op), r,
                                                comm_, stream_)));
         }
         return absl::OkStatus();
@@ -298,19 +296,7 @@ WorkPtr NcclComm::Run(Collective c) {
       return Work::Done(absl::InternalError(absl::StrCat(what, ": cannot record a CUDA event")));
     }
   }
-  std::function<absl::Status()> after;
-  const bool int_avg = IsReduction(c.kind) && c.op == ReduceOp::kAvg && !IsFloating(c.dtype());
-  if (int_avg) {
-    const Tensor target = c.kind == CollectiveKind::kAllReduce ? c.input : c.output;
-    const int n = size();
-    after = [target, n, dev = device_]() -> absl::Status {
-      cudaSetDevice(dev);
-      DT_ASSIGN_OR_RETURN(Tensor host, target.To(kCPU));
-      DivideInPlace(host.raw_data(), host.numel(), host.dtype(), n);
-      return target.CopyFrom(host);
-    };
-  }
-  return std::make_shared<NcclWork>(this, event, deadline, what, std::move(after));
+  return std::make_shared<NcclWork>(this, event, deadline, what);
 }
 
 class NcclWorld final : public BackendWorld {

@@ -111,4 +111,15 @@ void DivideInPlace(void* acc, int64_t n, DType dtype, int64_t divisor) {
   }
 }
 
+absl::Status DivideInPlace(const Tensor& t, int64_t divisor) {
+  if (divisor == 1 || t.numel() == 0 || t.dtype() == DType::kBool) return absl::OkStatus();
+  if (t.device().is_cpu()) {
+    DivideInPlace(t.raw_data(), t.numel(), t.dtype(), divisor);
+    return absl::OkStatus();
+  }
+  DT_ASSIGN_OR_RETURN(Tensor host, t.To(kCPU));
+  DivideInPlace(host.raw_data(), host.numel(), host.dtype(), divisor);
+  return t.CopyFrom(host);
+}
+
 }  // namespace dt::internal

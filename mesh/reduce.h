@@ -12,7 +12,9 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "dtensor/core/dtype.h"
+#include "dtensor/core/tensor.h"
 #include "dtensor/mesh/communicator.h"
 
 namespace dt::internal {
@@ -23,5 +25,9 @@ void ReduceInto(void* acc, const void* src, int64_t n, DType dtype, ReduceOp op)
 void Reduce3(void* out, const void* a, const void* b, int64_t n, DType dtype, ReduceOp op);
 // acc[i] /= divisor for i < n.
 void DivideInPlace(void* acc, int64_t n, DType dtype, int64_t divisor);
+// The same on a contiguous tensor on any device (device memory through the host: averages and
+// Partial splits are never hot paths there); bool is left alone (a 0/1 average is not
+// representable).
+absl::Status DivideInPlace(const Tensor& t, int64_t divisor);
 
 }  // namespace dt::internal

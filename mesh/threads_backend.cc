@@ -283,7 +283,6 @@ class ThreadsComm final : public BackendCommunicator {
     auto reduce_block = [&](char* dst, int64_t src_offset, int64_t count) {
       std::memcpy(dst, In(s, 0) + src_offset * esz, count * esz);
       for (int i = 1; i < n; ++i) ReduceInto(dst, In(s, i) + src_offset * esz, count, c.dtype(), c.op);
-      if (c.op == ReduceOp::kAvg) DivideInPlace(dst, count, c.dtype(), n);
     };
     switch (c.kind) {
       case K::kBarrier:

@@ -85,7 +85,7 @@ absl::StatusOr<DTensor> RedistributeTo(const DTensor& x, const Placement& target
   const Placement t = ResolveDim(target, static_cast<int>(x.shape().size()));
   if (x.placements().size() == 1 && x.placements()[0] == t) return x;
   RedistributeOptions options;
-  options.allow_partial = t.is_partial();
+  options.planner.allow_partial = t.is_partial();
   return x.Redistribute({t}, options);
 }
 

@@ -15,7 +15,7 @@
 namespace dt::dops {
 
 // Note [Sharding propagation]
-// An op's rule (ops/rules.cc) lists, for one mesh dim at a time, candidate placements for every
+// An op's rule (its declaration's candidates, ops/op_decls.cc) lists, for one mesh dim at a time, candidate placements for every
 // input and output (PyTorch's single-mesh-dim strategies). ChooseStrategy takes the product over
 // mesh dims (on a mesh dim of size 1 only the candidates that keep the inputs as they are, since
 // every layout there is the same) and, for each combination:
@@ -66,32 +66,15 @@ struct CallRef {
   size_t hash;
 };
 
-uint64_t Bits(double v) {
-  uint64_t u;
-  std::memcpy(&u, &v, sizeof u);
-  return u;
-}
-
 size_t HashCall(const OpCall& call) {
-  size_t h = absl::HashOf(static_cast<int>(call.op), call.name, call.attrs.ints.size(),
-                          call.attrs.reals.size(), call.inputs.size());
-  for (int64_t v : call.attrs.ints) h = absl::HashOf(h, v);
-  for (double v : call.attrs.reals) h = absl::HashOf(h, Bits(v));
+  size_t h = absl::HashOf(static_cast<int>(call.op), call.name, AttrsHash(call.attrs), call.inputs.size());
   for (const DTensorSpec* s : call.inputs) h = absl::HashOf(h, s == nullptr ? size_t{7} : s->hash());
   return h;
 }
 
-bool SameAttrs(const Attrs& a, const Attrs& b) {
-  if (a.ints != b.ints || a.reals.size() != b.reals.size()) return false;
-  for (size_t i = 0; i < a.reals.size(); ++i) {
-    if (Bits(a.reals[i]) != Bits(b.reals[i])) return false;
-  }
-  return true;
-}
-
 bool Matches(const Key& k, const OpCall& c) {
   if (k.op != c.op || k.name != c.name || k.specs.size() != c.inputs.size() ||
-      !SameAttrs(k.attrs, c.attrs)) {
+      !(k.attrs == c.attrs)) {
     return false;
   }
   for (size_t j = 0; j < k.specs.size(); ++j) {
@@ -133,7 +116,7 @@ struct KeyHash {
 struct KeyEq {
   using is_transparent = void;
   bool operator()(const Key& a, const Key& b) const {
-    if (a.hash != b.hash || a.op != b.op || a.name != b.name || !SameAttrs(a.attrs, b.attrs) ||
+    if (a.hash != b.hash || a.op != b.op || a.name != b.name || !(a.attrs == b.attrs) ||
         a.specs.size() != b.specs.size()) {
       return false;
     }
@@ -192,7 +175,8 @@ bool SameOption(const DimOption& a, const DimOption& b) { return a.in == b.in &&
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const Entry>> ChooseStrategy(const OpCall& call) {
-  const OpRule& rule = RuleOf(call.op);
+  const OpDecl& rule = DeclOf(call.op);
+  DT_CHECK(call.attrs.index() == rule.attrs, OpName(call), ": attributes of the wrong kind");
   if (rule.precheck != nullptr) DT_RETURN_IF_ERROR(rule.precheck(call));
   DT_ASSIGN_OR_RETURN(OutputMetas outs, rule.infer(call));
   const DTensorSpec& first = call.first();
@@ -321,14 +305,14 @@ absl::Status Prepare(const OpCall& call, absl::Span<const DTensor* const> inputs
     if (x == nullptr) continue;
     if (first < 0) {
       first = j;
-      p->mesh_ = x;
-    } else if (!(x->mesh() == p->mesh_->mesh())) {
+      p->first_ = x;
+    } else if (!(x->mesh() == p->first_->mesh())) {
       return absl::InvalidArgumentError(absl::StrCat(
-          OpName(call), ": ", InputName(call, first), " ", p->mesh_->spec().ToString(), " and ",
+          OpName(call), ": ", InputName(call, first), " ", p->first_->spec().ToString(), " and ",
           InputName(call, j), " ", x->spec().ToString(), ": inputs are on different meshes"));
     }
   }
-  DT_CHECK(p->mesh_ != nullptr, "op without inputs");
+  DT_CHECK(p->first_ != nullptr, "op without inputs");
 
   Cache& cache = ThreadCache();
   const size_t hash = HashCall(call);
@@ -347,7 +331,7 @@ absl::Status Prepare(const OpCall& call, absl::Span<const DTensor* const> inputs
   }
   p->entry_ = cache.last.get();
 
-  const auto& coord = p->mesh_->mesh().Coordinate();
+  const auto& coord = p->first_->mesh().Coordinate();
   if (!coord) return absl::OkStatus();  // outside the mesh: nothing to move, nothing to run
   p->coord_ = &*coord;
   const Entry& e = *p->entry_;
@@ -364,13 +348,65 @@ Shape Prepared::OutLocalShape(int k) const {
   return ShardShape(entry_->outs[k].shape, mesh().shape(), entry_->strategy.outputs[k], coord());
 }
 
-bool Prepared::Counts(int j, int k) const {
+bool Prepared::TermIncludes(int j, int k) const {
   const Placements& pl = entry_->strategy.outputs[k];
   for (size_t i = 0; i < pl.size(); ++i) {
     if (!pl[i].is_partial() || pl[i].reduce_op() != ReduceOp::kSum || coord()[i] == 0) continue;
     if (j < 0 || !spec(j).placements()[i].is_partial()) return false;
   }
   return true;
+}
+
+absl::StatusOr<Outputs> Apply(const OpCall& call, absl::Span<const DTensor* const> inputs) {
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    if (inputs[j] != nullptr && !inputs[j]->defined()) {
+      return absl::InvalidArgumentError(absl::StrCat(OpName(call), ": ",
+                                                     InputName(call, static_cast<int>(j)),
+                                                     " is undefined"));
+    }
+  }
+  Prepared p;
+  DT_RETURN_IF_ERROR(Prepare(call, inputs, &p));
+  if (!p.member()) return p.Empty();
+  DT_ASSIGN_OR_RETURN(LocalOutputs outs, DeclOf(call.op).run(call, LocalArgs(p)));
+  return p.Wrap(std::move(outs));
+}
+
+// ---- LocalArgs (op_decl.h) ------------------------------------------------------------------------
+
+bool LocalArgs::has(int j) const {
+  if (prepared_ != nullptr) return prepared_->has(j);
+  return j < static_cast<int>(locals_.size()) && locals_[j] != nullptr && locals_[j]->defined();
+}
+
+const Tensor& LocalArgs::local(int j) const {
+  return prepared_ != nullptr ? prepared_->local(j) : *locals_[j];
+}
+
+const Shape& LocalArgs::global_shape(int j) const {
+  return prepared_ != nullptr ? prepared_->spec(j).shape() : locals_[j]->shape();
+}
+
+bool LocalArgs::Sharded(int j, int dim) const {
+  if (prepared_ == nullptr) return false;
+  const DTensorSpec& spec = prepared_->spec(j);
+  for (int i = 0; i < spec.mesh().ndim(); ++i) {
+    if (spec.mesh().Size(i) > 1 && spec.placements()[i].is_any_shard(dim)) return true;
+  }
+  return false;
+}
+
+int64_t LocalArgs::OffsetAlong(int j, int dim) const {
+  return Sharded(j, dim) ? prepared_->spec(j).Offset(prepared_->coord(), dim) : 0;
+}
+
+Shape LocalArgs::OutLocalShape(int k) const {
+  DT_CHECK(prepared_ != nullptr, "OutLocalShape on local tensors");
+  return prepared_->OutLocalShape(k);
+}
+
+bool LocalArgs::TermIncludes(int j, int k) const {
+  return prepared_ == nullptr || prepared_->TermIncludes(j, k);
 }
 
 absl::StatusOr<Outputs> Prepared::Wrap(LocalOutputs locals) const {
@@ -392,7 +428,7 @@ absl::StatusOr<Outputs> Prepared::Wrap(LocalOutputs locals) const {
 absl::StatusOr<Outputs> Prepared::Empty() const {
   LocalOutputs locals;
   for (const OutputMeta& m : entry_->outs) {
-    DT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({0}, m.dtype, mesh_->ToLocal().device()));
+    DT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({0}, m.dtype, first_->ToLocal().device()));
     locals.push_back(std::move(t));
   }
   Outputs out;

@@ -3,12 +3,13 @@
 // redistributes the inputs that need it and wraps the local results. See Note [Sharding
 // propagation] in dispatch.cc.
 //
-//   OpCall call{OpId::kBinary, {&a.spec(), &b.spec()}, {{int64_t(op)}, {}}};
+//   OpCall call{OpId::kBinary, {&a.spec(), &b.spec()}, BinaryAttrs{op}};
 //   Prepared p;
 //   DT_RETURN_IF_ERROR(Prepare(call, {&a, &b}, &p));
 //   if (!p.member()) return p.Empty();                 // ranks outside the mesh
-//   DT_ASSIGN_OR_RETURN(Tensor y, ops::Binary(op, p.local(0), p.local(1)));
-//   return p.Wrap({y});
+//   DT_ASSIGN_OR_RETURN(LocalOutputs y, DeclOf(call.op).run(call, LocalArgs(p)));
+//   return p.Wrap(std::move(y));
+// dops::Apply (ops/dtensor_ops.cc) is exactly this.
 
 #include <memory>
 #include <vector>
@@ -18,14 +19,14 @@
 #include "absl/types/span.h"
 #include "dtensor/core/tensor.h"
 #include "dtensor/dtensor/dtensor.h"
-#include "dtensor/ops/rules.h"
+#include "dtensor/ops/op_decl.h"
 #include "dtensor/ops/strategy.h"
 
 namespace dt::dops {
 
 // A cached decision: the chosen strategy and what running it needs.
 struct Entry {
-  const OpRule* rule = nullptr;
+  const OpDecl* rule = nullptr;
   const char* name = nullptr;  // OpName of the call
   Strategy strategy;
   absl::InlinedVector<bool, 4> moves;  // input j must be redistributed
@@ -34,7 +35,6 @@ struct Entry {
   std::vector<Placements> before;  // the inputs' placements (for Decision)
 };
 
-using LocalOutputs = absl::InlinedVector<Tensor, 2>;
 using Outputs = absl::InlinedVector<DTensor, 2>;
 
 // One call in flight: the decision and the inputs in the strategy's placements.
@@ -45,13 +45,13 @@ class Prepared {
   const Tensor& local(int j) const { return inputs_[j]->ToLocal(); }
   const DTensorSpec& spec(int j) const { return inputs_[j]->spec(); }
   const std::vector<int64_t>& coord() const { return *coord_; }
-  const DeviceMesh& mesh() const { return mesh_->mesh(); }
+  const DeviceMesh& mesh() const { return first_->mesh(); }
   // This rank's piece of output k (its shape).
   Shape OutLocalShape(int k) const;
   // Whether input j's piece (j = -1: a scalar or other replicated constant) enters this rank's term
   // of output k: always, except where output k is Partial(sum) on a mesh dim on which input j is not
   // Partial and this rank's coordinate is not 0. See Note [Adding a replicated term to a Partial].
-  bool Counts(int j, int k) const;
+  bool TermIncludes(int j, int k) const;
 
   // The output DTensors from this rank's pieces.
   absl::StatusOr<Outputs> Wrap(LocalOutputs locals) const;
@@ -64,13 +64,18 @@ class Prepared {
   const Entry* entry_ = nullptr;  // owned by this thread's cache (which also keeps the last one)
   absl::InlinedVector<DTensor, 4> moved_;
   absl::InlinedVector<const DTensor*, 4> inputs_;
-  const DTensor* mesh_ = nullptr;  // the first present input
+  const DTensor* first_ = nullptr;  // the first present input
   const std::vector<int64_t>* coord_ = nullptr;
 };
 
 // Chooses (or finds) the strategy for `call` and redistributes `inputs` (nullptr or undefined for
 // an absent optional input; call.inputs are their specs) to it. Collective over the mesh.
 absl::Status Prepare(const OpCall& call, absl::Span<const DTensor* const> inputs, Prepared* p);
+
+// The whole op: checks that every given input is defined, Prepare, the declaration's `run` on
+// this rank's pieces (members only), the wrapped outputs. nullptr stands for an absent optional
+// input. Collective over the mesh.
+absl::StatusOr<Outputs> Apply(const OpCall& call, absl::Span<const DTensor* const> inputs);
 
 // The strategy choice itself (no cache, no communication): exposed for tests and tools.
 absl::StatusOr<std::shared_ptr<const Entry>> ChooseStrategy(const OpCall& call);

@@ -137,7 +137,7 @@ absl::StatusOr<DTensor> Sum(const DTensor& x, int64_t dim, bool keepdim = false)
 absl::StatusOr<DTensor> Mean(const DTensor& x, int64_t dim, bool keepdim = false);
 absl::StatusOr<DTensor> Max(const DTensor& x, int64_t dim, bool keepdim = false);
 absl::StatusOr<DTensor> Argmax(const DTensor& x, int64_t dim, bool keepdim = false);
-absl::StatusOr<DTensor> Reduce(ops::ReduceOp op, const DTensor& x, int64_t dim,
+absl::StatusOr<DTensor> Reduce(ops::Reduction op, const DTensor& x, int64_t dim,
                                bool keepdim = false);
 
 // ---- normalisation, rotary, attention, lookup ----------------------------------------------------

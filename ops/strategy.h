@@ -1,5 +1,5 @@
 #pragma once
-// Internal vocabulary of the sharding rules (ops/rules.h) and the dispatcher (ops/dispatch.h): an
+// Internal vocabulary of the op declarations (ops/op_decl.h) and the dispatcher (ops/dispatch.h): an
 // op call as the rules see it, per-mesh-dim candidate placements, and whole-mesh strategies.
 //
 // A rule never sees local tensors: it works on global specs and attributes only, so strategy
@@ -16,6 +16,7 @@
 #include "dtensor/core/shape.h"
 #include "dtensor/dtensor/placement.h"
 #include "dtensor/dtensor/spec.h"
+#include "dtensor/ops/op_attrs.h"
 
 namespace dt::dops {
 
@@ -44,19 +45,17 @@ enum class OpId : uint8_t {
   kTopK,
 };
 
-// Non-tensor arguments. Everything that can change the result is here (scalars included: PyTorch
-// #147180), because the strategy cache keys on it. Doubles compare bitwise.
-struct Attrs {
-  absl::InlinedVector<int64_t, 8> ints;
-  absl::InlinedVector<double, 2> reals;
-};
-
 // One op application: the inputs' global specs (nullptr for an absent optional input) and attrs.
 struct OpCall {
   OpId op;
   absl::InlinedVector<const DTensorSpec*, 4> inputs;
-  Attrs attrs;
+  Attrs attrs;                 // the alternative the op's declaration names (ops/op_decl.h)
   const char* name = nullptr;  // the public name ("Add", "Transpose"); the rule's name when null
+
+  template <typename A>
+  const A& Attr() const {
+    return std::get<A>(attrs);
+  }
 
   int num_inputs() const { return static_cast<int>(inputs.size()); }
   const DTensorSpec& first() const;  // the first present input

@@ -119,6 +119,7 @@ absl::StatusOr<DType> Flags::Dtype() const { return ParseDType(Get("dtype", "f32
 
 absl::StatusOr<PlannerOptions> Flags::Planner() const {
   PlannerOptions options;
+  options.allow_partial = true;  // the CLI explains and verifies every plan, internal ones too
   const std::string s = Get("strategy", "best");
   if (s == "best") {
     options.strategy = PlannerOptions::Strategy::kBest;

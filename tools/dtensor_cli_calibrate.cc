@@ -46,7 +46,7 @@ struct BenchData {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-void AddRow(BenchData& data, const std::string& backend, int64_t n, Collective op, double mib,
+void AddRow(BenchData& data, const std::string& backend, int64_t n, StepKind op, double mib,
             double ours_ms, double memcpy_gbps) {
   data.timings[backend].push_back({op, n, mib * kMiB, ours_ms * 1000});
   if (mib >= 16 && memcpy_gbps > 0) data.memcpy_gbps[backend].push_back(memcpy_gbps);
@@ -54,7 +54,7 @@ void AddRow(BenchData& data, const std::string& backend, int64_t n, Collective o
 
 void AddLatency(BenchData& data, const std::string& backend, int64_t n, double plain_us) {
   // bench/collectives times an all_reduce of 8 floats.
-  data.timings[backend].push_back({Collective::kAllReduce, n, 32, plain_us});
+  data.timings[backend].push_back({StepKind::kAllReduce, n, 32, plain_us});
 }
 
 BenchData ParseBench(std::istream& in) {
@@ -65,7 +65,7 @@ BenchData ParseBench(std::istream& in) {
     int64_t n = 0;
     double mib = 0, a = 0, b = 0, c = 0, d = 0;
     if (f.size() == 9 && f[0] == "ROW") {  // ROW backend n op MiB ours_ms raw_ms memcpy_ms ratio
-      auto op = ParseCollective(f[3]);
+      auto op = ParseStepKind(f[3]);
       if (op.ok() && absl::SimpleAtoi(f[2], &n) && absl::SimpleAtod(f[4], &mib) &&
           absl::SimpleAtod(f[5], &a) && absl::SimpleAtod(f[7], &c) && c > 0) {
         AddRow(data, f[1], n, *op, mib, a, mib * kMiB / c / 1e6);
@@ -73,7 +73,7 @@ BenchData ParseBench(std::istream& in) {
     } else if (f.size() == 5 && f[0] == "LAT") {  // LAT backend n verify_us plain_us
       if (absl::SimpleAtoi(f[2], &n) && absl::SimpleAtod(f[4], &a)) AddLatency(data, f[1], n, a);
     } else if (f.size() == 10) {  // backend n op MiB ours_ms raw_ms ratio ours raw memcpy (GB/s)
-      auto op = ParseCollective(f[2]);
+      auto op = ParseStepKind(f[2]);
       if (op.ok() && absl::SimpleAtoi(f[1], &n) && absl::SimpleAtod(f[3], &mib) &&
           absl::SimpleAtod(f[4], &a) && absl::SimpleAtod(f[9], &d)) {
         AddRow(data, f[0], n, *op, mib, a, d);

@@ -401,11 +401,11 @@ int Explain(const Flags& flags) {
                              {"mesh_dims", dims},
                              {"from", PlacementsToCompactString(s.from)},
                              {"to", PlacementsToCompactString(s.to)},
-                             {"collective", std::string(CollectiveName(s.collective))},
+                             {"collective", std::string(StepKindName(s.collective))},
                              {"bytes", s.bytes},
                              {"group_size", s.group_size},
                              {"logical_shape",
-                              std::vector<int64_t>(s.logical_shape.begin(), s.logical_shape.end())},
+                              std::vector<int64_t>(s.cost_shape.begin(), s.cost_shape.end())},
                              {"crosses_hosts", s.crosses_hosts},
                              {"cost_us", s.cost_us}});
       }
@@ -489,10 +489,10 @@ int Explain(const Flags& flags) {
     for (size_t i = 0; i < plan->steps.size(); ++i) {
       const PlanStep& s = plan->steps[i];
       prow.push_back({absl::StrCat(i), DimLabel(*spec, s), PlacementsToCompactString(s.from),
-                      PlacementsToCompactString(s.to), std::string(CollectiveName(s.collective)),
-                      BytesText(s.bytes), ShapeToString(s.logical_shape)});
+                      PlacementsToCompactString(s.to), std::string(StepKindName(s.collective)),
+                      BytesText(s.bytes), ShapeToString(s.cost_shape)});
       if (hosts) {
-        prow.back().push_back(s.collective == Collective::kLocal ? "-"
+        prow.back().push_back(s.collective == StepKind::kLocal ? "-"
                               : s.crosses_hosts                  ? "cross-host"
                                                                  : "intra-host");
       }

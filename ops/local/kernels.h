@@ -80,7 +80,7 @@ absl::Status Matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const 
 absl::Status Binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
 absl::Status BinaryScalar(BinaryOp op, const Tensor& x, double s, const Tensor& out);
 absl::Status Unary(UnaryOp op, const Tensor& x, const Tensor& out);
-absl::Status Reduce(ReduceOp op, const Tensor& x, int dim, const Tensor& out);
+absl::Status Reduce(Reduction op, const Tensor& x, int dim, const Tensor& out);
 absl::Status Softmax(const Tensor& x, int dim, bool log, const Tensor& out);
 absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out);
 absl::Status LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
@@ -100,7 +100,7 @@ absl::Status Matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const 
 absl::Status Binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
 absl::Status BinaryScalar(BinaryOp op, const Tensor& x, double s, const Tensor& out);
 absl::Status Unary(UnaryOp op, const Tensor& x, const Tensor& out);
-absl::Status Reduce(ReduceOp op, const Tensor& x, int dim, const Tensor& out);
+absl::Status Reduce(Reduction op, const Tensor& x, int dim, const Tensor& out);
 absl::Status Softmax(const Tensor& x, int dim, bool log, const Tensor& out);
 absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out);
 absl::Status LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,

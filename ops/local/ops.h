@@ -99,7 +99,7 @@ absl::StatusOr<Tensor> Cast(const Tensor& x, DType dtype);
 
 // ---- reductions along one dim --------------------------------------------------------------------
 
-enum class ReduceOp : uint8_t { kSum, kMean, kMax, kArgmax };
+enum class Reduction : uint8_t { kSum, kMean, kMax, kArgmax };
 
 // x [2, 3, 4], dim 1 -> [2, 4] (keepdim: [2, 1, 4]). A zero-size reduced dim gives 0 for Sum, NaN
 // for Mean, and InvalidArgument for Max/Argmax (like PyTorch). Max propagates NaN; Argmax returns
@@ -108,7 +108,7 @@ absl::StatusOr<Tensor> Sum(const Tensor& x, int64_t dim, bool keepdim = false);
 absl::StatusOr<Tensor> Mean(const Tensor& x, int64_t dim, bool keepdim = false);
 absl::StatusOr<Tensor> Max(const Tensor& x, int64_t dim, bool keepdim = false);
 absl::StatusOr<Tensor> Argmax(const Tensor& x, int64_t dim, bool keepdim = false);
-absl::StatusOr<Tensor> Reduce(ReduceOp op, const Tensor& x, int64_t dim, bool keepdim = false);
+absl::StatusOr<Tensor> Reduce(Reduction op, const Tensor& x, int64_t dim, bool keepdim = false);
 
 // ---- normalisation and activations over a dim -----------------------------------------------------
 

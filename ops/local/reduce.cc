@@ -9,12 +9,12 @@ namespace dt::ops {
 
 namespace {
 
-absl::string_view ReduceName(ReduceOp op) {
+absl::string_view ReduceName(Reduction op) {
   switch (op) {
-    case ReduceOp::kSum: return "Sum";
-    case ReduceOp::kMean: return "Mean";
-    case ReduceOp::kMax: return "Max";
-    case ReduceOp::kArgmax: return "Argmax";
+    case Reduction::kSum: return "Sum";
+    case Reduction::kMean: return "Mean";
+    case Reduction::kMax: return "Max";
+    case Reduction::kArgmax: return "Argmax";
   }
   return "Reduce";
 }
@@ -27,17 +27,17 @@ Shape WithoutDim(const Shape& shape, int d) {
 
 }  // namespace
 
-absl::StatusOr<Tensor> Reduce(ReduceOp op, const Tensor& x, int64_t dim, bool keepdim) {
+absl::StatusOr<Tensor> Reduce(Reduction op, const Tensor& x, int64_t dim, bool keepdim) {
   const absl::string_view name = ReduceName(op);
-  DT_RETURN_IF_ERROR(op == ReduceOp::kMean ? internal::CheckFloat(name, "x", x)
+  DT_RETURN_IF_ERROR(op == Reduction::kMean ? internal::CheckFloat(name, "x", x)
                                            : internal::CheckNotBool(name, "x", x));
   DT_ASSIGN_OR_RETURN(int d, NormalizeDim(dim, x.dim(), absl::StrCat(name, ": dim")));
-  if ((op == ReduceOp::kMax || op == ReduceOp::kArgmax) && x.size(d) == 0) {
+  if ((op == Reduction::kMax || op == Reduction::kArgmax) && x.size(d) == 0) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": cannot reduce the zero-size dim ", d,
                                                    " of ", x.Describe()));
   }
   DType out_dtype = x.dtype();
-  if (op == ReduceOp::kArgmax || (op == ReduceOp::kSum && !IsFloating(x.dtype()))) {
+  if (op == Reduction::kArgmax || (op == Reduction::kSum && !IsFloating(x.dtype()))) {
     out_dtype = DType::kI64;
   }
   DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(WithoutDim(x.shape(), d), out_dtype, x.device()));
@@ -46,16 +46,16 @@ absl::StatusOr<Tensor> Reduce(ReduceOp op, const Tensor& x, int64_t dim, bool ke
 }
 
 absl::StatusOr<Tensor> Sum(const Tensor& x, int64_t dim, bool keepdim) {
-  return Reduce(ReduceOp::kSum, x, dim, keepdim);
+  return Reduce(Reduction::kSum, x, dim, keepdim);
 }
 absl::StatusOr<Tensor> Mean(const Tensor& x, int64_t dim, bool keepdim) {
-  return Reduce(ReduceOp::kMean, x, dim, keepdim);
+  return Reduce(Reduction::kMean, x, dim, keepdim);
 }
 absl::StatusOr<Tensor> Max(const Tensor& x, int64_t dim, bool keepdim) {
-  return Reduce(ReduceOp::kMax, x, dim, keepdim);
+  return Reduce(Reduction::kMax, x, dim, keepdim);
 }
 absl::StatusOr<Tensor> Argmax(const Tensor& x, int64_t dim, bool keepdim) {
-  return Reduce(ReduceOp::kArgmax, x, dim, keepdim);
+  return Reduce(Reduction::kArgmax, x, dim, keepdim);
 }
 
 namespace {

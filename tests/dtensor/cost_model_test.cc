@@ -150,7 +150,7 @@ TEST(CostModelFileTest, CommittedModelsLoad) {
     // Within a host is faster than across hosts, in both latency (a collective of no bytes, per
     // hop and at its base) and bandwidth.
     for (int64_t k : {2, 8}) {
-      const double hops = Hops(Collective::kAllGather, k);
+      const double hops = Hops(StepKind::kAllGather, k);
       EXPECT_LT(m->intra.TimeUs(hops, 0), m->inter.TimeUs(hops, 0)) << path << " k=" << k;
     }
     EXPECT_LE(m->intra.latency_us, m->inter.latency_us) << path;
@@ -163,8 +163,8 @@ TEST(CostModelFileTest, CommittedModelsLoad) {
 std::vector<CollectiveTiming> Synthetic(const LinkCost& link, double noise = 0) {
   std::vector<CollectiveTiming> out;
   int i = 0;
-  for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
-                       Collective::kAllToAll}) {
+  for (StepKind c : {StepKind::kAllReduce, StepKind::kAllGather, StepKind::kReduceScatter,
+                       StepKind::kAllToAll}) {
     for (int64_t k : {2, 4}) {
       for (double bytes : {32.0, 1048576.0, 16777216.0, 67108864.0}) {
         CollectiveTiming t{c, k, bytes, 0};
@@ -199,7 +199,7 @@ TEST(FitLinkCostTest, OneGroupSizeLeavesHopAtZero) {
   // A single group size cannot separate latency from per-hop time: hop is 0, latency absorbs it.
   std::vector<CollectiveTiming> t;
   for (double bytes : {32.0, 64.0 * (1 << 20)}) {
-    CollectiveTiming x{Collective::kAllGather, 2, bytes, 0};
+    CollectiveTiming x{StepKind::kAllGather, 2, bytes, 0};
     x.time_us = 10 + 2 + TimingBytesSent(x) / 1e3;  // latency 10 us, one hop of 2 us, 1 GB/s
     t.push_back(x);
   }
@@ -213,8 +213,8 @@ TEST(FitLinkCostTest, OneGroupSizeLeavesHopAtZero) {
 TEST(FitLinkCostTest, Errors) {
   EXPECT_EQ(FitLinkCost({}).status().message(), "fitting a link needs at least 2 timings, got 0");
   // Faster with more bytes: no positive bandwidth fits.
-  std::vector<CollectiveTiming> t = {{Collective::kAllGather, 2, 32, 500},
-                                     {Collective::kAllGather, 2, 64 << 20, 100}};
+  std::vector<CollectiveTiming> t = {{StepKind::kAllGather, 2, 32, 500},
+                                     {StepKind::kAllGather, 2, 64 << 20, 100}};
   auto fit = FitLinkCost(t);
   ASSERT_FALSE(fit.ok());
   EXPECT_TRUE(dt::testing::Contains(fit.status(), "times do not grow with the bytes sent"));

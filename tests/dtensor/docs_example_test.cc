@@ -5,6 +5,7 @@
 #include "dtensor/dtensor/dtensor.h"
 #include "dtensor/dtensor/executor.h"  // CommCounter
 #include "dtensor/mesh/world.h"
+#include "dtensor/mesh/comm_counter.h"
 
 absl::Status Tour(dt::World& world) {
   using namespace dt;

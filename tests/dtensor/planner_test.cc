@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
 #include "dtensor/tests/test_util.h"
+#include "dtensor/mesh/comm_counter.h"
 
 namespace dt {
 namespace {
@@ -26,16 +27,38 @@ DTensorSpec Spec(const std::vector<int64_t>& mesh, const std::string& placements
 RedistributePlan MakePlan(const std::vector<int64_t>& mesh, const std::vector<int64_t>& shape,
                           const std::string& from, const std::string& to,
                           PlannerOptions options = {}) {
+  options.allow_partial = true;  // these tests cover the internal R -> P plans too
   auto plan = PlanRedistribute(Spec(mesh, from, shape), Spec(mesh, to, shape), options);
   DT_CHECK_OK(plan);
   return *plan;
+}
+
+// Replicate -> Partial is refused before planning unless allowed, so a refused request never
+// lands in the plan cache (it used to be planned, cached and refused afterwards).
+TEST(PlannerTest, PartialTargetsAreAPlannerPolicy) {
+  const DTensorSpec r = Spec({4}, "R", {8});
+  const DTensorSpec p = Spec({4}, "P(sum)", {8});
+  auto refused = PlanRedistribute(r, p);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("R -> P(sum)"), std::string::npos) << refused.status();
+  ClearPlanCache();
+  EXPECT_FALSE(CachedPlan(r, p.placements()).ok());
+  EXPECT_EQ(GetPlanCacheStats().size, 0);
+  PlannerOptions allowed;
+  allowed.allow_partial = true;
+  auto plan = CachedPlan(r, p.placements(), allowed);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ((*plan)->num_collectives(), 0);
+  EXPECT_EQ(GetPlanCacheStats().size, 1);
+  EXPECT_FALSE(CachedPlan(r, p.placements()).ok());  // the allowed plan is not reused without it
 }
 
 // "AG=1 A2A=1" style counts of a plan.
 std::map<std::string, int> Counts(const RedistributePlan& p) {
   std::map<std::string, int> c;
   for (const PlanStep& s : p.steps) {
-    if (s.collective != Collective::kLocal) ++c[std::string(CollectiveName(s.collective))];
+    if (s.collective != StepKind::kLocal) ++c[std::string(StepKindName(s.collective))];
   }
   return c;
 }
@@ -44,14 +67,14 @@ TEST(PlannerTest, OneDimTransitions) {
   struct Case {
     const char* from;
     const char* to;
-    Collective kind;
+    StepKind kind;
   };
   const Case cases[] = {
-      {"S(0)", "R", Collective::kAllGather},      {"P(sum)", "R", Collective::kAllReduce},
-      {"P(max)", "S(1)", Collective::kReduceScatter}, {"R", "S(0)", Collective::kLocal},
-      {"R", "P(sum)", Collective::kLocal},        {"S(0)", "S(1)", Collective::kAllToAll},
-      {"_S(0,2)", "R", Collective::kAllGather},   {"S(0)", "_S(0,[5,8])", Collective::kAllToAll},
-      {"P(avg)", "_S(0,3)", Collective::kReduceScatter}, {"R", "_S(1,2)", Collective::kLocal},
+      {"S(0)", "R", StepKind::kAllGather},      {"P(sum)", "R", StepKind::kAllReduce},
+      {"P(max)", "S(1)", StepKind::kReduceScatter}, {"R", "S(0)", StepKind::kLocal},
+      {"R", "P(sum)", StepKind::kLocal},        {"S(0)", "S(1)", StepKind::kAllToAll},
+      {"_S(0,2)", "R", StepKind::kAllGather},   {"S(0)", "_S(0,[5,8])", StepKind::kAllToAll},
+      {"P(avg)", "_S(0,3)", StepKind::kReduceScatter}, {"R", "_S(1,2)", StepKind::kLocal},
   };
   for (const Case& c : cases) {
     const RedistributePlan p = MakePlan({4}, {13, 6}, c.from, c.to);
@@ -74,10 +97,10 @@ TEST(PlannerTest, StepsCarryLogicalShapeAndBytes) {
   const RedistributePlan p = MakePlan({4, 2}, {18, 2}, "S(0),S(0)", "R,R");
   ASSERT_EQ(p.steps.size(), 2u);
   EXPECT_EQ(p.steps[0].mesh_dims[0], 1);
-  EXPECT_EQ(p.steps[0].logical_shape, (Shape{5, 2}));
+  EXPECT_EQ(p.steps[0].cost_shape, (Shape{5, 2}));
   EXPECT_EQ(p.steps[0].bytes, 1 * 3 * 2 * 4);
   EXPECT_EQ(p.steps[1].mesh_dims[0], 0);
-  EXPECT_EQ(p.steps[1].logical_shape, (Shape{18, 2}));
+  EXPECT_EQ(p.steps[1].cost_shape, (Shape{18, 2}));
   EXPECT_EQ(p.steps[1].bytes, 3 * 5 * 2 * 4);
   EXPECT_EQ(p.ToString(), "[S(0), S(0)] -all_gather(d1)-> [S(0), R] -all_gather(d0)-> [R, R]");
   // 13 rows: nested (2,2,2,2,2,2,1,0) equals the flat chunk, so one all_gather on the flattened
@@ -89,7 +112,7 @@ TEST(PlannerTest, StepsCarryLogicalShapeAndBytes) {
   EXPECT_EQ(q.steps[0].bytes, 7 * 2 * 2 * 4);
 }
 
-// Collective counts of the upstream multi-dim cases (reference §3, #16-#22, #26-#31).
+// StepKind counts of the upstream multi-dim cases (reference §3, #16-#22, #26-#31).
 TEST(PlannerTest, UpstreamCollectiveCounts) {
   struct Case {
     std::vector<int64_t> mesh, shape;
@@ -163,9 +186,9 @@ TEST(PlannerTest, SearchReducesBeforeGathering) {
   const RedistributePlan g = MakePlan({2, 2}, {1024, 64}, "P(sum),S(0)", "R,R", greedy);
   const RedistributePlan b = MakePlan({2, 2}, {1024, 64}, "P(sum),S(0)", "R,R");
   ASSERT_EQ(g.steps.size(), 2u);
-  EXPECT_EQ(g.steps[0].collective, Collective::kAllGather);
+  EXPECT_EQ(g.steps[0].collective, StepKind::kAllGather);
   ASSERT_EQ(b.steps.size(), 2u);
-  EXPECT_EQ(b.steps[0].collective, Collective::kAllReduce);
+  EXPECT_EQ(b.steps[0].collective, StepKind::kAllReduce);
   EXPECT_LT(b.cost_us, g.cost_us);
   EXPECT_STREQ(b.strategy, "search");
   // [P, P] -> [S(0), S(0)] uneven: greedy all-reduces on mesh dim 1; search reduce-scatters twice.
@@ -392,9 +415,11 @@ RC_GTEST_PROP(PlannerProp, PlansAreLegalAndNeverWorseThanGreedy, ()) {
   auto s = DTensorSpec::Create(m, src, shape, DType::kF32);
   auto t = DTensorSpec::Create(m, dst, shape, DType::kF32);
   RC_ASSERT(s.ok() && t.ok());
-  PlannerOptions greedy;
+  PlannerOptions internal;
+  internal.allow_partial = true;  // R -> P is generated too
+  PlannerOptions greedy = internal;
   greedy.strategy = PlannerOptions::Strategy::kGreedy;
-  auto best = PlanRedistribute(*s, *t);
+  auto best = PlanRedistribute(*s, *t, internal);
   auto g = PlanRedistribute(*s, *t, greedy);
   RC_ASSERT(best.ok());
   RC_ASSERT(g.ok());
@@ -408,7 +433,7 @@ RC_GTEST_PROP(PlannerProp, PlansAreLegalAndNeverWorseThanGreedy, ()) {
   int64_t ranks = 1;
   for (int64_t k : mesh) ranks *= k;
   const int64_t per_host = *rc::gen::inRange<int64_t>(1, ranks + 1);
-  PlannerOptions hosts;
+  PlannerOptions hosts = internal;
   hosts.cost.ranks_per_host = per_host;
   PlannerOptions hosts_greedy = hosts;
   hosts_greedy.strategy = PlannerOptions::Strategy::kGreedy;
@@ -419,7 +444,7 @@ RC_GTEST_PROP(PlannerProp, PlansAreLegalAndNeverWorseThanGreedy, ()) {
   RC_ASSERT(h->num_collectives() <= hg->num_collectives());
   RC_ASSERT(h->cost_us <= hg->cost_us + 1e-6);
   for (const PlanStep& step : h->steps) {
-    const bool want = step.collective != Collective::kLocal &&
+    const bool want = step.collective != StepKind::kLocal &&
                       BruteForceCrossesHosts(mesh, step.mesh_dims, per_host);
     RC_ASSERT(step.crosses_hosts == want);
   }

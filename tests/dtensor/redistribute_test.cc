@@ -8,6 +8,7 @@
 
 #include "dtensor/dtensor/dtensor.h"
 #include "dtensor/dtensor/verify.h"
+#include "dtensor/mesh/comm_counter.h"
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
 

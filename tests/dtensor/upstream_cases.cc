@@ -7,6 +7,7 @@
 #include "dtensor/core/status.h"
 #include "dtensor/dtensor/dtensor.h"
 #include "dtensor/dtensor/executor.h"
+#include "dtensor/mesh/comm_counter.h"
 
 namespace dt::testing {
 namespace {
@@ -232,7 +233,7 @@ absl::Status Case10(const WorldPtr& w) {  // R -> P(sum) internally: x / 4, no c
   DT_ASSIGN_OR_RETURN(Tensor x, Arange({12, 3}));
   DT_ASSIGN_OR_RETURN(DTensor r, DTensor::Distribute(x, mesh, Pl("R")));
   CommCounter c;
-  DT_ASSIGN_OR_RETURN(DTensor p, r.Redistribute(Pl("P(sum)"), {.allow_partial = true}));
+  DT_ASSIGN_OR_RETURN(DTensor p, r.Redistribute(Pl("P(sum)"), {.planner = {.allow_partial = true}}));
   std::vector<double> v = x.ToDoubles();
   for (double& e : v) e = static_cast<float>(e) / 4.0f;
   DT_RETURN_IF_ERROR(Same(p.ToLocal(), Tensor::FromDoubles({12, 3}, v).value(), "R->P"));
@@ -244,7 +245,7 @@ absl::Status Case11(const WorldPtr& w) {  // [R, R] -> [P, P] on (2, 2): x / 4
   DT_ASSIGN_OR_RETURN(Tensor x, Arange({12, 3}));
   DT_ASSIGN_OR_RETURN(DTensor r, DTensor::Distribute(x, mesh, Pl("R,R")));
   CommCounter c;
-  DT_ASSIGN_OR_RETURN(DTensor p, r.Redistribute(Pl("P(sum),P(sum)"), {.allow_partial = true}));
+  DT_ASSIGN_OR_RETURN(DTensor p, r.Redistribute(Pl("P(sum),P(sum)"), {.planner = {.allow_partial = true}}));
   std::vector<double> v = x.ToDoubles();
   for (double& e : v) e = static_cast<float>(static_cast<float>(e) / 2.0f) / 2.0f;
   DT_RETURN_IF_ERROR(Same(p.ToLocal(), Tensor::FromDoubles({12, 3}, v).value(), "RR->PP"));
@@ -257,7 +258,7 @@ absl::Status Case12(const WorldPtr& w) {  // R -> P(avg/min/max): identity; P(su
   DT_ASSIGN_OR_RETURN(DTensor r, DTensor::Distribute(x, mesh, Pl("R")));
   CommCounter c;
   for (const char* op : {"P(avg)", "P(min)", "P(max)"}) {
-    DT_ASSIGN_OR_RETURN(DTensor p, r.Redistribute(Pl(op), {.allow_partial = true}));
+    DT_ASSIGN_OR_RETURN(DTensor p, r.Redistribute(Pl(op), {.planner = {.allow_partial = true}}));
     DT_RETURN_IF_ERROR(Same(p.ToLocal(), x, op));
     DT_ASSIGN_OR_RETURN(Tensor back, p.FullTensor());
     DT_RETURN_IF_ERROR(Same(back, x, absl::StrCat(op, " FullTensor")));

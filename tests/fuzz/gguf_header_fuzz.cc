@@ -27,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (f.ok()) {
     for (const dt::loaders::GgufTensorInfo& t : (*f)->tensors()) {
       if (t.type->dequantizable && dt::Numel(t.shape) <= (1 << 20)) {
-        (void)(*f)->ReadRanges(t.name, dt::loaders::FullRanges(t.shape));
+        (void)(*f)->ReadRanges(t.name, dt::FullRanges(t.shape));
       }
     }
   }

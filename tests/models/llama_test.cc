@@ -173,11 +173,23 @@ TEST_P(LlamaTP, EqualsSingleRankAndReadsOnlyItsShards) {
   absl::Status s = OnRanks(c.tp, FixtureDir(c.fixture), o, [&](int rank, LlamaForCausalLM& m,
                                                                const LlamaLoadReport& report) {
     DT_ASSIGN_OR_RETURN(Tensor logits, PromptLogits(m, g.prompt));
-    DT_RETURN_IF_ERROR(AllClose(logits, ref.logits, f32 ? 1e-5 : 0.1, f32 ? 1e-5 : 0.02));
     DT_ASSIGN_OR_RETURN(std::vector<int64_t> greedy, Gen(m, g.prompt, SamplingOptions()));
-    DT_ASSIGN_OR_RETURN(std::vector<int64_t> sampled, Gen(m, g.prompt, Sampled()));
-    if (f32 && (greedy != ref.greedy || sampled != ref.sampled)) {
-      return absl::InternalError(absl::StrCat("rank ", rank, ": tokens differ from one rank"));
+    if (c.tp == 1) {
+      // One rank against transformers itself (against a one-rank run it could not fail).
+      const Golden::Run& want = c.dtype || !g.has_bf16 ? g.f32 : g.bf16;
+      const double diff = MaxAbsDiff(logits, want.prompt_logits);
+      if (diff > (f32 ? 1e-4 : 0.1)) {
+        return absl::InternalError(absl::StrCat("prompt logits differ from transformers by ", diff));
+      }
+      if (f32 && greedy != want.greedy_tokens) {
+        return absl::InternalError("greedy tokens differ from transformers'");
+      }
+    } else {
+      DT_RETURN_IF_ERROR(AllClose(logits, ref.logits, f32 ? 1e-5 : 0.1, f32 ? 1e-5 : 0.02));
+      DT_ASSIGN_OR_RETURN(std::vector<int64_t> sampled, Gen(m, g.prompt, Sampled()));
+      if (f32 && (greedy != ref.greedy || sampled != ref.sampled)) {
+        return absl::InternalError(absl::StrCat("rank ", rank, ": tokens differ from one rank"));
+      }
     }
     // The loader's accounting: each sharded parameter read exactly its piece, never the whole.
     for (const LlamaLoadReport::Param& p : report.params) {
@@ -281,10 +293,12 @@ TEST(LlamaValidation, BadTokenIds) {
     EXPECT_FALSE(m.Generate({}, GenerateOptions()).ok());
     GenerateOptions zero;
     zero.max_new_tokens = 0;
-    EXPECT_TRUE(m.Generate({1}, zero)->tokens.empty());
+    DT_ASSIGN_OR_RETURN(GenerateResult none, m.Generate({1}, zero));
+    EXPECT_TRUE(none.tokens.empty());
     GenerateOptions stop;
     stop.stop_token_ids = {LoadGolden("llama-tiny").f32.greedy_tokens[2]};
-    EXPECT_EQ(m.Generate(LoadGolden("llama-tiny").prompt, stop)->tokens.size(), 3u);
+    DT_ASSIGN_OR_RETURN(GenerateResult stopped, m.Generate(LoadGolden("llama-tiny").prompt, stop));
+    EXPECT_EQ(stopped.tokens.size(), 3u);
     return absl::OkStatus();
   });
   EXPECT_TRUE(s.ok()) << s;

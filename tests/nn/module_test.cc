@@ -10,6 +10,7 @@
 #include "dtensor/nn/nn.h"
 #include "dtensor/ops/local/ops.h"
 #include "dtensor/tests/test_util.h"
+#include "dtensor/mesh/comm_counter.h"
 
 namespace dt::nn {
 namespace {

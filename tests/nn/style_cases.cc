@@ -11,6 +11,7 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/nn/nn.h"
 #include "dtensor/ops/local/ops.h"
+#include "dtensor/mesh/comm_counter.h"
 
 namespace dt::nn::testing {
 namespace {

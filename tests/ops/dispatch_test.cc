@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 #include "dtensor/ops/dispatch.h"
 #include "dtensor/tests/ops/dops_test_util.h"
+#include "dtensor/mesh/comm_counter.h"
 
 namespace dt::dops::testing {
 namespace {
@@ -93,7 +94,7 @@ TEST(DopsDispatch, ChoosesByCostOnAbstractMeshes) {
   EXPECT_EQ(PlacementsToString(e->strategy.inputs[1]), "[R, S(1)]");
   // Silu of a Partial sum must reduce it first; a reduce_scatter is cheaper than an all_reduce.
   const DTensorSpec p = spec("S(0),P(sum)", {64, 4096});
-  e = ChooseStrategy(Call(OpId::kUnary, {&p}, {{static_cast<int64_t>(ops::UnaryOp::kSilu)}, {}}))
+  e = ChooseStrategy(Call(OpId::kUnary, {&p}, UnaryAttrs{ops::UnaryOp::kSilu}))
           .value();
   EXPECT_FALSE(e->strategy.inputs[0][1].is_partial());
   EXPECT_TRUE(e->strategy.inputs[0][1].is_any_shard());

@@ -23,6 +23,7 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/world.h"
 #include "dtensor/ops/dtensor_ops.h"
+#include "dtensor/mesh/comm_counter.h"
 
 namespace dt::dops::testing {
 

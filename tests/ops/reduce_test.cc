@@ -11,9 +11,9 @@ namespace {
 
 RC_GTEST_PROP(DopsReduce, ReduceMatchesLocal, ()) {
   const auto mesh = GenMesh();
-  const auto op = Pick(ops::ReduceOp::kSum, ops::ReduceOp::kMean, ops::ReduceOp::kMax,
-                       ops::ReduceOp::kArgmax);
-  const bool extreme = op == ops::ReduceOp::kMax || op == ops::ReduceOp::kArgmax;
+  const auto op = Pick(ops::Reduction::kSum, ops::Reduction::kMean, ops::Reduction::kMax,
+                       ops::Reduction::kArgmax);
+  const bool extreme = op == ops::Reduction::kMax || op == ops::Reduction::kArgmax;
   const Shape shape = GenShape(U(1, 4), extreme ? 1 : 0, 6);
   const int dim = U(0, static_cast<int>(shape.size()));
   const bool keepdim = Coin();
@@ -26,12 +26,12 @@ RC_GTEST_PROP(DopsReduce, ReduceMatchesLocal, ()) {
   const bool no_moves = !AnyOn(mesh, args[0].placements, [&](const Placement& p) {
     if (p.is_partial()) {
       const ReduceOp r = p.reduce_op();
-      const bool fits = ((op == ops::ReduceOp::kSum || op == ops::ReduceOp::kMean) &&
+      const bool fits = ((op == ops::Reduction::kSum || op == ops::Reduction::kMean) &&
                          (r == ReduceOp::kSum || r == ReduceOp::kAvg)) ||
-                        (op == ops::ReduceOp::kMax && r == ReduceOp::kMax);
+                        (op == ops::Reduction::kMax && r == ReduceOp::kMax);
       return !fits;
     }
-    return op == ops::ReduceOp::kArgmax && p.is_any_shard(dim);
+    return op == ops::Reduction::kArgmax && p.is_any_shard(dim);
   });
   CheckOp(mesh, args, Single([op, dim, keepdim](const std::vector<DTensor>& in) {
             return Reduce(op, in[0], dim, keepdim);

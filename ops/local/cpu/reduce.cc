@@ -38,15 +38,15 @@ inline bool Greater(K a, K b) {
 }
 
 template <typename T>
-void ReduceLane(ReduceOp op, const T* v, int64_t n, int64_t st, char* out) {
+void ReduceLane(Reduction op, const T* v, int64_t n, int64_t st, char* out) {
   using C = Compute<T>;
   switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kMean:
+    case Reduction::kSum:
+    case Reduction::kMean:
       if constexpr (kIsFloat<T>) {
         double acc = 0;
         for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(Load(v[i * st]));
-        if (op == ReduceOp::kMean) acc /= static_cast<double>(n);
+        if (op == Reduction::kMean) acc /= static_cast<double>(n);
         *reinterpret_cast<T*>(out) = Store<T>(static_cast<float>(acc));
       } else {
         uint64_t acc = 0;  // wraps
@@ -54,8 +54,8 @@ void ReduceLane(ReduceOp op, const T* v, int64_t n, int64_t st, char* out) {
         *reinterpret_cast<int64_t*>(out) = static_cast<int64_t>(acc);
       }
       return;
-    case ReduceOp::kMax:
-    case ReduceOp::kArgmax: {
+    case Reduction::kMax:
+    case Reduction::kArgmax: {
       C best = Load(v[0]);
       int64_t best_i = 0;
       for (int64_t i = 1; i < n && !IsNan(best); ++i) {
@@ -65,7 +65,7 @@ void ReduceLane(ReduceOp op, const T* v, int64_t n, int64_t st, char* out) {
           best_i = i;
         }
       }
-      if (op == ReduceOp::kMax) {
+      if (op == Reduction::kMax) {
         *reinterpret_cast<T*>(out) = Store<T>(best);
       } else {
         *reinterpret_cast<int64_t*>(out) = best_i;
@@ -77,7 +77,7 @@ void ReduceLane(ReduceOp op, const T* v, int64_t n, int64_t st, char* out) {
 
 }  // namespace
 
-absl::Status Reduce(ReduceOp op, const Tensor& x, int dim, const Tensor& out) {
+absl::Status Reduce(Reduction op, const Tensor& x, int dim, const Tensor& out) {
   const Shape ostr = StridesWithDim(out, dim);
   const int64_t n = x.size(dim), st = x.stride(dim), osz = DTypeSize(out.dtype());
   DT_OPS_DISPATCH_NUMERIC(x.dtype(), T, [&] {

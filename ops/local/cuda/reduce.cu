@@ -71,7 +71,7 @@ struct MaxF {
 #define DT_LANE_SMEM(type, name) __shared__ type name[8]
 
 template <typename T>
-__global__ void ReduceKernel(ReduceOp op, const T* x, void* out, LaneIndexer<2> li) {
+__global__ void ReduceKernel(Reduction op, const T* x, void* out, LaneIndexer<2> li) {
   using C = Compute<T>;
   DT_LANE_SMEM(double, smem_f);
   DT_LANE_SMEM(unsigned long long, smem_i);
@@ -82,13 +82,13 @@ __global__ void ReduceKernel(ReduceOp op, const T* x, void* out, LaneIndexer<2> 
     int64_t off[2];
     li.outer.Offsets(lane, off);
     const T* v = x + off[0];
-    if (op == ReduceOp::kSum || op == ReduceOp::kMean) {
+    if (op == Reduction::kSum || op == Reduction::kMean) {
       if constexpr (kIsFloat<T>) {
         double acc = 0;
         for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
           acc += static_cast<double>(Load(v[j * xs]));
         acc = LaneReduce(acc, Plus{}, smem_f);
-        if (op == ReduceOp::kMean) acc /= static_cast<double>(n);
+        if (op == Reduction::kMean) acc /= static_cast<double>(n);
         if (threadIdx.x == 0) static_cast<T*>(out)[off[1]] = Store<T>(static_cast<float>(acc));
       } else {
         unsigned long long acc = 0;  // wraps
@@ -105,7 +105,7 @@ __global__ void ReduceKernel(ReduceOp op, const T* x, void* out, LaneIndexer<2> 
       }
       best = LaneReduce(best, BetterOf<C>{}, smem_b);
       if (threadIdx.x == 0) {
-        if (op == ReduceOp::kMax) {
+        if (op == Reduction::kMax) {
           static_cast<T*>(out)[off[1]] = Store<T>(best.v);
         } else {
           static_cast<int64_t*>(out)[off[1]] = best.i;
@@ -146,7 +146,7 @@ __global__ void SoftmaxKernel(const T* x, T* out, bool log, LaneIndexer<2> li) {
 
 }  // namespace
 
-absl::Status Reduce(ReduceOp op, const Tensor& x, int dim, const Tensor& out) {
+absl::Status Reduce(Reduction op, const Tensor& x, int dim, const Tensor& out) {
   constexpr absl::string_view kKernel = "Reduce";
   DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
   const Shape ostr = StridesWithDim(out, dim);

@@ -31,8 +31,8 @@ std::vector<std::vector<double>> Lanes(const Tensor& x, int d, Shape* out_shape)
 }
 
 RC_GTEST_PROP(ReduceTest, AgreesWithNaiveLoops, ()) {
-  const ReduceOp op = *rc::gen::element(ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kArgmax);
-  const DType dtype = op == ReduceOp::kMean
+  const Reduction op = *rc::gen::element(Reduction::kSum, Reduction::kMean, Reduction::kMax, Reduction::kArgmax);
+  const DType dtype = op == Reduction::kMean
                           ? testing::RandomFloatDType()
                           : *rc::gen::element(DType::kF32, DType::kBF16, DType::kF16, DType::kI64,
                                               DType::kI32, DType::kU8);
@@ -40,11 +40,11 @@ RC_GTEST_PROP(ReduceTest, AgreesWithNaiveLoops, ()) {
   const Shape shape = RandomShape(rank, 0, 5);
   const int d = *rc::gen::inRange(0, rank);
   const bool keepdim = *rc::gen::arbitrary<bool>();
-  const bool ties = op == ReduceOp::kMax || op == ReduceOp::kArgmax;
+  const bool ties = op == Reduction::kMax || op == Reduction::kArgmax;
   const Tensor x = RandomTensor(shape, dtype, ties ? testing::Values::kSmallInts : testing::Values::kNormal);
   const int64_t dim_arg = *rc::gen::arbitrary<bool>() ? d : d - rank;
   auto got = Reduce(op, x, dim_arg, keepdim);
-  if ((op == ReduceOp::kMax || op == ReduceOp::kArgmax) && shape[d] == 0) {
+  if ((op == Reduction::kMax || op == Reduction::kArgmax) && shape[d] == 0) {
     RC_ASSERT(got.status().code() == absl::StatusCode::kInvalidArgument);
     return;
   }
@@ -54,15 +54,15 @@ RC_GTEST_PROP(ReduceTest, AgreesWithNaiveLoops, ()) {
   for (const auto& lane : lanes) {
     const double sum = std::accumulate(lane.begin(), lane.end(), 0.0);
     switch (op) {
-      case ReduceOp::kSum: want.push_back(testing::RoundTo(dtype, sum)); break;
-      case ReduceOp::kMean: want.push_back(testing::RoundTo(dtype, sum / lane.size())); break;
-      case ReduceOp::kMax: want.push_back(*std::max_element(lane.begin(), lane.end())); break;
-      case ReduceOp::kArgmax: want.push_back(std::max_element(lane.begin(), lane.end()) - lane.begin()); break;
+      case Reduction::kSum: want.push_back(testing::RoundTo(dtype, sum)); break;
+      case Reduction::kMean: want.push_back(testing::RoundTo(dtype, sum / lane.size())); break;
+      case Reduction::kMax: want.push_back(*std::max_element(lane.begin(), lane.end())); break;
+      case Reduction::kArgmax: want.push_back(std::max_element(lane.begin(), lane.end()) - lane.begin()); break;
     }
   }
   if (keepdim) out_shape.insert(out_shape.begin() + d, 1);
   const Tensor y = got.value();
-  const bool i64_out = op == ReduceOp::kArgmax || (op == ReduceOp::kSum && !IsFloating(dtype));
+  const bool i64_out = op == Reduction::kArgmax || (op == Reduction::kSum && !IsFloating(dtype));
   RC_ASSERT(y.dtype() == (i64_out ? DType::kI64 : dtype));
   RC_ASSERT(testing::Mismatch(y, out_shape, want, testing::TolFor(dtype)) == "");
 }

@@ -253,19 +253,19 @@ TEST(CudaOpsTest, ReduceMatchesCpu) {
   for (const Shape& shape : shapes) {
     for (int dim = 0; dim < static_cast<int>(shape.size()); ++dim) {
       for (DType dtype : kNumericTypes) {
-        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kArgmax}) {
-          if (op == ReduceOp::kMean && !IsFloating(dtype)) continue;
-          if ((op == ReduceOp::kMax || op == ReduceOp::kArgmax) && shape[dim] == 0) continue;
+        for (Reduction op : {Reduction::kSum, Reduction::kMean, Reduction::kMax, Reduction::kArgmax}) {
+          if (op == Reduction::kMean && !IsFloating(dtype)) continue;
+          if ((op == Reduction::kMax || op == Reduction::kArgmax) && shape[dim] == 0) continue;
           for (Values values : {Values::kNormal, Values::kSmallInts, Values::kSpecials}) {
             if (values == Values::kSpecials &&
-                (!IsFloating(dtype) || op == ReduceOp::kSum || op == ReduceOp::kMean)) {
+                (!IsFloating(dtype) || op == Reduction::kSum || op == Reduction::kMean)) {
               continue;
             }
             SCOPED_TRACE(absl::StrCat(Name(shape, dtype), " reduce ", static_cast<int>(op), " dim ",
                                       dim, " values ", static_cast<int>(values)));
             const Pair x = Random(shape, dtype, rng, Layout::kStrided, values);
             const double n = static_cast<double>(std::max<int64_t>(1, shape[dim]));
-            const Tol tol = op == ReduceOp::kSum ? TolFor(dtype, std::sqrt(n)) : TolFor(dtype);
+            const Tol tol = op == Reduction::kSum ? TolFor(dtype, std::sqrt(n)) : TolFor(dtype);
             EXPECT_TRUE(Close(Reduce(op, x.gpu, dim), Reduce(op, x.cpu, dim), tol));
           }
         }

@@ -1,7 +1,9 @@
-#include "dtensor/ops/rules.h"
+#include "dtensor/ops/op_decl.h"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <variant>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -87,7 +89,7 @@ ReduceOp Swapped(ReduceOp op) {
 absl::StatusOr<OutputMetas> InferMatmul(const OpCall& call) {
   const DTensorSpec& a = In(call, 0);
   const DTensorSpec& b = In(call, 1);
-  const bool ta = call.attrs.ints[0] != 0, tb = call.attrs.ints[1] != 0;
+  const bool ta = call.Attr<MatmulAttrs>().trans_a, tb = call.Attr<MatmulAttrs>().trans_b;
   if (a.ndim() < 2 || b.ndim() < 2) {
     return Bad(call, absl::StrCat(Arg(call, 0), ", ", Arg(call, 1), ": both need at least 2 dims"));
   }
@@ -112,7 +114,7 @@ absl::StatusOr<OutputMetas> InferMatmul(const OpCall& call) {
 }
 
 LabelMap MatmulLabels(const OpCall& call, const Shape& out) {
-  const bool ta = call.attrs.ints[0] != 0, tb = call.attrs.ints[1] != 0;
+  const bool ta = call.Attr<MatmulAttrs>().trans_a, tb = call.Attr<MatmulAttrs>().trans_b;
   const int nb = static_cast<int>(out.size()) - 2;
   LabelMap m;
   for (int o = 0; o < nb + 2; ++o) m.AddLabel(LabelKind::kFree);
@@ -198,7 +200,7 @@ void CandLinear(const OpCall& call, const OutputMetas& outs, int i, DimOptions* 
 // ---- pointwise -----------------------------------------------------------------------------------
 
 absl::StatusOr<OutputMetas> InferBinary(const OpCall& call) {
-  const auto op = static_cast<ops::BinaryOp>(call.attrs.ints[0]);
+  const auto op = call.Attr<BinaryAttrs>().op;
   DT_RETURN_IF_ERROR(NeedSameDType(call, 0, 1));
   if (op == ops::BinaryOp::kDiv) {
     DT_RETURN_IF_ERROR(NeedFloat(call, 0));
@@ -213,7 +215,7 @@ absl::StatusOr<OutputMetas> InferBinary(const OpCall& call) {
 }
 
 void CandBinary(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
-  const auto op = static_cast<ops::BinaryOp>(call.attrs.ints[0]);
+  const auto op = call.Attr<BinaryAttrs>().op;
   options->push_back(ReplicateOption(2, 1));
   AddShardOptions(call, BroadcastLabels(call, outs[0].shape, 1), i, options);
   const auto pa = PartialOf(call, 0, i), pb = PartialOf(call, 1, i);
@@ -231,13 +233,13 @@ void CandBinary(const OpCall& call, const OutputMetas& outs, int i, DimOptions* 
 }
 
 absl::StatusOr<OutputMetas> InferBinaryScalar(const OpCall& call) {
-  const auto op = static_cast<ops::BinaryOp>(call.attrs.ints[0]);
+  const auto op = call.Attr<BinaryScalarAttrs>().op;
   if (op == ops::BinaryOp::kDiv) {
     DT_RETURN_IF_ERROR(NeedFloat(call, 0));
   } else {
     DT_RETURN_IF_ERROR(NeedNotBool(call, 0));
   }
-  const double s = call.attrs.reals[0];
+  const double s = call.Attr<BinaryScalarAttrs>().scalar;
   if (!IsFloating(In(call, 0).dtype()) && s != std::trunc(s)) {
     return Bad(call, absl::StrCat(Arg(call, 0), ": the scalar ", s, " is not integral"));
   }
@@ -245,8 +247,8 @@ absl::StatusOr<OutputMetas> InferBinaryScalar(const OpCall& call) {
 }
 
 void CandBinaryScalar(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
-  const auto op = static_cast<ops::BinaryOp>(call.attrs.ints[0]);
-  const double s = call.attrs.reals[0];
+  const auto op = call.Attr<BinaryScalarAttrs>().op;
+  const double s = call.Attr<BinaryScalarAttrs>().scalar;
   options->push_back(ReplicateOption(1, 1));
   AddShardOptions(call, BroadcastLabels(call, outs[0].shape, 1), i, options);
   const auto p = PartialOf(call, 0, i);
@@ -270,7 +272,7 @@ void CandBinaryScalar(const OpCall& call, const OutputMetas& outs, int i, DimOpt
 }
 
 absl::StatusOr<OutputMetas> InferUnary(const OpCall& call) {
-  const auto op = static_cast<ops::UnaryOp>(call.attrs.ints[0]);
+  const auto op = call.Attr<UnaryAttrs>().op;
   if (op == ops::UnaryOp::kNeg) {
     DT_RETURN_IF_ERROR(NeedNotBool(call, 0));
   } else {
@@ -283,14 +285,14 @@ void CandUnary(const OpCall& call, const OutputMetas& outs, int i, DimOptions* o
   options->push_back(ReplicateOption(1, 1));
   AddShardOptions(call, BroadcastLabels(call, outs[0].shape, 1), i, options);
   const auto p = PartialOf(call, 0, i);
-  if (p && static_cast<ops::UnaryOp>(call.attrs.ints[0]) == ops::UnaryOp::kNeg &&
+  if (p && call.Attr<UnaryAttrs>().op == ops::UnaryOp::kNeg &&
       *p != ReduceOp::kProd) {
     AddPartialOf(call, 0, i, 1, Swapped(*p), options);  // -max(x) = min(-x)
   }
 }
 
 absl::StatusOr<OutputMetas> InferCast(const OpCall& call) {
-  return One(In(call, 0).shape(), static_cast<DType>(call.attrs.ints[0]));
+  return One(In(call, 0).shape(), call.Attr<CastAttrs>().dtype);
 }
 
 void CandCast(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
@@ -308,26 +310,26 @@ void CandCast(const OpCall& call, const OutputMetas& outs, int i, DimOptions* op
 // ---- reductions ----------------------------------------------------------------------------------
 
 absl::StatusOr<OutputMetas> InferReduce(const OpCall& call) {
-  const auto op = static_cast<ops::ReduceOp>(call.attrs.ints[0]);
-  const int dim = static_cast<int>(call.attrs.ints[1]);
-  const bool keepdim = call.attrs.ints[2] != 0;
+  const auto op = call.Attr<ReduceAttrs>().op;
+  const int dim = call.Attr<ReduceAttrs>().dim;
+  const bool keepdim = call.Attr<ReduceAttrs>().keepdim;
   const DTensorSpec& x = In(call, 0);
   DType dtype = x.dtype();
   switch (op) {
-    case ops::ReduceOp::kSum:
+    case ops::Reduction::kSum:
       DT_RETURN_IF_ERROR(NeedNotBool(call, 0));
       if (!IsFloating(dtype)) dtype = DType::kI64;
       break;
-    case ops::ReduceOp::kMean:
+    case ops::Reduction::kMean:
       DT_RETURN_IF_ERROR(NeedFloat(call, 0));
       break;
-    case ops::ReduceOp::kMax:
-    case ops::ReduceOp::kArgmax:
+    case ops::Reduction::kMax:
+    case ops::Reduction::kArgmax:
       DT_RETURN_IF_ERROR(NeedNotBool(call, 0));
       if (x.shape()[dim] == 0) {
         return Bad(call, absl::StrCat(Arg(call, 0), ": dim ", dim, " has size 0"));
       }
-      if (op == ops::ReduceOp::kArgmax) dtype = DType::kI64;
+      if (op == ops::Reduction::kArgmax) dtype = DType::kI64;
       break;
   }
   Shape out;
@@ -339,9 +341,9 @@ absl::StatusOr<OutputMetas> InferReduce(const OpCall& call) {
 }
 
 void CandReduce(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
-  const auto op = static_cast<ops::ReduceOp>(call.attrs.ints[0]);
-  const int dim = static_cast<int>(call.attrs.ints[1]);
-  const bool keepdim = call.attrs.ints[2] != 0;
+  const auto op = call.Attr<ReduceAttrs>().op;
+  const int dim = call.Attr<ReduceAttrs>().dim;
+  const bool keepdim = call.Attr<ReduceAttrs>().keepdim;
   const int r = In(call, 0).ndim();
   LabelMap m;
   absl::InlinedVector<int, 6> in, out;
@@ -353,10 +355,10 @@ void CandReduce(const OpCall& call, const OutputMetas& outs, int i, DimOptions* 
       continue;
     }
     switch (op) {
-      case ops::ReduceOp::kSum:
-      case ops::ReduceOp::kMean: in.push_back(m.AddLabel(LabelKind::kSum)); break;
-      case ops::ReduceOp::kMax: in.push_back(m.AddLabel(LabelKind::kMax)); break;
-      case ops::ReduceOp::kArgmax: in.push_back(-1); break;
+      case ops::Reduction::kSum:
+      case ops::Reduction::kMean: in.push_back(m.AddLabel(LabelKind::kSum)); break;
+      case ops::Reduction::kMax: in.push_back(m.AddLabel(LabelKind::kMax)); break;
+      case ops::Reduction::kArgmax: in.push_back(-1); break;
     }
     if (keepdim) out.push_back(-1);
   }
@@ -366,9 +368,9 @@ void CandReduce(const OpCall& call, const OutputMetas& outs, int i, DimOptions* 
   AddShardOptions(call, m, i, options);
   const auto p = PartialOf(call, 0, i);
   if (!p) return;
-  if ((op == ops::ReduceOp::kSum || op == ops::ReduceOp::kMean) && IsSumLike(*p)) {
+  if ((op == ops::Reduction::kSum || op == ops::Reduction::kMean) && IsSumLike(*p)) {
     AddPartialOf(call, 0, i, 1, *p, options);
-  } else if (op == ops::ReduceOp::kMax && *p == ReduceOp::kMax) {
+  } else if (op == ops::Reduction::kMax && *p == ReduceOp::kMax) {
     AddPartialOf(call, 0, i, 1, *p, options);
   }
 }
@@ -381,7 +383,7 @@ absl::StatusOr<OutputMetas> InferSoftmax(const OpCall& call) {
 }
 
 void CandSoftmax(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
-  const int dim = static_cast<int>(call.attrs.ints[1]);
+  const int dim = call.Attr<SoftmaxAttrs>().dim;
   options->push_back(ReplicateOption(1, 1));
   AddShardOptions(call, BroadcastLabels(call, outs[0].shape, 1, {dim}), i, options);
 }
@@ -584,7 +586,7 @@ void CandEmbedding(const OpCall& call, const OutputMetas& outs, int i, DimOption
 
 absl::StatusOr<OutputMetas> InferView(const OpCall& call) {
   const DTensorSpec& x = In(call, 0);
-  Shape out(call.attrs.ints.begin(), call.attrs.ints.end());
+  Shape out = call.Attr<ViewAttrs>().shape;
   if (Numel(out) != Numel(x.shape())) {
     return Bad(call, absl::StrCat(Arg(call, 0), ": cannot view as ", ShapeToString(out), " (",
                                   Numel(x.shape()), " vs ", Numel(out), " elements)"));
@@ -623,7 +625,7 @@ absl::Status CheckView(const OpCall& call, const OutputMetas& outs, const Strate
 absl::StatusOr<OutputMetas> InferPermute(const OpCall& call) {
   const DTensorSpec& x = In(call, 0);
   Shape out;
-  for (int64_t d : call.attrs.ints) out.push_back(x.shape()[d]);
+  for (int64_t d : call.Attr<PermuteAttrs>().perm) out.push_back(x.shape()[d]);
   return One(std::move(out), x.dtype());
 }
 
@@ -633,7 +635,7 @@ void CandPermute(const OpCall& call, const OutputMetas& outs, int i, DimOptions*
   absl::InlinedVector<int, 6> in(static_cast<size_t>(r)), out;
   for (int o = 0; o < r; ++o) {
     const int l = m.AddLabel(LabelKind::kFree);
-    in[call.attrs.ints[o]] = l;
+    in[call.Attr<PermuteAttrs>().perm[o]] = l;
     out.push_back(l);
   }
   m.in = {in};
@@ -645,12 +647,12 @@ void CandPermute(const OpCall& call, const OutputMetas& outs, int i, DimOptions*
 
 absl::StatusOr<OutputMetas> InferUnsqueeze(const OpCall& call) {
   Shape out = In(call, 0).shape();
-  out.insert(out.begin() + call.attrs.ints[0], 1);
+  out.insert(out.begin() + call.Attr<DimAttrs>().dim, 1);
   return One(std::move(out), In(call, 0).dtype());
 }
 
 absl::StatusOr<OutputMetas> InferSqueeze(const OpCall& call) {
-  const int dim = static_cast<int>(call.attrs.ints[0]);
+  const int dim = call.Attr<DimAttrs>().dim;
   Shape out = In(call, 0).shape();
   if (out[dim] != 1) {
     return Bad(call, absl::StrCat(Arg(call, 0), ": dim ", dim, " has size ", out[dim], ", not 1"));
@@ -662,7 +664,7 @@ absl::StatusOr<OutputMetas> InferSqueeze(const OpCall& call) {
 // Unsqueeze and Squeeze: every other dim keeps its label; the inserted or removed dim has none.
 void CandSqueezeLike(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
   const bool unsqueeze = call.op == OpId::kUnsqueeze;
-  const int dim = static_cast<int>(call.attrs.ints[0]);
+  const int dim = call.Attr<DimAttrs>().dim;
   const int r = In(call, 0).ndim();
   LabelMap m;
   absl::InlinedVector<int, 6> in, out;
@@ -687,7 +689,7 @@ void CandSqueezeLike(const OpCall& call, const OutputMetas& outs, int i, DimOpti
 // ---- cat, split ----------------------------------------------------------------------------------
 
 absl::StatusOr<OutputMetas> InferCat(const OpCall& call) {
-  const int dim = static_cast<int>(call.attrs.ints[0]);
+  const int dim = call.Attr<DimAttrs>().dim;
   const DTensorSpec& x0 = In(call, 0);
   Shape out = x0.shape();
   out[dim] = 0;
@@ -706,7 +708,7 @@ absl::StatusOr<OutputMetas> InferCat(const OpCall& call) {
 }
 
 void CandCat(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
-  const int dim = static_cast<int>(call.attrs.ints[0]);
+  const int dim = call.Attr<DimAttrs>().dim;
   const int n = call.num_inputs();
   const int r = In(call, 0).ndim();
   LabelMap m;
@@ -743,7 +745,7 @@ int CountShardingDims(IntSpan mesh, absl::Span<const Placement> pl, int dim) {
 }
 
 absl::Status CheckCat(const OpCall& call, const OutputMetas& outs, const Strategy& s) {
-  const int dim = static_cast<int>(call.attrs.ints[0]);
+  const int dim = call.Attr<DimAttrs>().dim;
   if (CountShardingDims(In(call, 0).mesh().shape(), s.outputs[0], dim) > 1) {
     return absl::InvalidArgumentError("the cat dim is split by more than one mesh dim");
   }
@@ -752,11 +754,10 @@ absl::Status CheckCat(const OpCall& call, const OutputMetas& outs, const Strateg
 
 absl::StatusOr<OutputMetas> InferSplit(const OpCall& call) {
   const DTensorSpec& x = In(call, 0);
-  const int dim = static_cast<int>(call.attrs.ints[0]);
+  const int dim = call.Attr<SplitAttrs>().dim;
   int64_t total = 0;
   OutputMetas outs;
-  for (size_t j = 1; j < call.attrs.ints.size(); ++j) {
-    const int64_t n = call.attrs.ints[j];
+  for (const int64_t n : call.Attr<SplitAttrs>().sizes) {
     if (n < 0) return Bad(call, absl::StrCat(Arg(call, 0), ": negative split size ", n));
     total += n;
     Shape s = x.shape();
@@ -771,7 +772,7 @@ absl::StatusOr<OutputMetas> InferSplit(const OpCall& call) {
 }
 
 void CandSplit(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
-  const int dim = static_cast<int>(call.attrs.ints[0]);
+  const int dim = call.Attr<SplitAttrs>().dim;
   const int n_out = static_cast<int>(outs.size());
   const DTensorSpec& x = In(call, 0);
   LabelMap m;
@@ -804,7 +805,7 @@ void CandSplit(const OpCall& call, const OutputMetas& outs, int i, DimOptions* o
 }
 
 absl::Status CheckSplit(const OpCall& call, const OutputMetas& outs, const Strategy& s) {
-  const int dim = static_cast<int>(call.attrs.ints[0]);
+  const int dim = call.Attr<SplitAttrs>().dim;
   if (CountShardingDims(In(call, 0).mesh().shape(), s.inputs[0], dim) > 1) {
     return absl::InvalidArgumentError("the split dim is split by more than one mesh dim");
   }
@@ -815,8 +816,8 @@ absl::Status CheckSplit(const OpCall& call, const OutputMetas& outs, const Strat
 
 absl::StatusOr<OutputMetas> InferTopK(const OpCall& call) {
   const DTensorSpec& x = In(call, 0);
-  const int64_t k = call.attrs.ints[0];
-  const int dim = static_cast<int>(call.attrs.ints[1]);
+  const int64_t k = call.Attr<TopKAttrs>().k;
+  const int dim = call.Attr<TopKAttrs>().dim;
   DT_RETURN_IF_ERROR(NeedNotBool(call, 0));
   if (k < 0 || k > x.shape()[dim]) {
     return Bad(call, absl::StrCat(Arg(call, 0), ": k ", k, " is out of range for dim ", dim,
@@ -831,53 +832,283 @@ absl::StatusOr<OutputMetas> InferTopK(const OpCall& call) {
 }
 
 void CandTopK(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
-  const int dim = static_cast<int>(call.attrs.ints[1]);
+  const int dim = call.Attr<TopKAttrs>().dim;
   options->push_back(ReplicateOption(1, 2));
   AddShardOptions(call, BroadcastLabels(call, outs[0].shape, 2, {dim}), i, options);
 }
 
-// ---- the table -----------------------------------------------------------------------------------
+// ---- local runners: this rank's pieces in, this rank's pieces out -------------------------------
 
-const OpRule kRules[] = {
-    {OpId::kMatmul, "Matmul", {"a", "b"}, InferMatmul, CandMatmul, nullptr, nullptr},
-    {OpId::kLinear, "Linear", {"x", "w", "bias"}, InferLinear, CandLinear, nullptr, nullptr},
-    {OpId::kBinary, "Binary", {"a", "b"}, InferBinary, CandBinary, nullptr, nullptr},
-    {OpId::kBinaryScalar, "BinaryScalar", {"x"}, InferBinaryScalar, CandBinaryScalar, nullptr,
-     nullptr},
-    {OpId::kUnary, "Unary", {"x"}, InferUnary, CandUnary, nullptr, nullptr},
-    {OpId::kCast, "Cast", {"x"}, InferCast, CandCast, nullptr, nullptr},
-    {OpId::kReduce, "Reduce", {"x"}, InferReduce, CandReduce, nullptr, nullptr},
-    {OpId::kSoftmax, "Softmax", {"x"}, InferSoftmax, CandSoftmax, nullptr, nullptr},
-    {OpId::kRmsNorm, "RmsNorm", {"x", "weight"}, InferNorm, CandNorm, nullptr, nullptr},
-    {OpId::kLayerNorm, "LayerNorm", {"x", "weight", "bias"}, InferNorm, CandNorm, nullptr, nullptr},
-    {OpId::kRotary, "ApplyRotary", {"x", "cos", "sin"}, InferRotary, CandRotary, nullptr, nullptr},
-    {OpId::kAttention, "ScaledDotProductAttention", {"q", "k", "v"}, InferAttention,
-     CandAttention, CheckAttention, PrecheckAttention},
-    {OpId::kEmbedding, "Embedding", {"table", "ids"}, InferEmbedding, CandEmbedding, nullptr,
-     nullptr},
-    {OpId::kView, "View", {"x"}, InferView, CandView, CheckView, nullptr},
-    {OpId::kPermute, "Permute", {"x"}, InferPermute, CandPermute, nullptr, nullptr},
-    {OpId::kUnsqueeze, "Unsqueeze", {"x"}, InferUnsqueeze, CandSqueezeLike, nullptr, nullptr},
-    {OpId::kSqueeze, "Squeeze", {"x"}, InferSqueeze, CandSqueezeLike, nullptr, nullptr},
-    {OpId::kCat, "Cat", {"tensors"}, InferCat, CandCat, CheckCat, nullptr},
-    {OpId::kSplit, "Split", {"x"}, InferSplit, CandSplit, CheckSplit, nullptr},
-    {OpId::kTopK, "TopK", {"x"}, InferTopK, CandTopK, nullptr, nullptr},
+LocalOutputs Out(Tensor t) {
+  LocalOutputs o;
+  o.push_back(std::move(t));
+  return o;
+}
+
+// The lowest value of a dtype (the identity of max).
+double Lowest(DType t) {
+  switch (t) {
+    case DType::kI64: return static_cast<double>(std::numeric_limits<int64_t>::min());
+    case DType::kI32: return static_cast<double>(std::numeric_limits<int32_t>::min());
+    case DType::kU8: return 0;
+    case DType::kBool: return 0;
+    default: return -std::numeric_limits<double>::infinity();
+  }
+}
+
+absl::StatusOr<LocalOutputs> RunMatmul(const OpCall& call, const LocalArgs& a) {
+  const auto& at = call.Attr<MatmulAttrs>();
+  DT_ASSIGN_OR_RETURN(Tensor y, ops::Matmul(a.local(0), a.local(1), at.trans_a, at.trans_b));
+  return Out(std::move(y));
+}
+
+absl::StatusOr<LocalOutputs> RunLinear(const OpCall& call, const LocalArgs& a) {
+  // A Partial(sum) result gets the bias from one rank only (Note [Adding a replicated term to a
+  // Partial] in dispatch.cc).
+  const Tensor b = a.has(2) && a.TermIncludes(2, 0) ? a.local(2) : Tensor();
+  DT_ASSIGN_OR_RETURN(Tensor y, ops::Linear(a.local(0), a.local(1), b));
+  return Out(std::move(y));
+}
+
+absl::StatusOr<LocalOutputs> RunBinary(const OpCall& call, const LocalArgs& a) {
+  const ops::BinaryOp op = call.Attr<BinaryAttrs>().op;
+  Tensor x = a.local(0), y = a.local(1);
+  if (op == ops::BinaryOp::kAdd || op == ops::BinaryOp::kSub) {
+    if (!a.TermIncludes(0, 0)) {
+      DT_ASSIGN_OR_RETURN(x, Tensor::Zeros(x.shape(), x.dtype(), x.device()));
+    }
+    if (!a.TermIncludes(1, 0)) {
+      DT_ASSIGN_OR_RETURN(y, Tensor::Zeros(y.shape(), y.dtype(), y.device()));
+    }
+  }
+  DT_ASSIGN_OR_RETURN(Tensor z, ops::Binary(op, x, y));
+  return Out(std::move(z));
+}
+
+absl::StatusOr<LocalOutputs> RunBinaryScalar(const OpCall& call, const LocalArgs& a) {
+  const auto& at = call.Attr<BinaryScalarAttrs>();
+  const bool additive = at.op == ops::BinaryOp::kAdd || at.op == ops::BinaryOp::kSub;
+  if (additive && !a.TermIncludes(-1, 0)) {
+    DT_ASSIGN_OR_RETURN(Tensor y, a.local(0).Clone());
+    return Out(std::move(y));
+  }
+  DT_ASSIGN_OR_RETURN(Tensor y, ops::Binary(at.op, a.local(0), at.scalar));
+  return Out(std::move(y));
+}
+
+absl::StatusOr<LocalOutputs> RunUnary(const OpCall& call, const LocalArgs& a) {
+  DT_ASSIGN_OR_RETURN(Tensor y, ops::Unary(call.Attr<UnaryAttrs>().op, a.local(0)));
+  return Out(std::move(y));
+}
+
+absl::StatusOr<LocalOutputs> RunCast(const OpCall& call, const LocalArgs& a) {
+  DT_ASSIGN_OR_RETURN(Tensor y, ops::Cast(a.local(0), call.Attr<CastAttrs>().dtype));
+  return Out(std::move(y));
+}
+
+absl::StatusOr<LocalOutputs> RunReduce(const OpCall& call, const LocalArgs& a) {
+  const auto& at = call.Attr<ReduceAttrs>();
+  const Tensor& v = a.local(0);
+  const bool split = a.Sharded(0, at.dim);  // the result is Partial over the split
+  Tensor y;
+  if (at.op == ops::Reduction::kMean && split) {
+    DT_ASSIGN_OR_RETURN(Tensor s, ops::Sum(v, at.dim, at.keepdim));
+    DT_ASSIGN_OR_RETURN(y, ops::Div(s, static_cast<double>(a.global_shape(0)[at.dim])));
+  } else if (at.op == ops::Reduction::kMax && split && v.size(at.dim) == 0) {
+    DT_ASSIGN_OR_RETURN(y, Tensor::Full(a.OutLocalShape(0), Lowest(v.dtype()), v.dtype(),
+                                        v.device()));
+  } else {
+    DT_ASSIGN_OR_RETURN(y, ops::Reduce(at.op, v, at.dim, at.keepdim));
+  }
+  return Out(std::move(y));
+}
+
+absl::StatusOr<LocalOutputs> RunSoftmax(const OpCall& call, const LocalArgs& a) {
+  const auto& at = call.Attr<SoftmaxAttrs>();
+  DT_ASSIGN_OR_RETURN(Tensor y, at.log ? ops::LogSoftmax(a.local(0), at.dim)
+                                       : ops::Softmax(a.local(0), at.dim));
+  return Out(std::move(y));
+}
+
+absl::StatusOr<LocalOutputs> RunRmsNorm(const OpCall& call, const LocalArgs& a) {
+  DT_ASSIGN_OR_RETURN(Tensor y, ops::RmsNorm(a.local(0), a.has(1) ? a.local(1) : Tensor(),
+                                             call.Attr<NormAttrs>().eps));
+  return Out(std::move(y));
+}
+
+absl::StatusOr<LocalOutputs> RunLayerNorm(const OpCall& call, const LocalArgs& a) {
+  DT_ASSIGN_OR_RETURN(Tensor y, ops::LayerNorm(a.local(0), a.has(1) ? a.local(1) : Tensor(),
+                                               a.has(2) ? a.local(2) : Tensor(),
+                                               call.Attr<NormAttrs>().eps));
+  return Out(std::move(y));
+}
+
+absl::StatusOr<LocalOutputs> RunRotary(const OpCall& call, const LocalArgs& a) {
+  DT_ASSIGN_OR_RETURN(Tensor y, ops::ApplyRotary(a.local(0), a.local(1), a.local(2),
+                                                 call.Attr<RotaryAttrs>().style));
+  return Out(std::move(y));
+}
+
+absl::StatusOr<LocalOutputs> RunAttention(const OpCall& call, const LocalArgs& a) {
+  const auto& at = call.Attr<AttentionAttrs>();
+  const Tensor &ql = a.local(0), &kl = a.local(1), &vl = a.local(2);
+  const Shape &q = a.global_shape(0), &k = a.global_shape(1);
+  ops::AttentionOptions opts{at.causal, at.scale, at.kv_length, at.q_offset};
+  if (a.distributed() && ql.numel() == 0) {  // no query heads or rows here
+    DT_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty(a.OutLocalShape(0), ql.dtype(), ql.device()));
+    return Out(std::move(y));
+  }
+  // Queries split along the sequence: this rank's first query sits at its offset.
+  if (a.Sharded(0, 2)) {
+    const int64_t kv_len = at.kv_length.value_or(k[2]);
+    opts.kv_length = kv_len;
+    opts.q_offset = at.q_offset.value_or(kv_len - q[2]) + a.OffsetAlong(0, 2);
+  }
+  // Heads: query head h uses kv head h / rep (GQA). Keep the kv heads this rank's query heads
+  // need; when its query heads do not start and end on group boundaries, give every query head
+  // its own kv head.
+  const int64_t rep = q[1] / k[1];
+  const int64_t qa = a.OffsetAlong(0, 1), qb = qa + ql.size(1);
+  const int64_t ka = a.OffsetAlong(1, 1);
+  Tensor kk, vv;
+  if (qa % rep == 0 && qb % rep == 0) {
+    DT_ASSIGN_OR_RETURN(kk, kl.Narrow(1, qa / rep - ka, (qb - qa) / rep));
+    DT_ASSIGN_OR_RETURN(vv, vl.Narrow(1, qa / rep - ka, (qb - qa) / rep));
+  } else {
+    std::vector<Tensor> ks, vs;
+    for (int64_t h = qa; h < qb; ++h) {
+      DT_ASSIGN_OR_RETURN(Tensor kh, kl.Narrow(1, h / rep - ka, 1));
+      DT_ASSIGN_OR_RETURN(Tensor vh, vl.Narrow(1, h / rep - ka, 1));
+      ks.push_back(std::move(kh));
+      vs.push_back(std::move(vh));
+    }
+    DT_ASSIGN_OR_RETURN(kk, ops::Cat(ks, 1));
+    DT_ASSIGN_OR_RETURN(vv, ops::Cat(vs, 1));
+  }
+  DT_ASSIGN_OR_RETURN(Tensor y, ops::ScaledDotProductAttention(ql, kk, vv, opts));
+  return Out(std::move(y));
+}
+
+absl::StatusOr<LocalOutputs> RunEmbedding(const OpCall& call, const LocalArgs& a) {
+  // A vocab-split table looks up the ids in its rows only; the others give zero rows and the
+  // result is Partial(sum) (PyTorch's _MaskPartial).
+  DT_ASSIGN_OR_RETURN(Tensor y, ops::Embedding(a.local(0), a.local(1), a.OffsetAlong(0, 0)));
+  return Out(std::move(y));
+}
+
+absl::StatusOr<LocalOutputs> RunView(const OpCall& call, const LocalArgs& a) {
+  const Shape& whole = call.Attr<ViewAttrs>().shape;
+  DT_ASSIGN_OR_RETURN(Tensor y, a.local(0).Reshape(a.distributed() ? a.OutLocalShape(0) : whole));
+  return Out(std::move(y));
+}
+
+absl::StatusOr<LocalOutputs> RunPermute(const OpCall& call, const LocalArgs& a) {
+  DT_ASSIGN_OR_RETURN(Tensor y, a.local(0).Permute(call.Attr<PermuteAttrs>().perm));
+  return Out(std::move(y));
+}
+
+absl::StatusOr<LocalOutputs> RunUnsqueeze(const OpCall& call, const LocalArgs& a) {
+  DT_ASSIGN_OR_RETURN(Tensor y, a.local(0).Unsqueeze(call.Attr<DimAttrs>().dim));
+  return Out(std::move(y));
+}
+
+absl::StatusOr<LocalOutputs> RunSqueeze(const OpCall& call, const LocalArgs& a) {
+  DT_ASSIGN_OR_RETURN(Tensor y, a.local(0).Squeeze(call.Attr<DimAttrs>().dim));
+  return Out(std::move(y));
+}
+
+absl::StatusOr<LocalOutputs> RunCat(const OpCall& call, const LocalArgs& a) {
+  std::vector<Tensor> locals;
+  for (int j = 0; j < call.num_inputs(); ++j) locals.push_back(a.local(j));
+  DT_ASSIGN_OR_RETURN(Tensor y, ops::Cat(locals, call.Attr<DimAttrs>().dim));
+  return Out(std::move(y));
+}
+
+absl::StatusOr<LocalOutputs> RunSplit(const OpCall& call, const LocalArgs& a) {
+  const auto& at = call.Attr<SplitAttrs>();
+  std::vector<int64_t> sizes(at.sizes.begin(), at.sizes.end());
+  if (a.distributed()) {
+    for (size_t k = 0; k < sizes.size(); ++k) sizes[k] = a.OutLocalShape(static_cast<int>(k))[at.dim];
+  }
+  DT_ASSIGN_OR_RETURN(std::vector<Tensor> pieces, ops::Split(a.local(0), sizes, at.dim));
+  return LocalOutputs(pieces.begin(), pieces.end());
+}
+
+absl::StatusOr<LocalOutputs> RunTopK(const OpCall& call, const LocalArgs& a) {
+  const auto& at = call.Attr<TopKAttrs>();
+  DT_ASSIGN_OR_RETURN(ops::TopKResult r, ops::TopK(a.local(0), at.k, at.dim, at.largest));
+  LocalOutputs o;
+  o.push_back(std::move(r.values));
+  o.push_back(std::move(r.indices));
+  return o;
+}
+
+// ---- the declarations -----------------------------------------------------------------------------
+
+// "cuda::X": the CUDA kernel in ops/local/kernels.h that ops:: reaches; otherwise why none is
+// needed. tests/ops/op_decl_test.cc checks both.
+constexpr const char* kMetadataOnly = "none: a view of the local piece (metadata only)";
+
+const OpDecl kDecls[] = {
+    {OpId::kMatmul, "Matmul", {"a", "b"}, kAttrsIndex<MatmulAttrs>, InferMatmul, CandMatmul, nullptr,
+     nullptr, RunMatmul, "cuda::Matmul"},
+    {OpId::kLinear, "Linear", {"x", "w", "bias"}, kAttrsIndex<NoAttrs>, InferLinear, CandLinear,
+     nullptr, nullptr, RunLinear, "cuda::Matmul"},
+    {OpId::kBinary, "Binary", {"a", "b"}, kAttrsIndex<BinaryAttrs>, InferBinary, CandBinary, nullptr,
+     nullptr, RunBinary, "cuda::Binary"},
+    {OpId::kBinaryScalar, "BinaryScalar", {"x"}, kAttrsIndex<BinaryScalarAttrs>, InferBinaryScalar,
+     CandBinaryScalar, nullptr, nullptr, RunBinaryScalar, "cuda::BinaryScalar"},
+    {OpId::kUnary, "Unary", {"x"}, kAttrsIndex<UnaryAttrs>, InferUnary, CandUnary, nullptr, nullptr,
+     RunUnary, "cuda::Unary"},
+    {OpId::kCast, "Cast", {"x"}, kAttrsIndex<CastAttrs>, InferCast, CandCast, nullptr, nullptr, RunCast,
+     "none: the device's dtype conversion (core/tensor To/Cast copies)"},
+    {OpId::kReduce, "Reduce", {"x"}, kAttrsIndex<ReduceAttrs>, InferReduce, CandReduce, nullptr,
+     nullptr, RunReduce, "cuda::Reduce"},
+    {OpId::kSoftmax, "Softmax", {"x"}, kAttrsIndex<SoftmaxAttrs>, InferSoftmax, CandSoftmax, nullptr,
+     nullptr, RunSoftmax, "cuda::Softmax"},
+    {OpId::kRmsNorm, "RmsNorm", {"x", "weight"}, kAttrsIndex<NormAttrs>, InferNorm, CandNorm, nullptr,
+     nullptr, RunRmsNorm, "cuda::RmsNorm"},
+    {OpId::kLayerNorm, "LayerNorm", {"x", "weight", "bias"}, kAttrsIndex<NormAttrs>, InferNorm,
+     CandNorm, nullptr, nullptr, RunLayerNorm, "cuda::LayerNorm"},
+    {OpId::kRotary, "ApplyRotary", {"x", "cos", "sin"}, kAttrsIndex<RotaryAttrs>, InferRotary,
+     CandRotary, nullptr, nullptr, RunRotary, "cuda::ApplyRotary"},
+    {OpId::kAttention, "ScaledDotProductAttention", {"q", "k", "v"}, kAttrsIndex<AttentionAttrs>,
+     InferAttention, CandAttention, CheckAttention, PrecheckAttention, RunAttention,
+     "cuda::Attention"},
+    {OpId::kEmbedding, "Embedding", {"table", "ids"}, kAttrsIndex<NoAttrs>, InferEmbedding,
+     CandEmbedding, nullptr, nullptr, RunEmbedding, "cuda::Embedding"},
+    {OpId::kView, "View", {"x"}, kAttrsIndex<ViewAttrs>, InferView, CandView, CheckView, nullptr,
+     RunView, kMetadataOnly},
+    {OpId::kPermute, "Permute", {"x"}, kAttrsIndex<PermuteAttrs>, InferPermute, CandPermute, nullptr,
+     nullptr, RunPermute, kMetadataOnly},
+    {OpId::kUnsqueeze, "Unsqueeze", {"x"}, kAttrsIndex<DimAttrs>, InferUnsqueeze, CandSqueezeLike,
+     nullptr, nullptr, RunUnsqueeze, kMetadataOnly},
+    {OpId::kSqueeze, "Squeeze", {"x"}, kAttrsIndex<DimAttrs>, InferSqueeze, CandSqueezeLike, nullptr,
+     nullptr, RunSqueeze, kMetadataOnly},
+    {OpId::kCat, "Cat", {"tensors"}, kAttrsIndex<DimAttrs>, InferCat, CandCat, CheckCat, nullptr,
+     RunCat, "none: strided device copies (Tensor::CopyFrom)"},
+    {OpId::kSplit, "Split", {"x"}, kAttrsIndex<SplitAttrs>, InferSplit, CandSplit, CheckSplit, nullptr,
+     RunSplit, kMetadataOnly},
+    {OpId::kTopK, "TopK", {"x"}, kAttrsIndex<TopKAttrs>, InferTopK, CandTopK, nullptr, nullptr, RunTopK,
+     "cuda::TopK"},
 };
 
 }  // namespace
 
-const OpRule& RuleOf(OpId op) {
-  const OpRule& r = kRules[static_cast<int>(op)];
-  DT_CHECK(r.op == op, "rule table out of order at ", static_cast<int>(op));
-  return r;
+const OpDecl& DeclOf(OpId op) {
+  const OpDecl& d = kDecls[static_cast<int>(op)];
+  DT_CHECK(d.op == op, "declaration table out of order at ", static_cast<int>(op));
+  return d;
 }
 
+absl::Span<const OpDecl> AllOps() { return kDecls; }
+
 const char* OpName(const OpCall& call) {
-  return call.name != nullptr ? call.name : RuleOf(call.op).name;
+  return call.name != nullptr ? call.name : DeclOf(call.op).name;
 }
 
 std::string InputName(const OpCall& call, int j) {
-  const OpRule& rule = RuleOf(call.op);
+  const OpDecl& rule = DeclOf(call.op);
   if (call.op == OpId::kCat) return absl::StrCat("tensors[", j, "]");
   return j < static_cast<int>(rule.input_names.size()) ? rule.input_names[j] : absl::StrCat("#", j);
 }
