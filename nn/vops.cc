@@ -160,6 +160,13 @@ absl::StatusOr<Value> Cast(const Value& x, DType dtype) {
   return Wrap(ops::Cast(L(x), dtype));
 }
 
+absl::StatusOr<Value> Modulate(const Value& x, const Value& scale, const Value& shift) {
+  DT_ASSIGN_OR_RETURN(bool d,
+                      UseDTensors("Modulate", {{"x", &x}, {"scale", &scale}, {"shift", &shift}}));
+  if (d) return Wrap(dops::Modulate(D(x), D(scale), D(shift)));
+  return Wrap(ops::Modulate(L(x), L(scale), L(shift)));
+}
+
 absl::StatusOr<Value> ApplyRotary(const Value& x, const Value& cos, const Value& sin,
                                   ops::RotaryStyle style) {
   DT_ASSIGN_OR_RETURN(bool d,

@@ -129,6 +129,11 @@ absl::StatusOr<DTensor> Cast(const DTensor& x, DType dtype) {
   return Apply1(call, {&x});
 }
 
+absl::StatusOr<DTensor> Modulate(const DTensor& x, const DTensor& scale, const DTensor& shift) {
+  OpCall call{OpId::kModulate, {SpecOr(x), SpecOr(scale), SpecOr(shift)}, NoAttrs{}};
+  return Apply1(call, {&x, &scale, &shift});
+}
+
 // ---- reductions ----------------------------------------------------------------------------------
 
 absl::StatusOr<DTensor> Reduce(ops::Reduction op, const DTensor& x, int64_t dim, bool keepdim) {

@@ -50,6 +50,7 @@
 //   Neg                   S -> S; P(sum|avg) -> P; P(max) <-> P(min)
 //   Silu Gelu Exp Rsqrt   S -> S (P is reduced first)
 //   Sqrt, Cast            S -> S; Cast float->float keeps P
+//   Modulate              x, scale, shift S on a common dim -> S (broadcast dims R); P reduced
 //   Sum Mean (dim d)      S(d) -> P(sum) (Mean divides by the global size); S(e != d) -> S;
 //                         P(sum|avg) -> P
 //   Max (dim d)           S(d) -> P(max) (empty shards hold the lowest value); P(max) -> P(max)
@@ -130,6 +131,8 @@ absl::StatusOr<DTensor> Rsqrt(const DTensor& x);
 absl::StatusOr<DTensor> Sqrt(const DTensor& x);
 absl::StatusOr<DTensor> Unary(ops::UnaryOp op, const DTensor& x);
 absl::StatusOr<DTensor> Cast(const DTensor& x, DType dtype);
+// x * (1 + scale) + shift with scale, shift broadcast to x (ops::Modulate: Flux2's AdaLN).
+absl::StatusOr<DTensor> Modulate(const DTensor& x, const DTensor& scale, const DTensor& shift);
 
 // ---- reductions along one dim --------------------------------------------------------------------
 

@@ -307,6 +307,28 @@ void CandCast(const OpCall& call, const OutputMetas& outs, int i, DimOptions* op
   }
 }
 
+// ---- modulate -----------------------------------------------------------------------------------
+
+absl::StatusOr<OutputMetas> InferModulate(const OpCall& call) {
+  const DTensorSpec& x = In(call, 0);
+  DT_RETURN_IF_ERROR(NeedFloat(call, 0));
+  for (int j = 1; j < 3; ++j) {
+    DT_RETURN_IF_ERROR(NeedSameDType(call, 0, j));
+    auto b = BroadcastShapes(x.shape(), In(call, j).shape());
+    if (!b.ok() || *b != x.shape()) {
+      return Bad(call, absl::StrCat(Arg(call, j), " does not broadcast to ", Arg(call, 0)));
+    }
+  }
+  return One(x.shape(), x.dtype());
+}
+
+// Elementwise over x's shape: any shard common to the three (broadcast dims replicated). Not
+// linear (shift is added, 1 + scale multiplies), so Partial inputs are reduced first.
+void CandModulate(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
+  options->push_back(ReplicateOption(3, 1));
+  AddShardOptions(call, BroadcastLabels(call, outs[0].shape, 1), i, options);
+}
+
 // ---- reductions ----------------------------------------------------------------------------------
 
 absl::StatusOr<OutputMetas> InferReduce(const OpCall& call) {
@@ -1034,6 +1056,11 @@ absl::StatusOr<LocalOutputs> RunSplit(const OpCall& call, const LocalArgs& a) {
   return LocalOutputs(pieces.begin(), pieces.end());
 }
 
+absl::StatusOr<LocalOutputs> RunModulate(const OpCall& call, const LocalArgs& a) {
+  DT_ASSIGN_OR_RETURN(Tensor y, ops::Modulate(a.local(0), a.local(1), a.local(2)));
+  return Out(std::move(y));
+}
+
 absl::StatusOr<LocalOutputs> RunTopK(const OpCall& call, const LocalArgs& a) {
   const auto& at = call.Attr<TopKAttrs>();
   DT_ASSIGN_OR_RETURN(ops::TopKResult r, ops::TopK(a.local(0), at.k, at.dim, at.largest));
@@ -1091,6 +1118,8 @@ const OpDecl kDecls[] = {
      RunSplit, kMetadataOnly},
     {OpId::kTopK, "TopK", {"x"}, kAttrsIndex<TopKAttrs>, InferTopK, CandTopK, nullptr, nullptr, RunTopK,
      "cuda::TopK"},
+    {OpId::kModulate, "Modulate", {"x", "scale", "shift"}, kAttrsIndex<NoAttrs>, InferModulate,
+     CandModulate, nullptr, nullptr, RunModulate, "cuda::Modulate"},
 };
 
 }  // namespace

@@ -43,6 +43,7 @@ enum class OpId : uint8_t {
   kCat,
   kSplit,
   kTopK,
+  kModulate,
 };
 
 // One op application: the inputs' global specs (nullptr for an absent optional input) and attrs.

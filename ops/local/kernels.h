@@ -45,6 +45,9 @@ struct AttentionParams {
 //   BinaryScalar(op, x, s, out)
 //     out = x op s; x of out's shape and dtype (not bool; kDiv only float; s integral for
 //     integer dtypes). Float dtypes compute in f32 (s rounded to f32 first).
+//   Modulate(x, scale, shift, out)
+//     out = round(round(x * round(1 + scale)) + shift) elementwise; scale and shift expanded to
+//     out's shape; one float dtype; computed in f32, rounded to the dtype after each step.
 //   Unary(op, x, out)
 //     out = op(x); same shape and dtype; float, or any but bool for kNeg.
 //   Reduce(op, x, dim, out)
@@ -76,6 +79,7 @@ struct AttentionParams {
 //     dtype but bool; values: x's shape with size k at dim, x's dtype; indices: same shape, i64.
 
 namespace cpu {
+absl::Status Modulate(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& out);
 absl::Status Matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
 absl::Status Binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
 absl::Status BinaryScalar(BinaryOp op, const Tensor& x, double s, const Tensor& out);
@@ -96,6 +100,7 @@ absl::Status TopK(const Tensor& x, int64_t k, int dim, bool largest, const Tenso
 }  // namespace cpu
 
 namespace cuda {
+absl::Status Modulate(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& out);
 absl::Status Matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
 absl::Status Binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
 absl::Status BinaryScalar(BinaryOp op, const Tensor& x, double s, const Tensor& out);

@@ -20,6 +20,7 @@
 //   Div                       f32 bf16 f16
 //   Neg                       all but bool
 //   Silu Gelu Exp Rsqrt Sqrt  f32 bf16 f16
+//   Modulate                  f32 bf16 f16           x * (1 + scale) + shift, broadcast
 //   Cast                      any -> any
 //   Sum Max Argmax            all but bool           Sum of integers is i64; Argmax is i64
 //   Mean                      f32 bf16 f16
@@ -96,6 +97,12 @@ absl::StatusOr<Tensor> Unary(UnaryOp op, const Tensor& x);
 // zero (beyond the i64 range it saturates, NaN gives 0, then it wraps to the width: -1.5 -> u8 is
 // 255); anything -> bool is x != 0. Contiguous; may return x itself when nothing changes.
 absl::StatusOr<Tensor> Cast(const Tensor& x, DType dtype);
+
+// Flux2's AdaLN modulation in one pass: x * (1 + scale) + shift, scale and shift broadcast to x
+// (x [B, S, D] with scale, shift [B, 1, D]); one float dtype. Rounded to the dtype after each of
+// the three steps, as the three separate ops (diffusers' `norm(x) * (1 + scale) + shift`) round,
+// so the result is bit-identical to them in every dtype.
+absl::StatusOr<Tensor> Modulate(const Tensor& x, const Tensor& scale, const Tensor& shift);
 
 // ---- reductions along one dim --------------------------------------------------------------------
 

@@ -73,6 +73,29 @@ absl::StatusOr<Tensor> Binary(BinaryOp op, const Tensor& x, double s) {
   return out;
 }
 
+absl::StatusOr<Tensor> Modulate(const Tensor& x, const Tensor& scale, const Tensor& shift) {
+  constexpr absl::string_view kName = "Modulate";
+  DT_RETURN_IF_ERROR(internal::CheckFloat(kName, "x", x));
+  DT_RETURN_IF_ERROR(internal::CheckSameDType(kName, "x", x, "scale", scale));
+  DT_RETURN_IF_ERROR(internal::CheckSameDType(kName, "x", x, "shift", shift));
+  DT_RETURN_IF_ERROR(
+      internal::CheckSameDevice(kName, {{"x", &x}, {"scale", &scale}, {"shift", &shift}}));
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"scale", &scale},
+                                {"shift", &shift}}) {
+    auto b = BroadcastShapes(x.shape(), t->shape());
+    if (!b.ok() || *b != x.shape()) {
+      return absl::InvalidArgumentError(absl::StrCat(kName, ": ", name, " ", t->Describe(),
+                                                     " does not broadcast to x ", x.Describe()));
+    }
+  }
+  DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(x.shape(), x.dtype(), x.device()));
+  if (out.numel() == 0) return out;
+  DT_ASSIGN_OR_RETURN(Tensor scale_e, scale.Expand(x.shape()));
+  DT_ASSIGN_OR_RETURN(Tensor shift_e, shift.Expand(x.shape()));
+  DT_RETURN_IF_ERROR(DT_OPS_KERNEL(out.device(), Modulate, x, scale_e, shift_e, out));
+  return out;
+}
+
 absl::StatusOr<Tensor> Add(const Tensor& a, const Tensor& b) { return Binary(BinaryOp::kAdd, a, b); }
 absl::StatusOr<Tensor> Sub(const Tensor& a, const Tensor& b) { return Binary(BinaryOp::kSub, a, b); }
 absl::StatusOr<Tensor> Mul(const Tensor& a, const Tensor& b) { return Binary(BinaryOp::kMul, a, b); }

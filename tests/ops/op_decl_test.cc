@@ -43,6 +43,7 @@ const std::map<std::string, std::string>& PropertyTests() {
       {"Cat", "DopsShape.CatMatchesLocal"},
       {"Split", "DopsShape.SplitAndChunkMatchLocal"},
       {"TopK", "DopsReduce.TopKMatchesLocal"},
+      {"Modulate", "DopsPointwise.ModulateMatchesLocal"},
   };
   return *m;
 }

@@ -39,6 +39,24 @@ RC_GTEST_PROP(DopsPointwise, BinaryMatchesLocal, ()) {
           {want}, /*exact=*/false);
 }
 
+// Flux2's AdaLN modulation: scale and shift broadcast to x ([B, S, D] with [B, 1, D] and the like),
+// any placements of the three (Partial ones are reduced first).
+RC_GTEST_PROP(DopsPointwise, ModulateMatchesLocal, ()) {
+  const auto mesh = GenMesh();
+  const Shape x = GenShape(U(1, 4), 1, 5);
+  const Shape scale = GenBroadcastOf(x), shift = GenBroadcastOf(x);
+  const ReduceOp p = GenPartialOp(false);
+  std::vector<Arg> args;
+  for (const Shape* s : {&x, &scale, &shift}) {
+    args.push_back(MakeArg(GenTensor(*s), GenPlacements(mesh, static_cast<int>(s->size()), true, p, 2)));
+  }
+  const Tensor want = ops::Modulate(args[0].full, args[1].full, args[2].full).value();
+  CheckOp(mesh, args, Single([](const std::vector<DTensor>& in) {
+            return Modulate(in[0], in[1], in[2]);
+          }),
+          {want}, /*exact=*/false);
+}
+
 // Placements for b that fit a's where b's dims line up with a's (broadcast dims replicated).
 Placements Aligned(const Placements& pa, const Shape& a, const Shape& b) {
   Placements pb;

@@ -1,4 +1,4 @@
-// CPU pointwise kernels: Binary, BinaryScalar, Unary.
+// CPU pointwise kernels: Binary, BinaryScalar, Unary (Modulate: cpu/modulate.cc).
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-// CUDA pointwise kernels: Binary, BinaryScalar, Unary. One instantiation per dtype; the op is a
+// CUDA pointwise kernels: Binary, BinaryScalar, Unary, Modulate. One instantiation per dtype; the op is a
 // run-time switch (uniform across the grid, so it costs no divergence).
 
 #include <cmath>
@@ -97,9 +97,38 @@ __global__ void UnaryKernel(UnaryOp op, const T* x, T* out, Indexer<1> ix, bool 
   }
 }
 
+// out (contiguous) [i] = round(round(x * round(1 + scale)) + shift) (see ops::Modulate).
+template <typename T>
+__global__ void ModulateKernel(const T* x, const T* scale, const T* shift, T* out, Indexer<3> ix,
+                               bool contiguous, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t off[3] = {i, i, i};
+    if (!contiguous) ix.Offsets(i, off);
+    // Never contracted into an FMA: Note [Modulate rounds every step] (cpu/modulate.cc).
+    const float f = Load(Store<T>(__fadd_rn(1.0f, static_cast<float>(Load(scale[off[1]])))));
+    const float p = Load(Store<T>(__fmul_rn(static_cast<float>(Load(x[off[0]])), f)));
+    out[i] = Store<T>(__fadd_rn(p, static_cast<float>(Load(shift[off[2]]))));
+  }
+}
+
 constexpr int kThreads = 256;
 
 }  // namespace
+
+absl::Status Modulate(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& out) {
+  constexpr absl::string_view kKernel = "Modulate";
+  DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
+  DT_ASSIGN_OR_RETURN(Indexer<3> ix,
+                      MakeIndexer<3>(kKernel, out.shape(),
+                                     {IntSpan(x.strides()), IntSpan(scale.strides()),
+                                      IntSpan(shift.strides())}));
+  const int64_t n = out.numel();
+  return DT_CUDA_DISPATCH_FLOAT(out.dtype(), T, [&] {
+    return Launch(kKernel, ModulateKernel<T>, GridFor(n, kThreads), kThreads, 0, x.raw_data(),
+                  scale.raw_data(), shift.raw_data(), out.raw_data(), ix, ix.contiguous(), n);
+  });
+}
 
 absl::Status Binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   constexpr absl::string_view kKernel = "Binary";

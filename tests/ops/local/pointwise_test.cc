@@ -92,6 +92,36 @@ RC_GTEST_PROP(BinaryTest, ScalarAgreesWithElementwise, ()) {
   RC_ASSERT(testing::Mismatch(Binary(op, x, s).value(), shape, want, OneRounding(dtype)) == "");
 }
 
+// Modulate is the three ops it fuses, bit for bit, in every float dtype and layout.
+RC_GTEST_PROP(ModulateTest, EqualsTheThreeOpsItFuses, ()) {
+  const DType dtype = testing::RandomFloatDType();
+  const Shape shape = RandomShape(*rc::gen::inRange(1, 4), 0, 5);
+  Shape bshape = shape;
+  for (int64_t& d : bshape) {
+    if (*rc::gen::inRange(0, 3) == 0) d = 1;
+  }
+  const Tensor x = RandomTensor(shape, dtype);
+  const Tensor scale = RandomTensor(bshape, dtype);
+  const Tensor shift = RandomTensor(*rc::gen::element(0, 1) ? bshape : shape, dtype);
+  const absl::StatusOr<Tensor> got = Modulate(x, scale, shift);
+  if (!got.ok()) RC_FAIL(got.status().ToString());
+  const Tensor want = Add(Mul(x, Add(scale, 1.0).value()).value(), shift).value();
+  RC_ASSERT(got->shape() == shape);
+  if (!Equal(*got, want)) RC_FAIL(got->ToString() + " vs " + want.ToString());
+}
+
+TEST(ModulateTest, Errors) {
+  const Tensor x = Tensor::Zeros({2, 3}, DType::kF32).value();
+  EXPECT_TRUE(testing::Contains(Modulate(x, Tensor::Zeros({2}, DType::kF32).value(), x).status(),
+                                "Modulate: scale f32[2] cpu does not broadcast to x f32[2, 3]"));
+  EXPECT_TRUE(testing::Contains(Modulate(x, Tensor::Zeros({3}, DType::kBF16).value(), x).status(),
+                                "Modulate"));
+  EXPECT_TRUE(testing::Contains(Modulate(Tensor::Zeros({2}, DType::kI64).value(),
+                                         Tensor::Zeros({2}, DType::kI64).value(),
+                                         Tensor::Zeros({2}, DType::kI64).value()).status(),
+                                "Modulate"));
+}
+
 double ApplyUnary(UnaryOp op, double v) {
   switch (op) {
     case UnaryOp::kNeg: return -v;
