@@ -6,29 +6,15 @@
 namespace dt::internal {
 
 StridedLoop::StridedLoop(IntSpan shp, IntSpan s0, IntSpan s1) {
-  // Drop size-1 dims, then merge dim i into i+1 when contiguous for both operands.
-  Shape sh, a, b;
-  for (size_t i = 0; i < shp.size(); ++i) {
-    if (shp[i] == 1) continue;
-    sh.push_back(shp[i]);
-    a.push_back(s0[i]);
-    b.push_back(s1.empty() ? 0 : s1[i]);
-  }
-  if (sh.empty()) {
-    sh.push_back(1);
-    a.push_back(1);
-    b.push_back(1);
-  }
-  for (size_t i = 0; i < sh.size(); ++i) {
-    if (!shape.empty() && strides[0].back() == a[i] * sh[i] && strides[1].back() == b[i] * sh[i]) {
-      shape.back() *= sh[i];
-      strides[0].back() = a[i];
-      strides[1].back() = b[i];
-    } else {
-      shape.push_back(sh[i]);
-      strides[0].push_back(a[i]);
-      strides[1].push_back(b[i]);
-    }
+  const Shape zeros(shp.size(), 0);
+  std::array<Shape, 2> st;
+  CoalesceDims<2>(shp, {s0, s1.empty() ? IntSpan(zeros) : s1}, &shape, &st);
+  strides[0] = std::move(st[0]);
+  strides[1] = std::move(st[1]);
+  if (shape.empty()) {
+    shape.push_back(1);
+    strides[0].push_back(1);
+    strides[1].push_back(1);
   }
 }
 

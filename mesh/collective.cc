@@ -71,16 +71,6 @@ int64_t Sum(const std::vector<int64_t>& counts) {
   return acc;
 }
 
-BackendCommunicator::BackendCommunicator(std::vector<int> global_ranks, int rank, Device device,
-                                         std::chrono::milliseconds timeout)
-    : global_ranks_(std::move(global_ranks)), rank_(rank), device_(device) {
-  timeout_ = timeout;
-}
-
-std::string BackendCommunicator::ErrorPrefix(const Collective& c) const {
-  return absl::StrCat(Describe(), ", global rank ", global_ranks_[rank_], ": ", c.Describe());
-}
-
 Fingerprint Fingerprint::Of(const Collective& c) {
   Fingerprint f;
   f.kind = c.kind;
@@ -158,7 +148,26 @@ std::string FindDisagreement(const std::vector<Fingerprint>& f, const std::vecto
   return "";
 }
 
-absl::Status BackendCommunicator::Verify(const Collective& c) {
+}  // namespace dt::internal
+
+// ---- the communicator front end (mesh/communicator.h) --------------------------------------------
+
+namespace dt {
+using namespace internal;  // the front end is written in mesh's internal vocabulary
+
+Communicator::Communicator(std::vector<int> global_ranks, int rank, Device device,
+                           std::chrono::milliseconds timeout)
+    : global_ranks_(std::move(global_ranks)), rank_(rank), device_(device), timeout_(timeout) {}
+
+std::string Communicator::ErrorPrefix(const Collective& c) const {
+  return absl::StrCat(Describe(), ", global rank ", global_ranks_[rank_], ": ", c.Describe());
+}
+
+std::vector<int64_t> Communicator::EncodedFingerprint(const Collective& c) const {
+  return Fingerprint::Of(c).Encode(size());
+}
+
+absl::Status Communicator::Verify(const Collective& c) {
   const int n = size();
   const std::vector<int64_t> mine = Fingerprint::Of(c).Encode(n);
   const int64_t len = static_cast<int64_t>(mine.size());
@@ -177,7 +186,7 @@ absl::Status BackendCommunicator::Verify(const Collective& c) {
   return CheckFingerprints(c, host.ToVector<int64_t>());
 }
 
-absl::Status BackendCommunicator::CheckFingerprints(const Collective& c, const std::vector<int64_t>& all) const {
+absl::Status Communicator::CheckFingerprints(const Collective& c, const std::vector<int64_t>& all) const {
   const int n = size();
   const size_t len = all.size() / static_cast<size_t>(n);
   std::vector<Fingerprint> members;
@@ -234,7 +243,7 @@ bool Overlap(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-absl::Status BackendCommunicator::Validate(const Collective& c) const {
+absl::Status Communicator::Validate(const Collective& c) const {
   using K = CollectiveKind;
   const int n = size();
   if (c.kind == K::kBarrier) return absl::OkStatus();
@@ -320,7 +329,7 @@ std::pair<const char*, const char*> ByteSpan(const Tensor& t) {
 
 }  // namespace
 
-absl::Status BackendCommunicator::ValidateViews(const Collective& c) const {
+absl::Status Communicator::ValidateViews(const Collective& c) const {
   const int n = size();
   bool any = false;
   std::vector<std::pair<const char*, const char*>> sent;
@@ -370,9 +379,9 @@ absl::Status BackendCommunicator::ValidateViews(const Collective& c) const {
   return absl::OkStatus();
 }
 
-WorkPtr BackendCommunicator::RunInvalid(Collective c, absl::Status error) { return Work::Done(error); }
+WorkPtr Communicator::RunInvalid(Collective c, absl::Status error) { return Work::Done(error); }
 
-WorkPtr BackendCommunicator::Submit(Collective c) {
+WorkPtr Communicator::Submit(Collective c) {
   if (c.kind != CollectiveKind::kSend && c.kind != CollectiveKind::kRecv) c.seq = next_seq_++;
   absl::Status valid = Validate(c);
   if (!valid.ok()) {
@@ -402,7 +411,7 @@ WorkPtr BackendCommunicator::Submit(Collective c) {
   return Dispatch(std::move(c));
 }
 
-WorkPtr BackendCommunicator::RunViewsStaged(Collective c) {
+WorkPtr Communicator::RunViewsStaged(Collective c) {
   // Pack the send views rank by rank into one buffer, exchange it as an all_to_all_v, unpack the
   // received one on Wait() (the recv views must not be written before the data is there).
   auto staging = [&](int64_t numel) { return Tensor::Empty({numel}, c.views_dtype, device_); };
@@ -443,7 +452,7 @@ WorkPtr BackendCommunicator::RunViewsStaged(Collective c) {
   });
 }
 
-WorkPtr BackendCommunicator::Dispatch(Collective c) {
+WorkPtr Communicator::Dispatch(Collective c) {
   if (verify_ && size() > 1 && c.kind != CollectiveKind::kSend && c.kind != CollectiveKind::kRecv) {
     if (VerifiesInRun()) {
       c.verify = true;
@@ -455,35 +464,35 @@ WorkPtr BackendCommunicator::Dispatch(Collective c) {
   return Run(std::move(c));
 }
 
-WorkPtr BackendCommunicator::AllReduceAsync(const Tensor& x, ReduceOp op) {
+WorkPtr Communicator::AllReduceAsync(const Tensor& x, ReduceOp op) {
   Collective c{.kind = CollectiveKind::kAllReduce, .input = x, .op = op};
   return Submit(std::move(c));
 }
-WorkPtr BackendCommunicator::AllGatherAsync(const Tensor& x, const Tensor& out) {
+WorkPtr Communicator::AllGatherAsync(const Tensor& x, const Tensor& out) {
   return Submit(Collective{.kind = CollectiveKind::kAllGather, .input = x, .output = out});
 }
-WorkPtr BackendCommunicator::AllGatherVAsync(const Tensor& x, const Tensor& out,
+WorkPtr Communicator::AllGatherVAsync(const Tensor& x, const Tensor& out,
                                              std::vector<int64_t> counts) {
   return Submit(Collective{.kind = CollectiveKind::kAllGatherV, .input = x, .output = out,
                            .counts = std::move(counts)});
 }
-WorkPtr BackendCommunicator::ReduceScatterAsync(const Tensor& x, const Tensor& out, ReduceOp op) {
+WorkPtr Communicator::ReduceScatterAsync(const Tensor& x, const Tensor& out, ReduceOp op) {
   return Submit(Collective{.kind = CollectiveKind::kReduceScatter, .input = x, .output = out, .op = op});
 }
-WorkPtr BackendCommunicator::ReduceScatterVAsync(const Tensor& x, const Tensor& out,
+WorkPtr Communicator::ReduceScatterVAsync(const Tensor& x, const Tensor& out,
                                                  std::vector<int64_t> counts, ReduceOp op) {
   return Submit(Collective{.kind = CollectiveKind::kReduceScatterV, .input = x, .output = out, .op = op,
                            .counts = std::move(counts)});
 }
-WorkPtr BackendCommunicator::AllToAllAsync(const Tensor& x, const Tensor& out) {
+WorkPtr Communicator::AllToAllAsync(const Tensor& x, const Tensor& out) {
   return Submit(Collective{.kind = CollectiveKind::kAllToAll, .input = x, .output = out});
 }
-WorkPtr BackendCommunicator::AllToAllVAsync(const Tensor& x, std::vector<int64_t> send_counts,
+WorkPtr Communicator::AllToAllVAsync(const Tensor& x, std::vector<int64_t> send_counts,
                                             const Tensor& out, std::vector<int64_t> recv_counts) {
   return Submit(Collective{.kind = CollectiveKind::kAllToAllV, .input = x, .output = out,
                            .counts = std::move(send_counts), .recv_counts = std::move(recv_counts)});
 }
-WorkPtr BackendCommunicator::AllToAllViewsAsync(std::vector<TensorViews> send, std::vector<TensorViews> recv) {
+WorkPtr Communicator::AllToAllViewsAsync(std::vector<TensorViews> send, std::vector<TensorViews> recv) {
   Collective c{.kind = CollectiveKind::kAllToAllViews};
   bool typed = false;
   for (std::vector<TensorViews>* lists : {&send, &recv}) {
@@ -503,17 +512,17 @@ WorkPtr BackendCommunicator::AllToAllViewsAsync(std::vector<TensorViews> send, s
   c.recv_views = std::move(recv);
   return Submit(std::move(c));
 }
-WorkPtr BackendCommunicator::BroadcastAsync(const Tensor& x, int root) {
+WorkPtr Communicator::BroadcastAsync(const Tensor& x, int root) {
   return Submit(Collective{.kind = CollectiveKind::kBroadcast, .input = x, .peer = root});
 }
-WorkPtr BackendCommunicator::SendAsync(const Tensor& x, int dst) {
+WorkPtr Communicator::SendAsync(const Tensor& x, int dst) {
   return Submit(Collective{.kind = CollectiveKind::kSend, .input = x, .peer = dst});
 }
-WorkPtr BackendCommunicator::RecvAsync(const Tensor& x, int src) {
+WorkPtr Communicator::RecvAsync(const Tensor& x, int src) {
   return Submit(Collective{.kind = CollectiveKind::kRecv, .input = x, .peer = src});
 }
-absl::Status BackendCommunicator::Barrier() {
+absl::Status Communicator::Barrier() {
   return Submit(Collective{.kind = CollectiveKind::kBarrier})->Wait();
 }
 
-}  // namespace dt::internal
+}  // namespace dt

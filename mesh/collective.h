@@ -1,6 +1,6 @@
 #pragma once
 // Internal to mesh/: one collective call as data, its validation, and the base class every backend
-// derives from. The base turns each XxxAsync call into a Collective, checks it once for all backends
+// derives from (Communicator itself). The base turns each XxxAsync call into a Collective, checks it once for all backends
 // (contiguity, device, dtypes, element counts, roots and peers) and hands it to Run().
 //
 //   kind             input                      output                      extra
@@ -128,80 +128,7 @@ int64_t Sum(const std::vector<int64_t>& counts);
 // Ranges of `n` elements split into `parts` nearly equal chunks: chunk i is [begin(i), begin(i+1)).
 inline int64_t ChunkBegin(int64_t n, int parts, int i) { return n * i / parts; }
 
-// Base of every backend's communicator: validation, sequence numbers, the synchronous forms.
-class BackendCommunicator : public Communicator {
- public:
-  BackendCommunicator(std::vector<int> global_ranks, int rank, Device device,
-                      std::chrono::milliseconds timeout);
-
-  int rank() const override { return rank_; }
-  int size() const override { return static_cast<int>(global_ranks_.size()); }
-  const std::vector<int>& global_ranks() const override { return global_ranks_; }
-  Device device() const { return device_; }
-
-  WorkPtr AllReduceAsync(const Tensor& x, ReduceOp op) override;
-  WorkPtr AllGatherAsync(const Tensor& x, const Tensor& out) override;
-  WorkPtr AllGatherVAsync(const Tensor& x, const Tensor& out, std::vector<int64_t> counts) override;
-  WorkPtr ReduceScatterAsync(const Tensor& x, const Tensor& out, ReduceOp op) override;
-  WorkPtr ReduceScatterVAsync(const Tensor& x, const Tensor& out, std::vector<int64_t> counts,
-                              ReduceOp op) override;
-  WorkPtr AllToAllAsync(const Tensor& x, const Tensor& out) override;
-  WorkPtr AllToAllVAsync(const Tensor& x, std::vector<int64_t> send_counts, const Tensor& out,
-                         std::vector<int64_t> recv_counts) override;
-  WorkPtr AllToAllViewsAsync(std::vector<TensorViews> send, std::vector<TensorViews> recv) override;
-  WorkPtr BroadcastAsync(const Tensor& x, int root) override;
-  WorkPtr SendAsync(const Tensor& x, int dst) override;
-  WorkPtr RecvAsync(const Tensor& x, int src) override;
-  absl::Status Barrier() override;
-
-  // "<Describe()>, global rank G: <c.Describe()>" — the prefix of every error about `c`.
-  std::string ErrorPrefix(const Collective& c) const;
-  // Verification (WorldOptions::verify): before each collective the members all-gather their
-  // Fingerprints, and a disagreement fails every member with InvalidArgument instead of reaching
-  // the backend (where gloo aborts the process, MPI may hang and NCCL reads garbage).
-  void set_verify(bool verify) { verify_ = verify; }
-  // Runs all_to_all_views through the default staging path even where the backend moves views
-  // itself (tests of that path on every backend, and benchmarks).
-  void set_stage_views(bool stage) { stage_views_ = stage; }
-
-  // For backends that verify inside Run (their worker thread, no extra hand-off): this member's
-  // encoded Fingerprint, and the check of everyone's (group-rank order, concatenated).
-  std::vector<int64_t> EncodedFingerprint(const Collective& c) const { return Fingerprint::Of(c).Encode(size()); }
-  absl::Status CheckFingerprints(const Collective& c, const std::vector<int64_t>& all) const;
-
- protected:
-  // Runs a validated collective. Send/recv carry their own sequence numbers (per peer).
-  virtual WorkPtr Run(Collective c) = 0;
-  // Called instead of Run when this rank's arguments are invalid. The default returns `error` at
-  // once; a backend that can tell its peers (threads) overrides it so they fail too.
-  virtual WorkPtr RunInvalid(Collective c, absl::Status error);
-  // True when Run() honours Collective::verify itself; otherwise the base verifies synchronously
-  // (an all_gather through Run) before calling Run.
-  virtual bool VerifiesInRun() const { return false; }
-  // True when Run() moves all_to_all_views data itself, from and into the views; otherwise the base
-  // packs the send views into a staging input, runs the collective as an all_to_all_v into a
-  // staging output and unpacks that on Wait() (see Note [All-to-all over views]).
-  virtual bool HandlesViews() const { return false; }
-  // True when Run() computes avg of `dtype` itself (NCCL's native float average); otherwise the
-  // base runs avg as sum and divides on Wait() (Note [Average once] in collective.cc).
-  virtual bool ReducesAvg(DType dtype) const { return false; }
-
- private:
-  WorkPtr Submit(Collective c);
-  // Verification (when on), then Run.
-  WorkPtr Dispatch(Collective c);
-  absl::Status Validate(const Collective& c) const;
-  absl::Status ValidateViews(const Collective& c) const;
-  // The default all_to_all_views: pack, Run as all_to_all_v on staging buffers, unpack on Wait().
-  WorkPtr RunViewsStaged(Collective c);
-  absl::Status Verify(const Collective& c);
-
-  std::vector<int> global_ranks_;
-  int rank_;
-  Device device_;
-  std::atomic<int64_t> next_seq_{0};
-  bool verify_ = false;
-  bool stage_views_ = false;
-};
+// A backend derives from Communicator (mesh/communicator.h) and implements Run, plus the hooks it
+// handles natively (VerifiesInRun, HandlesViews, ReducesAvg, RunInvalid).
 
 }  // namespace dt::internal

@@ -1,5 +1,8 @@
 #pragma once
-// Communicator: one process group (an ordered list of global ranks) on one backend.
+// Communicator: one process group (an ordered list of global ranks) on one backend. The class is
+// the front end every backend shares: each call becomes an internal::Collective, validated once,
+// verified across members, counted (mesh/comm_counter.h), averaged (Note [Average once]) and
+// handed to the backend's Run (mesh/collective.h).
 //
 // Semantics (every backend; docs/mesh.md has the per-backend details):
 //   - Tensors passed in must be contiguous (except AllToAllViews') and on the backend's device (cpu
@@ -34,6 +37,7 @@
 //   Send/Recv         point to point by group rank
 // Counts and sizes are in elements of the tensor's dtype.
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -46,6 +50,10 @@
 #include "dtensor/core/tensor.h"
 
 namespace dt {
+
+namespace internal {
+struct Collective;  // mesh/collective.h
+}  // namespace internal
 
 // Handle of an asynchronous collective.
 class Work {
@@ -64,12 +72,15 @@ using TensorViews = std::vector<Tensor>;
 
 class Communicator {
  public:
+  Communicator(std::vector<int> global_ranks, int rank, Device device,
+               std::chrono::milliseconds timeout);
   virtual ~Communicator() = default;
 
-  virtual int rank() const = 0;  // rank within this group
-  virtual int size() const = 0;
+  int rank() const { return rank_; }  // rank within this group
+  int size() const { return static_cast<int>(global_ranks_.size()); }
   // The global ranks of the members, in group-rank order.
-  virtual const std::vector<int>& global_ranks() const = 0;
+  const std::vector<int>& global_ranks() const { return global_ranks_; }
+  Device device() const { return device_; }
   virtual absl::string_view backend() const = 0;  // "threads", "gloo", "mpi", "nccl"
   // "gloo group [0, 2, 4, 6]" — used in error messages.
   std::string Describe() const;
@@ -77,16 +88,15 @@ class Communicator {
   std::chrono::milliseconds timeout() const { return timeout_; }
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
 
-  virtual WorkPtr AllReduceAsync(const Tensor& x, ReduceOp op) = 0;
-  virtual WorkPtr AllGatherAsync(const Tensor& x, const Tensor& out) = 0;
-  virtual WorkPtr AllGatherVAsync(const Tensor& x, const Tensor& out,
-                                  std::vector<int64_t> counts) = 0;
-  virtual WorkPtr ReduceScatterAsync(const Tensor& x, const Tensor& out, ReduceOp op) = 0;
-  virtual WorkPtr ReduceScatterVAsync(const Tensor& x, const Tensor& out,
-                                      std::vector<int64_t> counts, ReduceOp op) = 0;
-  virtual WorkPtr AllToAllAsync(const Tensor& x, const Tensor& out) = 0;
-  virtual WorkPtr AllToAllVAsync(const Tensor& x, std::vector<int64_t> send_counts,
-                                 const Tensor& out, std::vector<int64_t> recv_counts) = 0;
+  WorkPtr AllReduceAsync(const Tensor& x, ReduceOp op);
+  WorkPtr AllGatherAsync(const Tensor& x, const Tensor& out);
+  WorkPtr AllGatherVAsync(const Tensor& x, const Tensor& out, std::vector<int64_t> counts);
+  WorkPtr ReduceScatterAsync(const Tensor& x, const Tensor& out, ReduceOp op);
+  WorkPtr ReduceScatterVAsync(const Tensor& x, const Tensor& out, std::vector<int64_t> counts,
+                              ReduceOp op);
+  WorkPtr AllToAllAsync(const Tensor& x, const Tensor& out);
+  WorkPtr AllToAllVAsync(const Tensor& x, std::vector<int64_t> send_counts, const Tensor& out,
+                         std::vector<int64_t> recv_counts);
   // An all_to_all whose blocks are lists of strided views, so that a transpose-like exchange
   // (a shard-dim change) needs no separate pack/unpack pass. send[r] goes to group rank r and
   // recv[r] receives from it (me to me included); the element counts must agree pairwise (rank
@@ -94,11 +104,11 @@ class Communicator {
   // One dtype throughout, on this communicator's device; every rank passes at least one view
   // (zero-size ones are fine); no recv view may share bytes with a send view, and recv views must
   // not overlap one another.
-  virtual WorkPtr AllToAllViewsAsync(std::vector<TensorViews> send, std::vector<TensorViews> recv) = 0;
-  virtual WorkPtr BroadcastAsync(const Tensor& x, int root) = 0;
-  virtual WorkPtr SendAsync(const Tensor& x, int dst) = 0;
-  virtual WorkPtr RecvAsync(const Tensor& x, int src) = 0;
-  virtual absl::Status Barrier() = 0;
+  WorkPtr AllToAllViewsAsync(std::vector<TensorViews> send, std::vector<TensorViews> recv);
+  WorkPtr BroadcastAsync(const Tensor& x, int root);
+  WorkPtr SendAsync(const Tensor& x, int dst);
+  WorkPtr RecvAsync(const Tensor& x, int src);
+  absl::Status Barrier();
 
   absl::Status AllReduce(const Tensor& x, ReduceOp op) { return AllReduceAsync(x, op)->Wait(); }
   absl::Status AllGather(const Tensor& x, const Tensor& out) { return AllGatherAsync(x, out)->Wait(); }
@@ -124,8 +134,57 @@ class Communicator {
   absl::Status Send(const Tensor& x, int dst) { return SendAsync(x, dst)->Wait(); }
   absl::Status Recv(const Tensor& x, int src) { return RecvAsync(x, src)->Wait(); }
 
+  // Verification (WorldOptions::verify sets it): before each collective the members all-gather
+  // what they pass, and a disagreement fails every member with InvalidArgument instead of
+  // reaching the backend (where gloo aborts the process, MPI may hang and NCCL reads garbage).
+  void set_verify(bool verify) { verify_ = verify; }
+  // Runs all_to_all_views through the default staging path even where the backend moves views
+  // itself (tests of that path on every backend, and benchmarks).
+  void set_stage_views(bool stage) { stage_views_ = stage; }
+
+  // For backends (mesh/collective.h): "<Describe()>, global rank G: <c.Describe()>", the prefix
+  // of every error about `c`; and, for those that verify inside Run, this member's encoded
+  // fingerprint and the check of everyone's (group-rank order, concatenated).
+  std::string ErrorPrefix(const internal::Collective& c) const;
+  std::vector<int64_t> EncodedFingerprint(const internal::Collective& c) const;
+  absl::Status CheckFingerprints(const internal::Collective& c,
+                                 const std::vector<int64_t>& all) const;
+
  protected:
+  // What a backend implements: run a validated collective. Send/recv carry their own sequence
+  // numbers (per peer).
+  virtual WorkPtr Run(internal::Collective c) = 0;
+  // Called instead of Run when this rank's arguments are invalid. The default returns `error` at
+  // once; a backend that can tell its peers (threads) overrides it so they fail too.
+  virtual WorkPtr RunInvalid(internal::Collective c, absl::Status error);
+  // True when Run() honours Collective::verify itself; otherwise the base verifies synchronously
+  // (an all_gather through Run) before calling Run.
+  virtual bool VerifiesInRun() const { return false; }
+  // True when Run() moves all_to_all_views data itself, from and into the views; otherwise the
+  // base packs the send views into a staging input, runs the collective as an all_to_all_v into a
+  // staging output and unpacks that on Wait() (see Note [All-to-all over views]).
+  virtual bool HandlesViews() const { return false; }
+  // True when Run() computes avg of `dtype` itself (NCCL's native float average); otherwise the
+  // base runs avg as sum and divides on Wait() (Note [Average once] in collective.cc).
+  virtual bool ReducesAvg(DType dtype) const { return false; }
+
+ private:
+  WorkPtr Submit(internal::Collective c);
+  // Verification (when on), then Run.
+  WorkPtr Dispatch(internal::Collective c);
+  absl::Status Validate(const internal::Collective& c) const;
+  absl::Status ValidateViews(const internal::Collective& c) const;
+  // The default all_to_all_views: pack, Run as all_to_all_v on staging buffers, unpack on Wait().
+  WorkPtr RunViewsStaged(internal::Collective c);
+  absl::Status Verify(const internal::Collective& c);
+
+  std::vector<int> global_ranks_;
+  int rank_;
+  Device device_;
   std::chrono::milliseconds timeout_{300'000};
+  std::atomic<int64_t> next_seq_{0};
+  bool verify_ = false;
+  bool stage_views_ = false;
 };
 using CommPtr = std::shared_ptr<Communicator>;
 

@@ -103,14 +103,14 @@ gloo::AllreduceOptions::Func ReduceFunc(DType dtype, ReduceOp op) {
   };
 }
 
-class GlooComm final : public BackendCommunicator {
+class GlooComm final : public Communicator {
  public:
   // `probe_endpoints`: per member, where its ProbeListener answers ("" for this rank and unknowns).
   // `probe`: this process's listener (null in a world of one).
   GlooComm(std::shared_ptr<gloo::Context> ctx, std::shared_ptr<TcpStore> store, std::string gid,
            std::vector<int> ranks, int rank, std::chrono::milliseconds timeout,
            std::vector<std::string> probe_endpoints, std::shared_ptr<ProbeListener> probe)
-      : BackendCommunicator(std::move(ranks), rank, kCPU, timeout),
+      : Communicator(std::move(ranks), rank, kCPU, timeout),
         ctx_(std::move(ctx)),
         store_(std::move(store)),
         gid_(std::move(gid)),

@@ -170,10 +170,10 @@ void SpinBriefly(Ready ready) {
   for (int i = 0; i < 300 && !ready(); ++i) std::this_thread::yield();
 }
 
-class MpiComm final : public BackendCommunicator {
+class MpiComm final : public Communicator {
  public:
   MpiComm(MPI_Comm comm, std::vector<int> ranks, int rank, std::chrono::milliseconds timeout)
-      : BackendCommunicator(std::move(ranks), rank, kCPU, timeout), comm_(comm),
+      : Communicator(std::move(ranks), rank, kCPU, timeout), comm_(comm),
         state_(std::make_shared<WorkerState>()) {
     worker_ = std::thread([s = state_] { Loop(*s); });
   }

@@ -72,11 +72,11 @@ ncclRedOp_t OpOf(ReduceOp op) {
   return ncclSum;
 }
 
-class NcclComm final : public BackendCommunicator {
+class NcclComm final : public Communicator {
  public:
   NcclComm(ncclComm_t comm, cudaStream_t stream, int device, std::vector<int> ranks, int rank,
            std::chrono::milliseconds timeout)
-      : BackendCommunicator(std::move(ranks), rank, Device::CUDA(device), timeout),
+      : Communicator(std::move(ranks), rank, Device::CUDA(device), timeout),
         comm_(comm), stream_(stream), device_(device) {}
   ~NcclComm() override {
     cudaSetDevice(device_);

@@ -120,11 +120,11 @@ class Job {
   absl::Status first_error_;
 };
 
-class ThreadsComm final : public BackendCommunicator {
+class ThreadsComm final : public Communicator {
  public:
   ThreadsComm(std::shared_ptr<Job> job, std::shared_ptr<Hub> hub, std::vector<int> ranks, int rank,
               std::chrono::milliseconds timeout)
-      : BackendCommunicator(std::move(ranks), rank, kCPU, timeout), job_(std::move(job)), hub_(std::move(hub)) {}
+      : Communicator(std::move(ranks), rank, kCPU, timeout), job_(std::move(job)), hub_(std::move(hub)) {}
 
   absl::string_view backend() const override { return "threads"; }
 

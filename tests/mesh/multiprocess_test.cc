@@ -99,7 +99,7 @@ TEST(MultiProcess, AllToAllViewsThroughTheStagedPath) {
   // The default all_to_all_views (pack, all_to_all_v, unpack; nccl's) on this backend too.
   DT_WORLD_OR_SKIP(w);
   CommPtr comm = w->WorldGroup().value();
-  auto* backend = dynamic_cast<internal::BackendCommunicator*>(comm.get());
+  auto* backend = comm.get();
   ASSERT_NE(backend, nullptr);
   backend->set_stage_views(true);
   for (const CollectiveCase& c : AllCases(w->size(), 17)) {

@@ -307,7 +307,7 @@ TEST(ThreadsViews, StagedDefaultPathMatchesTheOracle) {
   for (int n : {1, 2, 3, 4}) {
     absl::Status st = World::RunThreads(n, [&](World& w) -> absl::Status {
       DT_ASSIGN_OR_RETURN(CommPtr comm, w.WorldGroup());
-      dynamic_cast<internal::BackendCommunicator&>(*comm).set_stage_views(true);
+      (*comm).set_stage_views(true);
       for (const CollectiveCase& c : AllCases(n, 3)) {
         if (c.kind == Kind::kAllToAllViews) DT_RETURN_IF_ERROR(RunCase(*comm, c));
       }

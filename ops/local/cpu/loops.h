@@ -11,6 +11,7 @@
 
 #include "dtensor/core/dtype.h"
 #include "dtensor/core/shape.h"
+#include "dtensor/core/strided.h"
 #include "dtensor/core/tensor.h"
 
 // DT_OPS_DISPATCH_FLOAT / DT_OPS_DISPATCH_NUMERIC(dtype, T, body): like DT_DISPATCH_DTYPE over the
@@ -93,18 +94,7 @@ struct Nest {
   std::array<Shape, N> strides;
 
   Nest(IntSpan full_shape, const std::array<IntSpan, N>& full_strides) {
-    for (size_t d = 0; d < full_shape.size(); ++d) {
-      if (full_shape[d] == 1) continue;
-      bool merge = !shape.empty();
-      for (size_t k = 0; k < N && merge; ++k) merge = strides[k].back() == full_strides[k][d] * full_shape[d];
-      if (merge) {
-        shape.back() *= full_shape[d];
-        for (size_t k = 0; k < N; ++k) strides[k].back() = full_strides[k][d];
-      } else {
-        shape.push_back(full_shape[d]);
-        for (size_t k = 0; k < N; ++k) strides[k].push_back(full_strides[k][d]);
-      }
-    }
+    internal::CoalesceDims<N>(full_shape, full_strides, &shape, &strides);
     if (shape.empty()) {
       shape.push_back(1);
       for (size_t k = 0; k < N; ++k) strides[k].push_back(1);

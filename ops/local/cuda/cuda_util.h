@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "dtensor/core/shape.h"
+#include "dtensor/core/strided.h"
 #include "dtensor/core/tensor.h"
 
 namespace dt::ops::cuda {
@@ -229,23 +230,13 @@ template <int N>
 absl::StatusOr<Indexer<N>> MakeIndexer(absl::string_view kernel, IntSpan shape,
                                        const std::array<IntSpan, N>& strides) {
   Indexer<N> ix;
-  int nd = 0;
-  int64_t sizes[64];
-  int64_t st[N][64];
-  for (size_t d = 0; d < shape.size() && d < 64; ++d) {
-    if (shape[d] == 1) continue;
-    bool merge = nd > 0;
-    for (int k = 0; k < N && merge; ++k) merge = st[k][nd - 1] == strides[k][d] * shape[d];
-    if (merge) {
-      sizes[nd - 1] *= shape[d];
-      for (int k = 0; k < N; ++k) st[k][nd - 1] = strides[k][d];
-    } else {
-      sizes[nd] = shape[d];
-      for (int k = 0; k < N; ++k) st[k][nd] = strides[k][d];
-      ++nd;
-    }
-  }
-  if (nd > kMaxDims || shape.size() > 64) {
+  Shape sizes;
+  std::array<Shape, N> st;
+  std::array<IntSpan, N> spans;
+  for (int k = 0; k < N; ++k) spans[k] = strides[k];
+  internal::CoalesceDims<N>(shape, spans, &sizes, &st);
+  const int nd = static_cast<int>(sizes.size());
+  if (nd > kMaxDims) {
     return absl::UnimplementedError(absl::StrCat(kernel, " on CUDA: ", ShapeToString(shape),
                                                  " has more than ", kMaxDims,
                                                  " dims after merging contiguous ones"));
