@@ -1,7 +1,6 @@
 #include "dtensor/ops/dispatch.h"
 
 #include <cmath>
-#include <cstring>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"

@@ -1,8 +1,6 @@
 #include "dtensor/ops/dtensor_ops.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <numeric>
 #include <utility>
 
