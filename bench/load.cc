@@ -22,7 +22,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -31,6 +30,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "dtensor/bench/bench_util.h"
+#include "dtensor/core/process_stats.h"
 #include "dtensor/core/status.h"
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/models/llama.h"
@@ -39,15 +39,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using dt::bench::Verdict;
-
-int64_t PeakRssBytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
 
 // One rank: load, then print "LOAD_ROW rank seconds bytes_read peak_rss own_bytes".
 int Worker(const std::string& dir, bool whole) {
@@ -85,7 +76,7 @@ int Worker(const std::string& dir, bool whole) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("LOAD_ROW %d %.4f %lld %lld %lld\n", (*world)->rank(), seconds,
               static_cast<long long>(report.stats.bytes_read()),
-              static_cast<long long>(PeakRssBytes()), static_cast<long long>(own));
+              static_cast<long long>(dt::PeakResidentBytes()), static_cast<long long>(own));
   std::fflush(stdout);
   return 0;
 }

@@ -9,6 +9,7 @@ find_package(Gloo REQUIRED)            # capital G; imports the plain target `gl
 find_package(MPI REQUIRED COMPONENTS CXX)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)  # the tokenizer's split regexes
+find_package(PNG REQUIRED)             # examples only: flux2_generate's latent preview
 if(DT_BUILD_TESTS)
   find_package(GTest REQUIRED)
   find_package(rapidcheck REQUIRED)

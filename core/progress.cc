@@ -62,12 +62,16 @@ void ProgressBar::Update(int64_t bytes_done, int64_t items_done) {
   drawn_ = true;
 }
 
-void ProgressBar::Finish() {
+void ProgressBar::Clear() {
   if (drawn_) {
     std::fprintf(stderr, "\r\033[K");
     std::fflush(stderr);
     drawn_ = false;
   }
+}
+
+void ProgressBar::Finish() {
+  Clear();
   enabled_ = false;
 }
 

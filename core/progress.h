@@ -24,6 +24,9 @@ class ProgressBar {
   ProgressBar& operator=(const ProgressBar&) = delete;
 
   void Update(int64_t bytes_done, int64_t items_done);
+  // Erases the line if it is drawn (before printing something else on the terminal); the next
+  // Update draws it again.
+  void Clear();
   void Finish();
 
   // The line as drawn (tests; no terminal needed).

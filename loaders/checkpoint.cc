@@ -30,16 +30,28 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& path) {
     return c;
   }
   const fs::path dir(path);
-  const fs::path index = dir / "model.safetensors.index.json";
-  const fs::path single = dir / "model.safetensors";
+  // transformers names its files model.safetensors[.index.json], diffusers
+  // diffusion_pytorch_model.safetensors[.index.json]; the first stem present wins.
+  std::string stem = "model";
+  for (const char* s : {"model", "diffusion_pytorch_model"}) {
+    if (fs::exists(dir / absl::StrCat(s, ".safetensors.index.json"), ec) ||
+        fs::exists(dir / absl::StrCat(s, ".safetensors"), ec)) {
+      stem = s;
+      break;
+    }
+  }
+  const fs::path index = dir / absl::StrCat(stem, ".safetensors.index.json");
+  const fs::path single = dir / absl::StrCat(stem, ".safetensors");
   if (!fs::exists(index, ec)) {
     if (!fs::exists(single, ec)) {
       const bool pickle = fs::exists(dir / "pytorch_model.bin", ec) ||
-                          fs::exists(dir / "pytorch_model.bin.index.json", ec);
+                          fs::exists(dir / "pytorch_model.bin.index.json", ec) ||
+                          fs::exists(dir / "diffusion_pytorch_model.bin", ec);
       return absl::NotFoundError(absl::StrCat(
-          "checkpoint '", path, "' has neither model.safetensors.index.json nor model.safetensors",
-          pickle ? " (pytorch_model.bin checkpoints are not read: convert them to safetensors)"
-                 : ""));
+          "checkpoint '", path,
+          "' has none of model.safetensors[.index.json], diffusion_pytorch_model.safetensors"
+          "[.index.json]",
+          pickle ? " (pickled .bin checkpoints are not read: convert them to safetensors)" : ""));
     }
     DT_ASSIGN_OR_RETURN(auto f, SafetensorsFile::Open(single.string()));
     c.files_.push_back(f);

@@ -3,6 +3,7 @@
 //
 //   path                                        tensors
 //   directory with model.safetensors.index.json  "weight_map": name -> file, over several files
+//   (or diffusers' diffusion_pytorch_model.*)
 //   directory with model.safetensors, or a       that file's tensors
 //   .safetensors file
 //   a GGUF file (by its magic, any name)         its tensors under their Hugging Face names

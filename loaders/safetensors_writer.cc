@@ -119,7 +119,7 @@ absl::Status SafetensorsWriter::Finish() {
 }
 
 std::vector<CheckpointFile> PlanCheckpointFiles(absl::Span<const TensorEntry> entries,
-                                                int64_t max_file_bytes) {
+                                                int64_t max_file_bytes, absl::string_view stem) {
   std::vector<CheckpointFile> files(1);
   int64_t in_file = 0;
   for (const TensorEntry& e : entries) {
@@ -131,18 +131,19 @@ std::vector<CheckpointFile> PlanCheckpointFiles(absl::Span<const TensorEntry> en
     in_file += e.nbytes();
   }
   if (files.size() == 1) {
-    files[0].name = "model.safetensors";
+    files[0].name = absl::StrCat(stem, ".safetensors");
   } else {
     for (size_t i = 0; i < files.size(); ++i) {
       char name[64];
-      std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", i + 1, files.size());
-      files[i].name = name;
+      std::snprintf(name, sizeof(name), "-%05zu-of-%05zu.safetensors", i + 1, files.size());
+      files[i].name = absl::StrCat(stem, name);
     }
   }
   return files;
 }
 
-absl::Status WriteCheckpointIndex(const std::string& dir, absl::Span<const CheckpointFile> files) {
+absl::Status WriteCheckpointIndex(const std::string& dir, absl::Span<const CheckpointFile> files,
+                                  absl::string_view stem) {
   if (files.size() <= 1) return absl::OkStatus();
   int64_t total = 0;
   nlohmann::ordered_json map = nlohmann::ordered_json::object();
@@ -155,7 +156,8 @@ absl::Status WriteCheckpointIndex(const std::string& dir, absl::Span<const Check
   nlohmann::ordered_json index;
   index["metadata"] = {{"total_size", total}};
   index["weight_map"] = map;
-  const std::string path = (std::filesystem::path(dir) / "model.safetensors.index.json").string();
+  const std::string path =
+      (std::filesystem::path(dir) / absl::StrCat(stem, ".safetensors.index.json")).string();
   FILE* fp = std::fopen(path.c_str(), "wb");
   if (fp == nullptr) return absl::InternalError(absl::StrCat("cannot create '", path, "'"));
   const std::string text = index.dump(2) + "\n";

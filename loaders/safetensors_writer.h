@@ -72,11 +72,15 @@ struct CheckpointFile {
   std::string name;
   std::vector<TensorEntry> entries;
 };
-// The files save_pretrained would write for `entries` (max_file_bytes 0: one file).
+// The files save_pretrained would write for `entries` (max_file_bytes 0: one file), named from
+// `stem`: transformers' "model" (model.safetensors, model-00001-of-00002.safetensors), diffusers'
+// "diffusion_pytorch_model".
 std::vector<CheckpointFile> PlanCheckpointFiles(absl::Span<const TensorEntry> entries,
-                                                int64_t max_file_bytes);
-// model.safetensors.index.json for `files` in `dir` (only when there are several files).
-absl::Status WriteCheckpointIndex(const std::string& dir, absl::Span<const CheckpointFile> files);
+                                                int64_t max_file_bytes,
+                                                absl::string_view stem = "model");
+// <stem>.safetensors.index.json for `files` in `dir` (only when there are several files).
+absl::Status WriteCheckpointIndex(const std::string& dir, absl::Span<const CheckpointFile> files,
+                                  absl::string_view stem = "model");
 
 // Writes `tensors` (any strides; names unique and non-empty) in the given order with `metadata`.
 // The file appears atomically (written to a temporary name, then renamed).

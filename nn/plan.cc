@@ -233,6 +233,11 @@ absl::Status ParallelizeModule(Module& module, const DeviceMesh& mesh, const Par
     DT_RETURN_IF_ERROR(m->ValidateTensorParallel(context));
   }
 
+  if (options.require_every_rule && !r.unused_rules.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor-parallel plan rules that match no layer of ", module.type_name(),
+                     ": [", absl::StrJoin(r.unused_rules, ", "), "]"));
+  }
   const auto& coord = mesh.Coordinate();
   if (options.warn && coord && (*coord)[0] == 0) {
     if (!r.unused_rules.empty()) {

@@ -83,6 +83,9 @@ absl::Status ValidateTPConfig(const TPConfig& config, int64_t tp_size);
 struct ParallelizeOptions {
   std::optional<TPConfig> config;
   bool warn = true;  // rules that matched nothing, parameters no rule covers
+  // A rule that matches nothing is an InvalidArgument naming it instead of a warning (a typo in a
+  // plan key would otherwise leave that layer silently replicated).
+  bool require_every_rule = false;
 };
 
 absl::Status ParallelizeModule(Module& module, const DeviceMesh& mesh, const ParallelPlan& plan,

@@ -42,7 +42,7 @@ absl::Status WriteText(const fs::path& path, const std::string& text) {
 
 // A weight file of a checkpoint directory (what a save replaces rather than carries over).
 bool IsWeightFile(const std::string& name) {
-  return absl::EndsWith(name, ".safetensors") || name == "model.safetensors.index.json";
+  return absl::EndsWith(name, ".safetensors") || absl::EndsWith(name, ".safetensors.index.json");
 }
 
 absl::Status SyncDir(const fs::path& dir) {
@@ -101,7 +101,7 @@ class Writer {
     if (ec) return Io("cannot create", staged_, ec);
     std::vector<loaders::TensorEntry> entries;
     for (const Item& it : items) entries.push_back(it.entry);
-    files_ = loaders::PlanCheckpointFiles(entries, options_.max_file_bytes);
+    files_ = loaders::PlanCheckpointFiles(entries, options_.max_file_bytes, options_.file_stem);
     return absl::OkStatus();
   }
 
@@ -124,7 +124,7 @@ class Writer {
   }
 
   absl::Status End() {
-    DT_RETURN_IF_ERROR(loaders::WriteCheckpointIndex(staged_.string(), files_));
+    DT_RETURN_IF_ERROR(loaders::WriteCheckpointIndex(staged_.string(), files_, options_.file_stem));
     for (const auto& [name, text] : options_.files) {
       if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
         return absl::InvalidArgumentError(

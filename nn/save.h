@@ -38,6 +38,9 @@ struct SaveOptions {
   std::function<std::string(const std::string& param)> checkpoint_name;
   // Written beside the weights by the writing rank: file name -> contents ("config.json").
   std::map<std::string, std::string> files;
+  // The weight files' stem: transformers' "model" (model.safetensors[.index.json]), diffusers'
+  // "diffusion_pytorch_model".
+  std::string file_stem = "model";
   // save_pretrained's max_shard_size (0: one file).
   int64_t max_file_bytes = 5'000'000'000;
   // Convert every tensor to this dtype; nullopt keeps each parameter's dtype.

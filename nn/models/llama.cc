@@ -2,8 +2,6 @@
 
 #include "dtensor/loaders/gguf_llama.h"
 
-#include "dtensor/core/progress.h"
-
 #include <algorithm>
 #include <chrono>
 #include <set>
@@ -12,12 +10,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "absl/strings/str_join.h"
 #include "dtensor/core/status.h"
 #include "dtensor/nn/attention.h"
 #include "dtensor/nn/init.h"
 #include "dtensor/nn/linear.h"
-#include "dtensor/nn/log.h"
+#include "dtensor/nn/load.h"
 #include "dtensor/nn/mlp.h"
 #include "dtensor/nn/norm.h"
 #include "dtensor/nn/vops.h"
@@ -224,82 +221,19 @@ SaveOptions LlamaForCausalLM::save_options() const {
 
 absl::Status LlamaForCausalLM::CheckCheckpoint(const loaders::Checkpoint& checkpoint,
                                                bool warn) const {
-  std::set<std::string> used;
-  for (const auto& [name, p] : NamedParameters()) {
-    const std::string source = CheckpointName(name);
-    absl::StatusOr<const loaders::TensorInfo*> info = checkpoint.Info(source);
-    if (!info.ok()) {
-      return absl::NotFoundError(absl::StrCat("checkpoint '", checkpoint.path(),
-                                              "' has no tensor '", source, "' (parameter '",
-                                              name, "' ", DTypeName(p->dtype()),
-                                              ShapeToString(p->shape()), ")"));
-    }
-    if ((*info)->shape != p->shape()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", source, "': expected ",
-                                                     ShapeToString(p->shape()), ", got ",
-                                                     ShapeToString((*info)->shape)));
-    }
-    if (!(*info)->dtype || !IsFloating(*(*info)->dtype)) {
-      return absl::UnimplementedError(absl::StrCat("tensor '", source, "' has dtype ",
-                                                   (*info)->dtype_name,
-                                                   "; Llama weights must be F32, BF16 or F16"));
-    }
-    used.insert(source);
-  }
-  if (warn) {
-    std::vector<std::string> unused;
-    for (const std::string& n : checkpoint.names()) {
-      if (!used.count(n)) unused.push_back(n);
-    }
-    if (!unused.empty()) {
-      const size_t shown = std::min<size_t>(unused.size(), 8);
-      LogWarning(absl::StrCat("checkpoint '", checkpoint.path(), "': ", unused.size(),
-                              " tensors are not used by LlamaForCausalLM: ",
-                              absl::StrJoin(unused.begin(), unused.begin() + shown, ", "),
-                              unused.size() > shown ? ", ..." : ""));
-    }
-  }
-  return absl::OkStatus();
+  return nn::CheckCheckpoint(*this, checkpoint, "LlamaForCausalLM", warn,
+                             [this](absl::string_view name) { return CheckpointName(name); });
 }
 
 absl::Status LlamaForCausalLM::LoadWeights(const loaders::Checkpoint& checkpoint,
                                            const LlamaLoadOptions& options,
                                            LlamaLoadReport* report) {
-  const auto t0 = std::chrono::steady_clock::now();
-  LlamaLoadReport local;
-  LlamaLoadReport& r = report != nullptr ? *report : local;
-  r = LlamaLoadReport();
   loaders::ReadOptions ro;
   ro.zero_copy = options.zero_copy;
   // On the mesh's first rank: a progress bar on a terminal when loading takes over a second.
-  int64_t total_bytes = 0, total_params = 0;
-  for (const auto& [name, p] : NamedParameters()) {
-    total_bytes += Numel(p->shape()) * DTypeSize(p->dtype());
-    ++total_params;
-  }
   const bool lead = !mesh_.has_value() || mesh_->my_rank() == mesh_->ranks()[0];
-  ProgressBar bar("loading", total_bytes, total_params, "tensors", lead);
-  DT_RETURN_IF_ERROR(MaterializeParameters(
-      *this, [&](absl::string_view name, const DTensorSpec& spec) -> absl::StatusOr<Tensor> {
-        const int64_t before = r.stats.bytes_read();
-        LlamaLoadReport::Param p;
-        p.name = std::string(name);
-        p.checkpoint = CheckpointName(name);
-        p.spec = spec.ToString();
-        p.full_bytes = Numel(spec.shape()) * DTypeSize(spec.dtype());
-        p.sharded = spec.NumShards() > 0;
-        DT_ASSIGN_OR_RETURN(Tensor piece, checkpoint.ReadLocal(p.checkpoint, spec, ro, &r.stats));
-        p.local_bytes = piece.nbytes();
-        p.read_bytes = r.stats.bytes_read() - before;
-        r.full_bytes += p.full_bytes;
-        (p.sharded ? r.sharded_full_bytes : r.replicated_bytes) += p.full_bytes;
-        r.local_bytes += p.local_bytes;
-        r.params.push_back(std::move(p));
-        bar.Update(r.full_bytes, static_cast<int64_t>(r.params.size()));
-        return piece;
-      }));
-  r.seconds = Seconds(t0);
-  return absl::OkStatus();
+  return LoadCheckpoint(*this, checkpoint, ro, lead, report,
+                        [this](absl::string_view name) { return CheckpointName(name); });
 }
 
 absl::StatusOr<std::unique_ptr<LlamaForCausalLM>> LlamaForCausalLM::FromPretrained(

@@ -61,6 +61,7 @@
 #include "dtensor/loaders/safetensors.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/nn/distributed.h"
+#include "dtensor/nn/load.h"
 #include "dtensor/nn/module.h"
 #include "dtensor/nn/plan.h"
 #include "dtensor/nn/save.h"
@@ -104,25 +105,8 @@ struct LlamaLoadOptions {
   bool load_whole = false;
 };
 
-// What one rank's load did (the loader's accounting, see loaders::ReadStats).
-struct LlamaLoadReport {
-  struct Param {
-    std::string name;        // model parameter ("lm_head.weight")
-    std::string checkpoint;  // tensor read ("model.embed_tokens.weight" for a tied lm_head)
-    std::string spec;        // "[S(0)] on mesh(tp=4)"
-    int64_t full_bytes = 0;  // the full tensor in the compute dtype
-    int64_t local_bytes = 0;  // this rank's piece
-    int64_t read_bytes = 0;  // bytes viewed or copied out of the file for it
-    bool sharded = false;
-  };
-  std::vector<Param> params;
-  loaders::ReadStats stats;
-  int64_t full_bytes = 0;        // every parameter, full
-  int64_t sharded_full_bytes = 0;  // parameters the plan shards, full
-  int64_t replicated_bytes = 0;  // parameters every rank holds whole
-  int64_t local_bytes = 0;       // this rank's pieces
-  double seconds = 0;
-};
+// What one rank's load did (nn/load.h).
+using LlamaLoadReport = LoadReport;
 
 struct GenerateOptions {
   int64_t max_new_tokens = 32;

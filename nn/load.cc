@@ -1,0 +1,100 @@
+#include "dtensor/nn/load.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "dtensor/core/progress.h"
+#include "dtensor/core/status.h"
+#include "dtensor/nn/init.h"
+#include "dtensor/nn/log.h"
+
+namespace dt::nn {
+namespace {
+
+std::string SourceOf(const SourceNameFn& source, absl::string_view name) {
+  return source ? source(name) : std::string(name);
+}
+
+}  // namespace
+
+absl::Status CheckCheckpoint(const Module& module, const loaders::Checkpoint& checkpoint,
+                             absl::string_view model, bool warn, const SourceNameFn& source) {
+  std::set<std::string> used;
+  for (const auto& [name, p] : module.NamedParameters()) {
+    const std::string from = SourceOf(source, name);
+    absl::StatusOr<const loaders::TensorInfo*> info = checkpoint.Info(from);
+    if (!info.ok()) {
+      return absl::NotFoundError(absl::StrCat("checkpoint '", checkpoint.path(),
+                                              "' has no tensor '", from, "' (parameter '", name,
+                                              "' ", DTypeName(p->dtype()),
+                                              ShapeToString(p->shape()), ")"));
+    }
+    if ((*info)->shape != p->shape()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", from, "': expected ",
+                                                     ShapeToString(p->shape()), ", got ",
+                                                     ShapeToString((*info)->shape)));
+    }
+    if (!(*info)->dtype || !IsFloating(*(*info)->dtype)) {
+      return absl::UnimplementedError(absl::StrCat("tensor '", from, "' has dtype ",
+                                                   (*info)->dtype_name, "; ", model,
+                                                   " weights must be F32, BF16 or F16"));
+    }
+    used.insert(from);
+  }
+  if (warn) {
+    std::vector<std::string> unused;
+    for (const std::string& n : checkpoint.names()) {
+      if (!used.count(n)) unused.push_back(n);
+    }
+    if (!unused.empty()) {
+      const size_t shown = std::min<size_t>(unused.size(), 8);
+      LogWarning(absl::StrCat("checkpoint '", checkpoint.path(), "': ", unused.size(),
+                              " tensors are not used by ", model, ": ",
+                              absl::StrJoin(unused.begin(), unused.begin() + shown, ", "),
+                              unused.size() > shown ? ", ..." : ""));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoadCheckpoint(Module& module, const loaders::Checkpoint& checkpoint,
+                            const loaders::ReadOptions& read, bool progress, LoadReport* report,
+                            const SourceNameFn& source) {
+  const auto t0 = std::chrono::steady_clock::now();
+  LoadReport local;
+  LoadReport& r = report != nullptr ? *report : local;
+  r = LoadReport();
+  int64_t total_bytes = 0, total_params = 0;
+  for (const auto& [name, p] : module.NamedParameters()) {
+    total_bytes += Numel(p->shape()) * DTypeSize(p->dtype());
+    ++total_params;
+  }
+  ProgressBar bar("loading", total_bytes, total_params, "tensors", progress);
+  DT_RETURN_IF_ERROR(MaterializeParameters(
+      module, [&](absl::string_view name, const DTensorSpec& spec) -> absl::StatusOr<Tensor> {
+        const int64_t before = r.stats.bytes_read();
+        LoadReport::Param p;
+        p.name = std::string(name);
+        p.checkpoint = SourceOf(source, name);
+        p.spec = spec.ToString();
+        p.full_bytes = Numel(spec.shape()) * DTypeSize(spec.dtype());
+        p.sharded = spec.NumShards() > 0;
+        DT_ASSIGN_OR_RETURN(Tensor piece, checkpoint.ReadLocal(p.checkpoint, spec, read, &r.stats));
+        p.local_bytes = piece.nbytes();
+        p.read_bytes = r.stats.bytes_read() - before;
+        r.full_bytes += p.full_bytes;
+        (p.sharded ? r.sharded_full_bytes : r.replicated_bytes) += p.full_bytes;
+        r.local_bytes += p.local_bytes;
+        r.params.push_back(std::move(p));
+        bar.Update(r.full_bytes, static_cast<int64_t>(r.params.size()));
+        return piece;
+      }));
+  r.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return absl::OkStatus();
+}
+
+}  // namespace dt::nn
