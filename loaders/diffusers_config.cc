@@ -178,6 +178,17 @@ absl::StatusOr<Flux2Config> LoadFlux2Config(const std::string& dir) {
   return ParseFlux2Config(text, file.string());
 }
 
+absl::StatusOr<std::string> DiffusersClassName(const std::string& dir) {
+  absl::StatusOr<std::string> tdir = Flux2TransformerDir(dir);
+  if (!tdir.ok()) return std::string();
+  const fs::path file = fs::path(*tdir) / "config.json";
+  DT_ASSIGN_OR_RETURN(const std::string text, ReadConfigFile(file));
+  const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return Reader(j, file.string()).Error("must be a JSON object");
+  auto it = j.find("_class_name");
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 std::string Flux2ConfigToJson(const Flux2Config& c) {
   nlohmann::ordered_json j;
   j["_class_name"] = "Flux2Transformer2DModel";

@@ -71,6 +71,10 @@ absl::StatusOr<Flux2Config> ParseFlux2Config(absl::string_view json, absl::strin
 absl::StatusOr<std::string> Flux2TransformerDir(const std::string& dir);
 // config.json of Flux2TransformerDir(dir).
 absl::StatusOr<Flux2Config> LoadFlux2Config(const std::string& dir);
+// The `_class_name` of a diffusers model (Flux2TransformerDir(dir)'s config.json), or "" when
+// `dir` holds no diffusers config (a transformers directory, whose config.json has none, or no
+// config at all). Lets a tool that takes any model directory tell which loader it needs.
+absl::StatusOr<std::string> DiffusersClassName(const std::string& dir);
 // The config as diffusers writes it (every field, `_class_name` first).
 std::string Flux2ConfigToJson(const Flux2Config& config);
 

@@ -1,9 +1,10 @@
 // `dtensor inspect PATH [--tp N] [--plan auto] [--dtype f32|bf16]`: what a checkpoint holds and,
 // with --tp, what each rank of a tensor-parallel load will read.
 //
-// PATH is a .safetensors file, a model.safetensors.index.json, or a model directory. Without --tp
-// it lists every tensor (dtype, shape, bytes). With --tp N it places the model the directory's
-// config.json describes (--plan auto: the model's own tensor-parallel plan, as FromPretrained
+// PATH is a .safetensors file, a model.safetensors.index.json, or a model directory (transformers'
+// Llama, or diffusers' Flux2: a transformer directory or a pipeline directory with transformer/).
+// Without --tp it lists every tensor (dtype, shape, bytes). With --tp N it places the model the
+// directory's config.json describes (--plan auto: the model's own tensor-parallel plan, as FromPretrained
 // applies it) on an abstract mesh of N ranks — nothing is launched and no weight is read — and
 // prints each tensor's placement and the bytes each rank's sharded read takes from the file, then
 // the totals per rank. Exit status: 0; 1 when the loader refuses the checkpoint or the plan (its
@@ -16,13 +17,16 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "dtensor/core/status.h"
+#include "dtensor/loaders/diffusers_config.h"
 #include "dtensor/loaders/hf_config.h"
 #include "dtensor/loaders/safetensors.h"
 #include "dtensor/mesh/device_mesh.h"
+#include "dtensor/nn/models/flux2.h"
 #include "dtensor/nn/models/llama.h"
 #include "dtensor/tools/dtensor_cli.h"
 
@@ -51,17 +55,13 @@ std::string ModelDir(const std::string& path) {
   return fs::is_directory(p) ? p.string() : p.parent_path().string();
 }
 
-absl::StatusOr<std::map<std::string, Placed>> PlaceLlama(const std::string& dir, int64_t tp,
-                                                         const loaders::Checkpoint& ckpt) {
-  DT_ASSIGN_OR_RETURN(loaders::LlamaConfig config, loaders::LoadLlamaConfig(dir));
-  nn::LlamaForCausalLM model(config, config.dtype);
-  DT_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Abstract({tp}, {"tp"}));
-  DT_RETURN_IF_ERROR(model.Parallelize(mesh));
-  DT_RETURN_IF_ERROR(model.CheckCheckpoint(ckpt, /*warn=*/false));
+// Each parameter of a placed `model` with the tensor it reads (`source`) and each rank's bytes.
+absl::StatusOr<std::map<std::string, Placed>> Place(const nn::Module& model, int64_t tp,
+                                                    const loaders::Checkpoint& ckpt,
+                                                    const nn::SourceNameFn& source) {
   std::map<std::string, Placed> placed;
   for (const auto& [name, p] : model.NamedParameters()) {
-    const std::string source = model.CheckpointName(name);
-    DT_ASSIGN_OR_RETURN(const loaders::TensorInfo* info, ckpt.Info(source));
+    DT_ASSIGN_OR_RETURN(const loaders::TensorInfo* info, ckpt.Info(source ? source(name) : name));
     const int64_t item = info->nbytes() / std::max<int64_t>(1, Numel(info->shape));
     Placed& out = placed[name];
     out.info = info;
@@ -75,6 +75,31 @@ absl::StatusOr<std::map<std::string, Placed>> PlaceLlama(const std::string& dir,
   return placed;
 }
 
+// The model `dir` describes, placed by its own plan on an abstract mesh of `tp` ranks.
+absl::StatusOr<std::map<std::string, Placed>> PlaceModel(const std::string& dir, int64_t tp,
+                                                         const loaders::Checkpoint& ckpt) {
+  DT_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Abstract({tp}, {"tp"}));
+  DT_ASSIGN_OR_RETURN(const std::string diffusers_class, loaders::DiffusersClassName(dir));
+  if (diffusers_class == "Flux2Transformer2DModel") {
+    DT_ASSIGN_OR_RETURN(loaders::Flux2Config config, loaders::LoadFlux2Config(dir));
+    nn::Flux2Transformer2DModel model(config, DType::kF32);
+    DT_RETURN_IF_ERROR(model.Parallelize(mesh, nn::Flux2Transformer2DModel::TPPlan(config)));
+    DT_RETURN_IF_ERROR(model.CheckCheckpoint(ckpt, /*warn=*/false));
+    return Place(model, tp, ckpt, {});
+  }
+  if (!diffusers_class.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "'", dir, "' holds a diffusers ", diffusers_class,
+        "; the models with a tensor-parallel plan are LlamaForCausalLM and Flux2Transformer2DModel"));
+  }
+  DT_ASSIGN_OR_RETURN(loaders::LlamaConfig config, loaders::LoadLlamaConfig(dir));
+  nn::LlamaForCausalLM model(config, config.dtype);
+  DT_RETURN_IF_ERROR(model.Parallelize(mesh));
+  DT_RETURN_IF_ERROR(model.CheckCheckpoint(ckpt, /*warn=*/false));
+  return Place(model, tp, ckpt,
+               [&model](absl::string_view name) { return model.CheckpointName(name); });
+}
+
 }  // namespace
 
 int Inspect(const std::string& path, const Flags& flags) {
@@ -83,8 +108,13 @@ int Inspect(const std::string& path, const Flags& flags) {
     return 1;
   };
   std::string open_path = path;
-  if (fs::path(path).filename() == "model.safetensors.index.json") {
+  if (absl::EndsWith(fs::path(path).filename().string(), ".safetensors.index.json")) {
     open_path = fs::path(path).parent_path().string();
+  } else if (fs::is_directory(path)) {
+    // A diffusers pipeline directory: its transformer/.
+    absl::StatusOr<std::string> tdir = loaders::Flux2TransformerDir(path);
+    absl::StatusOr<std::string> cls = loaders::DiffusersClassName(path);
+    if (tdir.ok() && cls.ok() && !cls->empty()) open_path = *tdir;
   }
   absl::StatusOr<loaders::Checkpoint> ckpt = loaders::Checkpoint::Open(open_path);
   if (!ckpt.ok()) return fail(ckpt.status());
@@ -113,7 +143,7 @@ int Inspect(const std::string& path, const Flags& flags) {
     std::fprintf(stderr, "dtensor inspect: --plan: only 'auto' (the model's own plan) is known\n");
     return 2;
   }
-  auto placed = PlaceLlama(ModelDir(path), tp, *ckpt);
+  auto placed = PlaceModel(ModelDir(path), tp, *ckpt);
   if (!placed.ok()) return fail(placed.status());
 
   // By parameter: a tied lm_head reads the embedding's rows a second time.
