@@ -16,6 +16,7 @@
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/models/flow_match.h"
 #include "dtensor/nn/models/flux2.h"
+#include "dtensor/nn/styles.h"
 #include "dtensor/ops/local/ops.h"
 #include "dtensor/tests/models/flux2_util.h"
 #include "dtensor/tests/test_util.h"
@@ -310,6 +311,21 @@ TEST(Flux2Validation, PlanKeyThatMatchesNothingIsRefused) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_TRUE(Contains(s, "transformer_blocks.*.attn.to_qkv"));
   EXPECT_TRUE(Contains(s, "match no layer"));
+}
+
+// A user plan whose block list does not sum to the fused weight's rows (Q|K|V|gate without up).
+TEST(Flux2Validation, BlockListThatDoesNotSumToTheWeightIsRefused) {
+  Flux2LoadOptions o;
+  o.plan = Flux2Transformer2DModel::TPPlan();
+  for (auto& [key, entry] : *o.plan) {
+    if (key == "single_transformer_blocks.*.attn.to_qkv_mlp_proj") {
+      entry = PlanEntry(std::make_shared<PackedColwiseParallel>(std::vector<int64_t>{64, 64, 64, 192}));
+    }
+  }
+  absl::Status s = Load(2, Flux2Fixture("flux2-tiny"), o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Contains(s, "576")) << s;
+  EXPECT_TRUE(Contains(s, "[64, 64, 64, 192]")) << s;
 }
 
 TEST(Flux2Validation, ConfigFieldsAreCheckedNotIgnored) {
