@@ -418,6 +418,16 @@ absl::Status Flux2Transformer2DModel::Parallelize(const DeviceMesh& mesh, const 
   return absl::OkStatus();
 }
 
+absl::Status Flux2Transformer2DModel::ShardLoaded(const ParallelPlan& plan) {
+  ParallelizeOptions o;
+  o.config = tp_config();
+  o.warn = false;
+  o.require_every_rule = true;
+  DT_RETURN_IF_ERROR(nn::ShardLoaded(*this, plan, o));
+  plan_ = plan;
+  return absl::OkStatus();
+}
+
 std::string Flux2Transformer2DModel::tp_plan() {
   absl::StatusOr<std::string> s = FormatPlan(*this, plan_);
   return s.ok() ? *s : std::string(s.status().message());
@@ -507,11 +517,19 @@ absl::StatusOr<std::unique_ptr<Flux2Transformer2DModel>> Flux2Transformer2DModel
                                      config.num_layers));
   DT_RETURN_IF_ERROR(CheckBlockCount(checkpoint, "single_transformer_blocks.",
                                      "num_single_layers", config.num_single_layers));
+  const ParallelPlan plan = options.plan.value_or(TPPlan(config));
   auto model = std::make_unique<Flux2Transformer2DModel>(config, options.dtype);
-  DT_RETURN_IF_ERROR(model->Parallelize(mesh, options.plan.value_or(TPPlan(config))));
+  DT_RETURN_IF_ERROR(model->Parallelize(mesh, plan));
+  if (options.load_whole) {
+    // The plan passed every check above; now place everything whole and shard after reading.
+    model = std::make_unique<Flux2Transformer2DModel>(config, options.dtype);
+    DT_RETURN_IF_ERROR(ReplicateModule(*model, mesh));
+    model->mesh_ = mesh;
+  }
   DT_RETURN_IF_ERROR(model->CheckCheckpoint(
       checkpoint, options.warn && mesh.my_rank() == mesh.ranks().front()));
   DT_RETURN_IF_ERROR(model->LoadWeights(checkpoint, options, report));
+  if (options.load_whole) DT_RETURN_IF_ERROR(model->ShardLoaded(plan));
   return model;
 }
 

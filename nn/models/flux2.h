@@ -196,6 +196,9 @@ struct Flux2LoadOptions {
   bool zero_copy = true;
   bool warn = true;  // checkpoint tensors the model does not use
   std::optional<ParallelPlan> plan;  // nullopt: TPPlan(config)
+  // Read every weight whole, then shard in place (nn::ShardLoaded, diffusers' enable_parallelism):
+  // the same model, more memory on the way. The plan is still validated before anything is read.
+  bool load_whole = false;
 };
 
 class Flux2Transformer2DModel : public Module {
@@ -222,6 +225,8 @@ class Flux2Transformer2DModel : public Module {
   // Places the parameters without reading anything (every check of the file comment that needs
   // no checkpoint).
   absl::Status Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan);
+  // A model loaded whole (every parameter Replicate on the mesh) sharded in place by `plan`.
+  absl::Status ShardLoaded(const ParallelPlan& plan);
   // Every parameter's tensor present with its shape (reads no weight).
   absl::Status CheckCheckpoint(const loaders::Checkpoint& checkpoint, bool warn) const;
   absl::Status LoadWeights(const loaders::Checkpoint& checkpoint, const Flux2LoadOptions& options,

@@ -118,6 +118,51 @@ INSTANTIATE_TEST_SUITE_P(Cases, Flux2Forward,
                            return absl::StrCat(name, "_tp", info.param.tp);
                          });
 
+// Load whole, then shard in place (diffusers' enable_parallelism): the same placements and the
+// same sample, bit for bit, as load-time sharding; each rank's load read every tensor whole.
+TEST(Flux2LoadWhole, ShardsInPlaceToTheSameModel) {
+  auto in = FixtureInputs("flux2-tiny");
+  ASSERT_TRUE(in.ok()) << in.status();
+  absl::Status s = World::RunThreads(2, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2}, {"tp"}));
+    LoadReport sharded_report, whole_report;
+    DT_ASSIGN_OR_RETURN(auto sharded, Flux2Transformer2DModel::FromPretrained(
+                                          Flux2Fixture("flux2-tiny"), mesh, {}, &sharded_report));
+    Flux2LoadOptions o;
+    o.load_whole = true;
+    DT_ASSIGN_OR_RETURN(auto whole, Flux2Transformer2DModel::FromPretrained(
+                                        Flux2Fixture("flux2-tiny"), mesh, o, &whole_report));
+    if (whole_report.stats.bytes_read() <= sharded_report.stats.bytes_read()) {
+      return absl::InternalError("load_whole did not read the whole tensors");
+    }
+    auto a = sharded->NamedParameters(), b = whole->NamedParameters();
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].second->spec().ToString() != b[i].second->spec().ToString()) {
+        return absl::InternalError(absl::StrCat(a[i].first, ": ", a[i].second->spec().ToString(),
+                                                " vs ", b[i].second->spec().ToString()));
+      }
+    }
+    DT_ASSIGN_OR_RETURN(Tensor x, sharded->Run(*in));
+    DT_ASSIGN_OR_RETURN(Tensor y, whole->Run(*in));
+    if (x.ToVector<float>() != y.ToVector<float>()) {
+      return absl::InternalError("load_whole's sample differs from load-time sharding's");
+    }
+    // A plan load_whole could not apply is refused before anything is read.
+    o.plan = Flux2Transformer2DModel::TPPlan();
+    o.plan->emplace_back("transformer_blocks.*.attn.nope", "colwise");
+    LoadReport refused;
+    absl::Status bad =
+        Flux2Transformer2DModel::FromPretrained(Flux2Fixture("flux2-tiny"), mesh, o, &refused)
+            .status();
+    if (!Contains(bad, "match no layer") || refused.stats.bytes_read() != 0) {
+      return absl::InternalError(absl::StrCat("bad plan with load_whole: ", bad.ToString(),
+                                              ", read ", refused.stats.bytes_read()));
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
 // The pieces diffusers exposes on its own: temb and the rotary tables of flux2-tiny's inputs
 // (axes [4, 4, 4, 4], so rope_theta reaches them).
 TEST(Flux2Pieces, TimestepEmbeddingAndRotaryTablesMatchDiffusers) {
