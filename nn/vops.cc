@@ -1,11 +1,17 @@
 #include "dtensor/nn/vops.h"
 
-#include <initializer_list>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
+#include "dtensor/ops/dispatch.h"
 #include "dtensor/ops/dtensor_ops.h"
+#include "dtensor/ops/op_calls.h"
+
+// Every op here is the call its builder (ops/op_calls.h) makes from the operands' specs, run by
+// Run: through dops::Apply on DTensors, through dops::ApplyLocal (the declaration's own local
+// kernel) on local tensors. Nothing here calls a kernel by hand, so the two modes cannot drift.
 
 namespace dt::nn::vops {
 namespace {
@@ -13,11 +19,12 @@ namespace {
 struct Operand {
   const char* name;
   const Value* value;
+  bool optional = false;  // an undefined value means "none"
 };
 
 // True: every defined operand is a DTensor; false: every one is local. Mixed kinds and a call with
 // no defined operand are errors.
-absl::StatusOr<bool> UseDTensors(absl::string_view op, std::initializer_list<Operand> operands) {
+absl::StatusOr<bool> UseDTensors(absl::string_view op, absl::Span<const Operand> operands) {
   const Operand* first = nullptr;
   for (const Operand& o : operands) {
     if (!o.value->defined()) continue;
@@ -37,30 +44,59 @@ absl::StatusOr<bool> UseDTensors(absl::string_view op, std::initializer_list<Ope
   return first->value->is_dtensor();
 }
 
-const DTensor& D(const Value& v) {
-  static const DTensor* const kNone = new DTensor();
-  return v.is_dtensor() ? v.dtensor() : *kNone;
+// A local tensor's spec: the whole tensor on a one-rank mesh of its own (what an op's builder and
+// `infer` read: shape and dtype).
+DTensorSpec LocalSpec(const Tensor& t) {
+  static const DeviceMesh* const kLocal = new DeviceMesh(DeviceMesh::Abstract({1}, {"local"}).value());
+  return DTensorSpec::FromValidated(*kLocal, {Placement::Replicate()}, t.shape(), t.dtype());
 }
 
-const Tensor& L(const Value& v) {
-  static const Tensor* const kNone = new Tensor();
-  return v.defined() ? v.local() : *kNone;
-}
+using Builder = absl::FunctionRef<absl::StatusOr<dops::OpCall>(absl::Span<const DTensorSpec* const>)>;
 
-template <typename T>
-absl::StatusOr<Value> Wrap(absl::StatusOr<T> r) {
-  if (!r.ok()) return std::move(r).status();
-  return Value(*std::move(r));
-}
-
-template <typename T>
-absl::StatusOr<std::vector<Value>> WrapAll(absl::StatusOr<std::vector<T>> r) {
-  if (!r.ok()) return std::move(r).status();
+absl::StatusOr<std::vector<Value>> Run(const char* op, absl::Span<const Operand> operands,
+                                       Builder build) {
+  DT_ASSIGN_OR_RETURN(const bool distributed, UseDTensors(op, operands));
+  const size_t n = operands.size();
+  std::vector<const DTensorSpec*> specs(n, nullptr);
   std::vector<Value> out;
-  out.reserve(r->size());
-  for (T& t : *r) out.emplace_back(std::move(t));
+  if (distributed) {
+    static const DTensor* const kUndefined = new DTensor();
+    std::vector<const DTensor*> inputs(n, nullptr);
+    for (size_t j = 0; j < n; ++j) {
+      const Value& v = *operands[j].value;
+      if (v.defined()) specs[j] = &v.dtensor().spec();
+      if (v.defined() || !operands[j].optional) inputs[j] = v.defined() ? &v.dtensor() : kUndefined;
+    }
+    DT_ASSIGN_OR_RETURN(const dops::OpCall call, build(specs));
+    DT_ASSIGN_OR_RETURN(dops::Outputs outs, dops::Apply(call, inputs));
+    for (DTensor& d : outs) out.emplace_back(std::move(d));
+    return out;
+  }
+  static const Tensor* const kUndefined = new Tensor();
+  std::vector<DTensorSpec> local_specs;
+  local_specs.reserve(n);
+  std::vector<const Tensor*> inputs(n, nullptr);
+  for (size_t j = 0; j < n; ++j) {
+    const Value& v = *operands[j].value;
+    if (v.defined()) {
+      local_specs.push_back(LocalSpec(v.local()));
+      specs[j] = &local_specs.back();
+    }
+    if (v.defined() || !operands[j].optional) inputs[j] = v.defined() ? &v.local() : kUndefined;
+  }
+  DT_ASSIGN_OR_RETURN(const dops::OpCall call, build(specs));
+  DT_ASSIGN_OR_RETURN(dops::LocalOutputs outs, dops::ApplyLocal(call, inputs));
+  for (Tensor& t : outs) out.emplace_back(std::move(t));
   return out;
 }
+
+absl::StatusOr<Value> Run1(const char* op, std::initializer_list<Operand> operands, Builder build) {
+  DT_ASSIGN_OR_RETURN(std::vector<Value> out,
+                      Run(op, absl::MakeConstSpan(operands.begin(), operands.size()), build));
+  return std::move(out[0]);
+}
+
+using S = absl::Span<const DTensorSpec* const>;
 
 }  // namespace
 
@@ -77,157 +113,127 @@ absl::StatusOr<Value> AsKindOf(const Value& side, const Value& like) {
   }
   const DTensor& d = like.dtensor();
   Placements replicated(d.mesh().ndim(), Placement::Replicate());
-  return Wrap(DTensor::FromLocal(side.local(), d.mesh(), replicated));
+  DT_ASSIGN_OR_RETURN(DTensor r, DTensor::FromLocal(side.local(), d.mesh(), replicated));
+  return Value(std::move(r));
 }
 
 absl::StatusOr<Value> Linear(const Value& x, const Value& w, const Value& bias) {
-  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("Linear", {{"x", &x}, {"w", &w}, {"bias", &bias}}));
-  if (d) return Wrap(dops::Linear(D(x), D(w), D(bias)));
-  return Wrap(ops::Linear(L(x), L(w), L(bias)));
+  return Run1("Linear", {{"x", &x}, {"w", &w}, {"bias", &bias, true}},
+              [](S s) { return dops::calls::Linear(s[0], s[1], s[2]); });
 }
 
 absl::StatusOr<Value> Matmul(const Value& a, const Value& b, bool trans_a, bool trans_b) {
-  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("Matmul", {{"a", &a}, {"b", &b}}));
-  if (d) return Wrap(dops::Matmul(D(a), D(b), trans_a, trans_b));
-  return Wrap(ops::Matmul(L(a), L(b), trans_a, trans_b));
+  return Run1("Matmul", {{"a", &a}, {"b", &b}},
+              [&](S s) { return dops::calls::Matmul(s[0], s[1], trans_a, trans_b); });
 }
 
 absl::StatusOr<Value> Embedding(const Value& table, const Value& ids) {
-  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("Embedding", {{"table", &table}, {"ids", &ids}}));
-  if (d) return Wrap(dops::Embedding(D(table), D(ids)));
-  return Wrap(ops::Embedding(L(table), L(ids)));
+  return Run1("Embedding", {{"table", &table}, {"ids", &ids}},
+              [](S s) { return dops::calls::Embedding(s[0], s[1]); });
 }
 
 absl::StatusOr<Value> RmsNorm(const Value& x, const Value& weight, double eps) {
-  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("RmsNorm", {{"x", &x}, {"weight", &weight}}));
-  if (d) return Wrap(dops::RmsNorm(D(x), D(weight), eps));
-  return Wrap(ops::RmsNorm(L(x), L(weight), eps));
+  return Run1("RmsNorm", {{"x", &x}, {"weight", &weight, true}},
+              [&](S s) { return dops::calls::RmsNorm(s[0], s[1], eps); });
 }
 
 absl::StatusOr<Value> LayerNorm(const Value& x, const Value& weight, const Value& bias,
                                 double eps) {
-  DT_ASSIGN_OR_RETURN(bool d,
-                      UseDTensors("LayerNorm", {{"x", &x}, {"weight", &weight}, {"bias", &bias}}));
-  if (d) return Wrap(dops::LayerNorm(D(x), D(weight), D(bias), eps));
-  return Wrap(ops::LayerNorm(L(x), L(weight), L(bias), eps));
+  return Run1("LayerNorm", {{"x", &x}, {"weight", &weight, true}, {"bias", &bias, true}},
+              [&](S s) { return dops::calls::LayerNorm(s[0], s[1], s[2], eps); });
 }
 
 absl::StatusOr<Value> Add(const Value& a, const Value& b) {
-  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("Add", {{"a", &a}, {"b", &b}}));
-  if (d) return Wrap(dops::Add(D(a), D(b)));
-  return Wrap(ops::Add(L(a), L(b)));
+  return Run1("Add", {{"a", &a}, {"b", &b}},
+              [](S s) { return dops::calls::Binary(ops::BinaryOp::kAdd, s[0], s[1]); });
 }
 
 absl::StatusOr<Value> Sub(const Value& a, const Value& b) {
-  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("Sub", {{"a", &a}, {"b", &b}}));
-  if (d) return Wrap(dops::Sub(D(a), D(b)));
-  return Wrap(ops::Sub(L(a), L(b)));
+  return Run1("Sub", {{"a", &a}, {"b", &b}},
+              [](S s) { return dops::calls::Binary(ops::BinaryOp::kSub, s[0], s[1]); });
 }
 
 absl::StatusOr<Value> Mul(const Value& a, const Value& b) {
-  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("Mul", {{"a", &a}, {"b", &b}}));
-  if (d) return Wrap(dops::Mul(D(a), D(b)));
-  return Wrap(ops::Mul(L(a), L(b)));
+  return Run1("Mul", {{"a", &a}, {"b", &b}},
+              [](S s) { return dops::calls::Binary(ops::BinaryOp::kMul, s[0], s[1]); });
 }
 
-absl::StatusOr<Value> Mul(const Value& x, double s) {
-  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("Mul", {{"x", &x}}));
-  if (d) return Wrap(dops::Mul(D(x), s));
-  return Wrap(ops::Mul(L(x), s));
+absl::StatusOr<Value> Mul(const Value& x, double v) {
+  return Run1("Mul", {{"x", &x}},
+              [&](S s) { return dops::calls::BinaryScalar(ops::BinaryOp::kMul, s[0], v); });
 }
 
-absl::StatusOr<Value> Div(const Value& x, double s) {
-  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("Div", {{"x", &x}}));
-  if (d) return Wrap(dops::Div(D(x), s));
-  return Wrap(ops::Div(L(x), s));
+absl::StatusOr<Value> Div(const Value& x, double v) {
+  return Run1("Div", {{"x", &x}},
+              [&](S s) { return dops::calls::BinaryScalar(ops::BinaryOp::kDiv, s[0], v); });
 }
 
 absl::StatusOr<Value> Silu(const Value& x) {
-  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("Silu", {{"x", &x}}));
-  if (d) return Wrap(dops::Silu(D(x)));
-  return Wrap(ops::Silu(L(x)));
+  return Run1("Silu", {{"x", &x}},
+              [](S s) { return dops::calls::Unary(ops::UnaryOp::kSilu, s[0]); });
 }
 
 absl::StatusOr<Value> Gelu(const Value& x, ops::GeluApproximation approx) {
-  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("Gelu", {{"x", &x}}));
-  if (d) return Wrap(dops::Gelu(D(x), approx));
-  return Wrap(ops::Gelu(L(x), approx));
+  return Run1("Gelu", {{"x", &x}}, [&](S s) { return dops::calls::Gelu(s[0], approx); });
 }
 
 absl::StatusOr<Value> Cast(const Value& x, DType dtype) {
-  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("Cast", {{"x", &x}}));
-  if (d) return Wrap(dops::Cast(D(x), dtype));
-  return Wrap(ops::Cast(L(x), dtype));
+  return Run1("Cast", {{"x", &x}}, [&](S s) { return dops::calls::Cast(s[0], dtype); });
 }
 
 absl::StatusOr<Value> Modulate(const Value& x, const Value& scale, const Value& shift) {
-  DT_ASSIGN_OR_RETURN(bool d,
-                      UseDTensors("Modulate", {{"x", &x}, {"scale", &scale}, {"shift", &shift}}));
-  if (d) return Wrap(dops::Modulate(D(x), D(scale), D(shift)));
-  return Wrap(ops::Modulate(L(x), L(scale), L(shift)));
+  return Run1("Modulate", {{"x", &x}, {"scale", &scale}, {"shift", &shift}},
+              [](S s) { return dops::calls::Modulate(s[0], s[1], s[2]); });
 }
 
 absl::StatusOr<Value> ApplyRotary(const Value& x, const Value& cos, const Value& sin,
                                   ops::RotaryStyle style) {
-  DT_ASSIGN_OR_RETURN(bool d,
-                      UseDTensors("ApplyRotary", {{"x", &x}, {"cos", &cos}, {"sin", &sin}}));
-  if (d) return Wrap(dops::ApplyRotary(D(x), D(cos), D(sin), style));
-  return Wrap(ops::ApplyRotary(L(x), L(cos), L(sin), style));
+  return Run1("ApplyRotary", {{"x", &x}, {"cos", &cos}, {"sin", &sin}},
+              [&](S s) { return dops::calls::Rotary(s[0], s[1], s[2], style); });
 }
 
 absl::StatusOr<Value> ScaledDotProductAttention(const Value& q, const Value& k, const Value& v,
                                                 const ops::AttentionOptions& options) {
-  DT_ASSIGN_OR_RETURN(bool d,
-                      UseDTensors("ScaledDotProductAttention", {{"q", &q}, {"k", &k}, {"v", &v}}));
-  if (d) return Wrap(dops::ScaledDotProductAttention(D(q), D(k), D(v), options));
-  return Wrap(ops::ScaledDotProductAttention(L(q), L(k), L(v), options));
+  return Run1("ScaledDotProductAttention", {{"q", &q}, {"k", &k}, {"v", &v}},
+              [&](S s) { return dops::calls::Attention(s[0], s[1], s[2], options); });
 }
 
 absl::StatusOr<Value> Reshape(const Value& x, IntSpan shape) {
-  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("Reshape", {{"x", &x}}));
-  if (d) return Wrap(dops::Reshape(D(x), shape));
-  return Wrap(L(x).Reshape(shape));
+  return Run1("Reshape", {{"x", &x}}, [&](S s) { return dops::calls::View("Reshape", s[0], shape); });
 }
 
 absl::StatusOr<Value> Transpose(const Value& x, int64_t dim0, int64_t dim1) {
-  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("Transpose", {{"x", &x}}));
-  if (d) return Wrap(dops::Transpose(D(x), dim0, dim1));
-  return Wrap(L(x).Transpose(dim0, dim1));
+  return Run1("Transpose", {{"x", &x}},
+              [&](S s) { return dops::calls::Transpose(s[0], dim0, dim1); });
 }
 
 absl::StatusOr<Value> Unsqueeze(const Value& x, int64_t dim) {
-  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("Unsqueeze", {{"x", &x}}));
-  if (d) return Wrap(dops::Unsqueeze(D(x), dim));
-  return Wrap(L(x).Unsqueeze(dim));
+  return Run1("Unsqueeze", {{"x", &x}}, [&](S s) { return dops::calls::Unsqueeze(s[0], dim); });
 }
 
 absl::StatusOr<Value> Cat(absl::Span<const Value> xs, int64_t dim) {
   if (xs.empty()) return absl::InvalidArgumentError("Cat: no tensors given");
-  for (size_t i = 1; i < xs.size(); ++i) {
-    DT_RETURN_IF_ERROR(
-        UseDTensors("Cat", {{"tensors[0]", &xs[0]}, {"tensors[i]", &xs[i]}}).status());
+  std::vector<std::string> names;
+  names.reserve(xs.size());
+  std::vector<Operand> operands;
+  for (size_t j = 0; j < xs.size(); ++j) {
+    names.push_back(absl::StrCat("tensors[", j, "]"));
+    operands.push_back({names.back().c_str(), &xs[j]});
   }
-  if (xs[0].is_dtensor()) {
-    std::vector<DTensor> ds;
-    for (const Value& v : xs) ds.push_back(v.dtensor());
-    return Wrap(dops::Cat(ds, dim));
-  }
-  std::vector<Tensor> ts;
-  for (const Value& v : xs) ts.push_back(v.local());
-  return Wrap(ops::Cat(ts, dim));
+  DT_ASSIGN_OR_RETURN(std::vector<Value> out,
+                      Run("Cat", operands, [&](S s) { return dops::calls::Cat(s, dim); }));
+  return std::move(out[0]);
 }
 
 absl::StatusOr<std::vector<Value>> Split(const Value& x, absl::Span<const int64_t> sizes,
                                          int64_t dim) {
-  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("Split", {{"x", &x}}));
-  if (d) return WrapAll(dops::Split(D(x), sizes, dim));
-  return WrapAll(ops::Split(L(x), sizes, dim));
+  const Operand xo[] = {{"x", &x}};
+  return Run("Split", xo, [&](S s) { return dops::calls::Split(s[0], sizes, dim); });
 }
 
 absl::StatusOr<std::vector<Value>> Chunk(const Value& x, int64_t chunks, int64_t dim) {
-  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("Chunk", {{"x", &x}}));
-  if (d) return WrapAll(dops::Chunk(D(x), chunks, dim));
-  return WrapAll(ops::Chunk(L(x), chunks, dim));
+  const Operand xo[] = {{"x", &x}};
+  return Run("Chunk", xo, [&](S s) { return dops::calls::Chunk(s[0], chunks, dim); });
 }
 
 }  // namespace dt::nn::vops

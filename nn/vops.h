@@ -1,11 +1,12 @@
 #pragma once
 // Ops on Values: the layers' forward code is written once against these and runs either on
-// DTensors (dt::dops: sharding propagation, redistribution when needed) or on local tensors
-// (dt::ops: this rank's pieces, no communication).
+// DTensors (sharding propagation, redistribution when needed) or on local tensors (this rank's
+// pieces, no communication). Both modes run the op's one declaration (ops/op_decl.h) through the
+// same call builder (ops/op_calls.h):
 //
-//   operands                       runs                  result
-//   all DTensors                   dops::<op>            DTensor
-//   all local tensors              ops::<op>             local tensor
+//   operands                       runs                                        result
+//   all DTensors                   dops::Apply (strategy, then the local run)  DTensor
+//   all local tensors              dops::ApplyLocal (the declaration's run)    local tensor
 //   a DTensor and a local tensor   -                     InvalidArgument (as PyTorch refuses to mix
 //                                                        torch.Tensor and DTensor)
 //

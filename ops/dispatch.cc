@@ -371,6 +371,19 @@ absl::StatusOr<Outputs> Apply(const OpCall& call, absl::Span<const DTensor* cons
   return p.Wrap(std::move(outs));
 }
 
+absl::StatusOr<LocalOutputs> ApplyLocal(const OpCall& call, absl::Span<const Tensor* const> inputs) {
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    if (inputs[j] != nullptr && !inputs[j]->defined()) {
+      return absl::InvalidArgumentError(absl::StrCat(OpName(call), ": ",
+                                                     InputName(call, static_cast<int>(j)),
+                                                     " is undefined"));
+    }
+  }
+  const OpDecl& decl = DeclOf(call.op);
+  DT_RETURN_IF_ERROR(decl.infer(call).status());
+  return decl.run(call, LocalArgs(inputs));
+}
+
 // ---- LocalArgs (op_decl.h) ------------------------------------------------------------------------
 
 bool LocalArgs::has(int j) const {

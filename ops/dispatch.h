@@ -77,6 +77,11 @@ absl::Status Prepare(const OpCall& call, absl::Span<const DTensor* const> inputs
 // input. Collective over the mesh.
 absl::StatusOr<Outputs> Apply(const OpCall& call, absl::Span<const DTensor* const> inputs);
 
+// The same call on whole local tensors (no mesh; call.inputs are their specs on any mesh, nullptr
+// for an absent optional input): the declaration's `infer` validates it with the messages the
+// DTensor path gives, and its `run` computes it with the local kernels. nn::vops's local mode.
+absl::StatusOr<LocalOutputs> ApplyLocal(const OpCall& call, absl::Span<const Tensor* const> inputs);
+
 // The strategy choice itself (no cache, no communication): exposed for tests and tools.
 absl::StatusOr<std::shared_ptr<const Entry>> ChooseStrategy(const OpCall& call);
 

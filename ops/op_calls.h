@@ -1,0 +1,54 @@
+#pragma once
+// Each public DTensor op's arguments turned into its OpCall — the one place an op's argument
+// normalization lives (dims wrapped, a -1 size resolved, a permutation checked, the public name for
+// messages). The calls read only the inputs' specs (global shape, dtype, placements; nullptr for an
+// absent optional input), so one builder serves both entry points:
+//
+//   dops::Linear(x, w, b)   = dops::Apply(calls::Linear(&x.spec(), &w.spec(), ...), DTensors)
+//   nn::vops::Linear(x, ..) = the same call on the values' specs, run as a DTensor op or, for
+//                             local tensors, by the declaration's own local kernel (ApplyLocal)
+//
+// Adding an op (docs/ops.md): its declaration row (op_decls.cc), a builder here, one line in
+// dtensor_ops.cc and one in nn/vops.cc that name the builder, its kernels and its property test.
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "dtensor/core/shape.h"
+#include "dtensor/dtensor/spec.h"
+#include "dtensor/ops/local/ops.h"
+#include "dtensor/ops/strategy.h"
+
+namespace dt::dops::calls {
+
+using Spec = const DTensorSpec*;
+
+absl::StatusOr<OpCall> Matmul(Spec a, Spec b, bool trans_a, bool trans_b);
+absl::StatusOr<OpCall> Linear(Spec x, Spec w, Spec bias);
+absl::StatusOr<OpCall> Binary(ops::BinaryOp op, Spec a, Spec b);
+absl::StatusOr<OpCall> BinaryScalar(ops::BinaryOp op, Spec x, double s);
+absl::StatusOr<OpCall> Unary(ops::UnaryOp op, Spec x);
+absl::StatusOr<OpCall> Gelu(Spec x, ops::GeluApproximation approx);
+absl::StatusOr<OpCall> Cast(Spec x, DType dtype);
+absl::StatusOr<OpCall> Modulate(Spec x, Spec scale, Spec shift);
+absl::StatusOr<OpCall> Reduce(ops::Reduction op, Spec x, int64_t dim, bool keepdim);
+absl::StatusOr<OpCall> Softmax(Spec x, int64_t dim, bool log);
+absl::StatusOr<OpCall> RmsNorm(Spec x, Spec weight, double eps);
+absl::StatusOr<OpCall> LayerNorm(Spec x, Spec weight, Spec bias, double eps);
+absl::StatusOr<OpCall> Rotary(Spec x, Spec cos, Spec sin, ops::RotaryStyle style);
+absl::StatusOr<OpCall> Attention(Spec q, Spec k, Spec v, const ops::AttentionOptions& options);
+absl::StatusOr<OpCall> Embedding(Spec table, Spec ids);
+// `name`: "View" or "Reshape" (the same op).
+absl::StatusOr<OpCall> View(const char* name, Spec x, IntSpan shape);
+absl::StatusOr<OpCall> Flatten(Spec x, int64_t start_dim, int64_t end_dim);
+absl::StatusOr<OpCall> Permute(const char* name, Spec x, IntSpan dims);
+absl::StatusOr<OpCall> Transpose(Spec x, int64_t dim0, int64_t dim1);
+absl::StatusOr<OpCall> Unsqueeze(Spec x, int64_t dim);
+absl::StatusOr<OpCall> Squeeze(Spec x, int64_t dim);
+absl::StatusOr<OpCall> Cat(absl::Span<const Spec> tensors, int64_t dim);
+absl::StatusOr<OpCall> Split(Spec x, absl::Span<const int64_t> sizes, int64_t dim);
+absl::StatusOr<OpCall> Chunk(Spec x, int64_t chunks, int64_t dim);
+absl::StatusOr<OpCall> TopK(Spec x, int64_t k, int64_t dim, bool largest);
+
+}  // namespace dt::dops::calls
