@@ -1,6 +1,8 @@
 #include "dtensor/core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <numeric>
 #include <optional>
@@ -510,6 +512,21 @@ absl::Status AllClose(const Tensor& got, const Tensor& want, double atol, double
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<double> MaxRelativeDiff(const Tensor& got, const Tensor& want) {
+  if (got.shape() != want.shape()) {
+    return absl::InvalidArgumentError(absl::StrCat("shape mismatch: got ", ShapeToString(got.shape()),
+                                                   ", want ", ShapeToString(want.shape())));
+  }
+  const std::vector<double> g = got.ToDoubles(), w = want.ToDoubles();
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (!std::isfinite(g[i])) return std::numeric_limits<double>::infinity();
+    diff = std::max(diff, std::abs(g[i] - w[i]));
+    scale = std::max(scale, std::abs(w[i]));
+  }
+  return scale > 0 ? diff / scale : diff;
 }
 
 }  // namespace dt

@@ -131,6 +131,10 @@ bool Equal(const Tensor& a, const Tensor& b);
 // OK when shapes match and |a-b| <= atol + rtol*|b| elementwise (NaNs must match); otherwise an
 // error naming the first mismatch: "at [3, 1]: got 1.5, want 1.25 (atol 1e-5, rtol 1e-5)".
 absl::Status AllClose(const Tensor& got, const Tensor& want, double atol = 1e-5, double rtol = 1e-5);
+// max |got - want| / max |want| ("within tol of the output's scale"; max |got - want| when want
+// is all zeros), infinity when got holds a NaN or an infinity; InvalidArgument naming both shapes
+// when they differ.
+absl::StatusOr<double> MaxRelativeDiff(const Tensor& got, const Tensor& want);
 
 template <typename T>
 absl::StatusOr<Tensor> Tensor::FromVector(IntSpan shape, const std::vector<T>& values) {

@@ -156,19 +156,6 @@ absl::StatusOr<Tensor> Read(const dt::loaders::Checkpoint& c, const std::string&
   return t.To(DType::kF32);
 }
 
-// max |x - y| / max |y|
-double RelativeDiff(const Tensor& x, const Tensor& y) {
-  const std::vector<float> xv = x.ToVector<float>(), yv = y.ToVector<float>();
-  if (xv.size() != yv.size()) return INFINITY;
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < xv.size(); ++i) {
-    if (!std::isfinite(xv[i])) return INFINITY;
-    diff = std::max(diff, std::abs(double(xv[i]) - yv[i]));
-    scale = std::max(scale, std::abs(double(yv[i])));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
-
 // --inputs/--output: one forward on diffusers' tensors.
 absl::Status Verify(const Args& a, Flux2Transformer2DModel& model, const DeviceMesh& mesh) {
   DT_ASSIGN_OR_RETURN(dt::loaders::Checkpoint c, dt::loaders::Checkpoint::Open(a.inputs));
@@ -194,7 +181,7 @@ absl::Status Verify(const Args& a, Flux2Transformer2DModel& model, const DeviceM
     return absl::InvalidArgumentError(absl::StrCat("--reference: sample is ", want.Describe(),
                                                    ", the model gave ", sample.Describe()));
   }
-  const double diff = RelativeDiff(sample, want);
+  DT_ASSIGN_OR_RETURN(const double diff, dt::MaxRelativeDiff(sample, want));
   std::printf("rank %d: sample within %.2g of the reference's scale (tolerance 1e-4)\n",
               mesh.my_rank(), diff);
   if (!(diff <= 1e-4)) {
@@ -356,7 +343,9 @@ absl::Status Run(const Args& a) {
   DT_ASSIGN_OR_RETURN(Tensor verdict, Tensor::FromVector<int64_t>({1}, {0}));
   if (lead) {
     absl::StatusOr<Tensor> single = SingleRankLatents(a);
-    const double diff = single.ok() ? RelativeDiff(latents, single->To(DType::kF32).value()) : INFINITY;
+    const absl::StatusOr<double> rel =
+        single.ok() ? dt::MaxRelativeDiff(latents, *single) : absl::StatusOr<double>(INFINITY);
+    const double diff = rel.ok() ? *rel : INFINITY;
     verdict.data<int64_t>()[0] = diff <= 1e-4 ? 1 : 0;
     if (diff <= 1e-4) {
       std::printf("check: the latents are within %.2g of the single-rank run's scale\n", diff);

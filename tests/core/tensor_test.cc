@@ -298,3 +298,21 @@ TEST(TensorTest, Golden) {
 
 }  // namespace
 }  // namespace dt
+
+namespace dt {
+namespace {
+
+TEST(TensorCompare, MaxRelativeDiffIsRelativeToTheReferenceScale) {
+  const Tensor want = Tensor::FromVector<float>({3}, {1.0f, -4.0f, 2.0f}).value();
+  const Tensor got = Tensor::FromVector<float>({3}, {1.5f, -4.0f, 2.0f}).value();
+  EXPECT_DOUBLE_EQ(MaxRelativeDiff(got, want).value(), 0.5 / 4.0);
+  EXPECT_DOUBLE_EQ(MaxRelativeDiff(want, want).value(), 0.0);
+  const Tensor zeros = Tensor::Zeros({3}, DType::kF32).value();
+  EXPECT_DOUBLE_EQ(MaxRelativeDiff(got, zeros).value(), 4.0);  // no scale: the absolute diff
+  const Tensor nan = Tensor::FromVector<float>({3}, {1.0f, NAN, 2.0f}).value();
+  EXPECT_TRUE(std::isinf(MaxRelativeDiff(nan, want).value()));
+  EXPECT_FALSE(MaxRelativeDiff(Tensor::Zeros({2}, DType::kF32).value(), want).ok());
+}
+
+}  // namespace
+}  // namespace dt

@@ -44,21 +44,7 @@ inline absl::StatusOr<Flux2Inputs> FixtureInputs(const std::string& fixture) {
 
 // max |got - want| / max |want|: "within tol relative to the output's scale".
 inline absl::StatusOr<double> RelativeError(const Tensor& got, const Tensor& want) {
-  if (got.shape() != want.shape()) {
-    return absl::InvalidArgumentError(absl::StrCat("shape ", ShapeToString(got.shape()),
-                                                   " != the reference's ",
-                                                   ShapeToString(want.shape())));
-  }
-  DT_ASSIGN_OR_RETURN(Tensor g, got.To(DType::kF32));
-  DT_ASSIGN_OR_RETURN(Tensor w, want.To(DType::kF32));
-  const std::vector<float> gv = g.ToVector<float>(), wv = w.ToVector<float>();
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < gv.size(); ++i) {
-    if (!std::isfinite(gv[i])) return INFINITY;
-    diff = std::max(diff, std::abs(double(gv[i]) - wv[i]));
-    scale = std::max(scale, std::abs(double(wv[i])));
-  }
-  return scale > 0 ? diff / scale : diff;
+  return MaxRelativeDiff(got, want);
 }
 
 }  // namespace dt::nn::testing
