@@ -154,6 +154,12 @@ absl::StatusOr<Value> Gelu(const Value& x, ops::GeluApproximation approx) {
   return Wrap(ops::Gelu(L(x), approx));
 }
 
+absl::StatusOr<Value> Relu(const Value& x) {
+  DT_ASSIGN_OR_RETURN(bool d, UseDTensors("Relu", {{"x", &x}}));
+  if (d) return Wrap(dops::Relu(D(x)));
+  return Wrap(ops::Relu(L(x)));
+}
+
 absl::StatusOr<Value> Cast(const Value& x, DType dtype) {
   DT_ASSIGN_OR_RETURN(bool d, UseDTensors("Cast", {{"x", &x}}));
   if (d) return Wrap(dops::Cast(D(x), dtype));

@@ -49,6 +49,7 @@ const char* UnaryName(ops::UnaryOp op) {
     case ops::UnaryOp::kExp: return "Exp";
     case ops::UnaryOp::kRsqrt: return "Rsqrt";
     case ops::UnaryOp::kSqrt: return "Sqrt";
+    case ops::UnaryOp::kRelu: return "Relu";
   }
   return "Unary";
 }
@@ -118,6 +119,7 @@ absl::StatusOr<DTensor> Gelu(const DTensor& x, ops::GeluApproximation approx) {
                                                        : ops::UnaryOp::kGeluErf,
                x);
 }
+absl::StatusOr<DTensor> Relu(const DTensor& x) { return Unary(ops::UnaryOp::kRelu, x); }
 absl::StatusOr<DTensor> Exp(const DTensor& x) { return Unary(ops::UnaryOp::kExp, x); }
 absl::StatusOr<DTensor> Rsqrt(const DTensor& x) { return Unary(ops::UnaryOp::kRsqrt, x); }
 absl::StatusOr<DTensor> Sqrt(const DTensor& x) { return Unary(ops::UnaryOp::kSqrt, x); }
