@@ -410,8 +410,8 @@ TPConfig Flux2Transformer2DModel::tp_config() const {
 absl::Status Flux2Transformer2DModel::Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan) {
   ParallelizeOptions o;
   o.config = tp_config();
-  o.warn = false;  // the modulations, embedders and norms are replicated on purpose
-  o.require_every_rule = true;
+  o.uncovered_params = PlanCheck::kIgnore;  // modulations, embedders, norms: replicated on purpose
+  o.unused_rules = PlanCheck::kError;       // the plan must match exactly
   DT_RETURN_IF_ERROR(ParallelizeModule(*this, mesh, plan, o));
   mesh_ = mesh;
   plan_ = plan;
