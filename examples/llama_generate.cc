@@ -39,9 +39,8 @@
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/models/llama.h"
 
-using namespace dt;      // NOLINT: example brevity
-using namespace dt::nn;  // NOLINT
-
+// The program lives in dt::nn (no using-directives): the library's names read unqualified here.
+namespace dt::nn {
 namespace {
 
 struct Args {
@@ -326,14 +325,15 @@ absl::Status Run(Args a) {
 }
 
 }  // namespace
+}  // namespace dt::nn
 
 int main(int argc, char** argv) {
-  absl::StatusOr<Args> args = ParseArgs(argc, argv);
+  absl::StatusOr<dt::nn::Args> args = dt::nn::ParseArgs(argc, argv);
   if (!args.ok()) {
     std::fprintf(stderr, "llama_generate: %s\n", args.status().ToString().c_str());
     return 2;
   }
-  const absl::Status s = Run(*args);
+  const absl::Status s = dt::nn::Run(*args);
   if (!s.ok()) std::fprintf(stderr, "llama_generate: %s\n", s.ToString().c_str());
   return s.ok() ? 0 : 1;
 }

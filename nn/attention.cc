@@ -101,10 +101,16 @@ Attention::Attention(const AttentionOptions& options) : Module("Attention"), opt
   AttentionOptions& o = options_;
   if (o.num_kv_heads == 0) o.num_kv_heads = o.num_heads;
   if (o.head_dim == 0 && o.num_heads > 0) o.head_dim = o.hidden_size / o.num_heads;
-  AddModule<Linear>("q_proj", o.hidden_size, o.num_heads * o.head_dim, o.bias, o.dtype);
-  AddModule<Linear>("k_proj", o.hidden_size, o.num_kv_heads * o.head_dim, o.bias, o.dtype);
-  AddModule<Linear>("v_proj", o.hidden_size, o.num_kv_heads * o.head_dim, o.bias, o.dtype);
-  AddModule<Linear>("o_proj", o.num_heads * o.head_dim, o.hidden_size, o.bias, o.dtype);
+  const int64_t q = o.num_heads * o.head_dim, kv = o.num_kv_heads * o.head_dim;
+  if (o.fused_qkv) {
+    AddModule<Linear>(o.qkv_name, o.hidden_size, q + 2 * kv, o.bias, o.dtype)
+        .set_packed_col_blocks({q, kv, kv});
+  } else {
+    AddModule<Linear>(o.q_name, o.hidden_size, q, o.bias, o.dtype);
+    AddModule<Linear>(o.k_name, o.hidden_size, kv, o.bias, o.dtype);
+    AddModule<Linear>(o.v_name, o.hidden_size, kv, o.bias, o.dtype);
+  }
+  AddModule<Linear>(o.o_name, q, o.hidden_size, o.bias, o.dtype);
 }
 
 void Attention::ResetKVCache() {
@@ -140,7 +146,8 @@ int64_t Attention::kv_cache_length() const { return cache_k_.defined() ? cache_k
 std::string Attention::ExtraRepr() const {
   return absl::StrCat("hidden=", options_.hidden_size, ", heads=", options_.num_heads,
                       ", kv_heads=", options_.num_kv_heads, ", head_dim=", options_.head_dim,
-                      options_.causal ? ", causal" : "");
+                      options_.causal ? ", causal" : "", options_.fused_qkv ? ", fused_qkv" : "",
+                      options_.bias ? ", bias" : "");
 }
 
 absl::Status Attention::CheckHeads() const {
@@ -163,12 +170,16 @@ absl::Status Attention::ValidateTensorParallel(const TPValidationContext& ctx) c
         "Attention '", ctx.module_name(), "': tensor parallel size ", tp, " does not divide ", what,
         " ", n, " (", projection, " sharded): each rank would hold a fraction of ", consequence));
   };
-  if (ctx.IsSharded("q_proj.weight") && options_.num_heads % tp != 0) {
-    return fail("num_heads", options_.num_heads, "q_proj.weight", "a query head");
+  const AttentionOptions& o = options_;
+  const std::string q = (o.fused_qkv ? o.qkv_name : o.q_name) + ".weight";
+  if (ctx.IsSharded(q) && o.num_heads % tp != 0) {
+    return fail("num_heads", o.num_heads, q, "a query head");
   }
-  for (const char* p : {"k_proj.weight", "v_proj.weight"}) {
-    if (ctx.IsSharded(p) && options_.num_kv_heads % tp != 0) {
-      return fail("num_kv_heads", options_.num_kv_heads, p, "a KV head (transformers #48307)");
+  for (const std::string& p : o.fused_qkv ? std::vector<std::string>{q}
+                                          : std::vector<std::string>{o.k_name + ".weight",
+                                                                     o.v_name + ".weight"}) {
+    if (ctx.IsSharded(p) && o.num_kv_heads % tp != 0) {
+      return fail("num_kv_heads", o.num_kv_heads, p, "a KV head (transformers #48307)");
     }
   }
   return absl::OkStatus();
@@ -187,13 +198,14 @@ absl::Status Attention::PickKVHeads(const Value& q, Value* k, Value* v) const {
       k->shape()[1] != o.num_kv_heads || o.num_kv_heads == 1) {
     return absl::OkStatus();
   }
-  const Parameter* w = FindChild("q_proj")->FindParameter("weight");
+  if (o.fused_qkv) return absl::OkStatus();  // q, k and v are cut by the same packed blocks
+  const Parameter* w = FindChild(o.q_name)->FindParameter("weight");
   if (!w->placed() || w->spec().placements().size() != 1 || !w->spec().placements()[0].is_shard() ||
       w->spec().placements()[0].dim() != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "Attention '", FullName(), "': this rank holds ", q.shape()[1], " of ", o.num_heads,
         " query heads but all ", o.num_kv_heads, " KV heads, and q_proj.weight (", w->Describe(),
-        ") does not say which query heads; shard k_proj and v_proj too"));
+        ") does not say which query heads; shard ", o.k_name, " and ", o.v_name, " too"));
   }
   const int64_t h0 = w->spec().Offset()[0] / o.head_dim;
   const int64_t group = o.num_heads / o.num_kv_heads;
@@ -226,15 +238,26 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
   }
   const int64_t b = x.shape()[0], s = x.shape()[1], d = options_.head_dim;
 
-  // [B, S, h·D] -> [B, h, S, D]
-  auto heads = [&](const char* proj) -> absl::StatusOr<Value> {
-    DT_ASSIGN_OR_RETURN(Value y, FindChild(proj)->CallOne({x}));
-    DT_ASSIGN_OR_RETURN(y, vops::Reshape(y, {b, s, -1, d}));
-    return vops::Transpose(y, 1, 2);
-  };
-  DT_ASSIGN_OR_RETURN(Value q, heads("q_proj"));
-  DT_ASSIGN_OR_RETURN(Value k, heads("k_proj"));
-  DT_ASSIGN_OR_RETURN(Value v, heads("v_proj"));
+  const AttentionOptions& o = options_;
+  Value q, k, v;
+  if (o.fused_qkv) {
+    // This rank's [q | k | v] slices (packed_colwise keeps every block's share together): split
+    // by the global ratio nH : nKV : nKV, which also holds for the whole (replicated) output.
+    DT_ASSIGN_OR_RETURN(Value qkv, FindChild(o.qkv_name)->CallOne({x}));
+    const int64_t width = qkv.shape().back(), total = (o.num_heads + 2 * o.num_kv_heads) * d;
+    const int64_t wq = width * o.num_heads * d / total, wkv = width * o.num_kv_heads * d / total;
+    DT_ASSIGN_OR_RETURN(std::vector<Value> parts, vops::Split(qkv, {wq, wkv, wkv}, -1));
+    DT_ASSIGN_OR_RETURN(q, Heads(parts[0], b, s));
+    DT_ASSIGN_OR_RETURN(k, Heads(parts[1], b, s));
+    DT_ASSIGN_OR_RETURN(v, Heads(parts[2], b, s));
+  } else {
+    DT_ASSIGN_OR_RETURN(Value yq, FindChild(o.q_name)->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(Value yk, FindChild(o.k_name)->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(Value yv, FindChild(o.v_name)->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(q, Heads(yq, b, s));
+    DT_ASSIGN_OR_RETURN(k, Heads(yk, b, s));
+    DT_ASSIGN_OR_RETURN(v, Heads(yv, b, s));
+  }
   DT_RETURN_IF_ERROR(PickKVHeads(q, &k, &v));
   if (cos.defined()) {
     DT_ASSIGN_OR_RETURN(Value c, vops::AsKindOf(cos, q));
@@ -265,8 +288,13 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value a, vops::ScaledDotProductAttention(q, k, v, attn));
   DT_ASSIGN_OR_RETURN(a, vops::Transpose(a, 1, 2));
   DT_ASSIGN_OR_RETURN(a, vops::Reshape(a, {b, s, -1}));
-  DT_ASSIGN_OR_RETURN(Value y, FindChild("o_proj")->CallOne({a}));
+  DT_ASSIGN_OR_RETURN(Value y, FindChild(o.o_name)->CallOne({a}));
   return Values{std::move(y)};
+}
+
+absl::StatusOr<Value> Attention::Heads(const Value& y, int64_t b, int64_t s) const {
+  DT_ASSIGN_OR_RETURN(Value h, vops::Reshape(y, {b, s, -1, options_.head_dim}));
+  return vops::Transpose(h, 1, 2);
 }
 
 }  // namespace dt::nn

@@ -11,9 +11,17 @@
 //                    replicated and give replicated DTensors.
 //   Attention        {x [B, S, H], cos, sin} -> {o_proj(SDPA(rope(q), rope(k), v)) [B, S, H]}
 //                    children q_proj [nH·D, H], k_proj / v_proj [nKV·D, H], o_proj [H, nH·D];
-//                    cos/sin may be absent (Value()) for no rotary. Heads are split with
-//                    (-1, head_dim), so the forward is the same on every rank whatever number
-//                    of heads it holds (diffusers' TP-agnostic processors).
+//                    or, with fused_qkv, one qkv_proj [(nH + 2·nKV)·D, H] whose rows are
+//                    q | k | v (GPT-2's c_attn), declared as packed blocks [nH·D, nKV·D, nKV·D].
+//                    Child names are options (GPT-2: qkv_name "c_attn", o_name "c_proj").
+//                    cos/sin may be absent ({x} or Value()) for no rotary (learned or no
+//                    positions). Heads are split with (-1, head_dim), so the forward is the same
+//                    on every rank whatever number of heads it holds (diffusers' TP-agnostic
+//                    processors).
+//
+// Plans (names as constructed): q_proj, k_proj, v_proj colwise and o_proj rowwise; fused:
+// qkv_proj packed_colwise (the blocks come from the module, so each rank gets its q, k and v
+// heads; plain colwise is refused) and o_proj rowwise. One all_reduce per call.
 //
 // KV cache: EnableKVCache() keeps K and V (after rotary) and appends every call's keys after the
 // previous ones; with `causal`, query i of a call attends to keys j <= cache_len + i (the mask is
@@ -87,6 +95,12 @@ struct AttentionOptions {
   bool causal = true;
   ops::RotaryStyle rotary_style = ops::RotaryStyle::kHalf;
   DType dtype = DType::kF32;
+  bool fused_qkv = false;  // one qkv projection instead of q/k/v (see the file comment)
+  std::string q_name = "q_proj";
+  std::string k_name = "k_proj";
+  std::string v_name = "v_proj";
+  std::string o_name = "o_proj";
+  std::string qkv_name = "qkv_proj";  // with fused_qkv
 };
 
 class Attention : public Module {
@@ -107,6 +121,8 @@ class Attention : public Module {
 
  private:
   absl::Status CheckHeads() const;
+  // [B, S, h·D] -> [B, h, S, D]
+  absl::StatusOr<Value> Heads(const Value& y, int64_t b, int64_t s) const;
   // See Note [Replicated KV heads] in attention.cc.
   absl::Status PickKVHeads(const Value& q, Value* k, Value* v) const;
 

@@ -13,6 +13,11 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, DType dtype
   if (bias) RegisterParameter("bias", {out_features}, dtype);
 }
 
+std::vector<int64_t> Linear::PackedBlocks(const Parameter& param, bool col) const {
+  if (col) return packed_col_blocks_;
+  return param.dim() >= 2 ? packed_row_blocks_ : std::vector<int64_t>{};
+}
+
 std::string Linear::ExtraRepr() const {
   std::string s =
       absl::StrCat("in=", in_, ", out=", out_, ", bias=", has_bias() ? "true" : "false");

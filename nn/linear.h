@@ -40,6 +40,8 @@ class Linear : public Module {
     packed_row_blocks_ = std::move(blocks);
   }
 
+  // packed_col_blocks for the weight and the bias (col), packed_row_blocks for the weight (row).
+  std::vector<int64_t> PackedBlocks(const Parameter& param, bool col) const override;
   std::string ExtraRepr() const override;
 
  protected:

@@ -28,6 +28,65 @@ absl::Status CheckIntermediate(const Module& m, const TPValidationContext& ctx,
 
 }  // namespace
 
+const char* ActivationName(Activation a) {
+  switch (a) {
+    case Activation::kGeluTanh: return "gelu_tanh";
+    case Activation::kGelu: return "gelu";
+    case Activation::kSilu: return "silu";
+    case Activation::kRelu: return "relu";
+  }
+  return "?";
+}
+
+absl::StatusOr<Activation> ParseActivation(absl::string_view name) {
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast" ||
+      name == "gelu_tanh") {
+    return Activation::kGeluTanh;
+  }
+  if (name == "gelu") return Activation::kGelu;
+  if (name == "silu" || name == "swish") return Activation::kSilu;
+  if (name == "relu") return Activation::kRelu;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "activation '", name,
+      "' is not supported; use one of gelu_new, gelu_pytorch_tanh, gelu_fast, gelu_tanh, gelu, "
+      "silu, swish, relu"));
+}
+
+absl::StatusOr<Value> Activate(const Value& x, Activation a) {
+  switch (a) {
+    case Activation::kGeluTanh: return vops::Gelu(x, ops::GeluApproximation::kTanh);
+    case Activation::kGelu: return vops::Gelu(x, ops::GeluApproximation::kNone);
+    case Activation::kSilu: return vops::Silu(x);
+    case Activation::kRelu: return vops::Relu(x);
+  }
+  return absl::InvalidArgumentError("unknown activation");
+}
+
+MLP::MLP(const MLPOptions& o) : Module("MLP"), options_(o) {
+  AddModule<Linear>(o.up_name, o.hidden_size, o.intermediate_size, o.bias, o.dtype);
+  AddModule<Linear>(o.down_name, o.intermediate_size, o.hidden_size, o.bias, o.dtype);
+}
+
+std::string MLP::ExtraRepr() const {
+  return absl::StrCat("hidden=", options_.hidden_size, ", intermediate=",
+                      options_.intermediate_size, ", ", ActivationName(options_.activation),
+                      options_.bias ? ", bias" : "");
+}
+
+absl::Status MLP::ValidateTensorParallel(const TPValidationContext& ctx) const {
+  return CheckIntermediate(
+      *this, ctx, {options_.up_name + ".weight", options_.down_name + ".weight"},
+      options_.intermediate_size);
+}
+
+absl::StatusOr<Values> MLP::Forward(Values inputs) {
+  DT_ASSIGN_OR_RETURN(Value x, SingleInput(*this, inputs));
+  DT_ASSIGN_OR_RETURN(Value h, FindChild(options_.up_name)->CallOne({x}));  // this rank's columns
+  DT_ASSIGN_OR_RETURN(h, Activate(h, options_.activation));
+  DT_ASSIGN_OR_RETURN(Value y, FindChild(options_.down_name)->CallOne({h}));
+  return Values{std::move(y)};
+}
+
 SwiGLUMLP::SwiGLUMLP(const SwiGLUOptions& o) : Module("SwiGLUMLP"), options_(o) {
   if (o.fused) {
     auto& gate_up =
@@ -88,6 +147,11 @@ std::string Experts::ExtraRepr() const {
   return absl::StrCat("experts=", options_.num_experts, ", hidden=", options_.hidden_size,
                       ", intermediate=", options_.intermediate_size,
                       ", identity_experts=", options_.num_identity_experts);
+}
+
+std::vector<int64_t> Experts::PackedBlocks(const Parameter& param, bool col) const {
+  if (!col || param.name() != "gate_up_proj") return {};
+  return {options_.intermediate_size, options_.intermediate_size};
 }
 
 absl::Status Experts::ValidateTensorParallel(const TPValidationContext& ctx) const {

@@ -1,6 +1,9 @@
 #pragma once
 // Feed-forward blocks.
 //
+//   MLP            {x [..., H]} -> {down(act(up(x)))}, act one of GELU (tanh or erf), SiLU, ReLU;
+//                  children `up` [I, H] and `down` [H, I] under names of your choice (GPT-2:
+//                  c_fc / c_proj; ViT, OPT: fc1 / fc2), biases optional.
 //   SwiGLUMLP      {x [..., H]} -> {down(silu(gate(x)) * up(x))}
 //                  children gate_proj [I, H], up_proj [I, H], down_proj [H, I] (Llama), or with
 //                  `fused` gate_up_proj [2I, H] (rows gate | up, recorded as packed blocks
@@ -15,6 +18,13 @@
 // local tensors: this rank's slice of every expert (moe_tp_experts reduces the partial sums).
 // DTensor inputs must be replicated; the output is then a replicated DTensor too.
 //
+// Plans (T = tensor-parallel size; names as constructed):
+//   MLP        up colwise, down rowwise                 one all_reduce, I % T == 0
+//   SwiGLUMLP  gate_proj, up_proj colwise, down_proj rowwise; fused: gate_up_proj packed_colwise
+//              (blocks [I, I] declared by the module), down_proj rowwise
+//   Experts    gate_up_proj packed_colwise (blocks [I, I] declared), down_proj rowwise, the module
+//              moe_tp_experts
+//
 // Tensor-parallel validation (before any weight is read): when the plan shards the projections,
 // tp must divide the intermediate size:
 //   "SwiGLUMLP 'layers.0.mlp': tensor parallel size 3 does not divide intermediate_size 64
@@ -22,12 +32,54 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "dtensor/core/dtype.h"
 #include "dtensor/nn/linear.h"
 #include "dtensor/nn/module.h"
 
 namespace dt::nn {
+
+enum class Activation : uint8_t {
+  kGeluTanh,  // GPT-2's gelu_new / gelu_pytorch_tanh
+  kGelu,      // exact (erf), PyTorch's default nn.GELU()
+  kSilu,
+  kRelu,
+};
+// "gelu_tanh", "gelu", "silu", "relu".
+const char* ActivationName(Activation a);
+// Hugging Face's config.json `hidden_act` / `activation_function` names: gelu_new,
+// gelu_pytorch_tanh, gelu_fast -> kGeluTanh; gelu -> kGelu; silu, swish -> kSilu; relu -> kRelu.
+// InvalidArgument listing them for any other.
+absl::StatusOr<Activation> ParseActivation(absl::string_view name);
+// act(x) on DTensors or local tensors (nn/vops.h).
+absl::StatusOr<Value> Activate(const Value& x, Activation a);
+
+struct MLPOptions {
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  Activation activation = Activation::kGeluTanh;
+  bool bias = true;
+  std::string up_name = "fc1";    // GPT-2: "c_fc"
+  std::string down_name = "fc2";  // GPT-2: "c_proj"
+  DType dtype = DType::kF32;
+};
+
+class MLP : public Module {
+ public:
+  explicit MLP(const MLPOptions& options);
+  const MLPOptions& options() const { return options_; }
+  std::string ExtraRepr() const override;
+  absl::Status ValidateTensorParallel(const TPValidationContext& ctx) const override;
+
+ protected:
+  absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  MLPOptions options_;
+};
 
 struct SwiGLUOptions {
   int64_t hidden_size = 0;
@@ -73,6 +125,8 @@ class Experts : public Module {
   const ExpertsOptions& options() const { return options_; }
   std::string ExtraRepr() const override;
   absl::Status ValidateTensorParallel(const TPValidationContext& ctx) const override;
+  // gate_up_proj holds [gate | up] per expert: blocks [I, I] along its rows.
+  std::vector<int64_t> PackedBlocks(const Parameter& param, bool col) const override;
 
  protected:
   absl::StatusOr<Values> Forward(Values inputs) override;

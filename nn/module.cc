@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/cord.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "dtensor/core/status.h"
@@ -127,16 +129,51 @@ std::vector<std::pair<std::string, const Value*>> Module::NamedBuffers() const {
   return out;
 }
 
-absl::StatusOr<Values> Module::Call(Values inputs) {
-  for (auto& [id, hook] : pre_hooks_) DT_RETURN_IF_ERROR(hook(*this, inputs));
-  Values outputs;
-  if (installed_forward_) {
-    DT_ASSIGN_OR_RETURN(outputs, installed_forward_(*this, inputs));
-  } else {
-    DT_ASSIGN_OR_RETURN(outputs, RunForward(inputs));
+namespace {
+
+// True when `message` starts with "<path>: " for `m` itself or a module below it: an inner Call
+// named it already (Note [Errors name the module]).
+bool NamedBelow(const Module& m, absl::string_view message) {
+  const size_t colon = message.find(": ");
+  if (colon == absl::string_view::npos || colon == 0) return false;
+  const absl::string_view first = message.substr(0, colon);
+  const std::string self = m.FullName();
+  if (self.empty()) {
+    return first == m.type_name() || m.GetSubmodule(first).ok();
   }
-  for (auto& [id, hook] : hooks_) DT_RETURN_IF_ERROR(hook(*this, inputs, outputs));
-  return outputs;
+  if (first == self) return true;
+  if (!absl::StartsWith(first, self + ".")) return false;
+  return m.GetSubmodule(first.substr(self.size() + 1)).ok();
+}
+
+// `s` prefixed with the module's path, unless an inner Call did it.
+absl::Status NameModule(const Module& m, absl::Status s) {
+  if (s.ok() || NamedBelow(m, s.message())) return s;
+  const std::string path = m.FullName().empty() ? m.type_name() : m.FullName();
+  absl::Status out(s.code(), absl::StrCat(path, ": ", s.message()));
+  s.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) {
+    out.SetPayload(url, payload);
+  });
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Values> Module::Call(Values inputs) {
+  auto run = [&]() -> absl::StatusOr<Values> {
+    for (auto& [id, hook] : pre_hooks_) DT_RETURN_IF_ERROR(hook(*this, inputs));
+    Values outputs;
+    if (installed_forward_) {
+      DT_ASSIGN_OR_RETURN(outputs, installed_forward_(*this, inputs));
+    } else {
+      DT_ASSIGN_OR_RETURN(outputs, RunForward(inputs));
+    }
+    for (auto& [id, hook] : hooks_) DT_RETURN_IF_ERROR(hook(*this, inputs, outputs));
+    return outputs;
+  };
+  absl::StatusOr<Values> out = run();
+  if (!out.ok()) return NameModule(*this, std::move(out).status());
+  return out;
 }
 
 absl::StatusOr<Value> Module::CallOne(Values inputs) {
@@ -212,6 +249,8 @@ absl::StatusOr<Tensor> Module::LocalParam(absl::string_view name) const {
 absl::Status Module::ValidateTensorParallel(const TPValidationContext&) const {
   return absl::OkStatus();
 }
+
+std::vector<int64_t> Module::PackedBlocks(const Parameter&, bool) const { return {}; }
 
 std::string Module::ToString() const {
   std::string out;

@@ -33,6 +33,15 @@
 // of silently computing a partial result. Ops never mix the two kinds (nn/vops.h), so a
 // forgotten conversion is an error naming both operands, not a silent wrong layout.
 //
+// Note [Errors name the module]
+// Call is the one place every forward goes through, so it is where an error learns where it
+// happened: a failing status from a pre-hook, a style's hooks, the forward or a forward hook leaves
+// the innermost Call prefixed with that module's path from the root ("h.0.mlp.c_proj: FromLocal
+// ...", the type name for the root). An enclosing Call sees that the message already starts with
+// the path of a module at or below its own and leaves it alone, so the path appears once (no
+// status payload: it would print again in Status::ToString). A module's own code never adds the
+// path; styles and layers may still name the module in their own words.
+//
 // Modules are not thread-safe: every rank (thread or process) builds and owns its own tree.
 
 #include <cstdint>
@@ -163,6 +172,12 @@ class Module {
   // Checks the plan against what the module knows (heads, KV heads, intermediate size) before any
   // weight is read; InvalidArgument naming the module and both numbers. Default: nothing to check.
   virtual absl::Status ValidateTensorParallel(const TPValidationContext& ctx) const;
+  // The blocks this module declares for its packed parameter `param` (Note [Packed blocks] in
+  // nn/styles.h): absolute sizes along the output rows (`col`, what packed_colwise cuts) or the
+  // input columns (what packed_rowwise cuts); empty when `param` is not packed. packed_* styles
+  // refuse a parameter with no blocks from here or the plan, and colwise / rowwise refuse one
+  // with blocks (nn/styles.h). Linear answers with its set_packed_*_blocks; default: none.
+  virtual std::vector<int64_t> PackedBlocks(const Parameter& param, bool col) const;
   // The style ParallelizeModule installed on this module ("" when none), for printing.
   const std::string& tp_style() const { return tp_style_; }
   void set_tp_style(std::string name) { tp_style_ = std::move(name); }

@@ -3,6 +3,7 @@
 // plans. See docs/nn.md.
 
 #include "dtensor/nn/attention.h"
+#include "dtensor/nn/check.h"
 #include "dtensor/nn/init.h"
 #include "dtensor/nn/linear.h"
 #include "dtensor/nn/log.h"
@@ -11,6 +12,7 @@
 #include "dtensor/nn/norm.h"
 #include "dtensor/nn/parameter.h"
 #include "dtensor/nn/plan.h"
+#include "dtensor/nn/position.h"
 #include "dtensor/nn/style.h"
 #include "dtensor/nn/style_registry.h"
 #include "dtensor/nn/styles.h"

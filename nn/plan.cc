@@ -233,22 +233,26 @@ absl::Status ParallelizeModule(Module& module, const DeviceMesh& mesh, const Par
     DT_RETURN_IF_ERROR(m->ValidateTensorParallel(context));
   }
 
-  if (options.require_every_rule && !r.unused_rules.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor-parallel plan rules that match no layer of ", module.type_name(),
-                     ": [", absl::StrJoin(r.unused_rules, ", "), "]"));
-  }
+  // Note [Plan checks]
   const auto& coord = mesh.Coordinate();
-  if (options.warn && coord && (*coord)[0] == 0) {
-    if (!r.unused_rules.empty()) {
-      LogWarning(absl::StrCat("The following TP rules were not applied on any of the layers: [",
-                              absl::StrJoin(r.unused_rules, ", "), "]"));
+  const bool reporter = coord && (*coord)[0] == 0;
+  auto check = [&](PlanCheck what, bool found, const std::string& message) -> absl::Status {
+    if (!found || what == PlanCheck::kIgnore) return absl::OkStatus();
+    if (what == PlanCheck::kError) {
+      return absl::InvalidArgumentError(absl::StrCat(module.type_name(), ": ", message));
     }
-    if (!r.uncovered.empty()) {
-      LogWarning(absl::StrCat("The following layers were not sharded by the TP plan: [",
-                              absl::StrJoin(r.uncovered, ", "), "] (they stay replicated)"));
-    }
-  }
+    if (reporter) LogWarning(message);
+    return absl::OkStatus();
+  };
+  DT_RETURN_IF_ERROR(check(
+      options.unused_rules, !r.unused_rules.empty(),
+      absl::StrCat("The following TP rules were not applied on any of the layers: [",
+                   absl::StrJoin(r.unused_rules, ", "), "]")));
+  DT_RETURN_IF_ERROR(check(
+      options.uncovered_params, !r.uncovered.empty(),
+      absl::StrCat("The following layers were not sharded by the TP plan: [",
+                   absl::StrJoin(r.uncovered, ", "),
+                   "] (they stay replicated; a 'replicate' rule says that is on purpose)")));
 
   for (const auto& p : r.params) {
     if (p.style != nullptr) {

@@ -30,8 +30,9 @@
 //   2. options.config (TPConfig) against the mesh size.
 //   3. every covered parameter: style->ValidateParam; every module: ValidateTensorParallel (heads,
 //      KV heads, intermediate size) against the placements the plan will give.
-//   4. warnings through nn/log.h (from group rank 0 only): "The following TP rules were not
-//      applied on any of the layers: [...]" and, once for all parameters no rule covers (they stay
+//   4. the plan checks (Note [Plan checks]), each a warning (nn/log.h, group rank 0 only), an
+//      error or nothing as ParallelizeOptions says: "The following TP rules were not applied on
+//      any of the layers: [...]" and, once for all parameters no rule covers (they stay
 //      replicated), "The following layers were not sharded by the TP plan: [...]".
 //   5. ShardParam for covered parameters (placeholders; materialized parameters are cut locally),
 //      Replicate for the others; InstallForward for modules with a rule.
@@ -80,12 +81,28 @@ struct TPConfig {
 // InvalidArgument naming the field, both numbers and the consequence.
 absl::Status ValidateTPConfig(const TPConfig& config, int64_t tp_size);
 
+// What ParallelizeModule does with a finding of its plan checks (Note [Plan checks]).
+enum class PlanCheck {
+  kIgnore,
+  kWarn,   // a warning through nn/log.h, from group rank 0 only
+  kError,  // InvalidArgument before anything is placed
+};
+
+// Note [Plan checks]
+// Two findings, two switches, because they mean different things:
+//   unused_rules      a rule that matches no parameter and no module. Almost always a typo in a
+//                     key (the layer it meant stays replicated and the numbers stay plausible),
+//                     so it is reported by default; models whose plans must match exactly (Flux2)
+//                     make it an error.
+//   uncovered_params  parameters no rule covers; they stay replicated. Often on purpose (norms,
+//                     small embeddings): say so with a `replicate` rule, which covers them and
+//                     keeps this check useful for the rest, or switch it off.
 struct ParallelizeOptions {
   std::optional<TPConfig> config;
-  bool warn = true;  // rules that matched nothing, parameters no rule covers
-  // A rule that matches nothing is an InvalidArgument naming it instead of a warning (a typo in a
-  // plan key would otherwise leave that layer silently replicated).
-  bool require_every_rule = false;
+  // "The following TP rules were not applied on any of the layers: [...]"
+  PlanCheck unused_rules = PlanCheck::kWarn;
+  // "The following layers were not sharded by the TP plan: [...] (they stay replicated)"
+  PlanCheck uncovered_params = PlanCheck::kWarn;
 };
 
 absl::Status ParallelizeModule(Module& module, const DeviceMesh& mesh, const ParallelPlan& plan,

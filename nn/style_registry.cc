@@ -34,6 +34,7 @@ class Registry {
     Add("embedding_colwise", std::make_shared<EmbeddingParallel>(1));
     Add("sequence_parallel", std::make_shared<SequenceParallel>());
     Add("all_reduce", std::make_shared<AllReduceParallel>());
+    Add("replicate", std::make_shared<ReplicateParallel>());
     Add("local_params", std::make_shared<LocalParamsParallel>());
     Add("replicated_with_grad_allreduce", std::make_shared<ReplicatedWithGradAllReduce>());
     Add("moe_tp_experts", std::make_shared<MoEExpertsParallel>());

@@ -9,7 +9,7 @@
 // Built-in names (nn/styles.h):
 //   colwise, colwise_gather_output (alias colwise_rep), rowwise, rowwise_split_input (alias
 //   rowwise_rep), packed_colwise, packed_rowwise, embedding_rowwise, embedding_colwise,
-//   sequence_parallel, all_reduce, local_params, replicated_with_grad_allreduce, moe_tp_experts,
+//   sequence_parallel, all_reduce, replicate, local_params, replicated_with_grad_allreduce, moe_tp_experts,
 //   moe_identity_expert.
 //
 // `dtensor styles` prints FormatStylesTable().

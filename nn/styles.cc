@@ -31,6 +31,24 @@ absl::StatusOr<const Parameter*> WeightOf(const Module& m, absl::string_view sty
   return w;
 }
 
+// A rowwise layer fed a local tensor expects this rank's slice of its input features, which its
+// placed weight's local columns give. The usual cause of anything else is a producer that did
+// not shard its output (a missing or misspelled colwise rule before it): say so, rather than
+// leaving FromLocal to report a shape mismatch that names no layer.
+absl::Status CheckLocalSlice(const Module& m, const Parameter& w, const Value& x) {
+  if (!w.placed() || x.dim() < 1) return absl::OkStatus();
+  const int64_t want = w.spec().LocalShape().back(), got = x.shape().back();
+  const int64_t in = w.shape().back();
+  if (want == got) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "rowwise on '", m.FullName(), "' expects this rank's slice of its ", in,
+      " input features (", want, " here, weight ", w.Describe(), ") but got ",
+      x.Describe(),
+      got == in ? ": the whole feature dim. Is the layer that produces it sharded colwise? Check "
+                  "that its plan rule exists and that the key is spelled right"
+                : ""));
+}
+
 absl::Status NeedInput(const Module& m, const Values& inputs, absl::string_view style,
                        int min_dim = 0) {
   if (inputs.empty() || !inputs[0].defined()) {
@@ -48,15 +66,41 @@ absl::Status NeedInput(const Module& m, const Values& inputs, absl::string_view 
 // ---- packed blocks (Note [Packed blocks]) ------------------------------------------------------
 
 struct PackedLayout {
-  std::vector<int64_t> sizes;  // absolute block sizes; empty: two torch.chunk halves (_S(d, 2))
+  std::vector<int64_t> sizes;  // absolute block sizes, each > 0, summing to the packed dim
 };
 
 std::string BlocksText(const std::vector<int64_t>& b) {
   return absl::StrCat("[", absl::StrJoin(b, ", "), "]");
 }
 
-absl::StatusOr<PackedLayout> ResolvePacked(const std::vector<int64_t>& proportions, const Module& m,
-                                           bool col, int64_t n) {
+// Note [Packed blocks must be declared]
+// transformers' packed styles cut a weight into two equal halves whatever it holds, which is right
+// for gate|up and silently wrong for a three-block q|k|v (each rank then gets the wrong rows and
+// the logits stay plausible). Here the blocks must come from the plan (proportions) or from the
+// module (Module::PackedBlocks: Linear's set_packed_*_blocks); with neither, the style refuses the
+// parameter before any weight is read and says how to declare them.
+absl::Status MissingBlocks(absl::string_view style, const Module& m, const Parameter& p, bool col,
+                           int64_t n) {
+  const bool linear = dynamic_cast<const Linear*>(&m) != nullptr;
+  const std::string name = m.name().empty() ? std::string("layer") : m.name();
+  const std::string declare =
+      linear ? absl::StrCat("`", name, ".set_packed_", col ? "col" : "row", "_blocks({...})` (",
+                            "absolute sizes summing to ", n, "; diffusers' _tp_packed_",
+                            col ? "col" : "row", "_blocks)")
+             : absl::StrCat("an override of ", m.type_name(), "::PackedBlocks for '", p.name(),
+                            "'");
+  return absl::InvalidArgumentError(absl::StrCat(
+      style, " on '", m.FullName(), "': parameter '", p.FullName(), "' (", p.Describe(),
+      ") has no declared packed blocks, so its ", n, col ? " rows" : " columns",
+      " cannot be cut block by block (two equal halves would silently mix the projections of a "
+      "three-block q|k|v). Declare them in the model with ",
+      declare, ", or in the plan with std::make_shared<", col ? "PackedColwise" : "PackedRowwise",
+      "Parallel>(std::vector<int64_t>{1, 1, 1}) (proportions; {1, 1} for a gate|up pair)"));
+}
+
+absl::StatusOr<PackedLayout> ResolvePacked(absl::string_view style,
+                                           const std::vector<int64_t>& proportions, const Module& m,
+                                           const Parameter& p, bool col, int64_t n) {
   PackedLayout layout;
   if (!proportions.empty()) {
     int64_t total = 0;
@@ -77,39 +121,34 @@ absl::StatusOr<PackedLayout> ResolvePacked(const std::vector<int64_t>& proportio
     for (int64_t b : proportions) layout.sizes.push_back(b * (n / total));
     return layout;
   }
-  if (const auto* linear = dynamic_cast<const Linear*>(&m)) {
-    const std::vector<int64_t>& stored =
-        col ? linear->packed_col_blocks() : linear->packed_row_blocks();
-    if (!stored.empty()) {
-      const int64_t total = std::accumulate(stored.begin(), stored.end(), int64_t{0});
-      if (total != n) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "Linear '", m.FullName(), "': ", col ? "packed_col_blocks " : "packed_row_blocks ",
-            BlocksText(stored), " sum to ", total, " but the packed dim has ", n,
-            col ? " rows" : " columns"));
-      }
-      for (int64_t b : stored) {
-        if (b <= 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "Linear '", m.FullName(), "': ", col ? "packed_col_blocks " : "packed_row_blocks ",
-              BlocksText(stored), " must all be positive"));
-        }
-      }
-      layout.sizes = stored;
+  const std::vector<int64_t> stored = m.PackedBlocks(p, col);
+  if (stored.empty()) return MissingBlocks(style, m, p, col, n);
+  const char* what = col ? "packed_col_blocks " : "packed_row_blocks ";
+  const int64_t total = std::accumulate(stored.begin(), stored.end(), int64_t{0});
+  if (total != n) {
+    return absl::InvalidArgumentError(absl::StrCat(m.type_name(), " '", m.FullName(), "': ", what,
+                                                   BlocksText(stored), " sum to ", total,
+                                                   " but the packed dim has ", n,
+                                                   col ? " rows" : " columns"));
+  }
+  for (int64_t b : stored) {
+    if (b <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(m.type_name(), " '", m.FullName(), "': ",
+                                                     what, BlocksText(stored),
+                                                     " must all be positive"));
     }
   }
+  layout.sizes = stored;
   return layout;
 }
 
 Placement PackedPlacement(const PackedLayout& layout, int dim) {
-  if (layout.sizes.empty()) return Placement::StridedShard(dim, 2);
   return Placement::BlockShard(dim, layout.sizes);
 }
 
 absl::Status CheckBlocksDivisible(absl::string_view style, const Parameter& param,
-                                  const PackedLayout& layout, int64_t n, int64_t tp) {
-  std::vector<int64_t> sizes = layout.sizes;
-  if (sizes.empty()) sizes = {(n + 1) / 2, n - (n + 1) / 2};
+                                  const PackedLayout& layout, int64_t tp) {
+  const std::vector<int64_t>& sizes = layout.sizes;
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (sizes[i] % tp != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -129,13 +168,33 @@ struct PackedParam {
   PackedLayout layout;
 };
 
-absl::StatusOr<PackedParam> ResolvePackedParam(const std::vector<int64_t>& proportions,
+absl::StatusOr<PackedParam> ResolvePackedParam(absl::string_view style,
+                                               const std::vector<int64_t>& proportions,
                                                const Module& m, const Parameter& p, bool col) {
   PackedParam out;
   if (p.dim() >= 2) out.dim = col ? p.dim() - 2 : p.dim() - 1;
   out.size = p.shape()[out.dim];
-  DT_ASSIGN_OR_RETURN(out.layout, ResolvePacked(proportions, m, col, out.size));
+  DT_ASSIGN_OR_RETURN(out.layout, ResolvePacked(style, proportions, m, p, col, out.size));
   return out;
+}
+
+// Note [Plain styles on packed layers]
+// A module that declares packed blocks for a parameter (Module::PackedBlocks) holds several
+// projections side by side; colwise / rowwise cut it into contiguous slices across the block
+// boundaries, so rank 0 of a q|k|v gets all of q and part of k. That is only right when the
+// cut dim is gathered again right away (colwise_gather_output; rowwise_split_input, whose input
+// is sliced the same way), so colwise with a sharded output and rowwise with a sharded input
+// refuse it and name the packed style to use.
+absl::Status RefusePackedLayer(absl::string_view style, absl::string_view packed_style,
+                               const Module& m, const Parameter& p, bool col) {
+  const std::vector<int64_t> blocks = m.PackedBlocks(p, col);
+  if (blocks.size() < 2) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      style, " on '", m.FullName(), "': ", m.type_name(), " '", m.FullName(), "' declares packed ",
+      col ? "output" : "input", " blocks ", BlocksText(blocks), " (set_packed_", col ? "col" : "row",
+      "_blocks), and ", style, " would cut parameter '", p.FullName(), "' (", p.Describe(),
+      ") into contiguous slices across the block boundaries; plan it as '", packed_style,
+      "', which gives every rank its slice of each block"));
 }
 
 }  // namespace
@@ -157,7 +216,10 @@ StyleInfo ColwiseParallel::Info() const {
 
 absl::Status ColwiseParallel::ValidateParam(const Module& module, const Parameter& param,
                                             const DeviceMesh& mesh) const {
-  if (!output_layout_.is_replicate() || param.dim() < 2) return absl::OkStatus();
+  if (!output_layout_.is_replicate()) {  // Note [Plain styles on packed layers]
+    return RefusePackedLayer("colwise", "packed_colwise", module, param, /*col=*/true);
+  }
+  if (param.dim() < 2) return absl::OkStatus();
   const int dim = IsEmbedding(module) ? 1 : param.dim() - 2;
   const int64_t n = param.shape()[dim], tp = mesh.Size();
   if (n % tp == 0) return absl::OkStatus();
@@ -218,6 +280,12 @@ StyleInfo RowwiseParallel::Info() const {
           collective};
 }
 
+absl::Status RowwiseParallel::ValidateParam(const Module& module, const Parameter& param,
+                                            const DeviceMesh&) const {
+  if (input_layout_.is_replicate() || param.dim() < 2) return absl::OkStatus();
+  return RefusePackedLayer("rowwise", "packed_rowwise", module, param, /*col=*/false);
+}
+
 absl::StatusOr<Placement> RowwiseParallel::ParamPlacement(const Module& module,
                                                           const Parameter& param) const {
   if (param.dim() < 2) return Placement::Replicate();
@@ -240,6 +308,7 @@ absl::StatusOr<Values> RowwiseParallel::TransformInputsPreForward(Module& module
   if (inputs[0].is_local() && declared.is_any_shard(inputs[0].dim() - 1)) {
     global = inputs[0].shape();  // Note [Annotating local inputs]
     global->back() = w->shape().back();
+    DT_RETURN_IF_ERROR(CheckLocalSlice(module, *w, inputs[0]));
   }
   DT_ASSIGN_OR_RETURN(DTensor x, AsDTensor(inputs[0], mesh, declared, global));
   DT_ASSIGN_OR_RETURN(x, RedistributeTo(x, Placement::Shard(-1)));
@@ -261,7 +330,7 @@ PackedColwiseParallel::PackedColwiseParallel(std::vector<int64_t> blocks, bool u
     : blocks_(std::move(blocks)), use_local_output_(use_local_output) {}
 
 StyleInfo PackedColwiseParallel::Info() const {
-  const std::string w = blocks_.empty() ? "_S(0,2) or _S(0,[Linear blocks])"
+  const std::string w = blocks_.empty() ? "_S(0,[declared blocks])"
                                         : absl::StrCat("_S(0,", BlocksText(blocks_), " scaled)");
   return {w, "as weight", "R", absl::StrCat("_S(-1,...)", use_local_output_ ? " local" : ""),
           "none"};
@@ -270,14 +339,16 @@ StyleInfo PackedColwiseParallel::Info() const {
 absl::Status PackedColwiseParallel::ValidateParam(const Module& module, const Parameter& param,
                                                   const DeviceMesh& mesh) const {
   if (param.dim() == 0) return absl::OkStatus();
-  DT_ASSIGN_OR_RETURN(PackedParam p, ResolvePackedParam(blocks_, module, param, /*col=*/true));
-  return CheckBlocksDivisible("packed_colwise", param, p.layout, p.size, mesh.Size());
+  DT_ASSIGN_OR_RETURN(PackedParam p, ResolvePackedParam("packed_colwise", blocks_, module, param,
+                                                        /*col=*/true));
+  return CheckBlocksDivisible("packed_colwise", param, p.layout, mesh.Size());
 }
 
 absl::StatusOr<Placement> PackedColwiseParallel::ParamPlacement(const Module& module,
                                                                 const Parameter& param) const {
   if (param.dim() == 0) return Placement::Replicate();
-  DT_ASSIGN_OR_RETURN(PackedParam p, ResolvePackedParam(blocks_, module, param, /*col=*/true));
+  DT_ASSIGN_OR_RETURN(PackedParam p, ResolvePackedParam("packed_colwise", blocks_, module, param,
+                                                        /*col=*/true));
   return PackedPlacement(p.layout, p.dim);
 }
 
@@ -301,7 +372,7 @@ PackedRowwiseParallel::PackedRowwiseParallel(std::vector<int64_t> blocks, bool u
     : blocks_(std::move(blocks)), use_local_output_(use_local_output) {}
 
 StyleInfo PackedRowwiseParallel::Info() const {
-  const std::string w = blocks_.empty() ? "_S(1,2) or _S(1,[Linear blocks])"
+  const std::string w = blocks_.empty() ? "_S(1,[declared blocks])"
                                         : absl::StrCat("_S(1,", BlocksText(blocks_), " scaled)");
   return {w, "R", "_S(-1,...)", absl::StrCat("P(sum) -> R", use_local_output_ ? " local" : ""),
           "all_reduce"};
@@ -310,14 +381,16 @@ StyleInfo PackedRowwiseParallel::Info() const {
 absl::Status PackedRowwiseParallel::ValidateParam(const Module& module, const Parameter& param,
                                                   const DeviceMesh& mesh) const {
   if (param.dim() < 2) return absl::OkStatus();
-  DT_ASSIGN_OR_RETURN(PackedParam p, ResolvePackedParam(blocks_, module, param, /*col=*/false));
-  return CheckBlocksDivisible("packed_rowwise", param, p.layout, p.size, mesh.Size());
+  DT_ASSIGN_OR_RETURN(PackedParam p, ResolvePackedParam("packed_rowwise", blocks_, module, param,
+                                                        /*col=*/false));
+  return CheckBlocksDivisible("packed_rowwise", param, p.layout, mesh.Size());
 }
 
 absl::StatusOr<Placement> PackedRowwiseParallel::ParamPlacement(const Module& module,
                                                                 const Parameter& param) const {
   if (param.dim() < 2) return Placement::Replicate();
-  DT_ASSIGN_OR_RETURN(PackedParam p, ResolvePackedParam(blocks_, module, param, /*col=*/false));
+  DT_ASSIGN_OR_RETURN(PackedParam p, ResolvePackedParam("packed_rowwise", blocks_, module, param,
+                                                        /*col=*/false));
   return PackedPlacement(p.layout, p.dim);
 }
 
@@ -326,7 +399,8 @@ absl::StatusOr<Values> PackedRowwiseParallel::TransformInputsPreForward(
   DT_RETURN_IF_ERROR(NeedInput(module, inputs, "packed_rowwise", 1));
   DT_ASSIGN_OR_RETURN(const Parameter* w, WeightOf(module, "packed_rowwise"));
   const int64_t in = w->shape().back();
-  DT_ASSIGN_OR_RETURN(PackedLayout layout, ResolvePacked(blocks_, module, false, in));
+  DT_ASSIGN_OR_RETURN(PackedLayout layout,
+                      ResolvePacked("packed_rowwise", blocks_, module, *w, false, in));
   const Placement target = PackedPlacement(layout, inputs[0].dim() - 1);
   std::optional<Shape> global;
   if (inputs[0].is_local()) {  // Note [Annotating local inputs]
@@ -446,6 +520,14 @@ absl::StatusOr<Values> LocalParamsParallel::TransformInputsPreForward(Module&, V
     if (v.is_dtensor()) v = Value(v.local());
   }
   return inputs;
+}
+
+StyleInfo ReplicateParallel::Info() const {
+  return {"R", "R", "unchanged", "unchanged", "none (replicated on purpose)"};
+}
+
+absl::Status ReplicateParallel::InstallForward(Module&, const DeviceMesh&) const {
+  return absl::OkStatus();  // the module's own forward, on whatever it is given
 }
 
 StyleInfo ReplicatedWithGradAllReduce::Info() const {

@@ -15,6 +15,7 @@
 //   EmbeddingParallel(1)         table S(1) (hidden)             ids R; S(-1) -> R (all_gather)
 //   SequenceParallel(d)          R                               in -> S(d); output as computed
 //   AllReduceParallel            (none)                          output P(sum) -> R
+//   ReplicateParallel            R (replicated on purpose)       unchanged
 //   LocalParamsParallel          own plan entries                forward on local tensors
 //   ReplicatedWithGradAllReduce  R                               unchanged (inference only)
 //   MoEExpertsParallel           own plan entries                in -> R -> local; P(sum) -> R
@@ -22,14 +23,16 @@
 //
 // Note [Packed blocks]
 // A packed weight concatenates logical blocks along one dim (gate | up; q | k | v | gate | up).
-// Its placement is an interleaved shard: `_S(d, 2)` for transformers' two equal halves (split
-// factor 2) or `_S(d, [b0, b1, ...])` for explicit block sizes, so that each rank holds its slice
-// of every block, local chunk()/split() by the block ratio stay aligned, and FullTensor() returns
-// the checkpoint layout (diffusers labels these shards Shard(0) and gathers them permuted). Block
-// sizes come from the plan as proportions (diffusers' PackedColwiseParallel([1, 1, 1, 3, 3]))
-// or, when the plan gives none, from the Linear (packed_col_blocks / packed_row_blocks, diffusers'
-// `_tp_packed_*_blocks`), else two equal halves. Every block must be divisible by T on its own:
-// a block split unevenly would leave ranks with unequal pieces of q/k/v or gate/up.
+// Its placement is an interleaved block shard `_S(d, [b0, b1, ...])` (transformers' split factor
+// 2 is the blocks [n/2, n/2]), so that each rank holds its slice of every block, local
+// chunk()/split() by the block ratio stay aligned, and FullTensor() returns the checkpoint layout
+// (diffusers labels these shards Shard(0) and gathers them permuted). Block sizes come from the
+// plan as proportions (diffusers' PackedColwiseParallel([1, 1, 1, 3, 3])) or, when the plan gives
+// none, from the module (Module::PackedBlocks: Linear's packed_col_blocks / packed_row_blocks,
+// diffusers' `_tp_packed_*_blocks`); with neither it is an error, never a guess (Note [Packed
+// blocks must be declared]; transformers' two equal halves are the plan proportions {1, 1}).
+// Every block must be divisible by T on its own: a block split unevenly would leave ranks with
+// unequal pieces of q/k/v or gate/up.
 //
 // Note [Packed bias]
 // transformers G3 gives a packed 1-D parameter a plain Shard(-1), which slices a packed bias
@@ -74,7 +77,8 @@ class ColwiseParallel : public TensorParallelLayer {
   StyleInfo Info() const override;
   // With a replicated output (the gathered vocab of lm_head), the sharded size must divide by T:
   // "The output size of `lm_head` (10) must be divisible by the tensor parallel size (4) when
-  //  gathering a colwise output." (transformers' wording)
+  //  gathering a colwise output." (transformers' wording). With a sharded output, a layer with
+  // packed output blocks needs packed_colwise (Note [Plain styles on packed layers]).
   absl::Status ValidateParam(const Module& module, const Parameter& param,
                              const DeviceMesh& mesh) const override;
   absl::StatusOr<Placement> ParamPlacement(const Module& module,
@@ -96,6 +100,9 @@ class RowwiseParallel : public TensorParallelLayer {
                            Placement output_layout = Placement::Replicate(),
                            bool use_local_output = true);
   StyleInfo Info() const override;
+  // A layer with packed input blocks needs packed_rowwise (Note [Plain styles on packed layers]).
+  absl::Status ValidateParam(const Module& module, const Parameter& param,
+                             const DeviceMesh& mesh) const override;
   absl::StatusOr<Placement> ParamPlacement(const Module& module,
                                            const Parameter& param) const override;
   absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
@@ -112,7 +119,9 @@ class RowwiseParallel : public TensorParallelLayer {
 // See Note [Packed blocks].
 class PackedColwiseParallel : public TensorParallelLayer {
  public:
-  // blocks: proportions ({1, 1}: halves); empty: the Linear's packed_col_blocks, else halves.
+  // blocks: proportions ({1, 1}: halves); empty: the module's declared blocks
+  // (Module::PackedBlocks, Linear::set_packed_col_blocks), else an error
+  // (Note [Packed blocks must be declared]).
   explicit PackedColwiseParallel(std::vector<int64_t> blocks = {}, bool use_local_output = true);
   StyleInfo Info() const override;
   absl::Status ValidateParam(const Module& module, const Parameter& param,
@@ -205,6 +214,15 @@ class LocalParamsParallel : public TensorParallelLayer {
   bool ShouldUseLocalTensors(const Module&) const override { return true; }
   absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
                                                    const DeviceMesh& mesh) const override;
+};
+
+// Replicated on purpose: parameters R, the forward unchanged. A `replicate` rule covers the
+// module's parameters, so they are not reported as "not sharded by the TP plan", and the plan
+// says what the model means (norms, small embeddings, AdaLN modulation).
+class ReplicateParallel : public TensorParallelLayer {
+ public:
+  StyleInfo Info() const override;
+  absl::Status InstallForward(Module& module, const DeviceMesh& mesh) const override;
 };
 
 // Note [Inference only]

@@ -177,6 +177,11 @@ absl::StatusOr<Value> Gelu(const Value& x, ops::GeluApproximation approx) {
   return Run1("Gelu", {{"x", &x}}, [&](S s) { return dops::calls::Gelu(s[0], approx); });
 }
 
+absl::StatusOr<Value> Relu(const Value& x) {
+  return Run1("Relu", {{"x", &x}},
+              [](S s) { return dops::calls::Unary(ops::UnaryOp::kRelu, s[0]); });
+}
+
 absl::StatusOr<Value> Cast(const Value& x, DType dtype) {
   return Run1("Cast", {{"x", &x}}, [&](S s) { return dops::calls::Cast(s[0], dtype); });
 }

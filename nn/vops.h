@@ -46,6 +46,7 @@ absl::StatusOr<Value> Mul(const Value& x, double s);
 absl::StatusOr<Value> Div(const Value& x, double s);
 absl::StatusOr<Value> Silu(const Value& x);
 absl::StatusOr<Value> Gelu(const Value& x, ops::GeluApproximation approx);
+absl::StatusOr<Value> Relu(const Value& x);
 absl::StatusOr<Value> Cast(const Value& x, DType dtype);
 absl::StatusOr<Value> Modulate(const Value& x, const Value& scale, const Value& shift);
 

@@ -78,6 +78,7 @@ absl::StatusOr<DTensor> Silu(const DTensor& x) { return Unary(ops::UnaryOp::kSil
 absl::StatusOr<DTensor> Gelu(const DTensor& x, ops::GeluApproximation approx) {
   return Apply1(calls::Gelu(S(x), approx), {&x});
 }
+absl::StatusOr<DTensor> Relu(const DTensor& x) { return Unary(ops::UnaryOp::kRelu, x); }
 absl::StatusOr<DTensor> Exp(const DTensor& x) { return Unary(ops::UnaryOp::kExp, x); }
 absl::StatusOr<DTensor> Rsqrt(const DTensor& x) { return Unary(ops::UnaryOp::kRsqrt, x); }
 absl::StatusOr<DTensor> Sqrt(const DTensor& x) { return Unary(ops::UnaryOp::kSqrt, x); }

@@ -48,7 +48,7 @@
 //   Add Sub (scalar)      S -> S; P(sum): s added once; P(avg|max|min): s added everywhere
 //   Mul Div (scalar)      S -> S; P(sum|avg) -> P; P(max|min) keeps (s > 0) or swaps (s < 0)
 //   Neg                   S -> S; P(sum|avg) -> P; P(max) <-> P(min)
-//   Silu Gelu Exp Rsqrt   S -> S (P is reduced first)
+//   Silu Gelu Relu Exp Rsqrt S -> S (P is reduced first)
 //   Sqrt, Cast            S -> S; Cast float->float keeps P
 //   Modulate              x, scale, shift S on a common dim -> S (broadcast dims R); P reduced
 //   Sum Mean (dim d)      S(d) -> P(sum) (Mean divides by the global size); S(e != d) -> S;
@@ -126,6 +126,7 @@ absl::StatusOr<DTensor> Neg(const DTensor& x);
 absl::StatusOr<DTensor> Silu(const DTensor& x);
 absl::StatusOr<DTensor> Gelu(const DTensor& x,
                              ops::GeluApproximation approx = ops::GeluApproximation::kNone);
+absl::StatusOr<DTensor> Relu(const DTensor& x);
 absl::StatusOr<DTensor> Exp(const DTensor& x);
 absl::StatusOr<DTensor> Rsqrt(const DTensor& x);
 absl::StatusOr<DTensor> Sqrt(const DTensor& x);

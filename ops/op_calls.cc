@@ -38,6 +38,7 @@ const char* UnaryName(ops::UnaryOp op) {
     case ops::UnaryOp::kExp: return "Exp";
     case ops::UnaryOp::kRsqrt: return "Rsqrt";
     case ops::UnaryOp::kSqrt: return "Sqrt";
+    case ops::UnaryOp::kRelu: return "Relu";
   }
   return "Unary";
 }

@@ -407,23 +407,23 @@ TPConfig Flux2Transformer2DModel::tp_config() const {
   return t;
 }
 
-absl::Status Flux2Transformer2DModel::Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan) {
+ParallelizeOptions Flux2Transformer2DModel::parallelize_options() const {
   ParallelizeOptions o;
   o.config = tp_config();
-  o.warn = false;  // the modulations, embedders and norms are replicated on purpose
-  o.require_every_rule = true;
-  DT_RETURN_IF_ERROR(ParallelizeModule(*this, mesh, plan, o));
+  o.uncovered_params = PlanCheck::kIgnore;  // modulations, embedders, norms: replicated on purpose
+  o.unused_rules = PlanCheck::kError;       // the plan must match exactly
+  return o;
+}
+
+absl::Status Flux2Transformer2DModel::Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan) {
+  DT_RETURN_IF_ERROR(ParallelizeModule(*this, mesh, plan, parallelize_options()));
   mesh_ = mesh;
   plan_ = plan;
   return absl::OkStatus();
 }
 
 absl::Status Flux2Transformer2DModel::ShardLoaded(const ParallelPlan& plan) {
-  ParallelizeOptions o;
-  o.config = tp_config();
-  o.warn = false;
-  o.require_every_rule = true;
-  DT_RETURN_IF_ERROR(nn::ShardLoaded(*this, plan, o));
+  DT_RETURN_IF_ERROR(nn::ShardLoaded(*this, plan, parallelize_options()));
   plan_ = plan;
   return absl::OkStatus();
 }

@@ -220,6 +220,9 @@ class Flux2Transformer2DModel : public Module {
   static ParallelPlan TPPlan(const loaders::Flux2Config& config);
   static ParallelPlan TPPlan();  // for a model with both kinds of blocks
   TPConfig tp_config() const;
+  // The checks Parallelize and ShardLoaded apply: tp_config(), every rule must match a layer,
+  // uncovered parameters (modulations, embedders, norms) are replicated on purpose.
+  ParallelizeOptions parallelize_options() const;
   std::string tp_plan();
 
   // Places the parameters without reading anything (every check of the file comment that needs

@@ -146,7 +146,7 @@ absl::Status LlamaForCausalLM::Parallelize(const DeviceMesh& mesh, bool shard_em
 absl::Status LlamaForCausalLM::Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan) {
   ParallelizeOptions o;
   o.config = tp_config();
-  o.warn = false;  // norms and (by default) the embedding are replicated on purpose
+  o.uncovered_params = PlanCheck::kIgnore;  // norms and (by default) the embedding, on purpose
   DT_RETURN_IF_ERROR(ParallelizeModule(*this, mesh, plan, o));
   mesh_ = mesh;
   plan_ = plan;
@@ -156,7 +156,7 @@ absl::Status LlamaForCausalLM::Parallelize(const DeviceMesh& mesh, const Paralle
 absl::Status LlamaForCausalLM::ShardLoaded(const ParallelPlan& plan) {
   ParallelizeOptions o;
   o.config = tp_config();
-  o.warn = false;
+  o.uncovered_params = PlanCheck::kIgnore;
   DT_RETURN_IF_ERROR(nn::ShardLoaded(*this, plan, o));
   plan_ = plan;
   return absl::OkStatus();

@@ -19,7 +19,7 @@
 //   Add Sub Mul               all but bool           numpy broadcasting; integers wrap (two's complement)
 //   Div                       f32 bf16 f16
 //   Neg                       all but bool
-//   Silu Gelu Exp Rsqrt Sqrt  f32 bf16 f16
+//   Silu Gelu Relu Exp Rsqrt Sqrt  f32 bf16 f16
 //   Modulate                  f32 bf16 f16           x * (1 + scale) + shift, broadcast
 //   Cast                      any -> any
 //   Sum Max Argmax            all but bool           Sum of integers is i64; Argmax is i64
@@ -68,7 +68,7 @@ absl::StatusOr<Tensor> Linear(const Tensor& x, const Tensor& w, const Tensor& bi
 // ---- pointwise -----------------------------------------------------------------------------------
 
 enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv };
-enum class UnaryOp : uint8_t { kNeg, kSilu, kGeluTanh, kGeluErf, kExp, kRsqrt, kSqrt };
+enum class UnaryOp : uint8_t { kNeg, kSilu, kGeluTanh, kGeluErf, kExp, kRsqrt, kSqrt, kRelu };
 enum class GeluApproximation : uint8_t { kNone, kTanh };  // kNone: exact (erf), PyTorch's default
 
 // Tensor-tensor with numpy broadcasting: [4, 1, 3] + [2, 1] -> [4, 2, 3].
@@ -88,6 +88,7 @@ absl::StatusOr<Tensor> Neg(const Tensor& x);
 absl::StatusOr<Tensor> Silu(const Tensor& x);  // x * sigmoid(x)
 // kNone: 0.5 x (1 + erf(x/√2)); kTanh: 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))).
 absl::StatusOr<Tensor> Gelu(const Tensor& x, GeluApproximation approx = GeluApproximation::kNone);
+absl::StatusOr<Tensor> Relu(const Tensor& x);  // max(x, 0); NaN stays NaN (torch.relu)
 absl::StatusOr<Tensor> Exp(const Tensor& x);
 absl::StatusOr<Tensor> Rsqrt(const Tensor& x);
 absl::StatusOr<Tensor> Sqrt(const Tensor& x);

@@ -30,6 +30,7 @@ absl::string_view UnaryName(UnaryOp op) {
     case UnaryOp::kExp: return "Exp";
     case UnaryOp::kRsqrt: return "Rsqrt";
     case UnaryOp::kSqrt: return "Sqrt";
+    case UnaryOp::kRelu: return "Relu";
   }
   return "Unary";
 }
@@ -117,6 +118,7 @@ absl::StatusOr<Tensor> Unary(UnaryOp op, const Tensor& x) {
 
 absl::StatusOr<Tensor> Neg(const Tensor& x) { return Unary(UnaryOp::kNeg, x); }
 absl::StatusOr<Tensor> Silu(const Tensor& x) { return Unary(UnaryOp::kSilu, x); }
+absl::StatusOr<Tensor> Relu(const Tensor& x) { return Unary(UnaryOp::kRelu, x); }
 absl::StatusOr<Tensor> Gelu(const Tensor& x, GeluApproximation approx) {
   return Unary(approx == GeluApproximation::kTanh ? UnaryOp::kGeluTanh : UnaryOp::kGeluErf, x);
 }

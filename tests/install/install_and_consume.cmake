@@ -1,6 +1,7 @@
 # cmake -P script: install BUILD_DIR into WORK_DIR/prefix, check that the installed package names
 # no path of the build machine, configure + build SOURCE_DIR against the prefix alone and run its
 # ctest (the consumer on threads, under the installed dtrun on 2 gloo processes, the installed
+# GPT-2 example built from P/share/dtensor/examples under the installed dtrun on 4, the installed
 # CLI); a CUDA build also shows its message to a consumer without CUDA. Fails on any step.
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
@@ -44,5 +45,15 @@ if(CUDA_COMPILER)
   if(rc EQUAL 0 OR at EQUAL -1)
     message(FATAL_ERROR "a consumer without CUDA should get the package's message (rc ${rc}):\n${out}\n${err}")
   endif()
+endif()
+# A consumer machine without one of the backends' libraries (simulated) gets the package's message
+# naming it, not a link error.
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build-nompi -G ${GENERATOR}
+                -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON ${extra}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(REGEX REPLACE "[ \n]+" " " text "${out}${err}")  # CMake wraps long messages
+string(FIND "${text}" "dtensor's libraries link MPI (mesh's mpi backend; libopenmpi-dev)" at)
+if(rc EQUAL 0 OR at EQUAL -1)
+  message(FATAL_ERROR "a consumer without MPI should get the package's message (rc ${rc}):\n${out}\n${err}")
 endif()
 run(${CMAKE_CTEST_COMMAND} --test-dir ${WORK_DIR}/build --output-on-failure)

@@ -148,7 +148,7 @@ TEST(Materialize, LoaderRangesEqualFullTensorCut) {
     };
     auto by_ranges = make(), by_full = make();
     ParallelizeOptions quiet;
-    quiet.warn = false;
+    quiet.unused_rules = quiet.uncovered_params = PlanCheck::kIgnore;
     for (Module* m : {static_cast<Module*>(by_ranges.get()), static_cast<Module*>(by_full.get())}) {
       DT_RETURN_IF_ERROR(ParallelizeModule(*m, mesh, {{"", "packed_colwise"}}, quiet));
     }
@@ -184,7 +184,7 @@ TEST(Materialize, InitRandomIsPlacementIndependent) {
     SwiGLUOptions o{.hidden_size = 6, .intermediate_size = 8, .bias = true, .fused = true};
     SwiGLUMLP tp(o), ref(o);
     ParallelizeOptions quiet;
-    quiet.warn = false;
+    quiet.unused_rules = quiet.uncovered_params = PlanCheck::kIgnore;
     DT_RETURN_IF_ERROR(ParallelizeModule(
         tp, mesh, {{"gate_up_proj", "packed_colwise"}, {"down_proj", "rowwise"}}, quiet));
     DT_RETURN_IF_ERROR(ReplicateModule(ref, mesh));
@@ -212,7 +212,7 @@ TEST(Materialize, PlacingLoadedParametersCutsLocally) {
     DT_RETURN_IF_ERROR(ReplicateModule(l, mesh));
     DT_RETURN_IF_ERROR(InitRandom(l, 9));
     ParallelizeOptions quiet;
-    quiet.warn = false;
+    quiet.unused_rules = quiet.uncovered_params = PlanCheck::kIgnore;
     CommCounter counter;
     DT_RETURN_IF_ERROR(ParallelizeModule(l, mesh, {{"", "colwise"}}, quiet));
     EXPECT_EQ(counter.counts().ToString(), "none");
@@ -293,7 +293,7 @@ TEST(Forward, ShardedParametersNeedAStyleForLocalInputs) {
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(world.shared_from_this(), {2}, {"tp"}));
     Linear param_rule_only(4, 2);
     ParallelizeOptions quiet;
-    quiet.warn = false;
+    quiet.unused_rules = quiet.uncovered_params = PlanCheck::kIgnore;
     DT_RETURN_IF_ERROR(ParallelizeModule(param_rule_only, mesh, {{"weight", "rowwise"}}, quiet));
     DT_RETURN_IF_ERROR(InitRandom(param_rule_only, 1));
     DT_ASSIGN_OR_RETURN(Tensor x, Tensor::Randn({3, 2}, 2));
@@ -308,7 +308,7 @@ TEST(Forward, ToStringShowsStylesAndPlacements) {
   const DeviceMesh mesh = DeviceMesh::Abstract({2}, {"tp"}).value();
   SwiGLUMLP mlp(SwiGLUOptions{.hidden_size = 4, .intermediate_size = 6});
   ParallelizeOptions quiet;
-  quiet.warn = false;
+  quiet.unused_rules = quiet.uncovered_params = PlanCheck::kIgnore;
   ASSERT_TRUE(ParallelizeModule(mlp, mesh,
                                 {{"gate_proj", "colwise"}, {"up_proj", "colwise"},
                                  {"down_proj", "rowwise"}},

@@ -20,7 +20,7 @@ DeviceMesh Tp(int64_t n, int rank = 0) { return DeviceMesh::Abstract({n}, {"tp"}
 
 ParallelizeOptions Quiet() {
   ParallelizeOptions o;
-  o.warn = false;
+  o.unused_rules = o.uncovered_params = PlanCheck::kIgnore;
   return o;
 }
 
@@ -169,7 +169,7 @@ TEST(PlanWarnings, UnusedRulesAndUncoveredParameters) {
             "layers.*proj]");
   EXPECT_EQ(warnings[1],
             "The following layers were not sharded by the TP plan: [layers.*.norm.weight] (they "
-            "stay replicated)");
+            "stay replicated; a 'replicate' rule says that is on purpose)");
   EXPECT_EQ(PlacementOf(net, "layers.2.norm.weight"), "[R]");
 
   // Only group rank 0 warns; `warn = false` silences.
@@ -205,6 +205,14 @@ TEST(PlanPlacements, BuiltinStyles) {
   auto linear = [](int64_t in, int64_t out) {
     return [=] { return std::unique_ptr<Module>(std::make_unique<Linear>(in, out, true)); };
   };
+  auto packed = [](int64_t in, int64_t out) {  // blocks declared: [out/2, out/2] | [in/2, in/2]
+    return [=] {
+      auto l = std::make_unique<Linear>(in, out, true);
+      l->set_packed_col_blocks({out / 2, out / 2});
+      l->set_packed_row_blocks({in / 2, in / 2});
+      return std::unique_ptr<Module>(std::move(l));
+    };
+  };
   auto embedding = [] { return std::unique_ptr<Module>(std::make_unique<Embedding>(8, 4)); };
   auto norm = [] { return std::unique_ptr<Module>(std::make_unique<LayerNorm>(8)); };
   const std::vector<Row> rows = {
@@ -214,8 +222,9 @@ TEST(PlanPlacements, BuiltinStyles) {
       {"rowwise", linear(8, 4), "[S(1)]", "[R]"},
       {"rowwise_split_input", linear(8, 4), "[S(1)]", "[R]"},
       {"rowwise", embedding, "[S(0)]", ""},
-      {"packed_colwise", linear(4, 8), "[_S(0,2)]", "[_S(0,2)]"},
-      {"packed_rowwise", linear(8, 4), "[_S(1,2)]", "[R]"},
+      {"packed_colwise", packed(4, 8), "[_S(0,[4,4])]", "[_S(0,[4,4])]"},
+      {"packed_rowwise", packed(8, 4), "[_S(1,[4,4])]", "[R]"},
+      {"replicate", linear(4, 8), "[R]", "[R]"},
       {"embedding_rowwise", embedding, "[S(0)]", ""},
       {"embedding_colwise", embedding, "[S(1)]", ""},
       {"sequence_parallel", norm, "[R]", "[R]"},

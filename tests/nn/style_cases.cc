@@ -47,7 +47,7 @@ absl::Status CheckGatherBack(Module& m) {
 // `tp` parallelized by `plan`, `ref` unparallelized; both loaded with the same full weights.
 absl::Status Twin(Module& tp, Module& ref, const DeviceMesh& mesh, const ParallelPlan& plan) {
   ParallelizeOptions options;
-  options.warn = false;
+  options.unused_rules = options.uncovered_params = PlanCheck::kIgnore;
   DT_RETURN_IF_ERROR(ParallelizeModule(tp, mesh, plan, options));
   DT_RETURN_IF_ERROR(ReplicateModule(ref, mesh));
   DT_RETURN_IF_ERROR(LoadFullTensors(tp, Weight));
@@ -256,9 +256,10 @@ absl::Status SwiGLU(World& w) {
 
 absl::Status PackedColwise(World& w) {
   DT_ASSIGN_OR_RETURN(Tensor x, Randn({3, 6}, 9));
-  // Two equal halves: _S(0, 2).
-  DT_RETURN_IF_ERROR(OneModule(w, Make<Linear>(6, 24, true), {{"", "packed_colwise"}}, x, P("R"),
-                               P("_S(1,2)"), "none"));
+  // Two equal halves from the plan (transformers' split factor 2).
+  auto halves = std::make_shared<PackedColwiseParallel>(std::vector<int64_t>{1, 1});
+  DT_RETURN_IF_ERROR(OneModule(w, Make<Linear>(6, 24, true), {{"", halves}}, x, P("R"),
+                               P("_S(1,[12,12])"), "none"));
   // Proportional blocks from the plan (diffusers' PackedColwiseParallel([1, 1, 1, 3, 3])).
   auto flux = std::make_shared<PackedColwiseParallel>(std::vector<int64_t>{1, 1, 1, 3, 3});
   DT_RETURN_IF_ERROR(OneModule(w, Make<Linear>(6, 108, true), {{"", flux}}, x, P("R"),
@@ -281,7 +282,8 @@ absl::Status PackedRowwise(World& w) {
   };
   DT_RETURN_IF_ERROR(
       OneModule(w, make, {{"", "packed_rowwise"}}, x, P("_S(1,[12,36])"), P("R"), "all_reduce=1"));
-  return OneModule(w, Make<Linear>(48, 6, false), {{"", "packed_rowwise"}}, x, P("_S(1,2)"), P("R"),
+  auto halves = std::make_shared<PackedRowwiseParallel>(std::vector<int64_t>{1, 1});
+  return OneModule(w, Make<Linear>(48, 6, false), {{"", halves}}, x, P("_S(1,[24,24])"), P("R"),
                    "all_reduce=1");
 }
 

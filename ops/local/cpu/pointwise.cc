@@ -128,6 +128,9 @@ absl::Status Unary(UnaryOp op, const Tensor& x, const Tensor& out) {
         case UnaryOp::kSqrt:
           Map1<T>(x, out, [](float v) { return std::sqrt(v); });
           break;
+        case UnaryOp::kRelu:  // `v < 0` is false for NaN, which passes through as in torch.relu
+          Map1<T>(x, out, [](float v) { return v < 0.0f ? 0.0f : v; });
+          break;
       }
     }
   });

@@ -50,6 +50,7 @@ __device__ __forceinline__ C ApplyUnary(UnaryOp op, C v) {
       case UnaryOp::kExp: return expf(v);
       case UnaryOp::kRsqrt: return 1.0f / sqrtf(v);
       case UnaryOp::kSqrt: return sqrtf(v);
+      case UnaryOp::kRelu: return v < 0.0f ? 0.0f : v;  // NaN passes through, as on the CPU
     }
     return v;
   }

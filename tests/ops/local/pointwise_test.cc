@@ -132,13 +132,15 @@ double ApplyUnary(UnaryOp op, double v) {
     case UnaryOp::kExp: return std::exp(v);
     case UnaryOp::kRsqrt: return 1 / std::sqrt(v);
     case UnaryOp::kSqrt: return std::sqrt(v);
+    case UnaryOp::kRelu: return v > 0 ? v : 0;
   }
   return 0;
 }
 
 RC_GTEST_PROP(UnaryTest, AgreesWithLibm, ()) {
   const UnaryOp op = *rc::gen::element(UnaryOp::kNeg, UnaryOp::kSilu, UnaryOp::kGeluTanh, UnaryOp::kGeluErf,
-                                       UnaryOp::kExp, UnaryOp::kRsqrt, UnaryOp::kSqrt);
+                                       UnaryOp::kExp, UnaryOp::kRsqrt, UnaryOp::kSqrt,
+                                       UnaryOp::kRelu);
   const DType dtype = op == UnaryOp::kNeg ? RandomNumericDType() : testing::RandomFloatDType();
   const bool positive = op == UnaryOp::kRsqrt || op == UnaryOp::kSqrt;
   const Shape shape = RandomShape(*rc::gen::inRange(0, 4), 0, 5);
@@ -188,6 +190,9 @@ TEST(PointwiseTest, Golden) {
   EXPECT_NEAR(Gelu(x, GeluApproximation::kTanh).value().ToVector<float>()[2], -0.15880801f, 1e-6);
   EXPECT_EQ(Sqrt(x).value().ToVector<float>()[3], 2.0f);
   EXPECT_EQ(Rsqrt(x).value().ToVector<float>()[3], 0.5f);
+  EXPECT_EQ(Relu(x).value().ToVector<float>(), (std::vector<float>{0, 1, 0, 4}));
+  const Tensor nan = Tensor::FromVector<float>({1}, {std::nanf("")}).value();
+  EXPECT_TRUE(std::isnan(Relu(nan).value().ToVector<float>()[0]));  // as torch.relu
   EXPECT_TRUE(std::isinf(Rsqrt(x).value().ToVector<float>()[0]));
   // Integers wrap.
   const Tensor i = Tensor::FromVector<int32_t>({2}, {std::numeric_limits<int32_t>::max(), 7}).value();

@@ -230,7 +230,7 @@ TEST(CudaOpsTest, UnaryMatchesCpu) {
   for (const Shape& shape : shapes) {
     for (DType dtype : kNumericTypes) {
       for (UnaryOp op : {UnaryOp::kNeg, UnaryOp::kSilu, UnaryOp::kGeluTanh, UnaryOp::kGeluErf,
-                         UnaryOp::kExp, UnaryOp::kRsqrt, UnaryOp::kSqrt}) {
+                         UnaryOp::kExp, UnaryOp::kRsqrt, UnaryOp::kSqrt, UnaryOp::kRelu}) {
         if (op != UnaryOp::kNeg && !IsFloating(dtype)) continue;
         SCOPED_TRACE(absl::StrCat(Name(shape, dtype), " unary ", static_cast<int>(op)));
         const bool positive = op == UnaryOp::kRsqrt || op == UnaryOp::kSqrt;

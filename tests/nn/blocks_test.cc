@@ -1,0 +1,363 @@
+// The building blocks for new models (MLP with any activation, Attention with a fused QKV and
+// its own child names, LearnedPositionEmbedding) against references computed by hand in double
+// from the gathered weights, tensor-parallel on 1-4 thread ranks; and CheckParallel, which must
+// pass a right plan and catch a wrong one.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "rapidcheck.h"
+#include "rapidcheck/gtest.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/nn/nn.h"
+#include "dtensor/tests/test_util.h"
+
+namespace dt::nn {
+namespace {
+
+using dt::testing::Contains;
+using Vec = std::vector<double>;
+
+ParallelizeOptions Quiet() {
+  ParallelizeOptions o;
+  o.unused_rules = o.uncovered_params = PlanCheck::kIgnore;
+  return o;
+}
+
+absl::StatusOr<DeviceMesh> TpMesh(World& w) {
+  return InitDeviceMesh(w.shared_from_this(), {w.size()}, {"tp"});
+}
+
+// name -> full weight (gathered), as doubles.
+absl::StatusOr<std::vector<std::pair<std::string, Vec>>> Weights(Module& m) {
+  DT_ASSIGN_OR_RETURN(auto params, GatherParameters(m));
+  std::vector<std::pair<std::string, Vec>> out;
+  for (auto& [name, t] : params) out.emplace_back(name, t.ToDoubles());
+  return out;
+}
+const Vec& W(const std::vector<std::pair<std::string, Vec>>& ws, const std::string& name) {
+  for (const auto& [n, v] : ws) {
+    if (n == name) return v;
+  }
+  static const Vec empty;
+  ADD_FAILURE() << "no parameter " << name;
+  return empty;
+}
+
+// y [n, out] = x [n, in] · w [out, in]ᵀ + b (b may be empty).
+Vec LinearRef(const Vec& x, int64_t n, int64_t in, const Vec& w, int64_t out, const Vec& b,
+              int64_t row0 = 0) {
+  Vec y(n * out, 0.0);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t o = 0; o < out; ++o) {
+      double s = b.empty() ? 0.0 : b[row0 + o];
+      for (int64_t i = 0; i < in; ++i) s += x[r * in + i] * w[(row0 + o) * in + i];
+      y[r * out + o] = s;
+    }
+  }
+  return y;
+}
+
+double ActRef(Activation a, double v) {
+  switch (a) {
+    case Activation::kGeluTanh:
+      return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    case Activation::kGelu: return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+    case Activation::kSilu: return v / (1 + std::exp(-v));
+    case Activation::kRelu: return v > 0 ? v : 0;
+  }
+  return 0;
+}
+
+::testing::AssertionResult Near(const Tensor& got, const Vec& want, double tol = 1e-4) {
+  const Vec g = got.ToDoubles();
+  if (g.size() != want.size()) {
+    return ::testing::AssertionFailure() << "size " << g.size() << " vs " << want.size();
+  }
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (!(std::fabs(g[i] - want[i]) <= tol * (1 + std::fabs(want[i])))) {
+      return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs " << want[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// ---- MLP ------------------------------------------------------------------------------------------
+
+RC_GTEST_PROP(MLPBlock, MatchesHandComputedReference, ()) {
+  const int tp = *rc::gen::inRange(1, 5);
+  MLPOptions o;
+  o.hidden_size = *rc::gen::inRange(1, 7);
+  o.intermediate_size = tp * *rc::gen::inRange(1, 4);
+  o.activation = *rc::gen::element(Activation::kGeluTanh, Activation::kGelu, Activation::kSilu,
+                                   Activation::kRelu);
+  o.bias = *rc::gen::arbitrary<bool>();
+  if (*rc::gen::arbitrary<bool>()) {
+    o.up_name = "c_fc";
+    o.down_name = "c_proj";
+  }
+  const int64_t n = *rc::gen::inRange(1, 5);
+  const Tensor x = Tensor::Randn({n, o.hidden_size}, *rc::gen::inRange(0, 1000)).value();
+  const absl::Status s = World::RunThreads(tp, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, TpMesh(w));
+    MLP m(o);
+    DT_RETURN_IF_ERROR(
+        ParallelizeModule(m, mesh, {{o.up_name, "colwise"}, {o.down_name, "rowwise"}}, Quiet()));
+    DT_RETURN_IF_ERROR(InitRandom(m, 3));
+    DT_ASSIGN_OR_RETURN(Value y, m.CallOne({x}));
+    DT_ASSIGN_OR_RETURN(auto ws, Weights(m));
+    const int64_t h = o.hidden_size, i = o.intermediate_size;
+    const std::string up = o.up_name, down = o.down_name;
+    Vec a = LinearRef(x.ToDoubles(), n, h, W(ws, up + ".weight"), i,
+                      o.bias ? W(ws, up + ".bias") : Vec());
+    for (double& v : a) v = ActRef(o.activation, v);
+    const Vec want =
+        LinearRef(a, n, i, W(ws, down + ".weight"), h, o.bias ? W(ws, down + ".bias") : Vec());
+    EXPECT_TRUE(Near(y.local(), want)) << ActivationName(o.activation) << " tp " << tp;
+    return absl::OkStatus();
+  });
+  RC_ASSERT(s.ok());
+}
+
+TEST(MLPBlock, ActivationNamesFromConfigs) {
+  EXPECT_EQ(ParseActivation("gelu_new").value(), Activation::kGeluTanh);
+  EXPECT_EQ(ParseActivation("gelu_pytorch_tanh").value(), Activation::kGeluTanh);
+  EXPECT_EQ(ParseActivation("gelu").value(), Activation::kGelu);
+  EXPECT_EQ(ParseActivation("swish").value(), Activation::kSilu);
+  EXPECT_EQ(ParseActivation("relu").value(), Activation::kRelu);
+  EXPECT_TRUE(Contains(ParseActivation("tanh").status(),
+                       "activation 'tanh' is not supported; use one of gelu_new"));
+}
+
+// ---- Attention --------------------------------------------------------------------------------
+
+// Multi-head attention computed by hand: x [B, S, H], heads nH (nKV for k, v), head dim D.
+Vec AttentionRef(const Vec& x, int64_t b, int64_t s, const AttentionOptions& o,
+                 const std::vector<std::pair<std::string, Vec>>& ws) {
+  const int64_t h = o.hidden_size, nh = o.num_heads, nkv = o.num_kv_heads, d = o.head_dim;
+  const int64_t n = b * s;
+  auto bias = [&](const std::string& name) { return o.bias ? W(ws, name + ".bias") : Vec(); };
+  Vec q, k, v;
+  if (o.fused_qkv) {  // rows q | k | v
+    const Vec& w = W(ws, o.qkv_name + ".weight");
+    const Vec bb = bias(o.qkv_name);
+    q = LinearRef(x, n, h, w, nh * d, bb, 0);
+    k = LinearRef(x, n, h, w, nkv * d, bb, nh * d);
+    v = LinearRef(x, n, h, w, nkv * d, bb, (nh + nkv) * d);
+  } else {
+    q = LinearRef(x, n, h, W(ws, o.q_name + ".weight"), nh * d, bias(o.q_name));
+    k = LinearRef(x, n, h, W(ws, o.k_name + ".weight"), nkv * d, bias(o.k_name));
+    v = LinearRef(x, n, h, W(ws, o.v_name + ".weight"), nkv * d, bias(o.v_name));
+  }
+  Vec a(n * nh * d, 0.0);
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t hi = 0; hi < nh; ++hi) {
+      const int64_t kh = hi / (nh / nkv);
+      for (int64_t i = 0; i < s; ++i) {
+        const int64_t last = o.causal ? i : s - 1;
+        Vec score(last + 1);
+        for (int64_t j = 0; j <= last; ++j) {
+          double dot = 0;
+          for (int64_t e = 0; e < d; ++e) {
+            dot += q[((bi * s + i) * nh + hi) * d + e] * k[((bi * s + j) * nkv + kh) * d + e];
+          }
+          score[j] = dot / std::sqrt(static_cast<double>(d));
+        }
+        const double mx = *std::max_element(score.begin(), score.end());
+        double total = 0;
+        for (double& sc : score) total += (sc = std::exp(sc - mx));
+        for (int64_t j = 0; j <= last; ++j) {
+          for (int64_t e = 0; e < d; ++e) {
+            a[((bi * s + i) * nh + hi) * d + e] +=
+                score[j] / total * v[((bi * s + j) * nkv + kh) * d + e];
+          }
+        }
+      }
+    }
+  }
+  return LinearRef(a, n, nh * d, W(ws, o.o_name + ".weight"), h, bias(o.o_name));
+}
+
+RC_GTEST_PROP(AttentionBlock, FusedOrSeparateMatchesHandComputedAttention, ()) {
+  const int tp = *rc::gen::inRange(1, 5);
+  AttentionOptions o;
+  o.num_kv_heads = tp * *rc::gen::inRange(1, 3);
+  o.num_heads = o.num_kv_heads * *rc::gen::inRange(1, 3);
+  o.head_dim = *rc::gen::inRange(1, 5);
+  o.hidden_size = *rc::gen::inRange(1, 9);
+  o.causal = *rc::gen::arbitrary<bool>();
+  o.bias = *rc::gen::arbitrary<bool>();
+  o.fused_qkv = *rc::gen::arbitrary<bool>();
+  ParallelPlan plan;
+  if (o.fused_qkv) {
+    o.qkv_name = "c_attn";
+    o.o_name = "c_proj";
+    plan = {{"c_attn", "packed_colwise"}, {"c_proj", "rowwise"}};
+  } else {
+    plan = {{"q_proj", "colwise"}, {"k_proj", "colwise"}, {"v_proj", "colwise"},
+            {"o_proj", "rowwise"}};
+  }
+  const int64_t b = *rc::gen::inRange(1, 3), s = *rc::gen::inRange(1, 6);
+  const Tensor x = Tensor::Randn({b, s, o.hidden_size}, *rc::gen::inRange(0, 1000)).value();
+  const absl::Status st = World::RunThreads(tp, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, TpMesh(w));
+    Attention m(o);
+    DT_RETURN_IF_ERROR(ParallelizeModule(m, mesh, plan, Quiet()));
+    DT_RETURN_IF_ERROR(InitRandom(m, 5));
+    DT_ASSIGN_OR_RETURN(Value y, m.CallOne({x}));  // no cos/sin: no rotary
+    DT_ASSIGN_OR_RETURN(auto ws, Weights(m));
+    EXPECT_TRUE(Near(y.local(), AttentionRef(x.ToDoubles(), b, s, m.options(), ws)))
+        << m.ExtraRepr() << " tp " << tp;
+    return absl::OkStatus();
+  });
+  RC_ASSERT(st.ok());
+}
+
+TEST(AttentionBlock, FusedProjectionDeclaresItsBlocks) {
+  Attention m(AttentionOptions{.hidden_size = 8,
+                               .num_heads = 4,
+                               .num_kv_heads = 2,
+                               .head_dim = 2,
+                               .fused_qkv = true,
+                               .o_name = "c_proj",
+                               .qkv_name = "c_attn"});
+  const auto* c_attn = dynamic_cast<Linear*>(m.FindChild("c_attn"));
+  ASSERT_NE(c_attn, nullptr);
+  EXPECT_EQ(c_attn->packed_col_blocks(), (std::vector<int64_t>{8, 4, 4}));
+  EXPECT_NE(m.FindChild("c_proj"), nullptr);
+  EXPECT_EQ(m.FindChild("q_proj"), nullptr);
+  const DeviceMesh tp = DeviceMesh::Abstract({2}, {"tp"}).value();
+  ASSERT_TRUE(
+      ParallelizeModule(m, tp, {{"c_attn", "packed_colwise"}, {"c_proj", "rowwise"}}, Quiet())
+          .ok());
+  EXPECT_EQ(PlacementsToString(m.GetParameter("c_attn.weight").value()->spec().placements()),
+            "[_S(0,[8,4,4])]");
+  // tp must divide the KV heads of the fused projection too.
+  Attention odd(AttentionOptions{.hidden_size = 8, .num_heads = 4, .num_kv_heads = 2,
+                                 .head_dim = 2, .fused_qkv = true});
+  EXPECT_TRUE(Contains(ParallelizeModule(odd, DeviceMesh::Abstract({4}, {"tp"}).value(),
+                                         {{"qkv_proj", "packed_colwise"}}, Quiet()),
+                       "tensor parallel size 4 does not divide num_kv_heads 2 "
+                       "(qkv_proj.weight sharded)"));
+}
+
+// ---- LearnedPositionEmbedding -----------------------------------------------------------------
+
+TEST(PositionEmbedding, AddsTheRowsOfTheGivenPositions) {
+  const absl::Status s = World::RunThreads(2, [](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, TpMesh(w));
+    LearnedPositionEmbedding wpe(6, 3);
+    DT_RETURN_IF_ERROR(ParallelizeModule(wpe, mesh, {{"", "replicate"}}));
+    DT_RETURN_IF_ERROR(InitRandom(wpe, 1));
+    DT_ASSIGN_OR_RETURN(auto ws, Weights(wpe));
+    const Vec& table = W(ws, "weight");
+    DT_ASSIGN_OR_RETURN(Tensor x, Tensor::Randn({2, 4, 3}, 2));
+    const Vec xv = x.ToDoubles();
+    // Default positions 0..3.
+    DT_ASSIGN_OR_RETURN(Value y, wpe.CallOne({x}));
+    Vec want(xv.size());
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t s = 0; s < 4; ++s) {
+        for (int64_t e = 0; e < 3; ++e) {
+          want[(b * 4 + s) * 3 + e] = xv[(b * 4 + s) * 3 + e] + table[s * 3 + e];
+        }
+      }
+    }
+    EXPECT_TRUE(Near(y.local(), want, 1e-6));
+    // Given positions, per batch row (a KV-cache step past 2 tokens, and another sequence).
+    const std::vector<int64_t> pos = {2, 3, 4, 5, 0, 1, 2, 3};
+    DT_ASSIGN_OR_RETURN(Tensor p, Tensor::FromVector<int64_t>({2, 4}, pos));
+    DT_ASSIGN_OR_RETURN(y, wpe.CallOne({x, p}));
+    for (int64_t i = 0; i < 8; ++i) {
+      for (int64_t e = 0; e < 3; ++e) want[i * 3 + e] = xv[i * 3 + e] + table[pos[i] * 3 + e];
+    }
+    EXPECT_TRUE(Near(y.local(), want, 1e-6));
+    // DTensor inputs (replicated) give a replicated DTensor with the same values.
+    DT_ASSIGN_OR_RETURN(DTensor xd, DTensor::FromLocal(x, mesh, {Placement::Replicate()}));
+    DT_ASSIGN_OR_RETURN(y, wpe.CallOne({Value(xd), Value(p)}));
+    EXPECT_TRUE(y.is_dtensor());
+    EXPECT_TRUE(Near(y.local(), want, 1e-6));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// ---- CheckParallel ----------------------------------------------------------------------------
+
+class TinyLM : public Module {  // ids -> embedding -> fused attention -> GELU MLP -> logits
+ public:
+  TinyLM() : Module("TinyLM") {
+    AddModule<Embedding>("wte", 32, 16);
+    AddModule<Attention>("attn", AttentionOptions{.hidden_size = 16,
+                                                  .num_heads = 4,
+                                                  .bias = true,
+                                                  .fused_qkv = true,
+                                                  .o_name = "c_proj",
+                                                  .qkv_name = "c_attn"});
+    AddModule<MLP>("mlp", MLPOptions{.hidden_size = 16, .intermediate_size = 32});
+    AddModule<Linear>("lm_head", 16, 32);
+  }
+
+ protected:
+  absl::StatusOr<Values> Forward(Values in) override {
+    DT_ASSIGN_OR_RETURN(Value x, FindChild("wte")->CallOne({in[0]}));
+    DT_ASSIGN_OR_RETURN(x, FindChild("attn")->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(x, FindChild("mlp")->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(x, FindChild("lm_head")->CallOne({x}));
+    return Values{x};
+  }
+};
+
+ParallelPlan TinyPlan(PlanEntry c_attn = "packed_colwise", PlanEntry lm_head = "colwise_gather_output") {
+  return {{"wte", "embedding_rowwise"}, {"attn.c_attn", std::move(c_attn)},
+          {"attn.c_proj", "rowwise"},   {"mlp.fc1", "colwise"},
+          {"mlp.fc2", "rowwise"},       {"lm_head", std::move(lm_head)}};
+}
+
+Tensor TinyIds() {
+  return Tensor::FromVector<int64_t>({2, 5}, {1, 5, 9, 30, 2, 7, 7, 0, 31, 16}).value();
+}
+
+TEST(CheckParallel, PassesARightPlanAndReportsEveryOutput) {
+  ASSERT_TRUE(World::RunThreads(2, [](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, TpMesh(w));
+    auto make = [] { return std::make_unique<TinyLM>(); };
+    DT_ASSIGN_OR_RETURN(ParallelCheck r, CheckParallel(make, mesh, TinyPlan(), {TinyIds()}));
+    EXPECT_TRUE(r.ok()) << r.ToString();
+    EXPECT_TRUE(r.status().ok());
+    EXPECT_EQ(r.outputs.size(), 1u);
+    EXPECT_LT(r.max_abs_diff(), 1e-5);
+    EXPECT_TRUE(Contains(r.ToString(), "tp=2 mesh(tp=2): output 0 f32[2, 5, 32] max |diff| "));
+    EXPECT_TRUE(Contains(r.ToString(), " ok"));
+    return absl::OkStatus();
+  }).ok());
+}
+
+// Wrong block proportions pass every plan check (they divide the rows and tp) and cut k and v at
+// the wrong rows: only the numbers show it, and CheckParallel reports them on every rank.
+TEST(CheckParallel, CatchesAPlanThatComputesSomethingElse) {
+  ASSERT_TRUE(World::RunThreads(2, [](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, TpMesh(w));
+    auto make = [] { return std::make_unique<TinyLM>(); };
+    auto wrong = std::make_shared<PackedColwiseParallel>(std::vector<int64_t>{1, 2});
+    DT_ASSIGN_OR_RETURN(ParallelCheck r, CheckParallel(make, mesh, TinyPlan(wrong), {TinyIds()}));
+    EXPECT_FALSE(r.ok()) << r.ToString();
+    EXPECT_GT(r.max_abs_diff(), 1e-3);
+    EXPECT_TRUE(Contains(r.ToString(), "OUT OF TOLERANCE"));
+    EXPECT_TRUE(Contains(r.status(),
+                         "the tensor-parallel model on mesh(tp=2) does not compute what the "
+                         "replicated one does: output 0 f32[2, 5, 32] differs by up to"));
+    // A logits layer left sharded cannot be compared whole: said, not guessed.
+    EXPECT_TRUE(Contains(CheckParallel(make, mesh, TinyPlan("packed_colwise", "colwise"),
+                                       {TinyIds()})
+                             .status(),
+                         "a local output must be whole to compare: gather it"));
+    return absl::OkStatus();
+  }).ok());
+}
+
+}  // namespace
+}  // namespace dt::nn
