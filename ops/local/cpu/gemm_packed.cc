@@ -1,0 +1,262 @@
+// The packed, cache-blocked GEMM for M > 8 rows (prefill, batched products).
+//
+// Note [Packed GEMM]
+// The Goto/BLIS scheme: the output is cut into micro-tiles of mr x nr kept in registers (Note [GEMM
+// kernels]), and both operands are first copied ("packed") into f32 panels laid out in the order
+// the micro-kernel reads them, so that its loads are contiguous, aligned and from cache:
+//
+//   loop                         packed operand            lives in        sized by
+//   K super-block (<= 4096 rows) --                        --              kMaxKBlock
+//   N block of nc columns        B: [nc/nr][K block][nr]   L3 (<= 8 MiB)   kPackedBBytes
+//   task: mc rows x a chunk of the nc columns (oneTBB parallel_for)
+//     k step of kc rows          A: [mc/mr][kc][mr]        L2 (192 KiB)    kKc, kMcTarget
+//       B micro-panel            kc x nr                   L1 (32 KiB)
+//         A micro-panel          kc x mr                   streamed from L2
+//
+// Packing is also where dtypes are handled: bf16/f16 operands are widened to f32 while being
+// copied, which the copy costs anyway, so a bf16 GEMM runs the f32 micro-kernel on data that was
+// half as many bytes to read (Note [bf16 GEMM] in gemm.cc), and transposed or column-major operands
+// cost nothing extra either. B is packed once per block by all threads together and shared; each
+// task packs the rows of A it needs.
+//
+// Threading: tasks are (block of mc rows) x (chunk of the block's columns), at least
+// kTasksPerThread per thread where the shape allows, so that oneTBB can rebalance when a core is
+// shared with other processes. A task owns its output region for the whole K super-block, so with
+// one super-block (K <= 4096, every Llama/Flux projection) a bf16 product accumulates in a small
+// per-task f32 scratch and is rounded into the output while it is still in cache; only longer K
+// needs a full f32 scratch of the output. Bias and rounding happen once, after the last k step.
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <optional>
+#include <type_traits>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+#include <tbb/task_arena.h>
+
+#include "absl/strings/str_cat.h"
+#include "dtensor/ops/local/cpu/gemm.h"
+#include "dtensor/ops/local/cpu/gemm_scratch.h"
+
+namespace dt::ops::cpu::gemm {
+
+namespace {
+
+constexpr int64_t kKc = 256;
+constexpr int64_t kMcTarget = 192;
+constexpr int64_t kMaxKBlock = 4096;
+constexpr int64_t kPackedBBytes = int64_t{8} << 20;
+constexpr int64_t kMinChunkCols = 256;
+constexpr int kTasksPerThread = 4;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
+
+template <typename T>
+inline float ToF32(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return BitsFloat(uint32_t{v.bits} << 16);
+  } else {
+    return Float16::ToFloat(v.bits);
+  }
+}
+
+// ap[q * mr + i] = a(i, q) for i < rows (zero for rows <= i < mr), q < kc.
+template <typename T>
+void PackAPanel(const T* a, int64_t rs, int64_t cs, int64_t rows, int64_t kc, int mr, float* ap) {
+  if (cs == 1) {
+    for (int64_t i = 0; i < rows; ++i) {
+      const T* src = a + i * rs;
+      for (int64_t q = 0; q < kc; ++q) ap[q * mr + i] = ToF32(src[q]);
+    }
+  } else {
+    for (int64_t q = 0; q < kc; ++q) {
+      const T* src = a + q * cs;
+      for (int64_t i = 0; i < rows; ++i) ap[q * mr + i] = ToF32(src[i * rs]);
+    }
+  }
+  for (int64_t i = rows; i < mr; ++i) {
+    for (int64_t q = 0; q < kc; ++q) ap[q * mr + i] = 0.0f;
+  }
+}
+
+// bp[q * nr + j] = b(q, j) for j < cols (zero for cols <= j < nr), q < kc.
+template <typename T>
+void PackBPanel(const T* b, int64_t rs, int64_t cs, int64_t cols, int64_t kc, int nr, float* bp) {
+  if (cs == 1) {
+    for (int64_t q = 0; q < kc; ++q) {
+      const T* src = b + q * rs;
+      float* dst = bp + q * nr;
+      for (int64_t j = 0; j < cols; ++j) dst[j] = ToF32(src[j]);
+      for (int64_t j = cols; j < nr; ++j) dst[j] = 0.0f;
+    }
+  } else {
+    for (int64_t j = 0; j < cols; ++j) {
+      const T* src = b + j * cs;
+      for (int64_t q = 0; q < kc; ++q) bp[q * nr + j] = ToF32(src[q]);
+    }
+    for (int64_t j = cols; j < nr; ++j) {
+      for (int64_t q = 0; q < kc; ++q) bp[q * nr + j] = 0.0f;
+    }
+  }
+}
+
+template <typename T>
+absl::Status PackedT(const Problem& p, const Kernels& ks, bool parallel) {
+  const int64_t m = p.m, n = p.n, k = p.k;
+  const int mr = ks.mr, nr = ks.nr;
+  const T* a = static_cast<const T*>(p.a);
+  const T* b = static_cast<const T*>(p.b);
+  T* out = static_cast<T*>(p.out);
+  const int threads = parallel ? tbb::this_task_arena::max_concurrency() : 1;
+
+  const int64_t kblocks = CeilDiv(k, kMaxKBlock);
+  const int64_t kb_len = CeilDiv(k, kblocks);
+  const int64_t nc = std::min(RoundUp(n, nr), std::max<int64_t>(
+      nr, kPackedBBytes / (kb_len * static_cast<int64_t>(sizeof(float))) / nr * nr));
+  const int64_t ic_blocks = CeilDiv(m, kMcTarget);
+  const int64_t mc = RoundUp(CeilDiv(m, ic_blocks), mr);
+
+  // Where the f32 sums accumulate: the output itself (f32), a scratch of the whole output (half
+  // types with several K super-blocks), or a per-task scratch of its region (half types, one).
+  const bool f32_out = std::is_same_v<T, float>;
+  const bool full_scratch = !f32_out && kblocks > 1;
+  std::optional<ScratchBuffer> c_full;
+  if (full_scratch) c_full.emplace(ScratchSlot::kC, m * n);
+  if (full_scratch && c_full->data() == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("Matmul: out of memory for a ", m, "x", n,
+                                                     " f32 scratch"));
+  }
+  ScratchBuffer packed_b(ScratchSlot::kPackedB, nc * kb_len);
+  if (packed_b.data() == nullptr) {
+    return absl::ResourceExhaustedError("Matmul: out of memory for the packed B block");
+  }
+  float* bp_all = packed_b.data();
+  std::atomic<bool> out_of_memory{false};
+
+  for (int64_t kb0 = 0; kb0 < k; kb0 += kb_len) {
+    const int64_t klen = std::min(kb_len, k - kb0);
+    const bool first_kb = kb0 == 0, last_kb = kb0 + klen == k;
+    for (int64_t j0 = 0; j0 < n; j0 += nc) {
+      const int64_t ncur = std::min(nc, n - j0);
+      const int64_t panels = CeilDiv(ncur, nr);
+      auto pack_b = [&](int64_t lo, int64_t hi) {
+        for (int64_t pn = lo; pn < hi; ++pn) {
+          const int64_t col = j0 + pn * nr;
+          PackBPanel(b + kb0 * p.b_rs + col * p.b_cs, p.b_rs, p.b_cs, std::min<int64_t>(nr, n - col),
+                     klen, nr, bp_all + pn * nr * klen);
+        }
+      };
+      if (threads > 1 && panels > 1) {
+        tbb::parallel_for(tbb::blocked_range<int64_t>(0, panels, std::max<int64_t>(1, panels / (4 * threads))),
+                          [&](const tbb::blocked_range<int64_t>& r) { pack_b(r.begin(), r.end()); });
+      } else {
+        pack_b(0, panels);
+      }
+
+      // Tasks: ic_blocks x chunks of the panels.
+      int64_t chunks = 1;
+      if (threads > 1) {
+        chunks = std::clamp<int64_t>(CeilDiv(kTasksPerThread * threads, ic_blocks), 1,
+                                     std::max<int64_t>(1, panels * nr / kMinChunkCols));
+      }
+      const int64_t chunk_panels = CeilDiv(panels, chunks);
+      chunks = CeilDiv(panels, chunk_panels);
+      const int64_t tasks = ic_blocks * chunks;
+
+      auto run_task = [&](int64_t t) {
+        const int64_t i0 = (t / chunks) * mc;
+        if (i0 >= m) return;
+        const int64_t rows = std::min(mc, m - i0);
+        const int64_t pan0 = (t % chunks) * chunk_panels;
+        const int64_t pan1 = std::min(panels, pan0 + chunk_panels);
+        const int64_t col0 = j0 + pan0 * nr;
+        const int64_t cols = std::min(n, j0 + pan1 * nr) - col0;
+        ScratchBuffer packed_a(ScratchSlot::kPackedA, RoundUp(rows, mr) * std::min(kKc, klen));
+        const bool region_scratch = !f32_out && !full_scratch;
+        const int64_t region_ld = RoundUp(cols, 16);
+        std::optional<ScratchBuffer> c_region;
+        if (region_scratch) c_region.emplace(ScratchSlot::kC, rows * region_ld);
+        if (packed_a.data() == nullptr || (region_scratch && c_region->data() == nullptr)) {
+          out_of_memory = true;
+          return;
+        }
+        float* c;
+        int64_t ldc;
+        if (f32_out) {
+          c = reinterpret_cast<float*>(out) + i0 * p.ldo + col0;
+          ldc = p.ldo;
+        } else if (full_scratch) {
+          c = c_full->data() + i0 * n + col0;
+          ldc = n;
+        } else {
+          c = c_region->data();
+          ldc = region_ld;
+        }
+        float* ap = packed_a.data();
+        alignas(64) float edge[16 * 32];
+        for (int64_t q0 = kb0; q0 < kb0 + klen; q0 += kKc) {
+          const int64_t kc = std::min(kKc, kb0 + klen - q0);
+          for (int64_t ir = 0; ir < rows; ir += mr) {
+            PackAPanel(a + (i0 + ir) * p.a_rs + q0 * p.a_cs, p.a_rs, p.a_cs,
+                       std::min<int64_t>(mr, rows - ir), kc, mr, ap + ir * kc);
+          }
+          const bool accumulate = !first_kb || q0 > kb0;
+          for (int64_t pn = pan0; pn < pan1; ++pn) {
+            const float* bp = bp_all + pn * nr * klen + (q0 - kb0) * nr;
+            const int64_t jc = (pn - pan0) * nr;
+            const int64_t ncols = std::min<int64_t>(nr, cols - jc);
+            for (int64_t ir = 0; ir < rows; ir += mr) {
+              const int64_t mrows = std::min<int64_t>(mr, rows - ir);
+              float* ct = c + ir * ldc + jc;
+              if (mrows == mr && ncols == nr) {
+                ks.micro(kc, ap + ir * kc, bp, ct, ldc, accumulate);
+                continue;
+              }
+              ks.micro(kc, ap + ir * kc, bp, edge, nr, false);
+              for (int64_t i = 0; i < mrows; ++i) {
+                for (int64_t j = 0; j < ncols; ++j) {
+                  ct[i * ldc + j] = (accumulate ? ct[i * ldc + j] : 0.0f) + edge[i * nr + j];
+                }
+              }
+            }
+          }
+        }
+        if (last_kb) {
+          FinishRows(rows, cols, c, ldc, p.bias != nullptr ? p.bias + col0 : nullptr, p.dtype,
+                     out + i0 * p.ldo + col0, p.ldo);
+        }
+      };
+      if (threads > 1 && tasks > 1) {
+        tbb::parallel_for(tbb::blocked_range<int64_t>(0, tasks, 1),
+                          [&](const tbb::blocked_range<int64_t>& r) {
+                            for (int64_t t = r.begin(); t != r.end(); ++t) run_task(t);
+                          },
+                          tbb::simple_partitioner());
+      } else {
+        for (int64_t t = 0; t < tasks; ++t) run_task(t);
+      }
+      if (out_of_memory) {
+        return absl::ResourceExhaustedError("Matmul: out of memory for GEMM scratch buffers");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Packed(const Problem& p, const Kernels& ks, bool parallel) {
+  switch (p.dtype) {
+    case DType::kBF16: return PackedT<BFloat16>(p, ks, parallel);
+    case DType::kF16: return PackedT<Float16>(p, ks, parallel);
+    default: return PackedT<float>(p, ks, parallel);
+  }
+}
+
+}  // namespace dt::ops::cpu::gemm
