@@ -3,7 +3,7 @@
 //
 // Note [GEMM kernels]
 // The build targets x86-64-v3 (AVX2 + FMA) so that one binary runs on any x86 machine of the last
-// decade, but the machines this runs on (Zen 4/5, Sapphire Rapids) mostly have AVX-512, whose
+// decade, but most current server CPUs (this project's Zen 5 VMs among them) have AVX-512, whose
 // 512-bit FMAs double the GEMM peak. The x86 kernels are therefore compiled per instruction set with
 // function target attributes (`DT_AVX2`, `DT_AVX512`) and chosen once at run time from CPUID
 // (__builtin_cpu_supports, which also checks that the OS saves the wide registers). Target
@@ -20,13 +20,16 @@
 // Enough independent accumulators to cover the FMA latency (4 cycles, 2 per cycle) with room for
 // the operands.
 //
-// The skinny kernels (M <= 8: a decode step) are bound by reading the weights once from memory, so
-// they read each weight element exactly once, in the layout it is stored (no packing), widen
-// bf16/f16 in registers (bf16 -> f32 is a 16-bit shift; f16 through vcvtph2ps) and keep the M rows
-// of x, converted to f32 once by the caller, in L1. `dot` (w [n, k] with rows contiguous: a Linear
-// weight) keeps M x R dot products in registers, R weight rows at once (R = 8, 4 or 2 as M grows),
-// and reduces each horizontally at the end; `axpy` (w [k, n] with rows contiguous) keeps M x V
-// vectors of output columns and streams w row by row.
+// The skinny kernels (M <= 8: a decode step; Note [Skinny GEMM]) read each weight element exactly
+// once, in the layout it is stored (no packing), widen bf16/f16 in registers (bf16 -> f32 is a
+// 16-bit shift; f16 through vcvtph2ps) and read the M rows of x, converted to f32 by the caller,
+// from L1:
+//   dot   (w [n, k], rows contiguous: a Linear weight) keeps M x R dot products in registers, R
+//         weight rows at once (R = 8, 4 or 2 as M grows), sums each horizontally at the end, four
+//         at a time. Where M rows of x would not fit in L1 (M * k * 4 > 24 KiB) k is cut into
+//         blocks (DotBlocked). Each tile prefetches the rows a few tiles ahead.
+//   axpy  (w [k, n], rows contiguous) streams kAxpyRows rows of w at a time through M output rows
+//         held in L1, 16 (8) columns at a time.
 
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
 

@@ -4,12 +4,15 @@
 // With one to eight rows of activations, a product does 2M flops per weight element and reads
 // every weight element once: it is bound by memory bandwidth, not by FMAs, so packing the weights
 // (which reads and writes them once more) would only cost. The skinny kernels (Note [GEMM
-// kernels]) read b where it lies, in either layout (a Linear weight [N, K] has contiguous rows:
-// `dot`; a [K, N] right operand: `axpy`), bf16/f16 widened in registers, and only the M rows of
-// a (a few KiB) are converted to f32 up front. The output columns are split into chunks over the
-// oneTBB arena; a chunk is sized to read at least kMinChunkBytes of weights, and a product whose
-// weights are under kMinParallelBytes runs on the calling thread (forking costs microseconds, as
-// much as reading that many bytes).
+// kernels]) read b where it lies, bf16/f16 widened in registers, and only the M rows of a (a few
+// KiB) are converted to f32 up front. How the work is split over the oneTBB arena depends on which
+// way b is contiguous, so that each thread streams long contiguous runs of memory:
+//   dot   b [K, N] column-major, i.e. a Linear weight w [N, K] with contiguous rows: threads take
+//         chunks of output columns (weight rows), each sized to read at least kMinChunkBytes.
+//   axpy  b [K, N] row-major: threads take chunks of k (weight rows again) and sum M x N partial
+//         outputs at the end (chunks x M x N adds, small next to the K x N weights).
+// A product whose weights are under kMinParallelBytes runs on the calling thread: waking a worker
+// costs about as long as reading that many bytes.
 
 #include <algorithm>
 #include <atomic>
