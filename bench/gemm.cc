@@ -10,6 +10,7 @@
 //                                                   own Eigen::bfloat16 GEMM, 1 thread vs ours on 1
 //   decode             Linear(x [M, K], w [N, K])   memcpy on T threads (64 MiB, beyond the L3);
 //                      on T threads, weights cold   OpenBLAS sgemv (M=1) / sgemm (M>1) on T threads
+//                                                   (f32 only: Debian's OpenBLAS has no bf16)
 //
 // T = oneTBB's arena size (all cores). "Weights cold": each call uses the next of enough copies of
 // w to exceed three times the L3, as in a decode step, which streams every layer's weights once.
@@ -29,7 +30,9 @@
 #include <vector>
 
 #include <Eigen/Core>
+#include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
 #include <tbb/task_arena.h>
 
 #include "dtensor/bench/bench_util.h"
@@ -219,14 +222,18 @@ Row Bf16VsEigenBf16(int64_t m, int64_t n, int64_t k, const Reps& reps, double* e
 
 // ---- decode: Linear with cold weights against memcpy ---------------------------------------
 
-// Copies src to dst on all threads of the arena, each a contiguous slice.
+// Copies src to dst on all threads of the arena in 1 MiB chunks, balanced by oneTBB as our
+// kernels are (a static split would finish with whichever thread another process delays).
 void ParallelMemcpy(char* dst, const char* src, size_t bytes) {
-  const int threads = tbb::this_task_arena::max_concurrency();
-  const size_t slice = (bytes + threads - 1) / threads;
-  tbb::parallel_for(0, threads, [&](int i) {
-    const size_t lo = std::min(bytes, i * slice), hi = std::min(bytes, lo + slice);
-    std::memcpy(dst + lo, src + lo, hi - lo);
-  });
+  constexpr size_t kChunk = size_t{1} << 20;
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, (bytes + kChunk - 1) / kChunk, 1),
+                    [&](const tbb::blocked_range<size_t>& r) {
+                      for (size_t c = r.begin(); c != r.end(); ++c) {
+                        const size_t lo = c * kChunk, hi = std::min(bytes, lo + kChunk);
+                        std::memcpy(dst + lo, src + lo, hi - lo);
+                      }
+                    },
+                    tbb::simple_partitioner());
 }
 
 struct DecodeShape {

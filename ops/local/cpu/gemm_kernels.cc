@@ -140,6 +140,13 @@ void Axpy(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* 
 // Rows of w the axpy kernels read per pass over the output rows.
 constexpr int64_t kAxpyRows = 4;
 
+// How far ahead the axpy kernels prefetch w, in bytes: the same column of the next pass's rows,
+// at most 16 KiB on. A pass reads kAxpyRows short rows side by side, too short for the hardware
+// prefetchers to get ahead of (3 KiB for a 1536-wide bf16 row).
+inline int64_t AxpyPrefetchBytes(int64_t ldw, int64_t size) {
+  return std::min<int64_t>(kAxpyRows * ldw * size, 16 << 10);
+}
+
 // Calls f.template operator()<M>() for the runtime m in 1..8.
 template <typename F>
 inline void WithRows(int m, F&& f) {
@@ -320,6 +327,8 @@ void DotRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, i
 template <int M, Elem E>
 DT_AVX2 void AxpyRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
                       int64_t ldw, float* c, int64_t ldc) {
+  constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
+  const int64_t ahead = AxpyPrefetchBytes(ldw, kSize);
   for (int64_t p0 = 0; p0 < k; p0 += kAxpyRows) {
     const int64_t rows = std::min(kAxpyRows, k - p0);
     const bool first = p0 == 0;
@@ -329,6 +338,7 @@ DT_AVX2 void AxpyRows(int64_t n, int64_t k, const float* x, int64_t ldx, const v
 #pragma GCC unroll 8
       for (int i = 0; i < M; ++i) acc[i] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + i * ldc + j);
       for (int64_t q = 0; q < rows; ++q) {
+        _mm_prefetch(static_cast<const char*>(w) + ((p0 + q) * ldw + j) * kSize + ahead, _MM_HINT_T0);
         const __m256 wv = Load8<E>(w, (p0 + q) * ldw + j);
 #pragma GCC unroll 8
         for (int i = 0; i < M; ++i) {
@@ -522,30 +532,50 @@ void DotRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, i
                    DotTile<M, R, E>, DotTile<M, 1, E>);
 }
 
-// As avx2::AxpyRows, 16 columns at a time, the last ones masked.
+// As avx2::AxpyRows, 16 columns at a time; only the last, partial vector uses masked loads and
+// stores (a masked store is slow on AMD and does not forward to the next pass's load).
+template <int M, Elem E, bool kTail>
+DT_AVX512 inline void AxpyVector(int64_t p0, int64_t rows, bool first, int64_t j, __mmask16 mask,
+                                 const float* x, int64_t ldx, const void* w, int64_t ldw, float* c,
+                                 int64_t ldc, int64_t ahead) {
+  __m512 acc[M];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+    if (first) {
+      acc[i] = _mm512_setzero_ps();
+    } else {
+      acc[i] = kTail ? _mm512_maskz_loadu_ps(mask, c + i * ldc + j) : _mm512_loadu_ps(c + i * ldc + j);
+    }
+  }
+  constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
+  for (int64_t q = 0; q < rows; ++q) {
+    _mm_prefetch(static_cast<const char*>(w) + ((p0 + q) * ldw + j) * kSize + ahead, _MM_HINT_T0);
+    const __m512 wv = kTail ? Load16<E>(w, (p0 + q) * ldw + j, mask) : Load16<E>(w, (p0 + q) * ldw + j);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * ldx + p0 + q]), wv, acc[i]);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+    if (kTail) {
+      _mm512_mask_storeu_ps(c + i * ldc + j, mask, acc[i]);
+    } else {
+      _mm512_storeu_ps(c + i * ldc + j, acc[i]);
+    }
+  }
+}
+
 template <int M, Elem E>
 DT_AVX512 void AxpyRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
                         int64_t ldw, float* c, int64_t ldc) {
+  const int64_t ahead = AxpyPrefetchBytes(ldw, E == Elem::kF32 ? 4 : 2);
   for (int64_t p0 = 0; p0 < k; p0 += kAxpyRows) {
     const int64_t rows = std::min(kAxpyRows, k - p0);
     const bool first = p0 == 0;
-    for (int64_t j = 0; j < n; j += 16) {
-      const __mmask16 mask = TailMask(n - j);
-      __m512 acc[M];
-#pragma GCC unroll 8
-      for (int i = 0; i < M; ++i) {
-        acc[i] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, c + i * ldc + j);
-      }
-      for (int64_t q = 0; q < rows; ++q) {
-        const __m512 wv = Load16<E>(w, (p0 + q) * ldw + j, mask);
-#pragma GCC unroll 8
-        for (int i = 0; i < M; ++i) {
-          acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * ldx + p0 + q]), wv, acc[i]);
-        }
-      }
-#pragma GCC unroll 8
-      for (int i = 0; i < M; ++i) _mm512_mask_storeu_ps(c + i * ldc + j, mask, acc[i]);
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+      AxpyVector<M, E, false>(p0, rows, first, j, 0xffff, x, ldx, w, ldw, c, ldc, ahead);
     }
+    if (j < n) AxpyVector<M, E, true>(p0, rows, first, j, TailMask(n - j), x, ldx, w, ldw, c, ldc, ahead);
   }
 }
 
