@@ -32,6 +32,10 @@
 #include <optional>
 #include <type_traits>
 
+#if defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
@@ -66,43 +70,94 @@ inline float ToF32(T v) {
   }
 }
 
+// dst[q * width + i] = src[i * ld + q] (widened to f32) for i < count <= width, q < kc; zero for
+// count <= i < width. Packing a row-major A panel or a column-major B panel is this transpose of
+// `count` lines, each contiguous along k. With AVX2 (the build's x86-64-v3 baseline), 8 lines x 8
+// k at a time go through an 8 x 8 register transpose: a scalar loop stores one float per cycle at
+// best, and a Linear weight (B column-major) is packed this way for every prefill.
+template <typename T>
+void Interleave(const T* src, int64_t ld, int64_t count, int64_t kc, int width, float* dst) {
+  int64_t q0 = 0;
+#if defined(__AVX2__) && defined(__F16C__)
+  for (; q0 + 8 <= kc; q0 += 8) {
+    for (int64_t i0 = 0; i0 < count; i0 += 8) {
+      const int64_t lines = std::min<int64_t>(8, count - i0);
+      __m256 r[8];
+      for (int64_t i = 0; i < 8; ++i) {
+        if (i >= lines) {
+          r[i] = _mm256_setzero_ps();
+          continue;
+        }
+        const T* line = src + (i0 + i) * ld + q0;
+        if constexpr (std::is_same_v<T, float>) {
+          r[i] = _mm256_loadu_ps(line);
+        } else {
+          const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(line));
+          if constexpr (std::is_same_v<T, BFloat16>) {
+            r[i] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+          } else {
+            r[i] = _mm256_cvtph_ps(h);
+          }
+        }
+      }
+      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+      const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+      const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+      const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+      const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+      // Row q of the transpose: element i is line i0 + i at k = q0 + q.
+      const __m256 out[8] = {
+          _mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
+          _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
+          _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
+          _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+      for (int64_t q = 0; q < 8; ++q) {
+        float* d = dst + (q0 + q) * width + i0;
+        if (lines == 8) {
+          _mm256_storeu_ps(d, out[q]);
+        } else if (lines == 4) {
+          _mm_storeu_ps(d, _mm256_castps256_ps128(out[q]));
+        } else {
+          alignas(32) float tmp[8];
+          _mm256_store_ps(tmp, out[q]);
+          std::memcpy(d, tmp, static_cast<size_t>(lines) * sizeof(float));
+        }
+      }
+    }
+  }
+#endif
+  for (int64_t i = 0; i < count; ++i) {
+    const T* line = src + i * ld;
+    for (int64_t q = q0; q < kc; ++q) dst[q * width + i] = ToF32(line[q]);
+  }
+  for (int64_t q = 0; q < kc; ++q) {
+    for (int64_t i = count; i < width; ++i) dst[q * width + i] = 0.0f;
+  }
+}
+
 // ap[q * mr + i] = a(i, q) for i < rows (zero for rows <= i < mr), q < kc.
 template <typename T>
 void PackAPanel(const T* a, int64_t rs, int64_t cs, int64_t rows, int64_t kc, int mr, float* ap) {
-  if (cs == 1) {
-    for (int64_t i = 0; i < rows; ++i) {
-      const T* src = a + i * rs;
-      for (int64_t q = 0; q < kc; ++q) ap[q * mr + i] = ToF32(src[q]);
-    }
-  } else {
-    for (int64_t q = 0; q < kc; ++q) {
-      const T* src = a + q * cs;
-      for (int64_t i = 0; i < rows; ++i) ap[q * mr + i] = ToF32(src[i * rs]);
-    }
-  }
-  for (int64_t i = rows; i < mr; ++i) {
-    for (int64_t q = 0; q < kc; ++q) ap[q * mr + i] = 0.0f;
+  if (cs == 1) return Interleave(a, rs, rows, kc, mr, ap);
+  for (int64_t q = 0; q < kc; ++q) {
+    const T* src = a + q * cs;
+    for (int64_t i = 0; i < rows; ++i) ap[q * mr + i] = ToF32(src[i * rs]);
+    for (int64_t i = rows; i < mr; ++i) ap[q * mr + i] = 0.0f;
   }
 }
 
 // bp[q * nr + j] = b(q, j) for j < cols (zero for cols <= j < nr), q < kc.
 template <typename T>
 void PackBPanel(const T* b, int64_t rs, int64_t cs, int64_t cols, int64_t kc, int nr, float* bp) {
-  if (cs == 1) {
-    for (int64_t q = 0; q < kc; ++q) {
-      const T* src = b + q * rs;
-      float* dst = bp + q * nr;
-      for (int64_t j = 0; j < cols; ++j) dst[j] = ToF32(src[j]);
-      for (int64_t j = cols; j < nr; ++j) dst[j] = 0.0f;
-    }
-  } else {
-    for (int64_t j = 0; j < cols; ++j) {
-      const T* src = b + j * cs;
-      for (int64_t q = 0; q < kc; ++q) bp[q * nr + j] = ToF32(src[q]);
-    }
-    for (int64_t j = cols; j < nr; ++j) {
-      for (int64_t q = 0; q < kc; ++q) bp[q * nr + j] = 0.0f;
-    }
+  if (cs != 1) return Interleave(b, cs, cols, kc, nr, bp);
+  for (int64_t q = 0; q < kc; ++q) {
+    const T* src = b + q * rs;
+    float* dst = bp + q * nr;
+    for (int64_t j = 0; j < cols; ++j) dst[j] = ToF32(src[j]);
+    for (int64_t j = cols; j < nr; ++j) dst[j] = 0.0f;
   }
 }
 
