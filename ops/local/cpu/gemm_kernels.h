@@ -9,9 +9,11 @@
 namespace dt::ops::cpu::gemm {
 
 // kGeneric is plain C++ (any CPU); kAvx2 needs AVX2 + FMA + F16C (x86-64-v3); kAvx512 needs
-// AVX-512 F/BW/DQ/VL. The x86 sets are compiled with function target attributes, so one binary
-// carries all three whatever -march says and runs the best one the CPU (and OS) supports.
-enum class Isa : uint8_t { kGeneric, kAvx2, kAvx512 };
+// AVX-512 F/BW/DQ/VL; kAvx512Bf16 adds AVX512_BF16 (Zen 4+, Cooper Lake, Sapphire Rapids+) for
+// bf16 products (Note [bf16 dot products] in gemm_kernels.cc). The x86 sets are compiled with
+// function target attributes, so one binary carries them all whatever -march says and runs the
+// best one the CPU (and OS) supports. Each level includes the ones before it.
+enum class Isa : uint8_t { kGeneric, kAvx2, kAvx512, kAvx512Bf16 };
 
 const char* IsaName(Isa isa);
 bool IsaSupported(Isa isa);
@@ -32,6 +34,12 @@ struct Kernels {
   // ap and bp are packed panels (gemm_packed.cc), 64-byte aligned; kc >= 1.
   void (*micro)(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
                 bool accumulate);
+  // bf16 micro-kernel, or null: the same product for bf16 operands packed in pairs along k,
+  //   c[i * ldc + j] = (accumulate ? c : 0) + sum_{p < kp} sum_{h < 2} A(i, 2p + h) * B(2p + h, j)
+  // where ap[p * mr + i] holds the bf16 pair A(i, 2p), A(i, 2p + 1) (low half first) and
+  // bp[p * nr + j] the pair B(2p, j), B(2p + 1, j); kp >= 1 pairs.
+  void (*micro_bf16)(int64_t kp, const uint32_t* ap, const uint32_t* bp, float* c, int64_t ldc,
+                     bool accumulate);
 
   // Skinny products for m = 1..8 rows of x (f32, rows ldx apart, each readable and zero up to k
   // rounded up to 16), every w element read once, converted to f32 in registers:

@@ -70,6 +70,45 @@ inline float ToF32(T v) {
   }
 }
 
+#if defined(__AVX2__) && defined(__F16C__)
+#define DT_PACK_AVX2 1
+// r[i] = line i, 8 elements; on return out[q] holds element q of every line (an 8 x 8 transpose of
+// 32-bit elements; bit-exact, whatever they are).
+inline void Transpose8x8(const __m256 (&r)[8], __m256 (&out)[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  out[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  out[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  out[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  out[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  out[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  out[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  out[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  out[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// The first `count` (1..8) 32-bit elements of v to d.
+inline void StoreFirst(void* d, __m256 v, int64_t count) {
+  if (count == 8) {
+    _mm256_storeu_ps(static_cast<float*>(d), v);
+  } else if (count == 4) {
+    _mm_storeu_ps(static_cast<float*>(d), _mm256_castps256_ps128(v));
+  } else {
+    alignas(32) float tmp[8];
+    _mm256_store_ps(tmp, v);
+    std::memcpy(d, tmp, static_cast<size_t>(count) * sizeof(float));
+  }
+}
+#else
+#define DT_PACK_AVX2 0
+#endif
+
 // dst[q * width + i] = src[i * ld + q] (widened to f32) for i < count <= width, q < kc; zero for
 // count <= i < width. Packing a row-major A panel or a column-major B panel is this transpose of
 // `count` lines, each contiguous along k. With AVX2 (the build's x86-64-v3 baseline), 8 lines x 8
@@ -78,7 +117,7 @@ inline float ToF32(T v) {
 template <typename T>
 void Interleave(const T* src, int64_t ld, int64_t count, int64_t kc, int width, float* dst) {
   int64_t q0 = 0;
-#if defined(__AVX2__) && defined(__F16C__)
+#if DT_PACK_AVX2
   for (; q0 + 8 <= kc; q0 += 8) {
     for (int64_t i0 = 0; i0 < count; i0 += 8) {
       const int64_t lines = std::min<int64_t>(8, count - i0);
@@ -100,32 +139,9 @@ void Interleave(const T* src, int64_t ld, int64_t count, int64_t kc, int width, 
           }
         }
       }
-      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-      const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
-      const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
-      const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
-      const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-      // Row q of the transpose: element i is line i0 + i at k = q0 + q.
-      const __m256 out[8] = {
-          _mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
-          _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
-          _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
-          _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
-      for (int64_t q = 0; q < 8; ++q) {
-        float* d = dst + (q0 + q) * width + i0;
-        if (lines == 8) {
-          _mm256_storeu_ps(d, out[q]);
-        } else if (lines == 4) {
-          _mm_storeu_ps(d, _mm256_castps256_ps128(out[q]));
-        } else {
-          alignas(32) float tmp[8];
-          _mm256_store_ps(tmp, out[q]);
-          std::memcpy(d, tmp, static_cast<size_t>(lines) * sizeof(float));
-        }
-      }
+      __m256 out[8];
+      Transpose8x8(r, out);
+      for (int64_t q = 0; q < 8; ++q) StoreFirst(dst + (q0 + q) * width + i0, out[q], lines);
     }
   }
 #endif
@@ -135,6 +151,61 @@ void Interleave(const T* src, int64_t ld, int64_t count, int64_t kc, int width, 
   }
   for (int64_t q = 0; q < kc; ++q) {
     for (int64_t i = count; i < width; ++i) dst[q * width + i] = 0.0f;
+  }
+}
+
+// bf16 pairs along k for the AVX512_BF16 micro-kernel (Note [bf16 dot products]):
+//   dst[p * width + i] = bits(x(i, 2p)) | bits(x(i, 2p + 1)) << 16
+// for i < count <= width and p < ceil(kc / 2), where x(i, q) = src[i * ls + q * ks] and
+// x(i, kc) = 0; zero for count <= i < width. Fast paths for lines contiguous along k (ks == 1: a
+// transpose of 32-bit pairs, as Interleave) and for k-rows contiguous across lines (ls == 1: two
+// rows zipped).
+void InterleavePairs(const uint16_t* src, int64_t ls, int64_t ks, int64_t count, int64_t kc,
+                     int width, uint32_t* dst) {
+  const int64_t full = kc / 2, pairs = (kc + 1) / 2;
+  int64_t p0 = 0;
+#if DT_PACK_AVX2
+  if (ks == 1) {
+    for (; p0 + 8 <= full; p0 += 8) {
+      for (int64_t i0 = 0; i0 < count; i0 += 8) {
+        const int64_t lines = std::min<int64_t>(8, count - i0);
+        __m256 r[8];
+        for (int64_t i = 0; i < 8; ++i) {
+          r[i] = i < lines ? _mm256_castsi256_ps(_mm256_loadu_si256(
+                                 reinterpret_cast<const __m256i*>(src + (i0 + i) * ls + 2 * p0)))
+                           : _mm256_setzero_ps();
+        }
+        __m256 out[8];
+        Transpose8x8(r, out);
+        for (int64_t q = 0; q < 8; ++q) StoreFirst(dst + (p0 + q) * width + i0, out[q], lines);
+      }
+    }
+  } else if (ls == 1) {
+    for (; p0 < full; ++p0) {
+      const uint16_t* r0 = src + 2 * p0 * ks;
+      const uint16_t* r1 = r0 + ks;
+      uint32_t* d = dst + p0 * width;
+      int64_t i = 0;
+      for (; i + 16 <= count; i += 16) {
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + i));
+        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + i));
+        const __m256i lo = _mm256_unpacklo_epi16(a, b), hi = _mm256_unpackhi_epi16(a, b);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+      }
+      for (; i < count; ++i) d[i] = uint32_t{r0[i]} | uint32_t{r1[i]} << 16;
+    }
+  }
+#endif
+  for (int64_t p = p0; p < pairs; ++p) {
+    for (int64_t i = 0; i < count; ++i) {
+      const uint16_t* line = src + i * ls;
+      const uint32_t hi = 2 * p + 1 < kc ? line[(2 * p + 1) * ks] : 0;
+      dst[p * width + i] = uint32_t{line[2 * p * ks]} | hi << 16;
+    }
+  }
+  for (int64_t p = 0; p < pairs; ++p) {
+    for (int64_t i = count; i < width; ++i) dst[p * width + i] = 0;
   }
 }
 
@@ -169,6 +240,12 @@ absl::Status PackedT(const Problem& p, const Kernels& ks, bool parallel) {
   const T* b = static_cast<const T*>(p.b);
   T* out = static_cast<T*>(p.out);
   const int threads = parallel ? tbb::this_task_arena::max_concurrency() : 1;
+  // bf16 on AVX512_BF16: operands packed as pairs along k (Note [bf16 dot products]); a packed
+  // panel then holds units(len) 32-bit words per row or column for len values of k.
+  const bool pairs = std::is_same_v<T, BFloat16> && ks.micro_bf16 != nullptr;
+  auto units = [pairs](int64_t len) { return pairs ? (len + 1) / 2 : len; };
+  auto bits = [](const T* x) { return reinterpret_cast<const uint16_t*>(x); };
+  auto words = [](float* x) { return reinterpret_cast<uint32_t*>(x); };
 
   const int64_t kblocks = CeilDiv(k, kMaxKBlock);
   const int64_t kb_len = CeilDiv(k, kblocks);
@@ -203,8 +280,13 @@ absl::Status PackedT(const Problem& p, const Kernels& ks, bool parallel) {
       auto pack_b = [&](int64_t lo, int64_t hi) {
         for (int64_t pn = lo; pn < hi; ++pn) {
           const int64_t col = j0 + pn * nr;
-          PackBPanel(b + kb0 * p.b_rs + col * p.b_cs, p.b_rs, p.b_cs, std::min<int64_t>(nr, n - col),
-                     klen, nr, bp_all + pn * nr * klen);
+          const T* src = b + kb0 * p.b_rs + col * p.b_cs;
+          float* dst = bp_all + pn * nr * units(klen);
+          if (pairs) {
+            InterleavePairs(bits(src), p.b_cs, p.b_rs, std::min<int64_t>(nr, n - col), klen, nr, words(dst));
+          } else {
+            PackBPanel(src, p.b_rs, p.b_cs, std::min<int64_t>(nr, n - col), klen, nr, dst);
+          }
         }
       };
       if (threads > 1 && panels > 1) {
@@ -257,23 +339,37 @@ absl::Status PackedT(const Problem& p, const Kernels& ks, bool parallel) {
         alignas(64) float edge[16 * 32];
         for (int64_t q0 = kb0; q0 < kb0 + klen; q0 += kKc) {
           const int64_t kc = std::min(kKc, kb0 + klen - q0);
+          const int64_t ku = units(kc);
           for (int64_t ir = 0; ir < rows; ir += mr) {
-            PackAPanel(a + (i0 + ir) * p.a_rs + q0 * p.a_cs, p.a_rs, p.a_cs,
-                       std::min<int64_t>(mr, rows - ir), kc, mr, ap + ir * kc);
+            const T* src = a + (i0 + ir) * p.a_rs + q0 * p.a_cs;
+            const int64_t count = std::min<int64_t>(mr, rows - ir);
+            if (pairs) {
+              InterleavePairs(bits(src), p.a_rs, p.a_cs, count, kc, mr, words(ap + ir * ku));
+            } else {
+              PackAPanel(src, p.a_rs, p.a_cs, count, kc, mr, ap + ir * ku);
+            }
           }
           const bool accumulate = !first_kb || q0 > kb0;
+          auto micro = [&](const float* apanel, const float* bpanel, float* ct, int64_t ldct, bool acc) {
+            if (pairs) {
+              ks.micro_bf16(ku, reinterpret_cast<const uint32_t*>(apanel),
+                            reinterpret_cast<const uint32_t*>(bpanel), ct, ldct, acc);
+            } else {
+              ks.micro(kc, apanel, bpanel, ct, ldct, acc);
+            }
+          };
           for (int64_t pn = pan0; pn < pan1; ++pn) {
-            const float* bp = bp_all + pn * nr * klen + (q0 - kb0) * nr;
+            const float* bp = bp_all + pn * nr * units(klen) + units(q0 - kb0) * nr;
             const int64_t jc = (pn - pan0) * nr;
             const int64_t ncols = std::min<int64_t>(nr, cols - jc);
             for (int64_t ir = 0; ir < rows; ir += mr) {
               const int64_t mrows = std::min<int64_t>(mr, rows - ir);
               float* ct = c + ir * ldc + jc;
               if (mrows == mr && ncols == nr) {
-                ks.micro(kc, ap + ir * kc, bp, ct, ldc, accumulate);
+                micro(ap + ir * ku, bp, ct, ldc, accumulate);
                 continue;
               }
-              ks.micro(kc, ap + ir * kc, bp, edge, nr, false);
+              micro(ap + ir * ku, bp, edge, nr, false);
               for (int64_t i = 0; i < mrows; ++i) {
                 for (int64_t j = 0; j < ncols; ++j) {
                   ct[i * ldc + j] = (accumulate ? ct[i * ldc + j] : 0.0f) + edge[i * nr + j];

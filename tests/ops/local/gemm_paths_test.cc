@@ -22,7 +22,7 @@ using cpu::gemm::Isa;
 
 std::vector<Isa> SupportedIsas() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
     if (cpu::gemm::IsaSupported(isa)) out.push_back(isa);
   }
   return out;
