@@ -170,19 +170,23 @@ inline void WithRows(int m, F&& f) {
 // their way from memory while this one computes (the hardware prefetchers alone leave the M = 8
 // kernels, with the most arithmetic per byte, at half the bandwidth).
 constexpr int64_t kPrefetchAheadBytes = 12 << 10;
-using DotTileFn = void (*)(int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
+// A dot tile: c[i * ldc + r] = (accumulate ? c[i * ldc + r] : 0) + x[i, 0:k] . w[r, 0:k]; it also
+// prefetches the same columns of the rows `ahead` elements further on in w. x is f32 (XT float)
+// or, for the bf16 dot-product kernels, bf16 bits (XT uint16_t).
+template <typename XT>
+using DotTileFn = void (*)(int64_t k, const XT* x, int64_t ldx, const void* w, int64_t ldw,
                            float* c, int64_t ldc, bool accumulate, int64_t ahead);
 
 // The dot layout's loop over the n weight rows, R at a time (tile, then tile1 for the rest). When
-// the M rows of x would not stay in L1 (M * k floats over kXBytes), k is cut into blocks and rows
-// are taken kGroupRows at a time, so that a block of x is reused from L1 by every row of the group
-// while each weight byte is still read once.
-template <int M, int R>
-void DotBlocked(int64_t n, int64_t k, const float* x, int64_t ldx, const char* w, int64_t ldw,
-                int64_t size, float* c, int64_t ldc, DotTileFn tile, DotTileFn tile1) {
+// the M rows of x would not stay in L1 (M * k * sizeof(XT) over kXBytes), k is cut into blocks
+// and rows are taken kGroupRows at a time, so that a block of x is reused from L1 by every row of
+// the group while each weight byte is still read once.
+template <int M, int R, typename XT>
+void DotBlocked(int64_t n, int64_t k, const XT* x, int64_t ldx, const char* w, int64_t ldw,
+                int64_t size, float* c, int64_t ldc, DotTileFn<XT> tile, DotTileFn<XT> tile1) {
   constexpr int64_t kXBytes = 24 << 10;
   constexpr int64_t kGroupRows = 64;
-  constexpr int64_t kb = std::max<int64_t>(256, kXBytes / (4 * M) / 16 * 16);
+  constexpr int64_t kb = std::max<int64_t>(256, kXBytes / (int64_t{sizeof(XT)} * M) / 32 * 32);
   auto rows = [&](int64_t j0, int64_t j1, int64_t p0, int64_t kl, bool accumulate) {
     const int64_t ahead = std::max<int64_t>(R, kPrefetchAheadBytes / (kl * size)) * ldw;
     int64_t j = j0;
@@ -320,7 +324,7 @@ template <int M, Elem E>
 void DotRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
              float* c, int64_t ldc) {
   constexpr int R = M <= 2 ? 4 : M <= 4 ? 2 : 1;
-  DotBlocked<M, R>(n, k, x, ldx, static_cast<const char*>(w), ldw, E == Elem::kF32 ? 4 : 2, c, ldc,
+  DotBlocked<M, R, float>(n, k, x, ldx, static_cast<const char*>(w), ldw, E == Elem::kF32 ? 4 : 2, c, ldc,
                    DotTile<M, R, E>, DotTile<M, 1, E>);
 }
 
@@ -530,7 +534,7 @@ template <int M, Elem E>
 void DotRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
              float* c, int64_t ldc) {
   constexpr int R = M <= 2 ? 8 : M <= 4 ? 4 : 2;
-  DotBlocked<M, R>(n, k, x, ldx, static_cast<const char*>(w), ldw, E == Elem::kF32 ? 4 : 2, c, ldc,
+  DotBlocked<M, R, float>(n, k, x, ldx, static_cast<const char*>(w), ldw, E == Elem::kF32 ? 4 : 2, c, ldc,
                    DotTile<M, R, E>, DotTile<M, 1, E>);
 }
 
@@ -656,19 +660,90 @@ DT_AVX512BF16 void Micro(int64_t kp, const uint32_t* ap, const uint32_t* bp, flo
   }
 }
 
+// Skinny dot tile on bf16 pairs: x rows are bf16 bits (zero past k up to a multiple of 32), w
+// rows bf16; 32 products per instruction and no widening (Note [bf16 dot products]).
+template <int M, int R>
+DT_AVX512BF16 void DotTile(int64_t k, const uint16_t* x, int64_t ldx, const void* w, int64_t ldw,
+                           float* c, int64_t ldc, bool accumulate, int64_t ahead) {
+  __m512 acc[M][R];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+  }
+  const uint16_t* wb = static_cast<const uint16_t*>(w);
+  int64_t p = 0;
+  for (; p + 32 <= k; p += 32) {
+    __m512bh wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(wb + r * ldw + ahead + p), _MM_HINT_T0);
+      wv[r] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wb + r * ldw + p));
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(x + i * ldx + p));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[i][r] = _mm512_dpbf16_ps(acc[i][r], xv, wv[r]);
+    }
+  }
+  if (p < k) {
+    const __mmask32 mask = static_cast<__mmask32>((uint64_t{1} << (k - p)) - 1);
+    __m512bh wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      wv[r] = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, wb + r * ldw + p));
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, x + i * ldx + p));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[i][r] = _mm512_dpbf16_ps(acc[i][r], xv, wv[r]);
+    }
+  }
+  constexpr int kAcc = M * R;
+  const __m512* flat = &acc[0][0];
+  alignas(16) float sums[kAcc + 3];
+#pragma GCC unroll 8
+  for (int q = 0; q < kAcc; q += 4) {
+    const __m512 z = _mm512_setzero_ps();
+    _mm_store_ps(sums + q, avx512::Hsum4(flat[q], q + 1 < kAcc ? flat[q + 1] : z,
+                                         q + 2 < kAcc ? flat[q + 2] : z, q + 3 < kAcc ? flat[q + 3] : z));
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) c[i * ldc + r] = (accumulate ? c[i * ldc + r] : 0.0f) + sums[i * R + r];
+  }
+}
+
+template <int M>
+void DotRows(int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw,
+             float* c, int64_t ldc) {
+  constexpr int R = M <= 2 ? 8 : M <= 4 ? 4 : 2;
+  DotBlocked<M, R, uint16_t>(n, k, x, ldx, reinterpret_cast<const char*>(w), ldw, 2, c, ldc,
+                             DotTile<M, R>, DotTile<M, 1>);
+}
+
+void Dot(int m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w,
+         int64_t ldw, float* c, int64_t ldc) {
+  WithRows(m, [&]<int M>() { DotRows<M>(n, k, x, ldx, w, ldw, c, ldc); });
+}
+
 }  // namespace avx512bf16
 
 #endif  // DT_GEMM_X86
 
 constexpr Kernels kGenericKernels{Isa::kGeneric, generic::kMr, generic::kNr, generic::Micro,
-                                  nullptr, generic::Dot, generic::Axpy};
+                                  nullptr, generic::Dot, generic::Axpy, nullptr};
 #if DT_GEMM_X86
 constexpr Kernels kAvx2Kernels{Isa::kAvx2, avx2::kMr, avx2::kNr, avx2::Micro, nullptr, avx2::Dot,
-                               avx2::Axpy};
+                               avx2::Axpy, nullptr};
 constexpr Kernels kAvx512Kernels{Isa::kAvx512, avx512::kMr, avx512::kNr, avx512::Micro, nullptr,
-                                 avx512::Dot, avx512::Axpy};
+                                 avx512::Dot, avx512::Axpy, nullptr};
 constexpr Kernels kAvx512Bf16Kernels{Isa::kAvx512Bf16, avx512::kMr, avx512::kNr, avx512::Micro,
-                                     avx512bf16::Micro, avx512::Dot, avx512::Axpy};
+                                     avx512bf16::Micro, avx512::Dot, avx512::Axpy,
+                                     avx512bf16::Dot};
 #endif
 
 Isa DetectIsa() {

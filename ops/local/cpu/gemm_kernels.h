@@ -50,6 +50,10 @@ struct Kernels {
               int64_t ldw, Elem elem, float* c, int64_t ldc);
   void (*axpy)(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
                int64_t ldw, Elem elem, float* c, int64_t ldc);
+  // dot for bf16 x and w on bf16 dot products, or null: x rows are bf16 bits, each readable and
+  // zero up to k rounded up to 32.
+  void (*dot_bf16)(int m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w,
+                   int64_t ldw, float* c, int64_t ldc);
 };
 
 // The kernel set of `isa` (which must be supported).

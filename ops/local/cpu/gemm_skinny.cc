@@ -45,17 +45,29 @@ absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel) {
   const int64_t size = DTypeSize(p.dtype);
   const Elem elem = p.dtype == DType::kBF16 ? Elem::kBF16 : p.dtype == DType::kF16 ? Elem::kF16 : Elem::kF32;
 
-  // The rows of a in f32, each padded with zeros to a multiple of 16.
-  const int64_t ldx = (k + 15) / 16 * 16;
-  ScratchBuffer xbuf(ScratchSlot::kX, m * ldx);
+  const bool dot = p.b_rs == 1;
+  // bf16 dot layout on AVX512_BF16: x stays bf16 (Note [bf16 dot products]).
+  const bool bf16_pairs = dot && elem == Elem::kBF16 && ks.dot_bf16 != nullptr;
+
+  // The rows of a in f32, each padded with zeros to a multiple of 16; or, for bf16_pairs, their
+  // bf16 bits padded to a multiple of 32.
+  const int64_t ldx = bf16_pairs ? (k + 31) / 32 * 32 : (k + 15) / 16 * 16;
+  ScratchBuffer xbuf(ScratchSlot::kX, bf16_pairs ? m * ldx / 2 : m * ldx);
   if (xbuf.data() == nullptr) return absl::ResourceExhaustedError("Matmul: out of memory");
   float* x = xbuf.data();
+  uint16_t* x16 = reinterpret_cast<uint16_t*>(xbuf.data());
   for (int i = 0; i < m; ++i) {
-    LoadF32(p.dtype, static_cast<const char*>(p.a) + i * p.a_rs * size, k, p.a_cs, x + i * ldx);
-    std::fill(x + i * ldx + k, x + (i + 1) * ldx, 0.0f);
+    const char* row = static_cast<const char*>(p.a) + i * p.a_rs * size;
+    if (bf16_pairs) {
+      const uint16_t* src = reinterpret_cast<const uint16_t*>(row);
+      for (int64_t q = 0; q < k; ++q) x16[i * ldx + q] = src[q * p.a_cs];
+      std::fill(x16 + i * ldx + k, x16 + (i + 1) * ldx, uint16_t{0});
+    } else {
+      LoadF32(p.dtype, row, k, p.a_cs, x + i * ldx);
+      std::fill(x + i * ldx + k, x + (i + 1) * ldx, 0.0f);
+    }
   }
 
-  const bool dot = p.b_rs == 1;
   const int64_t ldw = dot ? p.b_cs : p.b_rs;
   const int64_t weight_bytes = n * k * size;
   const int threads = parallel ? tbb::this_task_arena::max_concurrency() : 1;
@@ -119,7 +131,12 @@ absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel) {
       c = cbuf->data();
       ldc = cols;
     }
-    ks.dot(m, cols, k, x, ldx, static_cast<const char*>(p.b) + j0 * p.b_cs * size, ldw, elem, c, ldc);
+    const char* w = static_cast<const char*>(p.b) + j0 * p.b_cs * size;
+    if (bf16_pairs) {
+      ks.dot_bf16(m, cols, k, x16, ldx, reinterpret_cast<const uint16_t*>(w), ldw, c, ldc);
+    } else {
+      ks.dot(m, cols, k, x, ldx, w, ldw, elem, c, ldc);
+    }
     FinishRows(m, cols, c, ldc, p.bias != nullptr ? p.bias + j0 : nullptr, p.dtype,
                static_cast<char*>(p.out) + j0 * size, p.ldo);
   };
