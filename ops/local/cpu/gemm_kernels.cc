@@ -173,6 +173,8 @@ constexpr int64_t kPrefetchAheadBytes = 12 << 10;
 // A dot tile: c[i * ldc + r] = (accumulate ? c[i * ldc + r] : 0) + x[i, 0:k] . w[r, 0:k]; it also
 // prefetches the same columns of the rows `ahead` elements further on in w. x is f32 (XT float)
 // or, for the bf16 dot-product kernels, bf16 bits (XT uint16_t).
+inline int64_t CeilDivRows(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 template <typename XT>
 using DotTileFn = void (*)(int64_t k, const XT* x, int64_t ldx, const void* w, int64_t ldw,
                            float* c, int64_t ldc, bool accumulate, int64_t ahead);
@@ -188,7 +190,11 @@ void DotBlocked(int64_t n, int64_t k, const XT* x, int64_t ldx, const char* w, i
   constexpr int64_t kGroupRows = 64;
   constexpr int64_t kb = std::max<int64_t>(256, kXBytes / (int64_t{sizeof(XT)} * M) / 32 * 32);
   auto rows = [&](int64_t j0, int64_t j1, int64_t p0, int64_t kl, bool accumulate) {
-    const int64_t ahead = std::max<int64_t>(R, kPrefetchAheadBytes / (kl * size)) * ldw;
+    // Tiles of R rows x kl: prefetch about kPrefetchAheadBytes ahead of the reads, further along
+    // the same rows when a tile is larger than that, else in the rows of the tiles to come.
+    const int64_t ahead = R * kl * size > kPrefetchAheadBytes
+                              ? kPrefetchAheadBytes / (R * size)
+                              : CeilDivRows(kPrefetchAheadBytes, kl * size) * ldw;
     int64_t j = j0;
     for (; j + R <= j1; j += R) {
       tile(kl, x + p0, ldx, w + (j * ldw + p0) * size, ldw, c + j, ldc, accumulate, ahead);
