@@ -322,10 +322,15 @@ int main(int argc, char** argv) {
   std::printf("bench_gemm%s: T = %d threads; ours: oneTBB, %s kernels", quick ? " --quick" : "",
               threads, dt::ops::cpu::gemm::IsaName(dt::ops::cpu::gemm::ActiveIsa()));
 #ifdef DT_BENCH_OPENBLAS
-  std::printf("; OpenBLAS %s, core %s, %s, set to %d threads\n", openblas_get_config(),
+  std::printf("; %s, core %s, %s, set to %d threads\n", openblas_get_config(),
               openblas_get_corename(),
               openblas_get_parallel() == 1 ? "pthreads" : openblas_get_parallel() == 2 ? "OpenMP" : "serial",
               openblas_get_num_threads());
+  if (dt::ops::cpu::gemm::ActiveIsa() >= dt::ops::cpu::gemm::Isa::kAvx512 &&
+      std::string(openblas_get_corename()) == "Haswell") {
+    std::printf("note: this CPU has AVX-512 but OpenBLAS picked its Haswell (AVX2) kernels; "
+                "OPENBLAS_CORETYPE=SkylakeX compares against its AVX-512 ones\n");
+  }
 #else
   std::printf("; OpenBLAS not built in\n");
 #endif
