@@ -15,7 +15,7 @@
 //     is one thread (or the serial build), i.e. splitting the work ourselves, as done here. The
 //     OpenMP variant instead nests an OpenMP team inside every calling thread.
 //   - bf16. Debian's OpenBLAS 0.3.21 has no sbgemm, so bf16 would need f32 copies of both
-//     operands first; our packing widens them on the way (Note [bf16 GEMM]).
+//     operands first; our kernels use bf16 dot products or widen on the way (Note [bf16 GEMM]).
 //   - CPUs it does not know. 0.3.21 does not recognise Zen 5 (family 0x1A) and runs its Haswell
 //     AVX2 kernels, half the AVX-512 peak, unless the process sets OPENBLAS_CORETYPE, which a
 //     library cannot do for its user (build-environment.md §4).
@@ -24,10 +24,13 @@
 // The price is owning a GEMM; bench_gemm keeps it honest against OpenBLAS and Eigen.
 //
 // Note [bf16 GEMM]
-// bf16 and f16 operands are widened to f32 as the GEMM reads them (while packing, or in registers
-// in the skinny kernels), multiplied and accumulated in f32, and the f32 sum plus bias is rounded
-// once (to nearest even). No f32 copy of a whole operand is made, so a bf16 product costs what an
-// f32 one does, minus the bytes it does not read. Eigen's own bfloat16 GEMM has no SIMD kernel
+// bf16 and f16 operands are never copied to f32 as a whole. Where the CPU has AVX512_BF16, bf16
+// products run on vdpbf16ps, which multiplies bf16 pairs exactly and accumulates in f32 (Note [bf16
+// dot products] in gemm_kernels.cc): the packed GEMM packs bf16 pairs, the skinny one reads x and
+// the weights as they are. Otherwise (and for f16) operands are widened to f32 as the GEMM reads
+// them (while packing, or in registers in the skinny kernels) and multiplied with f32 FMAs. Either
+// way the f32 sum plus bias is rounded once (to nearest even), so a bf16 product costs at most what
+// an f32 one does (about half of it with AVX512_BF16). Eigen's own bfloat16 GEMM has no SIMD kernel
 // (about 6x slower than f32) and accumulates in bf16 (relative errors up to 3e-1 at K=1024;
 // shared/reference/build-environment.md §4), and Debian's OpenBLAS has no bf16 GEMM.
 //

@@ -14,9 +14,9 @@
 //         A micro-panel          kc x mr                   streamed from L2
 //
 // Packing is also where dtypes are handled: bf16/f16 operands are widened to f32 while being
-// copied, which the copy costs anyway, so a bf16 GEMM runs the f32 micro-kernel on data that was
-// half as many bytes to read (Note [bf16 GEMM] in gemm.cc), and transposed or column-major operands
-// cost nothing extra either. B is packed once per block by all threads together and shared; each
+// copied, which the copy costs anyway, or, for bf16 on AVX512_BF16, packed as bf16 pairs along k
+// for the vdpbf16ps micro-kernel (Note [bf16 GEMM] in gemm.cc); transposed or column-major
+// operands cost little more (8 x 8 register transposes). B is packed once per block by all threads together and shared; each
 // task packs the rows of A it needs.
 //
 // Threading: tasks are (block of mc rows) x (chunk of the block's columns), at least
