@@ -52,7 +52,9 @@ namespace dt::ops {
 
 // a [..., M, K] · b [..., K, N] -> [..., M, N]; batch dims broadcast (numpy rules). trans_a means a
 // is given as [..., K, M] (and is used transposed), likewise trans_b: b given as [..., N, K]. Both
-// operands need at least 2 dims. GEMM runs in f32 (bf16/f16 are converted, multiplied, rounded).
+// operands need at least 2 dims. GEMM runs in f32 (bf16/f16 are converted, multiplied, rounded;
+// on CPUs with AVX512_BF16, bf16 products read denormal inputs as zero and flush denormal sums:
+// Note [bf16 dot products] in cpu/gemm_kernels.cc).
 //
 //   a          b          trans_a trans_b  out
 //   [2, 3]     [3, 4]     no      no       [2, 4]

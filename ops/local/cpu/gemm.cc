@@ -1,27 +1,53 @@
-// CPU Matmul kernel: Eigen f32 GEMM on blocks of the output, blocks spread over cores with oneTBB.
+// CPU Matmul kernel: one GEMM per matrix of the batch, skinny (M <= 8) or packed, spread over the
+// cores with oneTBB; and the Eigen Sgemm the attention kernel calls per block.
+//
+// Note [GEMM dispatch]
+// Matmul runs our own kernels (gemm_kernels.cc: AVX-512, AVX2 or plain C++, picked at run time;
+// gemm_packed.cc for M > 8, gemm_skinny.cc for M <= 8) rather than calling OpenBLAS, although
+// Debian's OpenBLAS is at hand (bench_gemm compares against it, at equal threads):
+//   - Threads. Debian's libopenblas-dev installs the pthread variant by default: a pool of its own
+//     threads (as many as cores, or OPENBLAS_NUM_THREADS) beside oneTBB's. Matmul is called from
+//     oneTBB tasks (attention blocks, batched products) and from several threads at once (the
+//     `threads` backend runs one rank per thread); a threaded sgemm there asks for all cores per
+//     call, cores x callers threads on cores cores, and the pthread build serialises concurrent
+//     callers on its one pool. openblas_set_num_threads is process-wide, so it cannot be 1 for calls
+//     from tasks and all cores for top-level ones; OpenBLAS's own advice for a multithreaded program
+//     is one thread (or the serial build), i.e. splitting the work ourselves, as done here. The
+//     OpenMP variant instead nests an OpenMP team inside every calling thread.
+//   - bf16. Debian's OpenBLAS 0.3.21 has no sbgemm, so bf16 would need f32 copies of both
+//     operands first; our kernels use bf16 dot products or widen on the way (Note [bf16 GEMM]).
+//   - CPUs it does not know. 0.3.21 does not recognise Zen 5 (family 0x1A) and runs its Haswell
+//     AVX2 kernels, half the AVX-512 peak, unless the process sets OPENBLAS_CORETYPE, which a
+//     library cannot do for its user (build-environment.md §4).
+//   - Decode. M <= 8 products are bound by reading the weights, which must be read once, in place,
+//     bf16 widened in registers (Note [Skinny GEMM]); sgemv/sgemm want f32 weights.
+// The price is owning a GEMM; bench_gemm keeps it honest against OpenBLAS and Eigen.
 //
 // Note [bf16 GEMM]
-// Eigen's own bfloat16 GEMM has no SIMD kernel (about 6x slower than f32) and accumulates in bf16
-// (relative errors up to 3e-1 at K=1024; see shared/reference/build-environment.md §4). bf16 and
-// f16 operands are therefore converted to f32 once, multiplied with the f32 GEMM, and the f32
-// result (plus bias) is rounded once. The conversions cost O(MK + KN + MN), the GEMM O(MNK).
+// bf16 and f16 operands are never copied to f32 as a whole. Where the CPU has AVX512_BF16, bf16
+// products run on vdpbf16ps, which multiplies bf16 pairs exactly and accumulates in f32 (Note [bf16
+// dot products] in gemm_kernels.cc): the packed GEMM packs bf16 pairs, the skinny one reads x and
+// the weights as they are. Otherwise (and for f16) operands are widened to f32 as the GEMM reads
+// them (while packing, or in registers in the skinny kernels) and multiplied with f32 FMAs. Either
+// way the f32 sum plus bias is rounded once (to nearest even), so a bf16 product costs at most what
+// an f32 one does (about half of it with AVX512_BF16). Eigen's own bfloat16 GEMM has no SIMD kernel
+// (about 6x slower than f32) and accumulates in bf16 (relative errors up to 3e-1 at K=1024;
+// shared/reference/build-environment.md §4), and Debian's OpenBLAS has no bf16 GEMM.
 //
 // Note [GEMM threading]
-// Eigen 3.4 parallelises its GEMM only with OpenMP, which this build does not use. The kernel
-// instead cuts the output into blocks (whole matrices when the batch has at least one per core,
-// otherwise row or column panels of each matrix, about kPanelsPerThread per core and at least
-// kMinPanel wide) and runs one single-threaded Eigen GEMM per block inside tbb::parallel_for.
-// Several panels per core let oneTBB rebalance when a core is shared with other processes (a static
-// one-panel-per-core split finishes with the slowest core). Each panel repacks the operand it
-// shares; at 128-wide panels that costs a few percent (measured: 1024^3 on one core runs at the
-// same speed in 1, 4 or 8 row panels, within noise).
+// Each GEMM spreads its own work over the oneTBB arena (output row blocks x column chunks for the
+// packed GEMM, column chunks for the skinny one: see their Notes). A batch of products whose
+// matrices are small (under kInnerParallelFlops each) and at least as many as the threads runs one
+// product per task instead, each single-threaded.
 
 #include "dtensor/ops/local/cpu/gemm.h"
 
 #include <algorithm>
+#include <mutex>
 #include <vector>
 
 #include <Eigen/Core>
+#include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
@@ -32,8 +58,11 @@ namespace dt::ops::cpu {
 
 namespace {
 
-constexpr int64_t kPanelsPerThread = 4;
-constexpr int64_t kMinPanel = 128;
+// A product below this many flops runs on one thread.
+constexpr double kMinParallelFlops = 4e6;
+// A batch of products each below this many flops, and at least as many as threads, runs one
+// product per task.
+constexpr double kInnerParallelFlops = 1e8;
 
 using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ColMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
@@ -49,31 +78,6 @@ void Product(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const
   OutMap cm(c, m, n, Eigen::OuterStride<>(ldc));
   cm.noalias() = am * bm;
 }
-
-// A float view of one operand: f32 data is used in place; bf16/f16 is converted once into a
-// contiguous f32 buffer (broadcast batch dims are converted once, not per use).
-struct F32Operand {
-  Tensor f32;  // same shape as the operand, f32, possibly strided
-  static absl::StatusOr<F32Operand> Make(const Tensor& t) {
-    if (t.dtype() == DType::kF32) return F32Operand{t};
-    // Collapse broadcast (stride-0) dims, keep the matrix layout, convert, re-expand.
-    Shape shape = t.shape(), strides = t.strides();
-    for (size_t d = 0; d < shape.size(); ++d) {
-      if (strides[d] == 0) shape[d] = 1;
-    }
-    Tensor compact(t.storage(), shape, strides, t.storage_offset(), t.dtype());
-    const bool col_major = t.stride(-1) != 1;
-    if (col_major) {
-      DT_ASSIGN_OR_RETURN(compact, compact.Transpose(-1, -2));
-    }
-    DT_ASSIGN_OR_RETURN(Tensor f, compact.To(DType::kF32));
-    if (col_major) {
-      DT_ASSIGN_OR_RETURN(f, f.Transpose(-1, -2));
-    }
-    DT_ASSIGN_OR_RETURN(f, f.Expand(t.shape()));
-    return F32Operand{f};
-  }
-};
 
 }  // namespace
 
@@ -92,79 +96,62 @@ absl::Status Matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const 
   const int64_t m = out.size(-2), n = out.size(-1), k = a.size(-1);
   const IntSpan batch(out.shape().data(), static_cast<size_t>(nd - 2));
   const int64_t batches = Numel(batch);
+  const int64_t size = DTypeSize(out.dtype());
 
-  DT_ASSIGN_OR_RETURN(F32Operand af, F32Operand::Make(a));
-  DT_ASSIGN_OR_RETURN(F32Operand bf, F32Operand::Make(b));
-  const Tensor& a32 = af.f32;
-  const Tensor& b32 = bf.f32;
-  // The f32 result: `out` itself for f32, else a scratch buffer rounded into `out` at the end.
-  Tensor c32 = out;
-  if (out.dtype() != DType::kF32) {
-    DT_ASSIGN_OR_RETURN(c32, Tensor::Empty(out.shape(), DType::kF32));
-  }
   std::vector<float> bias32;
   if (bias.defined()) {
     bias32.resize(static_cast<size_t>(n));
     LoadF32(bias.dtype(), bias.raw_data(), n, 1, bias32.data());
   }
-
-  // Blocks: `splits` panels per matrix along the longer of M and N (see Note [GEMM threading]).
-  const int threads = tbb::this_task_arena::max_concurrency();
-  const double flops = 2.0 * static_cast<double>(batches) * m * n * k;
-  int64_t splits = 1;
-  if (flops > 4e6 && batches < threads) {
-    const int64_t longer = std::max(m, n);
-    splits = std::min<int64_t>((kPanelsPerThread * threads + batches - 1) / batches,
-                               std::max<int64_t>(1, longer / kMinPanel));
-  }
-  const bool split_rows = m >= n;
-  const int64_t along = split_rows ? m : n;
-  const int64_t panel = (along + splits - 1) / splits;
-  const std::array<Shape, 3> bstrides = {
-      Shape(a32.strides().begin(), a32.strides().end() - 2),
-      Shape(b32.strides().begin(), b32.strides().end() - 2),
-      Shape(c32.strides().begin(), c32.strides().end() - 2)};
-  const float* pa = a32.data<float>();
-  const float* pb = b32.data<float>();
-  float* pc = c32.data<float>();
-  const int64_t a_rs = a32.stride(-2), a_cs = a32.stride(-1), b_rs = b32.stride(-2),
-                b_cs = b32.stride(-1), ldc = c32.stride(-2);
-
-  auto run_block = [&](int64_t block) {
-    const int64_t bi = block / splits, lo = (block % splits) * panel;
-    const int64_t len = std::min(panel, along - lo);
-    if (len <= 0) return;
+  const gemm::Kernels& kernels = gemm::KernelsFor(gemm::ActiveIsa());
+  const bool skinny = m <= gemm::kSkinnyMaxRows;
+  const std::array<Shape, 3> bstrides = {Shape(a.strides().begin(), a.strides().end() - 2),
+                                         Shape(b.strides().begin(), b.strides().end() - 2),
+                                         Shape(out.strides().begin(), out.strides().end() - 2)};
+  auto problem = [&](int64_t bi) {
     const std::array<int64_t, 3> off = Offsets<3>(bi, batch, bstrides);
-    const float* ab = pa + off[0];
-    const float* bb = pb + off[1];
-    float* cb = pc + off[2];
-    if (split_rows) {
-      Sgemm(len, n, k, ab + lo * a_rs, a_rs, a_cs, bb, b_rs, b_cs, cb + lo * ldc, ldc);
-      if (!bias32.empty()) {
-        for (int64_t i = lo; i < lo + len; ++i) {
-          for (int64_t j = 0; j < n; ++j) cb[i * ldc + j] += bias32[j];
-        }
-      }
-    } else {
-      Sgemm(m, len, k, ab, a_rs, a_cs, bb + lo * b_cs, b_rs, b_cs, cb + lo, ldc);
-      if (!bias32.empty()) {
-        for (int64_t i = 0; i < m; ++i) {
-          for (int64_t j = lo; j < lo + len; ++j) cb[i * ldc + j] += bias32[j];
-        }
-      }
-    }
+    gemm::Problem p;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.dtype = out.dtype();
+    p.a = static_cast<const char*>(a.raw_data()) + off[0] * size;
+    p.a_rs = a.stride(-2);
+    p.a_cs = a.stride(-1);
+    p.b = static_cast<const char*>(b.raw_data()) + off[1] * size;
+    p.b_rs = b.stride(-2);
+    p.b_cs = b.stride(-1);
+    p.out = static_cast<char*>(out.raw_data()) + off[2] * size;
+    p.ldo = out.stride(-2);
+    p.bias = bias32.empty() ? nullptr : bias32.data();
+    return p;
   };
-  const int64_t blocks = batches * splits;
-  if (blocks == 1 || flops <= 4e6) {
-    for (int64_t i = 0; i < blocks; ++i) run_block(i);
-  } else {
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, blocks, 1),
+  auto run = [&](int64_t bi, bool parallel) {
+    const gemm::Problem p = problem(bi);
+    return skinny ? gemm::Skinny(p, kernels, parallel) : gemm::Packed(p, kernels, parallel);
+  };
+
+  const int threads = tbb::this_task_arena::max_concurrency();
+  const double flops = 2.0 * static_cast<double>(m) * n * k;
+  if (batches > 1 && batches >= threads && flops < kInnerParallelFlops &&
+      flops * batches > kMinParallelFlops) {
+    std::mutex mu;
+    absl::Status status;
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, batches, 1),
                       [&](const tbb::blocked_range<int64_t>& r) {
-                        for (int64_t i = r.begin(); i != r.end(); ++i) run_block(i);
-                      },
-                      tbb::simple_partitioner());
+                        for (int64_t bi = r.begin(); bi != r.end(); ++bi) {
+                          absl::Status s = run(bi, false);
+                          if (!s.ok()) {
+                            std::lock_guard<std::mutex> lock(mu);
+                            status.Update(s);
+                          }
+                        }
+                      });
+    return status;
   }
-  if (c32.raw_data() != out.raw_data()) DT_RETURN_IF_ERROR(out.CopyFrom(c32));
+  // The skinny GEMM decides by the bytes of weights it reads (Note [Skinny GEMM]).
+  const bool parallel = skinny || flops > kMinParallelFlops;
+  for (int64_t bi = 0; bi < batches; ++bi) DT_RETURN_IF_ERROR(run(bi, parallel));
   return absl::OkStatus();
 }
 

@@ -1,0 +1,813 @@
+// The SIMD inner loops of the CPU GEMM: micro-kernels of the packed GEMM and the skinny (decode)
+// kernels, for plain C++, AVX2 and AVX-512.
+//
+// Note [GEMM kernels]
+// The build targets x86-64-v3 (AVX2 + FMA) so that one binary runs on any x86 machine of the last
+// decade, but most current server CPUs (this project's Zen 5 VMs among them) have AVX-512, whose
+// 512-bit FMAs double the GEMM peak. The x86 kernels are therefore compiled per instruction set with
+// function target attributes (`DT_AVX2`, `DT_AVX512`) and chosen once at run time from CPUID
+// (__builtin_cpu_supports, which also checks that the OS saves the wide registers). Target
+// attributes, not a separate translation unit built with -mavx512f, so that no inline function
+// from a header (std::, absl) is ever instantiated with AVX-512 and then picked by the linker for
+// code that runs on a CPU without it. Each function that uses a wider set carries the attribute;
+// helpers are inlined into callers of the same set.
+//
+// Micro-tiles (rows x columns of the output kept in registers during the k loop):
+//   set       tile      accumulators          per k step
+//   AVX-512   12 x 32   24 zmm (of 32)        2 loads of B, 12 broadcasts of A, 24 FMAs
+//   AVX2       6 x 16   12 ymm (of 16)        2 loads of B,  6 broadcasts of A, 12 FMAs
+//   generic    4 x 16   (compiler-vectorized)
+// Enough independent accumulators to cover the FMA latency (4 cycles, 2 per cycle) with room for
+// the operands.
+//
+// The skinny kernels (M <= 8: a decode step; Note [Skinny GEMM]) read each weight element exactly
+// once, in the layout it is stored (no packing), widen bf16/f16 in registers (bf16 -> f32 is a
+// 16-bit shift; f16 through vcvtph2ps) and read the M rows of x, converted to f32 by the caller,
+// from L1:
+//   dot   (w [n, k], rows contiguous: a Linear weight) keeps M x R dot products in registers, R
+//         weight rows at once (R = 8, 4 or 2 as M grows), sums each horizontally at the end, four
+//         at a time. Where M rows of x would not fit in L1 (M * k * 4 > 24 KiB) k is cut into
+//         blocks (DotBlocked). Each tile prefetches the rows a few tiles ahead.
+//   axpy  (w [k, n], rows contiguous) streams kAxpyRows rows of w at a time through M output rows
+//         held in L1, 16 (8) columns at a time.
+
+#include "dtensor/ops/local/cpu/gemm_kernels.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "dtensor/core/dtype.h"
+#include "dtensor/core/status.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DT_GEMM_X86 1
+// GCC 12's AVX-512 intrinsics initialise their undefined operands with themselves (`__Y = __Y`),
+// which -Wuninitialized reports at every use once inlined; the pragma must precede the header.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#define DT_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define DT_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#define DT_AVX512BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma,f16c")))
+#else
+#define DT_GEMM_X86 0
+#endif
+
+namespace dt::ops::cpu::gemm {
+
+namespace {
+
+// ---- generic C++ ---------------------------------------------------------------------------------
+
+namespace generic {
+
+constexpr int kMr = 4, kNr = 16;
+
+void Micro(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, bool accumulate) {
+  float r[kMr][kNr] = {};
+  for (int64_t p = 0; p < kc; ++p, ap += kMr, bp += kNr) {
+    for (int i = 0; i < kMr; ++i) {
+      for (int j = 0; j < kNr; ++j) r[i][j] += ap[i] * bp[j];
+    }
+  }
+  for (int i = 0; i < kMr; ++i) {
+    for (int j = 0; j < kNr; ++j) c[i * ldc + j] = (accumulate ? c[i * ldc + j] : 0.0f) + r[i][j];
+  }
+}
+
+template <Elem E>
+inline float Widen(const void* w, int64_t i) {
+  if constexpr (E == Elem::kF32) {
+    return static_cast<const float*>(w)[i];
+  } else if constexpr (E == Elem::kBF16) {
+    return BitsFloat(uint32_t{static_cast<const uint16_t*>(w)[i]} << 16);
+  } else {
+    return Float16::ToFloat(static_cast<const uint16_t*>(w)[i]);
+  }
+}
+
+template <Elem E>
+void DotE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
+          float* c, int64_t ldc) {
+  for (int64_t j = 0; j < n; ++j) {
+    float acc[kSkinnyMaxRows] = {};
+    for (int64_t p = 0; p < k; ++p) {
+      const float wv = Widen<E>(w, j * ldw + p);
+      for (int i = 0; i < m; ++i) acc[i] += x[i * ldx + p] * wv;
+    }
+    for (int i = 0; i < m; ++i) c[i * ldc + j] = acc[i];
+  }
+}
+
+template <Elem E>
+void AxpyE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
+           float* c, int64_t ldc) {
+  constexpr int64_t kStrip = 64;
+  for (int64_t j0 = 0; j0 < n; j0 += kStrip) {
+    const int64_t width = std::min(kStrip, n - j0);
+    float acc[kSkinnyMaxRows][kStrip] = {};
+    for (int64_t p = 0; p < k; ++p) {
+      float wv[kStrip];
+      for (int64_t j = 0; j < width; ++j) wv[j] = Widen<E>(w, p * ldw + j0 + j);
+      for (int i = 0; i < m; ++i) {
+        const float xv = x[i * ldx + p];
+        for (int64_t j = 0; j < width; ++j) acc[i][j] += xv * wv[j];
+      }
+    }
+    for (int i = 0; i < m; ++i) std::memcpy(c + i * ldc + j0, acc[i], width * sizeof(float));
+  }
+}
+
+void Dot(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
+         Elem e, float* c, int64_t ldc) {
+  switch (e) {
+    case Elem::kF32: return DotE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc);
+    case Elem::kBF16: return DotE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc);
+    case Elem::kF16: return DotE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc);
+  }
+}
+
+void Axpy(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
+          Elem e, float* c, int64_t ldc) {
+  switch (e) {
+    case Elem::kF32: return AxpyE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc);
+    case Elem::kBF16: return AxpyE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc);
+    case Elem::kF16: return AxpyE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc);
+  }
+}
+
+}  // namespace generic
+
+// Rows of w the axpy kernels read per pass over the output rows.
+constexpr int64_t kAxpyRows = 4;
+
+// How far ahead the axpy kernels prefetch w, in bytes: the same column of the next pass's rows,
+// at most 16 KiB on. A pass reads kAxpyRows short rows side by side, too short for the hardware
+// prefetchers to get ahead of (3 KiB for a 1536-wide bf16 row).
+inline int64_t AxpyPrefetchBytes(int64_t ldw, int64_t size) {
+  return std::min<int64_t>(kAxpyRows * ldw * size, 16 << 10);
+}
+
+// Calls f.template operator()<M>() for the runtime m in 1..8.
+template <typename F>
+inline void WithRows(int m, F&& f) {
+  switch (m) {
+    case 1: return f.template operator()<1>();
+    case 2: return f.template operator()<2>();
+    case 3: return f.template operator()<3>();
+    case 4: return f.template operator()<4>();
+    case 5: return f.template operator()<5>();
+    case 6: return f.template operator()<6>();
+    case 7: return f.template operator()<7>();
+    default: return f.template operator()<8>();
+  }
+}
+
+// A dot tile: c[i * ldc + r] = (accumulate ? c[i * ldc + r] : 0) + x[i, 0:k] . w[r, 0:k].
+// The tile also prefetches the same columns of the rows `ahead` elements further on in w: about
+// kPrefetchAheadBytes later in the order the rows are read, so that the next tiles' weights are on
+// their way from memory while this one computes (the hardware prefetchers alone leave the M = 8
+// kernels, with the most arithmetic per byte, at half the bandwidth).
+constexpr int64_t kPrefetchAheadBytes = 12 << 10;
+// A dot tile: c[i * ldc + r] = (accumulate ? c[i * ldc + r] : 0) + x[i, 0:k] . w[r, 0:k]; it also
+// prefetches the same columns of the rows `ahead` elements further on in w. x is f32 (XT float)
+// or, for the bf16 dot-product kernels, bf16 bits (XT uint16_t).
+inline int64_t CeilDivRows(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+template <typename XT>
+using DotTileFn = void (*)(int64_t k, const XT* x, int64_t ldx, const void* w, int64_t ldw,
+                           float* c, int64_t ldc, bool accumulate, int64_t ahead);
+
+// The dot layout's loop over the n weight rows, R at a time (tile, then tile1 for the rest). When
+// the M rows of x would not stay in L1 (M * k * sizeof(XT) over kXBytes), k is cut into blocks
+// and rows are taken kGroupRows at a time, so that a block of x is reused from L1 by every row of
+// the group while each weight byte is still read once.
+template <int M, int R, typename XT>
+void DotBlocked(int64_t n, int64_t k, const XT* x, int64_t ldx, const char* w, int64_t ldw,
+                int64_t size, float* c, int64_t ldc, DotTileFn<XT> tile, DotTileFn<XT> tile1) {
+  constexpr int64_t kXBytes = 24 << 10;
+  constexpr int64_t kGroupRows = 64;
+  constexpr int64_t kb = std::max<int64_t>(256, kXBytes / (int64_t{sizeof(XT)} * M) / 32 * 32);
+  auto rows = [&](int64_t j0, int64_t j1, int64_t p0, int64_t kl, bool accumulate) {
+    // Tiles of R rows x kl: prefetch about kPrefetchAheadBytes ahead of the reads, further along
+    // the same rows when a tile is larger than that, else in the rows of the tiles to come.
+    const int64_t ahead = R * kl * size > kPrefetchAheadBytes
+                              ? kPrefetchAheadBytes / (R * size)
+                              : CeilDivRows(kPrefetchAheadBytes, kl * size) * ldw;
+    int64_t j = j0;
+    for (; j + R <= j1; j += R) {
+      tile(kl, x + p0, ldx, w + (j * ldw + p0) * size, ldw, c + j, ldc, accumulate, ahead);
+    }
+    for (; j < j1; ++j) {
+      tile1(kl, x + p0, ldx, w + (j * ldw + p0) * size, ldw, c + j, ldc, accumulate, ahead);
+    }
+  };
+  if (k <= kb) return rows(0, n, 0, k, false);
+  for (int64_t j0 = 0; j0 < n; j0 += kGroupRows) {
+    const int64_t j1 = std::min(n, j0 + kGroupRows);
+    for (int64_t p0 = 0; p0 < k; p0 += kb) rows(j0, j1, p0, std::min(kb, k - p0), p0 > 0);
+  }
+}
+
+#if DT_GEMM_X86
+
+// ---- AVX2 + FMA ----------------------------------------------------------------------------------
+
+namespace avx2 {
+
+constexpr int kMr = 6, kNr = 16;
+
+DT_AVX2 void Micro(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
+                   bool accumulate) {
+  __m256 r[kMr][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < kMr; ++i) r[i][0] = r[i][1] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < kc; ++p, ap += kMr, bp += kNr) {
+    const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
+#pragma GCC unroll 8
+    for (int i = 0; i < kMr; ++i) {
+      const __m256 a = _mm256_broadcast_ss(ap + i);
+      r[i][0] = _mm256_fmadd_ps(a, b0, r[i][0]);
+      r[i][1] = _mm256_fmadd_ps(a, b1, r[i][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < kMr; ++i) {
+    float* ci = c + i * ldc;
+    if (accumulate) {
+      r[i][0] = _mm256_add_ps(r[i][0], _mm256_loadu_ps(ci));
+      r[i][1] = _mm256_add_ps(r[i][1], _mm256_loadu_ps(ci + 8));
+    }
+    _mm256_storeu_ps(ci, r[i][0]);
+    _mm256_storeu_ps(ci + 8, r[i][1]);
+  }
+}
+
+// 8 elements of w from element i, widened to f32.
+template <Elem E>
+DT_AVX2 inline __m256 Load8(const void* w, int64_t i) {
+  if constexpr (E == Elem::kF32) {
+    return _mm256_loadu_ps(static_cast<const float*>(w) + i);
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i));
+    if constexpr (E == Elem::kBF16) {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm256_cvtph_ps(h);
+    }
+  }
+}
+// The first `count` (< 8) elements, zeros after them.
+template <Elem E>
+DT_AVX2 inline __m256 Load8Partial(const void* w, int64_t i, int64_t count) {
+  alignas(32) uint32_t tmp[8] = {};
+  const size_t size = E == Elem::kF32 ? 4 : 2;
+  std::memcpy(tmp, static_cast<const char*>(w) + i * size, static_cast<size_t>(count) * size);
+  return Load8<E>(tmp, 0);
+}
+
+// Four horizontal sums at once: {sum(a), sum(b), sum(c), sum(d)}.
+DT_AVX2 inline __m128 Hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+template <int M, int R, Elem E>
+DT_AVX2 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw, float* c,
+                     int64_t ldc, bool accumulate, int64_t ahead) {
+  __m256 acc[M][R];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
+  }
+  auto step = [&](const __m256 (&wv)[R], int64_t p) DT_AVX2 {
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      const __m256 xv = _mm256_loadu_ps(x + i * ldx + p);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[i][r] = _mm256_fmadd_ps(xv, wv[r], acc[i][r]);
+    }
+  };
+  constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
+  const char* wb = static_cast<const char*>(w);
+  int64_t p = 0;
+  for (; p + 8 <= k; p += 8) {
+    __m256 wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(wb + (r * ldw + ahead + p) * kSize, _MM_HINT_T0);
+      wv[r] = Load8<E>(w, r * ldw + p);
+    }
+    step(wv, p);
+  }
+  if (p < k) {
+    __m256 wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) wv[r] = Load8Partial<E>(w, r * ldw + p, k - p);
+    step(wv, p);  // x is zero past k
+  }
+  // Sums four accumulators at a time, in (i, r) order.
+  constexpr int kAcc = M * R;
+  const __m256* flat = &acc[0][0];
+  alignas(16) float sums[kAcc + 3];
+#pragma GCC unroll 8
+  for (int q = 0; q < kAcc; q += 4) {
+    const __m256 z = _mm256_setzero_ps();
+    _mm_store_ps(sums + q, Hsum4(flat[q], q + 1 < kAcc ? flat[q + 1] : z, q + 2 < kAcc ? flat[q + 2] : z,
+                                 q + 3 < kAcc ? flat[q + 3] : z));
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) c[i * ldc + r] = (accumulate ? c[i * ldc + r] : 0.0f) + sums[i * R + r];
+  }
+}
+
+template <int M, Elem E>
+void DotRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
+             float* c, int64_t ldc) {
+  constexpr int R = M <= 2 ? 4 : M <= 4 ? 2 : 1;
+  DotBlocked<M, R, float>(n, k, x, ldx, static_cast<const char*>(w), ldw, E == Elem::kF32 ? 4 : 2, c, ldc,
+                   DotTile<M, R, E>, DotTile<M, 1, E>);
+}
+
+// c[i, 0:n] = sum_p x[i, p] * w[p, 0:n] for i < M: the rows of w are streamed in order, kAxpyRows
+// at a time, and the M output rows (in L1/L2) are updated in place.
+template <int M, Elem E>
+DT_AVX2 void AxpyRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
+                      int64_t ldw, float* c, int64_t ldc) {
+  constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
+  const int64_t ahead = AxpyPrefetchBytes(ldw, kSize);
+  for (int64_t p0 = 0; p0 < k; p0 += kAxpyRows) {
+    const int64_t rows = std::min(kAxpyRows, k - p0);
+    const bool first = p0 == 0;
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+      __m256 acc[M];
+#pragma GCC unroll 8
+      for (int i = 0; i < M; ++i) acc[i] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + i * ldc + j);
+      for (int64_t q = 0; q < rows; ++q) {
+        _mm_prefetch(static_cast<const char*>(w) + ((p0 + q) * ldw + j) * kSize + ahead, _MM_HINT_T0);
+        const __m256 wv = Load8<E>(w, (p0 + q) * ldw + j);
+#pragma GCC unroll 8
+        for (int i = 0; i < M; ++i) {
+          acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + i * ldx + p0 + q), wv, acc[i]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < M; ++i) _mm256_storeu_ps(c + i * ldc + j, acc[i]);
+    }
+    for (; j < n; ++j) {
+      for (int i = 0; i < M; ++i) {
+        float acc = first ? 0.0f : c[i * ldc + j];
+        for (int64_t q = 0; q < rows; ++q) acc += x[i * ldx + p0 + q] * generic::Widen<E>(w, (p0 + q) * ldw + j);
+        c[i * ldc + j] = acc;
+      }
+    }
+  }
+}
+
+template <Elem E>
+DT_AVX2 void DotE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
+                  int64_t ldw, float* c, int64_t ldc) {
+  WithRows(m, [&]<int M>() DT_AVX2 { DotRows<M, E>(n, k, x, ldx, w, ldw, c, ldc); });
+}
+template <Elem E>
+DT_AVX2 void AxpyE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
+                   int64_t ldw, float* c, int64_t ldc) {
+  WithRows(m, [&]<int M>() DT_AVX2 { AxpyRows<M, E>(n, k, x, ldx, w, ldw, c, ldc); });
+}
+
+void Dot(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
+         Elem e, float* c, int64_t ldc) {
+  switch (e) {
+    case Elem::kF32: return DotE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc);
+    case Elem::kBF16: return DotE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc);
+    case Elem::kF16: return DotE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc);
+  }
+}
+void Axpy(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
+          Elem e, float* c, int64_t ldc) {
+  switch (e) {
+    case Elem::kF32: return AxpyE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc);
+    case Elem::kBF16: return AxpyE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc);
+    case Elem::kF16: return AxpyE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc);
+  }
+}
+
+}  // namespace avx2
+
+// ---- AVX-512 -------------------------------------------------------------------------------------
+
+namespace avx512 {
+
+constexpr int kMr = 12, kNr = 32;
+
+DT_AVX512 void Micro(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
+                     bool accumulate) {
+  __m512 r[kMr][2];
+#pragma GCC unroll 16
+  for (int i = 0; i < kMr; ++i) r[i][0] = r[i][1] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int i = 0; i < kMr; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 31), _MM_HINT_T0);
+  }
+  for (int64_t p = 0; p < kc; ++p, ap += kMr, bp += kNr) {
+    const __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
+#pragma GCC unroll 16
+    for (int i = 0; i < kMr; ++i) {
+      const __m512 a = _mm512_set1_ps(ap[i]);
+      r[i][0] = _mm512_fmadd_ps(a, b0, r[i][0]);
+      r[i][1] = _mm512_fmadd_ps(a, b1, r[i][1]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < kMr; ++i) {
+    float* ci = c + i * ldc;
+    if (accumulate) {
+      r[i][0] = _mm512_add_ps(r[i][0], _mm512_loadu_ps(ci));
+      r[i][1] = _mm512_add_ps(r[i][1], _mm512_loadu_ps(ci + 16));
+    }
+    _mm512_storeu_ps(ci, r[i][0]);
+    _mm512_storeu_ps(ci + 16, r[i][1]);
+  }
+}
+
+// 16 elements of w from element i under `mask` (zeros elsewhere), widened to f32.
+template <Elem E>
+DT_AVX512 inline __m512 Load16(const void* w, int64_t i, __mmask16 mask) {
+  if constexpr (E == Elem::kF32) {
+    return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(w) + i);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(w) + i);
+    if constexpr (E == Elem::kBF16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm512_cvtph_ps(h);
+    }
+  }
+}
+template <Elem E>
+DT_AVX512 inline __m512 Load16(const void* w, int64_t i) {
+  if constexpr (E == Elem::kF32) {
+    return _mm512_loadu_ps(static_cast<const float*>(w) + i);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i));
+    if constexpr (E == Elem::kBF16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm512_cvtph_ps(h);
+    }
+  }
+}
+
+DT_AVX512 inline __mmask16 TailMask(int64_t count) {
+  return static_cast<__mmask16>(count >= 16 ? 0xffffu : (1u << count) - 1u);
+}
+
+// Four horizontal sums at once: {sum(a), sum(b), sum(c), sum(d)}.
+DT_AVX512 inline __m128 Hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  // Per 128-bit lane: ab = {a0+a2, b0+b2, a1+a3, b1+b3}, likewise cd; then {a, b, c, d} partials.
+  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  const __m512 abcd = _mm512_add_ps(
+      _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))),
+      _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(ab), _mm512_castps_pd(cd))));
+  const __m256 s = _mm256_add_ps(_mm512_extractf32x8_ps(abcd, 0), _mm512_extractf32x8_ps(abcd, 1));
+  return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
+template <int M, int R, Elem E>
+DT_AVX512 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
+                       float* c, int64_t ldc, bool accumulate, int64_t ahead) {
+  __m512 acc[M][R];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+  }
+  constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
+  const char* wb = static_cast<const char*>(w);
+  int64_t p = 0;
+  for (; p + 16 <= k; p += 16) {
+    __m512 wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(wb + (r * ldw + ahead + p) * kSize, _MM_HINT_T0);
+      wv[r] = Load16<E>(w, r * ldw + p);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      const __m512 xv = _mm512_loadu_ps(x + i * ldx + p);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[i][r] = _mm512_fmadd_ps(xv, wv[r], acc[i][r]);
+    }
+  }
+  if (p < k) {
+    const __mmask16 mask = TailMask(k - p);
+    __m512 wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) wv[r] = Load16<E>(w, r * ldw + p, mask);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, x + i * ldx + p);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[i][r] = _mm512_fmadd_ps(xv, wv[r], acc[i][r]);
+    }
+  }
+  // Sums four accumulators at a time, in (i, r) order.
+  constexpr int kAcc = M * R;
+  const __m512* flat = &acc[0][0];
+  alignas(16) float sums[kAcc + 3];
+#pragma GCC unroll 8
+  for (int q = 0; q < kAcc; q += 4) {
+    const __m512 z = _mm512_setzero_ps();
+    _mm_store_ps(sums + q, Hsum4(flat[q], q + 1 < kAcc ? flat[q + 1] : z, q + 2 < kAcc ? flat[q + 2] : z,
+                                 q + 3 < kAcc ? flat[q + 3] : z));
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) c[i * ldc + r] = (accumulate ? c[i * ldc + r] : 0.0f) + sums[i * R + r];
+  }
+}
+
+template <int M, Elem E>
+void DotRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
+             float* c, int64_t ldc) {
+  constexpr int R = M <= 2 ? 8 : M <= 4 ? 4 : 2;
+  DotBlocked<M, R, float>(n, k, x, ldx, static_cast<const char*>(w), ldw, E == Elem::kF32 ? 4 : 2, c, ldc,
+                   DotTile<M, R, E>, DotTile<M, 1, E>);
+}
+
+// As avx2::AxpyRows, 16 columns at a time; only the last, partial vector uses masked loads and
+// stores (a masked store is slow on AMD and does not forward to the next pass's load).
+template <int M, Elem E, bool kTail>
+DT_AVX512 inline void AxpyVector(int64_t p0, int64_t rows, bool first, int64_t j, __mmask16 mask,
+                                 const float* x, int64_t ldx, const void* w, int64_t ldw, float* c,
+                                 int64_t ldc, int64_t ahead) {
+  __m512 acc[M];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+    if (first) {
+      acc[i] = _mm512_setzero_ps();
+    } else {
+      acc[i] = kTail ? _mm512_maskz_loadu_ps(mask, c + i * ldc + j) : _mm512_loadu_ps(c + i * ldc + j);
+    }
+  }
+  constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
+  for (int64_t q = 0; q < rows; ++q) {
+    _mm_prefetch(static_cast<const char*>(w) + ((p0 + q) * ldw + j) * kSize + ahead, _MM_HINT_T0);
+    const __m512 wv = kTail ? Load16<E>(w, (p0 + q) * ldw + j, mask) : Load16<E>(w, (p0 + q) * ldw + j);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * ldx + p0 + q]), wv, acc[i]);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+    if (kTail) {
+      _mm512_mask_storeu_ps(c + i * ldc + j, mask, acc[i]);
+    } else {
+      _mm512_storeu_ps(c + i * ldc + j, acc[i]);
+    }
+  }
+}
+
+template <int M, Elem E>
+DT_AVX512 void AxpyRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
+                        int64_t ldw, float* c, int64_t ldc) {
+  const int64_t ahead = AxpyPrefetchBytes(ldw, E == Elem::kF32 ? 4 : 2);
+  for (int64_t p0 = 0; p0 < k; p0 += kAxpyRows) {
+    const int64_t rows = std::min(kAxpyRows, k - p0);
+    const bool first = p0 == 0;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+      AxpyVector<M, E, false>(p0, rows, first, j, 0xffff, x, ldx, w, ldw, c, ldc, ahead);
+    }
+    if (j < n) AxpyVector<M, E, true>(p0, rows, first, j, TailMask(n - j), x, ldx, w, ldw, c, ldc, ahead);
+  }
+}
+
+template <Elem E>
+DT_AVX512 void DotE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
+                    int64_t ldw, float* c, int64_t ldc) {
+  WithRows(m, [&]<int M>() DT_AVX512 { DotRows<M, E>(n, k, x, ldx, w, ldw, c, ldc); });
+}
+template <Elem E>
+DT_AVX512 void AxpyE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
+                     int64_t ldw, float* c, int64_t ldc) {
+  WithRows(m, [&]<int M>() DT_AVX512 { AxpyRows<M, E>(n, k, x, ldx, w, ldw, c, ldc); });
+}
+
+void Dot(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
+         Elem e, float* c, int64_t ldc) {
+  switch (e) {
+    case Elem::kF32: return DotE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc);
+    case Elem::kBF16: return DotE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc);
+    case Elem::kF16: return DotE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc);
+  }
+}
+void Axpy(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
+          Elem e, float* c, int64_t ldc) {
+  switch (e) {
+    case Elem::kF32: return AxpyE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc);
+    case Elem::kBF16: return AxpyE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc);
+    case Elem::kF16: return AxpyE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc);
+  }
+}
+
+}  // namespace avx512
+
+// ---- AVX512_BF16 ---------------------------------------------------------------------------------
+
+// Note [bf16 dot products]
+// vdpbf16ps multiplies 16 pairs of bf16 and adds both products to 16 f32 accumulators: the
+// products of two bf16 are exact in f32 (8-bit significands), and the two additions round to
+// nearest even like two FMAs would, so it computes the f32 accumulation of the widened operands
+// (in the order pair element 1, then 0), at twice the FMA rate per instruction. What differs from
+// widening: the instruction treats denormal inputs as zero and flushes denormal results (bf16
+// denormals are below 1.2e-38, far under anything a network computes). The packed bf16 GEMM
+// therefore packs operands as pairs along k (gemm_packed.cc) instead of widening them.
+namespace avx512bf16 {
+
+DT_AVX512BF16 void Micro(int64_t kp, const uint32_t* ap, const uint32_t* bp, float* c, int64_t ldc,
+                         bool accumulate) {
+  constexpr int kMr = avx512::kMr;
+  __m512 r[kMr][2];
+#pragma GCC unroll 16
+  for (int i = 0; i < kMr; ++i) r[i][0] = r[i][1] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int i = 0; i < kMr; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 31), _MM_HINT_T0);
+  }
+  for (int64_t p = 0; p < kp; ++p, ap += kMr, bp += avx512::kNr) {
+    const __m512bh b0 = reinterpret_cast<__m512bh>(_mm512_load_si512(bp));
+    const __m512bh b1 = reinterpret_cast<__m512bh>(_mm512_load_si512(bp + 16));
+#pragma GCC unroll 16
+    for (int i = 0; i < kMr; ++i) {
+      const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(ap[i])));
+      r[i][0] = _mm512_dpbf16_ps(r[i][0], a, b0);
+      r[i][1] = _mm512_dpbf16_ps(r[i][1], a, b1);
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < kMr; ++i) {
+    float* ci = c + i * ldc;
+    if (accumulate) {
+      r[i][0] = _mm512_add_ps(r[i][0], _mm512_loadu_ps(ci));
+      r[i][1] = _mm512_add_ps(r[i][1], _mm512_loadu_ps(ci + 16));
+    }
+    _mm512_storeu_ps(ci, r[i][0]);
+    _mm512_storeu_ps(ci + 16, r[i][1]);
+  }
+}
+
+// Skinny dot tile on bf16 pairs: x rows are bf16 bits (zero past k up to a multiple of 32), w
+// rows bf16; 32 products per instruction and no widening (Note [bf16 dot products]).
+template <int M, int R>
+DT_AVX512BF16 void DotTile(int64_t k, const uint16_t* x, int64_t ldx, const void* w, int64_t ldw,
+                           float* c, int64_t ldc, bool accumulate, int64_t ahead) {
+  __m512 acc[M][R];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+  }
+  const uint16_t* wb = static_cast<const uint16_t*>(w);
+  int64_t p = 0;
+  for (; p + 32 <= k; p += 32) {
+    __m512bh wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(wb + r * ldw + ahead + p), _MM_HINT_T0);
+      wv[r] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wb + r * ldw + p));
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(x + i * ldx + p));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[i][r] = _mm512_dpbf16_ps(acc[i][r], xv, wv[r]);
+    }
+  }
+  if (p < k) {
+    const __mmask32 mask = static_cast<__mmask32>((uint64_t{1} << (k - p)) - 1);
+    __m512bh wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      wv[r] = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, wb + r * ldw + p));
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, x + i * ldx + p));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[i][r] = _mm512_dpbf16_ps(acc[i][r], xv, wv[r]);
+    }
+  }
+  constexpr int kAcc = M * R;
+  const __m512* flat = &acc[0][0];
+  alignas(16) float sums[kAcc + 3];
+#pragma GCC unroll 8
+  for (int q = 0; q < kAcc; q += 4) {
+    const __m512 z = _mm512_setzero_ps();
+    _mm_store_ps(sums + q, avx512::Hsum4(flat[q], q + 1 < kAcc ? flat[q + 1] : z,
+                                         q + 2 < kAcc ? flat[q + 2] : z, q + 3 < kAcc ? flat[q + 3] : z));
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) c[i * ldc + r] = (accumulate ? c[i * ldc + r] : 0.0f) + sums[i * R + r];
+  }
+}
+
+template <int M>
+void DotRows(int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw,
+             float* c, int64_t ldc) {
+  constexpr int R = M <= 2 ? 8 : M <= 4 ? 4 : 2;
+  DotBlocked<M, R, uint16_t>(n, k, x, ldx, reinterpret_cast<const char*>(w), ldw, 2, c, ldc,
+                             DotTile<M, R>, DotTile<M, 1>);
+}
+
+void Dot(int m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w,
+         int64_t ldw, float* c, int64_t ldc) {
+  WithRows(m, [&]<int M>() { DotRows<M>(n, k, x, ldx, w, ldw, c, ldc); });
+}
+
+}  // namespace avx512bf16
+
+#endif  // DT_GEMM_X86
+
+constexpr Kernels kGenericKernels{Isa::kGeneric, generic::kMr, generic::kNr, generic::Micro,
+                                  nullptr, generic::Dot, generic::Axpy, nullptr};
+#if DT_GEMM_X86
+constexpr Kernels kAvx2Kernels{Isa::kAvx2, avx2::kMr, avx2::kNr, avx2::Micro, nullptr, avx2::Dot,
+                               avx2::Axpy, nullptr};
+constexpr Kernels kAvx512Kernels{Isa::kAvx512, avx512::kMr, avx512::kNr, avx512::Micro, nullptr,
+                                 avx512::Dot, avx512::Axpy, nullptr};
+constexpr Kernels kAvx512Bf16Kernels{Isa::kAvx512Bf16, avx512::kMr, avx512::kNr, avx512::Micro,
+                                     avx512bf16::Micro, avx512::Dot, avx512::Axpy,
+                                     avx512bf16::Dot};
+#endif
+
+Isa DetectIsa() {
+#if DT_GEMM_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+    return __builtin_cpu_supports("avx512bf16") ? Isa::kAvx512Bf16 : Isa::kAvx512;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
+    return Isa::kAvx2;
+  }
+#endif
+  return Isa::kGeneric;
+}
+
+Isa Detected() {
+  static const Isa detected = DetectIsa();
+  return detected;
+}
+// -1: none forced; otherwise the forced Isa.
+std::atomic<int> forced_isa{-1};
+
+}  // namespace
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kGeneric: return "generic";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx512Bf16: return "avx512-bf16";
+  }
+  return "?";
+}
+
+bool IsaSupported(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(Detected()); }
+
+Isa ActiveIsa() {
+  const int forced = forced_isa.load(std::memory_order_relaxed);
+  return forced < 0 ? Detected() : static_cast<Isa>(forced);
+}
+
+void SetIsaForTesting(std::optional<Isa> isa) {
+  DT_CHECK(!isa.has_value() || IsaSupported(*isa));
+  forced_isa.store(isa.has_value() ? static_cast<int>(*isa) : -1, std::memory_order_relaxed);
+}
+
+const Kernels& KernelsFor(Isa isa) {
+  DT_CHECK(IsaSupported(isa));
+  switch (isa) {
+#if DT_GEMM_X86
+    case Isa::kAvx512Bf16: return kAvx512Bf16Kernels;
+    case Isa::kAvx512: return kAvx512Kernels;
+    case Isa::kAvx2: return kAvx2Kernels;
+#endif
+    default: return kGenericKernels;
+  }
+}
+
+}  // namespace dt::ops::cpu::gemm

@@ -1,0 +1,152 @@
+// The skinny GEMM for M <= 8 rows: a decode step's projections (GEMV and its few-row cousins).
+//
+// Note [Skinny GEMM]
+// With one to eight rows of activations, a product does 2M flops per weight element and reads
+// every weight element once: it is bound by memory bandwidth, not by FMAs, so packing the weights
+// (which reads and writes them once more) would only cost. The skinny kernels (Note [GEMM
+// kernels]) read b where it lies, bf16/f16 widened in registers, and only the M rows of a (a few
+// KiB) are converted to f32 up front. How the work is split over the oneTBB arena depends on which
+// way b is contiguous, so that each thread streams long contiguous runs of memory:
+//   dot   b [K, N] column-major, i.e. a Linear weight w [N, K] with contiguous rows: threads take
+//         chunks of output columns (weight rows), each sized to read at least kMinChunkBytes.
+//   axpy  b [K, N] row-major: threads take chunks of k (weight rows again) and sum M x N partial
+//         outputs at the end (chunks x M x N adds, small next to the K x N weights).
+// A product whose weights are under kMinParallelBytes runs on the calling thread: waking a worker
+// costs about as long as reading that many bytes.
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <optional>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+#include <tbb/task_arena.h>
+
+#include "dtensor/ops/local/cpu/gemm.h"
+#include "dtensor/ops/local/cpu/gemm_scratch.h"
+#include "dtensor/ops/local/cpu/loops.h"
+
+namespace dt::ops::cpu::gemm {
+
+namespace {
+
+constexpr int64_t kMinParallelBytes = int64_t{128} << 10;
+constexpr int64_t kMinChunkBytes = int64_t{32} << 10;
+constexpr int kChunksPerThread = 8;
+constexpr int64_t kMinAxpyRows = 64;
+
+}  // namespace
+
+absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel) {
+  const int m = static_cast<int>(p.m);
+  const int64_t n = p.n, k = p.k;
+  const int64_t size = DTypeSize(p.dtype);
+  const Elem elem = p.dtype == DType::kBF16 ? Elem::kBF16 : p.dtype == DType::kF16 ? Elem::kF16 : Elem::kF32;
+
+  const bool dot = p.b_rs == 1;
+  // bf16 dot layout on AVX512_BF16: x stays bf16 (Note [bf16 dot products]).
+  const bool bf16_pairs = dot && elem == Elem::kBF16 && ks.dot_bf16 != nullptr;
+
+  // The rows of a in f32, each padded with zeros to a multiple of 16; or, for bf16_pairs, their
+  // bf16 bits padded to a multiple of 32.
+  const int64_t ldx = bf16_pairs ? (k + 31) / 32 * 32 : (k + 15) / 16 * 16;
+  ScratchBuffer xbuf(ScratchSlot::kX, bf16_pairs ? m * ldx / 2 : m * ldx);
+  if (xbuf.data() == nullptr) return absl::ResourceExhaustedError("Matmul: out of memory");
+  float* x = xbuf.data();
+  uint16_t* x16 = reinterpret_cast<uint16_t*>(xbuf.data());
+  for (int i = 0; i < m; ++i) {
+    const char* row = static_cast<const char*>(p.a) + i * p.a_rs * size;
+    if (bf16_pairs) {
+      const uint16_t* src = reinterpret_cast<const uint16_t*>(row);
+      for (int64_t q = 0; q < k; ++q) x16[i * ldx + q] = src[q * p.a_cs];
+      std::fill(x16 + i * ldx + k, x16 + (i + 1) * ldx, uint16_t{0});
+    } else {
+      LoadF32(p.dtype, row, k, p.a_cs, x + i * ldx);
+      std::fill(x + i * ldx + k, x + (i + 1) * ldx, 0.0f);
+    }
+  }
+
+  const int64_t ldw = dot ? p.b_cs : p.b_rs;
+  const int64_t weight_bytes = n * k * size;
+  const int threads = parallel ? tbb::this_task_arena::max_concurrency() : 1;
+  const bool split = threads > 1 && weight_bytes >= kMinParallelBytes;
+  std::atomic<bool> out_of_memory{false};
+  auto parallel_chunks = [&](int64_t chunks, auto&& fn) {
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, chunks, 1),
+                      [&](const tbb::blocked_range<int64_t>& r) {
+                        for (int64_t c = r.begin(); c != r.end(); ++c) fn(c);
+                      },
+                      tbb::simple_partitioner());
+  };
+
+  if (!dot) {
+    // axpy: rows of w are contiguous, so threads split k (each streams its own rows) into
+    // partial sums of the whole output, added up at the end.
+    const int64_t chunks = split ? std::clamp<int64_t>(k / kMinAxpyRows, 1, 2 * threads) : 1;
+    const int64_t rows = (k + chunks - 1) / chunks;
+    ScratchBuffer partial(ScratchSlot::kC, chunks * m * n);
+    if (partial.data() == nullptr) return absl::ResourceExhaustedError("Matmul: out of memory");
+    auto run = [&](int64_t ch) {
+      const int64_t p0 = ch * rows, p1 = std::min(k, p0 + rows);
+      ks.axpy(m, n, p1 - p0, x + p0, ldx, static_cast<const char*>(p.b) + p0 * ldw * size, ldw,
+              elem, partial.data() + ch * m * n, n);
+    };
+    if (chunks == 1) {
+      run(0);
+    } else {
+      parallel_chunks(chunks, run);
+      for (int64_t ch = 1; ch < chunks; ++ch) {
+        const float* src = partial.data() + ch * m * n;
+        float* dst = partial.data();
+        for (int64_t i = 0; i < m * n; ++i) dst[i] += src[i];
+      }
+    }
+    FinishRows(m, n, partial.data(), n, p.bias, p.dtype, p.out, p.ldo);
+    return absl::OkStatus();
+  }
+
+  // dot: threads split the output columns (weight rows).
+  int64_t chunk = n;
+  if (split) {
+    const int64_t chunks = std::clamp<int64_t>(weight_bytes / kMinChunkBytes, 1,
+                                               int64_t{kChunksPerThread} * threads);
+    chunk = std::min(n, ((n + chunks - 1) / chunks + 15) / 16 * 16);
+  }
+  auto run = [&](int64_t j0, int64_t j1) {
+    const int64_t cols = j1 - j0;
+    std::optional<ScratchBuffer> cbuf;
+    float* c;
+    int64_t ldc;
+    if (p.dtype == DType::kF32) {
+      c = static_cast<float*>(p.out) + j0;
+      ldc = p.ldo;
+    } else {
+      cbuf.emplace(ScratchSlot::kC, m * cols);
+      if (cbuf->data() == nullptr) {
+        out_of_memory = true;
+        return;
+      }
+      c = cbuf->data();
+      ldc = cols;
+    }
+    const char* w = static_cast<const char*>(p.b) + j0 * p.b_cs * size;
+    if (bf16_pairs) {
+      ks.dot_bf16(m, cols, k, x16, ldx, reinterpret_cast<const uint16_t*>(w), ldw, c, ldc);
+    } else {
+      ks.dot(m, cols, k, x, ldx, w, ldw, elem, c, ldc);
+    }
+    FinishRows(m, cols, c, ldc, p.bias != nullptr ? p.bias + j0 : nullptr, p.dtype,
+               static_cast<char*>(p.out) + j0 * size, p.ldo);
+  };
+  if (chunk >= n) {
+    run(0, n);
+  } else {
+    parallel_chunks((n + chunk - 1) / chunk, [&](int64_t c) { run(c * chunk, std::min(n, (c + 1) * chunk)); });
+  }
+  if (out_of_memory) return absl::ResourceExhaustedError("Matmul: out of memory");
+  return absl::OkStatus();
+}
+
+}  // namespace dt::ops::cpu::gemm
