@@ -569,23 +569,19 @@ class ShmComm final : public Communicator {
 std::atomic<int> g_segments{0};
 
 // The job part of segment names: dtrun's DT_JOB_ID (dtrun removes /dev/shm/dtshm.<id>.* when the
-// job ends, in case a member died between creating a segment and unlinking it), else pid + time.
+// job ends, in case a member died between creating a segment and unlinking it; it accepts only
+// ids of 1-64 letters, digits, '-' and '_'), else this process's pid and the time.
 std::string JobId() {
   const char* id = std::getenv("DT_JOB_ID");
-  std::string out;
-  if (id != nullptr) {
-    for (const char* p = id; *p != '\0' && out.size() < 64; ++p) {
-      const char ch = *p;
-      if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_') {
-        out.push_back(ch);
-      }
-    }
+  const std::string job = id == nullptr ? "" : id;
+  bool valid = !job.empty() && job.size() <= 64;
+  for (char ch : job) {
+    valid = valid && ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
+                      ch == '_');
   }
-  if (out.empty()) {
-    out = absl::StrCat("p", ::getpid(), "-",
-                       absl::Hex(std::chrono::steady_clock::now().time_since_epoch().count() & 0xffffffff));
-  }
-  return out;
+  if (valid) return job;
+  return absl::StrCat("p", ::getpid(), "-",
+                      absl::Hex(std::chrono::steady_clock::now().time_since_epoch().count() & 0xffffffff));
 }
 
 }  // namespace
