@@ -602,9 +602,14 @@ class GlooWorld final : public BackendWorld {
   absl::StatusOr<CommPtr> MakeGroup(const std::vector<int>& ranks) override {
     const std::string gid = GroupKey(ranks);
     const int me = IndexIn(ranks);
-    const std::string what = absl::StrCat("gloo group ", RankList(ranks), ", global rank ", rank(), ": creating the group");
-    // Join first, so that a member that never comes is named.
-    DT_RETURN_IF_ERROR(JoinGroup(*store_, gid, ranks, me, timeout(), what));
+    auto what_for = [&](absl::string_view backend) {
+      return absl::StrCat(backend, " group ", RankList(ranks), ", global rank ", rank(), ": creating the group");
+    };
+    // Join first, so that a member that never comes is named. Every member published its host key
+    // before it could join, so once all have joined they all decide alike.
+    DT_RETURN_IF_ERROR(JoinGroup(*store_, gid, ranks, me, timeout(), what_for(backend())));
+    const bool shm = shm_ && OnOneHost(ranks);
+    const std::string what = what_for(shm ? "shm" : "gloo");
     CommPtr gloo_comm;
     try {
       auto ctx = std::make_shared<gloo::rendezvous::Context>(me, static_cast<int>(ranks.size()));
@@ -619,12 +624,11 @@ class GlooWorld final : public BackendWorld {
     } catch (const std::exception& e) {
       return absl::UnavailableError(absl::StrCat(what, ": gloo: ", e.what()));
     }
-    if (!shm_ || !OnOneHost(ranks)) return gloo_comm;
-    const std::string shm_what = absl::StrCat("shm group ", RankList(ranks), ", global rank ", rank(), ": creating the group");
-    absl::StatusOr<CommPtr> shm = MakeShmGroup(*store_, gid, ranks, me, timeout(), gloo_comm, shm_what);
-    if (shm.ok()) return shm;
-    if (shm.status().code() != absl::StatusCode::kFailedPrecondition) return shm.status();
-    std::fprintf(stderr, "dtensor: %s; using gloo (DT_SHM=0 silences this)\n", std::string(shm.status().message()).c_str());
+    if (!shm) return gloo_comm;
+    absl::StatusOr<CommPtr> made = MakeShmGroup(*store_, gid, ranks, me, timeout(), gloo_comm, what);
+    if (made.ok() || made.status().code() != absl::StatusCode::kFailedPrecondition) return made;
+    std::fprintf(stderr, "dtensor: %s; this group uses gloo (DT_SHM=0: gloo for every group)\n",
+                 std::string(made.status().message()).c_str());
     return gloo_comm;
   }
 

@@ -298,8 +298,10 @@ class ShmComm final : public Communicator {
     } else if (!first && h.aborted.load() != 0) {
       // Another member failed first: its reason too (it may see what we cannot).
       for (int i = 0; i < 1000 && h.aborted.load() != 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      if (h.aborted.load() == 2 && h.abort_rank != global_ranks()[rank()]) {
-        absl::StrAppend(&reason, "global rank ", h.abort_rank, " failed: ", std::string(h.abort_reason), "; ");
+      const std::string theirs = h.abort_reason;
+      if (h.aborted.load() == 2 && h.abort_rank != global_ranks()[rank()] &&
+          reason.find(theirs) == std::string::npos) {  // unless we see the same ourselves
+        absl::StrAppend(&reason, "global rank ", h.abort_rank, " failed: ", theirs, "; ");
         if (dead.empty() && left.empty() && !timed_out) code = static_cast<absl::StatusCode>(h.abort_code);
       }
     }
