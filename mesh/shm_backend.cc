@@ -262,7 +262,7 @@ class ShmComm final : public Communicator {
     }
     std::vector<int> gone = watch_.Gone();
     if (!gone.empty()) gone = watch_.GoneSettled(Clock::now() + kSettle);
-    std::vector<int> dead, left, missing, failed_before;
+    std::vector<int> dead, left, missing, failed_before, failed_gone;
     for (int q = 0; q < size(); ++q) {
       if (q == rank()) continue;
       const int g = global_ranks()[q];
@@ -271,7 +271,7 @@ class ShmComm final : public Communicator {
       if (state == MemberState::kLeft) {
         left.push_back(g);
       } else if (is_gone) {
-        if (!was_failing[q]) dead.push_back(g);
+        (was_failing[q] ? failed_gone : dead).push_back(g);  // one that failed first is no cause
       } else if (seg_->rank(q).reached.load() <= c.seq) {
         (state == MemberState::kFailing ? failed_before : missing).push_back(g);
       }
@@ -309,6 +309,9 @@ class ShmComm final : public Communicator {
         absl::StrAppend(&reason, "global rank ", h.abort_rank, " failed: ", theirs, "; ");
         if (dead.empty() && left.empty() && !timed_out) code = static_cast<absl::StatusCode>(h.abort_code);
       }
+    }
+    if (reason.empty() && !failed_gone.empty()) {
+      reason = absl::StrCat("global rank(s) ", RankList(failed_gone), " failed and exited; ");
     }
     if (reason.empty()) reason = "the group was aborted; ";
     absl::Status st(code, absl::StrCat(ErrorPrefix(c), ": ", reason.substr(0, reason.size() - 2)));
