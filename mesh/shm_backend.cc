@@ -94,10 +94,13 @@ int64_t EnvInt(const char* name, int64_t fallback) {
   return v != nullptr && absl::SimpleAtoi(v, &out) && out >= 0 ? out : fallback;
 }
 
-// Bytes of one member's area; the leader's choice is written into the segment.
-int64_t AreaBytes() {
-  const int64_t kb = EnvInt("DT_SHM_AREA_KB", kDefaultAreaBytes >> 10);
-  return std::clamp<int64_t>(kb, 64, 64 << 10) << 10;
+// Bytes of one member's area in a group of `n`; the leader's choice is written into the segment.
+// 512 KiB up to 16 members, less beyond, so that a segment (2 (n + 1) areas) stays near 16 MiB:
+// containers often give /dev/shm only 64 MiB, shared by every group of every job.
+int64_t AreaBytes(int n) {
+  const int64_t fallback = std::clamp<int64_t>((16 << 20) / (2 * (n + 1)), 64 << 10, kDefaultAreaBytes) >> 10;
+  const int64_t kb = EnvInt("DT_SHM_AREA_KB", fallback);
+  return std::clamp<int64_t>(kb, 64, 64 << 10) / 64 * 64 << 10;
 }
 
 inline void CpuRelax() {
@@ -610,7 +613,7 @@ absl::StatusOr<CommPtr> MakeShmGroup(TcpStore& store, const std::string& gid, co
   std::string name;
   if (me == 0) {
     name = absl::StrCat("/", ShmNamePrefix(JobId()), gid, ".", g_segments++);
-    absl::StatusOr<std::unique_ptr<ShmSegment>> made = ShmSegment::Create(name, n, AreaBytes());
+    absl::StatusOr<std::unique_ptr<ShmSegment>> made = ShmSegment::Create(name, n, AreaBytes(n));
     if (made.ok()) seg = std::move(*made);
     absl::Status set = store.Set(name_key, made.ok() ? name : absl::StrCat("!", made.status().message()));
     if (!set.ok()) {

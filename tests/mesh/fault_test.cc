@@ -256,6 +256,22 @@ TEST(ShmFaults, DtrunRemovesASegmentLeftByADeadRank) {
   EXPECT_TRUE(SegmentsLeft().empty()) << SegmentsLeft().front();
 }
 
+TEST(ShmFaults, FullDevShmFallsBackToGloo) {
+  // A /dev/shm of 64 KiB (a private mount namespace with a tmpfs of its own; needs root): the
+  // segment cannot be made, every member learns so through the store, and the group runs on gloo
+  // with one line on stderr. No crash (the pages are reserved up front, so no SIGBUS), no leak.
+  if (RunCommand("unshare -m true").status != 0) GTEST_SKIP() << "no mount namespaces here (not root?)";
+  const std::string cmd = Shm("backend 0", 2);
+  auto r = RunCommand("unshare -m sh -c 'mount -t tmpfs -o size=64k tmpfs /dev/shm && " + cmd + "'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  ExpectContains(r.output, "cannot use shared memory");
+  ExpectContains(r.output, "this group uses gloo");
+  for (int rank : {0, 1}) {
+    ExpectContains(ReportOf(r.output, rank), "code=OK");
+    ExpectContains(r.output, "BACKEND rank=" + std::to_string(rank) + " world=shm group=gloo");
+  }
+}
+
 TEST(MpiFaults, RankDiesMpirunEndsTheJob) {
   // mpirun kills the survivors as soon as a rank dies: no report, a non-zero status, no hang.
   auto r = RunCommand(Mpi("die 2"));

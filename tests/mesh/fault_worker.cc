@@ -10,6 +10,9 @@
 //   fault_worker leave V     rank V destroys its world (and so its communicators), then sleeps
 //   fault_worker leak V      rank V leaves a segment name in /dev/shm (as a rank killed between
 //                            creating a group's segment and unlinking it would) and abort()s
+//   fault_worker backend V   no fault: every rank reports its world group's backend and an
+//                            all_reduce (code=OK when the sum is right) as
+//                            FAULT-REPORT ... msg=backend=<name>
 // The shm backend runs a collective on the calling thread (its ...Async returns finished work), so
 // there the victims of die/kill/die-views die from a thread a few milliseconds into the collective.
 // Every other rank prints one line
@@ -142,6 +145,17 @@ int main(int argc, char** argv) {
       std::abort();
     }
     Report(me, absl::OkStatus(), start);
+  } else if (mode == "backend") {
+    Tensor x = Tensor::Full({1000}, 1.0).value();
+    absl::Status st = comm->AllReduce(x, ReduceOp::kSum);
+    if (st.ok() && x.ToVector<float>()[999] != static_cast<float>(world.size())) {
+      st = absl::InternalError("wrong sum");
+    }
+    Report(me, st.ok() ? absl::OkStatus() : st, start);
+    std::printf("BACKEND rank=%d world=%s group=%s\n", me, std::string(world.backend()).c_str(),
+                std::string(comm->backend()).c_str());
+    std::fflush(stdout);
+    return st.ok() ? 0 : 1;
   } else if (mode == "nogroup") {
     if (me == victim) {
       std::this_thread::sleep_for(world.timeout() + std::chrono::seconds(2));
