@@ -25,6 +25,10 @@
 //                     views packed straight in            (views unpacked straight out)
 //   barrier           -                                   -
 // Every member reduces in member order, so all members get bit-identical results.
+// Two copies per byte (into the segment, out of it) are cheap here because the areas stay in
+// cache. A single-copy path (each member reading its peers' buffers with process_vm_readv, as
+// MPI's transport does, two syncs per collective) measured slower: a 16 MiB all_gather on 2 ranks
+// took 1.6-1.8 ms against 1.1-1.2 ms through the segment (page pinning per call), so it is not used.
 //
 // Arguments are always verified, at no extra cost: each member writes its Fingerprint (kind,
 // dtype, op, root, sizes) into the segment before the first sync and checks everyone's after it,
