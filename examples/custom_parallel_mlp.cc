@@ -2,7 +2,7 @@
 // up projections column-sharded and the down projections row-sharded (one all_reduce per block).
 // Exits 0 only when the tensor-parallel output equals the unparallelized one.
 //
-//   dtrun --nproc-per-node 4 build/bin/custom_parallel_mlp      (gloo; DT_BACKEND picks another)
+//   dtrun --nproc-per-node 4 build/bin/custom_parallel_mlp      (shm; DT_BACKEND picks another)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
