@@ -632,22 +632,29 @@ class GlooWorld final : public BackendWorld {
     return gloo_comm;
   }
 
+  // What the other members of `ranks` published under key(rank), into `cache` (by global rank) for
+  // those not there yet; one store round trip. A store failure or a missing key leaves no entry.
+  void FetchPerRank(const std::vector<int>& ranks, std::string (*key)(int), std::map<int, std::string>& cache) {
+    std::vector<int> wanted;
+    std::vector<std::string> keys;
+    for (int r : ranks) {
+      if (r != rank() && !cache.count(r)) {
+        wanted.push_back(r);
+        keys.push_back(key(r));
+      }
+    }
+    if (keys.empty()) return;
+    absl::StatusOr<std::vector<std::optional<std::string>>> v = store_->Peek(keys, timeout());
+    for (size_t i = 0; v.ok() && i < wanted.size(); ++i) {
+      if ((*v)[i].has_value()) cache[wanted[i]] = *(*v)[i];
+    }
+  }
+
   // Whether every member published the same (non-empty) host key (Note [Shm groups]). Cached; a
   // store failure counts as different hosts.
   bool OnOneHost(const std::vector<int>& ranks) {
     if (host_key_.empty()) return false;
-    std::vector<std::string> keys;
-    for (int r : ranks) {
-      if (r != rank() && !host_keys_.count(r)) keys.push_back(HostKeyKey(r));
-    }
-    if (!keys.empty()) {
-      absl::StatusOr<std::vector<std::optional<std::string>>> v = store_->Peek(keys, timeout());
-      for (size_t i = 0, k = 0; v.ok() && i < ranks.size(); ++i) {
-        if (ranks[i] == rank() || host_keys_.count(ranks[i])) continue;
-        if ((*v)[k].has_value()) host_keys_[ranks[i]] = *(*v)[k];
-        ++k;
-      }
-    }
+    FetchPerRank(ranks, HostKeyKey, host_keys_);
     for (int r : ranks) {
       if (r == rank()) continue;
       auto it = host_keys_.find(r);
@@ -660,18 +667,7 @@ class GlooWorld final : public BackendWorld {
   // join a group, so after JoinGroup they are all there. Cached; a store failure leaves "" (the
   // diagnosis then relies on the store alone).
   std::vector<std::string> ProbeEndpoints(const std::vector<int>& ranks) {
-    std::vector<std::string> keys;
-    for (int r : ranks) {
-      if (r != rank() && !probe_endpoints_.count(r)) keys.push_back(ProbeKey(r));
-    }
-    if (!keys.empty()) {
-      absl::StatusOr<std::vector<std::optional<std::string>>> v = store_->Peek(keys, timeout());
-      for (size_t i = 0, k = 0; v.ok() && i < ranks.size(); ++i) {
-        if (ranks[i] == rank() || probe_endpoints_.count(ranks[i])) continue;
-        if ((*v)[k].has_value()) probe_endpoints_[ranks[i]] = *(*v)[k];
-        ++k;
-      }
-    }
+    FetchPerRank(ranks, ProbeKey, probe_endpoints_);
     std::vector<std::string> out;
     for (int r : ranks) {
       auto it = probe_endpoints_.find(r);
