@@ -5,10 +5,12 @@
 // see Note [All-to-all over views] in mesh/collective.h) beside the same raw all_to_all of
 // contiguous blocks.
 //
-//   collectives [--quick] [--backends threads,gloo,mpi] [--ranks 2,4] [--rep-scale K] [--null]
-//       every configuration: threads in-process, gloo through dtrun, mpi through mpirun
+//   collectives [--quick] [--backends threads,shm,gloo,mpi] [--ranks 2,4] [--rep-scale K] [--null]
+//               [--latency]
+//       every configuration: threads in-process, shm and gloo through dtrun, mpi through mpirun
 //       --null: "ours" is the raw call as well, so the ratios show the method's own noise floor
-//   bench_collectives --worker gloo|mpi [--quick] [--null] [--rep-scale K]
+//       --latency: only the latency rows
+//   bench_collectives --worker shm|gloo|mpi [--quick] [--null] [--rep-scale K]
 //       one rank of one configuration (what the driver launches)
 //
 // Sizes follow nccl-tests: S is the whole buffer per rank (all_reduce's buffer, all_gather's output,
@@ -31,6 +33,16 @@
 //   RESULT <op>_<backend>_<n>r_<S>MiB_overhead <ours/raw> 1.05 PASS|FAIL
 // all_to_all_views has no raw call of its own (no backend sends strided blocks without packing),
 // so its rows are shown but carry no RESULT: its target is bench_redistribute's S(0)->S(1) line.
+// shm has no raw call of its own either (its rows show ours and memcpy only): its bandwidth target
+// is MPI's raw call, from the mpi rows of the same run,
+//   RESULT shm_<op>_<n>r_16MiB_vs_mpi <MPI's raw time / shm's time> 0.9 PASS|FAIL
+//
+// Latency (what a decode step sees: 61 collectives of 2.3 KB per token for SmolLM2-135M):
+// all_reduce and all_gather of 8 B, 2.3 KB (576 floats) and 64 KiB per rank (all_gather: each
+// rank's input), timed call by call, back to back after one barrier, ours and the raw call in
+// alternating blocks of 10 calls; p50 over calls of the slowest rank's time. Raw: the same calls
+// as above (shm's: gloo's allreduce/allgather on a context of its own in the same processes).
+//   RESULT shm_all_reduce_2.3KB_2r_vs_gloo <shm p50 / raw gloo p50> 0.1 PASS|FAIL
 
 #include <mpi.h>
 #include <unistd.h>
@@ -78,6 +90,16 @@ struct Row {
   double ours_ms = 0, raw_ms = 0, memcpy_ms = 0;  // medians
   double ratio = 0;  // median over repetitions of ours / raw (measured back to back)
 };
+
+// p50 latency of one op and size, ours and the backend's raw call (see the top of this file).
+struct LatRow {
+  std::string backend;
+  int n = 0;
+  std::string op;
+  int64_t bytes = 0;  // per rank
+  double ours_us = 0, raw_us = 0;
+};
+constexpr int64_t kLatencyBytes[] = {8, 2304, 65536};
 
 // Latency of a small all_reduce with and without argument verification (mesh/collective.h).
 struct Latency {
@@ -258,10 +280,11 @@ class ThreadsRaw final : public Raw {
 struct Options {
   bool quick = false;
   std::string worker;                                      // "" = driver
-  std::vector<std::string> backends = {"threads", "gloo", "mpi"};
+  std::vector<std::string> backends = {"threads", "shm", "gloo", "mpi"};
   std::vector<int> ranks = {2, 4};
   int rep_scale = 1;                                       // multiplies the repetitions
   bool null = false;                                       // "ours" is the raw call too
+  bool latency_only = false;                               // --latency: only the latency rows
 };
 
 // Buffer sizes S in MiB. --quick leaves out 64 MiB (more than half of the full run's time).
@@ -271,6 +294,7 @@ double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::durati
 
 // Runs every op and size on `world`; rank 0 returns the rows.
 absl::StatusOr<std::vector<Row>> Measure(World& world, Raw& raw, const Options& opt) {
+  if (opt.latency_only) return std::vector<Row>();
   const bool quick = opt.quick;
   DT_ASSIGN_OR_RETURN(CommPtr comm, world.WorldGroup());
   const int n = world.size(), me = world.rank();
@@ -278,7 +302,7 @@ absl::StatusOr<std::vector<Row>> Measure(World& world, Raw& raw, const Options& 
   for (int mib : Sizes(opt)) {
     const int64_t count = int64_t{mib} * 1024 * 1024 / 4;  // S in floats
     // Samples per op; each times kCallsPerSample calls back to back (see the top of this file).
-    const int reps = opt.rep_scale * (mib == 1 ? (quick ? 8 : 50) : mib == 16 ? (quick ? 32 : 96) : (quick ? 12 : 32));
+    const int reps = opt.rep_scale * (mib == 1 ? (quick ? 8 : 50) : mib == 16 ? (quick ? 24 : 96) : (quick ? 12 : 32));
     // Ours and the raw call work on the same buffers, so that page placement (huge pages or not)
     // cannot favour either.
     DT_ASSIGN_OR_RETURN(Tensor a, Tensor::Full({count}, 1.0f));
@@ -331,13 +355,17 @@ absl::StatusOr<std::vector<Row>> Measure(World& world, Raw& raw, const Options& 
         for (int k = 0; k < kCallsPerSample; ++k) DT_RETURN_IF_ERROR(call());
         return Ms(t0, Clock::now()) / kCallsPerSample;
       };
+      // shm has no raw call of its own (its target is MPI's, from the mpi rows): ours alone.
+      const bool no_raw = world.backend() == "shm" && !opt.null;
       DT_RETURN_IF_ERROR(ours());
-      DT_RETURN_IF_ERROR(theirs());
+      if (!no_raw) DT_RETURN_IF_ERROR(theirs());
       std::vector<float> t_ours, t_raw, t_copy;
       for (int i = 0; i < reps; ++i) {
         // Alternate which goes first (ABBA), so that neither always runs on the warmer machine.
         double ms_ours = 0, ms_raw = 0;
-        if (i % 4 == 0 || i % 4 == 3) {
+        if (no_raw) {
+          DT_ASSIGN_OR_RETURN(ms_ours, sample(ours));
+        } else if (i % 4 == 0 || i % 4 == 3) {
           DT_ASSIGN_OR_RETURN(ms_ours, sample(ours));
           DT_ASSIGN_OR_RETURN(ms_raw, sample(theirs));
         } else {
@@ -364,11 +392,63 @@ absl::StatusOr<std::vector<Row>> Measure(World& world, Raw& raw, const Options& 
         return bench::Median(std::vector<double>(slow.begin() + k * reps, slow.begin() + (k + 1) * reps));
       };
       std::vector<double> ratios;
-      for (int i = 0; i < reps; ++i) ratios.push_back(slow[i] / slow[reps + i]);
+      for (int i = 0; i < reps; ++i) ratios.push_back(no_raw ? 0 : slow[i] / slow[reps + i]);
       if (me == 0) {
         rows.push_back(Row{std::string(world.backend()), n, name, mib, median(0), median(1), median(2),
                            bench::Median(ratios)});
       }
+    }
+  }
+  return rows;
+}
+
+// Per-call p50 of all_reduce and all_gather at kLatencyBytes (see the top of this file).
+absl::StatusOr<std::vector<LatRow>> MeasureSmall(World& world, Raw& raw, const Options& opt) {
+  DT_ASSIGN_OR_RETURN(CommPtr comm, world.WorldGroup());
+  const int n = world.size();
+  const int blocks = opt.quick ? 4 : 30;  // of 10 calls each side
+  std::vector<LatRow> rows;
+  for (const char* op : {"all_reduce", "all_gather"}) {
+    const bool reduce = std::string(op) == "all_reduce";
+    for (int64_t bytes : kLatencyBytes) {
+      const int64_t count = bytes / 4;
+      DT_ASSIGN_OR_RETURN(Tensor x, Tensor::Full({count}, 1.0f));
+      DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Zeros({count * n}));
+      auto ours = [&]() -> absl::Status {
+        return reduce ? comm->AllReduce(x, ReduceOp::kSum) : comm->AllGather(x, out);
+      };
+      auto theirs = [&]() -> absl::Status {
+        if (reduce) {
+          raw.AllReduce(x.data<float>(), count);
+        } else {
+          raw.AllGather(x.data<float>(), out.data<float>(), count);
+        }
+        return absl::OkStatus();
+      };
+      DT_RETURN_IF_ERROR(ours());
+      DT_RETURN_IF_ERROR(theirs());
+      std::vector<float> t_ours, t_raw;
+      raw.Barrier();
+      for (int b = 0; b < blocks; ++b) {
+        for (int side = 0; side < 2; ++side) {
+          const bool mine = (side == 0) == (b % 2 == 0);
+          for (int k = 0; k < 10; ++k) {
+            const auto t0 = Clock::now();
+            DT_RETURN_IF_ERROR(mine ? ours() : theirs());
+            (mine ? t_ours : t_raw).push_back(static_cast<float>(Ms(t0, Clock::now()) * 1000));
+          }
+        }
+        if (reduce && b % 4 == 3) DT_RETURN_IF_ERROR(x.Fill(1.0));  // keep the sums finite
+      }
+      std::vector<float> all(t_ours);
+      all.insert(all.end(), t_raw.begin(), t_raw.end());
+      DT_ASSIGN_OR_RETURN(Tensor times, Tensor::FromVector<float>({static_cast<int64_t>(all.size())}, all));
+      DT_RETURN_IF_ERROR(comm->AllReduce(times, ReduceOp::kMax));
+      const std::vector<float> slow = times.ToVector<float>();
+      const size_t k = t_ours.size();
+      rows.push_back(LatRow{std::string(world.backend()), n, op, bytes,
+                            bench::Median(std::vector<double>(slow.begin(), slow.begin() + k)),
+                            bench::Median(std::vector<double>(slow.begin() + k, slow.end()))});
     }
   }
   return rows;
@@ -399,10 +479,14 @@ absl::StatusOr<Latency> MeasureLatency(World& world) {
   return lat;
 }
 
-void PrintRows(const std::vector<Row>& rows, const Latency& lat) {
+void PrintRows(const std::vector<Row>& rows, const std::vector<LatRow>& small, const Latency& lat) {
   for (const Row& r : rows) {
     std::printf("ROW %s %d %s %d %.4f %.4f %.4f %.4f\n", r.backend.c_str(), r.n, r.op.c_str(), r.mib, r.ours_ms,
                 r.raw_ms, r.memcpy_ms, r.ratio);
+  }
+  for (const LatRow& r : small) {
+    std::printf("LATROW %s %d %s %lld %.2f %.2f\n", r.backend.c_str(), r.n, r.op.c_str(),
+                static_cast<long long>(r.bytes), r.ours_us, r.raw_us);
   }
   std::printf("LAT %s %d %.1f %.1f\n", lat.backend.c_str(), lat.n, lat.verify_us, lat.plain_us);
   std::fflush(stdout);
@@ -421,34 +505,46 @@ int Worker(const Options& opt) {
     raw = std::make_unique<GlooRaw>((*w)->rank(), (*w)->size());
   }
   absl::StatusOr<std::vector<Row>> rows = Measure(**w, *raw, opt);
-  absl::StatusOr<Latency> lat = rows.ok() ? MeasureLatency(**w) : rows.status();
+  absl::StatusOr<std::vector<LatRow>> small = rows.ok() ? MeasureSmall(**w, *raw, opt) : rows.status();
+  absl::StatusOr<Latency> lat = small.ok() ? MeasureLatency(**w) : small.status();
   if (!lat.ok()) {
     std::fprintf(stderr, "collectives: %s\n", std::string(lat.status().message()).c_str());
     return 1;
   }
-  if ((*w)->rank() == 0) PrintRows(*rows, *lat);
+  if ((*w)->rank() == 0) PrintRows(*rows, *small, *lat);
   return 0;
 }
 
-std::vector<Row> RunThreads(int n, const Options& opt) {
+std::vector<Row> RunThreads(int n, const Options& opt, std::vector<LatRow>* small) {
   ThreadsShared shared(n);
   std::vector<Row> rows;
   absl::Status st = World::RunThreads(n, [&](World& w) -> absl::Status {
     ThreadsRaw raw(shared, w.rank());
     DT_ASSIGN_OR_RETURN(std::vector<Row> mine, Measure(w, raw, opt));
-    if (w.rank() == 0) rows = std::move(mine);
+    DT_ASSIGN_OR_RETURN(std::vector<LatRow> lat, MeasureSmall(w, raw, opt));
+    if (w.rank() == 0) {
+      rows = std::move(mine);
+      small->insert(small->end(), lat.begin(), lat.end());
+    }
     return absl::OkStatus();
   });
   if (!st.ok()) std::fprintf(stderr, "threads n=%d: %s\n", n, std::string(st.message()).c_str());
   return rows;
 }
 
-std::vector<Row> Spawn(const std::string& command, std::vector<Latency>* lats) {
+std::vector<Row> Spawn(const std::string& command, std::vector<Latency>* lats, std::vector<LatRow>* small) {
   std::vector<Row> rows;
   FILE* p = ::popen((command + " 2>&1").c_str(), "r");
   if (p == nullptr) return rows;
   char line[1024];
   while (std::fgets(line, sizeof(line), p) != nullptr) {
+    if (const char* lat = std::strstr(line, "LATROW ")) {
+      std::vector<std::string> f = absl::StrSplit(absl::StripTrailingAsciiWhitespace(lat), ' ');
+      if (f.size() == 7) {
+        small->push_back(LatRow{f[1], std::stoi(f[2]), f[3], std::stoll(f[4]), std::stod(f[5]), std::stod(f[6])});
+      }
+      continue;
+    }
     if (const char* lat = std::strstr(line, "LAT ")) {
       std::vector<std::string> f = absl::StrSplit(absl::StripTrailingAsciiWhitespace(lat), ' ');
       if (f.size() == 5) lats->push_back(Latency{f[1], std::stoi(f[2]), std::stod(f[3]), std::stod(f[4])});
@@ -478,23 +574,26 @@ int Driver(const Options& opt) {
   const std::string& self = *self_path;
   const std::string dir = self.substr(0, self.rfind('/'));
   const std::string args =
-      absl::StrCat(opt.quick ? " --quick" : "", opt.null ? " --null" : "", " --rep-scale ", opt.rep_scale);
+      absl::StrCat(opt.quick ? " --quick" : "", opt.null ? " --null" : "", opt.latency_only ? " --latency" : "",
+                   " --rep-scale ", opt.rep_scale);
   auto wanted = [&](const char* b) { return std::find(opt.backends.begin(), opt.backends.end(), b) != opt.backends.end(); };
   std::vector<Row> rows;
   std::vector<Latency> lats;
+  std::vector<LatRow> small;
   for (int n : opt.ranks) {
     if (wanted("threads")) {
-      for (Row& r : RunThreads(n, opt)) rows.push_back(r);
+      for (Row& r : RunThreads(n, opt, &small)) rows.push_back(r);
     }
-    if (wanted("gloo")) {
-      for (Row& r : Spawn(absl::StrCat("DT_BACKEND=gloo ", dir, "/dtrun --nproc-per-node ", n, " ", self,
-                                       " --worker gloo", args), &lats)) {
+    for (const char* b : {"shm", "gloo"}) {
+      if (!wanted(b)) continue;
+      for (Row& r : Spawn(absl::StrCat("DT_BACKEND=", b, " ", dir, "/dtrun --nproc-per-node ", n, " ", self,
+                                       " --worker ", b, args), &lats, &small)) {
         rows.push_back(r);
       }
     }
     if (wanted("mpi")) {
       for (Row& r : Spawn(absl::StrCat("DT_BACKEND=mpi ", DT_MPIEXEC, " --allow-run-as-root --oversubscribe -np ", n,
-                                       " ", self, " --worker mpi", args), &lats)) {
+                                       " ", self, " --worker mpi", args), &lats, &small)) {
         rows.push_back(r);
       }
     }
@@ -506,22 +605,51 @@ int Driver(const Options& opt) {
               "raw ms", "ratio", "ours GB/s", "raw GB/s", "memcpy GB/s");
   for (const Row& r : rows) {
     const double bytes = r.mib * 1048576.0;
+    if (r.raw_ms <= 0) {  // shm: no raw call
+      std::printf("%-8s %2d %-16s %5d %10.3f %10s %7s %10.2f %10s %11.2f\n", r.backend.c_str(), r.n, r.op.c_str(),
+                  r.mib, r.ours_ms, "-", "-", bytes / r.ours_ms / 1e6, "-", bytes / r.memcpy_ms / 1e6);
+      continue;
+    }
     std::printf("%-8s %2d %-16s %5d %10.3f %10.3f %7.3f %10.2f %10.2f %11.2f\n", r.backend.c_str(), r.n,
                 r.op.c_str(), r.mib, r.ours_ms, r.raw_ms, r.ratio, bytes / r.ours_ms / 1e6, bytes / r.raw_ms / 1e6,
                 bytes / r.memcpy_ms / 1e6);
   }
-  std::printf("\nsmall all_reduce (8 x f32) latency, median: with argument verification / without\n");
+  std::printf("\nsmall all_reduce (8 x f32) latency, median: with argument verification / without (shm always verifies)\n");
   for (const Latency& l : lats) {
     std::printf("%-8s %2d  %8.1f us / %8.1f us\n", l.backend.c_str(), l.n, l.verify_us, l.plain_us);
   }
+  std::printf("\nlatency: p50 per call in us of the slowest rank, back to back (raw: the backend's own call;\n"
+              "shm's raw is gloo's, in the same processes)\n");
+  std::printf("%-8s %2s %-11s %8s %10s %10s\n", "backend", "n", "op", "bytes", "ours us", "raw us");
+  for (const LatRow& r : small) {
+    std::printf("%-8s %2d %-11s %8lld %10.1f %10.1f\n", r.backend.c_str(), r.n, r.op.c_str(),
+                static_cast<long long>(r.bytes), r.ours_us, r.raw_us);
+  }
   const int expected = static_cast<int>(opt.backends.size() * opt.ranks.size() * Sizes(opt).size()) * kNumOps;
-  if (static_cast<int>(rows.size()) != expected) {
+  if (!opt.latency_only && static_cast<int>(rows.size()) != expected) {
     std::printf("RESULT configurations_measured %zu %d FAIL\n", rows.size(), expected);
   }
   for (const Row& r : rows) {
-    if (r.mib < 16 || r.op == "all_to_all_views") continue;
+    if (r.mib < 16 || r.op == "all_to_all_views" || r.backend == "shm") continue;
     std::printf("RESULT %s%s_%s_%dr_%dMiB_overhead %.3f 1.05 %s\n", opt.null ? "null_" : "", r.op.c_str(),
                 r.backend.c_str(), r.n, r.mib, r.ratio, bench::Verdict(r.ratio <= 1.05));
+  }
+  if (opt.null) return 0;
+  // shm against MPI's raw calls at 16 MiB (bandwidth ratio = MPI's time / ours).
+  for (const Row& s : rows) {
+    if (s.backend != "shm" || s.mib != 16 || s.op == "all_to_all_views") continue;
+    for (const Row& m : rows) {
+      if (m.backend != "mpi" || m.n != s.n || m.mib != 16 || m.op != s.op) continue;
+      const double ratio = m.raw_ms / s.ours_ms;
+      std::printf("RESULT shm_%s_%dr_16MiB_vs_mpi %.3f 0.9 %s\n", s.op.c_str(), s.n, ratio,
+                  bench::Verdict(ratio >= 0.9));
+    }
+  }
+  for (const LatRow& r : small) {
+    if (r.backend == "shm" && r.n == 2 && r.op == "all_reduce" && r.bytes == 2304) {
+      const double ratio = r.ours_us / r.raw_us;
+      std::printf("RESULT shm_all_reduce_2.3KB_2r_vs_gloo %.4f 0.1 %s\n", ratio, bench::Verdict(ratio <= 0.1));
+    }
   }
   return 0;
 }
@@ -543,14 +671,16 @@ int main(int argc, char** argv) {
     } else if (a == "--ranks" && has_value) {
       opt.ranks.clear();
       for (absl::string_view r : absl::StrSplit(argv[++i], ',')) opt.ranks.push_back(std::atoi(std::string(r).c_str()));
+    } else if (a == "--latency") {
+      opt.latency_only = true;
     } else if (a == "--null") {
       opt.null = true;
     } else if (a == "--rep-scale" && has_value) {
       opt.rep_scale = std::max(1, std::atoi(argv[++i]));
     } else {
       std::fprintf(stderr,
-                   "usage: collectives [--quick] [--backends threads,gloo,mpi] [--ranks 2,4] [--rep-scale K] [--null]\n"
-                   "       bench_collectives --worker gloo|mpi [--quick] [--null] [--rep-scale K]   (one rank; the driver runs these)\n");
+                   "usage: collectives [--quick] [--backends threads,shm,gloo,mpi] [--ranks 2,4] [--rep-scale K] [--null] [--latency]\n"
+                   "       bench_collectives --worker shm|gloo|mpi [--quick] [--null] [--rep-scale K]   (one rank; the driver runs these)\n");
       return 2;
     }
   }

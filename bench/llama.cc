@@ -5,15 +5,16 @@
 //
 //   bench_llama [--quick] [--no-gloo] [--prompt N] [--decode N] [--reps N]
 //
-// Rows: 1 rank, tp 2 and 4 as threads of this process, and tp 2 and 4 as gloo processes (this
-// program re-launched under dtrun, which must sit next to it; --no-gloo skips them). RESULT lines
-// use the threads rows (the tensor-parallel machinery without process and TCP costs).
+// Rows: 1 rank, tp 2 and 4 as threads of this process, tp 2 and 4 as processes on shared memory
+// (shm: this program re-launched under dtrun, which must sit next to it), and the same on gloo
+// (TCP loopback; --no-gloo skips them). Every process keeps TBB's default threads (all cores).
 //
-// Target: decode with tp=2 at >= 0.5x the single rank. On this 2-core machine one rank's GEMMs
-// already use both cores, and tensor parallelism adds 2 all_reduces per layer, a logits
+// Targets: decode with tp=2 threads at >= 0.5x the single rank. On this 2-core machine one rank's
+// GEMMs already use both cores, and tensor parallelism adds 2 all_reduces per layer, a logits
 // all_gather and a token broadcast per step, so TP cannot be much faster than one rank here; the
 // target bounds what the tensor-parallel machinery costs (its speedups need one core or device per
-// rank). docs/llama.md has the measured figures.
+// rank). docs/llama.md has the measured figures. Processes on shm, from the same run: tp=2 decode
+// >= 0.9x tp=2 threads and >= 1.2x one rank; tp=4 (two processes per core here) >= 0.8x one rank.
 //
 // The real model (--smollm2 PATH, default <build>/models/SmolLM2-135M-Instruct.Q4_1.gguf from
 // scripts/fetch-smollm2; skipped with a line when absent): prefill and decode tokens/s at tp=1 in
@@ -98,12 +99,13 @@ absl::StatusOr<Figures> MeasureThreads(int tp, int64_t prompt_len, int64_t decod
   return f;
 }
 
-// Runs this program as `tp` gloo processes under dtrun (next to this binary); rank 0 prints
-// "LLAMA_ROW <prefill> <decode>".
-absl::StatusOr<Figures> MeasureGloo(int tp, int64_t prompt_len, int64_t decode, int reps) {
+// Runs this program as `tp` processes on `backend` (shm or gloo) under dtrun (next to this
+// binary); rank 0 prints "LLAMA_ROW <prefill> <decode>".
+absl::StatusOr<Figures> MeasureProcesses(const std::string& backend, int tp, int64_t prompt_len, int64_t decode,
+                                         int reps) {
   DT_ASSIGN_OR_RETURN(const std::string me, bench::SelfPath());
   const std::string dir = me.substr(0, me.rfind('/'));
-  const std::string cmd = absl::StrCat("DT_BACKEND=gloo '", dir, "/dtrun' --nproc-per-node ", tp,
+  const std::string cmd = absl::StrCat("DT_BACKEND=", backend, " '", dir, "/dtrun' --nproc-per-node ", tp,
                                        " '", me, "' --worker --prompt ", prompt_len, " --decode ",
                                        decode, " --reps ", reps, " 2>&1");
   FILE* p = popen(cmd.c_str(), "r");
@@ -121,7 +123,7 @@ absl::StatusOr<Figures> MeasureGloo(int tp, int64_t prompt_len, int64_t decode, 
     }
   }
   if (pclose(p) != 0 || !f) {
-    return absl::UnavailableError(absl::StrCat("gloo x", tp, " failed (", cmd, "):\n", log));
+    return absl::UnavailableError(absl::StrCat(backend, " x", tp, " failed (", cmd, "):\n", log));
   }
   return *f;
 }
@@ -204,7 +206,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (worker) {  // one gloo rank under dtrun
+  if (worker) {  // one rank under dtrun
     absl::StatusOr<std::shared_ptr<World>> w = World::FromEnv();
     absl::StatusOr<Figures> f =
         w.ok() ? MeasureOn(**w, prompt, decode, reps) : absl::StatusOr<Figures>(w.status());
@@ -253,9 +255,15 @@ int main(int argc, char** argv) {
     }
   }
   const Figures one = rows[0].f, two = rows[1].f;
+  Figures shm2, shm4;
+  for (int tp : {2, 4}) {
+    absl::StatusOr<Figures> f = MeasureProcesses("shm", tp, prompt, decode, reps);
+    if (!add(absl::StrCat(tp, " shm processes"), tp, f)) return 1;
+    (tp == 2 ? shm2 : shm4) = *f;
+  }
   if (gloo) {
     for (int tp : {2, 4}) {
-      if (!add(absl::StrCat(tp, " gloo processes"), tp, MeasureGloo(tp, prompt, decode, reps))) {
+      if (!add(absl::StrCat(tp, " gloo processes"), tp, MeasureProcesses("gloo", tp, prompt, decode, reps))) {
         return 1;
       }
     }
@@ -296,6 +304,12 @@ int main(int argc, char** argv) {
               bench::Verdict(decode_ratio >= 0.5));
   std::printf("RESULT llama_prefill_tp2_vs_1rank %.2f 0.5 %s\n", prefill_ratio,
               bench::Verdict(prefill_ratio >= 0.5));
+  const double shm_vs_threads = shm2.decode / two.decode, shm2_vs_one = shm2.decode / one.decode,
+               shm4_vs_one = shm4.decode / one.decode;
+  std::printf("RESULT llama_decode_tp2_shm_vs_tp2_threads %.2f 0.9 %s\n", shm_vs_threads,
+              bench::Verdict(shm_vs_threads >= 0.9));
+  std::printf("RESULT llama_decode_tp2_shm_vs_1rank %.2f 1.2 %s\n", shm2_vs_one, bench::Verdict(shm2_vs_one >= 1.2));
+  std::printf("RESULT llama_decode_tp4_shm_vs_1rank %.2f 0.8 %s\n", shm4_vs_one, bench::Verdict(shm4_vs_one >= 0.8));
   if (roofline_ratio) {
     std::printf("RESULT smollm2_decode_f32_vs_roofline %.2f 0.6 %s\n", *roofline_ratio,
                 bench::Verdict(*roofline_ratio >= 0.6));

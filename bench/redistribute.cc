@@ -1,6 +1,7 @@
 // bench_redistribute: what DTensor::Redistribute costs beyond the collective it runs.
 //
 // Usage: bench_redistribute [--quick] [--backends threads,gloo,mpi] [--ranks 2,4] [--sizes 16,64]
+//   (shm is accepted in --backends too)
 //   (--quick: fewer repetitions, under a minute)
 //
 // 1. Overhead per call (one process): a cached plan + dispatch for Redistribute to the same
@@ -9,8 +10,8 @@
 // 2. Bandwidth: S(0)->R, P->R, P->S(0) and S(0)->S(1) of a 16 and a 64 MiB f32 global tensor on 2
 //    and 4 ranks, beside the raw collective of the same bytes on preallocated buffers in the same
 //    run (all_gather, all_reduce, reduce_scatter, all_to_all), alternating the two, best of the
-//    repetitions. threads runs in this process; gloo and mpi re-launch this program as workers
-//    under dtrun (next to this binary) and mpirun.
+//    repetitions. threads runs in this process; shm, gloo and mpi re-launch this program as
+//    workers under dtrun (next to this binary) and mpirun.
 //    P->R uses the rvalue form (std::move(x).Redistribute), which reduces in place like the raw
 //    all_reduce; the copying lvalue form is shown too. S(0)->S(1) sends every peer a strided block
 //    (x[:, cols(g)]) through one all_to_all_views (Note [Shard to shard in one pass]); its raw
@@ -226,8 +227,8 @@ absl::StatusOr<std::vector<Row>> Launch(const std::string& self, const std::stri
                                         const std::string& sizes, bool quick) {
   const std::string dir = self.substr(0, self.rfind('/'));
   std::string cmd;
-  if (backend == "gloo") {
-    cmd = absl::StrCat("DT_BACKEND=gloo '", dir, "/dtrun' --nproc-per-node ", ranks, " '", self, "'");
+  if (backend == "gloo" || backend == "shm") {
+    cmd = absl::StrCat("DT_BACKEND=", backend, " '", dir, "/dtrun' --nproc-per-node ", ranks, " '", self, "'");
   } else {
     cmd = absl::StrCat("DT_BACKEND=mpi mpirun --allow-run-as-root --oversubscribe -np ", ranks, " '",
                        self, "'");

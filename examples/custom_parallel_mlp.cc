@@ -3,7 +3,7 @@
 // nn::CheckParallel runs it sharded and replicated on the same seeded weights; exits 0 only when
 // the outputs agree.
 //
-//   dtrun --nproc-per-node 4 build/bin/custom_parallel_mlp      (gloo; DT_BACKEND picks another)
+//   dtrun --nproc-per-node 4 build/bin/custom_parallel_mlp      (shm; DT_BACKEND picks another)
 #include <cstdio>
 #include <memory>
 

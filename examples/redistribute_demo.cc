@@ -1,7 +1,7 @@
 // Redistribute tour on 4 ranks: a (2, 2) mesh (dp, tp), one tensor moved through several layouts,
 // each step's plan printed by rank 0 and every result checked against the original on every rank.
 //
-//   build/bin/dtrun --nproc-per-node 4 build/bin/redistribute_demo        (gloo over TCP)
+//   build/bin/dtrun --nproc-per-node 4 build/bin/redistribute_demo        (shm: shared memory)
 //   DT_BACKEND=mpi mpirun --allow-run-as-root -np 4 build/bin/redistribute_demo
 //   build/bin/redistribute_demo --threads 4                               (in one process)
 #include <cstdio>

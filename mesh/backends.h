@@ -98,8 +98,22 @@ class BackendWorld : public World {
 absl::Status RunThreadsJob(int n, const std::function<absl::Status(World&)>& fn,
                            const WorldOptions& options);
 std::shared_ptr<World> MakeSingleThreadWorld(const WorldOptions& options);
+// gloo and shm (options.backend): shm is the gloo world whose groups within one host run on shared
+// memory (Note [Shm groups] in gloo_backend.cc).
 absl::StatusOr<std::shared_ptr<World>> MakeGlooWorld(const LaunchInfo& info, const WorldOptions& options);
 absl::StatusOr<std::shared_ptr<World>> MakeMpiWorld(const LaunchInfo& info, const WorldOptions& options);
 absl::StatusOr<std::shared_ptr<World>> MakeNcclWorld(const LaunchInfo& info, const WorldOptions& options);
+
+class TcpStore;
+// The shared-memory communicator over `ranks` (all on this host; this process is member `me`),
+// made through `store` under the group's key `gid`: the first member creates the segment
+// (/dev/shm/<ShmNamePrefix(job)><gid>.<k>), the others map it, and the name is unlinked once
+// everyone has it. `p2p` (gloo, same members) carries send/recv. FailedPrecondition, the same on
+// every member, when shared memory cannot be used (the caller then uses `p2p` for everything);
+// other errors when the store fails. `what` prefixes errors.
+absl::StatusOr<CommPtr> MakeShmGroup(TcpStore& store, const std::string& gid, const std::vector<int>& ranks, int me,
+                                     std::chrono::milliseconds timeout, CommPtr p2p, absl::string_view what);
+// "dtshm.<job_id>.": the start of every segment name of a job (dtrun removes what is left).
+std::string ShmNamePrefix(absl::string_view job_id);
 
 }  // namespace dt::internal

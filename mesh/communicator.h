@@ -81,7 +81,7 @@ class Communicator {
   // The global ranks of the members, in group-rank order.
   const std::vector<int>& global_ranks() const { return global_ranks_; }
   Device device() const { return device_; }
-  virtual absl::string_view backend() const = 0;  // "threads", "gloo", "mpi", "nccl"
+  virtual absl::string_view backend() const = 0;  // "threads", "shm", "gloo", "mpi", "nccl"
   // "gloo group [0, 2, 4, 6]" — used in error messages.
   std::string Describe() const;
 

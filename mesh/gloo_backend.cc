@@ -42,11 +42,24 @@
 //     the context.
 //   - gloo writes to sockets without MSG_NOSIGNAL, so a dead peer would raise SIGPIPE: creating a
 //     gloo world sets SIGPIPE to ignored when it still has the default action.
+//
+// Note [Shm groups]
+// The shm backend is this world with one difference: a group whose members all run on one host
+// gets a shared-memory communicator (mesh/shm_backend.cc) instead of a gloo one. At world creation
+// every rank publishes its HostKey (mesh/shm_segment.h: boot id, /dev/shm, network and PID
+// namespaces) under "dt/host/<rank>"; a group is on one host when its members' keys are equal and
+// not empty. So under dtrun/torchrun on one machine every group is shm; across machines the groups
+// within a machine (a (node, local) mesh's `local` dim) are shm and the others (`node`, the world)
+// gloo. Ranks in different network namespaces count as different hosts, which is what the
+// simulated hosts of tests/multinode are. An shm group still makes its gloo context: send/recv
+// travel on it, and when shared memory cannot be used (no /dev/shm, or too small: the members
+// agree on that through the store) the group falls back to it with one line on stderr.
 
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -71,6 +84,7 @@
 #include "dtensor/mesh/gloo_store.h"
 #include "dtensor/mesh/peer_probe.h"
 #include "dtensor/mesh/reduce.h"
+#include "dtensor/mesh/shm_segment.h"
 #include "dtensor/mesh/sockets.h"
 #include "dtensor/mesh/tcp_store.h"
 #include "dtensor/mesh/view_stream.h"
@@ -86,6 +100,8 @@ constexpr std::chrono::milliseconds kSettle{200};
 
 // The store key under which a rank publishes its probe endpoint ("host:port").
 std::string ProbeKey(int global_rank) { return absl::StrCat("dt/probe/", global_rank); }
+// ... and its HostKey (shm worlds, Note [Shm groups]).
+std::string HostKeyKey(int global_rank) { return absl::StrCat("dt/host/", global_rank); }
 constexpr uint64_t kP2PSlotPrefix = 0x42;
 constexpr uint64_t kViewsSlotPrefix = 0x43;
 
@@ -566,27 +582,35 @@ class GlooWorld final : public BackendWorld {
  public:
   GlooWorld(const LaunchInfo& info, const WorldOptions& options, std::unique_ptr<TcpStoreServer> server,
             std::shared_ptr<TcpStore> store, std::shared_ptr<gloo::transport::Device> device,
-            std::shared_ptr<ProbeListener> probe)
+            std::shared_ptr<ProbeListener> probe, std::string host_key)
       : BackendWorld(info, options),
         server_(std::move(server)),
         store_(std::move(store)),
         device_(std::move(device)),
-        probe_(std::move(probe)) {}
+        probe_(std::move(probe)),
+        shm_(options.backend == "shm"),
+        host_key_(std::move(host_key)) {}
   ~GlooWorld() override {
     ClearGroups();
     store_.reset();  // Bye before our own server (rank 0) lingers for the others
   }
 
-  absl::string_view backend() const override { return "gloo"; }
+  absl::string_view backend() const override { return shm_ ? "shm" : "gloo"; }
   Device device() const override { return kCPU; }
 
  private:
   absl::StatusOr<CommPtr> MakeGroup(const std::vector<int>& ranks) override {
     const std::string gid = GroupKey(ranks);
     const int me = IndexIn(ranks);
-    const std::string what = absl::StrCat("gloo group ", RankList(ranks), ", global rank ", rank(), ": creating the group");
-    // Join first, so that a member that never comes is named.
-    DT_RETURN_IF_ERROR(JoinGroup(*store_, gid, ranks, me, timeout(), what));
+    auto what_for = [&](absl::string_view backend) {
+      return absl::StrCat(backend, " group ", RankList(ranks), ", global rank ", rank(), ": creating the group");
+    };
+    // Join first, so that a member that never comes is named. Every member published its host key
+    // before it could join, so once all have joined they all decide alike.
+    DT_RETURN_IF_ERROR(JoinGroup(*store_, gid, ranks, me, timeout(), what_for(backend())));
+    const bool shm = shm_ && OnOneHost(ranks);
+    const std::string what = what_for(shm ? "shm" : "gloo");
+    CommPtr gloo_comm;
     try {
       auto ctx = std::make_shared<gloo::rendezvous::Context>(me, static_cast<int>(ranks.size()));
       ctx->setTimeout(timeout());
@@ -596,28 +620,54 @@ class GlooWorld final : public BackendWorld {
       auto comm = std::make_shared<GlooComm>(ctx, store_, gid, ranks, me, timeout(), ProbeEndpoints(ranks),
                                              probe_);
       comm->set_verify(options_.verify.value_or(false));
-      return CommPtr(std::move(comm));
+      gloo_comm = std::move(comm);
     } catch (const std::exception& e) {
       return absl::UnavailableError(absl::StrCat(what, ": gloo: ", e.what()));
     }
+    if (!shm) return gloo_comm;
+    absl::StatusOr<CommPtr> made = MakeShmGroup(*store_, gid, ranks, me, timeout(), gloo_comm, what);
+    if (made.ok() || made.status().code() != absl::StatusCode::kFailedPrecondition) return made;
+    std::fprintf(stderr, "dtensor: %s; this group uses gloo (DT_SHM=0: gloo for every group)\n",
+                 std::string(made.status().message()).c_str());
+    return gloo_comm;
+  }
+
+  // What the other members of `ranks` published under key(rank), into `cache` (by global rank) for
+  // those not there yet; one store round trip. A store failure or a missing key leaves no entry.
+  void FetchPerRank(const std::vector<int>& ranks, std::string (*key)(int), std::map<int, std::string>& cache) {
+    std::vector<int> wanted;
+    std::vector<std::string> keys;
+    for (int r : ranks) {
+      if (r != rank() && !cache.count(r)) {
+        wanted.push_back(r);
+        keys.push_back(key(r));
+      }
+    }
+    if (keys.empty()) return;
+    absl::StatusOr<std::vector<std::optional<std::string>>> v = store_->Peek(keys, timeout());
+    for (size_t i = 0; v.ok() && i < wanted.size(); ++i) {
+      if ((*v)[i].has_value()) cache[wanted[i]] = *(*v)[i];
+    }
+  }
+
+  // Whether every member published the same (non-empty) host key (Note [Shm groups]). Cached; a
+  // store failure counts as different hosts.
+  bool OnOneHost(const std::vector<int>& ranks) {
+    if (host_key_.empty()) return false;
+    FetchPerRank(ranks, HostKeyKey, host_keys_);
+    for (int r : ranks) {
+      if (r == rank()) continue;
+      auto it = host_keys_.find(r);
+      if (it == host_keys_.end() || it->second != host_key_) return false;
+    }
+    return true;
   }
 
   // Where the members' probes answer ("" for this rank): published by every rank before it can
   // join a group, so after JoinGroup they are all there. Cached; a store failure leaves "" (the
   // diagnosis then relies on the store alone).
   std::vector<std::string> ProbeEndpoints(const std::vector<int>& ranks) {
-    std::vector<std::string> keys;
-    for (int r : ranks) {
-      if (r != rank() && !probe_endpoints_.count(r)) keys.push_back(ProbeKey(r));
-    }
-    if (!keys.empty()) {
-      absl::StatusOr<std::vector<std::optional<std::string>>> v = store_->Peek(keys, timeout());
-      for (size_t i = 0, k = 0; v.ok() && i < ranks.size(); ++i) {
-        if (ranks[i] == rank() || probe_endpoints_.count(ranks[i])) continue;
-        if ((*v)[k].has_value()) probe_endpoints_[ranks[i]] = *(*v)[k];
-        ++k;
-      }
-    }
+    FetchPerRank(ranks, ProbeKey, probe_endpoints_);
     std::vector<std::string> out;
     for (int r : ranks) {
       auto it = probe_endpoints_.find(r);
@@ -631,6 +681,9 @@ class GlooWorld final : public BackendWorld {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<ProbeListener> probe_;  // answers the peers' probes; shared with the communicators
   std::map<int, std::string> probe_endpoints_;  // by global rank; MakeGroup runs under the groups' lock
+  const bool shm_;                              // groups on one host use shared memory
+  const std::string host_key_;                  // this process's HostKey (shm worlds)
+  std::map<int, std::string> host_keys_;        // the others', by global rank
 };
 
 }  // namespace
@@ -642,7 +695,16 @@ absl::StatusOr<std::shared_ptr<World>> MakeGlooWorld(const LaunchInfo& info, con
   if (::sigaction(SIGPIPE, nullptr, &old_action) == 0 && old_action.sa_handler == SIG_DFL) {
     ::signal(SIGPIPE, SIG_IGN);
   }
-  DT_ASSIGN_OR_RETURN(Rendezvous rv, StartRendezvous(info, options.timeout, "gloo"));
+  const std::string& name = options.backend;  // "gloo" or "shm"
+  DT_ASSIGN_OR_RETURN(Rendezvous rv, StartRendezvous(info, options.timeout, name));
+  std::string host_key;
+  if (name == "shm") {
+    host_key = HostKey();
+    absl::Status published = rv.store->Set(HostKeyKey(info.rank), host_key);
+    if (!published.ok()) {
+      return absl::Status(published.code(), absl::StrCat("backend shm, rank ", info.rank, ": ", published.message()));
+    }
+  }
   gloo::transport::tcp::attr attr;
   const char* iface_env = std::getenv("GLOO_SOCKET_IFNAME");
   const std::string iface = iface_env == nullptr ? "" : iface_env;
@@ -657,7 +719,7 @@ absl::StatusOr<std::shared_ptr<World>> MakeGlooWorld(const LaunchInfo& info, con
     const std::string endpoint = absl::StrCat(LocalAddressFor(info.master_addr, iface), ":", probe->port());
     absl::Status published = rv.store->Set(ProbeKey(info.rank), endpoint);
     if (!published.ok()) {
-      return absl::Status(published.code(), absl::StrCat("backend gloo, rank ", info.rank, ": ", published.message()));
+      return absl::Status(published.code(), absl::StrCat("backend ", name, ", rank ", info.rank, ": ", published.message()));
     }
   }
   attr.ai_family = AF_INET;
@@ -665,12 +727,12 @@ absl::StatusOr<std::shared_ptr<World>> MakeGlooWorld(const LaunchInfo& info, con
   try {
     device = gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("backend gloo: cannot create the TCP device on '",
+    return absl::UnavailableError(absl::StrCat("backend ", name, ": cannot create the TCP device on '",
                                                attr.iface.empty() ? attr.hostname : attr.iface, "': ", e.what()));
   }
   return std::shared_ptr<World>(
       std::make_shared<GlooWorld>(info, options, std::move(rv.server), std::move(rv.store), std::move(device),
-                                  std::move(probe)));
+                                  std::move(probe), std::move(host_key)));
 }
 
 }  // namespace dt::internal

@@ -49,9 +49,16 @@ absl::StatusOr<WorldOptions> Resolve(WorldOptions options, const internal::Launc
     if (info.launcher == "openmpi") {
       options.backend = "mpi";
     } else {
-      options.backend = info.world_size > 1 ? "gloo" : "threads";
+      options.backend = info.world_size > 1 ? "shm" : "threads";
     }
   }
+  // DT_SHM=0 keeps every group on gloo, whoever asked for shm (an operator's switch).
+  const char* shm = std::getenv("DT_SHM");
+  const std::string shm_text = shm == nullptr ? "" : shm;
+  if (!shm_text.empty() && shm_text != "0" && shm_text != "1") {
+    return absl::InvalidArgumentError(absl::StrCat("DT_SHM='", shm_text, "': expected 0 or 1"));
+  }
+  if (shm_text == "0" && options.backend == "shm") options.backend = "gloo";
   return options;
 }
 
@@ -88,15 +95,15 @@ absl::StatusOr<std::shared_ptr<World>> Make(const internal::LaunchInfo& info, co
       return absl::InvalidArgumentError(absl::StrCat(
           "backend threads runs every rank as a thread of one process (World::RunThreads), but ",
           info.launcher, " started this process as rank ", info.rank, " of ", info.world_size,
-          "; choose gloo, mpi or nccl (DT_BACKEND)"));
+          "; choose shm, gloo, mpi or nccl (DT_BACKEND)"));
     }
     return internal::MakeSingleThreadWorld(options);
   }
-  if (b == "gloo") return internal::MakeGlooWorld(info, options);
+  if (b == "gloo" || b == "shm") return internal::MakeGlooWorld(info, options);
   if (b == "mpi") return internal::MakeMpiWorld(info, options);
   if (b == "nccl") return internal::MakeNcclWorld(info, options);
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown backend '", b, "': expected threads, gloo, mpi or nccl"));
+      absl::StrCat("unknown backend '", b, "': expected threads, shm, gloo, mpi or nccl"));
 }
 }  // namespace
 

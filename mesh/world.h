@@ -15,7 +15,7 @@
 //     ...
 //   });
 //
-// Backends (WorldOptions::backend or $DT_BACKEND): threads, gloo, mpi, nccl — see docs/mesh.md.
+// Backends (WorldOptions::backend or $DT_BACKEND): threads, shm, gloo, mpi, nccl — see docs/mesh.md.
 
 #include <chrono>
 #include <functional>
@@ -32,8 +32,9 @@
 namespace dt {
 
 struct WorldOptions {
-  // "threads", "gloo", "mpi", "nccl". Empty: $DT_BACKEND; else mpi under mpirun, gloo under any
-  // other launcher, threads (one rank) without a launcher.
+  // "threads", "shm", "gloo", "mpi", "nccl". Empty: $DT_BACKEND; else mpi under mpirun, shm under
+  // any other launcher (gloo's world; groups within one host on shared memory, the others on gloo),
+  // threads (one rank) without a launcher. $DT_SHM=0 turns shm into gloo.
   std::string backend;
   // Every collective and group creation; $DT_TIMEOUT_MS replaces the default (not an explicit value).
   std::chrono::milliseconds timeout{300'000};

@@ -4,7 +4,7 @@
 //                     [--to 'R,R'] [--dtype f32] [--strategy best|greedy|search] [--json]
 //                     [--svg FILE] [--max-ranks N|all] [--cost-model FILE] [--ranks-per-host N]
 //   dtensor verify    --mesh 4x2 [--names dp,tp] --shape 13,2 --from 'S(0),S(0)' --to 'R,R'
-//                     [--dtype f32] [--backend threads|gloo|mpi] [--seed N]
+//                     [--dtype f32] [--backend threads|shm|gloo|mpi] [--seed N]
 //                     [--strategy best|greedy|search] [--cost-model FILE] [--ranks-per-host N]
 //   dtensor calibrate --bench FILE|- [--intra mpi] [--inter gloo] [--ranks-per-host N]
 //                     [--description TEXT] [--out FILE]
@@ -255,7 +255,7 @@ constexpr const char* kUsage =
     "                    [--svg FILE] [--max-ranks N|all] [--cost-model FILE] [--ranks-per-host "
     "N]\n"
     "  dtensor verify    --mesh 4x2 [--names dp,tp] --shape 13,2 --from 'S(0),S(0)' --to 'R,R'\n"
-    "                    [--dtype f32] [--backend threads|gloo|mpi] [--seed N]\n"
+    "                    [--dtype f32] [--backend threads|shm|gloo|mpi] [--seed N]\n"
     "                    [--strategy best|greedy|search] [--cost-model FILE] [--ranks-per-host N]\n"
     "  dtensor calibrate --bench FILE|- [--intra mpi] [--inter gloo] [--ranks-per-host N]\n"
     "                    [--description TEXT] [--out FILE]\n"

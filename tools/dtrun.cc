@@ -12,6 +12,11 @@
 // signal). Each rank runs in its own process group, which is what gets signalled, and dies with
 // dtrun (PR_SET_PDEATHSIG), so no orphans remain.
 //
+// Each rank also gets DT_JOB_ID (the caller's, when set: letters, digits, '-' and '_', at most 64;
+// else one made here), which names the job's shared-memory segments (/dev/shm/dtshm.<id>.*, the
+// shm backend: mesh/shm_backend.cc). The ranks unlink each segment as soon as every member has
+// mapped it; when dtrun ends it removes any that a rank dying in between left behind.
+//
 // Note [dtrun signals around fork]
 //   dtrun's signal handler writes the signal number to a self-pipe that the main loop reads. A
 //   forked child inherits both the handler and the pipe until it execs, so a signal sent to the
@@ -29,6 +34,7 @@
 //   bad command line              -> 2
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -161,6 +167,30 @@ int FreePort() {
   return port;
 }
 
+bool ValidJobId(const std::string& id) {
+  if (id.empty() || id.size() > 64) return false;
+  for (char ch : id) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
+                    ch == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// Removes /dev/shm/dtshm.<job>.* (what the shm backend names its segments); returns how many.
+int RemoveSegments(const std::string& job) {
+  const std::string prefix = "dtshm." + job + ".";
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  int removed = 0;
+  while (const dirent* e = ::readdir(dir)) {
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0) continue;
+    if (::unlink((std::string("/dev/shm/") + e->d_name).c_str()) == 0) ++removed;
+  }
+  ::closedir(dir);
+  return removed;
+}
+
 int g_signal_pipe[2] = {-1, -1};
 
 void OnSignal(int sig) {
@@ -251,7 +281,7 @@ void EmitStale(Rank& r) {
   }
 }
 
-pid_t Spawn(const Options& o, Rank& r, int world, int local) {
+pid_t Spawn(const Options& o, const std::string& job, Rank& r, int world, int local) {
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return -1;
   const pid_t parent = ::getpid();
@@ -282,6 +312,7 @@ pid_t Spawn(const Options& o, Rank& r, int world, int local) {
     set("GROUP_WORLD_SIZE", std::to_string(o.nnodes));
     set("MASTER_ADDR", o.master_addr);
     set("MASTER_PORT", std::to_string(o.master_port));
+    set("DT_JOB_ID", job);
     std::vector<char*> args;
     for (const auto& a : o.argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -322,6 +353,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dtrun: cannot find a free port; pass --master-port\n");
     return 2;
   }
+  std::string job;
+  if (const char* id = std::getenv("DT_JOB_ID"); id != nullptr && *id != '\0') {
+    job = id;
+    if (!ValidJobId(job)) {
+      std::fprintf(stderr, "dtrun: DT_JOB_ID='%s': expected 1-64 letters, digits, '-' or '_'\n", id);
+      return 2;
+    }
+  } else {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "d%d-%llx", static_cast<int>(::getpid()),
+                  static_cast<unsigned long long>(Clock::now().time_since_epoch().count() & 0xffffffffff));
+    job = buf;
+  }
   if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return 2;
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
@@ -338,7 +382,7 @@ int main(int argc, char** argv) {
   for (int local = 0; local < o.nproc; ++local) {
     Rank& r = ranks[local];
     r.rank = o.node_rank * o.nproc + local;
-    r.pid = Spawn(o, r, world, local);
+    r.pid = Spawn(o, job, r, world, local);
     if (r.pid < 0) {
       std::fprintf(stderr, "dtrun: cannot start rank %d: %s\n", r.rank, std::strerror(errno));
       exit_code = 1;
@@ -442,6 +486,10 @@ int main(int argc, char** argv) {
       SignalAll(ranks, SIGKILL);
       kill_at = Clock::now() + std::chrono::hours(1);
     }
+  }
+  if (const int left = RemoveSegments(job); left > 0) {
+    std::fprintf(stderr, "dtrun: removed %d shared-memory segment(s) the job left in /dev/shm (dtshm.%s.*)\n", left,
+                 job.c_str());
   }
   return exit_code;
 }

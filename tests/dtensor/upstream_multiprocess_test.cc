@@ -1,5 +1,5 @@
 // The upstream cases (upstream_cases.h) as a multi-process program: every rank runs this binary
-// under dtrun (DT_BACKEND=gloo) or mpirun (DT_BACKEND=mpi); the cases whose world size matches the
+// under dtrun (DT_BACKEND=gloo or shm) or mpirun (DT_BACKEND=mpi); the cases whose world size matches the
 // job run, the others are skipped.
 #include "gtest/gtest.h"
 #include "dtensor/mesh/world.h"

@@ -1,9 +1,14 @@
 // Faults across processes: a rank that dies mid-collective, one that never arrives, one that never
-// creates a group, mismatched arguments — under dtrun (gloo) and mpirun (mpi). Every survivor must
+// creates a group, mismatched arguments — under dtrun (shm, gloo) and mpirun (mpi). Every survivor must
 // get an error naming the collective, the group and (where the backend can know) the missing rank,
 // within the timeout; the launcher must end the job with a non-zero status; nothing may hang.
 
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "dtensor/tests/mesh/process_runner.h"
@@ -20,6 +25,33 @@ std::string Gloo(const std::string& args, int nproc = 3) {
   return "DT_BACKEND=gloo DT_TIMEOUT_MS=" + std::to_string(kTimeoutMs) + " " DT_DTRUN " --nproc-per-node " +
          std::to_string(nproc) + " --grace-period 20 " DT_FAULT_WORKER " " + args;
 }
+// shm: every run gets a job id of its own, so that the test can check that no segment of it is left.
+std::string g_job;
+std::string Shm(const std::string& args, int nproc = 3, double grace_s = 20) {
+  static int runs = 0;
+  g_job = "faulttest-" + std::to_string(::getpid()) + "-" + std::to_string(runs++);
+  return "DT_BACKEND=shm DT_JOB_ID=" + g_job + " DT_TIMEOUT_MS=" + std::to_string(kTimeoutMs) + " " DT_DTRUN
+         " --nproc-per-node " + std::to_string(nproc) + " --grace-period " + std::to_string(grace_s) + " " DT_FAULT_WORKER
+         " " + args;
+}
+// The names in /dev/shm of the last Shm() run's segments.
+std::vector<std::string> SegmentsLeft() {
+  std::vector<std::string> left;
+  const std::string prefix = "dtshm." + g_job + ".";
+  if (DIR* dir = ::opendir("/dev/shm")) {
+    while (const dirent* e = ::readdir(dir)) {
+      if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) left.push_back(e->d_name);
+    }
+    ::closedir(dir);
+  }
+  return left;
+}
+// Every segment was unlinked by the ranks themselves: none left, none that dtrun had to remove.
+void ExpectNoSegmentLeft(const std::string& output) {
+  EXPECT_TRUE(SegmentsLeft().empty()) << "left in /dev/shm: " << SegmentsLeft().front();
+  EXPECT_EQ(output.find("shared-memory segment"), std::string::npos) << output;
+}
+
 // OpenMPI leaks a little at MPI_Finalize: keep LeakSanitizer (the asan preset) out of it.
 std::string Mpi(const std::string& args) {
   return "ASAN_OPTIONS=detect_leaks=0 DT_BACKEND=mpi DT_TIMEOUT_MS=" + std::to_string(kTimeoutMs) + " " DT_MPIEXEC
@@ -122,6 +154,122 @@ TEST(GlooFaults, WithoutVerificationGlooItselfKillsTheJob) {
   auto r = RunCommand(Gloo("mismatch 2"));
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_LT(r.seconds, 20) << r.output;
+}
+
+// shm: a survivor sees a death at its next check of the peers (every 20 ms while it sleeps) plus
+// the 200 ms it waits for others dying with it; bounded here by the timeout, as on gloo.
+TEST(ShmFaults, RankDiesMidCollective) {
+  auto r = RunCommand(Shm("die 2"));
+  EXPECT_EQ(r.status, 128 + 6) << r.output;
+  ExpectContains(r.output, "dtrun: rank 2");
+  for (int rank : {0, 1}) {
+    const std::string report = ReportOf(r.output, rank);
+    ExpectContains(report, "code=UNAVAILABLE");
+    ExpectDeathReport(report);
+    ExpectContains(report, "shm group [0, 1, 2], global rank " + std::to_string(rank) + ": all_reduce #1");
+    ExpectContains(report, "global rank(s) [2] died (process gone)");
+  }
+  EXPECT_LT(r.seconds, 15) << r.output;
+  ExpectNoSegmentLeft(r.output);
+}
+
+TEST(ShmFaults, RankDiesMidAllToAllViews) {
+  auto r = RunCommand(Shm("die-views 1"));
+  EXPECT_EQ(r.status, 128 + 6) << r.output;
+  for (int rank : {0, 2}) {
+    const std::string report = ReportOf(r.output, rank);
+    ExpectContains(report, "code=UNAVAILABLE");
+    ExpectDeathReport(report);
+    ExpectContains(report, "shm group [0, 1, 2], global rank " + std::to_string(rank) + ": all_to_all_views #1");
+    ExpectContains(report, "global rank(s) [1] died");
+  }
+  ExpectNoSegmentLeft(r.output);
+}
+
+TEST(ShmFaults, SurvivorsNameEveryRankThatDiedAtOnce) {
+  for (int run = 0; run < 3; ++run) {
+    auto r = RunCommand(Shm("kill 3,4", 5));
+    EXPECT_EQ(r.status, 128 + 9) << r.output;
+    for (int rank : {0, 1, 2}) {
+      const std::string report = ReportOf(r.output, rank);
+      ExpectDeathReport(report);
+      ExpectContains(report, "all_reduce #1");
+      ExpectContains(report, "global rank(s) [3, 4] died");
+    }
+    EXPECT_LT(r.seconds, 15) << r.output;
+    ExpectNoSegmentLeft(r.output);
+  }
+}
+
+TEST(ShmFaults, RankNeverArrives) {
+  auto r = RunCommand(Shm("absent 1"));
+  for (int rank : {0, 2}) {
+    const std::string report = ReportOf(r.output, rank);
+    ExpectContains(report, "code=DEADLINE_EXCEEDED");
+    ExpectContains(report, "shm group [0, 1, 2], global rank " + std::to_string(rank) + ": all_reduce #1");
+    ExpectContains(report, "global rank(s) [1] never reached it");
+    ExpectContains(report, "timed out after 3000 ms");
+  }
+  EXPECT_LT(r.seconds, 20) << r.output;
+  ExpectNoSegmentLeft(r.output);
+}
+
+TEST(ShmFaults, RankDestroysItsCommunicator) {
+  auto r = RunCommand(Shm("leave 1"));
+  for (int rank : {0, 2}) {
+    const std::string report = ReportOf(r.output, rank);
+    ExpectContains(report, "code=UNAVAILABLE");
+    ExpectContains(report, "global rank(s) [1] left (its communicator was destroyed)");
+    ExpectDeathReport(report);
+  }
+  ExpectNoSegmentLeft(r.output);
+}
+
+TEST(ShmFaults, MemberNeverCreatesTheGroup) {
+  auto r = RunCommand(Shm("nogroup 0"));
+  for (int rank : {1, 2}) {
+    const std::string report = ReportOf(r.output, rank);
+    ExpectContains(report, "code=DEADLINE_EXCEEDED");
+    ExpectContains(report, "shm group [2, 1, 0], global rank " + std::to_string(rank) + ": creating the group");
+    ExpectContains(report, "global rank(s) [0] did not join within 3000 ms");
+  }
+  ExpectNoSegmentLeft(r.output);
+}
+
+TEST(ShmFaults, MismatchedSizesAreInvalidArgumentEverywhereAlways) {
+  // shm compares the arguments from the segment in every collective, verification or not.
+  auto r = RunCommand(Shm("mismatch 2"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (int rank : {0, 1, 2}) {
+    const std::string report = ReportOf(r.output, rank);
+    ExpectContains(report, "code=INVALID_ARGUMENT");
+    ExpectContains(report, "ranks disagree on the input size: global rank 0 passed 1024 elements, "
+                           "global rank 2 passed 1000 elements");
+  }
+  ExpectNoSegmentLeft(r.output);
+}
+
+TEST(ShmFaults, DtrunRemovesASegmentLeftByADeadRank) {
+  auto r = RunCommand(Shm("leak 1", 3, /*grace_s=*/1));
+  EXPECT_EQ(r.status, 128 + 6) << r.output;
+  ExpectContains(r.output, "dtrun: removed 1 shared-memory segment(s) the job left in /dev/shm");
+  EXPECT_TRUE(SegmentsLeft().empty()) << SegmentsLeft().front();
+}
+
+TEST(ShmFaults, FullDevShmFallsBackToGloo) {
+  // A /dev/shm of 64 KiB (a private mount namespace with a tmpfs of its own; needs root): the
+  // segment cannot be made, every member learns so through the store, and the group runs on gloo
+  // with one line on stderr. No crash (the pages are reserved up front, so no SIGBUS), no leak.
+  if (RunCommand("unshare -m true").status != 0) GTEST_SKIP() << "no mount namespaces here (not root?)";
+  const std::string cmd = Shm("backend 0", 2);
+  auto r = RunCommand("unshare -m sh -c 'mount -t tmpfs -o size=64k tmpfs /dev/shm && " + cmd + "'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  ExpectContains(r.output, "cannot use shared memory");
+  ExpectContains(r.output, "this group uses gloo");
+  for (int rank : {0, 1}) {
+    ExpectContains(ReportOf(r.output, rank), "code=OK");
+    ExpectContains(r.output, "BACKEND rank=" + std::to_string(rank) + " world=shm group=gloo");
+  }
 }
 
 TEST(MpiFaults, RankDiesMpirunEndsTheJob) {

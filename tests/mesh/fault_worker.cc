@@ -7,6 +7,14 @@
 //   fault_worker mismatch V  rank V passes a different size to all_reduce
 //   fault_worker die-views V, absent-views V   the same as die/absent with a large all_to_all_views
 //                            (strided blocks) instead of the second all_reduce
+//   fault_worker leave V     rank V destroys its world (and so its communicators), then sleeps
+//   fault_worker leak V      rank V leaves a segment name in /dev/shm (as a rank killed between
+//                            creating a group's segment and unlinking it would) and abort()s
+//   fault_worker backend V   no fault: every rank reports its world group's backend and an
+//                            all_reduce (code=OK when the sum is right) as
+//                            FAULT-REPORT ... msg=backend=<name>
+// The shm backend runs a collective on the calling thread (its ...Async returns finished work), so
+// there the victims of die/kill/die-views die from a thread a few milliseconds into the collective.
 // Every other rank prints one line
 //   FAULT-REPORT rank=R code=CODE elapsed_ms=T msg=MESSAGE
 // and exits 0. Survivors ignore SIGTERM so that they can report before the launcher's SIGKILL.
@@ -77,8 +85,19 @@ int main(int argc, char** argv) {
     }
     return comm->AllToAllViewsAsync(std::move(send), std::move(recv));
   };
+  // shm: the victim dies from a thread while its own call runs (see the top of this file).
+  const bool inline_calls = world.backend() == "shm";
+  auto die_during_call = [&](int sig) {
+    if (!inline_calls) return;
+    std::thread([sig] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      if (sig == SIGABRT) std::abort();
+      std::raise(sig);
+    }).detach();
+  };
   const auto start = std::chrono::steady_clock::now();
   if (mode == "die-views") {
+    if (me == victim) die_during_call(SIGABRT);
     WorkPtr work = views_exchange();
     if (me == victim) std::abort();
     Report(me, work->Wait(), start);
@@ -90,6 +109,7 @@ int main(int argc, char** argv) {
     Report(me, views_exchange()->Wait(), start);
   } else if (mode == "die") {
     Tensor big = Tensor::Ones({8 << 20}).value();  // 32 MiB
+    if (me == victim) die_during_call(SIGABRT);
     WorkPtr work = comm->AllReduceAsync(big, ReduceOp::kSum);
     // At once: 32 MiB over loopback can finish within a few tens of milliseconds on a quiet machine.
     if (me == victim) std::abort();
@@ -97,6 +117,7 @@ int main(int argc, char** argv) {
   } else if (mode == "kill") {
     // The victims leave all_reduce #0 within a millisecond of each other and die as they start #1.
     Tensor big = Tensor::Ones({8 << 20}).value();  // 32 MiB
+    if (victims.count(me)) die_during_call(SIGKILL);
     WorkPtr work = comm->AllReduceAsync(big, ReduceOp::kSum);
     if (victims.count(me)) std::raise(SIGKILL);
     Report(me, work->Wait(), start);
@@ -106,6 +127,35 @@ int main(int argc, char** argv) {
       return 0;
     }
     Report(me, comm->AllReduce(warm, ReduceOp::kSum), start);
+  } else if (mode == "leave") {
+    if (me == victim) {
+      const auto linger = world.timeout() + std::chrono::seconds(2);
+      comm.reset();
+      w->reset();  // the world and its communicators go
+      std::this_thread::sleep_for(linger);
+      return 0;
+    }
+    Report(me, comm->AllReduce(warm, ReduceOp::kSum), start);
+  } else if (mode == "leak") {
+    if (me == victim) {
+      const char* job = std::getenv("DT_JOB_ID");
+      const std::string name = std::string("/dev/shm/dtshm.") + (job ? job : "none") + ".leaked-by-test";
+      std::FILE* f = std::fopen(name.c_str(), "w");
+      if (f != nullptr) std::fclose(f);
+      std::abort();
+    }
+    Report(me, absl::OkStatus(), start);
+  } else if (mode == "backend") {
+    Tensor x = Tensor::Full({1000}, 1.0).value();
+    absl::Status st = comm->AllReduce(x, ReduceOp::kSum);
+    if (st.ok() && x.ToVector<float>()[999] != static_cast<float>(world.size())) {
+      st = absl::InternalError("wrong sum");
+    }
+    Report(me, st.ok() ? absl::OkStatus() : st, start);
+    std::printf("BACKEND rank=%d world=%s group=%s\n", me, std::string(world.backend()).c_str(),
+                std::string(comm->backend()).c_str());
+    std::fflush(stdout);
+    return st.ok() ? 0 : 1;
   } else if (mode == "nogroup") {
     if (me == victim) {
       std::this_thread::sleep_for(world.timeout() + std::chrono::seconds(2));

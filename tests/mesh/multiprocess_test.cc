@@ -1,9 +1,14 @@
 // The collectives of a multi-process backend against the oracle. Every rank runs this program
-// (under dtrun with DT_BACKEND=gloo, or under mpirun with DT_BACKEND=mpi) and every rank runs the
-// same tests in the same order, so the collectives line up.
+// (under dtrun with DT_BACKEND=shm or gloo, or under mpirun with DT_BACKEND=mpi) and every rank runs
+// the same tests in the same order, so the collectives line up. With shm, groups within a host are
+// shared-memory communicators and groups across hosts gloo ones (tests/multinode runs this program
+// on simulated hosts); the last test checks that no segment name is left in /dev/shm.
+
+#include <dirent.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -45,6 +50,11 @@ inline bool BackendAbsent(const absl::Status& s) {
   ASSERT_TRUE(w##_or.ok()) << w##_or.status();                                \
   std::shared_ptr<World> w = *w##_or
 
+// The backend of a group: the world's, except that an shm world's groups across hosts are gloo.
+std::string GroupBackend(const World& w, bool crosses_hosts) {
+  return w.backend() == "shm" && crosses_hosts ? "gloo" : std::string(w.backend());
+}
+
 TEST(MultiProcess, WorldMatchesTheLauncher) {
   DT_WORLD_OR_SKIP(w);
   const char* backend = std::getenv("DT_BACKEND");
@@ -73,10 +83,30 @@ TEST(MultiProcess, WorldMatchesTheLauncher) {
   EXPECT_EQ(*mesh->Coordinate(), (std::vector<int64_t>{w->node_rank(), w->local_rank()}));
 }
 
+TEST(MultiProcess, NodeLocalMeshMixesBackends) {
+  // shm: the `local` dim (one host) on shared memory, the `node` dim (across hosts) on gloo; both
+  // give the oracle's results.
+  DT_WORLD_OR_SKIP(w);
+  DeviceMesh mesh = InitNodeLocalMesh(w).value();
+  CommPtr node = mesh.Comm(0).value(), local = mesh.Comm(1).value();
+  EXPECT_EQ(local->backend(), GroupBackend(*w, false));
+  EXPECT_EQ(node->backend(), GroupBackend(*w, node->size() > 1));
+  for (const CollectiveCase& c : {CollectiveCase{Kind::kAllReduce, DType::kF32, ReduceOp::kSum, 1000, 3},
+                                  CollectiveCase{Kind::kAllGatherV, DType::kBF16, ReduceOp::kSum, 300, 4},
+                                  CollectiveCase{Kind::kReduceScatterV, DType::kI64, ReduceOp::kMax, 40, 5},
+                                  CollectiveCase{Kind::kAllToAllV, DType::kU8, ReduceOp::kSum, 9, 6},
+                                  CollectiveCase{Kind::kSend, DType::kF16, ReduceOp::kSum, 17, 7}}) {
+    for (CommPtr comm : {local, node}) {
+      absl::Status st = RunCase(*comm, c, w->device());
+      EXPECT_TRUE(st.ok()) << comm->Describe() << ": " << st;
+    }
+  }
+}
+
 TEST(MultiProcess, EveryCollectiveMatchesTheOracle) {
   DT_WORLD_OR_SKIP(w);
   CommPtr comm = w->WorldGroup().value();
-  EXPECT_EQ(comm->backend(), w->backend());
+  EXPECT_EQ(comm->backend(), GroupBackend(*w, w->num_nodes() > 1));
   for (const CollectiveCase& c : AllCases(w->size(), 11)) {
     absl::Status st = RunCase(*comm, c, w->device());
     EXPECT_TRUE(st.ok()) << st;
@@ -87,7 +117,7 @@ TEST(MultiProcess, LargeBuffers) {
   DT_WORLD_OR_SKIP(w);
   CommPtr comm = w->WorldGroup().value();
   for (Kind kind : {Kind::kAllReduce, Kind::kAllGather, Kind::kReduceScatter, Kind::kReduceScatterV, Kind::kAllToAll,
-                    Kind::kAllGatherV, Kind::kAllToAllV, Kind::kAllToAllViews}) {
+                    Kind::kAllGatherV, Kind::kAllToAllV, Kind::kAllToAllViews, Kind::kBroadcast}) {
     for (DType dt : {DType::kF32, DType::kBF16}) {
       absl::Status st = RunCase(*comm, {kind, dt, ReduceOp::kSum, (1 << 18) + 3, 5}, w->device());
       EXPECT_TRUE(st.ok()) << st;
@@ -155,6 +185,24 @@ TEST(MultiProcess, AsyncCollectivesOverlap) {
     ASSERT_TRUE(works[i]->Wait().ok());
     EXPECT_EQ(xs[i].ToVector<float>()[0], n * i + n * (n - 1) / 2);
   }
+}
+
+// Last (gtest runs tests in file order): every group made above has unlinked its segment's name
+// (the memory lives on, unnamed, while mapped). dtrun's DT_JOB_ID names this job's segments.
+TEST(MultiProcess, ZzNoSharedMemoryNameLeft) {
+  DT_WORLD_OR_SKIP(w);
+  const char* job = std::getenv("DT_JOB_ID");
+  if (job == nullptr || w->backend() != "shm") GTEST_SKIP() << "not an shm job under dtrun";
+  const std::string prefix = std::string("dtshm.") + job + ".";
+  ASSERT_TRUE(w->WorldGroup().value()->Barrier().ok());  // every rank is done creating groups
+  DIR* dir = ::opendir("/dev/shm");
+  ASSERT_NE(dir, nullptr);
+  std::vector<std::string> left;
+  while (const dirent* e = ::readdir(dir)) {
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) left.push_back(e->d_name);
+  }
+  ::closedir(dir);
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Llama tensor parallelism with one process per rank: run under dtrun (DT_BACKEND=gloo). Every
+// Llama tensor parallelism with one process per rank: run under dtrun (DT_BACKEND=gloo or shm). Every
 // rank loads only its shards of tests/fixtures/llama-tiny and must reproduce transformers' logits
 // and greedy continuation; the loader's peak per rank stays under (full/tp + replicated) x 1.2.
 #include "dtensor/core/status.h"

@@ -8,7 +8,9 @@
 //       network-namespace identity), the `node` group has one rank per host; collectives on the
 //       node, local and world groups match
 //       the oracle. With --iface, the host's interface counters prove that a `local` all_reduce
-//       stays off the wire while a `node` all_reduce of the same size crosses it.
+//       stays off the wire while a `node` all_reduce of the same size crosses it. Under shm
+//       (DT_BACKEND=shm) the `local` group must be an shm communicator and the `node` and world
+//       groups gloo ones.
 //   multinode_worker loop
 //       all_reduce / all_gather over the world, forever, checking every result; prints
 //       "MN-LOOPING rank=R" once warm. The harness then breaks a host (kills it, cuts its link or
@@ -171,6 +173,15 @@ int Topology(int argc, char** argv) {
   CommPtr world = Check(w->WorldGroup(), "WorldGroup");
   CommPtr lcomm = Check(mesh.Comm(1), "mesh.Comm(local)");
   CommPtr ncomm = Check(mesh.Comm(0), "mesh.Comm(node)");
+  // shm (Note [Shm groups]): the host's group on shared memory, the groups across hosts on gloo.
+  std::string backends = absl::StrCat("local=", lcomm->backend(), " node=", ncomm->backend(), " world=",
+                                      world->backend());
+  if (w->backend() == "shm") {
+    const std::string across = nnodes > 1 ? "gloo" : "shm";
+    if (lcomm->backend() != "shm" || ncomm->backend() != across || world->backend() != across) {
+      Fail(absl::StrCat("shm world: want local=shm node=", across, " world=", across, ", got ", backends));
+    }
+  }
   const int64_t ns = NetnsId();
   const std::vector<int64_t> all_ns = GatherI64(*world, ns, "all_gather of netns ids");
   for (int a = 0; a < w->size(); ++a) {
@@ -223,9 +234,9 @@ int Topology(int argc, char** argv) {
   Sweep(*ncomm, absl::StrCat("node group ", List(node_group)), 200 + local);
   Sweep(*world, "world", 300);
 
-  std::printf("MN-OK rank=%d node=%d local=%d mesh=%s coord=[%d, %d] local_group=%s node_group=%s netns=%lld; %s\n",
+  std::printf("MN-OK rank=%d node=%d local=%d mesh=%s coord=[%d, %d] local_group=%s node_group=%s netns=%lld %s; %s\n",
               w->rank(), node, local, mesh.ToString().c_str(), node, local, List(local_group).c_str(),
-              List(node_group).c_str(), static_cast<long long>(ns), traffic.c_str());
+              List(node_group).c_str(), static_cast<long long>(ns), backends.c_str(), traffic.c_str());
   std::fflush(stdout);
   return 0;
 }

@@ -1,4 +1,4 @@
-// Every style case (style_cases.h) with one process per rank: run under dtrun (DT_BACKEND=gloo),
+// Every style case (style_cases.h) with one process per rank: run under dtrun (DT_BACKEND=gloo or shm),
 // the tp mesh spans the job's ranks.
 #include "dtensor/core/status.h"
 #include "gtest/gtest.h"
