@@ -222,7 +222,7 @@ TEST(PyTorchLayoutsTest, DistributeTensorLayoutsAreIdentical) {
 
 TEST(PyTorchLayoutsTest, ShardOrderLayouts) {
   const json f = LoadFixture();
-  int cases = 0, encoding_identical = 0, in_order_identical = 0;
+  int cases = 0, encoding_identical = 0, in_order_identical = 0, even_cases = 0;
   std::set<int> predicted, differs;
   for (const json& c : f.at("cases")) {
     if (c.at("kind") != "order") continue;
@@ -265,12 +265,24 @@ TEST(PyTorchLayoutsTest, ShardOrderLayouts) {
       }
     }
     if (in_order_ok) ++in_order_identical;
+    // Even splits (every reordered dim divisible by the product of its mesh sizes) line up.
+    bool even = true;
+    for (const auto& [dim, mesh_dims] : order) {
+      int64_t ways = 1;
+      for (int m : mesh_dims) ways *= mesh[m];
+      even = even && shape[dim] % ways == 0;
+    }
+    if (even) {
+      ++even_cases;
+      EXPECT_FALSE(actual_differ) << "an even split whose strided encoding differs";
+    }
     if (predicted_differ) predicted.insert(id);
     if (actual_differ) differs.insert(id);
   }
-  std::printf("shard_order: %d cases; the mesh in execution order is identical in %d; the "
-              "_StridedShard encoding differs from the order in %d (%s), as predicted: %s\n",
-              cases, in_order_identical, static_cast<int>(differs.size()),
+  std::printf("shard_order: %d cases (%d split evenly); the mesh in execution order is identical "
+              "in %d; the _StridedShard encoding differs from the order in %d (%s), as predicted: "
+              "%s\n",
+              cases, even_cases, in_order_identical, static_cast<int>(differs.size()),
               absl::StrJoin(differs, ",").c_str(), predicted == differs ? "yes" : "no");
   EXPECT_EQ(cases, kOrderCases);
   EXPECT_EQ(encoding_identical, kOrderCases);
