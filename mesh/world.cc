@@ -6,6 +6,11 @@
 #include <numeric>
 #include <set>
 
+#include <sched.h>
+#include <tbb/global_control.h>
+
+#include <memory>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -66,6 +71,44 @@ absl::StatusOr<std::shared_ptr<World>> Make(const internal::LaunchInfo& info, co
 
 }  // namespace
 
+namespace {
+
+// Note [One core budget per node]
+// Every rank computes with oneTBB, which by default starts a thread per core. With N ranks on a
+// node of C cores that is N·C busy threads on C cores: on a 2-core machine three SmolLM2 ranks
+// decoded at 0.7x one rank, the ranks preempting each other in the middle of every GEMV while the
+// others wait for them at the next all_reduce. Each rank gets C / N threads (at least one) unless
+// DT_NUM_THREADS or WorldOptions::num_threads says otherwise; torchrun does the same for OpenMP
+// (OMP_NUM_THREADS=1 per rank). The cap is process-wide and lasts as long as the process.
+absl::Status ApplyThreadBudget(const internal::LaunchInfo& info, int requested) {
+  int threads = requested;
+  if (threads == 0) {
+    if (const char* env = std::getenv("DT_NUM_THREADS"); env != nullptr && *env != '\0') {
+      if (!absl::SimpleAtoi(env, &threads) || threads < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("DT_NUM_THREADS must be a positive integer, got '", env, "'"));
+      }
+    }
+  }
+  if (threads == 0) {
+    if (info.local_size <= 1) return absl::OkStatus();
+    cpu_set_t set;
+    int cores = 0;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = CPU_COUNT(&set);
+    if (cores <= 0) cores = 1;
+    threads = std::max(1, cores / info.local_size);
+  }
+  if (threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("num_threads must be >= 0, got ", threads));
+  }
+  static std::unique_ptr<tbb::global_control> cap;
+  cap = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                              static_cast<size_t>(threads));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<World>> World::FromEnv(WorldOptions options) {
   DT_ASSIGN_OR_RETURN(internal::LaunchInfo info, internal::ReadLaunchEnv([](const char* n) { return std::getenv(n); }));
   DT_ASSIGN_OR_RETURN(options, Resolve(std::move(options), info));
@@ -82,6 +125,7 @@ absl::StatusOr<std::shared_ptr<World>> World::FromEnv(WorldOptions options) {
     }
     return w;
   }
+  if (b != "threads") DT_RETURN_IF_ERROR(ApplyThreadBudget(info, options.num_threads));
   absl::StatusOr<std::shared_ptr<World>> made = Make(info, options);
   if (made.ok() && b != "threads") current = *made;
   return made;

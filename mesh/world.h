@@ -45,6 +45,10 @@ struct WorldOptions {
   // (one more round trip per collective: milliseconds for gloo on a loaded machine; turn it on
   // while developing). The threads backend always checks, at no cost.
   std::optional<bool> verify;
+  // Compute threads (oneTBB) of this process. 0: $DT_NUM_THREADS, else the cores this process may
+  // use divided by the ranks the launcher started on this node (at least 1), as torchrun caps
+  // OMP_NUM_THREADS — Note [One core budget per node]. Applies to multi-process worlds only.
+  int num_threads = 0;
 };
 
 class World : public std::enable_shared_from_this<World> {

@@ -5,7 +5,10 @@
 // on simulated hosts); the last test checks that no segment name is left in /dev/shm.
 
 #include <dirent.h>
+#include <sched.h>
+#include <tbb/global_control.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -81,6 +84,20 @@ TEST(MultiProcess, WorldMatchesTheLauncher) {
   ASSERT_TRUE(mesh.ok()) << mesh.status();
   EXPECT_EQ(mesh->shape(), (std::vector<int64_t>{w->num_nodes(), w->local_size()}));
   EXPECT_EQ(*mesh->Coordinate(), (std::vector<int64_t>{w->node_rank(), w->local_rank()}));
+}
+
+// Note [One core budget per node]: each rank computes with cores / ranks-on-this-node threads (at
+// least one), or DT_NUM_THREADS when set.
+TEST(MultiProcess, RanksShareTheNodesCores) {
+  DT_WORLD_OR_SKIP(w);
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  size_t want = w->local_size() > 1 ? std::max(1, CPU_COUNT(&set) / w->local_size())
+                                    : tbb::global_control::active_value(
+                                          tbb::global_control::max_allowed_parallelism);
+  if (const char* env = std::getenv("DT_NUM_THREADS")) want = std::atoi(env);
+  EXPECT_EQ(tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism), want)
+      << w->local_size() << " ranks on this node, " << CPU_COUNT(&set) << " cores";
 }
 
 TEST(MultiProcess, NodeLocalMeshMixesBackends) {

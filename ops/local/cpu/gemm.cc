@@ -51,6 +51,8 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include "dtensor/ops/local/cpu/gemm_scratch.h"
+
 #include "dtensor/ops/local/cpu/loops.h"
 #include "dtensor/ops/local/kernels.h"
 
@@ -131,7 +133,7 @@ absl::Status Matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const 
     return skinny ? gemm::Skinny(p, kernels, parallel) : gemm::Packed(p, kernels, parallel);
   };
 
-  const int threads = tbb::this_task_arena::max_concurrency();
+  const int threads = gemm::AvailableThreads();
   const double flops = 2.0 * static_cast<double>(m) * n * k;
   if (batches > 1 && batches >= threads && flops < kInnerParallelFlops &&
       flops * batches > kMinParallelFlops) {

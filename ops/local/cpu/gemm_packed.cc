@@ -239,7 +239,7 @@ absl::Status PackedT(const Problem& p, const Kernels& ks, bool parallel) {
   const T* a = static_cast<const T*>(p.a);
   const T* b = static_cast<const T*>(p.b);
   T* out = static_cast<T*>(p.out);
-  const int threads = parallel ? tbb::this_task_arena::max_concurrency() : 1;
+  const int threads = parallel ? AvailableThreads() : 1;
   // bf16 on AVX512_BF16: operands packed as pairs along k (Note [bf16 dot products]); a packed
   // panel then holds units(len) 32-bit words per row or column for len values of k.
   const bool pairs = std::is_same_v<T, BFloat16> && ks.micro_bf16 != nullptr;

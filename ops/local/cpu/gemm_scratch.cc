@@ -1,5 +1,8 @@
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
 
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -7,6 +10,14 @@
 
 
 namespace dt::ops::cpu::gemm {
+
+int AvailableThreads() {
+  const size_t cap =
+      tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
+  return static_cast<int>(
+      std::min<size_t>(static_cast<size_t>(tbb::this_task_arena::max_concurrency()), cap));
+}
+
 
 namespace {
 

@@ -8,6 +8,10 @@
 
 namespace dt::ops::cpu::gemm {
 
+// The threads a GEMM may split its work over: the current arena's, capped by any
+// tbb::global_control (the per-rank budget of Note [One core budget per node], mesh/world.cc).
+int AvailableThreads();
+
 // Which of a thread's cached buffers a ScratchBuffer uses: one per role, so that one thread can
 // hold a packed B block, a packed A block and a C block at once.
 enum class ScratchSlot : uint8_t { kPackedB, kPackedA, kC, kX, kCount };

@@ -70,7 +70,7 @@ absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel) {
 
   const int64_t ldw = dot ? p.b_cs : p.b_rs;
   const int64_t weight_bytes = n * k * size;
-  const int threads = parallel ? tbb::this_task_arena::max_concurrency() : 1;
+  const int threads = parallel ? AvailableThreads() : 1;
   const bool split = threads > 1 && weight_bytes >= kMinParallelBytes;
   std::atomic<bool> out_of_memory{false};
   auto parallel_chunks = [&](int64_t chunks, auto&& fn) {
