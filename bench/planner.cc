@@ -151,6 +151,9 @@ int Run(bool quick, int samples, int64_t ranks_per_host) {
   };
   PlannerOptions best;
   best.cost.ranks_per_host = ranks_per_host;
+  // The random targets include Partial placements (R -> P is how ops plan internally); the
+  // planner refuses them unless asked, and every pair must plan for the timing to count.
+  best.allow_partial = true;
   PlannerOptions greedy = best;
   greedy.strategy = PlannerOptions::Strategy::kGreedy;
 
