@@ -3,6 +3,9 @@
 // minute), medians, the PASS/FAIL of RESULT lines, and this program's path (for the benches that
 // re-launch themselves under dtrun or mpirun).
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,6 +43,21 @@ inline double Median(std::vector<double> v) {
 
 // The verdict of a RESULT line.
 inline const char* Verdict(bool pass) { return pass ? "PASS" : "FAIL"; }
+
+// Copies src to dst on all threads of the arena in 1 MiB chunks, balanced by oneTBB as our
+// kernels are (a static split would finish with whichever thread another process delays): the
+// memory-bandwidth baseline at the same threads as the kernels it is compared with.
+inline void ParallelMemcpy(char* dst, const char* src, size_t bytes) {
+  constexpr size_t kChunk = size_t{1} << 20;
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, (bytes + kChunk - 1) / kChunk, 1),
+                    [&](const tbb::blocked_range<size_t>& r) {
+                      for (size_t c = r.begin(); c != r.end(); ++c) {
+                        const size_t lo = c * kChunk, hi = std::min(bytes, lo + kChunk);
+                        std::memcpy(dst + lo, src + lo, hi - lo);
+                      }
+                    },
+                    tbb::simple_partitioner());
+}
 
 // This program's absolute path (/proc/self/exe).
 inline absl::StatusOr<std::string> SelfPath() {

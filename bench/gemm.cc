@@ -222,20 +222,6 @@ Row Bf16VsEigenBf16(int64_t m, int64_t n, int64_t k, const Reps& reps, double* e
 
 // ---- decode: Linear with cold weights against memcpy ---------------------------------------
 
-// Copies src to dst on all threads of the arena in 1 MiB chunks, balanced by oneTBB as our
-// kernels are (a static split would finish with whichever thread another process delays).
-void ParallelMemcpy(char* dst, const char* src, size_t bytes) {
-  constexpr size_t kChunk = size_t{1} << 20;
-  tbb::parallel_for(tbb::blocked_range<size_t>(0, (bytes + kChunk - 1) / kChunk, 1),
-                    [&](const tbb::blocked_range<size_t>& r) {
-                      for (size_t c = r.begin(); c != r.end(); ++c) {
-                        const size_t lo = c * kChunk, hi = std::min(bytes, lo + kChunk);
-                        std::memcpy(dst + lo, src + lo, hi - lo);
-                      }
-                    },
-                    tbb::simple_partitioner());
-}
-
 struct DecodeShape {
   const char* name;
   int64_t n, k;  // w [n, k]: out features, in features
@@ -270,7 +256,7 @@ DecodeRow Decode(const DecodeShape& s, int64_t m, DType dtype, bool matmul_layou
       y = (matmul_layout ? dt::ops::Matmul(x, wi) : dt::ops::Linear(x, wi)).value();
     }
   };
-  auto run_memcpy = [&] { ParallelMemcpy(dst.data(), src.data(), src.size()); };
+  auto run_memcpy = [&] { dt::bench::ParallelMemcpy(dst.data(), src.data(), src.size()); };
   DecodeRow r;
   char name[96];
   std::snprintf(name, sizeof(name), "%s%s M=%lld %s", s.name, matmul_layout ? " (x.w)" : "",
