@@ -7,7 +7,8 @@
 //
 // Rows: 1 rank, tp 2 and 4 as threads of this process, tp 2 and 4 as processes on shared memory
 // (shm: this program re-launched under dtrun, which must sit next to it), and the same on gloo
-// (TCP loopback; --no-gloo skips them). Every process keeps TBB's default threads (all cores).
+// (TCP loopback; --no-gloo skips them). Each process computes with cores / ranks threads (Note [One core budget per node]).
+// The thread-rank rows share the one process's threads.
 //
 // Targets: decode with tp=2 threads at >= 0.5x the single rank. On this 2-core machine one rank's
 // GEMMs already use both cores, and tensor parallelism adds 2 all_reduces per layer, a logits
