@@ -43,7 +43,9 @@ void ExpectCorpus(const Tokenizer& tok, const Json& corpus, const Json& ids, con
     }
     const std::string back = tok.Decode(*got).value();
     EXPECT_EQ(back, text) << "#" << i;
-    if (decoded != nullptr) EXPECT_EQ(back, (*decoded)[i].get<std::string>()) << "#" << i;
+    if (decoded != nullptr) {
+      EXPECT_EQ(back, (*decoded)[i].get<std::string>()) << "#" << i;
+    }
   }
   EXPECT_EQ(mismatches, 0);
 }
@@ -110,7 +112,9 @@ TEST(Tokenizer, StreamingHoldsIncompleteUtf8) {
     }
     out += stream.Finish();
     EXPECT_EQ(out, text);
-    if (text[0] != 'u') EXPECT_GT(held, 0) << "byte tokens split a character: " << text;
+    if (text[0] != 'u') {
+      EXPECT_GT(held, 0) << "byte tokens split a character: " << text;
+    }
   }
   EXPECT_EQ(CompleteUtf8Prefix("a\xE2\x82"), 1u);
   EXPECT_EQ(CompleteUtf8Prefix("a\xE2\x82\xAC"), 4u);

@@ -38,7 +38,9 @@ TEST_P(LlamaMultiprocess, MatchesTransformers) {
       (double(report.sharded_full_bytes) / world.size() + report.replicated_bytes) * 1.2;
   EXPECT_LE(report.stats.peak_bytes, bound) << "rank " << world.rank();
   for (const LlamaLoadReport::Param& p : report.params) {
-    if (world.size() > 1 && p.sharded) EXPECT_LT(p.read_bytes, p.full_bytes) << p.name;
+    if (world.size() > 1 && p.sharded) {
+      EXPECT_LT(p.read_bytes, p.full_bytes) << p.name;
+    }
   }
 }
 

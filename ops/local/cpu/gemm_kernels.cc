@@ -11,6 +11,8 @@
 // from a header (std::, absl) is ever instantiated with AVX-512 and then picked by the linker for
 // code that runs on a CPU without it. Each function that uses a wider set carries the attribute;
 // helpers are inlined into callers of the same set.
+// That is also why each set's namespace repeats the small dispatch wrappers (DotE/AxpyE, Dot/Axpy):
+// a wrapper shared across sets would be compiled for one set only and could not inline the others.
 //
 // Micro-tiles (rows x columns of the output kept in registers during the k loop):
 //   set       tile      accumulators          per k step
