@@ -15,14 +15,15 @@
 // a wrapper shared across sets would be compiled for one set only and could not inline the others.
 //
 // Note [Skinny dot order]
-// For a single row of x (M = 1, every decode GEMV) the AVX-512 dot kernels read one weight row at
-// a time, start to end, with four accumulators over consecutive vectors of k to cover the FMA
-// latency, instead of eight rows side by side: one sequential stream per thread is what the
+// For a single row of x (M = 1, every decode GEMV) the dot kernels read one weight row at a time,
+// start to end, with four accumulators over consecutive vectors of k to cover the FMA latency,
+// instead of four or eight rows side by side: one sequential stream per thread is what the
 // hardware prefetchers follow best. Measured with both variants in one process, interleaved, cold
-// weights (384 MiB), SmolLM2 shapes, on the 2-vCPU Zen 5 VM: f32 1.13-1.34x on one thread (36-37
-// against 27-33 GB/s) and 1.05-1.08x on two; bf16 (vdpbf16ps) 1.15-1.27x on one thread and
-// 1.07-1.17x on two. For M >= 2 the side-by-side rows stay: each weight vector then meets M rows
-// of x, and one row at a time measured 0.82-0.96x at M = 2.
+// weights (384 MiB), SmolLM2 shapes, on the 2-vCPU Zen 5 VM: AVX-512 f32 1.13-1.34x on one thread
+// (36-37 against 27-33 GB/s) and 1.05-1.08x on two, bf16 (vdpbf16ps) 1.15-1.27x and 1.07-1.17x;
+// the AVX2 kernels (forced on the same CPU) f32 1.15-1.19x and 1.10-1.17x, bf16 1.24-1.34x and
+// 1.15-1.29x. For M >= 2 the side-by-side rows stay: each weight vector then meets M rows of x,
+// and one row at a time measured 0.82-0.96x at M = 2 (AVX-512).
 //
 // Micro-tiles (rows x columns of the output kept in registers during the k loop):
 //   set       tile      accumulators          per k step
@@ -37,7 +38,7 @@
 // 16-bit shift; f16 through vcvtph2ps) and read the M rows of x, converted to f32 by the caller,
 // from L1:
 //   dot   (w [n, k], rows contiguous: a Linear weight) keeps M x R dot products in registers, R
-//         weight rows at once (R = 8, 4 or 2 as M grows; one row at a time for M = 1 on AVX-512,
+//         weight rows at once (R = 8, 4 or 2 as M grows; one row at a time for M = 1,
 //         Note [Skinny dot order]), sums each horizontally at the end, four at a time. Where
 //         M rows of x would not fit in L1 (M * k * 4 > 24 KiB) k is cut into blocks
 //         (DotBlocked). Each tile prefetches the rows a few tiles ahead.
@@ -290,41 +291,58 @@ DT_AVX2 inline __m128 Hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
 template <int M, int R, Elem E>
 DT_AVX2 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw, float* c,
                      int64_t ldc, bool accumulate, int64_t ahead) {
-  __m256 acc[M][R];
+  constexpr int U = M * R >= 4 ? 1 : 4 / (M * R);  // as avx512::DotTile
+  __m256 acc[U][M][R];
 #pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
+  for (int u = 0; u < U; ++u) {
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
+    for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[u][i][r] = _mm256_setzero_ps();
+    }
   }
-  auto step = [&](const __m256 (&wv)[R], int64_t p) DT_AVX2 {
+  auto fma = [&](int u, const __m256 (&wv)[R], int64_t p) DT_AVX2 {
 #pragma GCC unroll 8
     for (int i = 0; i < M; ++i) {
       const __m256 xv = _mm256_loadu_ps(x + i * ldx + p);
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[i][r] = _mm256_fmadd_ps(xv, wv[r], acc[i][r]);
+      for (int r = 0; r < R; ++r) acc[u][i][r] = _mm256_fmadd_ps(xv, wv[r], acc[u][i][r]);
     }
   };
   constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
   const char* wb = static_cast<const char*>(w);
-  int64_t p = 0;
-  for (; p + 8 <= k; p += 8) {
+  auto step = [&](int u, int64_t p) DT_AVX2 {
     __m256 wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       _mm_prefetch(wb + (r * ldw + ahead + p) * kSize, _MM_HINT_T0);
       wv[r] = Load8<E>(w, r * ldw + p);
     }
-    step(wv, p);
+    fma(u, wv, p);
+  };
+  int64_t p = 0;
+  for (; p + 8 * U <= k; p += 8 * U) {
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) step(u, p + 8 * u);
   }
+  for (; p + 8 <= k; p += 8) step(0, p);
   if (p < k) {
     __m256 wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) wv[r] = Load8Partial<E>(w, r * ldw + p, k - p);
-    step(wv, p);  // x is zero past k
+    fma(0, wv, p);  // x is zero past k
+  }
+#pragma GCC unroll 8
+  for (int u = 1; u < U; ++u) {
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[0][i][r] = _mm256_add_ps(acc[0][i][r], acc[u][i][r]);
+    }
   }
   // Sums four accumulators at a time, in (i, r) order.
   constexpr int kAcc = M * R;
-  const __m256* flat = &acc[0][0];
+  const __m256* flat = &acc[0][0][0];
   alignas(16) float sums[kAcc + 3];
 #pragma GCC unroll 8
   for (int q = 0; q < kAcc; q += 4) {
@@ -342,7 +360,7 @@ DT_AVX2 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, int6
 template <int M, Elem E>
 void DotRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
              float* c, int64_t ldc) {
-  constexpr int R = M <= 2 ? 4 : M <= 4 ? 2 : 1;
+  constexpr int R = M == 1 ? 1 : M <= 2 ? 4 : M <= 4 ? 2 : 1;  // Note [Skinny dot order]
   DotBlocked<M, R, float>(n, k, x, ldx, static_cast<const char*>(w), ldw, E == Elem::kF32 ? 4 : 2, c, ldc,
                    DotTile<M, R, E>, DotTile<M, 1, E>);
 }
