@@ -14,17 +14,6 @@
 // That is also why each set's namespace repeats the small dispatch wrappers (DotE/AxpyE, Dot/Axpy):
 // a wrapper shared across sets would be compiled for one set only and could not inline the others.
 //
-// Note [Skinny dot order]
-// For a single row of x (M = 1, every decode GEMV) the dot kernels read one weight row at a time,
-// start to end, with four accumulators over consecutive vectors of k to cover the FMA latency,
-// instead of four or eight rows side by side: one sequential stream per thread is what the
-// hardware prefetchers follow best. Measured with both variants in one process, interleaved, cold
-// weights (384 MiB), SmolLM2 shapes, on the 2-vCPU Zen 5 VM: AVX-512 f32 1.13-1.34x on one thread
-// (36-37 against 27-33 GB/s) and 1.05-1.08x on two, bf16 (vdpbf16ps) 1.15-1.27x and 1.07-1.17x;
-// the AVX2 kernels (forced on the same CPU) f32 1.15-1.19x and 1.10-1.17x, bf16 1.24-1.34x and
-// 1.15-1.29x. For M >= 2 the side-by-side rows stay: each weight vector then meets M rows of x,
-// and one row at a time measured 0.82-0.96x at M = 2 (AVX-512).
-//
 // Micro-tiles (rows x columns of the output kept in registers during the k loop):
 //   set       tile      accumulators          per k step
 //   AVX-512   12 x 32   24 zmm (of 32)        2 loads of B, 12 broadcasts of A, 24 FMAs
@@ -44,6 +33,17 @@
 //         (DotBlocked). Each tile prefetches the rows a few tiles ahead.
 //   axpy  (w [k, n], rows contiguous) streams kAxpyRows rows of w at a time through M output rows
 //         held in L1, 16 (8) columns at a time.
+//
+// Note [Skinny dot order]
+// For a single row of x (M = 1, every decode GEMV) the dot kernels read one weight row at a time,
+// start to end, with four accumulators over consecutive vectors of k to cover the FMA latency,
+// instead of four or eight rows side by side: one sequential stream per thread is what the
+// hardware prefetchers follow best. Measured with both variants in one process, interleaved, cold
+// weights (384 MiB), SmolLM2 shapes, on the 2-vCPU Zen 5 VM: AVX-512 f32 1.13-1.34x on one thread
+// (36-37 against 27-33 GB/s) and 1.05-1.08x on two, bf16 (vdpbf16ps) 1.15-1.27x and 1.07-1.17x;
+// the AVX2 kernels (forced on the same CPU) f32 1.15-1.19x and 1.10-1.17x, bf16 1.24-1.34x and
+// 1.15-1.29x. For M >= 2 the side-by-side rows stay: each weight vector then meets M rows of x,
+// and one row at a time measured 0.82-0.96x at M = 2 (AVX-512).
 
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
 
