@@ -38,12 +38,13 @@
 // For a single row of x (M = 1, every decode GEMV) the dot kernels read one weight row at a time,
 // start to end, with four accumulators over consecutive vectors of k to cover the FMA latency,
 // instead of four or eight rows side by side: one sequential stream per thread is what the
-// hardware prefetchers follow best. Measured with both variants in one process, interleaved, cold
-// weights (384 MiB), SmolLM2 shapes, on the 2-vCPU Zen 5 VM: AVX-512 f32 1.13-1.34x on one thread
-// (36-37 against 27-33 GB/s) and 1.05-1.08x on two, bf16 (vdpbf16ps) 1.15-1.27x and 1.07-1.17x;
-// the AVX2 kernels (forced on the same CPU) f32 1.15-1.19x and 1.10-1.17x, bf16 1.24-1.34x and
-// 1.15-1.29x. For M >= 2 the side-by-side rows stay: each weight vector then meets M rows of x,
-// and one row at a time measured 0.82-0.96x at M = 2 (AVX-512).
+// hardware prefetchers follow best. Measured with both variants in one process (this file
+// compiled twice into a throwaway harness), interleaved, cold weights (384 MiB), SmolLM2 shapes,
+// on the 2-vCPU Zen 5 VM: AVX-512 f32 1.13-1.34x on one thread (36-37 against 27-33 GB/s) and
+// 1.05-1.08x on two, bf16 (vdpbf16ps) 1.15-1.27x and 1.07-1.17x; the AVX2 kernels (forced on
+// the same CPU) f32 1.15-1.19x and 1.10-1.17x, bf16 1.24-1.34x and 1.15-1.29x. For M >= 2 the
+// side-by-side rows stay: each weight vector then meets M rows of x, and one row at a time
+// measured 0.82-0.96x at M = 2 (AVX-512). DotTileRows and DotChains hold both choices.
 
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
 
@@ -189,6 +190,15 @@ constexpr int64_t kPrefetchAheadBytes = 12 << 10;
 // or, for the bf16 dot-product kernels, bf16 bits (XT uint16_t).
 inline int64_t CeilDivRows(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Weight rows a dot tile reads side by side for m rows of x (Note [Skinny dot order]): one for
+// m = 1, else the set's `widest` for m = 2, half of it up to m = 4, a quarter beyond.
+constexpr int DotTileRows(int m, int widest) {
+  return m == 1 ? 1 : m <= 2 ? widest : m <= 4 ? widest / 2 : widest / 4;
+}
+// Accumulator sets a dot tile of m x r keeps over consecutive vectors of k, so that at least four
+// FMA chains are in flight however few rows there are.
+constexpr int DotChains(int m, int r) { return m * r >= 4 ? 1 : 4 / (m * r); }
+
 template <typename XT>
 using DotTileFn = void (*)(int64_t k, const XT* x, int64_t ldx, const void* w, int64_t ldw,
                            float* c, int64_t ldc, bool accumulate, int64_t ahead);
@@ -291,17 +301,9 @@ DT_AVX2 inline __m128 Hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
 template <int M, int R, Elem E>
 DT_AVX2 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw, float* c,
                      int64_t ldc, bool accumulate, int64_t ahead) {
-  constexpr int U = M * R >= 4 ? 1 : 4 / (M * R);  // as avx512::DotTile
-  __m256 acc[U][M][R];
-#pragma GCC unroll 8
-  for (int u = 0; u < U; ++u) {
-#pragma GCC unroll 8
-    for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[u][i][r] = _mm256_setzero_ps();
-    }
-  }
-  auto fma = [&](int u, const __m256 (&wv)[R], int64_t p) DT_AVX2 {
+  constexpr int U = DotChains(M, R);
+  __m256 acc[U][M][R] = {};
+  auto madd = [&](int u, const __m256 (&wv)[R], int64_t p) DT_AVX2 {
 #pragma GCC unroll 8
     for (int i = 0; i < M; ++i) {
       const __m256 xv = _mm256_loadu_ps(x + i * ldx + p);
@@ -318,7 +320,7 @@ DT_AVX2 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, int6
       _mm_prefetch(wb + (r * ldw + ahead + p) * kSize, _MM_HINT_T0);
       wv[r] = Load8<E>(w, r * ldw + p);
     }
-    fma(u, wv, p);
+    madd(u, wv, p);
   };
   int64_t p = 0;
   for (; p + 8 * U <= k; p += 8 * U) {
@@ -330,15 +332,12 @@ DT_AVX2 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, int6
     __m256 wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) wv[r] = Load8Partial<E>(w, r * ldw + p, k - p);
-    fma(0, wv, p);  // x is zero past k
+    madd(0, wv, p);  // x is zero past k
   }
 #pragma GCC unroll 8
   for (int u = 1; u < U; ++u) {
-#pragma GCC unroll 8
-    for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[0][i][r] = _mm256_add_ps(acc[0][i][r], acc[u][i][r]);
-    }
+#pragma GCC unroll 16
+    for (int q = 0; q < M * R; ++q) acc[0][q / R][q % R] += acc[u][q / R][q % R];
   }
   // Sums four accumulators at a time, in (i, r) order.
   constexpr int kAcc = M * R;
@@ -360,7 +359,7 @@ DT_AVX2 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, int6
 template <int M, Elem E>
 void DotRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
              float* c, int64_t ldc) {
-  constexpr int R = M == 1 ? 1 : M <= 2 ? 4 : M <= 4 ? 2 : 1;  // Note [Skinny dot order]
+  constexpr int R = DotTileRows(M, 4);
   DotBlocked<M, R, float>(n, k, x, ldx, static_cast<const char*>(w), ldw, E == Elem::kF32 ? 4 : 2, c, ldc,
                    DotTile<M, R, E>, DotTile<M, 1, E>);
 }
@@ -515,18 +514,8 @@ DT_AVX512 inline __m128 Hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
 template <int M, int R, Elem E>
 DT_AVX512 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
                        float* c, int64_t ldc, bool accumulate, int64_t ahead) {
-  // U sets of accumulators over consecutive vectors of k, so that at least four FMA chains are
-  // in flight however few rows there are (Note [Skinny dot order]).
-  constexpr int U = M * R >= 4 ? 1 : 4 / (M * R);
-  __m512 acc[U][M][R];
-#pragma GCC unroll 8
-  for (int u = 0; u < U; ++u) {
-#pragma GCC unroll 8
-    for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[u][i][r] = _mm512_setzero_ps();
-    }
-  }
+  constexpr int U = DotChains(M, R);
+  __m512 acc[U][M][R] = {};
   constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
   const char* wb = static_cast<const char*>(w);
   auto step = [&](int u, int64_t p) DT_AVX512 {
@@ -563,11 +552,8 @@ DT_AVX512 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, in
   }
 #pragma GCC unroll 8
   for (int u = 1; u < U; ++u) {
-#pragma GCC unroll 8
-    for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[0][i][r] = _mm512_add_ps(acc[0][i][r], acc[u][i][r]);
-    }
+#pragma GCC unroll 16
+    for (int q = 0; q < M * R; ++q) acc[0][q / R][q % R] += acc[u][q / R][q % R];
   }
   // Sums four accumulators at a time, in (i, r) order.
   constexpr int kAcc = M * R;
@@ -589,7 +575,7 @@ DT_AVX512 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, in
 template <int M, Elem E>
 void DotRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
              float* c, int64_t ldc) {
-  constexpr int R = M == 1 ? 1 : M <= 2 ? 8 : M <= 4 ? 4 : 2;  // Note [Skinny dot order]
+  constexpr int R = DotTileRows(M, 8);
   DotBlocked<M, R, float>(n, k, x, ldx, static_cast<const char*>(w), ldw, E == Elem::kF32 ? 4 : 2, c, ldc,
                    DotTile<M, R, E>, DotTile<M, 1, E>);
 }
@@ -721,16 +707,8 @@ DT_AVX512BF16 void Micro(int64_t kp, const uint32_t* ap, const uint32_t* bp, flo
 template <int M, int R>
 DT_AVX512BF16 void DotTile(int64_t k, const uint16_t* x, int64_t ldx, const void* w, int64_t ldw,
                            float* c, int64_t ldc, bool accumulate, int64_t ahead) {
-  constexpr int U = M * R >= 4 ? 1 : 4 / (M * R);  // as avx512::DotTile
-  __m512 acc[U][M][R];
-#pragma GCC unroll 8
-  for (int u = 0; u < U; ++u) {
-#pragma GCC unroll 8
-    for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[u][i][r] = _mm512_setzero_ps();
-    }
-  }
+  constexpr int U = DotChains(M, R);
+  __m512 acc[U][M][R] = {};
   const uint16_t* wb = static_cast<const uint16_t*>(w);
   auto step = [&](int u, int64_t p) DT_AVX512BF16 {
     __m512bh wv[R];
@@ -768,11 +746,8 @@ DT_AVX512BF16 void DotTile(int64_t k, const uint16_t* x, int64_t ldx, const void
   }
 #pragma GCC unroll 8
   for (int u = 1; u < U; ++u) {
-#pragma GCC unroll 8
-    for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[0][i][r] = _mm512_add_ps(acc[0][i][r], acc[u][i][r]);
-    }
+#pragma GCC unroll 16
+    for (int q = 0; q < M * R; ++q) acc[0][q / R][q % R] += acc[u][q / R][q % R];
   }
   constexpr int kAcc = M * R;
   const __m512* flat = &acc[0][0][0];
@@ -793,7 +768,7 @@ DT_AVX512BF16 void DotTile(int64_t k, const uint16_t* x, int64_t ldx, const void
 template <int M>
 void DotRows(int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw,
              float* c, int64_t ldc) {
-  constexpr int R = M == 1 ? 1 : M <= 2 ? 8 : M <= 4 ? 4 : 2;  // Note [Skinny dot order]
+  constexpr int R = DotTileRows(M, 8);
   DotBlocked<M, R, uint16_t>(n, k, x, ldx, reinterpret_cast<const char*>(w), ldw, 2, c, ldc,
                              DotTile<M, R>, DotTile<M, 1>);
 }
