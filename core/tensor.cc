@@ -74,14 +74,22 @@ void HostCopy(const Tensor& dst, const Tensor& src) {
     });
     return;
   }
+  // Note [Unaligned host elements]
+  // Elements are read and written through memcpy, never through a typed pointer: a tensor may view
+  // a mapped checkpoint whose data starts at any byte (safetensors allows any header length), and
+  // a typed load from a misaligned address is undefined behaviour. On x86 and ARM64 the memcpy of
+  // one element compiles to the same single load or store.
   DT_DISPATCH_DTYPE(dst.dtype(), D, [&] {
     DT_DISPATCH_DTYPE(src.dtype(), S, [&] {
-      D* d = reinterpret_cast<D*>(dbase);
-      const S* s = reinterpret_cast<const S*>(sbase);
       loop.ForEachRun([&](int64_t o0, int64_t o1, int64_t n) {
-        D* dp = d + o0;
-        const S* sp = s + o1;
-        for (int64_t i = 0; i < n; ++i) dp[i * ds] = Convert<D>(sp[i * ss]);
+        char* dp = dbase + o0 * static_cast<int64_t>(sizeof(D));
+        const char* sp = sbase + o1 * static_cast<int64_t>(sizeof(S));
+        for (int64_t i = 0; i < n; ++i) {
+          S v;
+          std::memcpy(&v, sp + i * ss * static_cast<int64_t>(sizeof(S)), sizeof(S));
+          const D w = Convert<D>(v);
+          std::memcpy(dp + i * ds * static_cast<int64_t>(sizeof(D)), &w, sizeof(D));
+        }
       });
     });
   });

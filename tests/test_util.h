@@ -1,8 +1,13 @@
 #pragma once
-// Small assertions shared by the tests.
+// Small assertions and helpers shared by the tests.
+#include <unistd.h>
+
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
 
@@ -17,5 +22,22 @@ inline ::testing::AssertionResult Contains(const absl::Status& s, absl::string_v
   if (s.ok()) return ::testing::AssertionFailure() << "OK status; expected '" << needle << "'";
   return Contains(s.message(), needle);
 }
+
+// A scratch directory of this process's own, `<tmp>/dt_<tag>_<pid>`, created at construction and
+// removed with everything in it at destruction. Hold it in a function-local static that also
+// hands out the paths, so that nothing uses the path after the directory is gone.
+struct ScratchDir {
+  std::string path;
+  explicit ScratchDir(absl::string_view tag)
+      : path((std::filesystem::temp_directory_path() / absl::StrCat("dt_", tag, "_", ::getpid())).string()) {
+    std::filesystem::create_directories(path);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
 
 }  // namespace dt::testing

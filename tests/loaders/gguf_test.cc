@@ -31,20 +31,9 @@ using dt::testing::Contains;
 const std::string kDir = std::string(DT_FIXTURES_DIR) + "/gguf";
 
 std::string TempPath(absl::string_view name) {
-  static const std::string dir = [] {
-    const fs::path p = fs::temp_directory_path() / absl::StrCat("dt_gguf_", ::getpid());
-    fs::create_directories(p);
-    return p.string();
-  }();
-  return (fs::path(dir) / std::string(name)).string();
+  static const dt::testing::ScratchDir dir("gguf");
+  return (fs::path(dir.path) / std::string(name)).string();
 }
-
-struct Cleanup {
-  ~Cleanup() {
-    std::error_code ec;
-    fs::remove_all(fs::path(TempPath("x")).parent_path(), ec);
-  }
-} cleanup;
 
 std::string ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -81,7 +81,8 @@ TEST(Rope, EveryTypeMatchesTransformers) {
 }
 
 TEST(Rope, ConfigsRoundTripThroughJson) {
-  for (const Json& c : Goldens()["cases"]) {
+  const Json g = Goldens();  // not `: Goldens()["cases"]`: the temporary would die before the loop
+  for (const Json& c : g["cases"]) {
     const std::string name = c["name"];
     LlamaConfig config = ParseLlamaConfig(c["config"].dump(), name).value();
     absl::StatusOr<LlamaConfig> back = ParseLlamaConfig(LlamaConfigToJson(config), name + " (written)");

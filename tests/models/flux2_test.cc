@@ -303,19 +303,10 @@ TEST(Flux2Validation, TPMustDivideEveryPackedBlock) {
                           "'transformer_blocks.*.ff.linear_in [gate|up]' [89, 89]"));
 }
 
-// A directory of this process's own, removed at exit.
-struct ScratchDir {
-  std::string path = (fs::temp_directory_path() / absl::StrCat("dt_flux2_", ::getpid())).string();
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 // flux2-tiny with `name` cut to `rows` rows (or dropped when rows < 0), and config.json edited.
 std::string EditedTiny(const std::string& tag, const std::string& name, int64_t rows,
                        const std::function<void(nlohmann::json&)>& edit_config = {}) {
-  static const ScratchDir scratch;
+  static const dt::testing::ScratchDir scratch("flux2");
   const std::string dir = absl::StrCat(scratch.path, "/", tag);
   fs::remove_all(dir);
   fs::create_directories(dir);

@@ -243,17 +243,8 @@ TEST(LlamaValidation, TPSizeMustDivideHeadsAndKVHeads) {
   EXPECT_TRUE(Contains(eight, "num_key_value_heads"));
 }
 
-// A directory of this process's own, removed at exit.
-struct ScratchDir {
-  std::string path = (fs::temp_directory_path() / absl::StrCat("dt_llama_", ::getpid())).string();
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 std::string CopyFixtureWithout(const std::string& drop, const std::string& reshape) {
-  static const ScratchDir scratch;
+  static const dt::testing::ScratchDir scratch("llama");
   const std::string dir = absl::StrCat(scratch.path, "/", drop, reshape);
   fs::remove_all(dir);
   fs::create_directories(dir);

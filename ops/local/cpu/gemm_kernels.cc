@@ -60,6 +60,7 @@
 // GCC 12's AVX-512 intrinsics initialise their undefined operands with themselves (`__Y = __Y`),
 // which -Wuninitialized reports at every use once inlined; the pragma must precede the header.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#include <cpuid.h>
 #include <immintrin.h>
 #define DT_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define DT_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
@@ -801,8 +802,10 @@ Isa DetectIsa() {
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
     return __builtin_cpu_supports("avx512bf16") ? Isa::kAvx512Bf16 : Isa::kAvx512;
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
+  // F16C through cpuid leaf 1 (ECX bit 29): Clang before 16 has no "f16c" in __builtin_cpu_supports.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) {
     return Isa::kAvx2;
   }
 #endif
