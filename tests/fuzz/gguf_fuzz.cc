@@ -1,0 +1,25 @@
+// A fuzz target for the GGUF reader (loaders/gguf.h): any bytes give a GgufFile or a clean error,
+// and an accepted file reads every tensor it lists (whole, and a sliced piece) without faulting.
+// Built as `gguf_fuzz` (libFuzzer, the fuzz preset) and `gguf_fuzz_replay` (any compiler): see
+// tests/fuzz/CMakeLists.txt.
+#include <cstddef>
+#include <cstdint>
+
+#include "dtensor/core/shape.h"
+#include "dtensor/loaders/gguf.h"
+#include "dtensor/tests/fuzz/fuzz_input.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto f = dt::loaders::GgufFile::Open(dt::fuzz::WriteInput(data, size, "gguf"));
+  if (!f.ok()) return 0;
+  for (const auto& [key, value] : (*f)->metadata()) (void)value.ToString();
+  for (const dt::loaders::GgufTensorInfo& t : (*f)->tensors()) {
+    if (!t.type->dequantizable || dt::Numel(t.shape) > (1 << 20)) continue;
+    (void)(*f)->ReadRanges(t.name, dt::FullRanges(t.shape));
+    // The second half of the rows: a piece that starts inside the tensor.
+    dt::DimRanges half = dt::FullRanges(t.shape);
+    if (!t.shape.empty() && t.shape[0] > 1) half[0] = {{t.shape[0] / 2, t.shape[0]}};
+    (void)(*f)->ReadRanges(t.name, half);
+  }
+  return 0;
+}
