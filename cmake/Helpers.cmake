@@ -29,16 +29,21 @@ macro(dt_default var value)
   endif()
 endmacro()
 
-# dt_test(NAME SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s] [FILTER gtest-pattern]): a gtest binary
-# whose tests (those FILTER matches) ctest discovers.
+# dt_test(NAME SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s] [FILTER gtest-pattern] [SERIAL]): a
+# gtest binary whose tests (those FILTER matches) ctest discovers; SERIAL: ctest runs each of them
+# with nothing else beside it (RUN_SERIAL).
 function(dt_test name)
-  cmake_parse_arguments(A "" "TIMEOUT;FILTER" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(A "SERIAL" "TIMEOUT;FILTER" "SOURCES;DEPS;LABELS" ${ARGN})
   dt_default(A_LABELS cpu)
   dt_default(A_TIMEOUT 300)
   dt_default(A_FILTER "*")
   add_executable(${name} ${A_SOURCES})
   target_link_libraries(${name} PRIVATE ${A_DEPS} rapidcheck_gtest rapidcheck GTest::gtest GTest::gtest_main)
-  gtest_discover_tests(${name} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
+  set(serial FALSE)
+  if(A_SERIAL)
+    set(serial TRUE)
+  endif()
+  gtest_discover_tests(${name} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT} RUN_SERIAL ${serial}
                        DISCOVERY_TIMEOUT 60 TEST_FILTER "${A_FILTER}")
 endfunction()
 

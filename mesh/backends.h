@@ -44,6 +44,9 @@ struct LaunchInfo {
   int num_nodes = 1;
   std::string master_addr;  // empty when the launcher gives none
   int master_port = 0;      // 0 when unknown
+  // DT_STORE_FD: rank 0 under dtrun gets the store's listening socket, already bound to
+  // MASTER_PORT (Note [dtrun holds the store's port] in tools/dtrun.cc); -1 otherwise.
+  int store_fd = -1;
   // torchrun (TORCHELASTIC_USE_AGENT_STORE=True): MASTER_ADDR:MASTER_PORT is the agent's c10d
   // store, which we join instead of serving (Note [Joining torchrun's store], mesh/agent_store.h).
   bool agent_store = false;

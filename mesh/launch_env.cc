@@ -130,6 +130,9 @@ absl::StatusOr<LaunchInfo> ReadLaunchEnv(const GetEnvFn& getenv_fn) {
   if (env.Has("MASTER_PORT")) {
     DT_ASSIGN_OR_RETURN(info.master_port, env.Int("MASTER_PORT", 0));
   }
+  if (env.Has("DT_STORE_FD")) {
+    DT_ASSIGN_OR_RETURN(info.store_fd, env.Int("DT_STORE_FD", -1));
+  }
   if (info.world_size < 1 || info.rank < 0 || info.rank >= info.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("launcher ", info.launcher, ": rank ", info.rank,
                                                    " is not in a world of size ", info.world_size));

@@ -232,15 +232,38 @@ struct TcpStoreServer::State {
 };
 
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(int port) {
-  std::unique_ptr<TcpStoreServer> s(new TcpStoreServer());
-  s->state_ = std::make_unique<State>();
   absl::StatusOr<Listener> sock = ListenAny(port, 1024);
   if (!sock.ok()) {
     return absl::Status(sock.status().code(), absl::StrCat("store: cannot listen on port ", port, ": ", sock.status().message(),
                                                            " (is another job using MASTER_PORT ", port, "?)"));
   }
-  s->listen_fd_ = sock->fd;
-  s->port_ = sock->port;
+  return Serve(sock->fd, sock->port);
+}
+
+absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Adopt(int fd, int port) {
+  int listening = 0;
+  socklen_t len = sizeof(listening);
+  sockaddr_in addr{};
+  socklen_t alen = sizeof(addr);
+  const bool ok = ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening != 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) == 0 &&
+                  addr.sin_family == AF_INET && ntohs(addr.sin_port) == port;
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DT_STORE_FD=", fd, " is not a socket listening on MASTER_PORT ", port,
+        " (dtrun hands one to rank 0; unset DT_STORE_FD when not started by dtrun)"));
+  }
+  // Close-on-exec and non-blocking from here on, like a socket of our own.
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  return Serve(fd, port);
+}
+
+absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Serve(int listen_fd, int port) {
+  std::unique_ptr<TcpStoreServer> s(new TcpStoreServer());
+  s->state_ = std::make_unique<State>();
+  s->listen_fd_ = listen_fd;
+  s->port_ = port;
   if (::pipe2(s->wake_, O_CLOEXEC) != 0) return absl::InternalError("store: pipe failed");
   s->thread_ = std::thread([p = s.get()] { p->Loop(); });
   return s;
@@ -525,7 +548,12 @@ absl::StatusOr<Rendezvous> StartRendezvous(const LaunchInfo& info, std::chrono::
   if (info.agent_store && !single) {
     DT_ASSIGN_OR_RETURN(agent, AgentStoreClient::Connect(info.master_addr, info.master_port, timeout));
   }
-  if (info.rank == 0) {
+  if (info.rank == 0 && info.store_fd >= 0 && !single && !agent) {
+    // Note [dtrun holds the store's port] (tools/dtrun.cc); consumed once, so a child of this
+    // process does not try to adopt it too.
+    ::unsetenv("DT_STORE_FD");
+    DT_ASSIGN_OR_RETURN(r.server, TcpStoreServer::Adopt(info.store_fd, port));
+  } else if (info.rank == 0) {
     DT_ASSIGN_OR_RETURN(r.server, TcpStoreServer::Start(single || agent ? 0 : port));
     port = r.server->port();
     if (agent) DT_RETURN_IF_ERROR(agent->Set(AgentStoreKey(info), absl::StrCat(port)));

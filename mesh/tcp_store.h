@@ -45,6 +45,10 @@ class TcpStoreServer {
  public:
   // Listens on all interfaces at `port` (0: any free port; see port()).
   static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Start(int port);
+  // Serves on `fd`, a socket that dtrun already listens on at `port` and handed to rank 0 (Note
+  // [dtrun holds the store's port] in tools/dtrun.cc); takes ownership. InvalidArgument naming
+  // DT_STORE_FD when `fd` is not a listening TCP socket on `port`.
+  static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Adopt(int fd, int port);
   // Waits up to `linger` for clients to disconnect, then stops.
   ~TcpStoreServer();
   int port() const { return port_; }
@@ -52,6 +56,7 @@ class TcpStoreServer {
  private:
   struct State;
   TcpStoreServer() = default;
+  static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Serve(int listen_fd, int port);
   void Loop();
 
   int port_ = 0;

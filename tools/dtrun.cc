@@ -5,7 +5,7 @@
 //
 // Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK (and torchrun's
 // GROUP_RANK), GROUP_WORLD_SIZE (the number of nodes, torchrun's name), MASTER_ADDR and
-// MASTER_PORT (a free port when none is given on one node). Its
+// MASTER_PORT (a free port when none is given on one node: Note [dtrun holds the store's port]). Its
 // stdout/stderr lines are prefixed with "[rank N] ". SIGINT/SIGTERM/SIGHUP are forwarded. When a
 // rank fails (non-zero exit or a signal), the others get SIGTERM and, after the grace period
 // (default 5 s), SIGKILL; dtrun then exits with the failed rank's status (128+signal for a
@@ -25,6 +25,18 @@
 //   own, and the child would swallow it and live on until the grace period's SIGKILL. So every
 //   signal is blocked across fork(); the child resets the handlers and closes the pipe while they
 //   are blocked, and only then unblocks them (a pending SIGTERM then kills it at once), then execs.
+//
+// Note [dtrun holds the store's port]
+//   When dtrun picks MASTER_PORT itself (one node, no --master-port), it does not probe for a free
+//   port and close it again: another process could take the port before rank 0 listens on it, and
+//   the ranks would then wait on a stranger (seen as launches stuck in the store's connect while
+//   other jobs ran). dtrun binds and listens on port 0 before any rank starts and hands that
+//   listening socket to global rank 0 as an inherited file descriptor named by DT_STORE_FD; rank 0
+//   serves its store on it (mesh/tcp_store.cc, TcpStoreServer::Adopt), and connections that the
+//   other ranks make before rank 0 is up wait in the socket's backlog. The port is never free
+//   between the pick and the store. A program that serves no store ignores DT_STORE_FD; one that
+//   binds MASTER_PORT itself needs --master-port. With --master-port the user owns the port and
+//   rank 0 binds it (a port in use is then an error naming it).
 //
 // Note [dtrun exit status]
 //   all ranks exit 0              -> 0
@@ -151,20 +163,28 @@ std::optional<Options> Parse(int argc, char** argv) {
   return o;
 }
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+// A socket listening on a port the kernel picks (Note [dtrun holds the store's port]): its fd
+// (close-on-exec: only rank 0 gets a copy) and port, or fd -1.
+struct StoreSocket {
+  int fd = -1;
+  int port = 0;
+};
+StoreSocket ListenForStore() {
+  StoreSocket s;
+  s.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s.fd < 0) return s;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_ANY);
   addr.sin_port = 0;
   socklen_t len = sizeof(addr);
-  int port = 0;
-  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
+  if (::bind(s.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(s.fd, 1024) != 0 ||
+      ::getsockname(s.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(s.fd);
+    return {};
   }
-  if (fd >= 0) ::close(fd);
-  return port;
+  s.port = ntohs(addr.sin_port);
+  return s;
 }
 
 bool ValidJobId(const std::string& id) {
@@ -281,7 +301,7 @@ void EmitStale(Rank& r) {
   }
 }
 
-pid_t Spawn(const Options& o, const std::string& job, Rank& r, int world, int local) {
+pid_t Spawn(const Options& o, const std::string& job, Rank& r, int world, int local, int store_fd) {
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return -1;
   const pid_t parent = ::getpid();
@@ -313,6 +333,10 @@ pid_t Spawn(const Options& o, const std::string& job, Rank& r, int world, int lo
     set("MASTER_ADDR", o.master_addr);
     set("MASTER_PORT", std::to_string(o.master_port));
     set("DT_JOB_ID", job);
+    if (r.rank == 0 && store_fd >= 0) {
+      const int inherited = ::dup(store_fd);  // dup clears close-on-exec
+      if (inherited >= 0) set("DT_STORE_FD", std::to_string(inherited));
+    }
     std::vector<char*> args;
     for (const auto& a : o.argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -348,10 +372,15 @@ int main(int argc, char** argv) {
   std::optional<Options> parsed = Parse(argc, argv);
   if (!parsed) return 2;
   Options o = *parsed;
-  if (o.master_port == 0) o.master_port = FreePort();
+  StoreSocket store;  // Note [dtrun holds the store's port]
   if (o.master_port == 0) {
-    std::fprintf(stderr, "dtrun: cannot find a free port; pass --master-port\n");
-    return 2;
+    store = ListenForStore();
+    if (store.fd < 0) {
+      std::fprintf(stderr, "dtrun: cannot listen on a free port for the store (%s); pass --master-port\n",
+                   std::strerror(errno));
+      return 2;
+    }
+    o.master_port = store.port;
   }
   std::string job;
   if (const char* id = std::getenv("DT_JOB_ID"); id != nullptr && *id != '\0') {
@@ -382,7 +411,7 @@ int main(int argc, char** argv) {
   for (int local = 0; local < o.nproc; ++local) {
     Rank& r = ranks[local];
     r.rank = o.node_rank * o.nproc + local;
-    r.pid = Spawn(o, job, r, world, local);
+    r.pid = Spawn(o, job, r, world, local, world > 1 ? store.fd : -1);
     if (r.pid < 0) {
       std::fprintf(stderr, "dtrun: cannot start rank %d: %s\n", r.rank, std::strerror(errno));
       exit_code = 1;
@@ -391,6 +420,7 @@ int main(int argc, char** argv) {
     }
     r.running = true;
   }
+  if (store.fd >= 0) ::close(store.fd);  // rank 0 holds it now
   if (failing) {
     SignalAll(ranks, SIGTERM);
     kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.grace_s * 1000));

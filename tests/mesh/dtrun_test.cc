@@ -1,11 +1,20 @@
 // dtrun: the environment it gives each rank, output prefixes, exit status, failure propagation,
-// signal forwarding, the grace period and that no process outlives it.
+// signal forwarding, the grace period, that no process outlives it, and that concurrent launches
+// cannot lose their store's port to another process (Note [dtrun holds the store's port]).
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <fstream>
+#include <future>
 #include <regex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "dtensor/tests/mesh/process_runner.h"
@@ -113,6 +122,74 @@ TEST(Dtrun, BadCommandLines) {
   EXPECT_EQ(RunCommand(kDtrun + " --nproc-per-node 2").status, 2);
   EXPECT_EQ(RunCommand(kDtrun + " --nproc-per-node 2 --nnodes 2 echo hi").status, 2);  // needs a port
   EXPECT_EQ(RunCommand(kDtrun + " --nproc-per-node 1 /nonexistent/program").status, 127);
+}
+
+// Loopback churn that squats on free ports: it walks the kernel's ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range, where port-0 binds come from), binds and listens on
+// each port that is free and keeps the last 1024 open. A port that a launcher finds free and
+// releases again before its store listens is taken within a pass, and its store then cannot
+// listen or its ranks reach a stranger: the race of Note [dtrun holds the store's port], which
+// this makes likely instead of rare.
+class PortSquatter {
+ public:
+  PortSquatter() : thread_([this] { Run(); }) {}
+  ~PortSquatter() {
+    stop_ = true;
+    thread_.join();
+  }
+  int bound() const { return bound_; }
+
+ private:
+  void Run() {
+    int lo = 32768, hi = 60999;
+    std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> lo >> hi;
+    std::vector<int> held(1024, -1);
+    size_t next = 0;
+    for (int port = lo; !stop_; port = port >= hi ? lo : port + 1) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_ANY);
+      addr.sin_port = htons(static_cast<uint16_t>(port));
+      if (fd < 0) continue;
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 4) != 0) {
+        ::close(fd);
+        continue;
+      }
+      ++bound_;
+      if (held[next] >= 0) ::close(held[next]);
+      held[next] = fd;
+      next = (next + 1) % held.size();
+    }
+    for (int fd : held) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  std::atomic<bool> stop_{false};
+  std::atomic<int> bound_{0};
+  std::thread thread_;
+};
+
+// Two 4-rank jobs at a time, 50 times, beside the squatter: every job rendezvouses through its
+// store and sums over shm; none may fail or hang (each is killed after 60 s, which a hang would
+// hit). With a launcher that probes a free port and closes it, most rounds fail here.
+TEST(DtrunStore, ConcurrentLaunchesUnderPortChurnNeverHang) {
+  PortSquatter squatter;
+  const std::string job = "DT_BACKEND=shm DT_TIMEOUT_MS=20000 timeout -s KILL 60 " + kDtrun +
+                          " --nproc-per-node 4 " DT_FAULT_WORKER " backend 0";
+  for (int round = 0; round < 50; ++round) {
+    std::vector<std::future<testing::ProcessResult>> jobs;
+    for (int k = 0; k < 2; ++k) jobs.push_back(std::async(std::launch::async, [&] { return RunCommand(job); }));
+    for (auto& f : jobs) {
+      const testing::ProcessResult r = f.get();
+      ASSERT_EQ(r.status, 0) << "round " << round << " (" << r.seconds << " s): " << r.output;
+      for (int rank = 0; rank < 4; ++rank) {
+        EXPECT_NE(r.output.find("FAULT-REPORT rank=" + std::to_string(rank) + " code=OK"), std::string::npos)
+            << "round " << round << ": " << r.output;
+      }
+    }
+  }
+  EXPECT_GT(squatter.bound(), 1000);
 }
 
 }  // namespace
