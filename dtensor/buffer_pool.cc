@@ -5,8 +5,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "dtensor/core/env.h"
+#include "dtensor/core/status.h"
 
 namespace dt {
 namespace {
@@ -56,6 +57,7 @@ class Pool {
     }
     if (bytes == 0) Release();
   }
+  const absl::Status& config() const { return config_; }
   int64_t cached() {
     std::lock_guard<std::mutex> lock(mu_);
     return cached_;
@@ -73,19 +75,19 @@ class Pool {
   }
 
  private:
+  // A bad DT_BUFFER_POOL_MB is an error of every PooledEmpty (and of making a world, which checks
+  // every DT_* variable first).
   Pool() {
-    int64_t mb = 1024;
-    if (const char* env = std::getenv("DT_BUFFER_POOL_MB")) {
-      int64_t v = 0;
-      if (absl::SimpleAtoi(env, &v) && v >= 0) mb = v;
-    }
-    limit_ = mb << 20;
+    absl::StatusOr<std::optional<int64_t>> mb = env::Int("DT_BUFFER_POOL_MB");
+    config_ = mb.status();
+    limit_ = (mb.ok() ? mb->value_or(1024) : 0) << 20;
   }
 
   std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;
   int64_t cached_ = 0;
   int64_t limit_ = 0;
+  absl::Status config_;  // DT_BUFFER_POOL_MB's
 };
 
 }  // namespace
@@ -94,6 +96,7 @@ absl::StatusOr<Tensor> PooledEmpty(IntSpan shape, DType dtype, Device device) {
   for (int64_t s : shape) {
     if (s < 0) return absl::InvalidArgumentError(absl::StrCat("PooledEmpty: negative size ", s));
   }
+  DT_RETURN_IF_ERROR(Pool::Get().config());
   const int64_t nbytes = Numel(shape) * DTypeSize(dtype);
   if (!device.is_cpu() || nbytes < (int64_t{64} << 10) || Pool::Get().limit() == 0) {
     return Tensor::Empty(shape, dtype, device);  // small or non-host buffers: plain allocation

@@ -75,6 +75,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "dtensor/core/env.h"
 #include "dtensor/mesh/backends.h"
 #include "dtensor/mesh/collective.h"
 #include "dtensor/mesh/reduce.h"
@@ -92,11 +93,8 @@ constexpr std::chrono::milliseconds kSettle{200};
 constexpr int64_t kOneSyncAllReduce = 64 << 10;
 constexpr int64_t kDefaultAreaBytes = 512 << 10;
 
-int64_t EnvInt(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  int64_t out = 0;
-  return v != nullptr && absl::SimpleAtoi(v, &out) && out >= 0 ? out : fallback;
-}
+// A tuning variable, validated when the world was made (env::CheckAll in mesh/world.cc).
+int64_t EnvInt(const char* name, int64_t fallback) { return env::Int(name).value_or(std::nullopt).value_or(fallback); }
 
 // Bytes of one member's area in a group of `n`; the leader's choice is written into the segment.
 // 512 KiB up to 16 members, less beyond, so that a segment (2 (n + 1) areas) stays near 16 MiB:
@@ -586,17 +584,10 @@ class ShmComm final : public Communicator {
 std::atomic<int> g_segments{0};
 
 // The job part of segment names: dtrun's DT_JOB_ID (dtrun removes /dev/shm/dtshm.<id>.* when the
-// job ends, in case a member died between creating a segment and unlinking it; it accepts only
-// ids of 1-64 letters, digits, '-' and '_'), else this process's pid and the time.
+// job ends, in case a member died between creating a segment and unlinking it; the world checked
+// the id's form, env::CheckAll), else this process's pid and the time.
 std::string JobId() {
-  const char* id = std::getenv("DT_JOB_ID");
-  const std::string job = id == nullptr ? "" : id;
-  bool valid = !job.empty() && job.size() <= 64;
-  for (char ch : job) {
-    valid = valid && ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
-                      ch == '_');
-  }
-  if (valid) return job;
+  if (std::optional<std::string> job = env::Text("DT_JOB_ID").value_or(std::nullopt)) return *job;
   return absl::StrCat("p", ::getpid(), "-",
                       absl::Hex(std::chrono::steady_clock::now().time_since_epoch().count() & 0xffffffff));
 }

@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "dtensor/core/env.h"
 #include "dtensor/mesh/backends.h"
 #include "dtensor/mesh/collective.h"
 
@@ -22,33 +23,20 @@ namespace {
 
 // Fills in the backend and the timeout from the environment where the caller left the defaults.
 absl::StatusOr<WorldOptions> Resolve(WorldOptions options, const internal::LaunchInfo& info) {
+  DT_RETURN_IF_ERROR(env::CheckAll());  // every DT_* variable, also those read later (core/env.h)
   if (options.timeout == WorldOptions{}.timeout) {
-    if (const char* t = std::getenv("DT_TIMEOUT_MS"); t != nullptr && *t != '\0') {
-      int64_t ms = 0;
-      if (!absl::SimpleAtoi(t, &ms) || ms <= 0) {
-        return absl::InvalidArgumentError(absl::StrCat("DT_TIMEOUT_MS='", t, "' is not a positive integer"));
-      }
-      options.timeout = std::chrono::milliseconds(ms);
-    }
+    DT_ASSIGN_OR_RETURN(std::optional<int64_t> ms, env::Int("DT_TIMEOUT_MS"));
+    if (ms) options.timeout = std::chrono::milliseconds(*ms);
   }
   if (options.timeout.count() <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("timeout ", options.timeout.count(), " ms is not positive"));
   }
   if (!options.verify.has_value()) {
-    const char* v = std::getenv("DT_VERIFY_COLLECTIVES");
-    const std::string text = v == nullptr ? "" : v;
-    if (text.empty()) {
-      // the backend's default
-    } else if (text == "1") {
-      options.verify = true;
-    } else if (text == "0") {
-      options.verify = false;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("DT_VERIFY_COLLECTIVES='", text, "': expected 0 or 1"));
-    }
+    DT_ASSIGN_OR_RETURN(options.verify, env::Flag("DT_VERIFY_COLLECTIVES"));  // unset: the backend's default
   }
   if (options.backend.empty()) {
-    if (const char* b = std::getenv("DT_BACKEND"); b != nullptr && *b != '\0') options.backend = b;
+    DT_ASSIGN_OR_RETURN(std::optional<std::string> b, env::Choice("DT_BACKEND"));
+    if (b) options.backend = *b;
   }
   if (options.backend.empty()) {
     if (info.launcher == "openmpi") {
@@ -58,12 +46,8 @@ absl::StatusOr<WorldOptions> Resolve(WorldOptions options, const internal::Launc
     }
   }
   // DT_SHM=0 keeps every group on gloo, whoever asked for shm (an operator's switch).
-  const char* shm = std::getenv("DT_SHM");
-  const std::string shm_text = shm == nullptr ? "" : shm;
-  if (!shm_text.empty() && shm_text != "0" && shm_text != "1") {
-    return absl::InvalidArgumentError(absl::StrCat("DT_SHM='", shm_text, "': expected 0 or 1"));
-  }
-  if (shm_text == "0" && options.backend == "shm") options.backend = "gloo";
+  DT_ASSIGN_OR_RETURN(std::optional<bool> shm, env::Flag("DT_SHM"));
+  if (shm == false && options.backend == "shm") options.backend = "gloo";
   return options;
 }
 
@@ -83,12 +67,8 @@ namespace {
 absl::Status ApplyThreadBudget(const internal::LaunchInfo& info, int requested) {
   int threads = requested;
   if (threads == 0) {
-    if (const char* env = std::getenv("DT_NUM_THREADS"); env != nullptr && *env != '\0') {
-      if (!absl::SimpleAtoi(env, &threads) || threads < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("DT_NUM_THREADS must be a positive integer, got '", env, "'"));
-      }
-    }
+    DT_ASSIGN_OR_RETURN(std::optional<int64_t> env_threads, env::Int("DT_NUM_THREADS"));
+    if (env_threads) threads = static_cast<int>(*env_threads);
   }
   if (threads == 0) {
     if (info.local_size <= 1) return absl::OkStatus();
