@@ -7,6 +7,7 @@
 #include "dtensor/core/random.h"
 #include "dtensor/core/status.h"
 #include "dtensor/dtensor/executor.h"
+#include "dtensor/dtensor/plan_cache.h"
 
 namespace dt {
 

@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "dtensor/core/tensor.h"
+#include "dtensor/dtensor/plan_cache.h"
 #include "dtensor/dtensor/planner.h"
 #include "dtensor/dtensor/spec.h"
 #include "dtensor/mesh/device_mesh.h"

@@ -1,7 +1,6 @@
 #include "dtensor/dtensor/planner.h"
 
 #include <algorithm>
-#include <atomic>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -9,12 +8,8 @@
 #include <tuple>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "dtensor/core/status.h"
 
 namespace dt {
@@ -604,140 +599,5 @@ absl::StatusOr<RedistributePlan> PlanRedistribute(const DTensorSpec& src, const 
   }
   return plan;
 }
-
-// ---- plan cache --------------------------------------------------------------------------------
-
-namespace {
-
-struct PlanKey {
-  Shape mesh;
-  Shape shape;
-  DType dtype;
-  Placements src, dst;
-  PlannerOptions::Strategy strategy;
-  bool merge;
-  bool allow_partial;
-  CostModel cost;
-
-  friend bool operator==(const PlanKey& a, const PlanKey& b) {
-    return a.dtype == b.dtype && a.strategy == b.strategy && a.merge == b.merge &&
-           a.allow_partial == b.allow_partial &&
-           a.cost == b.cost && a.mesh == b.mesh && a.shape == b.shape && a.src == b.src &&
-           a.dst == b.dst;
-  }
-  template <typename H>
-  friend H AbslHashValue(H h, const PlanKey& k) {
-    return H::combine(std::move(h), absl::MakeConstSpan(k.mesh), absl::MakeConstSpan(k.shape),
-                      static_cast<int>(k.dtype), absl::MakeConstSpan(k.src),
-                      absl::MakeConstSpan(k.dst), static_cast<int>(k.strategy), k.merge,
-                      k.allow_partial, k.cost);
-  }
-};
-
-// See Note [Plan cache].
-std::atomic<uint64_t> g_cache_generation{1};
-
-class PlanCache {
- public:
-  static PlanCache& Get() {
-    static PlanCache* cache = new PlanCache();
-    return *cache;
-  }
-  void CountHit() { hits_.fetch_add(1, std::memory_order_relaxed); }
-  std::shared_ptr<const RedistributePlan> Find(const PlanKey& key) {
-    absl::ReaderMutexLock lock(&mu_);
-    auto it = map_.find(key);
-    if (it == map_.end()) return nullptr;
-    hits_.fetch_add(1, std::memory_order_relaxed);
-    return it->second;
-  }
-  void Insert(PlanKey key, std::shared_ptr<const RedistributePlan> plan) {
-    absl::MutexLock lock(&mu_);
-    misses_.fetch_add(1, std::memory_order_relaxed);
-    map_.emplace(std::move(key), std::move(plan));
-  }
-  CacheStats Stats() {
-    absl::ReaderMutexLock lock(&mu_);
-    return {hits_.load(), misses_.load(), static_cast<int64_t>(map_.size())};
-  }
-  void Clear() {
-    absl::MutexLock lock(&mu_);
-    g_cache_generation.fetch_add(1, std::memory_order_acq_rel);
-    map_.clear();
-    hits_ = 0;
-    misses_ = 0;
-  }
-
- private:
-  absl::Mutex mu_;
-  absl::flat_hash_map<PlanKey, std::shared_ptr<const RedistributePlan>> map_ ABSL_GUARDED_BY(mu_);
-  std::atomic<int64_t> hits_{0}, misses_{0};
-};
-
-}  // namespace
-
-namespace {
-
-// Note [Plan cache]
-// The process-wide table is guarded by a reader-writer lock. In front of it each thread keeps its
-// last few plans, compared field by field without building a key, hashing or locking, so the common
-// case (a model redistributing the same few layouts every step) costs a handful of comparisons.
-// ClearPlanCache() bumps a generation that invalidates every thread's entries.
-
-struct LocalEntry {
-  uint64_t generation = 0;
-  PlanKey key;
-  std::shared_ptr<const RedistributePlan> plan;
-};
-constexpr int kLocalEntries = 8;
-
-bool Matches(const PlanKey& k, const DTensorSpec& src, absl::Span<const Placement> dst,
-             const PlannerOptions& o) {
-  const std::vector<int64_t>& mesh = src.mesh().shape();
-  return k.dtype == src.dtype() && k.strategy == o.strategy && k.merge == o.merge &&
-         k.allow_partial == o.allow_partial && k.cost == o.cost && k.shape == src.shape() && k.src == src.placements() &&
-         std::equal(k.mesh.begin(), k.mesh.end(), mesh.begin(), mesh.end()) &&
-         std::equal(k.dst.begin(), k.dst.end(), dst.begin(), dst.end());
-}
-
-}  // namespace
-
-absl::StatusOr<std::shared_ptr<const RedistributePlan>> CachedPlan(
-    const DTensorSpec& src, absl::Span<const Placement> dst_placements,
-    const PlannerOptions& options) {
-  thread_local LocalEntry local[kLocalEntries];
-  thread_local int next_local = 0;
-  const uint64_t generation = g_cache_generation.load(std::memory_order_acquire);
-  PlanCache& cache = PlanCache::Get();
-  for (const LocalEntry& e : local) {
-    if (e.generation == generation && Matches(e.key, src, dst_placements, options)) {
-      cache.CountHit();
-      return e.plan;
-    }
-  }
-  PlanKey key{Shape(src.mesh().shape().begin(), src.mesh().shape().end()),
-              src.shape(),
-              src.dtype(),
-              src.placements(),
-              Placements(dst_placements.begin(), dst_placements.end()),
-              options.strategy,
-              options.merge,
-              options.allow_partial,
-              options.cost};
-  std::shared_ptr<const RedistributePlan> plan = cache.Find(key);
-  if (!plan) {
-    DT_ASSIGN_OR_RETURN(DTensorSpec dst, src.WithPlacements(dst_placements));
-    DT_ASSIGN_OR_RETURN(RedistributePlan planned, PlanRedistribute(src, dst, options));
-    plan = std::make_shared<const RedistributePlan>(std::move(planned));
-    cache.Insert(key, plan);
-  }
-  LocalEntry& slot = local[next_local];
-  next_local = (next_local + 1) % kLocalEntries;
-  slot = {generation, std::move(key), plan};
-  return plan;
-}
-
-CacheStats GetPlanCacheStats() { return PlanCache::Get().Stats(); }
-void ClearPlanCache() { PlanCache::Get().Clear(); }
 
 }  // namespace dt

@@ -44,12 +44,22 @@ namespace {
 
 // ---- the cache -----------------------------------------------------------------------------------
 
+// What an input contributes to the cache's key, declared once: a stored key and a live call compare
+// through it (spans, so that comparing copies nothing); an absent input is (false, {}, {}, {}, f32).
+using SpecFields = std::tuple<bool, IntSpan, absl::Span<const Placement>, IntSpan, DType>;
+SpecFields FieldsOf(const DTensorSpec* s) {
+  if (s == nullptr) return {false, {}, {}, {}, DType::kF32};
+  return {true, s->mesh().shape(), s->placements(), s->shape(), s->dtype()};
+}
+
 struct SpecKey {
   bool present = false;
   Shape mesh;
   Placements placements;
   Shape shape;
   DType dtype = DType::kF32;
+
+  SpecFields Fields() const { return {present, mesh, placements, shape, dtype}; }
 };
 
 struct Key {
@@ -71,37 +81,26 @@ size_t HashCall(const OpCall& call) {
   return h;
 }
 
-bool Matches(const Key& k, const OpCall& c) {
-  if (k.op != c.op || k.name != c.name || k.specs.size() != c.inputs.size() ||
-      !(k.attrs == c.attrs)) {
-    return false;
-  }
-  for (size_t j = 0; j < k.specs.size(); ++j) {
-    const SpecKey& a = k.specs[j];
-    const DTensorSpec* b = c.inputs[j];
-    if (a.present != (b != nullptr)) return false;
-    if (b == nullptr) continue;
-    if (a.dtype != b->dtype() || a.shape != b->shape() || a.placements != b->placements() ||
-        !std::equal(a.mesh.begin(), a.mesh.end(), b->mesh().shape().begin(),
-                    b->mesh().shape().end())) {
-      return false;
-    }
+// The same op, name and attributes, and inputs whose fields `spec(j)` gives.
+template <typename SpecAt>
+bool SameCall(const Key& k, OpId op, const char* name, const Attrs& attrs, size_t n, SpecAt spec) {
+  if (k.op != op || k.name != name || k.specs.size() != n || !(k.attrs == attrs)) return false;
+  for (size_t j = 0; j < n; ++j) {
+    if (k.specs[j].Fields() != spec(j)) return false;
   }
   return true;
+}
+
+bool Matches(const Key& k, const OpCall& c) {
+  return SameCall(k, c.op, c.name, c.attrs, c.inputs.size(), [&](size_t j) { return FieldsOf(c.inputs[j]); });
 }
 
 Key MakeKey(const OpCall& c, size_t hash) {
   Key k{c.op, c.name, c.attrs, {}, hash};
   for (const DTensorSpec* s : c.inputs) {
-    SpecKey sk;
-    if (s != nullptr) {
-      sk.present = true;
-      sk.mesh.assign(s->mesh().shape().begin(), s->mesh().shape().end());
-      sk.placements = s->placements();
-      sk.shape = s->shape();
-      sk.dtype = s->dtype();
-    }
-    k.specs.push_back(std::move(sk));
+    const auto [present, mesh, placements, shape, dtype] = FieldsOf(s);
+    k.specs.push_back({present, Shape(mesh.begin(), mesh.end()), Placements(placements.begin(), placements.end()),
+                       Shape(shape.begin(), shape.end()), dtype});
   }
   return k;
 }
@@ -115,18 +114,8 @@ struct KeyHash {
 struct KeyEq {
   using is_transparent = void;
   bool operator()(const Key& a, const Key& b) const {
-    if (a.hash != b.hash || a.op != b.op || a.name != b.name || !(a.attrs == b.attrs) ||
-        a.specs.size() != b.specs.size()) {
-      return false;
-    }
-    for (size_t j = 0; j < a.specs.size(); ++j) {
-      const SpecKey &x = a.specs[j], &y = b.specs[j];
-      if (x.present != y.present || x.mesh != y.mesh || x.placements != y.placements ||
-          x.shape != y.shape || x.dtype != y.dtype) {
-        return false;
-      }
-    }
-    return true;
+    return a.hash == b.hash &&
+           SameCall(a, b.op, b.name, b.attrs, b.specs.size(), [&](size_t j) { return b.specs[j].Fields(); });
   }
   bool operator()(const Key& a, const CallRef& b) const {
     return a.hash == b.hash && Matches(a, *b.call);

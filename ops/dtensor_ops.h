@@ -93,7 +93,7 @@
 #include "dtensor/core/dtype.h"
 #include "dtensor/core/shape.h"
 #include "dtensor/dtensor/dtensor.h"
-#include "dtensor/dtensor/planner.h"  // CacheStats
+#include "dtensor/dtensor/plan_cache.h"  // CacheStats
 #include "dtensor/ops/local/ops.h"
 
 namespace dt::dops {

@@ -1,4 +1,5 @@
 #include "dtensor/dtensor/planner.h"
+#include "dtensor/dtensor/plan_cache.h"
 
 #include <algorithm>
 #include <chrono>
