@@ -1,6 +1,6 @@
 #pragma once
 // CommCounter: counts the collectives issued on this thread while it is alive (PyTorch's
-// CommDebugMode). The communicators report every collective they accept (mesh/collective.cc), so
+// CommDebugMode). The communicators report every collective they accept (mesh/communicator.cc), so
 // whatever issues one — a redistribution, an op's strategy, FromLocal's check, a save — is
 // counted without any counting code of its own. Scopes nest; each counts everything issued inside
 // it. Ranks of the threads backend are threads, so each rank counts its own.
