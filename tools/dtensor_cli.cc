@@ -1,20 +1,12 @@
 // dtensor: explain and verify layouts and redistributions from the command line.
 //
-//   dtensor explain   --mesh 4x2 [--names dp,tp] --shape 13,2 --placements 'S(0),S(0)'
-//                     [--to 'R,R'] [--dtype f32] [--strategy best|greedy|search] [--json]
-//                     [--svg FILE] [--max-ranks N|all] [--cost-model FILE] [--ranks-per-host N]
-//   dtensor verify    --mesh 4x2 [--names dp,tp] --shape 13,2 --from 'S(0),S(0)' --to 'R,R'
-//                     [--dtype f32] [--backend threads|shm|gloo|mpi] [--seed N]
-//                     [--strategy best|greedy|search] [--cost-model FILE] [--ranks-per-host N]
-//   dtensor calibrate --bench FILE|- [--intra mpi] [--inter gloo] [--ranks-per-host N]
-//                     [--description TEXT] [--out FILE]
-//   dtensor styles
-//   dtensor inspect   PATH [--tp N] [--plan auto]
-//   dtensor tokenize  --model DIR|FILE.gguf [--decode] [--bos] TEXT
+//   dtensor explain | verify | calibrate | styles | inspect | tokenize [flags]
 //
-// explain is pure (an abstract mesh: no processes, any number of ranks). verify distributes random
-// data, redistributes it and checks every rank's piece against the direct distribution; with
-// --backend gloo or mpi it must run under a launcher with one process per rank:
+// `dtensor --help` lists the subcommands, `dtensor <subcommand> --help` its flags with their
+// defaults and meanings (tools/flags.h). explain is pure (an abstract mesh: no processes, any
+// number of ranks). verify distributes random data, redistributes it and checks every rank's piece
+// against the direct distribution; with --backend gloo or mpi it must run under a launcher with one
+// process per rank:
 //   dtrun --nproc-per-node 8 dtensor verify --mesh 4x2 ... --backend gloo
 //   mpirun -np 8 dtensor verify --mesh 4x2 ... --backend mpi
 // calibrate fits a cost model file (dtensor/cost_model.h) to a bench/collectives run. styles prints
@@ -30,44 +22,50 @@
 #include <mutex>
 #include <optional>
 
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "dtensor/core/status.h"
 #include "dtensor/dtensor/verify.h"
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/style_registry.h"
+#include "dtensor/tools/flags.h"
+
+// Flags of explain and verify (and --ranks-per-host of calibrate); each subcommand's own beside it.
+ABSL_FLAG(std::string, mesh, "", "mesh sizes, e.g. 4x2 (required)");
+ABSL_FLAG(std::string, names, "", "mesh dim names, e.g. dp,tp (default: d0,d1,...)");
+ABSL_FLAG(std::string, shape, "", "the global tensor shape, e.g. 13,2 ('scalar' for none; required)");
+ABSL_FLAG(std::string, dtype, "f32", "the element type: f32, f16, bf16, i64, i32, u8, bool");
+ABSL_FLAG(std::string, strategy, "best", "planner strategy: best, greedy or search");
+ABSL_FLAG(std::string, cost_model, "", "a cost model file (dtensor calibrate) to price plans with");
+ABSL_FLAG(std::string, ranks_per_host, "",
+          "host h holds ranks h*N .. h*N+N-1 (0: one host); overrides the cost model file's");
+ABSL_FLAG(std::string, to, "", "the target placements, e.g. 'R,R'");
+ABSL_FLAG(std::string, from, "", "verify: the source placements, e.g. 'S(0),S(0)' (required)");
+ABSL_FLAG(std::string, backend, "threads", "verify: threads, shm, gloo or mpi (not threads: under a launcher)");
+ABSL_FLAG(std::string, seed, "0", "verify: the seed of the random data");
 
 namespace dt::cli {
 
-absl::StatusOr<Flags> Flags::Parse(int argc, char** argv, const std::vector<std::string>& known,
-                                   const std::vector<std::string>& switches) {
+Flags Flags::Parse(const std::string& command, int argc, char** argv, const std::vector<std::string>& names,
+                   absl::string_view usage) {
+  std::vector<char*> args = {const_cast<char*>(command.c_str())};
+  args.insert(args.end(), argv, argv + argc);
   Flags f;
-  for (int i = 0; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (!absl::ConsumePrefix(&arg, "--")) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
-    }
-    std::string key(arg), value;
-    const size_t eq = key.find('=');
-    const bool is_switch = std::find(switches.begin(), switches.end(), key) != switches.end();
-    if (eq != std::string::npos) {
-      value = key.substr(eq + 1);
-      key = key.substr(0, eq);
-    } else if (!is_switch) {
-      if (i + 1 >= argc)
-        return absl::InvalidArgumentError(absl::StrCat("--", key, " needs a value"));
-      value = argv[++i];
-    } else {
-      value = "1";
-    }
-    if (std::find(known.begin(), known.end(), key) == known.end() &&
-        std::find(switches.begin(), switches.end(), key) == switches.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", key));
-    }
-    f.values_[key] = value;
+  f.positional_ = ParseFlags(static_cast<int>(args.size()), args.data(), usage, {.only = names});
+  f.positional_.erase(f.positional_.begin());
+  for (const std::string& name : names) {
+    if (!Given(name)) continue;
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    const std::string value = flag->CurrentValue();
+    if (flag->IsOfType<bool>() && value == "false") continue;  // --nojson
+    f.values_[absl::StrReplaceAll(name, {{"_", "-"}})] = value;
   }
   return f;
 }
@@ -249,80 +247,82 @@ int Verify(const Flags& flags) {
 namespace {
 
 constexpr const char* kUsage =
-    "usage:\n"
-    "  dtensor explain   --mesh 4x2 [--names dp,tp] --shape 13,2 --placements 'S(0),S(0)'\n"
-    "                    [--to 'R,R'] [--dtype f32] [--strategy best|greedy|search] [--json]\n"
-    "                    [--svg FILE] [--max-ranks N|all] [--cost-model FILE] [--ranks-per-host "
-    "N]\n"
-    "  dtensor verify    --mesh 4x2 [--names dp,tp] --shape 13,2 --from 'S(0),S(0)' --to 'R,R'\n"
-    "                    [--dtype f32] [--backend threads|shm|gloo|mpi] [--seed N]\n"
-    "                    [--strategy best|greedy|search] [--cost-model FILE] [--ranks-per-host N]\n"
-    "  dtensor calibrate --bench FILE|- [--intra mpi] [--inter gloo] [--ranks-per-host N]\n"
-    "                    [--description TEXT] [--out FILE]\n"
-    "                    (a cost model file from the output of bench/collectives)\n"
-    "  dtensor styles    (the tensor-parallel style registry)\n"
-    "  dtensor inspect   PATH [--tp N] [--plan auto]\n"
-    "                    (a checkpoint's tensors; with --tp, each rank's sharded reads)\n"
-    "  dtensor tokenize  --model DIR|FILE.gguf [--decode] [--bos] TEXT\n"
-    "                    (TEXT's token ids as a JSON list; --decode: the text of ids 1,2,3)\n"
-    "placements: R, S(dim), P(sum|avg|min|max|prod), _S(dim,split_factor), _S(dim,[b0,b1,...])\n"
-    "--ranks-per-host N: host h holds ranks h*N .. h*N+N-1; explain marks steps "
-    "intra-/cross-host\n";
+    "usage: dtensor explain | verify | calibrate | styles | inspect | tokenize [flags]\n"
+    "  explain    a layout and a redistribution plan on an abstract mesh (text, --json, --svg)\n"
+    "  verify     redistribute random data on real ranks and check every piece\n"
+    "  calibrate  a cost model file from the output of bench/collectives\n"
+    "  styles     the tensor-parallel style registry\n"
+    "  inspect    PATH: a checkpoint's tensors; with --tp, each rank's sharded reads\n"
+    "  tokenize   TEXT: its token ids as a JSON list (--decode: the text of ids 1,2,3)\n"
+    "`dtensor <subcommand> --help` lists its flags.\n"
+    "placements: R, S(dim), P(sum|avg|min|max|prod), _S(dim,split_factor), _S(dim,[b0,b1,...])";
+
+struct Subcommand {
+  const char* name;
+  const char* usage;
+  std::vector<std::string> flags;  // abseil names
+};
+
+const std::vector<std::string> kLayoutFlags = {"mesh",     "names",      "shape",         "dtype",
+                                               "strategy", "cost_model", "ranks_per_host"};
+
+std::vector<std::string> Plus(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+  using dt::cli::Flags;
+  const std::string cmd = argc >= 2 ? argv[1] : "";
+  if (argc < 2 || cmd == "--help" || cmd == "-h") {
+    std::fprintf(argc < 2 ? stderr : stdout, "%s\n", kUsage);
     return argc < 2 ? 2 : 0;
   }
-  const std::string cmd = argv[1];
-  if (cmd == "styles") {
+  const std::vector<Subcommand> subcommands = {
+      {"explain",
+       "usage: dtensor explain --mesh 4x2 --shape 13,2 --placements 'S(0),S(0)' [--to 'R,R'] [flags]\n"
+       "a layout and, with --to, the redistribution plan, on an abstract mesh (no processes)",
+       Plus(kLayoutFlags, {"placements", "to", "svg", "max_ranks", "json"})},
+      {"verify",
+       "usage: dtensor verify --mesh 4x2 --shape 13,2 --from 'S(0),S(0)' --to 'R,R' [flags]\n"
+       "redistributes random data on real ranks and checks every rank's piece",
+       Plus(kLayoutFlags, {"from", "to", "backend", "seed"})},
+      {"calibrate",
+       "usage: dtensor calibrate --bench FILE|- [flags]\na cost model file from the output of bench/collectives",
+       {"bench", "intra", "inter", "ranks_per_host", "description", "out"}},
+      {"styles", "usage: dtensor styles\nthe tensor-parallel style registry", {}},
+      {"inspect", "usage: dtensor inspect PATH [--tp N] [--plan auto]\na checkpoint's tensors; with --tp, each rank's reads",
+       {"tp", "plan"}},
+      {"tokenize",
+       "usage: dtensor tokenize --model DIR|FILE.gguf [--decode] [--bos] TEXT\n"
+       "TEXT's token ids as a JSON list; with --decode, the text of the ids in TEXT",
+       {"model", "decode", "bos"}},
+  };
+  for (const Subcommand& sub : subcommands) {
+    if (cmd != sub.name) continue;
+    const std::string program = std::string("dtensor ") + sub.name;
+    // With no flags to allow, only --help passes: `only` must not be empty.
+    std::vector<std::string> only = sub.flags.empty() ? std::vector<std::string>{"help"} : sub.flags;
+    Flags flags = Flags::Parse(program, argc - 2, argv + 2, only, sub.usage);
+    const std::vector<std::string>& rest = flags.positional();
+    const bool wants_one = cmd == "inspect" || cmd == "tokenize";
+    if (rest.size() != (wants_one ? 1u : 0u)) {
+      std::fprintf(stderr, "%s: %s (see %s --help)\n", program.c_str(),
+                   wants_one ? (rest.empty() ? "needs one positional argument" : "takes one positional argument")
+                             : absl::StrCat("unexpected argument '", rest.front(), "'").c_str(),
+                   program.c_str());
+      return 2;
+    }
+    if (cmd == "explain") return dt::cli::Explain(flags);
+    if (cmd == "verify") return dt::cli::Verify(flags);
+    if (cmd == "calibrate") return dt::cli::Calibrate(flags);
+    if (cmd == "inspect") return dt::cli::Inspect(rest.front(), flags);
+    if (cmd == "tokenize") return dt::cli::Tokenize(rest.front(), flags);
     std::fputs(dt::nn::FormatStylesTable().c_str(), stdout);
     return 0;
   }
-  const std::vector<std::string> common = {"mesh",     "names",      "shape",         "dtype",
-                                           "strategy", "cost-model", "ranks-per-host"};
-  auto parse = [&](std::vector<std::string> known,
-                   const std::vector<std::string>& switches) -> std::optional<dt::cli::Flags> {
-    auto flags = dt::cli::Flags::Parse(argc - 2, argv + 2, known, switches);
-    if (!flags.ok()) {
-      std::fprintf(stderr, "dtensor %s: %s\n%s", cmd.c_str(),
-                   std::string(flags.status().message()).c_str(), kUsage);
-      return std::nullopt;
-    }
-    return *std::move(flags);
-  };
-  if (cmd == "explain") {
-    std::vector<std::string> known = common;
-    for (const char* k : {"placements", "to", "svg", "max-ranks"}) known.push_back(k);
-    auto flags = parse(known, {"json"});
-    return flags ? dt::cli::Explain(*flags) : 2;
-  }
-  if (cmd == "verify") {
-    std::vector<std::string> known = common;
-    for (const char* k : {"from", "to", "backend", "seed"}) known.push_back(k);
-    auto flags = parse(known, {});
-    return flags ? dt::cli::Verify(*flags) : 2;
-  }
-  if (cmd == "inspect") {
-    if (argc < 3 || std::string(argv[2]).rfind("--", 0) == 0) {
-      std::fprintf(stderr, "dtensor inspect: needs a PATH\n%s", kUsage);
-      return 2;
-    }
-    auto flags = dt::cli::Flags::Parse(argc - 3, argv + 3, {"tp", "plan"}, {});
-    if (!flags.ok()) {
-      std::fprintf(stderr, "dtensor inspect: %s\n%s", std::string(flags.status().message()).c_str(),
-                   kUsage);
-      return 2;
-    }
-    return dt::cli::Inspect(argv[2], *flags);
-  }
-  if (cmd == "tokenize") return dt::cli::Tokenize(argc - 2, argv + 2);
-  if (cmd == "calibrate") {
-    auto flags = parse({"bench", "intra", "inter", "ranks-per-host", "description", "out"}, {});
-    return flags ? dt::cli::Calibrate(*flags) : 2;
-  }
-  std::fprintf(stderr, "dtensor: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+  std::fprintf(stderr, "dtensor: unknown command '%s'\n%s\n", cmd.c_str(), kUsage);
   return 2;
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "dtensor/core/dtype.h"
 #include "dtensor/core/shape.h"
 #include "dtensor/dtensor/placement.h"
@@ -18,11 +19,16 @@
 
 namespace dt::cli {
 
-// --key value / --key=value flags after the subcommand; bare words are errors.
+// The flags a subcommand was given (abseil flags parsed by tools/flags.h, each defined in the file
+// of the subcommand that reads it), by their command-line names ("cost-model"), and its
+// positional arguments.
 class Flags {
  public:
-  static absl::StatusOr<Flags> Parse(int argc, char** argv, const std::vector<std::string>& known,
-                                     const std::vector<std::string>& switches);
+  // Parses argv (the arguments after the subcommand), accepting only `names` (abseil's names);
+  // exits with 2 on a bad command line and with 0 after --help, which prints `usage` and them.
+  static Flags Parse(const std::string& command, int argc, char** argv, const std::vector<std::string>& names,
+                     absl::string_view usage);
+  const std::vector<std::string>& positional() const { return positional_; }
   bool Has(const std::string& key) const { return values_.count(key) > 0; }
   std::string Get(const std::string& key, const std::string& fallback = "") const;
   absl::StatusOr<std::string> Required(const std::string& key) const;
@@ -38,6 +44,7 @@ class Flags {
 
  private:
   std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
 };
 
 int Explain(const Flags& flags);
@@ -45,7 +52,7 @@ int Verify(const Flags& flags);
 int Calibrate(const Flags& flags);
 // `dtensor inspect PATH ...` (PATH is positional, before the flags).
 int Inspect(const std::string& path, const Flags& flags);
-// `dtensor tokenize` (argv after the subcommand).
-int Tokenize(int argc, char** argv);
+// `dtensor tokenize ... TEXT`.
+int Tokenize(const std::string& text, const Flags& flags);
 
 }  // namespace dt::cli

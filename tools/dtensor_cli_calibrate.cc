@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -35,6 +36,12 @@
 #include "dtensor/dtensor/cost_model.h"
 #include "nlohmann/json.hpp"
 #include "dtensor/tools/dtensor_cli.h"
+
+ABSL_FLAG(std::string, bench, "", "bench/collectives' output to fit, or - for stdin (required)");
+ABSL_FLAG(std::string, intra, "mpi", "the backend whose rows price links within a host");
+ABSL_FLAG(std::string, inter, "gloo", "the backend whose rows price links across hosts");
+ABSL_FLAG(std::string, description, "", "the model's description (default: where it was calibrated from)");
+ABSL_FLAG(std::string, out, "", "write the cost model file here (default: stdout)");
 
 namespace dt::cli {
 namespace {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -31,6 +32,11 @@
 #include "dtensor/dtensor/spec.h"
 #include "nlohmann/json.hpp"
 #include "dtensor/tools/dtensor_cli.h"
+
+ABSL_FLAG(std::string, placements, "", "the layout's placements, e.g. 'S(0),S(0)' (required)");
+ABSL_FLAG(std::string, svg, "", "also draw the layout into this SVG file");
+ABSL_FLAG(std::string, max_ranks, "16", "list at most this many ranks (>= 2), or 'all'");
+ABSL_FLAG(bool, json, false, "print JSON instead of text");
 
 namespace dt::cli {
 namespace {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -29,6 +30,9 @@
 #include "dtensor/nn/models/flux2.h"
 #include "dtensor/nn/models/llama.h"
 #include "dtensor/tools/dtensor_cli.h"
+
+ABSL_FLAG(std::string, tp, "", "show each of N ranks' sharded reads under the model's plan");
+ABSL_FLAG(std::string, plan, "auto", "the plan: auto (the model's own)");
 
 namespace dt::cli {
 namespace {

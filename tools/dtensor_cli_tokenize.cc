@@ -6,35 +6,24 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "dtensor/loaders/tokenizer.h"
 #include "dtensor/tools/dtensor_cli.h"
 
+ABSL_FLAG(std::string, model, "", "a tokenizer.json's directory or a GGUF file (required)");
+ABSL_FLAG(bool, decode, false, "TEXT holds comma-separated ids: print their text");
+ABSL_FLAG(bool, bos, false, "put BOS first when the tokenizer adds one");
+
 namespace dt::cli {
 
-int Tokenize(int argc, char** argv) {
-  std::string model, text;
-  bool decode = false, bos = false, have_text = false;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--model" && i + 1 < argc) {
-      model = argv[++i];
-    } else if (a == "--decode") {
-      decode = true;
-    } else if (a == "--bos") {
-      bos = true;
-    } else if (!have_text && (a.rfind("--", 0) != 0 || a == "--")) {
-      text = a == "--" && i + 1 < argc ? argv[++i] : a;
-      have_text = true;
-    } else {
-      std::fprintf(stderr, "dtensor tokenize: unexpected argument '%s'\n", a.c_str());
-      return 2;
-    }
-  }
-  if (model.empty() || !have_text) {
-    std::fprintf(stderr, "usage: dtensor tokenize --model DIR|FILE.gguf [--decode] [--bos] TEXT\n");
+int Tokenize(const std::string& text, const Flags& flags) {
+  const std::string model = flags.Get("model");
+  const bool decode = flags.Has("decode"), bos = flags.Has("bos");
+  if (model.empty()) {
+    std::fprintf(stderr, "dtensor tokenize: --model DIR|FILE.gguf is required (see dtensor tokenize --help)\n");
     return 2;
   }
   auto tok = loaders::Tokenizer::Load(model);

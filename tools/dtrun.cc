@@ -1,7 +1,5 @@
-// dtrun: starts the ranks of one node of a distributed job, like torchrun.
-//
-//   dtrun --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P]
-//         [--grace-period S] PROG ARGS...
+// dtrun: starts the ranks of one node of a distributed job, like torchrun. `dtrun --help` lists
+// the flags; everything from PROG on is the program's own command line.
 //
 // Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK (and torchrun's
 // GROUP_RANK), GROUP_WORLD_SIZE (the number of nodes, torchrun's name), MASTER_ADDR and
@@ -66,6 +64,18 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "dtensor/tools/flags.h"
+
+ABSL_FLAG(int, nproc_per_node, 0, "ranks to start on this node (required)");
+ABSL_FLAG(int, nnodes, 1, "nodes of the job; each runs its own dtrun");
+ABSL_FLAG(int, node_rank, 0, "this node's index in [0, nnodes)");
+ABSL_FLAG(std::string, master_addr, "127.0.0.1", "the address of node 0, where rank 0 serves the job's store");
+ABSL_FLAG(int, master_port, 0,
+          "the store's port; 0 (one node only): dtrun picks a free one and holds it for rank 0");
+ABSL_FLAG(double, grace_period, 5.0,
+          "seconds between SIGTERM and SIGKILL for the other ranks when one fails or dtrun is signalled");
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -80,85 +90,34 @@ struct Options {
   std::vector<std::string> argv;
 };
 
-void Usage(const char* why) {
-  std::fprintf(stderr,
-               "dtrun: %s\n"
-               "usage: dtrun --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P]\n"
-               "             [--grace-period SECONDS] PROG ARGS...\n",
-               why);
-}
-
-bool ParseInt(const char* s, int* out) {
-  char* end = nullptr;
-  errno = 0;
-  long v = std::strtol(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0' || v < 0 || v > 1 << 30) return false;
-  *out = static_cast<int>(v);
-  return true;
-}
+constexpr const char* kUsage =
+    "usage: dtrun --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P]\n"
+    "             [--grace-period SECONDS] PROG ARGS...\n"
+    "starts the N ranks of one node of a distributed job, like torchrun (tools/dtrun.cc)";
 
 std::optional<Options> Parse(int argc, char** argv) {
+  std::vector<std::string> positional =
+      dt::cli::ParseFlags(argc, argv, kUsage, {.stop_at_positional = true});
   Options o;
-  int i = 1;
-  for (; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--", 0) != 0) break;
-    if (a == "--") {
-      ++i;
-      break;
-    }
-    std::string value;
-    const size_t eq = a.find('=');
-    if (eq != std::string::npos) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      Usage(("missing value for " + a).c_str());
-      return std::nullopt;
-    }
-    for (char& ch : a) if (ch == '_') ch = '-';
-    bool ok = true;
-    if (a == "--nproc-per-node") {
-      ok = ParseInt(value.c_str(), &o.nproc) && o.nproc > 0;
-    } else if (a == "--nnodes") {
-      ok = ParseInt(value.c_str(), &o.nnodes) && o.nnodes > 0;
-    } else if (a == "--node-rank") {
-      ok = ParseInt(value.c_str(), &o.node_rank);
-    } else if (a == "--master-addr") {
-      o.master_addr = value;
-    } else if (a == "--master-port") {
-      ok = ParseInt(value.c_str(), &o.master_port) && o.master_port > 0 && o.master_port < 65536;
-    } else if (a == "--grace-period") {
-      char* end = nullptr;
-      o.grace_s = std::strtod(value.c_str(), &end);
-      ok = end != value.c_str() && *end == '\0' && o.grace_s >= 0;
-    } else {
-      Usage(("unknown option " + a).c_str());
-      return std::nullopt;
-    }
-    if (!ok) {
-      Usage(("bad value '" + value + "' for " + a).c_str());
-      return std::nullopt;
-    }
-  }
-  for (; i < argc; ++i) o.argv.push_back(argv[i]);
-  if (o.nproc == 0) {
-    Usage("--nproc-per-node is required");
+  o.nproc = absl::GetFlag(FLAGS_nproc_per_node);
+  o.nnodes = absl::GetFlag(FLAGS_nnodes);
+  o.node_rank = absl::GetFlag(FLAGS_node_rank);
+  o.master_addr = absl::GetFlag(FLAGS_master_addr);
+  o.master_port = absl::GetFlag(FLAGS_master_port);
+  o.grace_s = absl::GetFlag(FLAGS_grace_period);
+  o.argv.assign(positional.begin() + 1, positional.end());
+  auto bad = [](const char* why) {
+    std::fprintf(stderr, "dtrun: %s (see dtrun --help)\n", why);
     return std::nullopt;
-  }
-  if (o.argv.empty()) {
-    Usage("no program to run");
-    return std::nullopt;
-  }
-  if (o.node_rank >= o.nnodes) {
-    Usage("--node-rank must be below --nnodes");
-    return std::nullopt;
-  }
+  };
+  if (o.nproc <= 0) return bad("--nproc-per-node N (N >= 1) is required");
+  if (o.nnodes <= 0) return bad("--nnodes must be at least 1");
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes) return bad("--node-rank must be in [0, --nnodes)");
+  if (o.master_port < 0 || o.master_port > 65535) return bad("--master-port must be a TCP port (1-65535)");
+  if (o.grace_s < 0) return bad("--grace-period must not be negative");
+  if (o.argv.empty()) return bad("no program to run");
   if (o.nnodes > 1 && o.master_port == 0) {
-    Usage("--master-port is required with --nnodes > 1 (every node must agree on it)");
-    return std::nullopt;
+    return bad("--master-port is required with --nnodes > 1 (every node must agree on it)");
   }
   return o;
 }

@@ -1,2 +1,3 @@
-# dtrun: the launcher (tools/dtrun.cc); plain POSIX, no dtensor libraries.
+# dtrun: the launcher (tools/dtrun.cc); plain POSIX and the flags parser, no dtensor library.
 add_executable(dtrun ${CMAKE_CURRENT_LIST_DIR}/dtrun.cc)
+target_link_libraries(dtrun PRIVATE dt_flags)
