@@ -1,6 +1,5 @@
 #pragma once
-// What the benches share: the command line of those that take nothing but --quick (done in under a
-// minute), medians, the PASS/FAIL of RESULT lines, and this program's path (for the benches that
+// What the benches share: the command line (--quick: done in under a minute), medians, the PASS/FAIL of RESULT lines, and this program's path (for the benches that
 // re-launch themselves under dtrun or mpirun).
 
 #include <tbb/blocked_range.h>
@@ -22,17 +21,15 @@
 
 namespace dt::bench {
 
-// true with --quick, false without; nullopt, after printing the usage, for anything else.
+// The flags of every bench (tools/flags.h): --quick (under a minute), defined in bench_util.cc, and
+// the bench's own, defined beside its main. Parses argv (--help lists them; a bad command line
+// exits with 2) and returns --quick.
+bool ParseBenchFlags(int argc, char** argv, const char* usage);
+// For the benches with no flag but --quick. Never nullopt (kept for its callers' form).
 inline std::optional<bool> ParseQuickFlag(int argc, char** argv) {
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") != 0) {
-      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
-      return std::nullopt;
-    }
-    quick = true;
-  }
-  return quick;
+  const std::string program = argc > 0 ? argv[0] : "bench";
+  const std::string usage = absl::StrCat("usage: ", program.substr(program.rfind('/') + 1), " [--quick]");
+  return ParseBenchFlags(argc, argv, usage.c_str());
 }
 
 // The median of `v` (the upper middle one for an even count); `v` must not be empty.

@@ -5,13 +5,10 @@
 // see Note [All-to-all over views] in mesh/collective.h) beside the same raw all_to_all of
 // contiguous blocks.
 //
-//   collectives [--quick] [--backends threads,shm,gloo,mpi] [--ranks 2,4] [--rep-scale K] [--null]
-//               [--latency]
-//       every configuration: threads in-process, shm and gloo through dtrun, mpi through mpirun
-//       --null: "ours" is the raw call as well, so the ratios show the method's own noise floor
-//       --latency: only the latency rows
-//   bench_collectives --worker shm|gloo|mpi [--quick] [--null] [--rep-scale K]
-//       one rank of one configuration (what the driver launches)
+//   bench_collectives [--quick] [--backends threads,shm,gloo,mpi] [--ranks 2,4] [--rep-scale K]
+//                     [--null] [--latency]      (--help says what each flag does)
+//       every configuration: threads in-process, shm and gloo through dtrun, mpi through mpirun;
+//       with --worker shm|gloo|mpi, one rank of one configuration (what the driver launches)
 //
 // Sizes follow nccl-tests: S is the whole buffer per rank (all_reduce's buffer, all_gather's output,
 // reduce_scatter's input, all_to_all's input); algbw = S / time, in GB/s (1e9 bytes). A sample
@@ -57,6 +54,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "dtensor/bench/bench_util.h"
 #include "absl/strings/str_split.h"
@@ -657,32 +656,31 @@ int Driver(const Options& opt) {
 }  // namespace
 }  // namespace dt
 
+ABSL_FLAG(std::string, worker, "", "run as one rank of this backend's configuration (shm, gloo or mpi; the driver launches these)");
+ABSL_FLAG(std::vector<std::string>, backends, std::vector<std::string>({"threads", "shm", "gloo", "mpi"}),
+          "backends to measure, comma-separated");
+ABSL_FLAG(std::vector<std::string>, ranks, std::vector<std::string>({"2", "4"}), "rank counts, comma-separated");
+ABSL_FLAG(int, rep_scale, 1, "multiply the repetitions by this");
+ABSL_FLAG(bool, null, false, "\"ours\" is the raw call as well: the ratios show the method's own noise floor");
+ABSL_FLAG(bool, latency, false, "only the latency rows");
+
 int main(int argc, char** argv) {
   dt::Options opt;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (a == "--quick") {
-      opt.quick = true;
-    } else if (a == "--worker" && has_value) {
-      opt.worker = argv[++i];
-    } else if (a == "--backends" && has_value) {
-      opt.backends = absl::StrSplit(argv[++i], ',');
-    } else if (a == "--ranks" && has_value) {
-      opt.ranks.clear();
-      for (absl::string_view r : absl::StrSplit(argv[++i], ',')) opt.ranks.push_back(std::atoi(std::string(r).c_str()));
-    } else if (a == "--latency") {
-      opt.latency_only = true;
-    } else if (a == "--null") {
-      opt.null = true;
-    } else if (a == "--rep-scale" && has_value) {
-      opt.rep_scale = std::max(1, std::atoi(argv[++i]));
-    } else {
-      std::fprintf(stderr,
-                   "usage: collectives [--quick] [--backends threads,shm,gloo,mpi] [--ranks 2,4] [--rep-scale K] [--null] [--latency]\n"
-                   "       bench_collectives --worker shm|gloo|mpi [--quick] [--null] [--rep-scale K]   (one rank; the driver runs these)\n");
+  opt.quick = dt::bench::ParseBenchFlags(argc, argv, "usage: bench_collectives [flags]\n"
+                                                     "our collectives vs each backend's raw call and memcpy");
+  opt.worker = absl::GetFlag(FLAGS_worker);
+  opt.backends = absl::GetFlag(FLAGS_backends);
+  opt.ranks.clear();
+  for (const std::string& r : absl::GetFlag(FLAGS_ranks)) {
+    int n = 0;
+    if (!absl::SimpleAtoi(r, &n) || n < 1) {
+      std::fprintf(stderr, "bench_collectives: --ranks: '%s' is not a rank count\n", r.c_str());
       return 2;
     }
+    opt.ranks.push_back(n);
   }
+  opt.rep_scale = std::max(1, absl::GetFlag(FLAGS_rep_scale));
+  opt.null = absl::GetFlag(FLAGS_null);
+  opt.latency_only = absl::GetFlag(FLAGS_latency);
   return opt.worker.empty() ? dt::Driver(opt) : dt::Worker(opt);
 }

@@ -29,6 +29,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/flags/flag.h"
 #include "dtensor/bench/bench_util.h"
 #include "dtensor/core/process_stats.h"
 #include "dtensor/core/status.h"
@@ -134,20 +135,15 @@ double MB(int64_t b) { return b / 1e6; }
 
 }  // namespace
 
+ABSL_FLAG(bool, worker, false, "run as one rank (what the driver launches under dtrun)");
+ABSL_FLAG(bool, whole, false, "worker: load every weight whole, then shard (the baseline)");
+ABSL_FLAG(std::string, dir, "", "where the random checkpoint is written (default: a temporary directory)");
+
 int main(int argc, char** argv) {
-  bool quick = false, worker = false, whole = false;
-  std::string dir;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--quick") quick = true;
-    else if (a == "--worker") worker = true;
-    else if (a == "--whole") whole = true;
-    else if (a == "--dir" && i + 1 < argc) dir = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: bench_load [--quick] [--dir DIR]\n");
-      return 2;
-    }
-  }
+  const bool quick = dt::bench::ParseBenchFlags(argc, argv, "usage: bench_load [--quick] [--dir DIR]\n"
+                                                            "sharded loading vs loading whole then sharding");
+  const bool worker = absl::GetFlag(FLAGS_worker), whole = absl::GetFlag(FLAGS_whole);
+  std::string dir = absl::GetFlag(FLAGS_dir);
   if (worker) return Worker(dir, whole);
 
   auto self = dt::bench::SelfPath();

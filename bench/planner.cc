@@ -27,6 +27,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/flags/flag.h"
 #include "dtensor/bench/bench_util.h"
 #include "dtensor/dtensor/spec.h"
 
@@ -212,22 +213,11 @@ int Run(bool quick, int samples, int64_t ranks_per_host) {
 }  // namespace
 }  // namespace dt
 
+ABSL_FLAG(int, samples, 0, "random cases to plan (0: the mode's default)");
+ABSL_FLAG(int64_t, ranks_per_host, 8, "host h holds ranks h*N .. h*N+N-1 in the cost model");
+
 int main(int argc, char** argv) {
-  bool quick = false;
-  int samples = 0;
-  int64_t ranks_per_host = 8;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--quick") {
-      quick = true;
-    } else if (a == "--samples" && i + 1 < argc) {
-      samples = std::atoi(argv[++i]);
-    } else if (a == "--ranks-per-host" && i + 1 < argc) {
-      ranks_per_host = std::atoll(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: bench_planner [--quick] [--samples N] [--ranks-per-host H]\n");
-      return 2;
-    }
-  }
-  return dt::Run(quick, samples, ranks_per_host);
+  const bool quick = dt::bench::ParseBenchFlags(argc, argv, "usage: bench_planner [--quick] [--samples N] [--ranks-per-host H]\n"
+                                                            "the planner's speed and plan quality");
+  return dt::Run(quick, absl::GetFlag(FLAGS_samples), absl::GetFlag(FLAGS_ranks_per_host));
 }

@@ -43,10 +43,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/flags/flag.h"
 #include "dtensor/bench/bench_util.h"
 #include "dtensor/core/status.h"
 #include "dtensor/dtensor/dtensor.h"
 #include "dtensor/mesh/world.h"
+
+ABSL_FLAG(bool, worker, false, "run as one rank (what the driver launches)");
+ABSL_FLAG(std::string, backends, "threads,gloo,mpi", "backends to measure, comma-separated");
+ABSL_FLAG(std::string, ranks, "2,4", "rank counts, comma-separated");
+ABSL_FLAG(std::string, sizes, "16,64", "tensor sizes in MiB, comma-separated");
 
 namespace dt {
 namespace {
@@ -267,21 +273,11 @@ int Main(int argc, char** argv) {
   // Keep freed large buffers in the heap (a caching allocator), see the header comment.
   mallopt(M_MMAP_MAX, 0);               // large blocks come from the heap, not fresh mmaps,
   mallopt(M_TRIM_THRESHOLD, 1 << 30);   // and freed ones stay there for the next call
-  bool quick = false, worker = false;
-  std::string backends = "threads,gloo,mpi", ranks_text = "2,4", sizes_text = "16,64";
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--quick") quick = true;
-    else if (a == "--worker") worker = true;
-    else if (a == "--backends" && i + 1 < argc) backends = argv[++i];
-    else if (a == "--ranks" && i + 1 < argc) ranks_text = argv[++i];
-    else if (a == "--sizes" && i + 1 < argc) sizes_text = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: %s [--quick] [--backends threads,gloo,mpi] [--ranks 2,4] [--sizes 16,64]\n",
-                   argv[0]);
-      return 2;
-    }
-  }
+  const bool quick = bench::ParseBenchFlags(argc, argv, "usage: bench_redistribute [flags]\n"
+                                                       "Redistribute vs the raw collectives it plans");
+  const bool worker = absl::GetFlag(FLAGS_worker);
+  const std::string backends = absl::GetFlag(FLAGS_backends), ranks_text = absl::GetFlag(FLAGS_ranks),
+                    sizes_text = absl::GetFlag(FLAGS_sizes);
   const std::vector<int64_t> sizes = Ints(sizes_text);
   if (worker) {
     auto world = World::FromEnv();

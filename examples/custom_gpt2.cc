@@ -11,6 +11,7 @@
 
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/nn.h"
+#include "dtensor/tools/flags.h"
 
 namespace nn = dt::nn;
 
@@ -112,7 +113,8 @@ absl::Status Run(dt::World& world) {
   return absl::OkStatus();
 }
 
-int main() {
+int main(int argc, char** argv) {
+  dt::cli::ParseFlags(argc, argv, "usage: custom_gpt2\na GPT-2-style model sharded by its plan, checked against the same model unsharded (no flags; under dtrun for several ranks)");
   // Under dtrun (or torchrun, mpirun) the ranks are processes; otherwise 4 threads of this one.
   const absl::Status s = std::getenv("RANK") != nullptr
                              ? [] {

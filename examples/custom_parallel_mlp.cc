@@ -9,6 +9,7 @@
 
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/nn.h"
+#include "dtensor/tools/flags.h"
 
 namespace nn = dt::nn;
 
@@ -68,7 +69,8 @@ absl::Status Run() {
   return report.status();
 }
 
-int main() {
+int main(int argc, char** argv) {
+  dt::cli::ParseFlags(argc, argv, "usage: custom_parallel_mlp\ntwo tensor-parallel MLP blocks, checked against the same blocks unsharded (no flags; under dtrun for several ranks)");
   const absl::Status s = Run();
   if (!s.ok()) std::fprintf(stderr, "custom_parallel_mlp: %s\n", s.ToString().c_str());
   return s.ok() ? 0 : 1;

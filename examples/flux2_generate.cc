@@ -17,14 +17,8 @@
 // receives latents.safetensors (tensor "latents", [1, S, C] f32) and preview.png (examples/
 // latent_preview.h: the latents' first channels, not a decoded image).
 //
-// Options: --model DIR (a diffusers transformer directory or a pipeline directory with
-// transformer/), --steps N (4), --height H --width W (pixels, multiples of 16; 256), --seed S (0),
-// --guidance G (4.0; used when the model embeds guidance), --prompt-embeds FILE, --text-tokens N,
-// --dtype f32|bf16|f16 (compute; default f32 as diffusers' from_pretrained), --out DIR,
-// --check (rank 0 reruns on one rank in-process; every rank exits 1 unless the final latents agree
-// within 1e-4 of their scale), --save-to DIR (the loaded model saved gathered as a diffusers
-// checkpoint), --quiet. Verification mode: --inputs IN.safetensors --output OUT.safetensors runs
-// one forward on IN's hidden_states, encoder_hidden_states, timestep, [guidance], img_ids, txt_ids
+// `flux2_generate --help` lists every flag with its default. Verification mode: --inputs
+// IN.safetensors --output OUT.safetensors runs one forward on diffusers' inputs (tests/fixtures/flux2-*)
 // and writes `sample` (rank 0 writes); with --reference REF.safetensors (diffusers' output, tensor
 // `sample`) every rank exits 1 unless its sample is within 1e-4 of REF's scale.
 //
@@ -38,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -52,6 +47,24 @@
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/models/flow_match.h"
 #include "dtensor/nn/models/flux2.h"
+#include "dtensor/tools/flags.h"
+
+ABSL_FLAG(std::string, model, "", "a diffusers transformer directory, or a pipeline directory with transformer/ (required)");
+ABSL_FLAG(int64_t, steps, 4, "denoising steps");
+ABSL_FLAG(int64_t, height, 256, "image height in pixels (a multiple of 16)");
+ABSL_FLAG(int64_t, width, 256, "image width in pixels (a multiple of 16)");
+ABSL_FLAG(uint64_t, seed, 0, "seed of the latents (and of the text embeddings without --prompt-embeds)");
+ABSL_FLAG(double, guidance, 4.0, "guidance scale, used when the model embeds guidance");
+ABSL_FLAG(std::string, prompt_embeds, "", "text embeddings: a safetensors file with tensor prompt_embeds");
+ABSL_FLAG(int64_t, text_tokens, 32, "seeded text tokens when there is no --prompt-embeds");
+ABSL_FLAG(std::string, dtype, "f32", "compute dtype: f32, bf16 or f16 (f32 as diffusers' from_pretrained)");
+ABSL_FLAG(std::string, out, "", "write the final latents and a preview PNG into this directory");
+ABSL_FLAG(std::string, save_to, "", "save the loaded model, gathered, as a diffusers checkpoint here");
+ABSL_FLAG(std::string, inputs, "", "verification mode: diffusers' forward inputs (safetensors)");
+ABSL_FLAG(std::string, output, "", "verification mode: write `sample` here (rank 0)");
+ABSL_FLAG(std::string, reference, "", "verification mode: exit 1 unless `sample` is within 1e-4 of this file's scale");
+ABSL_FLAG(bool, check, false, "rank 0 reruns on one rank; every rank exits 1 unless the final latents agree within 1e-4 of their scale");
+ABSL_FLAG(bool, quiet, false, "print only the result lines");
 
 namespace {
 
@@ -78,62 +91,31 @@ struct Args {
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
+  dt::cli::ParseFlags(argc, argv,
+                      "usage: flux2_generate --model DIR [flags]\n"
+                      "Flux2 tensor-parallel denoising from a diffusers checkpoint (under dtrun: one rank per process)");
   Args a;
-  auto value = [&](int& i) -> absl::StatusOr<std::string> {
-    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(argv[i], " needs a value"));
-    return std::string(argv[++i]);
-  };
-  auto positive = [&](int& i, int64_t& out) -> absl::Status {
-    const std::string flag = argv[i];
-    DT_ASSIGN_OR_RETURN(std::string v, value(i));
-    if (!absl::SimpleAtoi(v, &out) || out <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(flag, ": want a positive integer, got '", v, "'"));
-    }
-    return absl::OkStatus();
-  };
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    if (f == "--model") {
-      DT_ASSIGN_OR_RETURN(a.model, value(i));
-    } else if (f == "--steps") {
-      DT_RETURN_IF_ERROR(positive(i, a.steps));
-    } else if (f == "--height") {
-      DT_RETURN_IF_ERROR(positive(i, a.height));
-    } else if (f == "--width") {
-      DT_RETURN_IF_ERROR(positive(i, a.width));
-    } else if (f == "--text-tokens") {
-      DT_RETURN_IF_ERROR(positive(i, a.text_tokens));
-    } else if (f == "--seed") {
-      DT_ASSIGN_OR_RETURN(std::string v, value(i));
-      if (!absl::SimpleAtoi(v, &a.seed)) return absl::InvalidArgumentError("--seed: not an integer >= 0");
-    } else if (f == "--guidance") {
-      DT_ASSIGN_OR_RETURN(std::string v, value(i));
-      if (!absl::SimpleAtod(v, &a.guidance) || !std::isfinite(a.guidance)) {
-        return absl::InvalidArgumentError("--guidance: not a number");
-      }
-    } else if (f == "--prompt-embeds") {
-      DT_ASSIGN_OR_RETURN(a.prompt_embeds, value(i));
-    } else if (f == "--dtype") {
-      DT_ASSIGN_OR_RETURN(std::string v, value(i));
-      DT_ASSIGN_OR_RETURN(a.dtype, dt::ParseDType(v));
-    } else if (f == "--out") {
-      DT_ASSIGN_OR_RETURN(a.out, value(i));
-    } else if (f == "--save-to") {
-      DT_ASSIGN_OR_RETURN(a.save_to, value(i));
-    } else if (f == "--inputs") {
-      DT_ASSIGN_OR_RETURN(a.inputs, value(i));
-    } else if (f == "--output") {
-      DT_ASSIGN_OR_RETURN(a.output, value(i));
-    } else if (f == "--reference") {
-      DT_ASSIGN_OR_RETURN(a.reference, value(i));
-    } else if (f == "--check") {
-      a.check = true;
-    } else if (f == "--quiet") {
-      a.quiet = true;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown option '", f, "' (see the file comment)"));
-    }
+  a.model = absl::GetFlag(FLAGS_model);
+  a.steps = absl::GetFlag(FLAGS_steps);
+  a.height = absl::GetFlag(FLAGS_height);
+  a.width = absl::GetFlag(FLAGS_width);
+  a.text_tokens = absl::GetFlag(FLAGS_text_tokens);
+  a.seed = absl::GetFlag(FLAGS_seed);
+  a.guidance = absl::GetFlag(FLAGS_guidance);
+  a.prompt_embeds = absl::GetFlag(FLAGS_prompt_embeds);
+  DT_ASSIGN_OR_RETURN(a.dtype, dt::ParseDType(absl::GetFlag(FLAGS_dtype)));
+  a.out = absl::GetFlag(FLAGS_out);
+  a.save_to = absl::GetFlag(FLAGS_save_to);
+  a.inputs = absl::GetFlag(FLAGS_inputs);
+  a.output = absl::GetFlag(FLAGS_output);
+  a.reference = absl::GetFlag(FLAGS_reference);
+  a.check = absl::GetFlag(FLAGS_check);
+  a.quiet = absl::GetFlag(FLAGS_quiet);
+  for (const auto& [name, v] : {std::pair{"steps", a.steps}, {"height", a.height}, {"width", a.width},
+                                {"text-tokens", a.text_tokens}}) {
+    if (v <= 0) return absl::InvalidArgumentError(absl::StrCat("--", name, ": want a positive integer, got ", v));
   }
+  if (!std::isfinite(a.guidance)) return absl::InvalidArgumentError("--guidance: not a finite number");
   if (a.model.empty()) return absl::InvalidArgumentError("--model DIR is required");
   if (a.inputs.empty() != a.output.empty()) {
     return absl::InvalidArgumentError("verification mode needs both --inputs and --output");

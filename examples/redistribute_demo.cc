@@ -5,8 +5,10 @@
 //   DT_BACKEND=mpi mpirun --allow-run-as-root -np 4 build/bin/redistribute_demo
 //   build/bin/redistribute_demo --threads 4                               (in one process)
 #include <cstdio>
-#include <cstring>
 #include <string>
+
+#include "absl/flags/flag.h"
+#include "dtensor/tools/flags.h"
 
 #include "dtensor/dtensor/dtensor.h"
 #include "dtensor/mesh/world.h"
@@ -59,10 +61,13 @@ absl::Status Tour(dt::World& world) {
 
 }  // namespace
 
+ABSL_FLAG(int, threads, 0, "run the ranks as this many threads of one process (0: the launcher's processes)");
+
 int main(int argc, char** argv) {
+  dt::cli::ParseFlags(argc, argv, "usage: redistribute_demo [--threads N]\na redistribution tour on a (2, 2) mesh");
   absl::Status s;
-  if (argc == 3 && std::strcmp(argv[1], "--threads") == 0) {
-    s = dt::World::RunThreads(std::atoi(argv[2]), Tour);
+  if (const int threads = absl::GetFlag(FLAGS_threads); threads > 0) {
+    s = dt::World::RunThreads(threads, Tour);
   } else {
     auto world = dt::World::FromEnv();
     s = world.ok() ? Tour(**world) : world.status();

@@ -1,2 +1,2 @@
 add_executable(redistribute_demo ${CMAKE_CURRENT_LIST_DIR}/redistribute_demo.cc)
-target_link_libraries(redistribute_demo PRIVATE dt_dtensor)
+target_link_libraries(redistribute_demo PRIVATE dt_dtensor dt_flags)

@@ -102,7 +102,8 @@ std::vector<std::string> ParseFlags(int argc, char** argv, absl::string_view usa
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     bool negated = false;
     if ((flag == nullptr || !Ours(*flag, options)) && absl::StartsWith(name, "no") && !has_value) {
-      absl::CommandLineFlag* positive = absl::FindCommandLineFlag(name.substr(2));
+      absl::CommandLineFlag* positive =
+          absl::FindCommandLineFlag(name.substr(absl::StartsWith(name, "no_") ? 3 : 2));
       if (positive != nullptr && Ours(*positive, options) && positive->IsOfType<bool>()) {
         flag = positive;
         negated = true;

@@ -6,7 +6,8 @@
 //
 // and ParseFlags applies one rule to every program:
 //
-//   --name=value | --name value      any flag; booleans also --name, --noname, --name=true|false
+//   --name=value | --name value      any flag; booleans also --name, --noname (--no-name),
+//                                    --name=true|false
 //   --help, -h                       the usage line(s) and every flag of the program with its type,
 //                                    default and meaning, on stdout; exit 0
 //   --                               everything after it is positional

@@ -1,10 +1,7 @@
 // make_tiny_llama: writes a random Llama checkpoint (config.json + safetensors, Hugging Face
 // layout and names) that llama_generate, transformers' LlamaForCausalLM.from_pretrained and
 // safetensors' safe_open all read — so the demo runs without the committed fixtures.
-//
-//   make_tiny_llama --out build/llama-tiny [--hidden 64 --layers 4 --heads 8 --kv-heads 4
-//       --head-dim 8 --intermediate 172 --vocab 384 --dtype f32|bf16 --tie --seed 0
-//       --max-file-mb 0 (0: one file; else model-0000i-of-0000N.safetensors + index)]
+// `make_tiny_llama --help` lists the flags (--out DIR is required).
 //
 // Tensors: LlamaForCausalLM's parameters, in its order. Weights: linear and embedding rows (and
 // biases) ~ N(0, 1/last dim) (counter-based, reproducible), norm weights uniform in [0.5, 1.5).
@@ -15,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
@@ -22,6 +20,21 @@
 #include "dtensor/loaders/safetensors.h"
 #include "dtensor/nn/models/llama.h"
 #include "dtensor/ops/local/ops.h"
+#include "dtensor/tools/flags.h"
+
+ABSL_FLAG(std::string, out, "", "the checkpoint directory to write (required)");
+ABSL_FLAG(int64_t, hidden, 64, "hidden size");
+ABSL_FLAG(int64_t, layers, 4, "decoder layers");
+ABSL_FLAG(int64_t, heads, 8, "query heads");
+ABSL_FLAG(int64_t, kv_heads, 4, "key/value heads");
+ABSL_FLAG(int64_t, head_dim, 8, "size of one head");
+ABSL_FLAG(int64_t, intermediate, 172, "MLP intermediate size");
+ABSL_FLAG(int64_t, vocab, 384, "vocabulary size");
+ABSL_FLAG(std::string, dtype, "f32", "weights' dtype: f32 or bf16");
+ABSL_FLAG(bool, tie, false, "tie lm_head to the embedding (no lm_head tensor)");
+ABSL_FLAG(bool, rope_scaling, true, "llama3 rope scaling (factor 8, original context 64); --no-rope-scaling for none");
+ABSL_FLAG(uint64_t, seed, 0, "seed of the random weights");
+ABSL_FLAG(double, max_file_mb, 0, "0: one file; else model-0000i-of-0000N.safetensors + index of at most this size");
 
 using namespace dt;  // NOLINT: tool brevity
 
@@ -38,70 +51,32 @@ absl::StatusOr<Tensor> Random(IntSpan shape, uint64_t seed, bool norm, DType dty
   return ops::Cast(n, dtype);
 }
 
-absl::Status Run(int argc, char** argv) {
-  std::string out;
+absl::Status Run() {
+  const std::string out = absl::GetFlag(FLAGS_out);
   loaders::LlamaConfig c;
-  c.vocab_size = 384;
-  c.hidden_size = 64;
-  c.intermediate_size = 172;
-  c.num_hidden_layers = 4;
-  c.num_attention_heads = 8;
-  c.num_key_value_heads = 4;
-  c.head_dim = 8;
+  c.vocab_size = absl::GetFlag(FLAGS_vocab);
+  c.hidden_size = absl::GetFlag(FLAGS_hidden);
+  c.intermediate_size = absl::GetFlag(FLAGS_intermediate);
+  c.num_hidden_layers = absl::GetFlag(FLAGS_layers);
+  c.num_attention_heads = absl::GetFlag(FLAGS_heads);
+  c.num_key_value_heads = absl::GetFlag(FLAGS_kv_heads);
+  c.head_dim = absl::GetFlag(FLAGS_head_dim);
   c.max_position_embeddings = 256;
   c.rms_norm_eps = 1e-5;
-  c.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 64};
+  if (absl::GetFlag(FLAGS_rope_scaling)) c.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 64};
   c.bos_token_id = 1;
   c.eos_token_ids = {2};
-  uint64_t seed = 0;
-  double max_file_mb = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    auto next = [&]() -> absl::StatusOr<std::string> {
-      if (i + 1 >= argc) return absl::InvalidArgumentError(f + " needs a value");
-      return std::string(argv[++i]);
-    };
-    auto integer = [&](int64_t* dst) -> absl::Status {
-      DT_ASSIGN_OR_RETURN(std::string v, next());
-      if (!absl::SimpleAtoi(v, dst) || *dst <= 0) {
-        return absl::InvalidArgumentError(absl::StrCat(f, ": not a positive integer: ", v));
-      }
-      return absl::OkStatus();
-    };
-    if (f == "--out") {
-      DT_ASSIGN_OR_RETURN(out, next());
-    } else if (f == "--hidden") {
-      DT_RETURN_IF_ERROR(integer(&c.hidden_size));
-    } else if (f == "--layers") {
-      DT_RETURN_IF_ERROR(integer(&c.num_hidden_layers));
-    } else if (f == "--heads") {
-      DT_RETURN_IF_ERROR(integer(&c.num_attention_heads));
-    } else if (f == "--kv-heads") {
-      DT_RETURN_IF_ERROR(integer(&c.num_key_value_heads));
-    } else if (f == "--head-dim") {
-      DT_RETURN_IF_ERROR(integer(&c.head_dim));
-    } else if (f == "--intermediate") {
-      DT_RETURN_IF_ERROR(integer(&c.intermediate_size));
-    } else if (f == "--vocab") {
-      DT_RETURN_IF_ERROR(integer(&c.vocab_size));
-    } else if (f == "--seed") {
-      int64_t s;
-      DT_RETURN_IF_ERROR(integer(&s));
-      seed = static_cast<uint64_t>(s);
-    } else if (f == "--dtype") {
-      DT_ASSIGN_OR_RETURN(std::string v, next());
-      DT_ASSIGN_OR_RETURN(c.dtype, ParseDType(v));
-    } else if (f == "--tie") {
-      c.tie_word_embeddings = true;
-    } else if (f == "--no-rope-scaling") {
-      c.rope_scaling = loaders::RopeScaling();
-    } else if (f == "--max-file-mb") {
-      DT_ASSIGN_OR_RETURN(std::string v, next());
-      if (!absl::SimpleAtod(v, &max_file_mb)) return absl::InvalidArgumentError("--max-file-mb");
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown option '", f, "'"));
-    }
+  c.tie_word_embeddings = absl::GetFlag(FLAGS_tie);
+  DT_ASSIGN_OR_RETURN(c.dtype, ParseDType(absl::GetFlag(FLAGS_dtype)));
+  const uint64_t seed = absl::GetFlag(FLAGS_seed);
+  const double max_file_mb = absl::GetFlag(FLAGS_max_file_mb);
+  for (const auto& [name, v] : {std::pair{"hidden", c.hidden_size}, {"layers", c.num_hidden_layers},
+                                {"heads", c.num_attention_heads}, {"kv-heads", c.num_key_value_heads},
+                                {"head-dim", c.head_dim}, {"intermediate", c.intermediate_size},
+                                {"vocab", c.vocab_size}}) {
+    if (v <= 0) return absl::InvalidArgumentError(absl::StrCat("--", name, " must be positive, got ", v));
   }
+  if (max_file_mb < 0) return absl::InvalidArgumentError("--max-file-mb must not be negative");
   if (out.empty()) return absl::InvalidArgumentError("--out DIR is required");
   // Validate through the parser the loader uses.
   DT_ASSIGN_OR_RETURN(c, loaders::ParseLlamaConfig(loaders::LlamaConfigToJson(c), "generated"));
@@ -137,7 +112,8 @@ absl::Status Run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const absl::Status s = Run(argc, argv);
+  dt::cli::ParseFlags(argc, argv, "usage: make_tiny_llama --out DIR [flags]\na random Llama checkpoint (config.json + safetensors)");
+  const absl::Status s = Run();
   if (!s.ok()) std::fprintf(stderr, "make_tiny_llama: %s\n", s.ToString().c_str());
   return s.ok() ? 0 : 1;
 }
