@@ -377,6 +377,17 @@ absl::StatusOr<Tensor> SafetensorsFile::ReadRanges(absl::string_view name, const
       DropMappedPages(base, info->nbytes());
     }
   }
+  if (dtype == DType::kBool) {
+    // A BOOL byte other than 0 or 1 is not a bool: refused, not read as undefined behaviour.
+    const auto* b = static_cast<const uint8_t*>(piece.raw_data());
+    for (int64_t i = 0; i < out_bytes; ++i) {
+      if (b[i] > 1) {
+        return Invalid(path_, absl::StrCat("tensor '", info->name, "' ", info->Describe(), ": byte ",
+                                           static_cast<int>(b[i]), " at element ", i,
+                                           " of the piece read is neither 0 nor 1"));
+      }
+    }
+  }
   int64_t converted = 0;
   if (options.dtype && *options.dtype != dtype) {
     DT_ASSIGN_OR_RETURN(piece, ops::Cast(piece, *options.dtype));

@@ -157,6 +157,25 @@ TEST(Safetensors, OddDataOffsetReadsAndConvertsEveryDType) {
   }
 }
 
+// A BOOL byte other than 0 or 1 (found by safetensors_fuzz) is refused, whichever way the piece is
+// read: loading it as a bool would be undefined behaviour, and any kernel after it garbage.
+TEST(Safetensors, BoolBytesOtherThanZeroOrOneAreRefused) {
+  const std::string header = R"({"b":{"dtype":"BOOL","shape":[2,2],"data_offsets":[0,4]}})";
+  const std::string path = RawFile("bool.safetensors", header, 0);
+  WriteBytes(path, ReadBytes(path) + std::string("\x00\x01\x01\x73", 4));
+  auto f = SafetensorsFile::Open(path).value();
+  for (bool zero_copy : {true, false}) {
+    ReadOptions o;
+    o.zero_copy = zero_copy;
+    const absl::Status s = f->Read("b", o).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(Contains(s, "tensor 'b' BOOL[2, 2]: byte 115 at element 3 of the piece read is neither 0 nor 1")) << s;
+  }
+  // The first row is valid and reads.
+  Tensor row = f->ReadRanges("b", {{{0, 1}}, {{0, 2}}}).value();
+  EXPECT_EQ(row.ToVector<float>(), (std::vector<float>{0, 1}));
+}
+
 // ---- validation: one case per error class --------------------------------------------------------
 
 TEST(Safetensors, RejectsTruncatedAndAbsurdHeaders) {
