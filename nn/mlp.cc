@@ -102,7 +102,10 @@ SwiGLUMLP::SwiGLUMLP(const SwiGLUOptions& o) : Module("SwiGLUMLP"), options_(o) 
 std::string SwiGLUMLP::ExtraRepr() const {
   return absl::StrCat("hidden=", options_.hidden_size,
                       ", intermediate=", options_.intermediate_size,
-                      options_.fused ? ", fused" : "");
+                      options_.fused ? ", fused" : "",
+                      options_.activation == Activation::kSilu
+                          ? ""
+                          : absl::StrCat(", ", ActivationName(options_.activation)));
 }
 
 absl::Status SwiGLUMLP::ValidateTensorParallel(const TPValidationContext& ctx) const {
@@ -110,7 +113,16 @@ absl::Status SwiGLUMLP::ValidateTensorParallel(const TPValidationContext& ctx) c
       options_.fused
           ? std::vector<std::string>{"gate_up_proj.weight", "down_proj.weight"}
           : std::vector<std::string>{"gate_proj.weight", "up_proj.weight", "down_proj.weight"};
-  return CheckIntermediate(*this, ctx, projections, options_.intermediate_size);
+  DT_RETURN_IF_ERROR(CheckIntermediate(*this, ctx, projections, options_.intermediate_size));
+  if (!options_.fused && ctx.OutputSharded("gate_proj") != ctx.OutputSharded("up_proj")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SwiGLUMLP '", ctx.module_name(), "': gate_proj.weight is [",
+        ctx.PlannedPlacement("gate_proj.weight").ToString(), "] but up_proj.weight is [",
+        ctx.PlannedPlacement("up_proj.weight").ToString(),
+        "]: their outputs are multiplied element by element, so both must be colwise (or "
+        "neither)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Values> SwiGLUMLP::Forward(Values inputs) {
@@ -125,7 +137,7 @@ absl::StatusOr<Values> SwiGLUMLP::Forward(Values inputs) {
     DT_ASSIGN_OR_RETURN(gate, FindChild("gate_proj")->CallOne({x}));
     DT_ASSIGN_OR_RETURN(up, FindChild("up_proj")->CallOne({x}));
   }
-  DT_ASSIGN_OR_RETURN(Value act, vops::Silu(gate));
+  DT_ASSIGN_OR_RETURN(Value act, Activate(gate, options_.activation));
   DT_ASSIGN_OR_RETURN(Value h, vops::Mul(act, up));
   DT_ASSIGN_OR_RETURN(Value y, FindChild("down_proj")->CallOne({h}));
   return Values{std::move(y)};

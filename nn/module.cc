@@ -6,6 +6,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "dtensor/core/status.h"
 
@@ -146,11 +147,28 @@ bool NamedBelow(const Module& m, absl::string_view message) {
   return m.GetSubmodule(first.substr(self.size() + 1)).ok();
 }
 
-// `s` prefixed with the module's path, unless an inner Call did it.
+// Note [Unmatched keys]: the plan rules that matched nothing, from the nearest module above `m`
+// (itself included) that ParallelizeModule recorded them on.
+std::string UnmatchedNote(const Module& m) {
+  for (const Module* p = &m; p != nullptr; p = p->parent()) {
+    if (p->unmatched_plan_keys().empty()) continue;
+    return absl::StrCat(" (the TP plan's rules [", absl::StrJoin(p->unmatched_plan_keys(), ", "),
+                        "] matched no layer: a misspelled key leaves its layer replicated)");
+  }
+  return "";
+}
+
+// `s` prefixed with the module's path, unless an inner Call did it, and ending with the
+// unmatched plan keys once.
 absl::Status NameModule(const Module& m, absl::Status s) {
-  if (s.ok() || NamedBelow(m, s.message())) return s;
+  if (s.ok()) return s;
+  const std::string note = UnmatchedNote(m);
+  const bool named = NamedBelow(m, s.message());
+  const bool noted = note.empty() || absl::EndsWith(s.message(), note);
+  if (named && noted) return s;
   const std::string path = m.FullName().empty() ? m.type_name() : m.FullName();
-  absl::Status out(s.code(), absl::StrCat(path, ": ", s.message()));
+  absl::Status out(s.code(), absl::StrCat(named ? "" : absl::StrCat(path, ": "), s.message(),
+                                          noted ? "" : note));
   s.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) {
     out.SetPayload(url, payload);
   });

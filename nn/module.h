@@ -42,6 +42,13 @@
 // status payload: it would print again in Status::ToString). A module's own code never adds the
 // path; styles and layers may still name the module in their own words.
 //
+// Note [Unmatched keys]
+// A plan rule whose key matches nothing (a misspelled "layers.*.mlp.gate_prj") leaves the layer it
+// meant replicated, and the first sign is often a shape error far from the plan. ParallelizeModule
+// records such keys on the module it parallelized (unmatched_plan_keys), and an error that leaves
+// any Call below it ends with "(the TP plan's rules [...] matched no layer: a misspelled key
+// leaves its layer replicated)". DistributedConfig::unmatched_keys makes them an error instead.
+//
 // Modules are not thread-safe: every rank (thread or process) builds and owns its own tree.
 
 #include <cstdint>
@@ -87,6 +94,10 @@ class TPValidationContext {
   // is no such parameter.
   virtual Placement PlannedPlacement(absl::string_view path) const = 0;
   bool IsSharded(absl::string_view path) const { return PlannedPlacement(path).is_any_shard(); }
+  // True when the plan gives module `path` a style whose output is this rank's shard of the
+  // output features (colwise, packed_colwise: TensorParallelLayer::ShardsOutput); false for a
+  // gathered output, another style or no rule.
+  virtual bool OutputSharded(absl::string_view path) const = 0;
 };
 
 class Module {
@@ -182,6 +193,13 @@ class Module {
   const std::string& tp_style() const { return tp_style_; }
   void set_tp_style(std::string name) { tp_style_ = std::move(name); }
 
+  // Plan rules that matched no layer when ParallelizeModule last ran on this module (Note
+  // [Unmatched keys]).
+  const std::vector<std::string>& unmatched_plan_keys() const { return unmatched_plan_keys_; }
+  void set_unmatched_plan_keys(std::vector<std::string> keys) {
+    unmatched_plan_keys_ = std::move(keys);
+  }
+
   // PyTorch-like tree: "Linear(in=8, out=4) [colwise]" with a line per parameter and child.
   std::string ToString() const;
   // One-line description of this module's configuration ("in=8, out=4"); default empty.
@@ -209,6 +227,7 @@ class Module {
   bool local_mode_ = false;
   bool local_inputs_ = false;
   std::string tp_style_;
+  std::vector<std::string> unmatched_plan_keys_;
 };
 
 // ModuleList: children named "0", "1", ... (the `*` of plan keys). It has no forward of its own:

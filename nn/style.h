@@ -73,6 +73,10 @@ class TensorParallelLayer : public std::enable_shared_from_this<TensorParallelLa
   virtual ~TensorParallelLayer() = default;
 
   virtual StyleInfo Info() const = 0;
+  // True when the module's output leaves the style as this rank's shard of its last dim
+  // (colwise, packed_colwise), so that what consumes it must take a shard (a rowwise layer, an
+  // attention holding its heads). Default false.
+  virtual bool ShardsOutput() const { return false; }
 
   virtual absl::Status ValidateParam(const Module& module, const Parameter& param,
                                      const DeviceMesh& mesh) const;
