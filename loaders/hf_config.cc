@@ -378,7 +378,9 @@ int64_t DecoderConfig::NumParameters() const {
 
 std::string DecoderConfig::Summary() const {
   std::string rope = rope_scaling.rope_type;
-  if (rope != "default") absl::StrAppend(&rope, "(x", rope_scaling.factor, ")");
+  if (rope != "default" && (rope != "longrope" || rope_scaling.has_factor)) {
+    absl::StrAppend(&rope, "(x", rope_scaling.factor, ")");
+  }
   return absl::StrCat(model_type, ": L=", num_hidden_layers, " H=", hidden_size,
                       " I=", intermediate_size, " heads=", num_attention_heads, "/",
                       num_key_value_heads, " head_dim=", head_dim, " V=", vocab_size,

@@ -28,6 +28,12 @@ is what llama.cpp's converter would write (transformers cannot read Phi-3's long
            original_max_position_embeddings, so both tables are used)
 Weights are random (seeded) and scaled so that the greedy continuation is not one repeated
 token; norms are randomized too so that a missing norm weight shows.
+
+It also writes tests/fixtures/zoo/chat_templates.json: the chat templates of the formats
+loaders/chat_template.h writes (ChatML as Qwen2.5 carries it, Mistral-7B-Instruct v0.2's [INST],
+Phi-3's <|user|>; written out below as those checkpoints' tokenizer_config.json publish them) and
+conversations rendered by transformers' own renderer (render_jinja_template), or the error the
+template raises.
 """
 import argparse
 import json
@@ -224,6 +230,66 @@ def check_gguf(path, model, family):
     return f"transformers reads the same logits (max |diff| {diff:.1e})"
 
 
+CHAT_TEMPLATES = {
+    "chatml_qwen2.5": dict(bos=None, eos="<|im_end|>", template=(
+        "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0]['role'] == 'system' %}"
+        "{{- messages[0]['content'] }}{%- else %}{{- 'You are Qwen, created by Alibaba Cloud. You "
+        "are a helpful assistant.' }}{%- endif %}{{- '<|im_end|>\\n' }}{%- else %}{%- if "
+        "messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + "
+        "'<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba "
+        "Cloud. You are a helpful assistant.<|im_end|>\\n' }}{%- endif %}{%- endif %}{%- for "
+        "message in messages %}{%- if (message.role == 'user') or (message.role == 'system' and "
+        "not loop.first) or (message.role == 'assistant') %}{{- '<|im_start|>' + message.role + "
+        "'\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endif %}{%- endfor %}{%- if "
+        "add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")),
+    "mistral_v0.2": dict(bos="<s>", eos="</s>", template=(
+        "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != "
+        "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+        "user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}"
+        "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
+        "{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant "
+        "roles are supported!') }}{% endif %}{% endfor %}")),
+    "phi3": dict(bos="<s>", eos="<|endoftext|>", template=(
+        "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\\n' + "
+        "message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\\n' + "
+        "message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'assistant' %}"
+        "{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}{% if "
+        "add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}")),
+}
+
+CONVERSATIONS = [
+    ([{"role": "user", "content": "What is 2+2?"}], True),
+    ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}], True),
+    ([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello! How can I help?"},
+      {"role": "user", "content": "Tell me a joke.\nA short one."}], True),
+    ([{"role": "user", "content": "x"}], False),
+    ([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], True),
+]
+
+
+def make_chat_goldens(root):
+    from transformers.utils.chat_template_utils import render_jinja_template
+    out = {}
+    for name, t in CHAT_TEMPLATES.items():
+        cases = []
+        for messages, gen in CONVERSATIONS:
+            case = {"messages": messages, "add_generation_prompt": gen}
+            try:
+                rendered, _ = render_jinja_template(
+                    conversations=[messages], chat_template=t["template"],
+                    add_generation_prompt=gen, bos_token=t["bos"] or "", eos_token=t["eos"])
+                case["text"] = rendered[0]
+            except Exception as e:  # the template raised (jinja's raise_exception)
+                case["error"] = str(e)
+            cases.append(case)
+        out[name] = {"template": t["template"], "bos": t["bos"] or "", "eos": t["eos"],
+                     "cases": cases}
+    with open(os.path.join(root, "chat_templates.json"), "w") as fp:
+        json.dump(out, fp, indent=1)
+        fp.write("\n")
+    print("chat templates:", ", ".join(out))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests",
@@ -232,6 +298,7 @@ def main():
     torch.set_num_threads(1)
     root = os.path.join(args.out, "zoo")
     os.makedirs(root, exist_ok=True)
+    make_chat_goldens(root)
     for family, v in FAMILIES.items():
         out = os.path.join(root, f"{family}-tiny")
         shutil.rmtree(out, ignore_errors=True)
