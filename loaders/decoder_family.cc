@@ -22,79 +22,41 @@ Plan LlamaPlan() {
   };
 }
 
+// The table of the header comment, one designated initializer per family (fields in their
+// declaration order; the rest keep Llama's defaults).
 std::vector<DecoderFamily> MakeFamilies() {
-  std::vector<DecoderFamily> f;
-  {
-    DecoderFamily llama;
-    llama.model_type = "llama";
-    llama.architecture = "LlamaForCausalLM";
-    llama.gguf_architecture = "llama";
-    llama.attention_bias_field = true;
-    llama.mlp_bias_field = true;
-    llama.tp_plan = LlamaPlan();
-    f.push_back(llama);
-  }
-  {
-    DecoderFamily mistral;
-    mistral.model_type = "mistral";
-    mistral.architecture = "MistralForCausalLM";
-    mistral.gguf_architecture = "llama";
-    mistral.default_max_position_embeddings = 4096 * 32;
-    mistral.sliding_window = SlidingWindowFields::kAll;
-    mistral.default_sliding_window = 4096;
-    mistral.tp_plan = LlamaPlan();
-    f.push_back(mistral);
-  }
-  {
-    DecoderFamily qwen2;
-    qwen2.model_type = "qwen2";
-    qwen2.architecture = "Qwen2ForCausalLM";
-    qwen2.gguf_architecture = "qwen2";
-    qwen2.qkv_bias = true;
-    qwen2.default_max_position_embeddings = 32768;
-    qwen2.sliding_window = SlidingWindowFields::kQwen;
-    qwen2.tp_plan = LlamaPlan();
-    f.push_back(qwen2);
-  }
-  {
-    DecoderFamily qwen3;
-    qwen3.model_type = "qwen3";
-    qwen3.architecture = "Qwen3ForCausalLM";
-    qwen3.gguf_architecture = "qwen3";
-    qwen3.attention_bias_field = true;
-    qwen3.qk_norm = true;
-    qwen3.default_head_dim = 128;
-    qwen3.default_max_position_embeddings = 32768;
-    qwen3.sliding_window = SlidingWindowFields::kQwen;
-    qwen3.tp_plan = LlamaPlan();
-    // The norms act on each head's head_dim values, so they stay whole on every rank.
-    qwen3.tp_plan.insert(qwen3.tp_plan.begin() + 3,
-                         {{"model.layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},
-                          {"model.layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"}});
-    f.push_back(qwen3);
-  }
-  {
-    DecoderFamily phi3;
-    phi3.model_type = "phi3";
-    phi3.architecture = "Phi3ForCausalLM";
-    phi3.gguf_architecture = "phi3";
-    phi3.fused_qkv = true;
-    phi3.fused_gate_up = true;
-    phi3.default_max_position_embeddings = 4096;
-    phi3.default_rms_norm_eps = 1e-5;
-    phi3.sliding_window = SlidingWindowFields::kAll;
-    phi3.longrope_aliases = {"su", "yarn"};
-    // See the header: block shards instead of transformers' gather-then-slice.
-    phi3.tp_plan = {
-        {"model.layers.*.self_attn.qkv_proj", "packed_colwise"},
-        {"model.layers.*.self_attn.o_proj", "rowwise"},
-        {"model.layers.*.mlp.gate_up_proj", "packed_colwise"},
-        {"model.layers.*.mlp.down_proj", "rowwise"},
-        {"lm_head", "colwise_gather_output"},
-    };
-    f.push_back(phi3);
-  }
-  return f;
+  Plan qwen3_plan = LlamaPlan();
+  // The norms act on each head's head_dim values, so they stay whole on every rank.
+  qwen3_plan.insert(qwen3_plan.begin() + 3,
+                    {{"model.layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},
+                     {"model.layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"}});
+  // See the header: block shards instead of transformers' gather-then-slice.
+  const Plan phi3_plan = {
+      {"model.layers.*.self_attn.qkv_proj", "packed_colwise"},
+      {"model.layers.*.self_attn.o_proj", "rowwise"},
+      {"model.layers.*.mlp.gate_up_proj", "packed_colwise"},
+      {"model.layers.*.mlp.down_proj", "rowwise"},
+      {"lm_head", "colwise_gather_output"},
+  };
+  using SW = SlidingWindowFields;
+  return {
+      {.model_type = "llama", .architecture = "LlamaForCausalLM", .gguf_architecture = "llama",
+       .attention_bias_field = true, .mlp_bias_field = true, .tp_plan = LlamaPlan()},
+      {.model_type = "mistral", .architecture = "MistralForCausalLM", .gguf_architecture = "llama",
+       .default_max_position_embeddings = 4096 * 32, .sliding_window = SW::kAll,
+       .default_sliding_window = 4096, .tp_plan = LlamaPlan()},
+      {.model_type = "qwen2", .architecture = "Qwen2ForCausalLM", .gguf_architecture = "qwen2",
+       .qkv_bias = true, .default_max_position_embeddings = 32768, .sliding_window = SW::kQwen,
+       .tp_plan = LlamaPlan()},
+      {.model_type = "qwen3", .architecture = "Qwen3ForCausalLM", .gguf_architecture = "qwen3",
+       .attention_bias_field = true, .qk_norm = true, .default_head_dim = 128,
+       .default_max_position_embeddings = 32768, .sliding_window = SW::kQwen,
+       .tp_plan = qwen3_plan},
+      {.model_type = "phi3", .architecture = "Phi3ForCausalLM", .gguf_architecture = "phi3",
+       .fused_qkv = true, .fused_gate_up = true, .default_max_position_embeddings = 4096,
+       .default_rms_norm_eps = 1e-5, .sliding_window = SW::kAll,
+       .longrope_aliases = {"su", "yarn"}, .tp_plan = phi3_plan},
+  };
 }
 
 }  // namespace

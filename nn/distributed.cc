@@ -75,6 +75,18 @@ absl::StatusOr<std::string> FormatPlan(Module& module, const ParallelPlan& plan)
   return out;
 }
 
+std::optional<DeviceMesh> PlacedMesh(const Module& module) {
+  for (const auto& [name, p] : module.NamedParameters()) {
+    if (p->placed()) return p->spec().mesh();
+  }
+  return std::nullopt;
+}
+
+bool LeadsPlacedMesh(const Module& module) {
+  const std::optional<DeviceMesh> m = PlacedMesh(module);
+  return !m.has_value() || m->my_rank() == m->ranks().front();
+}
+
 std::string FormatPlacements(const Module& module) {
   // Groups in first-seen order: (rule, wildcard name, placements) -> count.
   struct Group {

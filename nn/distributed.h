@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 
@@ -70,6 +71,12 @@ absl::StatusOr<std::string> FormatPlan(Module& module, const ParallelPlan& plan)
 //   replicated (no rule): model.embed_tokens.weight, model.layers.*.input_layernorm.weight, ...
 // then parameters placed without a rule and not replicated, and those not placed at all.
 std::string FormatPlacements(const Module& module);
+
+// The mesh the module's parameters are placed on (its first placed parameter's), nullopt when none
+// is placed; and whether this rank leads it (the mesh's first rank, or no mesh: the one that
+// prints progress bars and warnings).
+std::optional<DeviceMesh> PlacedMesh(const Module& module);
+bool LeadsPlacedMesh(const Module& module);
 
 // See the file comment. Every parameter must be materialized on one 1-D mesh.
 absl::Status ShardLoaded(Module& module, const ParallelPlan& plan,

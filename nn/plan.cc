@@ -234,8 +234,12 @@ absl::StatusOr<PlanResolution> CheckPlan(Module& module, const DeviceMesh& mesh,
   DT_ASSIGN_OR_RETURN(PlanResolution r, ResolvePlan(module, plan));
   if (options.config) DT_RETURN_IF_ERROR(ValidateTPConfig(*options.config, tp));
 
-  // Every check before anything is placed or read: the modules' first (they name heads and
-  // sizes: "does not divide num_heads 8"), then the styles' (a packed block's size).
+  // Every check before anything is placed or read: where each style puts its parameters (a
+  // block list that does not fit), the modules' checks (they name heads and sizes: "does not
+  // divide num_heads 8"), then the styles' (a packed block's size).
+  for (const auto& p : r.params) {
+    if (p.style != nullptr) DT_RETURN_IF_ERROR(p.style->ParamPlacement(*p.module, *p.param).status());
+  }
   PlanContext context(r, tp);
   for (auto& [mname, m] : module.NamedModules()) {
     context.set_module(mname);

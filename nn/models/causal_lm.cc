@@ -180,12 +180,6 @@ absl::Status CausalLM::ShardLoaded(const ParallelPlan& plan) {
 
 std::string CausalLM::tp_plan() { return FormatPlacements(*this); }
 
-std::optional<DeviceMesh> CausalLM::mesh() const {
-  const Parameter* p = FindChild("lm_head")->FindParameter("weight");
-  if (!p->placed()) return std::nullopt;
-  return p->spec().mesh();
-}
-
 std::string CausalLM::CheckpointName(absl::string_view name) const {
   if (config_.tie_word_embeddings && name == "lm_head.weight") return "model.embed_tokens.weight";
   return std::string(name);
@@ -211,9 +205,7 @@ absl::Status CausalLM::LoadWeights(const loaders::Checkpoint& checkpoint,
   loaders::ReadOptions ro;
   ro.zero_copy = options.zero_copy;
   // On the mesh's first rank: a progress bar on a terminal when loading takes over a second.
-  const std::optional<DeviceMesh> m = mesh();
-  const bool lead = !m.has_value() || m->my_rank() == m->ranks()[0];
-  return LoadCheckpoint(*this, checkpoint, ro, lead, report,
+  return LoadCheckpoint(*this, checkpoint, ro, LeadsPlacedMesh(*this), report,
                         [this](absl::string_view name) { return CheckpointName(name); });
 }
 
@@ -351,7 +343,7 @@ absl::StatusOr<int64_t> CausalLM::PickToken(const Tensor& logits,
                       SampleToken(absl::MakeConstSpan(p + f.numel() - config_.vocab_size,
                                                       config_.vocab_size),
                                   sampling, step));
-  const std::optional<DeviceMesh> m = mesh();
+  const std::optional<DeviceMesh> m = PlacedMesh(*this);
   if (m && m->Size() > 1) {
     DT_ASSIGN_OR_RETURN(CommPtr comm, m->Comm(0));
     DT_ASSIGN_OR_RETURN(Tensor t, Tensor::FromVector<int64_t>({1}, {token}));

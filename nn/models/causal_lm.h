@@ -220,9 +220,6 @@ class CausalLM : public Module {
  private:
   absl::StatusOr<int64_t> PickToken(const Tensor& last_logits, const SamplingOptions& sampling,
                                     int64_t step);
-  // The mesh the parameters are placed on (nullopt before placement).
-  std::optional<DeviceMesh> mesh() const;
-
   loaders::DecoderConfig config_;
   DType dtype_;
   int64_t past_ = 0;

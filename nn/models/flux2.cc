@@ -422,11 +422,7 @@ absl::Status Flux2Transformer2DModel::ShardLoaded(const ParallelPlan& plan) {
 
 std::string Flux2Transformer2DModel::tp_plan() { return FormatPlacements(*this); }
 
-std::optional<DeviceMesh> Flux2Transformer2DModel::mesh() const {
-  const Parameter* p = FindChild("proj_out")->FindParameter("weight");
-  if (!p->placed()) return std::nullopt;
-  return p->spec().mesh();
-}
+std::optional<DeviceMesh> Flux2Transformer2DModel::mesh() const { return PlacedMesh(*this); }
 
 absl::Status Flux2Transformer2DModel::CheckFusedLayouts(
     const loaders::Checkpoint& checkpoint) const {
@@ -465,9 +461,7 @@ absl::Status Flux2Transformer2DModel::LoadWeights(const loaders::Checkpoint& che
                                                   LoadReport* report) {
   loaders::ReadOptions ro;
   ro.zero_copy = options.zero_copy;
-  const std::optional<DeviceMesh> m = mesh();
-  const bool lead = !m.has_value() || m->my_rank() == m->ranks()[0];
-  return LoadCheckpoint(*this, checkpoint, ro, lead, report);
+  return LoadCheckpoint(*this, checkpoint, ro, LeadsPlacedMesh(*this), report);
 }
 
 SaveOptions Flux2Transformer2DModel::save_options() const {

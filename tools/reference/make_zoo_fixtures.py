@@ -47,8 +47,11 @@ from transformers import (MistralConfig, MistralForCausalLM, Phi3Config, Phi3For
                           Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 import gguf
 
+from make_gguf_fixtures import permute
+from make_llama_fixtures import NEW_TOKENS, greedy, randomize, record
+
+# make_llama_fixtures' prompt with 300 -> 250 (Qwen2's fixture has 288 tokens).
 PROMPT = [1, 15, 27, 100, 200, 5, 7, 250, 42, 11]
-NEW_TOKENS = 32
 
 FAMILIES = {
     "mistral": dict(
@@ -94,54 +97,6 @@ def phi3_config():
                                         long_factor=long),
                       sliding_window=None, tie_word_embeddings=False, bos_token_id=1,
                       eos_token_id=2, pad_token_id=0)
-
-
-def randomize(model, seed, scale):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 1 and "norm" in name:
-                p.copy_(0.5 + torch.rand(p.shape, generator=g))
-            elif p.dim() == 1:  # biases
-                p.copy_(0.1 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(scale * torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
-
-
-def greedy(model, prompt, n):
-    ids = torch.tensor([prompt])
-    with torch.no_grad():
-        out = model(ids, use_cache=True)
-        past = out.past_key_values
-        logits = out.logits[0, -1]
-        tokens = []
-        for _ in range(n):
-            t = int(torch.argmax(logits.float()))
-            tokens.append(t)
-            if len(tokens) == n:
-                break
-            out = model(torch.tensor([[t]]), past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            logits = out.logits[0, -1]
-    return tokens, logits.float()
-
-
-def record(model, prompt):
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt])).logits[0].float()
-    tokens, last = greedy(model, prompt, NEW_TOKENS)
-    return {
-        "prompt_logits_shape": list(logits.shape),
-        "prompt_logits": [round(float(v), 7) for v in logits.flatten()],
-        "greedy_tokens": tokens,
-        "last_step_logits": [round(float(v), 7) for v in last],
-    }
-
-
-def permute(w, n_head):
-    """convert_hf_to_gguf's LlamaModel.permute: Q/K rows from HF's half-split to pairs."""
-    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
-            .swapaxes(1, 2).reshape(w.shape))
 
 
 def write_gguf(path, family, model, config):
