@@ -293,7 +293,10 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
   if (o.fused_qkv) {
     // This rank's [q | k | v] slices (packed_colwise keeps every block's share together): split
     // by the global ratio nH : nKV : nKV, which also holds for the whole (replicated) output.
+    // Pieces taken plain: this forward pairs heads itself (Note [Local pieces remember their
+    // layout] in nn/value.h; the plan was checked by ValidateTensorParallel).
     DT_ASSIGN_OR_RETURN(Value qkv, FindChild(o.qkv_name)->CallOne({x}));
+    qkv = PlainLocal(qkv);
     const int64_t width = qkv.shape().back(), total = (o.num_heads + 2 * o.num_kv_heads) * d;
     const int64_t wq = width * o.num_heads * d / total, wkv = width * o.num_kv_heads * d / total;
     DT_ASSIGN_OR_RETURN(std::vector<Value> parts, vops::Split(qkv, {wq, wkv, wkv}, -1));
@@ -304,6 +307,9 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
     DT_ASSIGN_OR_RETURN(Value yq, FindChild(o.q_name)->CallOne({x}));
     DT_ASSIGN_OR_RETURN(Value yk, FindChild(o.k_name)->CallOne({x}));
     DT_ASSIGN_OR_RETURN(Value yv, FindChild(o.v_name)->CallOne({x}));
+    yq = PlainLocal(yq);
+    yk = PlainLocal(yk);
+    yv = PlainLocal(yv);
     DT_ASSIGN_OR_RETURN(q, Project(yq, b, s, "q_norm"));
     DT_ASSIGN_OR_RETURN(k, Project(yk, b, s, "k_norm"));
     DT_ASSIGN_OR_RETURN(v, Project(yv, b, s, nullptr));

@@ -19,7 +19,10 @@
 // forward — the one a tensor-parallel style installed (TensorParallelLayer::InstallForward), else
 // the module's own Forward — and the forward hooks (they may rewrite the outputs). Hooks see what
 // the caller passed and what the caller gets, around whatever a style does (as PyTorch's hooks
-// wrap transformers' replaced forward).
+// wrap transformers' replaced forward). The root of a tree (no parent) returns no pieces of the
+// layers below it: an output that is this rank's piece of a sharded tensor (a 'colwise'
+// lm_head's) is gathered whole, with a warning naming the layer (Note [Local pieces remember their
+// layout] in nn/value.h). A root that is itself the styled layer hands on its piece.
 //
 // Note [Local values]
 // A module's forward reads its parameters through ParamValue(): in DTensor mode that is the
@@ -181,7 +184,9 @@ class Module {
   // ------------------------------------------------------------------------
 
   // Checks the plan against what the module knows (heads, KV heads, intermediate size) before any
-  // weight is read; InvalidArgument naming the module and both numbers. Default: nothing to check.
+  // weight is read; InvalidArgument naming the module and both numbers. Default: children that
+  // are sibling projections (q_proj / k_proj / v_proj, gate_proj / up_proj, ...) split alike
+  // (Note [Mixed projections] in module.cc).
   virtual absl::Status ValidateTensorParallel(const TPValidationContext& ctx) const;
   // The blocks this module declares for its packed parameter `param` (Note [Packed blocks] in
   // nn/styles.h): absolute sizes along the output rows (`col`, what packed_colwise cuts) or the
@@ -211,6 +216,9 @@ class Module {
 
  private:
   void AdoptChild(std::string name, std::unique_ptr<Module> child);
+  // The root's outputs that are pieces a layer below it made, gathered whole (Note [Local pieces
+  // remember their layout] in nn/value.h), with a warning the first time.
+  absl::Status GatherPieces(Values& outputs);
   absl::StatusOr<const Parameter*> MaterializedParam(absl::string_view name) const;
   void AppendTree(std::string* out, const std::string& indent) const;
 
@@ -228,6 +236,7 @@ class Module {
   bool local_inputs_ = false;
   std::string tp_style_;
   std::vector<std::string> unmatched_plan_keys_;
+  bool warned_gather_ = false;
 };
 
 // ModuleList: children named "0", "1", ... (the `*` of plan keys). It has no forward of its own:

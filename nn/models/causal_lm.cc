@@ -313,11 +313,9 @@ absl::StatusOr<Tensor> CausalLM::Logits(const Tensor& ids_in, bool last_only) {
     h = Value(last);
   }
   DT_ASSIGN_OR_RETURN(Value logits, FindChild("lm_head")->CallOne({h}));
-  if (logits.is_dtensor()) {
-    DT_ASSIGN_OR_RETURN(Tensor full, logits.dtensor().FullTensor());
-    return full;
-  }
-  return logits.local();
+  // Every rank gets the whole vocab, whatever lm_head's style (a plain 'colwise' hands on a piece:
+  // Note [Local pieces remember their layout]).
+  return WholeTensor(logits);
 }
 
 absl::StatusOr<Values> CausalLM::Forward(Values inputs) {

@@ -190,7 +190,8 @@ absl::StatusOr<Values> Flux2Attention::Forward(Values inputs) {
   // to_<p>(x) -> [B, S, n, hd], normed when `norm` is given.
   auto project = [&](const Value& in, const char* proj, const char* norm) -> absl::StatusOr<Value> {
     DT_ASSIGN_OR_RETURN(Value y, FindChild(proj)->CallOne({in}));
-    DT_ASSIGN_OR_RETURN(y, Unflatten(y, hd));
+    // This rank's heads as a plain piece (Note [Local pieces remember their layout]).
+    DT_ASSIGN_OR_RETURN(y, Unflatten(PlainLocal(y), hd));
     if (norm != nullptr) {
       DT_ASSIGN_OR_RETURN(y, FindChild(norm)->CallOne({y}));
     }
@@ -225,7 +226,7 @@ Flux2FeedForward::Flux2FeedForward(int64_t dim, int64_t hidden, DType dtype)
 absl::StatusOr<Values> Flux2FeedForward::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value x, SingleInput(*this, inputs));
   DT_ASSIGN_OR_RETURN(x, FindChild("linear_in")->CallOne({x}));
-  DT_ASSIGN_OR_RETURN(x, SwiGLU(x));
+  DT_ASSIGN_OR_RETURN(x, SwiGLU(PlainLocal(x)));
   DT_ASSIGN_OR_RETURN(x, FindChild("linear_out")->CallOne({x}));
   return Values{std::move(x)};
 }
@@ -294,6 +295,7 @@ absl::Status Flux2ParallelSelfAttention::ValidateTensorParallel(
 absl::StatusOr<Values> Flux2ParallelSelfAttention::Forward(Values inputs) {
   DT_RETURN_IF_ERROR(Arity(*this, inputs, 3, "h, cos, sin"));
   DT_ASSIGN_OR_RETURN(Value p, FindChild("to_qkv_mlp_proj")->CallOne({inputs[0]}));
+  p = PlainLocal(p);  // this rank's slices of each block (Note [Local pieces remember their layout])
   // This rank's [Q|K|V|gate|up] slices: split by the global ratio 3D : 2M.
   const int64_t qkv = 3 * options_.dim, mlp = 2 * options_.mlp_hidden_dim;
   const int64_t width = p.shape().back(), local_qkv = width * qkv / (qkv + mlp);
@@ -516,8 +518,7 @@ absl::StatusOr<Tensor> Flux2Transformer2DModel::Run(const Flux2Inputs& in) {
   DT_ASSIGN_OR_RETURN(Values out, Call({Value(in.hidden_states), Value(in.encoder_hidden_states),
                                         Value(in.timestep), Value(in.guidance), Value(in.img_ids),
                                         Value(in.txt_ids)}));
-  if (out[0].is_dtensor()) return out[0].dtensor().FullTensor();
-  return out[0].local();
+  return WholeTensor(out[0]);
 }
 
 absl::StatusOr<Values> Flux2Transformer2DModel::Forward(Values inputs) {
