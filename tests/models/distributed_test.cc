@@ -100,6 +100,31 @@ TEST(DistributedConfig, UserPlanReplacesTheModelsPlan) {
   ASSERT_TRUE(s.ok()) << s;
 }
 
+// Note [Unmatched keys]: a misspelled key is a warning by default (the layer it meant stays
+// replicated), an error before anything is read with DistributedConfig::unmatched_keys.
+TEST(DistributedConfig, UnmatchedKeysCanBeAnError) {
+  absl::Status s = World::RunThreads(2, [&](World& w) -> absl::Status {
+    DistributedConfig dist;
+    ParallelPlan plan = LlamaForCausalLM::TPPlan();
+    plan.emplace_back("model.layers.*.mlp.gate_prj", "colwise");
+    dist.tp_plan = plan;
+    dist.unmatched_keys = PlanCheck::kError;
+    LoadReport report;
+    report.seconds = -1;
+    auto m = LlamaForCausalLM::FromPretrained(FixtureDir("llama-tiny"), w.shared_from_this(), dist,
+                                              {}, &report);
+    EXPECT_TRUE(absl::StrContains(m.status().message(),
+                                  "LlamaForCausalLM: The following TP rules were not applied on any "
+                                  "of the layers: [model.layers.*.mlp.gate_prj]"))
+        << m.status();
+    EXPECT_EQ(report.seconds, -1) << "weights were read";
+    dist.unmatched_keys = PlanCheck::kWarn;
+    return LlamaForCausalLM::FromPretrained(FixtureDir("llama-tiny"), w.shared_from_this(), dist)
+        .status();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+}
+
 TEST(ShardLoaded, SameModelAsLoadTimeShardingAfterReadingEverything) {
   const Golden g = LoadGolden("llama-tiny");
   for (int tp : {2, 4}) {
