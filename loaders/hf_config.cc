@@ -351,7 +351,7 @@ absl::StatusOr<DecoderConfig> LoadDecoderConfig(const std::string& path) {
   std::string file = path;
   if (std::filesystem::is_regular_file(path, ec) && GgufFile::HasMagic(path)) {
     DT_ASSIGN_OR_RETURN(std::shared_ptr<const GgufFile> gguf, GgufFile::Open(path));
-    return LlamaConfigFromGguf(*gguf);
+    return DecoderConfigFromGguf(*gguf);
   }
   if (std::filesystem::is_directory(path, ec)) {
     file = (std::filesystem::path(path) / "config.json").string();

@@ -215,7 +215,7 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
   // A GGUF's config is in its header: read it from the checkpoint opened once.
   DT_ASSIGN_OR_RETURN(loaders::Checkpoint checkpoint, loaders::Checkpoint::Open(dir));
   DT_ASSIGN_OR_RETURN(loaders::DecoderConfig config,
-                      checkpoint.gguf() != nullptr ? loaders::LlamaConfigFromGguf(*checkpoint.gguf())
+                      checkpoint.gguf() != nullptr ? loaders::DecoderConfigFromGguf(*checkpoint.gguf())
                                                    : loaders::LoadDecoderConfig(dir));
   DT_RETURN_IF_ERROR(ValidateConfig(config));
   const std::string name = config.family().architecture;

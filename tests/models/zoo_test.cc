@@ -108,6 +108,67 @@ INSTANTIATE_TEST_SUITE_P(
                           info.param.replicate_kv ? "_replicated_kv" : "");
     });
 
+// The same weights as llama.cpp lays them out (make_zoo_fixtures.py writes them with the gguf
+// package: Mistral as architecture llama with permuted Q/K rows, Phi-3's fused projections and
+// longrope factors) load to transformers' logits and tokens, sharded as the safetensors are.
+class ZooGguf : public ::testing::TestWithParam<ZooCase> {};
+
+TEST_P(ZooGguf, LoadsToTheSameLogits) {
+  const ZooCase c = GetParam();
+  const Golden g = LoadGolden(std::string("zoo/") + c.family + "-tiny");
+  absl::Status s = World::RunThreads(c.tp, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {c.tp}, {"tp"}));
+    LoadReport report;
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(ZooDir(c.family) + ".gguf", mesh, {},
+                                                         &report));
+    DT_ASSIGN_OR_RETURN(Tensor logits, PromptLogits(*m, g.prompt));
+    const double diff = MaxAbsDiff(logits, g.f32.prompt_logits);
+    if (diff > Tolerance(g.f32.prompt_logits)) {
+      return absl::InternalError(absl::StrCat("GGUF logits differ from transformers' by ", diff));
+    }
+    GenerateOptions go;
+    go.max_new_tokens = static_cast<int64_t>(g.f32.greedy_tokens.size());
+    DT_ASSIGN_OR_RETURN(GenerateResult r, m->Generate(g.prompt, go));
+    if (r.tokens != g.f32.greedy_tokens) return absl::InternalError("GGUF greedy tokens differ");
+    for (const LoadReport::Param& p : report.params) {
+      if (c.tp > 1 && p.sharded && p.read_bytes >= p.full_bytes) {
+        return absl::InternalError(absl::StrCat(p.name, " was read whole"));
+      }
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << c.family << " tp=" << c.tp << ": " << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ZooGguf,
+                         ::testing::Values(ZooCase{"mistral", 1, false}, ZooCase{"mistral", 2, false},
+                                           ZooCase{"qwen2", 1, false}, ZooCase{"qwen2", 3, false},
+                                           ZooCase{"qwen3", 1, false}, ZooCase{"qwen3", 4, false},
+                                           ZooCase{"phi3", 1, false}, ZooCase{"phi3", 2, false}),
+                         [](const auto& info) {
+                           return absl::StrCat(info.param.family, "_tp", info.param.tp);
+                         });
+
+TEST(ZooGgufConfig, FamiliesFromTheirArchitectures) {
+  auto config = [](const std::string& family) {
+    return loaders::LoadDecoderConfig(ZooDir(family) + ".gguf").value();
+  };
+  EXPECT_EQ(config("mistral").model_type, "llama");  // llama.cpp writes Mistral as llama
+  EXPECT_EQ(config("qwen2").model_type, "qwen2");
+  EXPECT_TRUE(config("qwen2").qkv_bias());
+  EXPECT_TRUE(config("qwen2").tie_word_embeddings);
+  EXPECT_EQ(config("qwen3").head_dim, 16);
+  const loaders::DecoderConfig phi = config("phi3");
+  const loaders::DecoderConfig st = loaders::LoadDecoderConfig(ZooDir("phi3")).value();
+  EXPECT_EQ(phi.rope_scaling.rope_type, "longrope");
+  EXPECT_EQ(phi.rope_scaling.original_max_position_embeddings, 24);
+  ASSERT_EQ(phi.rope_scaling.long_factor.size(), st.rope_scaling.long_factor.size());
+  for (size_t i = 0; i < st.rope_scaling.long_factor.size(); ++i) {
+    EXPECT_FLOAT_EQ(phi.rope_scaling.long_factor[i], st.rope_scaling.long_factor[i]);
+    EXPECT_FLOAT_EQ(phi.rope_scaling.short_factor[i], st.rope_scaling.short_factor[i]);
+  }
+}
+
 // Every tp the heads refuse is refused before any weight is read, naming the heads and the tp.
 TEST(ZooRefusals, TpThatHeadsDoNotAllowBeforeAnyRead) {
   struct Refusal {
