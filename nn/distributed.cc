@@ -76,8 +76,12 @@ absl::StatusOr<std::string> FormatPlan(Module& module, const ParallelPlan& plan)
 }
 
 std::optional<DeviceMesh> PlacedMesh(const Module& module) {
-  for (const auto& [name, p] : module.NamedParameters()) {
+  // Depth first without building names: models call it once per generated token.
+  for (const auto& p : module.parameters()) {
     if (p->placed()) return p->spec().mesh();
+  }
+  for (const auto& [name, child] : module.children()) {
+    if (std::optional<DeviceMesh> m = PlacedMesh(*child)) return m;
   }
   return std::nullopt;
 }
