@@ -31,8 +31,10 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 namespace {
 
 // The attention and the MLP a layer of the family has (Note [Adding a family] in
-// loaders/decoder_family.h: other kinds of blocks branch here, with the layer index).
-AttentionOptions MakeAttention(const loaders::DecoderConfig& c, int64_t /*layer*/, DType dtype) {
+// loaders/decoder_family.h: other kinds of blocks — experts, latent attention — branch here, with
+// the layer index for families whose layers differ).
+std::unique_ptr<Module> MakeAttention(const loaders::DecoderConfig& c, int64_t /*layer*/,
+                                      DType dtype) {
   const loaders::DecoderFamily& f = c.family();
   AttentionOptions a;
   a.hidden_size = c.hidden_size;
@@ -47,10 +49,12 @@ AttentionOptions MakeAttention(const loaders::DecoderConfig& c, int64_t /*layer*
   a.causal = true;
   a.rotary_style = ops::RotaryStyle::kHalf;
   a.dtype = dtype;
-  return a;
+  auto attention = std::make_unique<Attention>(a);
+  attention->EnableKVCache(true);
+  return attention;
 }
 
-SwiGLUOptions MakeMlp(const loaders::DecoderConfig& c, int64_t /*layer*/, DType dtype) {
+std::unique_ptr<Module> MakeMlp(const loaders::DecoderConfig& c, int64_t /*layer*/, DType dtype) {
   SwiGLUOptions m;
   m.hidden_size = c.hidden_size;
   m.intermediate_size = c.intermediate_size;
@@ -58,7 +62,7 @@ SwiGLUOptions MakeMlp(const loaders::DecoderConfig& c, int64_t /*layer*/, DType 
   m.fused = c.family().fused_gate_up;
   m.activation = ParseActivation(c.hidden_act).value_or(Activation::kSilu);  // ValidateConfig
   m.dtype = dtype;
-  return m;
+  return std::make_unique<SwiGLUMLP>(m);
 }
 
 }  // namespace
@@ -66,9 +70,9 @@ SwiGLUOptions MakeMlp(const loaders::DecoderConfig& c, int64_t /*layer*/, DType 
 DecoderLayer::DecoderLayer(const loaders::DecoderConfig& c, int64_t index, DType dtype)
     : Module("DecoderLayer") {
   AddModule<RMSNorm>("input_layernorm", c.hidden_size, c.rms_norm_eps, dtype);
-  AddModule<Attention>("self_attn", MakeAttention(c, index, dtype)).EnableKVCache(true);
+  RegisterModule("self_attn", MakeAttention(c, index, dtype));
   AddModule<RMSNorm>("post_attention_layernorm", c.hidden_size, c.rms_norm_eps, dtype);
-  AddModule<SwiGLUMLP>("mlp", MakeMlp(c, index, dtype));
+  RegisterModule("mlp", MakeMlp(c, index, dtype));
 }
 
 absl::StatusOr<Values> DecoderLayer::Forward(Values inputs) {
