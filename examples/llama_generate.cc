@@ -1,9 +1,11 @@
-// Llama text generation with tensor parallelism, from a Hugging Face checkpoint or a GGUF file
-// sharded at load time: each rank reads only its own rows/columns of every weight (docs/llama.md).
+// build/bin/generate (also build/bin/llama_generate): text generation with tensor parallelism for
+// every decoder family (Llama, Mistral, Qwen2, Qwen3, Phi-3: nn/models/causal_lm.h), from a
+// Hugging Face checkpoint or a GGUF file sharded at load time: each rank reads only its own
+// rows/columns of every weight (docs/llama.md).
 //
-//   dtrun --nproc-per-node 3 build/bin/llama_generate --model SmolLM2-135M-Instruct.Q4_1.gguf
+//   dtrun --nproc-per-node 3 build/bin/generate --model SmolLM2-135M-Instruct.Q4_1.gguf
 //       --chat --prompt "What is the capital of France?"
-//   dtrun --nproc-per-node 4 build/bin/llama_generate --model tests/fixtures/llama-tiny
+//   dtrun --nproc-per-node 4 build/bin/generate --model tests/fixtures/zoo/qwen3-tiny
 //       --prompt-ids 1,15,27 --max-new-tokens 32 [--greedy | --temperature 0.8 --top-k 40 --seed 1]
 //
 // Options: --model DIR|FILE.gguf (config.json + safetensors [+ tokenizer.json], or a GGUF with its
@@ -11,7 +13,8 @@
 // user message in the checkpoint's chat template; --system TEXT adds a system message),
 // --prompt-ids a,b,c (ids, no tokenizer needed), --max-new-tokens N, --greedy, --temperature T,
 // --top-k K, --top-p P, --seed S, --dtype f32|bf16 (default: the checkpoint's; f32 for GGUF),
-// --shard-embedding (embedding_rowwise), --stop-at-eos (with --prompt-ids; a text prompt always
+// --shard-embedding (embedding_rowwise), --replicate-kv (k_proj / v_proj replicated: any tp that
+// divides the query heads, e.g. SmolLM2's 9 heads / 3 KV heads on 9 ranks), --stop-at-eos (with --prompt-ids; a text prompt always
 // stops at EOS and the chat format's end of turn), --print-ids (the generated ids too), --check
 // (rank 0 reruns on one rank in-process and every rank exits 1 unless the tokens are equal),
 // --quiet (no table of parameters, no per-step progress), --save-to DIR (after loading, write the
@@ -55,6 +58,7 @@ struct Args {
   SamplingOptions sampling;
   std::optional<DType> dtype;
   bool shard_embedding = false;
+  bool replicate_kv = false;
   bool stop_at_eos = false;
   bool check = false;
   bool quiet = false;
@@ -119,6 +123,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       a.dtype = d;
     } else if (f == "--shard-embedding") {
       a.shard_embedding = true;
+    } else if (f == "--replicate-kv") {
+      a.replicate_kv = true;
     } else if (f == "--stop-at-eos") {
       a.stop_at_eos = true;
     } else if (f == "--check") {
@@ -232,6 +238,7 @@ absl::Status Run(Args a) {
   LlamaLoadOptions o;
   o.dtype = a.dtype;
   o.shard_embedding = a.shard_embedding;
+  o.replicate_kv = a.replicate_kv;
   LlamaLoadReport report;
   DT_ASSIGN_OR_RETURN(auto model, LlamaForCausalLM::FromPretrained(a.model, tp, o, &report));
   const loaders::LlamaConfig& c = model->config();
@@ -330,10 +337,10 @@ absl::Status Run(Args a) {
 int main(int argc, char** argv) {
   absl::StatusOr<dt::nn::Args> args = dt::nn::ParseArgs(argc, argv);
   if (!args.ok()) {
-    std::fprintf(stderr, "llama_generate: %s\n", args.status().ToString().c_str());
+    std::fprintf(stderr, "generate: %s\n", args.status().ToString().c_str());
     return 2;
   }
   const absl::Status s = dt::nn::Run(*args);
-  if (!s.ok()) std::fprintf(stderr, "llama_generate: %s\n", s.ToString().c_str());
+  if (!s.ok()) std::fprintf(stderr, "generate: %s\n", s.ToString().c_str());
   return s.ok() ? 0 : 1;
 }

@@ -33,9 +33,10 @@ std::string DefaultSystem(absl::string_view source) {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Recognize(
-    absl::string_view source, absl::string_view bos) {
+    absl::string_view source, absl::string_view bos, absl::string_view eos) {
   auto t = std::make_shared<ChatTemplate>();
   t->bos_ = std::string(bos);
+  t->eos_ = std::string(eos);
   const std::string head(source.substr(0, 80));
   if (absl::StrContains(source, "<|im_start|>") && absl::StrContains(source, "<|im_end|>")) {
     t->format_ = Format::kChatML;
@@ -51,17 +52,57 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Recognize(
     t->format_ = Format::kLlama3;
     return std::shared_ptr<const ChatTemplate>(std::move(t));
   }
+  if (absl::StrContains(source, "[INST]") && absl::StrContains(source, "[/INST]")) {
+    if (absl::StrContains(source, "system") || absl::StrContains(source, "tools")) {
+      return absl::UnimplementedError(absl::StrCat(
+          "chat template: this Mistral [INST] template has a system role or tools (Mistral's later "
+          "templates); only the v0.1 / v0.2 form is supported; the template starts \"",
+          absl::CEscape(head), "\""));
+    }
+    if (eos.empty()) {
+      return absl::FailedPreconditionError(
+          "chat template: the Mistral [INST] format ends assistant turns with EOS, and the "
+          "tokenizer has none");
+    }
+    t->format_ = Format::kMistral;
+    return std::shared_ptr<const ChatTemplate>(std::move(t));
+  }
+  if (absl::StrContains(source, "<|user|>") && absl::StrContains(source, "<|assistant|>") &&
+      absl::StrContains(source, "<|end|>")) {
+    if (!absl::StrContains(source, "<|system|>") ||
+        !absl::StrContains(source, "add_generation_prompt")) {
+      return absl::UnimplementedError(absl::StrCat(
+          "chat template: Phi-3's first template form (an assistant header after every user turn, "
+          "no system role) is not supported; the template starts \"",
+          absl::CEscape(head), "\""));
+    }
+    t->format_ = Format::kPhi3;
+    return std::shared_ptr<const ChatTemplate>(std::move(t));
+  }
   return absl::UnimplementedError(absl::StrCat(
-      "chat template not recognized (supported: ChatML, Llama 3); it starts \"",
+      "chat template not recognized (supported: ChatML, Llama 3, Mistral [INST], Phi-3); it "
+      "starts \"",
       absl::CEscape(head), "\""));
 }
 
 absl::string_view ChatTemplate::name() const {
-  return format_ == Format::kChatML ? "ChatML" : "Llama 3";
+  switch (format_) {
+    case Format::kChatML: return "ChatML";
+    case Format::kLlama3: return "Llama 3";
+    case Format::kMistral: return "Mistral";
+    case Format::kPhi3: return "Phi-3";
+  }
+  return "?";
 }
 
 absl::string_view ChatTemplate::end_of_turn() const {
-  return format_ == Format::kChatML ? "<|im_end|>" : "<|eot_id|>";
+  switch (format_) {
+    case Format::kChatML: return "<|im_end|>";
+    case Format::kLlama3: return "<|eot_id|>";
+    case Format::kMistral: return eos_;
+    case Format::kPhi3: return "<|end|>";
+  }
+  return "";
 }
 
 absl::StatusOr<std::string> ChatTemplate::Apply(absl::Span<const ChatMessage> messages,
@@ -74,6 +115,32 @@ absl::StatusOr<std::string> ChatTemplate::Apply(absl::Span<const ChatMessage> me
     }
   }
   std::string out;
+  if (format_ == Format::kMistral) {
+    // The template raises on a system message and on roles that do not alternate.
+    out = bos_;
+    for (size_t i = 0; i < messages.size(); ++i) {
+      const ChatMessage& m = messages[i];
+      const char* want = i % 2 == 0 ? "user" : "assistant";
+      if (m.role != want) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "chat: the Mistral [INST] template takes alternating user / assistant messages from a "
+            "user message (no system role); message ", i, " is '", m.role, "'"));
+      }
+      if (m.role == "user") {
+        absl::StrAppend(&out, "[INST] ", m.content, " [/INST]");
+      } else {
+        absl::StrAppend(&out, m.content, eos_);
+      }
+    }
+    return out;
+  }
+  if (format_ == Format::kPhi3) {
+    for (const ChatMessage& m : messages) {
+      absl::StrAppend(&out, "<|", m.role, "|>\n", m.content, "<|end|>\n");
+    }
+    absl::StrAppend(&out, add_generation_prompt ? "<|assistant|>\n" : eos_);
+    return out;
+  }
   if (format_ == Format::kChatML) {
     if (messages[0].role != "system" && !default_system_.empty()) {
       absl::StrAppend(&out, "<|im_start|>system\n", default_system_, "<|im_end|>\n");

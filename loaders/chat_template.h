@@ -5,17 +5,28 @@
 //
 //   format    recognized by                     one message                       generation prompt
 //   ChatML    "<|im_start|>" and "<|im_end|>"   <|im_start|>ROLE\nCONTENT<|im_end|>\n   <|im_start|>assistant\n
-//             (SmolLM2, Qwen2)                  a default system message written in the template
+//             (SmolLM2, Qwen2, Qwen3)           a default system message written in the template
 //                                               (SmolLM2's "You are a helpful AI assistant named
-//                                               SmolLM, ...") comes first when the conversation
-//                                               does not start with a system message
+//                                               SmolLM, ...", Qwen2.5's "You are Qwen, ...") comes
+//                                               first when the conversation does not start with a
+//                                               system message
 //   Llama 3   "<|start_header_id|>" and         <|start_header_id|>ROLE<|end_header_id|>\n\n
 //             "<|eot_id|>"                      CONTENT (trimmed)<|eot_id|>, after BOS
 //                                                                                 <|start_header_id|>assistant<|end_header_id|>\n\n
+//   Mistral   "[INST]" and "[/INST]", no        BOS once, then user: [INST] CONTENT [/INST],
+//             system role (Mistral-7B-Instruct  assistant: CONTENT</s> (EOS); roles alternate from a
+//             v0.1 / v0.2)                      user turn                         (none: the prompt
+//                                                                                 ends with [/INST])
+//   Phi-3     "<|user|>", "<|assistant|>",      <|ROLE|>\nCONTENT<|end|>\n         <|assistant|>\n
+//             "<|end|>" and a <|system|> turn   (without a generation prompt: EOS at the end)
+//             (Phi-3 / 3.5 instruct)
 //
-// Anything else — Llama 3.1's date and tool preamble ("Cutting Knowledge Date"), Mistral's
-// [INST], Gemma's turns — is Unimplemented naming what was seen, never a silently wrong prompt.
-// tests/loaders/tokenizer_test.cc compares both formats with transformers' apply_chat_template.
+// Anything else — Llama 3.1's date and tool preamble ("Cutting Knowledge Date"), Mistral's later
+// templates with a system role or tools, Phi-3's first template (an assistant header after every
+// user turn), Gemma's turns — is Unimplemented naming what was seen, never a silently wrong
+// prompt. tests/loaders/chat_template_test.cc compares every format with transformers' rendering
+// of the template (tools/reference/make_zoo_fixtures.py), tokenizer_test.cc ChatML and Llama 3
+// through real tokenizers.
 
 #include <memory>
 #include <string>
@@ -29,25 +40,29 @@ namespace dt::loaders {
 
 class ChatTemplate {
  public:
-  enum class Format { kChatML, kLlama3 };
-  // `bos`: the BOS token's text (Llama 3 starts with it).
+  enum class Format { kChatML, kLlama3, kMistral, kPhi3 };
+  // `bos`, `eos`: the BOS and EOS tokens' texts (Llama 3 and Mistral start with BOS; Mistral ends
+  // an assistant turn with EOS).
   static absl::StatusOr<std::shared_ptr<const ChatTemplate>> Recognize(absl::string_view source,
-                                                                       absl::string_view bos);
+                                                                       absl::string_view bos,
+                                                                       absl::string_view eos = "");
 
   Format format() const { return format_; }
-  // "ChatML", "Llama 3".
+  // "ChatML", "Llama 3", "Mistral", "Phi-3".
   absl::string_view name() const;
-  // The end-of-turn token's text: "<|im_end|>", "<|eot_id|>".
+  // The end-of-turn token's text: "<|im_end|>", "<|eot_id|>", EOS (Mistral), "<|end|>".
   absl::string_view end_of_turn() const;
   const std::string& default_system() const { return default_system_; }
 
-  // InvalidArgument for an empty conversation or a role other than system, user, assistant.
+  // InvalidArgument for an empty conversation, a role other than system, user, assistant, or a
+  // conversation the format cannot write (Mistral: a system message, roles that do not
+  // alternate from a user turn — the template raises on both).
   absl::StatusOr<std::string> Apply(absl::Span<const ChatMessage> messages,
                                     bool add_generation_prompt) const;
 
  private:
   Format format_ = Format::kChatML;
-  std::string bos_;
+  std::string bos_, eos_;
   std::string default_system_;
 };
 

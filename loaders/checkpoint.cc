@@ -122,7 +122,7 @@ absl::StatusOr<Checkpoint> Checkpoint::OpenGguf(const std::string& path) {
   Checkpoint c;
   c.path_ = path;
   DT_ASSIGN_OR_RETURN(c.gguf_, GgufFile::Open(path));
-  DT_ASSIGN_OR_RETURN(std::vector<GgufTensorName> names, LlamaGgufTensorNames(*c.gguf_));
+  DT_ASSIGN_OR_RETURN(std::vector<GgufTensorName> names, DecoderGgufTensorNames(*c.gguf_));
   for (const GgufTensorName& n : names) {
     const GgufTensorInfo& t = *c.gguf_->FindTensor(n.gguf_name);
     Entry e;

@@ -1,11 +1,13 @@
 #include "dtensor/loaders/gguf_llama.h"
 
+#include <cmath>
 #include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "dtensor/core/ranges.h"
 #include "dtensor/core/status.h"
 
 namespace dt::loaders {
@@ -22,14 +24,14 @@ absl::StatusOr<int64_t> Positive(const GgufFile& f, const std::string& key,
                                  std::optional<int64_t> fallback) {
   DT_ASSIGN_OR_RETURN(std::optional<int64_t> v, f.GetOptionalInt(key));
   if (!v) {
-    if (!fallback) return Bad(f, absl::StrCat("no metadata '", key, "' (required for llama)"));
+    if (!fallback) return Bad(f, absl::StrCat("no metadata '", key, "' (required)"));
     return *fallback;
   }
   if (*v < 1) return Bad(f, absl::StrCat("metadata '", key, "' is ", *v, "; it must be >= 1"));
   return *v;
 }
 
-// The llama.* keys this reader understands (the rest are refused).
+// The ARCH.* keys this reader understands (the rest are refused); Phi-3 adds its longrope scale.
 const std::set<std::string>& KnownKeys() {
   static const std::set<std::string> keys = {
       "block_count", "embedding_length", "feed_forward_length", "attention.head_count",
@@ -37,78 +39,122 @@ const std::set<std::string>& KnownKeys() {
       "rope.dimension_count", "context_length", "attention.layer_norm_rms_epsilon",
       "rope.freq_base", "rope.scaling.type", "rope.scaling.factor",
       "rope.scaling.original_context_length", "vocab_size", "expert_count",
-      "expert_used_count"};
+      "expert_used_count", "rope.scaling.attn_factor"};
   return keys;
+}
+
+// Note [GGUF longrope]: convert_hf_to_gguf writes Phi-3's longrope factors as the tensors
+// rope_factors_short.weight / rope_factors_long.weight ([head_dim / 2] f32), the context they were
+// trained for as phi3.rope.scaling.original_context_length and transformers' cos/sin scale as
+// phi3.rope.scaling.attn_factor; here they become the config's longrope parameters again.
+absl::Status ReadLongrope(const GgufFile& f, const std::string& arch, DecoderConfig* c) {
+  const bool has_short = f.FindTensor("rope_factors_short.weight") != nullptr;
+  const bool has_long = f.FindTensor("rope_factors_long.weight") != nullptr;
+  if (!has_short && !has_long) return absl::OkStatus();
+  if (has_short != has_long || arch != "phi3") {
+    return absl::UnimplementedError(absl::StrCat(
+        Where(f), ": rope factor tensors are read for phi3 as a short and a long pair (longrope); "
+                  "this ", arch, " file has ",
+        has_short ? "rope_factors_short.weight" : "rope_factors_long.weight",
+        has_short && has_long ? " and rope_factors_long.weight" : " only"));
+  }
+  RopeScaling& s = c->rope_scaling;
+  s.rope_type = "longrope";
+  s.has_factor = false;
+  for (auto [name, out] : {std::pair<const char*, std::vector<double>*>{
+                               "rope_factors_short.weight", &s.short_factor},
+                           {"rope_factors_long.weight", &s.long_factor}}) {
+    const GgufTensorInfo& t = *f.FindTensor(name);
+    if (t.shape != Shape{c->head_dim / 2}) {
+      return Bad(f, absl::StrCat("tensor '", name, "' is ", t.Describe(), "; longrope needs [",
+                                 c->head_dim / 2, "] (head_dim / 2)"));
+    }
+    DT_ASSIGN_OR_RETURN(Tensor v, f.ReadRanges(name, FullRanges(t.shape)));
+    for (float x : v.ToVector<float>()) {
+      if (!(x > 0) || !std::isfinite(x)) return Bad(f, absl::StrCat("tensor '", name, "' holds ", x));
+      out->push_back(x);
+    }
+  }
+  DT_ASSIGN_OR_RETURN(s.original_max_position_embeddings,
+                      Positive(f, arch + ".rope.scaling.original_context_length",
+                               c->max_position_embeddings));
+  DT_ASSIGN_OR_RETURN(std::optional<double> attn,
+                      f.GetOptionalDouble(arch + ".rope.scaling.attn_factor"));
+  if (attn) s.attention_factor = *attn;
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
+absl::StatusOr<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
   DT_ASSIGN_OR_RETURN(std::optional<std::string> arch, f.GetOptionalString("general.architecture"));
   if (!arch) return Bad(f, "no metadata 'general.architecture'");
-  if (*arch != "llama") {
-    return absl::UnimplementedError(absl::StrCat(
-        Where(f), ": architecture '", *arch, "' is not supported (dtensor reads llama GGUFs)"));
+  absl::StatusOr<const DecoderFamily*> family = FindGgufDecoderFamily(*arch);
+  if (!family.ok()) {
+    return absl::UnimplementedError(absl::StrCat(Where(f), ": ", family.status().message()));
   }
+  const std::string p = *arch + ".";  // the metadata prefix: "qwen3."
   for (const auto& [key, value] : f.metadata()) {
-    if (!absl::StartsWith(key, "llama.")) continue;
-    if (!KnownKeys().count(key.substr(6))) {
+    if (!absl::StartsWith(key, p)) continue;
+    if (!KnownKeys().count(key.substr(p.size()))) {
       return absl::UnimplementedError(absl::StrCat(Where(f), ": metadata '", key, "' (",
                                                    value.ToString(),
-                                                   ") is not supported by dtensor's llama"));
+                                                   ") is not supported by dtensor's ", *arch));
     }
   }
-  LlamaConfig c;
-  DT_ASSIGN_OR_RETURN(c.num_hidden_layers, Positive(f, "llama.block_count", std::nullopt));
-  DT_ASSIGN_OR_RETURN(c.hidden_size, Positive(f, "llama.embedding_length", std::nullopt));
-  DT_ASSIGN_OR_RETURN(c.intermediate_size, Positive(f, "llama.feed_forward_length", std::nullopt));
-  DT_ASSIGN_OR_RETURN(c.num_attention_heads, Positive(f, "llama.attention.head_count", std::nullopt));
+  DecoderConfig c;
+  c.model_type = (*family)->model_type;
+  DT_ASSIGN_OR_RETURN(c.num_hidden_layers, Positive(f, p + "block_count", std::nullopt));
+  DT_ASSIGN_OR_RETURN(c.hidden_size, Positive(f, p + "embedding_length", std::nullopt));
+  DT_ASSIGN_OR_RETURN(c.intermediate_size, Positive(f, p + "feed_forward_length", std::nullopt));
+  DT_ASSIGN_OR_RETURN(c.num_attention_heads, Positive(f, p + "attention.head_count", std::nullopt));
   DT_ASSIGN_OR_RETURN(c.num_key_value_heads,
-                      Positive(f, "llama.attention.head_count_kv", c.num_attention_heads));
+                      Positive(f, p + "attention.head_count_kv", c.num_attention_heads));
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
-    return Bad(f, absl::StrCat("llama.attention.head_count_kv ", c.num_key_value_heads,
-                               " must divide llama.attention.head_count ", c.num_attention_heads));
+    return Bad(f, absl::StrCat(p, "attention.head_count_kv ", c.num_key_value_heads,
+                               " must divide ", p, "attention.head_count ", c.num_attention_heads));
   }
   std::optional<int64_t> default_hd;
   if (c.hidden_size % c.num_attention_heads == 0) default_hd = c.hidden_size / c.num_attention_heads;
-  DT_ASSIGN_OR_RETURN(c.head_dim, Positive(f, "llama.attention.key_length", default_hd));
-  DT_ASSIGN_OR_RETURN(int64_t value_length, Positive(f, "llama.attention.value_length", c.head_dim));
+  if ((*family)->default_head_dim > 0) default_hd = (*family)->default_head_dim;
+  DT_ASSIGN_OR_RETURN(c.head_dim, Positive(f, p + "attention.key_length", default_hd));
+  DT_ASSIGN_OR_RETURN(int64_t value_length, Positive(f, p + "attention.value_length", c.head_dim));
   if (value_length != c.head_dim) {
     return absl::UnimplementedError(absl::StrCat(
-        Where(f), ": llama.attention.value_length ", value_length,
+        Where(f), ": ", p, "attention.value_length ", value_length,
         " differs from key_length ", c.head_dim, " (not supported)"));
   }
   if (c.head_dim % 2 != 0) return Bad(f, absl::StrCat("head dim ", c.head_dim, " must be even"));
-  DT_ASSIGN_OR_RETURN(int64_t rope_dims, Positive(f, "llama.rope.dimension_count", c.head_dim));
+  DT_ASSIGN_OR_RETURN(int64_t rope_dims, Positive(f, p + "rope.dimension_count", c.head_dim));
   if (rope_dims != c.head_dim) {
     return absl::UnimplementedError(absl::StrCat(
-        Where(f), ": llama.rope.dimension_count ", rope_dims, " is not the head dim ", c.head_dim,
+        Where(f), ": ", p, "rope.dimension_count ", rope_dims, " is not the head dim ", c.head_dim,
         " (partial rotary embeddings are not supported)"));
   }
-  DT_ASSIGN_OR_RETURN(c.max_position_embeddings, Positive(f, "llama.context_length", 2048));
+  DT_ASSIGN_OR_RETURN(c.max_position_embeddings, Positive(f, p + "context_length", 2048));
   DT_ASSIGN_OR_RETURN(std::optional<double> eps,
-                      f.GetOptionalDouble("llama.attention.layer_norm_rms_epsilon"));
+                      f.GetOptionalDouble(p + "attention.layer_norm_rms_epsilon"));
   c.rms_norm_eps = eps.value_or(1e-5);
-  DT_ASSIGN_OR_RETURN(std::optional<double> base, f.GetOptionalDouble("llama.rope.freq_base"));
+  DT_ASSIGN_OR_RETURN(std::optional<double> base, f.GetOptionalDouble(p + "rope.freq_base"));
   c.rope_theta = base.value_or(10000.0);
   if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0)) {
     return Bad(f, absl::StrCat("layer_norm_rms_epsilon ", c.rms_norm_eps, " and rope.freq_base ",
                                c.rope_theta, " must be > 0"));
   }
-  DT_ASSIGN_OR_RETURN(std::optional<std::string> scaling, f.GetOptionalString("llama.rope.scaling.type"));
+  DT_ASSIGN_OR_RETURN(std::optional<std::string> scaling, f.GetOptionalString(p + "rope.scaling.type"));
   if (scaling && *scaling != "none") {
     if (*scaling != "linear") {
       return absl::UnimplementedError(absl::StrCat(
-          Where(f), ": llama.rope.scaling.type '", *scaling, "' is not supported (none, linear)"));
+          Where(f), ": ", p, "rope.scaling.type '", *scaling, "' is not supported (none, linear)"));
     }
-    DT_ASSIGN_OR_RETURN(std::optional<double> factor, f.GetOptionalDouble("llama.rope.scaling.factor"));
+    DT_ASSIGN_OR_RETURN(std::optional<double> factor, f.GetOptionalDouble(p + "rope.scaling.factor"));
     if (!factor || !(*factor >= 1)) {
-      return Bad(f, "linear rope scaling needs llama.rope.scaling.factor >= 1");
+      return Bad(f, absl::StrCat("linear rope scaling needs ", p, "rope.scaling.factor >= 1"));
     }
     c.rope_scaling.rope_type = "linear";
     c.rope_scaling.factor = *factor;
   }
-  for (const char* key : {"llama.expert_count", "llama.expert_used_count"}) {
+  for (const std::string& key : {p + "expert_count", p + "expert_used_count"}) {
     DT_ASSIGN_OR_RETURN(std::optional<int64_t> n, f.GetOptionalInt(key));
     if (n && *n != 0) {
       return absl::UnimplementedError(absl::StrCat(Where(f), ": ", key, " ", *n,
@@ -123,14 +169,32 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
   if (!n_tokens) {
     if (const GgufTensorInfo* e = f.FindTensor("token_embd.weight")) n_tokens = e->shape[0];
   }
-  DT_ASSIGN_OR_RETURN(c.vocab_size, Positive(f, "llama.vocab_size", n_tokens));
+  DT_ASSIGN_OR_RETURN(c.vocab_size, Positive(f, p + "vocab_size", n_tokens));
   if (f.FindTensor("rope_freqs.weight") != nullptr) {
     return absl::UnimplementedError(absl::StrCat(
         Where(f), ": tensor rope_freqs.weight (llama 3.1 rope frequency factors) is not supported"));
   }
+  DT_RETURN_IF_ERROR(ReadLongrope(f, *arch, &c));
   c.tie_word_embeddings = f.FindTensor("output.weight") == nullptr;
-  c.attention_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
+  // Biases as the family has them (decoder_family.h): attention_bias gives q/k/v/o, Qwen2's q/k/v
+  // come with the family.
+  const DecoderFamily& fam = **family;
+  const bool q_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr ||
+                      f.FindTensor("blk.0.attn_qkv.bias") != nullptr;
+  const bool o_bias = f.FindTensor("blk.0.attn_output.bias") != nullptr;
+  if (q_bias != (fam.qkv_bias || (fam.attention_bias_field && o_bias)) ||
+      (o_bias && !fam.attention_bias_field)) {
+    return absl::UnimplementedError(absl::StrCat(
+        Where(f), ": the attention biases (attn_q.bias ", q_bias ? "present" : "absent",
+        ", attn_output.bias ", o_bias ? "present" : "absent", ") are not ", (*family)->model_type,
+        "'s"));
+  }
+  c.attention_bias = o_bias;
   c.mlp_bias = f.FindTensor("blk.0.ffn_up.bias") != nullptr;
+  if (c.mlp_bias && !(*family)->mlp_bias_field) {
+    return absl::UnimplementedError(
+        absl::StrCat(Where(f), ": MLP biases are not ", (*family)->model_type, "'s"));
+  }
   c.dtype = DType::kF32;
   DT_ASSIGN_OR_RETURN(std::optional<int64_t> bos, f.GetOptionalInt("tokenizer.ggml.bos_token_id"));
   c.bos_token_id = bos;
@@ -143,6 +207,17 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& f) {
   return c;
 }
 
+absl::StatusOr<DecoderConfig> LlamaConfigFromGguf(const GgufFile& f) {
+  DT_ASSIGN_OR_RETURN(std::optional<std::string> arch, f.GetOptionalString("general.architecture"));
+  if (arch && *arch != "llama") {
+    return absl::UnimplementedError(absl::StrCat(
+        Where(f), ": architecture '", *arch,
+        "' is not supported by LlamaConfigFromGguf (llama only; DecoderConfigFromGguf reads every "
+        "family)"));
+  }
+  return DecoderConfigFromGguf(f);
+}
+
 int64_t GgufRotaryRow(int64_t row, int64_t rows, int64_t heads) {
   const int64_t hd = rows / heads, half = hd / 2;
   const int64_t h = row / hd, j = row % hd;
@@ -150,16 +225,21 @@ int64_t GgufRotaryRow(int64_t row, int64_t rows, int64_t heads) {
   return h * hd + 2 * i + s;
 }
 
-absl::StatusOr<std::vector<GgufTensorName>> LlamaGgufTensorNames(const GgufFile& f) {
-  DT_ASSIGN_OR_RETURN(LlamaConfig c, LlamaConfigFromGguf(f));
+absl::StatusOr<std::vector<GgufTensorName>> DecoderGgufTensorNames(const GgufFile& f) {
+  DT_ASSIGN_OR_RETURN(DecoderConfig c, DecoderConfigFromGguf(f));
+  const DecoderFamily& family = c.family();
+  // llama.cpp permutes Q/K rows for the llama architecture only (Note [GGUF Q/K row order]);
+  // qwen2, qwen3 and phi3 use its NEOX rotation, which is Hugging Face's layout.
+  const bool permuted = family.gguf_architecture == "llama";
   static const std::pair<const char*, const char*> kTop[] = {
       {"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}};
   static const std::pair<const char*, const char*> kBlock[] = {
       {"attn_norm", "input_layernorm"},     {"ffn_norm", "post_attention_layernorm"},
       {"attn_q", "self_attn.q_proj"},       {"attn_k", "self_attn.k_proj"},
       {"attn_v", "self_attn.v_proj"},       {"attn_output", "self_attn.o_proj"},
-      {"ffn_gate", "mlp.gate_proj"},        {"ffn_up", "mlp.up_proj"},
-      {"ffn_down", "mlp.down_proj"}};
+      {"attn_q_norm", "self_attn.q_norm"},  {"attn_k_norm", "self_attn.k_norm"},
+      {"attn_qkv", "self_attn.qkv_proj"},   {"ffn_gate", "mlp.gate_proj"},
+      {"ffn_up", "mlp.up_proj"},            {"ffn_down", "mlp.down_proj"}};
   std::vector<GgufTensorName> out;
   for (const GgufTensorInfo& t : f.tensors()) {
     GgufTensorName n{t.name, t.name, 0};
@@ -175,8 +255,12 @@ absl::StatusOr<std::vector<GgufTensorName>> LlamaGgufTensorNames(const GgufFile&
         for (const auto& [g, hf] : kBlock) {
           if (parts[2] == g) n.hf_name = absl::StrCat("model.layers.", layer, ".", hf, ".", suffix);
         }
-        if (parts[2] == "attn_q") n.permute_heads = c.num_attention_heads;
-        if (parts[2] == "attn_k") n.permute_heads = c.num_key_value_heads;
+        // Phi-3's converter writes the fused [gate | up] as ffn_up.
+        if (parts[2] == "ffn_up" && family.fused_gate_up) {
+          n.hf_name = absl::StrCat("model.layers.", layer, ".mlp.gate_up_proj.", suffix);
+        }
+        if (permuted && parts[2] == "attn_q") n.permute_heads = c.num_attention_heads;
+        if (permuted && parts[2] == "attn_k") n.permute_heads = c.num_key_value_heads;
         if (n.permute_heads > 0 && suffix != "weight") {
           return absl::UnimplementedError(absl::StrCat(Where(f), ": tensor '", t.name,
                                                        "' (a rotary projection's bias) is not supported"));

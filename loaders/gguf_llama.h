@@ -1,25 +1,28 @@
 #pragma once
-// Llama from a GGUF file (llama.cpp's convert_hf_to_gguf layout): the config from the `llama.*`
-// metadata and the tensors under their Hugging Face names.
+// The decoder families (loaders/decoder_family.h) from a GGUF file (llama.cpp's convert_hf_to_gguf
+// layout): the config from the ARCH.* metadata (ARCH = general.architecture: llama — Mistral is
+// written as llama too —, qwen2, qwen3, phi3) and the tensors under their Hugging Face names.
 //
-//   GGUF key (llama.)          LlamaConfig field           notes
+//   GGUF key (ARCH.)           DecoderConfig field         notes
 //   block_count                num_hidden_layers           required
 //   embedding_length           hidden_size                 required
 //   feed_forward_length        intermediate_size           required
 //   attention.head_count       num_attention_heads         required
 //   attention.head_count_kv    num_key_value_heads         default: head_count
-//   attention.key_length       head_dim                    default: hidden / heads; value_length
-//                                                          must equal it
+//   attention.key_length       head_dim                    default: the family's (hidden / heads);
+//                                                          value_length must equal it
 //   rope.dimension_count       (must equal head_dim)       partial rotary is refused
 //   context_length             max_position_embeddings     default 2048
 //   attention.layer_norm_rms_epsilon  rms_norm_eps         default 1e-5 (llama.cpp's)
 //   rope.freq_base             rope_theta                  default 10000
 //   rope.scaling.type          rope_scaling                none, or linear with rope.scaling.factor
+//   rope.scaling.original_context_length, rope.scaling.attn_factor, tensors rope_factors_short /
+//   rope_factors_long          Phi-3's longrope            Note [GGUF longrope]
 //   vocab_size                 vocab_size                  default: tokenizer.ggml.tokens' length
-//   expert_count (0), expert_used_count (0), rope.scaling.original_context_length (unused by
-//   linear), attention.value_length: accepted; any other llama.* key is refused by name, as is a
-//   rope_freqs.weight tensor (llama 3.1's frequency factors) and an architecture other than llama.
-//   tie_word_embeddings: true when there is no output.weight. bos/eos: tokenizer.ggml.bos_token_id,
+//   expert_count (0), expert_used_count (0), attention.value_length: accepted; any other ARCH.* key
+//   is refused by name, as is a rope_freqs.weight tensor (llama 3.1's frequency factors) and an
+//   architecture no family has. tie_word_embeddings: true when there is no output.weight; biases
+//   as the family has them (Qwen2's q/k/v), else refused. bos/eos: tokenizer.ggml.bos_token_id,
 //   eos_token_id (and eot_token_id when it differs: both stop generation). dtype: f32 (weights are
 //   dequantized on read).
 //
@@ -30,15 +33,19 @@
 //   blk.N.attn_norm.weight     model.layers.N.input_layernorm.weight
 //   blk.N.ffn_norm.weight      model.layers.N.post_attention_layernorm.weight
 //   blk.N.attn_{q,k,v}.weight  model.layers.N.self_attn.{q,k,v}_proj.weight
+//   blk.N.attn_{q,k}_norm      model.layers.N.self_attn.{q,k}_norm.weight (Qwen3)
+//   blk.N.attn_qkv.weight      model.layers.N.self_attn.qkv_proj.weight (Phi-3)
 //   blk.N.attn_output.weight   model.layers.N.self_attn.o_proj.weight
-//   blk.N.ffn_{gate,up,down}.weight  model.layers.N.mlp.{gate,up,down}_proj.weight
+//   blk.N.ffn_{gate,up,down}.weight  model.layers.N.mlp.{gate,up,down}_proj.weight; Phi-3's ffn_up
+//                              is its fused mlp.gate_up_proj
 //   (biases likewise: .bias)   other tensors keep their GGUF name (the loader reports them unused)
 //
-// Note [GGUF Q/K row order]: the converter reorders the rows of each head of Q (and K) from
-// Hugging Face's half-split rotary layout to llama.cpp's interleaved-pair one: GGUF row
-// h*hd + 2i + s holds HF row h*hd + s*hd/2 + i (s in {0, 1}, i < hd/2). dtensor keeps the HF
-// layout and its RoPE, so a read of HF rows gathers the matching GGUF rows (permute_heads below);
-// a colwise shard of whole heads still reads only its own heads' rows.
+// Note [GGUF Q/K row order]: for the llama architecture the converter reorders the rows of each
+// head of Q (and K) from Hugging Face's half-split rotary layout to llama.cpp's interleaved-pair
+// one: GGUF row h*hd + 2i + s holds HF row h*hd + s*hd/2 + i (s in {0, 1}, i < hd/2). dtensor
+// keeps the HF layout and its RoPE, so a read of HF rows gathers the matching GGUF rows
+// (permute_heads below); a colwise shard of whole heads still reads only its own heads' rows.
+// qwen2, qwen3 and phi3 files keep Hugging Face's order (llama.cpp rotates them NEOX-style).
 
 #include <cstdint>
 #include <string>
@@ -50,7 +57,9 @@
 
 namespace dt::loaders {
 
-absl::StatusOr<LlamaConfig> LlamaConfigFromGguf(const GgufFile& file);
+absl::StatusOr<DecoderConfig> DecoderConfigFromGguf(const GgufFile& file);
+// DecoderConfigFromGguf for a llama-architecture file only (others Unimplemented).
+absl::StatusOr<DecoderConfig> LlamaConfigFromGguf(const GgufFile& file);
 
 // One tensor of a GGUF under its Hugging Face name.
 struct GgufTensorName {
@@ -59,8 +68,12 @@ struct GgufTensorName {
   int64_t permute_heads = 0;  // > 0: rows are in llama.cpp's rotary order over this many heads
 };
 
-// Every tensor of the file, named as above (the file's architecture must be llama).
-absl::StatusOr<std::vector<GgufTensorName>> LlamaGgufTensorNames(const GgufFile& file);
+// Every tensor of the file, named as above.
+absl::StatusOr<std::vector<GgufTensorName>> DecoderGgufTensorNames(const GgufFile& file);
+// The name from when llama was the only architecture.
+inline absl::StatusOr<std::vector<GgufTensorName>> LlamaGgufTensorNames(const GgufFile& file) {
+  return DecoderGgufTensorNames(file);
+}
 
 // The GGUF row holding HF row `row` of a rotary projection of `heads` heads and `rows` rows.
 int64_t GgufRotaryRow(int64_t row, int64_t rows, int64_t heads);

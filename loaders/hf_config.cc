@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
 #include "dtensor/loaders/gguf_llama.h"
@@ -55,7 +56,7 @@ absl::StatusOr<std::vector<double>> NumberList(const Reader& r, const Json& obj,
 }
 
 // Needs head_dim and max_position_embeddings parsed.
-absl::Status ParseRope(const Reader& r, LlamaConfig* c) {
+absl::Status ParseRope(const Reader& r, const DecoderFamily& family, DecoderConfig* c) {
   const Json& j = r.j();
   // v5: rope_parameters {rope_type, rope_theta, ...}; v4: rope_theta + rope_scaling {...}.
   // transformers takes rope_scaling over rope_parameters; a config with both that disagree is
@@ -89,6 +90,9 @@ absl::Status ParseRope(const Reader& r, LlamaConfig* c) {
       return r.Error(absl::StrCat("\"", key, ".rope_type\" must be a string, got ", type->dump()));
     }
     t = type->get<std::string>();
+    for (const std::string& alias : family.longrope_aliases) {
+      if (t == alias) t = "longrope";  // transformers' Phi-3 reads legacy names as longrope
+    }
   }
   static const std::vector<std::string> kTypes = {"default", "linear", "dynamic", "yarn", "longrope", "llama3"};
   if (std::find(kTypes.begin(), kTypes.end(), t) == kTypes.end()) {
@@ -159,19 +163,118 @@ absl::Status ParseRope(const Reader& r, LlamaConfig* c) {
   return absl::OkStatus();
 }
 
+// Note [Fields no family implements]
+// Keys of other architectures' config classes that change what the model computes. A config that
+// sets one (a checkpoint relabelled with a supported model_type, or a field this implementation
+// does not know) is refused rather than computed without it; null, false, 0 and (for factors) 1
+// mean "off" and are accepted.
+const std::vector<std::string>& UnimplementedFields() {
+  static const std::vector<std::string> keys = {
+      "partial_rotary_factor", "rotary_pct", "attn_logit_softcapping", "final_logit_softcapping",
+      "query_pre_attn_scalar", "num_experts", "num_local_experts", "n_routed_experts",
+      "moe_intermediate_size", "q_lora_rank", "kv_lora_rank", "quantization_config", "clip_qkv",
+      "logits_scaling", "embedding_multiplier", "residual_multiplier", "attention_multiplier",
+      "use_qk_norm", "qk_layernorm", "use_parallel_residual", "parallel_attn", "alibi",
+      "no_rope_layers", "attention_chunk_size", "mup_width_multiplier", "scale_emb",
+      "dim_model_base", "scale_depth"};
+  return keys;
+}
+
+bool IsOff(const Json& v) {
+  if (v.is_null()) return true;
+  if (v.is_boolean()) return !v.get<bool>();
+  if (v.is_number()) return v.get<double>() == 0.0;
+  if (v.is_array() || v.is_object()) return v.empty();
+  return false;
+}
+
+absl::Status RefuseUnimplemented(const Reader& r, const DecoderFamily& family) {
+  for (const std::string& key : UnimplementedFields()) {
+    const Json* v = r.Find(r.j(), key);
+    if (v == nullptr || IsOff(*v)) continue;
+    const bool factor = key == "partial_rotary_factor" || key == "rotary_pct" ||
+                        absl::EndsWith(key, "multiplier") || key == "logits_scaling";
+    if (factor && v->is_number() && v->get<double>() == 1.0) continue;
+    return r.Unsupported(absl::StrCat("\"", key, "\": ", v->dump().substr(0, 80),
+                                      " is not implemented by dtensor's ", family.model_type,
+                                      "; refusing to ignore it"));
+  }
+  return absl::OkStatus();
+}
+
+// Note [Sliding windows] (hf_config.h), read as the family's config class does.
+absl::Status ParseSlidingWindow(const Reader& r, const DecoderFamily& family, DecoderConfig* c) {
+  const Json& j = r.j();
+  auto window = [&](int64_t fallback) -> absl::StatusOr<int64_t> {
+    auto it = j.find("sliding_window");
+    if (it == j.end()) return fallback;
+    if (it->is_null()) return int64_t{0};
+    return r.PositiveInt(j, "sliding_window", std::nullopt);
+  };
+  switch (family.sliding_window) {
+    case SlidingWindowFields::kNone:
+      return absl::OkStatus();
+    case SlidingWindowFields::kAll: {
+      DT_ASSIGN_OR_RETURN(c->sliding_window, window(family.default_sliding_window));
+      return absl::OkStatus();
+    }
+    case SlidingWindowFields::kQwen:
+      break;
+  }
+  DT_ASSIGN_OR_RETURN(const bool use, r.Bool("use_sliding_window", false));
+  DT_ASSIGN_OR_RETURN(const int64_t w, window(4096));
+  int64_t from = 28;
+  if (const Json* m = r.Find(j, "max_window_layers")) {
+    if (!m->is_number_integer() || m->get<int64_t>() < 0) {
+      return r.Error(absl::StrCat("\"max_window_layers\" must be an integer >= 0, got ", m->dump()));
+    }
+    from = m->get<int64_t>();
+  }
+  if (const Json* types = r.Find(j, "layer_types")) {
+    // transformers' v5 spelling: one entry per layer; only a window from some layer on is read.
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != c->num_hidden_layers) {
+      return r.Error(absl::StrCat("\"layer_types\" must list ", c->num_hidden_layers,
+                                  " layer types, got ", types->dump().substr(0, 80)));
+    }
+    from = c->num_hidden_layers;
+    for (int64_t i = 0; i < c->num_hidden_layers; ++i) {
+      const Json& t = (*types)[i];
+      const bool sliding = t == "sliding_attention";
+      if (!sliding && t != "full_attention") {
+        return r.Unsupported(absl::StrCat("layer_types[", i, "] ", t.dump(),
+                                          " is not supported (full_attention, sliding_attention)"));
+      }
+      if (sliding && from == c->num_hidden_layers) from = i;
+      if (!sliding && from < i) {
+        return r.Unsupported(absl::StrCat("\"layer_types\" alternates full and sliding attention (",
+                                          "layer ", i, " is full after sliding layer ", from,
+                                          "); only sliding layers from one layer on are read"));
+      }
+    }
+  }
+  // Without use_sliding_window, transformers' Qwen gives "sliding_attention" layers no window.
+  if (use && w > 0 && from < c->num_hidden_layers) {
+    c->sliding_window = w;
+    c->sliding_from = from;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::string_view what) {
+absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::string_view what) {
   Json j = Json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false);
   Reader r(j, what);
   if (j.is_discarded()) return r.Error("not valid JSON");
   if (!j.is_object()) return r.Error(absl::StrCat("must be a JSON object, got ", j.type_name()));
-  LlamaConfig c;
+  DecoderConfig c;
   try {
     DT_ASSIGN_OR_RETURN(std::optional<std::string> model_type, r.String("model_type"));
-    if (model_type && *model_type != "llama") {
-      return r.Error(absl::StrCat("model_type \"", *model_type, "\" is not \"llama\""));
-    }
+    if (model_type) c.model_type = *model_type;
+    absl::StatusOr<const DecoderFamily*> found = FindDecoderFamily(c.model_type);
+    if (!found.ok()) return r.Error(found.status().message());
+    const DecoderFamily& family = **found;
+    DT_RETURN_IF_ERROR(RefuseUnimplemented(r, family));
     DT_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveInt(j, "vocab_size", std::nullopt));
     DT_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveInt(j, "hidden_size", std::nullopt));
     DT_ASSIGN_OR_RETURN(c.intermediate_size, r.PositiveInt(j, "intermediate_size", std::nullopt));
@@ -181,13 +284,16 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
     DT_ASSIGN_OR_RETURN(c.num_key_value_heads,
                         r.PositiveInt(j, "num_key_value_heads", c.num_attention_heads));
     const bool explicit_head_dim = r.Find(j, "head_dim") != nullptr;
-    if (!explicit_head_dim && c.hidden_size % c.num_attention_heads != 0) {
+    if (!explicit_head_dim && family.default_head_dim == 0 &&
+        c.hidden_size % c.num_attention_heads != 0) {
       return r.Error(absl::StrCat("hidden_size ", c.hidden_size,
                                   " is not a multiple of num_attention_heads ",
                                   c.num_attention_heads, " (and no head_dim is given)"));
     }
-    DT_ASSIGN_OR_RETURN(c.head_dim,
-                        r.PositiveInt(j, "head_dim", c.hidden_size / c.num_attention_heads));
+    const int64_t default_head_dim = family.default_head_dim > 0
+                                         ? family.default_head_dim
+                                         : c.hidden_size / c.num_attention_heads;
+    DT_ASSIGN_OR_RETURN(c.head_dim, r.PositiveInt(j, "head_dim", default_head_dim));
     if (c.head_dim % 2 != 0) {
       return r.Error(absl::StrCat("head_dim ", c.head_dim, " must be even (rotary embeddings)"));
     }
@@ -196,15 +302,20 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
                                   " must divide num_attention_heads ", c.num_attention_heads));
     }
     DT_ASSIGN_OR_RETURN(c.max_position_embeddings,
-                        r.PositiveInt(j, "max_position_embeddings", 2048));
-    DT_ASSIGN_OR_RETURN(c.rms_norm_eps, r.PositiveNumber(j, "rms_norm_eps", 1e-6));
-    DT_RETURN_IF_ERROR(ParseRope(r, &c));
+                        r.PositiveInt(j, "max_position_embeddings",
+                                      family.default_max_position_embeddings));
+    DT_ASSIGN_OR_RETURN(c.rms_norm_eps,
+                        r.PositiveNumber(j, "rms_norm_eps", family.default_rms_norm_eps));
+    DT_RETURN_IF_ERROR(ParseRope(r, family, &c));
     DT_ASSIGN_OR_RETURN(std::optional<std::string> act, r.String("hidden_act"));
-    if (act && *act != "silu") {
-      return r.Unsupported(absl::StrCat("hidden_act \"", *act, "\" is not supported (silu)"));
+    if (act) c.hidden_act = *act;
+    if (family.attention_bias_field) {
+      DT_ASSIGN_OR_RETURN(c.attention_bias, r.Bool("attention_bias", false));
     }
-    DT_ASSIGN_OR_RETURN(c.attention_bias, r.Bool("attention_bias", false));
-    DT_ASSIGN_OR_RETURN(c.mlp_bias, r.Bool("mlp_bias", false));
+    if (family.mlp_bias_field) {
+      DT_ASSIGN_OR_RETURN(c.mlp_bias, r.Bool("mlp_bias", false));
+    }
+    DT_RETURN_IF_ERROR(ParseSlidingWindow(r, family, &c));
     DT_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
     DT_ASSIGN_OR_RETURN(std::optional<std::string> dtype, r.String("torch_dtype"));
     if (!dtype) {
@@ -235,43 +346,53 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::strin
   return c;
 }
 
-absl::StatusOr<LlamaConfig> LoadLlamaConfig(const std::string& path) {
+absl::StatusOr<DecoderConfig> LoadDecoderConfig(const std::string& path) {
   std::error_code ec;
   std::string file = path;
   if (std::filesystem::is_regular_file(path, ec) && GgufFile::HasMagic(path)) {
     DT_ASSIGN_OR_RETURN(std::shared_ptr<const GgufFile> gguf, GgufFile::Open(path));
-    return LlamaConfigFromGguf(*gguf);
+    return DecoderConfigFromGguf(*gguf);
   }
   if (std::filesystem::is_directory(path, ec)) {
     file = (std::filesystem::path(path) / "config.json").string();
   }
   DT_ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(file, int64_t{16} << 20));
-  return ParseLlamaConfig(text, file);
+  return ParseDecoderConfig(text, file);
 }
 
-int64_t LlamaConfig::NumParameters() const {
+const DecoderFamily& DecoderConfig::family() const {
+  absl::StatusOr<const DecoderFamily*> f = FindDecoderFamily(model_type);
+  return f.ok() ? **f : DecoderFamilies().front();
+}
+
+int64_t DecoderConfig::NumParameters() const {
   const int64_t h = hidden_size, q = num_attention_heads * head_dim,
                 kv = num_key_value_heads * head_dim, i = intermediate_size;
   int64_t layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h;
-  if (attention_bias) layer += q + 2 * kv + h;
+  if (qkv_bias()) layer += q + 2 * kv;
+  if (o_bias()) layer += h;
+  if (family().qk_norm) layer += 2 * head_dim;
   if (mlp_bias) layer += 2 * i + h;
   return vocab_size * h * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + h;
 }
 
-std::string LlamaConfig::Summary() const {
+std::string DecoderConfig::Summary() const {
   std::string rope = rope_scaling.rope_type;
-  if (rope != "default") absl::StrAppend(&rope, "(x", rope_scaling.factor, ")");
-  return absl::StrCat("llama: L=", num_hidden_layers, " H=", hidden_size,
+  if (rope != "default" && (rope != "longrope" || rope_scaling.has_factor)) {
+    absl::StrAppend(&rope, "(x", rope_scaling.factor, ")");
+  }
+  return absl::StrCat(model_type, ": L=", num_hidden_layers, " H=", hidden_size,
                       " I=", intermediate_size, " heads=", num_attention_heads, "/",
                       num_key_value_heads, " head_dim=", head_dim, " V=", vocab_size,
                       " rope=", rope, " theta=", rope_theta, " ", DTypeName(dtype),
                       tie_word_embeddings ? " tied" : " untied");
 }
 
-std::string LlamaConfigToJson(const LlamaConfig& c) {
+std::string DecoderConfigToJson(const DecoderConfig& c) {
+  const DecoderFamily& family = c.family();
   nlohmann::ordered_json j;
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  j["architectures"] = {family.architecture};
+  j["model_type"] = family.model_type;
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.hidden_size;
   j["intermediate_size"] = c.intermediate_size;
@@ -309,8 +430,26 @@ std::string LlamaConfigToJson(const LlamaConfig& c) {
     j["rope_scaling"] = r;
   }
   j["hidden_act"] = c.hidden_act;
-  j["attention_bias"] = c.attention_bias;
-  j["mlp_bias"] = c.mlp_bias;
+  if (family.attention_bias_field) j["attention_bias"] = c.attention_bias;
+  if (family.mlp_bias_field) j["mlp_bias"] = c.mlp_bias;
+  switch (family.sliding_window) {
+    case SlidingWindowFields::kNone:
+      break;
+    case SlidingWindowFields::kAll:
+      if (c.sliding_window > 0) {
+        j["sliding_window"] = c.sliding_window;
+      } else {
+        j["sliding_window"] = nullptr;
+      }
+      break;
+    case SlidingWindowFields::kQwen:
+      j["use_sliding_window"] = c.sliding_window > 0;
+      if (c.sliding_window > 0) {
+        j["sliding_window"] = c.sliding_window;
+        j["max_window_layers"] = c.sliding_from;
+      }
+      break;
+  }
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = c.dtype == DType::kBF16   ? "bfloat16"
                      : c.dtype == DType::kF16 ? "float16"
@@ -321,7 +460,7 @@ std::string LlamaConfigToJson(const LlamaConfig& c) {
   return j.dump(2) + "\n";
 }
 
-RopeSpec LlamaRopeSpec(const LlamaConfig& c) {
+RopeSpec DecoderRopeSpec(const DecoderConfig& c) {
   return RopeSpec{c.rope_scaling, c.head_dim, c.rope_theta, c.max_position_embeddings};
 }
 

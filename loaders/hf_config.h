@@ -1,33 +1,52 @@
 #pragma once
-// Hugging Face `config.json` for Llama (transformers' LlamaConfig, v4 and v5 spellings).
+// Hugging Face `config.json` of the decoder families (loaders/decoder_family.h: Llama, Mistral,
+// Qwen2, Qwen3, Phi-3), in transformers' v4 and v5 spellings.
 //
 //   field                        required  default / notes
+//   model_type                   no        "llama"; one of the families, else an error listing them
 //   vocab_size                   yes
 //   hidden_size                  yes
 //   intermediate_size            yes
 //   num_hidden_layers            yes
 //   num_attention_heads          yes       hidden_size % heads == 0 unless head_dim is given
 //   num_key_value_heads          no        num_attention_heads; must divide it (GQA)
-//   head_dim                     no        hidden_size / num_attention_heads; even (rotary)
-//   max_position_embeddings      no        2048
-//   rms_norm_eps                 no        1e-6
+//   head_dim                     no        the family's (hidden_size / heads; Qwen3: 128); even
+//   max_position_embeddings      no        the family's (Llama 2048, Mistral 131072, Qwen 32768,
+//                                          Phi-3 4096)
+//   rms_norm_eps                 no        the family's (1e-6; Phi-3 1e-5)
 //   rope_theta                   no        10000 (v5: rope_parameters.rope_theta)
 //   rope_scaling | rope_parameters no      null -> default; rope_type (legacy key "type"):
 //                                          default, linear, dynamic, yarn, longrope, llama3
 //                                          with their parameters (loaders/rope.h); a key the
 //                                          type does not take is an error. Both given and
 //                                          different, or a top-level rope_theta that differs
-//                                          from rope_parameters.rope_theta: an error naming both
+//                                          from rope_parameters.rope_theta: an error naming both.
+//                                          Phi-3 reads "su" and "yarn" as longrope (transformers)
 //   original_max_position_embeddings no    top level (Phi-3 style): longrope/yarn/llama3's value
-//   hidden_act                   no        "silu" (the only one supported)
-//   attention_bias, mlp_bias     no        false
+//   hidden_act                   no        "silu"; the model accepts the gated MLP's activations
+//                                          (nn/mlp.h ParseActivation) and refuses the others
+//   attention_bias               no        false; Llama and Qwen3 (q/k/v/o); Qwen2 always has
+//                                          q/k/v biases; the others have none
+//   mlp_bias                     no        false; Llama only
+//   sliding_window, use_sliding_window, max_window_layers, layer_types
+//                                no        by family (decoder_family.h): the shortest window a
+//                                          layer uses, see Note [Sliding windows]
 //   tie_word_embeddings          no        false (true: no lm_head.weight; it is embed_tokens)
 //   torch_dtype | dtype          no        "float32"; float32, bfloat16, float16
-//   model_type                   no        "llama" when present
 //   bos_token_id, eos_token_id   no        unset; eos may be a list (Llama-3.1)
 //
-// Errors are InvalidArgument naming the file and the field with its value:
+// Fields that change the computation and that no supported family implements (partial rotary,
+// logit soft-capping, experts, latent attention, quantization_config, ...) are refused by name
+// (Unimplemented), never ignored. Errors are InvalidArgument naming the file and the field with
+// its value:
 //   "config 'tiny/config.json': num_key_value_heads 3 must divide num_attention_heads 8"
+//
+// Note [Sliding windows]
+// transformers masks key j from query i when i - j >= window (masking_utils'
+// sliding_window_overlay), so a sequence of at most `window` tokens attends exactly as full
+// attention does. dtensor has no sliding-window kernel: DecoderConfig keeps the shortest window of
+// any layer, and the model refuses (naming it) a forward whose positions would reach past it,
+// rather than compute full attention where the checkpoint expects a window.
 
 #include <cstdint>
 #include <optional>
@@ -37,11 +56,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "dtensor/core/dtype.h"
+#include "dtensor/loaders/decoder_family.h"
 #include "dtensor/loaders/rope.h"
 
 namespace dt::loaders {
 
-struct LlamaConfig {
+struct DecoderConfig {
+  std::string model_type = "llama";  // a DecoderFamily's
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -57,27 +78,50 @@ struct LlamaConfig {
   bool attention_bias = false;
   bool mlp_bias = false;
   bool tie_word_embeddings = false;
+  // The shortest sliding window of any layer (Note [Sliding windows]); 0: every layer attends to
+  // the whole sequence. sliding_from: the first layer that slides (Qwen's max_window_layers).
+  int64_t sliding_window = 0;
+  int64_t sliding_from = 0;
   DType dtype = DType::kF32;  // torch_dtype
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;
 
-  bool operator==(const LlamaConfig&) const = default;
+  bool operator==(const DecoderConfig&) const = default;
 
+  // The family of model_type (FindDecoderFamily; Llama's when model_type is not one).
+  const DecoderFamily& family() const;
+  // Which projections have biases, by family and config (decoder_family.h).
+  bool qkv_bias() const { return attention_bias || family().qkv_bias; }
+  bool o_bias() const { return attention_bias; }
   // Parameters of the whole model (embeddings and lm_head included, lm_head once when tied).
   int64_t NumParameters() const;
-  // "llama: L=4 H=64 I=172 heads=8/4 head_dim=8 V=384 rope=llama3(x8) f32 untied".
+  // "qwen3: L=4 H=64 I=172 heads=8/4 head_dim=8 V=384 rope=llama3(x8) f32 untied".
   std::string Summary() const;
 };
+// The name the config had when Llama was the only family; the same type.
+using LlamaConfig = DecoderConfig;
 
 // `what` names the source in messages (usually the path).
-absl::StatusOr<LlamaConfig> ParseLlamaConfig(absl::string_view json, absl::string_view what);
+absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::string_view what);
 // `path`: config.json or the directory holding it, or a GGUF file (loaders/gguf_llama.h).
-absl::StatusOr<LlamaConfig> LoadLlamaConfig(const std::string& path);
-// The config as transformers writes it (v4 spelling: torch_dtype, rope_theta, rope_scaling),
-// readable by LlamaConfig.from_pretrained and by ParseLlamaConfig.
-std::string LlamaConfigToJson(const LlamaConfig& config);
-
+absl::StatusOr<DecoderConfig> LoadDecoderConfig(const std::string& path);
+// The config as transformers writes it for its family (v4 spelling: torch_dtype, rope_theta,
+// rope_scaling), readable by the family's config class and by ParseDecoderConfig.
+std::string DecoderConfigToJson(const DecoderConfig& config);
 // The config's rope numbers (loaders/rope.h: ComputeRope, RopeSchedule).
-RopeSpec LlamaRopeSpec(const LlamaConfig& config);
+RopeSpec DecoderRopeSpec(const DecoderConfig& config);
+
+// The names from before the other families (issue 31), kept for existing callers.
+inline absl::StatusOr<DecoderConfig> ParseLlamaConfig(absl::string_view json,
+                                                      absl::string_view what) {
+  return ParseDecoderConfig(json, what);
+}
+inline absl::StatusOr<DecoderConfig> LoadLlamaConfig(const std::string& path) {
+  return LoadDecoderConfig(path);
+}
+inline std::string LlamaConfigToJson(const DecoderConfig& config) {
+  return DecoderConfigToJson(config);
+}
+inline RopeSpec LlamaRopeSpec(const DecoderConfig& config) { return DecoderRopeSpec(config); }
 
 }  // namespace dt::loaders

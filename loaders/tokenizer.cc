@@ -679,7 +679,8 @@ void Tokenizer::SetChatTemplate(const std::optional<std::string>& source, const 
     return;
   }
   absl::StatusOr<std::shared_ptr<const ChatTemplate>> t =
-      ChatTemplate::Recognize(*source, bos_ ? tokens_[static_cast<size_t>(*bos_)] : "");
+      ChatTemplate::Recognize(*source, bos_ ? tokens_[static_cast<size_t>(*bos_)] : "",
+                              eos_ ? tokens_[static_cast<size_t>(*eos_)] : "");
   if (t.ok()) {
     chat_ = *t;
   } else {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
+#include "dtensor/nn/norm.h"
 #include "dtensor/nn/vops.h"
 
 namespace dt::nn {
@@ -102,15 +103,20 @@ Attention::Attention(const AttentionOptions& options) : Module("Attention"), opt
   if (o.num_kv_heads == 0) o.num_kv_heads = o.num_heads;
   if (o.head_dim == 0 && o.num_heads > 0) o.head_dim = o.hidden_size / o.num_heads;
   const int64_t q = o.num_heads * o.head_dim, kv = o.num_kv_heads * o.head_dim;
+  const bool qkv_bias = o.bias || o.qkv_bias;
   if (o.fused_qkv) {
-    AddModule<Linear>(o.qkv_name, o.hidden_size, q + 2 * kv, o.bias, o.dtype)
+    AddModule<Linear>(o.qkv_name, o.hidden_size, q + 2 * kv, qkv_bias, o.dtype)
         .set_packed_col_blocks({q, kv, kv});
   } else {
-    AddModule<Linear>(o.q_name, o.hidden_size, q, o.bias, o.dtype);
-    AddModule<Linear>(o.k_name, o.hidden_size, kv, o.bias, o.dtype);
-    AddModule<Linear>(o.v_name, o.hidden_size, kv, o.bias, o.dtype);
+    AddModule<Linear>(o.q_name, o.hidden_size, q, qkv_bias, o.dtype);
+    AddModule<Linear>(o.k_name, o.hidden_size, kv, qkv_bias, o.dtype);
+    AddModule<Linear>(o.v_name, o.hidden_size, kv, qkv_bias, o.dtype);
   }
   AddModule<Linear>(o.o_name, q, o.hidden_size, o.bias, o.dtype);
+  if (o.qk_norm) {
+    AddModule<RMSNorm>("q_norm", o.head_dim, o.norm_eps, o.dtype);
+    AddModule<RMSNorm>("k_norm", o.head_dim, o.norm_eps, o.dtype);
+  }
 }
 
 void Attention::ResetKVCache() {
@@ -147,7 +153,8 @@ std::string Attention::ExtraRepr() const {
   return absl::StrCat("hidden=", options_.hidden_size, ", heads=", options_.num_heads,
                       ", kv_heads=", options_.num_kv_heads, ", head_dim=", options_.head_dim,
                       options_.causal ? ", causal" : "", options_.fused_qkv ? ", fused_qkv" : "",
-                      options_.bias ? ", bias" : "");
+                      options_.bias ? ", bias" : (options_.qkv_bias ? ", qkv_bias" : ""),
+                      options_.qk_norm ? ", qk_norm" : "");
 }
 
 absl::Status Attention::CheckHeads() const {
@@ -179,19 +186,54 @@ absl::Status Attention::ValidateTensorParallel(const TPValidationContext& ctx) c
                                           : std::vector<std::string>{o.k_name + ".weight",
                                                                      o.v_name + ".weight"}) {
     if (ctx.IsSharded(p) && o.num_kv_heads % tp != 0) {
-      return fail("num_kv_heads", o.num_kv_heads, p, "a KV head (transformers #48307)");
+      return fail("num_kv_heads", o.num_kv_heads, p,
+                  o.fused_qkv ? "a KV head (transformers #48307)"
+                              : "a KV head (transformers #48307); a plan that replicates k_proj "
+                                "and v_proj runs it, every rank keeping the KV heads its query "
+                                "heads use");
     }
+  }
+  // Placements that compute something else, whatever the sizes (Note [Replicated KV heads]).
+  auto mixed = [&](const std::string& a, const std::string& b, absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Attention '", ctx.module_name(), "': ", a, " is [", ctx.PlannedPlacement(a).ToString(),
+        "] but ", b, " is [", ctx.PlannedPlacement(b).ToString(), "]: ", why));
+  };
+  const std::string q_mod = o.fused_qkv ? o.qkv_name : o.q_name;
+  const bool q_heads = ctx.OutputSharded(q_mod);
+  if (!o.fused_qkv) {
+    const std::string k = o.k_name + ".weight", v = o.v_name + ".weight";
+    const bool k_heads = ctx.OutputSharded(o.k_name), v_heads = ctx.OutputSharded(o.v_name);
+    if (k_heads != v_heads) {
+      return mixed(k, v, "keys and values must be split alike (both colwise, or both replicated)");
+    }
+    if (k_heads && !q_heads) {
+      return mixed(q, k,
+                   "every rank would pair all query heads with a fraction of the KV heads; "
+                   "shard q_proj colwise too, or replicate k_proj and v_proj");
+    }
+  }
+  if (q_heads && !ctx.IsSharded(o.o_name + ".weight")) {
+    return mixed(q, o.o_name + ".weight",
+                 "the attention output holds this rank's heads, which only a rowwise o_proj "
+                 "takes");
   }
   return absl::OkStatus();
 }
 
 // Note [Replicated KV heads]
-// A plan may shard q_proj and keep k_proj / v_proj replicated (sensible for MQA, or when the KV
-// heads do not divide tp). On DTensors dops::ScaledDotProductAttention picks each rank's KV heads.
-// On local tensors the local GQA grouping would pair this rank's query heads (global heads
-// h0, h0+1, ...) with KV heads 0, 1, ... instead of the heads they use, silently. So the forward
-// picks, for each local query head h0 + j, its KV head (h0 + j) / (num_heads / num_kv_heads), as
-// transformers' repeat_kv would, reading h0 from q_proj's placement.
+// A plan may shard q_proj and keep k_proj / v_proj replicated (sensible for MQA, or when tp
+// exceeds the KV heads: vLLM replicates KV heads the same way). On DTensors
+// dops::ScaledDotProductAttention picks each rank's KV heads. On local tensors the local GQA
+// grouping would pair this rank's query heads (global heads h0 .. h0+n-1) with KV heads 0, 1, ...
+// instead of the heads they use, silently. So the forward keeps, before rotary and the cache, only
+// the KV heads this rank's query heads use, as transformers' repeat_kv would pair them (head h
+// uses KV head h / g, g = num_heads / num_kv_heads), reading h0 from q_proj's placement:
+//   the rank holds whole groups (h0 and n multiples of g)  KV heads h0/g .. (h0+n)/g - 1 (a view)
+//   its heads share one KV head (n divides g)              that one KV head (a view)
+//   otherwise (a group split between ranks)                one KV head per query head
+// so each rank computes attention and caches keys for its own KV heads only (at tp = 9 with 3 KV
+// heads: one KV head per rank instead of three).
 absl::Status Attention::PickKVHeads(const Value& q, Value* k, Value* v) const {
   const AttentionOptions& o = options_;
   if (!q.is_local() || !k->is_local() || q.shape()[1] == o.num_heads ||
@@ -207,10 +249,18 @@ absl::Status Attention::PickKVHeads(const Value& q, Value* k, Value* v) const {
         " query heads but all ", o.num_kv_heads, " KV heads, and q_proj.weight (", w->Describe(),
         ") does not say which query heads; shard ", o.k_name, " and ", o.v_name, " too"));
   }
-  const int64_t h0 = w->spec().Offset()[0] / o.head_dim;
+  const int64_t h0 = w->spec().Offset()[0] / o.head_dim, n = q.shape()[1];
   const int64_t group = o.num_heads / o.num_kv_heads;
+  const int64_t first = h0 / group, last = (h0 + n - 1) / group;
+  if ((h0 % group == 0 && n % group == 0) || first == last) {
+    DT_ASSIGN_OR_RETURN(Tensor kk, k->local().Narrow(1, first, last - first + 1));
+    DT_ASSIGN_OR_RETURN(Tensor vv, v->local().Narrow(1, first, last - first + 1));
+    *k = Value(std::move(kk));
+    *v = Value(std::move(vv));
+    return absl::OkStatus();
+  }
   std::vector<Value> ks, vs;
-  for (int64_t j = 0; j < q.shape()[1]; ++j) {
+  for (int64_t j = 0; j < n; ++j) {
     const int64_t kv = (h0 + j) / group;
     DT_ASSIGN_OR_RETURN(Tensor kj, k->local().Narrow(1, kv, 1));
     DT_ASSIGN_OR_RETURN(Tensor vj, v->local().Narrow(1, kv, 1));
@@ -243,20 +293,26 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
   if (o.fused_qkv) {
     // This rank's [q | k | v] slices (packed_colwise keeps every block's share together): split
     // by the global ratio nH : nKV : nKV, which also holds for the whole (replicated) output.
+    // Pieces taken plain: this forward pairs heads itself (Note [Local pieces remember their
+    // layout] in nn/value.h; the plan was checked by ValidateTensorParallel).
     DT_ASSIGN_OR_RETURN(Value qkv, FindChild(o.qkv_name)->CallOne({x}));
+    qkv = PlainLocal(qkv);
     const int64_t width = qkv.shape().back(), total = (o.num_heads + 2 * o.num_kv_heads) * d;
     const int64_t wq = width * o.num_heads * d / total, wkv = width * o.num_kv_heads * d / total;
     DT_ASSIGN_OR_RETURN(std::vector<Value> parts, vops::Split(qkv, {wq, wkv, wkv}, -1));
-    DT_ASSIGN_OR_RETURN(q, Heads(parts[0], b, s));
-    DT_ASSIGN_OR_RETURN(k, Heads(parts[1], b, s));
-    DT_ASSIGN_OR_RETURN(v, Heads(parts[2], b, s));
+    DT_ASSIGN_OR_RETURN(q, Project(parts[0], b, s, "q_norm"));
+    DT_ASSIGN_OR_RETURN(k, Project(parts[1], b, s, "k_norm"));
+    DT_ASSIGN_OR_RETURN(v, Project(parts[2], b, s, nullptr));
   } else {
     DT_ASSIGN_OR_RETURN(Value yq, FindChild(o.q_name)->CallOne({x}));
     DT_ASSIGN_OR_RETURN(Value yk, FindChild(o.k_name)->CallOne({x}));
     DT_ASSIGN_OR_RETURN(Value yv, FindChild(o.v_name)->CallOne({x}));
-    DT_ASSIGN_OR_RETURN(q, Heads(yq, b, s));
-    DT_ASSIGN_OR_RETURN(k, Heads(yk, b, s));
-    DT_ASSIGN_OR_RETURN(v, Heads(yv, b, s));
+    yq = PlainLocal(yq);
+    yk = PlainLocal(yk);
+    yv = PlainLocal(yv);
+    DT_ASSIGN_OR_RETURN(q, Project(yq, b, s, "q_norm"));
+    DT_ASSIGN_OR_RETURN(k, Project(yk, b, s, "k_norm"));
+    DT_ASSIGN_OR_RETURN(v, Project(yv, b, s, nullptr));
   }
   DT_RETURN_IF_ERROR(PickKVHeads(q, &k, &v));
   if (cos.defined()) {
@@ -294,6 +350,14 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
 
 absl::StatusOr<Value> Attention::Heads(const Value& y, int64_t b, int64_t s) const {
   DT_ASSIGN_OR_RETURN(Value h, vops::Reshape(y, {b, s, -1, options_.head_dim}));
+  return vops::Transpose(h, 1, 2);
+}
+
+absl::StatusOr<Value> Attention::Project(const Value& y, int64_t b, int64_t s, const char* norm) {
+  if (!options_.qk_norm || norm == nullptr) return Heads(y, b, s);
+  // [B, S, h·D] -> [B, S, h, D], normalized over D (transformers' order), -> [B, h, S, D].
+  DT_ASSIGN_OR_RETURN(Value h, vops::Reshape(y, {b, s, -1, options_.head_dim}));
+  DT_ASSIGN_OR_RETURN(h, FindChild(norm)->CallOne({h}));
   return vops::Transpose(h, 1, 2);
 }
 

@@ -14,6 +14,8 @@
 //                    or, with fused_qkv, one qkv_proj [(nH + 2·nKV)·D, H] whose rows are
 //                    q | k | v (GPT-2's c_attn), declared as packed blocks [nH·D, nKV·D, nKV·D].
 //                    Child names are options (GPT-2: qkv_name "c_attn", o_name "c_proj").
+//                    With qk_norm, children q_norm / k_norm (RMSNorm [D]) normalize each head's
+//                    q and k before rotary (Qwen3).
 //                    cos/sin may be absent ({x} or Value()) for no rotary (learned or no
 //                    positions). Heads are split with (-1, head_dim), so the forward is the same
 //                    on every rank whatever number of heads it holds (diffusers' TP-agnostic
@@ -31,14 +33,18 @@
 // rows rather than O(T²) as a concatenation per step would; attention reads the filled part as a
 // view. DTensor K/V are concatenated.
 //
-// With q_proj sharded and k_proj / v_proj replicated, each rank pairs its query heads with the KV
-// heads they use (Note [Replicated KV heads]).
+// With q_proj sharded and k_proj / v_proj replicated, each rank computes and caches only the KV
+// heads its query heads use (Note [Replicated KV heads]), so tp may exceed the KV heads (vLLM's
+// replicated KV heads): SmolLM2's 9 query / 3 KV heads run at tp = 9.
 //
 // Tensor-parallel validation (before any weight is read): when the plan shards q_proj, tp must
 // divide num_heads; when it shards k_proj or v_proj, tp must divide num_kv_heads — transformers
 // does not check the latter and fails mid-forward (#48307):
 //   "Attention 'layers.0.self_attn': tensor parallel size 8 does not divide num_kv_heads 4
 //    (k_proj.weight sharded): each rank would hold a fraction of a KV head"
+// and the projections must be placed consistently: k_proj and v_proj alike, q_proj sharded when
+// they are, o_proj sharded exactly when q_proj is; anything else names the two placements:
+//   "Attention 'layers.0.self_attn': q_proj.weight is [R] but k_proj.weight is [S(0)]: ..."
 
 #include <cstdint>
 #include <functional>
@@ -92,6 +98,9 @@ struct AttentionOptions {
   int64_t num_kv_heads = 0;  // 0: num_heads (no GQA)
   int64_t head_dim = 0;      // 0: hidden_size / num_heads
   bool bias = false;         // q/k/v/o biases (Llama's attention_bias)
+  bool qkv_bias = false;     // q/k/v biases only, o_proj without (Qwen2)
+  bool qk_norm = false;      // q_norm / k_norm over head_dim before rotary (Qwen3)
+  double norm_eps = 1e-6;    // their eps
   bool causal = true;
   ops::RotaryStyle rotary_style = ops::RotaryStyle::kHalf;
   DType dtype = DType::kF32;
@@ -125,6 +134,8 @@ class Attention : public Module {
   absl::StatusOr<Value> Heads(const Value& y, int64_t b, int64_t s) const;
   // See Note [Replicated KV heads] in attention.cc.
   absl::Status PickKVHeads(const Value& q, Value* k, Value* v) const;
+  // A projection's output as heads [B, h, S, D] (normalized with qk_norm when `norm` names one).
+  absl::StatusOr<Value> Project(const Value& y, int64_t b, int64_t s, const char* norm);
 
   AttentionOptions options_;
   bool use_cache_ = false;

@@ -14,13 +14,10 @@
 namespace dt::nn {
 namespace {
 
-// The whole value of an output: gathered when it is a DTensor, as it is when local.
+// The whole value of an output on the CPU.
 absl::StatusOr<Tensor> Whole(const Value& v) {
-  if (v.is_dtensor()) {
-    DT_ASSIGN_OR_RETURN(Tensor full, v.dtensor().FullTensor());
-    return full.To(kCPU);
-  }
-  return v.local().To(kCPU);
+  DT_ASSIGN_OR_RETURN(Tensor full, WholeTensor(v));
+  return full.To(kCPU);
 }
 
 // {max |a - b|, 1 if any element is out of tolerance} on this rank.

@@ -13,8 +13,8 @@
 // rowwise layer fed the wrong slices, a missing all_reduce) shows up here as a large difference;
 // what the plan checks catch before any weight is read is listed in docs/nn.md ("What is
 // checked"). Collective: every rank of `mesh` calls it with the same arguments. The outputs of the
-// parallel model are compared whole: DTensor outputs are gathered (FullTensor), local outputs must
-// be whole already (a colwise output left sharded is reported as such, not compared).
+// parallel model are compared whole: DTensor outputs are gathered (FullTensor), and so is a root's
+// output that is a piece (a colwise lm_head: Module::Call gathers it with a warning).
 
 #include <cstdint>
 #include <functional>

@@ -1,5 +1,7 @@
 #include "dtensor/nn/distributed.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "dtensor/core/status.h"
@@ -69,6 +71,66 @@ absl::StatusOr<std::string> FormatPlan(Module& module, const ParallelPlan& plan)
   }
   if (!r.uncovered.empty()) {
     absl::StrAppend(&out, "replicated (no rule): ", absl::StrJoin(r.uncovered, ", "), "\n");
+  }
+  return out;
+}
+
+std::optional<DeviceMesh> PlacedMesh(const Module& module) {
+  // Depth first without building names: models call it once per generated token.
+  for (const auto& p : module.parameters()) {
+    if (p->placed()) return p->spec().mesh();
+  }
+  for (const auto& [name, child] : module.children()) {
+    if (std::optional<DeviceMesh> m = PlacedMesh(*child)) return m;
+  }
+  return std::nullopt;
+}
+
+bool LeadsPlacedMesh(const Module& module) {
+  const std::optional<DeviceMesh> m = PlacedMesh(module);
+  return !m.has_value() || m->my_rank() == m->ranks().front();
+}
+
+std::string FormatPlacements(const Module& module) {
+  // Groups in first-seen order: (rule, wildcard name, placements) -> count.
+  struct Group {
+    std::string rule, name, placements;
+    int64_t count = 0;
+  };
+  std::vector<Group> groups;
+  std::vector<std::string> replicated, unplaced;
+  auto add_name = [](std::vector<std::string>& list, const std::string& name) {
+    if (std::find(list.begin(), list.end(), name) == list.end()) list.push_back(name);
+  };
+  for (const auto& [name, p] : module.NamedParameters()) {
+    const std::string wild = WildcardName(name);
+    if (!p->placed()) {
+      add_name(unplaced, wild);
+      continue;
+    }
+    const std::string placements = PlacementsToString(p->spec().placements());
+    bool all_replicated = true;
+    for (const Placement& pl : p->spec().placements()) all_replicated &= pl.is_replicate();
+    if (p->plan_rule().empty() && all_replicated) {
+      add_name(replicated, wild);
+      continue;
+    }
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+      return g.rule == p->plan_rule() && g.name == wild && g.placements == placements;
+    });
+    if (it == groups.end()) it = groups.insert(groups.end(), Group{p->plan_rule(), wild, placements});
+    ++it->count;
+  }
+  std::string out;
+  for (const Group& g : groups) {
+    absl::StrAppend(&out, g.rule.empty() ? "placed without a rule" : g.rule, ": ", g.name, " ",
+                    g.placements, g.count > 1 ? absl::StrCat(" (", g.count, ")") : "", "\n");
+  }
+  if (!replicated.empty()) {
+    absl::StrAppend(&out, "replicated (no rule): ", absl::StrJoin(replicated, ", "), "\n");
+  }
+  if (!unplaced.empty()) {
+    absl::StrAppend(&out, "not placed: ", absl::StrJoin(unplaced, ", "), "\n");
   }
   return out;
 }

@@ -3,8 +3,8 @@
 // effective plan as text, and sharding a model that was loaded whole.
 //
 //   auto world = World::FromEnv().value();
-//   auto model = LlamaForCausalLM::FromPretrained(dir, world, {.tp_size = 0, .tp_plan = "auto"});
-//   std::cout << model.value()->tp_plan();      // key -> style, and the parameters each matched
+//   auto model = CausalLM::FromPretrained(dir, world, {.tp_size = 0, .tp_plan = "auto"});
+//   std::cout << model.value()->tp_plan();      // rule -> style, the parameters it placed and how
 //
 // tp_size 0 means "every rank the mesh has beyond its other dims" — the world size for a World (as
 // transformers derives tp from WORLD_SIZE), or the size of the mesh's "tp" dim for an n-D mesh
@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 
@@ -35,6 +36,9 @@ struct DistributedConfig {
   int64_t tp_size = 0;  // 0: derived (see the file comment)
   // "auto" (the model's plan) or an explicit {key, style} list.
   std::variant<std::string, ParallelPlan> tp_plan = std::string("auto");
+  // Plan rules that match no layer: a warning (transformers' behaviour) or, with kError, an
+  // InvalidArgument before anything is placed (Note [Unmatched keys] in nn/module.h).
+  PlanCheck unmatched_keys = PlanCheck::kWarn;
 };
 
 // Models with their own plan: `M::TPPlan()` returns a ParallelPlan.
@@ -57,8 +61,22 @@ absl::StatusOr<DeviceMesh> TensorParallelMesh(const DeviceMesh& mesh,
 absl::StatusOr<ParallelPlan> EffectivePlan(const DistributedConfig& config,
                                            const ParallelPlan& model_plan);
 
-// "key -> style: param, param, ..." per rule, then the parameters no rule covers (replicated).
+// What `plan` would do to `module`: "key -> style: param, param, ..." per rule, then the
+// parameters no rule covers (replicated). Places nothing.
 absl::StatusOr<std::string> FormatPlan(Module& module, const ParallelPlan& plan);
+// What the parameters are: one line per rule that placed some (Parameter::plan_rule) and
+// parameter name with numeric components as `*`, with their placements, whichever entry point
+// placed them (ParallelizeModule, a model's FromPretrained, ShardLoaded):
+//   model.layers.*.self_attn.q_proj -> colwise: model.layers.*.self_attn.q_proj.weight [S(0)] (4)
+//   replicated (no rule): model.embed_tokens.weight, model.layers.*.input_layernorm.weight, ...
+// then parameters placed without a rule and not replicated, and those not placed at all.
+std::string FormatPlacements(const Module& module);
+
+// The mesh the module's parameters are placed on (its first placed parameter's), nullopt when none
+// is placed; and whether this rank leads it (the mesh's first rank, or no mesh: the one that
+// prints progress bars and warnings).
+std::optional<DeviceMesh> PlacedMesh(const Module& module);
+bool LeadsPlacedMesh(const Module& module);
 
 // See the file comment. Every parameter must be materialized on one 1-D mesh.
 absl::Status ShardLoaded(Module& module, const ParallelPlan& plan,

@@ -4,10 +4,13 @@
 #include <chrono>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "dtensor/core/progress.h"
 #include "dtensor/core/status.h"
+#include "dtensor/nn/distributed.h"
 #include "dtensor/nn/init.h"
 #include "dtensor/nn/log.h"
 
@@ -95,6 +98,48 @@ absl::Status LoadCheckpoint(Module& module, const loaders::Checkpoint& checkpoin
   r.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return absl::OkStatus();
+}
+
+absl::Status CheckBlockCount(const loaders::Checkpoint& checkpoint, absl::string_view prefix,
+                             absl::string_view field, int64_t want) {
+  std::set<int64_t> seen;
+  for (const std::string& name : checkpoint.names()) {
+    absl::string_view rest = name;
+    if (!absl::ConsumePrefix(&rest, prefix)) continue;
+    int64_t i = 0;
+    if (absl::SimpleAtoi(rest.substr(0, rest.find('.')), &i) && i >= 0) seen.insert(i);
+  }
+  const int64_t n = static_cast<int64_t>(seen.size());
+  const bool dense = seen.empty() || (*seen.begin() == 0 && *seen.rbegin() == n - 1);
+  if (dense && n == want) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "config ", field, " ", want, " does not match checkpoint '", checkpoint.path(),
+      "', which holds ", n, " ", prefix, "N blocks", dense ? "" : " (with gaps)"));
+}
+
+absl::Status LoadPretrained(Module& module, const DeviceMesh& mesh,
+                            const loaders::Checkpoint& checkpoint, const PretrainedLoad& how,
+                            LoadReport* report) {
+  const bool lead = mesh.my_rank() == mesh.ranks().front();
+  // 1-2. The plan's checks, then the placements (Note [One loading path]).
+  if (how.load_whole) {
+    DT_RETURN_IF_ERROR(ValidatePlan(module, mesh, how.plan, how.parallelize));
+    DT_RETURN_IF_ERROR(ReplicateModule(module, mesh));
+  } else {
+    DT_RETURN_IF_ERROR(ParallelizeModule(module, mesh, how.plan, how.parallelize));
+  }
+  // 3. The checkpoint, reading nothing.
+  if (how.check) DT_RETURN_IF_ERROR(how.check(checkpoint));
+  DT_RETURN_IF_ERROR(
+      CheckCheckpoint(module, checkpoint, how.model, how.warn && lead, how.source));
+  // 4. Each rank's ranges (everything when loading whole).
+  DT_RETURN_IF_ERROR(LoadCheckpoint(module, checkpoint, how.read, lead, report, how.source));
+  if (!how.load_whole) return absl::OkStatus();
+  // 5. Sharded in place; the plan's warnings were given in step 1.
+  ParallelizeOptions quiet = how.parallelize;
+  if (quiet.unused_rules == PlanCheck::kWarn) quiet.unused_rules = PlanCheck::kIgnore;
+  if (quiet.uncovered_params == PlanCheck::kWarn) quiet.uncovered_params = PlanCheck::kIgnore;
+  return ShardLoaded(module, how.plan, quiet);
 }
 
 }  // namespace dt::nn

@@ -1,6 +1,10 @@
 #pragma once
-// Loading a placed module from a checkpoint: every model's FromPretrained ends in these two calls.
+// Loading a module from a checkpoint. Every model's FromPretrained (CausalLM, Flux2) runs one path,
+// LoadPretrained (Note [One loading path]), built from these calls:
 //
+//   CheckBlockCount   the config's block count against the checkpoint's names, before any module
+//                     is built (Note [Config against checkpoint]).
+//   ValidatePlan      the plan against the module and the mesh (nn/plan.h), nothing placed.
 //   CheckCheckpoint   every parameter's tensor present with its shape and a float dtype; warns
 //                     about tensors the model does not use. Reads no weight.
 //   LoadCheckpoint    each rank reads only its own ranges of every tensor (spec.Ranges()) and
@@ -10,6 +14,21 @@
 //
 // `source` maps a parameter's dotted name to the checkpoint tensor it is read from (a tied
 // lm_head reads model.embed_tokens.weight); the identity when unset.
+//
+// Note [One loading path]
+//   1. the plan validated against the module and the mesh (ValidatePlan): nothing placed or read;
+//   2. the parameters placed: by the plan, or (load_whole) Replicate;
+//   3. the checkpoint checked against the placed module (names, shapes, dtypes; the model's own
+//      checks): nothing read;
+//   4. each rank reads its own ranges (load_whole: everything);
+//   5. load_whole only: the model sharded in place (ShardLoaded).
+// So a plan or a checkpoint that cannot work is refused before any weight is read, on either
+// path; the config's own checks (CheckBlockCount, a model's sizes) come before the module exists.
+//
+// Note [Config against checkpoint]
+// The config decides how many modules are built, so its sizes are checked against the
+// checkpoint's headers before any module exists: a config.json claiming 10^9 layers is refused in
+// microseconds instead of allocating for hours.
 
 #include <cstdint>
 #include <functional>
@@ -20,7 +39,9 @@
 #include "absl/strings/string_view.h"
 #include "dtensor/loaders/checkpoint.h"
 #include "dtensor/loaders/safetensors.h"
+#include "dtensor/mesh/device_mesh.h"
 #include "dtensor/nn/module.h"
+#include "dtensor/nn/plan.h"
 
 namespace dt::nn {
 
@@ -54,5 +75,29 @@ absl::Status CheckCheckpoint(const Module& module, const loaders::Checkpoint& ch
 absl::Status LoadCheckpoint(Module& module, const loaders::Checkpoint& checkpoint,
                             const loaders::ReadOptions& read, bool progress,
                             LoadReport* report = nullptr, const SourceNameFn& source = {});
+
+// The block indices after `prefix` ("model.layers.") in the checkpoint's names are exactly
+// 0 .. want - 1; InvalidArgument naming the config `field`, both counts and any gap otherwise.
+absl::Status CheckBlockCount(const loaders::Checkpoint& checkpoint, absl::string_view prefix,
+                             absl::string_view field, int64_t want);
+
+// How LoadPretrained loads a model (Note [One loading path]).
+struct PretrainedLoad {
+  std::string model;  // its name in messages ("Qwen3ForCausalLM")
+  ParallelPlan plan;
+  ParallelizeOptions parallelize;
+  bool load_whole = false;  // read everything, then shard (nn/distributed.h ShardLoaded)
+  bool warn = true;         // tensors the model does not use, from the mesh's first rank
+  loaders::ReadOptions read;
+  SourceNameFn source;
+  // The model's checks of the checkpoint beyond names and shapes (step 3); reads no weight.
+  std::function<absl::Status(const loaders::Checkpoint&)> check;
+};
+
+// Steps 1-5 of Note [One loading path] on a freshly built, unplaced `module`, collective over the
+// 1-D tensor-parallel `mesh`.
+absl::Status LoadPretrained(Module& module, const DeviceMesh& mesh,
+                            const loaders::Checkpoint& checkpoint, const PretrainedLoad& how,
+                            LoadReport* report = nullptr);
 
 }  // namespace dt::nn

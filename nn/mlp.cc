@@ -26,6 +26,17 @@ absl::Status CheckIntermediate(const Module& m, const TPValidationContext& ctx,
                    absl::StrJoin(sharded, ", "), " sharded)"));
 }
 
+// A projection whose output is this rank's columns feeds a consumer that must take them (rowwise).
+absl::Status CheckSplitConsumed(const Module& m, const TPValidationContext& ctx,
+                                const std::string& producer, const std::string& consumer) {
+  if (!ctx.OutputSharded(producer) || ctx.IsSharded(consumer + ".weight")) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      m.type_name(), " '", ctx.module_name(), "': ", producer, "'s output is this rank's columns (",
+      producer, ".weight [", ctx.PlannedPlacement(producer + ".weight").ToString(), "]) but ",
+      consumer, ".weight is [", ctx.PlannedPlacement(consumer + ".weight").ToString(),
+      "]: only a rowwise ", consumer, " takes them"));
+}
+
 }  // namespace
 
 const char* ActivationName(Activation a) {
@@ -74,14 +85,17 @@ std::string MLP::ExtraRepr() const {
 }
 
 absl::Status MLP::ValidateTensorParallel(const TPValidationContext& ctx) const {
-  return CheckIntermediate(
+  DT_RETURN_IF_ERROR(CheckIntermediate(
       *this, ctx, {options_.up_name + ".weight", options_.down_name + ".weight"},
-      options_.intermediate_size);
+      options_.intermediate_size));
+  return CheckSplitConsumed(*this, ctx, options_.up_name, options_.down_name);
 }
 
 absl::StatusOr<Values> MLP::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value x, SingleInput(*this, inputs));
-  DT_ASSIGN_OR_RETURN(Value h, FindChild(options_.up_name)->CallOne({x}));  // this rank's columns
+  // This rank's columns, computed on as a plain piece (Note [Local pieces remember their layout]).
+  DT_ASSIGN_OR_RETURN(Value h, FindChild(options_.up_name)->CallOne({x}));
+  h = PlainLocal(h);
   DT_ASSIGN_OR_RETURN(h, Activate(h, options_.activation));
   DT_ASSIGN_OR_RETURN(Value y, FindChild(options_.down_name)->CallOne({h}));
   return Values{std::move(y)};
@@ -102,7 +116,10 @@ SwiGLUMLP::SwiGLUMLP(const SwiGLUOptions& o) : Module("SwiGLUMLP"), options_(o) 
 std::string SwiGLUMLP::ExtraRepr() const {
   return absl::StrCat("hidden=", options_.hidden_size,
                       ", intermediate=", options_.intermediate_size,
-                      options_.fused ? ", fused" : "");
+                      options_.fused ? ", fused" : "",
+                      options_.activation == Activation::kSilu
+                          ? ""
+                          : absl::StrCat(", ", ActivationName(options_.activation)));
 }
 
 absl::Status SwiGLUMLP::ValidateTensorParallel(const TPValidationContext& ctx) const {
@@ -110,7 +127,16 @@ absl::Status SwiGLUMLP::ValidateTensorParallel(const TPValidationContext& ctx) c
       options_.fused
           ? std::vector<std::string>{"gate_up_proj.weight", "down_proj.weight"}
           : std::vector<std::string>{"gate_proj.weight", "up_proj.weight", "down_proj.weight"};
-  return CheckIntermediate(*this, ctx, projections, options_.intermediate_size);
+  DT_RETURN_IF_ERROR(CheckIntermediate(*this, ctx, projections, options_.intermediate_size));
+  if (!options_.fused && ctx.OutputSharded("gate_proj") != ctx.OutputSharded("up_proj")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SwiGLUMLP '", ctx.module_name(), "': gate_proj.weight is [",
+        ctx.PlannedPlacement("gate_proj.weight").ToString(), "] but up_proj.weight is [",
+        ctx.PlannedPlacement("up_proj.weight").ToString(),
+        "]: their outputs are multiplied element by element, so both must be colwise (or "
+        "neither)"));
+  }
+  return CheckSplitConsumed(*this, ctx, options_.fused ? "gate_up_proj" : "gate_proj", "down_proj");
 }
 
 absl::StatusOr<Values> SwiGLUMLP::Forward(Values inputs) {
@@ -118,14 +144,18 @@ absl::StatusOr<Values> SwiGLUMLP::Forward(Values inputs) {
   Value gate, up;
   if (options_.fused) {
     DT_ASSIGN_OR_RETURN(Value gu, FindChild("gate_up_proj")->CallOne({x}));
-    DT_ASSIGN_OR_RETURN(std::vector<Value> halves, vops::Chunk(gu, 2, -1));
+    DT_ASSIGN_OR_RETURN(std::vector<Value> halves, vops::Chunk(PlainLocal(gu), 2, -1));
     gate = std::move(halves[0]);
     up = std::move(halves[1]);
   } else {
+    // This rank's columns of both (ValidateTensorParallel checked they are split alike), computed
+    // on as plain pieces (Note [Local pieces remember their layout]).
     DT_ASSIGN_OR_RETURN(gate, FindChild("gate_proj")->CallOne({x}));
     DT_ASSIGN_OR_RETURN(up, FindChild("up_proj")->CallOne({x}));
+    gate = PlainLocal(gate);
+    up = PlainLocal(up);
   }
-  DT_ASSIGN_OR_RETURN(Value act, vops::Silu(gate));
+  DT_ASSIGN_OR_RETURN(Value act, Activate(gate, options_.activation));
   DT_ASSIGN_OR_RETURN(Value h, vops::Mul(act, up));
   DT_ASSIGN_OR_RETURN(Value y, FindChild("down_proj")->CallOne({h}));
   return Values{std::move(y)};

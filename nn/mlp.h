@@ -4,7 +4,8 @@
 //   MLP            {x [..., H]} -> {down(act(up(x)))}, act one of GELU (tanh or erf), SiLU, ReLU;
 //                  children `up` [I, H] and `down` [H, I] under names of your choice (GPT-2:
 //                  c_fc / c_proj; ViT, OPT: fc1 / fc2), biases optional.
-//   SwiGLUMLP      {x [..., H]} -> {down(silu(gate(x)) * up(x))}
+//   SwiGLUMLP      {x [..., H]} -> {down(act(gate(x)) * up(x))}, act SiLU unless given (GeGLU
+//                  with a GELU)
 //                  children gate_proj [I, H], up_proj [I, H], down_proj [H, I] (Llama), or with
 //                  `fused` gate_up_proj [2I, H] (rows gate | up, recorded as packed blocks
 //                  [I, I]) and down_proj.
@@ -29,6 +30,8 @@
 // tp must divide the intermediate size:
 //   "SwiGLUMLP 'layers.0.mlp': tensor parallel size 3 does not divide intermediate_size 64
 //    (gate_proj, up_proj, down_proj are sharded)"
+// and gate_proj and up_proj must be split alike (their outputs are multiplied element by element):
+//   "SwiGLUMLP 'layers.0.mlp': gate_proj.weight is [S(0)] but up_proj.weight is [R]: ..."
 
 #include <cstdint>
 #include <string>
@@ -86,6 +89,7 @@ struct SwiGLUOptions {
   int64_t intermediate_size = 0;
   bool bias = false;
   bool fused = false;  // one gate_up_proj instead of gate_proj and up_proj
+  Activation activation = Activation::kSilu;
   DType dtype = DType::kF32;
 };
 

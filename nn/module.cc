@@ -6,8 +6,10 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "dtensor/core/status.h"
+#include "dtensor/nn/log.h"
 
 namespace dt::nn {
 
@@ -146,11 +148,28 @@ bool NamedBelow(const Module& m, absl::string_view message) {
   return m.GetSubmodule(first.substr(self.size() + 1)).ok();
 }
 
-// `s` prefixed with the module's path, unless an inner Call did it.
+// Note [Unmatched keys]: the plan rules that matched nothing, from the nearest module above `m`
+// (itself included) that ParallelizeModule recorded them on.
+std::string UnmatchedNote(const Module& m) {
+  for (const Module* p = &m; p != nullptr; p = p->parent()) {
+    if (p->unmatched_plan_keys().empty()) continue;
+    return absl::StrCat(" (the TP plan's rules [", absl::StrJoin(p->unmatched_plan_keys(), ", "),
+                        "] matched no layer: a misspelled key leaves its layer replicated)");
+  }
+  return "";
+}
+
+// `s` prefixed with the module's path, unless an inner Call did it, and ending with the
+// unmatched plan keys once.
 absl::Status NameModule(const Module& m, absl::Status s) {
-  if (s.ok() || NamedBelow(m, s.message())) return s;
+  if (s.ok()) return s;
+  const std::string note = UnmatchedNote(m);
+  const bool named = NamedBelow(m, s.message());
+  const bool noted = note.empty() || absl::EndsWith(s.message(), note);
+  if (named && noted) return s;
   const std::string path = m.FullName().empty() ? m.type_name() : m.FullName();
-  absl::Status out(s.code(), absl::StrCat(path, ": ", s.message()));
+  absl::Status out(s.code(), absl::StrCat(named ? "" : absl::StrCat(path, ": "), s.message(),
+                                          noted ? "" : note));
   s.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) {
     out.SetPayload(url, payload);
   });
@@ -173,7 +192,28 @@ absl::StatusOr<Values> Module::Call(Values inputs) {
   };
   absl::StatusOr<Values> out = run();
   if (!out.ok()) return NameModule(*this, std::move(out).status());
+  if (parent_ == nullptr) DT_RETURN_IF_ERROR(NameModule(*this, GatherPieces(*out)));
   return out;
+}
+
+absl::Status Module::GatherPieces(Values& outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    // A piece the root's own style made was asked for (the root is the styled layer itself).
+    const DTensor* whole = outputs[i].piece_of();
+    if (whole == nullptr || outputs[i].source().empty()) continue;
+    const std::optional<std::vector<int64_t>>& coord = whole->mesh().Coordinate();
+    if (!warned_gather_ && coord && std::all_of(coord->begin(), coord->end(),
+                                                 [](int64_t c) { return c == 0; })) {
+      LogWarning(absl::StrCat(
+          type_name_, ": output ", i, " is ", outputs[i].Describe(),
+          "; gathered it whole (plan '", outputs[i].source(),
+          "' as colwise_gather_output to gather it there, or keep DTensors to leave it sharded)"));
+    }
+    DT_ASSIGN_OR_RETURN(Tensor full, whole->FullTensor());
+    outputs[i] = Value(std::move(full));
+    warned_gather_ = true;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Value> Module::CallOne(Values inputs) {
@@ -246,7 +286,40 @@ absl::StatusOr<Tensor> Module::LocalParam(absl::string_view name) const {
   return p->value().ToLocal();
 }
 
-absl::Status Module::ValidateTensorParallel(const TPValidationContext&) const {
+// Note [Mixed projections]
+// Sibling projections whose outputs a forward combines head by head or element by element (q, k
+// and v; gate and up) must be split alike. A module of nn's own checks its plan itself (Attention
+// pairs a rank's query heads with the KV heads they use when only q_proj is split); any other
+// module — one the user wrote, whose forward nobody here knows — would combine this rank's slice
+// of one with the whole of the other and compute something else without an error (q·kᵀ over
+// heads that do not belong together: logits off by 5.5 in the report of issue 31). So by default a
+// module whose children of one group are split differently by the plan is refused before anything
+// is placed, naming the module and the two placements.
+absl::Status Module::ValidateTensorParallel(const TPValidationContext& ctx) const {
+  static const auto* const kGroups = new std::vector<std::vector<std::string>>{
+      {"q_proj", "k_proj", "v_proj"}, {"query", "key", "value"}, {"to_q", "to_k", "to_v"},
+      {"wq", "wk", "wv"},             {"gate_proj", "up_proj"},  {"w1", "w3"}};
+  for (const std::vector<std::string>& group : *kGroups) {
+    const std::string* first = nullptr;
+    for (const std::string& child : group) {
+      if (FindChild(child) == nullptr) continue;
+      if (first == nullptr) {
+        first = &child;
+        continue;
+      }
+      if (ctx.OutputSharded(*first) == ctx.OutputSharded(child)) continue;
+      const std::string a = *first + ".weight", b = child + ".weight";
+      return absl::InvalidArgumentError(absl::StrCat(
+          type_name_, " '", ctx.module_name(), "': ", a, " is [",
+          ctx.PlannedPlacement(a).ToString(), "] (output ",
+          ctx.OutputSharded(*first) ? "split" : "whole", ") but ", b, " is [",
+          ctx.PlannedPlacement(b).ToString(), "] (output ", ctx.OutputSharded(child) ? "split" : "whole",
+          "): a forward that combines them would pair this rank's slice of one with the whole of "
+          "the other and compute something else (Note [Mixed projections] in nn/module.cc). Plan [",
+          absl::StrJoin(group, ", "), "] alike, or build the block from nn::Attention / "
+          "nn::SwiGLUMLP, which pair heads and columns themselves"));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -19,7 +19,10 @@
 // forward — the one a tensor-parallel style installed (TensorParallelLayer::InstallForward), else
 // the module's own Forward — and the forward hooks (they may rewrite the outputs). Hooks see what
 // the caller passed and what the caller gets, around whatever a style does (as PyTorch's hooks
-// wrap transformers' replaced forward).
+// wrap transformers' replaced forward). The root of a tree (no parent) returns no pieces of the
+// layers below it: an output that is this rank's piece of a sharded tensor (a 'colwise'
+// lm_head's) is gathered whole, with a warning naming the layer (Note [Local pieces remember their
+// layout] in nn/value.h). A root that is itself the styled layer hands on its piece.
 //
 // Note [Local values]
 // A module's forward reads its parameters through ParamValue(): in DTensor mode that is the
@@ -41,6 +44,13 @@
 // the path of a module at or below its own and leaves it alone, so the path appears once (no
 // status payload: it would print again in Status::ToString). A module's own code never adds the
 // path; styles and layers may still name the module in their own words.
+//
+// Note [Unmatched keys]
+// A plan rule whose key matches nothing (a misspelled "layers.*.mlp.gate_prj") leaves the layer it
+// meant replicated, and the first sign is often a shape error far from the plan. ParallelizeModule
+// records such keys on the module it parallelized (unmatched_plan_keys), and an error that leaves
+// any Call below it ends with "(the TP plan's rules [...] matched no layer: a misspelled key
+// leaves its layer replicated)". DistributedConfig::unmatched_keys makes them an error instead.
 //
 // Modules are not thread-safe: every rank (thread or process) builds and owns its own tree.
 
@@ -87,6 +97,10 @@ class TPValidationContext {
   // is no such parameter.
   virtual Placement PlannedPlacement(absl::string_view path) const = 0;
   bool IsSharded(absl::string_view path) const { return PlannedPlacement(path).is_any_shard(); }
+  // True when the plan gives module `path` a style whose output is this rank's shard of the
+  // output features (colwise, packed_colwise: TensorParallelLayer::ShardsOutput); false for a
+  // gathered output, another style or no rule.
+  virtual bool OutputSharded(absl::string_view path) const = 0;
 };
 
 class Module {
@@ -170,7 +184,9 @@ class Module {
   // ------------------------------------------------------------------------
 
   // Checks the plan against what the module knows (heads, KV heads, intermediate size) before any
-  // weight is read; InvalidArgument naming the module and both numbers. Default: nothing to check.
+  // weight is read; InvalidArgument naming the module and both numbers. Default: children that
+  // are sibling projections (q_proj / k_proj / v_proj, gate_proj / up_proj, ...) split alike
+  // (Note [Mixed projections] in module.cc).
   virtual absl::Status ValidateTensorParallel(const TPValidationContext& ctx) const;
   // The blocks this module declares for its packed parameter `param` (Note [Packed blocks] in
   // nn/styles.h): absolute sizes along the output rows (`col`, what packed_colwise cuts) or the
@@ -181,6 +197,13 @@ class Module {
   // The style ParallelizeModule installed on this module ("" when none), for printing.
   const std::string& tp_style() const { return tp_style_; }
   void set_tp_style(std::string name) { tp_style_ = std::move(name); }
+
+  // Plan rules that matched no layer when ParallelizeModule last ran on this module (Note
+  // [Unmatched keys]).
+  const std::vector<std::string>& unmatched_plan_keys() const { return unmatched_plan_keys_; }
+  void set_unmatched_plan_keys(std::vector<std::string> keys) {
+    unmatched_plan_keys_ = std::move(keys);
+  }
 
   // PyTorch-like tree: "Linear(in=8, out=4) [colwise]" with a line per parameter and child.
   std::string ToString() const;
@@ -193,6 +216,9 @@ class Module {
 
  private:
   void AdoptChild(std::string name, std::unique_ptr<Module> child);
+  // The root's outputs that are pieces a layer below it made, gathered whole (Note [Local pieces
+  // remember their layout] in nn/value.h), with a warning the first time.
+  absl::Status GatherPieces(Values& outputs);
   absl::StatusOr<const Parameter*> MaterializedParam(absl::string_view name) const;
   void AppendTree(std::string* out, const std::string& indent) const;
 
@@ -209,6 +235,8 @@ class Module {
   bool local_mode_ = false;
   bool local_inputs_ = false;
   std::string tp_style_;
+  std::vector<std::string> unmatched_plan_keys_;
+  bool warned_gather_ = false;
 };
 
 // ModuleList: children named "0", "1", ... (the `*` of plan keys). It has no forward of its own:

@@ -59,6 +59,11 @@ class Parameter {
   // Drops the data and keeps the spec.
   void Release() { value_ = DTensor(); }
 
+  // The plan rule that placed this parameter ("model.layers.*.mlp.up_proj -> colwise"), set by
+  // ParallelizeModule; empty when none did (no rule covers it, ReplicateModule, a manual Place).
+  const std::string& plan_rule() const { return plan_rule_; }
+  void set_plan_rule(std::string rule) { plan_rule_ = std::move(rule); }
+
   // "f32[8, 8] [S(0)] on mesh(tp=2)", "f32[8, 8] (not placed)"; "+ (placeholder)" when no data.
   std::string Describe() const;
 
@@ -69,6 +74,7 @@ class Parameter {
   DType dtype_;
   std::optional<DTensorSpec> spec_;
   DTensor value_;
+  std::string plan_rule_;
 };
 
 }  // namespace dt::nn

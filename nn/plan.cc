@@ -78,6 +78,7 @@ class PlanContext : public TPValidationContext {
  public:
   PlanContext(const PlanResolution& r, int64_t tp) : tp_(tp) {
     for (const auto& p : r.params) params_[p.name] = &p;
+    for (const auto& f : r.forwards) forwards_[f.name] = &f;
   }
   void set_module(std::string name) { module_ = std::move(name); }
 
@@ -89,11 +90,16 @@ class PlanContext : public TPValidationContext {
     auto p = it->second->style->ParamPlacement(*it->second->module, *it->second->param);
     return p.ok() ? *p : Placement::Replicate();
   }
+  bool OutputSharded(absl::string_view path) const override {
+    auto it = forwards_.find(JoinName(module_, path));
+    return it != forwards_.end() && it->second->style->ShardsOutput();
+  }
 
  private:
   int64_t tp_;
   std::string module_;
   absl::flat_hash_map<std::string, const PlanResolution::Param*> params_;
+  absl::flat_hash_map<std::string, const PlanResolution::Forward*> forwards_;
 };
 
 absl::Status CheckDivides(absl::string_view field, int64_t n, int64_t tp,
@@ -195,10 +201,11 @@ absl::StatusOr<PlanResolution> ResolvePlan(Module& module, const ParallelPlan& p
       const std::string name = JoinName(mname, p->name());
       DT_ASSIGN_OR_RETURN(int key, matcher.Lookup(name));
       if (key < 0) key = mkey;
-      PlanResolution::Param entry{name, p.get(), m, "", nullptr};
+      PlanResolution::Param entry{name, p.get(), m, "", "", nullptr};
       if (key >= 0) {
         used[key] = true;
         entry.key = plan[key].first;
+        entry.style_label = plan[key].second.Label();
         entry.style = styles[key];
       } else if (uncovered_seen.insert(WildcardName(name)).second) {
         r.uncovered.push_back(WildcardName(name));
@@ -212,8 +219,12 @@ absl::StatusOr<PlanResolution> ResolvePlan(Module& module, const ParallelPlan& p
   return r;
 }
 
-absl::Status ParallelizeModule(Module& module, const DeviceMesh& mesh, const ParallelPlan& plan,
-                               const ParallelizeOptions& options) {
+namespace {
+
+// Steps 1-4 of ParallelizeModule (plan.h): every check, nothing placed.
+absl::StatusOr<PlanResolution> CheckPlan(Module& module, const DeviceMesh& mesh,
+                                         const ParallelPlan& plan,
+                                         const ParallelizeOptions& options) {
   if (mesh.ndim() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ParallelizeModule needs a 1-D tensor-parallel mesh (slice it: mesh[\"tp\"]), got ",
@@ -223,14 +234,19 @@ absl::Status ParallelizeModule(Module& module, const DeviceMesh& mesh, const Par
   DT_ASSIGN_OR_RETURN(PlanResolution r, ResolvePlan(module, plan));
   if (options.config) DT_RETURN_IF_ERROR(ValidateTPConfig(*options.config, tp));
 
-  // Every check before anything is placed or read.
+  // Every check before anything is placed or read: where each style puts its parameters (a
+  // block list that does not fit), the modules' checks (they name heads and sizes: "does not
+  // divide num_heads 8"), then the styles' (a packed block's size).
   for (const auto& p : r.params) {
-    if (p.style != nullptr) DT_RETURN_IF_ERROR(p.style->ValidateParam(*p.module, *p.param, mesh));
+    if (p.style != nullptr) DT_RETURN_IF_ERROR(p.style->ParamPlacement(*p.module, *p.param).status());
   }
   PlanContext context(r, tp);
   for (auto& [mname, m] : module.NamedModules()) {
     context.set_module(mname);
     DT_RETURN_IF_ERROR(m->ValidateTensorParallel(context));
+  }
+  for (const auto& p : r.params) {
+    if (p.style != nullptr) DT_RETURN_IF_ERROR(p.style->ValidateParam(*p.module, *p.param, mesh));
   }
 
   // Note [Plan checks]
@@ -253,18 +269,33 @@ absl::Status ParallelizeModule(Module& module, const DeviceMesh& mesh, const Par
       absl::StrCat("The following layers were not sharded by the TP plan: [",
                    absl::StrJoin(r.uncovered, ", "),
                    "] (they stay replicated; a 'replicate' rule says that is on purpose)")));
+  return r;
+}
 
+}  // namespace
+
+absl::Status ValidatePlan(Module& module, const DeviceMesh& mesh, const ParallelPlan& plan,
+                          const ParallelizeOptions& options) {
+  return CheckPlan(module, mesh, plan, options).status();
+}
+
+absl::Status ParallelizeModule(Module& module, const DeviceMesh& mesh, const ParallelPlan& plan,
+                               const ParallelizeOptions& options) {
+  DT_ASSIGN_OR_RETURN(PlanResolution r, CheckPlan(module, mesh, plan, options));
   for (const auto& p : r.params) {
     if (p.style != nullptr) {
       DT_RETURN_IF_ERROR(p.style->ShardParam(*p.module, *p.param, mesh));
+      p.param->set_plan_rule(absl::StrCat(p.key, " -> ", p.style_label));
     } else {
       DT_RETURN_IF_ERROR(p.param->Place(mesh, {Placement::Replicate()}));
+      p.param->set_plan_rule("");
     }
   }
   for (const auto& f : r.forwards) {
     DT_RETURN_IF_ERROR(f.style->InstallForward(*f.module, mesh));
     f.module->set_tp_style(f.style_label);
   }
+  module.set_unmatched_plan_keys(r.unused_rules);
   return absl::OkStatus();
 }
 
@@ -277,6 +308,7 @@ absl::Status ReplicateModule(Module& module, const DeviceMesh& mesh) {
   const Placements replicated(mesh.ndim(), Placement::Replicate());
   for (auto& [name, p] : module.NamedParameters()) {
     DT_RETURN_IF_ERROR(p->Place(mesh, replicated));
+    p->set_plan_rule("");
   }
   return absl::OkStatus();
 }

@@ -28,14 +28,17 @@
 //      InvalidArgument "Unsupported tensor parallel style 'foo' for layer 'layers.*.mlp.up_proj'.
 //      Supported styles are [colwise, ...]"; two wildcard keys matching one name are ambiguous.
 //   2. options.config (TPConfig) against the mesh size.
-//   3. every covered parameter: style->ValidateParam; every module: ValidateTensorParallel (heads,
-//      KV heads, intermediate size) against the placements the plan will give.
+//   3. every module: ValidateTensorParallel (heads, KV heads, intermediate size, consistent
+//      placements) against the placements the plan will give; every covered parameter:
+//      style->ValidateParam.
 //   4. the plan checks (Note [Plan checks]), each a warning (nn/log.h, group rank 0 only), an
 //      error or nothing as ParallelizeOptions says: "The following TP rules were not applied on
 //      any of the layers: [...]" and, once for all parameters no rule covers (they stay
 //      replicated), "The following layers were not sharded by the TP plan: [...]".
 //   5. ShardParam for covered parameters (placeholders; materialized parameters are cut locally),
-//      Replicate for the others; InstallForward for modules with a rule.
+//      Replicate for the others; InstallForward for modules with a rule. Each parameter records
+//      the rule that placed it (Parameter::plan_rule, what FormatPlacements prints) and the
+//      module the rules that matched nothing (Module::unmatched_plan_keys: Note [Unmatched keys]).
 // Call it once per tree, on every rank of the mesh, with the same plan.
 
 #include <cstdint>
@@ -107,6 +110,9 @@ struct ParallelizeOptions {
 
 absl::Status ParallelizeModule(Module& module, const DeviceMesh& mesh, const ParallelPlan& plan,
                                const ParallelizeOptions& options = {});
+// Steps 1-4 of ParallelizeModule: every check (and the plan checks' warnings), nothing placed.
+absl::Status ValidatePlan(Module& module, const DeviceMesh& mesh, const ParallelPlan& plan,
+                          const ParallelizeOptions& options = {});
 // One style for the whole module (PyTorch's parallelize_module(module, mesh, style)).
 absl::Status ParallelizeModule(Module& module, const DeviceMesh& mesh,
                                std::shared_ptr<const TensorParallelLayer> style);
@@ -127,6 +133,7 @@ struct PlanResolution {
     Parameter* param = nullptr;
     Module* module = nullptr;
     std::string key;  // the rule that covers it; "" when none
+    std::string style_label;
     std::shared_ptr<const TensorParallelLayer> style;
   };
   struct Forward {

@@ -68,12 +68,13 @@ Placement ResolveDim(const Placement& p, int ndim) {
 
 absl::StatusOr<DTensor> AsDTensor(const Value& v, const DeviceMesh& mesh, const Placement& declared,
                                   const std::optional<Shape>& global) {
-  if (v.is_dtensor()) {
-    if (!(v.dtensor().mesh() == mesh)) {
+  const DTensor* whole = v.is_dtensor() ? &v.dtensor() : v.piece_of();
+  if (whole != nullptr) {
+    if (!(whole->mesh() == mesh)) {
       return absl::InvalidArgumentError(
           absl::StrCat("input ", v.Describe(), " is not on the style's ", mesh.ToString()));
     }
-    return v.dtensor();
+    return *whole;
   }
   if (!v.defined()) return absl::InvalidArgumentError("input is undefined");
   FromLocalOptions options;
@@ -89,16 +90,17 @@ absl::StatusOr<DTensor> RedistributeTo(const DTensor& x, const Placement& target
   return x.Redistribute({t}, options);
 }
 
-Value Handoff(DTensor x, bool use_local_output) {
-  if (use_local_output) return Value(x.ToLocal());
-  return Value(std::move(x));
+Value Handoff(DTensor x, bool use_local_output, const Module& module) {
+  if (!use_local_output) return Value(std::move(x));
+  return Value::Piece(std::move(x), module.FullName());
 }
 
 absl::StatusOr<Value> ReducePartial(const Value& v, const DeviceMesh& mesh,
-                                    const Placement& target, bool use_local_output) {
+                                    const Placement& target, bool use_local_output,
+                                    const Module& module) {
   DT_ASSIGN_OR_RETURN(DTensor y, AsDTensor(v, mesh, Placement::Partial()));
   DT_ASSIGN_OR_RETURN(y, RedistributeTo(y, target));
-  return Handoff(std::move(y), use_local_output);
+  return Handoff(std::move(y), use_local_output, module);
 }
 
 }  // namespace dt::nn

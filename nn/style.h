@@ -73,6 +73,10 @@ class TensorParallelLayer : public std::enable_shared_from_this<TensorParallelLa
   virtual ~TensorParallelLayer() = default;
 
   virtual StyleInfo Info() const = 0;
+  // True when the module's output leaves the style as this rank's shard of its last dim
+  // (colwise, packed_colwise), so that what consumes it must take a shard (a rowwise layer, an
+  // attention holding its heads). Default false.
+  virtual bool ShardsOutput() const { return false; }
 
   virtual absl::Status ValidateParam(const Module& module, const Parameter& param,
                                      const DeviceMesh& mesh) const;
@@ -94,9 +98,10 @@ class TensorParallelLayer : public std::enable_shared_from_this<TensorParallelLa
 // `p` with a negative shard dim resolved for a tensor of `ndim` dims.
 Placement ResolveDim(const Placement& p, int ndim);
 
-// A value as a DTensor on `mesh`: a local tensor is annotated with `declared` (DTensor::FromLocal,
-// no communication) and the global shape `global` when given (else the even-split assumption of
-// PyTorch); a DTensor is returned unchanged (it must live on `mesh`).
+// A value as a DTensor on `mesh`: a piece is its global tensor; another local tensor is annotated
+// with `declared` (DTensor::FromLocal, no communication) and the global shape `global` when given
+// (else the even-split assumption of PyTorch); a DTensor is returned unchanged (it must live on
+// `mesh`).
 absl::StatusOr<DTensor> AsDTensor(const Value& v, const DeviceMesh& mesh, const Placement& declared,
                                   const std::optional<Shape>& global = std::nullopt);
 
@@ -104,12 +109,14 @@ absl::StatusOr<DTensor> AsDTensor(const Value& v, const DeviceMesh& mesh, const 
 // Partial is allowed: it is how a style says "divide by the mesh size" (PyTorch's partition rule).
 absl::StatusOr<DTensor> RedistributeTo(const DTensor& x, const Placement& target);
 
-// What a style hands on: the DTensor, or its local piece with use_local_output.
-Value Handoff(DTensor x, bool use_local_output);
+// What a style hands on: the DTensor, or with use_local_output this rank's piece, which remembers
+// the layout and `module` (Value::Piece, Note [Local pieces remember their layout]).
+Value Handoff(DTensor x, bool use_local_output, const Module& module);
 
 // A forward's partial-sum output `v` (a local tensor is annotated Partial) redistributed to
 // `target` (Replicate: all_reduce, Shard: reduce_scatter) and handed on (Handoff).
 absl::StatusOr<Value> ReducePartial(const Value& v, const DeviceMesh& mesh,
-                                    const Placement& target, bool use_local_output);
+                                    const Placement& target, bool use_local_output,
+                                    const Module& module);
 
 }  // namespace dt::nn

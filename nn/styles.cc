@@ -259,7 +259,7 @@ absl::StatusOr<Values> ColwiseParallel::TransformOutputPostForward(Module& modul
   }
   DT_ASSIGN_OR_RETURN(DTensor y, AsDTensor(outputs[0], mesh, Placement::Shard(-1), global));
   DT_ASSIGN_OR_RETURN(y, RedistributeTo(y, output_layout_));
-  outputs[0] = Handoff(std::move(y), use_local_output_);
+  outputs[0] = Handoff(std::move(y), use_local_output_, module);
   return outputs;
 }
 
@@ -305,7 +305,8 @@ absl::StatusOr<Values> RowwiseParallel::TransformInputsPreForward(Module& module
   DT_ASSIGN_OR_RETURN(const Parameter* w, WeightOf(module, "rowwise"));
   std::optional<Shape> global;
   const Placement declared = ResolveDim(input_layout_, inputs[0].dim());
-  if (inputs[0].is_local() && declared.is_any_shard(inputs[0].dim() - 1)) {
+  if (inputs[0].is_local() && inputs[0].piece_of() == nullptr &&
+      declared.is_any_shard(inputs[0].dim() - 1)) {
     global = inputs[0].shape();  // Note [Annotating local inputs]
     global->back() = w->shape().back();
     DT_RETURN_IF_ERROR(CheckLocalSlice(module, *w, inputs[0]));
@@ -320,7 +321,7 @@ absl::StatusOr<Values> RowwiseParallel::TransformOutputPostForward(Module& modul
                                                                    const DeviceMesh& mesh) const {
   if (outputs.empty() || !outputs[0].defined()) return outputs;
   DT_ASSIGN_OR_RETURN(outputs[0],
-                      ReducePartial(outputs[0], mesh, output_layout_, use_local_output_));
+                      ReducePartial(outputs[0], mesh, output_layout_, use_local_output_, module));
   return outputs;
 }
 
@@ -364,7 +365,7 @@ absl::StatusOr<Values> PackedColwiseParallel::TransformInputsPreForward(
 absl::StatusOr<Values> PackedColwiseParallel::TransformOutputPostForward(
     Module& module, Values outputs, const DeviceMesh& mesh) const {
   if (outputs.empty() || !outputs[0].is_dtensor()) return outputs;
-  outputs[0] = Handoff(outputs[0].dtensor(), use_local_output_);
+  outputs[0] = Handoff(outputs[0].dtensor(), use_local_output_, module);
   return outputs;
 }
 
@@ -417,7 +418,8 @@ absl::StatusOr<Values> PackedRowwiseParallel::TransformOutputPostForward(
     Module& module, Values outputs, const DeviceMesh& mesh) const {
   if (outputs.empty() || !outputs[0].defined()) return outputs;
   DT_ASSIGN_OR_RETURN(outputs[0],
-                      ReducePartial(outputs[0], mesh, Placement::Replicate(), use_local_output_));
+                      ReducePartial(outputs[0], mesh, Placement::Replicate(), use_local_output_,
+                                    module));
   return outputs;
 }
 
@@ -462,7 +464,7 @@ absl::StatusOr<Values> EmbeddingParallel::TransformOutputPostForward(Module& mod
                                                                      const DeviceMesh& mesh) const {
   if (outputs.empty() || !outputs[0].is_dtensor()) return outputs;
   DT_ASSIGN_OR_RETURN(DTensor y, RedistributeTo(outputs[0].dtensor(), Placement::Replicate()));
-  outputs[0] = Handoff(std::move(y), use_local_output_);
+  outputs[0] = Handoff(std::move(y), use_local_output_, module);
   return outputs;
 }
 
@@ -486,10 +488,11 @@ absl::StatusOr<Values> SequenceParallel::TransformInputsPreForward(Module& modul
   return inputs;
 }
 
-absl::StatusOr<Values> SequenceParallel::TransformOutputPostForward(Module&, Values outputs,
+absl::StatusOr<Values> SequenceParallel::TransformOutputPostForward(Module& module,
+                                                                    Values outputs,
                                                                     const DeviceMesh&) const {
   for (Value& v : outputs) {
-    if (v.is_dtensor()) v = Handoff(v.dtensor(), use_local_output_);
+    if (v.is_dtensor()) v = Handoff(v.dtensor(), use_local_output_, module);
   }
   return outputs;
 }
@@ -501,11 +504,13 @@ StyleInfo AllReduceParallel::Info() const {
           "all_reduce"};
 }
 
-absl::StatusOr<Values> AllReduceParallel::TransformOutputPostForward(Module&, Values outputs,
+absl::StatusOr<Values> AllReduceParallel::TransformOutputPostForward(Module& module,
+                                                                     Values outputs,
                                                                      const DeviceMesh& mesh) const {
   for (Value& v : outputs) {
     if (!v.defined()) continue;
-    DT_ASSIGN_OR_RETURN(v, ReducePartial(v, mesh, Placement::Replicate(), use_local_output_));
+    DT_ASSIGN_OR_RETURN(
+        v, ReducePartial(v, mesh, Placement::Replicate(), use_local_output_, module));
   }
   return outputs;
 }
@@ -516,9 +521,7 @@ StyleInfo LocalParamsParallel::Info() const {
 
 absl::StatusOr<Values> LocalParamsParallel::TransformInputsPreForward(Module&, Values inputs,
                                                                       const DeviceMesh&) const {
-  for (Value& v : inputs) {
-    if (v.is_dtensor()) v = Value(v.local());
-  }
+  for (Value& v : inputs) v = Value(PlainLocal(v).local());
   return inputs;
 }
 
@@ -545,6 +548,7 @@ StyleInfo MoEExpertsParallel::Info() const {
 absl::StatusOr<Values> MoEExpertsParallel::TransformInputsPreForward(Module&, Values inputs,
                                                                      const DeviceMesh&) const {
   for (Value& v : inputs) {
+    if (v.piece_of() != nullptr) v = *v.piece_of();  // the whole, replicated below
     if (!v.is_dtensor()) continue;
     DT_ASSIGN_OR_RETURN(DTensor r, RedistributeTo(v.dtensor(), Placement::Replicate()));
     v = Value(r.ToLocal());
@@ -560,7 +564,7 @@ absl::StatusOr<Values> MoEExpertsParallel::TransformOutputPostForward(
   }
   if (!sharded || outputs.empty() || !outputs[0].defined()) return outputs;
   DT_ASSIGN_OR_RETURN(outputs[0], ReducePartial(outputs[0], mesh, Placement::Replicate(),
-                                                 /*use_local_output=*/true));
+                                                 /*use_local_output=*/true, module));
   return outputs;
 }
 

@@ -75,6 +75,7 @@ class ColwiseParallel : public TensorParallelLayer {
                            Placement output_layout = Placement::Shard(-1),
                            bool use_local_output = true);
   StyleInfo Info() const override;
+  bool ShardsOutput() const override { return output_layout_.is_any_shard(); }
   // With a replicated output (the gathered vocab of lm_head), the sharded size must divide by T:
   // "The output size of `lm_head` (10) must be divisible by the tensor parallel size (4) when
   //  gathering a colwise output." (transformers' wording). With a sharded output, a layer with
@@ -124,6 +125,7 @@ class PackedColwiseParallel : public TensorParallelLayer {
   // (Note [Packed blocks must be declared]).
   explicit PackedColwiseParallel(std::vector<int64_t> blocks = {}, bool use_local_output = true);
   StyleInfo Info() const override;
+  bool ShardsOutput() const override { return true; }
   absl::Status ValidateParam(const Module& module, const Parameter& param,
                              const DeviceMesh& mesh) const override;
   absl::StatusOr<Placement> ParamPlacement(const Module& module,

@@ -53,9 +53,56 @@ DTensorSpec LocalSpec(const Tensor& t) {
 
 using Builder = absl::FunctionRef<absl::StatusOr<dops::OpCall>(absl::Span<const DTensorSpec* const>)>;
 
+// Note [Local pieces remember their layout] (nn/value.h): local operands of which some are pieces
+// run as the DTensor op does — pieces as their global tensors, the other local operands as
+// replicated on the pieces' mesh, redistributed where the op's strategy needs it — and the
+// outputs come back as pieces (plain local values when replicated).
+absl::StatusOr<std::vector<Value>> RunOnPieces(const char* op, absl::Span<const Operand> operands,
+                                               Builder build) {
+  static const DTensor* const kUndefined = new DTensor();
+  const Value* first = nullptr;
+  for (const Operand& o : operands) {
+    if (first == nullptr && o.value->piece_of() != nullptr) first = o.value;
+  }
+  const DeviceMesh& mesh = first->piece_of()->mesh();
+  const size_t n = operands.size();
+  std::vector<DTensor> held(n);
+  std::vector<const DTensor*> inputs(n, nullptr);
+  std::vector<const DTensorSpec*> specs(n, nullptr);
+  for (size_t j = 0; j < n; ++j) {
+    const Value& v = *operands[j].value;
+    if (!v.defined()) {
+      if (!operands[j].optional) inputs[j] = kUndefined;
+      continue;
+    }
+    if (const DTensor* whole = v.piece_of()) {
+      if (!(whole->mesh() == mesh)) {
+        return absl::InvalidArgumentError(absl::StrCat(op, ": ", first->Describe(), " and ",
+                                                       v.Describe(), " are on different meshes"));
+      }
+      held[j] = *whole;
+    } else {
+      DT_ASSIGN_OR_RETURN(held[j], DTensor::FromLocal(v.local(), mesh,
+                                                      Placements(mesh.ndim(), Placement::Replicate())));
+    }
+    inputs[j] = &held[j];
+    specs[j] = &held[j].spec();
+  }
+  DT_ASSIGN_OR_RETURN(const dops::OpCall call, build(specs));
+  DT_ASSIGN_OR_RETURN(dops::Outputs outs, dops::Apply(call, inputs));
+  std::vector<Value> out;
+  for (DTensor& d : outs) out.push_back(Value::Piece(std::move(d), first->source()));
+  return out;
+}
+
 absl::StatusOr<std::vector<Value>> Run(const char* op, absl::Span<const Operand> operands,
                                        Builder build) {
   DT_ASSIGN_OR_RETURN(const bool distributed, UseDTensors(op, operands));
+  if (!distributed) {
+    for (const Operand& o : operands) {
+      if (o.value->piece_of() != nullptr) return RunOnPieces(op, operands, build);
+    }
+  }
   const size_t n = operands.size();
   std::vector<const DTensorSpec*> specs(n, nullptr);
   std::vector<Value> out;

@@ -10,6 +10,10 @@
 //   a DTensor and a local tensor   -                     InvalidArgument (as PyTorch refuses to mix
 //                                                        torch.Tensor and DTensor)
 //
+// Local operands of which some are pieces (a colwise output handed on as a local tensor, Note
+// [Local pieces remember their layout] in nn/value.h) run as the DTensor op: an op that needs the
+// whole sharded dim gets it gathered or reduced, and the outputs are pieces again.
+//
 // Undefined optional operands (Value()) are ignored. Messages name the op and both operands:
 //   "Linear: x is local f32[2, 4] cpu but w is DTensor(f32[8, 4] [S(0)] on mesh(tp=2), ...); a
 //    module reads its parameters' local pieces only in local mode (Note [Local values])"

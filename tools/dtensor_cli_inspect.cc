@@ -2,7 +2,8 @@
 // with --tp, what each rank of a tensor-parallel load will read.
 //
 // PATH is a .safetensors file, a model.safetensors.index.json, or a model directory (transformers'
-// Llama, or diffusers' Flux2: a transformer directory or a pipeline directory with transformer/).
+// causal LMs: Llama, Mistral, Qwen2, Qwen3, Phi-3; or diffusers' Flux2: a transformer directory or
+// a pipeline directory with transformer/).
 // Without --tp it lists every tensor (dtype, shape, bytes). With --tp N it places the model the
 // directory's config.json describes (--plan auto: the model's own tensor-parallel plan, as FromPretrained
 // applies it) on an abstract mesh of N ranks — nothing is launched and no weight is read — and
@@ -28,7 +29,7 @@
 #include "dtensor/loaders/safetensors.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/nn/models/flux2.h"
-#include "dtensor/nn/models/llama.h"
+#include "dtensor/nn/models/causal_lm.h"
 #include "dtensor/tools/dtensor_cli.h"
 
 ABSL_FLAG(std::string, tp, "", "show each of N ranks' sharded reads under the model's plan");
@@ -94,10 +95,12 @@ absl::StatusOr<std::map<std::string, Placed>> PlaceModel(const std::string& dir,
   if (!diffusers_class.empty()) {
     return absl::UnimplementedError(absl::StrCat(
         "'", dir, "' holds a diffusers ", diffusers_class,
-        "; the models with a tensor-parallel plan are LlamaForCausalLM and Flux2Transformer2DModel"));
+        "; the models with a tensor-parallel plan are the causal LMs (",
+        loaders::DecoderFamilyNames(), ") and Flux2Transformer2DModel"));
   }
-  DT_ASSIGN_OR_RETURN(loaders::LlamaConfig config, loaders::LoadLlamaConfig(dir));
-  nn::LlamaForCausalLM model(config, config.dtype);
+  DT_ASSIGN_OR_RETURN(loaders::DecoderConfig config, loaders::LoadDecoderConfig(dir));
+  DT_RETURN_IF_ERROR(nn::CausalLM::ValidateConfig(config));
+  nn::CausalLM model(config, config.dtype);
   DT_RETURN_IF_ERROR(model.Parallelize(mesh));
   DT_RETURN_IF_ERROR(model.CheckCheckpoint(ckpt, /*warn=*/false));
   return Place(model, tp, ckpt,

@@ -1,12 +1,9 @@
 #include "dtensor/nn/models/flux2.h"
 
 #include <cmath>
-#include <set>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "dtensor/core/status.h"
 #include "dtensor/nn/init.h"
 #include "dtensor/nn/linear.h"
@@ -193,7 +190,8 @@ absl::StatusOr<Values> Flux2Attention::Forward(Values inputs) {
   // to_<p>(x) -> [B, S, n, hd], normed when `norm` is given.
   auto project = [&](const Value& in, const char* proj, const char* norm) -> absl::StatusOr<Value> {
     DT_ASSIGN_OR_RETURN(Value y, FindChild(proj)->CallOne({in}));
-    DT_ASSIGN_OR_RETURN(y, Unflatten(y, hd));
+    // This rank's heads as a plain piece (Note [Local pieces remember their layout]).
+    DT_ASSIGN_OR_RETURN(y, Unflatten(PlainLocal(y), hd));
     if (norm != nullptr) {
       DT_ASSIGN_OR_RETURN(y, FindChild(norm)->CallOne({y}));
     }
@@ -228,7 +226,7 @@ Flux2FeedForward::Flux2FeedForward(int64_t dim, int64_t hidden, DType dtype)
 absl::StatusOr<Values> Flux2FeedForward::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value x, SingleInput(*this, inputs));
   DT_ASSIGN_OR_RETURN(x, FindChild("linear_in")->CallOne({x}));
-  DT_ASSIGN_OR_RETURN(x, SwiGLU(x));
+  DT_ASSIGN_OR_RETURN(x, SwiGLU(PlainLocal(x)));
   DT_ASSIGN_OR_RETURN(x, FindChild("linear_out")->CallOne({x}));
   return Values{std::move(x)};
 }
@@ -297,6 +295,7 @@ absl::Status Flux2ParallelSelfAttention::ValidateTensorParallel(
 absl::StatusOr<Values> Flux2ParallelSelfAttention::Forward(Values inputs) {
   DT_RETURN_IF_ERROR(Arity(*this, inputs, 3, "h, cos, sin"));
   DT_ASSIGN_OR_RETURN(Value p, FindChild("to_qkv_mlp_proj")->CallOne({inputs[0]}));
+  p = PlainLocal(p);  // this rank's slices of each block (Note [Local pieces remember their layout])
   // This rank's [Q|K|V|gate|up] slices: split by the global ratio 3D : 2M.
   const int64_t qkv = 3 * options_.dim, mlp = 2 * options_.mlp_hidden_dim;
   const int64_t width = p.shape().back(), local_qkv = width * qkv / (qkv + mlp);
@@ -416,51 +415,19 @@ ParallelizeOptions Flux2Transformer2DModel::parallelize_options() const {
 }
 
 absl::Status Flux2Transformer2DModel::Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan) {
-  DT_RETURN_IF_ERROR(ParallelizeModule(*this, mesh, plan, parallelize_options()));
-  mesh_ = mesh;
-  plan_ = plan;
-  return absl::OkStatus();
+  return ParallelizeModule(*this, mesh, plan, parallelize_options());
 }
 
 absl::Status Flux2Transformer2DModel::ShardLoaded(const ParallelPlan& plan) {
-  DT_RETURN_IF_ERROR(nn::ShardLoaded(*this, plan, parallelize_options()));
-  plan_ = plan;
-  return absl::OkStatus();
+  return nn::ShardLoaded(*this, plan, parallelize_options());
 }
 
-std::string Flux2Transformer2DModel::tp_plan() {
-  absl::StatusOr<std::string> s = FormatPlan(*this, plan_);
-  return s.ok() ? *s : std::string(s.status().message());
-}
+std::string Flux2Transformer2DModel::tp_plan() { return FormatPlacements(*this); }
 
-namespace {
+std::optional<DeviceMesh> Flux2Transformer2DModel::mesh() const { return PlacedMesh(*this); }
 
-// Note [Config against checkpoint] (as for Llama): the block counts decide how many modules are
-// built, so they are checked against the checkpoint's names first; a config claiming 10^6 blocks
-// is refused before anything is allocated.
-absl::Status CheckBlockCount(const loaders::Checkpoint& checkpoint, absl::string_view prefix,
-                             absl::string_view field, int64_t want) {
-  std::set<int64_t> seen;
-  for (const std::string& name : checkpoint.names()) {
-    absl::string_view rest = name;
-    if (!absl::ConsumePrefix(&rest, prefix)) continue;
-    int64_t i = 0;
-    if (absl::SimpleAtoi(rest.substr(0, rest.find('.')), &i) && i >= 0) seen.insert(i);
-  }
-  const int64_t n = static_cast<int64_t>(seen.size());
-  const bool dense = seen.empty() || (*seen.begin() == 0 && *seen.rbegin() == n - 1);
-  if (!dense || n != want) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config ", field, " ", want, " does not match checkpoint '", checkpoint.path(),
-        "', which holds ", n, " ", prefix, "N blocks", dense ? "" : " (with gaps)"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::Status Flux2Transformer2DModel::CheckCheckpoint(const loaders::Checkpoint& checkpoint,
-                                                      bool warn) const {
+absl::Status Flux2Transformer2DModel::CheckFusedLayouts(
+    const loaders::Checkpoint& checkpoint) const {
   // The fused projections first, with the layout they must have (a generic shape mismatch would
   // not say why 3·D + 2·M).
   const int64_t d = config_.inner_dim(), m = config_.mlp_hidden_dim();
@@ -482,6 +449,12 @@ absl::Status Flux2Transformer2DModel::CheckCheckpoint(const loaders::Checkpoint&
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Flux2Transformer2DModel::CheckCheckpoint(const loaders::Checkpoint& checkpoint,
+                                                      bool warn) const {
+  DT_RETURN_IF_ERROR(CheckFusedLayouts(checkpoint));
   return nn::CheckCheckpoint(*this, checkpoint, "Flux2Transformer2DModel", warn);
 }
 
@@ -490,8 +463,7 @@ absl::Status Flux2Transformer2DModel::LoadWeights(const loaders::Checkpoint& che
                                                   LoadReport* report) {
   loaders::ReadOptions ro;
   ro.zero_copy = options.zero_copy;
-  const bool lead = !mesh_.has_value() || mesh_->my_rank() == mesh_->ranks()[0];
-  return LoadCheckpoint(*this, checkpoint, ro, lead, report);
+  return LoadCheckpoint(*this, checkpoint, ro, LeadsPlacedMesh(*this), report);
 }
 
 SaveOptions Flux2Transformer2DModel::save_options() const {
@@ -512,24 +484,22 @@ absl::StatusOr<std::unique_ptr<Flux2Transformer2DModel>> Flux2Transformer2DModel
   DT_ASSIGN_OR_RETURN(const std::string tdir, loaders::Flux2TransformerDir(dir));
   DT_ASSIGN_OR_RETURN(loaders::Flux2Config config, loaders::LoadFlux2Config(tdir));
   DT_ASSIGN_OR_RETURN(loaders::Checkpoint checkpoint, loaders::Checkpoint::Open(tdir));
-  // Nothing below reads a weight until every check passed.
+  // Nothing below reads a weight until every check passed (Note [One loading path] in nn/load.h).
   DT_RETURN_IF_ERROR(CheckBlockCount(checkpoint, "transformer_blocks.", "num_layers",
                                      config.num_layers));
   DT_RETURN_IF_ERROR(CheckBlockCount(checkpoint, "single_transformer_blocks.",
                                      "num_single_layers", config.num_single_layers));
-  const ParallelPlan plan = options.plan.value_or(TPPlan(config));
   auto model = std::make_unique<Flux2Transformer2DModel>(config, options.dtype);
-  DT_RETURN_IF_ERROR(model->Parallelize(mesh, plan));
-  if (options.load_whole) {
-    // The plan passed every check above; now place everything whole and shard after reading.
-    model = std::make_unique<Flux2Transformer2DModel>(config, options.dtype);
-    DT_RETURN_IF_ERROR(ReplicateModule(*model, mesh));
-    model->mesh_ = mesh;
-  }
-  DT_RETURN_IF_ERROR(model->CheckCheckpoint(
-      checkpoint, options.warn && mesh.my_rank() == mesh.ranks().front()));
-  DT_RETURN_IF_ERROR(model->LoadWeights(checkpoint, options, report));
-  if (options.load_whole) DT_RETURN_IF_ERROR(model->ShardLoaded(plan));
+  PretrainedLoad how;
+  how.model = "Flux2Transformer2DModel";
+  how.plan = options.plan.value_or(TPPlan(config));
+  how.parallelize = model->parallelize_options();
+  how.load_whole = options.load_whole;
+  how.warn = options.warn;
+  how.read.zero_copy = options.zero_copy;
+  const Flux2Transformer2DModel* m = model.get();
+  how.check = [m](const loaders::Checkpoint& c) { return m->CheckFusedLayouts(c); };
+  DT_RETURN_IF_ERROR(LoadPretrained(*model, mesh, checkpoint, how, report));
   return model;
 }
 
@@ -548,8 +518,7 @@ absl::StatusOr<Tensor> Flux2Transformer2DModel::Run(const Flux2Inputs& in) {
   DT_ASSIGN_OR_RETURN(Values out, Call({Value(in.hidden_states), Value(in.encoder_hidden_states),
                                         Value(in.timestep), Value(in.guidance), Value(in.img_ids),
                                         Value(in.txt_ids)}));
-  if (out[0].is_dtensor()) return out[0].dtensor().FullTensor();
-  return out[0].local();
+  return WholeTensor(out[0]);
 }
 
 absl::StatusOr<Values> Flux2Transformer2DModel::Forward(Values inputs) {

@@ -223,6 +223,7 @@ class Flux2Transformer2DModel : public Module {
   // The checks Parallelize and ShardLoaded apply: tp_config(), every rule must match a layer,
   // uncovered parameters (modulations, embedders, norms) are replicated on purpose.
   ParallelizeOptions parallelize_options() const;
+  // The placements the parameters have, whichever entry point placed them (FormatPlacements).
   std::string tp_plan();
 
   // Places the parameters without reading anything (every check of the file comment that needs
@@ -243,7 +244,8 @@ class Flux2Transformer2DModel : public Module {
 
   const loaders::Flux2Config& config() const { return config_; }
   DType dtype() const { return dtype_; }
-  const std::optional<DeviceMesh>& mesh() const { return mesh_; }
+  // The mesh the parameters are placed on (nullopt before placement).
+  std::optional<DeviceMesh> mesh() const;
 
  protected:
   // {hidden_states, encoder_hidden_states, timestep, guidance (or undefined), img_ids, txt_ids}
@@ -251,10 +253,11 @@ class Flux2Transformer2DModel : public Module {
   absl::StatusOr<Values> Forward(Values inputs) override;
 
  private:
+  // The fused projections' shapes, named with the layout they must have (reads no weight).
+  absl::Status CheckFusedLayouts(const loaders::Checkpoint& checkpoint) const;
+
   loaders::Flux2Config config_;
   DType dtype_;
-  std::optional<DeviceMesh> mesh_;
-  ParallelPlan plan_;
 };
 
 // ---- pipeline pieces (diffusers' Flux2Pipeline) -------------------------------------------------

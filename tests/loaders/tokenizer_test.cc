@@ -146,12 +146,15 @@ TEST(Tokenizer, RefusesBadInputClearly) {
   EXPECT_TRUE(Contains(with("/pre_tokenizer", bad_split), "does not compile"));
   EXPECT_TRUE(Contains(with("/decoder", nullptr), "only byte-level BPE"));
   EXPECT_TRUE(Contains(Tokenizer::FromJson("{", "", "tok").status(), "malformed tokenizer"));
-  // A template that is neither ChatML nor Llama 3.
+  // A template of no supported format (Gemma's turns).
   Json config = ReadJson(kDir + "/tokenizer_config.json");
-  config["chat_template"] = "{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}";
-  auto mistral = Tokenizer::FromJson(json, config.dump(), "tok").value();
-  EXPECT_TRUE(Contains(mistral->ApplyChatTemplate({{"user", "hi"}}).status(),
-                       "chat template not recognized (supported: ChatML, Llama 3)"));
+  config["chat_template"] =
+      "{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n"
+      "{% endfor %}";
+  auto gemma = Tokenizer::FromJson(json, config.dump(), "tok").value();
+  EXPECT_TRUE(Contains(gemma->ApplyChatTemplate({{"user", "hi"}}).status(),
+                       "chat template not recognized (supported: ChatML, Llama 3, Mistral [INST], "
+                       "Phi-3)"));
   config.erase("chat_template");
   auto none = Tokenizer::FromJson(json, config.dump(), "tok").value();
   EXPECT_EQ(none->ApplyChatTemplate({{"user", "hi"}}).status().code(),

@@ -38,10 +38,13 @@ TEST(DistributedConfig, WorldAndDerivedTpSize) {
     EXPECT_LE(MaxAbsDiff(logits, g.f32.prompt_logits), 1e-4);
     const std::string plan = m->tp_plan();
     EXPECT_TRUE(absl::StrContains(plan, "model.layers.*.self_attn.q_proj -> colwise: "
-                                        "model.layers.0.self_attn.q_proj.weight, ... "
-                                        "model.layers.3.self_attn.q_proj.weight (4 parameters)"))
+                                        "model.layers.*.self_attn.q_proj.weight [S(0)] (4)\n"))
         << plan;
-    EXPECT_TRUE(absl::StrContains(plan, "lm_head -> colwise_gather_output: lm_head.weight")) << plan;
+    EXPECT_TRUE(absl::StrContains(plan, "model.layers.*.self_attn.o_proj -> rowwise: "
+                                        "model.layers.*.self_attn.o_proj.weight [S(1)] (4)\n"))
+        << plan;
+    EXPECT_TRUE(absl::StrContains(plan, "lm_head -> colwise_gather_output: lm_head.weight [S(0)]\n"))
+        << plan;
     EXPECT_TRUE(absl::StrContains(plan, "replicated (no rule): model.embed_tokens.weight")) << plan;
     return absl::OkStatus();
   });
@@ -97,6 +100,31 @@ TEST(DistributedConfig, UserPlanReplacesTheModelsPlan) {
   ASSERT_TRUE(s.ok()) << s;
 }
 
+// Note [Unmatched keys]: a misspelled key is a warning by default (the layer it meant stays
+// replicated), an error before anything is read with DistributedConfig::unmatched_keys.
+TEST(DistributedConfig, UnmatchedKeysCanBeAnError) {
+  absl::Status s = World::RunThreads(2, [&](World& w) -> absl::Status {
+    DistributedConfig dist;
+    ParallelPlan plan = LlamaForCausalLM::TPPlan();
+    plan.emplace_back("model.layers.*.mlp.gate_prj", "colwise");
+    dist.tp_plan = plan;
+    dist.unmatched_keys = PlanCheck::kError;
+    LoadReport report;
+    report.seconds = -1;
+    auto m = LlamaForCausalLM::FromPretrained(FixtureDir("llama-tiny"), w.shared_from_this(), dist,
+                                              {}, &report);
+    EXPECT_TRUE(absl::StrContains(m.status().message(),
+                                  "LlamaForCausalLM: The following TP rules were not applied on any "
+                                  "of the layers: [model.layers.*.mlp.gate_prj]"))
+        << m.status();
+    EXPECT_EQ(report.seconds, -1) << "weights were read";
+    dist.unmatched_keys = PlanCheck::kWarn;
+    return LlamaForCausalLM::FromPretrained(FixtureDir("llama-tiny"), w.shared_from_this(), dist)
+        .status();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+}
+
 TEST(ShardLoaded, SameModelAsLoadTimeShardingAfterReadingEverything) {
   const Golden g = LoadGolden("llama-tiny");
   for (int tp : {2, 4}) {
@@ -146,7 +174,7 @@ TEST(ConfigAgainstCheckpoint, HugeLayerCountIsRefusedQuickly) {
   });
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   EXPECT_TRUE(absl::StrContains(s.message(), "num_hidden_layers 1000000000 does not match")) << s;
-  EXPECT_TRUE(absl::StrContains(s.message(), "holds 4 layers")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "holds 4 model.layers.N blocks")) << s;
   fs::remove_all(dir);
 }
 

@@ -109,7 +109,9 @@ TEST(PackedGuards, PlainStylesAreRefusedOnPackedLayers) {
   EXPECT_TRUE(Contains(s, "plan it as 'packed_rowwise'"));
   // The fused MLP and attention of nn/ declare their blocks, so colwise is refused there too.
   SwiGLUMLP fused(SwiGLUOptions{.hidden_size = 4, .intermediate_size = 4, .fused = true});
-  EXPECT_TRUE(Contains(ParallelizeModule(fused, Tp(2), {{"gate_up_proj", "colwise"}}, Quiet()),
+  EXPECT_TRUE(Contains(ParallelizeModule(fused, Tp(2),
+                                         {{"gate_up_proj", "colwise"}, {"down_proj", "rowwise"}},
+                                         Quiet()),
                        "plan it as 'packed_colwise'"));
   // Styles that gather the cut dim right away stay correct on packed layers.
   EXPECT_TRUE(ParallelizeModule(h, Tp(2),

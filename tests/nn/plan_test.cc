@@ -264,8 +264,10 @@ TEST(Validation, KvHeadsMustDivide) {
                        "(k_proj.weight sharded)"));
   EXPECT_TRUE(Contains(s, "#48307"));
   EXPECT_FALSE(m.GetParameter("attn.q_proj.weight").value()->placed());
-  // Replicated K/V projections (only q sharded) are fine.
-  EXPECT_TRUE(ParallelizeModule(m, Tp(8), {{"attn.q_proj", "colwise"}}, Quiet()).ok());
+  // Replicated K/V projections (only q and o sharded) are fine.
+  EXPECT_TRUE(ParallelizeModule(m, Tp(8), {{"attn.q_proj", "colwise"}, {"attn.o_proj", "rowwise"}},
+                                Quiet())
+                  .ok());
 }
 
 TEST(Validation, HeadsIntermediateVocabAndPackedBlocks) {

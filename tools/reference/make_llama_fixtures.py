@@ -50,7 +50,9 @@ VARIANTS = {
 }
 
 
-def randomize(model, seed):
+def randomize(model, seed, scale=1.0):
+    """Seeded weights far from transformers' init: matrices N(0, scale² / fan_in), norms in
+    [0.5, 1.5), biases N(0, 0.01)."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -59,7 +61,7 @@ def randomize(model, seed):
             elif p.dim() == 1:  # biases
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
             else:
-                p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
+                p.copy_(scale * torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
 
 
 def greedy(model, prompt, n):

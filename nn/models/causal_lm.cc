@@ -1,15 +1,13 @@
-#include "dtensor/nn/models/llama.h"
+#include "dtensor/nn/models/causal_lm.h"
 
 #include "dtensor/loaders/gguf_llama.h"
 
 #include <algorithm>
 #include <chrono>
-#include <set>
 #include <utility>
 
-#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "dtensor/core/status.h"
 #include "dtensor/nn/attention.h"
 #include "dtensor/nn/init.h"
@@ -30,31 +28,56 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 
 // ---- layers --------------------------------------------------------------------------------------
 
-LlamaDecoderLayer::LlamaDecoderLayer(const loaders::LlamaConfig& c, DType dtype)
-    : Module("LlamaDecoderLayer") {
-  AddModule<RMSNorm>("input_layernorm", c.hidden_size, c.rms_norm_eps, dtype);
+namespace {
+
+// The attention and the MLP a layer of the family has (Note [Adding a family] in
+// loaders/decoder_family.h: other kinds of blocks — experts, latent attention — branch here, with
+// the layer index for families whose layers differ).
+std::unique_ptr<Module> MakeAttention(const loaders::DecoderConfig& c, int64_t /*layer*/,
+                                      DType dtype) {
+  const loaders::DecoderFamily& f = c.family();
   AttentionOptions a;
   a.hidden_size = c.hidden_size;
   a.num_heads = c.num_attention_heads;
   a.num_kv_heads = c.num_key_value_heads;
   a.head_dim = c.head_dim;
-  a.bias = c.attention_bias;
+  a.bias = c.o_bias();
+  a.qkv_bias = c.qkv_bias();
+  a.qk_norm = f.qk_norm;
+  a.norm_eps = c.rms_norm_eps;
+  a.fused_qkv = f.fused_qkv;
   a.causal = true;
   a.rotary_style = ops::RotaryStyle::kHalf;
   a.dtype = dtype;
-  AddModule<Attention>("self_attn", a).EnableKVCache(true);
-  AddModule<RMSNorm>("post_attention_layernorm", c.hidden_size, c.rms_norm_eps, dtype);
+  auto attention = std::make_unique<Attention>(a);
+  attention->EnableKVCache(true);
+  return attention;
+}
+
+std::unique_ptr<Module> MakeMlp(const loaders::DecoderConfig& c, int64_t /*layer*/, DType dtype) {
   SwiGLUOptions m;
   m.hidden_size = c.hidden_size;
   m.intermediate_size = c.intermediate_size;
   m.bias = c.mlp_bias;
+  m.fused = c.family().fused_gate_up;
+  m.activation = ParseActivation(c.hidden_act).value_or(Activation::kSilu);  // ValidateConfig
   m.dtype = dtype;
-  AddModule<SwiGLUMLP>("mlp", m);
+  return std::make_unique<SwiGLUMLP>(m);
 }
 
-absl::StatusOr<Values> LlamaDecoderLayer::Forward(Values inputs) {
+}  // namespace
+
+DecoderLayer::DecoderLayer(const loaders::DecoderConfig& c, int64_t index, DType dtype)
+    : Module("DecoderLayer") {
+  AddModule<RMSNorm>("input_layernorm", c.hidden_size, c.rms_norm_eps, dtype);
+  RegisterModule("self_attn", MakeAttention(c, index, dtype));
+  AddModule<RMSNorm>("post_attention_layernorm", c.hidden_size, c.rms_norm_eps, dtype);
+  RegisterModule("mlp", MakeMlp(c, index, dtype));
+}
+
+absl::StatusOr<Values> DecoderLayer::Forward(Values inputs) {
   if (inputs.size() != 3) {
-    return absl::InvalidArgumentError(absl::StrCat("LlamaDecoderLayer '", FullName(),
+    return absl::InvalidArgumentError(absl::StrCat("DecoderLayer '", FullName(),
                                                    "' takes {h, cos, sin}, got ", inputs.size(),
                                                    " inputs"));
   }
@@ -68,16 +91,16 @@ absl::StatusOr<Values> LlamaDecoderLayer::Forward(Values inputs) {
   return Values{std::move(out)};
 }
 
-LlamaModel::LlamaModel(const loaders::LlamaConfig& c, DType dtype) : Module("LlamaModel") {
+DecoderModel::DecoderModel(const loaders::DecoderConfig& c, DType dtype) : Module("DecoderModel") {
   AddModule<Embedding>("embed_tokens", c.vocab_size, c.hidden_size, dtype);
   ModuleList& layers = AddModule<ModuleList>("layers");
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    layers.Append(std::make_unique<LlamaDecoderLayer>(c, dtype));
+    layers.Append(std::make_unique<DecoderLayer>(c, i, dtype));
   }
   AddModule<RMSNorm>("norm", c.hidden_size, c.rms_norm_eps, dtype);
   // The frequencies with the config's scaling applied, updated with the sequence length as
   // transformers does (dynamic, longrope; loaders/rope.h).
-  auto schedule = std::make_shared<loaders::RopeSchedule>(loaders::LlamaRopeSpec(c));
+  auto schedule = std::make_shared<loaders::RopeSchedule>(loaders::DecoderRopeSpec(c));
   AddModule<RotaryEmbedding>(
       "rotary_emb",
       [schedule](int64_t seq_len) {
@@ -89,10 +112,10 @@ LlamaModel::LlamaModel(const loaders::LlamaConfig& c, DType dtype) : Module("Lla
       ops::RotaryStyle::kHalf);
 }
 
-absl::StatusOr<Values> LlamaModel::Forward(Values inputs) {
+absl::StatusOr<Values> DecoderModel::Forward(Values inputs) {
   if (inputs.size() != 2) {
     return absl::InvalidArgumentError(
-        absl::StrCat("LlamaModel takes {ids, positions}, got ", inputs.size(), " inputs"));
+        absl::StrCat("DecoderModel takes {ids, positions}, got ", inputs.size(), " inputs"));
   }
   DT_ASSIGN_OR_RETURN(Value h, FindChild("embed_tokens")->CallOne({inputs[0]}));
   DT_ASSIGN_OR_RETURN(Values cs, FindChild("rotary_emb")->Call({inputs[1]}));
@@ -107,207 +130,183 @@ absl::StatusOr<Values> LlamaModel::Forward(Values inputs) {
   return Values{std::move(h)};
 }
 
-// ---- LlamaForCausalLM ----------------------------------------------------------------------------
+// ---- CausalLM ------------------------------------------------------------------------------------
 
-LlamaForCausalLM::LlamaForCausalLM(const loaders::LlamaConfig& config, DType dtype)
-    : Module("LlamaForCausalLM"), config_(config), dtype_(dtype) {
-  AddModule<LlamaModel>("model", config, dtype);
+CausalLM::CausalLM(const loaders::DecoderConfig& config, DType dtype)
+    : Module(config.family().architecture), config_(config), dtype_(dtype) {
+  AddModule<DecoderModel>("model", config, dtype);
   AddModule<Linear>("lm_head", config.hidden_size, config.vocab_size, /*bias=*/false, dtype);
 }
 
-ParallelPlan LlamaForCausalLM::TPPlan(bool shard_embedding) {
-  ParallelPlan plan = {
-      {"model.layers.*.self_attn.q_proj", "colwise"},
-      {"model.layers.*.self_attn.k_proj", "colwise"},
-      {"model.layers.*.self_attn.v_proj", "colwise"},
-      {"model.layers.*.self_attn.o_proj", "rowwise"},
-      {"model.layers.*.mlp.gate_proj", "colwise"},
-      {"model.layers.*.mlp.up_proj", "colwise"},
-      {"model.layers.*.mlp.down_proj", "rowwise"},
-      {"lm_head", "colwise_gather_output"},
-  };
+absl::Status CausalLM::ValidateConfig(const loaders::DecoderConfig& config) {
+  DT_RETURN_IF_ERROR(loaders::FindDecoderFamily(config.model_type).status());
+  absl::StatusOr<Activation> act = ParseActivation(config.hidden_act);
+  if (!act.ok()) {
+    return absl::UnimplementedError(absl::StrCat(config.family().architecture, ": hidden_act \"",
+                                                 config.hidden_act, "\": ", act.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+ParallelPlan CausalLM::TPPlan(const loaders::DecoderConfig& config, bool shard_embedding,
+                              bool replicate_kv) {
+  ParallelPlan plan;
+  for (const auto& [key, style] : config.family().tp_plan) {
+    const bool kv = absl::EndsWith(key, ".self_attn.k_proj") || absl::EndsWith(key, ".self_attn.v_proj");
+    plan.emplace_back(key, replicate_kv && kv ? "replicate" : style);
+  }
   if (shard_embedding) plan.emplace_back("model.embed_tokens", "embedding_rowwise");
   return plan;
 }
 
-TPConfig LlamaForCausalLM::tp_config() const {
-  TPConfig t;
-  t.num_attention_heads = config_.num_attention_heads;
-  t.num_key_value_heads = config_.num_key_value_heads;
-  t.intermediate_size = config_.intermediate_size;
-  t.vocab_size = config_.vocab_size;
-  return t;
+ParallelPlan CausalLM::TPPlan(bool shard_embedding) {
+  return TPPlan(loaders::DecoderConfig(), shard_embedding);
 }
 
-absl::Status LlamaForCausalLM::Parallelize(const DeviceMesh& mesh, bool shard_embedding) {
-  return Parallelize(mesh, TPPlan(shard_embedding));
-}
-
-absl::Status LlamaForCausalLM::Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan) {
+ParallelizeOptions CausalLM::parallelize_options() const {
   ParallelizeOptions o;
-  o.config = tp_config();
   o.uncovered_params = PlanCheck::kIgnore;  // norms and (by default) the embedding, on purpose
-  DT_RETURN_IF_ERROR(ParallelizeModule(*this, mesh, plan, o));
-  mesh_ = mesh;
-  plan_ = plan;
-  return absl::OkStatus();
+  return o;
 }
 
-absl::Status LlamaForCausalLM::ShardLoaded(const ParallelPlan& plan) {
-  ParallelizeOptions o;
-  o.config = tp_config();
-  o.uncovered_params = PlanCheck::kIgnore;
-  DT_RETURN_IF_ERROR(nn::ShardLoaded(*this, plan, o));
-  plan_ = plan;
-  return absl::OkStatus();
+absl::Status CausalLM::Parallelize(const DeviceMesh& mesh, bool shard_embedding) {
+  return Parallelize(mesh, TPPlan(config_, shard_embedding));
 }
 
-std::string LlamaForCausalLM::tp_plan() {
-  absl::StatusOr<std::string> s = FormatPlan(*this, plan_);
-  return s.ok() ? *s : std::string(s.status().message());
+absl::Status CausalLM::Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan) {
+  DT_RETURN_IF_ERROR(ValidateConfig(config_));
+  return ParallelizeModule(*this, mesh, plan, parallelize_options());
 }
 
-namespace {
-
-// Note [Config against checkpoint]
-// The config decides how many modules are built, so its sizes are checked against the checkpoint's
-// headers before any module exists: a config.json claiming 10^9 layers is refused in
-// microseconds instead of allocating for hours. Layers: the model.layers.N indices present must be
-// exactly 0..L-1; the embedding must be [vocab_size, hidden_size].
-absl::Status CheckConfigAgainstCheckpoint(const loaders::LlamaConfig& c,
-                                          const loaders::Checkpoint& checkpoint) {
-  int64_t layers = 0;
-  std::set<int64_t> seen;
-  for (const std::string& name : checkpoint.names()) {
-    absl::string_view rest = name;
-    if (!absl::ConsumePrefix(&rest, "model.layers.")) continue;
-    int64_t i = 0;
-    if (absl::SimpleAtoi(rest.substr(0, rest.find('.')), &i) && i >= 0) seen.insert(i);
-  }
-  layers = static_cast<int64_t>(seen.size());
-  const bool dense = seen.empty() || (*seen.begin() == 0 && *seen.rbegin() == layers - 1);
-  if (!dense || layers != c.num_hidden_layers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config num_hidden_layers ", c.num_hidden_layers, " does not match checkpoint '",
-        checkpoint.path(), "', which holds ", layers, " layers",
-        dense ? "" : " (with gaps in model.layers.N)"));
-  }
-  absl::StatusOr<const loaders::TensorInfo*> embed = checkpoint.Info("model.embed_tokens.weight");
-  if (embed.ok() && (*embed)->shape != Shape{c.vocab_size, c.hidden_size}) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config vocab_size ", c.vocab_size, " and hidden_size ", c.hidden_size,
-        " do not match checkpoint '", checkpoint.path(), "': model.embed_tokens.weight is ",
-        ShapeToString((*embed)->shape)));
-  }
-  return absl::OkStatus();
+absl::Status CausalLM::ShardLoaded(const ParallelPlan& plan) {
+  return nn::ShardLoaded(*this, plan, parallelize_options());
 }
 
-}  // namespace
+std::string CausalLM::tp_plan() { return FormatPlacements(*this); }
 
-std::string LlamaForCausalLM::CheckpointName(absl::string_view name) const {
+std::string CausalLM::CheckpointName(absl::string_view name) const {
   if (config_.tie_word_embeddings && name == "lm_head.weight") return "model.embed_tokens.weight";
   return std::string(name);
 }
 
-SaveOptions LlamaForCausalLM::save_options() const {
+SaveOptions CausalLM::save_options() const {
   SaveOptions o;
   const bool tied = config_.tie_word_embeddings;
   o.checkpoint_name = [tied](const std::string& name) {
     return tied && name == "lm_head.weight" ? std::string() : name;
   };
-  o.files["config.json"] = loaders::LlamaConfigToJson(config_);
+  o.files["config.json"] = loaders::DecoderConfigToJson(config_);
   return o;
 }
 
-absl::Status LlamaForCausalLM::CheckCheckpoint(const loaders::Checkpoint& checkpoint,
-                                               bool warn) const {
-  return nn::CheckCheckpoint(*this, checkpoint, "LlamaForCausalLM", warn,
+absl::Status CausalLM::CheckCheckpoint(const loaders::Checkpoint& checkpoint, bool warn) const {
+  return nn::CheckCheckpoint(*this, checkpoint, type_name(), warn,
                              [this](absl::string_view name) { return CheckpointName(name); });
 }
 
-absl::Status LlamaForCausalLM::LoadWeights(const loaders::Checkpoint& checkpoint,
-                                           const LlamaLoadOptions& options,
-                                           LlamaLoadReport* report) {
+absl::Status CausalLM::LoadWeights(const loaders::Checkpoint& checkpoint,
+                                   const CausalLMLoadOptions& options, LoadReport* report) {
   loaders::ReadOptions ro;
   ro.zero_copy = options.zero_copy;
   // On the mesh's first rank: a progress bar on a terminal when loading takes over a second.
-  const bool lead = !mesh_.has_value() || mesh_->my_rank() == mesh_->ranks()[0];
-  return LoadCheckpoint(*this, checkpoint, ro, lead, report,
+  return LoadCheckpoint(*this, checkpoint, ro, LeadsPlacedMesh(*this), report,
                         [this](absl::string_view name) { return CheckpointName(name); });
 }
 
-absl::StatusOr<std::unique_ptr<LlamaForCausalLM>> LlamaForCausalLM::FromPretrained(
-    const std::string& dir, const DeviceMesh& mesh, const LlamaLoadOptions& options,
-    LlamaLoadReport* report) {
+absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
+    const std::string& dir, const DeviceMesh& mesh, const CausalLMLoadOptions& options,
+    LoadReport* report) {
   // A GGUF's config is in its header: read it from the checkpoint opened once.
   DT_ASSIGN_OR_RETURN(loaders::Checkpoint checkpoint, loaders::Checkpoint::Open(dir));
-  DT_ASSIGN_OR_RETURN(loaders::LlamaConfig config,
-                      checkpoint.gguf() != nullptr ? loaders::LlamaConfigFromGguf(*checkpoint.gguf())
-                                                   : loaders::LoadLlamaConfig(dir));
+  DT_ASSIGN_OR_RETURN(loaders::DecoderConfig config,
+                      checkpoint.gguf() != nullptr ? loaders::DecoderConfigFromGguf(*checkpoint.gguf())
+                                                   : loaders::LoadDecoderConfig(dir));
+  DT_RETURN_IF_ERROR(ValidateConfig(config));
+  const std::string name = config.family().architecture;
   const DType dtype = options.dtype.value_or(config.dtype);
   if (!IsFloating(dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("LlamaForCausalLM: compute dtype must be f32, bf16 or f16, got ",
-                     DTypeName(dtype)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": compute dtype must be f32, bf16 or f16, got ", DTypeName(dtype)));
   }
-  // Nothing below reads a weight until every check passed: the config against the checkpoint's
-  // headers (Note [Config against checkpoint]), the plan against the config and the mesh, then the
-  // checkpoint's names and shapes.
-  DT_RETURN_IF_ERROR(CheckConfigAgainstCheckpoint(config, checkpoint));
-  auto model = std::make_unique<LlamaForCausalLM>(config, dtype);
-  const ParallelPlan plan = options.plan.value_or(TPPlan(options.shard_embedding));
-  if (options.load_whole) {
-    DT_RETURN_IF_ERROR(ReplicateModule(*model, mesh));
-    model->mesh_ = mesh;
-  } else {
-    DT_RETURN_IF_ERROR(model->Parallelize(mesh, plan));
+  // The config decides how many modules are built: its sizes against the checkpoint's headers
+  // first (Note [Config against checkpoint] in nn/load.h).
+  DT_RETURN_IF_ERROR(CheckBlockCount(checkpoint, "model.layers.", "num_hidden_layers",
+                                     config.num_hidden_layers));
+  absl::StatusOr<const loaders::TensorInfo*> embed = checkpoint.Info("model.embed_tokens.weight");
+  if (embed.ok() && (*embed)->shape != Shape{config.vocab_size, config.hidden_size}) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config vocab_size ", config.vocab_size, " and hidden_size ", config.hidden_size,
+        " do not match checkpoint '", checkpoint.path(), "': model.embed_tokens.weight is ",
+        ShapeToString((*embed)->shape)));
   }
-  DT_RETURN_IF_ERROR(model->CheckCheckpoint(checkpoint, options.warn && mesh.my_rank() ==
-                                                             mesh.ranks().front()));
-  DT_RETURN_IF_ERROR(model->LoadWeights(checkpoint, options, report));
-  if (options.load_whole) DT_RETURN_IF_ERROR(model->ShardLoaded(plan));
+  auto model = std::make_unique<CausalLM>(config, dtype);
+  PretrainedLoad how;
+  how.model = name;
+  how.plan =
+      options.plan.value_or(TPPlan(config, options.shard_embedding, options.replicate_kv));
+  how.parallelize = model->parallelize_options();
+  how.parallelize.unused_rules = options.unused_rules;
+  how.load_whole = options.load_whole;
+  how.warn = options.warn;
+  how.read.zero_copy = options.zero_copy;
+  CausalLM* m = model.get();
+  how.source = [m](absl::string_view param) { return m->CheckpointName(param); };
+  DT_RETURN_IF_ERROR(LoadPretrained(*model, mesh, checkpoint, how, report));
   return model;
 }
 
-absl::StatusOr<std::unique_ptr<LlamaForCausalLM>> LlamaForCausalLM::FromPretrained(
+absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
     const std::string& dir, const std::shared_ptr<World>& world, const DistributedConfig& dist,
-    LlamaLoadOptions options, LlamaLoadReport* report) {
+    CausalLMLoadOptions options, LoadReport* report) {
   DT_ASSIGN_OR_RETURN(DeviceMesh tp, TensorParallelMesh(world, dist));
-  DT_ASSIGN_OR_RETURN(options.plan, EffectivePlan(dist, TPPlan(options.shard_embedding)));
-  return FromPretrained(dir, tp, options, report);
+  return FromPretrained(dir, tp, dist, std::move(options), report);
 }
 
-absl::StatusOr<std::unique_ptr<LlamaForCausalLM>> LlamaForCausalLM::FromPretrained(
+absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
     const std::string& dir, const DeviceMesh& mesh, const DistributedConfig& dist,
-    LlamaLoadOptions options, LlamaLoadReport* report) {
+    CausalLMLoadOptions options, LoadReport* report) {
   DT_ASSIGN_OR_RETURN(DeviceMesh tp, TensorParallelMesh(mesh, dist));
-  DT_ASSIGN_OR_RETURN(options.plan, EffectivePlan(dist, TPPlan(options.shard_embedding)));
+  options.unused_rules = dist.unmatched_keys;
+  if (!options.plan) {
+    DT_ASSIGN_OR_RETURN(const loaders::DecoderConfig config, loaders::LoadDecoderConfig(dir));
+    DT_ASSIGN_OR_RETURN(options.plan,
+                        EffectivePlan(dist, TPPlan(config, options.shard_embedding,
+                                                   options.replicate_kv)));
+  }
   return FromPretrained(dir, tp, options, report);
 }
 
-void LlamaForCausalLM::ResetCache() {
+void CausalLM::ResetCache() {
   for (auto& [name, m] : NamedModules()) {
     if (auto* a = dynamic_cast<Attention*>(m)) a->ResetKVCache();
   }
   past_ = 0;
 }
 
-absl::StatusOr<Tensor> LlamaForCausalLM::Logits(const Tensor& ids_in, bool last_only) {
+absl::StatusOr<Tensor> CausalLM::Logits(const Tensor& ids_in, bool last_only) {
   if (!ids_in.defined() || ids_in.dim() != 2 || ids_in.size(1) == 0 ||
       (ids_in.dtype() != DType::kI64 && ids_in.dtype() != DType::kI32)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "LlamaForCausalLM: ids must be i64 or i32 [B, S] with S > 0, got ",
+        type_name(), ": ids must be i64 or i32 [B, S] with S > 0, got ",
         ids_in.defined() ? ids_in.Describe() : "undefined"));
   }
   DT_ASSIGN_OR_RETURN(Tensor ids, ops::Cast(ids_in, DType::kI64));
   for (int64_t id : ids.ToVector<int64_t>()) {
     if (id < 0 || id >= config_.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("LlamaForCausalLM: token id ", id,
+      return absl::InvalidArgumentError(absl::StrCat(type_name(), ": token id ", id,
                                                      " is outside the vocab [0, ",
                                                      config_.vocab_size, ")"));
     }
   }
   const int64_t s = ids.size(1);
+  if (config_.sliding_window > 0 && past_ + s > config_.sliding_window) {
+    // Note [Sliding windows] (loaders/hf_config.h).
+    return absl::UnimplementedError(absl::StrCat(
+        type_name(), ": positions up to ", past_ + s, " (", past_, " cached + ", s,
+        " new) exceed the config's sliding_window ", config_.sliding_window,
+        "; within the window attention is full, beyond it dtensor has no sliding-window "
+        "attention"));
+  }
   DT_ASSIGN_OR_RETURN(Tensor positions,
                       Tensor::Arange(static_cast<double>(past_), static_cast<double>(past_ + s),
                                      1.0, DType::kI64));
@@ -318,14 +317,12 @@ absl::StatusOr<Tensor> LlamaForCausalLM::Logits(const Tensor& ids_in, bool last_
     h = Value(last);
   }
   DT_ASSIGN_OR_RETURN(Value logits, FindChild("lm_head")->CallOne({h}));
-  if (logits.is_dtensor()) {
-    DT_ASSIGN_OR_RETURN(Tensor full, logits.dtensor().FullTensor());
-    return full;
-  }
-  return logits.local();
+  // Every rank gets the whole vocab, whatever lm_head's style (a plain 'colwise' hands on a piece:
+  // Note [Local pieces remember their layout]).
+  return WholeTensor(logits);
 }
 
-absl::StatusOr<Values> LlamaForCausalLM::Forward(Values inputs) {
+absl::StatusOr<Values> CausalLM::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value ids, SingleInput(*this, inputs));
   DT_ASSIGN_OR_RETURN(Tensor logits, Logits(ids.local(), /*last_only=*/false));
   return Values{Value(std::move(logits))};
@@ -338,7 +335,7 @@ absl::StatusOr<Values> LlamaForCausalLM::Forward(Values inputs) {
 // MPI all_reduce is not required to be bitwise identical across ranks. So every rank computes the
 // pick (errors, e.g. NaN logits, then fail on every rank alike) and group rank 0's token is
 // broadcast: one 8-byte broadcast per token, a few microseconds against a forward.
-absl::StatusOr<int64_t> LlamaForCausalLM::PickToken(const Tensor& logits,
+absl::StatusOr<int64_t> CausalLM::PickToken(const Tensor& logits,
                                                     const SamplingOptions& sampling,
                                                     int64_t step) {
   DT_ASSIGN_OR_RETURN(Tensor f, ops::Cast(logits, DType::kF32));
@@ -348,8 +345,9 @@ absl::StatusOr<int64_t> LlamaForCausalLM::PickToken(const Tensor& logits,
                       SampleToken(absl::MakeConstSpan(p + f.numel() - config_.vocab_size,
                                                       config_.vocab_size),
                                   sampling, step));
-  if (mesh_ && mesh_->Size() > 1) {
-    DT_ASSIGN_OR_RETURN(CommPtr comm, mesh_->Comm(0));
+  const std::optional<DeviceMesh> m = PlacedMesh(*this);
+  if (m && m->Size() > 1) {
+    DT_ASSIGN_OR_RETURN(CommPtr comm, m->Comm(0));
     DT_ASSIGN_OR_RETURN(Tensor t, Tensor::FromVector<int64_t>({1}, {token}));
     DT_RETURN_IF_ERROR(comm->Broadcast(t, 0));
     token = t.data<int64_t>()[0];
@@ -365,7 +363,7 @@ double GenerateResult::decode_tokens_per_second() const {
   return decode_seconds > 0 && steps > 0 ? steps / decode_seconds : 0;
 }
 
-absl::StatusOr<GenerateResult> LlamaForCausalLM::Generate(const std::vector<int64_t>& prompt,
+absl::StatusOr<GenerateResult> CausalLM::Generate(const std::vector<int64_t>& prompt,
                                                           const GenerateOptions& options) {
   if (prompt.empty()) return absl::InvalidArgumentError("Generate: the prompt is empty");
   if (options.max_new_tokens < 0) {

@@ -1,0 +1,228 @@
+#pragma once
+// The decoder-only causal language models (transformers' LlamaForCausalLM, MistralForCausalLM,
+// Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM) as one model class assembled from the
+// family's description (loaders/decoder_family.h), with Hugging Face names, the family's
+// tensor-parallel plan, sharded loading from safetensors or GGUF, a KV cache and generation.
+//
+//   CausalLM
+//   ├── model (DecoderModel)
+//   │   ├── embed_tokens (Embedding)                    model.embed_tokens.weight   [V, H]
+//   │   ├── layers (ModuleList) × L of DecoderLayer
+//   │   │   ├── input_layernorm (RMSNorm)               model.layers.{i}.input_layernorm.weight
+//   │   │   ├── self_attn (Attention, GQA, KV cache)    ....self_attn.{q,k,v,o}_proj.weight (+bias)
+//   │   │   │                                           Qwen3: ....self_attn.{q,k}_norm.weight;
+//   │   │   │                                           Phi-3: ....self_attn.qkv_proj.weight
+//   │   │   ├── post_attention_layernorm (RMSNorm)
+//   │   │   └── mlp (SwiGLUMLP)                         ....mlp.{gate,up,down}_proj.weight (+bias);
+//   │   │                                               Phi-3: ....mlp.gate_up_proj.weight
+//   │   ├── norm (RMSNorm)                              model.norm.weight
+//   │   └── rotary_emb (RotaryEmbedding)                inv_freq buffer (the config's rope type),
+//   │                                                   no file
+//   └── lm_head (Linear)                                lm_head.weight [V, H]; when
+//                                                       tie_word_embeddings, read from
+//                                                       model.embed_tokens.weight
+//
+// Tensor-parallel plan: the family's (loaders/decoder_family.h; Llama's below):
+//
+//   key                                  style                   per layer / model
+//   model.layers.*.self_attn.q_proj      colwise                 heads split, no communication
+//   model.layers.*.self_attn.k_proj      colwise                 KV heads split
+//   model.layers.*.self_attn.v_proj      colwise
+//   model.layers.*.self_attn.o_proj      rowwise                 all_reduce [B, S, H]
+//   model.layers.*.mlp.gate_proj         colwise
+//   model.layers.*.mlp.up_proj           colwise
+//   model.layers.*.mlp.down_proj         rowwise                 all_reduce [B, S, H]
+//   lm_head                              colwise_gather_output   all_gather of the logits
+//   model.embed_tokens                   (replicated) or embedding_rowwise with
+//                                        CausalLMLoadOptions::shard_embedding (all_reduce)
+//
+// Norms and rotary tables stay replicated. A tied lm_head is its own colwise parameter read from
+// the embedding's rows, so it costs V·H/tp per rank. A plan that replicates k_proj and v_proj runs
+// any tp that divides the query heads (Note [Replicated KV heads] in nn/attention.cc). Loading
+// follows nn::LoadPretrained (nn/load.h): the config against the checkpoint's headers, the plan
+// against the config and the mesh (tp must divide what the plan splits: heads, KV heads when
+// k_proj / v_proj are split, intermediate size, the gathered vocab), then the checkpoint's names
+// and shapes; only then does each rank read its own ranges (spec.Ranges()) of every tensor, so
+// no rank ever holds a full sharded weight (LoadReport proves it with the loader's counts).
+//
+// Numerics follow transformers (reference §3.3): RMSNorm in f32, rounded to the model dtype, then
+// scaled; rotate_half RoPE with the config's rope type; GQA; softmax in f32. The compute dtype is
+// the config's torch_dtype unless CausalLMLoadOptions::dtype says otherwise (a bf16 checkpoint
+// can run in f32).
+//
+// Generation (Generate): prefill the prompt, then one token per step with the KV cache. Every
+// rank ends up with the same gathered logits; group rank 0 of the tp mesh picks the token (greedy
+// or temperature/top-k/top-p with a counter-based RNG seeded by SamplingOptions::seed) and
+// broadcasts it, so the ranks agree on every token even if a backend's reductions were not
+// bitwise identical across ranks (one 8-byte broadcast per token). See Note [Agreeing on tokens].
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/loaders/hf_config.h"
+#include "dtensor/loaders/safetensors.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/nn/distributed.h"
+#include "dtensor/nn/load.h"
+#include "dtensor/nn/module.h"
+#include "dtensor/nn/plan.h"
+#include "dtensor/nn/save.h"
+#include "dtensor/nn/models/sampling.h"
+
+namespace dt::nn {
+
+// One pre-norm decoder layer: h + attn(norm(h)), then + mlp(norm(.)).
+class DecoderLayer : public Module {
+ public:
+  DecoderLayer(const loaders::DecoderConfig& config, int64_t index, DType dtype);
+
+ protected:
+  // {h [B, S, H], cos, sin} -> {h}
+  absl::StatusOr<Values> Forward(Values inputs) override;
+};
+
+class DecoderModel : public Module {
+ public:
+  DecoderModel(const loaders::DecoderConfig& config, DType dtype);
+
+ protected:
+  // {ids [B, S] i64, positions [S] i64} -> {hidden [B, S, H] after the final norm}
+  absl::StatusOr<Values> Forward(Values inputs) override;
+};
+
+struct CausalLMLoadOptions {
+  // The compute dtype; nullopt: the config's torch_dtype.
+  std::optional<DType> dtype;
+  // embed_tokens as embedding_rowwise (vocab rows split, masked lookup + all_reduce) instead of
+  // replicated.
+  bool shard_embedding = false;
+  // k_proj and v_proj replicated instead of colwise: any tp that divides the query heads, each
+  // rank keeping the KV heads its query heads use (Note [Replicated KV heads]).
+  bool replicate_kv = false;
+  // mmap views for pieces that are contiguous in the file and already in the compute dtype.
+  bool zero_copy = true;
+  // Warnings for checkpoint tensors the model does not use.
+  bool warn = true;
+  // The plan; nullopt: TPPlan(config, shard_embedding, replicate_kv). (DistributedConfig::tp_plan
+  // sets it.)
+  std::optional<ParallelPlan> plan;
+  // What ParallelizeModule does with plan rules that match no layer (DistributedConfig's
+  // unmatched_keys sets it).
+  PlanCheck unused_rules = PlanCheck::kWarn;
+  // Read every weight whole on every rank, then shard in place (ShardLoaded, diffusers'
+  // enable_parallelism) instead of reading only this rank's ranges: the slow, memory-heavy path,
+  // kept to compare with (bench/load) and for models that arrive whole.
+  bool load_whole = false;
+};
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 32;
+  SamplingOptions sampling;
+  // Stop after producing one of these (not part of the max); empty: never stop early.
+  std::vector<int64_t> stop_token_ids;
+  // Called after the prefill and after every decode step on every rank (print from one).
+  std::function<void(const struct GenerateProgress&)> on_progress;
+};
+
+struct GenerateProgress {
+  int64_t step = 0;  // tokens generated so far
+  int64_t token = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;  // since the prefill ended
+};
+
+struct GenerateResult {
+  std::vector<int64_t> tokens;  // the new tokens only
+  int64_t prompt_tokens = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;  // the steps after the first token
+  double prefill_tokens_per_second() const;
+  double decode_tokens_per_second() const;
+};
+
+class CausalLM : public Module {
+ public:
+  // The config must be valid (ParseDecoderConfig's checks); ValidateConfig says what this class
+  // refuses beyond them, and every entry point returns it.
+  CausalLM(const loaders::DecoderConfig& config, DType dtype);
+
+  // config.json + safetensors in `dir`, or a GGUF file, laid out over the 1-D tensor-parallel
+  // `mesh` (every rank of the mesh calls it). `report` (optional) receives this rank's loader
+  // accounting.
+  static absl::StatusOr<std::unique_ptr<CausalLM>> FromPretrained(
+      const std::string& dir, const DeviceMesh& mesh, const CausalLMLoadOptions& options = {},
+      LoadReport* report = nullptr);
+
+  // One entry point (nn/distributed.h): the mesh from the world or the n-D mesh's "tp" dim, the
+  // plan from DistributedConfig::tp_plan ("auto": TPPlan(config)).
+  static absl::StatusOr<std::unique_ptr<CausalLM>> FromPretrained(
+      const std::string& dir, const std::shared_ptr<World>& world, const DistributedConfig& dist,
+      CausalLMLoadOptions options = {}, LoadReport* report = nullptr);
+  static absl::StatusOr<std::unique_ptr<CausalLM>> FromPretrained(
+      const std::string& dir, const DeviceMesh& mesh, const DistributedConfig& dist,
+      CausalLMLoadOptions options = {}, LoadReport* report = nullptr);
+
+  // The family's plan (the table above for Llama), and Llama's. replicate_kv: k_proj and v_proj
+  // 'replicate' instead of colwise (families with separate projections).
+  static ParallelPlan TPPlan(const loaders::DecoderConfig& config, bool shard_embedding = false,
+                             bool replicate_kv = false);
+  static ParallelPlan TPPlan(bool shard_embedding = false);
+  // What this class refuses in a config that parsed (an activation the gated MLP has not).
+  static absl::Status ValidateConfig(const loaders::DecoderConfig& config);
+  // The placements the parameters have, whichever entry point placed them (nn::FormatPlacements).
+  std::string tp_plan();
+  // The checks Parallelize and ShardLoaded apply (norms and, by default, the embedding are
+  // replicated on purpose).
+  ParallelizeOptions parallelize_options() const;
+
+  // Places the parameters (ParallelizeModule with TPPlan) without reading anything.
+  absl::Status Parallelize(const DeviceMesh& mesh, bool shard_embedding = false);
+  absl::Status Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan);
+  // Shards a model loaded whole (every parameter Replicate with its value): nn::ShardLoaded.
+  absl::Status ShardLoaded(const ParallelPlan& plan);
+  // Reads every placed parameter's local piece from `checkpoint` (names as in HF checkpoints).
+  absl::Status LoadWeights(const loaders::Checkpoint& checkpoint,
+                           const CausalLMLoadOptions& options, LoadReport* report = nullptr);
+  // Checks, reading no weight, that `checkpoint` has every parameter with its shape.
+  absl::Status CheckCheckpoint(const loaders::Checkpoint& checkpoint, bool warn) const;
+  // The checkpoint tensor parameter `name` is read from.
+  std::string CheckpointName(absl::string_view name) const;
+  // How SaveGathered (nn/save.h) writes this model as an HF checkpoint: HF names, a tied lm_head
+  // left out, config.json from config().
+  SaveOptions save_options() const;
+
+  const loaders::DecoderConfig& config() const { return config_; }
+  DType dtype() const { return dtype_; }
+
+  // ids [B, S] (i64) of the positions after the KV cache -> logits [B, S, V] (all positions) or
+  // [B, 1, V] (last_only), as a plain tensor holding the full vocab on every rank. Appends to the
+  // KV cache. A sequence longer than the config's sliding window is refused (Note [Sliding
+  // windows] in loaders/hf_config.h).
+  absl::StatusOr<Tensor> Logits(const Tensor& ids, bool last_only = false);
+  // Tokens in the KV cache; ResetCache forgets them.
+  int64_t cache_length() const { return past_; }
+  void ResetCache();
+
+  // Prefill + decode from an empty cache (the cache is reset first). Collective over the mesh.
+  absl::StatusOr<GenerateResult> Generate(const std::vector<int64_t>& prompt,
+                                          const GenerateOptions& options);
+
+ protected:
+  // {ids [B, S]} -> {logits [B, S, V]}
+  absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  absl::StatusOr<int64_t> PickToken(const Tensor& last_logits, const SamplingOptions& sampling,
+                                    int64_t step);
+  loaders::DecoderConfig config_;
+  DType dtype_;
+  int64_t past_ = 0;
+};
+
+}  // namespace dt::nn

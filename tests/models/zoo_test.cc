@@ -1,0 +1,269 @@
+// The decoder zoo (nn/models/causal_lm.h) against transformers: Mistral, Qwen2, Qwen3 and Phi-3
+// tiny checkpoints (tools/reference/make_zoo_fixtures.py) at every tp their heads allow, on
+// threads: greedy tokens identical to transformers', logits within 1e-4 of their scale, each rank
+// reading only its shards; every tp the heads refuse refused before any read, naming heads and
+// tp; the sliding window refused beyond its length.
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "dtensor/core/status.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/nn/models/causal_lm.h"
+#include "dtensor/tests/models/llama_util.h"
+#include "dtensor/tests/test_util.h"
+#include "gtest/gtest.h"
+
+namespace dt::nn::testing {
+namespace {
+
+using dt::testing::Contains;
+
+std::string ZooDir(const std::string& family) { return FixtureDir("zoo/" + family + "-tiny"); }
+
+// 1e-4 of the logits' scale (their largest magnitude).
+double Tolerance(const std::vector<float>& want) {
+  double scale = 0;
+  for (float v : want) scale = std::max(scale, double(std::fabs(v)));
+  return 1e-4 * scale;
+}
+
+absl::StatusOr<Tensor> PromptLogits(CausalLM& m, const std::vector<int64_t>& prompt) {
+  m.ResetCache();
+  DT_ASSIGN_OR_RETURN(Tensor ids, Tensor::FromVector<int64_t>(
+                                      {1, static_cast<int64_t>(prompt.size())}, prompt));
+  return m.Logits(ids);
+}
+
+struct ZooCase {
+  const char* family;
+  int tp;
+  bool replicate_kv;  // tp exceeds (or does not divide) the KV heads
+};
+
+class Zoo : public ::testing::TestWithParam<ZooCase> {};
+
+TEST_P(Zoo, MatchesTransformersAndReadsOnlyItsShards) {
+  const ZooCase c = GetParam();
+  const Golden g = LoadGolden(std::string("zoo/") + c.family + "-tiny");
+  const double tol = Tolerance(g.f32.prompt_logits);
+  CausalLMLoadOptions o;
+  o.replicate_kv = c.replicate_kv;
+  absl::Status s = World::RunThreads(c.tp, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {c.tp}, {"tp"}));
+    LoadReport report;
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(ZooDir(c.family), mesh, o, &report));
+    DT_ASSIGN_OR_RETURN(Tensor logits, PromptLogits(*m, g.prompt));
+    const double diff = MaxAbsDiff(logits, g.f32.prompt_logits);
+    if (diff > tol) {
+      return absl::InternalError(absl::StrCat("rank ", w.rank(), ": prompt logits differ from ",
+                                              "transformers' by ", diff, " > ", tol));
+    }
+    GenerateOptions go;
+    go.max_new_tokens = static_cast<int64_t>(g.f32.greedy_tokens.size());
+    DT_ASSIGN_OR_RETURN(GenerateResult r, m->Generate(g.prompt, go));
+    if (r.tokens != g.f32.greedy_tokens) {
+      return absl::InternalError(absl::StrCat("rank ", w.rank(), ": greedy tokens [",
+                                              absl::StrJoin(r.tokens, ","),
+                                              "] differ from transformers' [",
+                                              absl::StrJoin(g.f32.greedy_tokens, ","), "]"));
+    }
+    // The KV cache's last step against transformers' (the logits that picked the last token).
+    DT_ASSIGN_OR_RETURN(Tensor last, PromptLogits(*m, g.prompt));
+    for (size_t i = 0; i + 1 < r.tokens.size(); ++i) {
+      DT_ASSIGN_OR_RETURN(Tensor t, Tensor::FromVector<int64_t>({1, 1}, {r.tokens[i]}));
+      DT_ASSIGN_OR_RETURN(last, m->Logits(t, /*last_only=*/true));
+    }
+    const double last_diff = MaxAbsDiff(last, g.f32.last_step_logits);
+    if (last_diff > Tolerance(g.f32.last_step_logits)) {
+      return absl::InternalError(absl::StrCat("last decode step differs by ", last_diff));
+    }
+    for (const LoadReport::Param& p : report.params) {
+      if (p.read_bytes > p.local_bytes) {
+        return absl::InternalError(absl::StrCat(p.name, ": read ", p.read_bytes, " bytes for a ",
+                                                p.local_bytes, "-byte piece"));
+      }
+      if (c.tp > 1 && p.sharded && p.read_bytes >= p.full_bytes) {
+        return absl::InternalError(absl::StrCat(p.name, " (", p.spec, ") was read whole"));
+      }
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, Zoo,
+    ::testing::Values(ZooCase{"mistral", 1, false}, ZooCase{"mistral", 2, false},
+                      ZooCase{"mistral", 4, true},  // 2 KV heads
+                      ZooCase{"qwen2", 1, false}, ZooCase{"qwen2", 3, false},
+                      ZooCase{"qwen2", 9, true},  // SmolLM2's 9 / 3 heads at tp = 9
+                      ZooCase{"qwen3", 1, false}, ZooCase{"qwen3", 2, false},
+                      ZooCase{"qwen3", 4, false}, ZooCase{"phi3", 1, false},
+                      ZooCase{"phi3", 2, false}, ZooCase{"phi3", 4, false}),
+    [](const auto& info) {
+      return absl::StrCat(info.param.family, "_tp", info.param.tp,
+                          info.param.replicate_kv ? "_replicated_kv" : "");
+    });
+
+// The same weights as llama.cpp lays them out (make_zoo_fixtures.py writes them with the gguf
+// package: Mistral as architecture llama with permuted Q/K rows, Phi-3's fused projections and
+// longrope factors) load to transformers' logits and tokens, sharded as the safetensors are.
+class ZooGguf : public ::testing::TestWithParam<ZooCase> {};
+
+TEST_P(ZooGguf, LoadsToTheSameLogits) {
+  const ZooCase c = GetParam();
+  const Golden g = LoadGolden(std::string("zoo/") + c.family + "-tiny");
+  absl::Status s = World::RunThreads(c.tp, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {c.tp}, {"tp"}));
+    LoadReport report;
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(ZooDir(c.family) + ".gguf", mesh, {},
+                                                         &report));
+    DT_ASSIGN_OR_RETURN(Tensor logits, PromptLogits(*m, g.prompt));
+    const double diff = MaxAbsDiff(logits, g.f32.prompt_logits);
+    if (diff > Tolerance(g.f32.prompt_logits)) {
+      return absl::InternalError(absl::StrCat("GGUF logits differ from transformers' by ", diff));
+    }
+    GenerateOptions go;
+    go.max_new_tokens = static_cast<int64_t>(g.f32.greedy_tokens.size());
+    DT_ASSIGN_OR_RETURN(GenerateResult r, m->Generate(g.prompt, go));
+    if (r.tokens != g.f32.greedy_tokens) return absl::InternalError("GGUF greedy tokens differ");
+    for (const LoadReport::Param& p : report.params) {
+      if (c.tp > 1 && p.sharded && p.read_bytes >= p.full_bytes) {
+        return absl::InternalError(absl::StrCat(p.name, " was read whole"));
+      }
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << c.family << " tp=" << c.tp << ": " << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ZooGguf,
+                         ::testing::Values(ZooCase{"mistral", 1, false}, ZooCase{"mistral", 2, false},
+                                           ZooCase{"qwen2", 1, false}, ZooCase{"qwen2", 3, false},
+                                           ZooCase{"qwen3", 1, false}, ZooCase{"qwen3", 4, false},
+                                           ZooCase{"phi3", 1, false}, ZooCase{"phi3", 2, false}),
+                         [](const auto& info) {
+                           return absl::StrCat(info.param.family, "_tp", info.param.tp);
+                         });
+
+TEST(ZooGgufConfig, FamiliesFromTheirArchitectures) {
+  auto config = [](const std::string& family) {
+    return loaders::LoadDecoderConfig(ZooDir(family) + ".gguf").value();
+  };
+  EXPECT_EQ(config("mistral").model_type, "llama");  // llama.cpp writes Mistral as llama
+  EXPECT_EQ(config("qwen2").model_type, "qwen2");
+  EXPECT_TRUE(config("qwen2").qkv_bias());
+  EXPECT_TRUE(config("qwen2").tie_word_embeddings);
+  EXPECT_EQ(config("qwen3").head_dim, 16);
+  const loaders::DecoderConfig phi = config("phi3");
+  const loaders::DecoderConfig st = loaders::LoadDecoderConfig(ZooDir("phi3")).value();
+  EXPECT_EQ(phi.rope_scaling.rope_type, "longrope");
+  EXPECT_EQ(phi.rope_scaling.original_max_position_embeddings, 24);
+  ASSERT_EQ(phi.rope_scaling.long_factor.size(), st.rope_scaling.long_factor.size());
+  for (size_t i = 0; i < st.rope_scaling.long_factor.size(); ++i) {
+    EXPECT_FLOAT_EQ(phi.rope_scaling.long_factor[i], st.rope_scaling.long_factor[i]);
+    EXPECT_FLOAT_EQ(phi.rope_scaling.short_factor[i], st.rope_scaling.short_factor[i]);
+  }
+}
+
+// Every tp the heads refuse is refused before any weight is read, naming the heads and the tp.
+TEST(ZooRefusals, TpThatHeadsDoNotAllowBeforeAnyRead) {
+  struct Refusal {
+    const char* family;
+    int tp;
+    const char* error;
+  };
+  for (const Refusal& r : std::vector<Refusal>{
+           {"mistral", 4, "tensor parallel size 4 does not divide num_kv_heads 2"},
+           {"qwen2", 2, "tensor parallel size 2 does not divide num_heads 9"},
+           {"qwen2", 4, "tensor parallel size 4 does not divide num_heads 9"},
+           {"qwen2", 9, "tensor parallel size 9 does not divide num_kv_heads 3"},
+           {"qwen3", 3, "tensor parallel size 3 does not divide num_heads 8"},
+           {"phi3", 3, "tensor parallel size 3 does not divide num_heads 8"},
+           {"phi3", 8, "tensor parallel size 8 does not divide num_kv_heads 4 (qkv_proj.weight"}}) {
+    std::vector<double> seconds(r.tp, -1);  // LoadCheckpoint resets the report when it starts
+    absl::Status s = World::RunThreads(r.tp, [&](World& w) -> absl::Status {
+      DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {r.tp}, {"tp"}));
+      LoadReport report;
+      report.seconds = -1;
+      absl::Status st = CausalLM::FromPretrained(ZooDir(r.family), mesh, {}, &report).status();
+      seconds[w.rank()] = report.seconds;
+      return st;
+    });
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << r.family << " tp=" << r.tp;
+    EXPECT_TRUE(Contains(s, r.error)) << r.family << " tp=" << r.tp;
+    for (double v : seconds) EXPECT_EQ(v, -1) << r.family << " tp=" << r.tp << ": read weights";
+  }
+  // The KV refusal says how to run it.
+  absl::Status kv = World::RunThreads(4, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {4}, {"tp"}));
+    return CausalLM::FromPretrained(ZooDir("mistral"), mesh).status();
+  });
+  EXPECT_TRUE(Contains(kv, "a plan that replicates k_proj and v_proj runs it"));
+}
+
+// Note [Sliding windows]: Mistral's window is 48 here; within it attention is full (the tests
+// above), beyond it the model refuses.
+TEST(ZooSlidingWindow, ALongerSequenceIsRefused) {
+  const Golden g = LoadGolden("zoo/mistral-tiny");
+  absl::Status s = World::RunThreads(1, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {1}, {"tp"}));
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(ZooDir("mistral"), mesh));
+    EXPECT_EQ(m->config().sliding_window, 48);
+    GenerateOptions go;
+    go.max_new_tokens = 39;  // 10 prompt + 38 fed back = 48 positions: the whole window
+    DT_RETURN_IF_ERROR(m->Generate(g.prompt, go).status());
+    go.max_new_tokens = 40;
+    absl::Status over = m->Generate(g.prompt, go).status();
+    EXPECT_EQ(over.code(), absl::StatusCode::kUnimplemented);
+    EXPECT_TRUE(Contains(over, "positions up to 49 (48 cached + 1 new) exceed the config's "
+                               "sliding_window 48"));
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+}
+
+// transformers' own Phi-3 plan (gather the fused outputs, split them again) computes the same.
+TEST(ZooPlans, TransformersPhi3PlanAlsoMatches) {
+  const Golden g = LoadGolden("zoo/phi3-tiny");
+  absl::Status s = World::RunThreads(2, [&](World& w) -> absl::Status {
+    DistributedConfig dist;
+    dist.tp_plan = ParallelPlan{
+        {"model.layers.*.self_attn.qkv_proj", "colwise_gather_output"},
+        {"model.layers.*.self_attn.o_proj", "rowwise_split_input"},
+        {"model.layers.*.mlp.gate_up_proj", "colwise_gather_output"},
+        {"model.layers.*.mlp.down_proj", "rowwise_split_input"},
+        {"lm_head", "colwise_gather_output"}};
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(ZooDir("phi3"), w.shared_from_this(), dist));
+    DT_ASSIGN_OR_RETURN(Tensor logits, PromptLogits(*m, g.prompt));
+    EXPECT_LE(MaxAbsDiff(logits, g.f32.prompt_logits), Tolerance(g.f32.prompt_logits));
+    // tp_plan() reports the plan applied: plain row shards of the fused weight.
+    EXPECT_TRUE(absl::StrContains(m->tp_plan(), "qkv_proj.weight [S(0)]")) << m->tp_plan();
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+}
+
+TEST(ZooPlans, Phi3DefaultPlanIsBlockShards) {
+  absl::Status s = World::RunThreads(2, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2}, {"tp"}));
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(ZooDir("phi3"), mesh));
+    const std::string plan = m->tp_plan();
+    EXPECT_TRUE(absl::StrContains(plan, "model.layers.*.self_attn.qkv_proj -> packed_colwise: "
+                                        "model.layers.*.self_attn.qkv_proj.weight "
+                                        "[_S(0,[64,32,32])] (2)"))
+        << plan;
+    EXPECT_TRUE(absl::StrContains(plan, "model.layers.*.mlp.gate_up_proj.weight "
+                                        "[_S(0,[96,96])] (2)"))
+        << plan;
+    EXPECT_EQ(m->type_name(), "Phi3ForCausalLM");
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+}
+
+}  // namespace
+}  // namespace dt::nn::testing

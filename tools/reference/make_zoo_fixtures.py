@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""Golden fixtures for the decoder zoo (nn/models/causal_lm.h): a tiny random checkpoint of every
+family besides Llama, what transformers computes with it, and the same weights as a GGUF.
+
+    tools/reference/.venv/bin/python tools/reference/make_zoo_fixtures.py [--out tests/fixtures]
+
+For each family it writes tests/fixtures/zoo/<family>-tiny/ with
+  config.json, model.safetensors   save_pretrained's own output (transformers' names and config)
+  golden.json                      prompt ids; the logits of every prompt position (eager attention,
+                                   f32); the greedy continuation (KV cache) and the logits of its
+                                   last step (the format of make_llama_fixtures.py)
+and tests/fixtures/zoo/<family>-tiny.gguf: the same f32 weights in llama.cpp's layout for the
+family's GGUF architecture (tensor names of gguf.constants, Q/K rows permuted as
+convert_hf_to_gguf does for the llama architecture only, Phi-3's longrope factors as
+rope_factors_{short,long}.weight), written with the gguf package. For the architectures
+transformers reads from GGUF (llama, qwen2, qwen3) the script loads the file back with
+from_pretrained(gguf_file=...) and checks that its logits equal the safetensors ones, so the file
+is what llama.cpp's converter would write (transformers cannot read Phi-3's longrope from GGUF).
+
+  family   what it exercises
+  mistral  GQA 8 / 2 heads (tp 4 only with k/v replicated), sliding_window 48 (longer sequences
+           are refused), written as GGUF architecture llama (permuted Q/K rows)
+  qwen2    9 / 3 heads (SmolLM2's shape: tp 1, 3, and 9 with k/v replicated), q/k/v biases without
+           an o_proj bias, tied embeddings
+  qwen3    per-head q_norm / k_norm before RoPE, head_dim 16 != hidden / heads, theta 1e6
+  phi3     fused qkv_proj [Q|K|V] and gate_up_proj [gate|up] (packed_colwise block shards),
+           longrope with short and long factors (the continuation passes
+           original_max_position_embeddings, so both tables are used)
+Weights are random (seeded) and scaled so that the greedy continuation is not one repeated
+token; norms are randomized too so that a missing norm weight shows.
+
+It also writes tests/fixtures/zoo/chat_templates.json: the chat templates of the formats
+loaders/chat_template.h writes (ChatML as Qwen2.5 carries it, Mistral-7B-Instruct v0.2's [INST],
+Phi-3's <|user|>; written out below as those checkpoints' tokenizer_config.json publish them) and
+conversations rendered by transformers' own renderer (render_jinja_template), or the error the
+template raises.
+"""
+import argparse
+import json
+import os
+import shutil
+
+import numpy as np
+import torch
+import transformers
+from transformers import (MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+import gguf
+
+from make_gguf_fixtures import permute
+from make_llama_fixtures import NEW_TOKENS, greedy, randomize, record
+
+# make_llama_fixtures' prompt with 300 -> 250 (Qwen2's fixture has 288 tokens).
+PROMPT = [1, 15, 27, 100, 200, 5, 7, 250, 42, 11]
+
+FAMILIES = {
+    "mistral": dict(
+        cls=MistralForCausalLM, arch="llama",
+        config=MistralConfig(vocab_size=320, hidden_size=64, intermediate_size=128,
+                             num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
+                             max_position_embeddings=256, rms_norm_eps=1e-5, rope_theta=10000.0,
+                             sliding_window=48, tie_word_embeddings=False, bos_token_id=1,
+                             eos_token_id=2),
+        seed=31),
+    "qwen2": dict(
+        cls=Qwen2ForCausalLM, arch="qwen2",
+        config=Qwen2Config(vocab_size=288, hidden_size=72, intermediate_size=144,
+                           num_hidden_layers=2, num_attention_heads=9, num_key_value_heads=3,
+                           max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=10000.0,
+                           use_sliding_window=False, tie_word_embeddings=True, bos_token_id=1,
+                           eos_token_id=2),
+        seed=32),
+    "qwen3": dict(
+        cls=Qwen3ForCausalLM, arch="qwen3",
+        config=Qwen3Config(vocab_size=384, hidden_size=64, intermediate_size=96,
+                           num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
+                           head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-6,
+                           rope_theta=1000000.0, attention_bias=False, use_sliding_window=False,
+                           tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
+        seed=33),
+    "phi3": dict(
+        cls=Phi3ForCausalLM, arch="phi3",
+        config=None,  # made in phi3_config(): longrope factors are random
+        seed=34),
+}
+
+
+def phi3_config():
+    g = torch.Generator().manual_seed(340)
+    half = 64 // 8 // 2
+    short = [round(float(x), 4) for x in 1.0 + torch.rand(half, generator=g)]
+    long = [round(float(x), 4) for x in 1.0 + 3.0 * torch.rand(half, generator=g)]
+    return Phi3Config(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=96,
+                      original_max_position_embeddings=24, rms_norm_eps=1e-5,
+                      rope_scaling=dict(rope_type="longrope", short_factor=short,
+                                        long_factor=long),
+                      sliding_window=None, tie_word_embeddings=False, bos_token_id=1,
+                      eos_token_id=2, pad_token_id=0)
+
+
+def write_gguf(path, family, model, config):
+    """The checkpoint in llama.cpp's layout for `family`'s GGUF architecture (f32)."""
+    arch = FAMILIES[family]["arch"]
+    sd = {k: v.float().numpy() for k, v in model.state_dict().items()}
+    c = config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    w = gguf.GGUFWriter(path, arch=arch)
+    w.add_name(f"{family}-tiny")
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim)
+    w.add_rope_freq_base(c.rope_parameters["rope_theta"])
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_vocab_size(c.vocab_size)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_bos_token_id(c.bos_token_id)
+    w.add_eos_token_id(c.eos_token_id)
+    if family == "phi3":
+        rp = c.rope_parameters
+        # Phi3MiniModel.set_gguf_parameters: the context the factors were trained for, and the
+        # cos/sin scale transformers derives from the context ratio.
+        w.add_rope_scaling_orig_ctx_len(c.original_max_position_embeddings)
+        scale = c.max_position_embeddings / c.original_max_position_embeddings
+        attn = float(np.sqrt(1 + np.log(scale) / np.log(c.original_max_position_embeddings)))
+        w.add_rope_scaling_attn_factors(attn)
+        w.add_tensor("rope_factors_long.weight", np.array(rp["long_factor"], dtype=np.float32))
+        w.add_tensor("rope_factors_short.weight", np.array(rp["short_factor"], dtype=np.float32))
+    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"])
+    if not c.tie_word_embeddings:
+        w.add_tensor("output.weight", sd["lm_head.weight"])
+    names = {"input_layernorm.weight": "attn_norm.weight",
+             "post_attention_layernorm.weight": "ffn_norm.weight",
+             "self_attn.q_proj.weight": "attn_q.weight", "self_attn.q_proj.bias": "attn_q.bias",
+             "self_attn.k_proj.weight": "attn_k.weight", "self_attn.k_proj.bias": "attn_k.bias",
+             "self_attn.v_proj.weight": "attn_v.weight", "self_attn.v_proj.bias": "attn_v.bias",
+             "self_attn.o_proj.weight": "attn_output.weight",
+             "self_attn.q_norm.weight": "attn_q_norm.weight",
+             "self_attn.k_norm.weight": "attn_k_norm.weight",
+             "self_attn.qkv_proj.weight": "attn_qkv.weight",
+             "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+             "mlp.gate_up_proj.weight": "ffn_up.weight",  # Phi-3: [gate | up] as ffn_up
+             "mlp.down_proj.weight": "ffn_down.weight"}
+    for i in range(c.num_hidden_layers):
+        prefix = f"model.layers.{i}."
+        for hf, g in names.items():
+            if prefix + hf not in sd:
+                continue
+            data = sd[prefix + hf]
+            if arch == "llama" and hf == "self_attn.q_proj.weight":
+                data = permute(data, c.num_attention_heads)
+            if arch == "llama" and hf == "self_attn.k_proj.weight":
+                data = permute(data, c.num_key_value_heads)
+            w.add_tensor(f"blk.{i}.{g}", np.ascontiguousarray(data))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def check_gguf(path, model, family):
+    if FAMILIES[family]["arch"] == "phi3":
+        return "not checked (transformers reads no longrope factors from GGUF)"
+    from transformers import AutoModelForCausalLM
+    # The config given where the architecture is the family's own: transformers' qwen3 GGUF
+    # mapping reads no attention.key_length (its head_dim would be the default 128). The tensors,
+    # their names and row order are the file's either way.
+    arch = FAMILIES[family]["arch"]
+    extra = {"config": model.config} if arch == model.config.model_type else {}
+    back = AutoModelForCausalLM.from_pretrained(os.path.dirname(path),
+                                                gguf_file=os.path.basename(path),
+                                                dtype=torch.float32, **extra).eval()
+    with torch.no_grad():
+        a = model(torch.tensor([PROMPT])).logits
+        b = back(torch.tensor([PROMPT])).logits
+    diff = float((a - b).abs().max())
+    assert diff < 1e-4, f"{path}: transformers reads logits {diff} away from the safetensors ones"
+    return f"transformers reads the same logits (max |diff| {diff:.1e})"
+
+
+CHAT_TEMPLATES = {
+    "chatml_qwen2.5": dict(bos=None, eos="<|im_end|>", template=(
+        "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0]['role'] == 'system' %}"
+        "{{- messages[0]['content'] }}{%- else %}{{- 'You are Qwen, created by Alibaba Cloud. You "
+        "are a helpful assistant.' }}{%- endif %}{{- '<|im_end|>\\n' }}{%- else %}{%- if "
+        "messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + "
+        "'<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba "
+        "Cloud. You are a helpful assistant.<|im_end|>\\n' }}{%- endif %}{%- endif %}{%- for "
+        "message in messages %}{%- if (message.role == 'user') or (message.role == 'system' and "
+        "not loop.first) or (message.role == 'assistant') %}{{- '<|im_start|>' + message.role + "
+        "'\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endif %}{%- endfor %}{%- if "
+        "add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")),
+    "mistral_v0.2": dict(bos="<s>", eos="</s>", template=(
+        "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != "
+        "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+        "user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}"
+        "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
+        "{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant "
+        "roles are supported!') }}{% endif %}{% endfor %}")),
+    "phi3": dict(bos="<s>", eos="<|endoftext|>", template=(
+        "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\\n' + "
+        "message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\\n' + "
+        "message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'assistant' %}"
+        "{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}{% if "
+        "add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}")),
+}
+
+CONVERSATIONS = [
+    ([{"role": "user", "content": "What is 2+2?"}], True),
+    ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}], True),
+    ([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello! How can I help?"},
+      {"role": "user", "content": "Tell me a joke.\nA short one."}], True),
+    ([{"role": "user", "content": "x"}], False),
+    ([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], True),
+]
+
+
+def make_chat_goldens(root):
+    from transformers.utils.chat_template_utils import render_jinja_template
+    out = {}
+    for name, t in CHAT_TEMPLATES.items():
+        cases = []
+        for messages, gen in CONVERSATIONS:
+            case = {"messages": messages, "add_generation_prompt": gen}
+            try:
+                rendered, _ = render_jinja_template(
+                    conversations=[messages], chat_template=t["template"],
+                    add_generation_prompt=gen, bos_token=t["bos"] or "", eos_token=t["eos"])
+                case["text"] = rendered[0]
+            except Exception as e:  # the template raised (jinja's raise_exception)
+                case["error"] = str(e)
+            cases.append(case)
+        out[name] = {"template": t["template"], "bos": t["bos"] or "", "eos": t["eos"],
+                     "cases": cases}
+    with open(os.path.join(root, "chat_templates.json"), "w") as fp:
+        json.dump(out, fp, indent=1)
+        fp.write("\n")
+    print("chat templates:", ", ".join(out))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests",
+                                                  "fixtures"))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    root = os.path.join(args.out, "zoo")
+    os.makedirs(root, exist_ok=True)
+    make_chat_goldens(root)
+    for family, v in FAMILIES.items():
+        out = os.path.join(root, f"{family}-tiny")
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        config = v["config"] if v["config"] is not None else phi3_config()
+        for scale in (1.0, 1.5, 2.0, 3.0):
+            torch.manual_seed(v["seed"])
+            model = v["cls"](config).to(torch.float32).eval()
+            randomize(model, v["seed"], scale)
+            tokens, _ = greedy(model, PROMPT, NEW_TOKENS)
+            if len(set(tokens)) >= NEW_TOKENS // 2:
+                break
+        else:
+            raise SystemExit(f"{family}: the greedy continuation repeats ({tokens})")
+        model.save_pretrained(out, safe_serialization=True)
+        golden = {"prompt": PROMPT, "new_tokens": NEW_TOKENS,
+                  "transformers": transformers.__version__, "torch": torch.__version__,
+                  "weight_scale": scale}
+        f32 = v["cls"].from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
+        golden["f32"] = record(f32, PROMPT)
+        assert golden["f32"]["greedy_tokens"] == tokens
+        with open(os.path.join(out, "golden.json"), "w") as fp:
+            json.dump(golden, fp)
+            fp.write("\n")
+        path = os.path.join(root, f"{family}-tiny.gguf")
+        write_gguf(path, family, f32, f32.config)
+        note = check_gguf(path, f32, family)
+        size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+        print(f"{family}: {size / 1e6:.2f} MB (+ {os.path.getsize(path) / 1e6:.2f} MB gguf: "
+              f"{note}), weight scale {scale}, greedy {tokens[:12]} ...")
+
+
+if __name__ == "__main__":
+    main()
