@@ -5,13 +5,13 @@
 //
 //   dtrun --nproc-per-node 4 build/bin/custom_gpt2     (gloo processes; without dtrun: 4 threads)
 #include <cstdio>
+#include <string>
 #include <cstdlib>
 #include <memory>
 #include <vector>
 
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/nn.h"
-#include "dtensor/tools/flags.h"
 
 namespace nn = dt::nn;
 
@@ -114,7 +114,12 @@ absl::Status Run(dt::World& world) {
 }
 
 int main(int argc, char** argv) {
-  dt::cli::ParseFlags(argc, argv, "usage: custom_gpt2\na GPT-2-style model sharded by its plan, checked against the same model unsharded (no flags; under dtrun for several ranks)");
+  // An installed API example: it takes no flags and uses nothing but the library (no flags parser).
+  if (argc > 1) {
+    const bool help = std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h";
+    std::fprintf(help ? stdout : stderr, "usage: custom_gpt2\na GPT-2-style model sharded by its plan, checked against the same model unsharded (no flags; under dtrun for several ranks)\n");
+    return help ? 0 : 2;
+  }
   // Under dtrun (or torchrun, mpirun) the ranks are processes; otherwise 4 threads of this one.
   const absl::Status s = std::getenv("RANK") != nullptr
                              ? [] {

@@ -5,11 +5,11 @@
 //
 //   dtrun --nproc-per-node 4 build/bin/custom_parallel_mlp      (shm; DT_BACKEND picks another)
 #include <cstdio>
+#include <string>
 #include <memory>
 
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/nn.h"
-#include "dtensor/tools/flags.h"
 
 namespace nn = dt::nn;
 
@@ -70,7 +70,12 @@ absl::Status Run() {
 }
 
 int main(int argc, char** argv) {
-  dt::cli::ParseFlags(argc, argv, "usage: custom_parallel_mlp\ntwo tensor-parallel MLP blocks, checked against the same blocks unsharded (no flags; under dtrun for several ranks)");
+  // An installed API example: it takes no flags and uses nothing but the library (no flags parser).
+  if (argc > 1) {
+    const bool help = std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h";
+    std::fprintf(help ? stdout : stderr, "usage: custom_parallel_mlp\ntwo tensor-parallel MLP blocks, checked against the same blocks unsharded (no flags; under dtrun for several ranks)\n");
+    return help ? 0 : 2;
+  }
   const absl::Status s = Run();
   if (!s.ok()) std::fprintf(stderr, "custom_parallel_mlp: %s\n", s.ToString().c_str());
   return s.ok() ? 0 : 1;
