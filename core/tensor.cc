@@ -61,33 +61,63 @@ inline D Convert(S v) {
   }
 }
 
+// One element at any address (Note [Unaligned host elements]); a bool is its byte, nonzero true.
+template <typename S>
+S LoadElement(const char* p) {
+  if constexpr (std::is_same_v<S, bool>) {
+    uint8_t byte;
+    std::memcpy(&byte, p, 1);
+    return byte != 0;
+  } else {
+    S v;
+    std::memcpy(&v, p, sizeof(S));
+    return v;
+  }
+}
+
 // Copies elements of `src` into `dst` (both on the host), converting dtypes.
 void HostCopy(const Tensor& dst, const Tensor& src) {
   internal::StridedLoop loop(dst.shape(), dst.strides(), src.strides());
   const int64_t ds = loop.strides[0].back(), ss = loop.strides[1].back();
   char* dbase = static_cast<char*>(dst.raw_data());
   const char* sbase = static_cast<const char*>(src.raw_data());
-  if (dst.dtype() == src.dtype() && ds == 1 && ss == 1) {
-    const int64_t esz = DTypeSize(dst.dtype());
-    loop.ForEachRun([&](int64_t o0, int64_t o1, int64_t n) {
-      std::memcpy(dbase + o0 * esz, sbase + o1 * esz, static_cast<size_t>(n * esz));
-    });
-    return;
-  }
   // Note [Unaligned host elements]
   // Elements are read and written through memcpy, never through a typed pointer: a tensor may view
   // a mapped checkpoint whose data starts at any byte (safetensors allows any header length), and
   // a typed load from a misaligned address is undefined behaviour. On x86 and ARM64 the memcpy of
-  // one element compiles to the same single load or store.
+  // one element compiles to the same single load or store. A copy without conversion moves bytes
+  // and never looks at them (a file's byte need not be a valid bool); a bool converted to another
+  // dtype is read as a byte, nonzero meaning true.
+  if (dst.dtype() == src.dtype()) {
+    const int64_t esz = DTypeSize(dst.dtype());
+    loop.ForEachRun([&](int64_t o0, int64_t o1, int64_t n) {
+      char* dp = dbase + o0 * esz;
+      const char* sp = sbase + o1 * esz;
+      if (ds == 1 && ss == 1) {
+        std::memcpy(dp, sp, static_cast<size_t>(n * esz));
+        return;
+      }
+      // A constant element size, so that each memcpy is one load and one store.
+      auto strided = [&](auto size) {
+        constexpr int64_t k = decltype(size)::value;
+        for (int64_t i = 0; i < n; ++i) std::memcpy(dp + i * ds * k, sp + i * ss * k, k);
+      };
+      switch (esz) {
+        case 1: strided(std::integral_constant<int64_t, 1>()); break;
+        case 2: strided(std::integral_constant<int64_t, 2>()); break;
+        case 4: strided(std::integral_constant<int64_t, 4>()); break;
+        default: strided(std::integral_constant<int64_t, 8>()); break;
+      }
+    });
+    return;
+  }
   DT_DISPATCH_DTYPE(dst.dtype(), D, [&] {
     DT_DISPATCH_DTYPE(src.dtype(), S, [&] {
       loop.ForEachRun([&](int64_t o0, int64_t o1, int64_t n) {
         char* dp = dbase + o0 * static_cast<int64_t>(sizeof(D));
         const char* sp = sbase + o1 * static_cast<int64_t>(sizeof(S));
         for (int64_t i = 0; i < n; ++i) {
-          S v;
-          std::memcpy(&v, sp + i * ss * static_cast<int64_t>(sizeof(S)), sizeof(S));
-          const D w = Convert<D>(v);
+          const D w = Convert<D>(LoadElement<S>(sp + i * ss * static_cast<int64_t>(sizeof(S))));
           std::memcpy(dp + i * ds * static_cast<int64_t>(sizeof(D)), &w, sizeof(D));
         }
       });

@@ -171,6 +171,8 @@ TEST(Safetensors, BoolBytesOtherThanZeroOrOneAreRefused) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_TRUE(Contains(s, "tensor 'b' BOOL[2, 2]: byte 115 at element 3 of the piece read is neither 0 nor 1")) << s;
   }
+  // A strided piece (column 1) holding it: refused too (the copy moves bytes, the check sees them).
+  EXPECT_TRUE(Contains(f->ReadRanges("b", {{{0, 2}}, {{1, 2}}}).status(), "byte 115 at element 1"));
   // The first row is valid and reads.
   Tensor row = f->ReadRanges("b", {{{0, 1}}, {{0, 2}}}).value();
   EXPECT_EQ(row.ToVector<float>(), (std::vector<float>{0, 1}));
