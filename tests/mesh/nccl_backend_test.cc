@@ -18,7 +18,7 @@ TEST(NcclBackend, WithoutAGpuFromEnvIsAnErrorNotACrash) {
 }
 
 TEST(NcclBackend, EveryCollectiveOnOneGpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: " << CudaUnavailableReason();
   WorldOptions o;
   o.backend = "nccl";
   o.timeout = std::chrono::seconds(60);

@@ -1,0 +1,19 @@
+// The nccl backend as the program sees it: libdtensor_nccl.so, loaded by the first nccl world
+// (Note [CUDA module] in core/cuda_module.h).
+
+#include "dtensor/core/cuda_module.h"
+#include "dtensor/mesh/backends.h"
+
+namespace dt::internal {
+
+absl::StatusOr<std::shared_ptr<World>> MakeNcclWorld(const LaunchInfo& info, const WorldOptions& options) {
+  static constexpr ModuleSpec kNcclModule = {
+      "dtensor_nccl", "dtensor_nccl_module_v1",
+      "this build has no NCCL (configure with -DDT_CUDA=ON on a machine with CUDA and NCCL)",
+      absl::StatusCode::kUnimplemented};
+  absl::StatusOr<const ModuleHeader*> loaded = LoadModule(kNcclModule);
+  if (!loaded.ok()) return InContext(loaded.status(), "backend nccl");
+  return reinterpret_cast<const NcclModule*>(*loaded)->make_world(info, options);
+}
+
+}  // namespace dt::internal
