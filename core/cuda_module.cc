@@ -159,6 +159,16 @@ const DeviceCount& Devices() {
 
 }  // namespace
 
+// The dt_core objects libdtensor_cuda.so calls into (tensor, shape, dtype, device: `nm -D
+// --undefined-only`), one function of each: a static library's object is linked only when
+// something references it, and every CUDA path goes through this loader, so every program that can
+// load the module links them. CudaLibraries.LoadingTheCudaModuleMapsCudartAndCublas loads it from a
+// program of dt_core alone and fails when one is missing here.
+extern const void* const kCudaModuleCallees[];
+const void* const kCudaModuleCallees[] = {
+    reinterpret_cast<const void*>(&Tensor::Empty), reinterpret_cast<const void*>(&Numel),
+    reinterpret_cast<const void*>(&Float16::FromFloat), reinterpret_cast<const void*>(&ParseDevice)};
+
 absl::StatusOr<const ModuleHeader*> LoadModule(const ModuleSpec& spec) {
   static std::mutex mu;
   static auto* loaded = new std::map<std::string, absl::StatusOr<const ModuleHeader*>>();

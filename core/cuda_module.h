@@ -12,7 +12,7 @@
 //   libdtensor_nccl.so  mesh/nccl_backend.cc; links cudart and NCCL. Loaded when a world is made
 //                       with backend nccl (internal::MakeNcclWorld, mesh/nccl_module.cc).
 // The static dt_* libraries and the programs link no CUDA library, so a CPU process maps none
-// (tests/core/cuda_libraries_test.cc reads the maps of CPU runs).
+// (tests/tools/cuda_libraries_test.cc reads the maps of CPU runs).
 //
 // Two modules, not one: a module's undefined dt symbols are resolved against the program that
 // loads it (below), and a program that uses CUDA tensors need not link dt_mesh. The NCCL backend
@@ -33,6 +33,11 @@
 // --export-dynamic-symbol for the mangled prefixes of namespace dt, cmake/Helpers.cmake), and a
 // module is opened with RTLD_NOW | RTLD_LOCAL, so a module that needs a dt function the program
 // did not link fails to load with the loader's error naming the symbol, never later inside a call.
+// That does not happen: a static library's object is linked only when referenced, so the loader
+// of each module references one function of every object the module calls into
+// (kCudaModuleCallees in cuda_module.cc, kNcclModuleCallees in mesh/nccl_module.cc), and every
+// path to a module goes through its loader; the maps test loads the CUDA module from a program of
+// dt_core alone, and NcclBackend.WithoutAGpuFromEnvIsAnErrorNotACrash asks the NCCL module.
 // A module's copies of inline dt functions keep default visibility, so their references (a
 // function-local static included) bind to the program's copy when it has one: no second copy of
 // any state either. A loaded module is never closed.
