@@ -34,6 +34,7 @@
 #include "gtest/gtest.h"
 #include "dtensor/core/cuda_module.h"
 #include "dtensor/core/device.h"
+#include "dtensor/core/tensor.h"
 #include "dtensor/tests/test_util.h"
 
 extern char** environ;
@@ -209,6 +210,23 @@ TEST(CudaLibraries, LoadingTheCudaModuleMapsCudartAndCublas) {
   EXPECT_FALSE(testing::Contains(all, "libnccl.")) << "the CUDA module does not need NCCL";
 }
 
+// A module that is missing or broken where DT_CUDA_MODULE_DIR points is an error naming the place
+// and why, on every CUDA path, not a crash; nothing of CUDA gets mapped.
+TEST(CudaLibraries, MissingOrBrokenModuleIsAnErrorNamingThePlace) {
+  const testing::ScratchDir dir("cuda_module_dir");
+  const Traced missing = RunTraced(Child("ModuleErrors"), {absl::StrCat("DT_CUDA_MODULE_DIR=", dir.path),
+                                                           absl::StrCat("EXPECT_IN_ERROR=", dir.path,
+                                                                        "/libdtensor_cuda.so ($DT_CUDA_MODULE_DIR): No such file")});
+  EXPECT_EQ(missing.exit_code, 0) << missing.output;
+  ExpectNoCudaLibraries(missing, 1);
+  std::ofstream(absl::StrCat(dir.path, "/libdtensor_cuda.so")) << "not an ELF file";
+  const Traced broken = RunTraced(Child("ModuleErrors"), {absl::StrCat("DT_CUDA_MODULE_DIR=", dir.path),
+                                                          absl::StrCat("EXPECT_IN_ERROR=cannot load ", dir.path,
+                                                                       "/libdtensor_cuda.so ($DT_CUDA_MODULE_DIR): ")});
+  EXPECT_EQ(broken.exit_code, 0) << broken.output;
+  ExpectNoCudaLibraries(broken, 1);
+}
+
 #ifdef DT_TEST_HAVE_NCCL
 // Control: DT_BACKEND=nccl loads the NCCL module, and with it libnccl (without a GPU the world is
 // then refused: the program exits 1).
@@ -228,6 +246,21 @@ TEST(CudaLibrariesChild, DISABLED_AskDeviceCount) {
   EXPECT_EQ(CudaDeviceCount(), 0);
   EXPECT_FALSE(CudaAvailable());
   EXPECT_TRUE(testing::Contains(CudaUnavailableReason(), "no NVIDIA driver"));
+}
+
+// Every CUDA path reports the module's error ($EXPECT_IN_ERROR) with its own context.
+TEST(CudaLibrariesChild, DISABLED_ModuleErrors) {
+  const char* expected = std::getenv("EXPECT_IN_ERROR");
+  ASSERT_NE(expected, nullptr);
+  const absl::StatusOr<Tensor> t = Tensor::Empty({2, 3}, DType::kF32, Device::CUDA(0));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(testing::Contains(t.status(), "cannot allocate on cuda:0: ")) << t.status();
+  EXPECT_TRUE(testing::Contains(t.status(), expected)) << t.status();
+  const Tensor host = Tensor::Zeros({2}).value();
+  const absl::Status copy = CopyBytes(host.raw_data(), Device::CUDA(0), host.raw_data(), kCPU, 8);
+  EXPECT_TRUE(testing::Contains(copy, "cannot copy cpu -> cuda:0: ")) << copy;
+  EXPECT_TRUE(testing::Contains(copy, expected)) << copy;
 }
 
 TEST(CudaLibrariesChild, DISABLED_LoadCudaModule) {
