@@ -107,7 +107,7 @@ absl::StatusOr<const ModuleHeader*> Open(const ModuleSpec& spec) {
     auto entry = reinterpret_cast<Entry>(::dlsym(handle, spec.entry));
     if (entry == nullptr) {
       return absl::FailedPreconditionError(
-          absl::StrCat(path, " (", why, ") has no entry point ", spec.entry, ": not a dtensor module of this version"));
+          absl::StrCat(path, " (", why, ") has no entry point ", spec.entry, ": not a dtensor module of this ABI"));
     }
     const ModuleHeader* header = entry();
     const ModuleHeader mine = DT_MODULE_HEADER;

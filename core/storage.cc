@@ -33,7 +33,9 @@ absl::StatusOr<Storage> Storage::Allocate(int64_t nbytes, Device device) {
     return s;
   }
   absl::StatusOr<const internal::CudaModule*> cuda = internal::LoadCudaModule();
-  if (!cuda.ok()) return internal::InContext(cuda.status(), absl::StrCat("cannot allocate on ", device.ToString()));
+  if (!cuda.ok()) {
+    return internal::InContext(cuda.status(), absl::StrCat("cannot allocate on ", device.ToString()));
+  }
   const internal::CudaMemory& memory = (*cuda)->memory;
   DT_ASSIGN_OR_RETURN(void* p, memory.allocate(nbytes, device.index));
   s.impl_->data = p;

@@ -365,7 +365,9 @@ absl::Status Tensor::CopyFrom(const Tensor& src) const {
   }
   if (device() == src.device()) {
     absl::StatusOr<const internal::CudaModule*> cuda = internal::LoadCudaModule();
-    if (!cuda.ok()) return internal::InContext(cuda.status(), absl::StrCat("CopyFrom ", src.Describe(), " into ", Describe()));
+    if (!cuda.ok()) {
+      return internal::InContext(cuda.status(), absl::StrCat("CopyFrom ", src.Describe(), " into ", Describe()));
+    }
     return (*cuda)->memory.strided_copy(*this, src);
   }
   // Across devices: make the source contiguous in the destination dtype on its own device, copy

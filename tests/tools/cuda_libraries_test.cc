@@ -163,8 +163,8 @@ void ExpectNoCudaLibraries(const Traced& t, int processes) {
 
 // This binary again, running one of the child cases below.
 std::vector<std::string> Child(const std::string& test) {
-  return {std::filesystem::read_symlink("/proc/self/exe").string(), absl::StrCat("--gtest_filter=CudaLibrariesChild.DISABLED_", test),
-          "--gtest_also_run_disabled_tests"};
+  return {std::filesystem::read_symlink("/proc/self/exe").string(),
+          absl::StrCat("--gtest_filter=CudaLibrariesChild.DISABLED_", test), "--gtest_also_run_disabled_tests"};
 }
 
 bool DriverPresent() {
@@ -214,15 +214,13 @@ TEST(CudaLibraries, LoadingTheCudaModuleMapsCudartAndCublas) {
 // and why, on every CUDA path, not a crash; nothing of CUDA gets mapped.
 TEST(CudaLibraries, MissingOrBrokenModuleIsAnErrorNamingThePlace) {
   const testing::ScratchDir dir("cuda_module_dir");
-  const Traced missing = RunTraced(Child("ModuleErrors"), {absl::StrCat("DT_CUDA_MODULE_DIR=", dir.path),
-                                                           absl::StrCat("EXPECT_IN_ERROR=", dir.path,
-                                                                        "/libdtensor_cuda.so ($DT_CUDA_MODULE_DIR): No such file")});
+  const std::string module = absl::StrCat(dir.path, "/libdtensor_cuda.so ($DT_CUDA_MODULE_DIR): ");
+  const std::string env = absl::StrCat("DT_CUDA_MODULE_DIR=", dir.path);
+  const Traced missing = RunTraced(Child("ModuleErrors"), {env, absl::StrCat("EXPECT_IN_ERROR=", module, "No such file")});
   EXPECT_EQ(missing.exit_code, 0) << missing.output;
   ExpectNoCudaLibraries(missing, 1);
   std::ofstream(absl::StrCat(dir.path, "/libdtensor_cuda.so")) << "not an ELF file";
-  const Traced broken = RunTraced(Child("ModuleErrors"), {absl::StrCat("DT_CUDA_MODULE_DIR=", dir.path),
-                                                          absl::StrCat("EXPECT_IN_ERROR=cannot load ", dir.path,
-                                                                       "/libdtensor_cuda.so ($DT_CUDA_MODULE_DIR): ")});
+  const Traced broken = RunTraced(Child("ModuleErrors"), {env, absl::StrCat("EXPECT_IN_ERROR=cannot load ", module)});
   EXPECT_EQ(broken.exit_code, 0) << broken.output;
   ExpectNoCudaLibraries(broken, 1);
 }
