@@ -3,14 +3,14 @@
 //     on a handle of its own with default settings, same operands and layout);
 //   - decode attention (Sq = 1 over a KV cache, GQA) and RmsNorm in GB/s against a device-to-device
 //     cudaMemcpy that moves the same number of bytes (read + write).
-// The kernels are timed at the kernel interface (ops/local/kernels.h) with preallocated outputs, so
-// the numbers exclude the public ops' output allocation; the public Matmul is printed for
-// reference.
+// The kernels are timed at the kernel interface (ops/local/kernels.h, reached through the
+// libdtensor_cuda.so module's table as the ops do) with preallocated outputs, so the numbers
+// exclude the public ops' output allocation; the public Matmul is printed for reference.
 //
 //   bench_cuda_ops [--quick]      --quick: one size per benchmark, fewer repetitions (< 1 minute)
 //
 // Ends with one line per target: RESULT <metric> <value> <target> PASS|FAIL. Without a CUDA device
-// it prints "no CUDA device: nothing measured" and exits 0.
+// it prints "no CUDA device (<why>): nothing measured" and exits 0.
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -27,7 +27,7 @@
 #include "dtensor/bench/bench_util.h"
 #include "absl/strings/str_format.h"
 #include "dtensor/core/tensor.h"
-#include "dtensor/ops/local/kernels.h"
+#include "dtensor/ops/local/cuda_kernels.h"
 #include "dtensor/ops/local/ops.h"
 
 namespace dt {
@@ -52,6 +52,12 @@ template <typename T>
 T Value(absl::StatusOr<T> v, const char* what) {
   Check(v.status(), what);
   return *std::move(v);
+}
+// The module's cuda:: kernels (Note [CUDA module] in core/cuda_module.h).
+const ops::internal::CudaKernels& Kernels() {
+  static const ops::internal::CudaKernels* kernels =
+      Value(ops::internal::LoadCudaKernels("bench_cuda_ops", kGpu), "loading the CUDA kernels");
+  return *kernels;
 }
 void CheckCuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) Die(absl::StrFormat("%s: %s", what, cudaGetErrorString(e)));
@@ -109,7 +115,7 @@ double GemmRatio(DType dtype, const std::vector<int64_t>& sizes, int iters, int 
     const Tensor theirs = Value(Tensor::Empty({n, n}, dtype, kGpu), "Empty");
     const double flops = 2.0 * n * n * n;
     const double t_ours =
-        TimeIt([&] { Check(ops::cuda::Matmul(a, b, Tensor(), ours), "Matmul"); }, iters, reps);
+        TimeIt([&] { Check(Kernels().Matmul(a, b, Tensor(), ours), "Matmul"); }, iters, reps);
     const float alpha = 1, beta = 0;
     const int ni = static_cast<int>(n);
     // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ.
@@ -153,7 +159,7 @@ double AttentionRatio(int64_t batch, int64_t skv, int iters, int reps) {
   p.q_offset = skv - 1;
   const int64_t bytes = k.nbytes() + v.nbytes() + q.nbytes() + out.nbytes();
   const double t =
-      TimeIt([&] { Check(ops::cuda::Attention(q, k, v, p, out), "Attention"); }, iters, reps);
+      TimeIt([&] { Check(Kernels().Attention(q, k, v, p, out), "Attention"); }, iters, reps);
   // A memcpy of bytes/2 reads bytes/2 and writes bytes/2: the same traffic as attention's reads.
   const double t_copy = MemcpySeconds(bytes / 2, iters, reps);
   std::printf(
@@ -171,7 +177,7 @@ double RmsNormRatio(int64_t rows, int64_t h, int iters, int reps) {
   const Tensor w = Value(Tensor::Randn({h}, 7, dt, kGpu), "Randn");
   const Tensor out = Value(Tensor::Empty({rows, h}, dt, kGpu), "Empty");
   const double t =
-      TimeIt([&] { Check(ops::cuda::RmsNorm(x, w, 1e-6f, out), "RmsNorm"); }, iters, reps);
+      TimeIt([&] { Check(Kernels().RmsNorm(x, w, 1e-6f, out), "RmsNorm"); }, iters, reps);
   // RmsNorm reads x and writes out: the traffic of a copy of x.
   const double t_copy = MemcpySeconds(x.nbytes(), iters, reps);
   const double bytes = 2.0 * static_cast<double>(x.nbytes());
@@ -186,7 +192,7 @@ int Main(int argc, char** argv) {
   if (!flag.has_value()) return 2;
   const bool quick = *flag;
   if (!CudaAvailable()) {
-    std::printf("no CUDA device: nothing measured\n");
+    std::printf("no CUDA device (%s): nothing measured\n", CudaUnavailableReason().c_str());
     return 0;
   }
   cudaDeviceProp prop;

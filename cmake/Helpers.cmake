@@ -68,3 +68,24 @@ function(dt_dtrun_test binary)
                          ENVIRONMENT "${env}")
   endforeach()
 endfunction()
+
+# dt_cuda_module(NAME SOURCES ... LIBS ...): a CUDA module, lib<NAME>.so in build/lib/ (Note [CUDA
+# module] in core/cuda_module.h). It links LIBS (CUDA's and abseil's shared libraries) but no dt
+# library: its dt symbols resolve against the program that loads it, which exports them (dt_core's
+# link options below). Every dt_core build waits for it, so that the modules in build/lib/ always
+# match the programs built beside them. Installed into the libdir (cmake/Install.cmake).
+include(GNUInstallDirs)
+# The build stamp a module and the program that loads it must share.
+set(DT_MODULE_BUILD "dtensor ${PROJECT_VERSION} ${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION}")
+function(dt_cuda_module name)
+  cmake_parse_arguments(A "" "" "SOURCES;LIBS" ${ARGN})
+  add_library(${name} MODULE ${A_SOURCES})
+  target_include_directories(${name} PRIVATE ${DT_INCLUDE_ROOT})
+  target_link_libraries(${name} PRIVATE ${A_LIBS})
+  target_compile_definitions(${name} PRIVATE "DT_MODULE_BUILD=\"${DT_MODULE_BUILD}\"")
+  target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--diag-suppress=20012>)
+  set_target_properties(${name} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/lib
+                        INSTALL_RPATH_USE_LINK_PATH ON)
+  add_dependencies(dt_core ${name})
+  set_property(GLOBAL APPEND PROPERTY DT_CUDA_MODULES ${name})
+endfunction()

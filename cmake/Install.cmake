@@ -1,5 +1,5 @@
 # `cmake --install build --prefix P` installs the headers under P/include/dtensor/<layer>/, the
-# static layer libraries, the programs an outside project needs to run anything (P/bin/dtrun, the
+# static layer libraries (and the CUDA modules), the programs an outside project needs to run anything (P/bin/dtrun, the
 # launcher; P/bin/dtensor, the CLI), the sources of the API examples (P/share/dtensor/examples,
 # `dtensor_EXAMPLES_DIR`) and a package config: `find_package(dtensor)` gives `dtensor::dtensor`
 # (the libraries) and `dtensor::dtrun` / `dtensor::dtensor_cli` (imported executables, e.g. for
@@ -12,6 +12,11 @@ get_property(dt_libs GLOBAL PROPERTY DT_LIBRARIES)
 install(TARGETS ${dt_libs} dtensor dtrun dtensor_cli EXPORT dtensorTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The CUDA modules go to the libdir, where the programs look (Note [CUDA module] in core/cuda_module.h).
+get_property(dt_cuda_modules GLOBAL PROPERTY DT_CUDA_MODULES)
+if(dt_cuda_modules)
+  install(TARGETS ${dt_cuda_modules} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 foreach(dir core ops mesh dtensor loaders nn)
   if(EXISTS ${PROJECT_SOURCE_DIR}/${dir})
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/dtensor

@@ -1,11 +1,13 @@
 // CUDA side of core/: device memory, byte copies, strided copies with dtype conversion and fills.
-// Compiled only when CUDA is on; the public headers never include cuda_runtime.h.
+// Part of libdtensor_cuda.so (Note [CUDA module] in core/cuda_module.h), which hands these
+// functions to core as CudaMemoryFunctions(); the public headers never include cuda_runtime.h.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
+#include "dtensor/core/cuda_module.h"
 #include "dtensor/core/tensor.h"
 
 namespace dt {
@@ -121,11 +123,7 @@ absl::Status Launch(const Tensor& dst, const Tensor& src, const Layout& l) {
   }
 }
 
-}  // namespace
-
-bool CudaAvailable() { return CudaDeviceCount() > 0; }
-
-int CudaDeviceCount() {
+int DeviceCount() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     cudaGetLastError();  // clear the sticky "no driver" error
@@ -134,12 +132,10 @@ int CudaDeviceCount() {
   return n;
 }
 
-namespace internal {
-
-absl::StatusOr<void*> CudaMalloc(int64_t nbytes, int device) {
+absl::StatusOr<void*> Allocate(int64_t nbytes, int device) {
   if (cudaSetDevice(device) != cudaSuccess) {
     cudaGetLastError();
-    return absl::FailedPreconditionError(absl::StrCat("cannot use cuda:", device, " (", CudaDeviceCount(),
+    return absl::FailedPreconditionError(absl::StrCat("cannot use cuda:", device, " (", DeviceCount(),
                                                       " CUDA devices visible)"));
   }
   void* p = nullptr;
@@ -152,18 +148,18 @@ absl::StatusOr<void*> CudaMalloc(int64_t nbytes, int device) {
   return p;
 }
 
-void CudaFree(void* p, int device) {
+void Release(void* p, int device) {
   cudaSetDevice(device);
   cudaFree(p);
 }
 
-absl::Status CudaCopy(void* dst, Device dst_device, const void* src, Device src_device, int64_t n) {
+absl::Status CopyDeviceBytes(void* dst, Device dst_device, const void* src, Device src_device, int64_t n) {
   cudaError_t e = cudaMemcpy(dst, src, static_cast<size_t>(n), cudaMemcpyDefault);
   if (e != cudaSuccess) return CudaError(e, absl::StrCat("copy ", src_device.ToString(), " -> ", dst_device.ToString()));
   return absl::OkStatus();
 }
 
-absl::Status CudaStridedCopy(const Tensor& dst, const Tensor& src) {
+absl::Status StridedCopy(const Tensor& dst, const Tensor& src) {
   DT_ASSIGN_OR_RETURN(Layout l, MakeLayout(dst, &src));
   cudaSetDevice(dst.device().index);
   if (!(dst.dtype() == src.dtype()) && !(IsFloating(dst.dtype()) && IsFloating(src.dtype()))) {
@@ -180,7 +176,7 @@ absl::Status CudaStridedCopy(const Tensor& dst, const Tensor& src) {
   return absl::OkStatus();
 }
 
-absl::Status CudaFill(const Tensor& dst, double value) {
+absl::Status FillDevice(const Tensor& dst, double value) {
   DT_ASSIGN_OR_RETURN(Layout l, MakeLayout(dst, nullptr));
   cudaSetDevice(dst.device().index);
   const int64_t n = dst.numel();
@@ -197,6 +193,15 @@ absl::Status CudaFill(const Tensor& dst, double value) {
   if (e == cudaSuccess) e = cudaDeviceSynchronize();
   if (e != cudaSuccess) return CudaError(e, "fill");
   return absl::OkStatus();
+}
+
+}  // namespace
+
+namespace internal {
+
+const CudaMemory& CudaMemoryFunctions() {
+  static const CudaMemory memory = {DeviceCount, Allocate, Release, CopyDeviceBytes, StridedCopy, FillDevice};
+  return memory;
 }
 
 }  // namespace internal

@@ -20,9 +20,4 @@ absl::StatusOr<Device> ParseDevice(absl::string_view text) {
       absl::StrCat("unknown device '", text, "'; expected cpu, cuda or cuda:N"));
 }
 
-#ifndef DT_WITH_CUDA
-bool CudaAvailable() { return false; }
-int CudaDeviceCount() { return 0; }
-#endif
-
 }  // namespace dt

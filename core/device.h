@@ -27,6 +27,11 @@ absl::StatusOr<Device> ParseDevice(absl::string_view text);  // "cpu", "cuda", "
 
 // True when this binary was built with CUDA and a usable device is present at run time.
 bool CudaAvailable();
-int CudaDeviceCount();  // 0 without CUDA or without a driver
+// 0 without CUDA in the build, without a driver or without a device. Cheap where there is no
+// NVIDIA driver: nothing is loaded (Note [CUDA module] in core/cuda_module.h).
+int CudaDeviceCount();
+// Why CudaDeviceCount() is 0, in words ("no NVIDIA driver (...)", a module load error, ...); empty
+// when it is not.
+std::string CudaUnavailableReason();
 
 }  // namespace dt

@@ -10,17 +10,10 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "dtensor/core/cuda_module.h"
 #include "dtensor/core/status.h"
 
 namespace dt {
-
-#ifdef DT_WITH_CUDA
-namespace internal {
-absl::StatusOr<void*> CudaMalloc(int64_t nbytes, int device);
-void CudaFree(void* p, int device);
-absl::Status CudaCopy(void* dst, Device dst_device, const void* src, Device src_device, int64_t n);
-}  // namespace internal
-#endif
 
 absl::StatusOr<Storage> Storage::Allocate(int64_t nbytes, Device device) {
   if (nbytes < 0) return absl::InvalidArgumentError(absl::StrCat("cannot allocate ", nbytes, " bytes"));
@@ -39,17 +32,17 @@ absl::StatusOr<Storage> Storage::Allocate(int64_t nbytes, Device device) {
     s.impl_->release = [p] { std::free(p); };
     return s;
   }
-#ifdef DT_WITH_CUDA
-  DT_ASSIGN_OR_RETURN(void* p, internal::CudaMalloc(nbytes, device.index));
+  absl::StatusOr<const internal::CudaModule*> cuda = internal::LoadCudaModule();
+  if (!cuda.ok()) {
+    return internal::InContext(cuda.status(), absl::StrCat("cannot allocate on ", device.ToString()));
+  }
+  const internal::CudaMemory& memory = (*cuda)->memory;
+  DT_ASSIGN_OR_RETURN(void* p, memory.allocate(nbytes, device.index));
   s.impl_->data = p;
   s.impl_->kind = Kind::kCuda;
   const int idx = device.index;
-  s.impl_->release = [p, idx] { internal::CudaFree(p, idx); };
+  s.impl_->release = [p, idx, release = memory.release] { release(p, idx); };
   return s;
-#else
-  return absl::FailedPreconditionError(
-      absl::StrCat("cannot allocate on ", device.ToString(), ": this build has no CUDA support"));
-#endif
 }
 
 absl::StatusOr<Storage> Storage::MapFile(const std::string& path, int64_t offset, int64_t length) {
@@ -123,12 +116,12 @@ absl::Status CopyBytes(void* dst, Device dst_device, const void* src, Device src
     std::memcpy(dst, src, static_cast<size_t>(nbytes));
     return absl::OkStatus();
   }
-#ifdef DT_WITH_CUDA
-  return internal::CudaCopy(dst, dst_device, src, src_device, nbytes);
-#else
-  return absl::FailedPreconditionError(absl::StrCat("cannot copy ", src_device.ToString(), " -> ",
-                                                    dst_device.ToString(), ": this build has no CUDA support"));
-#endif
+  absl::StatusOr<const internal::CudaModule*> cuda = internal::LoadCudaModule();
+  if (!cuda.ok()) {
+    return internal::InContext(cuda.status(),
+                               absl::StrCat("cannot copy ", src_device.ToString(), " -> ", dst_device.ToString()));
+  }
+  return (*cuda)->memory.copy_bytes(dst, dst_device, src, src_device, nbytes);
 }
 
 }  // namespace dt

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "dtensor/core/cuda_module.h"
 #include "dtensor/core/random.h"
 #include "dtensor/core/strided.h"
 
@@ -156,13 +157,6 @@ std::optional<Shape> ViewStrides(IntSpan old_shape, IntSpan old_strides, IntSpan
 }
 
 }  // namespace
-
-#ifdef DT_WITH_CUDA
-namespace internal {
-absl::Status CudaStridedCopy(const Tensor& dst, const Tensor& src);
-absl::Status CudaFill(const Tensor& dst, double value);
-}  // namespace internal
-#endif
 
 Tensor::Tensor(Storage storage, Shape shape, Shape strides, int64_t storage_offset, DType dtype)
     : storage_(std::move(storage)),
@@ -399,8 +393,13 @@ absl::Status Tensor::CopyFrom(const Tensor& src) const {
     HostCopy(*this, src);
     return absl::OkStatus();
   }
-#ifdef DT_WITH_CUDA
-  if (device() == src.device()) return internal::CudaStridedCopy(*this, src);
+  if (device() == src.device()) {
+    absl::StatusOr<const internal::CudaModule*> cuda = internal::LoadCudaModule();
+    if (!cuda.ok()) {
+      return internal::InContext(cuda.status(), absl::StrCat("CopyFrom ", src.Describe(), " into ", Describe()));
+    }
+    return (*cuda)->memory.strided_copy(*this, src);
+  }
   // Across devices: make the source contiguous in the destination dtype on its own device, copy
   // the bytes, then scatter into the destination's strides on the destination device.
   DT_ASSIGN_OR_RETURN(Tensor s, src.To(dtype_));
@@ -409,21 +408,15 @@ absl::Status Tensor::CopyFrom(const Tensor& src) const {
   DT_ASSIGN_OR_RETURN(Tensor tmp, Empty(shape_, dtype_, device()));
   DT_RETURN_IF_ERROR(CopyBytes(tmp.raw_data(), device(), s.raw_data(), s.device(), nbytes()));
   return CopyFrom(tmp);
-#else
-  return absl::FailedPreconditionError(absl::StrCat("CopyFrom ", src.Describe(), " into ", Describe(),
-                                                    ": this build has no CUDA support"));
-#endif
 }
 
 absl::Status Tensor::Fill(double value) const {
   if (read_only()) return absl::FailedPreconditionError(absl::StrCat("Fill: ", Describe(), " is read-only"));
   if (numel() == 0) return absl::OkStatus();
   if (device().is_cuda()) {
-#ifdef DT_WITH_CUDA
-    return internal::CudaFill(*this, value);
-#else
-    return absl::FailedPreconditionError("Fill on cuda: no CUDA support");
-#endif
+    absl::StatusOr<const internal::CudaModule*> cuda = internal::LoadCudaModule();
+    if (!cuda.ok()) return internal::InContext(cuda.status(), absl::StrCat("Fill ", Describe()));
+    return (*cuda)->memory.fill(*this, value);
   }
   internal::StridedLoop loop(shape_, strides_, {});
   const int64_t st = loop.strides[0].back();

@@ -30,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "dtensor/core/cuda_module.h"
 #include "dtensor/mesh/world.h"
 
 namespace dt::internal {
@@ -105,7 +106,15 @@ std::shared_ptr<World> MakeSingleThreadWorld(const WorldOptions& options);
 // memory (Note [Shm groups] in gloo_backend.cc).
 absl::StatusOr<std::shared_ptr<World>> MakeGlooWorld(const LaunchInfo& info, const WorldOptions& options);
 absl::StatusOr<std::shared_ptr<World>> MakeMpiWorld(const LaunchInfo& info, const WorldOptions& options);
+// nccl: the libdtensor_nccl.so module's (mesh/nccl_module.cc loads it; Unimplemented in a build
+// without NCCL, FailedPrecondition when the module cannot be loaded).
 absl::StatusOr<std::shared_ptr<World>> MakeNcclWorld(const LaunchInfo& info, const WorldOptions& options);
+// The table libdtensor_nccl.so hands over (mesh/nccl_backend.cc; Note [CUDA module] in
+// core/cuda_module.h).
+struct NcclModule {
+  ModuleHeader header;
+  absl::StatusOr<std::shared_ptr<World>> (*make_world)(const LaunchInfo& info, const WorldOptions& options);
+};
 
 class TcpStore;
 // The shared-memory communicator over `ranks` (all on this host; this process is member `me`),

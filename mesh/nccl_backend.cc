@@ -1,5 +1,6 @@
-// The nccl backend: one NCCL communicator and one CUDA stream per group; compiled when CUDA and
-// NCCL are found (DT_WITH_NCCL).
+// The nccl backend: one NCCL communicator and one CUDA stream per group. It is the
+// libdtensor_nccl.so module, built when CUDA and NCCL are found and loaded by the first nccl world
+// (internal::MakeNcclWorld in mesh/nccl_module.cc; Note [CUDA module] in core/cuda_module.h).
 //
 // Note [NCCL backend]
 //   - Rank 0 of a group makes the ncclUniqueId and publishes it in the store ("nccl/<gid>"); the
@@ -14,21 +15,6 @@
 //     (pack on the device, all_to_all_v, unpack), cheap next to NVLink.
 //   - avg: ncclAvg for floating dtypes; integers sum, then divide on the host (a slow path).
 
-#include "dtensor/mesh/backends.h"
-
-#ifndef DT_WITH_NCCL
-
-namespace dt::internal {
-
-absl::StatusOr<std::shared_ptr<World>> MakeNcclWorld(const LaunchInfo& info, const WorldOptions& options) {
-  return absl::UnimplementedError(
-      "backend nccl: this build has no NCCL (configure with -DDT_CUDA=ON on a machine with CUDA and NCCL)");
-}
-
-}  // namespace dt::internal
-
-#else
-
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -39,6 +25,7 @@ absl::StatusOr<std::shared_ptr<World>> MakeNcclWorld(const LaunchInfo& info, con
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "dtensor/mesh/backends.h"
 #include "dtensor/mesh/collective.h"
 #include "dtensor/mesh/reduce.h"
 #include "dtensor/mesh/tcp_store.h"
@@ -362,9 +349,7 @@ class NcclWorld final : public BackendWorld {
   Rendezvous rv_;
 };
 
-}  // namespace
-
-absl::StatusOr<std::shared_ptr<World>> MakeNcclWorld(const LaunchInfo& info, const WorldOptions& options) {
+absl::StatusOr<std::shared_ptr<World>> MakeWorld(const LaunchInfo& info, const WorldOptions& options) {
   const int devices = CudaDeviceCount();
   if (devices <= info.local_rank) {
     return absl::FailedPreconditionError(absl::StrCat("backend nccl: local rank ", info.local_rank,
@@ -375,6 +360,10 @@ absl::StatusOr<std::shared_ptr<World>> MakeNcclWorld(const LaunchInfo& info, con
   return std::shared_ptr<World>(std::make_shared<NcclWorld>(info, options, std::move(rv)));
 }
 
+}  // namespace
 }  // namespace dt::internal
 
-#endif  // DT_WITH_NCCL
+extern "C" __attribute__((visibility("default"))) const dt::internal::ModuleHeader* dtensor_nccl_module_v1() {
+  static const dt::internal::NcclModule module = {DT_MODULE_HEADER, dt::internal::MakeWorld};
+  return &module.header;
+}

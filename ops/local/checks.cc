@@ -1,6 +1,7 @@
 #include "dtensor/ops/local/checks.h"
 
 #include "absl/strings/str_cat.h"
+#include "dtensor/core/cuda_module.h"
 
 namespace dt::ops::internal {
 
@@ -60,9 +61,10 @@ absl::Status CheckMinDims(absl::string_view op, absl::string_view name, const Te
       absl::StrCat(op, ": ", name, " must have at least ", dims, " dims, got ", t.Describe()));
 }
 
-absl::Status NoCuda(absl::string_view op, Device device) {
-  return absl::FailedPreconditionError(
-      absl::StrCat(op, " on ", device.ToString(), ": this build has no CUDA support"));
+absl::StatusOr<const CudaKernels*> LoadCudaKernels(absl::string_view op, Device device) {
+  absl::StatusOr<const dt::internal::CudaModule*> cuda = dt::internal::LoadCudaModule();
+  if (!cuda.ok()) return dt::internal::InContext(cuda.status(), absl::StrCat(op, " on ", device.ToString()));
+  return (*cuda)->kernels;
 }
 
 }  // namespace dt::ops::internal

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "dtensor/core/tensor.h"
+#include "dtensor/ops/local/cuda_kernels.h"
 #include "dtensor/ops/local/kernels.h"
 
 namespace dt::ops::internal {
@@ -28,17 +29,16 @@ absl::Status CheckShape(absl::string_view op, absl::string_view name, const Tens
                         IntSpan want);
 // "Matmul: a must have at least 2 dims, got f32[3] cpu".
 absl::Status CheckMinDims(absl::string_view op, absl::string_view name, const Tensor& t, int dims);
-// FailedPrecondition "<op> on cuda:0: this build has no CUDA support".
-absl::Status NoCuda(absl::string_view op, Device device);
 
 }  // namespace dt::ops::internal
 
-// DT_OPS_KERNEL(device, Name, args...): ops::cpu::Name(args...) or ops::cuda::Name(args...).
-#ifdef DT_WITH_CUDA
-#define DT_OPS_KERNEL(device, name, ...)                                                   \
-  ((device).is_cuda() ? ::dt::ops::cuda::name(__VA_ARGS__) : ::dt::ops::cpu::name(__VA_ARGS__))
-#else
-#define DT_OPS_KERNEL(device, name, ...)                                                   \
-  ((device).is_cuda() ? ::dt::ops::internal::NoCuda(#name, (device))                       \
-                      : ::dt::ops::cpu::name(__VA_ARGS__))
-#endif
+// DT_OPS_KERNEL(device, Name, args...): ops::cpu::Name(args...), or on a CUDA device the
+// libdtensor_cuda.so module's ops::cuda::Name(args...), the module loaded on first use (a build or
+// machine without it answers FailedPrecondition "<Name> on cuda:0: <why>").
+#define DT_OPS_KERNEL(device, name, ...)                                                     \
+  ((device).is_cuda()                                                                        \
+       ? ::dt::ops::internal::RunCuda(#name, (device),                                       \
+                                      [&](const ::dt::ops::internal::CudaKernels& kernels_) { \
+                                        return kernels_.name(__VA_ARGS__);                    \
+                                      })                                                     \
+       : ::dt::ops::cpu::name(__VA_ARGS__))

@@ -3,8 +3,9 @@
 //
 // The public functions in ops.h validate every argument, compute output shapes, allocate the
 // outputs on the inputs' device and then call exactly one kernel below, `cpu::X` or `cuda::X` with
-// identical signatures (cpu in ops/local/cpu/*.cc, cuda in ops/local/cuda/*.cu, built only when
-// CMake's DT_HAVE_CUDA is ON, which defines DT_WITH_CUDA).
+// identical signatures (cpu in ops/local/cpu/*.cc; cuda in ops/local/cuda/*.cu, built into the
+// libdtensor_cuda.so module when CMake's DT_HAVE_CUDA is ON and reached through the table of
+// ops/local/cuda_kernels.h, which lists them: Note [CUDA module] in core/cuda_module.h).
 //
 // What every kernel may assume (the public layer guarantees it):
 //   - all tensors are defined, on the kernel's device, with the dtypes and shapes stated below;

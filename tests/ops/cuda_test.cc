@@ -61,7 +61,7 @@ Op One(Fn fn) {
 }
 
 TEST(DopsCuda, OpsMatchTheHostOnEveryRank) {
-  if (!CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  if (!CudaAvailable()) GTEST_SKIP() << "no CUDA device: " << CudaUnavailableReason();
   const Tensor x = RandTensor({3, 8}, 1, false), w = RandTensor({10, 8}, 2, false),
                b = RandTensor({10}, 3, false), w2 = RandTensor({8, 10}, 4, false),
                big = RandTensor({6, 10}, 5, false), pos = RandTensor({6, 10}, 6, true, 1, 5);

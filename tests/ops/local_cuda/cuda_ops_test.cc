@@ -23,7 +23,7 @@ namespace dt::ops {
 namespace {
 
 #define DT_SKIP_WITHOUT_CUDA() \
-  if (!::dt::CudaAvailable()) GTEST_SKIP() << "no CUDA device"
+  if (!::dt::CudaAvailable()) GTEST_SKIP() << "no CUDA device: " << ::dt::CudaUnavailableReason()
 
 constexpr Device kGpu = Device::CUDA(0);
 constexpr DType kFloatTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
