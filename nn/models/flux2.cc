@@ -95,36 +95,36 @@ absl::Status ShardedAlike(const TPValidationContext& ctx, absl::string_view type
 
 TimestepEmbedding::TimestepEmbedding(int64_t in_channels, int64_t dim, DType dtype)
     : Module("TimestepEmbedding") {
-  AddModule<Linear>("linear_1", in_channels, dim, /*bias=*/false, dtype);
-  AddModule<Linear>("linear_2", dim, dim, /*bias=*/false, dtype);
+  linear_1_ = &AddModule<Linear>("linear_1", in_channels, dim, /*bias=*/false, dtype);
+  linear_2_ = &AddModule<Linear>("linear_2", dim, dim, /*bias=*/false, dtype);
 }
 
 absl::StatusOr<Values> TimestepEmbedding::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value x, SingleInput(*this, inputs));
-  DT_ASSIGN_OR_RETURN(x, FindChild("linear_1")->CallOne({x}));
+  DT_ASSIGN_OR_RETURN(x, linear_1_->CallOne({x}));
   DT_ASSIGN_OR_RETURN(x, vops::Silu(x));
-  DT_ASSIGN_OR_RETURN(x, FindChild("linear_2")->CallOne({x}));
+  DT_ASSIGN_OR_RETURN(x, linear_2_->CallOne({x}));
   return Values{std::move(x)};
 }
 
 Flux2TimestepGuidanceEmbeddings::Flux2TimestepGuidanceEmbeddings(int64_t channels, int64_t dim,
                                                                  bool guidance, DType dtype)
     : Module("Flux2TimestepGuidanceEmbeddings"), channels_(channels), dtype_(dtype) {
-  AddModule<TimestepEmbedding>("timestep_embedder", channels, dim, dtype);
-  if (guidance) AddModule<TimestepEmbedding>("guidance_embedder", channels, dim, dtype);
+  timestep_embedder_ = &AddModule<TimestepEmbedding>("timestep_embedder", channels, dim, dtype);
+  if (guidance) guidance_embedder_ = &AddModule<TimestepEmbedding>("guidance_embedder", channels, dim, dtype);
 }
 
 absl::StatusOr<Values> Flux2TimestepGuidanceEmbeddings::Forward(Values inputs) {
   DT_RETURN_IF_ERROR(Arity(*this, inputs, 2, "t, guidance (or undefined)"));
-  auto embed = [&](const Value& t, const char* child) -> absl::StatusOr<Value> {
+  auto embed = [&](const Value& t, TimestepEmbedding& embedder) -> absl::StatusOr<Value> {
     DT_ASSIGN_OR_RETURN(Tensor proj, Flux2TimestepProjection(t.local(), channels_));
     DT_ASSIGN_OR_RETURN(proj, ops::Cast(proj, dtype_));
     DT_ASSIGN_OR_RETURN(Value p, vops::AsKindOf(Value(proj), t));
-    return FindChild(child)->CallOne({p});
+    return embedder.CallOne({p});
   };
-  DT_ASSIGN_OR_RETURN(Value temb, embed(inputs[0], "timestep_embedder"));
-  if (inputs[1].defined() && FindChild("guidance_embedder") != nullptr) {
-    DT_ASSIGN_OR_RETURN(Value g, embed(inputs[1], "guidance_embedder"));
+  DT_ASSIGN_OR_RETURN(Value temb, embed(inputs[0], *timestep_embedder_));
+  if (inputs[1].defined() && guidance_embedder_ != nullptr) {
+    DT_ASSIGN_OR_RETURN(Value g, embed(inputs[1], *guidance_embedder_));
     DT_ASSIGN_OR_RETURN(temb, vops::Add(temb, g));
   }
   return Values{std::move(temb)};
@@ -132,28 +132,28 @@ absl::StatusOr<Values> Flux2TimestepGuidanceEmbeddings::Forward(Values inputs) {
 
 Flux2Modulation::Flux2Modulation(int64_t dim, int64_t sets, DType dtype)
     : Module("Flux2Modulation") {
-  AddModule<Linear>("linear", dim, dim * 3 * sets, /*bias=*/false, dtype);
+  linear_ = &AddModule<Linear>("linear", dim, dim * 3 * sets, /*bias=*/false, dtype);
 }
 
 absl::StatusOr<Values> Flux2Modulation::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value x, SingleInput(*this, inputs));
   DT_ASSIGN_OR_RETURN(x, vops::Silu(x));
-  DT_ASSIGN_OR_RETURN(x, FindChild("linear")->CallOne({x}));
+  DT_ASSIGN_OR_RETURN(x, linear_->CallOne({x}));
   return Values{std::move(x)};
 }
 
 AdaLayerNormContinuous::AdaLayerNormContinuous(int64_t dim, double eps, DType dtype)
     : Module("AdaLayerNormContinuous") {
-  AddModule<Linear>("linear", dim, 2 * dim, /*bias=*/false, dtype);
-  AddModule<LayerNorm>("norm", dim, eps, /*elementwise_affine=*/false, /*bias=*/false, dtype);
+  linear_ = &AddModule<Linear>("linear", dim, 2 * dim, /*bias=*/false, dtype);
+  norm_ = &AddModule<LayerNorm>("norm", dim, eps, /*elementwise_affine=*/false, /*bias=*/false, dtype);
 }
 
 absl::StatusOr<Values> AdaLayerNormContinuous::Forward(Values inputs) {
   DT_RETURN_IF_ERROR(Arity(*this, inputs, 2, "x, temb"));
   DT_ASSIGN_OR_RETURN(Value e, vops::Silu(inputs[1]));
-  DT_ASSIGN_OR_RETURN(e, FindChild("linear")->CallOne({e}));
+  DT_ASSIGN_OR_RETURN(e, linear_->CallOne({e}));
   DT_ASSIGN_OR_RETURN(std::vector<Value> scale_shift, SplitModulation(e, 2));  // scale first
-  DT_ASSIGN_OR_RETURN(Value x, FindChild("norm")->CallOne({inputs[0]}));
+  DT_ASSIGN_OR_RETURN(Value x, norm_->CallOne({inputs[0]}));
   DT_ASSIGN_OR_RETURN(x, vops::Modulate(x, scale_shift[0], scale_shift[1]));
   return Values{std::move(x)};
 }
@@ -162,19 +162,20 @@ absl::StatusOr<Values> AdaLayerNormContinuous::Forward(Values inputs) {
 
 Flux2Attention::Flux2Attention(const Flux2AttentionOptions& o)
     : Module("Flux2Attention"), options_(o) {
-  for (const char* p : {"to_q", "to_k", "to_v"}) {
-    AddModule<Linear>(p, o.dim, o.dim, /*bias=*/false, o.dtype);
-  }
-  AddModule<RMSNorm>("norm_q", o.head_dim, o.eps, o.dtype);
-  AddModule<RMSNorm>("norm_k", o.head_dim, o.eps, o.dtype);
-  ModuleList& out = AddModule<ModuleList>("to_out");
-  out.Append(std::make_unique<Linear>(o.dim, o.dim, /*bias=*/false, o.dtype));
-  AddModule<RMSNorm>("norm_added_q", o.head_dim, o.eps, o.dtype);
-  AddModule<RMSNorm>("norm_added_k", o.head_dim, o.eps, o.dtype);
-  for (const char* p : {"add_q_proj", "add_k_proj", "add_v_proj"}) {
-    AddModule<Linear>(p, o.dim, o.dim, /*bias=*/false, o.dtype);
-  }
-  AddModule<Linear>("to_add_out", o.dim, o.dim, /*bias=*/false, o.dtype);
+  auto linear = [&](const char* name) { return &AddModule<Linear>(name, o.dim, o.dim, /*bias=*/false, o.dtype); };
+  auto norm = [&](const char* name) { return &AddModule<RMSNorm>(name, o.head_dim, o.eps, o.dtype); };
+  to_q_ = linear("to_q");
+  to_k_ = linear("to_k");
+  to_v_ = linear("to_v");
+  norm_q_ = norm("norm_q");
+  norm_k_ = norm("norm_k");
+  to_out_ = &AddModule<ModuleList>("to_out").Append(std::make_unique<Linear>(o.dim, o.dim, /*bias=*/false, o.dtype));
+  norm_added_q_ = norm("norm_added_q");
+  norm_added_k_ = norm("norm_added_k");
+  add_q_proj_ = linear("add_q_proj");
+  add_k_proj_ = linear("add_k_proj");
+  add_v_proj_ = linear("add_v_proj");
+  to_add_out_ = linear("to_add_out");
 }
 
 absl::Status Flux2Attention::ValidateTensorParallel(const TPValidationContext& ctx) const {
@@ -188,21 +189,21 @@ absl::StatusOr<Values> Flux2Attention::Forward(Values inputs) {
   DT_RETURN_IF_ERROR(Arity(*this, inputs, 4, "x, c, cos, sin"));
   const int64_t hd = options_.head_dim;
   // to_<p>(x) -> [B, S, n, hd], normed when `norm` is given.
-  auto project = [&](const Value& in, const char* proj, const char* norm) -> absl::StatusOr<Value> {
-    DT_ASSIGN_OR_RETURN(Value y, FindChild(proj)->CallOne({in}));
+  auto project = [&](const Value& in, Linear* proj, RMSNorm* norm) -> absl::StatusOr<Value> {
+    DT_ASSIGN_OR_RETURN(Value y, proj->CallOne({in}));
     // This rank's heads as a plain piece (Note [Local pieces remember their layout]).
     DT_ASSIGN_OR_RETURN(y, Unflatten(PlainLocal(y), hd));
     if (norm != nullptr) {
-      DT_ASSIGN_OR_RETURN(y, FindChild(norm)->CallOne({y}));
+      DT_ASSIGN_OR_RETURN(y, norm->CallOne({y}));
     }
     return y;
   };
-  DT_ASSIGN_OR_RETURN(Value q, project(inputs[0], "to_q", "norm_q"));
-  DT_ASSIGN_OR_RETURN(Value k, project(inputs[0], "to_k", "norm_k"));
-  DT_ASSIGN_OR_RETURN(Value v, project(inputs[0], "to_v", nullptr));
-  DT_ASSIGN_OR_RETURN(Value cq, project(inputs[1], "add_q_proj", "norm_added_q"));
-  DT_ASSIGN_OR_RETURN(Value ck, project(inputs[1], "add_k_proj", "norm_added_k"));
-  DT_ASSIGN_OR_RETURN(Value cv, project(inputs[1], "add_v_proj", nullptr));
+  DT_ASSIGN_OR_RETURN(Value q, project(inputs[0], to_q_, norm_q_));
+  DT_ASSIGN_OR_RETURN(Value k, project(inputs[0], to_k_, norm_k_));
+  DT_ASSIGN_OR_RETURN(Value v, project(inputs[0], to_v_, nullptr));
+  DT_ASSIGN_OR_RETURN(Value cq, project(inputs[1], add_q_proj_, norm_added_q_));
+  DT_ASSIGN_OR_RETURN(Value ck, project(inputs[1], add_k_proj_, norm_added_k_));
+  DT_ASSIGN_OR_RETURN(Value cv, project(inputs[1], add_v_proj_, nullptr));
   // Text tokens first, as the rotary tables are.
   DT_ASSIGN_OR_RETURN(q, vops::Cat({cq, q}, 1));
   DT_ASSIGN_OR_RETURN(k, vops::Cat({ck, k}, 1));
@@ -210,38 +211,38 @@ absl::StatusOr<Values> Flux2Attention::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value a, RopeAttention(q, k, v, inputs[2], inputs[3]));
   const int64_t st = inputs[1].shape()[1], si = inputs[0].shape()[1];
   DT_ASSIGN_OR_RETURN(std::vector<Value> parts, vops::Split(a, {st, si}, 1));
-  const ModuleList& out = static_cast<const ModuleList&>(*FindChild("to_out"));
-  DT_ASSIGN_OR_RETURN(Value x, out.at(0).CallOne({parts[1]}));
-  DT_ASSIGN_OR_RETURN(Value c, FindChild("to_add_out")->CallOne({parts[0]}));
+  DT_ASSIGN_OR_RETURN(Value x, to_out_->CallOne({parts[1]}));
+  DT_ASSIGN_OR_RETURN(Value c, to_add_out_->CallOne({parts[0]}));
   return Values{std::move(x), std::move(c)};
 }
 
 Flux2FeedForward::Flux2FeedForward(int64_t dim, int64_t hidden, DType dtype)
     : Module("Flux2FeedForward") {
-  AddModule<Linear>("linear_in", dim, 2 * hidden, /*bias=*/false, dtype)
-      .set_packed_col_blocks({hidden, hidden});
-  AddModule<Linear>("linear_out", hidden, dim, /*bias=*/false, dtype);
+  linear_in_ = &AddModule<Linear>("linear_in", dim, 2 * hidden, /*bias=*/false, dtype);
+  linear_in_->set_packed_col_blocks({hidden, hidden});
+  linear_out_ = &AddModule<Linear>("linear_out", hidden, dim, /*bias=*/false, dtype);
 }
 
 absl::StatusOr<Values> Flux2FeedForward::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value x, SingleInput(*this, inputs));
-  DT_ASSIGN_OR_RETURN(x, FindChild("linear_in")->CallOne({x}));
+  DT_ASSIGN_OR_RETURN(x, linear_in_->CallOne({x}));
   DT_ASSIGN_OR_RETURN(x, SwiGLU(PlainLocal(x)));
-  DT_ASSIGN_OR_RETURN(x, FindChild("linear_out")->CallOne({x}));
+  DT_ASSIGN_OR_RETURN(x, linear_out_->CallOne({x}));
   return Values{std::move(x)};
 }
 
 Flux2TransformerBlock::Flux2TransformerBlock(const Flux2AttentionOptions& o)
     : Module("Flux2TransformerBlock") {
-  for (const char* n : {"norm1", "norm1_context"}) {
-    AddModule<LayerNorm>(n, o.dim, o.eps, /*elementwise_affine=*/false, /*bias=*/false, o.dtype);
-  }
-  AddModule<Flux2Attention>("attn", o);
-  for (const char* n : {"norm2", "norm2_context"}) {
-    AddModule<LayerNorm>(n, o.dim, o.eps, /*elementwise_affine=*/false, /*bias=*/false, o.dtype);
-  }
-  AddModule<Flux2FeedForward>("ff", o.dim, o.mlp_hidden_dim, o.dtype);
-  AddModule<Flux2FeedForward>("ff_context", o.dim, o.mlp_hidden_dim, o.dtype);
+  auto norm = [&](const char* name) {
+    return &AddModule<LayerNorm>(name, o.dim, o.eps, /*elementwise_affine=*/false, /*bias=*/false, o.dtype);
+  };
+  norm1_ = norm("norm1");
+  norm1_context_ = norm("norm1_context");
+  attn_ = &AddModule<Flux2Attention>("attn", o);
+  norm2_ = norm("norm2");
+  norm2_context_ = norm("norm2_context");
+  ff_ = &AddModule<Flux2FeedForward>("ff", o.dim, o.mlp_hidden_dim, o.dtype);
+  ff_context_ = &AddModule<Flux2FeedForward>("ff_context", o.dim, o.mlp_hidden_dim, o.dtype);
 }
 
 absl::StatusOr<Values> Flux2TransformerBlock::Forward(Values inputs) {
@@ -250,21 +251,21 @@ absl::StatusOr<Values> Flux2TransformerBlock::Forward(Values inputs) {
   // (shift, scale, gate) for attention, then for the feed-forward.
   DT_ASSIGN_OR_RETURN(std::vector<Value> mi, SplitModulation(inputs[2], 6));
   DT_ASSIGN_OR_RETURN(std::vector<Value> mt, SplitModulation(inputs[3], 6));
-  auto modulate = [&](const char* norm, const Value& h, const Value& shift,
+  auto modulate = [&](LayerNorm* norm, const Value& h, const Value& shift,
                       const Value& scale) -> absl::StatusOr<Value> {
-    DT_ASSIGN_OR_RETURN(Value n, FindChild(norm)->CallOne({h}));
+    DT_ASSIGN_OR_RETURN(Value n, norm->CallOne({h}));
     return vops::Modulate(n, scale, shift);
   };
-  DT_ASSIGN_OR_RETURN(Value xn, modulate("norm1", x, mi[0], mi[1]));
-  DT_ASSIGN_OR_RETURN(Value cn, modulate("norm1_context", c, mt[0], mt[1]));
-  DT_ASSIGN_OR_RETURN(Values a, FindChild("attn")->Call({xn, cn, inputs[4], inputs[5]}));
+  DT_ASSIGN_OR_RETURN(Value xn, modulate(norm1_, x, mi[0], mi[1]));
+  DT_ASSIGN_OR_RETURN(Value cn, modulate(norm1_context_, c, mt[0], mt[1]));
+  DT_ASSIGN_OR_RETURN(Values a, attn_->Call({xn, cn, inputs[4], inputs[5]}));
   DT_ASSIGN_OR_RETURN(x, GatedResidual(x, mi[2], a[0]));
   DT_ASSIGN_OR_RETURN(c, GatedResidual(c, mt[2], a[1]));
-  DT_ASSIGN_OR_RETURN(xn, modulate("norm2", x, mi[3], mi[4]));
-  DT_ASSIGN_OR_RETURN(Value f, FindChild("ff")->CallOne({xn}));
+  DT_ASSIGN_OR_RETURN(xn, modulate(norm2_, x, mi[3], mi[4]));
+  DT_ASSIGN_OR_RETURN(Value f, ff_->CallOne({xn}));
   DT_ASSIGN_OR_RETURN(x, GatedResidual(x, mi[5], f));
-  DT_ASSIGN_OR_RETURN(cn, modulate("norm2_context", c, mt[3], mt[4]));
-  DT_ASSIGN_OR_RETURN(Value fc, FindChild("ff_context")->CallOne({cn}));
+  DT_ASSIGN_OR_RETURN(cn, modulate(norm2_context_, c, mt[3], mt[4]));
+  DT_ASSIGN_OR_RETURN(Value fc, ff_context_->CallOne({cn}));
   DT_ASSIGN_OR_RETURN(c, GatedResidual(c, mt[5], fc));
   return Values{std::move(x), std::move(c)};
 }
@@ -274,11 +275,12 @@ absl::StatusOr<Values> Flux2TransformerBlock::Forward(Values inputs) {
 Flux2ParallelSelfAttention::Flux2ParallelSelfAttention(const Flux2AttentionOptions& o)
     : Module("Flux2ParallelSelfAttention"), options_(o) {
   const int64_t d = o.dim, m = o.mlp_hidden_dim;
-  AddModule<Linear>("to_qkv_mlp_proj", d, 3 * d + 2 * m, /*bias=*/false, o.dtype)
-      .set_packed_col_blocks({d, d, d, m, m});
-  AddModule<RMSNorm>("norm_q", o.head_dim, o.eps, o.dtype);
-  AddModule<RMSNorm>("norm_k", o.head_dim, o.eps, o.dtype);
-  AddModule<Linear>("to_out", d + m, d, /*bias=*/false, o.dtype).set_packed_row_blocks({d, m});
+  to_qkv_mlp_proj_ = &AddModule<Linear>("to_qkv_mlp_proj", d, 3 * d + 2 * m, /*bias=*/false, o.dtype);
+  to_qkv_mlp_proj_->set_packed_col_blocks({d, d, d, m, m});
+  norm_q_ = &AddModule<RMSNorm>("norm_q", o.head_dim, o.eps, o.dtype);
+  norm_k_ = &AddModule<RMSNorm>("norm_k", o.head_dim, o.eps, o.dtype);
+  to_out_ = &AddModule<Linear>("to_out", d + m, d, /*bias=*/false, o.dtype);
+  to_out_->set_packed_row_blocks({d, m});
 }
 
 absl::Status Flux2ParallelSelfAttention::ValidateTensorParallel(
@@ -294,7 +296,7 @@ absl::Status Flux2ParallelSelfAttention::ValidateTensorParallel(
 
 absl::StatusOr<Values> Flux2ParallelSelfAttention::Forward(Values inputs) {
   DT_RETURN_IF_ERROR(Arity(*this, inputs, 3, "h, cos, sin"));
-  DT_ASSIGN_OR_RETURN(Value p, FindChild("to_qkv_mlp_proj")->CallOne({inputs[0]}));
+  DT_ASSIGN_OR_RETURN(Value p, to_qkv_mlp_proj_->CallOne({inputs[0]}));
   p = PlainLocal(p);  // this rank's slices of each block (Note [Local pieces remember their layout])
   // This rank's [Q|K|V|gate|up] slices: split by the global ratio 3D : 2M.
   const int64_t qkv = 3 * options_.dim, mlp = 2 * options_.mlp_hidden_dim;
@@ -305,27 +307,27 @@ absl::StatusOr<Values> Flux2ParallelSelfAttention::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value q, Unflatten(qkv_parts[0], hd));
   DT_ASSIGN_OR_RETURN(Value k, Unflatten(qkv_parts[1], hd));
   DT_ASSIGN_OR_RETURN(Value v, Unflatten(qkv_parts[2], hd));
-  DT_ASSIGN_OR_RETURN(q, FindChild("norm_q")->CallOne({q}));
-  DT_ASSIGN_OR_RETURN(k, FindChild("norm_k")->CallOne({k}));
+  DT_ASSIGN_OR_RETURN(q, norm_q_->CallOne({q}));
+  DT_ASSIGN_OR_RETURN(k, norm_k_->CallOne({k}));
   DT_ASSIGN_OR_RETURN(Value a, RopeAttention(q, k, v, inputs[1], inputs[2]));
   DT_ASSIGN_OR_RETURN(Value m, SwiGLU(parts[1]));
   DT_ASSIGN_OR_RETURN(Value am, vops::Cat({a, m}, -1));
-  DT_ASSIGN_OR_RETURN(Value y, FindChild("to_out")->CallOne({am}));
+  DT_ASSIGN_OR_RETURN(Value y, to_out_->CallOne({am}));
   return Values{std::move(y)};
 }
 
 Flux2SingleTransformerBlock::Flux2SingleTransformerBlock(const Flux2AttentionOptions& o)
     : Module("Flux2SingleTransformerBlock") {
-  AddModule<LayerNorm>("norm", o.dim, o.eps, /*elementwise_affine=*/false, /*bias=*/false, o.dtype);
-  AddModule<Flux2ParallelSelfAttention>("attn", o);
+  norm_ = &AddModule<LayerNorm>("norm", o.dim, o.eps, /*elementwise_affine=*/false, /*bias=*/false, o.dtype);
+  attn_ = &AddModule<Flux2ParallelSelfAttention>("attn", o);
 }
 
 absl::StatusOr<Values> Flux2SingleTransformerBlock::Forward(Values inputs) {
   DT_RETURN_IF_ERROR(Arity(*this, inputs, 4, "h, mod, cos, sin"));
   DT_ASSIGN_OR_RETURN(std::vector<Value> mod, SplitModulation(inputs[1], 3));
-  DT_ASSIGN_OR_RETURN(Value n, FindChild("norm")->CallOne({inputs[0]}));
+  DT_ASSIGN_OR_RETURN(Value n, norm_->CallOne({inputs[0]}));
   DT_ASSIGN_OR_RETURN(n, vops::Modulate(n, mod[1], mod[0]));
-  DT_ASSIGN_OR_RETURN(Value a, FindChild("attn")->CallOne({n, inputs[2], inputs[3]}));
+  DT_ASSIGN_OR_RETURN(Value a, attn_->CallOne({n, inputs[2], inputs[3]}));
   DT_ASSIGN_OR_RETURN(Value h, GatedResidual(inputs[0], mod[2], a));
   return Values{std::move(h)};
 }
@@ -335,13 +337,13 @@ absl::StatusOr<Values> Flux2SingleTransformerBlock::Forward(Values inputs) {
 Flux2Transformer2DModel::Flux2Transformer2DModel(const loaders::Flux2Config& c, DType dtype)
     : Module("Flux2Transformer2DModel"), config_(c), dtype_(dtype) {
   const int64_t d = c.inner_dim();
-  AddModule<Flux2TimestepGuidanceEmbeddings>("time_guidance_embed", c.timestep_guidance_channels,
-                                             d, c.guidance_embeds, dtype);
-  AddModule<Flux2Modulation>("double_stream_modulation_img", d, 2, dtype);
-  AddModule<Flux2Modulation>("double_stream_modulation_txt", d, 2, dtype);
-  AddModule<Flux2Modulation>("single_stream_modulation", d, 1, dtype);
-  AddModule<Linear>("x_embedder", c.in_channels, d, /*bias=*/false, dtype);
-  AddModule<Linear>("context_embedder", c.joint_attention_dim, d, /*bias=*/false, dtype);
+  time_guidance_embed_ = &AddModule<Flux2TimestepGuidanceEmbeddings>(
+      "time_guidance_embed", c.timestep_guidance_channels, d, c.guidance_embeds, dtype);
+  double_stream_modulation_img_ = &AddModule<Flux2Modulation>("double_stream_modulation_img", d, 2, dtype);
+  double_stream_modulation_txt_ = &AddModule<Flux2Modulation>("double_stream_modulation_txt", d, 2, dtype);
+  single_stream_modulation_ = &AddModule<Flux2Modulation>("single_stream_modulation", d, 1, dtype);
+  x_embedder_ = &AddModule<Linear>("x_embedder", c.in_channels, d, /*bias=*/false, dtype);
+  context_embedder_ = &AddModule<Linear>("context_embedder", c.joint_attention_dim, d, /*bias=*/false, dtype);
   Flux2AttentionOptions o;
   o.dim = d;
   o.heads = c.num_attention_heads;
@@ -349,15 +351,17 @@ Flux2Transformer2DModel::Flux2Transformer2DModel(const loaders::Flux2Config& c, 
   o.mlp_hidden_dim = c.mlp_hidden_dim();
   o.eps = c.eps;
   o.dtype = dtype;
-  ModuleList& dbl = AddModule<ModuleList>("transformer_blocks");
-  for (int64_t i = 0; i < c.num_layers; ++i) dbl.Append(std::make_unique<Flux2TransformerBlock>(o));
-  ModuleList& sgl = AddModule<ModuleList>("single_transformer_blocks");
-  for (int64_t i = 0; i < c.num_single_layers; ++i) {
-    sgl.Append(std::make_unique<Flux2SingleTransformerBlock>(o));
+  transformer_blocks_ = &AddModule<ModuleList>("transformer_blocks");
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    transformer_blocks_->Append(std::make_unique<Flux2TransformerBlock>(o));
   }
-  AddModule<AdaLayerNormContinuous>("norm_out", d, c.eps, dtype);
-  AddModule<Linear>("proj_out", d, c.patch_size * c.patch_size * c.out_channels, /*bias=*/false,
-                    dtype);
+  single_transformer_blocks_ = &AddModule<ModuleList>("single_transformer_blocks");
+  for (int64_t i = 0; i < c.num_single_layers; ++i) {
+    single_transformer_blocks_->Append(std::make_unique<Flux2SingleTransformerBlock>(o));
+  }
+  norm_out_ = &AddModule<AdaLayerNormContinuous>("norm_out", d, c.eps, dtype);
+  proj_out_ = &AddModule<Linear>("proj_out", d, c.patch_size * c.patch_size * c.out_channels, /*bias=*/false,
+                                 dtype);
 }
 
 ParallelPlan Flux2Transformer2DModel::TPPlan(const loaders::Flux2Config& config) {
@@ -587,15 +591,15 @@ absl::StatusOr<Values> Flux2Transformer2DModel::Forward(Values inputs) {
   };
   DT_ASSIGN_OR_RETURN(Value t, scaled(inputs[2]));
   DT_ASSIGN_OR_RETURN(Value g, scaled(inputs[3]));
-  DT_ASSIGN_OR_RETURN(Value temb, FindChild("time_guidance_embed")->CallOne({t, g}));
-  DT_ASSIGN_OR_RETURN(Value mod_img, FindChild("double_stream_modulation_img")->CallOne({temb}));
-  DT_ASSIGN_OR_RETURN(Value mod_txt, FindChild("double_stream_modulation_txt")->CallOne({temb}));
-  DT_ASSIGN_OR_RETURN(Value mod_single, FindChild("single_stream_modulation")->CallOne({temb}));
+  DT_ASSIGN_OR_RETURN(Value temb, time_guidance_embed_->CallOne({t, g}));
+  DT_ASSIGN_OR_RETURN(Value mod_img, double_stream_modulation_img_->CallOne({temb}));
+  DT_ASSIGN_OR_RETURN(Value mod_txt, double_stream_modulation_txt_->CallOne({temb}));
+  DT_ASSIGN_OR_RETURN(Value mod_single, single_stream_modulation_->CallOne({temb}));
 
   DT_ASSIGN_OR_RETURN(Tensor x_in, ops::Cast(hs.local(), dtype_));
   DT_ASSIGN_OR_RETURN(Tensor c_in, ops::Cast(ehs.local(), dtype_));
-  DT_ASSIGN_OR_RETURN(Value x, FindChild("x_embedder")->CallOne({Value(x_in)}));
-  DT_ASSIGN_OR_RETURN(Value ctx, FindChild("context_embedder")->CallOne({Value(c_in)}));
+  DT_ASSIGN_OR_RETURN(Value x, x_embedder_->CallOne({Value(x_in)}));
+  DT_ASSIGN_OR_RETURN(Value ctx, context_embedder_->CallOne({Value(c_in)}));
 
   // Rotary tables, text tokens first; applied in f32 to q and k of the model dtype.
   DT_ASSIGN_OR_RETURN(Tensor ids, ops::Cat({txt_ids.dtype() == img_ids.dtype()
@@ -606,20 +610,18 @@ absl::StatusOr<Values> Flux2Transformer2DModel::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(auto cs, Flux2RotaryTables(ids, c.axes_dims_rope, c.rope_theta));
   const Value cos(cs.first), sin(cs.second);
 
-  const ModuleList& dbl = static_cast<const ModuleList&>(*FindChild("transformer_blocks"));
-  for (int64_t i = 0; i < dbl.size(); ++i) {
-    DT_ASSIGN_OR_RETURN(Values xc, dbl.at(i).Call({x, ctx, mod_img, mod_txt, cos, sin}));
+  for (int64_t i = 0; i < transformer_blocks_->size(); ++i) {
+    DT_ASSIGN_OR_RETURN(Values xc, transformer_blocks_->at(i).Call({x, ctx, mod_img, mod_txt, cos, sin}));
     x = std::move(xc[0]);
     ctx = std::move(xc[1]);
   }
   DT_ASSIGN_OR_RETURN(Value h, vops::Cat({ctx, x}, 1));
-  const ModuleList& sgl = static_cast<const ModuleList&>(*FindChild("single_transformer_blocks"));
-  for (int64_t i = 0; i < sgl.size(); ++i) {
-    DT_ASSIGN_OR_RETURN(h, sgl.at(i).CallOne({h, mod_single, cos, sin}));
+  for (int64_t i = 0; i < single_transformer_blocks_->size(); ++i) {
+    DT_ASSIGN_OR_RETURN(h, single_transformer_blocks_->at(i).CallOne({h, mod_single, cos, sin}));
   }
   DT_ASSIGN_OR_RETURN(std::vector<Value> parts, vops::Split(h, {st, si}, 1));
-  DT_ASSIGN_OR_RETURN(Value y, FindChild("norm_out")->CallOne({parts[1], temb}));
-  DT_ASSIGN_OR_RETURN(y, FindChild("proj_out")->CallOne({y}));
+  DT_ASSIGN_OR_RETURN(Value y, norm_out_->CallOne({parts[1], temb}));
+  DT_ASSIGN_OR_RETURN(y, proj_out_->CallOne({y}));
   return Values{std::move(y)};
 }
 

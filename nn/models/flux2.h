@@ -69,8 +69,10 @@
 #include "dtensor/loaders/diffusers_config.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/nn/distributed.h"
+#include "dtensor/nn/linear.h"
 #include "dtensor/nn/load.h"
 #include "dtensor/nn/module.h"
+#include "dtensor/nn/norm.h"
 #include "dtensor/nn/plan.h"
 #include "dtensor/nn/save.h"
 
@@ -83,6 +85,10 @@ class TimestepEmbedding : public Module {
 
  protected:
   absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  Linear* linear_1_;
+  Linear* linear_2_;
 };
 
 // {t [B] f32 (× 1000 already), g [B] or undefined} -> {temb [B, D]}.
@@ -96,6 +102,8 @@ class Flux2TimestepGuidanceEmbeddings : public Module {
  private:
   int64_t channels_;
   DType dtype_;
+  TimestepEmbedding* timestep_embedder_;
+  TimestepEmbedding* guidance_embedder_ = nullptr;  // with guidance_embeds only
 };
 
 // {temb [B, D]} -> {linear(silu(temb)) [B, sets · 3D]}.
@@ -105,6 +113,9 @@ class Flux2Modulation : public Module {
 
  protected:
   absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  Linear* linear_;
 };
 
 struct Flux2AttentionOptions {
@@ -128,6 +139,9 @@ class Flux2Attention : public Module {
 
  private:
   Flux2AttentionOptions options_;
+  Linear *to_q_, *to_k_, *to_v_, *add_q_proj_, *add_k_proj_, *add_v_proj_;
+  RMSNorm *norm_q_, *norm_k_, *norm_added_q_, *norm_added_k_;
+  Linear *to_out_, *to_add_out_;  // to_out_: to_out.0 (diffusers' ModuleList)
 };
 
 // {x} -> {linear_out(silu(gate) * up)}, [gate | up] = linear_in(x).
@@ -137,6 +151,9 @@ class Flux2FeedForward : public Module {
 
  protected:
   absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  Linear *linear_in_, *linear_out_;
 };
 
 // {x, c, mod_img [B, 6D], mod_txt [B, 6D], cos, sin} -> {x, c}.
@@ -146,6 +163,11 @@ class Flux2TransformerBlock : public Module {
 
  protected:
   absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  LayerNorm *norm1_, *norm1_context_, *norm2_, *norm2_context_;
+  Flux2Attention* attn_;
+  Flux2FeedForward *ff_, *ff_context_;
 };
 
 // Single-stream parallel attention + MLP: {h [B, S, D], cos, sin} -> {to_out([attn | mlp])}.
@@ -159,6 +181,8 @@ class Flux2ParallelSelfAttention : public Module {
 
  private:
   Flux2AttentionOptions options_;
+  Linear *to_qkv_mlp_proj_, *to_out_;
+  RMSNorm *norm_q_, *norm_k_;
 };
 
 // {h, mod [B, 3D], cos, sin} -> {h}.
@@ -168,6 +192,10 @@ class Flux2SingleTransformerBlock : public Module {
 
  protected:
   absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  LayerNorm* norm_;
+  Flux2ParallelSelfAttention* attn_;
 };
 
 // diffusers' AdaLayerNormContinuous without affine: {x, temb} -> {LN(x) · (1 + scale) + shift},
@@ -178,6 +206,10 @@ class AdaLayerNormContinuous : public Module {
 
  protected:
   absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  Linear* linear_;
+  LayerNorm* norm_;
 };
 
 // The transformer's inputs as diffusers' forward takes them (plain tensors, the same on every
@@ -258,6 +290,12 @@ class Flux2Transformer2DModel : public Module {
 
   loaders::Flux2Config config_;
   DType dtype_;
+  // The children the forward calls, as built (Module::AddModule; no lookups by name).
+  Flux2TimestepGuidanceEmbeddings* time_guidance_embed_;
+  Flux2Modulation *double_stream_modulation_img_, *double_stream_modulation_txt_, *single_stream_modulation_;
+  Linear *x_embedder_, *context_embedder_, *proj_out_;
+  ModuleList *transformer_blocks_, *single_transformer_blocks_;
+  AdaLayerNormContinuous* norm_out_;
 };
 
 // ---- pipeline pieces (diffusers' Flux2Pipeline) -------------------------------------------------
