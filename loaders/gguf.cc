@@ -454,6 +454,43 @@ absl::StatusOr<std::vector<int64_t>> GgufFile::GetInts(absl::string_view key) co
   return out;
 }
 
+absl::StatusOr<Tensor> GgufFile::ReadBlocks(const GgufTensorInfo& t, absl::Span<const int64_t> rows,
+                                            const RangeList& cols, DType dtype,
+                                            ReadStats* stats) const {
+  const GgmlType& type = *t.type;
+  if (type.dtype != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Quote(path_), ": tensor '", t.name, "' is ", t.Describe(), "; it cannot be read as ",
+        DTypeName(dtype), " (quantized tensors are kept in their own type, or dequantized)"));
+  }
+  for (const IndexRange& c : cols) {
+    if (c.start % type.block != 0 || c.stop % type.block != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Quote(path_), ": tensor '", t.name, "' ", t.Describe(), ": columns [", c.start, ", ",
+          c.stop, ") are not whole ", type.block, "-element blocks, so they cannot stay ",
+          type.name));
+    }
+  }
+  const int64_t out_cols = RangesSize(cols);
+  DT_ASSIGN_OR_RETURN(Tensor piece, Tensor::Empty({static_cast<int64_t>(rows.size()), out_cols}, dtype));
+  const int64_t row_bytes = t.shape.back() / type.block * type.block_bytes;
+  const uint8_t* base = static_cast<const uint8_t*>(data_.data()) + t.offset;
+  char* out = static_cast<char*>(piece.raw_data());
+  int64_t copied = 0;
+  for (int64_t r : rows) {
+    for (const IndexRange& c : cols) {
+      const int64_t bytes = c.size() / type.block * type.block_bytes;
+      std::memcpy(out, base + r * row_bytes + c.start / type.block * type.block_bytes,
+                  static_cast<size_t>(bytes));
+      out += bytes;
+      copied += bytes;
+    }
+  }
+  if (!rows.empty() && out_cols > 0) DropMappedPages(reinterpret_cast<const char*>(base), t.nbytes);
+  AccountRead(stats, 0, copied, 0);
+  return piece;
+}
+
 absl::StatusOr<Tensor> GgufFile::ReadRanges(absl::string_view name, const DimRanges& ranges,
                                             const ReadOptions& options, ReadStats* stats) const {
   const GgufTensorInfo* t = FindTensor(name);
@@ -482,7 +519,7 @@ absl::StatusOr<Tensor> GgufFile::ReadRows(absl::string_view name, absl::Span<con
   const GgufTensorInfo* t = FindTensor(name);
   if (t == nullptr) return absl::NotFoundError(absl::StrCat(Quote(path_), ": no tensor '", name, "'"));
   const GgmlType& type = *t->type;
-  if (!type.dequantizable) {
+  if (!type.dequantizable()) {
     return absl::UnimplementedError(absl::StrCat(
         Quote(path_), ": tensor '", t->name, "' is ", type.name,
         ", which dtensor does not dequantize (supported: ", DequantizableGgmlTypes(), ")"));
@@ -497,6 +534,7 @@ absl::StatusOr<Tensor> GgufFile::ReadRows(absl::string_view name, absl::Span<con
                                                      " is outside [0, ", n_rows, ")"));
     }
   }
+  if (options.dtype && IsQuantized(*options.dtype)) return ReadBlocks(*t, rows, cols, *options.dtype, stats);
   const int64_t out_cols = RangesSize(cols);
   DT_ASSIGN_OR_RETURN(Tensor piece,
                       Tensor::Empty({static_cast<int64_t>(rows.size()), out_cols}, DType::kF32));

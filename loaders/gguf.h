@@ -31,6 +31,11 @@
 // bytes of those blocks (bytes_copied) and the dequantized output (bytes_converted). Types dtensor
 // does not dequantize (IQ*, Q2_K, Q3_K, ...) are listed and validated; reading one is
 // Unimplemented naming the type.
+//
+// A read whose ReadOptions::dtype is the tensor's own quantized dtype (q4_1 for a Q4_1 tensor;
+// Note [Quantized dtypes] in core/quant.h) copies the blocks as they are instead: every column
+// range must then start and end on a block boundary ("columns [0, 144) are not whole 32-element
+// blocks"), and another quantized dtype is refused (nothing is re-quantized).
 
 #include <cstdint>
 #include <map>
@@ -122,7 +127,8 @@ class GgufFile {
   absl::StatusOr<std::vector<int64_t>> GetInts(absl::string_view key) const;
 
   // The elements of tensor `name` at `ranges` (one RangeList per dim of its shape, ascending and
-  // disjoint), dequantized, as a contiguous tensor of `options.dtype` (f32 when unset).
+  // disjoint), dequantized, as a contiguous tensor of `options.dtype` (f32 when unset), or its
+  // blocks when `options.dtype` is the tensor's quantized dtype (see the file comment).
   absl::StatusOr<Tensor> ReadRanges(absl::string_view name, const DimRanges& ranges,
                                     const ReadOptions& options = {},
                                     ReadStats* stats = nullptr) const;
@@ -136,6 +142,9 @@ class GgufFile {
 
  private:
   GgufFile() = default;
+  // ReadRows for options.dtype quantized: the blocks of `rows` x `cols` (validated rows).
+  absl::StatusOr<Tensor> ReadBlocks(const GgufTensorInfo& t, absl::Span<const int64_t> rows,
+                                    const RangeList& cols, DType dtype, ReadStats* stats) const;
   std::string path_;
   uint32_t version_ = 0;
   int64_t alignment_ = 32;

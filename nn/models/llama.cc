@@ -256,12 +256,19 @@ absl::StatusOr<std::unique_ptr<LlamaForCausalLM>> LlamaForCausalLM::FromPretrain
   DT_RETURN_IF_ERROR(CheckConfigAgainstCheckpoint(config, checkpoint));
   auto model = std::make_unique<LlamaForCausalLM>(config, dtype);
   const ParallelPlan plan = options.plan.value_or(TPPlan(options.shard_embedding));
+  const bool quantized = options.keep_quantized && !options.load_whole;
+  if (quantized) {
+    DT_RETURN_IF_ERROR(KeepQuantized(*model, checkpoint, [&](absl::string_view name) {
+                         return model->CheckpointName(name);
+                       }).status());
+  }
   if (options.load_whole) {
     DT_RETURN_IF_ERROR(ReplicateModule(*model, mesh));
     model->mesh_ = mesh;
   } else {
     DT_RETURN_IF_ERROR(model->Parallelize(mesh, plan));
   }
+  if (quantized) DT_RETURN_IF_ERROR(FitQuantized(*model, options.quantized_misfit, dtype, report));
   DT_RETURN_IF_ERROR(model->CheckCheckpoint(checkpoint, options.warn && mesh.my_rank() ==
                                                              mesh.ranks().front()));
   DT_RETURN_IF_ERROR(model->LoadWeights(checkpoint, options, report));

@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto f = dt::loaders::GgufFile::Open(path);
   if (f.ok()) {
     for (const dt::loaders::GgufTensorInfo& t : (*f)->tensors()) {
-      if (t.type->dequantizable && dt::Numel(t.shape) <= (1 << 20)) {
+      if (t.type->dequantizable() && dt::Numel(t.shape) <= (1 << 20)) {
         (void)(*f)->ReadRanges(t.name, dt::FullRanges(t.shape));
       }
     }

@@ -1,0 +1,283 @@
+// The quantized dot kernels (Note [Quantized GEMM] in qgemm.cc): plain C++, and the x86 sets from
+// qgemm_x86.inc, which differ only in the integer dot product (vpmaddubsw + vpmaddwd on AVX2,
+// vpdpbusd on AVX-VNNI and AVX-512 VNNI).
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "dtensor/core/quant.h"
+#include "dtensor/core/status.h"
+#include "dtensor/ops/local/cpu/qgemm.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DT_QGEMM_X86 1
+// GCC 12's AVX-512 intrinsics initialise their undefined operands with themselves, which
+// -Wuninitialized reports once inlined (as in gemm_kernels.cc); the pragma must precede the header.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#else
+#define DT_QGEMM_X86 0
+#endif
+
+namespace dt::ops::cpu::qgemm {
+namespace {
+
+// ---- plain C++ -----------------------------------------------------------------------------------
+
+namespace generic {
+
+// One 32-element sub-block decoded: element p is d[p / 16] * q[p] + m[p / 16].
+struct Sub {
+  uint8_t q[32];
+  float d[2];
+  float m[2];
+};
+
+void Uniform(Sub* s, float d, float m) {
+  s->d[0] = s->d[1] = d;
+  s->m[0] = s->m[1] = m;
+}
+
+void Nibbles(const uint8_t* qs, uint8_t* q) {
+  for (int p = 0; p < 16; ++p) {
+    q[p] = qs[p] & 0x0F;
+    q[p + 16] = qs[p] >> 4;
+  }
+}
+
+void FifthBits(const uint8_t* qh, uint8_t* q) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  for (int p = 0; p < 32; ++p) q[p] |= static_cast<uint8_t>(((bits >> p) & 1) << 4);
+}
+
+void KScales(const uint8_t* b, float* ds, float* ms) {
+  const float d = LoadHalf(b), dmin = LoadHalf(b + 2);
+  const uint8_t* q = b + 4;
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    if (j < 4) {
+      sc = q[j] & 63;
+      m = q[j + 4] & 63;
+    } else {
+      sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+      m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+    ds[j] = d * static_cast<float>(sc);
+    ms[j] = -dmin * static_cast<float>(m);
+  }
+}
+
+// The sub-blocks of one block of `dtype` at b (DTypeBlock / 32 of them).
+void Decode(DType dtype, const uint8_t* b, Sub* out) {
+  switch (dtype) {
+    case DType::kQ8_0: {
+      const float d = LoadHalf(b);
+      for (int p = 0; p < 32; ++p) out->q[p] = static_cast<uint8_t>(b[2 + p] ^ 0x80);
+      return Uniform(out, d, -128 * d);
+    }
+    case DType::kQ4_0: {
+      const float d = LoadHalf(b);
+      Nibbles(b + 2, out->q);
+      return Uniform(out, d, -8 * d);
+    }
+    case DType::kQ4_1:
+      Nibbles(b + 4, out->q);
+      return Uniform(out, LoadHalf(b), LoadHalf(b + 2));
+    case DType::kQ5_0: {
+      const float d = LoadHalf(b);
+      Nibbles(b + 6, out->q);
+      FifthBits(b + 2, out->q);
+      return Uniform(out, d, -16 * d);
+    }
+    case DType::kQ5_1:
+      Nibbles(b + 8, out->q);
+      FifthBits(b + 4, out->q);
+      return Uniform(out, LoadHalf(b), LoadHalf(b + 2));
+    case DType::kQ4_K:
+    case DType::kQ5_K: {
+      float ds[8], ms[8];
+      KScales(b, ds, ms);
+      const bool five = dtype == DType::kQ5_K;
+      const uint8_t* qs = b + (five ? 48 : 16);
+      const uint8_t* qh = b + 16;
+      for (int j = 0; j < 4; ++j) {
+        Sub& lo = out[2 * j];
+        Sub& hi = out[2 * j + 1];
+        for (int p = 0; p < 32; ++p) {
+          lo.q[p] = qs[32 * j + p] & 0x0F;
+          hi.q[p] = qs[32 * j + p] >> 4;
+          if (five) {
+            lo.q[p] |= static_cast<uint8_t>(((qh[p] >> (2 * j)) & 1) << 4);
+            hi.q[p] |= static_cast<uint8_t>(((qh[p] >> (2 * j + 1)) & 1) << 4);
+          }
+        }
+        Uniform(&lo, ds[2 * j], ms[2 * j]);
+        Uniform(&hi, ds[2 * j + 1], ms[2 * j + 1]);
+      }
+      return;
+    }
+    case DType::kQ6_K: {
+      const float d = LoadHalf(b + 208);
+      const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+      for (int n = 0; n < 2; ++n) {
+        const uint8_t* ql = b + 64 * n;
+        const uint8_t* qh = b + 128 + 32 * n;
+        for (int s = 0; s < 4; ++s) {
+          Sub& o = out[4 * n + s];
+          for (int p = 0; p < 32; ++p) {
+            const uint8_t l = s % 2 == 0 ? ql[p] : ql[p + 32];
+            o.q[p] = static_cast<uint8_t>((s < 2 ? l & 0x0F : l >> 4) | (((qh[p] >> (2 * s)) & 3) << 4));
+          }
+          for (int h = 0; h < 2; ++h) {
+            o.d[h] = d * static_cast<float>(sc[8 * n + 2 * s + h]);
+            o.m[h] = -32 * o.d[h];
+          }
+        }
+      }
+      return;
+    }
+    default: DT_CHECK(false, "quantized Dot on ", DTypeName(dtype));
+  }
+}
+
+void Dot(DType dtype, const QRows& x, int64_t n, const uint8_t* w, int64_t row_bytes, float* c,
+         int64_t ldc) {
+  const int64_t qk = DTypeBlock(dtype), bytes = DTypeBlockBytes(dtype), k = x.k;
+  Sub subs[8];
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* row = w + j * row_bytes;
+    for (int i = 0; i < x.m; ++i) {
+      const int8_t* xq = x.q + i * k;
+      const float* xd = x.d + i * x.ld;
+      const float* xs = x.s + i * x.ld;
+      const float* xh = x.h + i * x.ld;
+      float acc = 0;
+      for (int64_t b = 0; b < k / qk; ++b) {
+        Decode(dtype, row + b * bytes, subs);
+        for (int64_t u = 0; u < qk / 32; ++u) {
+          const Sub& s = subs[u];
+          const int64_t sb = b * (qk / 32) + u;
+          int32_t dot[2] = {0, 0};
+          for (int p = 0; p < 32; ++p) dot[p / 16] += s.q[p] * xq[32 * sb + p];
+          acc += xd[sb] * (s.d[0] * static_cast<float>(dot[0]) + s.d[1] * static_cast<float>(dot[1])) +
+                 s.m[0] * xh[sb] + s.m[1] * (xs[sb] - xh[sb]);
+        }
+      }
+      c[i * ldc + j] = acc;
+    }
+  }
+}
+
+}  // namespace generic
+
+// ---- x86 -----------------------------------------------------------------------------------------
+
+#if DT_QGEMM_X86
+
+namespace avx2 {
+#define DT_Q_TARGET __attribute__((target("avx2,fma,f16c")))
+#define DT_Q_VNNI 0
+#include "dtensor/ops/local/cpu/qgemm_x86.inc"
+#undef DT_Q_TARGET
+#undef DT_Q_VNNI
+}  // namespace avx2
+
+namespace avxvnni {
+#define DT_Q_TARGET __attribute__((target("avxvnni,avx2,fma,f16c")))
+#define DT_Q_VNNI 1
+#define DT_Q_DPBUSD _mm256_dpbusd_avx_epi32
+#include "dtensor/ops/local/cpu/qgemm_x86.inc"
+#undef DT_Q_TARGET
+#undef DT_Q_VNNI
+#undef DT_Q_DPBUSD
+}  // namespace avxvnni
+
+namespace avx512vnni {
+#define DT_Q_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define DT_Q_VNNI 1
+#define DT_Q_DPBUSD _mm256_dpbusd_epi32
+#include "dtensor/ops/local/cpu/qgemm_x86.inc"
+#undef DT_Q_TARGET
+#undef DT_Q_VNNI
+#undef DT_Q_DPBUSD
+}  // namespace avx512vnni
+
+#endif
+
+bool Supports(Isa isa) {
+#if DT_QGEMM_X86
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  switch (isa) {
+    case Isa::kGeneric: return true;
+    case Isa::kAvx2: return avx2;
+    case Isa::kAvxVnni: return avx2 && __builtin_cpu_supports("avxvnni");
+    case Isa::kAvx512Vnni:
+      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512vnni");
+  }
+  return false;
+#else
+  return isa == Isa::kGeneric;
+#endif
+}
+
+Isa Detected() {
+  static const Isa detected = [] {
+    for (Isa isa : {Isa::kAvx512Vnni, Isa::kAvxVnni, Isa::kAvx2}) {
+      if (Supports(isa)) return isa;
+    }
+    return Isa::kGeneric;
+  }();
+  return detected;
+}
+
+// -1: none forced; otherwise the forced Isa.
+std::atomic<int> forced_isa{-1};
+
+}  // namespace
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kGeneric: return "generic";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvxVnni: return "avx-vnni";
+    case Isa::kAvx512Vnni: return "avx512-vnni";
+  }
+  return "?";
+}
+
+bool IsaSupported(Isa isa) {
+  static const bool supported[] = {Supports(Isa::kGeneric), Supports(Isa::kAvx2),
+                                   Supports(Isa::kAvxVnni), Supports(Isa::kAvx512Vnni)};
+  return supported[static_cast<int>(isa)];
+}
+
+Isa ActiveIsa() {
+  const int forced = forced_isa.load(std::memory_order_relaxed);
+  return forced < 0 ? Detected() : static_cast<Isa>(forced);
+}
+
+void SetIsaForTesting(std::optional<Isa> isa) {
+  DT_CHECK(!isa.has_value() || IsaSupported(*isa));
+  forced_isa.store(isa.has_value() ? static_cast<int>(*isa) : -1, std::memory_order_relaxed);
+}
+
+DotFn DotFor(Isa isa) {
+  DT_CHECK(IsaSupported(isa));
+  switch (isa) {
+#if DT_QGEMM_X86
+    case Isa::kAvx512Vnni: return avx512vnni::Dot;
+    case Isa::kAvxVnni: return avxvnni::Dot;
+    case Isa::kAvx2: return avx2::Dot;
+#endif
+    default: return generic::Dot;
+  }
+}
+
+}  // namespace dt::ops::cpu::qgemm
