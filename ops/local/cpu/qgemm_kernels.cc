@@ -1,9 +1,11 @@
-// The quantized dot kernels (Note [Quantized GEMM] in qgemm.cc): plain C++, and the x86 sets from
-// qgemm_x86.inc, which differ only in the integer dot product (vpmaddubsw + vpmaddwd on AVX2,
-// vpdpbusd on AVX-VNNI and AVX-512 VNNI).
+// The quantized GEMM's kernels (Note [Quantized GEMM] in qgemm.cc): plain C++, and the x86 sets
+// from qgemm_x86.inc, which differ only in the integer dot product (vpmaddwd + vpaddd on AVX2,
+// vpdpwssd on AVX-VNNI and AVX-512 VNNI).
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <cstring>
 
 #include "dtensor/core/quant.h"
@@ -27,9 +29,43 @@ namespace {
 
 namespace generic {
 
+// Note [Activation blocks] (qgemm.cc). lrintf rounds half to even, as vcvtps2dq does.
+void Quantize(int m, int64_t k, const float* x, int64_t ldx, int16_t* t, float* d, float* s,
+              float* h) {
+  const int64_t ld = QRowsLd(k);
+  for (int i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < ld; ++b) {
+      const int64_t e = i * ld + b;
+      if (b >= k / 32) {
+        d[e] = s[e] = h[e] = 0;
+        continue;
+      }
+      const float* xb = x + i * ldx + b * 32;
+      float amax = 0;
+      bool finite = true;
+      for (int p = 0; p < 32; ++p) {
+        amax = std::max(amax, std::abs(xb[p]));
+        finite &= std::isfinite(xb[p]);
+      }
+      // A NaN or an infinity makes the block's scale NaN, hence every output it enters.
+      const float db = finite ? amax / kActivationMax : std::numeric_limits<float>::quiet_NaN();
+      const float id = finite && db > 0 ? 1.0f / db : 0.0f;
+      int16_t* tb = t + i * k + b * 32;
+      int32_t sum[2] = {0, 0};
+      for (int p = 0; p < 32; ++p) {
+        tb[p] = static_cast<int16_t>(std::lrintf(xb[p] * id));
+        sum[p / 16] += tb[p];
+      }
+      d[e] = db;
+      s[e] = db * static_cast<float>(sum[0] + sum[1]);
+      h[e] = db * static_cast<float>(sum[0]);
+    }
+  }
+}
+
 // One 32-element sub-block decoded: element p is d[p / 16] * q[p] + m[p / 16].
 struct Sub {
-  uint8_t q[32];
+  int16_t q[32];
   float d[2];
   float m[2];
 };
@@ -39,17 +75,17 @@ void Uniform(Sub* s, float d, float m) {
   s->m[0] = s->m[1] = m;
 }
 
-void Nibbles(const uint8_t* qs, uint8_t* q) {
+void Nibbles(const uint8_t* qs, int16_t* q) {
   for (int p = 0; p < 16; ++p) {
     q[p] = qs[p] & 0x0F;
     q[p + 16] = qs[p] >> 4;
   }
 }
 
-void FifthBits(const uint8_t* qh, uint8_t* q) {
+void FifthBits(const uint8_t* qh, int16_t* q) {
   uint32_t bits;
   std::memcpy(&bits, qh, 4);
-  for (int p = 0; p < 32; ++p) q[p] |= static_cast<uint8_t>(((bits >> p) & 1) << 4);
+  for (int p = 0; p < 32; ++p) q[p] = static_cast<int16_t>(q[p] | (((bits >> p) & 1) << 4));
 }
 
 void KScales(const uint8_t* b, float* ds, float* ms) {
@@ -73,9 +109,8 @@ void KScales(const uint8_t* b, float* ds, float* ms) {
 void Decode(DType dtype, const uint8_t* b, Sub* out) {
   switch (dtype) {
     case DType::kQ8_0: {
-      const float d = LoadHalf(b);
-      for (int p = 0; p < 32; ++p) out->q[p] = static_cast<uint8_t>(b[2 + p] ^ 0x80);
-      return Uniform(out, d, -128 * d);
+      for (int p = 0; p < 32; ++p) out->q[p] = static_cast<int8_t>(b[2 + p]);
+      return Uniform(out, LoadHalf(b), 0);
     }
     case DType::kQ4_0: {
       const float d = LoadHalf(b);
@@ -109,8 +144,8 @@ void Decode(DType dtype, const uint8_t* b, Sub* out) {
           lo.q[p] = qs[32 * j + p] & 0x0F;
           hi.q[p] = qs[32 * j + p] >> 4;
           if (five) {
-            lo.q[p] |= static_cast<uint8_t>(((qh[p] >> (2 * j)) & 1) << 4);
-            hi.q[p] |= static_cast<uint8_t>(((qh[p] >> (2 * j + 1)) & 1) << 4);
+            lo.q[p] = static_cast<int16_t>(lo.q[p] | (((qh[p] >> (2 * j)) & 1) << 4));
+            hi.q[p] = static_cast<int16_t>(hi.q[p] | (((qh[p] >> (2 * j + 1)) & 1) << 4));
           }
         }
         Uniform(&lo, ds[2 * j], ms[2 * j]);
@@ -128,7 +163,7 @@ void Decode(DType dtype, const uint8_t* b, Sub* out) {
           Sub& o = out[4 * n + s];
           for (int p = 0; p < 32; ++p) {
             const uint8_t l = s % 2 == 0 ? ql[p] : ql[p + 32];
-            o.q[p] = static_cast<uint8_t>((s < 2 ? l & 0x0F : l >> 4) | (((qh[p] >> (2 * s)) & 3) << 4));
+            o.q[p] = static_cast<int16_t>((s < 2 ? l & 0x0F : l >> 4) | (((qh[p] >> (2 * s)) & 3) << 4));
           }
           for (int h = 0; h < 2; ++h) {
             o.d[h] = d * static_cast<float>(sc[8 * n + 2 * s + h]);
@@ -149,7 +184,7 @@ void Dot(DType dtype, const QRows& x, int64_t n, const uint8_t* w, int64_t row_b
   for (int64_t j = 0; j < n; ++j) {
     const uint8_t* row = w + j * row_bytes;
     for (int i = 0; i < x.m; ++i) {
-      const int8_t* xq = x.q + i * k;
+      const int16_t* xt = x.t + i * k;
       const float* xd = x.d + i * x.ld;
       const float* xs = x.s + i * x.ld;
       const float* xh = x.h + i * x.ld;
@@ -160,7 +195,7 @@ void Dot(DType dtype, const QRows& x, int64_t n, const uint8_t* w, int64_t row_b
           const Sub& s = subs[u];
           const int64_t sb = b * (qk / 32) + u;
           int32_t dot[2] = {0, 0};
-          for (int p = 0; p < 32; ++p) dot[p / 16] += s.q[p] * xq[32 * sb + p];
+          for (int p = 0; p < 32; ++p) dot[p / 16] += s.q[p] * xt[32 * sb + p];
           acc += xd[sb] * (s.d[0] * static_cast<float>(dot[0]) + s.d[1] * static_cast<float>(dot[1])) +
                  s.m[0] * xh[sb] + s.m[1] * (xs[sb] - xh[sb]);
         }
@@ -179,30 +214,36 @@ void Dot(DType dtype, const QRows& x, int64_t n, const uint8_t* w, int64_t row_b
 namespace avx2 {
 #define DT_Q_TARGET __attribute__((target("avx2,fma,f16c")))
 #define DT_Q_VNNI 0
+#define DT_Q_ZMM 0
 #include "dtensor/ops/local/cpu/qgemm_x86.inc"
 #undef DT_Q_TARGET
 #undef DT_Q_VNNI
+#undef DT_Q_ZMM
 }  // namespace avx2
 
 namespace avxvnni {
 #define DT_Q_TARGET __attribute__((target("avxvnni,avx2,fma,f16c")))
 #define DT_Q_VNNI 1
-#define DT_Q_DPBUSD _mm256_dpbusd_avx_epi32
+#define DT_Q_DPWSSD _mm256_dpwssd_avx_epi32
+#define DT_Q_ZMM 0
 #include "dtensor/ops/local/cpu/qgemm_x86.inc"
 #undef DT_Q_TARGET
 #undef DT_Q_VNNI
-#undef DT_Q_DPBUSD
+#undef DT_Q_ZMM
+#undef DT_Q_DPWSSD
 }  // namespace avxvnni
 
 namespace avx512vnni {
 #define DT_Q_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define DT_Q_VNNI 1
-#define DT_Q_DPBUSD _mm256_dpbusd_epi32
+#define DT_Q_DPWSSD _mm256_dpwssd_epi32
+#define DT_Q_ZMM 1
 #include "dtensor/ops/local/cpu/qgemm_x86.inc"
 #undef DT_Q_TARGET
 #undef DT_Q_VNNI
-#undef DT_Q_DPBUSD
+#undef DT_Q_ZMM
+#undef DT_Q_DPWSSD
 }  // namespace avx512vnni
 
 #endif
@@ -268,16 +309,28 @@ void SetIsaForTesting(std::optional<Isa> isa) {
   forced_isa.store(isa.has_value() ? static_cast<int>(*isa) : -1, std::memory_order_relaxed);
 }
 
-DotFn DotFor(Isa isa) {
+int64_t GemmScratchBytes(const Kernels& ks, int64_t n, int64_t k) {
+  // Note [Quantized panels]: per gemm_lanes weight rows and 32-element block, 16 vectors of
+  // quants and 4 of scales.
+  const int64_t w = ks.gemm_lanes;
+  return w == 0 ? 0 : (n + w - 1) / w * (k / 32) * 20 * 4 * w;
+}
+
+const Kernels& KernelsFor(Isa isa) {
   DT_CHECK(IsaSupported(isa));
-  switch (isa) {
+  static const Kernels kGeneric = {generic::Quantize, generic::Dot, nullptr, 0};
 #if DT_QGEMM_X86
-    case Isa::kAvx512Vnni: return avx512vnni::Dot;
-    case Isa::kAvxVnni: return avxvnni::Dot;
-    case Isa::kAvx2: return avx2::Dot;
-#endif
-    default: return generic::Dot;
+  static const Kernels kAvx2 = {avx2::Quantize, avx2::Dot, avx2::Gemm, avx2::kGemmLanes};
+  static const Kernels kAvxVnni = {avxvnni::Quantize, avxvnni::Dot, avxvnni::Gemm, avxvnni::kGemmLanes};
+  static const Kernels kAvx512Vnni = {avx512vnni::Quantize, avx512vnni::Dot, avx512vnni::Gemm, avx512vnni::kGemmLanes};
+  switch (isa) {
+    case Isa::kAvx512Vnni: return kAvx512Vnni;
+    case Isa::kAvxVnni: return kAvxVnni;
+    case Isa::kAvx2: return kAvx2;
+    default: break;
   }
+#endif
+  return kGeneric;
 }
 
 }  // namespace dt::ops::cpu::qgemm

@@ -1,14 +1,15 @@
 // Linear with a quantized weight (ops/local/cpu/qgemm.cc) on every quantized dtype and every
 // instruction set this CPU has (the others forced off), odd shapes, against the weight dequantized
 // (core/quant.h, ggml's reference) and multiplied in double. The tolerance is derived from the
-// 8-bit activations (Note [Activation blocks]): each activation is off by at most d/2 of its
-// 32-block (d = max|x| / 127), so |got - want| <= sum_b d_b / 2 * sum_{p in b} |w_p|, plus f32
+// 16-bit activations (Note [Activation blocks]): each activation is off by at most d/2 of its
+// 32-block (d = max|x| / 32767), so |got - want| <= sum_b d_b / 2 * sum_{p in b} |w_p|, plus f32
 // rounding. A wrong block, scale, nibble order or offset term is off by about sum |w x|, far
-// beyond that.
+// beyond that. M > 8 takes the packed kernel (Gemm), M <= 8 the decode one (Dot).
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -73,12 +74,12 @@ std::string Check(const Tensor& x, const Tensor& w, const Tensor& bias) {
           wmax = std::max(wmax, std::abs(wp));
           xabs += std::abs(xp);
         }
-        // 8-bit activations; f32 arithmetic on the integer sums and the per-block offsets, whose
-        // terms are at most about max|w| * sum|x| of the block (q8_0 on vpdpbusd: 128 d (q + 128)
-        // against 128 d * 127).
-        bound += amax / 127 / 2 * wabs * (1 + 1e-3) + 1e-5 * wmax * xabs;
+        // 16-bit activations (half a step of max|x| / 32767 each); f32 arithmetic on the exact
+        // integer sums and on the per-block offsets, whose terms are at most a few max|w| * sum|x|
+        // of the block (d * q and m each at most about 2 max|w|).
+        bound += amax / cpu::qgemm::kActivationMax / 2 * wabs * (1 + 1e-3) + 5e-6 * wmax * xabs;
       }
-      bound += 1e-5 * mag + out_ulp * (std::abs(want) + bound) + 1e-6;
+      bound += 1e-6 * mag + out_ulp * (std::abs(want) + bound) + 1e-6;
       const double g = gv[i * n + j];
       if (!(std::abs(g - want) <= bound)) {
         return absl::StrCat("y[", i, ", ", j, "] = ", g, ", want ", want, " +- ", bound, " (", DTypeName(w.dtype()),
@@ -143,6 +144,43 @@ TEST(QuantizedLinearTest, LargeShapesAgree) {
       for (const int64_t m : {1, 8, 67}) {
         EXPECT_EQ(Check(Normal({m, 1536}, DType::kF32, seed++), w, Tensor()), "")
             << "on " << cpu::qgemm::IsaName(isa);
+      }
+    }
+  }
+}
+
+// The x86 quantizers give the plain C++ one's bits; a NaN or an infinity in x reaches the outputs
+// of its row as NaN (not a finite guess).
+TEST(QuantizedLinearTest, QuantizersAgreeAndKeepNaN) {
+  const Tensor x = Normal({5, 96}, DType::kF32, 7, 3.0);
+  const int64_t ld = cpu::qgemm::QRowsLd(96);
+  auto quantize = [&](Isa isa) {
+    std::vector<int16_t> t(5 * 96);
+    std::vector<float> dsh(3 * 5 * ld);
+    cpu::qgemm::KernelsFor(isa).quantize(5, 96, x.data<float>(), 96, t.data(), dsh.data(),
+                                         dsh.data() + 5 * ld, dsh.data() + 10 * ld);
+    return std::make_pair(t, dsh);
+  };
+  const auto want = quantize(Isa::kGeneric);
+  for (const Isa isa : SupportedIsas()) {
+    const auto got = quantize(isa);
+    EXPECT_EQ(got.first, want.first) << cpu::qgemm::IsaName(isa);
+    EXPECT_EQ(std::memcmp(got.second.data(), want.second.data(), got.second.size() * 4), 0)
+        << cpu::qgemm::IsaName(isa);
+  }
+  Tensor bad = x.Clone().value();
+  bad.data<float>()[96 + 40] = std::numeric_limits<float>::infinity();
+  bad.data<float>()[3 * 96 + 5] = std::numeric_limits<float>::quiet_NaN();
+  const Tensor w = RandomQuantized(DType::kQ4_1, {3, 96}, 1).value();
+  for (const Isa isa : SupportedIsas()) {
+    ForceIsa force(isa);
+    for (const int64_t rows : {int64_t{5}, int64_t{13}}) {  // Dot and Gemm
+      Tensor xr = rows == 5 ? bad : ops::Cat({bad, bad, bad.Narrow(0, 0, 3).value()}, 0).value();
+      const std::vector<double> y = Linear(xr, w).value().ToDoubles();
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < 3; ++j) {
+          EXPECT_EQ(std::isnan(y[i * 3 + j]), i % 5 == 1 || i % 5 == 3) << i << " " << j;
+        }
       }
     }
   }
