@@ -117,33 +117,53 @@ absl::StatusOr<Figures> MeasureThreads(int tp, int64_t prompt_len, int64_t decod
   return f;
 }
 
-// Runs this program as `tp` processes on `backend` (shm or gloo) under dtrun (next to this
-// binary); rank 0 prints "LLAMA_ROW <prefill> <decode>".
-absl::StatusOr<Figures> MeasureProcesses(const std::string& backend, int tp, int64_t prompt_len, int64_t decode,
-                                         int reps) {
-  DT_ASSIGN_OR_RETURN(const std::string me, bench::SelfPath());
-  const std::string dir = me.substr(0, me.rfind('/'));
-  const std::string cmd = absl::StrCat("DT_BACKEND=", backend, " '", dir, "/dtrun' --nproc-per-node ", tp,
-                                       " '", me, "' --worker --prompt ", prompt_len, " --decode ",
-                                       decode, " --reps ", reps, " 2>&1");
+// Runs `cmd` (stderr joined) and returns the lines that contain `tag`, from the tag on; an error
+// with the command's other output when it fails.
+absl::StatusOr<std::vector<std::string>> TaggedLines(const std::string& cmd, const char* tag) {
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return absl::UnavailableError(absl::StrCat("cannot run: ", cmd));
   std::string log;
-  std::optional<Figures> f;
+  std::vector<std::string> lines;
   char line[4096];
   while (fgets(line, sizeof(line), p)) {
-    double a = 0, b = 0;
-    const char* row = std::strstr(line, "LLAMA_ROW ");
-    if (row != nullptr && std::sscanf(row, "LLAMA_ROW %lf %lf", &a, &b) == 2) {
-      f = Figures{a, b};
+    if (const char* at = std::strstr(line, tag)) {
+      lines.emplace_back(at);
     } else {
       log += line;
     }
   }
-  if (pclose(p) != 0 || !f) {
-    return absl::UnavailableError(absl::StrCat(backend, " x", tp, " failed (", cmd, "):\n", log));
+  if (pclose(p) != 0) return absl::UnavailableError(absl::StrCat(cmd, " failed:\n", log));
+  return lines;
+}
+
+// This program as `tp` processes on `backend` under dtrun (next to this binary) with `args`.
+absl::StatusOr<std::string> UnderDtrun(const std::string& backend, int tp, const std::string& args) {
+  DT_ASSIGN_OR_RETURN(const std::string me, bench::SelfPath());
+  const std::string dir = me.substr(0, me.rfind('/'));
+  return absl::StrCat("DT_BACKEND=", backend, " '", dir, "/dtrun' --nproc-per-node ", tp, " '", me,
+                      "' ", args, " 2>&1");
+}
+
+// Runs this program as `tp` processes on `backend` (shm or gloo) under dtrun (next to this
+// binary); rank 0 prints "LLAMA_ROW <prefill> <decode>".
+absl::StatusOr<Figures> MeasureProcesses(const std::string& backend, int tp, int64_t prompt_len, int64_t decode,
+                                         int reps) {
+  DT_ASSIGN_OR_RETURN(const std::string cmd,
+                      UnderDtrun(backend, tp, absl::StrCat("--worker --prompt ", prompt_len,
+                                                           " --decode ", decode, " --reps ", reps)));
+  DT_ASSIGN_OR_RETURN(std::vector<std::string> rows, TaggedLines(cmd, "LLAMA_ROW "));
+  double a = 0, b = 0;
+  if (rows.empty() || std::sscanf(rows[0].c_str(), "LLAMA_ROW %lf %lf", &a, &b) != 2) {
+    return absl::UnavailableError(absl::StrCat(backend, " x", tp, ": no LLAMA_ROW from ", cmd));
   }
-  return *f;
+  return Figures{a, b};
+}
+
+// A prompt of n ids of SmolLM2's vocabulary.
+std::vector<int64_t> ModelPrompt(int64_t n) {
+  std::vector<int64_t> prompt(n);
+  for (int64_t i = 0; i < n; ++i) prompt[i] = 100 + (i * 37) % 4000;
+  return prompt;
 }
 
 // The bytes one decode step reads of rank 0's weights: every parameter once, but the embedding
@@ -172,8 +192,7 @@ absl::StatusOr<Figures> MeasureModel(const std::string& path, int tp, DType dtyp
     LlamaLoadReport report;
     DT_ASSIGN_OR_RETURN(auto model, LlamaForCausalLM::FromPretrained(path, mesh, lo, &report));
     if (w.rank() == 0 && bytes != nullptr) *bytes = DecodeBytes(report);
-    std::vector<int64_t> prompt(prompt_len);
-    for (int64_t i = 0; i < prompt_len; ++i) prompt[i] = 100 + (i * 37) % 4000;
+    const std::vector<int64_t> prompt = ModelPrompt(prompt_len);
     GenerateOptions o;
     o.max_new_tokens = 4;
     DT_RETURN_IF_ERROR(model->Generate(prompt, o).status());
@@ -209,11 +228,9 @@ int RssWorker(const std::string& path) {
     lo.warn = false;
     LlamaLoadReport report;
     DT_ASSIGN_OR_RETURN(auto model, LlamaForCausalLM::FromPretrained(path, mesh, lo, &report));
-    std::vector<int64_t> prompt(40);
-    for (int64_t i = 0; i < 40; ++i) prompt[i] = 100 + (i * 37) % 4000;
     GenerateOptions o;
     o.max_new_tokens = 16;
-    DT_RETURN_IF_ERROR(model->Generate(prompt, o).status());
+    DT_RETURN_IF_ERROR(model->Generate(ModelPrompt(40), o).status());
     std::printf("RSS_ROW %d %lld %lld %lld\n", (*w)->rank(), static_cast<long long>(baseline),
                 static_cast<long long>(PeakResidentBytes()),
                 static_cast<long long>(report.local_bytes));
@@ -229,32 +246,20 @@ int RssWorker(const std::string& path) {
 
 // The demo's ranks under dtrun (shm): the largest (peak - baseline) / local bytes over the ranks.
 absl::StatusOr<double> MeasureRss(const std::string& path, int tp) {
-  DT_ASSIGN_OR_RETURN(const std::string me, bench::SelfPath());
-  const std::string dir = me.substr(0, me.rfind('/'));
-  const std::string cmd = absl::StrCat("DT_BACKEND=shm '", dir, "/dtrun' --nproc-per-node ", tp,
-                                       " '", me, "' --rss-worker '", path, "' 2>&1");
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return absl::UnavailableError(absl::StrCat("cannot run: ", cmd));
-  std::string log;
+  DT_ASSIGN_OR_RETURN(const std::string cmd, UnderDtrun("shm", tp, absl::StrCat("--rss-worker '", path, "'")));
+  DT_ASSIGN_OR_RETURN(std::vector<std::string> rows, TaggedLines(cmd, "RSS_ROW "));
   double worst = 0;
-  int rows = 0;
-  char line[4096];
-  while (fgets(line, sizeof(line), p)) {
+  for (const std::string& row : rows) {
     int rank = 0;
     long long base = 0, peak = 0, local = 0;
-    const char* row = std::strstr(line, "RSS_ROW ");
-    if (row != nullptr && std::sscanf(row, "RSS_ROW %d %lld %lld %lld", &rank, &base, &peak, &local) == 4) {
-      ++rows;
-      const double ratio = static_cast<double>(peak - base) / static_cast<double>(local);
-      std::printf("  rank %d: baseline %.1f MB, peak %.1f MB, holds %.1f MB of weights: (peak - "
-                  "baseline) / weights = %.2f\n", rank, base / 1e6, peak / 1e6, local / 1e6, ratio);
-      worst = std::max(worst, ratio);
-    } else {
-      log += line;
-    }
+    if (std::sscanf(row.c_str(), "RSS_ROW %d %lld %lld %lld", &rank, &base, &peak, &local) != 4) continue;
+    const double ratio = static_cast<double>(peak - base) / static_cast<double>(local);
+    std::printf("  rank %d: baseline %.1f MB, peak %.1f MB, holds %.1f MB of weights: (peak - "
+                "baseline) / weights = %.2f\n", rank, base / 1e6, peak / 1e6, local / 1e6, ratio);
+    worst = std::max(worst, ratio);
   }
-  if (pclose(p) != 0 || rows != tp) {
-    return absl::UnavailableError(absl::StrCat("rss x", tp, " failed (", cmd, "):\n", log));
+  if (static_cast<int>(rows.size()) != tp) {
+    return absl::UnavailableError(absl::StrCat("rss x", tp, ": ", rows.size(), " ranks reported"));
   }
   return worst;
 }

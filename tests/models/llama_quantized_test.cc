@@ -2,6 +2,8 @@
 // dtypes] in core/quant.h) against the same model dequantized to f32 (today's path, itself checked
 // against transformers in llama_gguf_test.cc): llama-tiny.gguf holds one quant type per weight (all
 // eight, plus F16/BF16/F32), so every kernel runs inside a real forward at tp = 1, 2 and 4.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -97,6 +99,37 @@ TEST(LlamaQuantized, MisfitShardsAreRefusedBeforeAnyRead) {
   EXPECT_TRUE(dt::testing::Contains(s, "model.layers.1.self_attn.o_proj.weight")) << s;
   EXPECT_TRUE(dt::testing::Contains(s, "256-element q4_k blocks")) << s;
   EXPECT_TRUE(dt::testing::Contains(s, "tp=2")) << s;
+}
+
+// SaveGathered on the quantized model at tp = 2: every quantized weight is dequantized on its own
+// rank and gathered, so the checkpoint is the GGUF's weights in f32 (the same reference
+// dequantization as the loader's): reloaded at tp = 1 it gives the dequantized path's logits
+// exactly.
+TEST(LlamaQuantized, SaveGatheredWritesTheDequantizedWeights) {
+  namespace fs = std::filesystem;
+  const fs::path out = fs::temp_directory_path() / absl::StrCat("dt_qsave_", ::getpid());
+  absl::Status s = World::RunThreads(2, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2}, {"tp"}));
+    LlamaLoadOptions o;
+    o.keep_quantized = true;
+    o.warn = false;
+    DT_ASSIGN_OR_RETURN(auto m, LlamaForCausalLM::FromPretrained(kTiny, mesh, o));
+    return SaveGathered(*m, out.string(), m->save_options());
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  Tensor got;
+  s = World::RunThreads(1, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {1}, {"tp"}));
+    LlamaLoadOptions o;
+    o.warn = false;
+    DT_ASSIGN_OR_RETURN(auto m, LlamaForCausalLM::FromPretrained(out.string(), mesh, o));
+    DT_ASSIGN_OR_RETURN(got, PromptLogits(*m, kPrompt));
+    return absl::OkStatus();
+  });
+  std::error_code ec;
+  fs::remove_all(out, ec);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(Equal(got, RunTiny(1, false)));
 }
 
 // ---- SmolLM2-135M-Instruct (label model) -----------------------------------------------------------

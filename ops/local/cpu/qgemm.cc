@@ -95,17 +95,23 @@ const float* F32Rows(const Tensor& x, std::optional<gemm::ScratchBuffer>& buf, i
   return buf->data();
 }
 
-// M <= kDotMaxRows: the weights read in place by Dot, threads over chunks of weight rows.
-absl::Status Decode(const qgemm::Kernels& ks, const qgemm::QRows& rows, const Tensor& w,
-                    const float* bias32, const Tensor& out) {
+// Threads take chunks of weight rows (output columns): Dot's read at least kMinChunkBytes of
+// weights each; Gemm's are whole register tiles whose panels fit kMaxPanelBytes, at least two per
+// thread where the weights allow, for oneTBB to balance (Note [Quantized GEMM]).
+absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows& rows,
+                      const Tensor& w, const float* bias32, const Tensor& out) {
   const int64_t n = w.size(0), m = rows.m, k = rows.k;
   const DType q = w.dtype(), dtype = out.dtype();
   const int64_t row_bytes = DTypeBytes(q, k);
-  const int64_t weight_bytes = n * row_bytes;
   const int threads = gemm::AvailableThreads();
   int64_t chunk = n;
-  if (threads > 1 && weight_bytes >= kMinParallelBytes) {
-    const int64_t chunks = std::clamp<int64_t>(weight_bytes / kMinChunkBytes, 1,
+  if (packed) {
+    const int64_t step = 2 * ks.gemm_lanes;  // a register tile's weight rows
+    const int64_t per_row = qgemm::GemmScratchBytes(ks, step, k) / step;
+    chunk = std::max<int64_t>(step, kMaxPanelBytes / per_row / step * step);
+    chunk = std::min(chunk, std::max<int64_t>(step, (n + 2 * threads - 1) / (2 * threads) / step * step));
+  } else if (threads > 1 && n * row_bytes >= kMinParallelBytes) {
+    const int64_t chunks = std::clamp<int64_t>(n * row_bytes / kMinChunkBytes, 1,
                                                int64_t{kChunksPerThread} * threads);
     chunk = std::max<int64_t>(1, (n + chunks - 1) / chunks);
   }
@@ -113,22 +119,20 @@ absl::Status Decode(const qgemm::Kernels& ks, const qgemm::QRows& rows, const Te
   std::atomic<bool> out_of_memory{false};
   auto run = [&](int64_t j0, int64_t j1) {
     const int64_t cols = j1 - j0;
-    std::optional<gemm::ScratchBuffer> cbuf;
-    float* c;
-    int64_t ldc;
-    if (dtype == DType::kF32) {
-      c = out.data<float>() + j0;
-      ldc = n;
-    } else {
-      cbuf.emplace(gemm::ScratchSlot::kC, m * cols);
-      if (cbuf->data() == nullptr) {
-        out_of_memory = true;
-        return;
-      }
-      c = cbuf->data();
-      ldc = cols;
+    std::optional<gemm::ScratchBuffer> panel, cbuf;
+    if (packed) panel.emplace(gemm::ScratchSlot::kPackedB, qgemm::GemmScratchBytes(ks, cols, k) / 4);
+    if (dtype != DType::kF32) cbuf.emplace(gemm::ScratchSlot::kC, m * cols);
+    if ((panel && panel->data() == nullptr) || (cbuf && cbuf->data() == nullptr)) {
+      out_of_memory = true;
+      return;
     }
-    ks.dot(q, rows, cols, wp + j0 * row_bytes, row_bytes, c, ldc);
+    float* c = cbuf ? cbuf->data() : out.data<float>() + j0;
+    const int64_t ldc = cbuf ? cols : n;
+    if (packed) {
+      ks.gemm(q, rows, cols, wp + j0 * row_bytes, row_bytes, c, ldc, panel->data());
+    } else {
+      ks.dot(q, rows, cols, wp + j0 * row_bytes, row_bytes, c, ldc);
+    }
     gemm::FinishRows(m, cols, c, ldc, bias32 != nullptr ? bias32 + j0 : nullptr, dtype,
                      static_cast<char*>(out.raw_data()) + j0 * DTypeSize(dtype), n);
   };
@@ -144,48 +148,6 @@ absl::Status Decode(const qgemm::Kernels& ks, const qgemm::QRows& rows, const Te
                       },
                       tbb::simple_partitioner());
   }
-  if (out_of_memory) return absl::ResourceExhaustedError("Linear: out of memory");
-  return absl::OkStatus();
-}
-
-// M > kDotMaxRows: chunks of weight rows decoded into panels by the thread that multiplies them
-// with every row of x (Note [Quantized panels]).
-absl::Status Prefill(const qgemm::Kernels& ks, const qgemm::QRows& rows, const Tensor& w,
-                     const float* bias32, const Tensor& out) {
-  const int64_t n = w.size(0), m = rows.m, k = rows.k;
-  const DType q = w.dtype(), dtype = out.dtype();
-  const int64_t row_bytes = DTypeBytes(q, k);
-  const int64_t step = 2 * ks.gemm_lanes;  // a register tile's weight rows
-  const int64_t per_row = qgemm::GemmScratchBytes(ks, step, k) / step;
-  int64_t chunk = std::max<int64_t>(step, kMaxPanelBytes / per_row / step * step);
-  const int threads = gemm::AvailableThreads();
-  // At least two chunks per thread where the weights allow, for oneTBB to balance.
-  chunk = std::min(chunk, std::max<int64_t>(step, (n + 2 * threads - 1) / (2 * threads) / step * step));
-  const uint8_t* wp = static_cast<const uint8_t*>(w.raw_data());
-  std::atomic<bool> out_of_memory{false};
-  auto run = [&](int64_t j0, int64_t j1) {
-    const int64_t cols = j1 - j0;
-    gemm::ScratchBuffer panel(gemm::ScratchSlot::kPackedB, qgemm::GemmScratchBytes(ks, cols, k) / 4);
-    std::optional<gemm::ScratchBuffer> cbuf;
-    if (dtype != DType::kF32) cbuf.emplace(gemm::ScratchSlot::kC, m * cols);
-    if (panel.data() == nullptr || (cbuf && cbuf->data() == nullptr)) {
-      out_of_memory = true;
-      return;
-    }
-    float* c = cbuf ? cbuf->data() : out.data<float>() + j0;
-    const int64_t ldc = cbuf ? cols : n;
-    ks.gemm(q, rows, cols, wp + j0 * row_bytes, row_bytes, c, ldc, panel.data());
-    gemm::FinishRows(m, cols, c, ldc, bias32 != nullptr ? bias32 + j0 : nullptr, dtype,
-                     static_cast<char*>(out.raw_data()) + j0 * DTypeSize(dtype), n);
-  };
-  const int64_t n_chunks = (n + chunk - 1) / chunk;
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_chunks, 1),
-                    [&](const tbb::blocked_range<int64_t>& r) {
-                      for (int64_t c = r.begin(); c != r.end(); ++c) {
-                        run(c * chunk, std::min(n, (c + 1) * chunk));
-                      }
-                    },
-                    tbb::simple_partitioner());
   if (out_of_memory) return absl::ResourceExhaustedError("Linear: out of memory");
   return absl::OkStatus();
 }
@@ -225,8 +187,7 @@ absl::Status QuantizedLinear(const Tensor& x, const Tensor& w, const Tensor& bia
     LoadF32(bias.dtype(), bias.raw_data(), w.size(0), 1, bias32.data());
   }
   const float* b = bias32.empty() ? nullptr : bias32.data();
-  return m > kDotMaxRows && ks.gemm != nullptr ? Prefill(ks, rows, w, b, out)
-                                                : Decode(ks, rows, w, b, out);
+  return Multiply(ks, /*packed=*/m > kDotMaxRows && ks.gemm != nullptr, rows, w, b, out);
 }
 
 }  // namespace dt::ops::cpu

@@ -3,13 +3,13 @@
 // vpdpwssd on AVX-VNNI and AVX-512 VNNI).
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <cstring>
 
 #include "dtensor/core/quant.h"
 #include "dtensor/core/status.h"
+#include "dtensor/ops/local/cpu/isa_choice.h"
 #include "dtensor/ops/local/cpu/qgemm.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -268,18 +268,15 @@ bool Supports(Isa isa) {
 #endif
 }
 
-Isa Detected() {
-  static const Isa detected = [] {
+IsaChoice<Isa>& Choice() {
+  static IsaChoice<Isa> choice([] {
     for (Isa isa : {Isa::kAvx512Vnni, Isa::kAvxVnni, Isa::kAvx2}) {
       if (Supports(isa)) return isa;
     }
     return Isa::kGeneric;
-  }();
-  return detected;
+  }());
+  return choice;
 }
-
-// -1: none forced; otherwise the forced Isa.
-std::atomic<int> forced_isa{-1};
 
 }  // namespace
 
@@ -299,14 +296,11 @@ bool IsaSupported(Isa isa) {
   return supported[static_cast<int>(isa)];
 }
 
-Isa ActiveIsa() {
-  const int forced = forced_isa.load(std::memory_order_relaxed);
-  return forced < 0 ? Detected() : static_cast<Isa>(forced);
-}
+Isa ActiveIsa() { return Choice().Active(); }
 
 void SetIsaForTesting(std::optional<Isa> isa) {
   DT_CHECK(!isa.has_value() || IsaSupported(*isa));
-  forced_isa.store(isa.has_value() ? static_cast<int>(*isa) : -1, std::memory_order_relaxed);
+  Choice().Force(isa);
 }
 
 int64_t GemmScratchBytes(const Kernels& ks, int64_t n, int64_t k) {
