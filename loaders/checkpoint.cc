@@ -121,7 +121,10 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& path) {
 absl::StatusOr<Checkpoint> Checkpoint::OpenGguf(const std::string& path) {
   Checkpoint c;
   c.path_ = path;
-  DT_ASSIGN_OR_RETURN(c.gguf_, GgufFile::Open(path));
+  // Weights only: the vocabulary arrays are not kept (GgufOpenOptions).
+  GgufOpenOptions o;
+  o.tokenizer_arrays = false;
+  DT_ASSIGN_OR_RETURN(c.gguf_, GgufFile::Open(path, o));
   DT_ASSIGN_OR_RETURN(std::vector<GgufTensorName> names, LlamaGgufTensorNames(*c.gguf_));
   for (const GgufTensorName& n : names) {
     const GgufTensorInfo& t = *c.gguf_->FindTensor(n.gguf_name);

@@ -53,6 +53,7 @@
 #include "dtensor/core/tensor.h"
 #include "dtensor/dtensor/spec.h"
 #include "dtensor/loaders/gguf_quants.h"
+#include "dtensor/loaders/read_util.h"
 #include "dtensor/loaders/safetensors.h"
 
 namespace dt::loaders {
@@ -67,6 +68,12 @@ struct GgufValue {
   Type type = kU8;
   Type element_type = kU8;  // arrays
   std::variant<int64_t, uint64_t, double, bool, std::string, std::vector<GgufValue>> value;
+  // An array whose elements were not kept (GgufOpenOptions::tokenizer_arrays): its length; its
+  // value is then an empty vector.
+  int64_t omitted = 0;
+
+  // An array's length (kept or not).
+  int64_t ArrayLength() const;
 
   // An integer value (any width) that fits int64; nullopt otherwise.
   std::optional<int64_t> AsInt() const;
@@ -91,6 +98,14 @@ struct GgufTensorInfo {
   std::string Describe() const;
 };
 
+struct GgufOpenOptions {
+  // Keep the elements of the tokenizer.* arrays (the vocabulary and merges: about 9 MB of values
+  // for SmolLM2's 49152 tokens). A reader of weights only (Checkpoint) does not, so that a rank's
+  // memory while loading is its weights: those arrays keep their type and length
+  // (GgufValue::omitted) and asking for their elements is FailedPrecondition.
+  bool tokenizer_arrays = true;
+};
+
 class GgufFile {
  public:
   // Header limits: dims of a tensor, nesting of arrays, and metadata values in all (a value is
@@ -100,8 +115,9 @@ class GgufFile {
   static constexpr int kMaxNesting = 8;
   static constexpr int64_t kMaxMetadataValues = 8'000'000;
 
-  // Opens and validates `path` (see the file comment); the data section is mapped read-only.
-  static absl::StatusOr<std::shared_ptr<const GgufFile>> Open(const std::string& path);
+  // Opens and validates `path` (see the file comment); the file stays open for the reads.
+  static absl::StatusOr<std::shared_ptr<const GgufFile>> Open(const std::string& path,
+                                                              const GgufOpenOptions& options = {});
   // True when the file at `path` starts with the GGUF magic (false for a missing file).
   static bool HasMagic(const std::string& path);
 
@@ -152,7 +168,7 @@ class GgufFile {
   std::map<std::string, GgufValue> metadata_;
   std::vector<GgufTensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> index_;
-  Storage data_;
+  std::shared_ptr<const OpenFile> file_;  // read with pread (Note [Blocks are read, not mapped])
 };
 
 }  // namespace dt::loaders

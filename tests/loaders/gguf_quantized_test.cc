@@ -11,6 +11,7 @@
 #include "dtensor/core/ranges.h"
 #include "dtensor/loaders/checkpoint.h"
 #include "dtensor/loaders/gguf.h"
+#include "dtensor/loaders/gguf_llama.h"
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
 #include "dtensor/tests/test_util.h"
@@ -110,6 +111,22 @@ TEST(GgufQuantized, CheckpointKeepsRotaryRowOrder) {
   EXPECT_TRUE(Contains(s, name));
   EXPECT_TRUE(Contains(s, "32-element q4_0 blocks"));
   EXPECT_TRUE(Contains(s, "tp=16"));
+}
+
+// A reader of weights does not keep the vocabulary's elements (GgufOpenOptions): the arrays keep
+// their length, the config is the same, and asking for the elements says why they are absent.
+TEST(GgufQuantized, WeightsReadersSkipTheVocabulary) {
+  const std::string path = kDir + "/llama-tiny.gguf";
+  GgufOpenOptions o;
+  o.tokenizer_arrays = false;
+  const auto lean = GgufFile::Open(path, o).value();
+  const auto full = GgufFile::Open(path).value();
+  const GgufValue* tokens = lean->Find("tokenizer.ggml.tokens");
+  ASSERT_NE(tokens, nullptr);
+  EXPECT_EQ(tokens->ArrayLength(), full->Find("tokenizer.ggml.tokens")->ArrayLength());
+  EXPECT_GT(tokens->ArrayLength(), 0);
+  EXPECT_TRUE(Contains(lean->GetStrings("tokenizer.ggml.tokens").status(), "was not kept"));
+  EXPECT_EQ(LlamaConfigFromGguf(*lean).value().vocab_size, LlamaConfigFromGguf(*full).value().vocab_size);
 }
 
 }  // namespace
