@@ -22,9 +22,9 @@
 // blocks (DTypeBytes converts). Views: whole rows, and Narrow of the last dim by whole blocks.
 //
 // What understands them: Linear's weight (integer dot products against activations quantized to
-// 8 bits, ops/local/cpu/qgemm.cc), the embedding table (rows dequantized on lookup), Cast/To and
-// CopyFrom into an element dtype (dequantization, below) and copies between tensors of the same
-// quantized dtype. Elementwise kernels and collectives refuse them, and a DTensor of a quantized
+// 16-bit integers, ops/local/cpu/qgemm.cc), the embedding table (rows dequantized on lookup),
+// Cast/To and CopyFrom into an element dtype (dequantization, below) and copies between tensors of
+// the same quantized dtype. Elementwise kernels and collectives refuse them, and a DTensor of a quantized
 // dtype is never redistributed (Note [Quantized tensors stay put] in dtensor/planner.cc): it is
 // sharded at load on block boundaries and stays so.
 //

@@ -67,7 +67,8 @@ absl::StatusOr<Tensor> Matmul(const Tensor& a, const Tensor& b, bool trans_a = f
 // y = x · wᵀ + bias: x [..., in], w [out, in], bias [out] or undefined -> [..., out] (torch Linear).
 // The bias is added in f32 before the single rounding. A quantized w (contiguous, on the CPU;
 // Note [Quantized dtypes] in core/quant.h) is multiplied as it is stored, against x quantized to
-// 8-bit blocks (Note [Quantized GEMM] in cpu/qgemm.cc); the result has x's dtype.
+// 16-bit integers per 32-element block (Note [Quantized GEMM] in cpu/qgemm.cc); the result has
+// x's dtype.
 absl::StatusOr<Tensor> Linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
 
 // ---- pointwise -----------------------------------------------------------------------------------
