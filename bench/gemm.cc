@@ -11,6 +11,8 @@
 //   decode             Linear(x [M, K], w [N, K])   memcpy on T threads (64 MiB, beyond the L3);
 //                      on T threads, weights cold   OpenBLAS sgemv (M=1) / sgemm (M>1) on T threads
 //                                                   (f32 only: Debian's OpenBLAS has no bf16)
+//   quantized decode   the same with w q4_1, q4_k,  memcpy on T threads
+//                      q8_0 blocks (GB/s of blocks)
 //
 // T = oneTBB's arena size (all cores). "Weights cold": each call uses the next of enough copies of
 // w to exceed three times the L3, as in a decode step, which streams every layer's weights once.
@@ -36,8 +38,10 @@
 #include <tbb/task_arena.h>
 
 #include "dtensor/bench/bench_util.h"
+#include "dtensor/core/quant.h"
 #include "dtensor/core/tensor.h"
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
+#include "dtensor/ops/local/cpu/qgemm.h"
 #include "dtensor/ops/local/ops.h"
 
 #ifdef DT_BENCH_OPENBLAS
@@ -236,13 +240,16 @@ DecodeRow Decode(const DecodeShape& s, int64_t m, DType dtype, bool matmul_layou
                  const Reps& reps) {
   constexpr int64_t kPoolBytes = int64_t{96} << 20;  // three times the 32 MiB L3
   constexpr int64_t kCopyBytes = int64_t{64} << 20;
-  const int64_t bytes = s.n * s.k * dt::DTypeSize(dtype);
+  const int64_t bytes = dt::DTypeBytes(dtype, s.n * s.k);
   const int64_t copies = std::max<int64_t>(1, (kPoolBytes + bytes - 1) / bytes);
   const dt::Shape wshape = matmul_layout ? dt::Shape{s.k, s.n} : dt::Shape{s.n, s.k};
+  // A quantized w (random blocks) multiplies f32 activations.
+  const bool quantized = dt::IsQuantized(dtype);
   std::vector<Tensor> w;
-  w.push_back(Tensor::Randn(wshape, 5, dtype).value());
+  w.push_back(quantized ? dt::RandomQuantized(dtype, wshape, 5).value()
+                        : Tensor::Randn(wshape, 5, dtype).value());
   for (int64_t i = 1; i < copies; ++i) w.push_back(w[0].Clone().value());
-  const Tensor x = Tensor::Randn({m, s.k}, 6, dtype).value();
+  const Tensor x = Tensor::Randn({m, s.k}, 6, quantized ? DType::kF32 : dtype).value();
   // One pair of memcpy buffers for the whole run (touched once, not re-faulted per row).
   static std::vector<char> src(static_cast<size_t>(kCopyBytes), 1), dst(static_cast<size_t>(kCopyBytes), 2);
   // A sample is `calls` products in a row (at least 4 MB of weights), as a decode step runs one
@@ -407,6 +414,24 @@ int main(int argc, char** argv) {
   }
   results.push_back({"gemv_f32_vs_memcpy_worst_row", worst[0], 0.7});
   results.push_back({"gemv_bf16_vs_memcpy_worst_row", worst[1], 0.7});
+
+  // Quantized weights (GB/s of their blocks; Note [Quantized GEMM]): the k-quants only where K is
+  // whole 256-element super-blocks.
+  std::printf("\ndecode with quantized weights (x f32), T=%d threads, %s kernels; GB/s of blocks read\n",
+              threads, dt::ops::cpu::qgemm::IsaName(dt::ops::cpu::qgemm::ActiveIsa()));
+  double worst_q = 1e9;
+  for (const DType dtype : {DType::kQ4_1, DType::kQ4_K, DType::kQ8_0}) {
+    for (const DecodeShape& s : shapes) {
+      if (s.k % dt::DTypeBlock(dtype) != 0) continue;
+      for (const int64_t m : ms) {
+        const DecodeRow r = Decode(s, m, dtype, false, decode_reps);
+        std::printf("%-34s %9.1f %9.1f %9s %12.2f\n", r.name.c_str(), r.ours, r.memcpy, "-",
+                    r.ours / r.memcpy);
+        if (m == 1) worst_q = std::min(worst_q, r.ours / r.memcpy);
+      }
+    }
+  }
+  results.push_back({"qgemv_m1_vs_memcpy_worst_row", worst_q, 0.6});
 
   std::printf("\n");
   for (const Result& r : results) {

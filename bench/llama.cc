@@ -33,7 +33,12 @@
 // on a buffer of that size in the same run, on the same threads as the model (bytes copied per
 // second). Roofline = bandwidth / bytes per token. A copy reads and writes every byte while decode
 // only reads the weights, so decode can exceed this roofline (up to about 2x). Target: tp=1 f32
-// decode >= 60% of it.
+// decode >= 60% of it. The quantized row keeps the GGUF's blocks (llama_generate's default) and is
+// held to the same 60% of the roofline of its own bytes (blocks and f32 norms per step, memcpy of
+// that size measured in the same run), and its prefill to at least the bf16 row's. Last, the demo's
+// configuration (quantized, --shard-embedding, tp = 3 processes on shm) reports each rank's peak
+// resident memory: target (peak - baseline) <= 1.2 x the weights the rank holds, the baseline
+// being the rank's peak before it loads the model.
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,6 +52,7 @@
 
 #include "absl/strings/numbers.h"
 #include "dtensor/bench/bench_util.h"
+#include "dtensor/core/process_stats.h"
 #include "dtensor/core/status.h"
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/init.h"
@@ -111,47 +117,82 @@ absl::StatusOr<Figures> MeasureThreads(int tp, int64_t prompt_len, int64_t decod
   return f;
 }
 
-// Runs this program as `tp` processes on `backend` (shm or gloo) under dtrun (next to this
-// binary); rank 0 prints "LLAMA_ROW <prefill> <decode>".
-absl::StatusOr<Figures> MeasureProcesses(const std::string& backend, int tp, int64_t prompt_len, int64_t decode,
-                                         int reps) {
-  DT_ASSIGN_OR_RETURN(const std::string me, bench::SelfPath());
-  const std::string dir = me.substr(0, me.rfind('/'));
-  const std::string cmd = absl::StrCat("DT_BACKEND=", backend, " '", dir, "/dtrun' --nproc-per-node ", tp,
-                                       " '", me, "' --worker --prompt ", prompt_len, " --decode ",
-                                       decode, " --reps ", reps, " 2>&1");
+// Runs `cmd` (stderr joined) and returns the lines that contain `tag`, from the tag on; an error
+// with the command's other output when it fails.
+absl::StatusOr<std::vector<std::string>> TaggedLines(const std::string& cmd, const char* tag) {
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return absl::UnavailableError(absl::StrCat("cannot run: ", cmd));
   std::string log;
-  std::optional<Figures> f;
+  std::vector<std::string> lines;
   char line[4096];
   while (fgets(line, sizeof(line), p)) {
-    double a = 0, b = 0;
-    const char* row = std::strstr(line, "LLAMA_ROW ");
-    if (row != nullptr && std::sscanf(row, "LLAMA_ROW %lf %lf", &a, &b) == 2) {
-      f = Figures{a, b};
+    if (const char* at = std::strstr(line, tag)) {
+      lines.emplace_back(at);
     } else {
       log += line;
     }
   }
-  if (pclose(p) != 0 || !f) {
-    return absl::UnavailableError(absl::StrCat(backend, " x", tp, " failed (", cmd, "):\n", log));
-  }
-  return *f;
+  if (pclose(p) != 0) return absl::UnavailableError(absl::StrCat(cmd, " failed:\n", log));
+  return lines;
 }
 
-// SmolLM2 from its GGUF on `tp` thread ranks in `dtype`.
+// This program as `tp` processes on `backend` under dtrun (next to this binary) with `args`.
+absl::StatusOr<std::string> UnderDtrun(const std::string& backend, int tp, const std::string& args) {
+  DT_ASSIGN_OR_RETURN(const std::string me, bench::SelfPath());
+  const std::string dir = me.substr(0, me.rfind('/'));
+  return absl::StrCat("DT_BACKEND=", backend, " '", dir, "/dtrun' --nproc-per-node ", tp, " '", me,
+                      "' ", args, " 2>&1");
+}
+
+// Runs this program as `tp` processes on `backend` (shm or gloo) under dtrun (next to this
+// binary); rank 0 prints "LLAMA_ROW <prefill> <decode>".
+absl::StatusOr<Figures> MeasureProcesses(const std::string& backend, int tp, int64_t prompt_len, int64_t decode,
+                                         int reps) {
+  DT_ASSIGN_OR_RETURN(const std::string cmd,
+                      UnderDtrun(backend, tp, absl::StrCat("--worker --prompt ", prompt_len,
+                                                           " --decode ", decode, " --reps ", reps)));
+  DT_ASSIGN_OR_RETURN(std::vector<std::string> rows, TaggedLines(cmd, "LLAMA_ROW "));
+  double a = 0, b = 0;
+  if (rows.empty() || std::sscanf(rows[0].c_str(), "LLAMA_ROW %lf %lf", &a, &b) != 2) {
+    return absl::UnavailableError(absl::StrCat(backend, " x", tp, ": no LLAMA_ROW from ", cmd));
+  }
+  return Figures{a, b};
+}
+
+// A prompt of n ids of SmolLM2's vocabulary.
+std::vector<int64_t> ModelPrompt(int64_t n) {
+  std::vector<int64_t> prompt(n);
+  for (int64_t i = 0; i < n; ++i) prompt[i] = 100 + (i * 37) % 4000;
+  return prompt;
+}
+
+// The bytes one decode step reads of rank 0's weights: every parameter once, but the embedding
+// table, of which it reads one row (a tied lm_head is its own parameter).
+int64_t DecodeBytes(const LlamaLoadReport& r) {
+  int64_t bytes = 0;
+  for (const LlamaLoadReport::Param& p : r.params) {
+    if (p.name != "model.embed_tokens.weight") bytes += p.local_bytes;
+  }
+  return bytes;
+}
+
+// SmolLM2 from its GGUF on `tp` thread ranks in `dtype`, or with its quantized weights kept
+// (`quantized`: LlamaLoadOptions::keep_quantized, the rest in f32); `bytes` (optional): rank 0's
+// DecodeBytes.
 absl::StatusOr<Figures> MeasureModel(const std::string& path, int tp, DType dtype, int64_t prompt_len,
-                                     int64_t decode, int reps) {
+                                     int64_t decode, int reps, bool quantized = false,
+                                     int64_t* bytes = nullptr) {
   Figures f;
   DT_RETURN_IF_ERROR(World::RunThreads(tp, [&](World& w) -> absl::Status {
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {tp}, {"tp"}));
     LlamaLoadOptions lo;
     lo.dtype = dtype;
+    lo.keep_quantized = quantized;
     lo.warn = false;
-    DT_ASSIGN_OR_RETURN(auto model, LlamaForCausalLM::FromPretrained(path, mesh, lo));
-    std::vector<int64_t> prompt(prompt_len);
-    for (int64_t i = 0; i < prompt_len; ++i) prompt[i] = 100 + (i * 37) % 4000;
+    LlamaLoadReport report;
+    DT_ASSIGN_OR_RETURN(auto model, LlamaForCausalLM::FromPretrained(path, mesh, lo, &report));
+    if (w.rank() == 0 && bytes != nullptr) *bytes = DecodeBytes(report);
+    const std::vector<int64_t> prompt = ModelPrompt(prompt_len);
     GenerateOptions o;
     o.max_new_tokens = 4;
     DT_RETURN_IF_ERROR(model->Generate(prompt, o).status());
@@ -166,6 +207,61 @@ absl::StatusOr<Figures> MeasureModel(const std::string& path, int tp, DType dtyp
     return absl::OkStatus();
   }));
   return f;
+}
+
+// One rank of the demo's configuration (SmolLM2 quantized, --shard-embedding) under dtrun, for
+// the memory target: prints "RSS_ROW <rank> <baseline> <peak> <local bytes>", baseline being the
+// process's peak resident bytes before the model is loaded (the runtime, libraries, World) and
+// peak after loading it and generating.
+int RssWorker(const std::string& path) {
+  absl::StatusOr<std::shared_ptr<World>> w = World::FromEnv();
+  if (!w.ok()) {
+    std::fprintf(stderr, "bench_llama rss worker: %s\n", w.status().ToString().c_str());
+    return 1;
+  }
+  absl::Status s = [&]() -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(*w, {(*w)->size()}, {"tp"}));
+    const int64_t baseline = PeakResidentBytes();
+    LlamaLoadOptions lo;
+    lo.keep_quantized = true;
+    lo.shard_embedding = true;
+    lo.warn = false;
+    LlamaLoadReport report;
+    DT_ASSIGN_OR_RETURN(auto model, LlamaForCausalLM::FromPretrained(path, mesh, lo, &report));
+    GenerateOptions o;
+    o.max_new_tokens = 16;
+    DT_RETURN_IF_ERROR(model->Generate(ModelPrompt(40), o).status());
+    std::printf("RSS_ROW %d %lld %lld %lld\n", (*w)->rank(), static_cast<long long>(baseline),
+                static_cast<long long>(PeakResidentBytes()),
+                static_cast<long long>(report.local_bytes));
+    std::fflush(stdout);
+    return absl::OkStatus();
+  }();
+  if (!s.ok()) {
+    std::fprintf(stderr, "bench_llama rss worker: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+// The demo's ranks under dtrun (shm): the largest (peak - baseline) / local bytes over the ranks.
+absl::StatusOr<double> MeasureRss(const std::string& path, int tp) {
+  DT_ASSIGN_OR_RETURN(const std::string cmd, UnderDtrun("shm", tp, absl::StrCat("--rss-worker '", path, "'")));
+  DT_ASSIGN_OR_RETURN(std::vector<std::string> rows, TaggedLines(cmd, "RSS_ROW "));
+  double worst = 0;
+  for (const std::string& row : rows) {
+    int rank = 0;
+    long long base = 0, peak = 0, local = 0;
+    if (std::sscanf(row.c_str(), "RSS_ROW %d %lld %lld %lld", &rank, &base, &peak, &local) != 4) continue;
+    const double ratio = static_cast<double>(peak - base) / static_cast<double>(local);
+    std::printf("  rank %d: baseline %.1f MB, peak %.1f MB, holds %.1f MB of weights: (peak - "
+                "baseline) / weights = %.2f\n", rank, base / 1e6, peak / 1e6, local / 1e6, ratio);
+    worst = std::max(worst, ratio);
+  }
+  if (static_cast<int>(rows.size()) != tp) {
+    return absl::UnavailableError(absl::StrCat("rss x", tp, ": ", rows.size(), " ranks reported"));
+  }
+  return worst;
 }
 
 // Bytes per second of a memcpy of `bytes` on every thread of the arena, as the decode GEMVs run
@@ -205,6 +301,8 @@ int main(int argc, char** argv) {
       worker = true;
     } else if (a == "--smollm2" && i + 1 < argc) {
       smollm2 = argv[++i];
+    } else if (a == "--rss-worker" && i + 1 < argc) {
+      return RssWorker(argv[i + 1]);
     } else if (a == "--no-gloo") {
       gloo = false;
     } else if (a == "--prompt" && next(&prompt)) {
@@ -287,7 +385,8 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::string> me = bench::SelfPath();
     if (me.ok()) smollm2 = me->substr(0, me->rfind("/bin/")) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
   }
-  std::optional<double> roofline_ratio;
+  std::optional<double> roofline_ratio, quantized_roofline, quantized_prefill_vs_bf16, rss_ratio;
+  double bf16_prefill = 0;
   if (::access(smollm2.c_str(), R_OK) != 0) {
     std::printf("SmolLM2: %s not cached (scripts/fetch-smollm2): rows skipped\n", smollm2.c_str());
   } else {
@@ -311,7 +410,31 @@ int main(int argc, char** argv) {
       std::printf("%-22s %14.1f %14.1f %11.0f%%\n", k.name, f->prefill, f->decode,
                   100 * f->decode / roof);
       if (k.tp == 1 && k.dtype == DType::kF32) roofline_ratio = f->decode / roof;
+      if (k.tp == 1 && k.dtype == DType::kBF16) bf16_prefill = f->prefill;
     }
+    // Quantized (the GGUF's blocks kept: llama_generate's default): its own bytes per token, and
+    // its roofline against a memcpy of that many bytes, measured now.
+    int64_t qbytes = 0;
+    absl::StatusOr<Figures> q = MeasureModel(smollm2, 1, DType::kF32, std::min<int64_t>(prompt, 32),
+                                             decode, reps, /*quantized=*/true, &qbytes);
+    if (!q.ok()) {
+      std::fprintf(stderr, "bench_llama: SmolLM2 quantized: %s\n", q.status().ToString().c_str());
+      return 1;
+    }
+    const double qbw = MemcpyBandwidth(qbytes);
+    const double qroof = qbw / qbytes;
+    std::printf("%-22s %14.1f %14.1f %11.0f%%   (%.1f MB of blocks and norms per step, read at "
+                "%.2f GB/s; memcpy of that size %.2f GB/s -> roofline %.1f tokens/s)\n",
+                "tp=1 quantized", q->prefill, q->decode, 100 * q->decode / qroof, qbytes / 1e6,
+                q->decode * qbytes / 1e9, qbw / 1e9, qroof);
+    quantized_roofline = q->decode / qroof;
+    quantized_prefill_vs_bf16 = q->prefill / bf16_prefill;
+    absl::StatusOr<double> rss = MeasureRss(smollm2, 3);
+    if (!rss.ok()) {
+      std::fprintf(stderr, "bench_llama: SmolLM2 rss: %s\n", rss.status().ToString().c_str());
+      return 1;
+    }
+    rss_ratio = *rss;
   }
   std::printf("RESULT llama_decode_tp2_vs_1rank %.2f 0.5 %s\n", decode_ratio,
               bench::Verdict(decode_ratio >= 0.5));
@@ -327,6 +450,13 @@ int main(int argc, char** argv) {
   if (roofline_ratio) {
     std::printf("RESULT smollm2_decode_f32_vs_roofline %.2f 0.6 %s\n", *roofline_ratio,
                 bench::Verdict(*roofline_ratio >= 0.6));
+    std::printf("RESULT smollm2_decode_quantized_vs_roofline %.2f 0.6 %s\n", *quantized_roofline,
+                bench::Verdict(*quantized_roofline >= 0.6));
+    std::printf("RESULT smollm2_prefill_quantized_vs_bf16 %.2f 1.0 %s\n",
+                *quantized_prefill_vs_bf16, bench::Verdict(*quantized_prefill_vs_bf16 >= 1.0));
+    // At most 1.2: (peak - baseline) / (the rank's weights), the worst rank.
+    std::printf("RESULT smollm2_tp3_quantized_rss_vs_weights %.2f 1.2 %s\n", *rss_ratio,
+                bench::Verdict(*rss_ratio <= 1.2));
   }
   return 0;
 }

@@ -188,6 +188,7 @@ absl::Status FillDevice(const Tensor& dst, double value) {
     case DType::kI32: FillKernel<<<Blocks(n), 256>>>(static_cast<int32_t*>(dst.raw_data()), static_cast<int32_t>(value), l, n); break;
     case DType::kU8: FillKernel<<<Blocks(n), 256>>>(static_cast<uint8_t*>(dst.raw_data()), static_cast<uint8_t>(value), l, n); break;
     case DType::kBool: FillKernel<<<Blocks(n), 256>>>(static_cast<uint8_t*>(dst.raw_data()), static_cast<uint8_t>(value != 0), l, n); break;
+    default: return absl::UnimplementedError("CUDA fill of a quantized dtype");
   }
   cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) e = cudaDeviceSynchronize();

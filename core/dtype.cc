@@ -16,6 +16,14 @@ absl::string_view DTypeName(DType t) {
     case DType::kI32: return "i32";
     case DType::kU8: return "u8";
     case DType::kBool: return "bool";
+    case DType::kQ8_0: return "q8_0";
+    case DType::kQ4_0: return "q4_0";
+    case DType::kQ4_1: return "q4_1";
+    case DType::kQ5_0: return "q5_0";
+    case DType::kQ5_1: return "q5_1";
+    case DType::kQ4_K: return "q4_k";
+    case DType::kQ5_K: return "q5_k";
+    case DType::kQ6_K: return "q6_k";
   }
   return "?";
 }
@@ -29,8 +37,13 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
   if (n == "i32" || n == "int32" || n == "int") return DType::kI32;
   if (n == "u8" || n == "uint8") return DType::kU8;
   if (n == "bool") return DType::kBool;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype '", name, "'; expected one of f32, f16, bf16, i64, i32, u8, bool"));
+  for (DType q : kQuantizedDTypes) {
+    if (n == DTypeName(q)) return q;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown dtype '", name,
+      "'; expected one of f32, f16, bf16, i64, i32, u8, bool, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, "
+      "q5_k, q6_k"));
 }
 
 uint16_t Float16::FromFloat(float f) {

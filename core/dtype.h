@@ -1,6 +1,8 @@
 #pragma once
 // Element types. f32/f16/bf16/i64/i32/u8/bool. Half types are stored as raw 16-bit patterns;
 // conversions from f32 round to nearest even (NaN stays NaN, overflow goes to infinity).
+// The quantized dtypes (q8_0 ... q6_k) are GGUF's block formats: a tensor's shape stays in
+// elements, its bytes are whole blocks (Note [Quantized dtypes] in core/quant.h).
 //
 //   dtype  bytes  name     C++ type
 //   f32    4      "f32"    float
@@ -10,6 +12,7 @@
 //   i32    4      "i32"    int32_t
 //   u8     1      "u8"     uint8_t
 //   bool   1      "bool"   bool
+//   q8_0 q4_0 q4_1 q5_0 q5_1 (blocks of 32), q4_k q5_k q6_k (blocks of 256): core/quant.h
 
 #include <cstdint>
 #include <cstring>
@@ -19,10 +22,21 @@
 
 namespace dt {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kI64, kI32, kU8, kBool };
+enum class DType : uint8_t {
+  kF32, kF16, kBF16, kI64, kI32, kU8, kBool,
+  // Quantized (Note [Quantized dtypes] in core/quant.h).
+  kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K,
+};
+// The element dtypes (every elementwise kernel's domain).
 inline constexpr DType kAllDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kI64,
                                        DType::kI32, DType::kU8,  DType::kBool};
+inline constexpr DType kQuantizedDTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                                             DType::kQ5_0, DType::kQ5_1, DType::kQ4_K,
+                                             DType::kQ5_K, DType::kQ6_K};
 
+constexpr bool IsQuantized(DType t) { return t >= DType::kQ8_0; }
+// Bytes of one element; 0 for a quantized dtype, whose elements have no bytes of their own (use
+// DTypeBytes).
 constexpr int64_t DTypeSize(DType t) {
   switch (t) {
     case DType::kF32: return 4;
@@ -32,8 +46,36 @@ constexpr int64_t DTypeSize(DType t) {
     case DType::kI32: return 4;
     case DType::kU8: return 1;
     case DType::kBool: return 1;
+    default: return 0;
   }
-  return 0;
+}
+// Elements per block: 1 for element dtypes.
+constexpr int64_t DTypeBlock(DType t) {
+  switch (t) {
+    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1:
+      return 32;
+    case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+      return 256;
+    default: return 1;
+  }
+}
+// Bytes per block: DTypeSize for element dtypes.
+constexpr int64_t DTypeBlockBytes(DType t) {
+  switch (t) {
+    case DType::kQ8_0: return 34;
+    case DType::kQ4_0: return 18;
+    case DType::kQ4_1: return 20;
+    case DType::kQ5_0: return 22;
+    case DType::kQ5_1: return 24;
+    case DType::kQ4_K: return 144;
+    case DType::kQ5_K: return 176;
+    case DType::kQ6_K: return 210;
+    default: return DTypeSize(t);
+  }
+}
+// Bytes of n elements (n a whole number of blocks for a quantized dtype).
+constexpr int64_t DTypeBytes(DType t, int64_t n) {
+  return IsQuantized(t) ? n / DTypeBlock(t) * DTypeBlockBytes(t) : n * DTypeSize(t);
 }
 constexpr bool IsFloating(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 absl::string_view DTypeName(DType t);
@@ -89,6 +131,7 @@ template <> struct DTypeOf<bool> { static constexpr DType value = DType::kBool; 
       case ::dt::DType::kI32: { using T = int32_t; return __VA_ARGS__(); }       \
       case ::dt::DType::kU8: { using T = uint8_t; return __VA_ARGS__(); }        \
       case ::dt::DType::kBool: { using T = bool; return __VA_ARGS__(); }         \
+      default: break; /* quantized: callers refuse them first */       \
     }                                                                  \
     using T = float; return __VA_ARGS__();                             \
   }()

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "dtensor/core/cuda_module.h"
+#include "dtensor/core/quant.h"
 #include "dtensor/core/random.h"
 #include "dtensor/core/strided.h"
 
@@ -167,7 +168,8 @@ Tensor::Tensor(Storage storage, Shape shape, Shape strides, int64_t storage_offs
 
 absl::StatusOr<Tensor> Tensor::Empty(IntSpan shape, DType dtype, Device device) {
   DT_RETURN_IF_ERROR(CheckShape(shape, "Empty"));
-  DT_ASSIGN_OR_RETURN(Storage st, Storage::Allocate(Numel(shape) * DTypeSize(dtype), device));
+  if (IsQuantized(dtype)) DT_RETURN_IF_ERROR(CheckQuantizedShape(dtype, shape));
+  DT_ASSIGN_OR_RETURN(Storage st, Storage::Allocate(DTypeBytes(dtype, Numel(shape)), device));
   return Tensor(std::move(st), Shape(shape.begin(), shape.end()), ContiguousStrides(shape), 0, dtype);
 }
 
@@ -248,6 +250,12 @@ absl::StatusOr<Tensor> Tensor::Narrow(int64_t dim, int64_t start, int64_t length
     return absl::OutOfRangeError(absl::StrCat("Narrow(dim ", d, ", start ", start, ", length ", length,
                                               ") out of range for size ", shape_[d], " of ", Describe()));
   }
+  if (IsQuantized(dtype_) && d == this->dim() - 1 &&
+      (start % DTypeBlock(dtype_) != 0 || length % DTypeBlock(dtype_) != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("Narrow(dim ", d, ", start ", start, ", length ",
+                                                   length, ") of ", Describe(), ": not whole ",
+                                                   DTypeBlock(dtype_), "-element blocks"));
+  }
   Tensor t = *this;
   t.shape_[d] = length;
   if (length > 0) t.storage_offset_ += start * strides_[d];
@@ -260,6 +268,10 @@ absl::StatusOr<Tensor> Tensor::Select(int64_t dim, int64_t index) const {
   if (i < 0 || i >= shape_[d]) {
     return absl::OutOfRangeError(absl::StrCat("Select(dim ", d, ", index ", index,
                                               ") out of range for size ", shape_[d], " of ", Describe()));
+  }
+  if (IsQuantized(dtype_) && d == this->dim() - 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Select(dim ", d, ") of ", Describe(), ": an element of a block"));
   }
   Tensor t = *this;
   t.storage_offset_ += i * strides_[d];
@@ -389,6 +401,7 @@ absl::Status Tensor::CopyFrom(const Tensor& src) const {
                                                       " is read-only (a mapped checkpoint)"));
   }
   if (numel() == 0) return absl::OkStatus();
+  if (IsQuantized(dtype_) || IsQuantized(src.dtype_)) return internal::CopyQuantized(*this, src);
   if (device().is_cpu() && src.device().is_cpu()) {
     HostCopy(*this, src);
     return absl::OkStatus();
@@ -412,6 +425,9 @@ absl::Status Tensor::CopyFrom(const Tensor& src) const {
 
 absl::Status Tensor::Fill(double value) const {
   if (read_only()) return absl::FailedPreconditionError(absl::StrCat("Fill: ", Describe(), " is read-only"));
+  if (IsQuantized(dtype_)) {
+    return absl::UnimplementedError(absl::StrCat("Fill: ", Describe(), " is quantized"));
+  }
   if (numel() == 0) return absl::OkStatus();
   if (device().is_cuda()) {
     absl::StatusOr<const internal::CudaModule*> cuda = internal::LoadCudaModule();
@@ -459,6 +475,11 @@ absl::StatusOr<Tensor> Tensor::To(DType dtype) const {
 std::vector<double> Tensor::ToDoubles() const {
   std::vector<double> out;
   if (!defined()) return out;
+  if (IsQuantized(dtype_)) {
+    auto f = To(DType::kF32);
+    DT_CHECK_OK(f);
+    return f->ToDoubles();
+  }
   Tensor host = *this;
   if (!device().is_cpu()) {
     auto h = To(kCPU);

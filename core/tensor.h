@@ -4,7 +4,9 @@
 // Invariants
 //   - shape().size() == strides().size() == dim(); every size >= 0; strides are in elements and may
 //     be 0 (expanded dims) but are never negative.
-//   - element (i0, ..., in) lives at data + (storage_offset + sum_k ik * stride_k) * DTypeSize(dtype).
+//   - element (i0, ..., in) lives at data + (storage_offset + sum_k ik * stride_k) * DTypeSize(dtype);
+//     a quantized dtype counts whole blocks instead (DTypeBytes; Note [Quantized dtypes] in
+//     core/quant.h).
 //   - views (Narrow, Select, Transpose, Permute, View, Unsqueeze, Squeeze, Expand) share storage and
 //     never copy; Contiguous/Clone/To copy when they must.
 //   - a default-constructed Tensor is undefined (defined() == false); every other one has a storage,
@@ -65,7 +67,7 @@ class Tensor {
   int64_t size(int d) const { return shape_[d < 0 ? d + dim() : d]; }
   int64_t stride(int d) const { return strides_[d < 0 ? d + dim() : d]; }
   int64_t numel() const { return Numel(shape_); }
-  int64_t nbytes() const { return numel() * DTypeSize(dtype_); }
+  int64_t nbytes() const { return DTypeBytes(dtype_, numel()); }
   DType dtype() const { return dtype_; }
   Device device() const { return storage_.device(); }
   int64_t storage_offset() const { return storage_offset_; }
@@ -75,7 +77,7 @@ class Tensor {
 
   // Pointer to element (0, ..., 0). data<T>() checks that T matches dtype().
   void* raw_data() const {
-    return static_cast<char*>(storage_.data()) + storage_offset_ * DTypeSize(dtype_);
+    return static_cast<char*>(storage_.data()) + DTypeBytes(dtype_, storage_offset_);
   }
   template <typename T>
   T* data() const {

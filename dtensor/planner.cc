@@ -518,6 +518,24 @@ absl::StatusOr<RedistributePlan> PlanRedistribute(const DTensorSpec& src, const 
   }
   const int m = static_cast<int>(src.placements().size());
   const std::vector<std::string>& names = src.mesh().names();
+  // Note [Quantized tensors stay put]
+  // A quantized tensor (Note [Quantized dtypes] in core/quant.h) is a weight sharded at load on
+  // block boundaries: its pieces are blocks, not elements, so the element-wise shard math of a
+  // redistribution (all_gather, slicing of a replicated piece) does not apply to it. The planner
+  // refuses any change of its placements (mesh dims of size 1 aside), which also makes every op
+  // strategy that would move it unusable (ops/dispatch.cc prices moves through here): a Linear
+  // runs where its quantized weight lies. Code that needs it elsewhere dequantizes it first
+  // (SaveGathered does).
+  if (IsQuantized(src.dtype())) {
+    for (int i = 0; i < m; ++i) {
+      if (src.mesh().shape()[i] > 1 && src.placements()[i] != dst.placements()[i]) {
+        return absl::UnimplementedError(absl::StrCat(
+            "cannot redistribute ", src.Describe(), " to ", PlacementsToString(dst.placements()),
+            ": a quantized tensor keeps the placement it was loaded with (Note [Quantized tensors "
+            "stay put]); dequantize it first"));
+      }
+    }
+  }
   for (int i = 0; i < m; ++i) {
     const Placement& a = src.placements()[i];
     const Placement& b = dst.placements()[i];

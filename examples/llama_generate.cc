@@ -12,7 +12,9 @@
 // vocabulary), --prompt TEXT (tokenized; BOS first when the tokenizer adds one), --chat (TEXT is a
 // user message in the checkpoint's chat template; --system TEXT adds a system message),
 // --prompt-ids a,b,c (ids, no tokenizer needed), --max-new-tokens N, --greedy, --temperature T,
-// --top-k K, --top-p P, --seed S, --dtype f32|bf16 (default: the checkpoint's; f32 for GGUF),
+// --top-k K, --top-p P, --seed S, --dtype f32|bf16 (default: the checkpoint's; for a GGUF, its
+// quantized weights stay quantized as their blocks and the rest computes in f32, while --dtype
+// dequantizes every weight to that dtype),
 // --shard-embedding (embedding_rowwise), --replicate-kv (k_proj / v_proj replicated: any tp that
 // divides the query heads, e.g. SmolLM2's 9 heads / 3 KV heads on 9 ranks), --stop-at-eos (with --prompt-ids; a text prompt always
 // stops at EOS and the chat format's end of turn), --print-ids (the generated ids too), --check
@@ -221,6 +223,7 @@ absl::StatusOr<std::vector<int64_t>> SingleRankTokens(const Args& a) {
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {1}, {"tp"}));
     LlamaLoadOptions o;
     o.dtype = a.dtype;
+    o.keep_quantized = !a.dtype.has_value();
     o.warn = false;
     DT_ASSIGN_OR_RETURN(auto model, LlamaForCausalLM::FromPretrained(a.model, mesh, o));
     DT_ASSIGN_OR_RETURN(GenerateResult r, GenerateOn(*model, a, /*progress=*/false));
@@ -237,6 +240,7 @@ absl::Status Run(Args a) {
   const bool lead = world->rank() == 0;
   LlamaLoadOptions o;
   o.dtype = a.dtype;
+  o.keep_quantized = !a.dtype.has_value();
   o.shard_embedding = a.shard_embedding;
   o.replicate_kv = a.replicate_kv;
   LlamaLoadReport report;
@@ -249,8 +253,9 @@ absl::Status Run(Args a) {
                 std::string(world->backend()).c_str(), DTypeName(model->dtype()).data());
     for (const LlamaLoadReport::Param& p : report.params) {
       if (p.name.rfind("model.layers.0.", 0) == 0 || p.name.rfind("model.layers.", 0) != 0) {
-        std::printf("  %-48s %-22s full %9s  this rank %9s\n", p.name.c_str(), p.spec.c_str(),
-                    MB(p.full_bytes).c_str(), MB(p.local_bytes).c_str());
+        std::printf("  %-48s %-5s %-22s full %9s  this rank %9s\n", p.name.c_str(),
+                    DTypeName(p.dtype).data(), p.spec.c_str(), MB(p.full_bytes).c_str(),
+                    MB(p.local_bytes).c_str());
       }
     }
   }
@@ -272,6 +277,9 @@ absl::Status Run(Args a) {
       MB(report.stats.bytes_read()).c_str(), MB(report.stats.bytes_viewed).c_str(),
       MB(report.stats.bytes_copied).c_str(), MB(report.stats.peak_bytes).c_str(),
       MB(largest_sharded_read).c_str(), MB(largest_full).c_str(), report.seconds * 1e3);
+  if (const std::string q = report.QuantizedSummary(); !q.empty()) {
+    std::printf("rank %d: %s\n", world->rank(), q.c_str());
+  }
   std::fflush(stdout);
   DT_RETURN_IF_ERROR(tp.Comm(0).value()->Barrier());
 

@@ -121,7 +121,10 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& path) {
 absl::StatusOr<Checkpoint> Checkpoint::OpenGguf(const std::string& path) {
   Checkpoint c;
   c.path_ = path;
-  DT_ASSIGN_OR_RETURN(c.gguf_, GgufFile::Open(path));
+  // Weights only: the vocabulary arrays are not kept (GgufOpenOptions).
+  GgufOpenOptions o;
+  o.tokenizer_arrays = false;
+  DT_ASSIGN_OR_RETURN(c.gguf_, GgufFile::Open(path, o));
   DT_ASSIGN_OR_RETURN(std::vector<GgufTensorName> names, DecoderGgufTensorNames(*c.gguf_));
   for (const GgufTensorName& n : names) {
     const GgufTensorInfo& t = *c.gguf_->FindTensor(n.gguf_name);
@@ -130,7 +133,7 @@ absl::StatusOr<Checkpoint> Checkpoint::OpenGguf(const std::string& path) {
     e.permute_heads = n.permute_heads;
     e.gguf_info.name = n.hf_name;
     e.gguf_info.dtype_name = t.type->name;
-    if (t.type->dequantizable) e.gguf_info.dtype = DType::kF32;
+    e.gguf_info.dtype = t.type->dtype;
     e.gguf_info.shape = t.shape;
     e.gguf_info.begin = t.offset;
     e.gguf_info.end = t.offset + t.nbytes;
@@ -170,7 +173,13 @@ absl::StatusOr<Tensor> Checkpoint::Read(absl::string_view name, const ReadOption
 absl::StatusOr<Tensor> Checkpoint::ReadRanges(absl::string_view name, const DimRanges& ranges,
                                               const ReadOptions& options,
                                               ReadStats* stats) const {
-  DT_RETURN_IF_ERROR(Info(name).status());
+  DT_ASSIGN_OR_RETURN(const TensorInfo* info, Info(name));
+  if (options.dtype && IsQuantized(*options.dtype) && info->dtype != options.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "' is ", info->dtype_name, ShapeToString(info->shape), " in '", path_,
+        "'; it cannot be read as ", DTypeName(*options.dtype), " (only a GGUF tensor of that type "
+        "stays quantized)"));
+  }
   const Entry& e = where_.find(name)->second;
   if (!gguf_) return files_[e.file]->ReadRanges(name, ranges, options, stats);
   if (e.permute_heads == 0) return gguf_->ReadRanges(e.gguf_name, ranges, options, stats);
@@ -197,9 +206,38 @@ absl::StatusOr<Tensor> Checkpoint::ReadLocal(absl::string_view name, const DTens
                                                    "'"));
   }
   if (!spec.is_member()) return Tensor::Empty({0}, spec.dtype());
+  if (IsQuantized(spec.dtype())) DT_RETURN_IF_ERROR(QuantizedShardsFit(name, spec));
   ReadOptions o = options;
   o.dtype = spec.dtype();
   return ReadRanges(name, spec.Ranges(), o, stats);
+}
+
+absl::Status QuantizedShardsFit(absl::string_view name, const DTensorSpec& spec) {
+  const DType q = spec.dtype();
+  const int last = spec.ndim() - 1;
+  const DeviceMesh& mesh = spec.mesh();
+  Shape coord(static_cast<size_t>(mesh.ndim()), 0);
+  for (int64_t r = 0; r < mesh.Size(); ++r) {
+    for (const IndexRange& c : spec.Ranges(coord)[last]) {
+      if (c.start % DTypeBlock(q) != 0 || c.stop % DTypeBlock(q) != 0) {
+        std::string sizes;
+        for (int i = 0; i < mesh.ndim(); ++i) {
+          absl::StrAppend(&sizes, i ? ", " : "", MeshDimName(mesh.names(), i), "=", mesh.shape()[i]);
+        }
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", name, "' ", spec.Describe(), ": the rank at ", ShapeToString(coord),
+            " would hold columns [", c.start, ", ", c.stop, "), not whole ", DTypeBlock(q),
+            "-element ", DTypeName(q), " blocks, so it cannot stay quantized at ", sizes,
+            " (dequantize it, or pick a tensor-parallel size whose column shards are whole "
+            "blocks)"));
+      }
+    }
+    for (int i = mesh.ndim() - 1; i >= 0; --i) {
+      if (++coord[i] < mesh.shape()[i]) break;
+      coord[i] = 0;
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace dt::loaders

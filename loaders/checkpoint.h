@@ -7,7 +7,9 @@
 //   directory with model.safetensors, or a       that file's tensors
 //   .safetensors file
 //   a GGUF file (by its magic, any name)         its tensors under their Hugging Face names
-//                                                (loaders/gguf_llama.h), dequantized on read
+//                                                (loaders/gguf_llama.h), dequantized on read,
+//                                                or kept as blocks when read as their own
+//                                                quantized dtype (Note [Quantized dtypes])
 //
 // Every read goes through the same calls (Read, ReadRanges, ReadLocal) and the same ReadStats,
 // so the model loaders do not know which format they read.
@@ -38,7 +40,8 @@ class Checkpoint {
   // Every tensor name, sorted.
   std::vector<std::string> names() const;
   // NotFound naming the tensor and the checkpoint. A GGUF tensor's dtype_name is its ggml type
-  // ("Q4_1") and its dtype f32 when dtensor dequantizes it.
+  // ("Q4_1") and its dtype the one dtensor holds it as (q4_1, f32, f16, bf16; nullopt for types
+  // it does not read).
   absl::StatusOr<const TensorInfo*> Info(absl::string_view name) const;
   // The safetensors files (none for a GGUF).
   const std::vector<std::shared_ptr<const SafetensorsFile>>& files() const { return files_; }
@@ -52,7 +55,9 @@ class Checkpoint {
                                     ReadStats* stats = nullptr) const;
   // This rank's piece of a tensor laid out as `spec`: checks that the file's shape equals
   // spec.shape() ("tensor 'w': expected [8, 8], got [8, 4]"), reads spec.Ranges() and converts to
-  // spec.dtype(). A rank outside the spec's mesh gets an empty [0] tensor and reads nothing.
+  // spec.dtype(); a quantized spec.dtype() must be the tensor's own type and its shards whole
+  // blocks (QuantizedShardsFit). A rank outside the spec's mesh gets an empty [0] tensor and
+  // reads nothing.
   absl::StatusOr<Tensor> ReadLocal(absl::string_view name, const DTensorSpec& spec,
                                    const ReadOptions& options = {},
                                    ReadStats* stats = nullptr) const;
@@ -73,5 +78,10 @@ class Checkpoint {
   std::shared_ptr<const GgufFile> gguf_;
   std::map<std::string, Entry, std::less<>> where_;
 };
+
+// OK when every rank's piece of a quantized `spec` is whole blocks along the last dim, else
+// InvalidArgument naming the tensor, the block size, the offending columns and the mesh sizes
+// ("... not whole 32-element q4_1 blocks, so it cannot stay quantized at tp=4"). Reads nothing.
+absl::Status QuantizedShardsFit(absl::string_view name, const DTensorSpec& spec);
 
 }  // namespace dt::loaders

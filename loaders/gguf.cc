@@ -117,6 +117,7 @@ struct ParseState {
   HeaderReader* in;
   const std::string* path;
   int64_t values = 0;  // metadata values so far (every array element counts)
+  bool tokenizer_arrays = true;  // GgufOpenOptions
 };
 
 absl::Status Invalid(const ParseState& s, absl::string_view msg) {
@@ -175,12 +176,15 @@ absl::StatusOr<GgufValue> ReadValue(ParseState& s, uint32_t type, const std::str
                                        GgufFile::kMaxMetadataValues, " metadata values in all"));
       }
       v.element_type = static_cast<GgufValue::Type>(et);
+      // Every element is parsed and validated; a tokenizer array's are dropped unless kept.
+      const bool keep = s.tokenizer_arrays || key.rfind("tokenizer.", 0) != 0;
       std::vector<GgufValue> items;
-      items.reserve(n);
+      if (keep) items.reserve(n);
       for (uint64_t i = 0; i < n; ++i) {
         DT_ASSIGN_OR_RETURN(GgufValue item, ReadValue(s, et, key, depth + 1));
-        items.push_back(std::move(item));
+        if (keep) items.push_back(std::move(item));
       }
+      if (!keep) v.omitted = static_cast<int64_t>(n);
       v.value = std::move(items);
       break;
     }
@@ -223,6 +227,11 @@ const std::vector<GgufValue>* GgufValue::AsArray() const {
   return std::get_if<std::vector<GgufValue>>(&value);
 }
 
+int64_t GgufValue::ArrayLength() const {
+  const std::vector<GgufValue>* a = AsArray();
+  return a == nullptr ? 0 : omitted > 0 ? omitted : static_cast<int64_t>(a->size());
+}
+
 std::string GgufValue::ToString() const {
   if (const int64_t* i = std::get_if<int64_t>(&value)) return absl::StrCat(*i);
   if (const uint64_t* u = std::get_if<uint64_t>(&value)) return absl::StrCat(*u);
@@ -232,6 +241,7 @@ std::string GgufValue::ToString() const {
     return absl::StrCat("\"", s->size() > 60 ? s->substr(0, 57) + "..." : *s, "\"");
   }
   const std::vector<GgufValue>& a = *AsArray();
+  if (omitted > 0) return absl::StrCat("[...(", omitted, ", not kept)]");
   std::vector<std::string> parts;
   for (size_t i = 0; i < a.size() && i < 4; ++i) parts.push_back(a[i].ToString());
   if (a.size() > 4) parts.push_back(absl::StrCat("...(", a.size(), ")"));
@@ -253,10 +263,12 @@ bool GgufFile::HasMagic(const std::string& path) {
   return r == 4 && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
-absl::StatusOr<std::shared_ptr<const GgufFile>> GgufFile::Open(const std::string& path) {
+absl::StatusOr<std::shared_ptr<const GgufFile>> GgufFile::Open(const std::string& path,
+                                                              const GgufOpenOptions& options) {
   DT_ASSIGN_OR_RETURN(OpenFile file, OpenForRead(path, Quote(path)));
   HeaderReader in(file.fd, file.size, path);
   ParseState s{&in, &path};
+  s.tokenizer_arrays = options.tokenizer_arrays;
   std::shared_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
 
@@ -361,9 +373,7 @@ absl::StatusOr<std::shared_ptr<const GgufFile>> GgufFile::Open(const std::string
     }
     prev = t;
   }
-  if (data_size > 0) {
-    DT_ASSIGN_OR_RETURN(f->data_, Storage::MapFile(path, f->data_offset_, data_size));
-  }
+  f->file_ = std::make_shared<const OpenFile>(std::move(file));
   return std::shared_ptr<const GgufFile>(std::move(f));
 }
 
@@ -384,6 +394,13 @@ absl::Status WrongType(const std::string& path, absl::string_view key, const Ggu
   return absl::InvalidArgumentError(absl::StrCat(Quote(path), ": metadata '", key, "' must be ",
                                                  want, ", got ", GgufTypeName(v.type), " ",
                                                  v.ToString()));
+}
+
+absl::Status Kept(const std::string& path, absl::string_view key, const GgufValue& v) {
+  if (v.omitted == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      Quote(path), ": metadata '", key, "' (", v.omitted, " values) was not kept: the file was "
+      "opened without its tokenizer arrays (GgufOpenOptions::tokenizer_arrays)"));
 }
 
 }  // namespace
@@ -430,6 +447,7 @@ absl::StatusOr<std::vector<std::string>> GgufFile::GetStrings(absl::string_view 
   if (v->AsArray() == nullptr || v->element_type != GgufValue::kString) {
     return WrongType(path_, key, *v, "an array of strings");
   }
+  DT_RETURN_IF_ERROR(Kept(path_, key, *v));
   std::vector<std::string> out;
   out.reserve(v->AsArray()->size());
   for (const GgufValue& e : *v->AsArray()) out.push_back(*e.AsString());
@@ -444,6 +462,7 @@ absl::StatusOr<std::vector<int64_t>> GgufFile::GetInts(absl::string_view key) co
       v->element_type == GgufValue::kF64 || v->element_type == GgufValue::kBool) {
     return WrongType(path_, key, *v, "an array of integers");
   }
+  DT_RETURN_IF_ERROR(Kept(path_, key, *v));
   std::vector<int64_t> out;
   out.reserve(a->size());
   for (const GgufValue& e : *a) {
@@ -452,6 +471,63 @@ absl::StatusOr<std::vector<int64_t>> GgufFile::GetInts(absl::string_view key) co
     out.push_back(*i);
   }
   return out;
+}
+
+// Note [Blocks are read, not mapped]
+// A GGUF piece is always a copy (blocks kept as they are, or dequantized), so the file is read
+// with pread, never mapped: a quantized piece straight into its tensor (one read per run of whole
+// rows, or per row and column range), a dequantized one through a buffer of its row's blocks.
+// The file's pages never enter this process's RSS — a mapping faults in its neighbours too
+// (fault-around), about 1 MB per small tensor read here, which unmapping the tensor's own pages
+// does not release — so a rank holds its pieces and nothing else (the demo's peak-RSS target,
+// bench_llama).
+absl::StatusOr<Tensor> GgufFile::ReadBlocks(const GgufTensorInfo& t, absl::Span<const int64_t> rows,
+                                            const RangeList& cols, DType dtype,
+                                            ReadStats* stats) const {
+  const GgmlType& type = *t.type;
+  if (type.dtype != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Quote(path_), ": tensor '", t.name, "' is ", t.Describe(), "; it cannot be read as ",
+        DTypeName(dtype), " (quantized tensors are kept in their own type, or dequantized)"));
+  }
+  for (const IndexRange& c : cols) {
+    if (c.start % type.block != 0 || c.stop % type.block != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Quote(path_), ": tensor '", t.name, "' ", t.Describe(), ": columns [", c.start, ", ",
+          c.stop, ") are not whole ", type.block, "-element blocks, so they cannot stay ",
+          type.name));
+    }
+  }
+  const int64_t out_cols = RangesSize(cols);
+  DT_ASSIGN_OR_RETURN(Tensor piece, Tensor::Empty({static_cast<int64_t>(rows.size()), out_cols}, dtype));
+  const int64_t row_bytes = t.shape.back() / type.block * type.block_bytes;
+  const int64_t base = data_offset_ + t.offset;
+  char* out = static_cast<char*>(piece.raw_data());
+  const bool whole_rows = cols.size() == 1 && cols[0].start == 0 && cols[0].stop == t.shape.back();
+  int64_t copied = 0;
+  for (size_t i = 0; i < rows.size();) {
+    if (whole_rows) {  // a run of consecutive rows in one read
+      size_t j = i + 1;
+      while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
+      const int64_t bytes = static_cast<int64_t>(j - i) * row_bytes;
+      DT_RETURN_IF_ERROR(PreadAll(file_->fd, out, bytes, base + rows[i] * row_bytes, Quote(path_)));
+      out += bytes;
+      copied += bytes;
+      i = j;
+      continue;
+    }
+    for (const IndexRange& c : cols) {
+      const int64_t bytes = c.size() / type.block * type.block_bytes;
+      DT_RETURN_IF_ERROR(PreadAll(file_->fd, out, bytes,
+                                  base + rows[i] * row_bytes + c.start / type.block * type.block_bytes,
+                                  Quote(path_)));
+      out += bytes;
+      copied += bytes;
+    }
+    ++i;
+  }
+  AccountRead(stats, 0, copied, 0);
+  return piece;
 }
 
 absl::StatusOr<Tensor> GgufFile::ReadRanges(absl::string_view name, const DimRanges& ranges,
@@ -482,7 +558,7 @@ absl::StatusOr<Tensor> GgufFile::ReadRows(absl::string_view name, absl::Span<con
   const GgufTensorInfo* t = FindTensor(name);
   if (t == nullptr) return absl::NotFoundError(absl::StrCat(Quote(path_), ": no tensor '", name, "'"));
   const GgmlType& type = *t->type;
-  if (!type.dequantizable) {
+  if (!type.dequantizable()) {
     return absl::UnimplementedError(absl::StrCat(
         Quote(path_), ": tensor '", t->name, "' is ", type.name,
         ", which dtensor does not dequantize (supported: ", DequantizableGgmlTypes(), ")"));
@@ -497,31 +573,35 @@ absl::StatusOr<Tensor> GgufFile::ReadRows(absl::string_view name, absl::Span<con
                                                      " is outside [0, ", n_rows, ")"));
     }
   }
+  if (options.dtype && IsQuantized(*options.dtype)) return ReadBlocks(*t, rows, cols, *options.dtype, stats);
   const int64_t out_cols = RangesSize(cols);
   DT_ASSIGN_OR_RETURN(Tensor piece,
                       Tensor::Empty({static_cast<int64_t>(rows.size()), out_cols}, DType::kF32));
   const int64_t row_bytes = width / type.block * type.block_bytes;
-  const uint8_t* base = static_cast<const uint8_t*>(data_.data()) + t->offset;
+  const int64_t base = data_offset_ + t->offset;
   float* out = piece.data<float>();
+  std::vector<uint8_t> blocks;
   std::vector<float> scratch;
   int64_t copied = 0;
+  // Note [Blocks are read, not mapped]: each row's covering blocks are read, then dequantized.
   for (int64_t r : rows) {
-    const uint8_t* row = base + r * row_bytes;
     for (const IndexRange& c : cols) {
       const int64_t b0 = c.start / type.block, b1 = (c.stop + type.block - 1) / type.block;
-      const uint8_t* src = row + b0 * type.block_bytes;
-      copied += (b1 - b0) * type.block_bytes;
+      const int64_t bytes = (b1 - b0) * type.block_bytes;
+      blocks.resize(static_cast<size_t>(bytes));
+      DT_RETURN_IF_ERROR(PreadAll(file_->fd, blocks.data(), bytes,
+                                  base + r * row_bytes + b0 * type.block_bytes, Quote(path_)));
+      copied += bytes;
       if (c.start % type.block == 0 && c.stop % type.block == 0) {
-        Dequantize(type, src, b1 - b0, out);
+        Dequantize(type, blocks.data(), b1 - b0, out);
       } else {
         scratch.resize(static_cast<size_t>((b1 - b0) * type.block));
-        Dequantize(type, src, b1 - b0, scratch.data());
+        Dequantize(type, blocks.data(), b1 - b0, scratch.data());
         std::memcpy(out, scratch.data() + (c.start - b0 * type.block), c.size() * sizeof(float));
       }
       out += c.size();
     }
   }
-  if (!rows.empty() && out_cols > 0) DropMappedPages(reinterpret_cast<const char*>(base), t->nbytes);
   int64_t converted = type.id == 0 ? 0 : piece.nbytes();
   if (options.dtype && *options.dtype != DType::kF32) {
     DT_ASSIGN_OR_RETURN(piece, ops::Cast(piece, *options.dtype));

@@ -31,6 +31,11 @@
 // bytes of those blocks (bytes_copied) and the dequantized output (bytes_converted). Types dtensor
 // does not dequantize (IQ*, Q2_K, Q3_K, ...) are listed and validated; reading one is
 // Unimplemented naming the type.
+//
+// A read whose ReadOptions::dtype is the tensor's own quantized dtype (q4_1 for a Q4_1 tensor;
+// Note [Quantized dtypes] in core/quant.h) copies the blocks as they are instead: every column
+// range must then start and end on a block boundary ("columns [0, 144) are not whole 32-element
+// blocks"), and another quantized dtype is refused (nothing is re-quantized).
 
 #include <cstdint>
 #include <map>
@@ -48,6 +53,7 @@
 #include "dtensor/core/tensor.h"
 #include "dtensor/dtensor/spec.h"
 #include "dtensor/loaders/gguf_quants.h"
+#include "dtensor/loaders/read_util.h"
 #include "dtensor/loaders/safetensors.h"
 
 namespace dt::loaders {
@@ -62,6 +68,12 @@ struct GgufValue {
   Type type = kU8;
   Type element_type = kU8;  // arrays
   std::variant<int64_t, uint64_t, double, bool, std::string, std::vector<GgufValue>> value;
+  // An array whose elements were not kept (GgufOpenOptions::tokenizer_arrays): its length; its
+  // value is then an empty vector.
+  int64_t omitted = 0;
+
+  // An array's length (kept or not).
+  int64_t ArrayLength() const;
 
   // An integer value (any width) that fits int64; nullopt otherwise.
   std::optional<int64_t> AsInt() const;
@@ -86,6 +98,14 @@ struct GgufTensorInfo {
   std::string Describe() const;
 };
 
+struct GgufOpenOptions {
+  // Keep the elements of the tokenizer.* arrays (the vocabulary and merges: about 9 MB of values
+  // for SmolLM2's 49152 tokens). A reader of weights only (Checkpoint) does not, so that a rank's
+  // memory while loading is its weights: those arrays keep their type and length
+  // (GgufValue::omitted) and asking for their elements is FailedPrecondition.
+  bool tokenizer_arrays = true;
+};
+
 class GgufFile {
  public:
   // Header limits: dims of a tensor, nesting of arrays, and metadata values in all (a value is
@@ -95,8 +115,9 @@ class GgufFile {
   static constexpr int kMaxNesting = 8;
   static constexpr int64_t kMaxMetadataValues = 8'000'000;
 
-  // Opens and validates `path` (see the file comment); the data section is mapped read-only.
-  static absl::StatusOr<std::shared_ptr<const GgufFile>> Open(const std::string& path);
+  // Opens and validates `path` (see the file comment); the file stays open for the reads.
+  static absl::StatusOr<std::shared_ptr<const GgufFile>> Open(const std::string& path,
+                                                              const GgufOpenOptions& options = {});
   // True when the file at `path` starts with the GGUF magic (false for a missing file).
   static bool HasMagic(const std::string& path);
 
@@ -122,7 +143,8 @@ class GgufFile {
   absl::StatusOr<std::vector<int64_t>> GetInts(absl::string_view key) const;
 
   // The elements of tensor `name` at `ranges` (one RangeList per dim of its shape, ascending and
-  // disjoint), dequantized, as a contiguous tensor of `options.dtype` (f32 when unset).
+  // disjoint), dequantized, as a contiguous tensor of `options.dtype` (f32 when unset), or its
+  // blocks when `options.dtype` is the tensor's quantized dtype (see the file comment).
   absl::StatusOr<Tensor> ReadRanges(absl::string_view name, const DimRanges& ranges,
                                     const ReadOptions& options = {},
                                     ReadStats* stats = nullptr) const;
@@ -136,6 +158,9 @@ class GgufFile {
 
  private:
   GgufFile() = default;
+  // ReadRows for options.dtype quantized: the blocks of `rows` x `cols` (validated rows).
+  absl::StatusOr<Tensor> ReadBlocks(const GgufTensorInfo& t, absl::Span<const int64_t> rows,
+                                    const RangeList& cols, DType dtype, ReadStats* stats) const;
   std::string path_;
   uint32_t version_ = 0;
   int64_t alignment_ = 32;
@@ -143,7 +168,7 @@ class GgufFile {
   std::map<std::string, GgufValue> metadata_;
   std::vector<GgufTensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> index_;
-  Storage data_;
+  std::shared_ptr<const OpenFile> file_;  // read with pread (Note [Blocks are read, not mapped])
 };
 
 }  // namespace dt::loaders

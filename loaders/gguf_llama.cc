@@ -162,9 +162,12 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
     }
   }
   std::optional<int64_t> n_tokens;
-  if (f.Find("tokenizer.ggml.tokens") != nullptr) {
-    DT_ASSIGN_OR_RETURN(std::vector<std::string> tokens, f.GetStrings("tokenizer.ggml.tokens"));
-    n_tokens = static_cast<int64_t>(tokens.size());
+  if (const GgufValue* tokens = f.Find("tokenizer.ggml.tokens")) {
+    if (tokens->AsArray() == nullptr || tokens->element_type != GgufValue::kString) {
+      return Bad(f, absl::StrCat("metadata 'tokenizer.ggml.tokens' must be an array of strings, got ",
+                                 GgufTypeName(tokens->type)));
+    }
+    n_tokens = tokens->ArrayLength();  // kept or not (GgufOpenOptions::tokenizer_arrays)
   }
   if (!n_tokens) {
     if (const GgufTensorInfo* e = f.FindTensor("token_embd.weight")) n_tokens = e->shape[0];

@@ -350,7 +350,9 @@ absl::StatusOr<DecoderConfig> LoadDecoderConfig(const std::string& path) {
   std::error_code ec;
   std::string file = path;
   if (std::filesystem::is_regular_file(path, ec) && GgufFile::HasMagic(path)) {
-    DT_ASSIGN_OR_RETURN(std::shared_ptr<const GgufFile> gguf, GgufFile::Open(path));
+    GgufOpenOptions o;
+    o.tokenizer_arrays = false;  // the config needs the vocabulary's length only
+    DT_ASSIGN_OR_RETURN(std::shared_ptr<const GgufFile> gguf, GgufFile::Open(path, o));
     return DecoderConfigFromGguf(*gguf);
   }
   if (std::filesystem::is_directory(path, ec)) {

@@ -69,6 +69,22 @@ absl::StatusOr<OpenFile> OpenForRead(const std::string& path, absl::string_view 
   return f;
 }
 
+absl::Status PreadAll(int fd, void* dst, int64_t n, int64_t offset, absl::string_view what) {
+  char* out = static_cast<char*>(dst);
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, out, static_cast<size_t>(n), offset);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      return absl::InternalError(absl::StrCat(what, ": read failed at offset ", offset, ": ",
+                                              r < 0 ? std::strerror(errno) : "end of file"));
+    }
+    out += r;
+    offset += r;
+    n -= r;
+  }
+  return absl::OkStatus();
+}
+
 void AccountRead(ReadStats* stats, int64_t viewed, int64_t copied, int64_t converted) {
   if (stats == nullptr) return;
   stats->tensors += 1;

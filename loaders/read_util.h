@@ -32,6 +32,10 @@ struct OpenFile {
 // cannot be opened, InvalidArgument when it is not a regular file.
 absl::StatusOr<OpenFile> OpenForRead(const std::string& path, absl::string_view what);
 
+// Reads exactly n bytes at `offset` of `fd` into dst (retrying short reads and EINTR); Internal
+// naming `what` and the offset otherwise. Note [Blocks are read, not mapped] in gguf.cc.
+absl::Status PreadAll(int fd, void* dst, int64_t n, int64_t offset, absl::string_view what);
+
 // Counts one piece: `viewed` bytes of zero-copy views, `copied` bytes copied out of the file,
 // `converted` bytes produced by a dtype conversion (its source freed once converted).
 void AccountRead(ReadStats* stats, int64_t viewed, int64_t copied, int64_t converted);

@@ -83,6 +83,10 @@ absl::Status CheckTensor(const Tensor& t, absl::string_view what, Device device,
   if (!t.is_contiguous()) {
     return absl::InvalidArgumentError(absl::StrCat(what, " ", t.Describe(), " is not contiguous"));
   }
+  if (IsQuantized(t.dtype())) {  // Note [Quantized tensors stay put] (dtensor/planner.cc)
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", t.Describe(),
+                                                   " is quantized; collectives move element dtypes"));
+  }
   if (t.device() != device) {
     return absl::InvalidArgumentError(absl::StrCat(what, " ", t.Describe(), " is on ", t.device().ToString(),
                                                    "; this communicator works on ", device.ToString()));

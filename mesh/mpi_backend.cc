@@ -95,6 +95,7 @@ MPI_Datatype TypeOf(DType d) {
     case DType::kI32: return MPI_INT32_T;
     case DType::kU8:
     case DType::kBool: return MPI_UINT8_T;
+    default: break;  // quantized: rejected by the communicator
   }
   return MPI_BYTE;
 }

@@ -44,6 +44,7 @@ ncclDataType_t TypeOf(DType d) {
     case DType::kI32: return ncclInt32;
     case DType::kU8:
     case DType::kBool: return ncclUint8;
+    default: break;  // quantized: rejected by the communicator
   }
   return ncclUint8;
 }

@@ -81,6 +81,7 @@ void Reduce3(void* out, const void* a, const void* b, int64_t n, DType dtype, Re
     case DType::kI32: return Dispatch<int32_t>(out, a, b, n, op);
     case DType::kU8: return Dispatch<uint8_t>(out, a, b, n, op);
     case DType::kBool: DT_CHECK(false, "bool reductions are rejected by the communicator");
+    default: DT_CHECK(false, "quantized tensors are rejected by the communicator");
   }
 }
 
@@ -108,6 +109,7 @@ void DivideInPlace(void* acc, int64_t n, DType dtype, int64_t divisor) {
     case DType::kI32: return run(static_cast<int32_t*>(acc));
     case DType::kU8: return run(static_cast<uint8_t*>(acc));
     case DType::kBool: DT_CHECK(false, "bool reductions are rejected by the communicator");
+    default: DT_CHECK(false, "quantized tensors are rejected by the communicator");
   }
 }
 

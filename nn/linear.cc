@@ -42,7 +42,7 @@ absl::StatusOr<Values> Linear::Forward(Values inputs) {
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, DType dtype)
-    : Module("Embedding"), num_(num_embeddings), dim_(embedding_dim) {
+    : Module("Embedding"), num_(num_embeddings), dim_(embedding_dim), dtype_(dtype) {
   RegisterParameter("weight", {num_embeddings, embedding_dim}, dtype);
 }
 
@@ -52,6 +52,9 @@ absl::StatusOr<Values> Embedding::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value ids, SingleInput(*this, inputs));
   DT_ASSIGN_OR_RETURN(Value w, ParamValue("weight"));
   DT_ASSIGN_OR_RETURN(Value y, vops::Embedding(w, ids));
+  if (y.dtype() != dtype_) {  // a quantized table gives f32 rows
+    DT_ASSIGN_OR_RETURN(y, vops::Cast(y, dtype_));
+  }
   return Values{std::move(y)};
 }
 

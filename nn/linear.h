@@ -5,6 +5,10 @@
 //   Linear      weight [out, in], bias [out]  {x [..., in]} -> {x·weightᵀ + bias [..., out]}
 //   Embedding   weight [vocab, dim]           {ids [...] (i64/i32)} -> {rows [..., dim]}
 //
+// Either weight may be quantized (a GGUF's blocks kept as they are: nn::KeepQuantized in
+// nn/load.h); the outputs keep the layer's compute dtype (a Linear's is x's; an Embedding's the
+// dtype it was built with, its rows dequantized on lookup).
+//
 // A Linear that packs several logical projections along one dim (a fused gate|up, Flux2's
 // q|k|v|gate|up) records their sizes as diffusers does (`_tp_packed_col_blocks`,
 // `_tp_packed_row_blocks`): packed_colwise / packed_rowwise read them when the plan gives no
@@ -68,6 +72,7 @@ class Embedding : public Module {
  private:
   int64_t num_;
   int64_t dim_;
+  DType dtype_;  // the compute dtype (the weight's, unless it is quantized)
 };
 
 }  // namespace dt::nn

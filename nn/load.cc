@@ -2,16 +2,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "dtensor/core/progress.h"
 #include "dtensor/core/status.h"
 #include "dtensor/nn/distributed.h"
 #include "dtensor/nn/init.h"
+#include "dtensor/nn/linear.h"
 #include "dtensor/nn/log.h"
 
 namespace dt::nn {
@@ -40,10 +43,16 @@ absl::Status CheckCheckpoint(const Module& module, const loaders::Checkpoint& ch
                                                      ShapeToString(p->shape()), ", got ",
                                                      ShapeToString((*info)->shape)));
     }
-    if (!(*info)->dtype || !IsFloating(*(*info)->dtype)) {
+    const std::optional<DType> stored = (*info)->dtype;
+    if (IsQuantized(p->dtype()) && stored != p->dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", from, "' has dtype ",
+                                                     (*info)->dtype_name, "; parameter '", name,
+                                                     "' is ", DTypeName(p->dtype())));
+    }
+    if (!stored || !(IsFloating(*stored) || IsQuantized(*stored))) {
       return absl::UnimplementedError(absl::StrCat("tensor '", from, "' has dtype ",
                                                    (*info)->dtype_name, "; ", model,
-                                                   " weights must be F32, BF16 or F16"));
+                                                   " weights must be F32, BF16, F16 or quantized"));
     }
     used.insert(from);
   }
@@ -69,10 +78,12 @@ absl::Status LoadCheckpoint(Module& module, const loaders::Checkpoint& checkpoin
   const auto t0 = std::chrono::steady_clock::now();
   LoadReport local;
   LoadReport& r = report != nullptr ? *report : local;
+  auto dequantized = std::move(r.dequantized);  // FitQuantized's, before this load
   r = LoadReport();
+  r.dequantized = std::move(dequantized);
   int64_t total_bytes = 0, total_params = 0;
   for (const auto& [name, p] : module.NamedParameters()) {
-    total_bytes += Numel(p->shape()) * DTypeSize(p->dtype());
+    total_bytes += DTypeBytes(p->dtype(), Numel(p->shape()));
     ++total_params;
   }
   ProgressBar bar("loading", total_bytes, total_params, "tensors", progress);
@@ -83,8 +94,9 @@ absl::Status LoadCheckpoint(Module& module, const loaders::Checkpoint& checkpoin
         p.name = std::string(name);
         p.checkpoint = SourceOf(source, name);
         p.spec = spec.ToString();
-        p.full_bytes = Numel(spec.shape()) * DTypeSize(spec.dtype());
+        p.full_bytes = DTypeBytes(spec.dtype(), Numel(spec.shape()));
         p.sharded = spec.NumShards() > 0;
+        p.dtype = spec.dtype();
         DT_ASSIGN_OR_RETURN(Tensor piece, checkpoint.ReadLocal(p.checkpoint, spec, read, &r.stats));
         p.local_bytes = piece.nbytes();
         p.read_bytes = r.stats.bytes_read() - before;
@@ -121,6 +133,13 @@ absl::Status LoadPretrained(Module& module, const DeviceMesh& mesh,
                             const loaders::Checkpoint& checkpoint, const PretrainedLoad& how,
                             LoadReport* report) {
   const bool lead = mesh.my_rank() == mesh.ranks().front();
+  const bool quantized = how.keep_quantized && !how.load_whole;
+  if (how.keep_quantized && how.load_whole) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(how.model, ": quantized weights are kept only when each rank reads its own "
+                                "blocks, not with load_whole"));
+  }
+  if (quantized) DT_RETURN_IF_ERROR(KeepQuantized(module, checkpoint, how.source).status());
   // 1-2. The plan's checks, then the placements (Note [One loading path]).
   if (how.load_whole) {
     DT_RETURN_IF_ERROR(ValidatePlan(module, mesh, how.plan, how.parallelize));
@@ -128,6 +147,7 @@ absl::Status LoadPretrained(Module& module, const DeviceMesh& mesh,
   } else {
     DT_RETURN_IF_ERROR(ParallelizeModule(module, mesh, how.plan, how.parallelize));
   }
+  if (quantized) DT_RETURN_IF_ERROR(FitQuantized(module, how.quantized_misfit, how.compute, report));
   // 3. The checkpoint, reading nothing.
   if (how.check) DT_RETURN_IF_ERROR(how.check(checkpoint));
   DT_RETURN_IF_ERROR(
@@ -140,6 +160,62 @@ absl::Status LoadPretrained(Module& module, const DeviceMesh& mesh,
   if (quiet.unused_rules == PlanCheck::kWarn) quiet.unused_rules = PlanCheck::kIgnore;
   if (quiet.uncovered_params == PlanCheck::kWarn) quiet.uncovered_params = PlanCheck::kIgnore;
   return ShardLoaded(module, how.plan, quiet);
+}
+
+absl::StatusOr<int64_t> KeepQuantized(Module& module, const loaders::Checkpoint& checkpoint,
+                                      const SourceNameFn& source) {
+  int64_t kept = 0;
+  for (auto& [path, m] : module.NamedModules()) {
+    if (dynamic_cast<Linear*>(m) == nullptr && dynamic_cast<Embedding*>(m) == nullptr) continue;
+    Parameter* w = m->FindParameter("weight");
+    if (w == nullptr || w->materialized()) continue;
+    absl::StatusOr<const loaders::TensorInfo*> info =
+        checkpoint.Info(SourceOf(source, JoinName(path, "weight")));
+    if (!info.ok() || !(*info)->dtype || !IsQuantized(*(*info)->dtype) ||
+        (*info)->shape != w->shape()) {
+      continue;  // CheckCheckpoint reports what is missing or wrong
+    }
+    DT_RETURN_IF_ERROR(w->SetDType(*(*info)->dtype));
+    ++kept;
+  }
+  return kept;
+}
+
+absl::Status FitQuantized(Module& module, QuantizedMisfit misfit, DType compute,
+                          LoadReport* report) {
+  for (const auto& [name, p] : module.NamedParameters()) {
+    if (!IsQuantized(p->dtype()) || !p->placed()) continue;
+    absl::Status fit = loaders::QuantizedShardsFit(name, p->spec());
+    if (fit.ok()) continue;
+    if (misfit == QuantizedMisfit::kRefuse) return fit;
+    const std::string why = absl::StrCat(
+        DTypeName(p->dtype()), " -> ", DTypeName(compute), ": its ", p->spec().ToString(),
+        " shards are not whole ", DTypeBlock(p->dtype()), "-element blocks");
+    DT_RETURN_IF_ERROR(p->SetDType(compute));
+    if (report != nullptr) report->dequantized.emplace_back(name, why);
+  }
+  return absl::OkStatus();
+}
+
+std::string LoadReport::QuantizedSummary() const {
+  std::map<std::string, int64_t> by_dtype;
+  int64_t kept = 0, bytes = 0;
+  for (const Param& p : params) {
+    if (!IsQuantized(p.dtype)) continue;
+    ++by_dtype[std::string(DTypeName(p.dtype))];
+    ++kept;
+    bytes += p.local_bytes;
+  }
+  if (kept == 0 && dequantized.empty()) return "";
+  std::vector<std::string> types;
+  for (const auto& [t, n] : by_dtype) types.push_back(absl::StrCat(t, " x ", n));
+  std::string s = absl::StrCat(kept, " weights kept quantized (", absl::StrJoin(types, ", "), "; ",
+                               absl::StrFormat("%.2f", bytes / 1e6), " MB here)");
+  if (!dequantized.empty()) {
+    absl::StrAppend(&s, "; ", dequantized.size(), " dequantized: ", dequantized[0].first, " (",
+                    dequantized[0].second, ")", dequantized.size() > 1 ? ", ..." : "");
+  }
+  return s;
 }
 
 }  // namespace dt::nn

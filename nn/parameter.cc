@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "dtensor/core/quant.h"
 #include "dtensor/core/status.h"
 #include "dtensor/nn/module.h"
 
@@ -47,6 +48,25 @@ absl::Status Parameter::Place(const DeviceMesh& mesh, absl::Span<const Placement
     }
   }
   spec_ = *std::move(spec);
+  return absl::OkStatus();
+}
+
+absl::Status Parameter::SetDType(DType dtype) {
+  if (materialized()) {
+    return absl::FailedPreconditionError(absl::StrCat("parameter '", FullName(), "' ",
+                                                      Describe(), ": its dtype cannot change once "
+                                                      "it holds data"));
+  }
+  if (IsQuantized(dtype)) {
+    absl::Status st = CheckQuantizedShape(dtype, shape_);
+    if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("parameter '", FullName(), "': ", st.message()));
+  }
+  if (spec_) {
+    DT_ASSIGN_OR_RETURN(DTensorSpec spec, DTensorSpec::Create(spec_->mesh(), spec_->placements(),
+                                                              shape_, dtype));
+    spec_ = std::move(spec);
+  }
+  dtype_ = dtype;
   return absl::OkStatus();
 }
 

@@ -54,6 +54,10 @@ class Parameter {
 
   // Makes this parameter a placeholder laid out as `placements` on `mesh` (see the class comment).
   absl::Status Place(const DeviceMesh& mesh, absl::Span<const Placement> placements);
+  // Changes the dtype of a parameter that holds no data yet (placed or not; the placements stay):
+  // how a loader keeps a weight in its checkpoint's quantized dtype (Note [Quantized dtypes] in
+  // core/quant.h), or gives it back its compute dtype. FailedPrecondition when materialized.
+  absl::Status SetDType(DType dtype);
   // Materializes: `value` must have this parameter's shape and dtype, and its spec when placed.
   absl::Status Set(DTensor value);
   // Drops the data and keeps the spec.

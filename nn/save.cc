@@ -81,6 +81,16 @@ absl::Status PutInPlace(const fs::path& staged, const fs::path& dir) {
   return SyncDir(dir.parent_path().empty() ? fs::path(".") : dir.parent_path());
 }
 
+// A quantized DTensor's pieces dequantized where they lie (f32, same placements: no
+// communication; Note [Quantized tensors stay put]); any other DTensor as it is.
+absl::StatusOr<DTensor> Dequantized(const DTensor& d) {
+  if (!IsQuantized(d.dtype())) return d;
+  DT_ASSIGN_OR_RETURN(DTensorSpec spec,
+                      DTensorSpec::Create(d.mesh(), d.placements(), d.shape(), DType::kF32));
+  DT_ASSIGN_OR_RETURN(Tensor local, d.ToLocal().To(DType::kF32));
+  return DTensor(std::move(spec), std::move(local));
+}
+
 // The writing rank's part: every tensor streamed into a staged directory, then put in place.
 class Writer {
  public:
@@ -180,7 +190,9 @@ absl::Status SaveGathered(const Module& model, const std::string& dir, const Sav
                                                      m.ToString(), ", the others on ",
                                                      mesh->ToString()));
     }
-    items.push_back({p, {name, options.dtype.value_or(p->dtype()), p->shape()}});
+    // A quantized weight is written dequantized (safetensors has no GGUF blocks), in f32.
+    const DType stored = IsQuantized(p->dtype()) ? DType::kF32 : p->dtype();
+    items.push_back({p, {name, options.dtype.value_or(stored), p->shape()}});
   }
   if (mesh == nullptr) {
     return absl::InvalidArgumentError("SaveGathered: the model has no parameters to save");
@@ -200,7 +212,8 @@ absl::Status SaveGathered(const Module& model, const std::string& dir, const Sav
   }
   int64_t done = 0, bytes = 0;
   for (const Item& it : items) {
-    DT_ASSIGN_OR_RETURN(Tensor full, it.param->value().FullTensor());
+    DT_ASSIGN_OR_RETURN(DTensor value, Dequantized(it.param->value()));
+    DT_ASSIGN_OR_RETURN(Tensor full, value.FullTensor());
     absl::Cleanup progress = [&] {
       bytes += it.entry.nbytes();
       if (options.on_progress) options.on_progress(++done, static_cast<int64_t>(items.size()), bytes);

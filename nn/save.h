@@ -9,7 +9,9 @@
 // time (DTensor::FullTensor) and handed to a streaming writer (loaders/safetensors_writer.h) on the
 // mesh's first rank, then dropped: no rank holds more than one full tensor beyond its own pieces,
 // where transformers gathers the whole state dict first and diffusers refuses to save a parallel
-// model. The result loads at any tp (or with transformers) like the checkpoint it came from.
+// model. The result loads at any tp (or with transformers) like the checkpoint it came from. A
+// quantized weight (Note [Quantized dtypes]) is dequantized piece by piece on its own rank and
+// written in f32 (or SaveOptions::dtype).
 //
 // Note [Saving atomically]
 // The checkpoint is written into a fresh sibling directory (`dir.saving-<pid>`), fsynced, and only

@@ -156,7 +156,8 @@ absl::StatusOr<OutputMetas> InferLinear(const OpCall& call) {
                                   ": expected x [..., in] and w [out, in]"));
   }
   DT_RETURN_IF_ERROR(NeedFloat(call, 0));
-  DT_RETURN_IF_ERROR(NeedSameDType(call, 0, 1));
+  // A quantized weight (Note [Quantized dtypes]) multiplies activations of any float dtype.
+  if (!IsQuantized(w.dtype())) DT_RETURN_IF_ERROR(NeedSameDType(call, 0, 1));
   if (x.shape().back() != w.shape()[1]) {
     return Bad(call, absl::StrCat("in features differ: ", Arg(call, 0), ", ", Arg(call, 1), " (",
                                   x.shape().back(), " vs ", w.shape()[1], ")"));
@@ -581,7 +582,8 @@ absl::StatusOr<OutputMetas> InferEmbedding(const OpCall& call) {
   }
   Shape out = ids.shape();
   out.push_back(t.shape()[1]);
-  return One(std::move(out), t.dtype());
+  // A quantized table's rows come out dequantized (ops::Embedding).
+  return One(std::move(out), IsQuantized(t.dtype()) ? DType::kF32 : t.dtype());
 }
 
 void CandEmbedding(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {

@@ -249,6 +249,9 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
   how.load_whole = options.load_whole;
   how.warn = options.warn;
   how.read.zero_copy = options.zero_copy;
+  how.keep_quantized = options.keep_quantized;
+  how.quantized_misfit = options.quantized_misfit;
+  how.compute = dtype;
   CausalLM* m = model.get();
   how.source = [m](absl::string_view param) { return m->CheckpointName(param); };
   DT_RETURN_IF_ERROR(LoadPretrained(*model, mesh, checkpoint, how, report));

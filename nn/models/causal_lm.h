@@ -119,6 +119,13 @@ struct CausalLMLoadOptions {
   // enable_parallelism) instead of reading only this rank's ranges: the slow, memory-heavy path,
   // kept to compare with (bench/load) and for models that arrive whole.
   bool load_whole = false;
+  // Keep the weights a GGUF stores quantized as their blocks (nn::KeepQuantized: every Linear
+  // weight and the embedding table; Note [Quantized dtypes]) instead of dequantizing them to the
+  // compute dtype; not with load_whole. A weight whose shards would not be whole blocks at this
+  // tp is dequantized (said in LoadReport::dequantized) or, with kRefuse, refused before
+  // anything is read.
+  bool keep_quantized = false;
+  QuantizedMisfit quantized_misfit = QuantizedMisfit::kDequantize;
 };
 
 struct GenerateOptions {

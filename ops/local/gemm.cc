@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dtensor/ops/local/checks.h"
+#include "dtensor/ops/local/cpu/qgemm.h"
 #include "dtensor/ops/local/kernels.h"
 #include "dtensor/ops/local/ops.h"
 
@@ -108,9 +109,54 @@ absl::StatusOr<Tensor> Matmul(const Tensor& a, const Tensor& b, bool trans_a, bo
   return GemmImpl(a_mk, b_kn, Tensor(), *batch);
 }
 
+// Linear with a quantized weight (Note [Quantized GEMM] in cpu/qgemm.cc): CPU only, the output in
+// x's dtype.
+absl::StatusOr<Tensor> QuantizedLinear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  constexpr absl::string_view kOp = "Linear";
+  DT_RETURN_IF_ERROR(internal::CheckSameDevice(kOp, {{"x", &x}, {"w", &w}, {"bias", &bias}}));
+  if (!w.device().is_cpu()) {
+    return absl::UnimplementedError(absl::StrCat("Linear with a quantized weight on ",
+                                                 w.device().ToString(), ": quantized kernels are CPU only"));
+  }
+  DT_RETURN_IF_ERROR(internal::CheckMinDims(kOp, "x", x, 1));
+  if (w.dim() != 2 || w.size(1) != x.size(-1)) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": w must have shape [out, ", x.size(-1),
+                                                   "] for x ", x.Describe(), ", got ", w.Describe()));
+  }
+  if (w.size(1) > 0 && (w.stride(1) != 1 || (w.size(0) > 1 && w.stride(0) != w.size(1)))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": a quantized w must be contiguous (whole rows of blocks), got ", w.Describe(),
+        " with strides ", ShapeToString(w.strides())));
+  }
+  if (bias.defined()) {
+    DT_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "x", x, "bias", bias));
+    DT_RETURN_IF_ERROR(internal::CheckShape(kOp, "bias", bias, {w.size(0)}));
+  }
+  Shape out_shape = x.shape();
+  out_shape.back() = w.size(0);
+  DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(out_shape, x.dtype()));
+  const int64_t n = w.size(0), k = w.size(1), m = n > 0 ? out.numel() / n : 0;
+  if (out.numel() == 0) return out;
+  if (k == 0) {
+    DT_RETURN_IF_ERROR(out.Fill(0.0));
+    if (bias.defined()) return Add(out, bias);
+    return out;
+  }
+  DT_ASSIGN_OR_RETURN(Tensor xc, x.Contiguous());
+  DT_ASSIGN_OR_RETURN(Tensor x2, xc.View({m, k}));
+  Tensor bias_c;
+  if (bias.defined()) {
+    DT_ASSIGN_OR_RETURN(bias_c, bias.Contiguous());
+  }
+  DT_ASSIGN_OR_RETURN(Tensor out2, out.View({m, n}));
+  DT_RETURN_IF_ERROR(cpu::QuantizedLinear(x2, w, bias_c, out2));
+  return out;
+}
+
 absl::StatusOr<Tensor> Linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   constexpr absl::string_view kOp = "Linear";
   DT_RETURN_IF_ERROR(CheckFloat(kOp, "x", x));
+  if (w.defined() && IsQuantized(w.dtype())) return QuantizedLinear(x, w, bias);
   DT_RETURN_IF_ERROR(CheckFloat(kOp, "w", w));
   DT_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "x", x, "w", w));
   DT_RETURN_IF_ERROR(internal::CheckSameDevice(kOp, {{"x", &x}, {"w", &w}, {"bias", &bias}}));

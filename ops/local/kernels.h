@@ -72,8 +72,9 @@ struct AttentionParams {
 //     visible, and with causal only j <= q_offset + i for query i. Skv and kv_length may be 0;
 //     rows without a visible key are zero. Softmax in f32.
 //   Embedding(table, ids, index_offset, out)
-//     table [V, H] any dtype (V may be 0); ids any shape, i64 or i32; out [ids..., H] of table's
-//     dtype; out[i] = table[ids[i] - index_offset], or zeros when that row does not exist.
+//     table [V, H] any dtype (V may be 0; quantized only on the CPU, rows with unit stride); ids
+//     any shape, i64 or i32; out [ids..., H] of table's dtype (f32 for a quantized table);
+//     out[i] = table[ids[i] - index_offset], or zeros when that row does not exist.
 //   TopK(x, k, dim, largest, values, indices)
 //     the k largest (smallest) elements of x along dim (0 <= dim < x.dim(),
 //     1 <= k <= x.size(dim)), sorted; ties lower index first; NaN greater than every number. x any

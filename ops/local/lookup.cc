@@ -20,9 +20,20 @@ absl::StatusOr<Tensor> Embedding(const Tensor& table, const Tensor& ids, int64_t
     return absl::InvalidArgumentError(
         absl::StrCat(kOp, ": ids must be i64 or i32, got ", ids.Describe()));
   }
+  if (IsQuantized(table.dtype()) && !table.device().is_cpu()) {
+    return absl::UnimplementedError(absl::StrCat("Embedding with a quantized table on ",
+                                                 table.device().ToString(), ": quantized kernels are CPU only"));
+  }
+  if (IsQuantized(table.dtype()) && table.size(1) > 0 && table.stride(1) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": a quantized table must have rows with unit stride, got ",
+                     table.Describe()));
+  }
   Shape shape = ids.shape();
   shape.push_back(table.size(1));
-  DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(shape, table.dtype(), table.device()));
+  // A quantized table's rows come out dequantized, in f32.
+  const DType out_dtype = IsQuantized(table.dtype()) ? DType::kF32 : table.dtype();
+  DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(shape, out_dtype, table.device()));
   if (out.numel() > 0) {
     DT_RETURN_IF_ERROR(DT_OPS_KERNEL(out.device(), Embedding, table, ids, index_offset, out));
   }

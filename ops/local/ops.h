@@ -15,20 +15,21 @@
 //   - Dims may be negative (counted from the end), as in PyTorch.
 //
 //   op                        dtypes                 notes
-//   Matmul, Linear            f32 bf16 f16           batch dims broadcast
+//   Matmul, Linear            f32 bf16 f16           batch dims broadcast; Linear's w may be
+//                                                    quantized (q8_0 ... q6_k, CPU)
 //   Add Sub Mul               all but bool           numpy broadcasting; integers wrap (two's complement)
 //   Div                       f32 bf16 f16
 //   Neg                       all but bool
 //   Silu Gelu Relu Exp Rsqrt Sqrt  f32 bf16 f16
 //   Modulate                  f32 bf16 f16           x * (1 + scale) + shift, broadcast
-//   Cast                      any -> any
+//   Cast                      any -> any             quantized -> element dtypes dequantizes
 //   Sum Max Argmax            all but bool           Sum of integers is i64; Argmax is i64
 //   Mean                      f32 bf16 f16
 //   Softmax LogSoftmax        f32 bf16 f16           f32 internally
 //   RmsNorm LayerNorm         f32 bf16 f16           over the last dim
 //   ApplyRotary               f32 bf16 f16
 //   ScaledDotProductAttention f32 bf16 f16           GQA, causal, KV-cache prefix
-//   Embedding                 any table; i64/i32 ids
+//   Embedding                 any table; i64/i32 ids a quantized table gives f32 rows
 //   Cat Split Chunk Pad       any
 //   TopK                      all but bool
 //
@@ -64,7 +65,10 @@ absl::StatusOr<Tensor> Matmul(const Tensor& a, const Tensor& b, bool trans_a = f
                               bool trans_b = false);
 
 // y = x · wᵀ + bias: x [..., in], w [out, in], bias [out] or undefined -> [..., out] (torch Linear).
-// The bias is added in f32 before the single rounding.
+// The bias is added in f32 before the single rounding. A quantized w (contiguous, on the CPU;
+// Note [Quantized dtypes] in core/quant.h) is multiplied as it is stored, against x quantized to
+// 16-bit integers per 32-element block (Note [Quantized GEMM] in cpu/qgemm.cc); the result has
+// x's dtype.
 absl::StatusOr<Tensor> Linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
 
 // ---- pointwise -----------------------------------------------------------------------------------
@@ -171,6 +175,7 @@ absl::StatusOr<Tensor> ScaledDotProductAttention(const Tensor& q, const Tensor& 
 // table [V, H], ids [...] (i64 or i32) -> [..., H]: row ids[i] - index_offset of the table. An id
 // outside [index_offset, index_offset + V) is NOT an error: it yields a zero row. This is the
 // masked lookup of a vocab-sharded table, whose partial results are then summed across ranks.
+// A quantized table (CPU) gives its rows dequantized, in f32.
 absl::StatusOr<Tensor> Embedding(const Tensor& table, const Tensor& ids, int64_t index_offset = 0);
 
 // ---- shape ops -----------------------------------------------------------------------------------

@@ -219,7 +219,7 @@ RC_GTEST_PROP(Gguf, MutatedHeadersNeverCrash, ()) {
     return;
   }
   for (const GgufTensorInfo& t : (*f)->tensors()) {
-    if (t.type->dequantizable && Numel(t.shape) <= (1 << 22)) {
+    if (t.type->dequantizable() && Numel(t.shape) <= (1 << 22)) {
       (void)(*f)->ReadRanges(t.name, FullRanges(t.shape));
     }
   }

@@ -1,0 +1,275 @@
+#include "dtensor/core/quant.h"
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "dtensor/core/strided.h"
+
+namespace dt {
+namespace {
+
+float Half(const uint8_t* p) { return LoadHalf(p); }
+
+// Q4_K / Q5_K: the j-th 6-bit (scale, min) pair of a super-block (ggml's get_scale_min_k4).
+void ScaleMin(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+void Q8_0(const uint8_t* b, float* y) {
+  const float d = Half(b);
+  for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
+}
+
+void Q4_0(const uint8_t* b, float* y) {
+  const float d = Half(b);
+  const uint8_t* q = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>((q[j] & 0x0F) - 8) * d;
+    y[j + 16] = static_cast<float>((q[j] >> 4) - 8) * d;
+  }
+}
+
+void Q4_1(const uint8_t* b, float* y) {
+  const float d = Half(b), m = Half(b + 2);
+  const uint8_t* q = b + 4;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>(q[j] & 0x0F) * d + m;
+    y[j + 16] = static_cast<float>(q[j] >> 4) * d + m;
+  }
+}
+
+void Q5_0(const uint8_t* b, float* y) {
+  const float d = Half(b);
+  uint32_t qh;
+  std::memcpy(&qh, b + 2, 4);
+  const uint8_t* q = b + 6;
+  for (int j = 0; j < 16; ++j) {
+    const uint8_t h0 = static_cast<uint8_t>(((qh >> j) << 4) & 0x10);
+    const uint8_t h1 = static_cast<uint8_t>((qh >> (j + 12)) & 0x10);
+    y[j] = static_cast<float>(((q[j] & 0x0F) | h0) - 16) * d;
+    y[j + 16] = static_cast<float>(((q[j] >> 4) | h1) - 16) * d;
+  }
+}
+
+void Q5_1(const uint8_t* b, float* y) {
+  const float d = Half(b), m = Half(b + 2);
+  uint32_t qh;
+  std::memcpy(&qh, b + 4, 4);
+  const uint8_t* q = b + 8;
+  for (int j = 0; j < 16; ++j) {
+    const uint8_t h0 = static_cast<uint8_t>(((qh >> j) << 4) & 0x10);
+    const uint8_t h1 = static_cast<uint8_t>((qh >> (j + 12)) & 0x10);
+    y[j] = static_cast<float>((q[j] & 0x0F) | h0) * d + m;
+    y[j + 16] = static_cast<float>((q[j] >> 4) | h1) * d + m;
+  }
+}
+
+void Q4_K(const uint8_t* b, float* y) {
+  const float d = Half(b), dmin = Half(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* q = b + 16;
+  for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
+    uint8_t sc, m;
+    ScaleMin(is, scales, &sc, &m);
+    const float d1 = d * sc, m1 = dmin * m;
+    ScaleMin(is + 1, scales, &sc, &m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
+    for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+  }
+}
+
+void Q5_K(const uint8_t* b, float* y) {
+  const float d = Half(b), dmin = Half(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* ql = b + 48;
+  uint8_t u1 = 1, u2 = 2;
+  for (int j = 0, is = 0; j < 256; j += 64, is += 2, ql += 32) {
+    uint8_t sc, m;
+    ScaleMin(is, scales, &sc, &m);
+    const float d1 = d * sc, m1 = dmin * m;
+    ScaleMin(is + 1, scales, &sc, &m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) {
+      *y++ = d1 * static_cast<float>((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+    }
+    for (int l = 0; l < 32; ++l) {
+      *y++ = d2 * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+    }
+    u1 = static_cast<uint8_t>(u1 << 2);
+    u2 = static_cast<uint8_t>(u2 << 2);
+  }
+}
+
+void Q6_K(const uint8_t* b, float* y) {
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = Half(b + 208);
+  for (int n = 0; n < 256; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = static_cast<int8_t>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q2 = static_cast<int8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q3 = static_cast<int8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q4 = static_cast<int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
+      y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+      y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+      y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+    }
+  }
+}
+
+// The rows of `t` (every dim but the last) as element offsets, in row-major order.
+std::vector<int64_t> RowOffsets(const Tensor& t) {
+  const Shape lead(t.shape().begin(), t.shape().end() - 1);
+  const Shape strides(t.strides().begin(), t.strides().end() - 1);
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(Numel(lead)));
+  Shape idx(lead.size(), 0);
+  for (int64_t r = 0; r < Numel(lead); ++r) {
+    int64_t off = 0;
+    for (size_t d = 0; d < lead.size(); ++d) off += idx[d] * strides[d];
+    out.push_back(off);
+    for (int d = static_cast<int>(lead.size()) - 1; d >= 0; --d) {
+      if (++idx[d] < lead[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+absl::Status CheckRows(const Tensor& t, absl::string_view what) {
+  if (t.dim() < 1 || (t.size(-1) > 1 && t.stride(-1) != 1)) {
+    return absl::UnimplementedError(absl::StrCat("CopyFrom: ", what, " ", t.Describe(),
+                                                 " must have rows with unit stride (quantized)"));
+  }
+  return CheckQuantizedShape(t.dtype(), t.shape());
+}
+
+}  // namespace
+
+float LoadHalf(const void* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return Float16::ToFloat(h);
+}
+
+void DequantizeBlocks(DType dtype, const void* src, int64_t n, float* out) {
+  void (*block)(const uint8_t*, float*) = nullptr;
+  switch (dtype) {
+    case DType::kQ8_0: block = Q8_0; break;
+    case DType::kQ4_0: block = Q4_0; break;
+    case DType::kQ4_1: block = Q4_1; break;
+    case DType::kQ5_0: block = Q5_0; break;
+    case DType::kQ5_1: block = Q5_1; break;
+    case DType::kQ4_K: block = Q4_K; break;
+    case DType::kQ5_K: block = Q5_K; break;
+    case DType::kQ6_K: block = Q6_K; break;
+    default: DT_CHECK(false, "DequantizeBlocks on ", DTypeName(dtype));
+  }
+  const int64_t qk = DTypeBlock(dtype), bytes = DTypeBlockBytes(dtype);
+  const uint8_t* p = static_cast<const uint8_t*>(src);
+  for (int64_t i = 0; i < n / qk; ++i) block(p + i * bytes, out + i * qk);
+}
+
+absl::Status CheckQuantizedShape(DType dtype, IntSpan shape) {
+  if (shape.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(DTypeName(dtype), ": a quantized tensor needs at least one dim"));
+  }
+  if (shape.back() % DTypeBlock(dtype) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        DTypeName(dtype), ShapeToString(shape), ": rows of ", shape.back(),
+        " elements are not whole ", DTypeBlock(dtype), "-element blocks"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> RandomQuantized(DType dtype, IntSpan shape, uint64_t seed) {
+  if (!IsQuantized(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RandomQuantized: ", DTypeName(dtype), " is not a quantized dtype"));
+  }
+  DT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(shape, dtype));
+  uint8_t* p = static_cast<uint8_t*>(t.raw_data());
+  // SplitMix64 over (seed, position): any slice is reproducible.
+  auto bits = [seed](uint64_t i) {
+    uint64_t z = seed * 0x9E3779B97F4A7C15ULL + i + 0x632BE59BD9B4E019ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  };
+  const int64_t n = t.nbytes();
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(bits(static_cast<uint64_t>(i)));
+  // Scale fields: a random sign and a magnitude in [0.5, 1) times `size`.
+  auto half = [&](uint8_t* at, float size) {
+    const uint64_t r = bits(static_cast<uint64_t>(at - p) | (uint64_t{1} << 62));
+    const float v = ((r & 1) ? -1.0f : 1.0f) * (0.5f + 0.5f * static_cast<float>((r >> 8) & 0xFFFF) / 65536.0f) * size;
+    const uint16_t h = Float16::FromFloat(v);
+    std::memcpy(at, &h, 2);
+  };
+  const int64_t bytes = DTypeBlockBytes(dtype);
+  for (int64_t b = 0; b < n / bytes; ++b) {
+    uint8_t* blk = p + b * bytes;
+    switch (dtype) {
+      case DType::kQ8_0: half(blk, 1.0f / 64); break;
+      case DType::kQ4_0: case DType::kQ5_0: half(blk, 1.0f / 8); break;
+      case DType::kQ4_1: case DType::kQ5_1: half(blk, 1.0f / 8); half(blk + 2, 1.0f); break;
+      case DType::kQ4_K: case DType::kQ5_K: half(blk, 1.0f / 256); half(blk + 2, 1.0f / 64); break;
+      case DType::kQ6_K: half(blk + 208, 1.0f / 2048); break;
+      default: break;
+    }
+  }
+  return t;
+}
+
+namespace internal {
+
+absl::Status CopyQuantized(const Tensor& dst, const Tensor& src) {
+  if (!dst.device().is_cpu() || !src.device().is_cpu()) {
+    return absl::UnimplementedError(absl::StrCat("CopyFrom ", src.Describe(), " into ",
+                                                 dst.Describe(),
+                                                 ": quantized tensors live on the CPU"));
+  }
+  if (dst.dtype() == src.dtype()) {
+    DT_RETURN_IF_ERROR(CheckRows(src, "source"));
+    DT_RETURN_IF_ERROR(CheckRows(dst, "destination"));
+    const int64_t row = DTypeBytes(src.dtype(), src.size(-1));
+    const std::vector<int64_t> so = RowOffsets(src), d_o = RowOffsets(dst);
+    const DType q = src.dtype();
+    for (size_t r = 0; r < so.size(); ++r) {
+      std::memcpy(static_cast<char*>(dst.raw_data()) + DTypeBytes(q, d_o[r]),
+                  static_cast<const char*>(src.raw_data()) + DTypeBytes(q, so[r]),
+                  static_cast<size_t>(row));
+    }
+    return absl::OkStatus();
+  }
+  if (IsQuantized(src.dtype()) && !IsQuantized(dst.dtype())) {
+    DT_RETURN_IF_ERROR(CheckRows(src, "source"));
+    DT_ASSIGN_OR_RETURN(Tensor f, Tensor::Empty(src.shape(), DType::kF32));
+    const int64_t cols = src.size(-1);
+    const std::vector<int64_t> so = RowOffsets(src);
+    for (size_t r = 0; r < so.size(); ++r) {
+      DequantizeBlocks(src.dtype(),
+                       static_cast<const char*>(src.raw_data()) + DTypeBytes(src.dtype(), so[r]),
+                       cols, f.data<float>() + static_cast<int64_t>(r) * cols);
+    }
+    return dst.CopyFrom(f);
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      "CopyFrom ", src.Describe(), " into ", dst.Describe(),
+      ": quantizing is not supported (only quantized -> element dtypes and same-dtype copies)"));
+}
+
+}  // namespace internal
+}  // namespace dt

@@ -1,0 +1,67 @@
+#pragma once
+// Quantized dtypes: GGUF's block formats kept as they are in memory, and their reading as floats.
+//
+// Note [Quantized dtypes]
+// A quantized tensor holds llama.cpp's blocks: every run of DTypeBlock(dtype) consecutive elements
+// of a row is one block of DTypeBlockBytes(dtype) bytes that carries its own scales.
+//
+//   dtype  block  bytes  layout of one block (little-endian)              value
+//   q8_0   32     34     f16 d, i8 q[32]                                  d*q
+//   q4_0   32     18     f16 d, u8 q[16] (low nibbles: 0..15, high: 16..31) d*(q-8)
+//   q4_1   32     20     f16 d, f16 m, u8 q[16]                           d*q + m
+//   q5_0   32     22     f16 d, u8 qh[4] (5th bits), u8 q[16]             d*(q-16)
+//   q5_1   32     24     f16 d, f16 m, u8 qh[4], u8 q[16]                 d*q + m
+//   q4_k   256    144    f16 d, f16 dmin, u8 scales[12] (8 6-bit scale/min (d*sc)*q - dmin*m
+//                        pairs), u8 q[128]                                per 32 values
+//   q5_k   256    176    f16 d, f16 dmin, u8 scales[12], u8 qh[32], u8 q[128]   as q4_k, 5 bits
+//   q6_k   256    210    u8 ql[128], u8 qh[64], i8 scales[16], f16 d      (d*sc)*(q-32) per 16
+//
+// The tensor's shape stays in elements (a q4_1 weight [576, 1536] is 576 rows of 48 blocks, 552960
+// bytes); its strides and storage offset are in elements too, and every row must be whole blocks
+// with unit stride along the last dim, so that an element offset is always a whole number of
+// blocks (DTypeBytes converts). Views: whole rows, and Narrow of the last dim by whole blocks.
+//
+// What understands them: Linear's weight (integer dot products against activations quantized to
+// 16-bit integers, ops/local/cpu/qgemm.cc), the embedding table (rows dequantized on lookup),
+// Cast/To and CopyFrom into an element dtype (dequantization, below) and copies between tensors of
+// the same quantized dtype. Elementwise kernels and collectives refuse them, and a DTensor of a quantized
+// dtype is never redistributed (Note [Quantized tensors stay put] in dtensor/planner.cc): it is
+// sharded at load on block boundaries and stays so.
+//
+// Dequantization is ggml's reference (dequantize_row_*) in f32, in its order of operations, so the
+// results are bit-identical to ggml's and to gguf-py's numpy versions (tests/loaders/gguf_test.cc
+// checks every type against gguf.quants.dequantize); quant.cc is compiled with -ffp-contract=off
+// (Note [Dequantization without FMA] in core/CMakeLists.txt).
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/core/tensor.h"
+
+namespace dt {
+
+// f16 bits at `p` (unaligned) as f32.
+float LoadHalf(const void* p);
+
+// Dequantizes `n` elements (a whole number of blocks) of quantized `dtype` at `src` into `out`.
+void DequantizeBlocks(DType dtype, const void* src, int64_t n, float* out);
+
+// OK when a tensor of quantized `dtype` can have `shape`: at least one dim, the last a whole
+// number of blocks ("q4_k [4, 100]: rows of 100 elements are not whole 256-element blocks").
+absl::Status CheckQuantizedShape(DType dtype, IntSpan shape);
+
+// A contiguous tensor of quantized `dtype` and `shape` (last dim whole blocks) whose blocks are
+// random (counter-based from `seed`, like Tensor::Rand): every quant byte uniform, every f16 scale
+// of a random sign and a magnitude that keeps the values of order one (random bytes there would
+// give NaNs and 1e4s). For tests and benchmarks of the quantized kernels.
+absl::StatusOr<Tensor> RandomQuantized(DType dtype, IntSpan shape, uint64_t seed);
+
+namespace internal {
+// Tensor::CopyFrom when either side is quantized (see the Note): same quantized dtype, rows with
+// unit stride: the blocks are copied; quantized into an element dtype: dequantized, then
+// converted; anything else is Unimplemented naming both.
+absl::Status CopyQuantized(const Tensor& dst, const Tensor& src);
+}  // namespace internal
+
+}  // namespace dt

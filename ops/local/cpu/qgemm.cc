@@ -1,0 +1,196 @@
+// The quantized GEMM: Linear with a weight held in GGUF blocks (Note [Quantized dtypes] in
+// core/quant.h), for decode (M = 1..8 rows) and prefill (any M) alike.
+//
+// Note [Quantized GEMM]
+// The weight is never dequantized in memory. The activations are quantized once per call, row by
+// row, to 16-bit integers with a scale per 32 elements (Note [Activation blocks]); every product
+// of a weight block with an activation block is then an integer dot product, scaled once in f32:
+//
+//   w(p) = dw_h * qw(p) + mw_h      (qw an integer of at most 8 bits, h the 16-element half of p's
+//                                    32-block; every type has this form: q4_1 d*q + m, q4_0 d*q -
+//                                    8d, q8_0 d*q, q4_k (d*sc)*q - dmin*m, q6_k with its per-16
+//                                    scales (d*sc)*q - 32*d*sc)
+//   x(p) = dx * t(p)                (t a 16-bit integer)
+//   sum_p w(p) x(p) over one block = dx * sum_h (dw_h * sum_{p in h} qw t) + sum_h mw_h * sx_h,
+//                                    sx_h = dx * sum_{p in h} t (stored with the activations)
+//
+// The integer sums run on vpmaddwd (AVX2: 16 products of 16-bit pairs summed into 8 i32 lanes)
+// or vpdpwssd (the same, accumulated, on AVX-VNNI and AVX-512 VNNI). Two kernels per instruction
+// set (qgemm_kernels.cc, qgemm_x86.inc):
+//   Dot   M <= 8 rows of x (decode): each weight block is decoded in registers where it lies,
+//         once per four rows of x, and the per-block scales are applied eight blocks at a time
+//         (Note [Quantized dot groups]); the weights are read exactly once, as the float skinny
+//         GEMM reads them (Note [Skinny GEMM]).
+//   Gemm  M > 8 (prefill): a chunk of weight rows is decoded once into 16-bit panels (eight rows
+//         interleaved in pairs, as vpdpwssd wants them) and then multiplied with every row of x,
+//         a register tile of rows x 16 columns accumulating over each 32-block before its scales
+//         are applied (Note [Quantized panels]).
+//
+// Work split (oneTBB, within the rank's core budget like the float GEMM: AvailableThreads):
+// threads take chunks of weight rows (output columns): for Dot each chunk reads at least
+// kMinChunkBytes of weights, for Gemm a chunk's panels fit in L2 (kMaxPanelBytes) while all of x
+// streams past them. A product under kMinParallelBytes of weights runs on the calling thread.
+//
+// Note [Activation blocks]
+// Each run of 32 activations gets d = max|x| / 32767 and t = round(x / d), plus s = d * sum(t) and
+// h = d * (sum of the first 16 t), which the offset terms mw_h * sx_h of every weight type need
+// (q6_k's per-16 scales are why halves). The rounding error of an activation is at most d / 2 =
+// max|x| / 65534 of its block: the tolerance the tests derive from (tests/ops/local/qgemm_test.cc).
+//
+// Why 16 bits and not llama.cpp's 8 (its Q8_0/Q8_1 activation blocks, which u8 x s8 dot products
+// such as vpdpbusd and vpmaddubsw take twice as fast): with 8-bit activations every activation is
+// off by up to 1/254 of its block's largest, and where a block holds an outlier channel (the
+// final norm's output in SmolLM2 reaches 33 next to values near 1) its neighbours lose most of
+// their precision. On SmolLM2-135M-Instruct Q4_1 that moved the first logits of the chat answer to
+// "What is the capital of France?" by about 0.13, past their 0.08 margin: both an 8-bit build of
+// these kernels and llama.cpp (llama-cpp-python 0.3.36) answer "L'Étoile, la Cité, ..." where the
+// dequantized f32 model answers "The capital of France is Paris." With 16-bit activations the
+// quantized path tracks the dequantized f32 one to about 1e-4 of the logits (the model test's
+// KL divergence ~1e-6) and answers Paris. The price is half the integer throughput per
+// instruction, which decode (bound by reading the weights) does not notice and prefill pays
+// within its target (docs/llama.md, "Quantized weights").
+
+#include "dtensor/ops/local/cpu/qgemm.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+
+#include "dtensor/ops/local/cpu/gemm_scratch.h"
+#include "dtensor/ops/local/cpu/loops.h"
+
+namespace dt::ops::cpu {
+
+
+namespace {
+
+constexpr int64_t kMinParallelBytes = int64_t{64} << 10;
+constexpr int64_t kMinChunkBytes = int64_t{16} << 10;
+constexpr int kChunksPerThread = 4;
+// Rows of x up to which Dot runs (Gemm beyond). Measured one thread each, q4_1 weights [1536,
+// 576] and [576, 1536] on the AMD EPYC (Zen 4) VM: Dot 41 and 28 us at M = 1 against Gemm's 91 and
+// 97 (it packs first); at M = 4 Dot 131 and 75 against 111 and 112; from M = 6 Gemm wins
+// throughout.
+constexpr int64_t kDotMaxRows = 4;
+// A chunk's panels (Note [Quantized panels]): in L2 while x streams past.
+constexpr int64_t kMaxPanelBytes = int64_t{384} << 10;
+
+// x as f32 rows (itself when it already is): the returned pointer, rows `ld` floats apart.
+const float* F32Rows(const Tensor& x, std::optional<gemm::ScratchBuffer>& buf, int64_t* ld) {
+  const int64_t m = x.size(0), k = x.size(1);
+  if (x.dtype() == DType::kF32 && x.stride(1) == 1) {
+    *ld = x.stride(0);
+    return x.data<float>();
+  }
+  buf.emplace(gemm::ScratchSlot::kX, m * k);
+  if (buf->data() == nullptr) return nullptr;
+  for (int64_t i = 0; i < m; ++i) {
+    LoadF32(x.dtype(), static_cast<const char*>(x.raw_data()) + i * x.stride(0) * DTypeSize(x.dtype()),
+            k, x.stride(1), buf->data() + i * k);
+  }
+  *ld = k;
+  return buf->data();
+}
+
+// Threads take chunks of weight rows (output columns): Dot's read at least kMinChunkBytes of
+// weights each; Gemm's are whole register tiles whose panels fit kMaxPanelBytes, at least two per
+// thread where the weights allow, for oneTBB to balance (Note [Quantized GEMM]).
+absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows& rows,
+                      const Tensor& w, const float* bias32, const Tensor& out) {
+  const int64_t n = w.size(0), m = rows.m, k = rows.k;
+  const DType q = w.dtype(), dtype = out.dtype();
+  const int64_t row_bytes = DTypeBytes(q, k);
+  const int threads = gemm::AvailableThreads();
+  int64_t chunk = n;
+  if (packed) {
+    const int64_t step = 2 * ks.gemm_lanes;  // a register tile's weight rows
+    const int64_t per_row = qgemm::GemmScratchBytes(ks, step, k) / step;
+    chunk = std::max<int64_t>(step, kMaxPanelBytes / per_row / step * step);
+    chunk = std::min(chunk, std::max<int64_t>(step, (n + 2 * threads - 1) / (2 * threads) / step * step));
+  } else if (threads > 1 && n * row_bytes >= kMinParallelBytes) {
+    const int64_t chunks = std::clamp<int64_t>(n * row_bytes / kMinChunkBytes, 1,
+                                               int64_t{kChunksPerThread} * threads);
+    chunk = std::max<int64_t>(1, (n + chunks - 1) / chunks);
+  }
+  const uint8_t* wp = static_cast<const uint8_t*>(w.raw_data());
+  std::atomic<bool> out_of_memory{false};
+  auto run = [&](int64_t j0, int64_t j1) {
+    const int64_t cols = j1 - j0;
+    std::optional<gemm::ScratchBuffer> panel, cbuf;
+    if (packed) panel.emplace(gemm::ScratchSlot::kPackedB, qgemm::GemmScratchBytes(ks, cols, k) / 4);
+    if (dtype != DType::kF32) cbuf.emplace(gemm::ScratchSlot::kC, m * cols);
+    if ((panel && panel->data() == nullptr) || (cbuf && cbuf->data() == nullptr)) {
+      out_of_memory = true;
+      return;
+    }
+    float* c = cbuf ? cbuf->data() : out.data<float>() + j0;
+    const int64_t ldc = cbuf ? cols : n;
+    if (packed) {
+      ks.gemm(q, rows, cols, wp + j0 * row_bytes, row_bytes, c, ldc, panel->data());
+    } else {
+      ks.dot(q, rows, cols, wp + j0 * row_bytes, row_bytes, c, ldc);
+    }
+    gemm::FinishRows(m, cols, c, ldc, bias32 != nullptr ? bias32 + j0 : nullptr, dtype,
+                     static_cast<char*>(out.raw_data()) + j0 * DTypeSize(dtype), n);
+  };
+  const int64_t n_chunks = (n + chunk - 1) / chunk;
+  if (n_chunks == 1) {
+    run(0, n);
+  } else {
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_chunks, 1),
+                      [&](const tbb::blocked_range<int64_t>& r) {
+                        for (int64_t c = r.begin(); c != r.end(); ++c) {
+                          run(c * chunk, std::min(n, (c + 1) * chunk));
+                        }
+                      },
+                      tbb::simple_partitioner());
+  }
+  if (out_of_memory) return absl::ResourceExhaustedError("Linear: out of memory");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status QuantizedLinear(const Tensor& x, const Tensor& w, const Tensor& bias,
+                             const Tensor& out) {
+  const int64_t m = x.size(0), k = x.size(1);
+  std::optional<gemm::ScratchBuffer> xbuf;
+  int64_t ldx = 0;
+  const float* x32 = F32Rows(x, xbuf, &ldx);
+  if (x32 == nullptr) return absl::ResourceExhaustedError("Linear: out of memory");
+  // x quantized (Note [Activation blocks]): t (m * k int16), then d, s and h (m * ld floats each)
+  // in one buffer.
+  const int64_t ld = qgemm::QRowsLd(k);
+  gemm::ScratchBuffer qbuf(gemm::ScratchSlot::kQuant, m * k / 2 + 3 * m * ld);
+  if (qbuf.data() == nullptr) return absl::ResourceExhaustedError("Linear: out of memory");
+  qgemm::QRows rows;
+  rows.m = static_cast<int>(m);
+  rows.k = k;
+  rows.ld = ld;
+  int16_t* qt = reinterpret_cast<int16_t*>(qbuf.data());
+  float* qd = qbuf.data() + m * k / 2;
+  rows.t = qt;
+  rows.d = qd;
+  rows.s = qd + m * ld;
+  rows.h = qd + 2 * m * ld;
+  const qgemm::Kernels& ks = qgemm::KernelsFor(qgemm::ActiveIsa());
+  ParallelFor(m, k, [&](int64_t lo, int64_t hi) {
+    ks.quantize(static_cast<int>(hi - lo), k, x32 + lo * ldx, ldx, qt + lo * k, qd + lo * ld,
+                qd + m * ld + lo * ld, qd + 2 * m * ld + lo * ld);
+  });
+  std::vector<float> bias32;
+  if (bias.defined()) {
+    bias32.resize(static_cast<size_t>(w.size(0)));
+    LoadF32(bias.dtype(), bias.raw_data(), w.size(0), 1, bias32.data());
+  }
+  const float* b = bias32.empty() ? nullptr : bias32.data();
+  return Multiply(ks, /*packed=*/m > kDotMaxRows && ks.gemm != nullptr, rows, w, b, out);
+}
+
+}  // namespace dt::ops::cpu

@@ -1,0 +1,80 @@
+#pragma once
+// Internal to the CPU kernels: the quantized GEMM (Linear with a quantized weight, Note
+// [Quantized GEMM] in qgemm.cc) and its per-instruction-set dot kernels (qgemm_kernels.cc).
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/core/tensor.h"
+
+namespace dt::ops::cpu::qgemm {
+
+// Integer dot products of the kernels: kGeneric is plain C++ (any CPU); kAvx2 uses vpmaddwd
+// (AVX2 + FMA + F16C); kAvxVnni the VEX vpdpwssd (AVX-VNNI: Alder Lake, Zen 5); kAvx512Vnni the
+// EVEX vpdpwssd (AVX-512 VNNI: Ice Lake+, Zen 4+). The x86 sets are compiled with function target
+// attributes and picked at run time, as the float GEMM's are (Note [GEMM kernels]).
+enum class Isa : uint8_t { kGeneric, kAvx2, kAvxVnni, kAvx512Vnni };
+inline constexpr Isa kAllIsas[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni};
+
+const char* IsaName(Isa isa);
+bool IsaSupported(Isa isa);
+// The set QuantizedLinear uses: the best supported one, unless a test forced another.
+Isa ActiveIsa();
+// Tests and benchmarks: force `isa` (must be supported), or go back to the detected one (nullopt).
+void SetIsaForTesting(std::optional<Isa> isa);
+
+// Activations quantized to 16-bit integers, one scale per 32 elements (Note [Activation blocks]
+// in qgemm.cc): row i's block b holds t[i * k + 32 b ...] and, at [i * ld + b], its scale d,
+// s = d * (sum of its 32 t) and h = d * (sum of its first 16). ld >= k / 32 is a multiple of 8,
+// and the entries from k / 32 to ld are zero (the kernels read whole groups of eight).
+struct QRows {
+  int m = 0;
+  int64_t k = 0;  // a multiple of 32
+  int64_t ld = 0;
+  const int16_t* t = nullptr;
+  const float* d = nullptr;
+  const float* s = nullptr;
+  const float* h = nullptr;
+};
+
+// QRows::ld for k.
+inline int64_t QRowsLd(int64_t k) { return (k / 32 + 7) / 8 * 8; }
+// The largest |t| (Note [Activation blocks]).
+inline constexpr int kActivationMax = 32767;
+
+// Quantizes m rows of k floats (rows ldx apart; k a multiple of 32) into t [m * k] and d, s, h
+// [m * QRowsLd(k)] (see QRows); every instruction set's version gives the same bits.
+using QuantizeFn = void (*)(int m, int64_t k, const float* x, int64_t ldx, int16_t* t, float* d,
+                            float* s, float* h);
+
+// c[i * ldc + j] = sum_p x(i, p) * w(j, p) for i < x.m, j < n, where x(i, p) = d * t of its block
+// and w(j, p) is element p of weight row j: the blocks of quantized `dtype` at w + j * row_bytes,
+// x.k elements; x.m >= 1, n >= 1. `dot` reads each weight block where it lies and serves four rows
+// of x with it (decode, Note [Quantized dot groups]); `gemm` first decodes the n weight rows into
+// 16-bit panels in `scratch` (GemmScratchBytes, 64-byte aligned) and runs register tiles over all
+// rows of x (prefill, Note [Quantized panels]).
+using DotFn = void (*)(DType dtype, const QRows& x, int64_t n, const uint8_t* w, int64_t row_bytes,
+                       float* c, int64_t ldc);
+using GemmFn = void (*)(DType dtype, const QRows& x, int64_t n, const uint8_t* w,
+                        int64_t row_bytes, float* c, int64_t ldc, void* scratch);
+struct Kernels {
+  QuantizeFn quantize;
+  DotFn dot;
+  GemmFn gemm;     // null: none (plain C++), `dot` serves every M
+  int gemm_lanes;  // weight rows per panel vector
+};
+const Kernels& KernelsFor(Isa isa);
+// Bytes of `scratch` ks.gemm needs for n weight rows of k elements.
+int64_t GemmScratchBytes(const Kernels& ks, int64_t n, int64_t k);
+
+}  // namespace dt::ops::cpu::qgemm
+
+namespace dt::ops::cpu {
+// y [M, N] = x [M, K] · wᵀ (+ bias): x float with unit column stride, rows x.stride(0) apart; w
+// quantized [N, K] with contiguous rows; bias undefined or [N] of out's dtype (contiguous); out
+// [M, N] contiguous of x's dtype. M, N, K >= 1.
+absl::Status QuantizedLinear(const Tensor& x, const Tensor& w, const Tensor& bias,
+                             const Tensor& out);
+}  // namespace dt::ops::cpu

@@ -1,0 +1,330 @@
+// The quantized GEMM's kernels (Note [Quantized GEMM] in qgemm.cc): plain C++, and the x86 sets
+// from qgemm_x86.inc, which differ only in the integer dot product (vpmaddwd + vpaddd on AVX2,
+// vpdpwssd on AVX-VNNI and AVX-512 VNNI).
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <cstring>
+
+#include "dtensor/core/quant.h"
+#include "dtensor/core/status.h"
+#include "dtensor/ops/local/cpu/isa_choice.h"
+#include "dtensor/ops/local/cpu/qgemm.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DT_QGEMM_X86 1
+// GCC 12's AVX-512 intrinsics initialise their undefined operands with themselves, which
+// -Wuninitialized reports once inlined (as in gemm_kernels.cc); the pragma must precede the header.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#else
+#define DT_QGEMM_X86 0
+#endif
+
+namespace dt::ops::cpu::qgemm {
+namespace {
+
+// ---- plain C++ -----------------------------------------------------------------------------------
+
+namespace generic {
+
+// Note [Activation blocks] (qgemm.cc). lrintf rounds half to even, as vcvtps2dq does.
+void Quantize(int m, int64_t k, const float* x, int64_t ldx, int16_t* t, float* d, float* s,
+              float* h) {
+  const int64_t ld = QRowsLd(k);
+  for (int i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < ld; ++b) {
+      const int64_t e = i * ld + b;
+      if (b >= k / 32) {
+        d[e] = s[e] = h[e] = 0;
+        continue;
+      }
+      const float* xb = x + i * ldx + b * 32;
+      float amax = 0;
+      bool finite = true;
+      for (int p = 0; p < 32; ++p) {
+        amax = std::max(amax, std::abs(xb[p]));
+        finite &= std::isfinite(xb[p]);
+      }
+      // A NaN or an infinity makes the block's scale NaN, hence every output it enters.
+      const float db = finite ? amax / kActivationMax : std::numeric_limits<float>::quiet_NaN();
+      const float id = finite && db > 0 ? 1.0f / db : 0.0f;
+      int16_t* tb = t + i * k + b * 32;
+      int32_t sum[2] = {0, 0};
+      for (int p = 0; p < 32; ++p) {
+        tb[p] = static_cast<int16_t>(std::lrintf(xb[p] * id));
+        sum[p / 16] += tb[p];
+      }
+      d[e] = db;
+      s[e] = db * static_cast<float>(sum[0] + sum[1]);
+      h[e] = db * static_cast<float>(sum[0]);
+    }
+  }
+}
+
+// One 32-element sub-block decoded: element p is d[p / 16] * q[p] + m[p / 16].
+struct Sub {
+  int16_t q[32];
+  float d[2];
+  float m[2];
+};
+
+void Uniform(Sub* s, float d, float m) {
+  s->d[0] = s->d[1] = d;
+  s->m[0] = s->m[1] = m;
+}
+
+void Nibbles(const uint8_t* qs, int16_t* q) {
+  for (int p = 0; p < 16; ++p) {
+    q[p] = qs[p] & 0x0F;
+    q[p + 16] = qs[p] >> 4;
+  }
+}
+
+void FifthBits(const uint8_t* qh, int16_t* q) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  for (int p = 0; p < 32; ++p) q[p] = static_cast<int16_t>(q[p] | (((bits >> p) & 1) << 4));
+}
+
+void KScales(const uint8_t* b, float* ds, float* ms) {
+  const float d = LoadHalf(b), dmin = LoadHalf(b + 2);
+  const uint8_t* q = b + 4;
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    if (j < 4) {
+      sc = q[j] & 63;
+      m = q[j + 4] & 63;
+    } else {
+      sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+      m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+    ds[j] = d * static_cast<float>(sc);
+    ms[j] = -dmin * static_cast<float>(m);
+  }
+}
+
+// The sub-blocks of one block of `dtype` at b (DTypeBlock / 32 of them).
+void Decode(DType dtype, const uint8_t* b, Sub* out) {
+  switch (dtype) {
+    case DType::kQ8_0: {
+      for (int p = 0; p < 32; ++p) out->q[p] = static_cast<int8_t>(b[2 + p]);
+      return Uniform(out, LoadHalf(b), 0);
+    }
+    case DType::kQ4_0: {
+      const float d = LoadHalf(b);
+      Nibbles(b + 2, out->q);
+      return Uniform(out, d, -8 * d);
+    }
+    case DType::kQ4_1:
+      Nibbles(b + 4, out->q);
+      return Uniform(out, LoadHalf(b), LoadHalf(b + 2));
+    case DType::kQ5_0: {
+      const float d = LoadHalf(b);
+      Nibbles(b + 6, out->q);
+      FifthBits(b + 2, out->q);
+      return Uniform(out, d, -16 * d);
+    }
+    case DType::kQ5_1:
+      Nibbles(b + 8, out->q);
+      FifthBits(b + 4, out->q);
+      return Uniform(out, LoadHalf(b), LoadHalf(b + 2));
+    case DType::kQ4_K:
+    case DType::kQ5_K: {
+      float ds[8], ms[8];
+      KScales(b, ds, ms);
+      const bool five = dtype == DType::kQ5_K;
+      const uint8_t* qs = b + (five ? 48 : 16);
+      const uint8_t* qh = b + 16;
+      for (int j = 0; j < 4; ++j) {
+        Sub& lo = out[2 * j];
+        Sub& hi = out[2 * j + 1];
+        for (int p = 0; p < 32; ++p) {
+          lo.q[p] = qs[32 * j + p] & 0x0F;
+          hi.q[p] = qs[32 * j + p] >> 4;
+          if (five) {
+            lo.q[p] = static_cast<int16_t>(lo.q[p] | (((qh[p] >> (2 * j)) & 1) << 4));
+            hi.q[p] = static_cast<int16_t>(hi.q[p] | (((qh[p] >> (2 * j + 1)) & 1) << 4));
+          }
+        }
+        Uniform(&lo, ds[2 * j], ms[2 * j]);
+        Uniform(&hi, ds[2 * j + 1], ms[2 * j + 1]);
+      }
+      return;
+    }
+    case DType::kQ6_K: {
+      const float d = LoadHalf(b + 208);
+      const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+      for (int n = 0; n < 2; ++n) {
+        const uint8_t* ql = b + 64 * n;
+        const uint8_t* qh = b + 128 + 32 * n;
+        for (int s = 0; s < 4; ++s) {
+          Sub& o = out[4 * n + s];
+          for (int p = 0; p < 32; ++p) {
+            const uint8_t l = s % 2 == 0 ? ql[p] : ql[p + 32];
+            o.q[p] = static_cast<int16_t>((s < 2 ? l & 0x0F : l >> 4) | (((qh[p] >> (2 * s)) & 3) << 4));
+          }
+          for (int h = 0; h < 2; ++h) {
+            o.d[h] = d * static_cast<float>(sc[8 * n + 2 * s + h]);
+            o.m[h] = -32 * o.d[h];
+          }
+        }
+      }
+      return;
+    }
+    default: DT_CHECK(false, "quantized Dot on ", DTypeName(dtype));
+  }
+}
+
+void Dot(DType dtype, const QRows& x, int64_t n, const uint8_t* w, int64_t row_bytes, float* c,
+         int64_t ldc) {
+  const int64_t qk = DTypeBlock(dtype), bytes = DTypeBlockBytes(dtype), k = x.k;
+  Sub subs[8];
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* row = w + j * row_bytes;
+    for (int i = 0; i < x.m; ++i) {
+      const int16_t* xt = x.t + i * k;
+      const float* xd = x.d + i * x.ld;
+      const float* xs = x.s + i * x.ld;
+      const float* xh = x.h + i * x.ld;
+      float acc = 0;
+      for (int64_t b = 0; b < k / qk; ++b) {
+        Decode(dtype, row + b * bytes, subs);
+        for (int64_t u = 0; u < qk / 32; ++u) {
+          const Sub& s = subs[u];
+          const int64_t sb = b * (qk / 32) + u;
+          int32_t dot[2] = {0, 0};
+          for (int p = 0; p < 32; ++p) dot[p / 16] += s.q[p] * xt[32 * sb + p];
+          acc += xd[sb] * (s.d[0] * static_cast<float>(dot[0]) + s.d[1] * static_cast<float>(dot[1])) +
+                 s.m[0] * xh[sb] + s.m[1] * (xs[sb] - xh[sb]);
+        }
+      }
+      c[i * ldc + j] = acc;
+    }
+  }
+}
+
+}  // namespace generic
+
+// ---- x86 -----------------------------------------------------------------------------------------
+
+#if DT_QGEMM_X86
+
+namespace avx2 {
+#define DT_Q_TARGET __attribute__((target("avx2,fma,f16c")))
+#define DT_Q_VNNI 0
+#define DT_Q_ZMM 0
+#include "dtensor/ops/local/cpu/qgemm_x86.inc"
+#undef DT_Q_TARGET
+#undef DT_Q_VNNI
+#undef DT_Q_ZMM
+}  // namespace avx2
+
+namespace avxvnni {
+#define DT_Q_TARGET __attribute__((target("avxvnni,avx2,fma,f16c")))
+#define DT_Q_VNNI 1
+#define DT_Q_DPWSSD _mm256_dpwssd_avx_epi32
+#define DT_Q_ZMM 0
+#include "dtensor/ops/local/cpu/qgemm_x86.inc"
+#undef DT_Q_TARGET
+#undef DT_Q_VNNI
+#undef DT_Q_ZMM
+#undef DT_Q_DPWSSD
+}  // namespace avxvnni
+
+namespace avx512vnni {
+#define DT_Q_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define DT_Q_VNNI 1
+#define DT_Q_DPWSSD _mm256_dpwssd_epi32
+#define DT_Q_ZMM 1
+#include "dtensor/ops/local/cpu/qgemm_x86.inc"
+#undef DT_Q_TARGET
+#undef DT_Q_VNNI
+#undef DT_Q_ZMM
+#undef DT_Q_DPWSSD
+}  // namespace avx512vnni
+
+#endif
+
+bool Supports(Isa isa) {
+#if DT_QGEMM_X86
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  switch (isa) {
+    case Isa::kGeneric: return true;
+    case Isa::kAvx2: return avx2;
+    case Isa::kAvxVnni: return avx2 && __builtin_cpu_supports("avxvnni");
+    case Isa::kAvx512Vnni:
+      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512vnni");
+  }
+  return false;
+#else
+  return isa == Isa::kGeneric;
+#endif
+}
+
+IsaChoice<Isa>& Choice() {
+  static IsaChoice<Isa> choice([] {
+    for (Isa isa : {Isa::kAvx512Vnni, Isa::kAvxVnni, Isa::kAvx2}) {
+      if (Supports(isa)) return isa;
+    }
+    return Isa::kGeneric;
+  }());
+  return choice;
+}
+
+}  // namespace
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kGeneric: return "generic";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvxVnni: return "avx-vnni";
+    case Isa::kAvx512Vnni: return "avx512-vnni";
+  }
+  return "?";
+}
+
+bool IsaSupported(Isa isa) {
+  static const bool supported[] = {Supports(Isa::kGeneric), Supports(Isa::kAvx2),
+                                   Supports(Isa::kAvxVnni), Supports(Isa::kAvx512Vnni)};
+  return supported[static_cast<int>(isa)];
+}
+
+Isa ActiveIsa() { return Choice().Active(); }
+
+void SetIsaForTesting(std::optional<Isa> isa) {
+  DT_CHECK(!isa.has_value() || IsaSupported(*isa));
+  Choice().Force(isa);
+}
+
+int64_t GemmScratchBytes(const Kernels& ks, int64_t n, int64_t k) {
+  // Note [Quantized panels]: per gemm_lanes weight rows and 32-element block, 16 vectors of
+  // quants and 4 of scales.
+  const int64_t w = ks.gemm_lanes;
+  return w == 0 ? 0 : (n + w - 1) / w * (k / 32) * 20 * 4 * w;
+}
+
+const Kernels& KernelsFor(Isa isa) {
+  DT_CHECK(IsaSupported(isa));
+  static const Kernels kGeneric = {generic::Quantize, generic::Dot, nullptr, 0};
+#if DT_QGEMM_X86
+  static const Kernels kAvx2 = {avx2::Quantize, avx2::Dot, avx2::Gemm, avx2::kGemmLanes};
+  static const Kernels kAvxVnni = {avxvnni::Quantize, avxvnni::Dot, avxvnni::Gemm, avxvnni::kGemmLanes};
+  static const Kernels kAvx512Vnni = {avx512vnni::Quantize, avx512vnni::Dot, avx512vnni::Gemm, avx512vnni::kGemmLanes};
+  switch (isa) {
+    case Isa::kAvx512Vnni: return kAvx512Vnni;
+    case Isa::kAvxVnni: return kAvxVnni;
+    case Isa::kAvx2: return kAvx2;
+    default: break;
+  }
+#endif
+  return kGeneric;
+}
+
+}  // namespace dt::ops::cpu::qgemm

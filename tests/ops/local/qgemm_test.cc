@@ -1,0 +1,229 @@
+// Linear with a quantized weight (ops/local/cpu/qgemm.cc) on every quantized dtype and every
+// instruction set this CPU has (the others forced off), odd shapes, against the weight dequantized
+// (core/quant.h, ggml's reference) and multiplied in double. The tolerance is derived from the
+// 16-bit activations (Note [Activation blocks]): each activation is off by at most d/2 of its
+// 32-block (d = max|x| / 32767), so |got - want| <= sum_b d_b / 2 * sum_{p in b} |w_p|, plus f32
+// rounding. A wrong block, scale, nibble order or offset term is off by about sum |w x|, far
+// beyond that. M > 8 takes the packed kernel (Gemm), M <= 8 the decode one (Dot).
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "dtensor/core/quant.h"
+#include "dtensor/ops/local/cpu/qgemm.h"
+#include "dtensor/ops/local/ops.h"
+
+namespace dt::ops {
+namespace {
+
+using cpu::qgemm::Isa;
+
+std::vector<Isa> SupportedIsas() {
+  std::vector<Isa> out;
+  for (Isa isa : cpu::qgemm::kAllIsas) {
+    if (cpu::qgemm::IsaSupported(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+class ForceIsa {
+ public:
+  explicit ForceIsa(Isa isa) { cpu::qgemm::SetIsaForTesting(isa); }
+  ~ForceIsa() { cpu::qgemm::SetIsaForTesting(std::nullopt); }
+};
+
+Tensor Normal(const Shape& shape, DType dtype, uint64_t seed, double scale = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, scale);
+  std::vector<double> v(static_cast<size_t>(Numel(shape)));
+  for (double& x : v) x = normal(rng);
+  return Tensor::FromDoubles(shape, v, dtype).value();
+}
+
+// "" when y = Linear(x, w, bias) is within the derived bound of the dequantized product, else the
+// first offending element.
+std::string Check(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  absl::StatusOr<Tensor> got_or = Linear(x, w, bias);
+  if (!got_or.ok()) return std::string(got_or.status().ToString());
+  const Tensor got = got_or->To(DType::kF32).value();
+  const int64_t n = w.size(0), k = w.size(1), m = x.numel() / k;
+  const std::vector<double> xv = x.ToDoubles(), wv = w.ToDoubles(), gv = got.ToDoubles();
+  const std::vector<double> bv = bias.defined() ? bias.ToDoubles() : std::vector<double>();
+  // The rounding of a bf16/f16 result adds half an ulp of it.
+  const double out_ulp = x.dtype() == DType::kBF16 ? 1.0 / 256 : x.dtype() == DType::kF16 ? 1.0 / 2048 : 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double want = bv.empty() ? 0.0 : bv[j], bound = 0, mag = std::abs(want);
+      for (int64_t b = 0; b < k / 32; ++b) {
+        double amax = 0, wabs = 0, wmax = 0, xabs = 0;
+        for (int64_t p = 32 * b; p < 32 * (b + 1); ++p) {
+          const double xp = xv[i * k + p], wp = wv[j * k + p];
+          want += xp * wp;
+          mag += std::abs(xp * wp);
+          amax = std::max(amax, std::abs(xp));
+          wabs += std::abs(wp);
+          wmax = std::max(wmax, std::abs(wp));
+          xabs += std::abs(xp);
+        }
+        // 16-bit activations (half a step of max|x| / 32767 each); f32 arithmetic on the exact
+        // integer sums and on the per-block offsets, whose terms are at most a few max|w| * sum|x|
+        // of the block (d * q and m each at most about 2 max|w|).
+        bound += amax / cpu::qgemm::kActivationMax / 2 * wabs * (1 + 1e-3) + 5e-6 * wmax * xabs;
+      }
+      bound += 1e-6 * mag + out_ulp * (std::abs(want) + bound) + 1e-6;
+      const double g = gv[i * n + j];
+      if (!(std::abs(g - want) <= bound)) {
+        return absl::StrCat("y[", i, ", ", j, "] = ", g, ", want ", want, " +- ", bound, " (", DTypeName(w.dtype()),
+                            " w [", n, ", ", k, "], ", m, " rows of x ", DTypeName(x.dtype()), ")");
+      }
+    }
+  }
+  return "";
+}
+
+TEST(QuantizedLinearTest, EveryTypeEveryIsaOddShapes) {
+  uint64_t seed = 1;
+  for (const Isa isa : SupportedIsas()) {
+    ForceIsa force(isa);
+    for (const DType q : kQuantizedDTypes) {
+      const int64_t qk = DTypeBlock(q);
+      for (const int64_t m : {1, 2, 3, 5, 8, 9, 13}) {
+        for (const int64_t n : {1, 3, 17}) {
+          for (const int64_t kb : {1, 3}) {
+            const int64_t k = kb * qk;
+            const Tensor w = RandomQuantized(q, {n, k}, seed++).value();
+            const Tensor x = Normal({m, k}, DType::kF32, seed++);
+            EXPECT_EQ(Check(x, w, Tensor()), "") << "on " << cpu::qgemm::IsaName(isa);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Random blocks, shapes, batch dims, activation dtypes, scales and biases on a random supported
+// instruction set.
+RC_GTEST_PROP(QuantizedLinearTest, RandomBlocksAgreeWithDequantized, ()) {
+  const std::vector<Isa> isas = SupportedIsas();
+  ForceIsa force(*rc::gen::elementOf(isas));
+  const DType q = *rc::gen::elementOf(std::vector<DType>(std::begin(kQuantizedDTypes),
+                                                         std::end(kQuantizedDTypes)));
+  const int64_t k = DTypeBlock(q) * *rc::gen::inRange<int64_t>(1, DTypeBlock(q) == 32 ? 12 : 4);
+  const int64_t n = *rc::gen::inRange<int64_t>(1, 70);
+  const Shape lead = *rc::gen::oneOf(rc::gen::just(Shape{}), rc::gen::just(Shape{2}),
+                                     rc::gen::just(Shape{*rc::gen::inRange<int64_t>(1, 30)}),
+                                     rc::gen::just(Shape{2, 3}));
+  Shape xs = lead;
+  xs.push_back(k);
+  const DType xd = *rc::gen::element(DType::kF32, DType::kBF16, DType::kF16);
+  const double scale = *rc::gen::element(1e-3, 1.0, 30.0);
+  const uint64_t seed = *rc::gen::arbitrary<uint64_t>();
+  const Tensor w = RandomQuantized(q, {n, k}, seed).value();
+  const Tensor x = Normal(xs, xd, seed + 1, scale);
+  const Tensor bias = *rc::gen::arbitrary<bool>() ? Normal({n}, xd, seed + 2) : Tensor();
+  const std::string err = Check(x, w, bias);
+  RC_ASSERT(err == "");
+}
+
+// The threaded split (weights over kMinParallelBytes) and a prefill-sized x.
+TEST(QuantizedLinearTest, LargeShapesAgree) {
+  for (const Isa isa : SupportedIsas()) {
+    ForceIsa force(isa);
+    uint64_t seed = 100;
+    for (const DType q : {DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+      const Tensor w = RandomQuantized(q, {700, 1536}, seed++).value();
+      for (const int64_t m : {1, 8, 67}) {
+        EXPECT_EQ(Check(Normal({m, 1536}, DType::kF32, seed++), w, Tensor()), "")
+            << "on " << cpu::qgemm::IsaName(isa);
+      }
+    }
+  }
+}
+
+// The x86 quantizers give the plain C++ one's bits; a NaN or an infinity in x reaches the outputs
+// of its row as NaN (not a finite guess).
+TEST(QuantizedLinearTest, QuantizersAgreeAndKeepNaN) {
+  const Tensor x = Normal({5, 96}, DType::kF32, 7, 3.0);
+  const int64_t ld = cpu::qgemm::QRowsLd(96);
+  auto quantize = [&](Isa isa) {
+    std::vector<int16_t> t(5 * 96);
+    std::vector<float> dsh(3 * 5 * ld);
+    cpu::qgemm::KernelsFor(isa).quantize(5, 96, x.data<float>(), 96, t.data(), dsh.data(),
+                                         dsh.data() + 5 * ld, dsh.data() + 10 * ld);
+    return std::make_pair(t, dsh);
+  };
+  const auto want = quantize(Isa::kGeneric);
+  for (const Isa isa : SupportedIsas()) {
+    const auto got = quantize(isa);
+    EXPECT_EQ(got.first, want.first) << cpu::qgemm::IsaName(isa);
+    EXPECT_EQ(std::memcmp(got.second.data(), want.second.data(), got.second.size() * 4), 0)
+        << cpu::qgemm::IsaName(isa);
+  }
+  Tensor bad = x.Clone().value();
+  bad.data<float>()[96 + 40] = std::numeric_limits<float>::infinity();
+  bad.data<float>()[3 * 96 + 5] = std::numeric_limits<float>::quiet_NaN();
+  const Tensor w = RandomQuantized(DType::kQ4_1, {3, 96}, 1).value();
+  for (const Isa isa : SupportedIsas()) {
+    ForceIsa force(isa);
+    for (const int64_t rows : {int64_t{5}, int64_t{13}}) {  // Dot and Gemm
+      Tensor xr = rows == 5 ? bad : ops::Cat({bad, bad, bad.Narrow(0, 0, 3).value()}, 0).value();
+      const std::vector<double> y = Linear(xr, w).value().ToDoubles();
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < 3; ++j) {
+          EXPECT_EQ(std::isnan(y[i * 3 + j]), i % 5 == 1 || i % 5 == 3) << i << " " << j;
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantizedLinearTest, RefusesWhatItCannotMultiply) {
+  const Tensor w = RandomQuantized(DType::kQ4_1, {4, 64}, 1).value();
+  EXPECT_NE(Linear(Normal({2, 32}, DType::kF32, 1), w).status().message().find("w must have shape [out, 32]"),
+            std::string::npos);
+  EXPECT_FALSE(Linear(Tensor::Zeros({2, 64}, DType::kI64).value(), w).ok());
+  const Tensor wt = w.Transpose(0, 1).value();
+  EXPECT_FALSE(Linear(Normal({2, 4}, DType::kF32, 1), wt).ok());
+}
+
+TEST(QuantizedLookupTest, RowsAreDequantized) {
+  for (const DType q : kQuantizedDTypes) {
+    const Tensor table = RandomQuantized(q, {7, DTypeBlock(q) * 2}, 3).value();
+    const Tensor full = table.To(DType::kF32).value();
+    const Tensor ids = Tensor::FromVector<int64_t>({2, 3}, {0, 6, 3, 9, 2, 2}).value();
+    // A vocab shard [2, 9) of a larger table: ids outside it give zero rows.
+    const Tensor got = Embedding(table, ids, /*index_offset=*/2).value();
+    ASSERT_EQ(got.dtype(), DType::kF32);
+    const Tensor want_rows = Embedding(full, ids, 2).value();
+    EXPECT_TRUE(Equal(got, want_rows)) << DTypeName(q);
+  }
+}
+
+TEST(QuantizedTensorTest, CopiesAndViewsAreWholeBlocks) {
+  const Tensor t = RandomQuantized(DType::kQ4_K, {5, 512}, 9).value();
+  EXPECT_EQ(t.nbytes(), 5 * 2 * 144);
+  const Tensor rows = t.Narrow(0, 1, 3).value();
+  const Tensor c = rows.Clone().value();
+  EXPECT_EQ(std::memcmp(c.raw_data(), static_cast<const char*>(t.raw_data()) + 2 * 144,
+                        static_cast<size_t>(c.nbytes())),
+            0);
+  const Tensor cols = t.Narrow(1, 256, 256).value();
+  EXPECT_TRUE(Equal(cols.To(DType::kF32).value(), t.To(DType::kF32).value().Narrow(1, 256, 256).value().Contiguous().value()));
+  EXPECT_FALSE(t.Narrow(1, 32, 256).ok());
+  EXPECT_FALSE(t.Select(1, 3).ok());
+  EXPECT_FALSE(Tensor::Empty({2, 100}, DType::kQ4_K).ok());
+  EXPECT_FALSE(t.Fill(0).ok());
+  EXPECT_FALSE(Tensor::Zeros({2, 32}, DType::kF32).value().To(DType::kQ8_0).ok());
+}
+
+}  // namespace
+}  // namespace dt::ops
