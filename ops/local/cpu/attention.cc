@@ -8,6 +8,7 @@
 
 #include "dtensor/ops/local/cpu/gemm.h"
 #include "dtensor/ops/local/cpu/loops.h"
+#include "dtensor/ops/local/cpu/vec_math.h"
 #include "dtensor/ops/local/kernels.h"
 
 namespace dt::ops::cpu {
@@ -67,8 +68,10 @@ absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
           }
           float mx = -std::numeric_limits<float>::infinity();
           for (int64_t j = 0; j < limit; ++j) mx = std::max(mx, row[j] *= params.scale);
+          for (int64_t j = 0; j < limit; ++j) row[j] -= mx;
+          ExpF32(row, row, limit);
           float sum = 0;
-          for (int64_t j = 0; j < limit; ++j) sum += row[j] = std::exp(row[j] - mx);
+          for (int64_t j = 0; j < limit; ++j) sum += row[j];
           const float inv = 1.0f / sum;
           for (int64_t j = 0; j < limit; ++j) row[j] *= inv;
           std::fill(row + limit, row + kv_end, 0.0f);
