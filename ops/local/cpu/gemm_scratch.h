@@ -14,7 +14,7 @@ int AvailableThreads();
 
 // Which of a thread's cached buffers a ScratchBuffer uses: one per role, so that one thread can
 // hold a packed B block, a packed A block and a C block at once.
-enum class ScratchSlot : uint8_t { kPackedB, kPackedA, kC, kX, kCount };
+enum class ScratchSlot : uint8_t { kPackedB, kPackedA, kSharedA, kC, kX, kCount };
 
 // A 64-byte aligned float buffer of at least `floats` elements, taken from the calling thread's
 // cache for `slot` and given back on destruction, so that repeated GEMMs neither allocate nor
