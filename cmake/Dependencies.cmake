@@ -1,7 +1,6 @@
 # Every dependency comes from a Debian package (scripts/install-deps installs them) or, for CUDA,
 # from the toolkit under /usr/local/cuda. Nothing is downloaded at build time.
 find_package(Threads REQUIRED)
-find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(TBB REQUIRED)
 find_package(absl REQUIRED)            # no version: abslConfigVersion wants an exact match
 find_package(nlohmann_json 3.11 REQUIRED)
@@ -31,6 +30,7 @@ if(DT_BUILD_TESTS)
 endif()
 if(DT_BUILD_BENCH)
   find_package(benchmark REQUIRED)
+  find_package(Eigen3 3.4 REQUIRED NO_MODULE)  # bench_gemm's single-threaded baseline
 endif()
 
 # Gloo's imported target only defines RelWithDebInfo; map the other configurations onto it.

@@ -1,6 +1,6 @@
 // CPU Matmul kernel: one GEMM per matrix of the batch on the backend the dispatcher picks (own
 // kernels, skinny (M <= 8) or packed; oneDNN; OpenBLAS), spread over the cores with oneTBB; and the
-// Eigen Sgemm the attention kernel calls per block.
+// single-threaded Sgemm the attention kernel calls per block.
 //
 // Note [Own GEMM kernels]
 // Matmul hands each product to one of three backends (Note [GEMM dispatch] in gemm_dispatch.cc):
@@ -39,7 +39,6 @@
 #include <mutex>
 #include <vector>
 
-#include <Eigen/Core>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
@@ -60,31 +59,17 @@ constexpr double kMinParallelFlops = 4e6;
 // product per task.
 constexpr double kInnerParallelFlops = 1e8;
 
-using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using ColMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
-template <typename M>
-using ConstMap = Eigen::Map<const M, Eigen::Unaligned, Eigen::OuterStride<>>;
-using OutMap = Eigen::Map<RowMajor, Eigen::Unaligned, Eigen::OuterStride<>>;
-
-template <typename A, typename B>
-void Product(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-             int64_t ldb, float* c, int64_t ldc) {
-  ConstMap<A> am(a, m, k, Eigen::OuterStride<>(lda));
-  ConstMap<B> bm(b, k, n, Eigen::OuterStride<>(ldb));
-  OutMap cm(c, m, n, Eigen::OuterStride<>(ldc));
-  cm.noalias() = am * bm;
-}
-
 }  // namespace
 
-void Sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
-           const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc) {
-  const bool a_row = a_cs == 1, b_row = b_cs == 1;
-  const int64_t lda = a_row ? a_rs : a_cs, ldb = b_row ? b_rs : b_cs;
-  if (a_row && b_row) return Product<RowMajor, RowMajor>(m, n, k, a, lda, b, ldb, c, ldc);
-  if (a_row) return Product<RowMajor, ColMajor>(m, n, k, a, lda, b, ldb, c, ldc);
-  if (b_row) return Product<ColMajor, RowMajor>(m, n, k, a, lda, b, ldb, c, ldc);
-  return Product<ColMajor, ColMajor>(m, n, k, a, lda, b, ldb, c, ldc);
+absl::Status Sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
+                   const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc) {
+  gemm::Problem p;
+  p.m = m, p.n = n, p.k = k, p.dtype = DType::kF32;
+  p.a = a, p.a_rs = a_rs, p.a_cs = a_cs;
+  p.b = b, p.b_rs = b_rs, p.b_cs = b_cs;
+  p.out = c, p.ldo = ldc;
+  const gemm::Kernels& kernels = gemm::KernelsFor(gemm::ActiveIsa());
+  return m <= gemm::kSkinnyMaxRows ? gemm::Skinny(p, kernels, false) : gemm::Packed(p, kernels, false);
 }
 
 absl::Status Matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
