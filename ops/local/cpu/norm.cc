@@ -10,15 +10,6 @@ namespace dt::ops::cpu {
 
 namespace {
 
-// v rounded to `dtype` and back (identity for f32).
-inline float RoundTo(DType dtype, float v) {
-  switch (dtype) {
-    case DType::kBF16: return static_cast<float>(BFloat16(v));
-    case DType::kF16: return static_cast<float>(Float16(v));
-    default: return v;
-  }
-}
-
 // A [H] parameter as f32 (empty when undefined).
 std::vector<float> LoadParam(const Tensor& t) {
   std::vector<float> v;
@@ -56,10 +47,15 @@ absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Ten
                    const double ss = SumF64(v, h, [](double a) { return a * a; });
                    const float r = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(h)) + eps);
                    for (int64_t i = 0; i < h; ++i) v[i] *= r;
-                   if (!w.empty() && x.dtype() == DType::kF32) {
+                   if (!w.empty()) {
+                     // The normalized x rounded to its dtype, then times the weight (ops::RmsNorm).
+                     if (x.dtype() != DType::kF32) {
+                       thread_local std::vector<uint16_t> half;
+                       half.resize(static_cast<size_t>(h));
+                       StoreF32(x.dtype(), half.data(), h, 1, v);
+                       LoadF32(x.dtype(), half.data(), h, 1, v);
+                     }
                      for (int64_t i = 0; i < h; ++i) v[i] *= w[i];
-                   } else if (!w.empty()) {
-                     for (int64_t i = 0; i < h; ++i) v[i] = w[i] * RoundTo(x.dtype(), v[i]);
                    }
                    StoreF32(out.dtype(), ElementPtr(out, off[1]), h, 1, v);
                  });

@@ -115,4 +115,39 @@ inline void SiluF32(const float* x, float* y, int64_t n) {
 #endif
 }
 
+// dst[i] = the bf16 bits of src[i], rounded to nearest even, NaN kept quiet: BFloat16::FromFloat
+// (core/dtype.h) bit for bit, 8 lanes at a time.
+inline void F32ToBf16(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+#if DT_VEC_MATH_AVX2
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
+  const __m256i quiet = _mm256_set1_epi32(0x40);
+  for (; i + 16 <= n; i += 16) {
+    __m256i h[2];
+    for (int half = 0; half < 2; ++half) {
+      const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 8 * half));
+      const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+      const __m256i rounded = _mm256_srli_epi32(
+          _mm256_add_epi32(_mm256_add_epi32(u, bias), _mm256_and_si256(_mm256_srli_epi32(u, 16), one)), 16);
+      const __m256i nan_bits = _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet);
+      h[half] = _mm256_blendv_epi8(rounded, nan_bits, nan);
+    }
+    // Both halves hold values below 2^16: an unsigned-saturating pack is exact; it interleaves
+    // 128-bit lanes, which the permute puts back in order.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(h[0], h[1]), 0xd8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), packed);
+  }
+#endif
+  for (; i < n; ++i) {
+    uint32_t u;
+    __builtin_memcpy(&u, src + i, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+      dst[i] = static_cast<uint16_t>((u >> 16) | 0x40);
+    } else {
+      dst[i] = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+  }
+}
+
 }  // namespace dt::ops::cpu

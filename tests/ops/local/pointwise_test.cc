@@ -192,6 +192,19 @@ TEST(VecMathTest, ExpWithinTwoUlp) {
   EXPECT_EQ(out[8], 1.0f);
 }
 
+// F32ToBf16 is BFloat16::FromFloat bit for bit: every 251st bit pattern (ties, NaNs of both
+// signs, infinities, denormals among them) and a tail shorter than a vector.
+TEST(VecMathTest, F32ToBf16EqualsFromFloat) {
+  std::vector<float> x;
+  for (uint64_t u = 0; u <= 0xffffffffull; u += 251) x.push_back(BitsFloat(static_cast<uint32_t>(u)));
+  for (uint32_t u : {0x3f808000u, 0x3f818000u, 0x7f800001u, 0xffc00001u, 0x7f7fffffu}) x.push_back(BitsFloat(u));
+  std::vector<uint16_t> got(x.size());
+  cpu::F32ToBf16(x.data(), got.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(got[i], BFloat16::FromFloat(x[i])) << "bits " << std::hex << FloatBits(x[i]);
+  }
+}
+
 RC_GTEST_PROP(CastTest, ConvertsEveryPair, ()) {
   const DType from = *rc::gen::elementOf(std::vector<DType>(std::begin(kAllDTypes), std::end(kAllDTypes)));
   const DType to = *rc::gen::elementOf(std::vector<DType>(std::begin(kAllDTypes), std::end(kAllDTypes)));
