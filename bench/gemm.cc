@@ -135,9 +135,12 @@ std::vector<Backend> BackendsFor(DType dtype) {
 class DnnlNative {
  public:
   // out = a · b (+ bias) for contiguous a [M, K] and b [K, N] (or w [N, K] when `linear`).
-  DnnlNative(const Tensor& a, const Tensor& b, bool linear, const Tensor& out)
+  DnnlNative(const Tensor& a, const Tensor& b, bool linear, const Tensor& out, int threads)
       : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
     using dnnl::memory;
+    // oneDNN fixes the thread count when it makes the primitive (this thread's OpenMP setting,
+    // which our own oneDNN calls set to 1 on whichever thread ran them).
+    omp_set_num_threads(threads);
     const memory::data_type dt = a.dtype() == DType::kBF16 ? memory::data_type::bf16 : memory::data_type::f32;
     const int64_t m = a.size(0), k = a.size(1), n = out.size(1);
     const memory::desc ad({m, k}, dt, {k, 1}), od({m, n}, dt, {n, 1});
@@ -147,8 +150,7 @@ class DnnlNative {
              {DNNL_ARG_WEIGHTS, memory(bd, engine_, const_cast<void*>(b.raw_data()))},
              {DNNL_ARG_DST, memory(od, engine_, out.raw_data())}};
   }
-  void Run(int threads) {
-    omp_set_num_threads(threads);
+  void Run() {
     prim_.execute(stream_, args_);
     stream_.wait();
   }
@@ -193,8 +195,8 @@ GemmRow Gemm(DType dtype, int64_t m, int64_t n, int64_t k, bool linear, int thre
   }
   fns.push_back([&] { outs.back() = product().value(); });
   const Tensor native_out = Tensor::Empty({m, n}, dtype).value();
-  DnnlNative dnnl(a, b, linear, native_out);
-  fns.push_back([&] { dnnl.Run(threads); });
+  DnnlNative dnnl(a, b, linear, native_out, threads);
+  fns.push_back([&] { dnnl.Run(); });
   const bool blas = dtype == DType::kF32;
   if (blas) {
     fns.push_back([&] {

@@ -123,9 +123,12 @@ absl::StatusOr<std::shared_ptr<Primitive>> Get(const Problem& p) {
 
 // One part on one thread.
 absl::Status Run(const Problem& p) {
+  // One OpenMP thread, this thread's setting (Note [Library threads]), set before the primitive is
+  // made: oneDNN fixes a primitive's thread count when it makes it and starts that many threads on
+  // every run, whatever the setting is then.
+  omp_set_num_threads(1);
   DT_ASSIGN_OR_RETURN(std::shared_ptr<Primitive> prim, Get(p));
   State& st = GetState();
-  omp_set_num_threads(1);  // this thread's OpenMP setting (Note [Library threads])
   thread_local dnnl_stream_t stream = nullptr;
   if (stream == nullptr) {
     DT_RETURN_IF_ERROR(Check(dnnl_stream_create(&stream, st.engine, dnnl_stream_default_flags), "stream"));
