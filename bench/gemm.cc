@@ -167,18 +167,30 @@ struct Result {
   double value, target;
 };
 
+// One figure per backend (GFLOP/s or GB/s; 0 where the backend does not run the dtype).
+struct Paths {
+  double by[3] = {0, 0, 0};
+  double& operator[](Backend b) { return by[static_cast<int>(b)]; }
+  double best() const { return std::max({by[0], by[1], by[2]}); }
+  // The figures in columns `width` wide, "-" for a backend that did not run.
+  void Print(int width) const {
+    for (const double g : by) {
+      if (g > 0) {
+        std::printf(" %*.1f", width, g);
+      } else {
+        std::printf(" %*s", width, "-");
+      }
+    }
+  }
+};
+
 // ---- GEMM on T threads: every backend, picked, and the libraries on their own threads --------
 
 struct GemmRow {
   std::string name;
-  std::vector<std::pair<Backend, double>> paths;  // GFLOP/s through Matmul
+  Paths paths;  // GFLOP/s through Matmul
   Backend picked = Backend::kOwn;
   double picked_gflops = 0, dnnl_native = 0, openblas_native = 0;
-  double best() const {
-    double b = 0;
-    for (const auto& [_, g] : paths) b = std::max(b, g);
-    return b;
-  }
 };
 
 GemmRow Gemm(DType dtype, int64_t m, int64_t n, int64_t k, bool linear, int threads, const Reps& reps) {
@@ -210,7 +222,7 @@ GemmRow Gemm(DType dtype, int64_t m, int64_t n, int64_t k, bool linear, int thre
   }
   const std::vector<double> t = Time(reps, fns);
   for (size_t i = 0; i < backends.size(); ++i) {
-    row.paths.push_back({backends[i], Gflops(m, n, k, t[i])});
+    row.paths[backends[i]] = Gflops(m, n, k, t[i]);
     const double err = RelError(outs[i], ref);
     if (err > (dtype == DType::kF32 ? 1e-5 : 1e-2)) {
       std::printf("  warning: %s: %s differs from the picked path by %.1e\n", row.name.c_str(),
@@ -232,24 +244,14 @@ void PrintGemmHeader() {
 
 void PrintGemmRow(const GemmRow& r) {
   std::printf("%-28s", r.name.c_str());
-  for (const Backend b : gemm::kAllBackends) {
-    double g = 0;
-    for (const auto& [pb, pg] : r.paths) {
-      if (pb == b) g = pg;
-    }
-    if (g > 0) {
-      std::printf(" %9.1f", g);
-    } else {
-      std::printf(" %9s", "-");
-    }
-  }
+  r.paths.Print(9);
   std::printf(" %5s %8.1f %11.1f", gemm::BackendName(r.picked), r.picked_gflops, r.dnnl_native);
   if (r.openblas_native > 0) {
     std::printf(" %11.1f", r.openblas_native);
   } else {
     std::printf(" %11s", "-");
   }
-  std::printf(" %9.2f %9.2f", r.picked_gflops / r.best(), r.picked_gflops / r.dnnl_native);
+  std::printf(" %9.2f %9.2f", r.picked_gflops / r.paths.best(), r.picked_gflops / r.dnnl_native);
   if (r.openblas_native > 0) {
     std::printf(" %9.2f\n", r.picked_gflops / r.openblas_native);
   } else {
@@ -315,14 +317,9 @@ struct DecodeShape {
 
 struct DecodeRow {
   std::string name;
-  std::vector<std::pair<Backend, double>> paths;  // GB/s of weights read
+  Paths paths;  // GB/s of weights read
   Backend picked = Backend::kOwn;
   double picked_gbs = 0, memcpy = 0;
-  double best() const {
-    double b = 0;
-    for (const auto& [_, g] : paths) b = std::max(b, g);
-    return b;
-  }
 };
 
 DecodeRow Decode(const DecodeShape& s, int64_t m, DType dtype, bool matmul_layout, const Reps& reps) {
@@ -361,7 +358,7 @@ DecodeRow Decode(const DecodeShape& s, int64_t m, DType dtype, bool matmul_layou
   fns.push_back(products);
   fns.push_back([&] { dt::bench::ParallelMemcpy(dst.data(), src.data(), src.size()); });
   const std::vector<double> t = Time(reps, fns);
-  for (size_t i = 0; i < backends.size(); ++i) r.paths.push_back({backends[i], bytes * calls / t[i] / 1e9});
+  for (size_t i = 0; i < backends.size(); ++i) r.paths[backends[i]] = bytes * calls / t[i] / 1e9;
   r.picked = gemm::Choose(dtype, m, s.n, s.k).value();
   r.picked_gbs = bytes * calls / t[backends.size()] / 1e9;
   r.memcpy = kCopyBytes / t[backends.size() + 1] / 1e9;
@@ -423,7 +420,7 @@ int main(int argc, char** argv) {
     for (const Shape& s : shapes) {
       const GemmRow r = Gemm(dtype, s.m, s.n, s.k, s.linear, threads, reps);
       PrintGemmRow(r);
-      track_pick(r.name, r.picked_gflops / r.best());
+      track_pick(r.name, r.picked_gflops / r.paths.best());
       if (s.tag != nullptr && dtype == DType::kF32) {
         results.push_back({std::string("gemm_f32_") + s.tag + "_vs_openblas", r.picked_gflops / r.openblas_native, 1.0});
         results.push_back({std::string("gemm_f32_") + s.tag + "_vs_onednn", r.picked_gflops / r.dnnl_native, 1.0});
@@ -458,26 +455,16 @@ int main(int argc, char** argv) {
   double worst[2] = {1e9, 1e9};
   auto print_decode = [&](const DecodeRow& r) {
     std::printf("%-34s", r.name.c_str());
-    for (const Backend b : gemm::kAllBackends) {
-      double g = 0;
-      for (const auto& [pb, pg] : r.paths) {
-        if (pb == b) g = pg;
-      }
-      if (g > 0) {
-        std::printf(" %8.1f", g);
-      } else {
-        std::printf(" %8s", "-");
-      }
-    }
+    r.paths.Print(8);
     std::printf(" %5s %8.1f %8.1f %9.2f %12.2f\n", gemm::BackendName(r.picked), r.picked_gbs, r.memcpy,
-                r.picked_gbs / r.best(), r.picked_gbs / r.memcpy);
+                r.picked_gbs / r.paths.best(), r.picked_gbs / r.memcpy);
   };
   for (const DType dtype : {DType::kF32, DType::kBF16}) {
     for (const DecodeShape& s : decode_shapes) {
       for (const int64_t m : ms) {
         const DecodeRow r = Decode(s, m, dtype, false, decode_reps);
         print_decode(r);
-        track_pick(r.name, r.picked_gbs / r.best());
+        track_pick(r.name, r.picked_gbs / r.paths.best());
         double& w = worst[dtype == DType::kBF16 ? 1 : 0];
         w = std::min(w, r.picked_gbs / r.memcpy);
       }
