@@ -10,8 +10,8 @@
 //                part: Note [Library threads])                   with openblas_set_num_threads(T)
 //   bf16 GEMM    the same for own / dnnl (f32 accumulation)      oneDNN on T OpenMP threads; our
 //                                                                f32 (picked) on the same shape
-//   per thread   own in a 1-thread arena                         Eigen 3.4 `C.noalias() = A * B`
-//                                                                (single-threaded), OpenBLAS on 1
+//   per thread   each backend and picked in a 1-thread arena     Eigen 3.4 `C.noalias() = A * B`
+//                                                                (single-threaded)
 //   decode       Linear(x [M, K], w [N, K]) on each backend      memcpy on T threads (64 MiB)
 //                and as picked, weights cold
 //
@@ -23,7 +23,9 @@
 // tools/reference/torch_matmul_bench.py runs this program and PyTorch on the same shapes and
 // threads and compares them.
 //
-// Usage: bench_gemm [--quick]   (--quick: fewer shapes and repetitions, under a minute)
+// Usage: bench_gemm [--quick] [--gemm-only]
+//   --quick: fewer repetitions, under a minute; --gemm-only: the dispatcher and the GEMM rows only
+//   (what tools/reference/torch_matmul_bench.py runs between its PyTorch passes).
 // Ends with one line per target: RESULT <metric> <value> <target> PASS|FAIL.
 
 #include <cblas.h>
@@ -259,31 +261,35 @@ void PrintGemmRow(const GemmRow& r) {
   }
 }
 
-// ---- per thread: own in a 1-thread arena, Eigen, OpenBLAS on 1 thread ----------------------
+// ---- per thread: each backend and picked in a 1-thread arena, Eigen ------------------------
 
 struct PerThreadRow {
   std::string name;
-  double own = 0, eigen = 0, openblas = 0;
+  Paths paths;  // GFLOP/s through Matmul in a 1-thread arena
+  double picked = 0, eigen = 0;
 };
 
 PerThreadRow PerThread(int64_t m, int64_t n, int64_t k, const Reps& reps) {
   const Tensor a = Tensor::Randn({m, k}, 1).value(), b = Tensor::Randn({k, n}, 2).value();
   Map<float> am(a.data<float>(), m, k), bm(b.data<float>(), k, n);
   RowMajor<float> c(m, n);
-  std::vector<float> cb(static_cast<size_t>(m * n));
   tbb::task_arena one(1);
   Tensor ours;
-  const std::vector<double> t = Time(
-      reps, {[&] { one.execute([&] { ours = With(Backend::kOwn, [&] { return dt::ops::Matmul(a, b); }).value(); }); },
-             [&] { c.noalias() = am * bm; },
-             [&] {
-               openblas_set_num_threads(1);
-               cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m),
-                           static_cast<int>(n), static_cast<int>(k), 1.0f, a.data<float>(),
-                           static_cast<int>(k), b.data<float>(), static_cast<int>(n), 0.0f, cb.data(),
-                           static_cast<int>(n));
-             }});
-  return {ShapeName(m, n, k), Gflops(m, n, k, t[0]), Gflops(m, n, k, t[1]), Gflops(m, n, k, t[2])};
+  auto on_one = [&](std::optional<Backend> backend) {
+    return [&, backend] {
+      one.execute([&] { ours = With(backend, [&] { return dt::ops::Matmul(a, b); }).value(); });
+    };
+  };
+  std::vector<std::function<void()>> fns;
+  for (const Backend b : gemm::kAllBackends) fns.push_back(on_one(b));
+  fns.push_back(on_one(std::nullopt));
+  fns.push_back([&] { c.noalias() = am * bm; });
+  const std::vector<double> t = Time(reps, fns);
+  PerThreadRow r{ShapeName(m, n, k)};
+  for (const Backend b : gemm::kAllBackends) r.paths[b] = Gflops(m, n, k, t[static_cast<int>(b)]);
+  r.picked = Gflops(m, n, k, t[3]);
+  r.eigen = Gflops(m, n, k, t[4]);
+  return r;
 }
 
 // Eigen's own bfloat16 GEMM against ours, both on 1 thread.
@@ -365,12 +371,29 @@ DecodeRow Decode(const DecodeShape& s, int64_t m, DType dtype, bool matmul_layou
   return r;
 }
 
+int PrintResults(const std::vector<Result>& results) {
+  std::printf("\n");
+  for (const Result& r : results) {
+    std::printf("RESULT %s %.2f %.2g %s\n", r.metric.c_str(), r.value, r.target,
+                dt::bench::Verdict(r.value >= r.target));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::optional<bool> flag = dt::bench::ParseQuickFlag(argc, argv);
-  if (!flag.has_value()) return 2;
-  const bool quick = *flag;
+  bool quick = false, gemm_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--gemm-only") == 0) {
+      gemm_only = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick] [--gemm-only]\n", argv[0]);
+      return 2;
+    }
+  }
   const Reps reps = quick ? Reps{5, 0.5} : Reps{10, 2.0};
   const Reps decode_reps = quick ? Reps{5, 0.25} : Reps{15, 1.0};
   const int threads = tbb::this_task_arena::max_concurrency();
@@ -397,10 +420,11 @@ int main(int argc, char** argv) {
   }
 
   std::vector<Result> results;
-  double worst_pick = 1e9;
-  std::string worst_pick_row;
-  auto track_pick = [&](const std::string& name, double ratio) {
-    if (ratio < worst_pick) worst_pick = ratio, worst_pick_row = name;
+  // The picked path against the best one measured, worst row: GEMM rows and decode rows apart.
+  double worst_gemm = 1e9, worst_decode = 1e9;
+  std::string worst_gemm_row, worst_decode_row;
+  auto track = [](double& worst, std::string& worst_row, const std::string& name, double ratio) {
+    if (ratio < worst) worst = ratio, worst_row = name;
   };
 
   struct Shape {
@@ -420,7 +444,7 @@ int main(int argc, char** argv) {
     for (const Shape& s : shapes) {
       const GemmRow r = Gemm(dtype, s.m, s.n, s.k, s.linear, threads, reps);
       PrintGemmRow(r);
-      track_pick(r.name, r.picked_gflops / r.paths.best());
+      track(worst_gemm, worst_gemm_row, r.name, r.picked_gflops / r.paths.best());
       if (s.tag != nullptr && dtype == DType::kF32) {
         results.push_back({std::string("gemm_f32_") + s.tag + "_vs_openblas", r.picked_gflops / r.openblas_native, 1.0});
         results.push_back({std::string("gemm_f32_") + s.tag + "_vs_onednn", r.picked_gflops / r.dnnl_native, 1.0});
@@ -432,14 +456,22 @@ int main(int argc, char** argv) {
   // AMX) it should be half the work.
   const bool native_bf16 = cpu.avx512_bf16 || cpu.amx_bf16_granted;
   results.push_back({"gemm_bf16_vs_f32_1024", bf16_1024 / f32_1024, native_bf16 ? 1.5 : 1.0});
+  std::printf("the picked path against the best one measured, worst GEMM row: %s (%.2f)\n",
+              worst_gemm_row.c_str(), worst_gemm);
+  results.push_back({"gemm_picked_vs_best_worst_row", worst_gemm, 0.95});
 
-  std::printf("\nf32 GEMM per thread: 1 thread each (GFLOP/s): own in a 1-thread arena, Eigen, OpenBLAS\n");
-  std::printf("%-22s %10s %10s %10s %12s %14s\n", "MxNxK", "own", "eigen", "openblas", "own/eigen", "own/openblas");
+  if (gemm_only) return PrintResults(results);
+
+  std::printf("\nf32 GEMM per thread (GFLOP/s): Matmul on each backend and as picked in a 1-thread arena; "
+              "Eigen 3.4 (single-threaded)\n");
+  std::printf("%-22s %9s %9s %9s %9s %9s %13s\n", "MxNxK", "own", "dnnl", "openblas", "picked", "eigen",
+              "picked/eigen");
   {
     const PerThreadRow r = PerThread(1024, 1024, 1024, reps);
-    std::printf("%-22s %10.1f %10.1f %10.1f %12.2f %14.2f\n", r.name.c_str(), r.own, r.eigen, r.openblas,
-                r.own / r.eigen, r.own / r.openblas);
-    results.push_back({"gemm_f32_1024_vs_eigen_per_thread", r.own / r.eigen, 1.0});
+    std::printf("%-22s", r.name.c_str());
+    r.paths.Print(9);
+    std::printf(" %9.1f %9.1f %13.2f\n", r.picked, r.eigen, r.picked / r.eigen);
+    results.push_back({"gemm_f32_1024_picked_vs_eigen_per_thread", r.picked / r.eigen, 1.0});
   }
   Bf16VsEigenBf16(1024, 1024, 1024, Reps{quick ? 2 : 3, 0.0});
 
@@ -464,24 +496,22 @@ int main(int argc, char** argv) {
       for (const int64_t m : ms) {
         const DecodeRow r = Decode(s, m, dtype, false, decode_reps);
         print_decode(r);
-        track_pick(r.name, r.picked_gbs / r.paths.best());
+        track(worst_decode, worst_decode_row, r.name, r.picked_gbs / r.paths.best());
         double& w = worst[dtype == DType::kBF16 ? 1 : 0];
         w = std::min(w, r.picked_gbs / r.memcpy);
       }
     }
   }
-  // The other layout (x [M, K] . w [K, N], w rows along N), for the record.
-  for (const DType dtype : {DType::kF32, DType::kBF16}) print_decode(Decode({"up_proj 1536x576", 1536, 576}, 1, dtype, true, decode_reps));
+  // The other layout (x [M, K] . w [K, N], w rows along N: the skinny axpy kernels).
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    const DecodeRow r = Decode({"up_proj 1536x576", 1536, 576}, 1, dtype, true, decode_reps);
+    print_decode(r);
+    track(worst_decode, worst_decode_row, r.name, r.picked_gbs / r.paths.best());
+  }
   results.push_back({"gemv_f32_vs_memcpy_worst_row", worst[0], 0.7});
   results.push_back({"gemv_bf16_vs_memcpy_worst_row", worst[1], 0.7});
-  std::printf("\nthe picked path against the best one measured, worst row: %s (%.2f)\n",
-              worst_pick_row.c_str(), worst_pick);
-  results.push_back({"gemm_picked_vs_best_worst_row", worst_pick, 0.95});
-
-  std::printf("\n");
-  for (const Result& r : results) {
-    std::printf("RESULT %s %.2f %.2g %s\n", r.metric.c_str(), r.value, r.target,
-                dt::bench::Verdict(r.value >= r.target));
-  }
-  return 0;
+  std::printf("\nthe picked path against the best one measured, worst decode row: %s (%.2f)\n",
+              worst_decode_row.c_str(), worst_decode);
+  results.push_back({"decode_picked_vs_best_worst_row", worst_decode, 0.95});
+  return PrintResults(results);
 }
