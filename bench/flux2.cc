@@ -1,8 +1,9 @@
 // bench_flux2: one denoising step (transformer forward + Euler step) of a Flux2-shaped model with
-// random weights — D = 512 (4 heads x 128), M = 1536, 2 double and 4 single blocks, 256 image +
-// 64 text tokens, f32, guidance on: 32.8M parameters — on 1 rank and at tp = 2, as threads of this
-// process and as processes under dtrun (the backend dtrun picks; this program re-launched, dtrun
-// must sit next to it).
+// random weights — D = 512 (4 heads x 128), M = 1536, 4 double and 8 single blocks, 256 image +
+// 64 text tokens, f32, guidance on — on 1 rank and at tp = 2, as threads of this process and as
+// processes under dtrun (the backend dtrun picks; this program re-launched, dtrun must sit next to
+// it). tools/reference/flux2_step_bench.py runs diffusers' step on the same model and threads and
+// compares it with this program's tp=1 row.
 //
 //   bench_flux2 [--quick] [--no-processes]
 //
@@ -46,8 +47,8 @@ constexpr int64_t kImageTokens = 256, kTextTokens = 64;
 dt::loaders::Flux2Config BenchConfig() {
   dt::loaders::Flux2Config c;
   c.in_channels = c.out_channels = 64;
-  c.num_layers = 2;
-  c.num_single_layers = 4;
+  c.num_layers = 4;
+  c.num_single_layers = 8;
   c.attention_head_dim = 128;
   c.num_attention_heads = 4;
   c.joint_attention_dim = 512;

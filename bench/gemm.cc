@@ -1,68 +1,74 @@
-// bench_gemm: ops::Matmul / ops::Linear against the GEMMs it could have used and against memcpy,
-// every baseline on the same number of threads as ours, measured in the same run, interleaved.
+// bench_gemm: ops::Matmul / ops::Linear on each GEMM backend (own kernels, oneDNN, OpenBLAS) and as
+// the dispatcher picks it (Note [GEMM dispatch] in ops/local/cpu/gemm_dispatch.cc), against the
+// libraries called directly on their own threads and against memcpy, every side on the same number
+// of threads, measured in the same run, interleaved.
 //
-//   section            ours                         baselines
-//   f32 GEMM           Matmul on T threads          OpenBLAS cblas_sgemm, openblas_set_num_threads(T)
-//   per thread         Matmul in a 1-thread arena   Eigen 3.4 `C.noalias() = A * B` (single-threaded:
-//                                                   Eigen threads only with OpenMP, not used here),
-//                                                   OpenBLAS on 1 thread
-//   bf16 GEMM          Matmul bf16 on T threads     Matmul f32 on T threads (same shape); Eigen's
-//                                                   own Eigen::bfloat16 GEMM, 1 thread vs ours on 1
-//   decode             Linear(x [M, K], w [N, K])   memcpy on T threads (64 MiB, beyond the L3);
-//                      on T threads, weights cold   OpenBLAS sgemv (M=1) / sgemm (M>1) on T threads
-//                                                   (f32 only: Debian's OpenBLAS has no bf16)
-//   quantized decode   the same with w q4_1, q4_k,  memcpy on T threads
-//                      q8_0 blocks (GB/s of blocks)
+//   section      rows                                            baselines
+//   dispatch     the decision per dtype and shape class, why     -
+//   f32 GEMM     Matmul on own / dnnl / openblas and as picked,  oneDNN's matmul primitive on T
+//                T oneTBB threads (the libraries one thread per  OpenMP threads; OpenBLAS sgemm
+//                part: Note [Library threads])                   with openblas_set_num_threads(T)
+//   bf16 GEMM    the same for own / dnnl (f32 accumulation)      oneDNN on T OpenMP threads; our
+//                                                                f32 (picked) on the same shape
+//   per thread   each backend and picked in a 1-thread arena     Eigen 3.4 `C.noalias() = A * B`
+//                                                                (single-threaded)
+//   decode       Linear(x [M, K], w [N, K]) on each backend      memcpy on T threads (64 MiB)
+//                and as picked, weights cold
+//   quantized    the same with w q4_1, q4_k, q8_0 blocks (GB/s   memcpy on T threads
+//   decode       of blocks; x f32; our kernels only)
 //
 // T = oneTBB's arena size (all cores). "Weights cold": each call uses the next of enough copies of
 // w to exceed three times the L3, as in a decode step, which streams every layer's weights once.
 // Decode GB/s counts the weight bytes read per second; memcpy GB/s the bytes copied per second.
 // Timing: each function is called once to warm up, then the functions take turns in ABBA order
 // (a b b a a b ...) until each ran min_reps times and min_seconds passed; medians are reported.
+// tools/reference/torch_matmul_bench.py runs this program and PyTorch on the same shapes and
+// threads and compares them.
 //
-// Usage: bench_gemm [--quick]   (--quick: fewer shapes and repetitions, under a minute)
+// Usage: bench_gemm [--quick] [--gemm-only]
+//   --quick: fewer repetitions, under a minute; --gemm-only: the dispatcher and the GEMM rows only
+//   (what tools/reference/torch_matmul_bench.py runs between its PyTorch passes).
 // Ends with one line per target: RESULT <metric> <value> <target> PASS|FAIL.
+
+#include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <optional>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
 #include <Eigen/Core>
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-#include <tbb/partitioner.h>
+#include "absl/flags/flag.h"
 #include <tbb/task_arena.h>
 
 #include "dtensor/bench/bench_util.h"
 #include "dtensor/core/quant.h"
 #include "dtensor/core/tensor.h"
+#include "dtensor/ops/local/cpu/cpu_info.h"
+#include "dtensor/ops/local/cpu/gemm_dispatch.h"
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
 #include "dtensor/ops/local/cpu/qgemm.h"
 #include "dtensor/ops/local/ops.h"
-
-#ifdef DT_BENCH_OPENBLAS
-#include <cblas.h>
-#endif
+#include "oneapi/dnnl/dnnl.hpp"
 
 namespace {
 
 using dt::DType;
 using dt::Tensor;
+using dt::ops::cpu::gemm::Backend;
+namespace gemm = dt::ops::cpu::gemm;
 template <typename T>
 using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <typename T>
 using Map = Eigen::Map<RowMajor<T>>;
-
-constexpr bool kHaveOpenBlas =
-#ifdef DT_BENCH_OPENBLAS
-    true;
-#else
-    false;
-#endif
 
 struct Reps {
   int min_reps;
@@ -72,26 +78,19 @@ struct Reps {
 // Median seconds per call of each function, after one warm-up call each, the functions taking
 // turns in ABBA order (forward, then backward, ...) so that each sees the same machine load and
 // follows each other equally often.
-template <typename... F>
-std::vector<double> Time(const Reps& reps, F&&... fns) {
-  (fns(), ...);
-  constexpr size_t kN = sizeof...(F);
-  std::vector<std::vector<double>> t(kN);
+std::vector<double> Time(const Reps& reps, const std::vector<std::function<void()>>& fns) {
+  for (const auto& f : fns) f();
+  const size_t n = fns.size();
+  std::vector<std::vector<double>> t(n);
   double total = 0;
   for (int round = 0; static_cast<int>(t[0].size()) < reps.min_reps || total < reps.min_seconds; ++round) {
-    std::vector<size_t> order;
-    for (size_t i = 0; i < kN; ++i) order.push_back(round % 2 == 0 ? i : kN - 1 - i);
-    for (size_t i : order) {
-      size_t j = 0;
-      auto one = [&](auto& fn) {
-        if (j++ != i) return;
-        const auto start = std::chrono::steady_clock::now();
-        fn();
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        t[i].push_back(s);
-        total += s / kN;
-      };
-      (one(fns), ...);
+    for (size_t o = 0; o < n; ++o) {
+      const size_t i = round % 2 == 0 ? o : n - 1 - o;
+      const auto start = std::chrono::steady_clock::now();
+      fns[i]();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      t[i].push_back(s);
+      total += s / n;
     }
   }
   std::vector<double> medians;
@@ -104,11 +103,12 @@ double Gflops(int64_t m, int64_t n, int64_t k, double seconds) {
 }
 
 // max |x - ref| / max |ref|.
-double RelError(const float* x, const float* ref, int64_t n) {
+double RelError(const Tensor& x, const Tensor& ref) {
+  const std::vector<double> xv = x.ToDoubles(), rv = ref.ToDoubles();
   double err = 0, scale = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    err = std::max(err, std::abs(static_cast<double>(x[i]) - ref[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(ref[i])));
+  for (size_t i = 0; i < xv.size(); ++i) {
+    err = std::max(err, std::abs(xv[i] - rv[i]));
+    scale = std::max(scale, std::abs(rv[i]));
   }
   return err / std::max(scale, 1e-30);
 }
@@ -120,93 +120,185 @@ std::string ShapeName(int64_t m, int64_t n, int64_t k) {
   return name;
 }
 
-void SetOpenBlasThreads(int threads) {
-#ifdef DT_BENCH_OPENBLAS
-  openblas_set_num_threads(threads);
-#endif
-}
-
-// C = A B with OpenBLAS on its current thread count (row-major, no transposes).
-void OpenBlasSgemm(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c) {
-#ifdef DT_BENCH_OPENBLAS
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), 1.0f, a, static_cast<int>(k), b, static_cast<int>(n), 0.0f, c,
-              static_cast<int>(n));
-#endif
-}
-
-struct Row {
-  std::string name;
-  double ours = 0, base = 0, base2 = 0;  // GFLOP/s or GB/s
-};
-
-// ---- f32 GEMM on T threads against OpenBLAS on T threads --------------------------------------
-
-Row F32VsOpenBlas(int64_t m, int64_t n, int64_t k, const Reps& reps) {
-  const Tensor a = Tensor::Randn({m, k}, 1).value(), b = Tensor::Randn({k, n}, 2).value();
-  Tensor ours;
-  std::vector<float> cb(static_cast<size_t>(m * n));
-  auto run_ours = [&] { ours = dt::ops::Matmul(a, b).value(); };
-  auto run_blas = [&] { OpenBlasSgemm(m, n, k, a.data<float>(), b.data<float>(), cb.data()); };
-  Row r{ShapeName(m, n, k)};
-  if (kHaveOpenBlas) {
-    const std::vector<double> t = Time(reps, run_ours, run_blas);
-    r.ours = Gflops(m, n, k, t[0]);
-    r.base = Gflops(m, n, k, t[1]);
-    const double err = RelError(ours.data<float>(), cb.data(), m * n);
-    if (err > 1e-5) std::printf("  warning: %s: ours and OpenBLAS differ by %.1e\n", r.name.c_str(), err);
-  } else {
-    r.ours = Gflops(m, n, k, Time(reps, run_ours)[0]);
-  }
+// Runs fn with the dispatcher forced to `b` (nullopt: as it picks).
+template <typename F>
+auto With(std::optional<Backend> b, F&& fn) {
+  gemm::SetBackendForTesting(b);
+  auto r = fn();
+  gemm::SetBackendForTesting(std::nullopt);
   return r;
 }
 
-// ---- per thread: ours in a 1-thread arena, Eigen, OpenBLAS on 1 thread ----------------------
+std::vector<Backend> BackendsFor(DType dtype) {
+  std::vector<Backend> out;
+  for (const Backend b : gemm::kAllBackends) {
+    if (gemm::BackendRuns(b, dtype)) out.push_back(b);
+  }
+  return out;
+}
 
-Row PerThread(int64_t m, int64_t n, int64_t k, const Reps& reps) {
+// oneDNN's matmul primitive on the whole product, threaded by oneDNN itself (OpenMP, `threads`):
+// how a program that calls oneDNN directly (PyTorch does for bf16) runs it.
+class DnnlNative {
+ public:
+  // out = a · b (+ bias) for contiguous a [M, K] and b [K, N] (or w [N, K] when `linear`).
+  DnnlNative(const Tensor& a, const Tensor& b, bool linear, const Tensor& out, int threads)
+      : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+    using dnnl::memory;
+    // oneDNN fixes the thread count when it makes the primitive (this thread's OpenMP setting,
+    // which our own oneDNN calls set to 1 on whichever thread ran them).
+    omp_set_num_threads(threads);
+    const memory::data_type dt = a.dtype() == DType::kBF16 ? memory::data_type::bf16 : memory::data_type::f32;
+    const int64_t m = a.size(0), k = a.size(1), n = out.size(1);
+    const memory::desc ad({m, k}, dt, {k, 1}), od({m, n}, dt, {n, 1});
+    const memory::desc bd({k, n}, dt, linear ? memory::dims{1, k} : memory::dims{n, 1});
+    prim_ = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, od), engine_));
+    args_ = {{DNNL_ARG_SRC, memory(ad, engine_, const_cast<void*>(a.raw_data()))},
+             {DNNL_ARG_WEIGHTS, memory(bd, engine_, const_cast<void*>(b.raw_data()))},
+             {DNNL_ARG_DST, memory(od, engine_, out.raw_data())}};
+  }
+  void Run() {
+    prim_.execute(stream_, args_);
+    stream_.wait();
+  }
+
+ private:
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  dnnl::matmul prim_;
+  std::unordered_map<int, dnnl::memory> args_;
+};
+
+struct Result {
+  std::string metric;
+  double value, target;
+};
+
+// One figure per backend (GFLOP/s or GB/s; 0 where the backend does not run the dtype).
+struct Paths {
+  double by[3] = {0, 0, 0};
+  double& operator[](Backend b) { return by[static_cast<int>(b)]; }
+  double best() const { return std::max({by[0], by[1], by[2]}); }
+  // The figures in columns `width` wide, "-" for a backend that did not run.
+  void Print(int width) const {
+    for (const double g : by) {
+      if (g > 0) {
+        std::printf(" %*.1f", width, g);
+      } else {
+        std::printf(" %*s", width, "-");
+      }
+    }
+  }
+};
+
+// ---- GEMM on T threads: every backend, picked, and the libraries on their own threads --------
+
+struct GemmRow {
+  std::string name;
+  Paths paths;  // GFLOP/s through Matmul
+  Backend picked = Backend::kOwn;
+  double picked_gflops = 0, dnnl_native = 0, openblas_native = 0;
+};
+
+GemmRow Gemm(DType dtype, int64_t m, int64_t n, int64_t k, bool linear, int threads, const Reps& reps) {
+  const Tensor a = Tensor::Randn({m, k}, 1, dtype).value();
+  const Tensor b = Tensor::Randn(linear ? dt::Shape{n, k} : dt::Shape{k, n}, 2, dtype).value();
+  auto product = [&] { return linear ? dt::ops::Linear(a, b) : dt::ops::Matmul(a, b); };
+  const Tensor ref = product().value();
+  GemmRow row{dt::DTypeName(dtype).data() + std::string(" ") + ShapeName(m, n, k) + (linear ? " x.wT" : "")};
+  const std::vector<Backend> backends = BackendsFor(dtype);
+  std::vector<Tensor> outs(backends.size() + 1);
+  std::vector<std::function<void()>> fns;
+  for (size_t i = 0; i < backends.size(); ++i) {
+    fns.push_back([&, i] { outs[i] = With(backends[i], product).value(); });
+  }
+  fns.push_back([&] { outs.back() = product().value(); });
+  const Tensor native_out = Tensor::Empty({m, n}, dtype).value();
+  DnnlNative dnnl(a, b, linear, native_out, threads);
+  fns.push_back([&] { dnnl.Run(); });
+  const bool blas = dtype == DType::kF32;
+  if (blas) {
+    fns.push_back([&] {
+      openblas_set_num_threads(threads);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, linear ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+                  static_cast<int>(n), static_cast<int>(k), 1.0f, a.data<float>(), static_cast<int>(k),
+                  b.data<float>(), static_cast<int>(linear ? k : n), 0.0f, native_out.data<float>(),
+                  static_cast<int>(n));
+      openblas_set_num_threads(1);  // what our OpenBLAS backend runs with (Note [Library threads])
+    });
+  }
+  const std::vector<double> t = Time(reps, fns);
+  for (size_t i = 0; i < backends.size(); ++i) {
+    row.paths[backends[i]] = Gflops(m, n, k, t[i]);
+    const double err = RelError(outs[i], ref);
+    if (err > (dtype == DType::kF32 ? 1e-5 : 1e-2)) {
+      std::printf("  warning: %s: %s differs from the picked path by %.1e\n", row.name.c_str(),
+                  gemm::BackendName(backends[i]), err);
+    }
+  }
+  row.picked = gemm::Choose(dtype, m, n, k).value();
+  row.picked_gflops = Gflops(m, n, k, t[backends.size()]);
+  row.dnnl_native = Gflops(m, n, k, t[backends.size() + 1]);
+  if (blas) row.openblas_native = Gflops(m, n, k, t[backends.size() + 2]);
+  return row;
+}
+
+void PrintGemmHeader() {
+  std::printf("%-28s %9s %9s %9s %14s %11s %11s %9s %9s %9s\n", "dtype MxNxK", "own", "dnnl",
+              "openblas", "picked", "dnnl-omp", "blas-own-T", "pick/best", "/dnnl-omp",
+              "/blas-T");
+}
+
+void PrintGemmRow(const GemmRow& r) {
+  std::printf("%-28s", r.name.c_str());
+  r.paths.Print(9);
+  std::printf(" %5s %8.1f %11.1f", gemm::BackendName(r.picked), r.picked_gflops, r.dnnl_native);
+  if (r.openblas_native > 0) {
+    std::printf(" %11.1f", r.openblas_native);
+  } else {
+    std::printf(" %11s", "-");
+  }
+  std::printf(" %9.2f %9.2f", r.picked_gflops / r.paths.best(), r.picked_gflops / r.dnnl_native);
+  if (r.openblas_native > 0) {
+    std::printf(" %9.2f\n", r.picked_gflops / r.openblas_native);
+  } else {
+    std::printf(" %9s\n", "-");
+  }
+}
+
+// ---- per thread: each backend and picked in a 1-thread arena, Eigen ------------------------
+
+struct PerThreadRow {
+  std::string name;
+  Paths paths;  // GFLOP/s through Matmul in a 1-thread arena
+  double picked = 0, eigen = 0;
+};
+
+PerThreadRow PerThread(int64_t m, int64_t n, int64_t k, const Reps& reps) {
   const Tensor a = Tensor::Randn({m, k}, 1).value(), b = Tensor::Randn({k, n}, 2).value();
   Map<float> am(a.data<float>(), m, k), bm(b.data<float>(), k, n);
   RowMajor<float> c(m, n);
-  std::vector<float> cb(static_cast<size_t>(m * n));
   tbb::task_arena one(1);
   Tensor ours;
-  auto run_ours = [&] { one.execute([&] { ours = dt::ops::Matmul(a, b).value(); }); };
-  auto run_eigen = [&] { c.noalias() = am * bm; };
-  auto run_blas = [&] { OpenBlasSgemm(m, n, k, a.data<float>(), b.data<float>(), cb.data()); };
-  Row r{ShapeName(m, n, k)};
-  SetOpenBlasThreads(1);
-  const std::vector<double> t = kHaveOpenBlas ? Time(reps, run_ours, run_eigen, run_blas)
-                                              : Time(reps, run_ours, run_eigen);
-  r.ours = Gflops(m, n, k, t[0]);
-  r.base = Gflops(m, n, k, t[1]);
-  if (kHaveOpenBlas) r.base2 = Gflops(m, n, k, t[2]);
-  const double err = RelError(ours.data<float>(), c.data(), m * n);
-  if (err > 1e-5) std::printf("  warning: %s: ours and Eigen differ by %.1e\n", r.name.c_str(), err);
+  auto on_one = [&](std::optional<Backend> backend) {
+    return [&, backend] {
+      one.execute([&] { ours = With(backend, [&] { return dt::ops::Matmul(a, b); }).value(); });
+    };
+  };
+  std::vector<std::function<void()>> fns;
+  for (const Backend b : gemm::kAllBackends) fns.push_back(on_one(b));
+  fns.push_back(on_one(std::nullopt));
+  fns.push_back([&] { c.noalias() = am * bm; });
+  const std::vector<double> t = Time(reps, fns);
+  PerThreadRow r{ShapeName(m, n, k)};
+  for (const Backend b : gemm::kAllBackends) r.paths[b] = Gflops(m, n, k, t[static_cast<int>(b)]);
+  r.picked = Gflops(m, n, k, t[3]);
+  r.eigen = Gflops(m, n, k, t[4]);
   return r;
 }
 
-// ---- bf16 against f32, both ours on T threads ----------------------------------------------
-
-struct Bf16Row {
-  std::string name;
-  double bf16 = 0, f32 = 0;  // GFLOP/s
-  double err = 0;            // bf16 result vs f32 accumulation of the same inputs
-};
-
-Bf16Row Bf16VsF32(int64_t m, int64_t n, int64_t k, const Reps& reps) {
-  const Tensor a = Tensor::Randn({m, k}, 3, DType::kBF16).value();
-  const Tensor b = Tensor::Randn({k, n}, 4, DType::kBF16).value();
-  const Tensor a32 = a.To(DType::kF32).value(), b32 = b.To(DType::kF32).value();
-  Tensor ours, ref;
-  const std::vector<double> t = Time(reps, [&] { ours = dt::ops::Matmul(a, b).value(); },
-                                     [&] { ref = dt::ops::Matmul(a32, b32).value(); });
-  const Tensor ours32 = ours.To(DType::kF32).value();
-  return {ShapeName(m, n, k), Gflops(m, n, k, t[0]), Gflops(m, n, k, t[1]),
-          RelError(ours32.data<float>(), ref.data<float>(), m * n)};
-}
-
 // Eigen's own bfloat16 GEMM against ours, both on 1 thread.
-Row Bf16VsEigenBf16(int64_t m, int64_t n, int64_t k, const Reps& reps, double* eigen_err) {
+void Bf16VsEigenBf16(int64_t m, int64_t n, int64_t k, const Reps& reps) {
   const Tensor a = Tensor::Randn({m, k}, 3, DType::kBF16).value();
   const Tensor b = Tensor::Randn({k, n}, 4, DType::kBF16).value();
   // Eigen's bfloat16 has the same 16-bit layout as dt::BFloat16.
@@ -216,15 +308,18 @@ Row Bf16VsEigenBf16(int64_t m, int64_t n, int64_t k, const Reps& reps, double* e
   tbb::task_arena one(1);
   Tensor ours;
   const std::vector<double> t =
-      Time(reps, [&] { one.execute([&] { ours = dt::ops::Matmul(a, b).value(); }); },
-           [&] { ce.noalias() = ae * be; });
+      Time(reps, {[&] { one.execute([&] { ours = dt::ops::Matmul(a, b).value(); }); },
+                  [&] { ce.noalias() = ae * be; }});
   const Tensor ref = dt::ops::Matmul(a.To(DType::kF32).value(), b.To(DType::kF32).value()).value();
-  const RowMajor<float> eigen32 = ce.cast<float>();
-  *eigen_err = RelError(eigen32.data(), ref.data<float>(), m * n);
-  return {ShapeName(m, n, k), Gflops(m, n, k, t[0]), Gflops(m, n, k, t[1])};
+  const RowMajor<float> c32 = ce.cast<float>();
+  const Tensor eigen32 = Tensor::FromVector<float>({m, n}, std::vector<float>(c32.data(), c32.data() + m * n)).value();
+  std::printf("bf16 %s, 1 thread each: picked %.1f GFLOP/s, Eigen::bfloat16 GEMM %.1f (%.0fx; its "
+              "error %.1e, bf16 accumulation)\n",
+              ShapeName(m, n, k).c_str(), Gflops(m, n, k, t[0]), Gflops(m, n, k, t[1]), t[1] / t[0],
+              RelError(eigen32, ref));
 }
 
-// ---- decode: Linear with cold weights against memcpy ---------------------------------------
+// ---- decode: Linear with cold weights on each backend, against memcpy -----------------------
 
 struct DecodeShape {
   const char* name;
@@ -233,17 +328,18 @@ struct DecodeShape {
 
 struct DecodeRow {
   std::string name;
-  double ours = 0, memcpy = 0, blas = 0;  // GB/s (weights read; bytes copied; weights read)
+  Paths paths;  // GB/s of weights read
+  Backend picked = Backend::kOwn;
+  double picked_gbs = 0, memcpy = 0;
 };
 
-DecodeRow Decode(const DecodeShape& s, int64_t m, DType dtype, bool matmul_layout,
-                 const Reps& reps) {
+DecodeRow Decode(const DecodeShape& s, int64_t m, DType dtype, bool matmul_layout, const Reps& reps) {
   constexpr int64_t kPoolBytes = int64_t{96} << 20;  // three times the 32 MiB L3
   constexpr int64_t kCopyBytes = int64_t{64} << 20;
   const int64_t bytes = dt::DTypeBytes(dtype, s.n * s.k);
   const int64_t copies = std::max<int64_t>(1, (kPoolBytes + bytes - 1) / bytes);
   const dt::Shape wshape = matmul_layout ? dt::Shape{s.k, s.n} : dt::Shape{s.n, s.k};
-  // A quantized w (random blocks) multiplies f32 activations.
+  // A quantized w (random blocks) multiplies f32 activations on our kernels only.
   const bool quantized = dt::IsQuantized(dtype);
   std::vector<Tensor> w;
   w.push_back(quantized ? dt::RandomQuantized(dtype, wshape, 5).value()
@@ -257,186 +353,184 @@ DecodeRow Decode(const DecodeShape& s, int64_t m, DType dtype, bool matmul_layou
   const int64_t calls = std::max<int64_t>(1, (int64_t{4} << 20) / bytes);
   size_t next = 0;
   Tensor y;
-  auto run_ours = [&] {
+  auto products = [&] {
     for (int64_t c = 0; c < calls; ++c) {
       const Tensor& wi = w[next++ % w.size()];
       y = (matmul_layout ? dt::ops::Matmul(x, wi) : dt::ops::Linear(x, wi)).value();
     }
   };
-  auto run_memcpy = [&] { dt::bench::ParallelMemcpy(dst.data(), src.data(), src.size()); };
   DecodeRow r;
   char name[96];
-  std::snprintf(name, sizeof(name), "%s%s M=%lld %s", s.name, matmul_layout ? " (x.w)" : "",
-                static_cast<long long>(m), dt::DTypeName(dtype).data());
+  std::snprintf(name, sizeof(name), "%s %s%s M=%lld", dt::DTypeName(dtype).data(), s.name,
+                matmul_layout ? " (x.w)" : "", static_cast<long long>(m));
   r.name = name;
-#ifdef DT_BENCH_OPENBLAS
-  if (dtype == DType::kF32 && !matmul_layout) {
-    std::vector<float> yb(static_cast<size_t>(m * s.n));
-    size_t next_b = 0;
-    auto run_blas = [&] {
-      for (int64_t c = 0; c < calls; ++c) {
-      const float* wi = w[next_b++ % w.size()].data<float>();
-      if (m == 1) {
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(s.n), static_cast<int>(s.k), 1.0f,
-                    wi, static_cast<int>(s.k), x.data<float>(), 1, 0.0f, yb.data(), 1);
-      } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m),
-                    static_cast<int>(s.n), static_cast<int>(s.k), 1.0f, x.data<float>(),
-                    static_cast<int>(s.k), wi, static_cast<int>(s.k), 0.0f, yb.data(),
-                    static_cast<int>(s.n));
-      }
-      }
-    };
-    const std::vector<double> t = Time(reps, run_ours, run_memcpy, run_blas);
-    r.ours = bytes * calls / t[0] / 1e9;
-    r.memcpy = kCopyBytes / t[1] / 1e9;
-    r.blas = bytes * calls / t[2] / 1e9;
-    const double err = RelError(y.data<float>(), yb.data(), m * s.n);
-    if (err > 1e-5) std::printf("  warning: %s: ours and OpenBLAS differ by %.1e\n", name, err);
-    return r;
+  const std::vector<Backend> backends = quantized ? std::vector<Backend>{} : BackendsFor(dtype);
+  std::vector<std::function<void()>> fns;
+  for (const Backend b : backends) {
+    fns.push_back([&, b] { With(b, [&] { products(); return 0; }); });
   }
-#endif
-  const std::vector<double> t = Time(reps, run_ours, run_memcpy);
-  r.ours = bytes * calls / t[0] / 1e9;
-  r.memcpy = kCopyBytes / t[1] / 1e9;
+  fns.push_back(products);
+  fns.push_back([&] { dt::bench::ParallelMemcpy(dst.data(), src.data(), src.size()); });
+  const std::vector<double> t = Time(reps, fns);
+  for (size_t i = 0; i < backends.size(); ++i) r.paths[backends[i]] = bytes * calls / t[i] / 1e9;
+  if (!quantized) r.picked = gemm::Choose(dtype, m, s.n, s.k).value();
+  r.picked_gbs = bytes * calls / t[backends.size()] / 1e9;
+  r.memcpy = kCopyBytes / t[backends.size() + 1] / 1e9;
   return r;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const std::optional<bool> flag = dt::bench::ParseQuickFlag(argc, argv);
-  if (!flag.has_value()) return 2;
-  const bool quick = *flag;
-  const Reps reps = quick ? Reps{5, 0.5} : Reps{10, 2.0};
-  const Reps decode_reps = quick ? Reps{5, 0.25} : Reps{15, 1.0};
-  const int threads = tbb::this_task_arena::max_concurrency();
-  SetOpenBlasThreads(threads);
-  std::printf("bench_gemm%s: T = %d threads; ours: oneTBB, %s kernels", quick ? " --quick" : "",
-              threads, dt::ops::cpu::gemm::IsaName(dt::ops::cpu::gemm::ActiveIsa()));
-#ifdef DT_BENCH_OPENBLAS
-  std::printf("; %s, core %s, %s, set to %d threads\n", openblas_get_config(),
-              openblas_get_corename(),
-              openblas_get_parallel() == 1 ? "pthreads" : openblas_get_parallel() == 2 ? "OpenMP" : "serial",
-              openblas_get_num_threads());
-  if (dt::ops::cpu::gemm::ActiveIsa() >= dt::ops::cpu::gemm::Isa::kAvx512 &&
-      std::string(openblas_get_corename()) == "Haswell") {
-    std::printf("note: this CPU has AVX-512 but OpenBLAS picked its Haswell (AVX2) kernels; "
-                "OPENBLAS_CORETYPE=SkylakeX compares against its AVX-512 ones\n");
-  }
-#else
-  std::printf("; OpenBLAS not built in\n");
-#endif
-
-  struct Size {
-    int64_t m, n, k;
-    const char* metric;
-  };
-  const Size sizes[] = {{1024, 1024, 1024, "gemm_f32_1024_vs_openblas"},
-                        {4096, 4096, 1024, "gemm_f32_4096x4096x1024_vs_openblas"}};
-  struct Result {
-    std::string metric;
-    double value, target;
-  };
-  std::vector<Result> results;
-
-  std::printf("\nf32 GEMM, T=%d threads each (GFLOP/s = 2MNK / median time)\n", threads);
-  std::printf("%-22s %10s %10s %14s\n", "MxNxK", "ours", "openblas", "ours/openblas");
-  for (const Size& s : sizes) {
-    const Row r = F32VsOpenBlas(s.m, s.n, s.k, reps);
-    if (kHaveOpenBlas) {
-      std::printf("%-22s %10.1f %10.1f %14.2f\n", r.name.c_str(), r.ours, r.base, r.ours / r.base);
-      results.push_back({s.metric, r.ours / r.base, 1.0});
-    } else {
-      std::printf("%-22s %10.1f %10s %14s\n", r.name.c_str(), r.ours, "-", "-");
-    }
-  }
-
-  std::printf("\nf32 GEMM per thread: 1 thread each (GFLOP/s)\n");
-  std::printf("%-22s %10s %10s %10s %12s %14s\n", "MxNxK", "ours", "eigen", "openblas", "ours/eigen",
-              "ours/openblas");
-  for (const Size& s : sizes) {
-    if (quick && s.m > 1024) continue;
-    const Row r = PerThread(s.m, s.n, s.k, reps);
-    std::printf("%-22s %10.1f %10.1f %10.1f %12.2f %14.2f\n", r.name.c_str(), r.ours, r.base,
-                r.base2, r.ours / r.base, r.base2 > 0 ? r.ours / r.base2 : 0.0);
-    if (s.m == 1024) results.push_back({"gemm_f32_1024_vs_eigen_per_thread", r.ours / r.base, 1.0});
-  }
-  SetOpenBlasThreads(threads);
-
-  std::printf("\nbf16 GEMM (f32 accumulation) vs our f32 GEMM, T=%d threads each (GFLOP/s)\n", threads);
-  std::printf("%-22s %10s %10s %10s   %s\n", "MxNxK", "bf16", "f32", "bf16/f32",
-              "max rel error vs f32 accumulation");
-  for (const Size& s : sizes) {
-    if (quick && s.m > 1024) continue;
-    const Bf16Row r = Bf16VsF32(s.m, s.n, s.k, reps);
-    std::printf("%-22s %10.1f %10.1f %10.2f   %.1e\n", r.name.c_str(), r.bf16, r.f32, r.bf16 / r.f32, r.err);
-    if (s.m == 1024) results.push_back({"gemm_bf16_vs_f32_1024", r.bf16 / r.f32, 1.0});
-  }
-  {
-    double eigen_err = 0;
-    const Row r = Bf16VsEigenBf16(1024, 1024, 1024, Reps{quick ? 2 : 3, 0.0}, &eigen_err);
-    std::printf("%-22s %10.1f %10s %10s   (1 thread each: ours %.1f, Eigen::bfloat16 GEMM %.1f "
-                "GFLOP/s, %.0fx; its error %.1e, bf16 accumulation)\n",
-                r.name.c_str(), r.ours, "", "", r.ours, r.base, r.ours / r.base, eigen_err);
-  }
-
-  std::printf("\ndecode: Linear(x [M, K], w [N, K]) with cold weights, T=%d threads; GB/s of weights "
-              "read vs memcpy GB/s (bytes copied, 64 MiB, T threads)\n", threads);
-  std::printf("%-34s %9s %9s %9s %12s\n", "w [N, K]", "ours", "memcpy", "openblas", "ours/memcpy");
-  const DecodeShape shapes[] = {
-      {"q_proj 576x576", 576, 576},     {"k_proj 192x576", 192, 576},
-      {"up_proj 1536x576", 1536, 576},  {"down_proj 576x1536", 576, 1536},
-      {"lm_head 49152x576", 49152, 576}, {"4096x4096", 4096, 4096}};
-  const std::vector<int64_t> ms = quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 2, 4, 8};
-  double worst[2] = {1e9, 1e9};
-  for (const DType dtype : {DType::kF32, DType::kBF16}) {
-    for (const DecodeShape& s : shapes) {
-      for (const int64_t m : ms) {
-        const DecodeRow r = Decode(s, m, dtype, false, decode_reps);
-        std::printf("%-34s %9.1f %9.1f ", r.name.c_str(), r.ours, r.memcpy);
-        if (r.blas > 0) {
-          std::printf("%9.1f ", r.blas);
-        } else {
-          std::printf("%9s ", "-");
-        }
-        std::printf("%12.2f\n", r.ours / r.memcpy);
-        double& w = worst[dtype == DType::kBF16 ? 1 : 0];
-        w = std::min(w, r.ours / r.memcpy);
-      }
-    }
-  }
-  // The other layout (x [M, K] . w [K, N], w rows along N), for the record.
-  for (const DType dtype : {DType::kF32, DType::kBF16}) {
-    const DecodeRow r = Decode({"up_proj 1536x576", 1536, 576}, 1, dtype, true, decode_reps);
-    std::printf("%-34s %9.1f %9.1f %9s %12.2f\n", r.name.c_str(), r.ours, r.memcpy, "-",
-                r.ours / r.memcpy);
-  }
-  results.push_back({"gemv_f32_vs_memcpy_worst_row", worst[0], 0.7});
-  results.push_back({"gemv_bf16_vs_memcpy_worst_row", worst[1], 0.7});
-
-  // Quantized weights (GB/s of their blocks; Note [Quantized GEMM]): the k-quants only where K is
-  // whole 256-element super-blocks.
-  std::printf("\ndecode with quantized weights (x f32), T=%d threads, %s kernels; GB/s of blocks read\n",
-              threads, dt::ops::cpu::qgemm::IsaName(dt::ops::cpu::qgemm::ActiveIsa()));
-  double worst_q = 1e9;
-  for (const DType dtype : {DType::kQ4_1, DType::kQ4_K, DType::kQ8_0}) {
-    for (const DecodeShape& s : shapes) {
-      if (s.k % dt::DTypeBlock(dtype) != 0) continue;
-      for (const int64_t m : ms) {
-        const DecodeRow r = Decode(s, m, dtype, false, decode_reps);
-        std::printf("%-34s %9.1f %9.1f %9s %12.2f\n", r.name.c_str(), r.ours, r.memcpy, "-",
-                    r.ours / r.memcpy);
-        if (m == 1) worst_q = std::min(worst_q, r.ours / r.memcpy);
-      }
-    }
-  }
-  results.push_back({"qgemv_m1_vs_memcpy_worst_row", worst_q, 0.6});
-
+int PrintResults(const std::vector<Result>& results) {
   std::printf("\n");
   for (const Result& r : results) {
     std::printf("RESULT %s %.2f %.2g %s\n", r.metric.c_str(), r.value, r.target,
                 dt::bench::Verdict(r.value >= r.target));
   }
   return 0;
+}
+
+}  // namespace
+
+ABSL_FLAG(bool, gemm_only, false, "the GEMM rows only (no decode rows)");
+
+int main(int argc, char** argv) {
+  const bool quick = dt::bench::ParseBenchFlags(
+      argc, argv, "usage: bench_gemm [--quick] [--gemm-only]\nGEMM and decode on every backend");
+  const bool gemm_only = absl::GetFlag(FLAGS_gemm_only);
+  const Reps reps = quick ? Reps{5, 0.5} : Reps{10, 2.0};
+  const Reps decode_reps = quick ? Reps{5, 0.25} : Reps{15, 1.0};
+  const int threads = tbb::this_task_arena::max_concurrency();
+  const dt::ops::cpu::CpuInfo& cpu = dt::ops::cpu::ThisCpu();
+  std::printf("bench_gemm%s: T = %d threads on %s\n", quick ? " --quick" : "", threads,
+              cpu.Describe().c_str());
+  std::printf("  own: %s kernels on oneTBB; %s; %s\n", gemm::IsaName(gemm::ActiveIsa()),
+              gemm::DnnlDescription().c_str(), gemm::OpenBlasDescription().c_str());
+  if (const char* env = std::getenv("DT_GEMM"); env != nullptr && *env != '\0') {
+    std::printf("  DT_GEMM=%s is set: the picked column is that backend\n", env);
+  }
+  const std::string cache = gemm::CalibrationCachePath();
+  std::printf("\ndispatcher (calibration cache %s):\n", cache.empty() ? "none: no HOME" : cache.c_str());
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const gemm::ShapeClass c : gemm::kAllShapeClasses) {
+      const absl::StatusOr<gemm::Decision> d = gemm::Decide(dtype, c);
+      if (!d.ok()) {
+        std::fprintf(stderr, "bench_gemm: %s\n", d.status().ToString().c_str());
+        return 1;
+      }
+      std::printf("  %-5s %-7s -> %-9s %s\n", dt::DTypeName(dtype).data(), gemm::ShapeClassName(c),
+                  gemm::BackendName(d->backend), d->why.c_str());
+    }
+  }
+
+  std::vector<Result> results;
+  // The picked path against the best one measured, worst row: GEMM rows and decode rows apart.
+  double worst_gemm = 1e9, worst_decode = 1e9;
+  std::string worst_gemm_row, worst_decode_row;
+  auto track = [](double& worst, std::string& worst_row, const std::string& name, double ratio) {
+    if (ratio < worst) worst = ratio, worst_row = name;
+  };
+
+  struct Shape {
+    int64_t m, n, k;
+    bool linear;
+    const char* tag;  // RESULT metric part, or null
+  };
+  std::vector<Shape> shapes = {{1024, 1024, 1024, false, "1024"},
+                               {4096, 4096, 1024, false, "4096x4096x1024"},
+                               {512, 1536, 512, true, nullptr}};
+  std::printf("\nGEMM, T=%d threads each (GFLOP/s = 2MNK / median time): Matmul on each backend and as "
+              "picked; oneDNN's matmul on %d OpenMP threads (dnnl-omp); OpenBLAS on its own %d threads "
+              "(blas-own-T); x.wT: Linear's layout\n", threads, threads, threads);
+  PrintGemmHeader();
+  double f32_1024 = 0, bf16_1024 = 0;
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const Shape& s : shapes) {
+      const GemmRow r = Gemm(dtype, s.m, s.n, s.k, s.linear, threads, reps);
+      PrintGemmRow(r);
+      track(worst_gemm, worst_gemm_row, r.name, r.picked_gflops / r.paths.best());
+      if (s.tag != nullptr && dtype == DType::kF32) {
+        results.push_back({std::string("gemm_f32_") + s.tag + "_vs_openblas", r.picked_gflops / r.openblas_native, 1.0});
+        results.push_back({std::string("gemm_f32_") + s.tag + "_vs_onednn", r.picked_gflops / r.dnnl_native, 1.0});
+      }
+      if (s.m == 1024 && s.n == 1024) (dtype == DType::kF32 ? f32_1024 : bf16_1024) = r.picked_gflops;
+    }
+  }
+  // bf16 must never be slower than f32, and where the CPU multiplies bf16 natively (AVX512_BF16 or
+  // AMX) it should be half the work.
+  const bool native_bf16 = cpu.avx512_bf16 || cpu.amx_bf16_granted;
+  results.push_back({"gemm_bf16_vs_f32_1024", bf16_1024 / f32_1024, native_bf16 ? 1.5 : 1.0});
+  std::printf("the picked path against the best one measured, worst GEMM row: %s (%.2f)\n",
+              worst_gemm_row.c_str(), worst_gemm);
+  results.push_back({"gemm_picked_vs_best_worst_row", worst_gemm, 0.95});
+
+  if (gemm_only) return PrintResults(results);
+
+  std::printf("\nf32 GEMM per thread (GFLOP/s): Matmul on each backend and as picked in a 1-thread arena; "
+              "Eigen 3.4 (single-threaded)\n");
+  std::printf("%-22s %9s %9s %9s %9s %9s %13s\n", "MxNxK", "own", "dnnl", "openblas", "picked", "eigen",
+              "picked/eigen");
+  {
+    const PerThreadRow r = PerThread(1024, 1024, 1024, reps);
+    std::printf("%-22s", r.name.c_str());
+    r.paths.Print(9);
+    std::printf(" %9.1f %9.1f %13.2f\n", r.picked, r.eigen, r.picked / r.eigen);
+    results.push_back({"gemm_f32_1024_picked_vs_eigen_per_thread", r.picked / r.eigen, 1.0});
+  }
+  Bf16VsEigenBf16(1024, 1024, 1024, Reps{quick ? 2 : 3, 0.0});
+
+  std::printf("\ndecode: Linear(x [M, K], w [N, K]) with cold weights, T=%d threads; GB/s of weights "
+              "read on each backend and as picked; memcpy GB/s (bytes copied, 64 MiB, T threads)\n", threads);
+  std::printf("%-34s %8s %8s %8s %14s %8s %9s %12s\n", "dtype w [N, K] M", "own", "dnnl", "openblas", "picked",
+              "memcpy", "pick/best", "pick/memcpy");
+  const DecodeShape decode_shapes[] = {
+      {"q_proj 576x576", 576, 576},     {"k_proj 192x576", 192, 576},
+      {"up_proj 1536x576", 1536, 576},  {"down_proj 576x1536", 576, 1536},
+      {"lm_head 49152x576", 49152, 576}, {"4096x4096", 4096, 4096}};
+  const std::vector<int64_t> ms = quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 2, 4, 8};
+  double worst[2] = {1e9, 1e9};
+  auto print_decode = [&](const DecodeRow& r) {
+    std::printf("%-34s", r.name.c_str());
+    r.paths.Print(8);
+    std::printf(" %5s %8.1f %8.1f %9.2f %12.2f\n", gemm::BackendName(r.picked), r.picked_gbs, r.memcpy,
+                r.picked_gbs / r.paths.best(), r.picked_gbs / r.memcpy);
+  };
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const DecodeShape& s : decode_shapes) {
+      for (const int64_t m : ms) {
+        const DecodeRow r = Decode(s, m, dtype, false, decode_reps);
+        print_decode(r);
+        track(worst_decode, worst_decode_row, r.name, r.picked_gbs / r.paths.best());
+        double& w = worst[dtype == DType::kBF16 ? 1 : 0];
+        w = std::min(w, r.picked_gbs / r.memcpy);
+      }
+    }
+  }
+  // The other layout (x [M, K] . w [K, N], w rows along N: the skinny axpy kernels).
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    const DecodeRow r = Decode({"up_proj 1536x576", 1536, 576}, 1, dtype, true, decode_reps);
+    print_decode(r);
+    track(worst_decode, worst_decode_row, r.name, r.picked_gbs / r.paths.best());
+  }
+  // Quantized weights (GB/s of their blocks; Note [Quantized GEMM] in ops/local/cpu/qgemm.cc): the
+  // k-quants only where K is whole 256-element super-blocks.
+  std::printf("\ndecode with quantized weights (x f32), T=%d threads, %s kernels; GB/s of blocks read\n",
+              threads, dt::ops::cpu::qgemm::IsaName(dt::ops::cpu::qgemm::ActiveIsa()));
+  double worst_q = 1e9;
+  for (const DType dtype : {DType::kQ4_1, DType::kQ4_K, DType::kQ8_0}) {
+    for (const DecodeShape& s : decode_shapes) {
+      if (s.k % dt::DTypeBlock(dtype) != 0) continue;
+      for (const int64_t m : ms) {
+        const DecodeRow r = Decode(s, m, dtype, false, decode_reps);
+        std::printf("%-34s %8.1f %8.1f %12.2f\n", r.name.c_str(), r.picked_gbs, r.memcpy,
+                    r.picked_gbs / r.memcpy);
+        if (m == 1) worst_q = std::min(worst_q, r.picked_gbs / r.memcpy);
+      }
+    }
+  }
+  results.push_back({"qgemv_m1_vs_memcpy_worst_row", worst_q, 0.6});
+  results.push_back({"gemv_f32_vs_memcpy_worst_row", worst[0], 0.7});
+  results.push_back({"gemv_bf16_vs_memcpy_worst_row", worst[1], 0.7});
+  std::printf("\nthe picked path against the best one measured, worst decode row: %s (%.2f)\n",
+              worst_decode_row.c_str(), worst_decode);
+  results.push_back({"decode_picked_vs_best_worst_row", worst_decode, 0.95});
+  return PrintResults(results);
 }

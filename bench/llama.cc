@@ -4,6 +4,10 @@
 // Ratios are against the single rank measured in the same run.
 //
 //   bench_llama [--quick] [--no-gloo] [--prompt N] [--decode N] [--reps N]
+//   bench_llama --prefill-only [--dtype f32|bf16] [--prompt N] [--reps N]
+//
+// --prefill-only: one rank's prefill tokens/s of the bench model in --dtype (default f32), one
+// line, no other rows: what tools/reference/llama_prefill_bench.py compares with transformers.
 //
 // Rows: 1 rank, tp 2 and 4 as threads of this process, tp 2 and 4 as processes on shared memory
 // (shm: this program re-launched under dtrun, which must sit next to it), and the same on gloo
@@ -86,10 +90,11 @@ loaders::LlamaConfig BenchConfig() {
 }
 
 // Builds the model on `w`'s ranks (1-D tp mesh over all of them) and measures; rank 0's figures.
-absl::StatusOr<Figures> MeasureOn(World& w, int64_t prompt_len, int64_t decode, int reps) {
+absl::StatusOr<Figures> MeasureOn(World& w, int64_t prompt_len, int64_t decode, int reps,
+                                  DType dtype = DType::kF32) {
   const int tp = w.size();
   DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {tp}, {"tp"}));
-  LlamaForCausalLM model(BenchConfig(), DType::kF32);
+  LlamaForCausalLM model(BenchConfig(), dtype);
   DT_RETURN_IF_ERROR(model.Parallelize(mesh));
   DT_RETURN_IF_ERROR(InitRandom(model, 7));
   std::vector<int64_t> prompt(prompt_len);
@@ -281,7 +286,8 @@ double MemcpyBandwidth(int64_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, worker = false, gloo = true;
+  bool quick = false, worker = false, gloo = true, prefill_only = false;
+  DType dtype = DType::kF32;
   std::string smollm2;
   int64_t prompt = 128, decode = 64;
   int reps = 5;
@@ -305,6 +311,11 @@ int main(int argc, char** argv) {
       return RssWorker(argv[i + 1]);
     } else if (a == "--no-gloo") {
       gloo = false;
+    } else if (a == "--prefill-only") {
+      prefill_only = true;
+    } else if (a == "--dtype" && i + 1 < argc &&
+               (std::strcmp(argv[i + 1], "f32") == 0 || std::strcmp(argv[i + 1], "bf16") == 0)) {
+      dtype = std::strcmp(argv[++i], "bf16") == 0 ? DType::kBF16 : DType::kF32;
     } else if (a == "--prompt" && next(&prompt)) {
     } else if (a == "--decode" && next(&decode)) {
     } else if (a == "--reps" && next(&v)) {
@@ -312,7 +323,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "bench_llama: bad option '%s' (--quick, --no-gloo, --prompt N, --decode N, "
-                   "--reps N)\n",
+                   "--reps N, --prefill-only, --dtype f32|bf16)\n",
                    a.c_str());
       return 2;
     }
@@ -326,6 +337,22 @@ int main(int argc, char** argv) {
       return 1;
     }
     if ((*w)->rank() == 0) std::printf("LLAMA_ROW %.3f %.3f\n", f->prefill, f->decode);
+    return 0;
+  }
+  if (prefill_only) {
+    absl::StatusOr<Figures> f;
+    const absl::Status s = World::RunThreads(1, [&](World& w) -> absl::Status {
+      f = MeasureOn(w, prompt, 1, reps, dtype);
+      return f.status();
+    });
+    if (!s.ok()) {
+      std::fprintf(stderr, "bench_llama: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    std::printf("bench_llama --prefill-only: %s %s, prompt %lld tokens, one rank, %u hardware threads, "
+                "median of %d\nprefill %.1f tokens/s\n",
+                BenchConfig().Summary().c_str(), DTypeName(dtype).data(), static_cast<long long>(prompt),
+                std::thread::hardware_concurrency(), reps, f->prefill);
     return 0;
   }
   if (quick) {

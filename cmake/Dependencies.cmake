@@ -1,7 +1,6 @@
 # Every dependency comes from a Debian package (scripts/install-deps installs them) or, for CUDA,
 # from the toolkit under /usr/local/cuda. Nothing is downloaded at build time.
 find_package(Threads REQUIRED)
-find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(TBB REQUIRED)
 find_package(absl REQUIRED)            # no version: abslConfigVersion wants an exact match
 find_package(nlohmann_json 3.11 REQUIRED)
@@ -10,13 +9,28 @@ find_package(MPI REQUIRED COMPONENTS CXX)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)  # the tokenizer's split regexes
 find_package(PNG REQUIRED)             # examples only: flux2_generate's latent preview
+# GEMM backends beside our own kernels (Note [GEMM dispatch] in ops/local/cpu/gemm_dispatch.cc):
+# oneDNN (libdnnl-dev, built on OpenMP, whose per-thread setting we call) and OpenBLAS
+# (libopenblas-dev; the pthread variant Debian installs by default). oneDNN's own CMake config
+# insists on OpenCL's development files (its GPU runtime), which nothing here uses, so its header
+# and library are looked up directly; its C API is the 2.x one (3.x replaced the op descriptors).
+find_path(DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.h)
+find_library(DNNL_LIBRARY dnnl)
+if(NOT DNNL_INCLUDE_DIR OR NOT DNNL_LIBRARY)
+  message(FATAL_ERROR "oneDNN not found (oneapi/dnnl/dnnl.h, libdnnl): apt-get install libdnnl-dev (scripts/install-deps)")
+endif()
+file(STRINGS ${DNNL_INCLUDE_DIR}/oneapi/dnnl/dnnl_version.h DNNL_VERSION_MAJOR_LINE REGEX "define DNNL_VERSION_MAJOR ")
+if(NOT DNNL_VERSION_MAJOR_LINE MATCHES "DNNL_VERSION_MAJOR 2$")
+  message(FATAL_ERROR "oneDNN 2.x is needed (Debian 12's libdnnl-dev 2.6.3); found ${DNNL_VERSION_MAJOR_LINE}")
+endif()
+find_package(OpenBLAS REQUIRED)
 if(DT_BUILD_TESTS)
   find_package(GTest REQUIRED)
   find_package(rapidcheck REQUIRED)
 endif()
 if(DT_BUILD_BENCH)
   find_package(benchmark REQUIRED)
-  find_package(OpenBLAS QUIET)
+  find_package(Eigen3 3.4 REQUIRED NO_MODULE)  # bench_gemm's single-threaded baseline
 endif()
 
 # Gloo's imported target only defines RelWithDebInfo; map the other configurations onto it.

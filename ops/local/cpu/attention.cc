@@ -1,13 +1,15 @@
 // CPU scaled dot-product attention: per (batch, query head, block of queries), f32 scores through
-// the single-threaded GEMM, masked softmax in f32, then probabilities times values.
+// the single-threaded GEMM (our kernels), masked softmax in f32, then probabilities times values.
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <vector>
 
 #include "dtensor/ops/local/cpu/gemm.h"
 #include "dtensor/ops/local/cpu/loops.h"
+#include "dtensor/ops/local/cpu/vec_math.h"
 #include "dtensor/ops/local/kernels.h"
 
 namespace dt::ops::cpu {
@@ -37,6 +39,8 @@ absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
   const int64_t group = hq / k.size(1), dv = v.size(3);
   const int64_t q_blocks = (sq + kQueryBlock - 1) / kQueryBlock;
   const int64_t cost = kQueryBlock * std::max<int64_t>(1, params.kv_length) * (d + dv) * 2;
+  std::mutex mu;
+  absl::Status status;
   ParallelFor(batch * hq * q_blocks, cost, [&](int64_t lo, int64_t hi) {
     thread_local std::vector<float> buf;
     for (int64_t task = lo; task < hi; ++task) {
@@ -56,7 +60,12 @@ absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
         LoadRows(q, bi, h, i0, rows, qs);
         LoadRows(k, bi, h / group, 0, kv_end, ks);
         LoadRows(v, bi, h / group, 0, kv_end, vs);
-        Sgemm(rows, kv_end, d, qs, d, 1, ks, 1, d, s, kv_end);  // q · kᵀ
+        absl::Status st = Sgemm(rows, kv_end, d, qs, d, 1, ks, 1, d, s, kv_end);  // q · kᵀ
+        if (!st.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          status.Update(st);
+          return;
+        }
         for (int64_t r = 0; r < rows; ++r) {
           float* row = s + r * kv_end;
           const int64_t limit =
@@ -67,20 +76,27 @@ absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
           }
           float mx = -std::numeric_limits<float>::infinity();
           for (int64_t j = 0; j < limit; ++j) mx = std::max(mx, row[j] *= params.scale);
+          for (int64_t j = 0; j < limit; ++j) row[j] -= mx;
+          ExpF32(row, row, limit);
           float sum = 0;
-          for (int64_t j = 0; j < limit; ++j) sum += row[j] = std::exp(row[j] - mx);
+          for (int64_t j = 0; j < limit; ++j) sum += row[j];
           const float inv = 1.0f / sum;
           for (int64_t j = 0; j < limit; ++j) row[j] *= inv;
           std::fill(row + limit, row + kv_end, 0.0f);
         }
-        Sgemm(rows, dv, kv_end, s, kv_end, 1, vs, dv, 1, o, dv);  // p · v
+        st = Sgemm(rows, dv, kv_end, s, kv_end, 1, vs, dv, 1, o, dv);  // p · v
+        if (!st.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          status.Update(st);
+          return;
+        }
       }
       for (int64_t r = 0; r < rows; ++r) {
         StoreF32(out.dtype(), ElementPtr(out, At(out, bi, h, i0 + r)), dv, 1, o + r * dv);
       }
     }
   });
-  return absl::OkStatus();
+  return status;
 }
 
 }  // namespace dt::ops::cpu

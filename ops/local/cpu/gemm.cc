@@ -1,27 +1,20 @@
-// CPU Matmul kernel: one GEMM per matrix of the batch, skinny (M <= 8) or packed, spread over the
-// cores with oneTBB; and the Eigen Sgemm the attention kernel calls per block.
+// CPU Matmul kernel: one GEMM per matrix of the batch on the backend the dispatcher picks (own
+// kernels, skinny (M <= 8) or packed; oneDNN; OpenBLAS), spread over the cores with oneTBB; and the
+// single-threaded Sgemm the attention kernel calls per block.
 //
-// Note [GEMM dispatch]
-// Matmul runs our own kernels (gemm_kernels.cc: AVX-512, AVX2 or plain C++, picked at run time;
-// gemm_packed.cc for M > 8, gemm_skinny.cc for M <= 8) rather than calling OpenBLAS, although
-// Debian's OpenBLAS is at hand (bench_gemm compares against it, at equal threads):
-//   - Threads. Debian's libopenblas-dev installs the pthread variant by default: a pool of its own
-//     threads (as many as cores, or OPENBLAS_NUM_THREADS) beside oneTBB's. Matmul is called from
-//     oneTBB tasks (attention blocks, batched products) and from several threads at once (the
-//     `threads` backend runs one rank per thread); a threaded sgemm there asks for all cores per
-//     call, cores x callers threads on cores cores, and the pthread build serialises concurrent
-//     callers on its one pool. openblas_set_num_threads is process-wide, so it cannot be 1 for calls
-//     from tasks and all cores for top-level ones; OpenBLAS's own advice for a multithreaded program
-//     is one thread (or the serial build), i.e. splitting the work ourselves, as done here. The
-//     OpenMP variant instead nests an OpenMP team inside every calling thread.
-//   - bf16. Debian's OpenBLAS 0.3.21 has no sbgemm, so bf16 would need f32 copies of both
-//     operands first; our kernels use bf16 dot products or widen on the way (Note [bf16 GEMM]).
-//   - CPUs it does not know. 0.3.21 does not recognise Zen 5 (family 0x1A) and runs its Haswell
-//     AVX2 kernels, half the AVX-512 peak, unless the process sets OPENBLAS_CORETYPE, which a
-//     library cannot do for its user (build-environment.md §4).
+// Note [Own GEMM kernels]
+// Matmul hands each product to one of three backends (Note [GEMM dispatch] in gemm_dispatch.cc):
+// oneDNN, OpenBLAS, or our own kernels (gemm_kernels.cc: AVX-512, AVX2 or plain C++, picked at run
+// time; gemm_packed.cc for M > 8, gemm_skinny.cc for M <= 8). Ours are there because neither
+// library covers what they do:
+//   - bf16 and f16 everywhere. Debian's OpenBLAS 0.3.21 has no sbgemm and oneDNN no f16 GEMM on
+//     these CPUs; our kernels use bf16 dot products or widen on the way (Note [bf16 GEMM]).
 //   - Decode. M <= 8 products are bound by reading the weights, which must be read once, in place,
-//     bf16 widened in registers (Note [Skinny GEMM]); sgemv/sgemm want f32 weights.
-// The price is owning a GEMM; bench_gemm keeps it honest against OpenBLAS and Eigen.
+//     bf16 widened in registers (Note [Skinny GEMM]).
+//   - CPUs a library does not know. OpenBLAS 0.3.21 does not recognise Zen 5 (family 0x1A) and
+//     runs its Haswell AVX2 kernels, half the AVX-512 peak, unless the process sets
+//     OPENBLAS_CORETYPE, which a library cannot do for its user (build-environment.md §4).
+// bench_gemm keeps all three side by side, at equal threads.
 //
 // Note [bf16 GEMM]
 // bf16 and f16 operands are never copied to f32 as a whole. Where the CPU has AVX512_BF16, bf16
@@ -46,11 +39,11 @@
 #include <mutex>
 #include <vector>
 
-#include <Eigen/Core>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include "dtensor/ops/local/cpu/gemm_dispatch.h"
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
 
 #include "dtensor/ops/local/cpu/loops.h"
@@ -66,31 +59,17 @@ constexpr double kMinParallelFlops = 4e6;
 // product per task.
 constexpr double kInnerParallelFlops = 1e8;
 
-using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using ColMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
-template <typename M>
-using ConstMap = Eigen::Map<const M, Eigen::Unaligned, Eigen::OuterStride<>>;
-using OutMap = Eigen::Map<RowMajor, Eigen::Unaligned, Eigen::OuterStride<>>;
-
-template <typename A, typename B>
-void Product(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-             int64_t ldb, float* c, int64_t ldc) {
-  ConstMap<A> am(a, m, k, Eigen::OuterStride<>(lda));
-  ConstMap<B> bm(b, k, n, Eigen::OuterStride<>(ldb));
-  OutMap cm(c, m, n, Eigen::OuterStride<>(ldc));
-  cm.noalias() = am * bm;
-}
-
 }  // namespace
 
-void Sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
-           const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc) {
-  const bool a_row = a_cs == 1, b_row = b_cs == 1;
-  const int64_t lda = a_row ? a_rs : a_cs, ldb = b_row ? b_rs : b_cs;
-  if (a_row && b_row) return Product<RowMajor, RowMajor>(m, n, k, a, lda, b, ldb, c, ldc);
-  if (a_row) return Product<RowMajor, ColMajor>(m, n, k, a, lda, b, ldb, c, ldc);
-  if (b_row) return Product<ColMajor, RowMajor>(m, n, k, a, lda, b, ldb, c, ldc);
-  return Product<ColMajor, ColMajor>(m, n, k, a, lda, b, ldb, c, ldc);
+absl::Status Sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
+                   const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc) {
+  gemm::Problem p;
+  p.m = m, p.n = n, p.k = k, p.dtype = DType::kF32;
+  p.a = a, p.a_rs = a_rs, p.a_cs = a_cs;
+  p.b = b, p.b_rs = b_rs, p.b_cs = b_cs;
+  p.out = c, p.ldo = ldc;
+  const gemm::Kernels& kernels = gemm::KernelsFor(gemm::ActiveIsa());
+  return m <= gemm::kSkinnyMaxRows ? gemm::Skinny(p, kernels, false) : gemm::Packed(p, kernels, false);
 }
 
 absl::Status Matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
@@ -105,6 +84,7 @@ absl::Status Matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const 
     bias32.resize(static_cast<size_t>(n));
     LoadF32(bias.dtype(), bias.raw_data(), n, 1, bias32.data());
   }
+  DT_ASSIGN_OR_RETURN(const gemm::Backend backend, gemm::Choose(out.dtype(), m, n, k));
   const gemm::Kernels& kernels = gemm::KernelsFor(gemm::ActiveIsa());
   const bool skinny = m <= gemm::kSkinnyMaxRows;
   const std::array<Shape, 3> bstrides = {Shape(a.strides().begin(), a.strides().end() - 2),
@@ -130,6 +110,11 @@ absl::Status Matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const 
   };
   auto run = [&](int64_t bi, bool parallel) {
     const gemm::Problem p = problem(bi);
+    switch (backend) {
+      case gemm::Backend::kDnnl: return gemm::RunDnnl(p, parallel);
+      case gemm::Backend::kOpenBlas: return gemm::RunOpenBlas(p, parallel);
+      case gemm::Backend::kOwn: break;
+    }
     return skinny ? gemm::Skinny(p, kernels, parallel) : gemm::Packed(p, kernels, parallel);
   };
 

@@ -1,6 +1,6 @@
 #pragma once
 // Internal to the CPU kernels: the GEMM drivers behind the Matmul kernel (gemm.cc), and the
-// single-threaded Eigen f32 GEMM the attention kernel calls on its own small blocks.
+// single-threaded f32 GEMM the attention kernel calls on its own small blocks.
 
 #include <cstdint>
 
@@ -11,10 +11,11 @@
 namespace dt::ops::cpu {
 
 // c[M, N] (row-major, leading dimension ldc) = a[M, K] · b[K, N], where element (i, j) of a is
-// a[i * a_rs + j * a_cs] (one of a_rs, a_cs is 1; likewise for b). Single-threaded Eigen: the
-// attention kernel parallelises over heads and calls it per block.
-void Sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
-           const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc);
+// a[i * a_rs + j * a_cs] (one of a_rs, a_cs is 1; likewise for b). On the calling thread, with our
+// own kernels (skinny or packed): the attention kernel parallelises over heads and calls it per
+// block. Fails only when scratch memory runs out.
+absl::Status Sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
+                   const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc);
 
 namespace gemm {
 

@@ -42,9 +42,14 @@
 // compiled twice into a throwaway harness), interleaved, cold weights (384 MiB), SmolLM2 shapes,
 // on the 2-vCPU Zen 5 VM: AVX-512 f32 1.13-1.34x on one thread (36-37 against 27-33 GB/s) and
 // 1.05-1.08x on two, bf16 (vdpbf16ps) 1.15-1.27x and 1.07-1.17x; the AVX2 kernels (forced on
-// the same CPU) f32 1.15-1.19x and 1.10-1.17x, bf16 1.24-1.34x and 1.15-1.29x. For M >= 2 the
-// side-by-side rows stay: each weight vector then meets M rows of x, and one row at a time
-// measured 0.82-0.96x at M = 2 (AVX-512). DotTileRows and DotChains hold both choices.
+// the same CPU) f32 1.15-1.19x and 1.10-1.17x, bf16 1.24-1.34x and 1.15-1.29x. Rows of at least
+// kLongRowBytes are the exception: there four rows side by side read faster. bench_gemm on the
+// 2-vCPU Zen 4 VM (2026-12-04, 2 threads, both variants selected by a temporary switch in one
+// build): 4096 x 4096 f32 30.5 against 22.5 GB/s with one row (oneDNN and OpenBLAS 30-31), bf16
+// 29.5 against 25.2, down_proj (K = 1536, 6 KiB rows) 23.5 against 22.4; the short SmolLM2 rows
+// (K = 576) 0.85-0.95x with four. For M >= 2 the side-by-side rows stay: each weight vector then
+// meets M rows of x, and one row at a time measured 0.82-0.96x at M = 2 (AVX-512). DotTileRows
+// and DotChains hold these choices.
 
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
 
@@ -54,13 +59,13 @@
 
 #include "dtensor/core/dtype.h"
 #include "dtensor/core/status.h"
+#include "dtensor/ops/local/cpu/cpu_info.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define DT_GEMM_X86 1
 // GCC 12's AVX-512 intrinsics initialise their undefined operands with themselves (`__Y = __Y`),
 // which -Wuninitialized reports at every use once inlined; the pragma must precede the header.
 #pragma GCC diagnostic ignored "-Wuninitialized"
-#include <cpuid.h>
 #include <immintrin.h>
 #define DT_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define DT_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
@@ -196,6 +201,9 @@ inline int64_t CeilDivRows(int64_t a, int64_t b) { return (a + b - 1) / b; }
 constexpr int DotTileRows(int m, int widest) {
   return m == 1 ? 1 : m <= 2 ? widest : m <= 4 ? widest / 2 : widest / 4;
 }
+// One row of x meets weight rows of at least this many bytes kLongRowTile at a time.
+constexpr int64_t kLongRowBytes = 4 << 10;
+constexpr int kLongRowTile = 4;
 // Accumulator sets a dot tile of m x r keeps over consecutive vectors of k, so that at least four
 // FMA chains are in flight however few rows there are.
 constexpr int DotChains(int m, int r) { return m * r >= 4 ? 1 : 4 / (m * r); }
@@ -360,9 +368,14 @@ DT_AVX2 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, int6
 template <int M, Elem E>
 void DotRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
              float* c, int64_t ldc) {
+  constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
+  const char* wb = static_cast<const char*>(w);
+  if (M == 1 && k * kSize >= kLongRowBytes) {
+    return DotBlocked<1, kLongRowTile, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc,
+                                              DotTile<1, kLongRowTile, E>, DotTile<1, 1, E>);
+  }
   constexpr int R = DotTileRows(M, 4);
-  DotBlocked<M, R, float>(n, k, x, ldx, static_cast<const char*>(w), ldw, E == Elem::kF32 ? 4 : 2, c, ldc,
-                   DotTile<M, R, E>, DotTile<M, 1, E>);
+  DotBlocked<M, R, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc, DotTile<M, R, E>, DotTile<M, 1, E>);
 }
 
 // c[i, 0:n] = sum_p x[i, p] * w[p, 0:n] for i < M: the rows of w are streamed in order, kAxpyRows
@@ -576,9 +589,14 @@ DT_AVX512 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, in
 template <int M, Elem E>
 void DotRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
              float* c, int64_t ldc) {
+  constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
+  const char* wb = static_cast<const char*>(w);
+  if (M == 1 && k * kSize >= kLongRowBytes) {
+    return DotBlocked<1, kLongRowTile, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc,
+                                              DotTile<1, kLongRowTile, E>, DotTile<1, 1, E>);
+  }
   constexpr int R = DotTileRows(M, 8);
-  DotBlocked<M, R, float>(n, k, x, ldx, static_cast<const char*>(w), ldw, E == Elem::kF32 ? 4 : 2, c, ldc,
-                   DotTile<M, R, E>, DotTile<M, 1, E>);
+  DotBlocked<M, R, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc, DotTile<M, R, E>, DotTile<M, 1, E>);
 }
 
 // As avx2::AxpyRows, 16 columns at a time; only the last, partial vector uses masked loads and
@@ -769,9 +787,13 @@ DT_AVX512BF16 void DotTile(int64_t k, const uint16_t* x, int64_t ldx, const void
 template <int M>
 void DotRows(int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw,
              float* c, int64_t ldc) {
+  const char* wb = reinterpret_cast<const char*>(w);
+  if (M == 1 && k * 2 >= kLongRowBytes) {
+    return DotBlocked<1, kLongRowTile, uint16_t>(n, k, x, ldx, wb, ldw, 2, c, ldc,
+                                                 DotTile<1, kLongRowTile>, DotTile<1, 1>);
+  }
   constexpr int R = DotTileRows(M, 8);
-  DotBlocked<M, R, uint16_t>(n, k, x, ldx, reinterpret_cast<const char*>(w), ldw, 2, c, ldc,
-                             DotTile<M, R>, DotTile<M, 1>);
+  DotBlocked<M, R, uint16_t>(n, k, x, ldx, wb, ldw, 2, c, ldc, DotTile<M, R>, DotTile<M, 1>);
 }
 
 void Dot(int m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w,
@@ -797,17 +819,9 @@ constexpr Kernels kAvx512Bf16Kernels{Isa::kAvx512Bf16, avx512::kMr, avx512::kNr,
 
 Isa DetectIsa() {
 #if DT_GEMM_X86
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
-    return __builtin_cpu_supports("avx512bf16") ? Isa::kAvx512Bf16 : Isa::kAvx512;
-  }
-  // F16C through cpuid leaf 1 (ECX bit 29): Clang before 16 has no "f16c" in __builtin_cpu_supports.
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) {
-    return Isa::kAvx2;
-  }
+  const CpuInfo& cpu = ThisCpu();
+  if (cpu.avx512) return cpu.avx512_bf16 ? Isa::kAvx512Bf16 : Isa::kAvx512;
+  if (cpu.avx2) return Isa::kAvx2;
 #endif
   return Isa::kGeneric;
 }

@@ -16,8 +16,10 @@
 // Packing is also where dtypes are handled: bf16/f16 operands are widened to f32 while being
 // copied, which the copy costs anyway, or, for bf16 on AVX512_BF16, packed as bf16 pairs along k
 // for the vdpbf16ps micro-kernel (Note [bf16 GEMM] in gemm.cc); transposed or column-major
-// operands cost little more (8 x 8 register transposes). B is packed once per block by all threads together and shared; each
-// task packs the rows of A it needs.
+// operands cost little more (8 x 8 register transposes). B is packed once per block by all threads together and shared; A
+// too, once per K super-block, when it fits in kSharedABytes (prefill-sized M: a task would
+// otherwise pack its rows again for every column chunk, which for a 512-wide output cost as much
+// as a fifth of the micro-kernels' time); a larger A is packed by each task for its rows.
 //
 // Threading: tasks are (block of mc rows) x (chunk of the block's columns), at least
 // kTasksPerThread per thread where the shape allows, so that oneTBB can rebalance when a core is
@@ -53,6 +55,7 @@ constexpr int64_t kKc = 256;
 constexpr int64_t kMcTarget = 192;
 constexpr int64_t kMaxKBlock = 4096;
 constexpr int64_t kPackedBBytes = int64_t{8} << 20;
+constexpr int64_t kSharedABytes = int64_t{4} << 20;
 constexpr int64_t kMinChunkCols = 256;
 constexpr int kTasksPerThread = 4;
 
@@ -271,9 +274,44 @@ absl::Status PackedT(const Problem& p, const Kernels& ks, bool parallel) {
   float* bp_all = packed_b.data();
   std::atomic<bool> out_of_memory{false};
 
+  // Rows [r0, r0 + count) x k [q0, q0 + kc) of A as one packed panel at dst.
+  auto pack_a = [&](int64_t r0, int64_t count, int64_t q0, int64_t kc, float* dst) {
+    const T* src = a + r0 * p.a_rs + q0 * p.a_cs;
+    if (pairs) {
+      InterleavePairs(bits(src), p.a_rs, p.a_cs, count, kc, mr, words(dst));
+    } else {
+      PackAPanel(src, p.a_rs, p.a_cs, count, kc, mr, dst);
+    }
+  };
+  // A packed once per K super-block for all tasks, when it is small enough to stay in the cache
+  // (kSharedABytes); otherwise each task packs the rows it needs, once per column chunk. Layout:
+  // k step s at s * mpad * units(kKc), row panel r at r * units(kc) within it (as a task's own).
+  const int64_t mpad = RoundUp(m, mr);
+  const int64_t step_units = mpad * units(kKc);
+  const bool shared_a = threads > 1 && CeilDiv(kb_len, kKc) * step_units * 4 <= kSharedABytes;
+  std::optional<ScratchBuffer> a_all;
+  if (shared_a) {
+    a_all.emplace(ScratchSlot::kSharedA, CeilDiv(kb_len, kKc) * step_units);
+    if (a_all->data() == nullptr) {
+      return absl::ResourceExhaustedError("Matmul: out of memory for the packed A block");
+    }
+  }
+
   for (int64_t kb0 = 0; kb0 < k; kb0 += kb_len) {
     const int64_t klen = std::min(kb_len, k - kb0);
     const bool first_kb = kb0 == 0, last_kb = kb0 + klen == k;
+    if (shared_a) {
+      const int64_t steps = CeilDiv(klen, kKc), row_panels = mpad / mr;
+      tbb::parallel_for(tbb::blocked_range<int64_t>(0, steps * row_panels, 1),
+                        [&](const tbb::blocked_range<int64_t>& r) {
+                          for (int64_t t = r.begin(); t != r.end(); ++t) {
+                            const int64_t s = t / row_panels, ir = t % row_panels * mr;
+                            const int64_t q0 = kb0 + s * kKc, kc = std::min(kKc, kb0 + klen - q0);
+                            pack_a(ir, std::min<int64_t>(mr, m - ir), q0, kc,
+                                   a_all->data() + s * step_units + ir * units(kc));
+                          }
+                        });
+    }
     for (int64_t j0 = 0; j0 < n; j0 += nc) {
       const int64_t ncur = std::min(nc, n - j0);
       const int64_t panels = CeilDiv(ncur, nr);
@@ -314,12 +352,13 @@ absl::Status PackedT(const Problem& p, const Kernels& ks, bool parallel) {
         const int64_t pan1 = std::min(panels, pan0 + chunk_panels);
         const int64_t col0 = j0 + pan0 * nr;
         const int64_t cols = std::min(n, j0 + pan1 * nr) - col0;
-        ScratchBuffer packed_a(ScratchSlot::kPackedA, RoundUp(rows, mr) * std::min(kKc, klen));
+        std::optional<ScratchBuffer> packed_a;
+        if (!shared_a) packed_a.emplace(ScratchSlot::kPackedA, RoundUp(rows, mr) * std::min(kKc, klen));
         const bool region_scratch = !f32_out && !full_scratch;
         const int64_t region_ld = RoundUp(cols, 16);
         std::optional<ScratchBuffer> c_region;
         if (region_scratch) c_region.emplace(ScratchSlot::kC, rows * region_ld);
-        if (packed_a.data() == nullptr || (region_scratch && c_region->data() == nullptr)) {
+        if ((packed_a && packed_a->data() == nullptr) || (region_scratch && c_region->data() == nullptr)) {
           out_of_memory = true;
           return;
         }
@@ -335,19 +374,16 @@ absl::Status PackedT(const Problem& p, const Kernels& ks, bool parallel) {
           c = c_region->data();
           ldc = region_ld;
         }
-        float* ap = packed_a.data();
         alignas(64) float edge[16 * 32];
         for (int64_t q0 = kb0; q0 < kb0 + klen; q0 += kKc) {
           const int64_t kc = std::min(kKc, kb0 + klen - q0);
           const int64_t ku = units(kc);
-          for (int64_t ir = 0; ir < rows; ir += mr) {
-            const T* src = a + (i0 + ir) * p.a_rs + q0 * p.a_cs;
-            const int64_t count = std::min<int64_t>(mr, rows - ir);
-            if (pairs) {
-              InterleavePairs(bits(src), p.a_rs, p.a_cs, count, kc, mr, words(ap + ir * ku));
-            } else {
-              PackAPanel(src, p.a_rs, p.a_cs, count, kc, mr, ap + ir * ku);
-            }
+          float* ap;
+          if (shared_a) {
+            ap = a_all->data() + (q0 - kb0) / kKc * step_units + i0 * ku;
+          } else {
+            ap = packed_a->data();
+            for (int64_t ir = 0; ir < rows; ir += mr) pack_a(i0 + ir, std::min<int64_t>(mr, rows - ir), q0, kc, ap + ir * ku);
           }
           const bool accumulate = !first_kb || q0 > kb0;
           auto micro = [&](const float* apanel, const float* bpanel, float* ct, int64_t ldct, bool acc) {

@@ -1,4 +1,5 @@
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
+#include "dtensor/ops/local/cpu/vec_math.h"
 
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
@@ -69,11 +70,9 @@ void FinishRows(int64_t rows, int64_t cols, float* c, int64_t ldc, const float* 
       for (int64_t j = 0; j < cols; ++j) ci[j] += bias[j];
     }
     switch (dtype) {
-      case DType::kBF16: {
-        uint16_t* o = static_cast<uint16_t*>(out) + i * ldo;
-        for (int64_t j = 0; j < cols; ++j) o[j] = BFloat16::FromFloat(ci[j]);
+      case DType::kBF16:
+        F32ToBf16(ci, static_cast<uint16_t*>(out) + i * ldo, cols);
         break;
-      }
       case DType::kF16: {
         uint16_t* o = static_cast<uint16_t*>(out) + i * ldo;
         for (int64_t j = 0; j < cols; ++j) o[j] = Float16::FromFloat(ci[j]);

@@ -13,9 +13,9 @@ namespace dt::ops::cpu::gemm {
 int AvailableThreads();
 
 // Which of a thread's cached buffers a ScratchBuffer uses: one per role, so that one thread can
-// hold a packed B block, a packed A block and a C block at once (kQuant: the quantized GEMM's
+// hold a packed B block, a packed A block (its own or one shared by the tasks) and a C block at once (kQuant: the quantized GEMM's
 // activations or dequantized weights, around a float GEMM's own buffers: cpu/qgemm.cc).
-enum class ScratchSlot : uint8_t { kPackedB, kPackedA, kC, kX, kQuant, kCount };
+enum class ScratchSlot : uint8_t { kPackedB, kPackedA, kSharedA, kC, kX, kQuant, kCount };
 
 // A 64-byte aligned float buffer of at least `floats` elements, taken from the calling thread's
 // cache for `slot` and given back on destruction, so that repeated GEMMs neither allocate nor

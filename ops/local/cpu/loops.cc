@@ -1,4 +1,5 @@
 #include "dtensor/ops/local/cpu/loops.h"
+#include "dtensor/ops/local/cpu/vec_math.h"
 
 namespace dt::ops::cpu {
 
@@ -14,6 +15,7 @@ void LoadF32(DType dtype, const void* p, int64_t n, int64_t stride, float* dst) 
 }
 
 void StoreF32(DType dtype, void* p, int64_t n, int64_t stride, const float* src) {
+  if (dtype == DType::kBF16 && stride == 1) return F32ToBf16(src, static_cast<uint16_t*>(p), n);
   DT_OPS_DISPATCH_FLOAT(dtype, T, [&] {
     T* dst = static_cast<T*>(p);
     if (stride == 1) {

@@ -2,6 +2,7 @@
 // Internal to the CPU kernels: f32 conversion, strided loop nests over several operands and
 // per-lane iteration along one dim, parallelised with oneTBB.
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <type_traits>
@@ -104,15 +105,26 @@ struct Nest {
   int64_t inner() const { return shape.back(); }
   int64_t inner_stride(size_t k) const { return strides[k].back(); }
 
-  // fn(offsets, n) for each innermost run (of inner() elements, strides inner_stride(k)).
+  // fn(offsets, n) for each innermost run (of inner() elements, strides inner_stride(k)), or for
+  // each piece of one: runs longer than 2 * kPiece are cut into pieces when there are few of them,
+  // so that an op on a contiguous tensor (one run) is spread over the cores too.
   template <typename F>
   void ForEachRun(F&& fn) const {
+    constexpr int64_t kPiece = int64_t{1} << 14;
     const int64_t n = inner();
     const IntSpan outer(shape.data(), shape.size() - 1);
     std::array<Shape, N> outer_strides;
     for (size_t k = 0; k < N; ++k) outer_strides[k].assign(strides[k].begin(), strides[k].end() - 1);
-    ParallelFor(Numel(outer), n, [&](int64_t lo, int64_t hi) {
-      for (int64_t r = lo; r < hi; ++r) fn(Offsets<N>(r, outer, outer_strides), n);
+    const int64_t runs = Numel(outer);
+    const int64_t pieces = runs < 64 && n > 2 * kPiece ? (n + kPiece - 1) / kPiece : 1;
+    const int64_t len = (n + pieces - 1) / pieces;
+    ParallelFor(runs * pieces, len, [&](int64_t lo, int64_t hi) {
+      for (int64_t t = lo; t < hi; ++t) {
+        std::array<int64_t, N> off = Offsets<N>(t / pieces, outer, outer_strides);
+        const int64_t start = t % pieces * len;
+        for (size_t k = 0; k < N; ++k) off[k] += start * strides[k].back();
+        fn(off, std::min(len, n - start));
+      }
     });
   }
 };

@@ -1,8 +1,10 @@
 // CPU pointwise kernels: Binary, BinaryScalar, Unary (Modulate: cpu/modulate.cc).
 
+#include <algorithm>
 #include <cmath>
 
 #include "dtensor/ops/local/cpu/loops.h"
+#include "dtensor/ops/local/cpu/vec_math.h"
 #include "dtensor/ops/local/kernels.h"
 
 namespace dt::ops::cpu {
@@ -79,6 +81,26 @@ void Map1(const Tensor& x, const Tensor& out, F f) {
   });
 }
 
+// out = fn(x) through f32 arrays: fn(const float* in, float* out, n) (vec_math.h), directly on f32
+// runs with unit strides, else through a block buffer converted on the way in and out.
+template <typename F>
+void MapF32Runs(const Tensor& x, const Tensor& out, F fn) {
+  Nest<2> nest(out.shape(), {IntSpan(out.strides()), IntSpan(x.strides())});
+  const int64_t so = nest.inner_stride(0), sx = nest.inner_stride(1);
+  const bool direct = x.dtype() == DType::kF32 && out.dtype() == DType::kF32 && so == 1 && sx == 1;
+  nest.ForEachRun([&](const std::array<int64_t, 2>& off, int64_t n) {
+    if (direct) return fn(x.data<float>() + off[1], out.data<float>() + off[0], n);
+    constexpr int64_t kBlock = 512;
+    float buf[kBlock];
+    for (int64_t i = 0; i < n; i += kBlock) {
+      const int64_t len = std::min(kBlock, n - i);
+      LoadF32(x.dtype(), ElementPtr(x, off[1] + i * sx), len, sx, buf);
+      fn(buf, buf, len);
+      StoreF32(out.dtype(), ElementPtr(out, off[0] + i * so), len, so, buf);
+    }
+  });
+}
+
 }  // namespace
 
 absl::Status Binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -108,7 +130,7 @@ absl::Status Unary(UnaryOp op, const Tensor& x, const Tensor& out) {
       switch (op) {
         case UnaryOp::kNeg: break;
         case UnaryOp::kSilu:
-          Map1<T>(x, out, [](float v) { return v / (1.0f + std::exp(-v)); });
+          MapF32Runs(x, out, SiluF32);
           break;
         case UnaryOp::kGeluTanh:
           Map1<T>(x, out, [](float v) {
@@ -120,7 +142,7 @@ absl::Status Unary(UnaryOp op, const Tensor& x, const Tensor& out) {
           Map1<T>(x, out, [](float v) { return 0.5f * v * (1.0f + std::erf(v * 0.7071067811865476f)); });
           break;
         case UnaryOp::kExp:
-          Map1<T>(x, out, [](float v) { return std::exp(v); });
+          MapF32Runs(x, out, ExpF32);
           break;
         case UnaryOp::kRsqrt:
           Map1<T>(x, out, [](float v) { return 1.0f / std::sqrt(v); });

@@ -9,6 +9,7 @@
 
 #include "dtensor/core/quant.h"
 #include "dtensor/core/status.h"
+#include "dtensor/ops/local/cpu/cpu_info.h"
 #include "dtensor/ops/local/cpu/isa_choice.h"
 #include "dtensor/ops/local/cpu/qgemm.h"
 
@@ -250,17 +251,12 @@ namespace avx512vnni {
 
 bool Supports(Isa isa) {
 #if DT_QGEMM_X86
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  const CpuInfo& cpu = ThisCpu();
   switch (isa) {
     case Isa::kGeneric: return true;
-    case Isa::kAvx2: return avx2;
-    case Isa::kAvxVnni: return avx2 && __builtin_cpu_supports("avxvnni");
-    case Isa::kAvx512Vnni:
-      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("avx512vnni");
+    case Isa::kAvx2: return cpu.avx2;
+    case Isa::kAvxVnni: return cpu.avx_vnni;
+    case Isa::kAvx512Vnni: return cpu.avx2 && cpu.avx512_vnni;
   }
   return false;
 #else

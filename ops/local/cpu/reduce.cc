@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dtensor/ops/local/cpu/loops.h"
+#include "dtensor/ops/local/cpu/vec_math.h"
 #include "dtensor/ops/local/kernels.h"
 
 namespace dt::ops::cpu {
@@ -96,19 +97,22 @@ absl::Status Softmax(const Tensor& x, int dim, bool log, const Tensor& out) {
   ForEachLane<2>(x.shape(), dim, {IntSpan(x.strides()), IntSpan(out.strides())},
                  [&](const std::array<int64_t, 2>& off) {
                    thread_local std::vector<float> buf;
-                   buf.resize(static_cast<size_t>(n));
+                   buf.resize(static_cast<size_t>(2 * n));
                    float* v = buf.data();
                    LoadF32(x.dtype(), ElementPtr(x, off[0]), n, xs, v);
                    float mx = -std::numeric_limits<float>::infinity();
                    for (int64_t i = 0; i < n; ++i) mx = std::max(mx, v[i]);
+                   float* e = v + n;
+                   for (int64_t i = 0; i < n; ++i) e[i] = v[i] - mx;
+                   ExpF32(e, e, n);
                    float sum = 0;
-                   for (int64_t i = 0; i < n; ++i) sum += std::exp(v[i] - mx);
+                   for (int64_t i = 0; i < n; ++i) sum += e[i];
                    if (log) {
                      const float shift = mx + std::log(sum);
                      for (int64_t i = 0; i < n; ++i) v[i] -= shift;
                    } else {
                      const float inv = 1.0f / sum;
-                     for (int64_t i = 0; i < n; ++i) v[i] = std::exp(v[i] - mx) * inv;
+                     for (int64_t i = 0; i < n; ++i) v[i] = e[i] * inv;
                    }
                    StoreF32(out.dtype(), ElementPtr(out, off[1]), n, os, v);
                  });

@@ -1,6 +1,7 @@
 // Every CPU GEMM path (skinny dot and axpy, packed, batched; K blocking, super-blocks, edge tiles,
-// the threaded splits) under every instruction set this CPU supports, against naive loops in
-// double. Matmul picks the path from the shapes (gemm.cc); the kernel set is forced per test.
+// the threaded splits) under every instruction set this CPU supports, and on every backend (own
+// kernels, oneDNN, OpenBLAS: Note [GEMM dispatch]), against naive loops in double. Matmul picks
+// the path from the shapes (gemm.cc); the kernel set and the backend are forced per test.
 
 #include <cmath>
 #include <random>
@@ -11,6 +12,7 @@
 #include <rapidcheck/gtest.h>
 #include <tbb/parallel_for.h>
 
+#include "dtensor/ops/local/cpu/gemm_dispatch.h"
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
 #include "dtensor/ops/local/ops.h"
 #include "dtensor/tests/ops/local/test_util.h"
@@ -18,6 +20,7 @@
 namespace dt::ops {
 namespace {
 
+using cpu::gemm::Backend;
 using cpu::gemm::Isa;
 
 std::vector<Isa> SupportedIsas() {
@@ -34,6 +37,24 @@ class ForceIsa {
   explicit ForceIsa(Isa isa) { cpu::gemm::SetIsaForTesting(isa); }
   ~ForceIsa() { cpu::gemm::SetIsaForTesting(std::nullopt); }
 };
+
+// Forces a backend for one scope.
+class ForceBackend {
+ public:
+  explicit ForceBackend(Backend b) { cpu::gemm::SetBackendForTesting(b); }
+  ~ForceBackend() { cpu::gemm::SetBackendForTesting(std::nullopt); }
+};
+
+// A random backend and a dtype it runs (own: any float dtype; oneDNN f32 or bf16; OpenBLAS f32).
+std::pair<Backend, DType> RandomBackendAndDType() {
+  const Backend b = *rc::gen::element(Backend::kOwn, Backend::kDnnl, Backend::kOpenBlas);
+  switch (b) {
+    case Backend::kOwn: return {b, testing::RandomFloatDType()};
+    case Backend::kDnnl: return {b, *rc::gen::element(DType::kF32, DType::kBF16)};
+    case Backend::kOpenBlas: break;
+  }
+  return {b, DType::kF32};
+}
 
 // out[i, j] = sum_p a(i, p) b(p, j) (+ bias[j]) in double, for 2-D a [M, K] (or [K, M] when ta)
 // and b [K, N] (or [N, K] when tb).
@@ -81,7 +102,8 @@ RC_GTEST_PROP(GemmPathsTest, SkinnyAgreesWithNaiveLoops, ()) {
   const std::vector<Isa> isas = SupportedIsas();
   const Isa isa = *rc::gen::elementOf(isas);
   ForceIsa force(isa);
-  const DType dtype = testing::RandomFloatDType();
+  const auto [backend, dtype] = RandomBackendAndDType();
+  ForceBackend force_backend(backend);
   const int64_t m = *rc::gen::inRange<int64_t>(1, 9);
   const int64_t n = *rc::gen::oneOf(rc::gen::inRange<int64_t>(1, 40), rc::gen::inRange<int64_t>(40, 300));
   const int64_t k = *rc::gen::oneOf(rc::gen::inRange<int64_t>(1, 70), rc::gen::inRange<int64_t>(70, 2000));
@@ -97,7 +119,8 @@ RC_GTEST_PROP(GemmPathsTest, SkinnyAgreesWithNaiveLoops, ()) {
 RC_GTEST_PROP(GemmPathsTest, PackedAgreesWithNaiveLoops, ()) {
   const std::vector<Isa> isas = SupportedIsas();
   ForceIsa force(*rc::gen::elementOf(isas));
-  const DType dtype = testing::RandomFloatDType();
+  const auto [backend, dtype] = RandomBackendAndDType();
+  ForceBackend force_backend(backend);
   const int64_t m = *rc::gen::inRange<int64_t>(9, 60), n = *rc::gen::inRange<int64_t>(1, 80);
   const int64_t k = *rc::gen::inRange<int64_t>(1, 600);
   const bool ta = *rc::gen::arbitrary<bool>(), tb = *rc::gen::arbitrary<bool>();
@@ -105,6 +128,21 @@ RC_GTEST_PROP(GemmPathsTest, PackedAgreesWithNaiveLoops, ()) {
   const Tensor b = testing::RandomTensor(tb ? Shape{n, k} : Shape{k, n}, dtype);
   const bool linear = tb && !ta && *rc::gen::arbitrary<bool>();
   const Tensor bias = linear ? testing::RandomTensor({n}, dtype) : Tensor();
+  RC_ASSERT(Check(a, b, ta, tb, bias, linear) == "");
+}
+
+// Products large enough to be split over the threads (the libraries' grids of parts, Note
+// [Library threads]), on a random backend, in random layouts, with a bias through Linear.
+RC_GTEST_PROP(GemmPathsTest, EveryBackendSplitAgreesWithNaiveLoops, ()) {
+  const auto [backend, dtype] = RandomBackendAndDType();
+  ForceBackend force_backend(backend);
+  const int64_t m = *rc::gen::inRange<int64_t>(1, 400), n = *rc::gen::inRange<int64_t>(1, 400);
+  const int64_t k = *rc::gen::inRange<int64_t>(1, 300);
+  const bool ta = *rc::gen::arbitrary<bool>(), tb = *rc::gen::arbitrary<bool>();
+  const Tensor a = testing::RandomTensor(ta ? Shape{k, m} : Shape{m, k}, dtype);
+  const Tensor b = testing::RandomTensor(tb ? Shape{n, k} : Shape{k, n}, dtype);
+  const bool linear = tb && !ta && *rc::gen::arbitrary<bool>();
+  const Tensor bias = linear && *rc::gen::arbitrary<bool>() ? testing::RandomTensor({n}, dtype) : Tensor();
   RC_ASSERT(Check(a, b, ta, tb, bias, linear) == "");
 }
 
@@ -126,6 +164,8 @@ TEST(GemmPathsTest, LargeShapesAgreeWithNaiveLoops) {
       {7, 700, 3000, false, true, DType::kBF16, "skinny dot, K blocks, bf16"},
       {5, 999, 777, false, false, DType::kF16, "skinny axpy, K split over threads, f16"},
       {1, 3001, 1000, true, false, DType::kBF16, "skinny axpy, M=1, x transposed"},
+      {1, 301, 2500, false, true, DType::kBF16, "skinny dot, M=1, long rows (4 side by side)"},
+      {1, 299, 1100, false, true, DType::kF32, "skinny dot, M=1, long f32 rows"},
   };
   for (const Isa isa : SupportedIsas()) {
     ForceIsa force(isa);
@@ -135,6 +175,18 @@ TEST(GemmPathsTest, LargeShapesAgreeWithNaiveLoops) {
       const Tensor b = Normal(c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n}, c.dtype, seed++);
       EXPECT_EQ(Check(a, b, c.ta, c.tb, Tensor(), false), "")
           << c.what << " on " << cpu::gemm::IsaName(isa);
+    }
+  }
+  // The libraries on the same shapes (those of the dtypes they run).
+  for (const Backend backend : {Backend::kDnnl, Backend::kOpenBlas}) {
+    ForceBackend force(backend);
+    uint64_t seed = 1;
+    for (const Case& c : cases) {
+      const Tensor a = Normal(c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, c.dtype, seed++);
+      const Tensor b = Normal(c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n}, c.dtype, seed++);
+      if (!cpu::gemm::BackendRuns(backend, c.dtype)) continue;
+      EXPECT_EQ(Check(a, b, c.ta, c.tb, Tensor(), false), "")
+          << c.what << " on " << cpu::gemm::BackendName(backend);
     }
   }
 }

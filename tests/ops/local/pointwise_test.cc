@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include "dtensor/ops/local/cpu/vec_math.h"
 #include "dtensor/ops/local/ops.h"
 #include "dtensor/tests/ops/local/test_util.h"
 #include "dtensor/tests/test_util.h"
@@ -157,6 +158,51 @@ RC_GTEST_PROP(UnaryTest, AgreesWithLibm, ()) {
   if (dtype == DType::kF32) tol.rtol = 1e-6;
   if (IsFloating(dtype)) tol.atol = 1e-6;
   RC_ASSERT(testing::Mismatch(Unary(op, x).value(), shape, want, tol) == "");
+}
+
+// Note [Vector exp]: within 2 ulp of e^x (computed in double) on a sweep of 2^22 floats over the
+// normal range, in both the vector and the scalar form; the ends and the special values exactly.
+TEST(VecMathTest, ExpWithinTwoUlp) {
+  constexpr int kN = 1 << 22;
+  std::vector<float> x(kN), y(kN);
+  for (int i = 0; i < kN; ++i) x[i] = -87.3f + (88.7f + 87.3f) * static_cast<float>(i) / kN;
+  cpu::ExpF32(x.data(), y.data(), kN);
+  int worst = 0;
+  for (int i = 0; i < kN; ++i) {
+    const float want = static_cast<float>(std::exp(static_cast<double>(x[i])));
+    const float ulp = std::nextafter(want, INFINITY) - want;
+    const int e1 = static_cast<int>(std::lround(std::abs(y[i] - want) / ulp));
+    const int e2 = static_cast<int>(std::lround(std::abs(cpu::ExpScalar(x[i]) - want) / ulp));
+    worst = std::max({worst, e1, e2});
+    ASSERT_LE(std::max(e1, e2), 2) << "x = " << x[i] << ": " << y[i] << " / " << cpu::ExpScalar(x[i])
+                                   << " vs " << want;
+  }
+  RecordProperty("worst_ulp", worst);
+  const float special[] = {-INFINITY, -1000.0f, -88.0f, 0.0f, 89.0f, INFINITY, NAN, 1.0f, -0.0f};
+  float out[9];
+  cpu::ExpF32(special, out, 9);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_EQ(out[2], 0.0f);  // subnormal e^-88 flushes to 0 (Note [Vector exp])
+  EXPECT_EQ(out[3], 1.0f);
+  EXPECT_EQ(out[4], INFINITY);
+  EXPECT_EQ(out[5], INFINITY);
+  EXPECT_TRUE(std::isnan(out[6]));
+  EXPECT_NEAR(out[7], 2.718281828f, 3e-7f);
+  EXPECT_EQ(out[8], 1.0f);
+}
+
+// F32ToBf16 is BFloat16::FromFloat bit for bit: every 251st bit pattern (ties, NaNs of both
+// signs, infinities, denormals among them) and a tail shorter than a vector.
+TEST(VecMathTest, F32ToBf16EqualsFromFloat) {
+  std::vector<float> x;
+  for (uint64_t u = 0; u <= 0xffffffffull; u += 251) x.push_back(BitsFloat(static_cast<uint32_t>(u)));
+  for (uint32_t u : {0x3f808000u, 0x3f818000u, 0x7f800001u, 0xffc00001u, 0x7f7fffffu}) x.push_back(BitsFloat(u));
+  std::vector<uint16_t> got(x.size());
+  cpu::F32ToBf16(x.data(), got.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(got[i], BFloat16::FromFloat(x[i])) << "bits " << std::hex << FloatBits(x[i]);
+  }
 }
 
 RC_GTEST_PROP(CastTest, ConvertsEveryPair, ()) {

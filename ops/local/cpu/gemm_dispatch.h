@@ -1,0 +1,54 @@
+#pragma once
+// Internal to the CPU GEMM: which backend (own kernels, oneDNN, OpenBLAS) Matmul runs a product
+// on, per dtype and shape class (Note [GEMM dispatch] in gemm_dispatch.cc).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/ops/local/cpu/gemm_backends.h"
+
+namespace dt::ops::cpu::gemm {
+
+// kSkinny: M <= kSkinnyMaxRows (decode); kSmall: under kLargeFlops; kLarge: the rest.
+enum class ShapeClass : uint8_t { kSkinny, kSmall, kLarge };
+inline constexpr ShapeClass kAllShapeClasses[] = {ShapeClass::kSkinny, ShapeClass::kSmall,
+                                                   ShapeClass::kLarge};
+inline constexpr double kLargeFlops = 3.2e7;  // 2·M·N·K: about 256³
+
+const char* ShapeClassName(ShapeClass c);
+ShapeClass ClassOf(int64_t m, int64_t n, int64_t k);
+
+struct Decision {
+  Backend backend = Backend::kOwn;
+  // Why, for benches and logs: "DT_GEMM=dnnl", "rule: ...", "calibrated: own 151 dnnl 140 ...".
+  std::string why;
+};
+
+// The backend for a product of `dtype` and shape class `c`: a test's override, else DT_GEMM,
+// else this CPU's rule or its calibration (measured on first need, cached in
+// CalibrationCachePath()). A forced backend that does not run `dtype` gives own. Fails only
+// when DT_GEMM holds something else than own, dnnl or openblas.
+absl::StatusOr<Decision> Decide(DType dtype, ShapeClass c);
+// Decide's backend for an M x N x K product, without the text (what Matmul calls).
+absl::StatusOr<Backend> Choose(DType dtype, int64_t m, int64_t n, int64_t k);
+
+// DT_GEMM's text to a backend; nullopt for null or empty; InvalidArgument naming DT_GEMM and the
+// accepted values for anything else.
+absl::StatusOr<std::optional<Backend>> ParseGemmEnv(const char* value);
+
+// The calibration cache file of this machine and these libraries:
+// $XDG_CACHE_HOME/dtensor/ or $HOME/.cache/dtensor/gemm-calibration-<hash of the key>.txt; "" when
+// neither variable is set (calibration is then kept in memory only).
+std::string CalibrationCachePath();
+// The key the cache file must start with: CPU, library versions, our kernels' ISA.
+std::string CalibrationKey();
+
+// Tests and benches: force `b` for every product (nullopt: back to DT_GEMM and the choice).
+void SetBackendForTesting(std::optional<Backend> b);
+// Tests: forget DT_GEMM and the decisions, so that the next product reads them again.
+void ResetDispatchForTesting();
+
+}  // namespace dt::ops::cpu::gemm
