@@ -9,6 +9,7 @@
 #include "dtensor/nn/log.h"
 #include "dtensor/nn/mlp.h"
 #include "dtensor/nn/module.h"
+#include "dtensor/nn/moe.h"
 #include "dtensor/nn/norm.h"
 #include "dtensor/nn/parameter.h"
 #include "dtensor/nn/plan.h"

@@ -1,6 +1,7 @@
 #include "dtensor/nn/models/causal_lm.h"
 
 #include "dtensor/loaders/gguf_llama.h"
+#include "dtensor/loaders/moe_checkpoint.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include "dtensor/nn/linear.h"
 #include "dtensor/nn/load.h"
 #include "dtensor/nn/mlp.h"
+#include "dtensor/nn/moe.h"
 #include "dtensor/nn/norm.h"
 #include "dtensor/nn/vops.h"
 
@@ -54,13 +56,35 @@ std::unique_ptr<Module> MakeAttention(const loaders::DecoderConfig& c, int64_t /
   return attention;
 }
 
-std::unique_ptr<Module> MakeMlp(const loaders::DecoderConfig& c, int64_t /*layer*/, DType dtype) {
+std::unique_ptr<Module> MakeMlp(const loaders::DecoderConfig& c, int64_t layer, DType dtype) {
+  const Activation act = ParseActivation(c.hidden_act).value_or(Activation::kSilu);  // ValidateConfig
+  if (c.IsMoeLayer(layer)) {
+    // Note [MoE blocks] in loaders/decoder_family.h.
+    const loaders::DecoderFamily& f = c.family();
+    MoeBlockOptions o;
+    o.router.hidden_size = c.hidden_size;
+    o.router.num_experts = c.num_experts;
+    o.router.top_k = c.num_experts_per_tok;
+    o.router.normalize = c.norm_topk_prob;
+    o.router.scaling = c.routed_scaling_factor;
+    o.router.f32_logits = f.router_f32;
+    o.router.weights_in_input_dtype = f.topk_weights == loaders::TopKWeights::kConfig;
+    o.router.dtype = dtype;
+    o.experts.num_experts = c.num_experts;
+    o.experts.hidden_size = c.hidden_size;
+    o.experts.intermediate_size = c.moe_intermediate_size;
+    o.experts.activation = act;
+    o.experts.dtype = dtype;
+    o.shared_intermediate_size = c.n_shared_experts * c.moe_intermediate_size;
+    o.shared_bias = c.mlp_bias;
+    return std::make_unique<MoeBlock>(o);
+  }
   SwiGLUOptions m;
   m.hidden_size = c.hidden_size;
   m.intermediate_size = c.intermediate_size;
   m.bias = c.mlp_bias;
   m.fused = c.family().fused_gate_up;
-  m.activation = ParseActivation(c.hidden_act).value_or(Activation::kSilu);  // ValidateConfig
+  m.activation = act;
   m.dtype = dtype;
   return std::make_unique<SwiGLUMLP>(m);
 }
@@ -150,11 +174,20 @@ absl::Status CausalLM::ValidateConfig(const loaders::DecoderConfig& config) {
 
 ParallelPlan CausalLM::TPPlan(const loaders::DecoderConfig& config, bool shard_embedding,
                               bool replicate_kv) {
+  const loaders::DecoderFamily& f = config.family();
   ParallelPlan plan;
-  for (const auto& [key, style] : config.family().tp_plan) {
-    const bool kv = absl::EndsWith(key, ".self_attn.k_proj") || absl::EndsWith(key, ".self_attn.v_proj");
-    plan.emplace_back(key, replicate_kv && kv ? "replicate" : style);
-  }
+  auto add = [&](const std::vector<std::pair<std::string, std::string>>& entries) {
+    for (const auto& [key, style] : entries) {
+      const bool kv =
+          absl::EndsWith(key, ".self_attn.k_proj") || absl::EndsWith(key, ".self_attn.v_proj");
+      plan.emplace_back(key, replicate_kv && kv ? "replicate" : style);
+    }
+  };
+  add(f.tp_plan);
+  // The dense MLP's rules where a layer is dense, the experts' where one is sparse, so that no
+  // rule of the plan matches nothing (Note [Plan checks]).
+  if (config.HasDenseLayers()) add(f.mlp_plan);
+  if (config.HasMoeLayers()) add(f.moe_plan);
   if (shard_embedding) plan.emplace_back("model.embed_tokens", "embedding_rowwise");
   return plan;
 }
@@ -232,6 +265,8 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
   // first (Note [Config against checkpoint] in nn/load.h).
   DT_RETURN_IF_ERROR(CheckBlockCount(checkpoint, "model.layers.", "num_hidden_layers",
                                      config.num_hidden_layers));
+  // Experts stored one tensor per expert (or GGUF's stacks) read as transformers 5's stacks.
+  DT_RETURN_IF_ERROR(loaders::AddMoeComposites(checkpoint, config));
   absl::StatusOr<const loaders::TensorInfo*> embed = checkpoint.Info("model.embed_tokens.weight");
   if (embed.ok() && (*embed)->shape != Shape{config.vocab_size, config.hidden_size}) {
     return absl::InvalidArgumentError(absl::StrCat(

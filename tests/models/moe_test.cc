@@ -1,0 +1,164 @@
+// The mixture-of-experts families (Note [MoE blocks] in loaders/decoder_family.h) against
+// transformers: Mixtral and Qwen3-MoE tiny checkpoints (tools/reference/make_moe_fixtures.py),
+// stored one tensor per expert as the Hub stores them and fused on load, at tp 1, 2 and 4 on
+// threads: greedy tokens identical to transformers', logits within 1e-4 of their scale, each rank
+// reading only its pieces of every expert; the plan's placements and its refusals.
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "dtensor/core/status.h"
+#include "dtensor/mesh/comm_counter.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/nn/models/causal_lm.h"
+#include "dtensor/tests/models/golden_checks.h"
+#include "dtensor/tests/test_util.h"
+#include "gtest/gtest.h"
+
+namespace dt::nn::testing {
+namespace {
+
+using dt::testing::Contains;
+
+std::string MoeFixture(const std::string& name) { return "moe/" + name + "-tiny"; }
+std::string MoeDir(const std::string& name) { return FixtureDir(MoeFixture(name)); }
+
+struct TpCase {
+  const char* model;
+  int tp;
+};
+
+class MoeTp : public ::testing::TestWithParam<TpCase> {};
+
+TEST_P(MoeTp, MatchesTransformersAndReadsOnlyItsShards) {
+  const TpCase c = GetParam();
+  const Golden g = LoadGolden(MoeFixture(c.model));
+  absl::Status s = World::RunThreads(c.tp, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {c.tp}, {"tp"}));
+    LoadReport report;
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(MoeDir(c.model), mesh, {}, &report));
+    DT_RETURN_IF_ERROR(MatchesGolden(*m, g, w.rank()));
+    DT_RETURN_IF_ERROR(ReadsOnlyItsPieces(report, c.tp > 1));
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << c.model << " tp=" << c.tp << ": " << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, MoeTp,
+                         ::testing::Values(TpCase{"mixtral", 1}, TpCase{"mixtral", 2},
+                                           TpCase{"mixtral", 4}, TpCase{"qwen3_moe", 1},
+                                           TpCase{"qwen3_moe", 2}, TpCase{"qwen3_moe", 4}),
+                         [](const auto& info) {
+                           return absl::StrCat(info.param.model, "_tp", info.param.tp);
+                         });
+
+TEST(MoeConfig, SparseLayersAsTheFamilySays) {
+  const loaders::DecoderConfig mixtral = loaders::LoadDecoderConfig(MoeDir("mixtral")).value();
+  EXPECT_EQ(mixtral.num_experts, 4);
+  EXPECT_EQ(mixtral.num_experts_per_tok, 2);
+  EXPECT_EQ(mixtral.moe_intermediate_size, 96);
+  EXPECT_TRUE(mixtral.norm_topk_prob);
+  EXPECT_TRUE(mixtral.IsMoeLayer(0) && mixtral.IsMoeLayer(1));
+  const loaders::DecoderConfig qwen = loaders::LoadDecoderConfig(MoeDir("qwen3_moe")).value();
+  EXPECT_EQ(qwen.num_experts, 8);
+  EXPECT_EQ(qwen.moe_intermediate_size, 48);
+  EXPECT_TRUE(qwen.norm_topk_prob);
+  EXPECT_TRUE(qwen.IsMoeLayer(0));
+  EXPECT_FALSE(qwen.IsMoeLayer(1));  // mlp_only_layers [1]
+  EXPECT_TRUE(qwen.IsMoeLayer(2));
+  loaders::DecoderConfig step = qwen;
+  step.mlp_only_layers.clear();
+  step.decoder_sparse_step = 2;  // transformers: (i + 1) % step == 0
+  EXPECT_FALSE(step.IsMoeLayer(0));
+  EXPECT_TRUE(step.IsMoeLayer(1));
+  EXPECT_FALSE(step.IsMoeLayer(2));
+  // The config written back reads as the same config.
+  const loaders::DecoderConfig again =
+      loaders::ParseDecoderConfig(loaders::DecoderConfigToJson(qwen), "again").value();
+  EXPECT_EQ(again, qwen);
+  EXPECT_EQ(loaders::ParseDecoderConfig(loaders::DecoderConfigToJson(mixtral), "again").value(),
+            mixtral);
+}
+
+// Each rank holds matching gate and up rows of every expert (block shards), down_proj by columns,
+// the router and the norms whole.
+TEST(MoePlan, ExpertsAreBlockShardsAndTheRouterIsReplicated) {
+  absl::Status s = World::RunThreads(2, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2}, {"tp"}));
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(MoeDir("qwen3_moe"), mesh));
+    const std::string plan = m->tp_plan();
+    for (const char* line :
+         {"model.layers.*.mlp.experts.gate_up_proj -> packed_colwise: "
+          "model.layers.*.mlp.experts.gate_up_proj [_S(1,[48,48])] (2)",
+          "model.layers.*.mlp.experts.down_proj -> rowwise: model.layers.*.mlp.experts.down_proj "
+          "[S(2)] (2)",
+          "model.layers.*.mlp.gate_proj -> colwise: model.layers.*.mlp.gate_proj.weight [S(0)]",
+          "model.layers.*.mlp.gate.weight"}) {
+      EXPECT_TRUE(absl::StrContains(plan, line)) << line << "\n" << plan;
+    }
+    EXPECT_EQ(m->type_name(), "Qwen3MoeForCausalLM");
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+}
+
+// One all_reduce per sparse layer at tp > 1: the experts' partial sums, reduced once.
+TEST(MoeCollectives, OneAllReducePerSparseLayer) {
+  const Golden g = LoadGolden(MoeFixture("mixtral"));
+  absl::Status s = World::RunThreads(2, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2}, {"tp"}));
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(MoeDir("mixtral"), mesh));
+    Module* layer = m->GetSubmodule("model.layers.0.mlp").value();
+    DT_ASSIGN_OR_RETURN(Tensor h, Tensor::Randn({1, 5, 64}, 7));
+    CommCounter counter;
+    DT_ASSIGN_OR_RETURN(Value y, layer->CallOne({Value(h)}));
+    if (counter.counts().ToString() != "all_reduce=1") {
+      return absl::InternalError(absl::StrCat("a sparse layer ran ", counter.counts().ToString()));
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+}
+
+// A tp the experts' intermediate size (or the heads) does not allow is refused before any read.
+TEST(MoeRefusals, TpThatTheExpertsDoNotAllow) {
+  absl::Status s = World::RunThreads(5, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {5}, {"tp"}));
+    CausalLMLoadOptions o;
+    o.plan = ParallelPlan{{"model.layers.*.mlp.experts.gate_up_proj", "packed_colwise"},
+                          {"model.layers.*.mlp.experts.down_proj", "rowwise"},
+                          {"model.layers.*.mlp.experts", "moe_tp_experts"}};
+    LoadReport report;
+    report.seconds = -1;
+    absl::Status st = CausalLM::FromPretrained(MoeDir("mixtral"), mesh, o, &report).status();
+    if (report.seconds != -1) return absl::InternalError("weights were read");
+    return st;
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(s, "Experts 'model.layers.0.mlp.experts': tensor parallel size 5 does not divide "
+                       "intermediate_size 96 (gate_up_proj, down_proj sharded)")) << s;
+}
+
+// A config whose experts contradict the checkpoint is refused naming both.
+TEST(MoeRefusals, ExpertsMissingFromTheCheckpoint) {
+  const std::string dir = ::testing::TempDir() + "/moe_missing";
+  std::filesystem::create_directories(dir);
+  loaders::DecoderConfig c = loaders::LoadDecoderConfig(MoeDir("mixtral")).value();
+  c.num_experts = 5;  // the file has 4
+  {
+    std::ofstream(dir + "/config.json") << loaders::DecoderConfigToJson(c);
+  }
+  std::filesystem::copy_file(MoeDir("mixtral") + "/model.safetensors", dir + "/model.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  absl::Status s = World::RunThreads(1, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {1}, {"tp"}));
+    return CausalLM::FromPretrained(dir, mesh).status();
+  });
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s, "block_sparse_moe.experts.4.w1.weight")) << s;
+}
+
+}  // namespace
+}  // namespace dt::nn::testing
