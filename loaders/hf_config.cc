@@ -492,16 +492,38 @@ bool DecoderConfig::IsMoeLayer(int64_t layer) const {
   return false;
 }
 
+// Closed forms (a config may claim 10^9 layers before the checkpoint refutes it: Note [Config
+// against checkpoint] in nn/load.h).
 bool DecoderConfig::HasMoeLayers() const {
-  for (int64_t i = 0; i < num_hidden_layers; ++i) {
-    if (IsMoeLayer(i)) return true;
+  const int64_t l = num_hidden_layers;
+  switch (family().moe_layers) {
+    case MoeLayers::kNone:
+      return false;
+    case MoeLayers::kAll:
+      return l > 0;
+    case MoeLayers::kAfterDense:
+      return first_k_dense_replace < l;
+    case MoeLayers::kSparseStep:
+      // The sparse candidates are step - 1, 2·step - 1, ...; mlp_only_layers removes finitely many.
+      for (int64_t i = decoder_sparse_step - 1; i < l; i += decoder_sparse_step) {
+        if (IsMoeLayer(i)) return true;
+      }
+      return false;
   }
   return false;
 }
 
 bool DecoderConfig::HasDenseLayers() const {
-  for (int64_t i = 0; i < num_hidden_layers; ++i) {
-    if (!IsMoeLayer(i)) return true;
+  const int64_t l = num_hidden_layers;
+  switch (family().moe_layers) {
+    case MoeLayers::kNone:
+      return l > 0;
+    case MoeLayers::kAll:
+      return false;
+    case MoeLayers::kAfterDense:
+      return first_k_dense_replace > 0 && l > 0;
+    case MoeLayers::kSparseStep:
+      return l > 0 && (decoder_sparse_step > 1 || !mlp_only_layers.empty());
   }
   return false;
 }

@@ -36,6 +36,14 @@ struct DistributedConfig {
   int64_t tp_size = 0;  // 0: derived (see the file comment)
   // "auto" (the model's plan) or an explicit {key, style} list.
   std::variant<std::string, ParallelPlan> tp_plan = std::string("auto");
+  // Expert parallelism (nn/expert_parallel.h): > 1 lays the model over a 2-D mesh (ep, tp) of
+  // ep_size · tp_size ranks (tp_size 0: the world size / ep_size); ep_size must be a multiple of
+  // tp_size, as transformers requires. The experts are split over ep (each rank holds E / ep of
+  // them), everything the tp plan splits over tp.
+  int64_t ep_size = 1;
+  // "auto" (the model's ep_plan: tokens dispatched with all_to_all), "all_reduce" (its
+  // ep_all_reduce_plan: ep_router) or an explicit {key, style} list.
+  std::variant<std::string, ParallelPlan> ep_plan = std::string("auto");
   // Plan rules that match no layer: a warning (transformers' behaviour) or, with kError, an
   // InvalidArgument before anything is placed (Note [Unmatched keys] in nn/module.h).
   PlanCheck unmatched_keys = PlanCheck::kWarn;
@@ -56,10 +64,23 @@ absl::StatusOr<DeviceMesh> TensorParallelMesh(const std::shared_ptr<World>& worl
 absl::StatusOr<DeviceMesh> TensorParallelMesh(const DeviceMesh& mesh,
                                               const DistributedConfig& config);
 
+// The mesh a model is laid over: TensorParallelMesh when ep_size is 1, else the 2-D mesh (ep, tp)
+// over the world — or the (ep, tp) dims of an n-D mesh, which must name both. InvalidArgument
+// naming the sizes when they do not fit:
+//   "DistributedConfig: ep_size 2 must be a multiple of tp_size 4 (transformers' rule)"
+absl::StatusOr<DeviceMesh> ModelMesh(const std::shared_ptr<World>& world,
+                                     const DistributedConfig& config);
+absl::StatusOr<DeviceMesh> ModelMesh(const DeviceMesh& mesh, const DistributedConfig& config);
+
 // The plan to apply: `model_plan` for "auto", else the config's list; InvalidArgument for any
 // other string.
 absl::StatusOr<ParallelPlan> EffectivePlan(const DistributedConfig& config,
                                            const ParallelPlan& model_plan);
+// The expert-parallel plan: `model_plan` for "auto", `all_reduce_plan` for "all_reduce" (when the
+// model has one), else the config's list.
+absl::StatusOr<ParallelPlan> EffectiveEPPlan(const DistributedConfig& config,
+                                             const ParallelPlan& model_plan,
+                                             const ParallelPlan& all_reduce_plan);
 
 // What `plan` would do to `module`: "key -> style: param, param, ..." per rule, then the
 // parameters no rule covers (replicated). Places nothing.

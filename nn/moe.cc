@@ -34,6 +34,45 @@ absl::StatusOr<Tensor> ReplicatedLocal(const Value& v, absl::string_view what,
 
 }  // namespace
 
+absl::StatusOr<Tensor> CombineByToken(const Tensor& rows, absl::Span<const int64_t> tokens,
+                                      absl::Span<const float> weights, int64_t n) {
+  const int64_t pairs = rows.dim() == 2 ? rows.size(0) : -1;
+  if (pairs < 0 || static_cast<int64_t>(tokens.size()) != pairs ||
+      static_cast<int64_t>(weights.size()) != pairs) {
+    return absl::InvalidArgumentError(absl::StrCat("CombineByToken: rows ", rows.Describe(), ", ",
+                                                   tokens.size(), " tokens, ", weights.size(),
+                                                   " weights"));
+  }
+  const int64_t h = rows.size(1);
+  if (pairs == 0) return Tensor::Zeros({n, h}, rows.dtype(), rows.device());
+  // Weighted in f32, rounded to the rows' dtype, then summed per token in the rows' order.
+  DT_ASSIGN_OR_RETURN(Tensor wt, Tensor::FromVector<float>(
+                                     {pairs, 1}, std::vector<float>(weights.begin(), weights.end())));
+  DT_ASSIGN_OR_RETURN(Tensor rf, ops::Cast(rows, DType::kF32));
+  DT_ASSIGN_OR_RETURN(Tensor scaled, ops::Mul(rf, wt));
+  DT_ASSIGN_OR_RETURN(scaled, ops::Cast(scaled, rows.dtype()));
+  DT_ASSIGN_OR_RETURN(Tensor zero, Tensor::Zeros({1, h}, rows.dtype(), rows.device()));
+  DT_ASSIGN_OR_RETURN(Tensor padded, ops::Cat({scaled, zero}, 0));
+  std::vector<std::vector<int64_t>> per_token(n);
+  for (int64_t q = 0; q < pairs; ++q) {
+    if (tokens[q] < 0 || tokens[q] >= n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CombineByToken: token ", tokens[q], " is outside [0, ", n, ")"));
+    }
+    per_token[tokens[q]].push_back(q);
+  }
+  size_t most = 1;
+  for (const auto& t : per_token) most = std::max(most, t.size());
+  std::vector<int64_t> gather(n * most, pairs);  // `pairs` is the zero row
+  for (int64_t t = 0; t < n; ++t) {
+    for (size_t j = 0; j < per_token[t].size(); ++j) gather[t * most + j] = per_token[t][j];
+  }
+  DT_ASSIGN_OR_RETURN(Tensor index,
+                      Tensor::FromVector<int64_t>({n, static_cast<int64_t>(most)}, gather));
+  DT_ASSIGN_OR_RETURN(Tensor picked, ops::Embedding(padded, index));  // [N, most, H]
+  return ops::Sum(picked, 1);
+}
+
 // ---- router ---------------------------------------------------------------------------------------
 
 TopKRouter::TopKRouter(const RouterOptions& o) : Module("TopKRouter"), options_(o) {
@@ -213,29 +252,9 @@ absl::StatusOr<Values> Experts::Forward(Values inputs) {
       DT_RETURN_IF_ERROR(slot.CopyFrom(ye));
       at += c;
     }
-    // Weighted in f32, rounded to the model dtype, then summed per token in expert order.
     std::vector<float> sorted_w(pairs);
-    std::vector<std::vector<int64_t>> per_token(n);
-    for (int64_t q = 0; q < pairs; ++q) {
-      sorted_w[q] = w[order[q]];
-      per_token[tokens[q]].push_back(q);
-    }
-    DT_ASSIGN_OR_RETURN(Tensor wt, Tensor::FromVector<float>({pairs, 1}, sorted_w));
-    DT_ASSIGN_OR_RETURN(Tensor outf, ops::Cast(out, DType::kF32));
-    DT_ASSIGN_OR_RETURN(Tensor scaled, ops::Mul(outf, wt));
-    DT_ASSIGN_OR_RETURN(scaled, ops::Cast(scaled, x.dtype()));
-    DT_ASSIGN_OR_RETURN(Tensor zero, Tensor::Zeros({1, h}, x.dtype(), x.device()));
-    DT_ASSIGN_OR_RETURN(Tensor padded, ops::Cat({scaled, zero}, 0));
-    size_t most = 1;
-    for (const auto& t : per_token) most = std::max(most, t.size());
-    std::vector<int64_t> gather(n * most, pairs);  // `pairs` is the zero row
-    for (int64_t t = 0; t < n; ++t) {
-      for (size_t j = 0; j < per_token[t].size(); ++j) gather[t * most + j] = per_token[t][j];
-    }
-    DT_ASSIGN_OR_RETURN(Tensor index,
-                        Tensor::FromVector<int64_t>({n, static_cast<int64_t>(most)}, gather));
-    DT_ASSIGN_OR_RETURN(Tensor picked, ops::Embedding(padded, index));  // [N, most, H]
-    DT_ASSIGN_OR_RETURN(y, ops::Sum(picked, 1));
+    for (int64_t q = 0; q < pairs; ++q) sorted_w[q] = w[order[q]];
+    DT_ASSIGN_OR_RETURN(y, CombineByToken(out, tokens, sorted_w, n));
   }
   if (identity > 0) {
     DT_ASSIGN_OR_RETURN(Value id, FindChild("identity")->CallOne({Value(x)}));

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "dtensor/core/dtype.h"
 #include "dtensor/nn/mlp.h"
 #include "dtensor/nn/module.h"
@@ -120,5 +121,12 @@ class MoeBlock : public Module {
  private:
   MoeBlockOptions options_;
 };
+
+// Rows [P, H], one per (token, slot) pair in the order the caller computed them (Note [Grouped
+// experts]: by expert), weighted by `weights` (f32 multiply, rounded to the rows' dtype) and summed
+// per token in that order: y [n, H]; a token with no rows gets zeros. Shared with expert
+// parallelism's combine (nn/expert_parallel.h).
+absl::StatusOr<Tensor> CombineByToken(const Tensor& rows, absl::Span<const int64_t> tokens,
+                                      absl::Span<const float> weights, int64_t n);
 
 }  // namespace dt::nn

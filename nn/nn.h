@@ -4,6 +4,7 @@
 
 #include "dtensor/nn/attention.h"
 #include "dtensor/nn/check.h"
+#include "dtensor/nn/expert_parallel.h"
 #include "dtensor/nn/init.h"
 #include "dtensor/nn/linear.h"
 #include "dtensor/nn/log.h"

@@ -192,6 +192,16 @@ ParallelPlan CausalLM::TPPlan(const loaders::DecoderConfig& config, bool shard_e
   return plan;
 }
 
+ParallelPlan CausalLM::EPPlan(const loaders::DecoderConfig& config, bool all_reduce) {
+  ParallelPlan plan;
+  if (!config.HasMoeLayers()) return plan;
+  const loaders::DecoderFamily& f = config.family();
+  for (const auto& [key, style] : all_reduce ? f.ep_all_reduce_plan : f.ep_plan) {
+    plan.emplace_back(key, style);
+  }
+  return plan;
+}
+
 ParallelPlan CausalLM::TPPlan(bool shard_embedding) {
   return TPPlan(loaders::DecoderConfig(), shard_embedding);
 }
@@ -279,6 +289,15 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
   how.model = name;
   how.plan =
       options.plan.value_or(TPPlan(config, options.shard_embedding, options.replicate_kv));
+  if (mesh.ndim() == 2) {
+    how.ep_plan = options.ep_plan.value_or(EPPlan(config));
+    if (how.ep_plan.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": expert parallelism over ", mesh.ToString(), " needs experts; ",
+          config.model_type, " ", config.HasMoeLayers() ? "has no expert-parallel plan"
+                                                        : "has no sparse layer"));
+    }
+  }
   how.parallelize = model->parallelize_options();
   how.parallelize.unused_rules = options.unused_rules;
   how.load_whole = options.load_whole;
@@ -287,28 +306,35 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
   CausalLM* m = model.get();
   how.source = [m](absl::string_view param) { return m->CheckpointName(param); };
   DT_RETURN_IF_ERROR(LoadPretrained(*model, mesh, checkpoint, how, report));
+  model->mesh_ = mesh;
   return model;
 }
 
 absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
     const std::string& dir, const std::shared_ptr<World>& world, const DistributedConfig& dist,
     CausalLMLoadOptions options, LoadReport* report) {
-  DT_ASSIGN_OR_RETURN(DeviceMesh tp, TensorParallelMesh(world, dist));
-  return FromPretrained(dir, tp, dist, std::move(options), report);
+  DT_ASSIGN_OR_RETURN(DeviceMesh mesh, ModelMesh(world, dist));
+  return FromPretrained(dir, mesh, dist, std::move(options), report);
 }
 
 absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
     const std::string& dir, const DeviceMesh& mesh, const DistributedConfig& dist,
     CausalLMLoadOptions options, LoadReport* report) {
-  DT_ASSIGN_OR_RETURN(DeviceMesh tp, TensorParallelMesh(mesh, dist));
+  DT_ASSIGN_OR_RETURN(DeviceMesh on, ModelMesh(mesh, dist));
   options.unused_rules = dist.unmatched_keys;
-  if (!options.plan) {
+  if (!options.plan || (on.ndim() == 2 && !options.ep_plan)) {
     DT_ASSIGN_OR_RETURN(const loaders::DecoderConfig config, loaders::LoadDecoderConfig(dir));
-    DT_ASSIGN_OR_RETURN(options.plan,
-                        EffectivePlan(dist, TPPlan(config, options.shard_embedding,
-                                                   options.replicate_kv)));
+    if (!options.plan) {
+      DT_ASSIGN_OR_RETURN(options.plan,
+                          EffectivePlan(dist, TPPlan(config, options.shard_embedding,
+                                                     options.replicate_kv)));
+    }
+    if (on.ndim() == 2 && !options.ep_plan) {
+      DT_ASSIGN_OR_RETURN(options.ep_plan,
+                          EffectiveEPPlan(dist, EPPlan(config), EPPlan(config, true)));
+    }
   }
-  return FromPretrained(dir, tp, options, report);
+  return FromPretrained(dir, on, options, report);
 }
 
 void CausalLM::ResetCache() {
@@ -380,9 +406,11 @@ absl::StatusOr<int64_t> CausalLM::PickToken(const Tensor& logits,
                       SampleToken(absl::MakeConstSpan(p + f.numel() - config_.vocab_size,
                                                       config_.vocab_size),
                                   sampling, step));
-  const std::optional<DeviceMesh> m = PlacedMesh(*this);
+  const std::optional<DeviceMesh> m = mesh_ ? mesh_ : PlacedMesh(*this);
   if (m && m->Size() > 1) {
-    DT_ASSIGN_OR_RETURN(CommPtr comm, m->Comm(0));
+    std::vector<int> dims(m->ndim());
+    for (int d = 0; d < m->ndim(); ++d) dims[d] = d;
+    DT_ASSIGN_OR_RETURN(CommPtr comm, m->Comm(dims));
     DT_ASSIGN_OR_RETURN(Tensor t, Tensor::FromVector<int64_t>({1}, {token}));
     DT_RETURN_IF_ERROR(comm->Broadcast(t, 0));
     token = t.data<int64_t>()[0];

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -54,6 +55,139 @@ INSTANTIATE_TEST_SUITE_P(Models, MoeTp,
                            return absl::StrCat(info.param.model, "_tp", info.param.tp);
                          });
 
+// Expert parallelism (nn/expert_parallel.h): ep ranks each holding E / ep whole experts (split
+// over tp inside on an (ep, tp) mesh), tokens dispatched with all_to_all, or the ep_router plan.
+struct EpCase {
+  const char* model;
+  int ep, tp;
+  bool all_reduce;  // the ep_router plan instead of ep_dispatch_experts
+};
+
+class MoeEp : public ::testing::TestWithParam<EpCase> {};
+
+TEST_P(MoeEp, MatchesTransformersAndReadsOnlyItsExperts) {
+  const EpCase c = GetParam();
+  const Golden g = LoadGolden(MoeFixture(c.model));
+  absl::Status s = World::RunThreads(c.ep * c.tp, [&](World& w) -> absl::Status {
+    DistributedConfig dist;
+    dist.ep_size = c.ep;
+    dist.tp_size = c.tp;
+    if (c.all_reduce) dist.ep_plan = std::string("all_reduce");
+    LoadReport report;
+    DT_ASSIGN_OR_RETURN(auto m,
+                        CausalLM::FromPretrained(MoeDir(c.model), w.shared_from_this(), dist, {},
+                                                 &report));
+    DT_RETURN_IF_ERROR(MatchesGolden(*m, g, w.rank()));
+    DT_RETURN_IF_ERROR(ReadsOnlyItsPieces(report, true));
+    // Its experts only: each expert tensor's piece is 1 / (ep·tp) of it, and the rank read its
+    // pieces and nothing more (within 1%).
+    int64_t share = 0;
+    for (const LoadReport::Param& p : report.params) {
+      if (absl::StrContains(p.name, ".mlp.experts.")) {
+        if (p.local_bytes * c.ep * c.tp != p.full_bytes) {
+          return absl::InternalError(absl::StrCat(p.name, " (", p.spec, "): holds ", p.local_bytes,
+                                                  " bytes of ", p.full_bytes));
+        }
+      }
+      share += p.local_bytes;
+    }
+    if (report.stats.bytes_read() > share + share / 100) {
+      return absl::InternalError(absl::StrCat("rank ", w.rank(), " read ",
+                                              report.stats.bytes_read(), " bytes for a share of ",
+                                              share));
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << c.model << " ep=" << c.ep << " tp=" << c.tp << ": " << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, MoeEp,
+    ::testing::Values(EpCase{"mixtral", 2, 1, false}, EpCase{"mixtral", 4, 1, false},
+                      EpCase{"mixtral", 2, 2, false}, EpCase{"mixtral", 2, 1, true},
+                      EpCase{"mixtral", 2, 2, true}, EpCase{"qwen3_moe", 2, 1, false},
+                      EpCase{"qwen3_moe", 4, 1, false}, EpCase{"qwen3_moe", 2, 2, false},
+                      EpCase{"qwen3_moe", 4, 1, true}),
+    [](const auto& info) {
+      return absl::StrCat(info.param.model, "_ep", info.param.ep, "_tp", info.param.tp,
+                          info.param.all_reduce ? "_all_reduce" : "");
+    });
+
+// The collectives of one sparse layer, per rank: dispatch two all_to_alls (rows out, results
+// back) and two all_gathers (the counts, the token chunks); the experts' all_reduce over tp when
+// tp > 1; the ep_router plan one all_reduce over ep instead.
+TEST(MoeEpCollectives, PerSparseLayer) {
+  struct Case {
+    int ep, tp;
+    bool all_reduce;
+    int64_t tokens;
+    const char* want;
+  };
+  for (const Case& c : std::vector<Case>{{2, 1, false, 5, "all_gather=2 all_to_all=2"},
+                                         {2, 1, false, 1, "all_gather=2 all_to_all=2"},
+                                         {4, 1, false, 3, "all_gather=2 all_to_all=2"},
+                                         {2, 2, false, 5, "all_gather=2 all_reduce=1 all_to_all=2"},
+                                         {2, 1, true, 5, "all_reduce=1"},
+                                         {2, 2, true, 5, "all_reduce=2"}}) {
+    absl::Status s = World::RunThreads(c.ep * c.tp, [&](World& w) -> absl::Status {
+      DistributedConfig dist;
+      dist.ep_size = c.ep;
+      if (c.all_reduce) dist.ep_plan = std::string("all_reduce");
+      DT_ASSIGN_OR_RETURN(auto m,
+                          CausalLM::FromPretrained(MoeDir("mixtral"), w.shared_from_this(), dist));
+      Module* layer = m->GetSubmodule("model.layers.0.mlp").value();
+      DT_ASSIGN_OR_RETURN(Tensor h, Tensor::Randn({1, c.tokens, 64}, 7));
+      CommCounter counter;
+      DT_ASSIGN_OR_RETURN(Value y, layer->CallOne({Value(h)}));
+      if (counter.counts().ToString() != c.want) {
+        return absl::InternalError(absl::StrCat("rank ", w.rank(), ": a sparse layer ran ",
+                                                counter.counts().ToString(), ", want ", c.want));
+      }
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(s.ok()) << "ep=" << c.ep << " tp=" << c.tp << " all_reduce=" << c.all_reduce
+                        << " tokens=" << c.tokens << ": " << s;
+  }
+}
+
+TEST(MoeEpRefusals, BeforeAnyRead) {
+  struct Refusal {
+    const char* model;
+    int world, ep, tp;
+    const char* error;
+  };
+  for (const Refusal& r : std::vector<Refusal>{
+           {"mixtral", 3, 3, 1, "Cannot evenly shard 4 experts across 3 expert-parallel ranks"},
+           {"mixtral", 8, 2, 4, "ep_size 2 must be a multiple of tp_size 4"},
+           {"mixtral", 4, 2, 1, "ep_size 2 x tp_size 1 = 2 ranks, but there are 4"},
+           {"qwen3_moe", 3, 2, 0, "ep_size 2 does not divide the 3 ranks"}}) {
+    std::vector<double> seconds(r.world, -1);
+    absl::Status s = World::RunThreads(r.world, [&](World& w) -> absl::Status {
+      DistributedConfig dist;
+      dist.ep_size = r.ep;
+      dist.tp_size = r.tp;
+      LoadReport report;
+      report.seconds = -1;
+      absl::Status st =
+          CausalLM::FromPretrained(MoeDir(r.model), w.shared_from_this(), dist, {}, &report)
+              .status();
+      seconds[w.rank()] = report.seconds;
+      return st;
+    });
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << r.error;
+    EXPECT_TRUE(Contains(s, r.error)) << s;
+    for (double v : seconds) EXPECT_EQ(v, -1) << r.error << ": read weights";
+  }
+  // A dense family has no experts to split.
+  absl::Status dense = World::RunThreads(2, [&](World& w) -> absl::Status {
+    DistributedConfig dist;
+    dist.ep_size = 2;
+    return CausalLM::FromPretrained(FixtureDir("zoo/qwen3-tiny"), w.shared_from_this(), dist)
+        .status();
+  });
+  EXPECT_TRUE(Contains(dense, "expert parallelism over mesh(ep=2, tp=1) needs experts")) << dense;
+}
+
 TEST(MoeConfig, SparseLayersAsTheFamilySays) {
   const loaders::DecoderConfig mixtral = loaders::LoadDecoderConfig(MoeDir("mixtral")).value();
   EXPECT_EQ(mixtral.num_experts, 4);
@@ -99,6 +233,30 @@ TEST(MoePlan, ExpertsAreBlockShardsAndTheRouterIsReplicated) {
       EXPECT_TRUE(absl::StrContains(plan, line)) << line << "\n" << plan;
     }
     EXPECT_EQ(m->type_name(), "Qwen3MoeForCausalLM");
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+}
+
+// On (ep, tp) the experts are [S(0), block shards] on the 2-D mesh; the rest stays on tp.
+TEST(MoePlan, ExpertParallelPlacements) {
+  absl::Status s = World::RunThreads(4, [&](World& w) -> absl::Status {
+    DistributedConfig dist;
+    dist.ep_size = 2;
+    DT_ASSIGN_OR_RETURN(auto m,
+                        CausalLM::FromPretrained(MoeDir("qwen3_moe"), w.shared_from_this(), dist));
+    const std::string plan = m->tp_plan();
+    for (const char* line :
+         {"model.layers.*.mlp.experts.gate_up_proj -> packed_colwise + grouped_gemm: "
+          "model.layers.*.mlp.experts.gate_up_proj [S(0), _S(1,[48,48])] (2)",
+          "model.layers.*.mlp.experts.down_proj -> rowwise + grouped_gemm: "
+          "model.layers.*.mlp.experts.down_proj [S(0), S(2)] (2)",
+          "model.layers.*.self_attn.q_proj -> colwise: model.layers.*.self_attn.q_proj.weight "
+          "[S(0)] (3)"}) {
+      EXPECT_TRUE(absl::StrContains(plan, line)) << line << "\n" << plan;
+    }
+    EXPECT_EQ(m->GetSubmodule("model.layers.0.mlp.experts").value()->tp_style(),
+              "moe_tp_experts + ep_dispatch_experts");
     return absl::OkStatus();
   });
   ASSERT_TRUE(s.ok()) << s;
