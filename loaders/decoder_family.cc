@@ -70,6 +70,22 @@ std::vector<DecoderFamily> MakeFamilies() {
       {"model.layers.*.mlp.gate_up_proj", "packed_colwise"},
       {"model.layers.*.mlp.down_proj", "rowwise"},
   };
+  // transformers' DeepSeek-V2 plan: latent attention (nn/latent_attention.h) with its heads split
+  // by q_proj / q_b_proj and kv_b_proj (CausalLM::TPPlan keeps the q projection the config
+  // builds), the shared experts as a gated MLP beside the routed ones.
+  const Plan deepseek_plan = {
+      {"model.layers.*.self_attn.q_proj", "colwise"},
+      {"model.layers.*.self_attn.q_b_proj", "colwise"},
+      {"model.layers.*.self_attn.kv_a_proj_with_mqa", "mla_kv_a_proj"},
+      {"model.layers.*.self_attn.kv_b_proj", "colwise"},
+      {"model.layers.*.self_attn.o_proj", "rowwise"},
+      {"lm_head", "colwise_gather_output"},
+  };
+  Plan deepseek_moe = ExpertsPlan();
+  deepseek_moe.insert(deepseek_moe.end(),
+                      {{"model.layers.*.mlp.shared_experts.gate_proj", "colwise"},
+                       {"model.layers.*.mlp.shared_experts.up_proj", "colwise"},
+                       {"model.layers.*.mlp.shared_experts.down_proj", "rowwise"}});
   using SW = SlidingWindowFields;
   return {
       {.model_type = "llama", .architecture = "LlamaForCausalLM", .gguf_architecture = "llama",
@@ -102,6 +118,12 @@ std::vector<DecoderFamily> MakeFamilies() {
        .topk_weights = TopKWeights::kConfig, .default_max_position_embeddings = 32768,
        .sliding_window = SW::kQwen, .tp_plan = qwen3_plan, .mlp_plan = MlpPlan(),
        .moe_plan = ExpertsPlan(), .ep_plan = EpPlan(), .ep_all_reduce_plan = EpAllReducePlan()},
+      {.model_type = "deepseek_v2", .architecture = "DeepseekV2ForCausalLM",
+       .attention_bias_field = true, .latent_attention = true, .rotary_interleaved = true,
+       .mlp_bias_field = true, .moe_layers = MoeLayers::kAfterDense,
+       .topk_weights = TopKWeights::kScaled, .router_f32 = true, .shared_experts = true,
+       .tp_plan = deepseek_plan, .mlp_plan = MlpPlan(), .moe_plan = deepseek_moe,
+       .ep_plan = EpPlan(), .ep_all_reduce_plan = EpAllReducePlan()},
   };
 }
 

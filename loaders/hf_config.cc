@@ -285,6 +285,34 @@ absl::StatusOr<int64_t> NonNegativeInt(const Reader& r, absl::string_view key, i
   return v->get<int64_t>();
 }
 
+// DeepSeek's latent attention (nn/latent_attention.h), read as DeepseekV2Config does: head_dim
+// becomes qk_rope_head_dim (the RoPE tables' size).
+absl::Status ParseLatentAttention(const Reader& r, const DecoderFamily& f, DecoderConfig* c) {
+  if (!f.latent_attention) return absl::OkStatus();
+  const Json& j = r.j();
+  auto q_lora = j.find("q_lora_rank");
+  if (q_lora == j.end()) {
+    c->q_lora_rank = 1536;  // DeepseekV2Config's default
+  } else if (!q_lora->is_null()) {
+    DT_ASSIGN_OR_RETURN(c->q_lora_rank, r.PositiveInt(j, "q_lora_rank", std::nullopt));
+  }
+  DT_ASSIGN_OR_RETURN(c->kv_lora_rank, r.PositiveInt(j, "kv_lora_rank", int64_t{512}));
+  DT_ASSIGN_OR_RETURN(c->qk_nope_head_dim, r.PositiveInt(j, "qk_nope_head_dim", int64_t{128}));
+  DT_ASSIGN_OR_RETURN(c->qk_rope_head_dim, r.PositiveInt(j, "qk_rope_head_dim", int64_t{64}));
+  DT_ASSIGN_OR_RETURN(c->v_head_dim, r.PositiveInt(j, "v_head_dim", int64_t{128}));
+  if (c->qk_rope_head_dim % 2 != 0) {
+    return r.Error(absl::StrCat("qk_rope_head_dim ", c->qk_rope_head_dim,
+                                " must be even (rotary embeddings)"));
+  }
+  if (c->num_key_value_heads != c->num_attention_heads) {
+    return r.Unsupported(absl::StrCat(
+        "num_key_value_heads ", c->num_key_value_heads, " must equal num_attention_heads ",
+        c->num_attention_heads, " for latent attention (kv_b_proj gives every head its keys)"));
+  }
+  c->head_dim = c->qk_rope_head_dim;
+  return absl::OkStatus();
+}
+
 // Note [MoE blocks] (decoder_family.h): the experts, read as the family's config class does.
 absl::Status ParseExperts(const Reader& r, const DecoderFamily& f, DecoderConfig* c) {
   if (!f.moe()) return absl::OkStatus();
@@ -411,6 +439,7 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::s
       return r.Error(absl::StrCat("num_key_value_heads ", c.num_key_value_heads,
                                   " must divide num_attention_heads ", c.num_attention_heads));
     }
+    DT_RETURN_IF_ERROR(ParseLatentAttention(r, family, &c));
     DT_ASSIGN_OR_RETURN(c.max_position_embeddings,
                         r.PositiveInt(j, "max_position_embeddings",
                                       family.default_max_position_embeddings));

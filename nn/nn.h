@@ -6,6 +6,7 @@
 #include "dtensor/nn/check.h"
 #include "dtensor/nn/expert_parallel.h"
 #include "dtensor/nn/init.h"
+#include "dtensor/nn/latent_attention.h"
 #include "dtensor/nn/linear.h"
 #include "dtensor/nn/log.h"
 #include "dtensor/nn/mlp.h"

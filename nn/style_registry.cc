@@ -40,6 +40,7 @@ class Registry {
     Add("replicated_with_grad_allreduce", std::make_shared<ReplicatedWithGradAllReduce>());
     Add("moe_tp_experts", std::make_shared<MoEExpertsParallel>());
     Add("moe_identity_expert", std::make_shared<MoEIdentityParallel>());
+    Add("mla_kv_a_proj", std::make_shared<MlaKvAProjParallel>());
     // Expert parallelism (nn/expert_parallel.h): used on the ep dim of an (ep, tp) mesh.
     Add("grouped_gemm", std::make_shared<GroupedGemmParallel>());
     Add("ep_router", std::make_shared<RouterParallel>());

@@ -566,6 +566,15 @@ absl::StatusOr<Values> MoEExpertsParallel::TransformOutputPostForward(
   return outputs;
 }
 
+StyleInfo MlaKvAProjParallel::Info() const {
+  return {"R", "R", "unchanged", "[kv_lora | rope] whole on every rank",
+          "none (inference only: no gradients)"};
+}
+
+absl::Status MlaKvAProjParallel::InstallForward(Module&, const DeviceMesh&) const {
+  return absl::OkStatus();  // Note [Inference only]: the forward is the replicated one
+}
+
 StyleInfo MoEIdentityParallel::Info() const {
   return {"-", "-", "R -> P(sum) (x / tp)", "local", "none"};
 }

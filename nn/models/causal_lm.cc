@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -12,6 +13,7 @@
 #include "dtensor/core/status.h"
 #include "dtensor/nn/attention.h"
 #include "dtensor/nn/init.h"
+#include "dtensor/nn/latent_attention.h"
 #include "dtensor/nn/linear.h"
 #include "dtensor/nn/load.h"
 #include "dtensor/nn/mlp.h"
@@ -35,9 +37,39 @@ namespace {
 // The attention and the MLP a layer of the family has (Note [Adding a family] in
 // loaders/decoder_family.h: other kinds of blocks — experts, latent attention — branch here, with
 // the layer index for families whose layers differ).
+// transformers' yarn_apply_mscale: with YaRN's mscale_all_dim, latent attention scales its softmax
+// by mscale² as well (DeepSeek's reference does; the rotary dims are scaled by the table already).
+double LatentSoftmaxScale(const loaders::DecoderConfig& c) {
+  double scale = 1.0 / std::sqrt(static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim));
+  const loaders::RopeScaling& r = c.rope_scaling;
+  if (r.rope_type != "default" && r.mscale_all_dim && *r.mscale_all_dim != 0 && r.factor > 1) {
+    const double m = 0.1 * *r.mscale_all_dim * std::log(r.factor) + 1.0;
+    scale *= m * m;
+  }
+  return scale;
+}
+
 std::unique_ptr<Module> MakeAttention(const loaders::DecoderConfig& c, int64_t /*layer*/,
                                       DType dtype) {
   const loaders::DecoderFamily& f = c.family();
+  if (f.latent_attention) {
+    LatentAttentionOptions l;
+    l.hidden_size = c.hidden_size;
+    l.num_heads = c.num_attention_heads;
+    l.q_lora_rank = c.q_lora_rank;
+    l.kv_lora_rank = c.kv_lora_rank;
+    l.qk_nope_head_dim = c.qk_nope_head_dim;
+    l.qk_rope_head_dim = c.qk_rope_head_dim;
+    l.v_head_dim = c.v_head_dim;
+    l.bias = c.attention_bias;
+    l.norm_eps = 1e-6;  // DeepseekV2RMSNorm's default: the config's rms_norm_eps is not passed
+    l.softmax_scale = LatentSoftmaxScale(c);
+    l.rotary_style = ops::RotaryStyle::kInterleaved;
+    l.dtype = dtype;
+    auto attention = std::make_unique<LatentAttention>(l);
+    attention->EnableKVCache(true);
+    return attention;
+  }
   AttentionOptions a;
   a.hidden_size = c.hidden_size;
   a.num_heads = c.num_attention_heads;
@@ -133,7 +165,7 @@ DecoderModel::DecoderModel(const loaders::DecoderConfig& c, DType dtype) : Modul
       },
       absl::StrCat("theta=", c.rope_theta, c.rope_scaling.rope_type == "default" ? "" : ", ",
                    c.rope_scaling.rope_type == "default" ? "" : c.rope_scaling.rope_type),
-      ops::RotaryStyle::kHalf);
+      c.family().rotary_interleaved ? ops::RotaryStyle::kInterleaved : ops::RotaryStyle::kHalf);
 }
 
 absl::StatusOr<Values> DecoderModel::Forward(Values inputs) {
@@ -176,8 +208,14 @@ ParallelPlan CausalLM::TPPlan(const loaders::DecoderConfig& config, bool shard_e
                               bool replicate_kv) {
   const loaders::DecoderFamily& f = config.family();
   ParallelPlan plan;
+  // Latent attention builds q_proj or q_a_proj / q_b_proj, as the config says: the other's rule
+  // would match nothing.
+  const std::string unbuilt_q = !f.latent_attention   ? ""
+                                : config.q_lora_rank > 0 ? ".self_attn.q_proj"
+                                                         : ".self_attn.q_b_proj";
   auto add = [&](const std::vector<std::pair<std::string, std::string>>& entries) {
     for (const auto& [key, style] : entries) {
+      if (!unbuilt_q.empty() && absl::EndsWith(key, unbuilt_q)) continue;
       const bool kv =
           absl::EndsWith(key, ".self_attn.k_proj") || absl::EndsWith(key, ".self_attn.v_proj");
       plan.emplace_back(key, replicate_kv && kv ? "replicate" : style);
@@ -340,6 +378,7 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
 void CausalLM::ResetCache() {
   for (auto& [name, m] : NamedModules()) {
     if (auto* a = dynamic_cast<Attention*>(m)) a->ResetKVCache();
+    if (auto* l = dynamic_cast<LatentAttention*>(m)) l->ResetKVCache();
   }
   past_ = 0;
 }

@@ -50,7 +50,12 @@ TEST_P(MoeTp, MatchesTransformersAndReadsOnlyItsShards) {
 INSTANTIATE_TEST_SUITE_P(Models, MoeTp,
                          ::testing::Values(TpCase{"mixtral", 1}, TpCase{"mixtral", 2},
                                            TpCase{"mixtral", 4}, TpCase{"qwen3_moe", 1},
-                                           TpCase{"qwen3_moe", 2}, TpCase{"qwen3_moe", 4}),
+                                           TpCase{"qwen3_moe", 2}, TpCase{"qwen3_moe", 4},
+                                           TpCase{"deepseek_v2", 1}, TpCase{"deepseek_v2", 2},
+                                           TpCase{"deepseek_v2", 4},
+                                           TpCase{"deepseek_v2_lite", 1},
+                                           TpCase{"deepseek_v2_lite", 2},
+                                           TpCase{"deepseek_v2_lite", 4}),
                          [](const auto& info) {
                            return absl::StrCat(info.param.model, "_tp", info.param.tp);
                          });
@@ -107,7 +112,10 @@ INSTANTIATE_TEST_SUITE_P(
                       EpCase{"mixtral", 2, 2, false}, EpCase{"mixtral", 2, 1, true},
                       EpCase{"mixtral", 2, 2, true}, EpCase{"qwen3_moe", 2, 1, false},
                       EpCase{"qwen3_moe", 4, 1, false}, EpCase{"qwen3_moe", 2, 2, false},
-                      EpCase{"qwen3_moe", 4, 1, true}),
+                      EpCase{"qwen3_moe", 4, 1, true}, EpCase{"deepseek_v2", 2, 1, false},
+                      EpCase{"deepseek_v2", 4, 1, false}, EpCase{"deepseek_v2", 2, 2, false},
+                      EpCase{"deepseek_v2", 2, 2, true}, EpCase{"deepseek_v2_lite", 2, 1, false},
+                      EpCase{"deepseek_v2_lite", 4, 1, false}),
     [](const auto& info) {
       return absl::StrCat(info.param.model, "_ep", info.param.ep, "_tp", info.param.tp,
                           info.param.all_reduce ? "_all_reduce" : "");
@@ -214,6 +222,40 @@ TEST(MoeConfig, SparseLayersAsTheFamilySays) {
   EXPECT_EQ(again, qwen);
   EXPECT_EQ(loaders::ParseDecoderConfig(loaders::DecoderConfigToJson(mixtral), "again").value(),
             mixtral);
+  const loaders::DecoderConfig ds = loaders::LoadDecoderConfig(MoeDir("deepseek_v2")).value();
+  EXPECT_EQ(ds.head_dim, 8);  // qk_rope_head_dim: the RoPE tables' size
+  EXPECT_EQ(ds.q_lora_rank, 48);
+  EXPECT_EQ(ds.kv_lora_rank, 32);
+  EXPECT_EQ(ds.n_shared_experts, 1);
+  EXPECT_EQ(ds.routed_scaling_factor, 1.5);
+  EXPECT_FALSE(ds.IsMoeLayer(0));  // first_k_dense_replace 1
+  EXPECT_TRUE(ds.IsMoeLayer(1) && ds.IsMoeLayer(2));
+  EXPECT_EQ(loaders::ParseDecoderConfig(loaders::DecoderConfigToJson(ds), "again").value(), ds);
+  const loaders::DecoderConfig lite =
+      loaders::LoadDecoderConfig(MoeDir("deepseek_v2_lite")).value();
+  EXPECT_EQ(lite.q_lora_rank, 0);  // null: a plain q_proj
+  EXPECT_EQ(loaders::ParseDecoderConfig(loaders::DecoderConfigToJson(lite), "again").value(), lite);
+}
+
+// What the families refuse rather than compute differently.
+TEST(MoeConfig, RefusesWhatItDoesNotImplement) {
+  const std::string ds = R"({"model_type": "deepseek_v2", "vocab_size": 8, "hidden_size": 8,
+      "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+      "num_experts_per_tok": 1, "n_routed_experts": 2, "qk_rope_head_dim": 2)";
+  EXPECT_TRUE(Contains(loaders::ParseDecoderConfig(ds + R"(, "norm_topk_prob": true})", "c").status(),
+                       "\"norm_topk_prob\": true is ambiguous for deepseek_v2"));
+  EXPECT_TRUE(Contains(
+      loaders::ParseDecoderConfig(ds + R"(, "topk_method": "group_limited_greedy"})", "c").status(),
+      "\"topk_method\": \"group_limited_greedy\" is not implemented"));
+  EXPECT_TRUE(Contains(
+      loaders::ParseDecoderConfig(ds + R"(, "num_key_value_heads": 1})", "c").status(),
+      "num_key_value_heads 1 must equal num_attention_heads 2 for latent attention"));
+  EXPECT_TRUE(loaders::ParseDecoderConfig(ds + "}", "c").ok());
+  // Experts on a family without them are refused, as before.
+  EXPECT_TRUE(Contains(loaders::ParseDecoderConfig(R"({"model_type": "qwen3", "vocab_size": 8,
+      "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
+      "num_attention_heads": 2, "num_experts": 4})", "c").status(),
+                       "\"num_experts\": 4 is not implemented by dtensor's qwen3"));
 }
 
 // Each rank holds matching gate and up rows of every expert (block shards), down_proj by columns,
@@ -257,6 +299,29 @@ TEST(MoePlan, ExpertParallelPlacements) {
     }
     EXPECT_EQ(m->GetSubmodule("model.layers.0.mlp.experts").value()->tp_style(),
               "moe_tp_experts + ep_dispatch_experts");
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+}
+
+// DeepSeek's latent attention: heads split by q_b_proj and kv_b_proj, kv_a_proj_with_mqa whole.
+TEST(MoePlan, LatentAttentionPlacements) {
+  absl::Status s = World::RunThreads(2, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2}, {"tp"}));
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(MoeDir("deepseek_v2"), mesh));
+    const std::string plan = m->tp_plan();
+    for (const char* line :
+         {"model.layers.*.self_attn.q_b_proj -> colwise: model.layers.*.self_attn.q_b_proj.weight "
+          "[S(0)] (3)",
+          "model.layers.*.self_attn.kv_a_proj_with_mqa -> mla_kv_a_proj: "
+          "model.layers.*.self_attn.kv_a_proj_with_mqa.weight [R] (3)",
+          "model.layers.*.mlp.shared_experts.down_proj -> rowwise: "
+          "model.layers.*.mlp.shared_experts.down_proj.weight [S(1)] (2)",
+          "model.layers.*.mlp.gate_proj -> colwise: model.layers.*.mlp.gate_proj.weight [S(0)]"}) {
+      EXPECT_TRUE(absl::StrContains(plan, line)) << line << "\n" << plan;
+    }
+    EXPECT_FALSE(absl::StrContains(plan, "self_attn.q_proj")) << plan;
+    EXPECT_EQ(m->type_name(), "DeepseekV2ForCausalLM");
     return absl::OkStatus();
   });
   ASSERT_TRUE(s.ok()) << s;

@@ -19,6 +19,12 @@ For each model it writes tests/fixtures/moe/<name>/ with
                    file), 8 / 4 heads, every layer sparse
   qwen3_moe-tiny   8 experts, top-2 with norm_topk_prob, q/k norms, head_dim 16, 3 layers with
                    layer 1 dense (mlp_only_layers) and decoder_sparse_step 1
+  deepseek_v2-tiny DeepSeek-V2's latent attention with q_lora_rank (q_a_proj, q_a_layernorm,
+                   q_b_proj), kv_lora_rank 32, RoPE on 8 of 24 query/key dims (interleaved pairs),
+                   v_head_dim 16; 8 routed experts top-2 with routed_scaling_factor 1.5 and one
+                   shared expert; layer 0 dense (first_k_dense_replace 1), 3 layers
+  deepseek_v2_lite-tiny  the same without q_lora_rank (a plain q_proj, as DeepSeek-V2-Lite), 4
+                   experts, 2 layers
 
 Weights are random (seeded), scaled so that the greedy continuation is not one repeated token,
 and a seed is kept only when every routing decision has a margin of at least 3e-4 between the k-th
@@ -32,8 +38,8 @@ import shutil
 
 import torch
 import transformers
-from transformers import (MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig,
-                          Qwen3MoeForCausalLM)
+from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, MixtralConfig,
+                          MixtralForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 from make_llama_fixtures import NEW_TOKENS, greedy, randomize, record
 
@@ -60,6 +66,32 @@ MODELS = {
                               rope_theta=1000000.0, tie_word_embeddings=False, bos_token_id=1,
                               eos_token_id=2),
         seed=42),
+    "deepseek_v2-tiny": dict(
+        cls=DeepseekV2ForCausalLM,
+        config=DeepseekV2Config(vocab_size=320, hidden_size=64, intermediate_size=128,
+                                moe_intermediate_size=32, num_hidden_layers=3,
+                                num_attention_heads=4, num_key_value_heads=4, q_lora_rank=48,
+                                kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                                v_head_dim=16, n_routed_experts=8, num_experts_per_tok=2,
+                                n_shared_experts=1, first_k_dense_replace=1,
+                                routed_scaling_factor=1.5, topk_method="greedy",
+                                norm_topk_prob=False, max_position_embeddings=256,
+                                rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1,
+                                eos_token_id=2),
+        seed=43),
+    "deepseek_v2_lite-tiny": dict(
+        cls=DeepseekV2ForCausalLM,
+        config=DeepseekV2Config(vocab_size=256, hidden_size=48, intermediate_size=96,
+                                moe_intermediate_size=24, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None,
+                                kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
+                                v_head_dim=12, n_routed_experts=4, num_experts_per_tok=2,
+                                n_shared_experts=2, first_k_dense_replace=1,
+                                routed_scaling_factor=1.0, topk_method="greedy",
+                                norm_topk_prob=False, max_position_embeddings=256,
+                                rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1,
+                                eos_token_id=2),
+        seed=44),
 }
 
 
@@ -88,11 +120,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests",
                                                   "fixtures"))
+    ap.add_argument("--only", default="", help="comma-separated model names (default: all)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     root = os.path.join(args.out, "moe")
     os.makedirs(root, exist_ok=True)
+    only = set(args.only.split(",")) if args.only else None
     for name, v in MODELS.items():
+        if only is not None and name not in only:
+            continue
         out = os.path.join(root, name)
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
