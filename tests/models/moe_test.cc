@@ -196,26 +196,82 @@ TEST(MoeEpRefusals, BeforeAnyRead) {
   EXPECT_TRUE(Contains(dense, "expert parallelism over mesh(ep=2, tp=1) needs experts")) << dense;
 }
 
+// The same weights as llama.cpp's converter lays them out (Note [GGUF experts] in
+// loaders/gguf_llama.cc: Mixtral as architecture llama with experts and permuted Q/K rows,
+// Qwen3-MoE as qwen3moe; experts stacked as ffn_{gate,up,down}_exps) load to transformers' logits
+// and tokens, split by tp or by ep as the safetensors are, each rank reading only its experts.
+class MoeGguf : public ::testing::TestWithParam<EpCase> {};
+
+TEST_P(MoeGguf, LoadsToTheSameLogits) {
+  const EpCase c = GetParam();
+  const Golden g = LoadGolden(MoeFixture(c.model));
+  absl::Status s = World::RunThreads(c.ep * c.tp, [&](World& w) -> absl::Status {
+    DistributedConfig dist;
+    dist.ep_size = c.ep;
+    dist.tp_size = c.tp;
+    LoadReport report;
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(FixtureDir(MoeFixture(c.model) + ".gguf"),
+                                                         w.shared_from_this(), dist, {}, &report));
+    DT_RETURN_IF_ERROR(MatchesGolden(*m, g, w.rank()));
+    return ReadsOnlyItsPieces(report, c.ep * c.tp > 1);
+  });
+  ASSERT_TRUE(s.ok()) << c.model << " ep=" << c.ep << " tp=" << c.tp << ": " << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, MoeGguf,
+                         ::testing::Values(EpCase{"mixtral", 1, 1, false},
+                                           EpCase{"mixtral", 1, 2, false},
+                                           EpCase{"mixtral", 2, 1, false},
+                                           EpCase{"qwen3_moe", 1, 1, false},
+                                           EpCase{"qwen3_moe", 1, 4, false},
+                                           EpCase{"qwen3_moe", 2, 2, false}),
+                         [](const auto& info) {
+                           return absl::StrCat(info.param.model, "_ep", info.param.ep, "_tp",
+                                               info.param.tp);
+                         });
+
+TEST(MoeGgufConfig, FamiliesFromTheirArchitectures) {
+  const loaders::DecoderConfig mixtral =
+      loaders::LoadDecoderConfig(FixtureDir(MoeFixture("mixtral") + ".gguf")).value();
+  EXPECT_EQ(mixtral.model_type, "mixtral");  // llama with experts
+  EXPECT_EQ(mixtral.num_experts, 4);
+  EXPECT_EQ(mixtral.num_experts_per_tok, 2);
+  EXPECT_EQ(mixtral.moe_intermediate_size, 64);
+  const loaders::DecoderConfig qwen =
+      loaders::LoadDecoderConfig(FixtureDir(MoeFixture("qwen3_moe") + ".gguf")).value();
+  EXPECT_EQ(qwen.model_type, "qwen3_moe");
+  EXPECT_EQ(qwen.moe_intermediate_size, 32);
+  EXPECT_EQ(qwen.intermediate_size, 128);
+  EXPECT_TRUE(qwen.norm_topk_prob);  // llama.cpp's qwen3moe renormalises
+  EXPECT_EQ(qwen.head_dim, 16);
+}
+
 TEST(MoeConfig, SparseLayersAsTheFamilySays) {
   const loaders::DecoderConfig mixtral = loaders::LoadDecoderConfig(MoeDir("mixtral")).value();
   EXPECT_EQ(mixtral.num_experts, 4);
   EXPECT_EQ(mixtral.num_experts_per_tok, 2);
-  EXPECT_EQ(mixtral.moe_intermediate_size, 96);
+  EXPECT_EQ(mixtral.moe_intermediate_size, 64);
   EXPECT_TRUE(mixtral.norm_topk_prob);
   EXPECT_TRUE(mixtral.IsMoeLayer(0) && mixtral.IsMoeLayer(1));
   const loaders::DecoderConfig qwen = loaders::LoadDecoderConfig(MoeDir("qwen3_moe")).value();
   EXPECT_EQ(qwen.num_experts, 8);
-  EXPECT_EQ(qwen.moe_intermediate_size, 48);
+  EXPECT_EQ(qwen.moe_intermediate_size, 32);
   EXPECT_TRUE(qwen.norm_topk_prob);
-  EXPECT_TRUE(qwen.IsMoeLayer(0));
-  EXPECT_FALSE(qwen.IsMoeLayer(1));  // mlp_only_layers [1]
-  EXPECT_TRUE(qwen.IsMoeLayer(2));
+  EXPECT_TRUE(qwen.IsMoeLayer(0) && qwen.IsMoeLayer(1));
+  EXPECT_FALSE(qwen.HasDenseLayers());
+  // transformers' rule: sparse when (i + 1) % decoder_sparse_step == 0 and i not in mlp_only_layers.
   loaders::DecoderConfig step = qwen;
-  step.mlp_only_layers.clear();
-  step.decoder_sparse_step = 2;  // transformers: (i + 1) % step == 0
+  step.decoder_sparse_step = 2;
+  step.num_hidden_layers = 5;
+  step.mlp_only_layers = {3};
   EXPECT_FALSE(step.IsMoeLayer(0));
   EXPECT_TRUE(step.IsMoeLayer(1));
   EXPECT_FALSE(step.IsMoeLayer(2));
+  EXPECT_FALSE(step.IsMoeLayer(3));  // mlp_only_layers
+  EXPECT_TRUE(step.HasMoeLayers() && step.HasDenseLayers());
+  step.mlp_only_layers = {1, 3};
+  EXPECT_FALSE(step.HasMoeLayers());
+  EXPECT_EQ(loaders::ParseDecoderConfig(loaders::DecoderConfigToJson(step), "again").value(), step);
   // The config written back reads as the same config.
   const loaders::DecoderConfig again =
       loaders::ParseDecoderConfig(loaders::DecoderConfigToJson(qwen), "again").value();
@@ -267,10 +323,9 @@ TEST(MoePlan, ExpertsAreBlockShardsAndTheRouterIsReplicated) {
     const std::string plan = m->tp_plan();
     for (const char* line :
          {"model.layers.*.mlp.experts.gate_up_proj -> packed_colwise: "
-          "model.layers.*.mlp.experts.gate_up_proj [_S(1,[48,48])] (2)",
+          "model.layers.*.mlp.experts.gate_up_proj [_S(1,[32,32])] (2)",
           "model.layers.*.mlp.experts.down_proj -> rowwise: model.layers.*.mlp.experts.down_proj "
           "[S(2)] (2)",
-          "model.layers.*.mlp.gate_proj -> colwise: model.layers.*.mlp.gate_proj.weight [S(0)]",
           "model.layers.*.mlp.gate.weight"}) {
       EXPECT_TRUE(absl::StrContains(plan, line)) << line << "\n" << plan;
     }
@@ -290,11 +345,11 @@ TEST(MoePlan, ExpertParallelPlacements) {
     const std::string plan = m->tp_plan();
     for (const char* line :
          {"model.layers.*.mlp.experts.gate_up_proj -> packed_colwise + grouped_gemm: "
-          "model.layers.*.mlp.experts.gate_up_proj [S(0), _S(1,[48,48])] (2)",
+          "model.layers.*.mlp.experts.gate_up_proj [S(0), _S(1,[32,32])] (2)",
           "model.layers.*.mlp.experts.down_proj -> rowwise + grouped_gemm: "
           "model.layers.*.mlp.experts.down_proj [S(0), S(2)] (2)",
           "model.layers.*.self_attn.q_proj -> colwise: model.layers.*.self_attn.q_proj.weight "
-          "[S(0)] (3)"}) {
+          "[S(0)] (2)"}) {
       EXPECT_TRUE(absl::StrContains(plan, line)) << line << "\n" << plan;
     }
     EXPECT_EQ(m->GetSubmodule("model.layers.0.mlp.experts").value()->tp_style(),
@@ -347,8 +402,8 @@ TEST(MoeCollectives, OneAllReducePerSparseLayer) {
 
 // A tp the experts' intermediate size (or the heads) does not allow is refused before any read.
 TEST(MoeRefusals, TpThatTheExpertsDoNotAllow) {
-  absl::Status s = World::RunThreads(5, [&](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {5}, {"tp"}));
+  absl::Status s = World::RunThreads(3, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {3}, {"tp"}));
     CausalLMLoadOptions o;
     o.plan = ParallelPlan{{"model.layers.*.mlp.experts.gate_up_proj", "packed_colwise"},
                           {"model.layers.*.mlp.experts.down_proj", "rowwise"},
@@ -360,8 +415,8 @@ TEST(MoeRefusals, TpThatTheExpertsDoNotAllow) {
     return st;
   });
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(s, "Experts 'model.layers.0.mlp.experts': tensor parallel size 5 does not divide "
-                       "intermediate_size 96 (gate_up_proj, down_proj sharded)")) << s;
+  EXPECT_TRUE(Contains(s, "Experts 'model.layers.0.mlp.experts': tensor parallel size 3 does not divide "
+                       "intermediate_size 64 (gate_up_proj, down_proj sharded)")) << s;
 }
 
 // A config whose experts contradict the checkpoint is refused naming both.

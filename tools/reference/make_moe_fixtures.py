@@ -17,8 +17,14 @@ For each model it writes tests/fixtures/moe/<name>/ with
   name             what it exercises
   mixtral-tiny     4 experts, top-2 renormalised (block_sparse_moe.experts.{e}.w1/w3/w2 in the
                    file), 8 / 4 heads, every layer sparse
-  qwen3_moe-tiny   8 experts, top-2 with norm_topk_prob, q/k norms, head_dim 16, 3 layers with
-                   layer 1 dense (mlp_only_layers) and decoder_sparse_step 1
+  qwen3_moe-tiny   8 experts, top-2 with norm_topk_prob, q/k norms, head_dim 16, 2 layers, every
+                   one sparse (llama.cpp's qwen3moe has no dense layer, so the GGUF can hold it;
+                   the dense layers of a MoE model are DeepSeek's)
+and, for Mixtral and Qwen3-MoE, tests/fixtures/moe/<name>.gguf: the same f32 weights as
+convert_hf_to_gguf lays them out (make_zoo_fixtures.write_gguf: Mixtral as architecture llama with
+permuted Q/K rows, Qwen3-MoE as qwen3moe; experts stacked as ffn_{gate,up,down}_exps, the router
+as ffn_gate_inp), loaded back by transformers' GGUF reader when it can.
+
   deepseek_v2-tiny DeepSeek-V2's latent attention with q_lora_rank (q_a_proj, q_a_layernorm,
                    q_b_proj), kv_lora_rank 32, RoPE on 8 of 24 query/key dims (interleaved pairs),
                    v_head_dim 16; 8 routed experts top-2 with routed_scaling_factor 1.5 and one
@@ -42,26 +48,27 @@ from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, MixtralConfig
                           MixtralForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 from make_llama_fixtures import NEW_TOKENS, greedy, randomize, record
+from make_zoo_fixtures import write_gguf
 
 PROMPT = [1, 15, 27, 100, 200, 5, 7, 250, 42, 11]
 MIN_MARGIN = 3e-4
 
 MODELS = {
     "mixtral-tiny": dict(
-        cls=MixtralForCausalLM,
-        config=MixtralConfig(vocab_size=320, hidden_size=64, intermediate_size=96,
+        cls=MixtralForCausalLM, gguf="llama",
+        config=MixtralConfig(vocab_size=320, hidden_size=64, intermediate_size=64,
                              num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
                              num_local_experts=4, num_experts_per_tok=2,
                              max_position_embeddings=256, rms_norm_eps=1e-5,
                              tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
         seed=41),
     "qwen3_moe-tiny": dict(
-        cls=Qwen3MoeForCausalLM,
+        cls=Qwen3MoeForCausalLM, gguf="qwen3moe",
         config=Qwen3MoeConfig(vocab_size=384, hidden_size=64, intermediate_size=128,
-                              moe_intermediate_size=48, num_hidden_layers=3,
+                              moe_intermediate_size=32, num_hidden_layers=2,
                               num_attention_heads=8, num_key_value_heads=4, head_dim=16,
                               num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
-                              decoder_sparse_step=1, mlp_only_layers=[1],
+                              decoder_sparse_step=1, mlp_only_layers=[],
                               max_position_embeddings=256, rms_norm_eps=1e-6,
                               rope_theta=1000000.0, tie_word_embeddings=False, bos_token_id=1,
                               eos_token_id=2),
@@ -116,6 +123,25 @@ def router_margin(model, prompt, tokens):
     return min(margins)
 
 
+def check_gguf(path, model):
+    """transformers' own GGUF reader (given the config: its GGUF mapping reads no expert size)
+    must compute the safetensors logits from the file."""
+    from transformers import AutoModelForCausalLM
+    try:
+        back = AutoModelForCausalLM.from_pretrained(os.path.dirname(path),
+                                                    gguf_file=os.path.basename(path),
+                                                    config=model.config,
+                                                    dtype=torch.float32).eval()
+    except Exception as e:  # an architecture transformers does not read from GGUF
+        return f"not checked (transformers: {str(e).splitlines()[0][:100]})"
+    with torch.no_grad():
+        a = model(torch.tensor([PROMPT])).logits
+        b = back(torch.tensor([PROMPT])).logits
+    diff = float((a - b).abs().max())
+    assert diff < 1e-4, f"{path}: transformers reads logits {diff} away from the safetensors ones"
+    return f"transformers reads the same logits (max |diff| {diff:.1e})"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests",
@@ -163,9 +189,14 @@ def main():
         with open(os.path.join(out, "golden.json"), "w") as fp:
             json.dump(golden, fp)
             fp.write("\n")
+        note = ""
+        if v.get("gguf"):
+            path = os.path.join(root, f"{name}.gguf")
+            write_gguf(path, name, f32, f32.config, arch=v["gguf"])
+            note = f" (+ {os.path.getsize(path) / 1e6:.2f} MB gguf: {check_gguf(path, f32)})"
         size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
-        print(f"{name}: {size / 1e6:.2f} MB, seed {seed}, weight scale {scale}, router margin "
-              f"{margin:.2e}, greedy {tokens[:12]} ...")
+        print(f"{name}: {size / 1e6:.2f} MB{note}, seed {seed}, weight scale {scale}, router "
+              f"margin {margin:.2e}, greedy {tokens[:12]} ...")
 
 
 if __name__ == "__main__":
