@@ -146,7 +146,7 @@ absl::StatusOr<Values> DispatchAndCombine(Module& m, Values inputs, const Device
 // ---- grouped_gemm ---------------------------------------------------------------------------------
 
 StyleInfo GroupedGemmParallel::Info() const {
-  return {"S(0) (experts over ep)", "S(0)", "unchanged", "unchanged", "none (parameters only)"};
+  return {"S(0) (experts)", "S(0)", "unchanged", "unchanged", "none (parameters only)"};
 }
 
 absl::Status GroupedGemmParallel::ValidateParam(const Module&, const Parameter& param,
@@ -166,8 +166,7 @@ absl::Status GroupedGemmParallel::InstallForward(Module&, const DeviceMesh&) con
 // ---- ep_router ------------------------------------------------------------------------------------
 
 StyleInfo RouterParallel::Info() const {
-  return {"R", "R", "unchanged",
-          "other ranks' experts: id E/ep (skipped), weight 0; own: local ids", "none"};
+  return {"R", "R", "unchanged", "off-rank ids -> E/ep, weight 0", "none"};
 }
 
 absl::Status RouterParallel::ValidateParam(const Module& module, const Parameter& param,
@@ -211,9 +210,8 @@ absl::StatusOr<Values> RouterParallel::TransformOutputPostForward(Module& module
 // ---- ep_dispatch_experts --------------------------------------------------------------------------
 
 StyleInfo EpDispatchExpertsParallel::Info() const {
-  return {"own entries (grouped_gemm)", "own entries", "R -> this rank's chunk of tokens",
-          "all_to_all to the experts' ranks and back, weighted, chunks all_gathered -> R local",
-          "all_to_all x2, all_gather x2"};
+  return {"own entries", "own entries", "R -> chunk of tokens",
+          "rows out and back -> R local", "all_to_all x2, all_gather x2"};
 }
 
 absl::Status EpDispatchExpertsParallel::InstallForward(Module& module,

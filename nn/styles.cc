@@ -567,8 +567,7 @@ absl::StatusOr<Values> MoEExpertsParallel::TransformOutputPostForward(
 }
 
 StyleInfo MlaKvAProjParallel::Info() const {
-  return {"R", "R", "unchanged", "[kv_lora | rope] whole on every rank",
-          "none (inference only: no gradients)"};
+  return {"R", "R", "unchanged", "unchanged (whole)", "none (inference only: no gradients)"};
 }
 
 absl::Status MlaKvAProjParallel::InstallForward(Module&, const DeviceMesh&) const {

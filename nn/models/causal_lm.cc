@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
 #include "dtensor/nn/attention.h"
+#include "dtensor/nn/expert_parallel.h"
 #include "dtensor/nn/init.h"
 #include "dtensor/nn/latent_attention.h"
 #include "dtensor/nn/linear.h"
@@ -251,12 +252,21 @@ ParallelizeOptions CausalLM::parallelize_options() const {
 }
 
 absl::Status CausalLM::Parallelize(const DeviceMesh& mesh, bool shard_embedding) {
-  return Parallelize(mesh, TPPlan(config_, shard_embedding));
+  return Parallelize(mesh, TPPlan(config_, shard_embedding),
+                     mesh.ndim() == 2 ? EPPlan(config_) : ParallelPlan());
 }
 
-absl::Status CausalLM::Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan) {
+absl::Status CausalLM::Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan,
+                                   const ParallelPlan& ep_plan) {
   DT_RETURN_IF_ERROR(ValidateConfig(config_));
-  return ParallelizeModule(*this, mesh, plan, parallelize_options());
+  if (mesh.ndim() == 2) {
+    DT_RETURN_IF_ERROR(
+        ParallelizeModuleWithEP(*this, mesh, plan, ep_plan, parallelize_options()));
+  } else {
+    DT_RETURN_IF_ERROR(ParallelizeModule(*this, mesh, plan, parallelize_options()));
+  }
+  mesh_ = mesh;
+  return absl::OkStatus();
 }
 
 absl::Status CausalLM::ShardLoaded(const ParallelPlan& plan) {

@@ -190,9 +190,11 @@ class CausalLM : public Module {
   // replicated on purpose).
   ParallelizeOptions parallelize_options() const;
 
-  // Places the parameters (ParallelizeModule with TPPlan) without reading anything.
+  // Places the parameters (ParallelizeModule with TPPlan) without reading anything; on a 2-D
+  // (ep, tp) mesh with EPPlan too (ParallelizeModuleWithEP).
   absl::Status Parallelize(const DeviceMesh& mesh, bool shard_embedding = false);
-  absl::Status Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan);
+  absl::Status Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan,
+                           const ParallelPlan& ep_plan = {});
   // Shards a model loaded whole (every parameter Replicate with its value): nn::ShardLoaded.
   absl::Status ShardLoaded(const ParallelPlan& plan);
   // Reads every placed parameter's local piece from `checkpoint` (names as in HF checkpoints).
