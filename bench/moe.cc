@@ -2,7 +2,8 @@
 // 512, 4 layers, GQA 8 / 4 heads, vocab 4096, f32: 42M parameters, 35M of them in the experts)
 // decoding and prefilling on shm processes (this program re-launched under dtrun, which must sit
 // next to it): 1 rank, tensor parallel at tp 2 and 4 (every expert split), expert parallel at ep 2
-// and 4 (whole experts per rank, tokens dispatched with all_to_all: nn/expert_parallel.h). Each
+// and 4 on the same ranks as tp (whole experts per rank, tokens dispatched with all_to_all, the
+// dense layers split by the tp plan: Note [Expert-parallel layouts] in nn/distributed.h). Each
 // process computes with cores / ranks threads (Note [One core budget per node]).
 //
 //   bench_moe [--quick] [--prompt N] [--decode N] [--reps N]
@@ -14,9 +15,9 @@
 //
 // Targets (RESULT lines):
 //   moe_ep4_bytes_vs_share      the bytes a rank holds at ep = 4 against a quarter of the experts
-//                               plus everything else whole (the dense part is replicated over
-//                               ep): within 2% (each rank holds its two experts and no piece of
-//                               another's)
+//                               plus the dense part the same rank holds at tp = 4 (the same tp
+//                               plan splits it): within 2% (each rank holds its two experts and no
+//                               piece of another's)
 //   moe_decode_ep2_vs_tp2       ep = 2 decode >= 0.8x tp = 2 decode, same run
 #include <unistd.h>
 
@@ -90,7 +91,8 @@ absl::Status Worker(int64_t ep, int64_t prompt_len, int64_t decode, int64_t reps
   DT_ASSIGN_OR_RETURN(DeviceMesh mesh, ModelMesh(world, dist));
   const loaders::DecoderConfig c = BenchConfig();
   CausalLM model(c, DType::kF32);
-  DT_RETURN_IF_ERROR(model.Parallelize(mesh));
+  DT_RETURN_IF_ERROR(model.Parallelize(mesh, CausalLM::TPPlan(c),
+                                       ep > 1 ? CausalLM::EPPlan(c) : ParallelPlan()));
   DT_RETURN_IF_ERROR(InitRandom(model, 7));
   int64_t held = 0, experts = 0, experts_full = 0, dense_full = 0;
   for (const auto& [name, p] : model.NamedParameters()) {
@@ -255,14 +257,17 @@ int main(int argc, char** argv) {
     rows[l.name] = *std::move(r);
   }
   const Row& ep4 = rows.at("ep 4");
-  const double share = ep4.experts_full / 4.0 + ep4.dense_full;
+  const Row& tp4 = rows.at("tp 4");
   double worst = 1.0;
-  for (int64_t h : ep4.held) {
-    if (std::abs(h / share - 1.0) > std::abs(worst - 1.0)) worst = h / share;
+  for (size_t i = 0; i < ep4.held.size(); ++i) {
+    const double share = ep4.experts_full / 4.0 + (tp4.held[i] - tp4.experts[i]);
+    if (std::abs(ep4.held[i] / share - 1.0) > std::abs(worst - 1.0)) worst = ep4.held[i] / share;
   }
-  std::printf("ep = 4: the experts %s, the rest %s; a quarter of the experts plus the rest is %s\n",
+  std::printf("ep = 4: the experts %s, the rest %s (rank 0 holds %s of it at tp = 4); a quarter of "
+              "the experts plus that is %s on rank 0\n",
               MB(ep4.experts_full).c_str(), MB(ep4.dense_full).c_str(),
-              MB(static_cast<int64_t>(share)).c_str());
+              MB(tp4.held[0] - tp4.experts[0]).c_str(),
+              MB(ep4.experts_full / 4 + tp4.held[0] - tp4.experts[0]).c_str());
   std::printf("RESULT moe_ep4_bytes_vs_share %.4f 1.00+-0.02 %s\n", worst,
               bench::Verdict(std::abs(worst - 1.0) <= 0.02));
   const double ep_vs_tp = rows.at("ep 2").decode / rows.at("tp 2").decode;

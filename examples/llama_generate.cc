@@ -19,7 +19,8 @@
 // (rank 0 reruns on one rank in-process and every rank exits 1 unless the tokens are equal),
 // --quiet (no table of parameters, no per-step progress), --save-to DIR (after loading, write the
 // tensor-parallel model as one HF checkpoint, gathered tensor by tensor: nn/save.h), --ep-size N
-// (mixture-of-experts families: experts split over N ranks, tp = ranks / N: nn/expert_parallel.h).
+// (mixture-of-experts families: experts split over N ranks; N = the ranks: the dense layers split
+// over the same ranks, else an (N, ranks / N) mesh: Note [Expert-parallel layouts]).
 //
 // With a text prompt the answer is streamed as tokens arrive (a character split over tokens is
 // held until complete); prefill and decode tokens/s are printed at the end.
@@ -250,7 +251,8 @@ absl::Status Run(Args a) {
   o.shard_embedding = a.shard_embedding;
   o.replicate_kv = a.replicate_kv;
   LlamaLoadReport report;
-  DT_ASSIGN_OR_RETURN(auto model, LlamaForCausalLM::FromPretrained(a.model, mesh, o, &report));
+  DT_ASSIGN_OR_RETURN(auto model,
+                      LlamaForCausalLM::FromPretrained(a.model, mesh, dist, o, &report));
   const loaders::LlamaConfig& c = model->config();
   if (lead && !a.quiet) {
     std::printf("model %s: %s, %.2fM parameters\n", a.model.c_str(), c.Summary().c_str(),

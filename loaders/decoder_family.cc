@@ -41,14 +41,16 @@ Plan EpPlan() {
       {"model.layers.*.mlp.experts", "ep_dispatch_experts"},
   };
 }
-// The alternative (transformers' AllReduceEP, spelled as the v4 plans spelled it): every rank runs
-// its own experts on every token the router sends there, the router's other picks masked.
+// The alternative (transformers' AllReduceEP, spelled with the v4 plans' ep_router): every rank
+// runs its own experts on every token the router sends there, the router's other picks masked,
+// and moe_tp_experts (on the ep mesh) runs them on their local pieces and sums the partial outputs
+// with one all_reduce.
 Plan EpAllReducePlan() {
   return {
       {"model.layers.*.mlp.gate", "ep_router"},
       {"model.layers.*.mlp.experts.gate_up_proj", "grouped_gemm"},
       {"model.layers.*.mlp.experts.down_proj", "grouped_gemm"},
-      {"model.layers.*.mlp.experts", "all_reduce"},
+      {"model.layers.*.mlp.experts", "moe_tp_experts"},
   };
 }
 

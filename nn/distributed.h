@@ -36,10 +36,9 @@ struct DistributedConfig {
   int64_t tp_size = 0;  // 0: derived (see the file comment)
   // "auto" (the model's plan) or an explicit {key, style} list.
   std::variant<std::string, ParallelPlan> tp_plan = std::string("auto");
-  // Expert parallelism (nn/expert_parallel.h): > 1 lays the model over a 2-D mesh (ep, tp) of
-  // ep_size · tp_size ranks (tp_size 0: the world size / ep_size); ep_size must be a multiple of
-  // tp_size, as transformers requires. The experts are split over ep (each rank holds E / ep of
-  // them), everything the tp plan splits over tp.
+  // Expert parallelism (nn/expert_parallel.h): > 1 splits the experts over ep_size ranks, in one
+  // of two layouts (Note [Expert-parallel layouts]); ep_size must be a multiple of tp_size, as
+  // transformers requires.
   int64_t ep_size = 1;
   // "auto" (the model's ep_plan: tokens dispatched with all_to_all), "all_reduce" (its
   // ep_all_reduce_plan: ep_router) or an explicit {key, style} list.
@@ -64,9 +63,18 @@ absl::StatusOr<DeviceMesh> TensorParallelMesh(const std::shared_ptr<World>& worl
 absl::StatusOr<DeviceMesh> TensorParallelMesh(const DeviceMesh& mesh,
                                               const DistributedConfig& config);
 
-// The mesh a model is laid over: TensorParallelMesh when ep_size is 1, else the 2-D mesh (ep, tp)
-// over the world — or the (ep, tp) dims of an n-D mesh, which must name both. InvalidArgument
-// naming the sizes when they do not fit:
+// Note [Expert-parallel layouts]
+//   ep and tp share the ranks    ep_size = tp_size = the ranks (tp_size 0 derives it): one 1-D
+//                                mesh; the dense layers split by the tp plan, the experts whole,
+//                                E / ep per rank (the ep plan's rules replace the tp plan's for
+//                                the experts, as in transformers, whose default this is)
+//   ep x tp                      ep_size · tp_size = the ranks (tp_size 0: ranks / ep_size): a
+//                                2-D mesh (ep, tp), each dim its own communicator; the dense
+//                                layers split over tp and replicated over ep, each rank's E / ep
+//                                experts split over tp too (1 / (ep·tp) of them per rank)
+// The mesh a model is laid over: TensorParallelMesh when ep_size is 1; the 1-D mesh over the world
+// or the 2-D mesh (ep, tp) above (of an n-D mesh: its tp dim, or its ep and tp dims).
+// InvalidArgument naming the sizes when they do not fit:
 //   "DistributedConfig: ep_size 2 must be a multiple of tp_size 4 (transformers' rule)"
 absl::StatusOr<DeviceMesh> ModelMesh(const std::shared_ptr<World>& world,
                                      const DistributedConfig& config);

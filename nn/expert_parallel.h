@@ -1,9 +1,11 @@
 #pragma once
 // Expert parallelism: the experts of every MoE layer (nn/moe.h) split across ranks by the expert
 // dim, each rank holding and reading only its E / ep whole experts (transformers'
-// base_model_ep_plan, DistributedConfig::ep_size), on a 2-D mesh (ep, tp): the tp dim splits what
-// the tensor-parallel plan splits — attention heads, dense MLPs and, inside each rank's own
-// experts, their intermediate size — and each dim has its own communicator.
+// base_model_ep_plan, DistributedConfig::ep_size). Two layouts (Note [Expert-parallel layouts] in
+// nn/distributed.h): ep over the same ranks as tp (one 1-D mesh: the dense layers split by the tp
+// plan, the experts whole), or a 2-D mesh (ep, tp) whose tp dim splits what the tensor-parallel
+// plan splits — attention heads, dense MLPs and, inside each rank's own experts, their
+// intermediate size — each dim with its own communicator.
 //
 //   style                params                      forward
 //   grouped_gemm         S(0) over ep (the experts)  — (parameters only)
@@ -15,14 +17,16 @@
 // A MoE family offers two plans (loaders/decoder_family.h):
 //   ep_plan             transformers': experts.gate_up_proj and experts.down_proj grouped_gemm,
 //                       experts ep_dispatch_experts (tokens move to their experts' ranks)
-//   ep_all_reduce_plan  gate ep_router, the same grouped_gemm, experts all_reduce: every rank runs
-//                       its experts on every token routed to them and one all_reduce over ep sums
-//                       (transformers' AllReduceEP, spelled as its v4 plans spelled it)
+//   ep_all_reduce_plan  gate ep_router, the same grouped_gemm, experts moe_tp_experts: every rank
+//                       runs its experts (local pieces) on every token routed to them and one
+//                       all_reduce over ep sums (transformers' AllReduceEP with its v4 plans'
+//                       ep_router; on the shared 1-D mesh it is the experts' only style)
 //
-// Placements: a parameter that a rule of the ep plan shards is placed on the 2-D mesh as
-// [ep placement, tp placement] — the experts' gate_up_proj [S(0), _S(1,[I,I])], down_proj
+// Placements: on (ep, tp) a parameter that a rule of the ep plan shards is placed on the 2-D mesh
+// as [ep placement, tp placement] — the experts' gate_up_proj [S(0), _S(1,[I,I])], down_proj
 // [S(0), S(2)] — so a rank reads exactly its experts' rows of its tp share and nothing of the
-// others (LoadReport proves it). Everything else stays on the tp dim, replicated over ep.
+// others (LoadReport proves it); everything else stays on the tp dim, replicated over ep. On one
+// shared dim the experts are [S(0)] and the tp plan's rules of the same keys are dropped.
 //
 // Note [Dispatch and combine]
 // The ranks of an ep group hold the same tokens (the dense layers are replicated over ep). So that
@@ -86,12 +90,13 @@ class EpDispatchExpertsParallel : public TensorParallelLayer {
   absl::Status InstallForward(Module& module, const DeviceMesh& mesh) const override;
 };
 
-// Lays `module` out over the 2-D `mesh` whose dims are named "ep" and "tp": `tp_plan` on the tp dim
-// exactly as ParallelizeModule (nn/plan.h), then `ep_plan` on the ep dim. Every check of both plans
+// Lays `module` out over `mesh`: a 2-D mesh whose dims are named "ep" and "tp" (`tp_plan` on the tp
+// dim exactly as ParallelizeModule (nn/plan.h), then `ep_plan` on the ep dim), or a 1-D mesh both
+// share (`tp_plan` without the keys `ep_plan` names, then `ep_plan`). Every check of both plans
 // runs before anything is placed (so experts that ep does not divide are refused before any
-// read); a parameter the ep plan shards is placed on the 2-D mesh as [ep placement, tp
-// placement]; modules with a rule in both plans run both forwards, the ep style's outside (Note
-// [Composed forwards] in nn/style.h). Plan checks as options says, for both plans.
+// read); on (ep, tp) a parameter the ep plan shards is placed on the 2-D mesh as [ep placement,
+// tp placement]; modules with a rule in both plans run both forwards, the ep style's outside
+// (Note [Composed forwards] in nn/style.h). Plan checks as options says, for both plans.
 absl::Status ParallelizeModuleWithEP(Module& module, const DeviceMesh& mesh,
                                      const ParallelPlan& tp_plan, const ParallelPlan& ep_plan,
                                      const ParallelizeOptions& options = {});

@@ -123,7 +123,7 @@ absl::Status LoadPretrained(Module& module, const DeviceMesh& mesh,
                             LoadReport* report) {
   const bool lead = mesh.my_rank() == mesh.ranks().front();
   // 1-2. The plan's checks, then the placements (Note [One loading path]).
-  if (mesh.ndim() == 2) {
+  if (mesh.ndim() == 2 || !how.ep_plan.empty()) {
     if (how.load_whole) {
       return absl::UnimplementedError(absl::StrCat(
           how.model, ": loading whole and sharding afterwards is not implemented on an expert-",

@@ -85,8 +85,8 @@ absl::Status CheckBlockCount(const loaders::Checkpoint& checkpoint, absl::string
 struct PretrainedLoad {
   std::string model;  // its name in messages ("Qwen3ForCausalLM")
   ParallelPlan plan;
-  // On a 2-D (ep, tp) mesh: the expert-parallel plan (nn/expert_parallel.h); `plan` applies to the
-  // tp dim.
+  // The expert-parallel plan (nn/expert_parallel.h): on a 2-D (ep, tp) mesh, or on the 1-D mesh
+  // ep and tp share when non-empty; `plan` applies to the tp dim.
   ParallelPlan ep_plan;
   ParallelizeOptions parallelize;
   bool load_whole = false;  // read everything, then shard (nn/distributed.h ShardLoaded)
@@ -98,7 +98,7 @@ struct PretrainedLoad {
 };
 
 // Steps 1-5 of Note [One loading path] on a freshly built, unplaced `module`, collective over the
-// 1-D tensor-parallel `mesh`, or over a 2-D (ep, tp) mesh with how.ep_plan
+// 1-D tensor-parallel `mesh`, or with how.ep_plan over it or a 2-D (ep, tp) mesh
 // (ParallelizeModuleWithEP; load_whole is refused there).
 absl::Status LoadPretrained(Module& module, const DeviceMesh& mesh,
                             const loaders::Checkpoint& checkpoint, const PretrainedLoad& how,

@@ -259,7 +259,7 @@ absl::Status CausalLM::Parallelize(const DeviceMesh& mesh, bool shard_embedding)
 absl::Status CausalLM::Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan,
                                    const ParallelPlan& ep_plan) {
   DT_RETURN_IF_ERROR(ValidateConfig(config_));
-  if (mesh.ndim() == 2) {
+  if (mesh.ndim() == 2 || !ep_plan.empty()) {
     DT_RETURN_IF_ERROR(
         ParallelizeModuleWithEP(*this, mesh, plan, ep_plan, parallelize_options()));
   } else {
@@ -337,7 +337,7 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
   how.model = name;
   how.plan =
       options.plan.value_or(TPPlan(config, options.shard_embedding, options.replicate_kv));
-  if (mesh.ndim() == 2) {
+  if (mesh.ndim() == 2 || (options.ep_plan && !options.ep_plan->empty())) {
     how.ep_plan = options.ep_plan.value_or(EPPlan(config));
     if (how.ep_plan.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -370,16 +370,22 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
     CausalLMLoadOptions options, LoadReport* report) {
   DT_ASSIGN_OR_RETURN(DeviceMesh on, ModelMesh(mesh, dist));
   options.unused_rules = dist.unmatched_keys;
-  if (!options.plan || (on.ndim() == 2 && !options.ep_plan)) {
+  const bool ep = dist.ep_size > 1;
+  if (!options.plan || (ep && !options.ep_plan)) {
     DT_ASSIGN_OR_RETURN(const loaders::DecoderConfig config, loaders::LoadDecoderConfig(dir));
     if (!options.plan) {
       DT_ASSIGN_OR_RETURN(options.plan,
                           EffectivePlan(dist, TPPlan(config, options.shard_embedding,
                                                      options.replicate_kv)));
     }
-    if (on.ndim() == 2 && !options.ep_plan) {
+    if (ep && !options.ep_plan) {
       DT_ASSIGN_OR_RETURN(options.ep_plan,
                           EffectiveEPPlan(dist, EPPlan(config), EPPlan(config, true)));
+      if (options.ep_plan->empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            config.family().architecture, ": ep_size ", dist.ep_size, " needs experts; ",
+            config.model_type, " has no sparse layer"));
+      }
     }
   }
   return FromPretrained(dir, on, options, report);

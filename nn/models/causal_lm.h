@@ -112,8 +112,8 @@ struct CausalLMLoadOptions {
   // The plan; nullopt: TPPlan(config, shard_embedding, replicate_kv). (DistributedConfig::tp_plan
   // sets it.)
   std::optional<ParallelPlan> plan;
-  // On a 2-D (ep, tp) mesh, the expert-parallel plan; nullopt: EPPlan(config).
-  // (DistributedConfig::ep_plan sets it.)
+  // The expert-parallel plan: on a 2-D (ep, tp) mesh (nullopt: EPPlan(config)), or, set, on the 1-D
+  // mesh ep and tp share. (DistributedConfig::ep_size and ep_plan set it.)
   std::optional<ParallelPlan> ep_plan;
   // What ParallelizeModule does with plan rules that match no layer (DistributedConfig's
   // unmatched_keys sets it).
@@ -191,7 +191,8 @@ class CausalLM : public Module {
   ParallelizeOptions parallelize_options() const;
 
   // Places the parameters (ParallelizeModule with TPPlan) without reading anything; on a 2-D
-  // (ep, tp) mesh with EPPlan too (ParallelizeModuleWithEP).
+  // (ep, tp) mesh, or with an `ep_plan` on a 1-D mesh ep and tp share, the expert-parallel plan
+  // too (ParallelizeModuleWithEP; the first form takes EPPlan on a 2-D mesh).
   absl::Status Parallelize(const DeviceMesh& mesh, bool shard_embedding = false);
   absl::Status Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan,
                            const ParallelPlan& ep_plan = {});

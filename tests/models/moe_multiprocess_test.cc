@@ -1,5 +1,6 @@
 // The mixture-of-experts families (Mixtral, Qwen3-MoE, DeepSeek-V2) with one process per rank, under dtrun (DT_BACKEND=shm): on n
-// ranks, tensor parallel at tp = n, expert parallel at ep = n, and on 4 ranks ep 2 x tp 2 (each dim
+// ranks, tensor parallel at tp = n, expert parallel at ep = n (on the same ranks as tp: Note
+// [Expert-parallel layouts] in nn/distributed.h), and on 4 ranks ep 2 x tp 2 (each dim
 // its own communicator) — transformers' logits and greedy tokens (tools/reference/
 // make_moe_fixtures.py), each rank reading only its pieces of its experts.
 #include <string>

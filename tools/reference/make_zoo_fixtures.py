@@ -184,12 +184,18 @@ def write_gguf(path, family, model, config, arch=None):
 def check_gguf(path, model, family):
     if FAMILIES[family]["arch"] == "phi3":
         return "not checked (transformers reads no longrope factors from GGUF)"
-    from transformers import AutoModelForCausalLM
     # The config given where the architecture is the family's own: transformers' qwen3 GGUF
     # mapping reads no attention.key_length (its head_dim would be the default 128). The tensors,
     # their names and row order are the file's either way.
     arch = FAMILIES[family]["arch"]
-    extra = {"config": model.config} if arch == model.config.model_type else {}
+    return compare_gguf(path, model, model.config if arch == model.config.model_type else None)
+
+
+def compare_gguf(path, model, config=None):
+    """transformers' own GGUF reader on `path` (given `config` when set) must compute `model`'s
+    logits of PROMPT."""
+    from transformers import AutoModelForCausalLM
+    extra = {"config": config} if config is not None else {}
     back = AutoModelForCausalLM.from_pretrained(os.path.dirname(path),
                                                 gguf_file=os.path.basename(path),
                                                 dtype=torch.float32, **extra).eval()
