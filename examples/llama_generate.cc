@@ -20,7 +20,9 @@
 // stops at EOS and the chat format's end of turn), --print-ids (the generated ids too), --check
 // (rank 0 reruns on one rank in-process and every rank exits 1 unless the tokens are equal),
 // --quiet (no table of parameters, no per-step progress), --save-to DIR (after loading, write the
-// tensor-parallel model as one HF checkpoint, gathered tensor by tensor: nn/save.h).
+// tensor-parallel model as one HF checkpoint, gathered tensor by tensor: nn/save.h), --ep-size N
+// (mixture-of-experts families: experts split over N ranks; N = the ranks: the dense layers split
+// over the same ranks, else an (N, ranks / N) mesh: Note [Expert-parallel layouts]).
 //
 // With a text prompt the answer is streamed as tokens arrive (a character split over tokens is
 // held until complete); prefill and decode tokens/s are printed at the end.
@@ -65,6 +67,7 @@ struct Args {
   bool check = false;
   bool quiet = false;
   std::string save_to;
+  int64_t ep_size = 1;
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
@@ -135,6 +138,11 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       a.quiet = true;
     } else if (f == "--save-to") {
       DT_ASSIGN_OR_RETURN(a.save_to, value(i));
+    } else if (f == "--ep-size") {
+      DT_ASSIGN_OR_RETURN(std::string v, value(i));
+      if (!absl::SimpleAtoi(v, &a.ep_size) || a.ep_size < 1) {
+        return absl::InvalidArgumentError("--ep-size: not an integer >= 1");
+      }
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown option '", f, "' (see the file comment)"));
     }
@@ -237,6 +245,9 @@ absl::Status Run(Args a) {
   DT_ASSIGN_OR_RETURN(std::shared_ptr<const loaders::Tokenizer> tok, TokenizePrompt(a));
   DT_ASSIGN_OR_RETURN(std::shared_ptr<World> world, World::FromEnv());
   DT_ASSIGN_OR_RETURN(DeviceMesh tp, InitDeviceMesh(world, {world->size()}, {"tp"}));
+  DistributedConfig dist;
+  dist.ep_size = a.ep_size;
+  DT_ASSIGN_OR_RETURN(DeviceMesh mesh, ModelMesh(world, dist));  // tp, or (ep, tp)
   const bool lead = world->rank() == 0;
   LlamaLoadOptions o;
   o.dtype = a.dtype;
@@ -244,12 +255,13 @@ absl::Status Run(Args a) {
   o.shard_embedding = a.shard_embedding;
   o.replicate_kv = a.replicate_kv;
   LlamaLoadReport report;
-  DT_ASSIGN_OR_RETURN(auto model, LlamaForCausalLM::FromPretrained(a.model, tp, o, &report));
+  DT_ASSIGN_OR_RETURN(auto model,
+                      LlamaForCausalLM::FromPretrained(a.model, mesh, dist, o, &report));
   const loaders::LlamaConfig& c = model->config();
   if (lead && !a.quiet) {
     std::printf("model %s: %s, %.2fM parameters\n", a.model.c_str(), c.Summary().c_str(),
                 c.NumParameters() / 1e6);
-    std::printf("mesh %s, backend %s, compute %s\n", tp.ToString().c_str(),
+    std::printf("mesh %s, backend %s, compute %s\n", mesh.ToString().c_str(),
                 std::string(world->backend()).c_str(), DTypeName(model->dtype()).data());
     for (const LlamaLoadReport::Param& p : report.params) {
       if (p.name.rfind("model.layers.0.", 0) == 0 || p.name.rfind("model.layers.", 0) != 0) {
@@ -313,9 +325,11 @@ absl::Status Run(Args a) {
     if (tok == nullptr || a.print_ids) {
       std::printf("generated ids [%s]\n", absl::StrJoin(r.tokens, ",").c_str());
     }
-    std::printf("%zu prompt tokens, %zu new: prefill %.1f tokens/s, decode %.1f tokens/s (tp=%d)\n",
+    std::printf("%zu prompt tokens, %zu new: prefill %.1f tokens/s, decode %.1f tokens/s (%s)\n",
                 a.prompt.size(), r.tokens.size(), r.prefill_tokens_per_second(),
-                r.decode_tokens_per_second(), world->size());
+                r.decode_tokens_per_second(),
+                a.ep_size > 1 ? absl::StrCat("ep=", a.ep_size, ", tp=", world->size() / a.ep_size).c_str()
+                              : absl::StrCat("tp=", world->size()).c_str());
   }
   if (!a.check) return absl::OkStatus();
   // Rank 0 compares with a single-rank run and tells everyone.

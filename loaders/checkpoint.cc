@@ -1,6 +1,8 @@
 #include "dtensor/loaders/checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
@@ -147,12 +149,147 @@ absl::StatusOr<Checkpoint> Checkpoint::OpenGguf(const std::string& path) {
 
 std::vector<std::string> Checkpoint::names() const {
   std::vector<std::string> out;
-  for (const auto& [name, e] : where_) out.push_back(name);
+  for (const auto& [name, e] : where_) {
+    if (!e.hidden) out.push_back(name);
+  }
   return out;
 }
 
 const TensorInfo& Checkpoint::InfoOf(const Entry& e, absl::string_view name) const {
-  return gguf_ ? e.gguf_info : *files_[e.file]->Find(name);
+  if (!e.parts.empty()) return e.composite_info;
+  if (gguf_) return e.gguf_info;
+  return *files_[e.file]->Find(e.stored_name.empty() ? name : absl::string_view(e.stored_name));
+}
+
+absl::Status Checkpoint::Rename(absl::string_view from, std::string to) {
+  auto it = where_.find(from);
+  if (it == where_.end()) {
+    return absl::NotFoundError(absl::StrCat("checkpoint '", path_, "' has no tensor '", from, "'"));
+  }
+  if (where_.count(to)) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint '", path_, "': cannot rename '",
+                                                   from, "' to '", to, "', which exists"));
+  }
+  Entry e = it->second;
+  if (gguf_) {
+    e.gguf_info.name = to;
+  } else if (e.stored_name.empty()) {
+    e.stored_name = std::string(from);
+  }
+  where_.erase(it);
+  where_.emplace(std::move(to), std::move(e));
+  return absl::OkStatus();
+}
+
+absl::Status Checkpoint::AddComposite(std::string name, Shape shape, std::vector<Part> parts) {
+  auto fail = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint '", path_, "': composite '", name,
+                                                   "' ", ShapeToString(shape), ": ", why));
+  };
+  if (where_.count(name)) return fail("a tensor of that name exists");
+  if (parts.empty()) return fail("has no parts");
+  std::optional<DType> dtype;
+  std::string dtype_name;
+  int64_t covered = 0;
+  std::vector<DimRanges> boxes;
+  for (const Part& p : parts) {
+    auto it = where_.find(p.source);
+    if (it == where_.end()) return fail(absl::StrCat("part '", p.source, "' is not in it"));
+    if (!it->second.parts.empty()) return fail(absl::StrCat("part '", p.source, "' is a composite"));
+    const TensorInfo& info = InfoOf(it->second, p.source);
+    Shape ps = info.shape;
+    if (p.stacked) ps.insert(ps.begin(), 1);
+    if (ps.size() != shape.size() || p.offset.size() != shape.size()) {
+      return fail(absl::StrCat("part '", p.source, "' ", info.Describe(), " at ",
+                               ShapeToString(p.offset), " does not have its ", shape.size(),
+                               " dims"));
+    }
+    DimRanges box;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (p.offset[d] < 0 || p.offset[d] + ps[d] > shape[d]) {
+        return fail(absl::StrCat("part '", p.source, "' ", info.Describe(), " at ",
+                                 ShapeToString(p.offset), " runs past dim ", d));
+      }
+      box.push_back(RangeList{{p.offset[d], p.offset[d] + ps[d]}});
+    }
+    for (size_t b = 0; b < boxes.size(); ++b) {
+      bool overlap = true;
+      for (size_t d = 0; d < shape.size() && overlap; ++d) {
+        overlap = !IntersectRanges(boxes[b][d], box[d]).empty();
+      }
+      if (overlap) {
+        return fail(absl::StrCat("parts '", parts[b].source, "' and '", p.source, "' overlap"));
+      }
+    }
+    if (dtype_name.empty()) {
+      dtype = info.dtype;
+      dtype_name = info.dtype_name;
+    } else if (info.dtype_name != dtype_name) {
+      return fail(absl::StrCat("part '", p.source, "' is ", info.dtype_name, ", not ", dtype_name,
+                               " like the first"));
+    }
+    covered += Numel(ps);
+    boxes.push_back(std::move(box));
+  }
+  if (covered != Numel(shape)) {
+    return fail(absl::StrCat("its parts cover ", covered, " of ", Numel(shape), " elements"));
+  }
+  Entry e;
+  e.composite_info.name = name;
+  e.composite_info.dtype = dtype;
+  e.composite_info.dtype_name = dtype_name;
+  e.composite_info.shape = shape;
+  for (const Part& p : parts) where_.find(p.source)->second.hidden = true;
+  e.parts = std::move(parts);
+  where_.emplace(std::move(name), std::move(e));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> Checkpoint::ReadComposite(const Entry& e, const DimRanges& ranges,
+                                                 const ReadOptions& options,
+                                                 ReadStats* stats) const {
+  const TensorInfo& info = e.composite_info;
+  DT_RETURN_IF_ERROR(CheckRanges(absl::StrCat("checkpoint '", path_, "'"), info.name,
+                                 info.Describe(), info.shape, ranges));
+  if (!info.dtype) {
+    return absl::UnimplementedError(absl::StrCat("tensor '", info.name, "' has dtype ",
+                                                 info.dtype_name, ", which dtensor cannot read"));
+  }
+  const DType dtype = options.dtype.value_or(*info.dtype);
+  DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(RangesShape(ranges), dtype));
+  if (stats != nullptr) {  // `out` is held from here; each part only until it is copied
+    ++stats->tensors;
+    stats->resident_bytes += out.nbytes();
+    stats->peak_bytes = std::max(stats->peak_bytes, stats->resident_bytes);
+  }
+  ReadOptions o = options;
+  o.dtype = dtype;
+  o.zero_copy = true;  // the parts are copied into `out` right away
+  for (const Part& p : e.parts) {
+    const TensorInfo& pi = InfoOf(where_.find(p.source)->second, p.source);
+    DimRanges box, src;
+    bool empty = false;
+    for (size_t d = 0; d < ranges.size(); ++d) {
+      const int64_t size = p.stacked ? (d == 0 ? 1 : pi.shape[d - 1]) : pi.shape[d];
+      RangeList in = IntersectRanges(ranges[d], RangeList{{p.offset[d], p.offset[d] + size}});
+      empty = empty || in.empty();
+      RangeList shifted;
+      for (const IndexRange& r : in) shifted.push_back({r.start - p.offset[d], r.stop - p.offset[d]});
+      if (!(p.stacked && d == 0)) src.push_back(std::move(shifted));
+      box.push_back(std::move(in));
+    }
+    if (empty) continue;
+    DT_ASSIGN_OR_RETURN(Tensor piece, ReadRanges(p.source, src, o, stats));
+    if (p.stacked) {
+      DT_ASSIGN_OR_RETURN(piece, piece.Unsqueeze(0));
+    }
+    DT_RETURN_IF_ERROR(CopyBox(out, ranges, piece, box, box));
+    if (stats != nullptr) {
+      stats->resident_bytes -= piece.nbytes();
+      --stats->tensors;
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<const TensorInfo*> Checkpoint::Info(absl::string_view name) const {
@@ -181,7 +318,11 @@ absl::StatusOr<Tensor> Checkpoint::ReadRanges(absl::string_view name, const DimR
         "stays quantized)"));
   }
   const Entry& e = where_.find(name)->second;
-  if (!gguf_) return files_[e.file]->ReadRanges(name, ranges, options, stats);
+  if (!e.parts.empty()) return ReadComposite(e, ranges, options, stats);
+  if (!gguf_) {
+    return files_[e.file]->ReadRanges(e.stored_name.empty() ? name : absl::string_view(e.stored_name),
+                                      ranges, options, stats);
+  }
   if (e.permute_heads == 0) return gguf_->ReadRanges(e.gguf_name, ranges, options, stats);
   // Note [GGUF Q/K row order] (loaders/gguf_llama.h): HF rows gathered from their GGUF rows.
   const Shape& shape = e.gguf_info.shape;

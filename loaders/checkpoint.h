@@ -13,6 +13,16 @@
 //
 // Every read goes through the same calls (Read, ReadRanges, ReadLocal) and the same ReadStats,
 // so the model loaders do not know which format they read.
+//
+// Note [Composite tensors]
+// A model may hold as one tensor what a checkpoint stores as several: transformers 5 keeps a MoE
+// layer's experts stacked ([E, 2I, H] gate|up, [E, H, I] down) while Hub checkpoints store each
+// expert's projections, and GGUF stores gate and up as two [E, I, H] stacks. AddComposite names
+// such a tensor and where each stored part sits in it (an offset per dim; a "stacked" part lacks
+// the composite's dim 0 and fills one index there); its parts are then no longer listed. A read
+// of a composite's ranges reads from each part only the ranges that intersect it, so a rank that
+// holds two experts' rows reads those rows of those two experts and nothing else, and the read
+// accounting is the parts' (loaders/moe_checkpoint.h builds the composites of a MoE family).
 
 #include <map>
 #include <memory>
@@ -62,6 +72,19 @@ class Checkpoint {
                                    const ReadOptions& options = {},
                                    ReadStats* stats = nullptr) const;
 
+  // ---- composites (Note [Composite tensors])
+  struct Part {
+    std::string source;    // a tensor of this checkpoint (not itself a composite)
+    Shape offset;          // where its element 0 sits in the composite, one entry per dim
+    bool stacked = false;  // the source lacks the composite's dim 0 (fills one index there)
+  };
+  // `name` of `shape`, tiled exactly by `parts` (every element covered once), which share one
+  // dtype; InvalidArgument naming the composite and the part that does not fit. The parts leave
+  // names().
+  absl::Status AddComposite(std::string name, Shape shape, std::vector<Part> parts);
+  // `from` is listed (and read) as `to` instead.
+  absl::Status Rename(absl::string_view from, std::string to);
+
  private:
   static absl::StatusOr<Checkpoint> OpenGguf(const std::string& path);
   // Where a tensor lives: its file (safetensors) or its GGUF entry.
@@ -70,7 +93,13 @@ class Checkpoint {
     TensorInfo gguf_info;  // GGUF only: the info under the HF name
     std::string gguf_name;
     int64_t permute_heads = 0;
+    std::string stored_name;  // a renamed tensor's name in its file ("" when not renamed)
+    std::vector<Part> parts;  // a composite's parts (its info in composite_info)
+    TensorInfo composite_info;
+    bool hidden = false;  // a composite's part: readable, not listed
   };
+  absl::StatusOr<Tensor> ReadComposite(const Entry& e, const DimRanges& ranges,
+                                       const ReadOptions& options, ReadStats* stats) const;
   const TensorInfo& InfoOf(const Entry& e, absl::string_view name) const;
 
   std::string path_;

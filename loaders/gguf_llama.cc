@@ -39,7 +39,8 @@ const std::set<std::string>& KnownKeys() {
       "rope.dimension_count", "context_length", "attention.layer_norm_rms_epsilon",
       "rope.freq_base", "rope.scaling.type", "rope.scaling.factor",
       "rope.scaling.original_context_length", "vocab_size", "expert_count",
-      "expert_used_count", "rope.scaling.attn_factor"};
+      "expert_used_count", "rope.scaling.attn_factor", "expert_feed_forward_length",
+      "expert_weights_norm"};
   return keys;
 }
 
@@ -84,12 +85,56 @@ absl::Status ReadLongrope(const GgufFile& f, const std::string& arch, DecoderCon
   return absl::OkStatus();
 }
 
+// Note [GGUF experts]: convert_hf_to_gguf stacks each sparse layer's experts into
+// blk.N.ffn_{gate,up,down}_exps ([E, I, H], [E, I, H], [E, H, I]) with the router as
+// blk.N.ffn_gate_inp [E, H], and writes ARCH.expert_count / expert_used_count (Mixtral as
+// architecture llama, Qwen3-MoE as qwen3moe with expert_feed_forward_length, the experts' size).
+// llama.cpp renormalises Qwen3-MoE's top-k weights (transformers' GGUF reader sets
+// norm_topk_prob likewise) unless ARCH.expert_weights_norm says otherwise. Its qwen3moe has a
+// sparse block in every layer, as transformers' reader assumes: a layer without ffn_gate_inp is
+// refused rather than read as a dense one nobody else would read.
+absl::Status ReadExperts(const GgufFile& f, const std::string& p, DecoderConfig* c) {
+  const DecoderFamily& fam = c->family();
+  if (!fam.moe()) return absl::OkStatus();
+  DT_ASSIGN_OR_RETURN(c->num_experts, Positive(f, p + "expert_count", std::nullopt));
+  DT_ASSIGN_OR_RETURN(c->num_experts_per_tok, Positive(f, p + "expert_used_count", std::nullopt));
+  DT_ASSIGN_OR_RETURN(c->moe_intermediate_size,
+                      Positive(f, p + "expert_feed_forward_length", c->intermediate_size));
+  if (c->num_experts < 2 || c->num_experts_per_tok > c->num_experts) {
+    return Bad(f, absl::StrCat(p, "expert_count ", c->num_experts, " must be >= 2 and >= ",
+                               p, "expert_used_count ", c->num_experts_per_tok));
+  }
+  c->norm_topk_prob = true;
+  if (fam.topk_weights == TopKWeights::kConfig) {
+    if (const GgufValue* v = f.Find(p + "expert_weights_norm")) {
+      const bool* b = std::get_if<bool>(&v->value);
+      if (b == nullptr) {
+        return Bad(f, absl::StrCat("metadata '", p, "expert_weights_norm' must be a bool, got ",
+                                   v->ToString()));
+      }
+      c->norm_topk_prob = *b;
+    }
+  }
+  for (int64_t i = 0; i < c->num_hidden_layers; ++i) {
+    if (f.FindTensor(absl::StrCat("blk.", i, ".ffn_gate_inp.weight")) == nullptr) {
+      return absl::UnimplementedError(absl::StrCat(
+          Where(f), ": layer ", i, " has no router (blk.", i, ".ffn_gate_inp.weight); ",
+          fam.model_type, " from GGUF has a sparse block in every layer, as llama.cpp's"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
   DT_ASSIGN_OR_RETURN(std::optional<std::string> arch, f.GetOptionalString("general.architecture"));
   if (!arch) return Bad(f, "no metadata 'general.architecture'");
-  absl::StatusOr<const DecoderFamily*> family = FindGgufDecoderFamily(*arch);
+  // llama.cpp writes Mixtral as llama with experts (Note [GGUF experts]).
+  DT_ASSIGN_OR_RETURN(std::optional<int64_t> expert_count,
+                      f.GetOptionalInt(*arch + ".expert_count"));
+  const bool experts = expert_count.value_or(0) != 0;
+  absl::StatusOr<const DecoderFamily*> family = FindGgufDecoderFamily(*arch, experts);
   if (!family.ok()) {
     return absl::UnimplementedError(absl::StrCat(Where(f), ": ", family.status().message()));
   }
@@ -154,13 +199,7 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
     c.rope_scaling.rope_type = "linear";
     c.rope_scaling.factor = *factor;
   }
-  for (const std::string& key : {p + "expert_count", p + "expert_used_count"}) {
-    DT_ASSIGN_OR_RETURN(std::optional<int64_t> n, f.GetOptionalInt(key));
-    if (n && *n != 0) {
-      return absl::UnimplementedError(absl::StrCat(Where(f), ": ", key, " ", *n,
-                                                   " (mixture of experts) is not supported"));
-    }
-  }
+  DT_RETURN_IF_ERROR(ReadExperts(f, p, &c));
   std::optional<int64_t> n_tokens;
   if (const GgufValue* tokens = f.Find("tokenizer.ggml.tokens")) {
     if (tokens->AsArray() == nullptr || tokens->element_type != GgufValue::kString) {
@@ -242,7 +281,8 @@ absl::StatusOr<std::vector<GgufTensorName>> DecoderGgufTensorNames(const GgufFil
       {"attn_v", "self_attn.v_proj"},       {"attn_output", "self_attn.o_proj"},
       {"attn_q_norm", "self_attn.q_norm"},  {"attn_k_norm", "self_attn.k_norm"},
       {"attn_qkv", "self_attn.qkv_proj"},   {"ffn_gate", "mlp.gate_proj"},
-      {"ffn_up", "mlp.up_proj"},            {"ffn_down", "mlp.down_proj"}};
+      {"ffn_up", "mlp.up_proj"},            {"ffn_down", "mlp.down_proj"},
+      {"ffn_gate_inp", "mlp.gate"}};
   std::vector<GgufTensorName> out;
   for (const GgufTensorInfo& t : f.tensors()) {
     GgufTensorName n{t.name, t.name, 0};
@@ -261,6 +301,12 @@ absl::StatusOr<std::vector<GgufTensorName>> DecoderGgufTensorNames(const GgufFil
         // Phi-3's converter writes the fused [gate | up] as ffn_up.
         if (parts[2] == "ffn_up" && family.fused_gate_up) {
           n.hf_name = absl::StrCat("model.layers.", layer, ".mlp.gate_up_proj.", suffix);
+        }
+        // Note [GGUF experts]: the stacks, named as loaders/moe_checkpoint.h reads them.
+        for (const char* proj : {"gate", "up", "down"}) {
+          if (parts[2] == absl::StrCat("ffn_", proj, "_exps") && suffix == "weight") {
+            n.hf_name = absl::StrCat("model.layers.", layer, ".mlp.experts.", proj, "_proj");
+          }
         }
         if (permuted && parts[2] == "attn_q") n.permute_heads = c.num_attention_heads;
         if (permuted && parts[2] == "attn_k") n.permute_heads = c.num_key_value_heads;

@@ -69,7 +69,7 @@ absl::Status ParseRope(const Reader& r, const DecoderFamily& family, DecoderConf
   }
   const Json* params = v5 != nullptr ? v5 : v4;
   const std::string key = v5 != nullptr ? "rope_parameters" : "rope_scaling";
-  DT_ASSIGN_OR_RETURN(c->rope_theta, r.PositiveNumber(j, "rope_theta", 10000.0));
+  DT_ASSIGN_OR_RETURN(c->rope_theta, r.PositiveNumber(j, "rope_theta", family.default_rope_theta));
   if (params == nullptr) return absl::OkStatus();
   if (!params->is_object()) {
     return r.Error(absl::StrCat("\"", key, "\" must be an object or null, got ", params->dump()));
@@ -176,8 +176,22 @@ const std::vector<std::string>& UnimplementedFields() {
       "logits_scaling", "embedding_multiplier", "residual_multiplier", "attention_multiplier",
       "use_qk_norm", "qk_layernorm", "use_parallel_residual", "parallel_attn", "alibi",
       "no_rope_layers", "attention_chunk_size", "mup_width_multiplier", "scale_emb",
-      "dim_model_base", "scale_depth"};
+      "dim_model_base", "scale_depth", "shared_expert_intermediate_size", "n_shared_experts",
+      "first_k_dense_replace", "num_experts_per_tok"};
   return keys;
+}
+
+// The keys of UnimplementedFields a family reads itself (ParseExperts, ParseLatentAttention).
+bool FamilyReads(const DecoderFamily& f, absl::string_view key) {
+  if (f.moe() && (key == "num_experts" || key == "num_local_experts" ||
+                  key == "n_routed_experts" || key == "moe_intermediate_size" ||
+                  key == "num_experts_per_tok")) {
+    return true;
+  }
+  if (f.shared_experts && (key == "n_shared_experts" || key == "first_k_dense_replace")) {
+    return true;
+  }
+  return f.latent_attention && (key == "q_lora_rank" || key == "kv_lora_rank");
 }
 
 bool IsOff(const Json& v) {
@@ -190,6 +204,7 @@ bool IsOff(const Json& v) {
 
 absl::Status RefuseUnimplemented(const Reader& r, const DecoderFamily& family) {
   for (const std::string& key : UnimplementedFields()) {
+    if (FamilyReads(family, key)) continue;
     const Json* v = r.Find(r.j(), key);
     if (v == nullptr || IsOff(*v)) continue;
     const bool factor = key == "partial_rotary_factor" || key == "rotary_pct" ||
@@ -260,6 +275,129 @@ absl::Status ParseSlidingWindow(const Reader& r, const DecoderFamily& family, De
   return absl::OkStatus();
 }
 
+// A non-negative integer (0 allowed), `fallback` when absent.
+absl::StatusOr<int64_t> NonNegativeInt(const Reader& r, absl::string_view key, int64_t fallback) {
+  const Json* v = r.Find(r.j(), key);
+  if (v == nullptr) return fallback;
+  if (!v->is_number_integer() || v->get<int64_t>() < 0) {
+    return r.Error(absl::StrCat("\"", key, "\" must be an integer >= 0, got ", v->dump()));
+  }
+  return v->get<int64_t>();
+}
+
+// DeepSeek's latent attention (nn/latent_attention.h), read as DeepseekV2Config does: head_dim
+// becomes qk_rope_head_dim (the RoPE tables' size).
+absl::Status ParseLatentAttention(const Reader& r, const DecoderFamily& f, DecoderConfig* c) {
+  if (!f.latent_attention) return absl::OkStatus();
+  const Json& j = r.j();
+  auto q_lora = j.find("q_lora_rank");
+  if (q_lora == j.end()) {
+    c->q_lora_rank = 1536;  // DeepseekV2Config's default
+  } else if (!q_lora->is_null()) {
+    DT_ASSIGN_OR_RETURN(c->q_lora_rank, r.PositiveInt(j, "q_lora_rank", std::nullopt));
+  }
+  DT_ASSIGN_OR_RETURN(c->kv_lora_rank, r.PositiveInt(j, "kv_lora_rank", int64_t{512}));
+  DT_ASSIGN_OR_RETURN(c->qk_nope_head_dim, r.PositiveInt(j, "qk_nope_head_dim", int64_t{128}));
+  DT_ASSIGN_OR_RETURN(c->qk_rope_head_dim, r.PositiveInt(j, "qk_rope_head_dim", int64_t{64}));
+  DT_ASSIGN_OR_RETURN(c->v_head_dim, r.PositiveInt(j, "v_head_dim", int64_t{128}));
+  if (c->qk_rope_head_dim % 2 != 0) {
+    return r.Error(absl::StrCat("qk_rope_head_dim ", c->qk_rope_head_dim,
+                                " must be even (rotary embeddings)"));
+  }
+  if (c->num_key_value_heads != c->num_attention_heads) {
+    return r.Unsupported(absl::StrCat(
+        "num_key_value_heads ", c->num_key_value_heads, " must equal num_attention_heads ",
+        c->num_attention_heads, " for latent attention (kv_b_proj gives every head its keys)"));
+  }
+  c->head_dim = c->qk_rope_head_dim;
+  return absl::OkStatus();
+}
+
+// Note [MoE blocks] (decoder_family.h): the experts, read as the family's config class does.
+absl::Status ParseExperts(const Reader& r, const DecoderFamily& f, DecoderConfig* c) {
+  if (!f.moe()) return absl::OkStatus();
+  const Json& j = r.j();
+  switch (f.moe_layers) {
+    case MoeLayers::kAll: {
+      DT_ASSIGN_OR_RETURN(c->num_experts, r.PositiveInt(j, "num_local_experts", int64_t{8}));
+      DT_ASSIGN_OR_RETURN(c->num_experts_per_tok,
+                          r.PositiveInt(j, "num_experts_per_tok", int64_t{2}));
+      c->moe_intermediate_size = c->intermediate_size;
+      break;
+    }
+    case MoeLayers::kSparseStep: {
+      // v5 writes num_local_experts (its attribute map); v4 num_experts.
+      const char* key = r.Find(j, "num_experts") != nullptr ? "num_experts" : "num_local_experts";
+      DT_ASSIGN_OR_RETURN(c->num_experts, r.PositiveInt(j, key, int64_t{128}));
+      DT_ASSIGN_OR_RETURN(c->num_experts_per_tok,
+                          r.PositiveInt(j, "num_experts_per_tok", int64_t{8}));
+      DT_ASSIGN_OR_RETURN(c->moe_intermediate_size,
+                          r.PositiveInt(j, "moe_intermediate_size", int64_t{768}));
+      DT_ASSIGN_OR_RETURN(c->decoder_sparse_step,
+                          r.PositiveInt(j, "decoder_sparse_step", int64_t{1}));
+      if (const Json* m = r.Find(j, "mlp_only_layers")) {
+        if (!m->is_array()) {
+          return r.Error(absl::StrCat("\"mlp_only_layers\" must be a list of layer indices, got ",
+                                      m->dump().substr(0, 80)));
+        }
+        for (const Json& i : *m) {
+          if (!i.is_number_integer() || i.get<int64_t>() < 0 ||
+              i.get<int64_t>() >= c->num_hidden_layers) {
+            return r.Error(absl::StrCat("\"mlp_only_layers\" entry ", i.dump(),
+                                        " is not a layer index in [0, ", c->num_hidden_layers, ")"));
+          }
+          c->mlp_only_layers.push_back(i.get<int64_t>());
+        }
+      }
+      break;
+    }
+    case MoeLayers::kAfterDense: {
+      DT_ASSIGN_OR_RETURN(c->num_experts, r.PositiveInt(j, "n_routed_experts", int64_t{64}));
+      DT_ASSIGN_OR_RETURN(c->num_experts_per_tok,
+                          r.PositiveInt(j, "num_experts_per_tok", std::nullopt));
+      DT_ASSIGN_OR_RETURN(c->moe_intermediate_size,
+                          r.PositiveInt(j, "moe_intermediate_size", int64_t{1407}));
+      DT_ASSIGN_OR_RETURN(c->first_k_dense_replace,
+                          NonNegativeInt(r, "first_k_dense_replace", 0));
+      DT_ASSIGN_OR_RETURN(c->n_shared_experts, NonNegativeInt(r, "n_shared_experts", 2));
+      break;
+    }
+    case MoeLayers::kNone:
+      break;
+  }
+  if (c->num_experts < 2 || c->num_experts_per_tok > c->num_experts) {
+    return r.Error(absl::StrCat("the experts must number at least 2 and at least "
+                                "num_experts_per_tok ", c->num_experts_per_tok, ", got ",
+                                c->num_experts));
+  }
+  switch (f.topk_weights) {
+    case TopKWeights::kNormalized:
+      c->norm_topk_prob = true;
+      break;
+    case TopKWeights::kConfig: {
+      DT_ASSIGN_OR_RETURN(c->norm_topk_prob, r.Bool("norm_topk_prob", false));
+      break;
+    }
+    case TopKWeights::kScaled: {
+      DT_ASSIGN_OR_RETURN(const bool norm, r.Bool("norm_topk_prob", false));
+      if (norm) {
+        return r.Unsupported(
+            "\"norm_topk_prob\": true is ambiguous for deepseek_v2 (transformers' router ignores "
+            "it, DeepSeek's own code renormalises the top-k weights); refusing to guess");
+      }
+      DT_ASSIGN_OR_RETURN(c->routed_scaling_factor,
+                          r.PositiveNumber(j, "routed_scaling_factor", 1.0));
+      DT_ASSIGN_OR_RETURN(std::optional<std::string> method, r.String("topk_method"));
+      if (method && *method != "greedy") {
+        return r.Unsupported(absl::StrCat("\"topk_method\": \"", *method,
+                                          "\" is not implemented (greedy only)"));
+      }
+      break;  // n_group / topk_group only matter to group_limited_greedy (transformers')
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::string_view what) {
@@ -301,6 +439,7 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::s
       return r.Error(absl::StrCat("num_key_value_heads ", c.num_key_value_heads,
                                   " must divide num_attention_heads ", c.num_attention_heads));
     }
+    DT_RETURN_IF_ERROR(ParseLatentAttention(r, family, &c));
     DT_ASSIGN_OR_RETURN(c.max_position_embeddings,
                         r.PositiveInt(j, "max_position_embeddings",
                                       family.default_max_position_embeddings));
@@ -316,6 +455,7 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::s
       DT_ASSIGN_OR_RETURN(c.mlp_bias, r.Bool("mlp_bias", false));
     }
     DT_RETURN_IF_ERROR(ParseSlidingWindow(r, family, &c));
+    DT_RETURN_IF_ERROR(ParseExperts(r, family, &c));
     DT_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
     DT_ASSIGN_OR_RETURN(std::optional<std::string> dtype, r.String("torch_dtype"));
     if (!dtype) {
@@ -367,15 +507,84 @@ const DecoderFamily& DecoderConfig::family() const {
   return f.ok() ? **f : DecoderFamilies().front();
 }
 
+bool DecoderConfig::IsMoeLayer(int64_t layer) const {
+  switch (family().moe_layers) {
+    case MoeLayers::kNone:
+      return false;
+    case MoeLayers::kAll:
+      return true;
+    case MoeLayers::kSparseStep:
+      return std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) ==
+                 mlp_only_layers.end() &&
+             (layer + 1) % decoder_sparse_step == 0;
+    case MoeLayers::kAfterDense:
+      return layer >= first_k_dense_replace;
+  }
+  return false;
+}
+
+// Closed forms (a config may claim 10^9 layers before the checkpoint refutes it: Note [Config
+// against checkpoint] in nn/load.h).
+bool DecoderConfig::HasMoeLayers() const {
+  const int64_t l = num_hidden_layers;
+  switch (family().moe_layers) {
+    case MoeLayers::kNone:
+      return false;
+    case MoeLayers::kAll:
+      return l > 0;
+    case MoeLayers::kAfterDense:
+      return first_k_dense_replace < l;
+    case MoeLayers::kSparseStep:
+      // The sparse candidates are step - 1, 2·step - 1, ...; mlp_only_layers removes finitely many.
+      for (int64_t i = decoder_sparse_step - 1; i < l; i += decoder_sparse_step) {
+        if (IsMoeLayer(i)) return true;
+      }
+      return false;
+  }
+  return false;
+}
+
+bool DecoderConfig::HasDenseLayers() const {
+  const int64_t l = num_hidden_layers;
+  switch (family().moe_layers) {
+    case MoeLayers::kNone:
+      return l > 0;
+    case MoeLayers::kAll:
+      return false;
+    case MoeLayers::kAfterDense:
+      return first_k_dense_replace > 0 && l > 0;
+    case MoeLayers::kSparseStep:
+      return l > 0 && (decoder_sparse_step > 1 || !mlp_only_layers.empty());
+  }
+  return false;
+}
+
 int64_t DecoderConfig::NumParameters() const {
   const int64_t h = hidden_size, q = num_attention_heads * head_dim,
                 kv = num_key_value_heads * head_dim, i = intermediate_size;
-  int64_t layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h;
-  if (qkv_bias()) layer += q + 2 * kv;
-  if (o_bias()) layer += h;
-  if (family().qk_norm) layer += 2 * head_dim;
-  if (mlp_bias) layer += 2 * i + h;
-  return vocab_size * h * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + h;
+  int64_t attention = h * q + 2 * h * kv + q * h;
+  if (family().latent_attention) {
+    const int64_t heads = num_attention_heads, qk = qk_nope_head_dim + qk_rope_head_dim;
+    attention = (q_lora_rank > 0 ? h * q_lora_rank + q_lora_rank + q_lora_rank * heads * qk
+                                 : h * heads * qk) +
+                h * (kv_lora_rank + qk_rope_head_dim) + kv_lora_rank +
+                kv_lora_rank * heads * (qk_nope_head_dim + v_head_dim) + heads * v_head_dim * h;
+    if (attention_bias) attention += (q_lora_rank > 0 ? q_lora_rank : 0) + kv_lora_rank +
+                                     qk_rope_head_dim + h;
+  } else {
+    if (qkv_bias()) attention += q + 2 * kv;
+    if (o_bias()) attention += h;
+    if (family().qk_norm) attention += 2 * head_dim;
+  }
+  const int64_t dense = 3 * h * i + (mlp_bias ? 2 * i + h : 0);
+  const int64_t shared = n_shared_experts * moe_intermediate_size;
+  const int64_t sparse = num_experts * h + num_experts * 3 * h * moe_intermediate_size +
+                         (shared > 0 ? 3 * h * shared + (mlp_bias ? 2 * shared + h : 0) : 0);
+  int64_t layers = 0;
+  for (int64_t l = 0; l < num_hidden_layers; ++l) {
+    layers += attention + 2 * h + (IsMoeLayer(l) ? sparse : dense);
+  }
+  return vocab_size * h * (tie_word_embeddings ? 1 : 2) + layers + h;
 }
 
 std::string DecoderConfig::Summary() const {
@@ -383,8 +592,15 @@ std::string DecoderConfig::Summary() const {
   if (rope != "default" && (rope != "longrope" || rope_scaling.has_factor)) {
     absl::StrAppend(&rope, "(x", rope_scaling.factor, ")");
   }
+  const std::string experts =
+      num_experts > 0 ? absl::StrCat(" experts=", num_experts, "x", moe_intermediate_size, " top",
+                                     num_experts_per_tok,
+                                     n_shared_experts > 0
+                                         ? absl::StrCat("+", n_shared_experts, " shared")
+                                         : "")
+                      : "";
   return absl::StrCat(model_type, ": L=", num_hidden_layers, " H=", hidden_size,
-                      " I=", intermediate_size, " heads=", num_attention_heads, "/",
+                      " I=", intermediate_size, experts, " heads=", num_attention_heads, "/",
                       num_key_value_heads, " head_dim=", head_dim, " V=", vocab_size,
                       " rope=", rope, " theta=", rope_theta, " ", DTypeName(dtype),
                       tie_word_embeddings ? " tied" : " untied");
@@ -451,6 +667,42 @@ std::string DecoderConfigToJson(const DecoderConfig& c) {
         j["max_window_layers"] = c.sliding_from;
       }
       break;
+  }
+  if (family.moe()) {
+    j["num_experts_per_tok"] = c.num_experts_per_tok;
+    switch (family.moe_layers) {
+      case MoeLayers::kAll:
+        j["num_local_experts"] = c.num_experts;
+        break;
+      case MoeLayers::kSparseStep:
+        j["num_experts"] = c.num_experts;
+        j["moe_intermediate_size"] = c.moe_intermediate_size;
+        j["norm_topk_prob"] = c.norm_topk_prob;
+        j["decoder_sparse_step"] = c.decoder_sparse_step;
+        j["mlp_only_layers"] = c.mlp_only_layers;
+        break;
+      case MoeLayers::kAfterDense:
+        j["n_routed_experts"] = c.num_experts;
+        j["moe_intermediate_size"] = c.moe_intermediate_size;
+        j["n_shared_experts"] = c.n_shared_experts;
+        j["first_k_dense_replace"] = c.first_k_dense_replace;
+        j["routed_scaling_factor"] = c.routed_scaling_factor;
+        j["topk_method"] = "greedy";
+        break;
+      case MoeLayers::kNone:
+        break;
+    }
+  }
+  if (family.latent_attention) {
+    if (c.q_lora_rank > 0) {
+      j["q_lora_rank"] = c.q_lora_rank;
+    } else {
+      j["q_lora_rank"] = nullptr;
+    }
+    j["kv_lora_rank"] = c.kv_lora_rank;
+    j["qk_nope_head_dim"] = c.qk_nope_head_dim;
+    j["qk_rope_head_dim"] = c.qk_rope_head_dim;
+    j["v_head_dim"] = c.v_head_dim;
   }
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = c.dtype == DType::kBF16   ? "bfloat16"

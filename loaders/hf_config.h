@@ -35,7 +35,23 @@
 //   torch_dtype | dtype          no        "float32"; float32, bfloat16, float16
 //   bos_token_id, eos_token_id   no        unset; eos may be a list (Llama-3.1)
 //
-// Fields that change the computation and that no supported family implements (partial rotary,
+// Mixture-of-experts families (decoder_family.h, Note [MoE blocks]) read their experts:
+//   num_local_experts (Mixtral) | num_experts (Qwen3-MoE; num_local_experts as v5 writes it)
+//                | n_routed_experts (DeepSeek)          the routed experts E (required, >= 2)
+//   num_experts_per_tok          Mixtral 2, Qwen3-MoE 8, DeepSeek required; <= E
+//   moe_intermediate_size        each expert's size (Mixtral: intermediate_size)
+//   norm_topk_prob               Qwen3-MoE (false); DeepSeek-V2 refuses true (transformers ignores
+//                                it, DeepSeek's own code renormalises: ambiguous)
+//   decoder_sparse_step, mlp_only_layers   Qwen3-MoE (1, [])
+//   first_k_dense_replace, n_shared_experts, routed_scaling_factor, topk_method ("greedy")
+//                                DeepSeek (0, required, 1.0); n_group / topk_group need
+//                                group_limited_greedy, which is refused
+// and DeepSeek's latent attention q_lora_rank (null: q_proj), kv_lora_rank, qk_nope_head_dim,
+// qk_rope_head_dim (the RoPE head_dim), v_head_dim; num_key_value_heads must equal the heads.
+// Training-only fields (router_aux_loss_coef, router_jitter_noise, output_router_logits) change
+// nothing at inference and are ignored.
+//
+// Fields that change the computation and that the family does not implement (partial rotary,
 // logit soft-capping, experts, latent attention, quantization_config, ...) are refused by name
 // (Unimplemented), never ignored. Errors are InvalidArgument naming the file and the field with
 // its value:
@@ -85,6 +101,22 @@ struct DecoderConfig {
   DType dtype = DType::kF32;  // torch_dtype
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;
+  // ---- mixture of experts (0 experts: every layer dense)
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  double routed_scaling_factor = 1.0;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+  int64_t first_k_dense_replace = 0;
+  int64_t n_shared_experts = 0;
+  // ---- latent attention (DeepSeek); head_dim is qk_rope_head_dim
+  int64_t q_lora_rank = 0;  // 0: a plain q_proj
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
 
   bool operator==(const DecoderConfig&) const = default;
 
@@ -93,6 +125,11 @@ struct DecoderConfig {
   // Which projections have biases, by family and config (decoder_family.h).
   bool qkv_bias() const { return attention_bias || family().qkv_bias; }
   bool o_bias() const { return attention_bias; }
+  // Whether layer `layer` has a sparse MoE block (Note [MoE blocks] in decoder_family.h).
+  bool IsMoeLayer(int64_t layer) const;
+  // Whether any layer is sparse / dense.
+  bool HasMoeLayers() const;
+  bool HasDenseLayers() const;
   // Parameters of the whole model (embeddings and lm_head included, lm_head once when tied).
   int64_t NumParameters() const;
   // "qwen3: L=4 H=64 I=172 heads=8/4 head_dim=8 V=384 rope=llama3(x8) f32 untied".

@@ -71,8 +71,9 @@ enum class CollectiveKind : uint8_t {
 };
 absl::string_view CollectiveName(CollectiveKind kind);  // "all_reduce", ...
 bool IsReduction(CollectiveKind kind);
+struct Collective;
 // Records an accepted collective in this thread's CommCounters (mesh/comm_counter.h).
-void CountIssued(CollectiveKind kind);
+void CountIssued(const Collective& c);
 
 struct Collective {
   CollectiveKind kind = CollectiveKind::kBarrier;

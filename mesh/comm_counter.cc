@@ -14,8 +14,11 @@ thread_local CommCounter* g_counters = nullptr;
 CommCounter::CommCounter() : outer_(g_counters) { g_counters = this; }
 CommCounter::~CommCounter() { g_counters = outer_; }
 
-void CommCounter::Record(int64_t CollectiveCounts::*kind) {
-  for (CommCounter* c = g_counters; c != nullptr; c = c->outer_) ++(c->counts_.*kind);
+void CommCounter::Record(int64_t CollectiveCounts::*kind, int64_t all_to_all_bytes) {
+  for (CommCounter* c = g_counters; c != nullptr; c = c->outer_) {
+    ++(c->counts_.*kind);
+    c->counts_.all_to_all_bytes += all_to_all_bytes;
+  }
 }
 
 std::string CollectiveCounts::ToString() const {
@@ -33,9 +36,15 @@ std::string CollectiveCounts::ToString() const {
 
 namespace internal {
 
-void CountIssued(CollectiveKind kind) {
+void CountIssued(const Collective& c) {
   using K = CollectiveKind;
-  switch (kind) {
+  int64_t sent = 0;  // all_to_all kinds: the elements this rank sends
+  if (c.kind == K::kAllToAll) sent = c.input.numel();
+  if (c.kind == K::kAllToAllV || c.kind == K::kAllToAllViews) {
+    for (int64_t n : c.counts) sent += n;
+  }
+  const int64_t bytes = sent * DTypeSize(c.dtype());
+  switch (c.kind) {
     case K::kAllGather:
     case K::kAllGatherV: return CommCounter::Record(&CollectiveCounts::all_gather);
     case K::kAllReduce: return CommCounter::Record(&CollectiveCounts::all_reduce);
@@ -43,7 +52,7 @@ void CountIssued(CollectiveKind kind) {
     case K::kReduceScatterV: return CommCounter::Record(&CollectiveCounts::reduce_scatter);
     case K::kAllToAll:
     case K::kAllToAllV:
-    case K::kAllToAllViews: return CommCounter::Record(&CollectiveCounts::all_to_all);
+    case K::kAllToAllViews: return CommCounter::Record(&CollectiveCounts::all_to_all, bytes);
     case K::kBroadcast: return CommCounter::Record(&CollectiveCounts::broadcast);
     case K::kSend:
     case K::kRecv:

@@ -25,9 +25,12 @@ struct CollectiveCounts {
   int64_t reduce_scatter = 0;
   int64_t all_to_all = 0;
   int64_t broadcast = 0;
+  // Bytes this rank handed to its all_to_alls (to every member, itself included): what expert
+  // parallelism's dispatch and combine move (bench/moe).
+  int64_t all_to_all_bytes = 0;
 
   int64_t total() const { return all_gather + all_reduce + reduce_scatter + all_to_all + broadcast; }
-  // "all_gather=1 all_to_all=1" (zero kinds left out; "none" when nothing).
+  // "all_gather=1 all_to_all=1" (zero kinds left out; "none" when nothing; no bytes).
   std::string ToString() const;
 };
 
@@ -40,7 +43,7 @@ class CommCounter {
   const CollectiveCounts& counts() const { return counts_; }
 
   // Internal (the communicators): records one collective in every active counter of this thread.
-  static void Record(int64_t CollectiveCounts::*kind);
+  static void Record(int64_t CollectiveCounts::*kind, int64_t all_to_all_bytes = 0);
 
  private:
   CollectiveCounts counts_;

@@ -272,7 +272,7 @@ WorkPtr Communicator::Submit(Collective c) {
     absl::Status error(valid.code(), absl::StrCat(ErrorPrefix(c), ": ", valid.message()));
     return RunInvalid(std::move(c), std::move(error));
   }
-  CountIssued(c.kind);
+  CountIssued(c);
   if (c.kind == CollectiveKind::kAllToAllViews && (stage_views_ || !HandlesViews())) {
     return RunViewsStaged(std::move(c));
   }

@@ -119,10 +119,7 @@ Attention::Attention(const AttentionOptions& options) : Module("Attention"), opt
   }
 }
 
-void Attention::ResetKVCache() {
-  cache_k_ = cache_v_ = Value();
-  buffer_k_ = buffer_v_ = Tensor();
-}
+void Attention::ResetKVCache() { cache_.Reset(); }
 
 namespace {
 
@@ -147,7 +144,28 @@ absl::StatusOr<Tensor> AppendToBuffer(Tensor& buffer, const Value& cache, const 
 
 }  // namespace
 
-int64_t Attention::kv_cache_length() const { return cache_k_.defined() ? cache_k_.shape()[2] : 0; }
+absl::Status KVCache::Append(Value* k, Value* v) {
+  const bool local = k->is_local() && v->is_local() && (!k_.defined() || k_.is_local());
+  if (local) {
+    DT_ASSIGN_OR_RETURN(Tensor kk, AppendToBuffer(buffer_k_, k_, k->local()));
+    DT_ASSIGN_OR_RETURN(Tensor vv, AppendToBuffer(buffer_v_, v_, v->local()));
+    *k = kk;
+    *v = vv;
+  } else if (k_.defined()) {
+    DT_ASSIGN_OR_RETURN(*k, vops::Cat({k_, *k}, 2));
+    DT_ASSIGN_OR_RETURN(*v, vops::Cat({v_, *v}, 2));
+  }
+  k_ = *k;
+  v_ = *v;
+  return absl::OkStatus();
+}
+
+void KVCache::Reset() {
+  k_ = v_ = Value();
+  buffer_k_ = buffer_v_ = Tensor();
+}
+
+int64_t Attention::kv_cache_length() const { return use_cache_ ? cache_.length() : 0; }
 
 std::string Attention::ExtraRepr() const {
   return absl::StrCat("hidden=", options_.hidden_size, ", heads=", options_.num_heads,
@@ -325,20 +343,7 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
     DT_ASSIGN_OR_RETURN(q, vops::ApplyRotary(q, c, sn, options_.rotary_style));
     DT_ASSIGN_OR_RETURN(k, vops::ApplyRotary(k, c, sn, options_.rotary_style));
   }
-  if (use_cache_) {
-    const bool local = k.is_local() && v.is_local() && (!cache_k_.defined() || cache_k_.is_local());
-    if (local) {
-      DT_ASSIGN_OR_RETURN(Tensor kk, AppendToBuffer(buffer_k_, cache_k_, k.local()));
-      DT_ASSIGN_OR_RETURN(Tensor vv, AppendToBuffer(buffer_v_, cache_v_, v.local()));
-      k = kk;
-      v = vv;
-    } else if (cache_k_.defined()) {
-      DT_ASSIGN_OR_RETURN(k, vops::Cat({cache_k_, k}, 2));
-      DT_ASSIGN_OR_RETURN(v, vops::Cat({cache_v_, v}, 2));
-    }
-    cache_k_ = k;
-    cache_v_ = v;
-  }
+  if (use_cache_) DT_RETURN_IF_ERROR(cache_.Append(&k, &v));
   ops::AttentionOptions attn;
   attn.causal = options_.causal;
   DT_ASSIGN_OR_RETURN(Value a, vops::ScaledDotProductAttention(q, k, v, attn));

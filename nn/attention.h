@@ -25,13 +25,10 @@
 // qkv_proj packed_colwise (the blocks come from the module, so each rank gets its q, k and v
 // heads; plain colwise is refused) and o_proj rowwise. One all_reduce per call.
 //
-// KV cache: EnableKVCache() keeps K and V (after rotary) and appends every call's keys after the
-// previous ones; with `causal`, query i of a call attends to keys j <= cache_len + i (the mask is
-// bottom-right aligned). ResetKVCache() forgets them. Under tensor parallelism the cache holds this
-// rank's heads only. Local K/V (what the tensor-parallel styles hand on) go into buffers with
-// spare room along the sequence, doubled when full, so a generation of T tokens copies O(T) cache
-// rows rather than O(T²) as a concatenation per step would; attention reads the filled part as a
-// view. DTensor K/V are concatenated.
+// KV cache: EnableKVCache() keeps K and V (after rotary, a KVCache) and appends every call's keys
+// after the previous ones; with `causal`, query i of a call attends to keys j <= cache_len + i
+// (the mask is bottom-right aligned). ResetKVCache() forgets them. Under tensor parallelism the
+// cache holds this rank's heads only.
 //
 // With q_proj sharded and k_proj / v_proj replicated, each rank computes and caches only the KV
 // heads its query heads use (Note [Replicated KV heads]), so tp may exceed the KV heads (vLLM's
@@ -51,6 +48,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "dtensor/core/dtype.h"
 #include "dtensor/nn/linear.h"
 #include "dtensor/nn/module.h"
@@ -90,6 +88,23 @@ class RotaryEmbedding : public Module {
   std::string table_;  // "theta=10000" or the scaling's name, for ExtraRepr
   ops::RotaryStyle style_;
   RotaryTableFn table_fn_;  // unset: the inv_freq buffer, scaling 1
+};
+
+// The keys and values of the positions seen so far, [B, h, S, D] each, for one attention layer.
+// Local K/V (what the tensor-parallel styles hand on) go into buffers with spare room along the
+// sequence, doubled when full, so a generation of T tokens copies O(T) cache rows rather than
+// O(T²) as a concatenation per step would; the cached part is a view. DTensor K/V are
+// concatenated.
+class KVCache {
+ public:
+  // Appends *k, *v after the cached positions and replaces them with all of them.
+  absl::Status Append(Value* k, Value* v);
+  void Reset();
+  int64_t length() const { return k_.defined() ? k_.shape()[2] : 0; }
+
+ private:
+  Value k_, v_;                 // the filled part of the buffers below, or DTensors
+  Tensor buffer_k_, buffer_v_;  // [B, h, capacity, D] for local K/V
 };
 
 struct AttentionOptions {
@@ -139,9 +154,7 @@ class Attention : public Module {
 
   AttentionOptions options_;
   bool use_cache_ = false;
-  Value cache_k_;  // [B, h, S_past, D]: the filled part of the buffer below, or a DTensor
-  Value cache_v_;
-  Tensor buffer_k_, buffer_v_;  // [B, h, capacity, D] for local K/V
+  KVCache cache_;
 };
 
 }  // namespace dt::nn

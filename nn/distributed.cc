@@ -42,6 +42,84 @@ absl::StatusOr<DeviceMesh> TensorParallelMesh(const DeviceMesh& mesh,
   return tp;
 }
 
+namespace {
+
+// Note [Expert-parallel layouts] (distributed.h): whether ep and tp share the ranks, and tp.
+struct EpLayout {
+  int64_t tp = 1;
+  bool shared = false;
+};
+absl::StatusOr<EpLayout> ExpertLayout(const DistributedConfig& config, int64_t ranks) {
+  const int64_t ep = config.ep_size;
+  if (ep < 1 || ranks % ep != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("DistributedConfig: ep_size ", ep,
+                                                   " does not divide the ", ranks, " ranks"));
+  }
+  if (ep == ranks && (config.tp_size == 0 || config.tp_size == ranks)) {
+    return EpLayout{ranks, true};  // transformers' ep_size == tp_size: one group for both
+  }
+  const int64_t tp = config.tp_size > 0 ? config.tp_size : ranks / ep;
+  if (config.tp_size < 0 || ep * tp != ranks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DistributedConfig: ep_size ", ep, " x tp_size ", tp, " = ", ep * tp,
+        " ranks, but there are ", ranks, " (ep and tp share the ranks only when both are ", ranks,
+        ")"));
+  }
+  if (ep % tp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedConfig: ep_size ", ep, " must be a multiple of tp_size ", tp,
+                     " (transformers' rule)"));
+  }
+  return EpLayout{tp, false};
+}
+
+}  // namespace
+
+absl::StatusOr<DeviceMesh> ModelMesh(const std::shared_ptr<World>& world,
+                                     const DistributedConfig& config) {
+  if (config.ep_size == 1) return TensorParallelMesh(world, config);
+  DT_ASSIGN_OR_RETURN(const EpLayout layout, ExpertLayout(config, world->size()));
+  if (layout.shared) return InitDeviceMesh(world, {world->size()}, {"tp"});
+  return InitDeviceMesh(world, {config.ep_size, layout.tp}, {"ep", "tp"});
+}
+
+absl::StatusOr<DeviceMesh> ModelMesh(const DeviceMesh& mesh, const DistributedConfig& config) {
+  if (config.ep_size == 1) return TensorParallelMesh(mesh, config);
+  if (mesh.DimIndex("ep").ok()) {
+    DT_ASSIGN_OR_RETURN(DeviceMesh ep_tp, mesh.Slice(std::vector<std::string>{"ep", "tp"}));
+    if (ep_tp.Size(0) != config.ep_size) {
+      return absl::InvalidArgumentError(absl::StrCat("DistributedConfig: ep_size ",
+                                                     config.ep_size,
+                                                     " does not match the mesh's ep dim of ",
+                                                     ep_tp.Size(0), " ranks"));
+    }
+    DT_ASSIGN_OR_RETURN(const EpLayout layout, ExpertLayout(config, ep_tp.Size()));
+    if (layout.shared) return TensorParallelMesh(mesh, config);
+    return ep_tp;
+  }
+  // No ep dim: ep and tp share the tp dim.
+  DT_ASSIGN_OR_RETURN(DeviceMesh tp, TensorParallelMesh(mesh, DistributedConfig{}));
+  DT_ASSIGN_OR_RETURN(const EpLayout layout, ExpertLayout(config, tp.Size()));
+  if (!layout.shared) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DistributedConfig: ep_size ", config.ep_size, " with tp_size ", config.tp_size,
+        " needs a mesh with dims 'ep' and 'tp', got ", mesh.ToString()));
+  }
+  return tp;
+}
+
+absl::StatusOr<ParallelPlan> EffectiveEPPlan(const DistributedConfig& config,
+                                             const ParallelPlan& model_plan,
+                                             const ParallelPlan& all_reduce_plan) {
+  if (const auto* plan = std::get_if<ParallelPlan>(&config.ep_plan)) return *plan;
+  const std::string& name = std::get<std::string>(config.ep_plan);
+  if (name == "auto") return model_plan;
+  if (name == "all_reduce" && !all_reduce_plan.empty()) return all_reduce_plan;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "DistributedConfig: ep_plan '", name,
+      "' is not known: use \"auto\", \"all_reduce\" or a {key, style} list"));
+}
+
 absl::StatusOr<ParallelPlan> EffectivePlan(const DistributedConfig& config,
                                            const ParallelPlan& model_plan) {
   if (const auto* plan = std::get_if<ParallelPlan>(&config.tp_plan)) return *plan;

@@ -36,6 +36,13 @@ struct DistributedConfig {
   int64_t tp_size = 0;  // 0: derived (see the file comment)
   // "auto" (the model's plan) or an explicit {key, style} list.
   std::variant<std::string, ParallelPlan> tp_plan = std::string("auto");
+  // Expert parallelism (nn/expert_parallel.h): > 1 splits the experts over ep_size ranks, in one
+  // of two layouts (Note [Expert-parallel layouts]); ep_size must be a multiple of tp_size, as
+  // transformers requires.
+  int64_t ep_size = 1;
+  // "auto" (the model's ep_plan: tokens dispatched with all_to_all), "all_reduce" (its
+  // ep_all_reduce_plan: ep_router) or an explicit {key, style} list.
+  std::variant<std::string, ParallelPlan> ep_plan = std::string("auto");
   // Plan rules that match no layer: a warning (transformers' behaviour) or, with kError, an
   // InvalidArgument before anything is placed (Note [Unmatched keys] in nn/module.h).
   PlanCheck unmatched_keys = PlanCheck::kWarn;
@@ -56,10 +63,32 @@ absl::StatusOr<DeviceMesh> TensorParallelMesh(const std::shared_ptr<World>& worl
 absl::StatusOr<DeviceMesh> TensorParallelMesh(const DeviceMesh& mesh,
                                               const DistributedConfig& config);
 
+// Note [Expert-parallel layouts]
+//   ep and tp share the ranks    ep_size = tp_size = the ranks (tp_size 0 derives it): one 1-D
+//                                mesh; the dense layers split by the tp plan, the experts whole,
+//                                E / ep per rank (the ep plan's rules replace the tp plan's for
+//                                the experts, as in transformers, whose default this is)
+//   ep x tp                      ep_size · tp_size = the ranks (tp_size 0: ranks / ep_size): a
+//                                2-D mesh (ep, tp), each dim its own communicator; the dense
+//                                layers split over tp and replicated over ep, each rank's E / ep
+//                                experts split over tp too (1 / (ep·tp) of them per rank)
+// The mesh a model is laid over: TensorParallelMesh when ep_size is 1; the 1-D mesh over the world
+// or the 2-D mesh (ep, tp) above (of an n-D mesh: its tp dim, or its ep and tp dims).
+// InvalidArgument naming the sizes when they do not fit:
+//   "DistributedConfig: ep_size 2 must be a multiple of tp_size 4 (transformers' rule)"
+absl::StatusOr<DeviceMesh> ModelMesh(const std::shared_ptr<World>& world,
+                                     const DistributedConfig& config);
+absl::StatusOr<DeviceMesh> ModelMesh(const DeviceMesh& mesh, const DistributedConfig& config);
+
 // The plan to apply: `model_plan` for "auto", else the config's list; InvalidArgument for any
 // other string.
 absl::StatusOr<ParallelPlan> EffectivePlan(const DistributedConfig& config,
                                            const ParallelPlan& model_plan);
+// The expert-parallel plan: `model_plan` for "auto", `all_reduce_plan` for "all_reduce" (when the
+// model has one), else the config's list.
+absl::StatusOr<ParallelPlan> EffectiveEPPlan(const DistributedConfig& config,
+                                             const ParallelPlan& model_plan,
+                                             const ParallelPlan& all_reduce_plan);
 
 // What `plan` would do to `module`: "key -> style: param, param, ..." per rule, then the
 // parameters no rule covers (replicated). Places nothing.

@@ -13,6 +13,7 @@
 #include "dtensor/core/progress.h"
 #include "dtensor/core/status.h"
 #include "dtensor/nn/distributed.h"
+#include "dtensor/nn/expert_parallel.h"
 #include "dtensor/nn/init.h"
 #include "dtensor/nn/linear.h"
 #include "dtensor/nn/log.h"
@@ -141,7 +142,15 @@ absl::Status LoadPretrained(Module& module, const DeviceMesh& mesh,
   }
   if (quantized) DT_RETURN_IF_ERROR(KeepQuantized(module, checkpoint, how.source).status());
   // 1-2. The plan's checks, then the placements (Note [One loading path]).
-  if (how.load_whole) {
+  if (mesh.ndim() == 2 || !how.ep_plan.empty()) {
+    if (how.load_whole) {
+      return absl::UnimplementedError(absl::StrCat(
+          how.model, ": loading whole and sharding afterwards is not implemented on an expert-",
+          "parallel mesh ", mesh.ToString(), "; load with the plan (each rank reads its experts)"));
+    }
+    DT_RETURN_IF_ERROR(
+        ParallelizeModuleWithEP(module, mesh, how.plan, how.ep_plan, how.parallelize));
+  } else if (how.load_whole) {
     DT_RETURN_IF_ERROR(ValidatePlan(module, mesh, how.plan, how.parallelize));
     DT_RETURN_IF_ERROR(ReplicateModule(module, mesh));
   } else {

@@ -115,6 +115,9 @@ absl::Status CheckBlockCount(const loaders::Checkpoint& checkpoint, absl::string
 struct PretrainedLoad {
   std::string model;  // its name in messages ("Qwen3ForCausalLM")
   ParallelPlan plan;
+  // The expert-parallel plan (nn/expert_parallel.h): on a 2-D (ep, tp) mesh, or on the 1-D mesh
+  // ep and tp share when non-empty; `plan` applies to the tp dim.
+  ParallelPlan ep_plan;
   ParallelizeOptions parallelize;
   bool load_whole = false;  // read everything, then shard (nn/distributed.h ShardLoaded)
   bool warn = true;         // tensors the model does not use, from the mesh's first rank
@@ -130,7 +133,8 @@ struct PretrainedLoad {
 };
 
 // Steps 1-5 of Note [One loading path] on a freshly built, unplaced `module`, collective over the
-// 1-D tensor-parallel `mesh`.
+// 1-D tensor-parallel `mesh`, or with how.ep_plan over it or a 2-D (ep, tp) mesh
+// (ParallelizeModuleWithEP; load_whole is refused there).
 absl::Status LoadPretrained(Module& module, const DeviceMesh& mesh,
                             const loaders::Checkpoint& checkpoint, const PretrainedLoad& how,
                             LoadReport* report = nullptr);

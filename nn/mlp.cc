@@ -11,7 +11,6 @@
 #include "dtensor/ops/local/ops.h"
 
 namespace dt::nn {
-namespace {
 
 absl::Status CheckIntermediate(const Module& m, const TPValidationContext& ctx,
                                absl::Span<const std::string> projections, int64_t intermediate) {
@@ -25,6 +24,8 @@ absl::Status CheckIntermediate(const Module& m, const TPValidationContext& ctx,
                    ctx.tp_size(), " does not divide intermediate_size ", intermediate, " (",
                    absl::StrJoin(sharded, ", "), " sharded)"));
 }
+
+namespace {
 
 // A projection whose output is this rank's columns feeds a consumer that must take them (rowwise).
 absl::Status CheckSplitConsumed(const Module& m, const TPValidationContext& ctx,
@@ -159,102 +160,6 @@ absl::StatusOr<Values> SwiGLUMLP::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value h, vops::Mul(act, up));
   DT_ASSIGN_OR_RETURN(Value y, FindChild("down_proj")->CallOne({h}));
   return Values{std::move(y)};
-}
-
-absl::StatusOr<Values> IdentityExpert::Forward(Values inputs) {
-  DT_ASSIGN_OR_RETURN(Value x, SingleInput(*this, inputs));
-  return Values{std::move(x)};
-}
-
-Experts::Experts(const ExpertsOptions& o) : Module("Experts"), options_(o) {
-  RegisterParameter("gate_up_proj", {o.num_experts, 2 * o.intermediate_size, o.hidden_size},
-                    o.dtype);
-  RegisterParameter("down_proj", {o.num_experts, o.hidden_size, o.intermediate_size}, o.dtype);
-  if (o.num_identity_experts > 0) AddModule<IdentityExpert>("identity");
-}
-
-std::string Experts::ExtraRepr() const {
-  return absl::StrCat("experts=", options_.num_experts, ", hidden=", options_.hidden_size,
-                      ", intermediate=", options_.intermediate_size,
-                      ", identity_experts=", options_.num_identity_experts);
-}
-
-std::vector<int64_t> Experts::PackedBlocks(const Parameter& param, bool col) const {
-  if (!col || param.name() != "gate_up_proj") return {};
-  return {options_.intermediate_size, options_.intermediate_size};
-}
-
-absl::Status Experts::ValidateTensorParallel(const TPValidationContext& ctx) const {
-  const std::vector<std::string> projections = {"gate_up_proj", "down_proj"};
-  return CheckIntermediate(*this, ctx, projections, options_.intermediate_size);
-}
-
-absl::StatusOr<Values> Experts::Forward(Values inputs) {
-  const std::string name = absl::StrCat("Experts '", FullName(), "'");
-  if (inputs.size() != 2 || !inputs[0].defined() || !inputs[1].defined()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " takes {x [N, H], routing [N, E]}, got ", inputs.size(), " inputs"));
-  }
-  // DTensor inputs: replicated, computed on their (whole) local pieces.
-  std::optional<DeviceMesh> mesh;
-  for (const Value& v : inputs) {
-    if (!v.is_dtensor()) continue;
-    for (const Placement& p : v.dtensor().placements()) {
-      if (!p.is_replicate()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(name, ": DTensor inputs must be replicated, got ", v.Describe()));
-      }
-    }
-    mesh = v.dtensor().mesh();
-  }
-  if (!local_mode_requested()) {
-    for (const auto& p : parameters()) {
-      if (p->placed() && p->spec().NumShards() > 0) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            name, ": parameter '", p->name(), "' is sharded (", p->Describe(),
-            ") but the forward is not in local mode; plan the module as 'moe_tp_experts'"));
-      }
-    }
-  }
-  const Tensor x = inputs[0].local();
-  const Tensor routing = inputs[1].local();
-  const int64_t e_total = options_.num_experts + options_.num_identity_experts;
-  if (x.dim() != 2 || routing.dim() != 2 || routing.size(0) != x.size(0) ||
-      routing.size(1) != e_total) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": expected x [N, ", options_.hidden_size,
-                                                   "] and routing [N, ", e_total, "], got ",
-                                                   x.Describe(), " and ", routing.Describe()));
-  }
-  DT_ASSIGN_OR_RETURN(Tensor gate_up, LocalParam("gate_up_proj"));  // [E, 2I/tp, H]
-  DT_ASSIGN_OR_RETURN(Tensor down, LocalParam("down_proj"));        // [E, H, I/tp]
-  DT_ASSIGN_OR_RETURN(Tensor y,
-                      Tensor::Zeros({x.size(0), options_.hidden_size}, x.dtype(), x.device()));
-  for (int64_t e = 0; e < options_.num_experts; ++e) {
-    DT_ASSIGN_OR_RETURN(Tensor w_gu, gate_up.Select(0, e));
-    DT_ASSIGN_OR_RETURN(Tensor gu, ops::Linear(x, w_gu));
-    DT_ASSIGN_OR_RETURN(std::vector<Tensor> halves, ops::Chunk(gu, 2, -1));
-    DT_ASSIGN_OR_RETURN(Tensor act, ops::Silu(halves[0]));
-    DT_ASSIGN_OR_RETURN(Tensor h, ops::Mul(act, halves[1]));
-    DT_ASSIGN_OR_RETURN(Tensor w_down, down.Select(0, e));
-    DT_ASSIGN_OR_RETURN(Tensor out, ops::Linear(h, w_down));
-    DT_ASSIGN_OR_RETURN(Tensor weight, routing.Narrow(1, e, 1));
-    DT_ASSIGN_OR_RETURN(Tensor scaled, ops::Mul(out, weight));
-    DT_ASSIGN_OR_RETURN(y, ops::Add(y, scaled));
-  }
-  if (options_.num_identity_experts > 0) {
-    DT_ASSIGN_OR_RETURN(Value id, FindChild("identity")->CallOne({Value(x)}));
-    for (int64_t j = 0; j < options_.num_identity_experts; ++j) {
-      DT_ASSIGN_OR_RETURN(Tensor weight, routing.Narrow(1, options_.num_experts + j, 1));
-      DT_ASSIGN_OR_RETURN(Tensor scaled, ops::Mul(id.local(), weight));
-      DT_ASSIGN_OR_RETURN(y, ops::Add(y, scaled));
-    }
-  }
-  if (mesh) {
-    Placements replicated(mesh->ndim(), Placement::Replicate());
-    DT_ASSIGN_OR_RETURN(DTensor out, DTensor::FromLocal(y, *mesh, replicated));
-    return Values{Value(std::move(out))};
-  }
-  return Values{Value(std::move(y))};
 }
 
 }  // namespace dt::nn

@@ -9,22 +9,13 @@
 //                  children gate_proj [I, H], up_proj [I, H], down_proj [H, I] (Llama), or with
 //                  `fused` gate_up_proj [2I, H] (rows gate | up, recorded as packed blocks
 //                  [I, I]) and down_proj.
-//   Experts        {x [N, H], routing [N, E + E_id]} -> {Σ_e routing[:, e] · expert_e(x)}
-//                  parameters gate_up_proj [E, 2I, H] (rows gate | up per expert) and
-//                  down_proj [E, H, I] (transformers' fused MoE layout); with identity experts a
-//                  child `identity` (IdentityExpert) contributes routing[:, E + j] · x.
-//   IdentityExpert {x} -> {x}: the "zero computation" expert of some MoE models.
 //
-// Experts takes dense routing weights (zero for experts a token does not use) and computes on
-// local tensors: this rank's slice of every expert (moe_tp_experts reduces the partial sums).
-// DTensor inputs must be replicated; the output is then a replicated DTensor too.
+// The experts of a mixture of experts are in nn/moe.h.
 //
 // Plans (T = tensor-parallel size; names as constructed):
 //   MLP        up colwise, down rowwise                 one all_reduce, I % T == 0
 //   SwiGLUMLP  gate_proj, up_proj colwise, down_proj rowwise; fused: gate_up_proj packed_colwise
 //              (blocks [I, I] declared by the module), down_proj rowwise
-//   Experts    gate_up_proj packed_colwise (blocks [I, I] declared), down_proj rowwise, the module
-//              moe_tp_experts
 //
 // Tensor-parallel validation (before any weight is read): when the plan shards the projections,
 // tp must divide the intermediate size:
@@ -107,36 +98,10 @@ class SwiGLUMLP : public Module {
   SwiGLUOptions options_;
 };
 
-class IdentityExpert : public Module {
- public:
-  IdentityExpert() : Module("IdentityExpert") {}
-
- protected:
-  absl::StatusOr<Values> Forward(Values inputs) override;
-};
-
-struct ExpertsOptions {
-  int64_t num_experts = 0;
-  int64_t hidden_size = 0;
-  int64_t intermediate_size = 0;
-  int64_t num_identity_experts = 0;
-  DType dtype = DType::kF32;
-};
-
-class Experts : public Module {
- public:
-  explicit Experts(const ExpertsOptions& options);
-  const ExpertsOptions& options() const { return options_; }
-  std::string ExtraRepr() const override;
-  absl::Status ValidateTensorParallel(const TPValidationContext& ctx) const override;
-  // gate_up_proj holds [gate | up] per expert: blocks [I, I] along its rows.
-  std::vector<int64_t> PackedBlocks(const Parameter& param, bool col) const override;
-
- protected:
-  absl::StatusOr<Values> Forward(Values inputs) override;
-
- private:
-  ExpertsOptions options_;
-};
+// For modules with projections of an intermediate size (MLP, SwiGLUMLP, Experts): when the plan
+// shards any of `projections`, tp must divide `intermediate`; InvalidArgument naming the module,
+// both numbers and the sharded projections otherwise.
+absl::Status CheckIntermediate(const Module& m, const TPValidationContext& ctx,
+                               absl::Span<const std::string> projections, int64_t intermediate);
 
 }  // namespace dt::nn

@@ -164,6 +164,9 @@ class Module {
 
   // Replaces the forward Call runs (nullptr restores the module's own).
   void SetForward(ForwardFn fn) { installed_forward_ = std::move(fn); }
+  // The installed forward (empty when none): what a second style wraps (Note [Composed forwards]
+  // in nn/style.h).
+  const ForwardFn& installed_forward() const { return installed_forward_; }
   // The module's own Forward under Note [Local values] (no hooks, no installed forward).
   absl::StatusOr<Values> RunForward(Values inputs);
 

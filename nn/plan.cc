@@ -33,20 +33,22 @@ std::string Demangle(const char* name) {
 }
 
 // Note [Plan matching]
-// transformers normalizes a name's numeric components to `*` and looks the result up exactly;
-// diffusers expands one `*` over a ModuleList. Both agree on one-star keys, which is what plans
-// use, so a key here has at most one `*` and it stands for one numeric component — also in names
-// with several indices ("blocks.0.experts.3.w" is matched by "blocks.*.experts.3.w"), where
-// transformers' normalization would need a two-star key. Exact keys win over wildcards, so one
-// layer can be given a different style ("layers.0.mlp.up_proj" next to "layers.*.mlp.up_proj").
+// transformers v4 normalized a name's numeric components to `*` and looked the result up exactly,
+// so a v4 MoE plan names per-expert layers with two stars ("layers.*.mlp.experts.*.gate_proj");
+// diffusers expands one `*` over a ModuleList. Here each `*` of a key stands for one numeric
+// component, as many as the key has, so every v4 key matches what it matched there; a key may
+// also fix some indices ("blocks.*.experts.3.w" next to "blocks.*.experts.*.w"). Exact keys win
+// over wildcards, and of two wildcard keys that match a name the one with fewer `*` (the more
+// specific) wins; two with as many are ambiguous, an error that asks for an exact key.
 class Matcher {
  public:
   explicit Matcher(const ParallelPlan& plan) : plan_(plan) {
     for (int i = 0; i < static_cast<int>(plan.size()); ++i) {
-      if (plan[i].first.find('*') == std::string::npos) {
+      const int stars = static_cast<int>(std::count(plan[i].first.begin(), plan[i].first.end(), '*'));
+      if (stars == 0) {
         exact_[plan[i].first] = i;
       } else {
-        wildcard_.push_back(i);
+        wildcard_.emplace_back(i, stars);
       }
     }
   }
@@ -54,15 +56,24 @@ class Matcher {
   // The index of the rule for `name`, -1 when none.
   absl::StatusOr<int> Lookup(const std::string& name) const {
     if (auto it = exact_.find(name); it != exact_.end()) return it->second;
-    int found = -1;
-    for (int i : wildcard_) {
+    int found = -1, found_stars = 0;
+    bool tie = false;
+    int tied = -1;
+    for (const auto& [i, stars] : wildcard_) {
       if (!PlanKeyMatches(plan_[i].first, name)) continue;
-      if (found >= 0) {
-        return absl::InvalidArgumentError(absl::StrCat("plan keys '", plan_[found].first, "' and '",
-                                                       plan_[i].first, "' both match '", name,
-                                                       "'; add an exact key for it"));
+      if (found < 0 || stars < found_stars) {
+        found = i;
+        found_stars = stars;
+        tie = false;
+      } else if (stars == found_stars) {
+        tie = true;
+        tied = i;
       }
-      found = i;
+    }
+    if (tie) {
+      return absl::InvalidArgumentError(absl::StrCat("plan keys '", plan_[found].first, "' and '",
+                                                     plan_[tied].first, "' both match '", name,
+                                                     "'; add an exact key for it"));
     }
     return found;
   }
@@ -70,7 +81,7 @@ class Matcher {
  private:
   const ParallelPlan& plan_;
   absl::flat_hash_map<std::string, int> exact_;
-  std::vector<int> wildcard_;
+  std::vector<std::pair<int, int>> wildcard_;  // rule index, number of `*`
 };
 
 // The placements the plan will give, for modules' own validation.
@@ -131,7 +142,7 @@ bool PlanKeyMatches(absl::string_view key, absl::string_view name) {
       return false;
     }
   }
-  return stars == 1;
+  return stars >= 1;
 }
 
 std::string WildcardName(absl::string_view name) {
@@ -172,10 +183,6 @@ absl::StatusOr<PlanResolution> ResolvePlan(Module& module, const ParallelPlan& p
   for (const auto& [key, entry] : plan) {
     if (!seen.insert(key).second) {
       return absl::InvalidArgumentError(absl::StrCat("plan key '", key, "' is given twice"));
-    }
-    if (std::count(key.begin(), key.end(), '*') > 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Wildcard '*' can only be used once in a plan key, got '", key, "'."));
     }
     std::shared_ptr<const TensorParallelLayer> style = entry.style;
     if (style == nullptr) style = FindStyle(entry.name);

@@ -9,11 +9,12 @@
 //       {"lm_head", "colwise_gather_output"},
 //       {"blocks.*.ff.linear_in", std::make_shared<PackedColwiseParallel>(Blocks{1, 1})}});
 //
-// Matching (Note [Plan matching]): a key is a dotted path; `*` stands for one ModuleList index
-// (a purely numeric path component) and appears at most once per key. For each parameter the
-// lookup order is: its own name exactly, its own name by a wildcard key, its module's name exactly,
-// its module's name by a wildcard key — so an exact key beats a wildcard and a parameter's key
-// beats its module's. A module's key (exact, then wildcard) also installs the style's forward on
+// Matching (Note [Plan matching]): a key is a dotted path; each `*` stands for one ModuleList
+// index (a purely numeric path component), as many as the key has (transformers v4's MoE plans:
+// "layers.*.mlp.experts.*.gate_proj"). For each parameter the lookup order is: its own name
+// exactly, its own name by a wildcard key, its module's name exactly, its module's name by a
+// wildcard key — so an exact key beats a wildcard and a parameter's key beats its module's; of
+// two wildcard keys the one with fewer `*` wins. A module's key (exact, then wildcard) also installs the style's forward on
 // that module; a parameter key only places the parameter. A module key covers the module's own
 // parameters, not its children's. The key "" is the root.
 //
@@ -21,12 +22,13 @@
 //   layers.*.mlp.up_proj         yes (module, wildcard)             yes
 //   layers.3.mlp.up_proj         yes, and beats the line above      yes, and beats it
 //   layers.*.mlp.up_proj.weight  yes, beats both module keys        -
-//   layers.*proj, layers.*.*.up  never (invalid wildcard use)       -
+//   layers.*proj                 never (a `*` is a whole component)  -
 //
 // Order of work (nothing is placed or read until every check passed):
-//   1. the mesh is 1-D; every key has at most one `*`; every style name is registered, else
+//   1. the mesh is 1-D; every style name is registered, else
 //      InvalidArgument "Unsupported tensor parallel style 'foo' for layer 'layers.*.mlp.up_proj'.
-//      Supported styles are [colwise, ...]"; two wildcard keys matching one name are ambiguous.
+//      Supported styles are [colwise, ...]"; two wildcard keys with as many `*` matching one name
+//      are ambiguous.
 //   2. options.config (TPConfig) against the mesh size.
 //   3. every module: ValidateTensorParallel (heads, KV heads, intermediate size, consistent
 //      placements) against the placements the plan will give; every covered parameter:
@@ -121,7 +123,7 @@ absl::Status ReplicateModule(Module& module, const DeviceMesh& mesh);
 
 // ---- plan matching, exposed for tests and tools -------------------------------------------------
 
-// True when `key` names `name`: equal, or equal with the key's single `*` standing for a numeric
+// True when `key` names `name`: equal, or equal with each `*` of the key standing for a numeric
 // component of `name`.
 bool PlanKeyMatches(absl::string_view key, absl::string_view name);
 // Every numeric path component replaced by `*`: "layers.3.mlp.w1" -> "layers.*.mlp.w1".

@@ -48,17 +48,36 @@ absl::Status TensorParallelLayer::InstallForward(Module& module, const DeviceMes
         "InstallForward on '", module.FullName(),
         "': the style must be owned by a std::shared_ptr (std::make_shared<MyStyle>(...))"));
   }
-  module.SetForward([self, mesh](Module& m, Values inputs) -> absl::StatusOr<Values> {
+  ForwardFn inner = module.installed_forward();  // Note [Composed forwards]
+  module.SetForward([self, mesh, inner](Module& m, Values inputs) -> absl::StatusOr<Values> {
     DT_ASSIGN_OR_RETURN(Values in, self->TransformInputsPreForward(m, std::move(inputs), mesh));
     absl::StatusOr<Values> out;
     {
       ForwardContext context = self->ContextAroundForward(m, mesh);
-      out = m.RunForward(std::move(in));
+      out = inner ? inner(m, std::move(in)) : m.RunForward(std::move(in));
     }
     if (!out.ok()) return std::move(out).status();
+    if (inner) {
+      for (Value& v : *out) {
+        if (v.piece_of() != nullptr && !(v.piece_of()->mesh() == mesh)) v = PlainLocal(v);
+      }
+    }
     return self->TransformOutputPostForward(m, *std::move(out), mesh);
   });
   return absl::OkStatus();
+}
+
+bool ShardedOn(const Parameter& param, const DeviceMesh& mesh) {
+  if (!param.placed()) return false;
+  const DTensorSpec& spec = param.spec();
+  if (spec.mesh() == mesh) return spec.NumShards() > 0;
+  // A parameter on a larger mesh: its placement on the dim `mesh` is (by name).
+  for (int d = 0; d < spec.mesh().ndim(); ++d) {
+    if (mesh.ndim() == 1 && spec.mesh().names()[d] == mesh.names()[0]) {
+      return !spec.placements()[d].is_replicate();
+    }
+  }
+  return false;
 }
 
 Placement ResolveDim(const Placement& p, int ndim) {

@@ -16,13 +16,24 @@
 //   TransformOutputPostForward   each call                  outputs unchanged
 //   ShouldUseLocalTensors        each call                  false
 //   InstallForward               plan time                  module.SetForward(pre -> ctx ->
-//                                                           forward -> post)
+//                                                           forward -> post), wrapping a forward
+//                                                           already installed (Note [Composed
+//                                                           forwards])
 //
 // ParamPlacement is the one addition to transformers' set: it states, without side effects, where
 // ShardParam will put a parameter, so that a module's own validation (heads, KV heads,
 // intermediate size: Module::ValidateTensorParallel) can look at the whole plan before anything is
 // placed. A custom style overrides ParamPlacement and keeps the default ShardParam, or overrides
 // both consistently.
+//
+// Note [Composed forwards]
+// A module may get a style from two plans on two meshes: the experts of a MoE layer are
+// moe_tp_experts on the tensor-parallel mesh and ep_dispatch_experts (or all_reduce) on the
+// expert-parallel one (nn/expert_parallel.h). As transformers wraps whatever `module.forward` is
+// when it installs a style, InstallForward wraps the forward already installed: the second style's
+// hooks run outside the first's. What the inner forward hands on as a piece of a DTensor on
+// another mesh is handed to the outer style as a plain local tensor (its mesh means nothing to the
+// outer one), so an outer reduction annotates it on its own mesh.
 //
 // Styles are immutable once registered and shared by every rank (threads included); per-module
 // state lives on the module (Linear::packed_col_blocks, ...).
@@ -94,6 +105,10 @@ class TensorParallelLayer : public std::enable_shared_from_this<TensorParallelLa
 };
 
 // ---- helpers for writing styles ----------------------------------------------------------------
+
+// Whether `param` is split over the 1-D `mesh`: on that mesh, or on a larger mesh whose dim of the
+// same name splits it (experts on an (ep, tp) mesh are split over tp by their tp rules).
+bool ShardedOn(const Parameter& param, const DeviceMesh& mesh);
 
 // `p` with a negative shard dim resolved for a tensor of `ndim` dims.
 Placement ResolveDim(const Placement& p, int ndim);

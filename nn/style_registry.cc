@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "dtensor/core/status.h"
+#include "dtensor/nn/expert_parallel.h"
 #include "dtensor/nn/styles.h"
 
 namespace dt::nn {
@@ -39,6 +40,11 @@ class Registry {
     Add("replicated_with_grad_allreduce", std::make_shared<ReplicatedWithGradAllReduce>());
     Add("moe_tp_experts", std::make_shared<MoEExpertsParallel>());
     Add("moe_identity_expert", std::make_shared<MoEIdentityParallel>());
+    Add("mla_kv_a_proj", std::make_shared<MlaKvAProjParallel>());
+    // Expert parallelism (nn/expert_parallel.h): used on the ep dim of an (ep, tp) mesh.
+    Add("grouped_gemm", std::make_shared<GroupedGemmParallel>());
+    Add("ep_router", std::make_shared<RouterParallel>());
+    Add("ep_dispatch_experts", std::make_shared<EpDispatchExpertsParallel>());
   }
 
   void Add(const std::string& name, std::shared_ptr<const TensorParallelLayer> style,

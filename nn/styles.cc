@@ -559,13 +559,19 @@ absl::StatusOr<Values> MoEExpertsParallel::TransformInputsPreForward(Module&, Va
 absl::StatusOr<Values> MoEExpertsParallel::TransformOutputPostForward(
     Module& module, Values outputs, const DeviceMesh& mesh) const {
   bool sharded = false;
-  for (const auto& p : module.parameters()) {
-    sharded = sharded || (p->placed() && p->spec().NumShards() > 0);
-  }
+  for (const auto& p : module.parameters()) sharded = sharded || ShardedOn(*p, mesh);
   if (!sharded || outputs.empty() || !outputs[0].defined()) return outputs;
   DT_ASSIGN_OR_RETURN(outputs[0], ReducePartial(outputs[0], mesh, Placement::Replicate(),
                                                  /*use_local_output=*/true, module));
   return outputs;
+}
+
+StyleInfo MlaKvAProjParallel::Info() const {
+  return {"R", "R", "unchanged", "unchanged (whole)", "none (inference only: no gradients)"};
+}
+
+absl::Status MlaKvAProjParallel::InstallForward(Module&, const DeviceMesh&) const {
+  return absl::OkStatus();  // Note [Inference only]: the forward is the replicated one
 }
 
 StyleInfo MoEIdentityParallel::Info() const {

@@ -20,6 +20,7 @@
 //   ReplicatedWithGradAllReduce  R                               unchanged (inference only)
 //   MoEExpertsParallel           own plan entries                in -> R -> local; P(sum) -> R
 //   MoEIdentityParallel          (none)                          in R -> P(sum), i.e. x / T
+//   MlaKvAProjParallel           R                               unchanged (inference only)
 //
 // Note [Packed blocks]
 // A packed weight concatenates logical blocks along one dim (gate | up; q | k | v | gate | up).
@@ -250,6 +251,17 @@ class MoEExpertsParallel : public TensorParallelLayer {
                                                    const DeviceMesh& mesh) const override;
   absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
                                                     const DeviceMesh& mesh) const override;
+};
+
+// mla_kv_a_proj: DeepSeek's kv_a_proj_with_mqa (nn/latent_attention.h), whose output is split into
+// the compressed KV and the RoPE key every head shares, so it stays whole on every rank.
+// transformers' MlaKvAProjParallel all-reduces the RoPE key's gradient in backward (each rank's
+// heads see only their share of it); the runtime has no backward (Note [Inference only]), so the
+// parameters are replicated and the forward is unchanged.
+class MlaKvAProjParallel : public TensorParallelLayer {
+ public:
+  StyleInfo Info() const override;
+  absl::Status InstallForward(Module& module, const DeviceMesh& mesh) const override;
 };
 
 // An identity ("zero computation") expert inside moe_tp_experts: its input becomes a P(sum) of x

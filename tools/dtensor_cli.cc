@@ -34,6 +34,7 @@
 #include "dtensor/core/status.h"
 #include "dtensor/dtensor/verify.h"
 #include "dtensor/mesh/world.h"
+#include "dtensor/nn/models/style_users.h"
 #include "dtensor/nn/style_registry.h"
 #include "dtensor/tools/flags.h"
 
@@ -321,6 +322,7 @@ int main(int argc, char** argv) {
     if (cmd == "inspect") return dt::cli::Inspect(rest.front(), flags);
     if (cmd == "tokenize") return dt::cli::Tokenize(rest.front(), flags);
     std::fputs(dt::nn::FormatStylesTable().c_str(), stdout);
+    std::fputs(("\n" + dt::nn::FormatStyleUsers()).c_str(), stdout);
     return 0;
   }
   std::fprintf(stderr, "dtensor: unknown command '%s'\n%s\n", cmd.c_str(), kUsage);

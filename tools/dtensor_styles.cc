@@ -1,12 +1,14 @@
 // dtensor-styles: the tensor-parallel style registry as a table (what `dtensor styles` prints):
 // one row per style with its weight / bias placements, input and output layouts and forward
-// collective; --names: the registered names, one per line. `dtensor-styles --help` lists the flags.
+// collective, then which built-in models' plans use each (nn/models/style_users.h); --names: the
+// registered names, one per line. `dtensor-styles --help` lists the flags.
 //
 // Exit status: 0, or 2 for a bad command line.
 #include <cstdio>
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "dtensor/nn/models/style_users.h"
 #include "dtensor/nn/style_registry.h"
 #include "dtensor/tools/flags.h"
 
@@ -24,5 +26,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::fputs(dt::nn::FormatStylesTable().c_str(), stdout);
+  std::fputs(("\n" + dt::nn::FormatStyleUsers()).c_str(), stdout);
   return 0;
 }

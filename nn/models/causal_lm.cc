@@ -1,19 +1,24 @@
 #include "dtensor/nn/models/causal_lm.h"
 
 #include "dtensor/loaders/gguf_llama.h"
+#include "dtensor/loaders/moe_checkpoint.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
 #include "dtensor/nn/attention.h"
+#include "dtensor/nn/expert_parallel.h"
 #include "dtensor/nn/init.h"
+#include "dtensor/nn/latent_attention.h"
 #include "dtensor/nn/linear.h"
 #include "dtensor/nn/load.h"
 #include "dtensor/nn/mlp.h"
+#include "dtensor/nn/moe.h"
 #include "dtensor/nn/norm.h"
 #include "dtensor/nn/vops.h"
 
@@ -33,9 +38,39 @@ namespace {
 // The attention and the MLP a layer of the family has (Note [Adding a family] in
 // loaders/decoder_family.h: other kinds of blocks — experts, latent attention — branch here, with
 // the layer index for families whose layers differ).
+// transformers' yarn_apply_mscale: with YaRN's mscale_all_dim, latent attention scales its softmax
+// by mscale² as well (DeepSeek's reference does; the rotary dims are scaled by the table already).
+double LatentSoftmaxScale(const loaders::DecoderConfig& c) {
+  double scale = 1.0 / std::sqrt(static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim));
+  const loaders::RopeScaling& r = c.rope_scaling;
+  if (r.rope_type != "default" && r.mscale_all_dim && *r.mscale_all_dim != 0 && r.factor > 1) {
+    const double m = 0.1 * *r.mscale_all_dim * std::log(r.factor) + 1.0;
+    scale *= m * m;
+  }
+  return scale;
+}
+
 std::unique_ptr<Module> MakeAttention(const loaders::DecoderConfig& c, int64_t /*layer*/,
                                       DType dtype) {
   const loaders::DecoderFamily& f = c.family();
+  if (f.latent_attention) {
+    LatentAttentionOptions l;
+    l.hidden_size = c.hidden_size;
+    l.num_heads = c.num_attention_heads;
+    l.q_lora_rank = c.q_lora_rank;
+    l.kv_lora_rank = c.kv_lora_rank;
+    l.qk_nope_head_dim = c.qk_nope_head_dim;
+    l.qk_rope_head_dim = c.qk_rope_head_dim;
+    l.v_head_dim = c.v_head_dim;
+    l.bias = c.attention_bias;
+    l.norm_eps = 1e-6;  // DeepseekV2RMSNorm's default: the config's rms_norm_eps is not passed
+    l.softmax_scale = LatentSoftmaxScale(c);
+    l.rotary_style = ops::RotaryStyle::kInterleaved;
+    l.dtype = dtype;
+    auto attention = std::make_unique<LatentAttention>(l);
+    attention->EnableKVCache(true);
+    return attention;
+  }
   AttentionOptions a;
   a.hidden_size = c.hidden_size;
   a.num_heads = c.num_attention_heads;
@@ -54,13 +89,35 @@ std::unique_ptr<Module> MakeAttention(const loaders::DecoderConfig& c, int64_t /
   return attention;
 }
 
-std::unique_ptr<Module> MakeMlp(const loaders::DecoderConfig& c, int64_t /*layer*/, DType dtype) {
+std::unique_ptr<Module> MakeMlp(const loaders::DecoderConfig& c, int64_t layer, DType dtype) {
+  const Activation act = ParseActivation(c.hidden_act).value_or(Activation::kSilu);  // ValidateConfig
+  if (c.IsMoeLayer(layer)) {
+    // Note [MoE blocks] in loaders/decoder_family.h.
+    const loaders::DecoderFamily& f = c.family();
+    MoeBlockOptions o;
+    o.router.hidden_size = c.hidden_size;
+    o.router.num_experts = c.num_experts;
+    o.router.top_k = c.num_experts_per_tok;
+    o.router.normalize = c.norm_topk_prob;
+    o.router.scaling = c.routed_scaling_factor;
+    o.router.f32_logits = f.router_f32;
+    o.router.weights_in_input_dtype = f.topk_weights == loaders::TopKWeights::kConfig;
+    o.router.dtype = dtype;
+    o.experts.num_experts = c.num_experts;
+    o.experts.hidden_size = c.hidden_size;
+    o.experts.intermediate_size = c.moe_intermediate_size;
+    o.experts.activation = act;
+    o.experts.dtype = dtype;
+    o.shared_intermediate_size = c.n_shared_experts * c.moe_intermediate_size;
+    o.shared_bias = c.mlp_bias;
+    return std::make_unique<MoeBlock>(o);
+  }
   SwiGLUOptions m;
   m.hidden_size = c.hidden_size;
   m.intermediate_size = c.intermediate_size;
   m.bias = c.mlp_bias;
   m.fused = c.family().fused_gate_up;
-  m.activation = ParseActivation(c.hidden_act).value_or(Activation::kSilu);  // ValidateConfig
+  m.activation = act;
   m.dtype = dtype;
   return std::make_unique<SwiGLUMLP>(m);
 }
@@ -109,7 +166,7 @@ DecoderModel::DecoderModel(const loaders::DecoderConfig& c, DType dtype) : Modul
       },
       absl::StrCat("theta=", c.rope_theta, c.rope_scaling.rope_type == "default" ? "" : ", ",
                    c.rope_scaling.rope_type == "default" ? "" : c.rope_scaling.rope_type),
-      ops::RotaryStyle::kHalf);
+      c.family().rotary_interleaved ? ops::RotaryStyle::kInterleaved : ops::RotaryStyle::kHalf);
 }
 
 absl::StatusOr<Values> DecoderModel::Forward(Values inputs) {
@@ -150,12 +207,37 @@ absl::Status CausalLM::ValidateConfig(const loaders::DecoderConfig& config) {
 
 ParallelPlan CausalLM::TPPlan(const loaders::DecoderConfig& config, bool shard_embedding,
                               bool replicate_kv) {
+  const loaders::DecoderFamily& f = config.family();
   ParallelPlan plan;
-  for (const auto& [key, style] : config.family().tp_plan) {
-    const bool kv = absl::EndsWith(key, ".self_attn.k_proj") || absl::EndsWith(key, ".self_attn.v_proj");
-    plan.emplace_back(key, replicate_kv && kv ? "replicate" : style);
-  }
+  // Latent attention builds q_proj or q_a_proj / q_b_proj, as the config says: the other's rule
+  // would match nothing.
+  const std::string unbuilt_q = !f.latent_attention   ? ""
+                                : config.q_lora_rank > 0 ? ".self_attn.q_proj"
+                                                         : ".self_attn.q_b_proj";
+  auto add = [&](const std::vector<std::pair<std::string, std::string>>& entries) {
+    for (const auto& [key, style] : entries) {
+      if (!unbuilt_q.empty() && absl::EndsWith(key, unbuilt_q)) continue;
+      const bool kv =
+          absl::EndsWith(key, ".self_attn.k_proj") || absl::EndsWith(key, ".self_attn.v_proj");
+      plan.emplace_back(key, replicate_kv && kv ? "replicate" : style);
+    }
+  };
+  add(f.tp_plan);
+  // The dense MLP's rules where a layer is dense, the experts' where one is sparse, so that no
+  // rule of the plan matches nothing (Note [Plan checks]).
+  if (config.HasDenseLayers()) add(f.mlp_plan);
+  if (config.HasMoeLayers()) add(f.moe_plan);
   if (shard_embedding) plan.emplace_back("model.embed_tokens", "embedding_rowwise");
+  return plan;
+}
+
+ParallelPlan CausalLM::EPPlan(const loaders::DecoderConfig& config, bool all_reduce) {
+  ParallelPlan plan;
+  if (!config.HasMoeLayers()) return plan;
+  const loaders::DecoderFamily& f = config.family();
+  for (const auto& [key, style] : all_reduce ? f.ep_all_reduce_plan : f.ep_plan) {
+    plan.emplace_back(key, style);
+  }
   return plan;
 }
 
@@ -170,12 +252,21 @@ ParallelizeOptions CausalLM::parallelize_options() const {
 }
 
 absl::Status CausalLM::Parallelize(const DeviceMesh& mesh, bool shard_embedding) {
-  return Parallelize(mesh, TPPlan(config_, shard_embedding));
+  return Parallelize(mesh, TPPlan(config_, shard_embedding),
+                     mesh.ndim() == 2 ? EPPlan(config_) : ParallelPlan());
 }
 
-absl::Status CausalLM::Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan) {
+absl::Status CausalLM::Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan,
+                                   const ParallelPlan& ep_plan) {
   DT_RETURN_IF_ERROR(ValidateConfig(config_));
-  return ParallelizeModule(*this, mesh, plan, parallelize_options());
+  if (mesh.ndim() == 2 || !ep_plan.empty()) {
+    DT_RETURN_IF_ERROR(
+        ParallelizeModuleWithEP(*this, mesh, plan, ep_plan, parallelize_options()));
+  } else {
+    DT_RETURN_IF_ERROR(ParallelizeModule(*this, mesh, plan, parallelize_options()));
+  }
+  mesh_ = mesh;
+  return absl::OkStatus();
 }
 
 absl::Status CausalLM::ShardLoaded(const ParallelPlan& plan) {
@@ -232,6 +323,8 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
   // first (Note [Config against checkpoint] in nn/load.h).
   DT_RETURN_IF_ERROR(CheckBlockCount(checkpoint, "model.layers.", "num_hidden_layers",
                                      config.num_hidden_layers));
+  // Experts stored one tensor per expert (or GGUF's stacks) read as transformers 5's stacks.
+  DT_RETURN_IF_ERROR(loaders::AddMoeComposites(checkpoint, config));
   absl::StatusOr<const loaders::TensorInfo*> embed = checkpoint.Info("model.embed_tokens.weight");
   if (embed.ok() && (*embed)->shape != Shape{config.vocab_size, config.hidden_size}) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -244,6 +337,15 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
   how.model = name;
   how.plan =
       options.plan.value_or(TPPlan(config, options.shard_embedding, options.replicate_kv));
+  if (mesh.ndim() == 2 || (options.ep_plan && !options.ep_plan->empty())) {
+    how.ep_plan = options.ep_plan.value_or(EPPlan(config));
+    if (how.ep_plan.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": expert parallelism over ", mesh.ToString(), " needs experts; ",
+          config.model_type, " ", config.HasMoeLayers() ? "has no expert-parallel plan"
+                                                        : "has no sparse layer"));
+    }
+  }
   how.parallelize = model->parallelize_options();
   how.parallelize.unused_rules = options.unused_rules;
   how.load_whole = options.load_whole;
@@ -255,33 +357,47 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
   CausalLM* m = model.get();
   how.source = [m](absl::string_view param) { return m->CheckpointName(param); };
   DT_RETURN_IF_ERROR(LoadPretrained(*model, mesh, checkpoint, how, report));
+  model->mesh_ = mesh;
   return model;
 }
 
 absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
     const std::string& dir, const std::shared_ptr<World>& world, const DistributedConfig& dist,
     CausalLMLoadOptions options, LoadReport* report) {
-  DT_ASSIGN_OR_RETURN(DeviceMesh tp, TensorParallelMesh(world, dist));
-  return FromPretrained(dir, tp, dist, std::move(options), report);
+  DT_ASSIGN_OR_RETURN(DeviceMesh mesh, ModelMesh(world, dist));
+  return FromPretrained(dir, mesh, dist, std::move(options), report);
 }
 
 absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
     const std::string& dir, const DeviceMesh& mesh, const DistributedConfig& dist,
     CausalLMLoadOptions options, LoadReport* report) {
-  DT_ASSIGN_OR_RETURN(DeviceMesh tp, TensorParallelMesh(mesh, dist));
+  DT_ASSIGN_OR_RETURN(DeviceMesh on, ModelMesh(mesh, dist));
   options.unused_rules = dist.unmatched_keys;
-  if (!options.plan) {
+  const bool ep = dist.ep_size > 1;
+  if (!options.plan || (ep && !options.ep_plan)) {
     DT_ASSIGN_OR_RETURN(const loaders::DecoderConfig config, loaders::LoadDecoderConfig(dir));
-    DT_ASSIGN_OR_RETURN(options.plan,
-                        EffectivePlan(dist, TPPlan(config, options.shard_embedding,
-                                                   options.replicate_kv)));
+    if (!options.plan) {
+      DT_ASSIGN_OR_RETURN(options.plan,
+                          EffectivePlan(dist, TPPlan(config, options.shard_embedding,
+                                                     options.replicate_kv)));
+    }
+    if (ep && !options.ep_plan) {
+      DT_ASSIGN_OR_RETURN(options.ep_plan,
+                          EffectiveEPPlan(dist, EPPlan(config), EPPlan(config, true)));
+      if (options.ep_plan->empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            config.family().architecture, ": ep_size ", dist.ep_size, " needs experts; ",
+            config.model_type, " has no sparse layer"));
+      }
+    }
   }
-  return FromPretrained(dir, tp, options, report);
+  return FromPretrained(dir, on, options, report);
 }
 
 void CausalLM::ResetCache() {
   for (auto& [name, m] : NamedModules()) {
     if (auto* a = dynamic_cast<Attention*>(m)) a->ResetKVCache();
+    if (auto* l = dynamic_cast<LatentAttention*>(m)) l->ResetKVCache();
   }
   past_ = 0;
 }
@@ -348,9 +464,11 @@ absl::StatusOr<int64_t> CausalLM::PickToken(const Tensor& logits,
                       SampleToken(absl::MakeConstSpan(p + f.numel() - config_.vocab_size,
                                                       config_.vocab_size),
                                   sampling, step));
-  const std::optional<DeviceMesh> m = PlacedMesh(*this);
+  const std::optional<DeviceMesh> m = mesh_ ? mesh_ : PlacedMesh(*this);
   if (m && m->Size() > 1) {
-    DT_ASSIGN_OR_RETURN(CommPtr comm, m->Comm(0));
+    std::vector<int> dims(m->ndim());
+    for (int d = 0; d < m->ndim(); ++d) dims[d] = d;
+    DT_ASSIGN_OR_RETURN(CommPtr comm, m->Comm(dims));
     DT_ASSIGN_OR_RETURN(Tensor t, Tensor::FromVector<int64_t>({1}, {token}));
     DT_RETURN_IF_ERROR(comm->Broadcast(t, 0));
     token = t.data<int64_t>()[0];

@@ -112,6 +112,9 @@ struct CausalLMLoadOptions {
   // The plan; nullopt: TPPlan(config, shard_embedding, replicate_kv). (DistributedConfig::tp_plan
   // sets it.)
   std::optional<ParallelPlan> plan;
+  // The expert-parallel plan: on a 2-D (ep, tp) mesh (nullopt: EPPlan(config)), or, set, on the 1-D
+  // mesh ep and tp share. (DistributedConfig::ep_size and ep_plan set it.)
+  std::optional<ParallelPlan> ep_plan;
   // What ParallelizeModule does with plan rules that match no layer (DistributedConfig's
   // unmatched_keys sets it).
   PlanCheck unused_rules = PlanCheck::kWarn;
@@ -160,14 +163,16 @@ class CausalLM : public Module {
   CausalLM(const loaders::DecoderConfig& config, DType dtype);
 
   // config.json + safetensors in `dir`, or a GGUF file, laid out over the 1-D tensor-parallel
-  // `mesh` (every rank of the mesh calls it). `report` (optional) receives this rank's loader
-  // accounting.
+  // `mesh`, or over a 2-D mesh (ep, tp) for expert parallelism (nn/expert_parallel.h; families
+  // with experts only); every rank of the mesh calls it. `report` (optional) receives this
+  // rank's loader accounting.
   static absl::StatusOr<std::unique_ptr<CausalLM>> FromPretrained(
       const std::string& dir, const DeviceMesh& mesh, const CausalLMLoadOptions& options = {},
       LoadReport* report = nullptr);
 
-  // One entry point (nn/distributed.h): the mesh from the world or the n-D mesh's "tp" dim, the
-  // plan from DistributedConfig::tp_plan ("auto": TPPlan(config)).
+  // One entry point (nn/distributed.h): the mesh from the world or the n-D mesh's "tp" dim (and its
+  // "ep" dim with ep_size > 1: ModelMesh), the plans from DistributedConfig::tp_plan ("auto":
+  // TPPlan(config)) and ep_plan ("auto": EPPlan(config)).
   static absl::StatusOr<std::unique_ptr<CausalLM>> FromPretrained(
       const std::string& dir, const std::shared_ptr<World>& world, const DistributedConfig& dist,
       CausalLMLoadOptions options = {}, LoadReport* report = nullptr);
@@ -180,6 +185,10 @@ class CausalLM : public Module {
   static ParallelPlan TPPlan(const loaders::DecoderConfig& config, bool shard_embedding = false,
                              bool replicate_kv = false);
   static ParallelPlan TPPlan(bool shard_embedding = false);
+  // The family's expert-parallel plan (transformers' base_model_ep_plan: tokens dispatched to the
+  // experts' ranks), or with `all_reduce` its ep_router alternative; empty for families without
+  // experts.
+  static ParallelPlan EPPlan(const loaders::DecoderConfig& config, bool all_reduce = false);
   // What this class refuses in a config that parsed (an activation the gated MLP has not).
   static absl::Status ValidateConfig(const loaders::DecoderConfig& config);
   // The placements the parameters have, whichever entry point placed them (nn::FormatPlacements).
@@ -188,9 +197,12 @@ class CausalLM : public Module {
   // replicated on purpose).
   ParallelizeOptions parallelize_options() const;
 
-  // Places the parameters (ParallelizeModule with TPPlan) without reading anything.
+  // Places the parameters (ParallelizeModule with TPPlan) without reading anything; on a 2-D
+  // (ep, tp) mesh, or with an `ep_plan` on a 1-D mesh ep and tp share, the expert-parallel plan
+  // too (ParallelizeModuleWithEP; the first form takes EPPlan on a 2-D mesh).
   absl::Status Parallelize(const DeviceMesh& mesh, bool shard_embedding = false);
-  absl::Status Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan);
+  absl::Status Parallelize(const DeviceMesh& mesh, const ParallelPlan& plan,
+                           const ParallelPlan& ep_plan = {});
   // Shards a model loaded whole (every parameter Replicate with its value): nn::ShardLoaded.
   absl::Status ShardLoaded(const ParallelPlan& plan);
   // Reads every placed parameter's local piece from `checkpoint` (names as in HF checkpoints).
@@ -230,6 +242,9 @@ class CausalLM : public Module {
   loaders::DecoderConfig config_;
   DType dtype_;
   int64_t past_ = 0;
+  // The mesh FromPretrained laid the model over (the tp mesh, or (ep, tp)): every rank of it
+  // agrees on each token (Note [Agreeing on tokens]).
+  std::optional<DeviceMesh> mesh_;
 };
 
 }  // namespace dt::nn

@@ -105,7 +105,8 @@ TEST(HfConfig, Errors) {
       {"{" + base + R"(, "num_attention_heads": 2, "torch_dtype": "int8"})",
        "torch_dtype \"int8\" is not supported"},
       {"{" + base + R"(, "num_attention_heads": 2, "model_type": "gemma"})",
-       "model_type \"gemma\" is not supported (supported: llama, mistral, qwen2, qwen3, phi3)"},
+       "model_type \"gemma\" is not supported (supported: llama, mistral, qwen2, qwen3, phi3, "
+       "mixtral, qwen3_moe, deepseek_v2)"},
       {"{" + base + R"(, "num_attention_heads": 2, "tie_word_embeddings": "yes"})",
        "must be true or false"},
       {"{" + base + R"(, "num_attention_heads": 2, "rope_scaling": {"rope_type": "llama3"}})",

@@ -464,6 +464,83 @@ TEST(Checkpoint, ShardedDirectoryWithIndex) {
   EXPECT_EQ(c->Read("zzz").status().code(), absl::StatusCode::kNotFound);
 }
 
+// Note [Composite tensors]: a stacked [E, 2I, H] made of 2E per-expert [I, H] parts reads, for
+// any spec on any mesh, exactly the slice of the assembled tensor, and only the parts' bytes that
+// the piece holds.
+RC_GTEST_PROP(CheckpointComposite, ReadsEqualSlicingTheAssembledTensor, ()) {
+  const int64_t e = *rc::gen::inRange<int64_t>(1, 5), i = *rc::gen::inRange<int64_t>(1, 5),
+                h = *rc::gen::inRange<int64_t>(1, 5);
+  const Shape shape = {e, 2 * i, h};
+  const int mdims = *rc::gen::inRange(1, 3);
+  std::vector<int64_t> mesh_shape;
+  Placements placements;
+  for (int d = 0; d < mdims; ++d) {
+    mesh_shape.push_back(*rc::gen::inRange<int64_t>(1, 4));
+    placements.push_back(*GenPlacement(3));
+  }
+  auto mesh = DeviceMesh::Abstract(mesh_shape);
+  RC_ASSERT(mesh.ok());
+  auto spec = DTensorSpec::Create(*mesh, placements, shape, DType::kF32);
+  RC_PRE(spec.ok());
+  const std::string dir = TempPath("composite");
+  fs::remove_all(dir);
+  const Tensor full = Tensor::Randn(shape, 11).value();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::vector<Checkpoint::Part> parts;
+  for (int64_t x = 0; x < e; ++x) {
+    for (int64_t half = 0; half < 2; ++half) {
+      const std::string name = absl::StrCat("experts.", x, half == 0 ? ".w1" : ".w3");
+      tensors.emplace_back(name, full.Select(0, x).value().Narrow(0, half * i, i).value());
+      parts.push_back({name, {x, half * i, 0}, /*stacked=*/true});
+    }
+  }
+  RC_ASSERT(WriteCheckpoint(dir, tensors).ok());
+  auto c = Checkpoint::Open(dir);
+  RC_ASSERT(c.ok());
+  RC_ASSERT(c->AddComposite("gate_up", shape, parts).ok());
+  RC_ASSERT(c->names() == std::vector<std::string>{"gate_up"});
+  for (int64_t rank = 0; rank < mesh->Size(); ++rank) {
+    const std::vector<int64_t> coord = mesh->CoordinateOf(static_cast<int>(rank)).value();
+    const DimRanges ranges = spec->Ranges(coord);
+    ReadStats stats;
+    auto piece = c->ReadRanges("gate_up", ranges, {}, &stats);
+    RC_ASSERT(piece.ok());
+    RC_ASSERT(Equal(*piece, SliceRanges(full, ranges).value()));
+    RC_ASSERT(stats.bytes_read() == piece->nbytes());
+  }
+}
+
+TEST(CheckpointComposite, PartsThatDoNotTileAreRefusedByName) {
+  const std::string dir = TempPath("composite_bad");
+  fs::remove_all(dir);
+  ASSERT_TRUE(WriteCheckpoint(dir, {{"a", Iota({2, 3}, DType::kF32)},
+                                    {"b", Iota({2, 3}, DType::kF32)},
+                                    {"h", Iota({2, 3}, DType::kBF16)}})
+                  .ok());
+  auto c = Checkpoint::Open(dir).value();
+  using P = Checkpoint::Part;
+  EXPECT_TRUE(Contains(c.AddComposite("x", {4, 3}, {P{"a", {0, 0}}, P{"b", {1, 0}}}),
+                       "parts 'a' and 'b' overlap"));
+  EXPECT_TRUE(Contains(c.AddComposite("x", {5, 3}, {P{"a", {0, 0}}, P{"b", {2, 0}}}),
+                       "its parts cover 12 of 15 elements"));
+  EXPECT_TRUE(Contains(c.AddComposite("x", {4, 3}, {P{"a", {0, 0}}, P{"b", {3, 0}}}),
+                       "part 'b' F32[2, 3] at [3, 0] runs past dim 0"));
+  EXPECT_TRUE(Contains(c.AddComposite("x", {4, 3}, {P{"a", {0, 0}}, P{"h", {2, 0}}}),
+                       "part 'h' is BF16, not F32 like the first"));
+  EXPECT_TRUE(Contains(c.AddComposite("x", {4, 3}, {P{"a", {0, 0}}, P{"zz", {2, 0}}}),
+                       "part 'zz' is not in it"));
+  // Stacked: the parts leave the listing.
+  ASSERT_TRUE(c.AddComposite("x", {2, 2, 3}, {P{"a", {0, 0, 0}, true}, P{"b", {1, 0, 0}, true}})
+                  .ok());
+  EXPECT_EQ(c.names(), (std::vector<std::string>{"h", "x"}));
+  EXPECT_TRUE(Equal(c.Read("x").value().Select(0, 1).value(), Iota({2, 3}, DType::kF32)));
+  // Renamed: listed and read under the new name only.
+  ASSERT_TRUE(c.Rename("h", "model.h").ok());
+  EXPECT_TRUE(Equal(c.Read("model.h").value(), Iota({2, 3}, DType::kBF16)));
+  EXPECT_EQ(c.Read("h").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(c.names(), (std::vector<std::string>{"model.h", "x"}));
+}
+
 TEST(Checkpoint, RejectsBadIndexes) {
   const std::string dir = TempPath("ckpt_bad");
   fs::remove_all(dir);

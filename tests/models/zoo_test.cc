@@ -12,7 +12,7 @@
 #include "dtensor/core/status.h"
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/models/causal_lm.h"
-#include "dtensor/tests/models/llama_util.h"
+#include "dtensor/tests/models/golden_checks.h"
 #include "dtensor/tests/test_util.h"
 #include "gtest/gtest.h"
 
@@ -22,20 +22,6 @@ namespace {
 using dt::testing::Contains;
 
 std::string ZooDir(const std::string& family) { return FixtureDir("zoo/" + family + "-tiny"); }
-
-// 1e-4 of the logits' scale (their largest magnitude).
-double Tolerance(const std::vector<float>& want) {
-  double scale = 0;
-  for (float v : want) scale = std::max(scale, double(std::fabs(v)));
-  return 1e-4 * scale;
-}
-
-absl::StatusOr<Tensor> PromptLogits(CausalLM& m, const std::vector<int64_t>& prompt) {
-  m.ResetCache();
-  DT_ASSIGN_OR_RETURN(Tensor ids, Tensor::FromVector<int64_t>(
-                                      {1, static_cast<int64_t>(prompt.size())}, prompt));
-  return m.Logits(ids);
-}
 
 struct ZooCase {
   const char* family;
@@ -48,47 +34,14 @@ class Zoo : public ::testing::TestWithParam<ZooCase> {};
 TEST_P(Zoo, MatchesTransformersAndReadsOnlyItsShards) {
   const ZooCase c = GetParam();
   const Golden g = LoadGolden(std::string("zoo/") + c.family + "-tiny");
-  const double tol = Tolerance(g.f32.prompt_logits);
   CausalLMLoadOptions o;
   o.replicate_kv = c.replicate_kv;
   absl::Status s = World::RunThreads(c.tp, [&](World& w) -> absl::Status {
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {c.tp}, {"tp"}));
     LoadReport report;
     DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(ZooDir(c.family), mesh, o, &report));
-    DT_ASSIGN_OR_RETURN(Tensor logits, PromptLogits(*m, g.prompt));
-    const double diff = MaxAbsDiff(logits, g.f32.prompt_logits);
-    if (diff > tol) {
-      return absl::InternalError(absl::StrCat("rank ", w.rank(), ": prompt logits differ from ",
-                                              "transformers' by ", diff, " > ", tol));
-    }
-    GenerateOptions go;
-    go.max_new_tokens = static_cast<int64_t>(g.f32.greedy_tokens.size());
-    DT_ASSIGN_OR_RETURN(GenerateResult r, m->Generate(g.prompt, go));
-    if (r.tokens != g.f32.greedy_tokens) {
-      return absl::InternalError(absl::StrCat("rank ", w.rank(), ": greedy tokens [",
-                                              absl::StrJoin(r.tokens, ","),
-                                              "] differ from transformers' [",
-                                              absl::StrJoin(g.f32.greedy_tokens, ","), "]"));
-    }
-    // The KV cache's last step against transformers' (the logits that picked the last token).
-    DT_ASSIGN_OR_RETURN(Tensor last, PromptLogits(*m, g.prompt));
-    for (size_t i = 0; i + 1 < r.tokens.size(); ++i) {
-      DT_ASSIGN_OR_RETURN(Tensor t, Tensor::FromVector<int64_t>({1, 1}, {r.tokens[i]}));
-      DT_ASSIGN_OR_RETURN(last, m->Logits(t, /*last_only=*/true));
-    }
-    const double last_diff = MaxAbsDiff(last, g.f32.last_step_logits);
-    if (last_diff > Tolerance(g.f32.last_step_logits)) {
-      return absl::InternalError(absl::StrCat("last decode step differs by ", last_diff));
-    }
-    for (const LoadReport::Param& p : report.params) {
-      if (p.read_bytes > p.local_bytes) {
-        return absl::InternalError(absl::StrCat(p.name, ": read ", p.read_bytes, " bytes for a ",
-                                                p.local_bytes, "-byte piece"));
-      }
-      if (c.tp > 1 && p.sharded && p.read_bytes >= p.full_bytes) {
-        return absl::InternalError(absl::StrCat(p.name, " (", p.spec, ") was read whole"));
-      }
-    }
+    DT_RETURN_IF_ERROR(MatchesGolden(*m, g, w.rank()));
+    DT_RETURN_IF_ERROR(ReadsOnlyItsPieces(report, c.tp > 1));
     return absl::OkStatus();
   });
   ASSERT_TRUE(s.ok()) << s;

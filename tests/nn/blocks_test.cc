@@ -1,5 +1,5 @@
-// The building blocks for new models (MLP with any activation, Attention with a fused QKV and
-// its own child names, LearnedPositionEmbedding) against references computed by hand in double
+// The building blocks for new models (MLP with any activation, the grouped Experts of a MoE block,
+// Attention with a fused QKV and its own child names, LearnedPositionEmbedding) against references computed by hand in double
 // from the gathered weights, tensor-parallel on 1-4 thread ranks; and CheckParallel, which must
 // pass a right plan and catch a wrong one.
 #include <algorithm>
@@ -130,6 +130,69 @@ TEST(MLPBlock, ActivationNamesFromConfigs) {
   EXPECT_EQ(ParseActivation("relu").value(), Activation::kRelu);
   EXPECT_TRUE(Contains(ParseActivation("tanh").status(),
                        "activation 'tanh' is not supported; use one of gelu_new"));
+}
+
+// ---- Experts --------------------------------------------------------------------------------------
+
+// The grouped experts (Note [Grouped experts]) at tp 1-4 against a token-by-token reference:
+// y[n] = Σ_j w[n, j] · down_e(silu(gate_e x) * up_e x) for e = ids[n, j] < E, + w · x for identity
+// experts, nothing for the skip id E; zero tokens and experts nobody picks included.
+RC_GTEST_PROP(ExpertsBlock, GroupedMatchesTokenByTokenReference, ()) {
+  const int tp = *rc::gen::inRange(1, 5);
+  ExpertsOptions o;
+  o.num_experts = *rc::gen::inRange(1, 6);
+  o.hidden_size = *rc::gen::inRange(1, 7);
+  o.intermediate_size = tp * *rc::gen::inRange(1, 3);
+  o.num_identity_experts = *rc::gen::inRange(0, 2);
+  const int64_t n = *rc::gen::inRange(0, 6), k = *rc::gen::inRange(1, 4);
+  // Ids in [0, E + E_id]: the last one is the skip id without identity experts.
+  const int64_t top = o.num_experts + o.num_identity_experts + (o.num_identity_experts == 0);
+  const std::vector<int64_t> ids =
+      *rc::gen::container<std::vector<int64_t>>(n * k, rc::gen::inRange<int64_t>(0, top));
+  const int seed = *rc::gen::inRange(0, 1000);
+  const Tensor x = Tensor::Randn({n, o.hidden_size}, seed).value();
+  const Tensor weights = Tensor::Rand({n, k}, seed + 1).value();
+  const absl::Status s = World::RunThreads(tp, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, TpMesh(w));
+    Experts m(o);
+    ParallelPlan plan = {{"gate_up_proj", "packed_colwise"},
+                         {"down_proj", "rowwise"},
+                         {"", "moe_tp_experts"}};
+    if (o.num_identity_experts > 0) plan.emplace_back("identity", "moe_identity_expert");
+    DT_RETURN_IF_ERROR(ParallelizeModule(m, mesh, plan, Quiet()));
+    DT_RETURN_IF_ERROR(InitRandom(m, 5));
+    DT_ASSIGN_OR_RETURN(Tensor id_t, Tensor::FromVector<int64_t>({n, k}, ids));
+    DT_ASSIGN_OR_RETURN(Value y, m.CallOne({x, id_t, weights}));
+    DT_ASSIGN_OR_RETURN(auto ws, Weights(m));
+    const int64_t h = o.hidden_size, i = o.intermediate_size, e_count = o.num_experts;
+    const Vec xs = x.ToDoubles(), wv = weights.ToDoubles();
+    const Vec& gu = W(ws, "gate_up_proj");
+    const Vec& dn = W(ws, "down_proj");
+    Vec want(n * h, 0.0);
+    for (int64_t t = 0; t < n; ++t) {
+      const Vec row(xs.begin() + t * h, xs.begin() + (t + 1) * h);
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t e = ids[t * k + j];
+        const double wt = wv[t * k + j];
+        if (e >= e_count) {  // identity expert, or the skip id
+          if (o.num_identity_experts > 0) {
+            for (int64_t c = 0; c < h; ++c) want[t * h + c] += wt * row[c];
+          }
+          continue;
+        }
+        const Vec g = LinearRef(row, 1, h, Vec(gu.begin() + e * 2 * i * h, gu.end()), i, Vec());
+        const Vec u =
+            LinearRef(row, 1, h, Vec(gu.begin() + (e * 2 * i + i) * h, gu.end()), i, Vec());
+        Vec act(i);
+        for (int64_t c = 0; c < i; ++c) act[c] = ActRef(Activation::kSilu, g[c]) * u[c];
+        const Vec out = LinearRef(act, 1, i, Vec(dn.begin() + e * h * i, dn.end()), h, Vec());
+        for (int64_t c = 0; c < h; ++c) want[t * h + c] += wt * out[c];
+      }
+    }
+    EXPECT_TRUE(Near(y.local(), want)) << "rank " << w.rank() << " of " << tp;
+    return absl::OkStatus();
+  });
+  RC_ASSERT(s.ok());
 }
 
 // ---- Attention --------------------------------------------------------------------------------

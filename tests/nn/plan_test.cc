@@ -69,8 +69,63 @@ TEST(PlanKeys, WildcardStandsForOneIndexComponent) {
   EXPECT_FALSE(PlanKeyMatches("layers.*.mlp.up_proj", "layers.x.mlp.up_proj"));
   EXPECT_FALSE(PlanKeyMatches("layers.*proj", "layers.3proj"));
   EXPECT_FALSE(PlanKeyMatches("layers.*.mlp", "layers.1.mlp.up_proj"));  // not a prefix match
-  EXPECT_FALSE(PlanKeyMatches("layers.*.*.up", "layers.1.2.up"));
+  EXPECT_TRUE(PlanKeyMatches("layers.*.*.up", "layers.1.2.up"));
+  EXPECT_FALSE(PlanKeyMatches("layers.*.*.up", "layers.1.x.up"));
   EXPECT_EQ(WildcardName("layers.12.mlp.w1.weight"), "layers.*.mlp.w1.weight");
+}
+
+// transformers v4's MoE plans name every expert's projections with two stars
+// ("layers.*.mlp.experts.*.gate_proj"); they match here as v4 matched them (every numeric
+// component a `*`), and a key with fewer stars (one expert fixed) beats them.
+TEST(PlanKeys, TwoStarsMatchAsTransformersV4) {
+  // Built as v4 names them: layers.{l}.mlp.experts.{e}.{gate,up,down}_proj.
+  class Mlp : public Module {
+   public:
+    Mlp() : Module("SparseMoeBlock") {
+      auto& experts = AddModule<ModuleList>("experts");
+      for (int e = 0; e < 4; ++e) {
+        experts.Append(std::make_unique<SwiGLUMLP>(
+            SwiGLUOptions{.hidden_size = 4, .intermediate_size = 8}));
+      }
+    }
+
+   protected:
+    absl::StatusOr<Values> Forward(Values in) override { return in; }
+  };
+  class Layer : public Module {
+   public:
+    Layer() : Module("Layer") { AddModule<Mlp>("mlp"); }
+
+   protected:
+    absl::StatusOr<Values> Forward(Values in) override { return in; }
+  };
+  class Model : public Module {
+   public:
+    Model() : Module("Model") {
+      auto& layers = AddModule<ModuleList>("layers");
+      for (int l = 0; l < 2; ++l) layers.Append(std::make_unique<Layer>());
+    }
+
+   protected:
+    absl::StatusOr<Values> Forward(Values in) override { return in; }
+  } model;
+  const ParallelPlan v4 = {{"layers.*.mlp.experts.*.gate_proj", "colwise"},
+                           {"layers.*.mlp.experts.*.up_proj", "colwise"},
+                           {"layers.*.mlp.experts.*.down_proj", "rowwise"},
+                           {"layers.*.mlp.experts.3.down_proj", "colwise_gather_output"}};
+  ASSERT_TRUE(ParallelizeModule(model, Tp(2), v4, Quiet()).ok());
+  EXPECT_EQ(PlacementOf(model, "layers.1.mlp.experts.2.gate_proj.weight"), "[S(0)]");
+  EXPECT_EQ(PlacementOf(model, "layers.0.mlp.experts.0.up_proj.weight"), "[S(0)]");
+  EXPECT_EQ(PlacementOf(model, "layers.1.mlp.experts.1.down_proj.weight"), "[S(1)]");
+  // One star fewer: the more specific key wins for expert 3.
+  EXPECT_EQ(PlacementOf(model, "layers.0.mlp.experts.3.down_proj.weight"), "[S(0)]");
+  // Two keys with as many stars that both match are ambiguous.
+  Model again;
+  EXPECT_TRUE(Contains(ResolvePlan(again, {{"layers.*.mlp.experts.*.up_proj", "colwise"},
+                                           {"layers.0.mlp.experts.*.up_proj", "rowwise"},
+                                           {"layers.*.mlp.experts.0.up_proj", "rowwise"}})
+                           .status(),
+                       "both match 'layers.0.mlp.experts.0.up_proj'"));
 }
 
 TEST(PlanKeys, ExactBeatsWildcardAndParameterBeatsModule) {
@@ -126,8 +181,6 @@ TEST(PlanErrors, UnknownStyleListsSupportedOnes) {
 
 TEST(PlanErrors, MalformedKeys) {
   Net net;
-  EXPECT_TRUE(Contains(ResolvePlan(net, {{"layers.*.mlp.*", "colwise"}}).status(),
-                       "Wildcard '*' can only be used once in a plan key, got 'layers.*.mlp.*'."));
   EXPECT_TRUE(Contains(ResolvePlan(net, {{"lm_head", "colwise"}, {"lm_head", "rowwise"}}).status(),
                        "plan key 'lm_head' is given twice"));
   // Two wildcards that match one name: ambiguous.

@@ -360,9 +360,13 @@ absl::Status MoEExperts(World& w) {
                            {"", "moe_tp_experts"},
                            {"identity", "moe_identity_expert"}}));
   DT_ASSIGN_OR_RETURN(Tensor x, Randn({5, 6}, 16));
-  DT_ASSIGN_OR_RETURN(Tensor routing, Tensor::Rand({5, 4}, 17));
-  DT_ASSIGN_OR_RETURN(Tensor want, RefForward(ref, {x, routing}, mesh));
-  DT_ASSIGN_OR_RETURN(Value y, tp.CallOne({Value(x), Value(routing)}));
+  // Top-2 picks of 5 tokens among 3 experts and the identity expert (id 3); expert 1 picked by
+  // nobody.
+  DT_ASSIGN_OR_RETURN(Tensor ids,
+                      Tensor::FromVector<int64_t>({5, 2}, {0, 2, 2, 3, 0, 3, 2, 0, 3, 2}));
+  DT_ASSIGN_OR_RETURN(Tensor weights, Tensor::Rand({5, 2}, 17));
+  DT_ASSIGN_OR_RETURN(Tensor want, RefForward(ref, {x, ids, weights}, mesh));
+  DT_ASSIGN_OR_RETURN(Value y, tp.CallOne({Value(x), Value(ids), Value(weights)}));
   return Expect("experts", y, want, mesh, P("R"));
 }
 

@@ -99,9 +99,12 @@ def phi3_config():
                       eos_token_id=2, pad_token_id=0)
 
 
-def write_gguf(path, family, model, config):
-    """The checkpoint in llama.cpp's layout for `family`'s GGUF architecture (f32)."""
-    arch = FAMILIES[family]["arch"]
+def write_gguf(path, family, model, config, arch=None):
+    """The checkpoint in llama.cpp's layout for `family`'s GGUF architecture (f32). MoE layers
+    (make_moe_fixtures.py) as convert_hf_to_gguf writes them: the router as ffn_gate_inp, the
+    experts stacked as ffn_{gate,up,down}_exps, ARCH.expert_count / expert_used_count and, where
+    the experts' size differs from the dense one, expert_feed_forward_length."""
+    arch = arch or FAMILIES[family]["arch"]
     sd = {k: v.float().numpy() for k, v in model.state_dict().items()}
     c = config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
@@ -122,6 +125,12 @@ def write_gguf(path, family, model, config):
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     w.add_bos_token_id(c.bos_token_id)
     w.add_eos_token_id(c.eos_token_id)
+    experts = getattr(c, "num_local_experts", None) or getattr(c, "num_experts", None)
+    if experts:
+        w.add_expert_count(experts)
+        w.add_expert_used_count(c.num_experts_per_tok)
+        if getattr(c, "moe_intermediate_size", None):
+            w.add_expert_feed_forward_length(c.moe_intermediate_size)
     if family == "phi3":
         rp = c.rope_parameters
         # Phi3MiniModel.set_gguf_parameters: the context the factors were trained for, and the
@@ -147,7 +156,7 @@ def write_gguf(path, family, model, config):
              "self_attn.qkv_proj.weight": "attn_qkv.weight",
              "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
              "mlp.gate_up_proj.weight": "ffn_up.weight",  # Phi-3: [gate | up] as ffn_up
-             "mlp.down_proj.weight": "ffn_down.weight"}
+             "mlp.down_proj.weight": "ffn_down.weight", "mlp.gate.weight": "ffn_gate_inp.weight"}
     for i in range(c.num_hidden_layers):
         prefix = f"model.layers.{i}."
         for hf, g in names.items():
@@ -159,6 +168,13 @@ def write_gguf(path, family, model, config):
             if arch == "llama" and hf == "self_attn.k_proj.weight":
                 data = permute(data, c.num_key_value_heads)
             w.add_tensor(f"blk.{i}.{g}", np.ascontiguousarray(data))
+        if prefix + "mlp.experts.gate_up_proj" in sd:  # transformers 5's stacks [E, 2I, H]
+            gate_up = sd[prefix + "mlp.experts.gate_up_proj"]
+            half = gate_up.shape[1] // 2
+            w.add_tensor(f"blk.{i}.ffn_gate_exps.weight", np.ascontiguousarray(gate_up[:, :half]))
+            w.add_tensor(f"blk.{i}.ffn_up_exps.weight", np.ascontiguousarray(gate_up[:, half:]))
+            w.add_tensor(f"blk.{i}.ffn_down_exps.weight",
+                         np.ascontiguousarray(sd[prefix + "mlp.experts.down_proj"]))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -168,12 +184,18 @@ def write_gguf(path, family, model, config):
 def check_gguf(path, model, family):
     if FAMILIES[family]["arch"] == "phi3":
         return "not checked (transformers reads no longrope factors from GGUF)"
-    from transformers import AutoModelForCausalLM
     # The config given where the architecture is the family's own: transformers' qwen3 GGUF
     # mapping reads no attention.key_length (its head_dim would be the default 128). The tensors,
     # their names and row order are the file's either way.
     arch = FAMILIES[family]["arch"]
-    extra = {"config": model.config} if arch == model.config.model_type else {}
+    return compare_gguf(path, model, model.config if arch == model.config.model_type else None)
+
+
+def compare_gguf(path, model, config=None):
+    """transformers' own GGUF reader on `path` (given `config` when set) must compute `model`'s
+    logits of PROMPT."""
+    from transformers import AutoModelForCausalLM
+    extra = {"config": config} if config is not None else {}
     back = AutoModelForCausalLM.from_pretrained(os.path.dirname(path),
                                                 gguf_file=os.path.basename(path),
                                                 dtype=torch.float32, **extra).eval()

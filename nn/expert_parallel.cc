@@ -1,0 +1,330 @@
+#include "dtensor/nn/expert_parallel.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "dtensor/core/status.h"
+#include "dtensor/nn/log.h"
+#include "dtensor/nn/moe.h"
+#include "dtensor/ops/local/ops.h"
+
+namespace dt::nn {
+namespace {
+
+// The experts `param` holds (its dim 0) must split evenly over the ep ranks.
+absl::Status CheckExpertsDivide(absl::string_view style, const Parameter& param,
+                                const DeviceMesh& mesh) {
+  if (param.dim() >= 1 && param.shape()[0] % mesh.Size() == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      style, ": Cannot evenly shard ", param.dim() >= 1 ? param.shape()[0] : 0, " experts across ",
+      mesh.Size(), " expert-parallel ranks (parameter '", param.FullName(), "' ",
+      param.Describe(), ")"));
+}
+
+absl::StatusOr<int64_t> EpRank(const DeviceMesh& mesh) {
+  DT_ASSIGN_OR_RETURN(int r, mesh.LocalRank(0));
+  return static_cast<int64_t>(r);
+}
+
+// The placement `param` has over the mesh dim named `dim` (Replicate when its mesh has none).
+Placement PlacementOver(const Parameter& param, const std::string& dim) {
+  const DTensorSpec& spec = param.spec();
+  for (int d = 0; d < spec.mesh().ndim(); ++d) {
+    if (spec.mesh().names()[d] == dim) return spec.placements()[d];
+  }
+  return Placement::Replicate();
+}
+
+// Note [Dispatch and combine] in expert_parallel.h, steps 1-6.
+absl::StatusOr<Values> DispatchAndCombine(Module& m, Values inputs, const DeviceMesh& mesh,
+                                          const ForwardFn& inner, int64_t experts,
+                                          const TensorParallelLayer& style) {
+  const std::string name = absl::StrCat("ep_dispatch_experts on '", m.FullName(), "'");
+  if (inputs.size() != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": takes {x [N, H], ids [N, k], weights [N, k]}, got ", inputs.size(), " inputs"));
+  }
+  DT_ASSIGN_OR_RETURN(const Tensor x, WholeTensor(inputs[0]));
+  DT_ASSIGN_OR_RETURN(Tensor ids_t, WholeTensor(inputs[1]));
+  DT_ASSIGN_OR_RETURN(Tensor w_t, WholeTensor(inputs[2]));
+  if (x.dim() != 2 || ids_t.dim() != 2 || ids_t.size(0) != x.size(0) ||
+      w_t.shape() != ids_t.shape()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": expected x [N, H], ids and weights ",
+                                                   "[N, k], got ", x.Describe(), ", ",
+                                                   ids_t.Describe(), ", ", w_t.Describe()));
+  }
+  DT_ASSIGN_OR_RETURN(ids_t, ops::Cast(ids_t, DType::kI64));
+  DT_ASSIGN_OR_RETURN(w_t, ops::Cast(w_t, DType::kF32));
+  const std::vector<int64_t> ids = ids_t.ToVector<int64_t>();
+  const std::vector<float> w = w_t.ToVector<float>();
+  const int64_t n = x.size(0), h = x.size(1), k = ids_t.size(1), ep = mesh.Size();
+  const int64_t per_rank = experts / ep;
+  DT_ASSIGN_OR_RETURN(const int64_t me, EpRank(mesh));
+  // 1. This rank's chunk of the tokens (torch.chunk), its pairs sorted by expert.
+  const int64_t chunk = (n + ep - 1) / ep;
+  const int64_t begin = std::min(n, me * chunk), end = std::min(n, begin + chunk);
+  std::vector<std::vector<int64_t>> bucket(experts);
+  for (int64_t p = begin * k; p < end * k; ++p) {
+    if (ids[p] < 0 || ids[p] >= experts) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": expert id ", ids[p], " (token ",
+                                                     p / k, ") is outside [0, ", experts, ")"));
+    }
+    bucket[ids[p]].push_back(p);
+  }
+  std::vector<int64_t> tokens, chunk_tokens;  // per sorted pair: global token, token in the chunk
+  std::vector<float> pair_weights;
+  std::vector<int64_t> counts(experts, 0);  // [owner, local expert]
+  for (int64_t e = 0; e < experts; ++e) {
+    counts[e] = static_cast<int64_t>(bucket[e].size());
+    for (int64_t p : bucket[e]) {
+      tokens.push_back(p / k);
+      chunk_tokens.push_back(p / k - begin);
+      pair_weights.push_back(w[p]);
+    }
+  }
+  DT_ASSIGN_OR_RETURN(CommPtr comm, mesh.Comm(0));
+  // 2. The sizes first: every rank's [ep, E/ep] counts, on every rank.
+  DT_ASSIGN_OR_RETURN(Tensor mine, Tensor::FromVector<int64_t>({experts}, counts));
+  DT_ASSIGN_OR_RETURN(Tensor all_t, Tensor::Empty({ep * experts}, DType::kI64));
+  DT_RETURN_IF_ERROR(comm->AllGather(mine, all_t));
+  const std::vector<int64_t> all = all_t.ToVector<int64_t>();  // [source, owner, local expert]
+  auto count = [&](int64_t src, int64_t owner, int64_t local) {
+    return all[(src * ep + owner) * per_rank + local];
+  };
+  std::vector<int64_t> send_counts(ep, 0), recv_counts(ep, 0), recv_ids;
+  for (int64_t o = 0; o < ep; ++o) {
+    for (int64_t l = 0; l < per_rank; ++l) send_counts[o] += count(me, o, l) * h;
+  }
+  for (int64_t s = 0; s < ep; ++s) {
+    for (int64_t l = 0; l < per_rank; ++l) {
+      recv_counts[s] += count(s, me, l) * h;
+      recv_ids.insert(recv_ids.end(), count(s, me, l), l);
+    }
+  }
+  const int64_t pairs = static_cast<int64_t>(tokens.size());
+  const int64_t received = static_cast<int64_t>(recv_ids.size());
+  // 3. Dispatch: each pair's row to its expert's rank.
+  DT_ASSIGN_OR_RETURN(Tensor token_ids, Tensor::FromVector<int64_t>({pairs}, tokens));
+  DT_ASSIGN_OR_RETURN(Tensor send, ops::Embedding(x, token_ids));  // [P, H], by expert
+  DT_ASSIGN_OR_RETURN(Tensor recv, Tensor::Empty({received, h}, x.dtype(), x.device()));
+  DT_ASSIGN_OR_RETURN(Tensor send_flat, send.View({pairs * h}));
+  DT_ASSIGN_OR_RETURN(Tensor recv_flat, recv.View({received * h}));
+  DT_RETURN_IF_ERROR(comm->AllToAllV(send_flat, send_counts, recv_flat, recv_counts));
+  // 4. This rank's experts on what it received (top-1, weight 1), whatever forward it has inside.
+  DT_ASSIGN_OR_RETURN(Tensor local_ids, Tensor::FromVector<int64_t>({received, 1}, recv_ids));
+  DT_ASSIGN_OR_RETURN(Tensor ones, Tensor::Ones({received, 1}, DType::kF32));
+  absl::StatusOr<Values> out;
+  {
+    ForwardContext context = style.ContextAroundForward(m, mesh);
+    Values in = {Value(recv), Value(local_ids), Value(ones)};
+    out = inner ? inner(m, std::move(in)) : m.RunForward(std::move(in));
+  }
+  if (!out.ok()) return std::move(out).status();
+  if (out->empty()) return absl::InternalError(absl::StrCat(name, ": the experts gave no output"));
+  DT_ASSIGN_OR_RETURN(Tensor results, WholeTensor((*out)[0]));
+  DT_ASSIGN_OR_RETURN(results, results.Contiguous());
+  // 5. Combine: the results back to the ranks that sent the rows, weighted, summed per token.
+  DT_ASSIGN_OR_RETURN(Tensor back, Tensor::Empty({pairs, h}, x.dtype(), x.device()));
+  DT_ASSIGN_OR_RETURN(Tensor results_flat, results.View({received * h}));
+  DT_ASSIGN_OR_RETURN(Tensor back_flat, back.View({pairs * h}));
+  DT_RETURN_IF_ERROR(comm->AllToAllV(results_flat, recv_counts, back_flat, send_counts));
+  DT_ASSIGN_OR_RETURN(Tensor mine_y, CombineByToken(back, chunk_tokens, pair_weights, end - begin));
+  // 6. The chunks, gathered: y [N, H] on every rank.
+  FromLocalOptions fo;
+  fo.shape = Shape{n, h};
+  DT_ASSIGN_OR_RETURN(DTensor chunks, DTensor::FromLocal(mine_y, mesh, {Placement::Shard(0)}, fo));
+  DT_ASSIGN_OR_RETURN(DTensor whole, chunks.Redistribute({Placement::Replicate()}));
+  return Values{Value(whole.ToLocal())};
+}
+
+}  // namespace
+
+// ---- grouped_gemm ---------------------------------------------------------------------------------
+
+StyleInfo GroupedGemmParallel::Info() const {
+  return {"S(0) (experts)", "S(0)", "unchanged", "unchanged", "none (parameters only)"};
+}
+
+absl::Status GroupedGemmParallel::ValidateParam(const Module&, const Parameter& param,
+                                                const DeviceMesh& mesh) const {
+  return CheckExpertsDivide("grouped_gemm", param, mesh);
+}
+
+absl::StatusOr<Placement> GroupedGemmParallel::ParamPlacement(const Module&,
+                                                              const Parameter& param) const {
+  return param.dim() >= 1 ? Placement::Shard(0) : Placement::Replicate();
+}
+
+absl::Status GroupedGemmParallel::InstallForward(Module&, const DeviceMesh&) const {
+  return absl::OkStatus();  // parameters only, as transformers' MoEParamShard
+}
+
+// ---- ep_router ------------------------------------------------------------------------------------
+
+StyleInfo RouterParallel::Info() const {
+  return {"R", "R", "unchanged", "off-rank ids -> E/ep, weight 0", "none"};
+}
+
+absl::Status RouterParallel::ValidateParam(const Module& module, const Parameter& param,
+                                           const DeviceMesh& mesh) const {
+  if (param.name() != "weight") return absl::OkStatus();
+  return CheckExpertsDivide(absl::StrCat("ep_router on '", module.FullName(), "'"), param, mesh);
+}
+
+absl::StatusOr<Values> RouterParallel::TransformOutputPostForward(Module& module, Values outputs,
+                                                                  const DeviceMesh& mesh) const {
+  const Parameter* weight = module.FindParameter("weight");
+  if (outputs.size() != 2 || weight == nullptr || weight->dim() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ep_router on '", module.FullName(),
+        "': expects a router with a weight [E, H] that returns {weights, ids}, got ",
+        outputs.size(), " outputs"));
+  }
+  const int64_t experts = weight->shape()[0], per_rank = experts / mesh.Size();
+  DT_ASSIGN_OR_RETURN(const int64_t me, EpRank(mesh));
+  DT_ASSIGN_OR_RETURN(Tensor w_t, WholeTensor(outputs[0]));
+  DT_ASSIGN_OR_RETURN(Tensor ids_t, WholeTensor(outputs[1]));
+  const DType dtype = w_t.dtype();
+  DT_ASSIGN_OR_RETURN(Tensor wf, ops::Cast(w_t, DType::kF32));
+  DT_ASSIGN_OR_RETURN(Tensor idl, ops::Cast(ids_t, DType::kI64));
+  std::vector<float> w = wf.ToVector<float>();
+  std::vector<int64_t> ids = idl.ToVector<int64_t>();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] / per_rank == me) {
+      ids[i] -= me * per_rank;
+    } else {
+      ids[i] = per_rank;  // the skip id
+      w[i] = 0.0f;
+    }
+  }
+  DT_ASSIGN_OR_RETURN(Tensor new_w, Tensor::FromVector<float>(w_t.shape(), w));
+  DT_ASSIGN_OR_RETURN(new_w, ops::Cast(new_w, dtype));
+  DT_ASSIGN_OR_RETURN(Tensor new_ids, Tensor::FromVector<int64_t>(ids_t.shape(), ids));
+  return Values{Value(std::move(new_w)), Value(std::move(new_ids))};
+}
+
+// ---- ep_dispatch_experts --------------------------------------------------------------------------
+
+StyleInfo EpDispatchExpertsParallel::Info() const {
+  return {"own entries", "own entries", "R -> chunk of tokens",
+          "rows out and back -> R local", "all_to_all x2, all_gather x2"};
+}
+
+absl::Status EpDispatchExpertsParallel::InstallForward(Module& module,
+                                                       const DeviceMesh& mesh) const {
+  const std::string name = absl::StrCat("ep_dispatch_experts on '", module.FullName(), "'");
+  const auto* experts = dynamic_cast<const Experts*>(&module);
+  if (experts == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": the module is a ", module.type_name(), ", not Experts"));
+  }
+  if (experts->options().num_identity_experts > 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        name, ": identity experts are in no rank's range; expert parallelism over them is not "
+              "implemented"));
+  }
+  if (mesh.ndim() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": needs the 1-D expert-parallel mesh, got ", mesh.ToString()));
+  }
+  for (const auto& p : module.parameters()) {
+    if (!p->placed() || !PlacementOver(*p, mesh.names()[0]).is_any_shard(0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": parameter '", p->FullName(), "' (", p->Describe(),
+          ") is not split by its experts over '", mesh.names()[0],
+          "'; give it grouped_gemm in the same plan"));
+    }
+  }
+  std::shared_ptr<const TensorParallelLayer> self = weak_from_this().lock();
+  if (self == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name, ": the style must be owned by a std::shared_ptr"));
+  }
+  const int64_t count = experts->options().num_experts;
+  ForwardFn inner = module.installed_forward();  // Note [Composed forwards]
+  module.SetForward([self, mesh, inner, count](Module& m, Values inputs) {
+    return DispatchAndCombine(m, std::move(inputs), mesh, inner, count, *self);
+  });
+  return absl::OkStatus();
+}
+
+// ---- plans ----------------------------------------------------------------------------------------
+
+absl::Status ParallelizeModuleWithEP(Module& module, const DeviceMesh& mesh,
+                                     const ParallelPlan& tp_plan, const ParallelPlan& ep_plan,
+                                     const ParallelizeOptions& options) {
+  const bool shared = mesh.ndim() == 1;
+  if (!shared && (mesh.ndim() != 2 || !mesh.DimIndex("ep").ok() || !mesh.DimIndex("tp").ok())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ParallelizeModuleWithEP needs a 1-D mesh or a 2-D mesh with dims 'ep' and 'tp', got ",
+        mesh.ToString()));
+  }
+  DT_ASSIGN_OR_RETURN(const DeviceMesh ep, shared ? mesh : mesh["ep"]);
+  DT_ASSIGN_OR_RETURN(const DeviceMesh tp, shared ? mesh : mesh["tp"]);
+  // On one dim the expert-parallel rules replace the tensor-parallel ones of the same keys.
+  ParallelPlan tp_rules;
+  for (const auto& rule : tp_plan) {
+    const bool replaced =
+        shared && std::any_of(ep_plan.begin(), ep_plan.end(),
+                              [&](const auto& e) { return e.first == rule.first; });
+    if (!replaced) tp_rules.push_back(rule);
+  }
+  // Every check of both plans before anything is placed.
+  DT_ASSIGN_OR_RETURN(PlanResolution r, ResolvePlan(module, ep_plan));
+  for (const auto& p : r.params) {
+    if (p.style == nullptr) continue;
+    DT_RETURN_IF_ERROR(p.style->ParamPlacement(*p.module, *p.param).status());
+    DT_RETURN_IF_ERROR(p.style->ValidateParam(*p.module, *p.param, ep));
+  }
+  if (!r.unused_rules.empty() && options.unused_rules != PlanCheck::kIgnore) {
+    const std::string message =
+        absl::StrCat("The following EP rules were not applied on any of the layers: [",
+                     absl::StrJoin(r.unused_rules, ", "), "]");
+    if (options.unused_rules == PlanCheck::kError) {
+      return absl::InvalidArgumentError(absl::StrCat(module.type_name(), ": ", message));
+    }
+    if (mesh.my_rank() == mesh.ranks().front()) LogWarning(message);
+  }
+  ParallelizeOptions quiet = options;
+  quiet.unused_rules = quiet.uncovered_params = PlanCheck::kIgnore;
+  DT_RETURN_IF_ERROR(ValidatePlan(module, tp, tp_rules, quiet));
+  // The tensor-parallel plan on the tp dim (warnings once, from the ranks of ep coordinate 0).
+  ParallelizeOptions tp_options = options;
+  if (!shared && mesh.Coordinate() && (*mesh.Coordinate())[0] != 0) tp_options = quiet;
+  DT_RETURN_IF_ERROR(ParallelizeModule(module, tp, tp_rules, tp_options));
+  // The expert-parallel plan on the ep dim: [ep, tp] placements for what it shards.
+  for (const auto& p : r.params) {
+    if (p.style == nullptr) continue;
+    DT_ASSIGN_OR_RETURN(const Placement on_ep, p.style->ParamPlacement(*p.module, *p.param));
+    if (on_ep.is_replicate()) continue;
+    if (shared) {
+      DT_RETURN_IF_ERROR(p.param->Place(mesh, {on_ep}));
+      p.param->set_plan_rule(absl::StrCat(p.key, " -> ", p.style_label));
+      continue;
+    }
+    const Placement on_tp = p.param->spec().placements()[0];
+    DT_RETURN_IF_ERROR(p.param->Place(mesh, {on_ep, on_tp}));
+    const std::string tp_rule = p.param->plan_rule();
+    const std::string prefix = absl::StrCat(p.key, " -> ");
+    p.param->set_plan_rule(tp_rule.rfind(prefix, 0) == 0
+                               ? absl::StrCat(tp_rule, " + ", p.style_label)
+                               : absl::StrCat(tp_rule, tp_rule.empty() ? "" : "; ", p.key, " -> ",
+                                              p.style_label));
+  }
+  for (const auto& f : r.forwards) {
+    DT_RETURN_IF_ERROR(f.style->InstallForward(*f.module, ep));
+    const std::string tp_style = f.module->tp_style();
+    f.module->set_tp_style(tp_style.empty() ? f.style_label
+                                            : absl::StrCat(tp_style, " + ", f.style_label));
+  }
+  std::vector<std::string> unmatched = module.unmatched_plan_keys();
+  unmatched.insert(unmatched.end(), r.unused_rules.begin(), r.unused_rules.end());
+  module.set_unmatched_plan_keys(std::move(unmatched));
+  return absl::OkStatus();
+}
+
+}  // namespace dt::nn

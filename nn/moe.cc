@@ -1,0 +1,312 @@
+#include "dtensor/nn/moe.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "dtensor/core/status.h"
+#include "dtensor/nn/vops.h"
+#include "dtensor/ops/local/ops.h"
+
+namespace dt::nn {
+namespace {
+
+// A DTensor input as its local tensor; it must be replicated (a piece counts as its whole).
+absl::StatusOr<Tensor> ReplicatedLocal(const Value& v, absl::string_view what,
+                                       absl::string_view module) {
+  if (!v.defined()) {
+    return absl::InvalidArgumentError(absl::StrCat(module, ": input '", what, "' is undefined"));
+  }
+  if (v.is_dtensor() || v.piece_of() != nullptr) {
+    const DTensor& d = v.is_dtensor() ? v.dtensor() : *v.piece_of();
+    for (const Placement& p : d.placements()) {
+      if (!p.is_replicate()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            module, ": input '", what, "' must be replicated, got ", v.Describe()));
+      }
+    }
+    return d.ToLocal();
+  }
+  return v.local();
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> CombineByToken(const Tensor& rows, absl::Span<const int64_t> tokens,
+                                      absl::Span<const float> weights, int64_t n) {
+  const int64_t pairs = rows.dim() == 2 ? rows.size(0) : -1;
+  if (pairs < 0 || static_cast<int64_t>(tokens.size()) != pairs ||
+      static_cast<int64_t>(weights.size()) != pairs) {
+    return absl::InvalidArgumentError(absl::StrCat("CombineByToken: rows ", rows.Describe(), ", ",
+                                                   tokens.size(), " tokens, ", weights.size(),
+                                                   " weights"));
+  }
+  const int64_t h = rows.size(1);
+  if (pairs == 0) return Tensor::Zeros({n, h}, rows.dtype(), rows.device());
+  // Weighted in f32, rounded to the rows' dtype, then summed per token in the rows' order.
+  DT_ASSIGN_OR_RETURN(Tensor wt, Tensor::FromVector<float>(
+                                     {pairs, 1}, std::vector<float>(weights.begin(), weights.end())));
+  DT_ASSIGN_OR_RETURN(Tensor rf, ops::Cast(rows, DType::kF32));
+  DT_ASSIGN_OR_RETURN(Tensor scaled, ops::Mul(rf, wt));
+  DT_ASSIGN_OR_RETURN(scaled, ops::Cast(scaled, rows.dtype()));
+  DT_ASSIGN_OR_RETURN(Tensor zero, Tensor::Zeros({1, h}, rows.dtype(), rows.device()));
+  DT_ASSIGN_OR_RETURN(Tensor padded, ops::Cat({scaled, zero}, 0));
+  std::vector<std::vector<int64_t>> per_token(n);
+  for (int64_t q = 0; q < pairs; ++q) {
+    if (tokens[q] < 0 || tokens[q] >= n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CombineByToken: token ", tokens[q], " is outside [0, ", n, ")"));
+    }
+    per_token[tokens[q]].push_back(q);
+  }
+  size_t most = 1;
+  for (const auto& t : per_token) most = std::max(most, t.size());
+  std::vector<int64_t> gather(n * most, pairs);  // `pairs` is the zero row
+  for (int64_t t = 0; t < n; ++t) {
+    for (size_t j = 0; j < per_token[t].size(); ++j) gather[t * most + j] = per_token[t][j];
+  }
+  DT_ASSIGN_OR_RETURN(Tensor index,
+                      Tensor::FromVector<int64_t>({n, static_cast<int64_t>(most)}, gather));
+  DT_ASSIGN_OR_RETURN(Tensor picked, ops::Embedding(padded, index));  // [N, most, H]
+  return ops::Sum(picked, 1);
+}
+
+// ---- router ---------------------------------------------------------------------------------------
+
+TopKRouter::TopKRouter(const RouterOptions& o) : Module("TopKRouter"), options_(o) {
+  RegisterParameter("weight", {o.num_experts, o.hidden_size},
+                    o.f32_logits ? DType::kF32 : o.dtype);
+}
+
+std::string TopKRouter::ExtraRepr() const {
+  return absl::StrCat("experts=", options_.num_experts, ", top_k=", options_.top_k,
+                      options_.normalize ? ", normalized" : "",
+                      options_.scaling != 1.0 ? absl::StrCat(", scaling=", options_.scaling) : "",
+                      options_.f32_logits ? ", f32" : "");
+}
+
+absl::StatusOr<Values> TopKRouter::Forward(Values inputs) {
+  const std::string name = absl::StrCat("TopKRouter '", FullName(), "'");
+  DT_ASSIGN_OR_RETURN(Value xv, SingleInput(*this, inputs));
+  DT_ASSIGN_OR_RETURN(Tensor x, ReplicatedLocal(xv, "x", name));
+  const RouterOptions& o = options_;
+  if (x.dim() != 2 || x.size(1) != o.hidden_size) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": expected x [N, ", o.hidden_size,
+                                                   "], got ", x.Describe()));
+  }
+  DT_ASSIGN_OR_RETURN(Tensor w, LocalParam("weight"));
+  if (w.dim() != 2 || w.size(0) != o.num_experts) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name, ": its weight must be whole on every rank (the router is replicated), got ",
+        FindParameter("weight")->Describe()));
+  }
+  Tensor logits;
+  if (o.f32_logits) {
+    DT_ASSIGN_OR_RETURN(Tensor xf, ops::Cast(x, DType::kF32));
+    DT_ASSIGN_OR_RETURN(Tensor wf, ops::Cast(w, DType::kF32));
+    DT_ASSIGN_OR_RETURN(logits, ops::Linear(xf, wf));
+  } else {
+    DT_ASSIGN_OR_RETURN(logits, ops::Linear(x, w));
+    DT_ASSIGN_OR_RETURN(logits, ops::Cast(logits, DType::kF32));
+  }
+  DT_ASSIGN_OR_RETURN(Tensor probs, ops::Softmax(logits, -1));
+  DT_ASSIGN_OR_RETURN(ops::TopKResult top, ops::TopK(probs, o.top_k, -1));
+  Tensor weights = top.values;
+  if (o.normalize) {
+    DT_ASSIGN_OR_RETURN(Tensor sum, ops::Sum(weights, -1, /*keepdim=*/true));
+    DT_ASSIGN_OR_RETURN(weights, ops::Div(weights, sum));
+  }
+  if (o.scaling != 1.0) {
+    DT_ASSIGN_OR_RETURN(weights, ops::Mul(weights, o.scaling));
+  }
+  if (o.weights_in_input_dtype) {
+    DT_ASSIGN_OR_RETURN(weights, ops::Cast(weights, x.dtype()));
+  }
+  return Values{Value(std::move(weights)), Value(std::move(top.indices))};
+}
+
+// ---- experts --------------------------------------------------------------------------------------
+
+absl::StatusOr<Values> IdentityExpert::Forward(Values inputs) {
+  DT_ASSIGN_OR_RETURN(Value x, SingleInput(*this, inputs));
+  return Values{std::move(x)};
+}
+
+Experts::Experts(const ExpertsOptions& o) : Module("Experts"), options_(o) {
+  RegisterParameter("gate_up_proj", {o.num_experts, 2 * o.intermediate_size, o.hidden_size},
+                    o.dtype);
+  RegisterParameter("down_proj", {o.num_experts, o.hidden_size, o.intermediate_size}, o.dtype);
+  if (o.num_identity_experts > 0) AddModule<IdentityExpert>("identity");
+}
+
+std::string Experts::ExtraRepr() const {
+  return absl::StrCat("experts=", options_.num_experts, ", hidden=", options_.hidden_size,
+                      ", intermediate=", options_.intermediate_size,
+                      options_.num_identity_experts > 0
+                          ? absl::StrCat(", identity_experts=", options_.num_identity_experts)
+                          : "",
+                      options_.activation == Activation::kSilu
+                          ? ""
+                          : absl::StrCat(", ", ActivationName(options_.activation)));
+}
+
+std::vector<int64_t> Experts::PackedBlocks(const Parameter& param, bool col) const {
+  if (!col || param.name() != "gate_up_proj") return {};
+  return {options_.intermediate_size, options_.intermediate_size};
+}
+
+absl::Status Experts::ValidateTensorParallel(const TPValidationContext& ctx) const {
+  const std::vector<std::string> projections = {"gate_up_proj", "down_proj"};
+  return CheckIntermediate(*this, ctx, projections, options_.intermediate_size);
+}
+
+// Note [Grouped experts]
+// transformers' reference loops over the experts that received a token and gathers their rows;
+// here the (token, slot) pairs are sorted by expert once (on the host: N·k small integers), the
+// rows gathered in that order into one buffer, and each expert with pairs runs two GEMMs over its
+// contiguous run of rows (gate|up, then down), writing its run of one output buffer. Experts no
+// token picked cost nothing — in decode that is all but k of them, which is what makes a sparse
+// model cheap. The routing weights are applied to the sorted rows (in f32, as transformers
+// multiplies its f32 weights), and each token's rows are summed in ascending expert order, the
+// order of transformers' index_add_, so f32 results match it to the last bits for k = 2.
+absl::StatusOr<Values> Experts::Forward(Values inputs) {
+  const std::string name = absl::StrCat("Experts '", FullName(), "'");
+  if (inputs.size() != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " takes {x [N, H], ids [N, k], weights [N, k]}, got ", inputs.size(), " inputs"));
+  }
+  if (!local_mode_requested()) {
+    for (const auto& p : parameters()) {
+      if (p->placed() && p->spec().NumShards() > 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            name, ": parameter '", p->name(), "' is sharded (", p->Describe(),
+            ") but the forward is not in local mode; plan the module as 'moe_tp_experts' (tensor "
+            "parallel) or 'ep_dispatch_experts' (expert parallel)"));
+      }
+    }
+  }
+  DT_ASSIGN_OR_RETURN(const Tensor x, ReplicatedLocal(inputs[0], "x", name));
+  DT_ASSIGN_OR_RETURN(Tensor ids_t, ReplicatedLocal(inputs[1], "ids", name));
+  DT_ASSIGN_OR_RETURN(const Tensor weights, ReplicatedLocal(inputs[2], "weights", name));
+  if (x.dim() != 2 || x.size(1) != options_.hidden_size || ids_t.dim() != 2 ||
+      ids_t.size(0) != x.size(0) || weights.shape() != ids_t.shape() ||
+      (ids_t.dtype() != DType::kI64 && ids_t.dtype() != DType::kI32) ||
+      !IsFloating(weights.dtype())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": expected x [N, ", options_.hidden_size,
+                     "], ids i64 [N, k] and float weights [N, k], got ", x.Describe(), ", ",
+                     ids_t.Describe(), " and ", weights.Describe()));
+  }
+  DT_ASSIGN_OR_RETURN(ids_t, ops::Cast(ids_t, DType::kI64));
+  DT_ASSIGN_OR_RETURN(Tensor gate_up, LocalParam("gate_up_proj"));  // [E_here, 2I/tp, H]
+  DT_ASSIGN_OR_RETURN(Tensor down, LocalParam("down_proj"));        // [E_here, H, I/tp]
+  const int64_t n = x.size(0), k = ids_t.size(1), h = options_.hidden_size;
+  const int64_t experts = gate_up.size(0), identity = options_.num_identity_experts;
+  const std::vector<int64_t> ids = ids_t.ToVector<int64_t>();
+  DT_ASSIGN_OR_RETURN(Tensor wf, ops::Cast(weights, DType::kF32));
+  const std::vector<float> w = wf.ToVector<float>();
+
+  // Pairs bucketed by expert, stable in (token, slot) order; identity experts' weights per token.
+  std::vector<std::vector<int64_t>> bucket(experts);
+  std::vector<float> identity_weight(identity > 0 ? n : 0, 0.0f);
+  for (int64_t p = 0; p < n * k; ++p) {
+    const int64_t e = ids[p];
+    if (e >= 0 && e < experts) {
+      bucket[e].push_back(p);
+    } else if (identity > 0 && e >= experts && e < experts + identity) {
+      identity_weight[p / k] += w[p];
+    } else if (!(identity == 0 && e == experts)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": expert id ", e, " (token ", p / k, ") is outside [0, ", experts + identity,
+          ")", identity == 0 ? absl::StrCat(" and is not the skip id ", experts) : ""));
+    }
+  }
+  std::vector<int64_t> order, tokens;
+  for (const auto& b : bucket) {
+    for (int64_t p : b) {
+      order.push_back(p);
+      tokens.push_back(p / k);
+    }
+  }
+  const int64_t pairs = static_cast<int64_t>(order.size());
+  DT_ASSIGN_OR_RETURN(Tensor y, Tensor::Zeros({n, h}, x.dtype(), x.device()));
+  if (pairs > 0) {
+    DT_ASSIGN_OR_RETURN(Tensor token_ids, Tensor::FromVector<int64_t>({pairs}, tokens));
+    DT_ASSIGN_OR_RETURN(Tensor rows, ops::Embedding(x, token_ids));  // [P, H], sorted by expert
+    DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({pairs, h}, x.dtype(), x.device()));
+    int64_t at = 0;
+    for (int64_t e = 0; e < experts; ++e) {
+      const int64_t c = static_cast<int64_t>(bucket[e].size());
+      if (c == 0) continue;
+      DT_ASSIGN_OR_RETURN(Tensor xe, rows.Narrow(0, at, c));
+      DT_ASSIGN_OR_RETURN(Tensor w_gu, gate_up.Select(0, e));
+      DT_ASSIGN_OR_RETURN(Tensor gu, ops::Linear(xe, w_gu));
+      DT_ASSIGN_OR_RETURN(std::vector<Tensor> halves, ops::Chunk(gu, 2, -1));
+      DT_ASSIGN_OR_RETURN(Value act, Activate(Value(halves[0]), options_.activation));
+      DT_ASSIGN_OR_RETURN(Tensor hidden, ops::Mul(act.local(), halves[1]));
+      DT_ASSIGN_OR_RETURN(Tensor w_down, down.Select(0, e));
+      DT_ASSIGN_OR_RETURN(Tensor ye, ops::Linear(hidden, w_down));
+      DT_ASSIGN_OR_RETURN(Tensor slot, out.Narrow(0, at, c));
+      DT_RETURN_IF_ERROR(slot.CopyFrom(ye));
+      at += c;
+    }
+    std::vector<float> sorted_w(pairs);
+    for (int64_t q = 0; q < pairs; ++q) sorted_w[q] = w[order[q]];
+    DT_ASSIGN_OR_RETURN(y, CombineByToken(out, tokens, sorted_w, n));
+  }
+  if (identity > 0) {
+    DT_ASSIGN_OR_RETURN(Value id, FindChild("identity")->CallOne({Value(x)}));
+    DT_ASSIGN_OR_RETURN(Tensor idf, ops::Cast(id.local(), DType::kF32));
+    DT_ASSIGN_OR_RETURN(Tensor iw, Tensor::FromVector<float>({n, 1}, identity_weight));
+    DT_ASSIGN_OR_RETURN(Tensor contribution, ops::Mul(idf, iw));
+    DT_ASSIGN_OR_RETURN(contribution, ops::Cast(contribution, x.dtype()));
+    DT_ASSIGN_OR_RETURN(y, ops::Add(y, contribution));
+  }
+  return Values{Value(std::move(y))};
+}
+
+// ---- block ----------------------------------------------------------------------------------------
+
+MoeBlock::MoeBlock(const MoeBlockOptions& o) : Module("MoeBlock"), options_(o) {
+  AddModule<TopKRouter>("gate", o.router);
+  AddModule<Experts>("experts", o.experts);
+  if (o.shared_intermediate_size > 0) {
+    SwiGLUOptions s;
+    s.hidden_size = o.experts.hidden_size;
+    s.intermediate_size = o.shared_intermediate_size;
+    s.bias = o.shared_bias;
+    s.activation = o.experts.activation;
+    s.dtype = o.experts.dtype;
+    AddModule<SwiGLUMLP>("shared_experts", s);
+  }
+}
+
+absl::StatusOr<Values> MoeBlock::Forward(Values inputs) {
+  DT_ASSIGN_OR_RETURN(Value hv, SingleInput(*this, inputs));
+  DT_ASSIGN_OR_RETURN(Tensor h, WholeTensor(hv));
+  if (h.dim() != 3 || h.size(2) != options_.experts.hidden_size) {
+    return absl::InvalidArgumentError(absl::StrCat("MoeBlock '", FullName(), "': expected h [B, S, ",
+                                                   options_.experts.hidden_size, "], got ",
+                                                   h.Describe()));
+  }
+  DT_ASSIGN_OR_RETURN(Tensor x, h.Reshape({-1, h.size(2)}));
+  DT_ASSIGN_OR_RETURN(Values routing, FindChild("gate")->Call({Value(x)}));
+  if (routing.size() != 2) {
+    return absl::InternalError(absl::StrCat("MoeBlock '", FullName(), "': the router gave ",
+                                            routing.size(), " outputs, not {weights, ids}"));
+  }
+  DT_ASSIGN_OR_RETURN(Value ev,
+                      FindChild("experts")->CallOne({Value(x), routing[1], routing[0]}));
+  DT_ASSIGN_OR_RETURN(Tensor y, WholeTensor(ev));
+  DT_ASSIGN_OR_RETURN(y, y.Reshape(h.shape()));
+  if (Module* shared = FindChild("shared_experts")) {
+    DT_ASSIGN_OR_RETURN(Value sv, shared->CallOne({Value(h)}));
+    DT_ASSIGN_OR_RETURN(Tensor s, WholeTensor(sv));
+    DT_ASSIGN_OR_RETURN(y, ops::Add(y, s));
+  }
+  return Values{Value(std::move(y))};
+}
+
+}  // namespace dt::nn

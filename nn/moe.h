@@ -1,0 +1,132 @@
+#pragma once
+// Mixture-of-experts blocks, in transformers 5's layout (Note [MoE blocks] in
+// loaders/decoder_family.h).
+//
+//   TopKRouter      {x [N, H]} -> {weights [N, k], ids [N, k] i64}
+//                   weight [E, H]; p = softmax(x · weightᵀ) over the E experts, in f32; the k
+//                   largest; with `normalize` divided by their sum, times `scaling`; weights in
+//                   f32, or in x's dtype with `weights_in_input_dtype` (Qwen3-MoE). With
+//                   `f32_logits` the logits themselves are computed in f32 (DeepSeek's router
+//                   keeps its weight in f32).
+//   Experts         {x [N, H], ids [N, k] i64, weights [N, k]}
+//                     -> {y [N, H]: y[n] = Σ_j weights[n, j] · expert_{ids[n, j]}(x[n])}
+//                   parameters gate_up_proj [E, 2I, H] (rows gate | up of each expert) and
+//                   down_proj [E, H, I]; expert e(x) = down_e(act(gate_e · x) * (up_e · x)).
+//                   Grouped (Note [Grouped experts]): one GEMM per expert that received tokens,
+//                   none for the others. An id equal to the number of experts this rank holds is
+//                   skipped (the sentinel of ep_router, transformers' one_hot(num_experts + 1));
+//                   with identity experts, ids E .. E + E_id - 1 pick the child `identity`
+//                   (IdentityExpert: x itself, LongCat-Flash's "zero experts").
+//   IdentityExpert  {x} -> {x}.
+//   MoeBlock        {h [B, S, H]} -> {experts(h, gate(h)) + shared_experts(h)}
+//                   children gate (TopKRouter), experts (Experts) and, with shared experts,
+//                   shared_experts (SwiGLUMLP of n_shared · I, DeepSeek); computed on whole
+//                   (replicated) activations, the output a local tensor.
+//
+// Experts computes on local tensors: this rank's piece of every expert it holds (moe_tp_experts:
+// a slice of every expert, reduced by one all_reduce; grouped_gemm: whole experts, E / ep of
+// them, reached through ep_dispatch_experts or ep_router: nn/expert_parallel.h). DTensor inputs
+// must be replicated.
+//
+// Plans (T = tensor-parallel size; names as constructed):
+//   Experts   gate_up_proj packed_colwise (blocks [I, I] declared: each rank holds matching gate
+//             and up rows), down_proj rowwise, the module moe_tp_experts; identity
+//             moe_identity_expert. T divides I.
+//   MoeBlock  the router replicated (no rule), shared_experts as a SwiGLUMLP.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/nn/mlp.h"
+#include "dtensor/nn/module.h"
+
+namespace dt::nn {
+
+struct RouterOptions {
+  int64_t hidden_size = 0;
+  int64_t num_experts = 0;
+  int64_t top_k = 0;
+  bool normalize = false;               // the k weights divided by their sum
+  double scaling = 1.0;                 // then multiplied by this (routed_scaling_factor)
+  bool f32_logits = false;              // weight and logits in f32 (DeepSeek)
+  bool weights_in_input_dtype = false;  // weights cast to x's dtype (Qwen3-MoE)
+  DType dtype = DType::kF32;            // the weight's (f32 with f32_logits)
+};
+
+class TopKRouter : public Module {
+ public:
+  explicit TopKRouter(const RouterOptions& options);
+  const RouterOptions& options() const { return options_; }
+  std::string ExtraRepr() const override;
+
+ protected:
+  absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  RouterOptions options_;
+};
+
+class IdentityExpert : public Module {
+ public:
+  IdentityExpert() : Module("IdentityExpert") {}
+
+ protected:
+  absl::StatusOr<Values> Forward(Values inputs) override;
+};
+
+struct ExpertsOptions {
+  int64_t num_experts = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_identity_experts = 0;
+  Activation activation = Activation::kSilu;
+  DType dtype = DType::kF32;
+};
+
+class Experts : public Module {
+ public:
+  explicit Experts(const ExpertsOptions& options);
+  const ExpertsOptions& options() const { return options_; }
+  std::string ExtraRepr() const override;
+  absl::Status ValidateTensorParallel(const TPValidationContext& ctx) const override;
+  // gate_up_proj holds [gate | up] per expert: blocks [I, I] along its rows.
+  std::vector<int64_t> PackedBlocks(const Parameter& param, bool col) const override;
+
+ protected:
+  absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  ExpertsOptions options_;
+};
+
+struct MoeBlockOptions {
+  RouterOptions router;
+  ExpertsOptions experts;
+  int64_t shared_intermediate_size = 0;  // 0: no shared experts
+  bool shared_bias = false;
+};
+
+class MoeBlock : public Module {
+ public:
+  explicit MoeBlock(const MoeBlockOptions& options);
+  const MoeBlockOptions& options() const { return options_; }
+
+ protected:
+  absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  MoeBlockOptions options_;
+};
+
+// Rows [P, H], one per (token, slot) pair in the order the caller computed them (Note [Grouped
+// experts]: by expert), weighted by `weights` (f32 multiply, rounded to the rows' dtype) and summed
+// per token in that order: y [n, H]; a token with no rows gets zeros. Shared with expert
+// parallelism's combine (nn/expert_parallel.h).
+absl::StatusOr<Tensor> CombineByToken(const Tensor& rows, absl::Span<const int64_t> tokens,
+                                      absl::Span<const float> weights, int64_t n);
+
+}  // namespace dt::nn

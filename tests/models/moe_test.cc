@@ -1,0 +1,470 @@
+// The mixture-of-experts families (Note [MoE blocks] in loaders/decoder_family.h) against
+// transformers: Mixtral and Qwen3-MoE tiny checkpoints (tools/reference/make_moe_fixtures.py),
+// stored one tensor per expert as the Hub stores them and fused on load, at tp 1, 2 and 4 on
+// threads: greedy tokens identical to transformers', logits within 1e-4 of their scale, each rank
+// reading only its pieces of every expert; the plan's placements and its refusals.
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "dtensor/core/status.h"
+#include "dtensor/mesh/comm_counter.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/nn/models/causal_lm.h"
+#include "dtensor/tests/models/golden_checks.h"
+#include "dtensor/tests/test_util.h"
+#include "gtest/gtest.h"
+
+namespace dt::nn::testing {
+namespace {
+
+using dt::testing::Contains;
+
+std::string MoeFixture(const std::string& name) { return "moe/" + name + "-tiny"; }
+std::string MoeDir(const std::string& name) { return FixtureDir(MoeFixture(name)); }
+
+struct TpCase {
+  const char* model;
+  int tp;
+};
+
+class MoeTp : public ::testing::TestWithParam<TpCase> {};
+
+TEST_P(MoeTp, MatchesTransformersAndReadsOnlyItsShards) {
+  const TpCase c = GetParam();
+  const Golden g = LoadGolden(MoeFixture(c.model));
+  absl::Status s = World::RunThreads(c.tp, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {c.tp}, {"tp"}));
+    LoadReport report;
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(MoeDir(c.model), mesh, {}, &report));
+    DT_RETURN_IF_ERROR(MatchesGolden(*m, g, w.rank()));
+    DT_RETURN_IF_ERROR(ReadsOnlyItsPieces(report, c.tp > 1));
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << c.model << " tp=" << c.tp << ": " << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, MoeTp,
+                         ::testing::Values(TpCase{"mixtral", 1}, TpCase{"mixtral", 2},
+                                           TpCase{"mixtral", 4}, TpCase{"qwen3_moe", 1},
+                                           TpCase{"qwen3_moe", 2}, TpCase{"qwen3_moe", 4},
+                                           TpCase{"deepseek_v2", 1}, TpCase{"deepseek_v2", 2},
+                                           TpCase{"deepseek_v2", 4},
+                                           TpCase{"deepseek_v2_lite", 1},
+                                           TpCase{"deepseek_v2_lite", 2},
+                                           TpCase{"deepseek_v2_lite", 4}),
+                         [](const auto& info) {
+                           return absl::StrCat(info.param.model, "_tp", info.param.tp);
+                         });
+
+// Expert parallelism (nn/expert_parallel.h), both layouts (Note [Expert-parallel layouts] in
+// nn/distributed.h): ep over the ranks tp splits the dense layers on (tp 0 below), each rank E / ep
+// whole experts; or an (ep, tp) mesh, each rank's experts split over tp too. Tokens dispatched with
+// all_to_all, or the ep_router plan.
+struct EpCase {
+  const char* model;
+  int ep, tp;       // tp 0: ep and tp share the ep ranks
+  bool all_reduce;  // the ep_router plan instead of ep_dispatch_experts
+  // The ranks, and the pieces of each expert tensor (the experts split over every rank).
+  int ranks() const { return tp == 0 ? ep : ep * tp; }
+};
+
+// `dir` (c.model's checkpoint) loaded on c.ranks() thread ranks laid out as `c` says: every rank
+// computes transformers' logits and tokens and reads only its pieces; `more` checks its report.
+absl::Status LoadsAsTransformers(
+    const EpCase& c, const std::string& dir,
+    const std::function<absl::Status(World&, const LoadReport&)>& more = nullptr) {
+  const Golden g = LoadGolden(MoeFixture(c.model));
+  return World::RunThreads(c.ranks(), [&](World& w) -> absl::Status {
+    DistributedConfig dist;
+    dist.ep_size = c.ep;
+    dist.tp_size = c.tp;
+    if (c.all_reduce) dist.ep_plan = std::string("all_reduce");
+    LoadReport report;
+    DT_ASSIGN_OR_RETURN(auto m,
+                        CausalLM::FromPretrained(dir, w.shared_from_this(), dist, {}, &report));
+    DT_RETURN_IF_ERROR(MatchesGolden(*m, g, w.rank()));
+    DT_RETURN_IF_ERROR(ReadsOnlyItsPieces(report, c.ranks() > 1));
+    return more ? more(w, report) : absl::OkStatus();
+  });
+}
+
+class MoeEp : public ::testing::TestWithParam<EpCase> {};
+
+TEST_P(MoeEp, MatchesTransformersAndReadsOnlyItsExperts) {
+  const EpCase c = GetParam();
+  const auto its_experts_only = [&](World& w, const LoadReport& report) -> absl::Status {
+    // Its experts only: each expert tensor's piece is its share of it, and the rank read its
+    // pieces and nothing more (within 1%).
+    int64_t share = 0;
+    for (const LoadReport::Param& p : report.params) {
+      if (absl::StrContains(p.name, ".mlp.experts.")) {
+        if (p.local_bytes * c.ranks() != p.full_bytes) {
+          return absl::InternalError(absl::StrCat(p.name, " (", p.spec, "): holds ", p.local_bytes,
+                                                  " bytes of ", p.full_bytes));
+        }
+      }
+      share += p.local_bytes;
+    }
+    if (report.stats.bytes_read() > share + share / 100) {
+      return absl::InternalError(absl::StrCat("rank ", w.rank(), " read ",
+                                              report.stats.bytes_read(), " bytes for a share of ",
+                                              share));
+    }
+    return absl::OkStatus();
+  };
+  absl::Status s = LoadsAsTransformers(c, MoeDir(c.model), its_experts_only);
+  ASSERT_TRUE(s.ok()) << c.model << " ep=" << c.ep << " tp=" << c.tp << ": " << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, MoeEp,
+    ::testing::Values(EpCase{"mixtral", 2, 0, false}, EpCase{"mixtral", 4, 0, false},
+                      EpCase{"mixtral", 2, 1, false}, EpCase{"mixtral", 2, 2, false},
+                      EpCase{"mixtral", 2, 0, true}, EpCase{"mixtral", 2, 2, true},
+                      EpCase{"qwen3_moe", 2, 0, false}, EpCase{"qwen3_moe", 4, 0, false},
+                      EpCase{"qwen3_moe", 2, 2, false}, EpCase{"qwen3_moe", 4, 0, true},
+                      EpCase{"deepseek_v2", 2, 0, false}, EpCase{"deepseek_v2", 4, 0, false},
+                      EpCase{"deepseek_v2", 4, 1, false}, EpCase{"deepseek_v2", 2, 2, false},
+                      EpCase{"deepseek_v2", 2, 2, true}, EpCase{"deepseek_v2_lite", 2, 0, false},
+                      EpCase{"deepseek_v2_lite", 4, 0, false}),
+    [](const auto& info) {
+      return absl::StrCat(info.param.model, "_ep", info.param.ep,
+                          info.param.tp == 0 ? "_shared" : absl::StrCat("_x_tp", info.param.tp),
+                          info.param.all_reduce ? "_all_reduce" : "");
+    });
+
+// The collectives of one sparse layer, per rank: dispatch two all_to_alls (rows out, results
+// back) and two all_gathers (the counts, the token chunks); on (ep, tp) with tp > 1 the experts'
+// all_reduce over tp; the ep_router plan one all_reduce over ep instead (tp 0: ep and tp share the
+// ranks).
+TEST(MoeEpCollectives, PerSparseLayer) {
+  struct Case {
+    int ep, tp;
+    bool all_reduce;
+    int64_t tokens;
+    const char* want;
+  };
+  for (const Case& c : std::vector<Case>{{2, 0, false, 5, "all_gather=2 all_to_all=2"},
+                                         {2, 0, false, 1, "all_gather=2 all_to_all=2"},
+                                         {4, 0, false, 3, "all_gather=2 all_to_all=2"},
+                                         {2, 1, false, 5, "all_gather=2 all_to_all=2"},
+                                         {2, 2, false, 5, "all_gather=2 all_reduce=1 all_to_all=2"},
+                                         {2, 0, true, 5, "all_reduce=1"},
+                                         {2, 2, true, 5, "all_reduce=2"}}) {
+    const int ranks = c.tp == 0 ? c.ep : c.ep * c.tp;
+    absl::Status s = World::RunThreads(ranks, [&](World& w) -> absl::Status {
+      DistributedConfig dist;
+      dist.ep_size = c.ep;
+      dist.tp_size = c.tp;
+      if (c.all_reduce) dist.ep_plan = std::string("all_reduce");
+      DT_ASSIGN_OR_RETURN(auto m,
+                          CausalLM::FromPretrained(MoeDir("mixtral"), w.shared_from_this(), dist));
+      Module* layer = m->GetSubmodule("model.layers.0.mlp").value();
+      DT_ASSIGN_OR_RETURN(Tensor h, Tensor::Randn({1, c.tokens, 64}, 7));
+      CommCounter counter;
+      DT_ASSIGN_OR_RETURN(Value y, layer->CallOne({Value(h)}));
+      if (counter.counts().ToString() != c.want) {
+        return absl::InternalError(absl::StrCat("rank ", w.rank(), ": a sparse layer ran ",
+                                                counter.counts().ToString(), ", want ", c.want));
+      }
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(s.ok()) << "ep=" << c.ep << " tp=" << c.tp << " all_reduce=" << c.all_reduce
+                        << " tokens=" << c.tokens << ": " << s;
+  }
+}
+
+TEST(MoeEpRefusals, BeforeAnyRead) {
+  struct Refusal {
+    const char* model;
+    int world, ep, tp;
+    const char* error;
+  };
+  for (const Refusal& r : std::vector<Refusal>{
+           {"mixtral", 3, 3, 1, "Cannot evenly shard 4 experts across 3 expert-parallel ranks"},
+           {"mixtral", 8, 2, 4, "ep_size 2 must be a multiple of tp_size 4"},
+           {"mixtral", 4, 2, 1, "ep_size 2 x tp_size 1 = 2 ranks, but there are 4"},
+           {"qwen3_moe", 3, 2, 0, "ep_size 2 does not divide the 3 ranks"}}) {
+    std::vector<double> seconds(r.world, -1);
+    absl::Status s = World::RunThreads(r.world, [&](World& w) -> absl::Status {
+      DistributedConfig dist;
+      dist.ep_size = r.ep;
+      dist.tp_size = r.tp;
+      LoadReport report;
+      report.seconds = -1;
+      absl::Status st =
+          CausalLM::FromPretrained(MoeDir(r.model), w.shared_from_this(), dist, {}, &report)
+              .status();
+      seconds[w.rank()] = report.seconds;
+      return st;
+    });
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << r.error;
+    EXPECT_TRUE(Contains(s, r.error)) << s;
+    for (double v : seconds) EXPECT_EQ(v, -1) << r.error << ": read weights";
+  }
+  // A dense family has no experts to split.
+  absl::Status dense = World::RunThreads(2, [&](World& w) -> absl::Status {
+    DistributedConfig dist;
+    dist.ep_size = 2;
+    return CausalLM::FromPretrained(FixtureDir("zoo/qwen3-tiny"), w.shared_from_this(), dist)
+        .status();
+  });
+  EXPECT_TRUE(
+      Contains(dense, "Qwen3ForCausalLM: ep_size 2 needs experts; qwen3 has no sparse layer"))
+      << dense;
+}
+
+// The same weights as llama.cpp's converter lays them out (Note [GGUF experts] in
+// loaders/gguf_llama.cc: Mixtral as architecture llama with experts and permuted Q/K rows,
+// Qwen3-MoE as qwen3moe; experts stacked as ffn_{gate,up,down}_exps) load to transformers' logits
+// and tokens, split by tp or by ep as the safetensors are, each rank reading only its experts.
+class MoeGguf : public ::testing::TestWithParam<EpCase> {};
+
+TEST_P(MoeGguf, LoadsToTheSameLogits) {
+  const EpCase c = GetParam();
+  absl::Status s = LoadsAsTransformers(c, FixtureDir(MoeFixture(c.model) + ".gguf"));
+  ASSERT_TRUE(s.ok()) << c.model << " ep=" << c.ep << " tp=" << c.tp << ": " << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, MoeGguf,
+                         ::testing::Values(EpCase{"mixtral", 1, 1, false},
+                                           EpCase{"mixtral", 1, 2, false},
+                                           EpCase{"mixtral", 2, 0, false},
+                                           EpCase{"qwen3_moe", 1, 1, false},
+                                           EpCase{"qwen3_moe", 1, 4, false},
+                                           EpCase{"qwen3_moe", 2, 2, false}),
+                         [](const auto& info) {
+                           const EpCase& c = info.param;
+                           if (c.ep == 1) return absl::StrCat(c.model, "_tp", c.tp);
+                           return absl::StrCat(c.model, "_ep", c.ep,
+                                               c.tp == 0 ? "_shared" : absl::StrCat("_x_tp", c.tp));
+                         });
+
+TEST(MoeGgufConfig, FamiliesFromTheirArchitectures) {
+  const loaders::DecoderConfig mixtral =
+      loaders::LoadDecoderConfig(FixtureDir(MoeFixture("mixtral") + ".gguf")).value();
+  EXPECT_EQ(mixtral.model_type, "mixtral");  // llama with experts
+  EXPECT_EQ(mixtral.num_experts, 4);
+  EXPECT_EQ(mixtral.num_experts_per_tok, 2);
+  EXPECT_EQ(mixtral.moe_intermediate_size, 64);
+  const loaders::DecoderConfig qwen =
+      loaders::LoadDecoderConfig(FixtureDir(MoeFixture("qwen3_moe") + ".gguf")).value();
+  EXPECT_EQ(qwen.model_type, "qwen3_moe");
+  EXPECT_EQ(qwen.moe_intermediate_size, 32);
+  EXPECT_EQ(qwen.intermediate_size, 128);
+  EXPECT_TRUE(qwen.norm_topk_prob);  // llama.cpp's qwen3moe renormalises
+  EXPECT_EQ(qwen.head_dim, 16);
+}
+
+TEST(MoeConfig, SparseLayersAsTheFamilySays) {
+  const loaders::DecoderConfig mixtral = loaders::LoadDecoderConfig(MoeDir("mixtral")).value();
+  EXPECT_EQ(mixtral.num_experts, 4);
+  EXPECT_EQ(mixtral.num_experts_per_tok, 2);
+  EXPECT_EQ(mixtral.moe_intermediate_size, 64);
+  EXPECT_TRUE(mixtral.norm_topk_prob);
+  EXPECT_TRUE(mixtral.IsMoeLayer(0) && mixtral.IsMoeLayer(1));
+  const loaders::DecoderConfig qwen = loaders::LoadDecoderConfig(MoeDir("qwen3_moe")).value();
+  EXPECT_EQ(qwen.num_experts, 8);
+  EXPECT_EQ(qwen.moe_intermediate_size, 32);
+  EXPECT_TRUE(qwen.norm_topk_prob);
+  EXPECT_TRUE(qwen.IsMoeLayer(0) && qwen.IsMoeLayer(1));
+  EXPECT_FALSE(qwen.HasDenseLayers());
+  // transformers' rule: sparse when (i + 1) % decoder_sparse_step == 0 and i not in mlp_only_layers.
+  loaders::DecoderConfig step = qwen;
+  step.decoder_sparse_step = 2;
+  step.num_hidden_layers = 5;
+  step.mlp_only_layers = {3};
+  EXPECT_FALSE(step.IsMoeLayer(0));
+  EXPECT_TRUE(step.IsMoeLayer(1));
+  EXPECT_FALSE(step.IsMoeLayer(2));
+  EXPECT_FALSE(step.IsMoeLayer(3));  // mlp_only_layers
+  EXPECT_TRUE(step.HasMoeLayers() && step.HasDenseLayers());
+  step.mlp_only_layers = {1, 3};
+  EXPECT_FALSE(step.HasMoeLayers());
+  EXPECT_EQ(loaders::ParseDecoderConfig(loaders::DecoderConfigToJson(step), "again").value(), step);
+  // The config written back reads as the same config.
+  const loaders::DecoderConfig again =
+      loaders::ParseDecoderConfig(loaders::DecoderConfigToJson(qwen), "again").value();
+  EXPECT_EQ(again, qwen);
+  EXPECT_EQ(loaders::ParseDecoderConfig(loaders::DecoderConfigToJson(mixtral), "again").value(),
+            mixtral);
+  const loaders::DecoderConfig ds = loaders::LoadDecoderConfig(MoeDir("deepseek_v2")).value();
+  EXPECT_EQ(ds.head_dim, 8);  // qk_rope_head_dim: the RoPE tables' size
+  EXPECT_EQ(ds.q_lora_rank, 48);
+  EXPECT_EQ(ds.kv_lora_rank, 32);
+  EXPECT_EQ(ds.n_shared_experts, 1);
+  EXPECT_EQ(ds.routed_scaling_factor, 1.5);
+  EXPECT_FALSE(ds.IsMoeLayer(0));  // first_k_dense_replace 1
+  EXPECT_TRUE(ds.IsMoeLayer(1) && ds.IsMoeLayer(2));
+  EXPECT_EQ(loaders::ParseDecoderConfig(loaders::DecoderConfigToJson(ds), "again").value(), ds);
+  const loaders::DecoderConfig lite =
+      loaders::LoadDecoderConfig(MoeDir("deepseek_v2_lite")).value();
+  EXPECT_EQ(lite.q_lora_rank, 0);  // null: a plain q_proj
+  EXPECT_EQ(loaders::ParseDecoderConfig(loaders::DecoderConfigToJson(lite), "again").value(), lite);
+}
+
+// What the families refuse rather than compute differently.
+TEST(MoeConfig, RefusesWhatItDoesNotImplement) {
+  const std::string ds = R"({"model_type": "deepseek_v2", "vocab_size": 8, "hidden_size": 8,
+      "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+      "num_experts_per_tok": 1, "n_routed_experts": 2, "qk_rope_head_dim": 2)";
+  EXPECT_TRUE(Contains(loaders::ParseDecoderConfig(ds + R"(, "norm_topk_prob": true})", "c").status(),
+                       "\"norm_topk_prob\": true is ambiguous for deepseek_v2"));
+  EXPECT_TRUE(Contains(
+      loaders::ParseDecoderConfig(ds + R"(, "topk_method": "group_limited_greedy"})", "c").status(),
+      "\"topk_method\": \"group_limited_greedy\" is not implemented"));
+  EXPECT_TRUE(Contains(
+      loaders::ParseDecoderConfig(ds + R"(, "num_key_value_heads": 1})", "c").status(),
+      "num_key_value_heads 1 must equal num_attention_heads 2 for latent attention"));
+  EXPECT_TRUE(loaders::ParseDecoderConfig(ds + "}", "c").ok());
+  // Experts on a family without them are refused, as before.
+  EXPECT_TRUE(Contains(loaders::ParseDecoderConfig(R"({"model_type": "qwen3", "vocab_size": 8,
+      "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
+      "num_attention_heads": 2, "num_experts": 4})", "c").status(),
+                       "\"num_experts\": 4 is not implemented by dtensor's qwen3"));
+}
+
+// `model` loaded on `ranks` thread ranks with `dist`: its tp_plan() holds every line of `want` and
+// none of `absent`; `check` looks at the model too.
+void ExpectPlan(const std::string& model, int ranks, const DistributedConfig& dist,
+                const std::vector<std::string>& want, const std::vector<std::string>& absent,
+                const std::function<void(CausalLM&)>& check) {
+  absl::Status s = World::RunThreads(ranks, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(auto m,
+                        CausalLM::FromPretrained(MoeDir(model), w.shared_from_this(), dist));
+    const std::string plan = m->tp_plan();
+    for (const std::string& line : want) {
+      EXPECT_TRUE(absl::StrContains(plan, line)) << line << "\n" << plan;
+    }
+    for (const std::string& line : absent) EXPECT_FALSE(absl::StrContains(plan, line)) << plan;
+    check(*m);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+}
+
+// Each rank holds matching gate and up rows of every expert (block shards), down_proj by columns,
+// the router and the norms whole.
+TEST(MoePlan, ExpertsAreBlockShardsAndTheRouterIsReplicated) {
+  ExpectPlan("qwen3_moe", 2, {},
+             {"model.layers.*.mlp.experts.gate_up_proj -> packed_colwise: "
+              "model.layers.*.mlp.experts.gate_up_proj [_S(1,[32,32])] (2)",
+              "model.layers.*.mlp.experts.down_proj -> rowwise: "
+              "model.layers.*.mlp.experts.down_proj [S(2)] (2)",
+              "model.layers.*.mlp.gate.weight"},
+             {}, [](CausalLM& m) { EXPECT_EQ(m.type_name(), "Qwen3MoeForCausalLM"); });
+}
+
+// On (ep, tp) the experts are [S(0), block shards] on the 2-D mesh; the rest stays on tp.
+TEST(MoePlan, ExpertParallelPlacements) {
+  DistributedConfig dist;
+  dist.ep_size = 2;
+  ExpectPlan("qwen3_moe", 4, dist,
+             {"model.layers.*.mlp.experts.gate_up_proj -> packed_colwise + grouped_gemm: "
+              "model.layers.*.mlp.experts.gate_up_proj [S(0), _S(1,[32,32])] (2)",
+              "model.layers.*.mlp.experts.down_proj -> rowwise + grouped_gemm: "
+              "model.layers.*.mlp.experts.down_proj [S(0), S(2)] (2)",
+              "model.layers.*.self_attn.q_proj -> colwise: model.layers.*.self_attn.q_proj.weight "
+              "[S(0)] (2)"},
+             {}, [](CausalLM& m) {
+               EXPECT_EQ(m.GetSubmodule("model.layers.0.mlp.experts").value()->tp_style(),
+                         "moe_tp_experts + ep_dispatch_experts");
+             });
+}
+
+// ep and tp on the same ranks: the experts whole, [S(0)] by grouped_gemm alone (its rules replace
+// the tensor-parallel ones), the attention split by heads.
+TEST(MoePlan, ExpertParallelOnTheTensorParallelRanks) {
+  DistributedConfig dist;
+  dist.ep_size = 2;
+  ExpectPlan("qwen3_moe", 2, dist,
+             {"model.layers.*.mlp.experts.gate_up_proj -> grouped_gemm: "
+              "model.layers.*.mlp.experts.gate_up_proj [S(0)] (2)",
+              "model.layers.*.mlp.experts.down_proj -> grouped_gemm: "
+              "model.layers.*.mlp.experts.down_proj [S(0)] (2)",
+              "model.layers.*.self_attn.q_proj -> colwise: model.layers.*.self_attn.q_proj.weight "
+              "[S(0)] (2)"},
+             {"packed_colwise"}, [](CausalLM& m) {
+               EXPECT_EQ(m.GetSubmodule("model.layers.0.mlp.experts").value()->tp_style(),
+                         "ep_dispatch_experts");
+             });
+}
+
+// DeepSeek's latent attention: heads split by q_b_proj and kv_b_proj, kv_a_proj_with_mqa whole.
+TEST(MoePlan, LatentAttentionPlacements) {
+  ExpectPlan("deepseek_v2", 2, {},
+             {"model.layers.*.self_attn.q_b_proj -> colwise: "
+              "model.layers.*.self_attn.q_b_proj.weight [S(0)] (3)",
+              "model.layers.*.self_attn.kv_a_proj_with_mqa -> mla_kv_a_proj: "
+              "model.layers.*.self_attn.kv_a_proj_with_mqa.weight [R] (3)",
+              "model.layers.*.mlp.shared_experts.down_proj -> rowwise: "
+              "model.layers.*.mlp.shared_experts.down_proj.weight [S(1)] (2)",
+              "model.layers.*.mlp.gate_proj -> colwise: "
+              "model.layers.*.mlp.gate_proj.weight [S(0)]"},
+             {"self_attn.q_proj"},
+             [](CausalLM& m) { EXPECT_EQ(m.type_name(), "DeepseekV2ForCausalLM"); });
+}
+
+// One all_reduce per sparse layer at tp > 1: the experts' partial sums, reduced once.
+TEST(MoeCollectives, OneAllReducePerSparseLayer) {
+  const Golden g = LoadGolden(MoeFixture("mixtral"));
+  absl::Status s = World::RunThreads(2, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2}, {"tp"}));
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(MoeDir("mixtral"), mesh));
+    Module* layer = m->GetSubmodule("model.layers.0.mlp").value();
+    DT_ASSIGN_OR_RETURN(Tensor h, Tensor::Randn({1, 5, 64}, 7));
+    CommCounter counter;
+    DT_ASSIGN_OR_RETURN(Value y, layer->CallOne({Value(h)}));
+    if (counter.counts().ToString() != "all_reduce=1") {
+      return absl::InternalError(absl::StrCat("a sparse layer ran ", counter.counts().ToString()));
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+}
+
+// A tp the experts' intermediate size (or the heads) does not allow is refused before any read.
+TEST(MoeRefusals, TpThatTheExpertsDoNotAllow) {
+  absl::Status s = World::RunThreads(3, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {3}, {"tp"}));
+    CausalLMLoadOptions o;
+    o.plan = ParallelPlan{{"model.layers.*.mlp.experts.gate_up_proj", "packed_colwise"},
+                          {"model.layers.*.mlp.experts.down_proj", "rowwise"},
+                          {"model.layers.*.mlp.experts", "moe_tp_experts"}};
+    LoadReport report;
+    report.seconds = -1;
+    absl::Status st = CausalLM::FromPretrained(MoeDir("mixtral"), mesh, o, &report).status();
+    if (report.seconds != -1) return absl::InternalError("weights were read");
+    return st;
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(s, "Experts 'model.layers.0.mlp.experts': tensor parallel size 3 does not divide "
+                       "intermediate_size 64 (gate_up_proj, down_proj sharded)")) << s;
+}
+
+// A config whose experts contradict the checkpoint is refused naming both.
+TEST(MoeRefusals, ExpertsMissingFromTheCheckpoint) {
+  const std::string dir = ::testing::TempDir() + "/moe_missing";
+  std::filesystem::create_directories(dir);
+  loaders::DecoderConfig c = loaders::LoadDecoderConfig(MoeDir("mixtral")).value();
+  c.num_experts = 5;  // the file has 4
+  {
+    std::ofstream(dir + "/config.json") << loaders::DecoderConfigToJson(c);
+  }
+  std::filesystem::copy_file(MoeDir("mixtral") + "/model.safetensors", dir + "/model.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  absl::Status s = World::RunThreads(1, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {1}, {"tp"}));
+    return CausalLM::FromPretrained(dir, mesh).status();
+  });
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s, "block_sparse_moe.experts.4.w1.weight")) << s;
+}
+
+}  // namespace
+}  // namespace dt::nn::testing

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Golden fixtures for the mixture-of-experts families (nn/moe.h, Note [MoE blocks] in
+loaders/decoder_family.h): tiny random checkpoints and what transformers computes with them.
+
+    tools/reference/.venv/bin/python tools/reference/make_moe_fixtures.py [--out tests/fixtures]
+
+For each model it writes tests/fixtures/moe/<name>/ with
+  config.json, model.safetensors   save_pretrained's own output: the Hub layout, one tensor per
+                                   expert and projection (transformers 5 fuses them on load, as
+                                   dtensor does)
+  golden.json                      prompt ids; the logits of every prompt position (eager
+                                   attention, f32); the greedy continuation (KV cache) and the
+                                   logits of its last step (make_llama_fixtures.py's format); the
+                                   smallest gap between the k-th and the (k+1)-th router
+                                   probability over every routed token ("router_margin")
+
+  name             what it exercises
+  mixtral-tiny     4 experts, top-2 renormalised (block_sparse_moe.experts.{e}.w1/w3/w2 in the
+                   file), 8 / 4 heads, every layer sparse
+  qwen3_moe-tiny   8 experts, top-2 with norm_topk_prob, q/k norms, head_dim 16, 2 layers, every
+                   one sparse (llama.cpp's qwen3moe has no dense layer, so the GGUF can hold it;
+                   the dense layers of a MoE model are DeepSeek's)
+and, for Mixtral and Qwen3-MoE, tests/fixtures/moe/<name>.gguf: the same f32 weights as
+convert_hf_to_gguf lays them out (make_zoo_fixtures.write_gguf: Mixtral as architecture llama with
+permuted Q/K rows, Qwen3-MoE as qwen3moe; experts stacked as ffn_{gate,up,down}_exps, the router
+as ffn_gate_inp), loaded back by transformers' GGUF reader when it can.
+
+  deepseek_v2-tiny DeepSeek-V2's latent attention with q_lora_rank (q_a_proj, q_a_layernorm,
+                   q_b_proj), kv_lora_rank 32, RoPE on 8 of 24 query/key dims (interleaved pairs),
+                   v_head_dim 16; 8 routed experts top-2 with routed_scaling_factor 1.5 and one
+                   shared expert; layer 0 dense (first_k_dense_replace 1), 3 layers
+  deepseek_v2_lite-tiny  the same without q_lora_rank (a plain q_proj, as DeepSeek-V2-Lite), 4
+                   experts, 2 layers
+
+Weights are random (seeded), scaled so that the greedy continuation is not one repeated token,
+and a seed is kept only when every routing decision has a margin of at least 3e-4 between the k-th
+and the (k+1)-th probability, so that the tests' tp and ep layouts (other summation orders,
+differences around 1e-6) pick the experts transformers picked.
+"""
+import argparse
+import json
+import os
+import shutil
+
+import torch
+import transformers
+from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, MixtralConfig,
+                          MixtralForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
+
+from make_llama_fixtures import NEW_TOKENS, greedy, randomize, record
+from make_zoo_fixtures import PROMPT, compare_gguf, write_gguf
+
+MIN_MARGIN = 3e-4
+
+MODELS = {
+    "mixtral-tiny": dict(
+        cls=MixtralForCausalLM, gguf="llama",
+        config=MixtralConfig(vocab_size=320, hidden_size=64, intermediate_size=64,
+                             num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
+                             num_local_experts=4, num_experts_per_tok=2,
+                             max_position_embeddings=256, rms_norm_eps=1e-5,
+                             tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
+        seed=41),
+    "qwen3_moe-tiny": dict(
+        cls=Qwen3MoeForCausalLM, gguf="qwen3moe",
+        config=Qwen3MoeConfig(vocab_size=384, hidden_size=64, intermediate_size=128,
+                              moe_intermediate_size=32, num_hidden_layers=2,
+                              num_attention_heads=8, num_key_value_heads=4, head_dim=16,
+                              num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
+                              decoder_sparse_step=1, mlp_only_layers=[],
+                              max_position_embeddings=256, rms_norm_eps=1e-6,
+                              rope_theta=1000000.0, tie_word_embeddings=False, bos_token_id=1,
+                              eos_token_id=2),
+        seed=42),
+    "deepseek_v2-tiny": dict(
+        cls=DeepseekV2ForCausalLM,
+        config=DeepseekV2Config(vocab_size=320, hidden_size=64, intermediate_size=128,
+                                moe_intermediate_size=32, num_hidden_layers=3,
+                                num_attention_heads=4, num_key_value_heads=4, q_lora_rank=48,
+                                kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                                v_head_dim=16, n_routed_experts=8, num_experts_per_tok=2,
+                                n_shared_experts=1, first_k_dense_replace=1,
+                                routed_scaling_factor=1.5, topk_method="greedy",
+                                norm_topk_prob=False, max_position_embeddings=256,
+                                rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1,
+                                eos_token_id=2),
+        seed=43),
+    "deepseek_v2_lite-tiny": dict(
+        cls=DeepseekV2ForCausalLM,
+        config=DeepseekV2Config(vocab_size=256, hidden_size=48, intermediate_size=96,
+                                moe_intermediate_size=24, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None,
+                                kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
+                                v_head_dim=12, n_routed_experts=4, num_experts_per_tok=2,
+                                n_shared_experts=2, first_k_dense_replace=1,
+                                routed_scaling_factor=1.0, topk_method="greedy",
+                                norm_topk_prob=False, max_position_embeddings=256,
+                                rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1,
+                                eos_token_id=2),
+        seed=44),
+}
+
+
+def router_margin(model, prompt, tokens):
+    """The smallest gap between the k-th and (k+1)-th router probability over the prompt and the
+    continuation (the inputs of the greedy run), over every sparse layer."""
+    margins = []
+    k = model.config.num_experts_per_tok
+
+    def hook(module, args, output):
+        logits = output[0] if isinstance(output, tuple) else output
+        p = torch.softmax(logits.float(), dim=-1)
+        top = torch.topk(p, k + 1, dim=-1).values
+        margins.append(float((top[:, k - 1] - top[:, k]).min()))
+
+    handles = [m.register_forward_hook(hook) for n, m in model.named_modules()
+               if n.endswith("mlp.gate")]
+    with torch.no_grad():
+        model(torch.tensor([prompt + tokens]))
+    for h in handles:
+        h.remove()
+    return min(margins)
+
+
+def check_gguf(path, model):
+    """transformers' GGUF reader, given the config (its mapping reads no expert size), where it
+    reads the architecture at all."""
+    try:
+        return compare_gguf(path, model, model.config)
+    except AssertionError:
+        raise
+    except Exception as e:  # an architecture transformers does not read from GGUF
+        return f"not checked (transformers: {str(e).splitlines()[0][:100]})"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests",
+                                                  "fixtures"))
+    ap.add_argument("--only", default="", help="comma-separated model names (default: all)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    root = os.path.join(args.out, "moe")
+    os.makedirs(root, exist_ok=True)
+    only = set(args.only.split(",")) if args.only else None
+    for name, v in MODELS.items():
+        if only is not None and name not in only:
+            continue
+        out = os.path.join(root, name)
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        config = v["config"]
+        found = None
+        for attempt in range(40):
+            seed = v["seed"] + 1000 * attempt
+            for scale in (1.0, 1.5, 2.0, 3.0):
+                torch.manual_seed(seed)
+                model = v["cls"](config).to(torch.float32).eval()
+                randomize(model, seed, scale)
+                tokens, _ = greedy(model, PROMPT, NEW_TOKENS)
+                if len(set(tokens)) >= NEW_TOKENS // 2:
+                    break
+            else:
+                continue
+            margin = router_margin(model, PROMPT, tokens)
+            if margin >= MIN_MARGIN:
+                found = (seed, scale, margin)
+                break
+        if found is None:
+            raise SystemExit(f"{name}: no seed gave a diverse continuation with router margins")
+        seed, scale, margin = found
+        model.save_pretrained(out, safe_serialization=True)
+        golden = {"prompt": PROMPT, "new_tokens": NEW_TOKENS,
+                  "transformers": transformers.__version__, "torch": torch.__version__,
+                  "seed": seed, "weight_scale": scale, "router_margin": margin}
+        f32 = v["cls"].from_pretrained(out, dtype=torch.float32,
+                                       attn_implementation="eager").eval()
+        golden["f32"] = record(f32, PROMPT)
+        assert golden["f32"]["greedy_tokens"] == tokens
+        with open(os.path.join(out, "golden.json"), "w") as fp:
+            json.dump(golden, fp)
+            fp.write("\n")
+        note = ""
+        if v.get("gguf"):
+            path = os.path.join(root, f"{name}.gguf")
+            write_gguf(path, name, f32, f32.config, arch=v["gguf"])
+            note = f" (+ {os.path.getsize(path) / 1e6:.2f} MB gguf: {check_gguf(path, f32)})"
+        size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+        print(f"{name}: {size / 1e6:.2f} MB{note}, seed {seed}, weight scale {scale}, router "
+              f"margin {margin:.2e}, greedy {tokens[:12]} ...")
+
+
+if __name__ == "__main__":
+    main()
