@@ -22,46 +22,57 @@ struct GPT2Config {
 // x + attn(ln_1(x)), then + mlp(ln_2(x)): GPT-2's pre-norm block.
 class GPT2Block : public nn::Module {
  public:
-  explicit GPT2Block(const GPT2Config& c) : Module("GPT2Block") {
-    AddModule<nn::LayerNorm>("ln_1", c.hidden);
-    AddModule<nn::Attention>("attn", nn::AttentionOptions{.hidden_size = c.hidden,
-                                                          .num_heads = c.heads,
-                                                          .bias = true,
-                                                          .causal = true,
-                                                          .fused_qkv = true,  // c_attn: q | k | v
-                                                          .o_name = "c_proj",
-                                                          .qkv_name = "c_attn"});
-    AddModule<nn::LayerNorm>("ln_2", c.hidden);
-    AddModule<nn::MLP>("mlp", nn::MLPOptions{.hidden_size = c.hidden,
-                                             .intermediate_size = 4 * c.hidden,
-                                             .activation = nn::Activation::kGeluTanh,
-                                             .up_name = "c_fc",
-                                             .down_name = "c_proj"});
-  }
+  // Each child is registered under its Hugging Face name and kept as the typed reference
+  // AddModule returns: the forward calls it directly, no lookup by name. Members are initialized
+  // in declaration order, which is therefore the registration (and parameter) order.
+  explicit GPT2Block(const GPT2Config& c)
+      : Module("GPT2Block"),
+        ln_1_(AddModule<nn::LayerNorm>("ln_1", c.hidden)),
+        attn_(AddModule<nn::Attention>("attn",
+                                       nn::AttentionOptions{.hidden_size = c.hidden,
+                                                            .num_heads = c.heads,
+                                                            .bias = true,
+                                                            .causal = true,
+                                                            .fused_qkv = true,  // c_attn: q | k | v
+                                                            .o_name = "c_proj",
+                                                            .qkv_name = "c_attn"})),
+        ln_2_(AddModule<nn::LayerNorm>("ln_2", c.hidden)),
+        mlp_(AddModule<nn::MLP>("mlp", nn::MLPOptions{.hidden_size = c.hidden,
+                                                      .intermediate_size = 4 * c.hidden,
+                                                      .activation = nn::Activation::kGeluTanh,
+                                                      .up_name = "c_fc",
+                                                      .down_name = "c_proj"})) {}
 
  protected:
   absl::StatusOr<nn::Values> Forward(nn::Values in) override {
     nn::Value x = in[0];
-    DT_ASSIGN_OR_RETURN(nn::Value h, FindChild("ln_1")->CallOne({x}));
-    DT_ASSIGN_OR_RETURN(h, FindChild("attn")->CallOne({h}));  // no cos/sin: no RoPE
+    DT_ASSIGN_OR_RETURN(nn::Value h, ln_1_.CallOne({x}));
+    DT_ASSIGN_OR_RETURN(h, attn_.CallOne({h}));  // no cos/sin: no RoPE
     DT_ASSIGN_OR_RETURN(x, nn::vops::Add(x, h));
-    DT_ASSIGN_OR_RETURN(h, FindChild("ln_2")->CallOne({x}));
-    DT_ASSIGN_OR_RETURN(h, FindChild("mlp")->CallOne({h}));
+    DT_ASSIGN_OR_RETURN(h, ln_2_.CallOne({x}));
+    DT_ASSIGN_OR_RETURN(h, mlp_.CallOne({h}));
     DT_ASSIGN_OR_RETURN(x, nn::vops::Add(x, h));
     return nn::Values{x};
   }
+
+ private:
+  nn::LayerNorm& ln_1_;
+  nn::Attention& attn_;
+  nn::LayerNorm& ln_2_;
+  nn::MLP& mlp_;
 };
 
 // {ids [B, S]} -> {logits [B, S, vocab]}; names as in Hugging Face's GPT2LMHeadModel.transformer.
 class GPT2 : public nn::Module {
  public:
-  explicit GPT2(const GPT2Config& c) : Module("GPT2") {
-    AddModule<nn::Embedding>("wte", c.vocab, c.hidden);
-    AddModule<nn::LearnedPositionEmbedding>("wpe", c.positions, c.hidden);
-    auto& h = AddModule<nn::ModuleList>("h");
-    for (int64_t i = 0; i < c.layers; ++i) h.Append(std::make_unique<GPT2Block>(c));
-    AddModule<nn::LayerNorm>("ln_f", c.hidden);
-    AddModule<nn::Linear>("lm_head", c.hidden, c.vocab);
+  explicit GPT2(const GPT2Config& c)
+      : Module("GPT2"),
+        wte_(AddModule<nn::Embedding>("wte", c.vocab, c.hidden)),
+        wpe_(AddModule<nn::LearnedPositionEmbedding>("wpe", c.positions, c.hidden)),
+        h_(AddModule<nn::ModuleList>("h")),
+        ln_f_(AddModule<nn::LayerNorm>("ln_f", c.hidden)),
+        lm_head_(AddModule<nn::Linear>("lm_head", c.hidden, c.vocab)) {
+    for (int64_t i = 0; i < c.layers; ++i) h_.Append(std::make_unique<GPT2Block>(c));
   }
 
   static nn::ParallelPlan Plan() {
@@ -81,15 +92,22 @@ class GPT2 : public nn::Module {
 
  protected:
   absl::StatusOr<nn::Values> Forward(nn::Values in) override {
-    DT_ASSIGN_OR_RETURN(nn::Value x, FindChild("wte")->CallOne({in[0]}));
-    DT_ASSIGN_OR_RETURN(x, FindChild("wpe")->CallOne({x}));  // x + wpe[0..S)
-    for (const auto& [name, block] : FindChild("h")->children()) {
-      DT_ASSIGN_OR_RETURN(x, block->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(nn::Value x, wte_.CallOne({in[0]}));
+    DT_ASSIGN_OR_RETURN(x, wpe_.CallOne({x}));  // x + wpe[0..S)
+    for (int64_t i = 0; i < h_.size(); ++i) {
+      DT_ASSIGN_OR_RETURN(x, h_.at(i).CallOne({x}));
     }
-    DT_ASSIGN_OR_RETURN(x, FindChild("ln_f")->CallOne({x}));
-    DT_ASSIGN_OR_RETURN(x, FindChild("lm_head")->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(x, ln_f_.CallOne({x}));
+    DT_ASSIGN_OR_RETURN(x, lm_head_.CallOne({x}));
     return nn::Values{x};
   }
+
+ private:
+  nn::Embedding& wte_;
+  nn::LearnedPositionEmbedding& wpe_;
+  nn::ModuleList& h_;
+  nn::LayerNorm& ln_f_;
+  nn::Linear& lm_head_;
 };
 
 absl::Status Run(dt::World& world) {

@@ -26,8 +26,23 @@ struct MoeConfig {
 // x + moe(norm(x)).
 class MoeLayer : public nn::Module {
  public:
-  explicit MoeLayer(const MoeConfig& c) : Module("MoeLayer") {
-    AddModule<nn::RMSNorm>("norm", c.hidden);
+  // The children, kept as the typed references AddModule returns (registered in declaration
+  // order): the forward calls them directly, no lookup by name.
+  explicit MoeLayer(const MoeConfig& c)
+      : Module("MoeLayer"),
+        norm_(AddModule<nn::RMSNorm>("norm", c.hidden)),
+        moe_(AddModule<nn::MoeBlock>("moe", Options(c))) {}
+
+ protected:
+  absl::StatusOr<nn::Values> Forward(nn::Values in) override {
+    DT_ASSIGN_OR_RETURN(nn::Value h, norm_.CallOne({in[0]}));
+    DT_ASSIGN_OR_RETURN(h, moe_.CallOne({h}));
+    DT_ASSIGN_OR_RETURN(nn::Value x, nn::vops::Add(in[0], h));
+    return nn::Values{x};
+  }
+
+ private:
+  static nn::MoeBlockOptions Options(const MoeConfig& c) {
     nn::MoeBlockOptions o;
     o.router = {.hidden_size = c.hidden,
                 .num_experts = c.experts + c.zero_experts,  // ids >= experts: identity experts
@@ -37,27 +52,23 @@ class MoeLayer : public nn::Module {
                  .hidden_size = c.hidden,
                  .intermediate_size = c.intermediate,
                  .num_identity_experts = c.zero_experts};
-    AddModule<nn::MoeBlock>("moe", o);
+    return o;
   }
 
- protected:
-  absl::StatusOr<nn::Values> Forward(nn::Values in) override {
-    DT_ASSIGN_OR_RETURN(nn::Value h, FindChild("norm")->CallOne({in[0]}));
-    DT_ASSIGN_OR_RETURN(h, FindChild("moe")->CallOne({h}));
-    DT_ASSIGN_OR_RETURN(nn::Value x, nn::vops::Add(in[0], h));
-    return nn::Values{x};
-  }
+  nn::RMSNorm& norm_;
+  nn::MoeBlock& moe_;
 };
 
 // {ids [B, S]} -> {logits [B, S, vocab]}.
 class MoeModel : public nn::Module {
  public:
-  explicit MoeModel(const MoeConfig& c) : Module("MoeModel") {
-    AddModule<nn::Embedding>("embed", c.vocab, c.hidden);
-    auto& layers = AddModule<nn::ModuleList>("layers");
-    for (int64_t i = 0; i < c.layers; ++i) layers.Append(std::make_unique<MoeLayer>(c));
-    AddModule<nn::RMSNorm>("norm", c.hidden);
-    AddModule<nn::Linear>("lm_head", c.hidden, c.vocab, /*bias=*/false);
+  explicit MoeModel(const MoeConfig& c)
+      : Module("MoeModel"),
+        embed_(AddModule<nn::Embedding>("embed", c.vocab, c.hidden)),
+        layers_(AddModule<nn::ModuleList>("layers")),
+        norm_(AddModule<nn::RMSNorm>("norm", c.hidden)),
+        lm_head_(AddModule<nn::Linear>("lm_head", c.hidden, c.vocab, /*bias=*/false)) {
+    for (int64_t i = 0; i < c.layers; ++i) layers_.Append(std::make_unique<MoeLayer>(c));
   }
 
   static nn::ParallelPlan Plan() {
@@ -76,14 +87,20 @@ class MoeModel : public nn::Module {
 
  protected:
   absl::StatusOr<nn::Values> Forward(nn::Values in) override {
-    DT_ASSIGN_OR_RETURN(nn::Value x, FindChild("embed")->CallOne({in[0]}));
-    for (const auto& [name, layer] : FindChild("layers")->children()) {
-      DT_ASSIGN_OR_RETURN(x, layer->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(nn::Value x, embed_.CallOne({in[0]}));
+    for (int64_t i = 0; i < layers_.size(); ++i) {
+      DT_ASSIGN_OR_RETURN(x, layers_.at(i).CallOne({x}));
     }
-    DT_ASSIGN_OR_RETURN(x, FindChild("norm")->CallOne({x}));
-    DT_ASSIGN_OR_RETURN(x, FindChild("lm_head")->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(x, norm_.CallOne({x}));
+    DT_ASSIGN_OR_RETURN(x, lm_head_.CallOne({x}));
     return nn::Values{x};
   }
+
+ private:
+  nn::Embedding& embed_;
+  nn::ModuleList& layers_;
+  nn::RMSNorm& norm_;
+  nn::Linear& lm_head_;
 };
 
 absl::Status Run(dt::World& world) {

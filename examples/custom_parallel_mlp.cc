@@ -16,37 +16,47 @@ namespace nn = dt::nn;
 // y = x + down(gelu(up(norm(x))))
 class Block : public nn::Module {
  public:
-  Block(int64_t hidden, int64_t inner) : Module("Block") {
-    AddModule<nn::LayerNorm>("norm", hidden);
-    AddModule<nn::Linear>("up", hidden, inner, /*bias=*/true);
-    AddModule<nn::Linear>("down", inner, hidden, /*bias=*/true);
-  }
+  // The children, kept as the typed references AddModule returns (registered in declaration
+  // order): the forward calls them directly, no lookup by name.
+  Block(int64_t hidden, int64_t inner)
+      : Module("Block"),
+        norm_(AddModule<nn::LayerNorm>("norm", hidden)),
+        up_(AddModule<nn::Linear>("up", hidden, inner, /*bias=*/true)),
+        down_(AddModule<nn::Linear>("down", inner, hidden, /*bias=*/true)) {}
 
  protected:
   absl::StatusOr<nn::Values> Forward(nn::Values in) override {
-    DT_ASSIGN_OR_RETURN(nn::Value h, FindChild("norm")->CallOne({in[0]}));
-    DT_ASSIGN_OR_RETURN(h, FindChild("up")->CallOne({h}));  // this rank's columns
+    DT_ASSIGN_OR_RETURN(nn::Value h, norm_.CallOne({in[0]}));
+    DT_ASSIGN_OR_RETURN(h, up_.CallOne({h}));  // this rank's columns
     DT_ASSIGN_OR_RETURN(h, nn::vops::Gelu(h, dt::ops::GeluApproximation::kTanh));
-    DT_ASSIGN_OR_RETURN(h, FindChild("down")->CallOne({h}));  // all_reduce inside
+    DT_ASSIGN_OR_RETURN(h, down_.CallOne({h}));  // all_reduce inside
     DT_ASSIGN_OR_RETURN(nn::Value y, nn::vops::Add(in[0], h));
     return nn::Values{y};
   }
+
+ private:
+  nn::LayerNorm& norm_;
+  nn::Linear& up_;
+  nn::Linear& down_;
 };
 
 class Net : public nn::Module {
  public:
-  Net() : Module("Net") {
-    auto& blocks = AddModule<nn::ModuleList>("blocks");
-    for (int i = 0; i < 2; ++i) blocks.Append(std::make_unique<Block>(64, 256));
+  Net() : Module("Net"), blocks_(AddModule<nn::ModuleList>("blocks")) {
+    for (int i = 0; i < 2; ++i) blocks_.Append(std::make_unique<Block>(64, 256));
   }
+  const nn::ModuleList& blocks() const { return blocks_; }
 
  protected:
   absl::StatusOr<nn::Values> Forward(nn::Values in) override {
-    for (const auto& [name, block] : FindChild("blocks")->children()) {
-      DT_ASSIGN_OR_RETURN(in, block->Call(in));
+    for (int64_t i = 0; i < blocks_.size(); ++i) {
+      DT_ASSIGN_OR_RETURN(in, blocks_.at(i).Call(in));
     }
     return in;
   }
+
+ private:
+  nn::ModuleList& blocks_;
 };
 
 absl::Status Run() {
@@ -63,7 +73,7 @@ absl::Status Run() {
   auto make = [] { return std::make_unique<Net>(); };
   DT_ASSIGN_OR_RETURN(nn::ParallelCheck report, nn::CheckParallel(make, tp, plan, {x}));
   if (world->rank() == 0) {
-    std::printf("%s\n", model.GetSubmodule("blocks.0").value()->ToString().c_str());
+    std::printf("%s\n", model.blocks().at(0).ToString().c_str());
     std::printf("custom_parallel_mlp: %s\n", report.ToString().c_str());
   }
   return report.status();
