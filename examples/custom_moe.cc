@@ -7,12 +7,9 @@
 // replicated one on the same seeded weights. Exits 0 only when they agree.
 //
 //   dtrun --nproc-per-node 4 build/bin/custom_moe     (processes; without dtrun: 4 threads)
-#include <cstdio>
-#include <string>
-#include <cstdlib>
 #include <memory>
-#include <vector>
 
+#include "check_example.h"  // main() and the loop over tp sizes, beside this file
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/nn.h"
 
@@ -103,40 +100,15 @@ class MoeModel : public nn::Module {
   nn::Linear& lm_head_;
 };
 
-absl::Status Run(dt::World& world) {
-  const MoeConfig config;
-  std::vector<int64_t> tokens(2 * 12);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (37 * i + 11) % config.vocab;
-  DT_ASSIGN_OR_RETURN(dt::Tensor ids, dt::Tensor::FromVector<int64_t>({2, 12}, tokens));
-  for (int64_t tp : {1, 2, 4}) {
-    if (world.size() % tp != 0) continue;
-    DT_ASSIGN_OR_RETURN(dt::DeviceMesh mesh, dt::InitDeviceMesh(world.shared_from_this(),
-                                                                {world.size() / tp, tp},
-                                                                {"dp", "tp"}));
-    DT_ASSIGN_OR_RETURN(dt::DeviceMesh tp_mesh, mesh["tp"]);
-    auto make = [&] { return std::make_unique<MoeModel>(config); };
-    DT_ASSIGN_OR_RETURN(nn::ParallelCheck report,
-                        nn::CheckParallel(make, tp_mesh, MoeModel::Plan(), {ids}));
-    if (world.rank() == 0) std::printf("custom_moe: %s\n", report.ToString().c_str());
-    DT_RETURN_IF_ERROR(report.status());
-  }
-  return absl::OkStatus();
-}
-
 int main(int argc, char** argv) {
-  // An installed API example: it takes no flags and uses nothing but the library (no flags parser).
-  if (argc > 1) {
-    const bool help = std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h";
-    std::fprintf(help ? stdout : stderr, "usage: custom_moe\na mixture of experts with identity (zero) experts sharded by its plan, checked against the same model unsharded (no flags; under dtrun for several ranks)\n");
-    return help ? 0 : 2;
-  }
-  // Under dtrun (or torchrun, mpirun) the ranks are processes; otherwise 4 threads of this one.
-  const absl::Status s = std::getenv("RANK") != nullptr
-                             ? [] {
-                                 auto world = dt::World::FromEnv();
-                                 return world.ok() ? Run(**world) : world.status();
-                               }()
-                             : dt::World::RunThreads(4, Run);
-  if (!s.ok()) std::fprintf(stderr, "custom_moe: %s\n", s.ToString().c_str());
-  return s.ok() ? 0 : 1;
+  return dt::examples::Main(
+      argc, argv, "custom_moe",
+      "a mixture of experts with identity (zero) experts sharded by its plan, checked against the "
+      "same model unsharded",
+      [](dt::World& world) -> absl::Status {
+        const MoeConfig config;
+        DT_ASSIGN_OR_RETURN(dt::Tensor ids, dt::examples::SampleIds(config.vocab));
+        auto make = [&] { return std::make_unique<MoeModel>(config); };
+        return dt::examples::CheckAtTpSizes(world, "custom_moe", make, MoeModel::Plan(), {ids});
+      });
 }

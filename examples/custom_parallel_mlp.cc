@@ -3,11 +3,12 @@
 // nn::CheckParallel runs it sharded and replicated on the same seeded weights; exits 0 only when
 // the outputs agree.
 //
-//   dtrun --nproc-per-node 4 build/bin/custom_parallel_mlp      (shm; DT_BACKEND picks another)
+//   dtrun --nproc-per-node 4 build/bin/custom_parallel_mlp  (shm; DT_BACKEND picks another; without
+//                                                           dtrun: 4 threads)
 #include <cstdio>
-#include <string>
 #include <memory>
 
+#include "check_example.h"  // main(), beside this file
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/nn.h"
 
@@ -59,9 +60,9 @@ class Net : public nn::Module {
   nn::ModuleList& blocks_;
 };
 
-absl::Status Run() {
-  DT_ASSIGN_OR_RETURN(std::shared_ptr<dt::World> world, dt::World::FromEnv());
-  DT_ASSIGN_OR_RETURN(dt::DeviceMesh tp, dt::InitDeviceMesh(world, {world->size()}, {"tp"}));
+absl::Status Run(dt::World& world) {
+  DT_ASSIGN_OR_RETURN(dt::DeviceMesh tp,
+                      dt::InitDeviceMesh(world.shared_from_this(), {world.size()}, {"tp"}));
   const nn::ParallelPlan plan = {{"blocks.*.up", "colwise"},
                                  {"blocks.*.down", "rowwise"},
                                  {"blocks.*.norm", "replicate"}};  // replicated on purpose
@@ -72,7 +73,7 @@ absl::Status Run() {
   DT_ASSIGN_OR_RETURN(dt::Tensor x, dt::Tensor::Randn({4, 16, 64}, 7));
   auto make = [] { return std::make_unique<Net>(); };
   DT_ASSIGN_OR_RETURN(nn::ParallelCheck report, nn::CheckParallel(make, tp, plan, {x}));
-  if (world->rank() == 0) {
+  if (world.rank() == 0) {
     std::printf("%s\n", model.blocks().at(0).ToString().c_str());
     std::printf("custom_parallel_mlp: %s\n", report.ToString().c_str());
   }
@@ -80,13 +81,7 @@ absl::Status Run() {
 }
 
 int main(int argc, char** argv) {
-  // An installed API example: it takes no flags and uses nothing but the library (no flags parser).
-  if (argc > 1) {
-    const bool help = std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h";
-    std::fprintf(help ? stdout : stderr, "usage: custom_parallel_mlp\ntwo tensor-parallel MLP blocks, checked against the same blocks unsharded (no flags; under dtrun for several ranks)\n");
-    return help ? 0 : 2;
-  }
-  const absl::Status s = Run();
-  if (!s.ok()) std::fprintf(stderr, "custom_parallel_mlp: %s\n", s.ToString().c_str());
-  return s.ok() ? 0 : 1;
+  return dt::examples::Main(
+      argc, argv, "custom_parallel_mlp",
+      "two tensor-parallel MLP blocks, checked against the same blocks unsharded", Run);
 }
