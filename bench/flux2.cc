@@ -179,7 +179,8 @@ ABSL_FLAG(int, worker, 0,
           "run as one rank with this many repetitions (what the driver launches under dtrun)");
 
 int main(int argc, char** argv) {
-  const bool quick = dt::bench::ParseBenchFlags(argc, argv, "usage: bench_flux2 [--quick] [--no-processes]");
+  const bool quick =
+      dt::bench::ParseBenchFlags(argc, argv, "usage: bench_flux2 [--quick] [--no-processes]");
   if (absl::GetFlag(FLAGS_worker) > 0) return Worker(absl::GetFlag(FLAGS_worker));
   const bool processes = absl::GetFlag(FLAGS_processes);
   const int reps = quick ? 3 : 9;

@@ -289,12 +289,14 @@ ABSL_FLAG(int64_t, prompt, 128, "prompt tokens (--quick: at most 64)");
 ABSL_FLAG(int64_t, decode, 64, "decoded tokens (--quick: at most 24)");
 ABSL_FLAG(int, reps, 5, "repetitions; the median is reported (--quick: at most 3)");
 ABSL_FLAG(bool, gloo, true, "the rows of processes on gloo (--no-gloo skips them)");
-ABSL_FLAG(bool, prefill_only, false, "only one rank's prefill tokens/s of the bench model in --dtype");
+ABSL_FLAG(bool, prefill_only, false,
+          "only one rank's prefill tokens/s of the bench model in --dtype");
 ABSL_FLAG(std::string, dtype, "f32", "with --prefill-only: the compute dtype, f32 or bf16");
 ABSL_FLAG(std::string, smollm2, "",
           "the real model's GGUF (default: <build>/models/SmolLM2-135M-Instruct.Q4_1.gguf; rows "
           "skipped when absent)");
-ABSL_FLAG(bool, worker, false, "run as one rank of a process row (what the driver launches under dtrun)");
+ABSL_FLAG(bool, worker, false,
+          "run as one rank of a process row (what the driver launches under dtrun)");
 ABSL_FLAG(std::string, rss_worker, "",
           "run as one rank of the memory row on this GGUF (what the driver launches under dtrun)");
 
@@ -315,7 +317,8 @@ int main(int argc, char** argv) {
   }
   const std::string dtype_name = absl::GetFlag(FLAGS_dtype);
   if (dtype_name != "f32" && dtype_name != "bf16") {
-    std::fprintf(stderr, "bench_llama: --dtype must be f32 or bf16, got '%s'\n", dtype_name.c_str());
+    std::fprintf(stderr, "bench_llama: --dtype must be f32 or bf16, got '%s'\n",
+                 dtype_name.c_str());
     return 2;
   }
   const DType dtype = dtype_name == "bf16" ? DType::kBF16 : DType::kF32;

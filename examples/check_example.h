@@ -35,7 +35,9 @@ inline absl::Status CheckAtTpSizes(World& world, const char* name, const nn::Mod
 // check.
 inline absl::StatusOr<Tensor> SampleIds(int64_t vocab) {
   std::vector<int64_t> tokens(2 * 12);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (37 * static_cast<int64_t>(i) + 11) % vocab;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = (37 * static_cast<int64_t>(i) + 11) % vocab;
+  }
   return Tensor::FromVector<int64_t>({2, 12}, tokens);
 }
 
@@ -48,8 +50,8 @@ inline int Main(int argc, char** argv, const char* name, const char* about,
   if (argc > 1) {
     const std::string arg = argv[1];
     const bool help = arg == "--help" || arg == "-h";
-    std::fprintf(help ? stdout : stderr, "usage: %s\n%s (no flags; under dtrun for several ranks)\n",
-                 name, about);
+    std::fprintf(help ? stdout : stderr,
+                 "usage: %s\n%s (no flags; under dtrun for several ranks)\n", name, about);
     return help ? 0 : 2;
   }
   absl::Status s;

@@ -113,7 +113,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   }
   Args a;
   a.model = absl::GetFlag(FLAGS_model);
-  for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_prompt_ids), ',', absl::SkipEmpty())) {
+  const std::string ids = absl::GetFlag(FLAGS_prompt_ids);
+  for (absl::string_view p : absl::StrSplit(ids, ',', absl::SkipEmpty())) {
     int64_t id;
     if (!absl::SimpleAtoi(p, &id)) {
       return absl::InvalidArgumentError(absl::StrCat("--prompt-ids: bad id '", p, "'"));

@@ -41,7 +41,8 @@ class Registry {
     // Note [Inference only] (nn/styles.h): replication under transformers' names.
     const std::string no_grad = "none (inference only: no gradients)";
     Add("replicated_with_grad_allreduce",
-        std::make_shared<ReplicateParallel>(StyleInfo{"R", "R", "unchanged", "unchanged", no_grad}));
+        std::make_shared<ReplicateParallel>(
+            StyleInfo{"R", "R", "unchanged", "unchanged", no_grad}));
     Add("moe_tp_experts", std::make_shared<MoEExpertsParallel>());
     Add("moe_identity_expert", std::make_shared<MoEIdentityParallel>());
     Add("mla_kv_a_proj", std::make_shared<ReplicateParallel>(
