@@ -5,7 +5,7 @@
 // it). tools/reference/flux2_step_bench.py runs diffusers' step on the same model and threads and
 // compares it with this program's tp=1 row.
 //
-//   bench_flux2 [--quick] [--no-processes]
+//   bench_flux2 [--quick] [--no-processes]      (--help lists every flag)
 //
 // Per row: the median step time, the weight bytes this rank holds, and the collectives of one
 // step. The expected bytes per rank come from the config alone (Flux2Config::NumParameters and
@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "dtensor/bench/bench_util.h"
 #include "dtensor/core/status.h"
@@ -173,19 +174,15 @@ void Print(const char* name, const Row& r, const Row& base, double expected) {
 
 }  // namespace
 
+ABSL_FLAG(bool, processes, true, "the rows of processes under dtrun (--no-processes skips them)");
+ABSL_FLAG(int, worker, 0,
+          "run as one rank with this many repetitions (what the driver launches under dtrun)");
+
 int main(int argc, char** argv) {
-  if (argc == 3 && std::strcmp(argv[1], "--worker") == 0) return Worker(std::atoi(argv[2]));
-  bool quick = false, processes = true;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) {
-      quick = true;
-    } else if (std::strcmp(argv[i], "--no-processes") == 0) {
-      processes = false;
-    } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--no-processes]\n", argv[0]);
-      return 2;
-    }
-  }
+  const bool quick =
+      dt::bench::ParseBenchFlags(argc, argv, "usage: bench_flux2 [--quick] [--no-processes]");
+  if (absl::GetFlag(FLAGS_worker) > 0) return Worker(absl::GetFlag(FLAGS_worker));
+  const bool processes = absl::GetFlag(FLAGS_processes);
   const int reps = quick ? 3 : 9;
   const dt::loaders::Flux2Config c = BenchConfig();
   std::printf("bench_flux2: one denoising step, %s, %.1fM parameters, %lld image + %lld text "

@@ -3,11 +3,11 @@
 // (hidden 512, 4 layers, GQA 8/4 heads, intermediate 1376, vocab 4096, f32: 15.8M parameters).
 // Ratios are against the single rank measured in the same run.
 //
-//   bench_llama [--quick] [--no-gloo] [--prompt N] [--decode N] [--reps N]
-//   bench_llama --prefill-only [--dtype f32|bf16] [--prompt N] [--reps N]
+//   bench_llama [--quick]                 (--help lists every flag)
+//   bench_llama --prefill-only [--dtype bf16]
 //
-// --prefill-only: one rank's prefill tokens/s of the bench model in --dtype (default f32), one
-// line, no other rows: what tools/reference/llama_prefill_bench.py compares with transformers.
+// --prefill-only: one rank's prefill tokens/s of the bench model, one line, no other rows: what
+// tools/reference/llama_prefill_bench.py compares with transformers.
 //
 // Rows: 1 rank, tp 2 and 4 as threads of this process, tp 2 and 4 as processes on shared memory
 // (shm: this program re-launched under dtrun, which must sit next to it), and the same on gloo
@@ -54,7 +54,7 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
 #include "dtensor/bench/bench_util.h"
 #include "dtensor/core/process_stats.h"
 #include "dtensor/core/status.h"
@@ -285,49 +285,43 @@ double MemcpyBandwidth(int64_t bytes) {
 
 }  // namespace
 
+ABSL_FLAG(int64_t, prompt, 128, "prompt tokens (--quick: at most 64)");
+ABSL_FLAG(int64_t, decode, 64, "decoded tokens (--quick: at most 24)");
+ABSL_FLAG(int, reps, 5, "repetitions; the median is reported (--quick: at most 3)");
+ABSL_FLAG(bool, gloo, true, "the rows of processes on gloo (--no-gloo skips them)");
+ABSL_FLAG(bool, prefill_only, false,
+          "only one rank's prefill tokens/s of the bench model in --dtype");
+ABSL_FLAG(std::string, dtype, "f32", "with --prefill-only: the compute dtype, f32 or bf16");
+ABSL_FLAG(std::string, smollm2, "",
+          "the real model's GGUF (default: <build>/models/SmolLM2-135M-Instruct.Q4_1.gguf; rows "
+          "skipped when absent)");
+ABSL_FLAG(bool, worker, false,
+          "run as one rank of a process row (what the driver launches under dtrun)");
+ABSL_FLAG(std::string, rss_worker, "",
+          "run as one rank of the memory row on this GGUF (what the driver launches under dtrun)");
+
 int main(int argc, char** argv) {
-  bool quick = false, worker = false, gloo = true, prefill_only = false;
-  DType dtype = DType::kF32;
-  std::string smollm2;
-  int64_t prompt = 128, decode = 64;
-  int reps = 5;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&](int64_t* v) {
-      if (i + 1 < argc && absl::SimpleAtoi(argv[i + 1], v) && *v > 0) {
-        ++i;
-        return true;
-      }
-      return false;
-    };
-    int64_t v = 0;
-    if (a == "--quick") {
-      quick = true;
-    } else if (a == "--worker") {
-      worker = true;
-    } else if (a == "--smollm2" && i + 1 < argc) {
-      smollm2 = argv[++i];
-    } else if (a == "--rss-worker" && i + 1 < argc) {
-      return RssWorker(argv[i + 1]);
-    } else if (a == "--no-gloo") {
-      gloo = false;
-    } else if (a == "--prefill-only") {
-      prefill_only = true;
-    } else if (a == "--dtype" && i + 1 < argc &&
-               (std::strcmp(argv[i + 1], "f32") == 0 || std::strcmp(argv[i + 1], "bf16") == 0)) {
-      dtype = std::strcmp(argv[++i], "bf16") == 0 ? DType::kBF16 : DType::kF32;
-    } else if (a == "--prompt" && next(&prompt)) {
-    } else if (a == "--decode" && next(&decode)) {
-    } else if (a == "--reps" && next(&v)) {
-      reps = static_cast<int>(v);
-    } else {
-      std::fprintf(stderr,
-                   "bench_llama: bad option '%s' (--quick, --no-gloo, --prompt N, --decode N, "
-                   "--reps N, --prefill-only, --dtype f32|bf16)\n",
-                   a.c_str());
-      return 2;
-    }
+  const bool quick = dt::bench::ParseBenchFlags(
+      argc, argv,
+      "usage: bench_llama [--quick] [--no-gloo] [--prompt N] [--decode N] [--reps N]\n"
+      "       bench_llama --prefill-only [--dtype f32|bf16] [--prompt N] [--reps N]");
+  if (const std::string rss = absl::GetFlag(FLAGS_rss_worker); !rss.empty()) return RssWorker(rss);
+  const bool worker = absl::GetFlag(FLAGS_worker), gloo = absl::GetFlag(FLAGS_gloo),
+             prefill_only = absl::GetFlag(FLAGS_prefill_only);
+  std::string smollm2 = absl::GetFlag(FLAGS_smollm2);
+  int64_t prompt = absl::GetFlag(FLAGS_prompt), decode = absl::GetFlag(FLAGS_decode);
+  int reps = absl::GetFlag(FLAGS_reps);
+  if (prompt < 1 || decode < 1 || reps < 1) {
+    std::fprintf(stderr, "bench_llama: --prompt, --decode and --reps must be >= 1\n");
+    return 2;
   }
+  const std::string dtype_name = absl::GetFlag(FLAGS_dtype);
+  if (dtype_name != "f32" && dtype_name != "bf16") {
+    std::fprintf(stderr, "bench_llama: --dtype must be f32 or bf16, got '%s'\n",
+                 dtype_name.c_str());
+    return 2;
+  }
+  const DType dtype = dtype_name == "bf16" ? DType::kBF16 : DType::kF32;
   if (worker) {  // one rank under dtrun
     absl::StatusOr<std::shared_ptr<World>> w = World::FromEnv();
     absl::StatusOr<Figures> f =

@@ -29,6 +29,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/examples/custom_gpt2.cc
               ${PROJECT_SOURCE_DIR}/examples/custom_parallel_mlp.cc
               ${PROJECT_SOURCE_DIR}/examples/custom_qwen3.cc
               ${PROJECT_SOURCE_DIR}/examples/custom_moe.cc
+              ${PROJECT_SOURCE_DIR}/examples/check_example.h
         DESTINATION ${DT_INSTALL_EXAMPLES_DIR})
 install(EXPORT dtensorTargets NAMESPACE dtensor:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dtensor)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/dtensorConfig.cmake.in

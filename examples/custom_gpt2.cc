@@ -4,12 +4,9 @@
 // model against the replicated one on the same seeded weights. Exits 0 only when they agree.
 //
 //   dtrun --nproc-per-node 4 build/bin/custom_gpt2     (gloo processes; without dtrun: 4 threads)
-#include <cstdio>
-#include <string>
-#include <cstdlib>
 #include <memory>
-#include <vector>
 
+#include "check_example.h"  // main() and the loop over tp sizes, beside this file
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/nn.h"
 
@@ -22,46 +19,57 @@ struct GPT2Config {
 // x + attn(ln_1(x)), then + mlp(ln_2(x)): GPT-2's pre-norm block.
 class GPT2Block : public nn::Module {
  public:
-  explicit GPT2Block(const GPT2Config& c) : Module("GPT2Block") {
-    AddModule<nn::LayerNorm>("ln_1", c.hidden);
-    AddModule<nn::Attention>("attn", nn::AttentionOptions{.hidden_size = c.hidden,
-                                                          .num_heads = c.heads,
-                                                          .bias = true,
-                                                          .causal = true,
-                                                          .fused_qkv = true,  // c_attn: q | k | v
-                                                          .o_name = "c_proj",
-                                                          .qkv_name = "c_attn"});
-    AddModule<nn::LayerNorm>("ln_2", c.hidden);
-    AddModule<nn::MLP>("mlp", nn::MLPOptions{.hidden_size = c.hidden,
-                                             .intermediate_size = 4 * c.hidden,
-                                             .activation = nn::Activation::kGeluTanh,
-                                             .up_name = "c_fc",
-                                             .down_name = "c_proj"});
-  }
+  // Each child is registered under its Hugging Face name and kept as the typed reference
+  // AddModule returns: the forward calls it directly, no lookup by name. Members are initialized
+  // in declaration order, which is therefore the registration (and parameter) order.
+  explicit GPT2Block(const GPT2Config& c)
+      : Module("GPT2Block"),
+        ln_1_(AddModule<nn::LayerNorm>("ln_1", c.hidden)),
+        attn_(AddModule<nn::Attention>("attn",
+                                       nn::AttentionOptions{.hidden_size = c.hidden,
+                                                            .num_heads = c.heads,
+                                                            .bias = true,
+                                                            .causal = true,
+                                                            .fused_qkv = true,  // c_attn: q | k | v
+                                                            .o_name = "c_proj",
+                                                            .qkv_name = "c_attn"})),
+        ln_2_(AddModule<nn::LayerNorm>("ln_2", c.hidden)),
+        mlp_(AddModule<nn::MLP>("mlp", nn::MLPOptions{.hidden_size = c.hidden,
+                                                      .intermediate_size = 4 * c.hidden,
+                                                      .activation = nn::Activation::kGeluTanh,
+                                                      .up_name = "c_fc",
+                                                      .down_name = "c_proj"})) {}
 
  protected:
   absl::StatusOr<nn::Values> Forward(nn::Values in) override {
     nn::Value x = in[0];
-    DT_ASSIGN_OR_RETURN(nn::Value h, FindChild("ln_1")->CallOne({x}));
-    DT_ASSIGN_OR_RETURN(h, FindChild("attn")->CallOne({h}));  // no cos/sin: no RoPE
+    DT_ASSIGN_OR_RETURN(nn::Value h, ln_1_.CallOne({x}));
+    DT_ASSIGN_OR_RETURN(h, attn_.CallOne({h}));  // no cos/sin: no RoPE
     DT_ASSIGN_OR_RETURN(x, nn::vops::Add(x, h));
-    DT_ASSIGN_OR_RETURN(h, FindChild("ln_2")->CallOne({x}));
-    DT_ASSIGN_OR_RETURN(h, FindChild("mlp")->CallOne({h}));
+    DT_ASSIGN_OR_RETURN(h, ln_2_.CallOne({x}));
+    DT_ASSIGN_OR_RETURN(h, mlp_.CallOne({h}));
     DT_ASSIGN_OR_RETURN(x, nn::vops::Add(x, h));
     return nn::Values{x};
   }
+
+ private:
+  nn::LayerNorm& ln_1_;
+  nn::Attention& attn_;
+  nn::LayerNorm& ln_2_;
+  nn::MLP& mlp_;
 };
 
 // {ids [B, S]} -> {logits [B, S, vocab]}; names as in Hugging Face's GPT2LMHeadModel.transformer.
 class GPT2 : public nn::Module {
  public:
-  explicit GPT2(const GPT2Config& c) : Module("GPT2") {
-    AddModule<nn::Embedding>("wte", c.vocab, c.hidden);
-    AddModule<nn::LearnedPositionEmbedding>("wpe", c.positions, c.hidden);
-    auto& h = AddModule<nn::ModuleList>("h");
-    for (int64_t i = 0; i < c.layers; ++i) h.Append(std::make_unique<GPT2Block>(c));
-    AddModule<nn::LayerNorm>("ln_f", c.hidden);
-    AddModule<nn::Linear>("lm_head", c.hidden, c.vocab);
+  explicit GPT2(const GPT2Config& c)
+      : Module("GPT2"),
+        wte_(AddModule<nn::Embedding>("wte", c.vocab, c.hidden)),
+        wpe_(AddModule<nn::LearnedPositionEmbedding>("wpe", c.positions, c.hidden)),
+        h_(AddModule<nn::ModuleList>("h")),
+        ln_f_(AddModule<nn::LayerNorm>("ln_f", c.hidden)),
+        lm_head_(AddModule<nn::Linear>("lm_head", c.hidden, c.vocab)) {
+    for (int64_t i = 0; i < c.layers; ++i) h_.Append(std::make_unique<GPT2Block>(c));
   }
 
   static nn::ParallelPlan Plan() {
@@ -81,52 +89,32 @@ class GPT2 : public nn::Module {
 
  protected:
   absl::StatusOr<nn::Values> Forward(nn::Values in) override {
-    DT_ASSIGN_OR_RETURN(nn::Value x, FindChild("wte")->CallOne({in[0]}));
-    DT_ASSIGN_OR_RETURN(x, FindChild("wpe")->CallOne({x}));  // x + wpe[0..S)
-    for (const auto& [name, block] : FindChild("h")->children()) {
-      DT_ASSIGN_OR_RETURN(x, block->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(nn::Value x, wte_.CallOne({in[0]}));
+    DT_ASSIGN_OR_RETURN(x, wpe_.CallOne({x}));  // x + wpe[0..S)
+    for (int64_t i = 0; i < h_.size(); ++i) {
+      DT_ASSIGN_OR_RETURN(x, h_.at(i).CallOne({x}));
     }
-    DT_ASSIGN_OR_RETURN(x, FindChild("ln_f")->CallOne({x}));
-    DT_ASSIGN_OR_RETURN(x, FindChild("lm_head")->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(x, ln_f_.CallOne({x}));
+    DT_ASSIGN_OR_RETURN(x, lm_head_.CallOne({x}));
     return nn::Values{x};
   }
+
+ private:
+  nn::Embedding& wte_;
+  nn::LearnedPositionEmbedding& wpe_;
+  nn::ModuleList& h_;
+  nn::LayerNorm& ln_f_;
+  nn::Linear& lm_head_;
 };
 
-absl::Status Run(dt::World& world) {
-  const GPT2Config config;
-  std::vector<int64_t> tokens(2 * 12);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (37 * i + 11) % config.vocab;
-  DT_ASSIGN_OR_RETURN(dt::Tensor ids, dt::Tensor::FromVector<int64_t>({2, 12}, tokens));
-  for (int64_t tp : {1, 2, 4}) {
-    if (world.size() % tp != 0) continue;
-    // The world as (dp, tp); every dp group checks the same plan on its own tp ranks.
-    DT_ASSIGN_OR_RETURN(dt::DeviceMesh mesh, dt::InitDeviceMesh(world.shared_from_this(),
-                                                                {world.size() / tp, tp},
-                                                                {"dp", "tp"}));
-    DT_ASSIGN_OR_RETURN(dt::DeviceMesh tp_mesh, mesh["tp"]);
-    auto make = [&] { return std::make_unique<GPT2>(config); };
-    DT_ASSIGN_OR_RETURN(nn::ParallelCheck report,
-                        nn::CheckParallel(make, tp_mesh, GPT2::Plan(), {ids}));
-    if (world.rank() == 0) std::printf("custom_gpt2: %s\n", report.ToString().c_str());
-    DT_RETURN_IF_ERROR(report.status());
-  }
-  return absl::OkStatus();
-}
-
 int main(int argc, char** argv) {
-  // An installed API example: it takes no flags and uses nothing but the library (no flags parser).
-  if (argc > 1) {
-    const bool help = std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h";
-    std::fprintf(help ? stdout : stderr, "usage: custom_gpt2\na GPT-2-style model sharded by its plan, checked against the same model unsharded (no flags; under dtrun for several ranks)\n");
-    return help ? 0 : 2;
-  }
-  // Under dtrun (or torchrun, mpirun) the ranks are processes; otherwise 4 threads of this one.
-  const absl::Status s = std::getenv("RANK") != nullptr
-                             ? [] {
-                                 auto world = dt::World::FromEnv();
-                                 return world.ok() ? Run(**world) : world.status();
-                               }()
-                             : dt::World::RunThreads(4, Run);
-  if (!s.ok()) std::fprintf(stderr, "custom_gpt2: %s\n", s.ToString().c_str());
-  return s.ok() ? 0 : 1;
+  return dt::examples::Main(
+      argc, argv, "custom_gpt2",
+      "a GPT-2-style model sharded by its plan, checked against the same model unsharded",
+      [](dt::World& world) -> absl::Status {
+        const GPT2Config config;
+        DT_ASSIGN_OR_RETURN(dt::Tensor ids, dt::examples::SampleIds(config.vocab));
+        auto make = [&] { return std::make_unique<GPT2>(config); };
+        return dt::examples::CheckAtTpSizes(world, "custom_gpt2", make, GPT2::Plan(), {ids});
+      });
 }

@@ -7,12 +7,9 @@
 // replicated one on the same seeded weights. Exits 0 only when they agree.
 //
 //   dtrun --nproc-per-node 4 build/bin/custom_moe     (processes; without dtrun: 4 threads)
-#include <cstdio>
-#include <string>
-#include <cstdlib>
 #include <memory>
-#include <vector>
 
+#include "check_example.h"  // main() and the loop over tp sizes, beside this file
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/nn.h"
 
@@ -26,8 +23,23 @@ struct MoeConfig {
 // x + moe(norm(x)).
 class MoeLayer : public nn::Module {
  public:
-  explicit MoeLayer(const MoeConfig& c) : Module("MoeLayer") {
-    AddModule<nn::RMSNorm>("norm", c.hidden);
+  // The children, kept as the typed references AddModule returns (registered in declaration
+  // order): the forward calls them directly, no lookup by name.
+  explicit MoeLayer(const MoeConfig& c)
+      : Module("MoeLayer"),
+        norm_(AddModule<nn::RMSNorm>("norm", c.hidden)),
+        moe_(AddModule<nn::MoeBlock>("moe", Options(c))) {}
+
+ protected:
+  absl::StatusOr<nn::Values> Forward(nn::Values in) override {
+    DT_ASSIGN_OR_RETURN(nn::Value h, norm_.CallOne({in[0]}));
+    DT_ASSIGN_OR_RETURN(h, moe_.CallOne({h}));
+    DT_ASSIGN_OR_RETURN(nn::Value x, nn::vops::Add(in[0], h));
+    return nn::Values{x};
+  }
+
+ private:
+  static nn::MoeBlockOptions Options(const MoeConfig& c) {
     nn::MoeBlockOptions o;
     o.router = {.hidden_size = c.hidden,
                 .num_experts = c.experts + c.zero_experts,  // ids >= experts: identity experts
@@ -37,27 +49,23 @@ class MoeLayer : public nn::Module {
                  .hidden_size = c.hidden,
                  .intermediate_size = c.intermediate,
                  .num_identity_experts = c.zero_experts};
-    AddModule<nn::MoeBlock>("moe", o);
+    return o;
   }
 
- protected:
-  absl::StatusOr<nn::Values> Forward(nn::Values in) override {
-    DT_ASSIGN_OR_RETURN(nn::Value h, FindChild("norm")->CallOne({in[0]}));
-    DT_ASSIGN_OR_RETURN(h, FindChild("moe")->CallOne({h}));
-    DT_ASSIGN_OR_RETURN(nn::Value x, nn::vops::Add(in[0], h));
-    return nn::Values{x};
-  }
+  nn::RMSNorm& norm_;
+  nn::MoeBlock& moe_;
 };
 
 // {ids [B, S]} -> {logits [B, S, vocab]}.
 class MoeModel : public nn::Module {
  public:
-  explicit MoeModel(const MoeConfig& c) : Module("MoeModel") {
-    AddModule<nn::Embedding>("embed", c.vocab, c.hidden);
-    auto& layers = AddModule<nn::ModuleList>("layers");
-    for (int64_t i = 0; i < c.layers; ++i) layers.Append(std::make_unique<MoeLayer>(c));
-    AddModule<nn::RMSNorm>("norm", c.hidden);
-    AddModule<nn::Linear>("lm_head", c.hidden, c.vocab, /*bias=*/false);
+  explicit MoeModel(const MoeConfig& c)
+      : Module("MoeModel"),
+        embed_(AddModule<nn::Embedding>("embed", c.vocab, c.hidden)),
+        layers_(AddModule<nn::ModuleList>("layers")),
+        norm_(AddModule<nn::RMSNorm>("norm", c.hidden)),
+        lm_head_(AddModule<nn::Linear>("lm_head", c.hidden, c.vocab, /*bias=*/false)) {
+    for (int64_t i = 0; i < c.layers; ++i) layers_.Append(std::make_unique<MoeLayer>(c));
   }
 
   static nn::ParallelPlan Plan() {
@@ -76,50 +84,31 @@ class MoeModel : public nn::Module {
 
  protected:
   absl::StatusOr<nn::Values> Forward(nn::Values in) override {
-    DT_ASSIGN_OR_RETURN(nn::Value x, FindChild("embed")->CallOne({in[0]}));
-    for (const auto& [name, layer] : FindChild("layers")->children()) {
-      DT_ASSIGN_OR_RETURN(x, layer->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(nn::Value x, embed_.CallOne({in[0]}));
+    for (int64_t i = 0; i < layers_.size(); ++i) {
+      DT_ASSIGN_OR_RETURN(x, layers_.at(i).CallOne({x}));
     }
-    DT_ASSIGN_OR_RETURN(x, FindChild("norm")->CallOne({x}));
-    DT_ASSIGN_OR_RETURN(x, FindChild("lm_head")->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(x, norm_.CallOne({x}));
+    DT_ASSIGN_OR_RETURN(x, lm_head_.CallOne({x}));
     return nn::Values{x};
   }
+
+ private:
+  nn::Embedding& embed_;
+  nn::ModuleList& layers_;
+  nn::RMSNorm& norm_;
+  nn::Linear& lm_head_;
 };
 
-absl::Status Run(dt::World& world) {
-  const MoeConfig config;
-  std::vector<int64_t> tokens(2 * 12);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (37 * i + 11) % config.vocab;
-  DT_ASSIGN_OR_RETURN(dt::Tensor ids, dt::Tensor::FromVector<int64_t>({2, 12}, tokens));
-  for (int64_t tp : {1, 2, 4}) {
-    if (world.size() % tp != 0) continue;
-    DT_ASSIGN_OR_RETURN(dt::DeviceMesh mesh, dt::InitDeviceMesh(world.shared_from_this(),
-                                                                {world.size() / tp, tp},
-                                                                {"dp", "tp"}));
-    DT_ASSIGN_OR_RETURN(dt::DeviceMesh tp_mesh, mesh["tp"]);
-    auto make = [&] { return std::make_unique<MoeModel>(config); };
-    DT_ASSIGN_OR_RETURN(nn::ParallelCheck report,
-                        nn::CheckParallel(make, tp_mesh, MoeModel::Plan(), {ids}));
-    if (world.rank() == 0) std::printf("custom_moe: %s\n", report.ToString().c_str());
-    DT_RETURN_IF_ERROR(report.status());
-  }
-  return absl::OkStatus();
-}
-
 int main(int argc, char** argv) {
-  // An installed API example: it takes no flags and uses nothing but the library (no flags parser).
-  if (argc > 1) {
-    const bool help = std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h";
-    std::fprintf(help ? stdout : stderr, "usage: custom_moe\na mixture of experts with identity (zero) experts sharded by its plan, checked against the same model unsharded (no flags; under dtrun for several ranks)\n");
-    return help ? 0 : 2;
-  }
-  // Under dtrun (or torchrun, mpirun) the ranks are processes; otherwise 4 threads of this one.
-  const absl::Status s = std::getenv("RANK") != nullptr
-                             ? [] {
-                                 auto world = dt::World::FromEnv();
-                                 return world.ok() ? Run(**world) : world.status();
-                               }()
-                             : dt::World::RunThreads(4, Run);
-  if (!s.ok()) std::fprintf(stderr, "custom_moe: %s\n", s.ToString().c_str());
-  return s.ok() ? 0 : 1;
+  return dt::examples::Main(
+      argc, argv, "custom_moe",
+      "a mixture of experts with identity (zero) experts sharded by its plan, checked against the "
+      "same model unsharded",
+      [](dt::World& world) -> absl::Status {
+        const MoeConfig config;
+        DT_ASSIGN_OR_RETURN(dt::Tensor ids, dt::examples::SampleIds(config.vocab));
+        auto make = [&] { return std::make_unique<MoeModel>(config); };
+        return dt::examples::CheckAtTpSizes(world, "custom_moe", make, MoeModel::Plan(), {ids});
+      });
 }

@@ -3,11 +3,12 @@
 // nn::CheckParallel runs it sharded and replicated on the same seeded weights; exits 0 only when
 // the outputs agree.
 //
-//   dtrun --nproc-per-node 4 build/bin/custom_parallel_mlp      (shm; DT_BACKEND picks another)
+//   dtrun --nproc-per-node 4 build/bin/custom_parallel_mlp  (shm; DT_BACKEND picks another; without
+//                                                           dtrun: 4 threads)
 #include <cstdio>
-#include <string>
 #include <memory>
 
+#include "check_example.h"  // main(), beside this file
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/nn.h"
 
@@ -16,42 +17,52 @@ namespace nn = dt::nn;
 // y = x + down(gelu(up(norm(x))))
 class Block : public nn::Module {
  public:
-  Block(int64_t hidden, int64_t inner) : Module("Block") {
-    AddModule<nn::LayerNorm>("norm", hidden);
-    AddModule<nn::Linear>("up", hidden, inner, /*bias=*/true);
-    AddModule<nn::Linear>("down", inner, hidden, /*bias=*/true);
-  }
+  // The children, kept as the typed references AddModule returns (registered in declaration
+  // order): the forward calls them directly, no lookup by name.
+  Block(int64_t hidden, int64_t inner)
+      : Module("Block"),
+        norm_(AddModule<nn::LayerNorm>("norm", hidden)),
+        up_(AddModule<nn::Linear>("up", hidden, inner, /*bias=*/true)),
+        down_(AddModule<nn::Linear>("down", inner, hidden, /*bias=*/true)) {}
 
  protected:
   absl::StatusOr<nn::Values> Forward(nn::Values in) override {
-    DT_ASSIGN_OR_RETURN(nn::Value h, FindChild("norm")->CallOne({in[0]}));
-    DT_ASSIGN_OR_RETURN(h, FindChild("up")->CallOne({h}));  // this rank's columns
+    DT_ASSIGN_OR_RETURN(nn::Value h, norm_.CallOne({in[0]}));
+    DT_ASSIGN_OR_RETURN(h, up_.CallOne({h}));  // this rank's columns
     DT_ASSIGN_OR_RETURN(h, nn::vops::Gelu(h, dt::ops::GeluApproximation::kTanh));
-    DT_ASSIGN_OR_RETURN(h, FindChild("down")->CallOne({h}));  // all_reduce inside
+    DT_ASSIGN_OR_RETURN(h, down_.CallOne({h}));  // all_reduce inside
     DT_ASSIGN_OR_RETURN(nn::Value y, nn::vops::Add(in[0], h));
     return nn::Values{y};
   }
+
+ private:
+  nn::LayerNorm& norm_;
+  nn::Linear& up_;
+  nn::Linear& down_;
 };
 
 class Net : public nn::Module {
  public:
-  Net() : Module("Net") {
-    auto& blocks = AddModule<nn::ModuleList>("blocks");
-    for (int i = 0; i < 2; ++i) blocks.Append(std::make_unique<Block>(64, 256));
+  Net() : Module("Net"), blocks_(AddModule<nn::ModuleList>("blocks")) {
+    for (int i = 0; i < 2; ++i) blocks_.Append(std::make_unique<Block>(64, 256));
   }
+  const nn::ModuleList& blocks() const { return blocks_; }
 
  protected:
   absl::StatusOr<nn::Values> Forward(nn::Values in) override {
-    for (const auto& [name, block] : FindChild("blocks")->children()) {
-      DT_ASSIGN_OR_RETURN(in, block->Call(in));
+    for (int64_t i = 0; i < blocks_.size(); ++i) {
+      DT_ASSIGN_OR_RETURN(in, blocks_.at(i).Call(in));
     }
     return in;
   }
+
+ private:
+  nn::ModuleList& blocks_;
 };
 
-absl::Status Run() {
-  DT_ASSIGN_OR_RETURN(std::shared_ptr<dt::World> world, dt::World::FromEnv());
-  DT_ASSIGN_OR_RETURN(dt::DeviceMesh tp, dt::InitDeviceMesh(world, {world->size()}, {"tp"}));
+absl::Status Run(dt::World& world) {
+  DT_ASSIGN_OR_RETURN(dt::DeviceMesh tp,
+                      dt::InitDeviceMesh(world.shared_from_this(), {world.size()}, {"tp"}));
   const nn::ParallelPlan plan = {{"blocks.*.up", "colwise"},
                                  {"blocks.*.down", "rowwise"},
                                  {"blocks.*.norm", "replicate"}};  // replicated on purpose
@@ -62,21 +73,15 @@ absl::Status Run() {
   DT_ASSIGN_OR_RETURN(dt::Tensor x, dt::Tensor::Randn({4, 16, 64}, 7));
   auto make = [] { return std::make_unique<Net>(); };
   DT_ASSIGN_OR_RETURN(nn::ParallelCheck report, nn::CheckParallel(make, tp, plan, {x}));
-  if (world->rank() == 0) {
-    std::printf("%s\n", model.GetSubmodule("blocks.0").value()->ToString().c_str());
+  if (world.rank() == 0) {
+    std::printf("%s\n", model.blocks().at(0).ToString().c_str());
     std::printf("custom_parallel_mlp: %s\n", report.ToString().c_str());
   }
   return report.status();
 }
 
 int main(int argc, char** argv) {
-  // An installed API example: it takes no flags and uses nothing but the library (no flags parser).
-  if (argc > 1) {
-    const bool help = std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h";
-    std::fprintf(help ? stdout : stderr, "usage: custom_parallel_mlp\ntwo tensor-parallel MLP blocks, checked against the same blocks unsharded (no flags; under dtrun for several ranks)\n");
-    return help ? 0 : 2;
-  }
-  const absl::Status s = Run();
-  if (!s.ok()) std::fprintf(stderr, "custom_parallel_mlp: %s\n", s.ToString().c_str());
-  return s.ok() ? 0 : 1;
+  return dt::examples::Main(
+      argc, argv, "custom_parallel_mlp",
+      "two tensor-parallel MLP blocks, checked against the same blocks unsharded", Run);
 }

@@ -23,60 +23,80 @@ using Config = dt::loaders::DecoderConfig;
 // h + attn(norm(h)), then + mlp(norm(.)).
 class Layer : public nn::Module {
  public:
-  explicit Layer(const Config& c) : Module("Layer") {
-    AddModule<nn::RMSNorm>("input_layernorm", c.hidden_size, c.rms_norm_eps);
-    AddModule<nn::Attention>("self_attn", nn::AttentionOptions{
-        .hidden_size = c.hidden_size, .num_heads = c.num_attention_heads,
-        .num_kv_heads = c.num_key_value_heads, .head_dim = c.head_dim, .qk_norm = true,
-        .norm_eps = c.rms_norm_eps});
-    AddModule<nn::RMSNorm>("post_attention_layernorm", c.hidden_size, c.rms_norm_eps);
-    AddModule<nn::SwiGLUMLP>("mlp", nn::SwiGLUOptions{.hidden_size = c.hidden_size,
-                                                      .intermediate_size = c.intermediate_size});
-  }
+  // The children, kept as the typed references AddModule returns (registered in declaration
+  // order, transformers' order): the forward calls them directly, no lookup by name.
+  explicit Layer(const Config& c)
+      : Module("Layer"),
+        input_layernorm_(AddModule<nn::RMSNorm>("input_layernorm", c.hidden_size, c.rms_norm_eps)),
+        self_attn_(AddModule<nn::Attention>(
+            "self_attn", nn::AttentionOptions{.hidden_size = c.hidden_size,
+                                              .num_heads = c.num_attention_heads,
+                                              .num_kv_heads = c.num_key_value_heads,
+                                              .head_dim = c.head_dim,
+                                              .qk_norm = true,
+                                              .norm_eps = c.rms_norm_eps})),
+        post_attention_layernorm_(
+            AddModule<nn::RMSNorm>("post_attention_layernorm", c.hidden_size, c.rms_norm_eps)),
+        mlp_(AddModule<nn::SwiGLUMLP>(
+            "mlp", nn::SwiGLUOptions{.hidden_size = c.hidden_size,
+                                     .intermediate_size = c.intermediate_size})) {}
 
  protected:
   absl::StatusOr<nn::Values> Forward(nn::Values in) override {  // {h, cos, sin}
-    DT_ASSIGN_OR_RETURN(nn::Value x, FindChild("input_layernorm")->CallOne({in[0]}));
-    DT_ASSIGN_OR_RETURN(x, FindChild("self_attn")->CallOne({x, in[1], in[2]}));
+    DT_ASSIGN_OR_RETURN(nn::Value x, input_layernorm_.CallOne({in[0]}));
+    DT_ASSIGN_OR_RETURN(x, self_attn_.CallOne({x, in[1], in[2]}));
     DT_ASSIGN_OR_RETURN(nn::Value h, nn::vops::Add(in[0], x));
-    DT_ASSIGN_OR_RETURN(x, FindChild("post_attention_layernorm")->CallOne({h}));
-    DT_ASSIGN_OR_RETURN(x, FindChild("mlp")->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(x, post_attention_layernorm_.CallOne({h}));
+    DT_ASSIGN_OR_RETURN(x, mlp_.CallOne({x}));
     DT_ASSIGN_OR_RETURN(h, nn::vops::Add(h, x));
     return nn::Values{h};
   }
+
+ private:
+  nn::RMSNorm& input_layernorm_;
+  nn::Attention& self_attn_;
+  nn::RMSNorm& post_attention_layernorm_;
+  nn::SwiGLUMLP& mlp_;
 };
 
 // {ids [1, S]} -> {hidden [1, S, H]}: Qwen3Model.
 class Model : public nn::Module {
  public:
-  explicit Model(const Config& c) : Module("Model") {
-    AddModule<nn::Embedding>("embed_tokens", c.vocab_size, c.hidden_size);
-    auto& layers = AddModule<nn::ModuleList>("layers");
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers.Append(std::make_unique<Layer>(c));
-    AddModule<nn::RMSNorm>("norm", c.hidden_size, c.rms_norm_eps);
-    AddModule<nn::RotaryEmbedding>("rotary_emb", c.head_dim, c.rope_theta);
+  explicit Model(const Config& c)
+      : Module("Model"),
+        embed_tokens_(AddModule<nn::Embedding>("embed_tokens", c.vocab_size, c.hidden_size)),
+        layers_(AddModule<nn::ModuleList>("layers")),
+        norm_(AddModule<nn::RMSNorm>("norm", c.hidden_size, c.rms_norm_eps)),
+        rotary_emb_(AddModule<nn::RotaryEmbedding>("rotary_emb", c.head_dim, c.rope_theta)) {
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers_.Append(std::make_unique<Layer>(c));
   }
 
  protected:
   absl::StatusOr<nn::Values> Forward(nn::Values in) override {
     DT_ASSIGN_OR_RETURN(dt::Tensor pos,
                         dt::Tensor::Arange(0, in[0].shape()[1], 1, dt::DType::kI64));
-    DT_ASSIGN_OR_RETURN(nn::Values cs, FindChild("rotary_emb")->Call({nn::Value(pos)}));
-    DT_ASSIGN_OR_RETURN(nn::Value h, FindChild("embed_tokens")->CallOne({in[0]}));
-    for (const auto& [name, layer] : FindChild("layers")->children()) {
-      DT_ASSIGN_OR_RETURN(h, layer->CallOne({h, cs[0], cs[1]}));
+    DT_ASSIGN_OR_RETURN(nn::Values cs, rotary_emb_.Call({nn::Value(pos)}));
+    DT_ASSIGN_OR_RETURN(nn::Value h, embed_tokens_.CallOne({in[0]}));
+    for (int64_t i = 0; i < layers_.size(); ++i) {
+      DT_ASSIGN_OR_RETURN(h, layers_.at(i).CallOne({h, cs[0], cs[1]}));
     }
-    return FindChild("norm")->Call({h});
+    return norm_.Call({h});
   }
+
+ private:
+  nn::Embedding& embed_tokens_;
+  nn::ModuleList& layers_;
+  nn::RMSNorm& norm_;
+  nn::RotaryEmbedding& rotary_emb_;
 };
 
 // {ids [1, S]} -> {logits [1, S, V]}: Qwen3ForCausalLM, children named as its parameters.
 class Qwen3 : public nn::Module {
  public:
-  explicit Qwen3(const Config& c) : Module("Qwen3") {
-    AddModule<Model>("model", c);
-    AddModule<nn::Linear>("lm_head", c.hidden_size, c.vocab_size);
-  }
+  explicit Qwen3(const Config& c)
+      : Module("Qwen3"),
+        model_(AddModule<Model>("model", c)),
+        lm_head_(AddModule<nn::Linear>("lm_head", c.hidden_size, c.vocab_size)) {}
 
   static nn::ParallelPlan Plan() {  // transformers' Qwen3 plan under "model."
     const std::string l = "model.layers.*.";
@@ -90,9 +110,13 @@ class Qwen3 : public nn::Module {
 
  protected:
   absl::StatusOr<nn::Values> Forward(nn::Values in) override {
-    DT_ASSIGN_OR_RETURN(nn::Value h, FindChild("model")->CallOne({in[0]}));
-    return FindChild("lm_head")->Call({h});
+    DT_ASSIGN_OR_RETURN(nn::Value h, model_.CallOne({in[0]}));
+    return lm_head_.Call({h});
   }
+
+ private:
+  Model& model_;
+  nn::Linear& lm_head_;
 };
 
 absl::Status Run(const std::string& dir, std::vector<int64_t> ids) {

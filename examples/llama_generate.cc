@@ -8,21 +8,7 @@
 //   dtrun --nproc-per-node 4 build/bin/generate --model tests/fixtures/zoo/qwen3-tiny
 //       --prompt-ids 1,15,27 --max-new-tokens 32 [--greedy | --temperature 0.8 --top-k 40 --seed 1]
 //
-// Options: --model DIR|FILE.gguf (config.json + safetensors [+ tokenizer.json], or a GGUF with its
-// vocabulary), --prompt TEXT (tokenized; BOS first when the tokenizer adds one), --chat (TEXT is a
-// user message in the checkpoint's chat template; --system TEXT adds a system message),
-// --prompt-ids a,b,c (ids, no tokenizer needed), --max-new-tokens N, --greedy, --temperature T,
-// --top-k K, --top-p P, --seed S, --dtype f32|bf16 (default: the checkpoint's; for a GGUF, its
-// quantized weights stay quantized as their blocks and the rest computes in f32, while --dtype
-// dequantizes every weight to that dtype),
-// --shard-embedding (embedding_rowwise), --replicate-kv (k_proj / v_proj replicated: any tp that
-// divides the query heads, e.g. SmolLM2's 9 heads / 3 KV heads on 9 ranks), --stop-at-eos (with --prompt-ids; a text prompt always
-// stops at EOS and the chat format's end of turn), --print-ids (the generated ids too), --check
-// (rank 0 reruns on one rank in-process and every rank exits 1 unless the tokens are equal),
-// --quiet (no table of parameters, no per-step progress), --save-to DIR (after loading, write the
-// tensor-parallel model as one HF checkpoint, gathered tensor by tensor: nn/save.h), --ep-size N
-// (mixture-of-experts families: experts split over N ranks; N = the ranks: the dense layers split
-// over the same ranks, else an (N, ranks / N) mesh: Note [Expert-parallel layouts]).
+// `generate --help` lists every flag with its default and meaning.
 //
 // With a text prompt the answer is streamed as tokens arrive (a character split over tokens is
 // held until complete); prefill and decode tokens/s are printed at the end.
@@ -36,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -45,6 +32,49 @@
 #include "dtensor/loaders/tokenizer.h"
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/models/llama.h"
+#include "dtensor/tools/flags.h"
+
+ABSL_FLAG(std::string, model, "",
+          "DIR (config.json + safetensors [+ tokenizer.json]) or FILE.gguf (with its vocabulary) "
+          "(required)");
+ABSL_FLAG(std::string, prompt, "",
+          "TEXT, tokenized by the model's tokenizer (BOS first when it adds one); the answer is "
+          "streamed and stops at EOS / end of turn");
+ABSL_FLAG(bool, chat, false, "--prompt TEXT is a user message in the checkpoint's chat template");
+ABSL_FLAG(std::string, system, "", "a system message before --prompt TEXT (implies --chat)");
+ABSL_FLAG(std::string, prompt_ids, "",
+          "the prompt as token ids a,b,c (no tokenizer needed); neither this nor --prompt: id 1");
+ABSL_FLAG(int64_t, max_new_tokens, 32, "tokens to generate after the prompt");
+ABSL_FLAG(bool, greedy, false,
+          "argmax (the default unless --temperature, --top-k or --top-p is given)");
+ABSL_FLAG(double, temperature, 1.0, "sampling temperature (> 0; turns sampling on)");
+ABSL_FLAG(int64_t, top_k, 0, "sample among the K most likely tokens (0: all; turns sampling on)");
+ABSL_FLAG(double, top_p, 1.0, "nucleus sampling threshold in (0, 1] (turns sampling on)");
+ABSL_FLAG(int64_t, seed, 0,
+          "seed of the sampler's counter-based RNG: the same tokens on any number of ranks");
+ABSL_FLAG(std::string, dtype, "",
+          "compute dtype f32|bf16 (empty: the checkpoint's; for a GGUF its quantized weights stay "
+          "quantized as their blocks and the rest computes in f32, while --dtype dequantizes "
+          "every weight to that dtype)");
+ABSL_FLAG(bool, shard_embedding, false,
+          "embed_tokens as embedding_rowwise (vocab rows split, masked lookup + all_reduce)");
+ABSL_FLAG(bool, replicate_kv, false,
+          "k_proj / v_proj replicated: any tp that divides the query heads (SmolLM2's 9 heads / 3 "
+          "KV heads on 9 ranks)");
+ABSL_FLAG(bool, stop_at_eos, false,
+          "with --prompt-ids, stop at the config's EOS (a text prompt always stops at EOS and the "
+          "chat format's end of turn)");
+ABSL_FLAG(bool, print_ids, false, "print the prompt and generated ids with a text prompt too");
+ABSL_FLAG(bool, check, false,
+          "rank 0 reruns on one rank in-process; every rank exits 1 unless the tokens are equal");
+ABSL_FLAG(bool, quiet, false, "no table of parameters, no per-step progress");
+ABSL_FLAG(std::string, save_to, "",
+          "after loading, write the tensor-parallel model here as one HF checkpoint, gathered "
+          "tensor by tensor (nn/save.h)");
+ABSL_FLAG(int64_t, ep_size, 1,
+          "mixture-of-experts families: experts split over N ranks (N = the ranks: the dense "
+          "layers split over the same ranks, else an (N, ranks / N) mesh: Note [Expert-parallel "
+          "layouts])");
 
 // The program lives in dt::nn (no using-directives): the library's names read unqualified here.
 namespace dt::nn {
@@ -71,82 +101,57 @@ struct Args {
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
-  Args a;
-  auto value = [&](int& i) -> absl::StatusOr<std::string> {
-    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(argv[i], " needs a value"));
-    return std::string(argv[++i]);
-  };
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    if (f == "--model") {
-      DT_ASSIGN_OR_RETURN(a.model, value(i));
-    } else if (f == "--prompt-ids") {
-      DT_ASSIGN_OR_RETURN(std::string v, value(i));
-      for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipEmpty())) {
-        int64_t id;
-        if (!absl::SimpleAtoi(p, &id)) {
-          return absl::InvalidArgumentError(absl::StrCat("--prompt-ids: bad id '", p, "'"));
-        }
-        a.prompt.push_back(id);
-      }
-    } else if (f == "--prompt") {
-      DT_ASSIGN_OR_RETURN(a.text, value(i));
-    } else if (f == "--system") {
-      DT_ASSIGN_OR_RETURN(a.system, value(i));
-    } else if (f == "--chat") {
-      a.chat = true;
-    } else if (f == "--print-ids") {
-      a.print_ids = true;
-    } else if (f == "--max-new-tokens") {
-      DT_ASSIGN_OR_RETURN(std::string v, value(i));
-      if (!absl::SimpleAtoi(v, &a.max_new_tokens)) {
-        return absl::InvalidArgumentError("--max-new-tokens: not an integer");
-      }
-    } else if (f == "--greedy") {
-      a.sampling.greedy = true;
-    } else if (f == "--temperature" || f == "--top-p") {
-      DT_ASSIGN_OR_RETURN(std::string v, value(i));
-      double d;
-      if (!absl::SimpleAtod(v, &d)) return absl::InvalidArgumentError(f + ": not a number");
-      (f == "--temperature" ? a.sampling.temperature : a.sampling.top_p) = d;
-      a.sampling.greedy = false;
-    } else if (f == "--top-k" || f == "--seed") {
-      DT_ASSIGN_OR_RETURN(std::string v, value(i));
-      int64_t n;
-      if (!absl::SimpleAtoi(v, &n) || n < 0) {
-        return absl::InvalidArgumentError(f + ": not an integer >= 0");
-      }
-      if (f == "--top-k") {
-        a.sampling.top_k = n;
-        a.sampling.greedy = false;
-      } else {
-        a.sampling.seed = static_cast<uint64_t>(n);
-      }
-    } else if (f == "--dtype") {
-      DT_ASSIGN_OR_RETURN(std::string v, value(i));
-      DT_ASSIGN_OR_RETURN(DType d, ParseDType(v));
-      a.dtype = d;
-    } else if (f == "--shard-embedding") {
-      a.shard_embedding = true;
-    } else if (f == "--replicate-kv") {
-      a.replicate_kv = true;
-    } else if (f == "--stop-at-eos") {
-      a.stop_at_eos = true;
-    } else if (f == "--check") {
-      a.check = true;
-    } else if (f == "--quiet") {
-      a.quiet = true;
-    } else if (f == "--save-to") {
-      DT_ASSIGN_OR_RETURN(a.save_to, value(i));
-    } else if (f == "--ep-size") {
-      DT_ASSIGN_OR_RETURN(std::string v, value(i));
-      if (!absl::SimpleAtoi(v, &a.ep_size) || a.ep_size < 1) {
-        return absl::InvalidArgumentError("--ep-size: not an integer >= 1");
-      }
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown option '", f, "' (see the file comment)"));
-    }
+  const std::vector<std::string> positional = cli::ParseFlags(
+      argc, argv,
+      "usage: generate --model DIR|FILE.gguf [--prompt TEXT [--chat] [--system TEXT] | "
+      "--prompt-ids a,b,c] [flags]\n"
+      "text generation with tensor parallelism for every decoder family, sharded at load (under "
+      "dtrun: one rank per process)");
+  if (positional.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", positional[1], "' (every option is a --flag)"));
   }
+  Args a;
+  a.model = absl::GetFlag(FLAGS_model);
+  const std::string ids = absl::GetFlag(FLAGS_prompt_ids);
+  for (absl::string_view p : absl::StrSplit(ids, ',', absl::SkipEmpty())) {
+    int64_t id;
+    if (!absl::SimpleAtoi(p, &id)) {
+      return absl::InvalidArgumentError(absl::StrCat("--prompt-ids: bad id '", p, "'"));
+    }
+    a.prompt.push_back(id);
+  }
+  a.text = absl::GetFlag(FLAGS_prompt);
+  a.system = absl::GetFlag(FLAGS_system);
+  a.chat = absl::GetFlag(FLAGS_chat);
+  a.print_ids = absl::GetFlag(FLAGS_print_ids);
+  a.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  // Sampling is on when any of its knobs is given; --greedy with one of them is a contradiction.
+  const bool sampled = cli::Given("temperature") || cli::Given("top_k") || cli::Given("top_p");
+  if (sampled && absl::GetFlag(FLAGS_greedy)) {
+    return absl::InvalidArgumentError(
+        "--greedy picks the argmax: give it or --temperature/--top-k/--top-p, not both");
+  }
+  a.sampling.greedy = !sampled;
+  a.sampling.temperature = absl::GetFlag(FLAGS_temperature);
+  a.sampling.top_p = absl::GetFlag(FLAGS_top_p);
+  for (const auto& [name, v] : {std::pair{"--top-k", absl::GetFlag(FLAGS_top_k)},
+                                std::pair{"--seed", absl::GetFlag(FLAGS_seed)}}) {
+    if (v < 0) return absl::InvalidArgumentError(absl::StrCat(name, ": not an integer >= 0"));
+  }
+  a.sampling.top_k = absl::GetFlag(FLAGS_top_k);
+  a.sampling.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
+  if (const std::string d = absl::GetFlag(FLAGS_dtype); !d.empty()) {
+    DT_ASSIGN_OR_RETURN(a.dtype, ParseDType(d));
+  }
+  a.shard_embedding = absl::GetFlag(FLAGS_shard_embedding);
+  a.replicate_kv = absl::GetFlag(FLAGS_replicate_kv);
+  a.stop_at_eos = absl::GetFlag(FLAGS_stop_at_eos);
+  a.check = absl::GetFlag(FLAGS_check);
+  a.quiet = absl::GetFlag(FLAGS_quiet);
+  a.save_to = absl::GetFlag(FLAGS_save_to);
+  a.ep_size = absl::GetFlag(FLAGS_ep_size);
+  if (a.ep_size < 1) return absl::InvalidArgumentError("--ep-size: not an integer >= 1");
   if (a.model.empty()) return absl::InvalidArgumentError("--model DIR|FILE.gguf is required");
   if (!a.text.empty() && !a.prompt.empty()) {
     return absl::InvalidArgumentError("give --prompt TEXT or --prompt-ids, not both");

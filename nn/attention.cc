@@ -105,17 +105,17 @@ Attention::Attention(const AttentionOptions& options) : Module("Attention"), opt
   const int64_t q = o.num_heads * o.head_dim, kv = o.num_kv_heads * o.head_dim;
   const bool qkv_bias = o.bias || o.qkv_bias;
   if (o.fused_qkv) {
-    AddModule<Linear>(o.qkv_name, o.hidden_size, q + 2 * kv, qkv_bias, o.dtype)
-        .set_packed_col_blocks({q, kv, kv});
+    qkv_ = &AddModule<Linear>(o.qkv_name, o.hidden_size, q + 2 * kv, qkv_bias, o.dtype);
+    qkv_->set_packed_col_blocks({q, kv, kv});
   } else {
-    AddModule<Linear>(o.q_name, o.hidden_size, q, qkv_bias, o.dtype);
-    AddModule<Linear>(o.k_name, o.hidden_size, kv, qkv_bias, o.dtype);
-    AddModule<Linear>(o.v_name, o.hidden_size, kv, qkv_bias, o.dtype);
+    q_ = &AddModule<Linear>(o.q_name, o.hidden_size, q, qkv_bias, o.dtype);
+    k_ = &AddModule<Linear>(o.k_name, o.hidden_size, kv, qkv_bias, o.dtype);
+    v_ = &AddModule<Linear>(o.v_name, o.hidden_size, kv, qkv_bias, o.dtype);
   }
-  AddModule<Linear>(o.o_name, q, o.hidden_size, o.bias, o.dtype);
+  o_ = &AddModule<Linear>(o.o_name, q, o.hidden_size, o.bias, o.dtype);
   if (o.qk_norm) {
-    AddModule<RMSNorm>("q_norm", o.head_dim, o.norm_eps, o.dtype);
-    AddModule<RMSNorm>("k_norm", o.head_dim, o.norm_eps, o.dtype);
+    q_norm_ = &AddModule<RMSNorm>("q_norm", o.head_dim, o.norm_eps, o.dtype);
+    k_norm_ = &AddModule<RMSNorm>("k_norm", o.head_dim, o.norm_eps, o.dtype);
   }
 }
 
@@ -259,7 +259,7 @@ absl::Status Attention::PickKVHeads(const Value& q, Value* k, Value* v) const {
     return absl::OkStatus();
   }
   if (o.fused_qkv) return absl::OkStatus();  // q, k and v are cut by the same packed blocks
-  const Parameter* w = FindChild(o.q_name)->FindParameter("weight");
+  const Parameter* w = q_->FindParameter("weight");
   if (!w->placed() || w->spec().placements().size() != 1 || !w->spec().placements()[0].is_shard() ||
       w->spec().placements()[0].dim() != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -313,23 +313,23 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
     // by the global ratio nH : nKV : nKV, which also holds for the whole (replicated) output.
     // Pieces taken plain: this forward pairs heads itself (Note [Local pieces remember their
     // layout] in nn/value.h; the plan was checked by ValidateTensorParallel).
-    DT_ASSIGN_OR_RETURN(Value qkv, FindChild(o.qkv_name)->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(Value qkv, qkv_->CallOne({x}));
     qkv = PlainLocal(qkv);
     const int64_t width = qkv.shape().back(), total = (o.num_heads + 2 * o.num_kv_heads) * d;
     const int64_t wq = width * o.num_heads * d / total, wkv = width * o.num_kv_heads * d / total;
     DT_ASSIGN_OR_RETURN(std::vector<Value> parts, vops::Split(qkv, {wq, wkv, wkv}, -1));
-    DT_ASSIGN_OR_RETURN(q, Project(parts[0], b, s, "q_norm"));
-    DT_ASSIGN_OR_RETURN(k, Project(parts[1], b, s, "k_norm"));
+    DT_ASSIGN_OR_RETURN(q, Project(parts[0], b, s, q_norm_));
+    DT_ASSIGN_OR_RETURN(k, Project(parts[1], b, s, k_norm_));
     DT_ASSIGN_OR_RETURN(v, Project(parts[2], b, s, nullptr));
   } else {
-    DT_ASSIGN_OR_RETURN(Value yq, FindChild(o.q_name)->CallOne({x}));
-    DT_ASSIGN_OR_RETURN(Value yk, FindChild(o.k_name)->CallOne({x}));
-    DT_ASSIGN_OR_RETURN(Value yv, FindChild(o.v_name)->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(Value yq, q_->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(Value yk, k_->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(Value yv, v_->CallOne({x}));
     yq = PlainLocal(yq);
     yk = PlainLocal(yk);
     yv = PlainLocal(yv);
-    DT_ASSIGN_OR_RETURN(q, Project(yq, b, s, "q_norm"));
-    DT_ASSIGN_OR_RETURN(k, Project(yk, b, s, "k_norm"));
+    DT_ASSIGN_OR_RETURN(q, Project(yq, b, s, q_norm_));
+    DT_ASSIGN_OR_RETURN(k, Project(yk, b, s, k_norm_));
     DT_ASSIGN_OR_RETURN(v, Project(yv, b, s, nullptr));
   }
   DT_RETURN_IF_ERROR(PickKVHeads(q, &k, &v));
@@ -349,7 +349,7 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value a, vops::ScaledDotProductAttention(q, k, v, attn));
   DT_ASSIGN_OR_RETURN(a, vops::Transpose(a, 1, 2));
   DT_ASSIGN_OR_RETURN(a, vops::Reshape(a, {b, s, -1}));
-  DT_ASSIGN_OR_RETURN(Value y, FindChild(o.o_name)->CallOne({a}));
+  DT_ASSIGN_OR_RETURN(Value y, o_->CallOne({a}));
   return Values{std::move(y)};
 }
 
@@ -358,11 +358,11 @@ absl::StatusOr<Value> Attention::Heads(const Value& y, int64_t b, int64_t s) con
   return vops::Transpose(h, 1, 2);
 }
 
-absl::StatusOr<Value> Attention::Project(const Value& y, int64_t b, int64_t s, const char* norm) {
-  if (!options_.qk_norm || norm == nullptr) return Heads(y, b, s);
+absl::StatusOr<Value> Attention::Project(const Value& y, int64_t b, int64_t s, RMSNorm* norm) {
+  if (norm == nullptr) return Heads(y, b, s);
   // [B, S, h·D] -> [B, S, h, D], normalized over D (transformers' order), -> [B, h, S, D].
   DT_ASSIGN_OR_RETURN(Value h, vops::Reshape(y, {b, s, -1, options_.head_dim}));
-  DT_ASSIGN_OR_RETURN(h, FindChild(norm)->CallOne({h}));
+  DT_ASSIGN_OR_RETURN(h, norm->CallOne({h}));
   return vops::Transpose(h, 1, 2);
 }
 

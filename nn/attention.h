@@ -52,6 +52,7 @@
 #include "dtensor/core/dtype.h"
 #include "dtensor/nn/linear.h"
 #include "dtensor/nn/module.h"
+#include "dtensor/nn/norm.h"
 #include "dtensor/ops/local/ops.h"
 
 namespace dt::nn {
@@ -149,10 +150,14 @@ class Attention : public Module {
   absl::StatusOr<Value> Heads(const Value& y, int64_t b, int64_t s) const;
   // See Note [Replicated KV heads] in attention.cc.
   absl::Status PickKVHeads(const Value& q, Value* k, Value* v) const;
-  // A projection's output as heads [B, h, S, D] (normalized with qk_norm when `norm` names one).
-  absl::StatusOr<Value> Project(const Value& y, int64_t b, int64_t s, const char* norm);
+  // A projection's output as heads [B, h, S, D] (normalized by `norm` when not null).
+  absl::StatusOr<Value> Project(const Value& y, int64_t b, int64_t s, RMSNorm* norm);
 
   AttentionOptions options_;
+  // The children the forward calls, as built: qkv_ with fused_qkv, else q_, k_ and v_; the norms
+  // with qk_norm.
+  Linear *qkv_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *o_ = nullptr;
+  RMSNorm *q_norm_ = nullptr, *k_norm_ = nullptr;
   bool use_cache_ = false;
   KVCache cache_;
 };

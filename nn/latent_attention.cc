@@ -15,18 +15,22 @@ LatentAttention::LatentAttention(const LatentAttentionOptions& o)
     : Module("LatentAttention"), options_(o) {
   const int64_t qk = o.qk_nope_head_dim + o.qk_rope_head_dim;
   if (o.q_lora_rank > 0) {
-    AddModule<Linear>("q_a_proj", o.hidden_size, o.q_lora_rank, o.bias, o.dtype);
-    AddModule<RMSNorm>("q_a_layernorm", o.q_lora_rank, o.norm_eps, o.dtype);
-    AddModule<Linear>("q_b_proj", o.q_lora_rank, o.num_heads * qk, /*bias=*/false, o.dtype);
+    q_a_proj_ = &AddModule<Linear>("q_a_proj", o.hidden_size, o.q_lora_rank, o.bias, o.dtype);
+    q_a_layernorm_ = &AddModule<RMSNorm>("q_a_layernorm", o.q_lora_rank, o.norm_eps, o.dtype);
+    q_b_proj_ =
+        &AddModule<Linear>("q_b_proj", o.q_lora_rank, o.num_heads * qk, /*bias=*/false, o.dtype);
   } else {
-    AddModule<Linear>("q_proj", o.hidden_size, o.num_heads * qk, /*bias=*/false, o.dtype);
+    q_proj_ =
+        &AddModule<Linear>("q_proj", o.hidden_size, o.num_heads * qk, /*bias=*/false, o.dtype);
   }
-  AddModule<Linear>("kv_a_proj_with_mqa", o.hidden_size, o.kv_lora_rank + o.qk_rope_head_dim,
-                    o.bias, o.dtype);
-  AddModule<RMSNorm>("kv_a_layernorm", o.kv_lora_rank, o.norm_eps, o.dtype);
-  AddModule<Linear>("kv_b_proj", o.kv_lora_rank,
-                    o.num_heads * (o.qk_nope_head_dim + o.v_head_dim), /*bias=*/false, o.dtype);
-  AddModule<Linear>("o_proj", o.num_heads * o.v_head_dim, o.hidden_size, o.bias, o.dtype);
+  kv_a_proj_with_mqa_ = &AddModule<Linear>(
+      "kv_a_proj_with_mqa", o.hidden_size, o.kv_lora_rank + o.qk_rope_head_dim, o.bias, o.dtype);
+  kv_a_layernorm_ = &AddModule<RMSNorm>("kv_a_layernorm", o.kv_lora_rank, o.norm_eps, o.dtype);
+  kv_b_proj_ = &AddModule<Linear>("kv_b_proj", o.kv_lora_rank,
+                                  o.num_heads * (o.qk_nope_head_dim + o.v_head_dim),
+                                  /*bias=*/false, o.dtype);
+  o_proj_ =
+      &AddModule<Linear>("o_proj", o.num_heads * o.v_head_dim, o.hidden_size, o.bias, o.dtype);
 }
 
 std::string LatentAttention::ExtraRepr() const {
@@ -98,20 +102,20 @@ absl::StatusOr<Values> LatentAttention::Forward(Values inputs) {
   // Queries: [B, h, S, d_nope + d_rope].
   Value qv;
   if (o.q_lora_rank > 0) {
-    DT_ASSIGN_OR_RETURN(Value qa, FindChild("q_a_proj")->CallOne({Value(x)}));
-    DT_ASSIGN_OR_RETURN(qa, FindChild("q_a_layernorm")->CallOne({qa}));
-    DT_ASSIGN_OR_RETURN(qv, FindChild("q_b_proj")->CallOne({qa}));
+    DT_ASSIGN_OR_RETURN(Value qa, q_a_proj_->CallOne({Value(x)}));
+    DT_ASSIGN_OR_RETURN(qa, q_a_layernorm_->CallOne({qa}));
+    DT_ASSIGN_OR_RETURN(qv, q_b_proj_->CallOne({qa}));
   } else {
-    DT_ASSIGN_OR_RETURN(qv, FindChild("q_proj")->CallOne({Value(x)}));
+    DT_ASSIGN_OR_RETURN(qv, q_proj_->CallOne({Value(x)}));
   }
   DT_ASSIGN_OR_RETURN(Tensor q, Heads(qv, b, s, qk));
   DT_ASSIGN_OR_RETURN(std::vector<Tensor> q_parts, ops::Split(q, {o.qk_nope_head_dim, rope}, -1));
   // The latent and the shared RoPE key.
-  DT_ASSIGN_OR_RETURN(Value latent_v, FindChild("kv_a_proj_with_mqa")->CallOne({Value(x)}));
+  DT_ASSIGN_OR_RETURN(Value latent_v, kv_a_proj_with_mqa_->CallOne({Value(x)}));
   DT_ASSIGN_OR_RETURN(Tensor latent, WholeTensor(latent_v));
   DT_ASSIGN_OR_RETURN(std::vector<Tensor> kv_parts, ops::Split(latent, {o.kv_lora_rank, rope}, -1));
-  DT_ASSIGN_OR_RETURN(Value c, FindChild("kv_a_layernorm")->CallOne({Value(kv_parts[0])}));
-  DT_ASSIGN_OR_RETURN(Value kv_v, FindChild("kv_b_proj")->CallOne({c}));
+  DT_ASSIGN_OR_RETURN(Value c, kv_a_layernorm_->CallOne({Value(kv_parts[0])}));
+  DT_ASSIGN_OR_RETURN(Value kv_v, kv_b_proj_->CallOne({c}));
   DT_ASSIGN_OR_RETURN(Tensor kv, Heads(kv_v, b, s, o.qk_nope_head_dim + o.v_head_dim));
   DT_ASSIGN_OR_RETURN(std::vector<Tensor> k_parts,
                       ops::Split(kv, {o.qk_nope_head_dim, o.v_head_dim}, -1));
@@ -135,7 +139,7 @@ absl::StatusOr<Values> LatentAttention::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Tensor a, ops::ScaledDotProductAttention(query, k.local(), v.local(), attn));
   DT_ASSIGN_OR_RETURN(a, a.Transpose(1, 2));
   DT_ASSIGN_OR_RETURN(a, a.Reshape({b, s, -1}));
-  DT_ASSIGN_OR_RETURN(Value y, FindChild("o_proj")->CallOne({Value(a)}));
+  DT_ASSIGN_OR_RETURN(Value y, o_proj_->CallOne({Value(a)}));
   return Values{std::move(y)};
 }
 

@@ -81,6 +81,13 @@ class LatentAttention : public Module {
   LatentAttentionOptions options_;
   bool use_cache_ = false;
   KVCache cache_;
+  // The children the forward calls, as built: q_a_proj_, q_a_layernorm_ and q_b_proj_ with a
+  // q_lora_rank, else q_proj_.
+  Linear *q_a_proj_ = nullptr, *q_b_proj_ = nullptr, *q_proj_ = nullptr;
+  RMSNorm* q_a_layernorm_ = nullptr;
+  Linear* kv_a_proj_with_mqa_;
+  RMSNorm* kv_a_layernorm_;
+  Linear *kv_b_proj_, *o_proj_;
 };
 
 }  // namespace dt::nn

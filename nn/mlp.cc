@@ -75,8 +75,8 @@ absl::StatusOr<Value> Activate(const Value& x, Activation a) {
 }
 
 MLP::MLP(const MLPOptions& o) : Module("MLP"), options_(o) {
-  AddModule<Linear>(o.up_name, o.hidden_size, o.intermediate_size, o.bias, o.dtype);
-  AddModule<Linear>(o.down_name, o.intermediate_size, o.hidden_size, o.bias, o.dtype);
+  up_ = &AddModule<Linear>(o.up_name, o.hidden_size, o.intermediate_size, o.bias, o.dtype);
+  down_ = &AddModule<Linear>(o.down_name, o.intermediate_size, o.hidden_size, o.bias, o.dtype);
 }
 
 std::string MLP::ExtraRepr() const {
@@ -95,23 +95,23 @@ absl::Status MLP::ValidateTensorParallel(const TPValidationContext& ctx) const {
 absl::StatusOr<Values> MLP::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value x, SingleInput(*this, inputs));
   // This rank's columns, computed on as a plain piece (Note [Local pieces remember their layout]).
-  DT_ASSIGN_OR_RETURN(Value h, FindChild(options_.up_name)->CallOne({x}));
+  DT_ASSIGN_OR_RETURN(Value h, up_->CallOne({x}));
   h = PlainLocal(h);
   DT_ASSIGN_OR_RETURN(h, Activate(h, options_.activation));
-  DT_ASSIGN_OR_RETURN(Value y, FindChild(options_.down_name)->CallOne({h}));
+  DT_ASSIGN_OR_RETURN(Value y, down_->CallOne({h}));
   return Values{std::move(y)};
 }
 
 SwiGLUMLP::SwiGLUMLP(const SwiGLUOptions& o) : Module("SwiGLUMLP"), options_(o) {
   if (o.fused) {
-    auto& gate_up =
-        AddModule<Linear>("gate_up_proj", o.hidden_size, 2 * o.intermediate_size, o.bias, o.dtype);
-    gate_up.set_packed_col_blocks({o.intermediate_size, o.intermediate_size});
+    gate_up_ =
+        &AddModule<Linear>("gate_up_proj", o.hidden_size, 2 * o.intermediate_size, o.bias, o.dtype);
+    gate_up_->set_packed_col_blocks({o.intermediate_size, o.intermediate_size});
   } else {
-    AddModule<Linear>("gate_proj", o.hidden_size, o.intermediate_size, o.bias, o.dtype);
-    AddModule<Linear>("up_proj", o.hidden_size, o.intermediate_size, o.bias, o.dtype);
+    gate_ = &AddModule<Linear>("gate_proj", o.hidden_size, o.intermediate_size, o.bias, o.dtype);
+    up_ = &AddModule<Linear>("up_proj", o.hidden_size, o.intermediate_size, o.bias, o.dtype);
   }
-  AddModule<Linear>("down_proj", o.intermediate_size, o.hidden_size, o.bias, o.dtype);
+  down_ = &AddModule<Linear>("down_proj", o.intermediate_size, o.hidden_size, o.bias, o.dtype);
 }
 
 std::string SwiGLUMLP::ExtraRepr() const {
@@ -144,21 +144,21 @@ absl::StatusOr<Values> SwiGLUMLP::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value x, SingleInput(*this, inputs));
   Value gate, up;
   if (options_.fused) {
-    DT_ASSIGN_OR_RETURN(Value gu, FindChild("gate_up_proj")->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(Value gu, gate_up_->CallOne({x}));
     DT_ASSIGN_OR_RETURN(std::vector<Value> halves, vops::Chunk(PlainLocal(gu), 2, -1));
     gate = std::move(halves[0]);
     up = std::move(halves[1]);
   } else {
     // This rank's columns of both (ValidateTensorParallel checked they are split alike), computed
     // on as plain pieces (Note [Local pieces remember their layout]).
-    DT_ASSIGN_OR_RETURN(gate, FindChild("gate_proj")->CallOne({x}));
-    DT_ASSIGN_OR_RETURN(up, FindChild("up_proj")->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(gate, gate_->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(up, up_->CallOne({x}));
     gate = PlainLocal(gate);
     up = PlainLocal(up);
   }
   DT_ASSIGN_OR_RETURN(Value act, Activate(gate, options_.activation));
   DT_ASSIGN_OR_RETURN(Value h, vops::Mul(act, up));
-  DT_ASSIGN_OR_RETURN(Value y, FindChild("down_proj")->CallOne({h}));
+  DT_ASSIGN_OR_RETURN(Value y, down_->CallOne({h}));
   return Values{std::move(y)};
 }
 

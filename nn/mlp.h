@@ -73,6 +73,7 @@ class MLP : public Module {
 
  private:
   MLPOptions options_;
+  Linear *up_, *down_;  // the children the forward calls, as built
 };
 
 struct SwiGLUOptions {
@@ -96,6 +97,8 @@ class SwiGLUMLP : public Module {
 
  private:
   SwiGLUOptions options_;
+  // The children the forward calls, as built: gate_up_ when fused, else gate_ and up_.
+  Linear *gate_up_ = nullptr, *gate_ = nullptr, *up_ = nullptr, *down_ = nullptr;
 };
 
 // For modules with projections of an intermediate size (MLP, SwiGLUMLP, Experts): when the plan

@@ -138,7 +138,7 @@ Experts::Experts(const ExpertsOptions& o) : Module("Experts"), options_(o) {
   RegisterParameter("gate_up_proj", {o.num_experts, 2 * o.intermediate_size, o.hidden_size},
                     o.dtype);
   RegisterParameter("down_proj", {o.num_experts, o.hidden_size, o.intermediate_size}, o.dtype);
-  if (o.num_identity_experts > 0) AddModule<IdentityExpert>("identity");
+  if (o.num_identity_experts > 0) identity_ = &AddModule<IdentityExpert>("identity");
 }
 
 std::string Experts::ExtraRepr() const {
@@ -257,7 +257,7 @@ absl::StatusOr<Values> Experts::Forward(Values inputs) {
     DT_ASSIGN_OR_RETURN(y, CombineByToken(out, tokens, sorted_w, n));
   }
   if (identity > 0) {
-    DT_ASSIGN_OR_RETURN(Value id, FindChild("identity")->CallOne({Value(x)}));
+    DT_ASSIGN_OR_RETURN(Value id, identity_->CallOne({Value(x)}));
     DT_ASSIGN_OR_RETURN(Tensor idf, ops::Cast(id.local(), DType::kF32));
     DT_ASSIGN_OR_RETURN(Tensor iw, Tensor::FromVector<float>({n, 1}, identity_weight));
     DT_ASSIGN_OR_RETURN(Tensor contribution, ops::Mul(idf, iw));
@@ -270,8 +270,8 @@ absl::StatusOr<Values> Experts::Forward(Values inputs) {
 // ---- block ----------------------------------------------------------------------------------------
 
 MoeBlock::MoeBlock(const MoeBlockOptions& o) : Module("MoeBlock"), options_(o) {
-  AddModule<TopKRouter>("gate", o.router);
-  AddModule<Experts>("experts", o.experts);
+  gate_ = &AddModule<TopKRouter>("gate", o.router);
+  experts_ = &AddModule<Experts>("experts", o.experts);
   if (o.shared_intermediate_size > 0) {
     SwiGLUOptions s;
     s.hidden_size = o.experts.hidden_size;
@@ -279,7 +279,7 @@ MoeBlock::MoeBlock(const MoeBlockOptions& o) : Module("MoeBlock"), options_(o) {
     s.bias = o.shared_bias;
     s.activation = o.experts.activation;
     s.dtype = o.experts.dtype;
-    AddModule<SwiGLUMLP>("shared_experts", s);
+    shared_experts_ = &AddModule<SwiGLUMLP>("shared_experts", s);
   }
 }
 
@@ -292,17 +292,16 @@ absl::StatusOr<Values> MoeBlock::Forward(Values inputs) {
                                                    h.Describe()));
   }
   DT_ASSIGN_OR_RETURN(Tensor x, h.Reshape({-1, h.size(2)}));
-  DT_ASSIGN_OR_RETURN(Values routing, FindChild("gate")->Call({Value(x)}));
+  DT_ASSIGN_OR_RETURN(Values routing, gate_->Call({Value(x)}));
   if (routing.size() != 2) {
     return absl::InternalError(absl::StrCat("MoeBlock '", FullName(), "': the router gave ",
                                             routing.size(), " outputs, not {weights, ids}"));
   }
-  DT_ASSIGN_OR_RETURN(Value ev,
-                      FindChild("experts")->CallOne({Value(x), routing[1], routing[0]}));
+  DT_ASSIGN_OR_RETURN(Value ev, experts_->CallOne({Value(x), routing[1], routing[0]}));
   DT_ASSIGN_OR_RETURN(Tensor y, WholeTensor(ev));
   DT_ASSIGN_OR_RETURN(y, y.Reshape(h.shape()));
-  if (Module* shared = FindChild("shared_experts")) {
-    DT_ASSIGN_OR_RETURN(Value sv, shared->CallOne({Value(h)}));
+  if (shared_experts_ != nullptr) {
+    DT_ASSIGN_OR_RETURN(Value sv, shared_experts_->CallOne({Value(h)}));
     DT_ASSIGN_OR_RETURN(Tensor s, WholeTensor(sv));
     DT_ASSIGN_OR_RETURN(y, ops::Add(y, s));
   }

@@ -101,6 +101,7 @@ class Experts : public Module {
 
  private:
   ExpertsOptions options_;
+  IdentityExpert* identity_ = nullptr;  // with num_identity_experts
 };
 
 struct MoeBlockOptions {
@@ -120,6 +121,10 @@ class MoeBlock : public Module {
 
  private:
   MoeBlockOptions options_;
+  // The children the forward calls, as built.
+  TopKRouter* gate_;
+  Experts* experts_;
+  SwiGLUMLP* shared_experts_ = nullptr;  // with shared_intermediate_size
 };
 
 // Rows [P, H], one per (token, slot) pair in the order the caller computed them (Note [Grouped

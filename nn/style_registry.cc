@@ -1,6 +1,7 @@
 #include "dtensor/nn/style_registry.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -37,10 +38,15 @@ class Registry {
     Add("all_reduce", std::make_shared<AllReduceParallel>());
     Add("replicate", std::make_shared<ReplicateParallel>());
     Add("local_params", std::make_shared<LocalParamsParallel>());
-    Add("replicated_with_grad_allreduce", std::make_shared<ReplicatedWithGradAllReduce>());
+    // Note [Inference only] (nn/styles.h): replication under transformers' names.
+    const std::string no_grad = "none (inference only: no gradients)";
+    Add("replicated_with_grad_allreduce",
+        std::make_shared<ReplicateParallel>(
+            StyleInfo{"R", "R", "unchanged", "unchanged", no_grad}));
     Add("moe_tp_experts", std::make_shared<MoEExpertsParallel>());
     Add("moe_identity_expert", std::make_shared<MoEIdentityParallel>());
-    Add("mla_kv_a_proj", std::make_shared<MlaKvAProjParallel>());
+    Add("mla_kv_a_proj", std::make_shared<ReplicateParallel>(
+                             StyleInfo{"R", "R", "unchanged", "unchanged (whole)", no_grad}));
     // Expert parallelism (nn/expert_parallel.h): used on the ep dim of an (ep, tp) mesh.
     Add("grouped_gemm", std::make_shared<GroupedGemmParallel>());
     Add("ep_router", std::make_shared<RouterParallel>());

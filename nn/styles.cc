@@ -63,6 +63,16 @@ absl::Status NeedInput(const Module& m, const Values& inputs, absl::string_view 
   return absl::OkStatus();
 }
 
+// The first input replicated (a local one is first taken as laid out by `declared`): what the
+// styles whose forward needs the whole input start with.
+absl::StatusOr<DTensor> ReplicatedInput(const Module& m, const Values& inputs,
+                                        const DeviceMesh& mesh, const Placement& declared,
+                                        absl::string_view style) {
+  DT_RETURN_IF_ERROR(NeedInput(m, inputs, style));
+  DT_ASSIGN_OR_RETURN(DTensor x, AsDTensor(inputs[0], mesh, declared));
+  return RedistributeTo(x, Placement::Replicate());
+}
+
 // ---- packed blocks (Note [Packed blocks]) ------------------------------------------------------
 
 struct PackedLayout {
@@ -239,10 +249,7 @@ absl::StatusOr<Placement> ColwiseParallel::ParamPlacement(const Module& module,
 
 absl::StatusOr<Values> ColwiseParallel::TransformInputsPreForward(Module& module, Values inputs,
                                                                   const DeviceMesh& mesh) const {
-  DT_RETURN_IF_ERROR(NeedInput(module, inputs, "colwise"));
-  DT_ASSIGN_OR_RETURN(DTensor x, AsDTensor(inputs[0], mesh, input_layout_));
-  DT_ASSIGN_OR_RETURN(x, RedistributeTo(x, Placement::Replicate()));
-  inputs[0] = std::move(x);
+  DT_ASSIGN_OR_RETURN(inputs[0], ReplicatedInput(module, inputs, mesh, input_layout_, "colwise"));
   return inputs;
 }
 
@@ -327,38 +334,35 @@ absl::StatusOr<Values> RowwiseParallel::TransformOutputPostForward(Module& modul
 
 // ---- packed -------------------------------------------------------------------------------------
 
-PackedColwiseParallel::PackedColwiseParallel(std::vector<int64_t> blocks, bool use_local_output)
-    : blocks_(std::move(blocks)), use_local_output_(use_local_output) {}
+absl::Status PackedParallel::ValidateParam(const Module& module, const Parameter& param,
+                                           const DeviceMesh& mesh) const {
+  if (param.dim() < (col_ ? 1 : 2)) return absl::OkStatus();  // rowwise: the bias stays whole
+  DT_ASSIGN_OR_RETURN(PackedParam p, ResolvePackedParam(name_, blocks_, module, param, col_));
+  return CheckBlocksDivisible(name_, param, p.layout, mesh.Size());
+}
+
+absl::StatusOr<Placement> PackedParallel::ParamPlacement(const Module& module,
+                                                         const Parameter& param) const {
+  if (param.dim() < (col_ ? 1 : 2)) return Placement::Replicate();
+  DT_ASSIGN_OR_RETURN(PackedParam p, ResolvePackedParam(name_, blocks_, module, param, col_));
+  return PackedPlacement(p.layout, p.dim);
+}
+
+std::string PackedParallel::WeightInfo() const {
+  const int d = col_ ? 0 : 1;
+  return blocks_.empty() ? absl::StrCat("_S(", d, ",[declared blocks])")
+                         : absl::StrCat("_S(", d, ",", BlocksText(blocks_), " scaled)");
+}
 
 StyleInfo PackedColwiseParallel::Info() const {
-  const std::string w = blocks_.empty() ? "_S(0,[declared blocks])"
-                                        : absl::StrCat("_S(0,", BlocksText(blocks_), " scaled)");
-  return {w, "as weight", "R", absl::StrCat("_S(-1,...)", use_local_output_ ? " local" : ""),
-          "none"};
-}
-
-absl::Status PackedColwiseParallel::ValidateParam(const Module& module, const Parameter& param,
-                                                  const DeviceMesh& mesh) const {
-  if (param.dim() == 0) return absl::OkStatus();
-  DT_ASSIGN_OR_RETURN(PackedParam p, ResolvePackedParam("packed_colwise", blocks_, module, param,
-                                                        /*col=*/true));
-  return CheckBlocksDivisible("packed_colwise", param, p.layout, mesh.Size());
-}
-
-absl::StatusOr<Placement> PackedColwiseParallel::ParamPlacement(const Module& module,
-                                                                const Parameter& param) const {
-  if (param.dim() == 0) return Placement::Replicate();
-  DT_ASSIGN_OR_RETURN(PackedParam p, ResolvePackedParam("packed_colwise", blocks_, module, param,
-                                                        /*col=*/true));
-  return PackedPlacement(p.layout, p.dim);
+  return {WeightInfo(), "as weight", "R",
+          absl::StrCat("_S(-1,...)", use_local_output_ ? " local" : ""), "none"};
 }
 
 absl::StatusOr<Values> PackedColwiseParallel::TransformInputsPreForward(
     Module& module, Values inputs, const DeviceMesh& mesh) const {
-  DT_RETURN_IF_ERROR(NeedInput(module, inputs, "packed_colwise"));
-  DT_ASSIGN_OR_RETURN(DTensor x, AsDTensor(inputs[0], mesh, Placement::Replicate()));
-  DT_ASSIGN_OR_RETURN(x, RedistributeTo(x, Placement::Replicate()));
-  inputs[0] = std::move(x);
+  DT_ASSIGN_OR_RETURN(inputs[0], ReplicatedInput(module, inputs, mesh, Placement::Replicate(),
+                                                 "packed_colwise"));
   return inputs;
 }
 
@@ -369,30 +373,9 @@ absl::StatusOr<Values> PackedColwiseParallel::TransformOutputPostForward(
   return outputs;
 }
 
-PackedRowwiseParallel::PackedRowwiseParallel(std::vector<int64_t> blocks, bool use_local_output)
-    : blocks_(std::move(blocks)), use_local_output_(use_local_output) {}
-
 StyleInfo PackedRowwiseParallel::Info() const {
-  const std::string w = blocks_.empty() ? "_S(1,[declared blocks])"
-                                        : absl::StrCat("_S(1,", BlocksText(blocks_), " scaled)");
-  return {w, "R", "_S(-1,...)", absl::StrCat("P(sum) -> R", use_local_output_ ? " local" : ""),
-          "all_reduce"};
-}
-
-absl::Status PackedRowwiseParallel::ValidateParam(const Module& module, const Parameter& param,
-                                                  const DeviceMesh& mesh) const {
-  if (param.dim() < 2) return absl::OkStatus();
-  DT_ASSIGN_OR_RETURN(PackedParam p, ResolvePackedParam("packed_rowwise", blocks_, module, param,
-                                                        /*col=*/false));
-  return CheckBlocksDivisible("packed_rowwise", param, p.layout, mesh.Size());
-}
-
-absl::StatusOr<Placement> PackedRowwiseParallel::ParamPlacement(const Module& module,
-                                                                const Parameter& param) const {
-  if (param.dim() < 2) return Placement::Replicate();
-  DT_ASSIGN_OR_RETURN(PackedParam p, ResolvePackedParam("packed_rowwise", blocks_, module, param,
-                                                        /*col=*/false));
-  return PackedPlacement(p.layout, p.dim);
+  return {WeightInfo(), "R", "_S(-1,...)",
+          absl::StrCat("P(sum) -> R", use_local_output_ ? " local" : ""), "all_reduce"};
 }
 
 absl::StatusOr<Values> PackedRowwiseParallel::TransformInputsPreForward(
@@ -453,10 +436,8 @@ absl::StatusOr<Placement> EmbeddingParallel::ParamPlacement(const Module&,
 
 absl::StatusOr<Values> EmbeddingParallel::TransformInputsPreForward(Module& module, Values inputs,
                                                                     const DeviceMesh& mesh) const {
-  DT_RETURN_IF_ERROR(NeedInput(module, inputs, "embedding"));
-  DT_ASSIGN_OR_RETURN(DTensor ids, AsDTensor(inputs[0], mesh, Placement::Replicate()));
-  DT_ASSIGN_OR_RETURN(ids, RedistributeTo(ids, Placement::Replicate()));
-  inputs[0] = std::move(ids);
+  DT_ASSIGN_OR_RETURN(inputs[0],
+                      ReplicatedInput(module, inputs, mesh, Placement::Replicate(), "embedding"));
   return inputs;
 }
 
@@ -525,20 +506,8 @@ absl::StatusOr<Values> LocalParamsParallel::TransformInputsPreForward(Module&, V
   return inputs;
 }
 
-StyleInfo ReplicateParallel::Info() const {
-  return {"R", "R", "unchanged", "unchanged", "none (replicated on purpose)"};
-}
-
 absl::Status ReplicateParallel::InstallForward(Module&, const DeviceMesh&) const {
   return absl::OkStatus();  // the module's own forward, on whatever it is given
-}
-
-StyleInfo ReplicatedWithGradAllReduce::Info() const {
-  return {"R", "R", "unchanged", "unchanged", "none (inference only: no gradients)"};
-}
-
-absl::Status ReplicatedWithGradAllReduce::InstallForward(Module&, const DeviceMesh&) const {
-  return absl::OkStatus();  // Note [Inference only]: the forward is the replicated one
 }
 
 StyleInfo MoEExpertsParallel::Info() const {
@@ -566,23 +535,14 @@ absl::StatusOr<Values> MoEExpertsParallel::TransformOutputPostForward(
   return outputs;
 }
 
-StyleInfo MlaKvAProjParallel::Info() const {
-  return {"R", "R", "unchanged", "unchanged (whole)", "none (inference only: no gradients)"};
-}
-
-absl::Status MlaKvAProjParallel::InstallForward(Module&, const DeviceMesh&) const {
-  return absl::OkStatus();  // Note [Inference only]: the forward is the replicated one
-}
-
 StyleInfo MoEIdentityParallel::Info() const {
   return {"-", "-", "R -> P(sum) (x / tp)", "local", "none"};
 }
 
 absl::StatusOr<Values> MoEIdentityParallel::TransformInputsPreForward(
     Module& module, Values inputs, const DeviceMesh& mesh) const {
-  DT_RETURN_IF_ERROR(NeedInput(module, inputs, "moe_identity_expert"));
-  DT_ASSIGN_OR_RETURN(DTensor x, AsDTensor(inputs[0], mesh, Placement::Replicate()));
-  DT_ASSIGN_OR_RETURN(x, RedistributeTo(x, Placement::Replicate()));
+  DT_ASSIGN_OR_RETURN(DTensor x, ReplicatedInput(module, inputs, mesh, Placement::Replicate(),
+                                                  "moe_identity_expert"));
   DT_ASSIGN_OR_RETURN(x, RedistributeTo(x, Placement::Partial()));
   inputs[0] = std::move(x);
   return inputs;

@@ -15,12 +15,13 @@
 //   EmbeddingParallel(1)         table S(1) (hidden)             ids R; S(-1) -> R (all_gather)
 //   SequenceParallel(d)          R                               in -> S(d); output as computed
 //   AllReduceParallel            (none)                          output P(sum) -> R
-//   ReplicateParallel            R (replicated on purpose)       unchanged
+//   ReplicateParallel(info)      R (replicated on purpose)       unchanged; also
+//                                                                transformers' replicated_with_
+//                                                                grad_allreduce, mla_kv_a_proj
+//                                                                (Note [Inference only])
 //   LocalParamsParallel          own plan entries                forward on local tensors
-//   ReplicatedWithGradAllReduce  R                               unchanged (inference only)
 //   MoEExpertsParallel           own plan entries                in -> R -> local; P(sum) -> R
 //   MoEIdentityParallel          (none)                          in R -> P(sum), i.e. x / T
-//   MlaKvAProjParallel           R                               unchanged (inference only)
 //
 // Note [Packed blocks]
 // A packed weight concatenates logical blocks along one dim (gate | up; q | k | v | gate | up).
@@ -63,6 +64,8 @@
 // pass a DTensor for uneven sequence shards.
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "dtensor/dtensor/placement.h"
@@ -118,47 +121,52 @@ class RowwiseParallel : public TensorParallelLayer {
   bool use_local_output_;
 };
 
-// See Note [Packed blocks].
-class PackedColwiseParallel : public TensorParallelLayer {
+// What packed_colwise and packed_rowwise share (Note [Packed blocks]): the blocks — proportions
+// from the plan ({1, 1}: halves), or when empty the module's declared blocks (Module::PackedBlocks,
+// Linear::set_packed_col_blocks), else an error (Note [Packed blocks must be declared]) — and the
+// parameters' interleaved block shards along the output rows (col) or the input columns.
+class PackedParallel : public TensorParallelLayer {
  public:
-  // blocks: proportions ({1, 1}: halves); empty: the module's declared blocks
-  // (Module::PackedBlocks, Linear::set_packed_col_blocks), else an error
-  // (Note [Packed blocks must be declared]).
-  explicit PackedColwiseParallel(std::vector<int64_t> blocks = {}, bool use_local_output = true);
-  StyleInfo Info() const override;
-  bool ShardsOutput() const override { return true; }
   absl::Status ValidateParam(const Module& module, const Parameter& param,
                              const DeviceMesh& mesh) const override;
   absl::StatusOr<Placement> ParamPlacement(const Module& module,
                                            const Parameter& param) const override;
-  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
-                                                   const DeviceMesh& mesh) const override;
-  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
-                                                    const DeviceMesh& mesh) const override;
 
- private:
+ protected:
+  PackedParallel(const char* name, bool col, std::vector<int64_t> blocks, bool use_local_output)
+      : name_(name), col_(col), blocks_(std::move(blocks)), use_local_output_(use_local_output) {}
+  // The weight column of Info(): "_S(d,[declared blocks])" or "_S(d,[blocks] scaled)".
+  std::string WeightInfo() const;
+
+  const char* name_;  // the style's name, for errors
+  bool col_;
   std::vector<int64_t> blocks_;
   bool use_local_output_;
 };
 
-// See Note [Packed blocks]. diffusers' semantics (row-wise hooks: all_reduce of the output);
-// transformers G3's PackedRowwiseParallel places parameters only.
-class PackedRowwiseParallel : public TensorParallelLayer {
+class PackedColwiseParallel : public PackedParallel {
  public:
-  explicit PackedRowwiseParallel(std::vector<int64_t> blocks = {}, bool use_local_output = true);
+  explicit PackedColwiseParallel(std::vector<int64_t> blocks = {}, bool use_local_output = true)
+      : PackedParallel("packed_colwise", /*col=*/true, std::move(blocks), use_local_output) {}
   StyleInfo Info() const override;
-  absl::Status ValidateParam(const Module& module, const Parameter& param,
-                             const DeviceMesh& mesh) const override;
-  absl::StatusOr<Placement> ParamPlacement(const Module& module,
-                                           const Parameter& param) const override;
+  bool ShardsOutput() const override { return true; }
   absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
                                                    const DeviceMesh& mesh) const override;
   absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
                                                     const DeviceMesh& mesh) const override;
+};
 
- private:
-  std::vector<int64_t> blocks_;
-  bool use_local_output_;
+// diffusers' semantics (row-wise hooks: all_reduce of the output); transformers G3's
+// PackedRowwiseParallel places parameters only.
+class PackedRowwiseParallel : public PackedParallel {
+ public:
+  explicit PackedRowwiseParallel(std::vector<int64_t> blocks = {}, bool use_local_output = true)
+      : PackedParallel("packed_rowwise", /*col=*/false, std::move(blocks), use_local_output) {}
+  StyleInfo Info() const override;
+  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
+                                                   const DeviceMesh& mesh) const override;
+  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
+                                                    const DeviceMesh& mesh) const override;
 };
 
 // shard_dim 0: vocab rows (embedding_rowwise: each rank looks up the ids it owns, zero rows for
@@ -221,23 +229,31 @@ class LocalParamsParallel : public TensorParallelLayer {
 
 // Replicated on purpose: parameters R, the forward unchanged. A `replicate` rule covers the
 // module's parameters, so they are not reported as "not sharded by the TP plan", and the plan
-// says what the model means (norms, small embeddings, AdaLN modulation).
+// says what the model means (norms, small embeddings, AdaLN modulation). `info` is what the
+// style table says of it: transformers' styles that differ from replication only in backward are
+// this style under their own names (Note [Inference only]).
 class ReplicateParallel : public TensorParallelLayer {
  public:
-  StyleInfo Info() const override;
+  explicit ReplicateParallel(StyleInfo info = {"R", "R", "unchanged", "unchanged",
+                                               "none (replicated on purpose)"})
+      : info_(std::move(info)) {}
+  StyleInfo Info() const override { return info_; }
   absl::Status InstallForward(Module& module, const DeviceMesh& mesh) const override;
+
+ private:
+  StyleInfo info_;
 };
 
 // Note [Inference only]
-// The runtime has no autograd. transformers' ReplicatedWithGradAllReduce replicates parameters and
-// all-reduces their gradients in a backward hook (for q/k norms between colwise and rowwise
-// projections); here it places parameters Replicate and leaves the forward unchanged, so plans
-// written for transformers load and run, and nothing claims to synchronize gradients.
-class ReplicatedWithGradAllReduce : public TensorParallelLayer {
- public:
-  StyleInfo Info() const override;
-  absl::Status InstallForward(Module& module, const DeviceMesh& mesh) const override;
-};
+// The runtime has no autograd. Two of transformers' styles differ from replication only in
+// backward, and are ReplicateParallel here (parameters Replicate, the forward unchanged), so that
+// plans written for transformers load and run and nothing claims to synchronize gradients:
+// - replicated_with_grad_allreduce (ReplicatedWithGradAllReduce) all-reduces the parameters'
+//   gradients in a backward hook (q/k norms between colwise and rowwise projections);
+// - mla_kv_a_proj (MlaKvAProjParallel) is on DeepSeek's kv_a_proj_with_mqa (nn/latent_attention.h),
+//   whose output is split into the compressed KV and the RoPE key every head shares, so it stays
+//   whole on every rank; transformers all-reduces the RoPE key's gradient in backward (each
+//   rank's heads see only their share of it).
 
 // The experts of a mixture of experts, tensor-parallel inside each expert: parameters come from
 // their own entries (gate_up_proj packed_colwise, down_proj rowwise); the forward runs on local
@@ -251,17 +267,6 @@ class MoEExpertsParallel : public TensorParallelLayer {
                                                    const DeviceMesh& mesh) const override;
   absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
                                                     const DeviceMesh& mesh) const override;
-};
-
-// mla_kv_a_proj: DeepSeek's kv_a_proj_with_mqa (nn/latent_attention.h), whose output is split into
-// the compressed KV and the RoPE key every head shares, so it stays whole on every rank.
-// transformers' MlaKvAProjParallel all-reduces the RoPE key's gradient in backward (each rank's
-// heads see only their share of it); the runtime has no backward (Note [Inference only]), so the
-// parameters are replicated and the forward is unchanged.
-class MlaKvAProjParallel : public TensorParallelLayer {
- public:
-  StyleInfo Info() const override;
-  absl::Status InstallForward(Module& module, const DeviceMesh& mesh) const override;
 };
 
 // An identity ("zero computation") expert inside moe_tp_experts: its input becomes a P(sum) of x

@@ -126,10 +126,11 @@ std::unique_ptr<Module> MakeMlp(const loaders::DecoderConfig& c, int64_t layer, 
 
 DecoderLayer::DecoderLayer(const loaders::DecoderConfig& c, int64_t index, DType dtype)
     : Module("DecoderLayer") {
-  AddModule<RMSNorm>("input_layernorm", c.hidden_size, c.rms_norm_eps, dtype);
-  RegisterModule("self_attn", MakeAttention(c, index, dtype));
-  AddModule<RMSNorm>("post_attention_layernorm", c.hidden_size, c.rms_norm_eps, dtype);
-  RegisterModule("mlp", MakeMlp(c, index, dtype));
+  input_layernorm_ = &AddModule<RMSNorm>("input_layernorm", c.hidden_size, c.rms_norm_eps, dtype);
+  self_attn_ = &RegisterModule("self_attn", MakeAttention(c, index, dtype));
+  post_attention_layernorm_ =
+      &AddModule<RMSNorm>("post_attention_layernorm", c.hidden_size, c.rms_norm_eps, dtype);
+  mlp_ = &RegisterModule("mlp", MakeMlp(c, index, dtype));
 }
 
 absl::StatusOr<Values> DecoderLayer::Forward(Values inputs) {
@@ -139,26 +140,26 @@ absl::StatusOr<Values> DecoderLayer::Forward(Values inputs) {
                                                    " inputs"));
   }
   const Value& h = inputs[0];
-  DT_ASSIGN_OR_RETURN(Value x, FindChild("input_layernorm")->CallOne({h}));
-  DT_ASSIGN_OR_RETURN(Value a, FindChild("self_attn")->CallOne({x, inputs[1], inputs[2]}));
+  DT_ASSIGN_OR_RETURN(Value x, input_layernorm_->CallOne({h}));
+  DT_ASSIGN_OR_RETURN(Value a, self_attn_->CallOne({x, inputs[1], inputs[2]}));
   DT_ASSIGN_OR_RETURN(Value r, vops::Add(h, a));
-  DT_ASSIGN_OR_RETURN(x, FindChild("post_attention_layernorm")->CallOne({r}));
-  DT_ASSIGN_OR_RETURN(Value m, FindChild("mlp")->CallOne({x}));
+  DT_ASSIGN_OR_RETURN(x, post_attention_layernorm_->CallOne({r}));
+  DT_ASSIGN_OR_RETURN(Value m, mlp_->CallOne({x}));
   DT_ASSIGN_OR_RETURN(Value out, vops::Add(r, m));
   return Values{std::move(out)};
 }
 
 DecoderModel::DecoderModel(const loaders::DecoderConfig& c, DType dtype) : Module("DecoderModel") {
-  AddModule<Embedding>("embed_tokens", c.vocab_size, c.hidden_size, dtype);
-  ModuleList& layers = AddModule<ModuleList>("layers");
+  embed_tokens_ = &AddModule<Embedding>("embed_tokens", c.vocab_size, c.hidden_size, dtype);
+  layers_ = &AddModule<ModuleList>("layers");
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    layers.Append(std::make_unique<DecoderLayer>(c, i, dtype));
+    layers_->Append(std::make_unique<DecoderLayer>(c, i, dtype));
   }
-  AddModule<RMSNorm>("norm", c.hidden_size, c.rms_norm_eps, dtype);
+  norm_ = &AddModule<RMSNorm>("norm", c.hidden_size, c.rms_norm_eps, dtype);
   // The frequencies with the config's scaling applied, updated with the sequence length as
   // transformers does (dynamic, longrope; loaders/rope.h).
   auto schedule = std::make_shared<loaders::RopeSchedule>(loaders::DecoderRopeSpec(c));
-  AddModule<RotaryEmbedding>(
+  rotary_emb_ = &AddModule<RotaryEmbedding>(
       "rotary_emb",
       [schedule](int64_t seq_len) {
         const loaders::RopeTable& t = seq_len > 0 ? schedule->ForLength(seq_len) : schedule->current();
@@ -174,16 +175,15 @@ absl::StatusOr<Values> DecoderModel::Forward(Values inputs) {
     return absl::InvalidArgumentError(
         absl::StrCat("DecoderModel takes {ids, positions}, got ", inputs.size(), " inputs"));
   }
-  DT_ASSIGN_OR_RETURN(Value h, FindChild("embed_tokens")->CallOne({inputs[0]}));
-  DT_ASSIGN_OR_RETURN(Values cs, FindChild("rotary_emb")->Call({inputs[1]}));
+  DT_ASSIGN_OR_RETURN(Value h, embed_tokens_->CallOne({inputs[0]}));
+  DT_ASSIGN_OR_RETURN(Values cs, rotary_emb_->Call({inputs[1]}));
   // transformers hands cos and sin to attention in the model dtype.
   DT_ASSIGN_OR_RETURN(Value cos, vops::Cast(cs[0], h.dtype()));
   DT_ASSIGN_OR_RETURN(Value sin, vops::Cast(cs[1], h.dtype()));
-  const ModuleList& layers = static_cast<const ModuleList&>(*FindChild("layers"));
-  for (int64_t i = 0; i < layers.size(); ++i) {
-    DT_ASSIGN_OR_RETURN(h, layers.at(i).CallOne({h, cos, sin}));
+  for (int64_t i = 0; i < layers_->size(); ++i) {
+    DT_ASSIGN_OR_RETURN(h, layers_->at(i).CallOne({h, cos, sin}));
   }
-  DT_ASSIGN_OR_RETURN(h, FindChild("norm")->CallOne({h}));
+  DT_ASSIGN_OR_RETURN(h, norm_->CallOne({h}));
   return Values{std::move(h)};
 }
 
@@ -191,8 +191,9 @@ absl::StatusOr<Values> DecoderModel::Forward(Values inputs) {
 
 CausalLM::CausalLM(const loaders::DecoderConfig& config, DType dtype)
     : Module(config.family().architecture), config_(config), dtype_(dtype) {
-  AddModule<DecoderModel>("model", config, dtype);
-  AddModule<Linear>("lm_head", config.hidden_size, config.vocab_size, /*bias=*/false, dtype);
+  model_ = &AddModule<DecoderModel>("model", config, dtype);
+  lm_head_ =
+      &AddModule<Linear>("lm_head", config.hidden_size, config.vocab_size, /*bias=*/false, dtype);
 }
 
 absl::Status CausalLM::ValidateConfig(const loaders::DecoderConfig& config) {
@@ -429,13 +430,13 @@ absl::StatusOr<Tensor> CausalLM::Logits(const Tensor& ids_in, bool last_only) {
   DT_ASSIGN_OR_RETURN(Tensor positions,
                       Tensor::Arange(static_cast<double>(past_), static_cast<double>(past_ + s),
                                      1.0, DType::kI64));
-  DT_ASSIGN_OR_RETURN(Value h, FindChild("model")->CallOne({Value(ids), Value(positions)}));
+  DT_ASSIGN_OR_RETURN(Value h, model_->CallOne({Value(ids), Value(positions)}));
   past_ += s;
   if (last_only && s > 1) {
     DT_ASSIGN_OR_RETURN(Tensor last, h.local().Narrow(1, s - 1, 1));
     h = Value(last);
   }
-  DT_ASSIGN_OR_RETURN(Value logits, FindChild("lm_head")->CallOne({h}));
+  DT_ASSIGN_OR_RETURN(Value logits, lm_head_->CallOne({h}));
   // Every rank gets the whole vocab, whatever lm_head's style (a plain 'colwise' hands on a piece:
   // Note [Local pieces remember their layout]).
   return WholeTensor(logits);

@@ -68,6 +68,7 @@
 #include "dtensor/loaders/hf_config.h"
 #include "dtensor/loaders/safetensors.h"
 #include "dtensor/mesh/device_mesh.h"
+#include "dtensor/nn/attention.h"
 #include "dtensor/nn/distributed.h"
 #include "dtensor/nn/load.h"
 #include "dtensor/nn/module.h"
@@ -85,6 +86,12 @@ class DecoderLayer : public Module {
  protected:
   // {h [B, S, H], cos, sin} -> {h}
   absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  // The children the forward calls, as built (self_attn: Attention or LatentAttention; mlp:
+  // SwiGLUMLP or MoeBlock, by the family and the layer).
+  RMSNorm *input_layernorm_, *post_attention_layernorm_;
+  Module *self_attn_, *mlp_;
 };
 
 class DecoderModel : public Module {
@@ -94,6 +101,13 @@ class DecoderModel : public Module {
  protected:
   // {ids [B, S] i64, positions [S] i64} -> {hidden [B, S, H] after the final norm}
   absl::StatusOr<Values> Forward(Values inputs) override;
+
+ private:
+  // The children the forward calls, as built.
+  Embedding* embed_tokens_;
+  ModuleList* layers_;
+  RMSNorm* norm_;
+  RotaryEmbedding* rotary_emb_;
 };
 
 struct CausalLMLoadOptions {
@@ -241,6 +255,9 @@ class CausalLM : public Module {
                                     int64_t step);
   loaders::DecoderConfig config_;
   DType dtype_;
+  // The children Logits calls, as built.
+  DecoderModel* model_;
+  Linear* lm_head_;
   int64_t past_ = 0;
   // The mesh FromPretrained laid the model over (the tp mesh, or (ep, tp)): every rank of it
   // agrees on each token (Note [Agreeing on tokens]).
