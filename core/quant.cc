@@ -45,30 +45,28 @@ void Q4_1(const uint8_t* b, float* y) {
   }
 }
 
-void Q5_0(const uint8_t* b, float* y) {
-  const float d = Half(b);
+// Q5_0 / Q5_1: the 32 five-bit values of a block (low nibbles in q, fifth bits in the 32-bit
+// little-endian word at qh), each mapped by `value`.
+template <typename F>
+void Q5(const uint8_t* qh_at, const uint8_t* q, float* y, F value) {
   uint32_t qh;
-  std::memcpy(&qh, b + 2, 4);
-  const uint8_t* q = b + 6;
+  std::memcpy(&qh, qh_at, 4);
   for (int j = 0; j < 16; ++j) {
     const uint8_t h0 = static_cast<uint8_t>(((qh >> j) << 4) & 0x10);
     const uint8_t h1 = static_cast<uint8_t>((qh >> (j + 12)) & 0x10);
-    y[j] = static_cast<float>(((q[j] & 0x0F) | h0) - 16) * d;
-    y[j + 16] = static_cast<float>(((q[j] >> 4) | h1) - 16) * d;
+    y[j] = value((q[j] & 0x0F) | h0);
+    y[j + 16] = value((q[j] >> 4) | h1);
   }
+}
+
+void Q5_0(const uint8_t* b, float* y) {
+  const float d = Half(b);
+  Q5(b + 2, b + 6, y, [d](int v) { return static_cast<float>(v - 16) * d; });
 }
 
 void Q5_1(const uint8_t* b, float* y) {
   const float d = Half(b), m = Half(b + 2);
-  uint32_t qh;
-  std::memcpy(&qh, b + 4, 4);
-  const uint8_t* q = b + 8;
-  for (int j = 0; j < 16; ++j) {
-    const uint8_t h0 = static_cast<uint8_t>(((qh >> j) << 4) & 0x10);
-    const uint8_t h1 = static_cast<uint8_t>((qh >> (j + 12)) & 0x10);
-    y[j] = static_cast<float>((q[j] & 0x0F) | h0) * d + m;
-    y[j + 16] = static_cast<float>((q[j] >> 4) | h1) * d + m;
-  }
+  Q5(b + 4, b + 8, y, [d, m](int v) { return static_cast<float>(v) * d + m; });
 }
 
 void Q4_K(const uint8_t* b, float* y) {

@@ -16,6 +16,19 @@ absl::StatusOr<LaunchInfo> Read(const std::map<std::string, std::string>& env) {
   });
 }
 
+// Where a launcher placed this rank: every field but the launcher-specific ones at the end.
+void ExpectPlacement(const LaunchInfo& got, const LaunchInfo& want) {
+  EXPECT_EQ(got.launcher, want.launcher);
+  EXPECT_EQ(got.rank, want.rank);
+  EXPECT_EQ(got.world_size, want.world_size);
+  EXPECT_EQ(got.local_rank, want.local_rank);
+  EXPECT_EQ(got.local_size, want.local_size);
+  EXPECT_EQ(got.node_rank, want.node_rank);
+  EXPECT_EQ(got.num_nodes, want.num_nodes);
+  EXPECT_EQ(got.master_addr, want.master_addr);
+  EXPECT_EQ(got.master_port, want.master_port);
+}
+
 TEST(LaunchEnv, NoLauncherIsOneRank) {
   LaunchInfo info = Read({}).value();
   EXPECT_EQ(info.launcher, "none");
@@ -27,15 +40,15 @@ TEST(LaunchEnv, DtrunAndTorchrun) {
   LaunchInfo info = Read({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
                           {"NODE_RANK", "1"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}})
                          .value();
-  EXPECT_EQ(info.launcher, "dtrun");
-  EXPECT_EQ(info.rank, 5);
-  EXPECT_EQ(info.world_size, 8);
-  EXPECT_EQ(info.local_rank, 1);
-  EXPECT_EQ(info.local_size, 4);
-  EXPECT_EQ(info.node_rank, 1);
-  EXPECT_EQ(info.num_nodes, 2);  // WORLD_SIZE / LOCAL_WORLD_SIZE
-  EXPECT_EQ(info.master_addr, "10.0.0.1");
-  EXPECT_EQ(info.master_port, 29500);
+  ExpectPlacement(info, {.launcher = "dtrun",
+                         .rank = 5,
+                         .world_size = 8,
+                         .local_rank = 1,
+                         .local_size = 4,
+                         .node_rank = 1,
+                         .num_nodes = 2,  // WORLD_SIZE / LOCAL_WORLD_SIZE
+                         .master_addr = "10.0.0.1",
+                         .master_port = 29500});
   // torchrun names the node GROUP_RANK and the number of nodes GROUP_WORLD_SIZE (dtrun sets both).
   LaunchInfo torchrun = Read({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"GROUP_RANK", "3"}}).value();
   EXPECT_EQ(torchrun.node_rank, 3);
@@ -103,15 +116,15 @@ TEST(LaunchEnv, Slurm) {
                           {"SLURM_TASKS_PER_NODE", "4(x2)"}, {"SLURM_NODEID", "1"},
                           {"SLURM_JOB_NODELIST", "gpu[07-08]"}, {"SLURM_JOB_ID", "4242"}})
                          .value();
-  EXPECT_EQ(info.launcher, "slurm");
-  EXPECT_EQ(info.rank, 6);
-  EXPECT_EQ(info.world_size, 8);
-  EXPECT_EQ(info.local_rank, 2);
-  EXPECT_EQ(info.local_size, 4);
-  EXPECT_EQ(info.node_rank, 1);
-  EXPECT_EQ(info.num_nodes, 2);  // at least node_rank + 1 without SLURM_NNODES
-  EXPECT_EQ(info.master_addr, "gpu07");
-  EXPECT_EQ(info.master_port, 24242);
+  ExpectPlacement(info, {.launcher = "slurm",
+                         .rank = 6,
+                         .world_size = 8,
+                         .local_rank = 2,
+                         .local_size = 4,
+                         .node_rank = 1,
+                         .num_nodes = 2,  // at least node_rank + 1 without SLURM_NNODES
+                         .master_addr = "gpu07",
+                         .master_port = 24242});
   // This node's own task count; the step's variables win over the job's.
   LaunchInfo last = Read({{"SLURM_PROCID", "8"}, {"SLURM_NTASKS", "11"}, {"SLURM_LOCALID", "0"},
                           {"SLURM_TASKS_PER_NODE", "4(x2),3"}, {"SLURM_NODEID", "2"}, {"SLURM_NNODES", "3"}})
