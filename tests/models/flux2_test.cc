@@ -19,6 +19,7 @@
 #include "dtensor/nn/styles.h"
 #include "dtensor/ops/local/ops.h"
 #include "dtensor/tests/models/flux2_util.h"
+#include "dtensor/tests/models/golden_checks.h"
 #include "dtensor/tests/test_util.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -97,12 +98,7 @@ TEST_P(Flux2Forward, MatchesDiffusersAndReadsOnlyItsShards) {
     if (sharded != want_sharded) {
       return absl::InternalError(absl::StrCat(sharded, " sharded parameters, want ", want_sharded));
     }
-    const double bound = (double(report.sharded_full_bytes) / c.tp + report.replicated_bytes) * 1.2;
-    if (report.local_bytes > bound || report.stats.peak_bytes > bound) {
-      return absl::InternalError(absl::StrCat("rank ", rank, ": peak ", report.stats.peak_bytes,
-                                              " bytes > (full/tp + replicated) x 1.2 = ", bound));
-    }
-    return absl::OkStatus();
+    return WithinLoadBound(report, c.tp, rank);
   });
   EXPECT_TRUE(s.ok()) << s;
 }

@@ -14,6 +14,7 @@
 #include "dtensor/core/status.h"
 #include "gtest/gtest.h"
 #include "dtensor/mesh/world.h"
+#include "dtensor/tests/models/golden_checks.h"
 #include "dtensor/tests/models/llama_util.h"
 #include "dtensor/tests/test_util.h"
 
@@ -192,23 +193,8 @@ TEST_P(LlamaTP, EqualsSingleRankAndReadsOnlyItsShards) {
       }
     }
     // The loader's accounting: each sharded parameter read exactly its piece, never the whole.
-    for (const LlamaLoadReport::Param& p : report.params) {
-      if (p.read_bytes > p.local_bytes) {
-        return absl::InternalError(absl::StrCat(p.name, ": read ", p.read_bytes, " bytes for a ",
-                                                p.local_bytes, "-byte piece"));
-      }
-      if (c.tp > 1 && p.sharded && p.read_bytes >= p.full_bytes) {
-        return absl::InternalError(absl::StrCat(p.name, " ", p.spec, ": rank ", rank, " read ",
-                                                p.read_bytes, " of ", p.full_bytes, " bytes"));
-      }
-    }
-    // transformers' test_loading_memory_consumption bound.
-    const double bound = (double(report.sharded_full_bytes) / c.tp + report.replicated_bytes) * 1.2;
-    if (report.stats.peak_bytes > bound || report.local_bytes > bound) {
-      return absl::InternalError(absl::StrCat("rank ", rank, ": peak ", report.stats.peak_bytes,
-                                              " bytes > (full/tp + replicated) x 1.2 = ", bound));
-    }
-    return absl::OkStatus();
+    DT_RETURN_IF_ERROR(ReadsOnlyItsPieces(report, /*sharded=*/c.tp > 1));
+    return WithinLoadBound(report, c.tp, rank);
   });
   EXPECT_TRUE(s.ok()) << s;
 }
