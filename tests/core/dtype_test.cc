@@ -13,23 +13,19 @@
 namespace dt {
 namespace {
 
-// Independent decoders (ldexp on the fields).
-double DecodeF16(uint16_t h) {
-  const int sign = h >> 15, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+// Independent decoders (ldexp on the fields) of the 16-bit floats with `man_bits` mantissa bits
+// (f16: 10, bf16: 7) and the rest of the 15 below the sign for the exponent.
+double Decode16(uint16_t h, int man_bits) {
+  const int exp_bits = 15 - man_bits, bias = (1 << (exp_bits - 1)) - 1;
+  const int sign = h >> 15, exp = (h >> man_bits) & ((1 << exp_bits) - 1), man = h & ((1 << man_bits) - 1);
   double v;
-  if (exp == 0) v = std::ldexp(man, -24);
-  else if (exp == 31) v = man ? std::numeric_limits<double>::quiet_NaN() : INFINITY;
-  else v = std::ldexp(1024 + man, exp - 25);
+  if (exp == 0) v = std::ldexp(man, 1 - bias - man_bits);
+  else if (exp == (1 << exp_bits) - 1) v = man ? std::numeric_limits<double>::quiet_NaN() : INFINITY;
+  else v = std::ldexp((1 << man_bits) + man, exp - bias - man_bits);
   return sign ? -v : v;
 }
-double DecodeBF16(uint16_t h) {
-  const int sign = h >> 15, exp = (h >> 7) & 0xff, man = h & 0x7f;
-  double v;
-  if (exp == 0) v = std::ldexp(man, -133);
-  else if (exp == 255) v = man ? std::numeric_limits<double>::quiet_NaN() : INFINITY;
-  else v = std::ldexp(128 + man, exp - 134);
-  return sign ? -v : v;
-}
+double DecodeF16(uint16_t h) { return Decode16(h, 10); }
+double DecodeBF16(uint16_t h) { return Decode16(h, 7); }
 
 // Round-to-nearest-even of f into a format with `mant_bits` explicit mantissa bits, minimum normal
 // exponent `emin` and overflow at 2^(emax+1), computed in double.
