@@ -22,6 +22,18 @@ void ScaleMin(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   }
 }
 
+// Q4_K / Q5_K: the scales and mins of sub-blocks `is` and `is + 1`, times the super-block's d and
+// dmin.
+struct SubBlockPair {
+  float d1, m1, d2, m2;
+};
+SubBlockPair ScalesMins(int is, const uint8_t* scales, float d, float dmin) {
+  uint8_t sc1, mn1, sc2, mn2;
+  ScaleMin(is, scales, &sc1, &mn1);
+  ScaleMin(is + 1, scales, &sc2, &mn2);
+  return {d * sc1, dmin * mn1, d * sc2, dmin * mn2};
+}
+
 void Q8_0(const uint8_t* b, float* y) {
   const float d = Half(b);
   for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
@@ -74,11 +86,7 @@ void Q4_K(const uint8_t* b, float* y) {
   const uint8_t* scales = b + 4;
   const uint8_t* q = b + 16;
   for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
-    uint8_t sc, m;
-    ScaleMin(is, scales, &sc, &m);
-    const float d1 = d * sc, m1 = dmin * m;
-    ScaleMin(is + 1, scales, &sc, &m);
-    const float d2 = d * sc, m2 = dmin * m;
+    const auto [d1, m1, d2, m2] = ScalesMins(is, scales, d, dmin);
     for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
     for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
   }
@@ -91,11 +99,7 @@ void Q5_K(const uint8_t* b, float* y) {
   const uint8_t* ql = b + 48;
   uint8_t u1 = 1, u2 = 2;
   for (int j = 0, is = 0; j < 256; j += 64, is += 2, ql += 32) {
-    uint8_t sc, m;
-    ScaleMin(is, scales, &sc, &m);
-    const float d1 = d * sc, m1 = dmin * m;
-    ScaleMin(is + 1, scales, &sc, &m);
-    const float d2 = d * sc, m2 = dmin * m;
+    const auto [d1, m1, d2, m2] = ScalesMins(is, scales, d, dmin);
     for (int l = 0; l < 32; ++l) {
       *y++ = d1 * static_cast<float>((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
     }

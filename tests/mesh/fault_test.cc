@@ -74,6 +74,17 @@ void ExpectDeathReport(const std::string& report) {
   EXPECT_LT(std::stol(report.substr(at + 11)), kTimeoutMs + 2000) << report;
 }
 
+// The report of each of `ranks` says every one of `parts`; with `death`, each also reports a death
+// in time (ExpectDeathReport).
+void ExpectReportsSay(const std::string& output, const std::vector<int>& ranks,
+                      const std::vector<std::string>& parts, bool death = false) {
+  for (int rank : ranks) {
+    const std::string report = ReportOf(output, rank);
+    for (const std::string& part : parts) ExpectContains(report, part);
+    if (death) ExpectDeathReport(report);
+  }
+}
+
 // A backend's group over `group`, as every report names it: "<backend> group <group>, global rank
 // <rank>: <what>".
 std::string Where(const std::string& backend, int rank, const std::string& what,
@@ -109,12 +120,7 @@ void TwoRanksKilledAtOnce(const std::string& backend) {
   for (int run = 0; run < 3; ++run) {
     auto r = RunCommand(Dtrun(backend, "kill 3,4", 5));
     EXPECT_EQ(r.status, 128 + 9) << r.output;
-    for (int rank : {0, 1, 2}) {
-      const std::string report = ReportOf(r.output, rank);
-      ExpectDeathReport(report);
-      ExpectContains(report, "all_reduce #1");
-      ExpectContains(report, "global rank(s) [3, 4] died");
-    }
+    ExpectReportsSay(r.output, {0, 1, 2}, {"all_reduce #1", "global rank(s) [3, 4] died"}, /*death=*/true);
     EXPECT_LT(r.seconds, 15) << r.output;
     if (backend == "shm") ExpectNoSegmentLeft(r.output);
   }
@@ -147,11 +153,7 @@ void ExpectGroupNeverCreated(const std::string& output, const std::string& backe
 void ExpectSizeMismatch(const std::string& output,
                         const std::string& what = "ranks disagree on the input size: global rank 0 passed 1024 "
                                                   "elements, global rank 2 passed 1000 elements") {
-  for (int rank : {0, 1, 2}) {
-    const std::string report = ReportOf(output, rank);
-    ExpectContains(report, "code=INVALID_ARGUMENT");
-    ExpectContains(report, what);
-  }
+  ExpectReportsSay(output, {0, 1, 2}, {"code=INVALID_ARGUMENT", what});
 }
 
 TEST(GlooFaults, RankDiesMidCollective) {
@@ -214,12 +216,9 @@ TEST(ShmFaults, RankNeverArrives) {
 
 TEST(ShmFaults, RankDestroysItsCommunicator) {
   auto r = RunCommand(Shm("leave 1"));
-  for (int rank : {0, 2}) {
-    const std::string report = ReportOf(r.output, rank);
-    ExpectContains(report, "code=UNAVAILABLE");
-    ExpectContains(report, "global rank(s) [1] left (its communicator was destroyed)");
-    ExpectDeathReport(report);
-  }
+  ExpectReportsSay(r.output, {0, 2},
+                   {"code=UNAVAILABLE", "global rank(s) [1] left (its communicator was destroyed)"},
+                   /*death=*/true);
   ExpectNoSegmentLeft(r.output);
 }
 
@@ -284,11 +283,8 @@ TEST(MpiFaults, RankNeverArrivesAtAllToAllViews) {
 
 TEST(MpiFaults, MemberNeverCreatesTheGroup) {
   auto r = RunCommand(Mpi("nogroup 0"));
-  for (int rank : {1, 2}) {
-    const std::string report = ReportOf(r.output, rank);
-    ExpectContains(report, "code=DEADLINE_EXCEEDED");
-    ExpectContains(report, "creating the group: not every member called Group() within 3000 ms");
-  }
+  ExpectReportsSay(r.output, {1, 2},
+                   {"code=DEADLINE_EXCEEDED", "creating the group: not every member called Group() within 3000 ms"});
   EXPECT_LT(r.seconds, 20) << r.output;
 }
 

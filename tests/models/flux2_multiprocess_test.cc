@@ -42,8 +42,8 @@ TEST_P(Flux2Multiprocess, MatchesDiffusers) {
   ASSERT_TRUE(err.ok()) << err.status();
   EXPECT_LE(*err, 1e-4) << "rank " << world.rank();
   EXPECT_EQ(counter.counts().all_reduce, 4 * config->num_layers + config->num_single_layers);
-  EXPECT_TRUE(WithinLoadBound(report, world.size(), world.rank()).ok())
-      << WithinLoadBound(report, world.size(), world.rank());
+  const absl::Status bound = WithinLoadBound(report, world.size(), world.rank());
+  EXPECT_TRUE(bound.ok()) << bound;
   for (const LoadReport::Param& p : report.params) {
     if (p.sharded) {
       EXPECT_LT(p.read_bytes, p.full_bytes) << p.name;

@@ -30,19 +30,10 @@ namespace {
 namespace fs = std::filesystem;
 using dt::testing::Contains;
 
-using RankFn = std::function<absl::Status(int rank, Flux2Transformer2DModel& model,
-                                          const LoadReport& report)>;
-
-// Loads `dir` on `tp` thread ranks and runs fn on each.
-absl::Status OnRanks(int tp, const std::string& dir, const RankFn& fn,
+// The Flux2 model at `dir` on `tp` thread ranks.
+absl::Status OnRanks(int tp, const std::string& dir, const RankFnOf<Flux2Transformer2DModel>& fn,
                      const Flux2LoadOptions& options = {}) {
-  return World::RunThreads(tp, [&](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {tp}, {"tp"}));
-    LoadReport report;
-    DT_ASSIGN_OR_RETURN(auto model,
-                        Flux2Transformer2DModel::FromPretrained(dir, mesh, options, &report));
-    return fn(w.rank(), *model, report);
-  });
+  return OnThreadRanks<Flux2Transformer2DModel>(tp, dir, options, fn);
 }
 
 absl::Status Within(const Tensor& got, const Tensor& want, double tol, absl::string_view what) {

@@ -6,6 +6,7 @@
 // the Flux2 tests check too).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "dtensor/core/status.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/mesh/world.h"
 #include "dtensor/nn/load.h"
 #include "dtensor/nn/models/causal_lm.h"
 #include "dtensor/tests/models/llama_util.h"
@@ -78,6 +81,21 @@ inline absl::Status ReadsOnlyItsPieces(const LoadReport& report, bool sharded) {
     }
   }
   return absl::OkStatus();
+}
+
+// fn(rank, model, report) on every rank of a model test.
+template <typename Model>
+using RankFnOf = std::function<absl::Status(int rank, Model& model, const LoadReport& report)>;
+
+// Loads `dir` as a Model on `tp` thread ranks (a 1-D "tp" mesh) and runs fn on each.
+template <typename Model, typename Options>
+absl::Status OnThreadRanks(int tp, const std::string& dir, const Options& options, const RankFnOf<Model>& fn) {
+  return World::RunThreads(tp, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {tp}, {"tp"}));
+    LoadReport report;
+    DT_ASSIGN_OR_RETURN(auto model, Model::FromPretrained(dir, mesh, options, &report));
+    return fn(w.rank(), *model, report);
+  });
 }
 
 // transformers' test_loading_memory_consumption bound: the loader's peak and what rank `rank` of

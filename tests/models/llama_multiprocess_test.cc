@@ -35,8 +35,8 @@ TEST_P(LlamaMultiprocess, MatchesTransformers) {
   auto r = (*model)->Generate(g.prompt, go);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->tokens, g.f32.greedy_tokens) << "rank " << world.rank();
-  EXPECT_TRUE(WithinLoadBound(report, world.size(), world.rank()).ok())
-      << WithinLoadBound(report, world.size(), world.rank());
+  const absl::Status bound = WithinLoadBound(report, world.size(), world.rank());
+  EXPECT_TRUE(bound.ok()) << bound;
   for (const LlamaLoadReport::Param& p : report.params) {
     if (world.size() > 1 && p.sharded) {
       EXPECT_LT(p.read_bytes, p.full_bytes) << p.name;

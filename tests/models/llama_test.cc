@@ -25,26 +25,10 @@ namespace fs = std::filesystem;
 
 using dt::testing::Contains;
 
-using RankFn = std::function<absl::Status(int rank, LlamaForCausalLM& model,
-                                          const LlamaLoadReport& report)>;
-
-// Loads `fixture` on `tp` thread ranks and runs fn on each.
+// The Llama model at `fixture` on `tp` thread ranks.
 absl::Status OnRanks(int tp, const std::string& fixture, const LlamaLoadOptions& options,
-                     const RankFn& fn) {
-  return World::RunThreads(tp, [&](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {tp}, {"tp"}));
-    LlamaLoadReport report;
-    DT_ASSIGN_OR_RETURN(auto model,
-                        LlamaForCausalLM::FromPretrained(fixture, mesh, options, &report));
-    return fn(w.rank(), *model, report);
-  });
-}
-
-absl::StatusOr<Tensor> PromptLogits(LlamaForCausalLM& m, const std::vector<int64_t>& prompt) {
-  m.ResetCache();
-  DT_ASSIGN_OR_RETURN(Tensor ids,
-                      Tensor::FromVector<int64_t>({1, static_cast<int64_t>(prompt.size())}, prompt));
-  return m.Logits(ids);
+                     const RankFnOf<LlamaForCausalLM>& fn) {
+  return OnThreadRanks<LlamaForCausalLM>(tp, fixture, options, fn);
 }
 
 // The logits that picked the last of `tokens` (greedy, as the golden records them).
