@@ -278,6 +278,18 @@ class GlooComm final : public Communicator {
     opts.setTimeout(timeout());
   }
 
+  // all_gather and all_to_all: `run` from the whole input buffer into the whole output buffer, as
+  // bytes; nothing to do for an empty input.
+  template <typename Options>
+  void WholeBuffers(const std::shared_ptr<gloo::Context>& ctx, const Collective& c, void (*run)(Options&)) {
+    if (c.input.numel() == 0) return;
+    Options opts(ctx);
+    Tag(opts, c);
+    opts.setInput(static_cast<uint8_t*>(c.input.raw_data()), c.input.nbytes());
+    opts.setOutput(static_cast<uint8_t*>(c.output.raw_data()), c.output.nbytes());
+    run(opts);
+  }
+
   absl::Status Execute(const Collective& c) {
     DT_ASSIGN_OR_RETURN(std::shared_ptr<gloo::Context> ctx, Context(c));
     std::string error;
@@ -321,15 +333,9 @@ class GlooComm final : public Communicator {
         gloo::allreduce(opts);
         return;
       }
-      case K::kAllGather: {
-        if (c.input.numel() == 0) return;
-        gloo::AllgatherOptions opts(ctx);
-        Tag(opts, c);
-        opts.setInput(in, c.input.nbytes());
-        opts.setOutput(out, c.output.nbytes());
-        gloo::allgather(opts);
+      case K::kAllGather:
+        WholeBuffers<gloo::AllgatherOptions>(ctx, c, gloo::allgather);
         return;
-      }
       case K::kAllGatherV: {
         if (c.output.numel() == 0) return;
         gloo::AllgathervOptions opts(ctx);
@@ -347,15 +353,9 @@ class GlooComm final : public Communicator {
       case K::kReduceScatterV:
         RingReduceScatter(ctx, c, c.counts);
         return;
-      case K::kAllToAll: {
-        if (c.input.numel() == 0) return;
-        gloo::AlltoallOptions opts(ctx);
-        Tag(opts, c);
-        opts.setInput(in, c.input.nbytes());
-        opts.setOutput(out, c.output.nbytes());
-        gloo::alltoall(opts);
+      case K::kAllToAll:
+        WholeBuffers<gloo::AlltoallOptions>(ctx, c, gloo::alltoall);
         return;
-      }
       case K::kAllToAllV: {
         gloo::AlltoallvOptions opts(ctx);
         Tag(opts, c);

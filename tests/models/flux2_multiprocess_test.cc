@@ -15,12 +15,9 @@
 namespace dt::nn::testing {
 namespace {
 
-using dt::testing::TheWorld;
-
-class Flux2Multiprocess : public ::testing::TestWithParam<const char*> {};
+class Flux2Multiprocess : public dt::testing::OnTheWorld<const char*> {};
 
 TEST_P(Flux2Multiprocess, MatchesDiffusers) {
-  World& world = TheWorld();
   auto config = loaders::LoadFlux2Config(Flux2Fixture(GetParam()));
   ASSERT_TRUE(config.ok()) << config.status();
   if (config->num_attention_heads % world.size() != 0) {

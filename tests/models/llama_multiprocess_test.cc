@@ -12,12 +12,9 @@
 namespace dt::nn::testing {
 namespace {
 
-using dt::testing::TheWorld;
-
-class LlamaMultiprocess : public ::testing::TestWithParam<const char*> {};
+class LlamaMultiprocess : public dt::testing::OnTheWorld<const char*> {};
 
 TEST_P(LlamaMultiprocess, MatchesTransformers) {
-  World& world = TheWorld();
   const Golden g = LoadGolden(GetParam());
   auto mesh = InitDeviceMesh(world.shared_from_this(), {world.size()}, {"tp"});
   ASSERT_TRUE(mesh.ok()) << mesh.status();
