@@ -22,6 +22,18 @@ void ScaleMin(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   }
 }
 
+// Q4_K / Q5_K: the scales and mins of sub-blocks `is` and `is + 1`, times the super-block's d and
+// dmin.
+struct SubBlockPair {
+  float d1, m1, d2, m2;
+};
+SubBlockPair ScalesMins(int is, const uint8_t* scales, float d, float dmin) {
+  uint8_t sc1, mn1, sc2, mn2;
+  ScaleMin(is, scales, &sc1, &mn1);
+  ScaleMin(is + 1, scales, &sc2, &mn2);
+  return {d * sc1, dmin * mn1, d * sc2, dmin * mn2};
+}
+
 void Q8_0(const uint8_t* b, float* y) {
   const float d = Half(b);
   for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
@@ -45,30 +57,28 @@ void Q4_1(const uint8_t* b, float* y) {
   }
 }
 
-void Q5_0(const uint8_t* b, float* y) {
-  const float d = Half(b);
+// Q5_0 / Q5_1: the 32 five-bit values of a block (low nibbles in q, fifth bits in the 32-bit
+// little-endian word at qh), each mapped by `value`.
+template <typename F>
+void Q5(const uint8_t* qh_at, const uint8_t* q, float* y, F value) {
   uint32_t qh;
-  std::memcpy(&qh, b + 2, 4);
-  const uint8_t* q = b + 6;
+  std::memcpy(&qh, qh_at, 4);
   for (int j = 0; j < 16; ++j) {
     const uint8_t h0 = static_cast<uint8_t>(((qh >> j) << 4) & 0x10);
     const uint8_t h1 = static_cast<uint8_t>((qh >> (j + 12)) & 0x10);
-    y[j] = static_cast<float>(((q[j] & 0x0F) | h0) - 16) * d;
-    y[j + 16] = static_cast<float>(((q[j] >> 4) | h1) - 16) * d;
+    y[j] = value((q[j] & 0x0F) | h0);
+    y[j + 16] = value((q[j] >> 4) | h1);
   }
+}
+
+void Q5_0(const uint8_t* b, float* y) {
+  const float d = Half(b);
+  Q5(b + 2, b + 6, y, [d](int v) { return static_cast<float>(v - 16) * d; });
 }
 
 void Q5_1(const uint8_t* b, float* y) {
   const float d = Half(b), m = Half(b + 2);
-  uint32_t qh;
-  std::memcpy(&qh, b + 4, 4);
-  const uint8_t* q = b + 8;
-  for (int j = 0; j < 16; ++j) {
-    const uint8_t h0 = static_cast<uint8_t>(((qh >> j) << 4) & 0x10);
-    const uint8_t h1 = static_cast<uint8_t>((qh >> (j + 12)) & 0x10);
-    y[j] = static_cast<float>((q[j] & 0x0F) | h0) * d + m;
-    y[j + 16] = static_cast<float>((q[j] >> 4) | h1) * d + m;
-  }
+  Q5(b + 4, b + 8, y, [d, m](int v) { return static_cast<float>(v) * d + m; });
 }
 
 void Q4_K(const uint8_t* b, float* y) {
@@ -76,11 +86,7 @@ void Q4_K(const uint8_t* b, float* y) {
   const uint8_t* scales = b + 4;
   const uint8_t* q = b + 16;
   for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
-    uint8_t sc, m;
-    ScaleMin(is, scales, &sc, &m);
-    const float d1 = d * sc, m1 = dmin * m;
-    ScaleMin(is + 1, scales, &sc, &m);
-    const float d2 = d * sc, m2 = dmin * m;
+    const auto [d1, m1, d2, m2] = ScalesMins(is, scales, d, dmin);
     for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
     for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
   }
@@ -93,11 +99,7 @@ void Q5_K(const uint8_t* b, float* y) {
   const uint8_t* ql = b + 48;
   uint8_t u1 = 1, u2 = 2;
   for (int j = 0, is = 0; j < 256; j += 64, is += 2, ql += 32) {
-    uint8_t sc, m;
-    ScaleMin(is, scales, &sc, &m);
-    const float d1 = d * sc, m1 = dmin * m;
-    ScaleMin(is + 1, scales, &sc, &m);
-    const float d2 = d * sc, m2 = dmin * m;
+    const auto [d1, m1, d2, m2] = ScalesMins(is, scales, d, dmin);
     for (int l = 0; l < 32; ++l) {
       *y++ = d1 * static_cast<float>((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
     }

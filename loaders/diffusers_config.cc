@@ -45,15 +45,6 @@ absl::Status CheckClassName(const Reader& r, absl::string_view want) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> NonNegativeInt(const Reader& r, absl::string_view key, int64_t fallback) {
-  const Json* v = r.Find(r.j(), key);
-  if (v == nullptr) return fallback;
-  if (!v->is_number_integer() || v->get<int64_t>() < 0) {
-    return r.Error(absl::StrCat("\"", key, "\" must be a non-negative integer, got ", v->dump()));
-  }
-  return v->get<int64_t>();
-}
-
 absl::StatusOr<std::string> ReadConfigFile(const fs::path& file) {
   return ReadSmallFile(file.string(), kMaxConfigBytes);
 }
@@ -87,8 +78,7 @@ std::string Flux2Config::Summary() const {
 absl::StatusOr<Flux2Config> ParseFlux2Config(absl::string_view json, absl::string_view what) {
   Json j = Json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false);
   Reader r(j, what);
-  if (j.is_discarded()) return r.Error("not valid JSON");
-  if (!j.is_object()) return r.Error(absl::StrCat("must be a JSON object, got ", j.type_name()));
+  DT_RETURN_IF_ERROR(r.CheckObject());
   DT_RETURN_IF_ERROR(CheckClassName(r, "Flux2Transformer2DModel"));
   static const std::set<std::string> kKnown = {
       "patch_size",         "in_channels",       "out_channels",
@@ -101,8 +91,8 @@ absl::StatusOr<Flux2Config> ParseFlux2Config(absl::string_view json, absl::strin
   DT_ASSIGN_OR_RETURN(c.patch_size, r.PositiveInt(j, "patch_size", 1));
   DT_ASSIGN_OR_RETURN(c.in_channels, r.PositiveInt(j, "in_channels", 128));
   DT_ASSIGN_OR_RETURN(c.out_channels, r.PositiveInt(j, "out_channels", c.in_channels));
-  DT_ASSIGN_OR_RETURN(c.num_layers, NonNegativeInt(r, "num_layers", 8));
-  DT_ASSIGN_OR_RETURN(c.num_single_layers, NonNegativeInt(r, "num_single_layers", 48));
+  DT_ASSIGN_OR_RETURN(c.num_layers, r.NonNegativeInt("num_layers", 8));
+  DT_ASSIGN_OR_RETURN(c.num_single_layers, r.NonNegativeInt("num_single_layers", 48));
   DT_ASSIGN_OR_RETURN(c.attention_head_dim, r.PositiveInt(j, "attention_head_dim", 128));
   DT_ASSIGN_OR_RETURN(c.num_attention_heads, r.PositiveInt(j, "num_attention_heads", 48));
   DT_ASSIGN_OR_RETURN(c.joint_attention_dim, r.PositiveInt(j, "joint_attention_dim", 15360));
@@ -220,8 +210,7 @@ absl::StatusOr<FlowMatchSchedulerConfig> ParseFlowMatchSchedulerConfig(absl::str
                                                                        absl::string_view what) {
   Json j = Json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false);
   Reader r(j, what);
-  if (j.is_discarded()) return r.Error("not valid JSON");
-  if (!j.is_object()) return r.Error(absl::StrCat("must be a JSON object, got ", j.type_name()));
+  DT_RETURN_IF_ERROR(r.CheckObject());
   DT_RETURN_IF_ERROR(CheckClassName(r, "FlowMatchEulerDiscreteScheduler"));
   static const std::set<std::string> kKnown = {
       "num_train_timesteps", "shift", "use_dynamic_shifting", "base_shift", "max_shift",

@@ -238,13 +238,7 @@ absl::Status ParseSlidingWindow(const Reader& r, const DecoderFamily& family, De
   }
   DT_ASSIGN_OR_RETURN(const bool use, r.Bool("use_sliding_window", false));
   DT_ASSIGN_OR_RETURN(const int64_t w, window(4096));
-  int64_t from = 28;
-  if (const Json* m = r.Find(j, "max_window_layers")) {
-    if (!m->is_number_integer() || m->get<int64_t>() < 0) {
-      return r.Error(absl::StrCat("\"max_window_layers\" must be an integer >= 0, got ", m->dump()));
-    }
-    from = m->get<int64_t>();
-  }
+  DT_ASSIGN_OR_RETURN(int64_t from, r.NonNegativeInt("max_window_layers", 28));
   if (const Json* types = r.Find(j, "layer_types")) {
     // transformers' v5 spelling: one entry per layer; only a window from some layer on is read.
     if (!types->is_array() || static_cast<int64_t>(types->size()) != c->num_hidden_layers) {
@@ -273,16 +267,6 @@ absl::Status ParseSlidingWindow(const Reader& r, const DecoderFamily& family, De
     c->sliding_from = from;
   }
   return absl::OkStatus();
-}
-
-// A non-negative integer (0 allowed), `fallback` when absent.
-absl::StatusOr<int64_t> NonNegativeInt(const Reader& r, absl::string_view key, int64_t fallback) {
-  const Json* v = r.Find(r.j(), key);
-  if (v == nullptr) return fallback;
-  if (!v->is_number_integer() || v->get<int64_t>() < 0) {
-    return r.Error(absl::StrCat("\"", key, "\" must be an integer >= 0, got ", v->dump()));
-  }
-  return v->get<int64_t>();
 }
 
 // DeepSeek's latent attention (nn/latent_attention.h), read as DeepseekV2Config does: head_dim
@@ -358,8 +342,8 @@ absl::Status ParseExperts(const Reader& r, const DecoderFamily& f, DecoderConfig
       DT_ASSIGN_OR_RETURN(c->moe_intermediate_size,
                           r.PositiveInt(j, "moe_intermediate_size", int64_t{1407}));
       DT_ASSIGN_OR_RETURN(c->first_k_dense_replace,
-                          NonNegativeInt(r, "first_k_dense_replace", 0));
-      DT_ASSIGN_OR_RETURN(c->n_shared_experts, NonNegativeInt(r, "n_shared_experts", 2));
+                          r.NonNegativeInt("first_k_dense_replace", 0));
+      DT_ASSIGN_OR_RETURN(c->n_shared_experts, r.NonNegativeInt("n_shared_experts", 2));
       break;
     }
     case MoeLayers::kNone:
@@ -403,8 +387,7 @@ absl::Status ParseExperts(const Reader& r, const DecoderFamily& f, DecoderConfig
 absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::string_view what) {
   Json j = Json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false);
   Reader r(j, what);
-  if (j.is_discarded()) return r.Error("not valid JSON");
-  if (!j.is_object()) return r.Error(absl::StrCat("must be a JSON object, got ", j.type_name()));
+  DT_RETURN_IF_ERROR(r.CheckObject());
   DecoderConfig c;
   try {
     DT_ASSIGN_OR_RETURN(std::optional<std::string> model_type, r.String("model_type"));

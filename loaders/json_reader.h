@@ -29,6 +29,12 @@ class Reader {
   absl::Status Unsupported(absl::string_view msg) const {
     return absl::UnimplementedError(absl::StrCat("config '", what_, "': ", msg));
   }
+  // The whole config: valid JSON (parsed without exceptions) and an object.
+  absl::Status CheckObject() const {
+    if (j_.is_discarded()) return Error("not valid JSON");
+    if (!j_.is_object()) return Error(absl::StrCat("must be a JSON object, got ", j_.type_name()));
+    return absl::OkStatus();
+  }
   const Json* Find(const Json& obj, absl::string_view key) const {
     auto it = obj.find(std::string(key));
     if (it == obj.end() || it->is_null()) return nullptr;
@@ -45,6 +51,15 @@ class Reader {
     }
     if (!v->is_number_integer() || v->get<int64_t>() <= 0) {
       return Error(absl::StrCat("\"", key, "\" must be a positive integer, got ", v->dump()));
+    }
+    return v->get<int64_t>();
+  }
+  // An integer >= 0 of the top level, `fallback` when absent.
+  absl::StatusOr<int64_t> NonNegativeInt(absl::string_view key, int64_t fallback) const {
+    const Json* v = Find(j_, key);
+    if (v == nullptr) return fallback;
+    if (!v->is_number_integer() || v->get<int64_t>() < 0) {
+      return Error(absl::StrCat("\"", key, "\" must be an integer >= 0, got ", v->dump()));
     }
     return v->get<int64_t>();
   }

@@ -271,6 +271,25 @@ class GlooComm final : public Communicator {
   bool VerifiesInRun() const override { return true; }
   bool HandlesViews() const override { return true; }
 
+  // Every gloo collective of `c` runs under its sequence number as the tag and our timeout.
+  template <typename Options>
+  void Tag(Options& opts, const Collective& c) {
+    opts.setTag(static_cast<uint32_t>(c.seq));
+    opts.setTimeout(timeout());
+  }
+
+  // all_gather and all_to_all: `run` from the whole input buffer into the whole output buffer, as
+  // bytes; nothing to do for an empty input.
+  template <typename Options>
+  void WholeBuffers(const std::shared_ptr<gloo::Context>& ctx, const Collective& c, void (*run)(Options&)) {
+    if (c.input.numel() == 0) return;
+    Options opts(ctx);
+    Tag(opts, c);
+    opts.setInput(static_cast<uint8_t*>(c.input.raw_data()), c.input.nbytes());
+    opts.setOutput(static_cast<uint8_t*>(c.output.raw_data()), c.output.nbytes());
+    run(opts);
+  }
+
   absl::Status Execute(const Collective& c) {
     DT_ASSIGN_OR_RETURN(std::shared_ptr<gloo::Context> ctx, Context(c));
     std::string error;
@@ -278,8 +297,7 @@ class GlooComm final : public Communicator {
       if (c.verify) {
         std::vector<int64_t> mine = EncodedFingerprint(c), all(mine.size() * size());
         gloo::AllgatherOptions opts(ctx);
-        opts.setTag(static_cast<uint32_t>(c.seq));
-        opts.setTimeout(timeout());
+        Tag(opts, c);
         opts.setInput(mine.data(), mine.size());
         opts.setOutput(all.data(), all.size());
         gloo::allgather(opts);
@@ -296,7 +314,6 @@ class GlooComm final : public Communicator {
 
   void Gloo(const std::shared_ptr<gloo::Context>& ctx, const Collective& c) {
     using K = CollectiveKind;
-    const uint32_t tag = static_cast<uint32_t>(c.seq);
     const int64_t esz = DTypeSize(c.dtype());
     const int n = size();
     auto* in = static_cast<uint8_t*>(c.input.defined() ? c.input.raw_data() : nullptr);
@@ -310,28 +327,19 @@ class GlooComm final : public Communicator {
       case K::kAllReduce: {
         if (c.input.numel() == 0) return;
         gloo::AllreduceOptions opts(ctx);
-        opts.setTag(tag);
-        opts.setTimeout(timeout());
+        Tag(opts, c);
         DT_DISPATCH_DTYPE(c.dtype(), T, [&] { opts.setOutput(reinterpret_cast<T*>(in), c.input.numel()); });
         opts.setReduceFunction(ReduceFunc(c.dtype(), c.op));
         gloo::allreduce(opts);
         return;
       }
-      case K::kAllGather: {
-        if (c.input.numel() == 0) return;
-        gloo::AllgatherOptions opts(ctx);
-        opts.setTag(tag);
-        opts.setTimeout(timeout());
-        opts.setInput(in, c.input.nbytes());
-        opts.setOutput(out, c.output.nbytes());
-        gloo::allgather(opts);
+      case K::kAllGather:
+        WholeBuffers<gloo::AllgatherOptions>(ctx, c, gloo::allgather);
         return;
-      }
       case K::kAllGatherV: {
         if (c.output.numel() == 0) return;
         gloo::AllgathervOptions opts(ctx);
-        opts.setTag(tag);
-        opts.setTimeout(timeout());
+        Tag(opts, c);
         std::vector<size_t> b;
         for (int64_t x : bytes(c.counts)) b.push_back(static_cast<size_t>(x));
         opts.setInput(in, c.input.nbytes());
@@ -345,20 +353,12 @@ class GlooComm final : public Communicator {
       case K::kReduceScatterV:
         RingReduceScatter(ctx, c, c.counts);
         return;
-      case K::kAllToAll: {
-        if (c.input.numel() == 0) return;
-        gloo::AlltoallOptions opts(ctx);
-        opts.setTag(tag);
-        opts.setTimeout(timeout());
-        opts.setInput(in, c.input.nbytes());
-        opts.setOutput(out, c.output.nbytes());
-        gloo::alltoall(opts);
+      case K::kAllToAll:
+        WholeBuffers<gloo::AlltoallOptions>(ctx, c, gloo::alltoall);
         return;
-      }
       case K::kAllToAllV: {
         gloo::AlltoallvOptions opts(ctx);
-        opts.setTag(tag);
-        opts.setTimeout(timeout());
+        Tag(opts, c);
         opts.setInput(in, bytes(c.counts));
         opts.setOutput(out, bytes(c.recv_counts));
         gloo::alltoallv(opts);
@@ -370,8 +370,7 @@ class GlooComm final : public Communicator {
       case K::kBroadcast: {
         if (c.input.numel() == 0) return;
         gloo::BroadcastOptions opts(ctx);
-        opts.setTag(tag);
-        opts.setTimeout(timeout());
+        Tag(opts, c);
         opts.setRoot(c.peer);
         opts.setOutput(in, c.input.nbytes());
         gloo::broadcast(opts);
@@ -379,8 +378,7 @@ class GlooComm final : public Communicator {
       }
       case K::kBarrier: {
         gloo::BarrierOptions opts(ctx);
-        opts.setTag(tag);
-        opts.setTimeout(timeout());
+        Tag(opts, c);
         gloo::barrier(opts);
         return;
       }

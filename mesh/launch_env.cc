@@ -37,6 +37,17 @@ class Env {
 
 int CeilDiv(int a, int b) { return (a + b - 1) / b; }
 
+// OpenMPI and Slurm: the launcher's name, and the rank, world size and local rank read from the
+// variables it names them by.
+absl::Status ReadRanks(const Env& env, const char* launcher, const char* rank, const char* size,
+                       const char* local_rank, LaunchInfo* info) {
+  info->launcher = launcher;
+  DT_ASSIGN_OR_RETURN(info->rank, env.Int(rank, 0));
+  DT_ASSIGN_OR_RETURN(info->world_size, env.Int(size, 1));
+  DT_ASSIGN_OR_RETURN(info->local_rank, env.Int(local_rank, 0));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int SlurmTasksOnNode(absl::string_view tasks_per_node, int node, int fallback) {
@@ -96,10 +107,8 @@ absl::StatusOr<LaunchInfo> ReadLaunchEnv(const GetEnvFn& getenv_fn) {
       DT_ASSIGN_OR_RETURN(info.restart_count, env.Int("TORCHELASTIC_RESTART_COUNT", 0));
     }
   } else if (env.Has("OMPI_COMM_WORLD_RANK")) {
-    info.launcher = "openmpi";
-    DT_ASSIGN_OR_RETURN(info.rank, env.Int("OMPI_COMM_WORLD_RANK", 0));
-    DT_ASSIGN_OR_RETURN(info.world_size, env.Int("OMPI_COMM_WORLD_SIZE", 1));
-    DT_ASSIGN_OR_RETURN(info.local_rank, env.Int("OMPI_COMM_WORLD_LOCAL_RANK", 0));
+    DT_RETURN_IF_ERROR(ReadRanks(env, "openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                 "OMPI_COMM_WORLD_LOCAL_RANK", &info));
     DT_ASSIGN_OR_RETURN(info.local_size, env.Int("OMPI_COMM_WORLD_LOCAL_SIZE", 1));
     if (info.local_size > 0) {
       info.node_rank = (info.rank - info.local_rank) / info.local_size;
@@ -111,10 +120,7 @@ absl::StatusOr<LaunchInfo> ReadLaunchEnv(const GetEnvFn& getenv_fn) {
     if (job.empty()) job = env.Str("PMIX_NAMESPACE");
     if (!job.empty()) info.master_port = 20000 + static_cast<int>(std::hash<std::string>()(job) % 20000);
   } else if (env.Has("SLURM_PROCID")) {
-    info.launcher = "slurm";
-    DT_ASSIGN_OR_RETURN(info.rank, env.Int("SLURM_PROCID", 0));
-    DT_ASSIGN_OR_RETURN(info.world_size, env.Int("SLURM_NTASKS", 1));
-    DT_ASSIGN_OR_RETURN(info.local_rank, env.Int("SLURM_LOCALID", 0));
+    DT_RETURN_IF_ERROR(ReadRanks(env, "slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", &info));
     DT_ASSIGN_OR_RETURN(info.node_rank, env.Int("SLURM_NODEID", 0));
     const std::string per_node = env.Has("SLURM_STEP_TASKS_PER_NODE") ? env.Str("SLURM_STEP_TASKS_PER_NODE")
                                                                       : env.Str("SLURM_TASKS_PER_NODE");

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "dtensor/core/status.h"
 
 namespace dt::internal {
 
@@ -19,33 +20,19 @@ absl::StatusOr<std::unique_ptr<ProbeListener>> ProbeListener::Start() {
   std::unique_ptr<ProbeListener> l(new ProbeListener());
   absl::StatusOr<Listener> sock = ListenAny(0, 256);
   if (!sock.ok()) return absl::Status(sock.status().code(), absl::StrCat("probe: cannot listen: ", sock.status().message()));
-  l->listen_fd_ = sock->fd;
   l->port_ = sock->port;
-  if (::pipe2(l->wake_, O_CLOEXEC) != 0) return absl::InternalError("probe: pipe failed");
-  l->thread_ = std::thread([p = l.get()] { p->Loop(); });
+  DT_RETURN_IF_ERROR(l->serving_.Start(sock->fd, [p = l.get()] { p->Loop(); }, "probe"));
   return l;
-}
-
-ProbeListener::~ProbeListener() {
-  if (thread_.joinable()) {
-    char c = 0;
-    (void)!::write(wake_[1], &c, 1);
-    thread_.join();
-  }
-  if (listen_fd_ >= 0) ::close(listen_fd_);
-  for (int fd : wake_) {
-    if (fd >= 0) ::close(fd);
-  }
 }
 
 void ProbeListener::Loop() {
   while (true) {
-    pollfd fds[2] = {{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}};
+    pollfd fds[2] = {{serving_.wake_fd(), POLLIN, 0}, {serving_.listen_fd(), POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
     if (fds[0].revents & POLLIN) return;
     if (!(fds[1].revents & POLLIN)) continue;
     while (true) {
-      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      const int fd = ::accept4(serving_.listen_fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) break;
       const char answer = failing_ ? 'F' : 'A';
       (void)!::send(fd, &answer, 1, MSG_NOSIGNAL | MSG_DONTWAIT);

@@ -34,7 +34,6 @@ class ProbeListener {
  public:
   // Listens on every interface at a free port.
   static absl::StatusOr<std::unique_ptr<ProbeListener>> Start();
-  ~ProbeListener();
   int port() const { return port_; }
   // From now on answer 'F' (see above); for good.
   void MarkFailing() { failing_ = true; }
@@ -44,9 +43,7 @@ class ProbeListener {
   void Loop();
   std::atomic<bool> failing_{false};
   int port_ = 0;
-  int listen_fd_ = -1;
-  int wake_[2] = {-1, -1};
-  std::thread thread_;
+  ServingThread serving_;  // last: its thread runs Loop
 };
 
 enum class PeerState { kAlive, kFailing, kGone, kSilent, kUnknown };

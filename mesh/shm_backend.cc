@@ -173,6 +173,18 @@ class ShmComm final : public Communicator {
     seg_->rank(rank()).reached.store(c.seq + 1, std::memory_order_relaxed);
   }
 
+  // Round j of a collective moving up to k elements per block: whether it is the first, its
+  // buffer set (Begin) and the element its blocks start at.
+  struct Round {
+    bool first;
+    int set;
+    int64_t b;
+  };
+  Round BeginRound(const Collective& c, int64_t j, int64_t k) {
+    const bool first = j == 0;
+    return {first, Begin(c, first), j * k};
+  }
+
   // The buffer set of the next round; the first round of a collective also posts its fingerprint.
   int Begin(const Collective& c, bool first) {
     const int set = static_cast<int>(round_ & 1);
@@ -423,9 +435,8 @@ class ShmComm final : public Communicator {
     const int64_t k = area / esz;
     const int64_t rounds = std::max<int64_t>(1, CeilDiv(numel, k));
     for (int64_t j = 0; j < rounds; ++j) {
-      const bool first = j == 0;
-      const int set = Begin(c, first);
-      const int64_t b = j * k, len = std::min(k, numel - b);
+      const auto [first, set, b] = BeginRound(c, j, k);
+      const int64_t len = std::min(k, numel - b);
       std::memcpy(seg_->area(set, rank()), x + b * esz, len * esz);
       DT_RETURN_IF_ERROR(SyncChecked(c, set, first));
       if (n == 1) return absl::OkStatus();
@@ -445,9 +456,7 @@ class ShmComm final : public Communicator {
     const std::vector<int64_t> off = Offsets(counts);
     const int64_t rounds = std::max<int64_t>(1, CeilDiv(*std::max_element(counts.begin(), counts.end()), k));
     for (int64_t j = 0; j < rounds; ++j) {
-      const bool first = j == 0;
-      const int set = Begin(c, first);
-      const int64_t b = j * k;
+      const auto [first, set, b] = BeginRound(c, j, k);
       const int64_t mine = Clamp(counts[rank()] - b, 0, k);
       if (mine > 0) std::memcpy(seg_->area(set, rank()), in + b * esz, mine * esz);
       DT_RETURN_IF_ERROR(SyncChecked(c, set, first));
@@ -469,9 +478,7 @@ class ShmComm final : public Communicator {
     const std::vector<int64_t> off = Offsets(counts);
     const int64_t rounds = std::max<int64_t>(1, CeilDiv(*std::max_element(counts.begin(), counts.end()), k));
     for (int64_t j = 0; j < rounds; ++j) {
-      const bool first = j == 0;
-      const int set = Begin(c, first);
-      const int64_t b = j * k;
+      const auto [first, set, b] = BeginRound(c, j, k);
       char* area = seg_->area(set, me);
       for (int q = 0; q < n; ++q) {
         const int64_t len = Clamp(counts[q] - b, 0, k);
@@ -495,9 +502,8 @@ class ShmComm final : public Communicator {
     const int64_t k = seg_->area_bytes() / esz;
     const int64_t rounds = std::max<int64_t>(1, CeilDiv(numel, k));
     for (int64_t j = 0; j < rounds; ++j) {
-      const bool first = j == 0;
-      const int set = Begin(c, first);
-      const int64_t b = j * k, len = Clamp(numel - b, 0, k);
+      const auto [first, set, b] = BeginRound(c, j, k);
+      const int64_t len = Clamp(numel - b, 0, k);
       if (rank() == root && len > 0) std::memcpy(seg_->area(set, root), x + b * esz, len * esz);
       DT_RETURN_IF_ERROR(SyncChecked(c, set, first));
       if (rank() != root && len > 0) std::memcpy(x + b * esz, seg_->area(set, root), len * esz);
@@ -524,9 +530,7 @@ class ShmComm final : public Communicator {
     const int64_t k = std::max<int64_t>(1, seg_->area_bytes() / n / esz);  // per peer per round
     int64_t rounds = 1;
     for (int64_t j = 0; j < rounds; ++j) {
-      const bool first = j == 0;
-      const int set = Begin(c, first);
-      const int64_t b = j * k;
+      const auto [first, set, b] = BeginRound(c, j, k);
       char* area = seg_->area(set, me);
       for (int q = 0; q < n; ++q) {
         const int64_t len = Clamp(send[q] - b, 0, k);

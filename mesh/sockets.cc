@@ -1,6 +1,7 @@
 #include "dtensor/mesh/sockets.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -36,6 +37,25 @@ int PollBy(int fd, short events, SteadyClock::time_point deadline) {
 }
 
 }  // namespace
+
+absl::Status ServingThread::Start(int listen_fd, std::function<void()> loop, absl::string_view who) {
+  listen_fd_ = listen_fd;
+  if (::pipe2(wake_, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat(who, ": pipe failed"));
+  thread_ = std::thread(std::move(loop));
+  return absl::OkStatus();
+}
+
+ServingThread::~ServingThread() {
+  if (thread_.joinable()) {
+    char c = 0;
+    (void)!::write(wake_[1], &c, 1);
+    thread_.join();
+  }
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  for (int fd : wake_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
 
 absl::StatusOr<Listener> ListenAny(int port, int backlog) {
   Listener l;

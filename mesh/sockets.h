@@ -5,7 +5,9 @@
 // connect() would wait for the kernel's SYN retries, about two minutes).
 
 #include <chrono>
+#include <functional>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -39,6 +41,28 @@ struct Listener {
   int port = 0;
 };
 absl::StatusOr<Listener> ListenAny(int port, int backlog);
+
+// A listening socket served on a thread of its own (the store's server, the probe listener). The
+// loop polls wake_fd() beside listen_fd() and winds down once wake_fd() is readable; the destructor
+// makes it so, joins the thread and closes the socket and the pipe. Declare it after every member
+// the loop uses, so that it goes (and the thread ends) first.
+class ServingThread {
+ public:
+  ServingThread() = default;
+  ~ServingThread();
+  ServingThread(const ServingThread&) = delete;
+  ServingThread& operator=(const ServingThread&) = delete;
+  // Owns `listen_fd` from here on (also on failure) and runs `loop` on a new thread. `who` names
+  // the server in the error ("store: pipe failed").
+  absl::Status Start(int listen_fd, std::function<void()> loop, absl::string_view who);
+  int listen_fd() const { return listen_fd_; }
+  int wake_fd() const { return wake_[0]; }
+
+ private:
+  int listen_fd_ = -1;
+  int wake_[2] = {-1, -1};
+  std::thread thread_;
+};
 
 // The IPv4 address other hosts reach this process at: loopback when `master` is local, else the
 // address of the interface that routes to `master` (or of `iface` when it is set).

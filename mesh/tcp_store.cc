@@ -262,29 +262,19 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Adopt(int fd, in
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Serve(int listen_fd, int port) {
   std::unique_ptr<TcpStoreServer> s(new TcpStoreServer());
   s->state_ = std::make_unique<State>();
-  s->listen_fd_ = listen_fd;
   s->port_ = port;
-  if (::pipe2(s->wake_, O_CLOEXEC) != 0) return absl::InternalError("store: pipe failed");
-  s->thread_ = std::thread([p = s.get()] { p->Loop(); });
+  DT_RETURN_IF_ERROR(s->serving_.Start(listen_fd, [p = s.get()] { p->Loop(); }, "store"));
   return s;
 }
 
-TcpStoreServer::~TcpStoreServer() {
-  if (thread_.joinable()) {
-    char c = 0;
-    (void)!::write(wake_[1], &c, 1);
-    thread_.join();
-  }
-  if (listen_fd_ >= 0) ::close(listen_fd_);
-  for (int fd : wake_) if (fd >= 0) ::close(fd);
-}
+TcpStoreServer::~TcpStoreServer() = default;
 
 void TcpStoreServer::Loop() {
   State& st = *state_;
   std::optional<Clock::time_point> stop_by;
   while (true) {
     if (stop_by && (st.clients.empty() || Clock::now() >= *stop_by)) break;
-    std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}};
+    std::vector<pollfd> fds{{serving_.wake_fd(), POLLIN, 0}, {serving_.listen_fd(), POLLIN, 0}};
     for (const auto& [fd, c] : st.clients) {
       fds.push_back({fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
     }
@@ -296,11 +286,11 @@ void TcpStoreServer::Loop() {
     if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;
     if (fds[0].revents & POLLIN) {
       char c;
-      (void)!::read(wake_[0], &c, 1);
+      (void)!::read(serving_.wake_fd(), &c, 1);
       stop_by = Clock::now() + linger_;
     }
     if (fds[1].revents & POLLIN) {
-      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      int fd = ::accept4(serving_.listen_fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) {
         SetNoDelay(fd);
         st.clients[fd];

@@ -38,6 +38,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "dtensor/mesh/sockets.h"
 
 namespace dt::internal {
 
@@ -60,11 +61,9 @@ class TcpStoreServer {
   void Loop();
 
   int port_ = 0;
-  int listen_fd_ = -1;
-  int wake_[2] = {-1, -1};
   std::chrono::milliseconds linger_{10'000};
   std::unique_ptr<State> state_;
-  std::thread thread_;
+  ServingThread serving_;  // last: its thread runs Loop
 };
 
 class TcpStore {

@@ -1,10 +1,11 @@
 #pragma once
 // The process's World for tests launched by dtrun or mpirun (World::FromEnv, made on first use and
-// kept for the whole test binary; a failure to join aborts).
+// kept for the whole test binary; a failure to join aborts), and a test fixture that holds it.
 #include <memory>
 
 #include "dtensor/core/status.h"
 #include "dtensor/mesh/world.h"
+#include "gtest/gtest.h"
 
 namespace dt::testing {
 
@@ -16,5 +17,12 @@ inline World& TheWorld() {
   }();
   return *world;
 }
+
+// A parameterized test on this process's world (one process per rank): `world` in the body.
+template <typename Param>
+class OnTheWorld : public ::testing::TestWithParam<Param> {
+ protected:
+  World& world = TheWorld();
+};
 
 }  // namespace dt::testing

@@ -13,23 +13,19 @@
 namespace dt {
 namespace {
 
-// Independent decoders (ldexp on the fields).
-double DecodeF16(uint16_t h) {
-  const int sign = h >> 15, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+// Independent decoders (ldexp on the fields) of the 16-bit floats with `man_bits` mantissa bits
+// (f16: 10, bf16: 7) and the rest of the 15 below the sign for the exponent.
+double Decode16(uint16_t h, int man_bits) {
+  const int exp_bits = 15 - man_bits, bias = (1 << (exp_bits - 1)) - 1;
+  const int sign = h >> 15, exp = (h >> man_bits) & ((1 << exp_bits) - 1), man = h & ((1 << man_bits) - 1);
   double v;
-  if (exp == 0) v = std::ldexp(man, -24);
-  else if (exp == 31) v = man ? std::numeric_limits<double>::quiet_NaN() : INFINITY;
-  else v = std::ldexp(1024 + man, exp - 25);
+  if (exp == 0) v = std::ldexp(man, 1 - bias - man_bits);
+  else if (exp == (1 << exp_bits) - 1) v = man ? std::numeric_limits<double>::quiet_NaN() : INFINITY;
+  else v = std::ldexp((1 << man_bits) + man, exp - bias - man_bits);
   return sign ? -v : v;
 }
-double DecodeBF16(uint16_t h) {
-  const int sign = h >> 15, exp = (h >> 7) & 0xff, man = h & 0x7f;
-  double v;
-  if (exp == 0) v = std::ldexp(man, -133);
-  else if (exp == 255) v = man ? std::numeric_limits<double>::quiet_NaN() : INFINITY;
-  else v = std::ldexp(128 + man, exp - 134);
-  return sign ? -v : v;
-}
+double DecodeF16(uint16_t h) { return Decode16(h, 10); }
+double DecodeBF16(uint16_t h) { return Decode16(h, 7); }
 
 // Round-to-nearest-even of f into a format with `mant_bits` explicit mantissa bits, minimum normal
 // exponent `emin` and overflow at 2^(emax+1), computed in double.
@@ -45,31 +41,31 @@ double RoundNearestEven(float f, int mant_bits, int emin, int emax) {
 
 bool SameValue(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
-TEST(DTypeTest, Float16ExhaustiveRoundTrip) {
+// Every 16-bit pattern decodes as the oracle with `man_bits` mantissa bits says and encodes back to
+// itself; a NaN encodes to a NaN (of the same sign where `nan_sign`).
+template <typename ToFloat, typename FromFloat>
+void CheckExhaustiveRoundTrip(ToFloat to_float, FromFloat from_float, int man_bits, bool nan_sign) {
   for (uint32_t h = 0; h < 65536; ++h) {
-    const float f = Float16::ToFloat(static_cast<uint16_t>(h));
-    ASSERT_TRUE(SameValue(f, DecodeF16(static_cast<uint16_t>(h)))) << "bits " << h;
-    const uint16_t back = Float16::FromFloat(f);
+    const float f = to_float(static_cast<uint16_t>(h));
+    ASSERT_TRUE(SameValue(f, Decode16(static_cast<uint16_t>(h), man_bits))) << "bits " << h;
+    const uint16_t back = from_float(f);
     if (std::isnan(f)) {
-      ASSERT_TRUE(std::isnan(Float16::ToFloat(back))) << "bits " << h;
-      ASSERT_EQ(back >> 15, h >> 15) << "NaN sign, bits " << h;
+      ASSERT_TRUE(std::isnan(to_float(back))) << "bits " << h;
+      if (nan_sign) ASSERT_EQ(back >> 15, h >> 15) << "NaN sign, bits " << h;
     } else {
       ASSERT_EQ(back, h) << "value " << f;
     }
   }
 }
 
+TEST(DTypeTest, Float16ExhaustiveRoundTrip) {
+  CheckExhaustiveRoundTrip([](uint16_t h) { return Float16::ToFloat(h); },
+                           [](float f) { return Float16::FromFloat(f); }, 10, /*nan_sign=*/true);
+}
+
 TEST(DTypeTest, BFloat16ExhaustiveRoundTrip) {
-  for (uint32_t h = 0; h < 65536; ++h) {
-    const float f = BFloat16::FromBits(static_cast<uint16_t>(h));
-    ASSERT_TRUE(SameValue(f, DecodeBF16(static_cast<uint16_t>(h)))) << "bits " << h;
-    const uint16_t back = BFloat16::FromFloat(f);
-    if (std::isnan(f)) {
-      ASSERT_TRUE(std::isnan(static_cast<float>(BFloat16::FromBits(back)))) << "bits " << h;
-    } else {
-      ASSERT_EQ(back, h) << "value " << f;
-    }
-  }
+  CheckExhaustiveRoundTrip([](uint16_t h) { return static_cast<float>(BFloat16::FromBits(h)); },
+                           [](float f) { return BFloat16::FromFloat(f); }, 7, /*nan_sign=*/false);
 }
 
 // Every midpoint between neighbouring values (including the largest finite value and the infinity

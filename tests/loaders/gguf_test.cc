@@ -35,14 +35,11 @@ std::string TempPath(absl::string_view name) {
   return (fs::path(dir.path) / std::string(name)).string();
 }
 
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using dt::testing::ReadFileBytes;
+// `bytes` as the scratch file `name`; its path.
 std::string WriteBytes(absl::string_view name, const std::string& bytes) {
   const std::string path = TempPath(name);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  dt::testing::WriteFileBytes(path, bytes);
   return path;
 }
 
@@ -152,7 +149,7 @@ TEST(Gguf, ThreeDimensionalTensorAndRowOrder) {
 // ---- metadata ------------------------------------------------------------------------------------
 
 TEST(Gguf, MetadataOfEveryTypeAsGgufPyReadsIt) {
-  const nlohmann::json want = nlohmann::json::parse(ReadBytes(kDir + "/metadata.json"));
+  const nlohmann::json want = nlohmann::json::parse(ReadFileBytes(kDir + "/metadata.json"));
   const GgufFile& f = *Quants();
   EXPECT_EQ(f.version(), 3u);
   EXPECT_EQ(f.alignment(), 32);
@@ -192,7 +189,7 @@ TEST(Gguf, MetadataOfEveryTypeAsGgufPyReadsIt) {
 // ---- hostile files -------------------------------------------------------------------------------
 
 TEST(Gguf, EveryTruncationIsACleanError) {
-  const std::string bytes = ReadBytes(kDir + "/quants.gguf");
+  const std::string bytes = ReadFileBytes(kDir + "/quants.gguf");
   const int64_t data = Quants()->data_offset();
   for (int64_t n = 0; n < static_cast<int64_t>(bytes.size()); n += n < data + 64 ? 1 : 61) {
     const std::string path = WriteBytes("trunc.gguf", bytes.substr(0, n));
@@ -205,7 +202,7 @@ TEST(Gguf, EveryTruncationIsACleanError) {
 // Random byte flips in the header: Open either succeeds or fails cleanly, and a file it accepts
 // reads every tensor without faulting.
 RC_GTEST_PROP(Gguf, MutatedHeadersNeverCrash, ()) {
-  static const std::string bytes = ReadBytes(kDir + "/quants.gguf");
+  static const std::string bytes = ReadFileBytes(kDir + "/quants.gguf");
   std::string m = bytes;
   const int flips = *rc::gen::inRange(1, 8);
   for (int i = 0; i < flips; ++i) {

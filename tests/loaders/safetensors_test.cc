@@ -29,14 +29,8 @@ std::string TempPath(absl::string_view name) {
   return (fs::path(dir.path) / std::string(name)).string();
 }
 
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using dt::testing::ReadFileBytes;
+using dt::testing::WriteFileBytes;
 
 // A file with a hand-written header and `data_size` data bytes.
 std::string RawFile(const std::string& name, const std::string& header, int64_t data_size,
@@ -47,7 +41,7 @@ std::string RawFile(const std::string& name, const std::string& header, int64_t 
   bytes += header;
   bytes += std::string(static_cast<size_t>(data_size), '\x01');
   const std::string path = TempPath(name);
-  WriteBytes(path, bytes);
+  WriteFileBytes(path, bytes);
   return path;
 }
 
@@ -121,14 +115,14 @@ TEST(Safetensors, OddDataOffsetReadsAndConvertsEveryDType) {
   const std::string aligned_path = TempPath("aligned.safetensors");
   ASSERT_TRUE(WriteSafetensors(aligned_path, tensors).ok());
   // Rewrite the header with trailing spaces so that the data starts at 8 + n with n odd.
-  const std::string bytes = ReadBytes(aligned_path);
+  const std::string bytes = ReadFileBytes(aligned_path);
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
   std::string header = bytes.substr(8, n);
   while (!header.empty() && header.back() == ' ') header.pop_back();
   if (header.size() % 2 == 0) header += ' ';
   const std::string odd_path = RawFile("odd.safetensors", header, 0);
-  WriteBytes(odd_path, ReadBytes(odd_path) + bytes.substr(8 + n));
+  WriteFileBytes(odd_path, ReadFileBytes(odd_path) + bytes.substr(8 + n));
   auto aligned = SafetensorsFile::Open(aligned_path).value();
   auto odd = SafetensorsFile::Open(odd_path);
   ASSERT_TRUE(odd.ok()) << odd.status();
@@ -162,7 +156,7 @@ TEST(Safetensors, OddDataOffsetReadsAndConvertsEveryDType) {
 TEST(Safetensors, BoolBytesOtherThanZeroOrOneAreRefused) {
   const std::string header = R"({"b":{"dtype":"BOOL","shape":[2,2],"data_offsets":[0,4]}})";
   const std::string path = RawFile("bool.safetensors", header, 0);
-  WriteBytes(path, ReadBytes(path) + std::string("\x00\x01\x01\x73", 4));
+  WriteFileBytes(path, ReadFileBytes(path) + std::string("\x00\x01\x01\x73", 4));
   auto f = SafetensorsFile::Open(path).value();
   for (bool zero_copy : {true, false}) {
     ReadOptions o;
@@ -181,7 +175,7 @@ TEST(Safetensors, BoolBytesOtherThanZeroOrOneAreRefused) {
 // ---- validation: one case per error class --------------------------------------------------------
 
 TEST(Safetensors, RejectsTruncatedAndAbsurdHeaders) {
-  WriteBytes(TempPath("short.safetensors"), "abc");
+  WriteFileBytes(TempPath("short.safetensors"), "abc");
   EXPECT_TRUE(Contains(OpenStatus(TempPath("short.safetensors")), "shorter than the 8-byte"));
   EXPECT_TRUE(Contains(OpenStatus(RawFile("past.safetensors", "{}", 0, 9999)),
                        "header length 9999 runs past the end of the file"));
@@ -309,10 +303,10 @@ void OpenAndReadAll(const std::string& path) {
 RC_GTEST_PROP(SafetensorsFuzz, TruncatedFilesGiveCleanErrors, ()) {
   const std::string path = ValidFile("fuzz_base.safetensors", *rc::gen::inRange(1, 5),
                                      *rc::gen::arbitrary<uint32_t>());
-  const std::string bytes = ReadBytes(path);
+  const std::string bytes = ReadFileBytes(path);
   const size_t keep = *rc::gen::inRange<size_t>(0, bytes.size());
   const std::string cut = TempPath("fuzz_cut.safetensors");
-  WriteBytes(cut, bytes.substr(0, keep));
+  WriteFileBytes(cut, bytes.substr(0, keep));
   auto f = SafetensorsFile::Open(cut);
   RC_ASSERT(!f.ok());  // every byte of a valid file matters: the data section is covered exactly
   RC_ASSERT(std::string(f.status().message()).find(cut) != std::string::npos);
@@ -321,7 +315,7 @@ RC_GTEST_PROP(SafetensorsFuzz, TruncatedFilesGiveCleanErrors, ()) {
 RC_GTEST_PROP(SafetensorsFuzz, MutatedFilesNeverCrash, ()) {
   const std::string path = ValidFile("fuzz_base2.safetensors", *rc::gen::inRange(1, 5),
                                      *rc::gen::arbitrary<uint32_t>());
-  std::string bytes = ReadBytes(path);
+  std::string bytes = ReadFileBytes(path);
   const int mutations = *rc::gen::inRange(1, 6);
   for (int m = 0; m < mutations; ++m) {
     const int kind = *rc::gen::inRange(0, 6);
@@ -354,7 +348,7 @@ RC_GTEST_PROP(SafetensorsFuzz, MutatedFilesNeverCrash, ()) {
     }
   }
   const std::string mutated = TempPath("fuzz_mut.safetensors");
-  WriteBytes(mutated, bytes);
+  WriteFileBytes(mutated, bytes);
   OpenAndReadAll(mutated);
 }
 
@@ -415,7 +409,7 @@ RC_GTEST_PROP(SafetensorsSlices, EqualSlicingTheFullTensorAndReadOnlyThePiece, (
   Tensor full = Tensor::Randn(shape, 7, DType::kF32).value().To(dtype).value();
   RC_ASSERT(WriteSafetensors(path, {{"pad", Iota({3}, DType::kU8)}, {"w", full}}).ok());
   auto f = SafetensorsFile::Open(path).value();
-  const std::string bytes = ReadBytes(path).substr(static_cast<size_t>(f->data_offset() + 3));
+  const std::string bytes = ReadFileBytes(path).substr(static_cast<size_t>(f->data_offset() + 3));
   const int64_t elt = DTypeSize(dtype);
   for (int64_t rank = 0; rank < mesh->Size(); ++rank) {
     const std::vector<int64_t> coord = mesh->CoordinateOf(static_cast<int>(rank)).value();
@@ -550,7 +544,7 @@ TEST(Checkpoint, RejectsBadIndexes) {
                        "diffusion_pytorch_model.safetensors[.index.json]"));
   ASSERT_TRUE(WriteSafetensors(dir + "/part.safetensors", {{"a", Iota({2}, DType::kF32)}}).ok());
   auto index = [&](const std::string& text) {
-    WriteBytes(dir + "/model.safetensors.index.json", text);
+    WriteFileBytes(dir + "/model.safetensors.index.json", text);
     return Checkpoint::Open(dir).status();
   };
   EXPECT_TRUE(Contains(index("nope"), "not a JSON object"));

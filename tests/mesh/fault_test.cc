@@ -74,78 +74,113 @@ void ExpectDeathReport(const std::string& report) {
   EXPECT_LT(std::stol(report.substr(at + 11)), kTimeoutMs + 2000) << report;
 }
 
-TEST(GlooFaults, RankDiesMidCollective) {
-  auto r = RunCommand(Gloo("die 2"));
-  EXPECT_EQ(r.status, 128 + 6) << r.output;  // the victim's abort(), passed on by dtrun
-  ExpectContains(r.output, "dtrun: rank 2");
-  for (int rank : {0, 1}) {
-    const std::string report = ReportOf(r.output, rank);
-    ExpectDeathReport(report);
-    ExpectContains(report, "gloo group [0, 1, 2], global rank " + std::to_string(rank) + ": all_reduce #1");
-    ExpectContains(report, "global rank(s) [2] died");
+// The report of each of `ranks` says every one of `parts`; with `death`, each also reports a death
+// in time (ExpectDeathReport).
+void ExpectReportsSay(const std::string& output, const std::vector<int>& ranks,
+                      const std::vector<std::string>& parts, bool death = false) {
+  for (int rank : ranks) {
+    const std::string report = ReportOf(output, rank);
+    for (const std::string& part : parts) ExpectContains(report, part);
+    if (death) ExpectDeathReport(report);
   }
-  EXPECT_LT(r.seconds, 15) << r.output;
 }
 
-TEST(GlooFaults, RankDiesMidAllToAllViews) {
-  auto r = RunCommand(Gloo("die-views 1"));
+// A backend's group over `group`, as every report names it: "<backend> group <group>, global rank
+// <rank>: <what>".
+std::string Where(const std::string& backend, int rank, const std::string& what,
+                  const std::string& group = "[0, 1, 2]") {
+  return backend + " group " + group + ", global rank " + std::to_string(rank) + ": " + what;
+}
+
+// The gloo and shm scenarios below run the same worker command on either backend under dtrun.
+std::string Dtrun(const std::string& backend, const std::string& args, int nproc = 3) {
+  return backend == "shm" ? Shm(args, nproc) : Gloo(args, nproc);
+}
+
+// A rank dies (the worker's `args`: "die N", "die-views N") in `op`: the job ends with the victim's
+// abort(), passed on by dtrun, and every survivor reports the death in time naming its group,
+// itself, `op` and `died`. shm sees a death only at its peer check: always UNAVAILABLE.
+testing::ProcessResult RankDies(const std::string& backend, const std::string& args, const std::string& op,
+                                const std::vector<int>& survivors, const std::string& died) {
+  auto r = RunCommand(Dtrun(backend, args));
   EXPECT_EQ(r.status, 128 + 6) << r.output;
-  for (int rank : {0, 2}) {
+  for (int rank : survivors) {
     const std::string report = ReportOf(r.output, rank);
+    if (backend == "shm") ExpectContains(report, "code=UNAVAILABLE");
     ExpectDeathReport(report);
-    ExpectContains(report, "gloo group [0, 1, 2], global rank " + std::to_string(rank) + ": all_to_all_views #1");
-    ExpectContains(report, "global rank(s) [1] died");
+    ExpectContains(report, Where(backend, rank, op));
+    ExpectContains(report, died);
   }
-  EXPECT_LT(r.seconds, 15) << r.output;
+  return r;
 }
 
-TEST(GlooFaults, SurvivorsNameEveryRankThatDiedAtOnce) {
-  // Two ranks SIGKILLed at the same moment: every survivor names both, whichever death it saw
-  // first (a few tries: which one a survivor sees first varies).
+// Two ranks SIGKILLed at the same moment: every survivor names both, whichever death it saw
+// first (a few tries: which one a survivor sees first varies).
+void TwoRanksKilledAtOnce(const std::string& backend) {
   for (int run = 0; run < 3; ++run) {
-    auto r = RunCommand(Gloo("kill 3,4", 5));
+    auto r = RunCommand(Dtrun(backend, "kill 3,4", 5));
     EXPECT_EQ(r.status, 128 + 9) << r.output;
-    for (int rank : {0, 1, 2}) {
-      const std::string report = ReportOf(r.output, rank);
-      ExpectDeathReport(report);
-      ExpectContains(report, "all_reduce #1");
-      ExpectContains(report, "global rank(s) [3, 4] died");
-    }
+    ExpectReportsSay(r.output, {0, 1, 2}, {"all_reduce #1", "global rank(s) [3, 4] died"}, /*death=*/true);
     EXPECT_LT(r.seconds, 15) << r.output;
+    if (backend == "shm") ExpectNoSegmentLeft(r.output);
   }
 }
 
-TEST(GlooFaults, RankNeverArrives) {
-  auto r = RunCommand(Gloo("absent 1"));
+// Rank 1 never reaches `op`: ranks 0 and 2 time out there, naming it where the backend can know
+// (`missing`, empty where it cannot).
+void ExpectNeverArrived(const std::string& output, const std::string& backend, const std::string& op,
+                        const std::string& missing) {
   for (int rank : {0, 2}) {
-    const std::string report = ReportOf(r.output, rank);
+    const std::string report = ReportOf(output, rank);
     ExpectContains(report, "code=DEADLINE_EXCEEDED");
-    ExpectContains(report, "all_reduce #1");
-    ExpectContains(report, "global rank(s) [1] never reached it");
+    ExpectContains(report, Where(backend, rank, op));
+    if (!missing.empty()) ExpectContains(report, missing);
     ExpectContains(report, "timed out after 3000 ms");
   }
-  EXPECT_LT(r.seconds, 20) << r.output;
 }
 
-TEST(GlooFaults, MemberNeverCreatesTheGroup) {
-  auto r = RunCommand(Gloo("nogroup 0"));
+// Rank 0 never creates the group [2, 1, 0]: the others time out creating it, naming rank 0.
+void ExpectGroupNeverCreated(const std::string& output, const std::string& backend) {
   for (int rank : {1, 2}) {
-    const std::string report = ReportOf(r.output, rank);
+    const std::string report = ReportOf(output, rank);
     ExpectContains(report, "code=DEADLINE_EXCEEDED");
-    ExpectContains(report, "gloo group [2, 1, 0], global rank " + std::to_string(rank) + ": creating the group");
+    ExpectContains(report, Where(backend, rank, "creating the group", "[2, 1, 0]"));
     ExpectContains(report, "global rank(s) [0] did not join within 3000 ms");
   }
 }
 
+// Rank 2 passes fewer elements: every rank gets INVALID_ARGUMENT saying `what`.
+void ExpectSizeMismatch(const std::string& output,
+                        const std::string& what = "ranks disagree on the input size: global rank 0 passed 1024 "
+                                                  "elements, global rank 2 passed 1000 elements") {
+  ExpectReportsSay(output, {0, 1, 2}, {"code=INVALID_ARGUMENT", what});
+}
+
+TEST(GlooFaults, RankDiesMidCollective) {
+  auto r = RankDies("gloo", "die 2", "all_reduce #1", {0, 1}, "global rank(s) [2] died");
+  ExpectContains(r.output, "dtrun: rank 2");
+  EXPECT_LT(r.seconds, 15) << r.output;
+}
+
+TEST(GlooFaults, RankDiesMidAllToAllViews) {
+  auto r = RankDies("gloo", "die-views 1", "all_to_all_views #1", {0, 2}, "global rank(s) [1] died");
+  EXPECT_LT(r.seconds, 15) << r.output;
+}
+
+TEST(GlooFaults, SurvivorsNameEveryRankThatDiedAtOnce) { TwoRanksKilledAtOnce("gloo"); }
+
+TEST(GlooFaults, RankNeverArrives) {
+  auto r = RunCommand(Gloo("absent 1"));
+  ExpectNeverArrived(r.output, "gloo", "all_reduce #1", "global rank(s) [1] never reached it");
+  EXPECT_LT(r.seconds, 20) << r.output;
+}
+
+TEST(GlooFaults, MemberNeverCreatesTheGroup) { ExpectGroupNeverCreated(RunCommand(Gloo("nogroup 0")).output, "gloo"); }
+
 TEST(GlooFaults, MismatchedSizesAreInvalidArgumentEverywhere) {
   auto r = RunCommand("DT_VERIFY_COLLECTIVES=1 " + Gloo("mismatch 2"));
   EXPECT_EQ(r.status, 0) << r.output;
-  for (int rank : {0, 1, 2}) {
-    const std::string report = ReportOf(r.output, rank);
-    ExpectContains(report, "code=INVALID_ARGUMENT");
-    ExpectContains(report, "ranks disagree on the input size: global rank 0 passed 1024 elements, "
-                           "global rank 2 passed 1000 elements");
-  }
+  ExpectSizeMismatch(r.output);
 }
 
 TEST(GlooFaults, WithoutVerificationGlooItselfKillsTheJob) {
@@ -159,80 +194,37 @@ TEST(GlooFaults, WithoutVerificationGlooItselfKillsTheJob) {
 // shm: a survivor sees a death at its next check of the peers (every 20 ms while it sleeps) plus
 // the 200 ms it waits for others dying with it; bounded here by the timeout, as on gloo.
 TEST(ShmFaults, RankDiesMidCollective) {
-  auto r = RunCommand(Shm("die 2"));
-  EXPECT_EQ(r.status, 128 + 6) << r.output;
+  auto r = RankDies("shm", "die 2", "all_reduce #1", {0, 1}, "global rank(s) [2] died (process gone)");
   ExpectContains(r.output, "dtrun: rank 2");
-  for (int rank : {0, 1}) {
-    const std::string report = ReportOf(r.output, rank);
-    ExpectContains(report, "code=UNAVAILABLE");
-    ExpectDeathReport(report);
-    ExpectContains(report, "shm group [0, 1, 2], global rank " + std::to_string(rank) + ": all_reduce #1");
-    ExpectContains(report, "global rank(s) [2] died (process gone)");
-  }
   EXPECT_LT(r.seconds, 15) << r.output;
   ExpectNoSegmentLeft(r.output);
 }
 
 TEST(ShmFaults, RankDiesMidAllToAllViews) {
-  auto r = RunCommand(Shm("die-views 1"));
-  EXPECT_EQ(r.status, 128 + 6) << r.output;
-  for (int rank : {0, 2}) {
-    const std::string report = ReportOf(r.output, rank);
-    ExpectContains(report, "code=UNAVAILABLE");
-    ExpectDeathReport(report);
-    ExpectContains(report, "shm group [0, 1, 2], global rank " + std::to_string(rank) + ": all_to_all_views #1");
-    ExpectContains(report, "global rank(s) [1] died");
-  }
+  auto r = RankDies("shm", "die-views 1", "all_to_all_views #1", {0, 2}, "global rank(s) [1] died");
   ExpectNoSegmentLeft(r.output);
 }
 
-TEST(ShmFaults, SurvivorsNameEveryRankThatDiedAtOnce) {
-  for (int run = 0; run < 3; ++run) {
-    auto r = RunCommand(Shm("kill 3,4", 5));
-    EXPECT_EQ(r.status, 128 + 9) << r.output;
-    for (int rank : {0, 1, 2}) {
-      const std::string report = ReportOf(r.output, rank);
-      ExpectDeathReport(report);
-      ExpectContains(report, "all_reduce #1");
-      ExpectContains(report, "global rank(s) [3, 4] died");
-    }
-    EXPECT_LT(r.seconds, 15) << r.output;
-    ExpectNoSegmentLeft(r.output);
-  }
-}
+TEST(ShmFaults, SurvivorsNameEveryRankThatDiedAtOnce) { TwoRanksKilledAtOnce("shm"); }
 
 TEST(ShmFaults, RankNeverArrives) {
   auto r = RunCommand(Shm("absent 1"));
-  for (int rank : {0, 2}) {
-    const std::string report = ReportOf(r.output, rank);
-    ExpectContains(report, "code=DEADLINE_EXCEEDED");
-    ExpectContains(report, "shm group [0, 1, 2], global rank " + std::to_string(rank) + ": all_reduce #1");
-    ExpectContains(report, "global rank(s) [1] never reached it");
-    ExpectContains(report, "timed out after 3000 ms");
-  }
+  ExpectNeverArrived(r.output, "shm", "all_reduce #1", "global rank(s) [1] never reached it");
   EXPECT_LT(r.seconds, 20) << r.output;
   ExpectNoSegmentLeft(r.output);
 }
 
 TEST(ShmFaults, RankDestroysItsCommunicator) {
   auto r = RunCommand(Shm("leave 1"));
-  for (int rank : {0, 2}) {
-    const std::string report = ReportOf(r.output, rank);
-    ExpectContains(report, "code=UNAVAILABLE");
-    ExpectContains(report, "global rank(s) [1] left (its communicator was destroyed)");
-    ExpectDeathReport(report);
-  }
+  ExpectReportsSay(r.output, {0, 2},
+                   {"code=UNAVAILABLE", "global rank(s) [1] left (its communicator was destroyed)"},
+                   /*death=*/true);
   ExpectNoSegmentLeft(r.output);
 }
 
 TEST(ShmFaults, MemberNeverCreatesTheGroup) {
   auto r = RunCommand(Shm("nogroup 0"));
-  for (int rank : {1, 2}) {
-    const std::string report = ReportOf(r.output, rank);
-    ExpectContains(report, "code=DEADLINE_EXCEEDED");
-    ExpectContains(report, "shm group [2, 1, 0], global rank " + std::to_string(rank) + ": creating the group");
-    ExpectContains(report, "global rank(s) [0] did not join within 3000 ms");
-  }
+  ExpectGroupNeverCreated(r.output, "shm");
   ExpectNoSegmentLeft(r.output);
 }
 
@@ -240,12 +232,7 @@ TEST(ShmFaults, MismatchedSizesAreInvalidArgumentEverywhereAlways) {
   // shm compares the arguments from the segment in every collective, verification or not.
   auto r = RunCommand(Shm("mismatch 2"));
   EXPECT_EQ(r.status, 0) << r.output;
-  for (int rank : {0, 1, 2}) {
-    const std::string report = ReportOf(r.output, rank);
-    ExpectContains(report, "code=INVALID_ARGUMENT");
-    ExpectContains(report, "ranks disagree on the input size: global rank 0 passed 1024 elements, "
-                           "global rank 2 passed 1000 elements");
-  }
+  ExpectSizeMismatch(r.output);
   ExpectNoSegmentLeft(r.output);
 }
 
@@ -282,46 +269,29 @@ TEST(MpiFaults, RankDiesMpirunEndsTheJob) {
 
 TEST(MpiFaults, RankNeverArrives) {
   auto r = RunCommand(Mpi("absent 1"));
-  for (int rank : {0, 2}) {
-    const std::string report = ReportOf(r.output, rank);
-    ExpectContains(report, "code=DEADLINE_EXCEEDED");
-    ExpectContains(report, "mpi group [0, 1, 2], global rank " + std::to_string(rank) + ": all_reduce #1");
-    ExpectContains(report, "timed out after 3000 ms");
-  }
+  ExpectNeverArrived(r.output, "mpi", "all_reduce #1", "");
   EXPECT_NE(r.status, 0) << r.output;  // the survivors leave without MPI_Finalize
   EXPECT_LT(r.seconds, 20) << r.output;
 }
 
 TEST(MpiFaults, RankNeverArrivesAtAllToAllViews) {
   auto r = RunCommand(Mpi("absent-views 1"));
-  for (int rank : {0, 2}) {
-    const std::string report = ReportOf(r.output, rank);
-    ExpectContains(report, "code=DEADLINE_EXCEEDED");
-    ExpectContains(report, "mpi group [0, 1, 2], global rank " + std::to_string(rank) + ": all_to_all_views #1");
-    ExpectContains(report, "timed out after 3000 ms");
-  }
+  ExpectNeverArrived(r.output, "mpi", "all_to_all_views #1", "");
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_LT(r.seconds, 20) << r.output;
 }
 
 TEST(MpiFaults, MemberNeverCreatesTheGroup) {
   auto r = RunCommand(Mpi("nogroup 0"));
-  for (int rank : {1, 2}) {
-    const std::string report = ReportOf(r.output, rank);
-    ExpectContains(report, "code=DEADLINE_EXCEEDED");
-    ExpectContains(report, "creating the group: not every member called Group() within 3000 ms");
-  }
+  ExpectReportsSay(r.output, {1, 2},
+                   {"code=DEADLINE_EXCEEDED", "creating the group: not every member called Group() within 3000 ms"});
   EXPECT_LT(r.seconds, 20) << r.output;
 }
 
 TEST(MpiFaults, MismatchedSizesAreInvalidArgumentEverywhere) {
   auto r = RunCommand(Mpi("mismatch 2"));
   EXPECT_EQ(r.status, 0) << r.output;
-  for (int rank : {0, 1, 2}) {
-    const std::string report = ReportOf(r.output, rank);
-    ExpectContains(report, "code=INVALID_ARGUMENT");
-    ExpectContains(report, "ranks disagree on the input size");
-  }
+  ExpectSizeMismatch(r.output, "ranks disagree on the input size");
 }
 
 }  // namespace

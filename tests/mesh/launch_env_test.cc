@@ -16,6 +16,29 @@ absl::StatusOr<LaunchInfo> Read(const std::map<std::string, std::string>& env) {
   });
 }
 
+// What mpirun sets for rank `rank` of `size`, `local_size` of them per node, plus `more`.
+absl::StatusOr<LaunchInfo> ReadOpenMpi(int rank, int size, int local_rank, int local_size,
+                                       std::map<std::string, std::string> more) {
+  more["OMPI_COMM_WORLD_RANK"] = std::to_string(rank);
+  more["OMPI_COMM_WORLD_SIZE"] = std::to_string(size);
+  more["OMPI_COMM_WORLD_LOCAL_RANK"] = std::to_string(local_rank);
+  more["OMPI_COMM_WORLD_LOCAL_SIZE"] = std::to_string(local_size);
+  return Read(more);
+}
+
+// Where a launcher placed this rank: every field but the launcher-specific ones at the end.
+void ExpectPlacement(const LaunchInfo& got, const LaunchInfo& want) {
+  EXPECT_EQ(got.launcher, want.launcher);
+  EXPECT_EQ(got.rank, want.rank);
+  EXPECT_EQ(got.world_size, want.world_size);
+  EXPECT_EQ(got.local_rank, want.local_rank);
+  EXPECT_EQ(got.local_size, want.local_size);
+  EXPECT_EQ(got.node_rank, want.node_rank);
+  EXPECT_EQ(got.num_nodes, want.num_nodes);
+  EXPECT_EQ(got.master_addr, want.master_addr);
+  EXPECT_EQ(got.master_port, want.master_port);
+}
+
 TEST(LaunchEnv, NoLauncherIsOneRank) {
   LaunchInfo info = Read({}).value();
   EXPECT_EQ(info.launcher, "none");
@@ -27,15 +50,9 @@ TEST(LaunchEnv, DtrunAndTorchrun) {
   LaunchInfo info = Read({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
                           {"NODE_RANK", "1"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}})
                          .value();
-  EXPECT_EQ(info.launcher, "dtrun");
-  EXPECT_EQ(info.rank, 5);
-  EXPECT_EQ(info.world_size, 8);
-  EXPECT_EQ(info.local_rank, 1);
-  EXPECT_EQ(info.local_size, 4);
-  EXPECT_EQ(info.node_rank, 1);
-  EXPECT_EQ(info.num_nodes, 2);  // WORLD_SIZE / LOCAL_WORLD_SIZE
-  EXPECT_EQ(info.master_addr, "10.0.0.1");
-  EXPECT_EQ(info.master_port, 29500);
+  // num_nodes: WORLD_SIZE / LOCAL_WORLD_SIZE.
+  ExpectPlacement(info, {.launcher = "dtrun", .rank = 5, .world_size = 8, .local_rank = 1, .local_size = 4,
+                         .node_rank = 1, .num_nodes = 2, .master_addr = "10.0.0.1", .master_port = 29500});
   // torchrun names the node GROUP_RANK and the number of nodes GROUP_WORLD_SIZE (dtrun sets both).
   LaunchInfo torchrun = Read({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"GROUP_RANK", "3"}}).value();
   EXPECT_EQ(torchrun.node_rank, 3);
@@ -70,10 +87,7 @@ TEST(LaunchEnv, TorchrunWithItsAgentStore) {
 }
 
 TEST(LaunchEnv, OpenMpi) {
-  LaunchInfo info = Read({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                          {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
-                          {"OMPI_MCA_ess_base_jobid", "1234"}})
-                        .value();
+  LaunchInfo info = ReadOpenMpi(2, 4, 2, 4, {{"OMPI_MCA_ess_base_jobid", "1234"}}).value();
   EXPECT_EQ(info.launcher, "openmpi");
   EXPECT_EQ(info.rank, 2);
   EXPECT_EQ(info.world_size, 4);
@@ -81,19 +95,13 @@ TEST(LaunchEnv, OpenMpi) {
   EXPECT_GE(info.master_port, 20000);
   EXPECT_LT(info.master_port, 40000);
   // Same job, same port on every rank.
-  LaunchInfo other = Read({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                           {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
-                           {"OMPI_MCA_ess_base_jobid", "1234"}})
-                         .value();
+  LaunchInfo other = ReadOpenMpi(0, 4, 0, 4, {{"OMPI_MCA_ess_base_jobid", "1234"}}).value();
   EXPECT_EQ(other.master_port, info.master_port);
   EXPECT_EQ(info.node_rank, 0);
   EXPECT_EQ(info.num_nodes, 1);
   // Two nodes of 4: the node is the rank's block. OMPI_COMM_WORLD_NODE_RANK is a per-node process
   // index (here 1), not the node's.
-  LaunchInfo second = Read({{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"},
-                            {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
-                            {"OMPI_COMM_WORLD_NODE_RANK", "1"}})
-                          .value();
+  LaunchInfo second = ReadOpenMpi(5, 8, 1, 4, {{"OMPI_COMM_WORLD_NODE_RANK", "1"}}).value();
   EXPECT_EQ(second.node_rank, 1);
   EXPECT_EQ(second.num_nodes, 2);
 }
@@ -103,15 +111,9 @@ TEST(LaunchEnv, Slurm) {
                           {"SLURM_TASKS_PER_NODE", "4(x2)"}, {"SLURM_NODEID", "1"},
                           {"SLURM_JOB_NODELIST", "gpu[07-08]"}, {"SLURM_JOB_ID", "4242"}})
                          .value();
-  EXPECT_EQ(info.launcher, "slurm");
-  EXPECT_EQ(info.rank, 6);
-  EXPECT_EQ(info.world_size, 8);
-  EXPECT_EQ(info.local_rank, 2);
-  EXPECT_EQ(info.local_size, 4);
-  EXPECT_EQ(info.node_rank, 1);
-  EXPECT_EQ(info.num_nodes, 2);  // at least node_rank + 1 without SLURM_NNODES
-  EXPECT_EQ(info.master_addr, "gpu07");
-  EXPECT_EQ(info.master_port, 24242);
+  // num_nodes: at least node_rank + 1 without SLURM_NNODES.
+  ExpectPlacement(info, {.launcher = "slurm", .rank = 6, .world_size = 8, .local_rank = 2, .local_size = 4,
+                         .node_rank = 1, .num_nodes = 2, .master_addr = "gpu07", .master_port = 24242});
   // This node's own task count; the step's variables win over the job's.
   LaunchInfo last = Read({{"SLURM_PROCID", "8"}, {"SLURM_NTASKS", "11"}, {"SLURM_LOCALID", "0"},
                           {"SLURM_TASKS_PER_NODE", "4(x2),3"}, {"SLURM_NODEID", "2"}, {"SLURM_NNODES", "3"}})

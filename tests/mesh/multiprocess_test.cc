@@ -19,12 +19,10 @@
 #include "dtensor/mesh/world.h"
 #include "dtensor/tests/mesh/collective_oracle.h"
 
-namespace dt {
+// In the oracle's namespace: AllCases, CollectiveCase and RunCase unqualified.
+namespace dt::testing {
 namespace {
 
-using testing::AllCases;
-using testing::CollectiveCase;
-using testing::RunCase;
 using Kind = internal::CollectiveKind;
 
 // The world, or a skip (nccl without enough GPUs or without NCCL), or a failure.
@@ -223,4 +221,4 @@ TEST(MultiProcess, ZzNoSharedMemoryNameLeft) {
 }
 
 }  // namespace
-}  // namespace dt
+}  // namespace dt::testing

@@ -8,18 +8,16 @@
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/models/flux2.h"
 #include "dtensor/tests/models/flux2_util.h"
+#include "dtensor/tests/models/golden_checks.h"
 #include "dtensor/tests/test_world.h"
 #include "gtest/gtest.h"
 
 namespace dt::nn::testing {
 namespace {
 
-using dt::testing::TheWorld;
-
-class Flux2Multiprocess : public ::testing::TestWithParam<const char*> {};
+class Flux2Multiprocess : public dt::testing::OnTheWorld<const char*> {};
 
 TEST_P(Flux2Multiprocess, MatchesDiffusers) {
-  World& world = TheWorld();
   auto config = loaders::LoadFlux2Config(Flux2Fixture(GetParam()));
   ASSERT_TRUE(config.ok()) << config.status();
   if (config->num_attention_heads % world.size() != 0) {
@@ -41,9 +39,8 @@ TEST_P(Flux2Multiprocess, MatchesDiffusers) {
   ASSERT_TRUE(err.ok()) << err.status();
   EXPECT_LE(*err, 1e-4) << "rank " << world.rank();
   EXPECT_EQ(counter.counts().all_reduce, 4 * config->num_layers + config->num_single_layers);
-  const double bound =
-      (double(report.sharded_full_bytes) / world.size() + report.replicated_bytes) * 1.2;
-  EXPECT_LE(report.stats.peak_bytes, bound) << "rank " << world.rank();
+  const absl::Status bound = WithinLoadBound(report, world.size(), world.rank());
+  EXPECT_TRUE(bound.ok()) << bound;
   for (const LoadReport::Param& p : report.params) {
     if (p.sharded) {
       EXPECT_LT(p.read_bytes, p.full_bytes) << p.name;
@@ -52,11 +49,7 @@ TEST_P(Flux2Multiprocess, MatchesDiffusers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Flux2Multiprocess, ::testing::Values("flux2-tiny", "flux2-pipe"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n) c = c == '-' ? '_' : c;
-                           return n;
-                         });
+                         FixtureParamName);
 
 }  // namespace
 }  // namespace dt::nn::testing

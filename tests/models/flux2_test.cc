@@ -19,6 +19,7 @@
 #include "dtensor/nn/styles.h"
 #include "dtensor/ops/local/ops.h"
 #include "dtensor/tests/models/flux2_util.h"
+#include "dtensor/tests/models/golden_checks.h"
 #include "dtensor/tests/test_util.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -29,19 +30,10 @@ namespace {
 namespace fs = std::filesystem;
 using dt::testing::Contains;
 
-using RankFn = std::function<absl::Status(int rank, Flux2Transformer2DModel& model,
-                                          const LoadReport& report)>;
-
-// Loads `dir` on `tp` thread ranks and runs fn on each.
-absl::Status OnRanks(int tp, const std::string& dir, const RankFn& fn,
+// The Flux2 model at `dir` on `tp` thread ranks.
+absl::Status OnRanks(int tp, const std::string& dir, const RankFnOf<Flux2Transformer2DModel>& fn,
                      const Flux2LoadOptions& options = {}) {
-  return World::RunThreads(tp, [&](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {tp}, {"tp"}));
-    LoadReport report;
-    DT_ASSIGN_OR_RETURN(auto model,
-                        Flux2Transformer2DModel::FromPretrained(dir, mesh, options, &report));
-    return fn(w.rank(), *model, report);
-  });
+  return OnThreadRanks<Flux2Transformer2DModel>(tp, dir, options, fn);
 }
 
 absl::Status Within(const Tensor& got, const Tensor& want, double tol, absl::string_view what) {
@@ -97,12 +89,7 @@ TEST_P(Flux2Forward, MatchesDiffusersAndReadsOnlyItsShards) {
     if (sharded != want_sharded) {
       return absl::InternalError(absl::StrCat(sharded, " sharded parameters, want ", want_sharded));
     }
-    const double bound = (double(report.sharded_full_bytes) / c.tp + report.replicated_bytes) * 1.2;
-    if (report.local_bytes > bound || report.stats.peak_bytes > bound) {
-      return absl::InternalError(absl::StrCat("rank ", rank, ": peak ", report.stats.peak_bytes,
-                                              " bytes > (full/tp + replicated) x 1.2 = ", bound));
-    }
-    return absl::OkStatus();
+    return WithinLoadBound(report, c.tp, rank);
   });
   EXPECT_TRUE(s.ok()) << s;
 }

@@ -2,17 +2,24 @@
 // The checks the causal-LM tests run against transformers' goldens (tests/fixtures/*/golden.json):
 // prompt logits within 1e-4 of their scale, the greedy continuation identical, the logits of its
 // last KV-cache step within the same tolerance, and the loader's accounting (no rank read more
-// than its pieces; a sharded parameter never read whole).
+// than its pieces; a sharded parameter never read whole; the peak within transformers' bound, which
+// the Flux2 tests check too).
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "dtensor/core/status.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/mesh/world.h"
+#include "dtensor/nn/load.h"
 #include "dtensor/nn/models/causal_lm.h"
 #include "dtensor/tests/models/llama_util.h"
+#include "gtest/gtest.h"
 
 namespace dt::nn::testing {
 
@@ -74,6 +81,39 @@ inline absl::Status ReadsOnlyItsPieces(const LoadReport& report, bool sharded) {
     }
   }
   return absl::OkStatus();
+}
+
+// fn(rank, model, report) on every rank of a model test.
+template <typename Model>
+using RankFnOf = std::function<absl::Status(int rank, Model& model, const LoadReport& report)>;
+
+// Loads `dir` as a Model on `tp` thread ranks (a 1-D "tp" mesh) and runs fn on each.
+template <typename Model, typename Options>
+absl::Status OnThreadRanks(int tp, const std::string& dir, const Options& options, const RankFnOf<Model>& fn) {
+  return World::RunThreads(tp, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {tp}, {"tp"}));
+    LoadReport report;
+    DT_ASSIGN_OR_RETURN(auto model, Model::FromPretrained(dir, mesh, options, &report));
+    return fn(w.rank(), *model, report);
+  });
+}
+
+// transformers' test_loading_memory_consumption bound: the loader's peak and what rank `rank` of
+// `tp` keeps stay within (full/tp + replicated) x 1.2.
+inline absl::Status WithinLoadBound(const LoadReport& report, int tp, int rank) {
+  const double bound = (double(report.sharded_full_bytes) / tp + report.replicated_bytes) * 1.2;
+  if (report.stats.peak_bytes > bound || report.local_bytes > bound) {
+    return absl::InternalError(absl::StrCat("rank ", rank, ": peak ", report.stats.peak_bytes,
+                                            " bytes > (full/tp + replicated) x 1.2 = ", bound));
+  }
+  return absl::OkStatus();
+}
+
+// A test parameter's name from a fixture's: "llama-tiny" -> "llama_tiny".
+inline std::string FixtureParamName(const ::testing::TestParamInfo<const char*>& info) {
+  std::string n = info.param;
+  for (char& c : n) c = c == '-' ? '_' : c;
+  return n;
 }
 
 }  // namespace dt::nn::testing

@@ -5,18 +5,16 @@
 #include "gtest/gtest.h"
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/models/llama.h"
+#include "dtensor/tests/models/golden_checks.h"
 #include "dtensor/tests/models/llama_util.h"
 #include "dtensor/tests/test_world.h"
 
 namespace dt::nn::testing {
 namespace {
 
-using dt::testing::TheWorld;
-
-class LlamaMultiprocess : public ::testing::TestWithParam<const char*> {};
+class LlamaMultiprocess : public dt::testing::OnTheWorld<const char*> {};
 
 TEST_P(LlamaMultiprocess, MatchesTransformers) {
-  World& world = TheWorld();
   const Golden g = LoadGolden(GetParam());
   auto mesh = InitDeviceMesh(world.shared_from_this(), {world.size()}, {"tp"});
   ASSERT_TRUE(mesh.ok()) << mesh.status();
@@ -34,9 +32,8 @@ TEST_P(LlamaMultiprocess, MatchesTransformers) {
   auto r = (*model)->Generate(g.prompt, go);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->tokens, g.f32.greedy_tokens) << "rank " << world.rank();
-  const double bound =
-      (double(report.sharded_full_bytes) / world.size() + report.replicated_bytes) * 1.2;
-  EXPECT_LE(report.stats.peak_bytes, bound) << "rank " << world.rank();
+  const absl::Status bound = WithinLoadBound(report, world.size(), world.rank());
+  EXPECT_TRUE(bound.ok()) << bound;
   for (const LlamaLoadReport::Param& p : report.params) {
     if (world.size() > 1 && p.sharded) {
       EXPECT_LT(p.read_bytes, p.full_bytes) << p.name;
@@ -45,12 +42,7 @@ TEST_P(LlamaMultiprocess, MatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaMultiprocess,
-                         ::testing::Values("llama-tiny", "llama-tiny-tied-bf16"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n) c = c == '-' ? '_' : c;
-                           return n;
-                         });
+                         ::testing::Values("llama-tiny", "llama-tiny-tied-bf16"), FixtureParamName);
 
 }  // namespace
 }  // namespace dt::nn::testing

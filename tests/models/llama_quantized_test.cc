@@ -14,6 +14,7 @@
 #include "dtensor/loaders/tokenizer.h"
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/models/llama.h"
+#include "dtensor/tests/models/golden_checks.h"
 #include "dtensor/tests/models/llama_util.h"
 #include "dtensor/tests/test_util.h"
 #include "gtest/gtest.h"
@@ -24,15 +25,10 @@ namespace {
 const std::string kTiny = std::string(DT_FIXTURES_DIR) + "/gguf/llama-tiny.gguf";
 const std::vector<int64_t> kPrompt = {1, 15, 27, 100, 7, 300, 2, 9, 41, 77, 5, 18};
 
-absl::StatusOr<Tensor> PromptLogits(LlamaForCausalLM& m, const std::vector<int64_t>& prompt) {
-  m.ResetCache();
-  DT_ASSIGN_OR_RETURN(Tensor ids,
-                      Tensor::FromVector<int64_t>({1, static_cast<int64_t>(prompt.size())}, prompt));
-  return m.Logits(ids, /*last=*/false);
-}
-
-// Logits at every prompt position, on `tp` thread ranks (rank 0's), quantized or not.
-Tensor RunTiny(int tp, bool quantized, LlamaLoadReport* report0 = nullptr) {
+// The logits at every position of `prompt` of the model at `path` on `tp` thread ranks (rank
+// 0's), its weights kept quantized or not.
+Tensor RunLogits(const std::string& path, int tp, bool quantized, const std::vector<int64_t>& prompt,
+                 LlamaLoadReport* report0 = nullptr) {
   Tensor out;
   absl::Status s = World::RunThreads(tp, [&](World& w) -> absl::Status {
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {tp}, {"tp"}));
@@ -40,8 +36,8 @@ Tensor RunTiny(int tp, bool quantized, LlamaLoadReport* report0 = nullptr) {
     o.keep_quantized = quantized;
     o.warn = false;
     LlamaLoadReport report;
-    DT_ASSIGN_OR_RETURN(auto m, LlamaForCausalLM::FromPretrained(kTiny, mesh, o, &report));
-    DT_ASSIGN_OR_RETURN(Tensor l, PromptLogits(*m, kPrompt));
+    DT_ASSIGN_OR_RETURN(auto m, LlamaForCausalLM::FromPretrained(path, mesh, o, &report));
+    DT_ASSIGN_OR_RETURN(Tensor l, PromptLogits(*m, prompt));
     if (w.rank() == 0) {
       out = l;
       if (report0 != nullptr) *report0 = report;
@@ -50,6 +46,11 @@ Tensor RunTiny(int tp, bool quantized, LlamaLoadReport* report0 = nullptr) {
   });
   EXPECT_TRUE(s.ok()) << s;
   return out;
+}
+
+// llama-tiny.gguf's logits of kPrompt.
+Tensor RunTiny(int tp, bool quantized, LlamaLoadReport* report0 = nullptr) {
+  return RunLogits(kTiny, tp, quantized, kPrompt, report0);
 }
 
 // 16-bit activations leave the quantized path ~1e-4 of the logits' range from the dequantized one
@@ -117,18 +118,10 @@ TEST(LlamaQuantized, SaveGatheredWritesTheDequantizedWeights) {
     return SaveGathered(*m, out.string(), m->save_options());
   });
   ASSERT_TRUE(s.ok()) << s;
-  Tensor got;
-  s = World::RunThreads(1, [&](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {1}, {"tp"}));
-    LlamaLoadOptions o;
-    o.warn = false;
-    DT_ASSIGN_OR_RETURN(auto m, LlamaForCausalLM::FromPretrained(out.string(), mesh, o));
-    DT_ASSIGN_OR_RETURN(got, PromptLogits(*m, kPrompt));
-    return absl::OkStatus();
-  });
+  const Tensor got = RunLogits(out.string(), 1, /*quantized=*/false, kPrompt);
   std::error_code ec;
   fs::remove_all(out, ec);
-  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_TRUE(got.defined());
   EXPECT_TRUE(Equal(got, RunTiny(1, false)));
 }
 
@@ -152,20 +145,7 @@ TEST(SmolLM2Quantized, TeacherForcedAgreesWithDequantized) {
   std::vector<int64_t> ids = tok->Encode(kText, /*add_bos=*/false).value();
   ASSERT_GE(ids.size(), 128u);
   ids.resize(128);
-  auto logits = [&](bool quantized) {
-    Tensor out;
-    absl::Status s = World::RunThreads(1, [&](World& w) -> absl::Status {
-      DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {1}, {"tp"}));
-      LlamaLoadOptions o;
-      o.keep_quantized = quantized;
-      o.warn = false;
-      DT_ASSIGN_OR_RETURN(auto m, LlamaForCausalLM::FromPretrained(DT_SMOLLM2_GGUF, mesh, o));
-      DT_ASSIGN_OR_RETURN(out, PromptLogits(*m, ids));
-      return absl::OkStatus();
-    });
-    EXPECT_TRUE(s.ok()) << s;
-    return out;
-  };
+  auto logits = [&](bool quantized) { return RunLogits(DT_SMOLLM2_GGUF, 1, quantized, ids); };
   const Tensor q = logits(true), f = logits(false);
   ASSERT_TRUE(q.defined() && f.defined());
   const int64_t v = q.size(-1), n = 128;

@@ -14,6 +14,7 @@
 #include "dtensor/core/status.h"
 #include "gtest/gtest.h"
 #include "dtensor/mesh/world.h"
+#include "dtensor/tests/models/golden_checks.h"
 #include "dtensor/tests/models/llama_util.h"
 #include "dtensor/tests/test_util.h"
 
@@ -24,26 +25,10 @@ namespace fs = std::filesystem;
 
 using dt::testing::Contains;
 
-using RankFn = std::function<absl::Status(int rank, LlamaForCausalLM& model,
-                                          const LlamaLoadReport& report)>;
-
-// Loads `fixture` on `tp` thread ranks and runs fn on each.
+// The Llama model at `fixture` on `tp` thread ranks.
 absl::Status OnRanks(int tp, const std::string& fixture, const LlamaLoadOptions& options,
-                     const RankFn& fn) {
-  return World::RunThreads(tp, [&](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {tp}, {"tp"}));
-    LlamaLoadReport report;
-    DT_ASSIGN_OR_RETURN(auto model,
-                        LlamaForCausalLM::FromPretrained(fixture, mesh, options, &report));
-    return fn(w.rank(), *model, report);
-  });
-}
-
-absl::StatusOr<Tensor> PromptLogits(LlamaForCausalLM& m, const std::vector<int64_t>& prompt) {
-  m.ResetCache();
-  DT_ASSIGN_OR_RETURN(Tensor ids,
-                      Tensor::FromVector<int64_t>({1, static_cast<int64_t>(prompt.size())}, prompt));
-  return m.Logits(ids);
+                     const RankFnOf<LlamaForCausalLM>& fn) {
+  return OnThreadRanks<LlamaForCausalLM>(tp, fixture, options, fn);
 }
 
 // The logits that picked the last of `tokens` (greedy, as the golden records them).
@@ -192,23 +177,8 @@ TEST_P(LlamaTP, EqualsSingleRankAndReadsOnlyItsShards) {
       }
     }
     // The loader's accounting: each sharded parameter read exactly its piece, never the whole.
-    for (const LlamaLoadReport::Param& p : report.params) {
-      if (p.read_bytes > p.local_bytes) {
-        return absl::InternalError(absl::StrCat(p.name, ": read ", p.read_bytes, " bytes for a ",
-                                                p.local_bytes, "-byte piece"));
-      }
-      if (c.tp > 1 && p.sharded && p.read_bytes >= p.full_bytes) {
-        return absl::InternalError(absl::StrCat(p.name, " ", p.spec, ": rank ", rank, " read ",
-                                                p.read_bytes, " of ", p.full_bytes, " bytes"));
-      }
-    }
-    // transformers' test_loading_memory_consumption bound.
-    const double bound = (double(report.sharded_full_bytes) / c.tp + report.replicated_bytes) * 1.2;
-    if (report.stats.peak_bytes > bound || report.local_bytes > bound) {
-      return absl::InternalError(absl::StrCat("rank ", rank, ": peak ", report.stats.peak_bytes,
-                                              " bytes > (full/tp + replicated) x 1.2 = ", bound));
-    }
-    return absl::OkStatus();
+    DT_RETURN_IF_ERROR(ReadsOnlyItsPieces(report, /*sharded=*/c.tp > 1));
+    return WithinLoadBound(report, c.tp, rank);
   });
   EXPECT_TRUE(s.ok()) << s;
 }

@@ -17,17 +17,14 @@
 namespace dt::nn::testing {
 namespace {
 
-using dt::testing::TheWorld;
-
 struct Layout {
   const char* model;
   int ep;  // 0: the world size; tp is the rest
 };
 
-class MoeMultiprocess : public ::testing::TestWithParam<Layout> {};
+class MoeMultiprocess : public dt::testing::OnTheWorld<Layout> {};
 
 TEST_P(MoeMultiprocess, MatchesTransformers) {
-  World& world = TheWorld();
   const Layout l = GetParam();
   const int n = world.size(), ep = l.ep == 0 ? n : l.ep;
   if (ep > 1 && (n % ep != 0 || ep % (n / ep) != 0 || (l.ep != 0 && ep == n))) {

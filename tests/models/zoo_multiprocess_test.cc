@@ -15,12 +15,9 @@
 namespace dt::nn::testing {
 namespace {
 
-using dt::testing::TheWorld;
-
-class ZooMultiprocess : public ::testing::TestWithParam<const char*> {};
+class ZooMultiprocess : public dt::testing::OnTheWorld<const char*> {};
 
 TEST_P(ZooMultiprocess, MatchesTransformers) {
-  World& world = TheWorld();
   const std::string fixture = std::string("zoo/") + GetParam() + "-tiny";
   const loaders::DecoderConfig c = loaders::LoadDecoderConfig(FixtureDir(fixture)).value();
   const int tp = world.size();

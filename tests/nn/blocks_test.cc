@@ -13,19 +13,15 @@
 #include "rapidcheck/gtest.h"
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/nn.h"
+#include "dtensor/tests/nn/plan_util.h"
 #include "dtensor/tests/test_util.h"
 
 namespace dt::nn {
 namespace {
 
 using dt::testing::Contains;
+using testing::Quiet;
 using Vec = std::vector<double>;
-
-ParallelizeOptions Quiet() {
-  ParallelizeOptions o;
-  o.unused_rules = o.uncovered_params = PlanCheck::kIgnore;
-  return o;
-}
 
 absl::StatusOr<DeviceMesh> TpMesh(World& w) {
   return InitDeviceMesh(w.shared_from_this(), {w.size()}, {"tp"});

@@ -10,20 +10,15 @@
 #include "gtest/gtest.h"
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/nn.h"
+#include "dtensor/tests/nn/plan_util.h"
 #include "dtensor/tests/test_util.h"
 
 namespace dt::nn {
 namespace {
 
 using dt::testing::Contains;
-
-DeviceMesh Tp(int64_t n) { return DeviceMesh::Abstract({n}, {"tp"}).value(); }
-
-ParallelizeOptions Quiet() {
-  ParallelizeOptions o;
-  o.unused_rules = o.uncovered_params = PlanCheck::kIgnore;
-  return o;
-}
+using testing::Tp;
+using testing::Quiet;
 
 // attn.c_attn [24, 8] (q | k | v, blocks declared or not), attn.c_proj [8, 8].
 class Holder : public Module {

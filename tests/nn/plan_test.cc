@@ -9,20 +9,15 @@
 
 #include "gtest/gtest.h"
 #include "dtensor/nn/nn.h"
+#include "dtensor/tests/nn/plan_util.h"
 #include "dtensor/tests/test_util.h"
 
 namespace dt::nn {
 namespace {
 
 using dt::testing::Contains;
-
-DeviceMesh Tp(int64_t n, int rank = 0) { return DeviceMesh::Abstract({n}, {"tp"}, rank).value(); }
-
-ParallelizeOptions Quiet() {
-  ParallelizeOptions o;
-  o.unused_rules = o.uncovered_params = PlanCheck::kIgnore;
-  return o;
-}
+using testing::Tp;
+using testing::Quiet;
 
 // layers.{0,1,2}.{attn (Attention 4 heads / 2 KV), mlp (SwiGLU, I = 8), norm}, lm_head.
 class Block : public Module {

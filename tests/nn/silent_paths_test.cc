@@ -22,6 +22,7 @@
 #include "dtensor/nn/norm.h"
 #include "dtensor/nn/plan.h"
 #include "dtensor/nn/vops.h"
+#include "dtensor/tests/nn/plan_util.h"
 #include "dtensor/tests/test_util.h"
 #include "gtest/gtest.h"
 
@@ -29,6 +30,7 @@ namespace dt::nn {
 namespace {
 
 using dt::testing::Contains;
+using testing::Quiet;
 
 absl::StatusOr<DeviceMesh> Tp(World& w) {
   return InitDeviceMesh(w.shared_from_this(), {w.size()}, {"tp"});
@@ -109,13 +111,6 @@ class MyLM : public Module {
  private:
   bool norm_up_;
 };
-
-ParallelizeOptions Quiet() {
-  ParallelizeOptions o;
-  o.unused_rules = PlanCheck::kIgnore;
-  o.uncovered_params = PlanCheck::kIgnore;
-  return o;
-}
 
 // 1. q split, k / v replicated in a forward nobody here knows: refused before anything is placed.
 TEST(SilentPaths, MixedProjectionsInACustomAttentionAreAnError) {

@@ -23,14 +23,14 @@ compared: a machine whose speed drifts (a shared VM) favours neither. Ends with
 import argparse
 import os
 import re
-import statistics
 import subprocess
 import sys
-import time
 
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler, Flux2Transformer2DModel
 from diffusers.pipelines.flux2.pipeline_flux2 import Flux2Pipeline, compute_empirical_mu
+
+from bench_util import median_seconds
 
 CONFIG = dict(patch_size=1, in_channels=64, out_channels=None, num_layers=4, num_single_layers=8,
               attention_head_dim=128, num_attention_heads=4, joint_attention_dim=512,
@@ -67,14 +67,8 @@ def diffusers_step_ms(reps):
             out = scheduler.step(v, t, x, return_dict=False)[0]
         assert torch.isfinite(out).all()
 
-    for _ in range(2):
-        step()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times), sum(p.numel() for p in model.parameters())
+    ms = median_seconds(step, reps, warmup=2) * 1e3
+    return ms, sum(p.numel() for p in model.parameters())
 
 
 def ours_step_ms(bench):

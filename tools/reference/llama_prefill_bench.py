@@ -21,14 +21,14 @@ is compared: a machine whose speed drifts (a shared VM) favours neither. Ends wi
 import argparse
 import os
 import re
-import statistics
 import subprocess
 import sys
-import time
 
 import torch
 import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
+
+from bench_util import median_seconds
 
 CONFIG = dict(vocab_size=4096, hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
               num_attention_heads=8, num_key_value_heads=4, head_dim=64, max_position_embeddings=4096,
@@ -48,13 +48,7 @@ def transformers_tokens_per_s(dtype, prompt, reps):
             out = model(input_ids=ids, use_cache=True)
         assert torch.isfinite(out.logits[0, -1].float()).all()
 
-    forward()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        forward()
-        times.append(time.perf_counter() - start)
-    return prompt / statistics.median(times)
+    return prompt / median_seconds(forward, reps)
 
 
 def main():

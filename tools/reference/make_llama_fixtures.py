@@ -94,12 +94,19 @@ def record(model, prompt):
     }
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def fixture_args(ap=None):
+    """The fixture scripts' arguments: --out (default: this checkout's tests/fixtures) and those
+    `ap` adds; torch then runs on one thread, so that every run computes the same goldens."""
+    ap = ap or argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests",
                                                   "fixtures"))
     args = ap.parse_args()
     torch.set_num_threads(1)
+    return args
+
+
+def main():
+    args = fixture_args()
     for name, v in VARIANTS.items():
         out = os.path.join(args.out, name)
         os.makedirs(out, exist_ok=True)

@@ -47,7 +47,7 @@ import transformers
 from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, MixtralConfig,
                           MixtralForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
-from make_llama_fixtures import NEW_TOKENS, greedy, randomize, record
+from make_llama_fixtures import NEW_TOKENS, fixture_args, greedy, randomize, record
 from make_zoo_fixtures import PROMPT, compare_gguf, write_gguf
 
 MIN_MARGIN = 3e-4
@@ -135,11 +135,8 @@ def check_gguf(path, model):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests",
-                                                  "fixtures"))
     ap.add_argument("--only", default="", help="comma-separated model names (default: all)")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
+    args = fixture_args(ap)
     root = os.path.join(args.out, "moe")
     os.makedirs(root, exist_ok=True)
     only = set(args.only.split(",")) if args.only else None

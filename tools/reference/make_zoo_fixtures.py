@@ -35,7 +35,6 @@ Phi-3's <|user|>; written out below as those checkpoints' tokenizer_config.json 
 conversations rendered by transformers' own renderer (render_jinja_template), or the error the
 template raises.
 """
-import argparse
 import json
 import os
 import shutil
@@ -48,7 +47,7 @@ from transformers import (MistralConfig, MistralForCausalLM, Phi3Config, Phi3For
 import gguf
 
 from make_gguf_fixtures import permute
-from make_llama_fixtures import NEW_TOKENS, greedy, randomize, record
+from make_llama_fixtures import NEW_TOKENS, fixture_args, greedy, randomize, record
 
 # make_llama_fixtures' prompt with 300 -> 250 (Qwen2's fixture has 288 tokens).
 PROMPT = [1, 15, 27, 100, 200, 5, 7, 250, 42, 11]
@@ -268,11 +267,7 @@ def make_chat_goldens(root):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests",
-                                                  "fixtures"))
-    args = ap.parse_args()
-    torch.set_num_threads(1)
+    args = fixture_args()
     root = os.path.join(args.out, "zoo")
     os.makedirs(root, exist_ok=True)
     make_chat_goldens(root)

@@ -17,13 +17,13 @@ Ends with RESULT lines: f32 >= 1.0x and bf16 >= 0.8x PyTorch's GFLOP/s on every 
 """
 import argparse
 import re
-import statistics
 import subprocess
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
+
+from bench_util import median_seconds
 
 ROW = re.compile(r"^(f32|bf16) (\d+)x(\d+)x(\d+)( x\.wT)?\s+(.*)$")
 TARGET = {"f32": 1.0, "bf16": 0.8}
@@ -36,13 +36,8 @@ def torch_gflops(dtype, m, n, k, linear, reps):
     b = torch.randn(n, k, generator=g).to(dt) if linear else torch.randn(k, n, generator=g).to(dt)
     run = (lambda: F.linear(a, b)) if linear else (lambda: torch.matmul(a, b))
     with torch.no_grad():
-        run()
-        times = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            run()
-            times.append(time.perf_counter() - start)
-    return 2.0 * m * n * k / statistics.median(times) / 1e9
+        seconds = median_seconds(run, reps)
+    return 2.0 * m * n * k / seconds / 1e9
 
 
 def main():
