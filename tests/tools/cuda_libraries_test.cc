@@ -229,7 +229,8 @@ TEST(CudaLibraries, MissingOrBrokenModuleIsAnErrorNamingThePlace) {
 // Control: DT_BACKEND=nccl loads the NCCL module, and with it libnccl (without a GPU the world is
 // then refused: the program exits 1).
 TEST(CudaLibraries, NcclBackendMapsNccl) {
-  const Traced t = RunTraced({DT_PARALLEL_MLP}, {"DT_BACKEND=nccl"});
+  // RANK and WORLD_SIZE as a launcher sets them: without a launcher the example runs thread ranks.
+  const Traced t = RunTraced({DT_PARALLEL_MLP}, {"DT_BACKEND=nccl", "RANK=0", "WORLD_SIZE=1"});
   ASSERT_EQ(t.maps.size(), 1u) << t.output;
   EXPECT_TRUE(testing::Contains(absl::StrJoin(CudaLibraries(t.maps.begin()->second), " "), "libnccl."))
       << t.output;
