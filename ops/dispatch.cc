@@ -14,8 +14,8 @@
 namespace dt::dops {
 
 // Note [Sharding propagation]
-// An op's rule (its declaration's candidates, ops/op_decls.cc) lists, for one mesh dim at a time, candidate placements for every
-// input and output (PyTorch's single-mesh-dim strategies). ChooseStrategy takes the product over
+// An op's rule (its declaration's candidates, ops/decls/<family>.cc) lists, for one mesh dim at a
+// time, candidate placements for every input and output (PyTorch's single-mesh-dim strategies). ChooseStrategy takes the product over
 // mesh dims (on a mesh dim of size 1 only the candidates that keep the inputs as they are, since
 // every layout there is the same) and, for each combination:
 //   1. costs every input's move from its placements to the candidate's with the redistribute
