@@ -48,7 +48,7 @@
 //   Add Sub (scalar)      S -> S; P(sum): s added once; P(avg|max|min): s added everywhere
 //   Mul Div (scalar)      S -> S; P(sum|avg) -> P; P(max|min) keeps (s > 0) or swaps (s < 0)
 //   Neg                   S -> S; P(sum|avg) -> P; P(max) <-> P(min)
-//   Gelu, DT_UNARY_OPS    S -> S (P is reduced first): Silu Relu Exp Rsqrt Sqrt
+//   Gelu, DT_UNARY_OPS    S -> S (P is reduced first); DT_UNARY_OPS: Silu, Exp, ... (ops/local/ops.h)
 //   Sqrt, Cast            S -> S; Cast float->float keeps P
 //   Modulate              x, scale, shift S on a common dim -> S (broadcast dims R); P reduced
 //   Sum Mean (dim d)      S(d) -> P(sum) (Mean divides by the global size); S(e != d) -> S;

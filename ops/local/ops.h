@@ -20,7 +20,7 @@
 //   Add Sub Mul               all but bool           numpy broadcasting; integers wrap (two's complement)
 //   Div                       f32 bf16 f16
 //   Neg                       all but bool
-//   Gelu and DT_UNARY_OPS     f32 bf16 f16           Silu Exp Rsqrt Sqrt Relu
+//   Gelu, DT_UNARY_OPS rows   f32 bf16 f16           Silu, Exp, ...: the list below
 //   Modulate                  f32 bf16 f16           x * (1 + scale) + shift, broadcast
 //   Cast                      any -> any             quantized -> element dtypes dequantizes
 //   Sum Max Argmax            all but bool           Sum of integers is i64; Argmax is i64
