@@ -134,6 +134,7 @@ double ApplyUnary(UnaryOp op, double v) {
     case UnaryOp::kRsqrt: return 1 / std::sqrt(v);
     case UnaryOp::kSqrt: return std::sqrt(v);
     case UnaryOp::kRelu: return v > 0 ? v : 0;
+    case UnaryOp::kSigmoid: return 1 / (1 + std::exp(-v));
   }
   return 0;
 }
