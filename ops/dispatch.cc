@@ -345,7 +345,11 @@ bool Prepared::TermIncludes(int j, int k) const {
   return true;
 }
 
-absl::StatusOr<Outputs> Apply(const OpCall& call, absl::Span<const DTensor* const> inputs) {
+namespace {
+
+// "Linear: w is undefined": an input given but undefined (nullptr is an absent optional one).
+template <typename T>
+absl::Status CheckDefined(const OpCall& call, absl::Span<const T* const> inputs) {
   for (size_t j = 0; j < inputs.size(); ++j) {
     if (inputs[j] != nullptr && !inputs[j]->defined()) {
       return absl::InvalidArgumentError(absl::StrCat(OpName(call), ": ",
@@ -353,6 +357,13 @@ absl::StatusOr<Outputs> Apply(const OpCall& call, absl::Span<const DTensor* cons
                                                      " is undefined"));
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Outputs> Apply(const OpCall& call, absl::Span<const DTensor* const> inputs) {
+  DT_RETURN_IF_ERROR(CheckDefined(call, inputs));
   Prepared p;
   DT_RETURN_IF_ERROR(Prepare(call, inputs, &p));
   if (!p.member()) return p.Empty();
@@ -361,13 +372,7 @@ absl::StatusOr<Outputs> Apply(const OpCall& call, absl::Span<const DTensor* cons
 }
 
 absl::StatusOr<LocalOutputs> ApplyLocal(const OpCall& call, absl::Span<const Tensor* const> inputs) {
-  for (size_t j = 0; j < inputs.size(); ++j) {
-    if (inputs[j] != nullptr && !inputs[j]->defined()) {
-      return absl::InvalidArgumentError(absl::StrCat(OpName(call), ": ",
-                                                     InputName(call, static_cast<int>(j)),
-                                                     " is undefined"));
-    }
-  }
+  DT_RETURN_IF_ERROR(CheckDefined(call, inputs));
   const OpDecl& decl = DeclOf(call.op);
   DT_RETURN_IF_ERROR(decl.infer(call).status());
   return decl.run(call, LocalArgs(inputs));

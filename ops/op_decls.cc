@@ -62,6 +62,26 @@ void AddAnyPartial(const OpCall& call, int i, int n_out, DimOptions* options) {
   options->push_back(std::move(o));
 }
 
+void AddElementwiseOptions(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options,
+                           std::initializer_list<int> whole) {
+  const int n_out = static_cast<int>(outs.size());
+  options->push_back(ReplicateOption(call.num_inputs(), n_out));
+  AddShardOptions(call,
+                  BroadcastLabels(call, outs[0].shape, n_out,
+                                  absl::MakeConstSpan(whole.begin(), whole.size())),
+                  i, options);
+}
+
+void AddMoveOptions(const OpCall& call, LabelMap m, int i, DimOptions* options) {
+  options->push_back(ReplicateOption(1, 1));
+  AddShardOptions(call, m, i, options);
+  AddAnyPartial(call, i, 1, options);
+}
+
+absl::Status NeedFloatOrNotBool(const OpCall& call, int j, bool float_only) {
+  return float_only ? NeedFloat(call, j) : NeedNotBool(call, j);
+}
+
 ReduceOp Swapped(ReduceOp op) {
   if (op == ReduceOp::kMax) return ReduceOp::kMin;
   if (op == ReduceOp::kMin) return ReduceOp::kMax;
@@ -72,6 +92,11 @@ LocalOutputs Out(Tensor t) {
   LocalOutputs o;
   o.push_back(std::move(t));
   return o;
+}
+
+absl::StatusOr<LocalOutputs> Out(absl::StatusOr<Tensor> t) {
+  if (!t.ok()) return t.status();
+  return Out(*std::move(t));
 }
 
 }  // namespace rules

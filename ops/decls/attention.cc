@@ -1,13 +1,12 @@
-// The declarations (ops/op_decl.h) of ScaledDotProductAttention: for each op its shape rule
-// (Infer), its sharding candidates (Cand), any whole-strategy check, the local run and its row.
+// The declarations (ops/op_decl.h) of ScaledDotProductAttention. For each op, in this order: its
+// shape rule (Infer), its sharding candidates (Cand), any whole-strategy check, its local run, and
+// its row.
 
 #include "dtensor/ops/decls/rules.h"
 
 namespace dt::dops::rules {
 
 // ---- ScaledDotProductAttention --------------------------------------------------------------
-
-namespace {
 
 absl::StatusOr<OutputMetas> InferAttention(const OpCall& call) {
   const DTensorSpec& q = In(call, 0);
@@ -159,23 +158,13 @@ absl::StatusOr<LocalOutputs> RunAttention(const OpCall& call, const LocalArgs& a
     DT_ASSIGN_OR_RETURN(kk, ops::Cat(ks, 1));
     DT_ASSIGN_OR_RETURN(vv, ops::Cat(vs, 1));
   }
-  DT_ASSIGN_OR_RETURN(Tensor y, ops::ScaledDotProductAttention(ql, kk, vv, opts));
-  return Out(std::move(y));
+  return Out(ops::ScaledDotProductAttention(ql, kk, vv, opts));
 }
 
-}  // namespace
-
-const OpDecl kAttentionDecl{
-    .op = OpId::kAttention,
-    .name = "ScaledDotProductAttention",
-    .input_names = {"q", "k", "v"},
-    .attrs = kAttrsIndex<AttentionAttrs>,
-    .infer = InferAttention,
-    .candidates = CandAttention,
-    .check = CheckAttention,
-    .precheck = PrecheckAttention,
-    .run = RunAttention,
-    .cuda = "cuda::Attention",
-};
+const OpDecl kAttentionDecl{.op = OpId::kAttention, .name = "ScaledDotProductAttention",
+                            .input_names = {"q", "k", "v"}, .attrs = kAttrsIndex<AttentionAttrs>,
+                            .infer = InferAttention, .candidates = CandAttention,
+                            .check = CheckAttention, .precheck = PrecheckAttention,
+                            .run = RunAttention, .cuda = "cuda::Attention"};
 
 }  // namespace dt::dops::rules

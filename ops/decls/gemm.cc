@@ -1,13 +1,11 @@
-// The declarations (ops/op_decl.h) of Matmul and Linear: for each op its shape rule
-// (Infer), its sharding candidates (Cand), any whole-strategy check, the local run and its row.
+// The declarations (ops/op_decl.h) of Matmul and Linear. For each op, in this order: its shape rule
+// (Infer), its sharding candidates (Cand), any whole-strategy check, its local run, and its row.
 
 #include "dtensor/ops/decls/rules.h"
 
 namespace dt::dops::rules {
 
 // ---- Matmul ---------------------------------------------------------------------------------
-
-namespace {
 
 absl::StatusOr<OutputMetas> InferMatmul(const OpCall& call) {
   const DTensorSpec& a = In(call, 0);
@@ -71,26 +69,14 @@ void CandMatmul(const OpCall& call, const OutputMetas& outs, int i, DimOptions* 
 
 absl::StatusOr<LocalOutputs> RunMatmul(const OpCall& call, const LocalArgs& a) {
   const auto& at = call.Attr<MatmulAttrs>();
-  DT_ASSIGN_OR_RETURN(Tensor y, ops::Matmul(a.local(0), a.local(1), at.trans_a, at.trans_b));
-  return Out(std::move(y));
+  return Out(ops::Matmul(a.local(0), a.local(1), at.trans_a, at.trans_b));
 }
 
-}  // namespace
-
-const OpDecl kMatmulDecl{
-    .op = OpId::kMatmul,
-    .name = "Matmul",
-    .input_names = {"a", "b"},
-    .attrs = kAttrsIndex<MatmulAttrs>,
-    .infer = InferMatmul,
-    .candidates = CandMatmul,
-    .run = RunMatmul,
-    .cuda = "cuda::Matmul",
-};
+const OpDecl kMatmulDecl{.op = OpId::kMatmul, .name = "Matmul", .input_names = {"a", "b"},
+                         .attrs = kAttrsIndex<MatmulAttrs>, .infer = InferMatmul,
+                         .candidates = CandMatmul, .run = RunMatmul, .cuda = "cuda::Matmul"};
 
 // ---- Linear ---------------------------------------------------------------------------------
-
-namespace {
 
 absl::StatusOr<OutputMetas> InferLinear(const OpCall& call) {
   const DTensorSpec& x = In(call, 0);
@@ -146,21 +132,11 @@ absl::StatusOr<LocalOutputs> RunLinear(const OpCall& call, const LocalArgs& a) {
   // A Partial(sum) result gets the bias from one rank only (Note [Adding a replicated term to a
   // Partial] in dispatch.cc).
   const Tensor b = a.has(2) && a.TermIncludes(2, 0) ? a.local(2) : Tensor();
-  DT_ASSIGN_OR_RETURN(Tensor y, ops::Linear(a.local(0), a.local(1), b));
-  return Out(std::move(y));
+  return Out(ops::Linear(a.local(0), a.local(1), b));
 }
 
-}  // namespace
-
-const OpDecl kLinearDecl{
-    .op = OpId::kLinear,
-    .name = "Linear",
-    .input_names = {"x", "w", "bias"},
-    .attrs = kAttrsIndex<NoAttrs>,
-    .infer = InferLinear,
-    .candidates = CandLinear,
-    .run = RunLinear,
-    .cuda = "cuda::Matmul",
-};
+const OpDecl kLinearDecl{.op = OpId::kLinear, .name = "Linear", .input_names = {"x", "w", "bias"},
+                         .attrs = kAttrsIndex<NoAttrs>, .infer = InferLinear,
+                         .candidates = CandLinear, .run = RunLinear, .cuda = "cuda::Matmul"};
 
 }  // namespace dt::dops::rules

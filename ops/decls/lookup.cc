@@ -1,13 +1,11 @@
-// The declarations (ops/op_decl.h) of Embedding: for each op its shape rule
-// (Infer), its sharding candidates (Cand), any whole-strategy check, the local run and its row.
+// The declarations (ops/op_decl.h) of Embedding. For each op, in this order: its shape rule
+// (Infer), its sharding candidates (Cand), any whole-strategy check, its local run, and its row.
 
 #include "dtensor/ops/decls/rules.h"
 
 namespace dt::dops::rules {
 
 // ---- Embedding ------------------------------------------------------------------------------
-
-namespace {
 
 absl::StatusOr<OutputMetas> InferEmbedding(const OpCall& call) {
   const DTensorSpec& t = In(call, 0);
@@ -45,21 +43,12 @@ void CandEmbedding(const OpCall& call, const OutputMetas& outs, int i, DimOption
 absl::StatusOr<LocalOutputs> RunEmbedding(const OpCall& call, const LocalArgs& a) {
   // A vocab-split table looks up the ids in its rows only; the others give zero rows and the
   // result is Partial(sum) (PyTorch's _MaskPartial).
-  DT_ASSIGN_OR_RETURN(Tensor y, ops::Embedding(a.local(0), a.local(1), a.OffsetAlong(0, 0)));
-  return Out(std::move(y));
+  return Out(ops::Embedding(a.local(0), a.local(1), a.OffsetAlong(0, 0)));
 }
 
-}  // namespace
-
-const OpDecl kEmbeddingDecl{
-    .op = OpId::kEmbedding,
-    .name = "Embedding",
-    .input_names = {"table", "ids"},
-    .attrs = kAttrsIndex<NoAttrs>,
-    .infer = InferEmbedding,
-    .candidates = CandEmbedding,
-    .run = RunEmbedding,
-    .cuda = "cuda::Embedding",
-};
+const OpDecl kEmbeddingDecl{.op = OpId::kEmbedding, .name = "Embedding",
+                            .input_names = {"table", "ids"}, .attrs = kAttrsIndex<NoAttrs>,
+                            .infer = InferEmbedding, .candidates = CandEmbedding,
+                            .run = RunEmbedding, .cuda = "cuda::Embedding"};
 
 }  // namespace dt::dops::rules

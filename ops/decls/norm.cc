@@ -1,13 +1,12 @@
-// The declarations (ops/op_decl.h) of RmsNorm, LayerNorm and ApplyRotary: for each op its shape rule
-// (Infer), its sharding candidates (Cand), any whole-strategy check, the local run and its row.
+// The declarations (ops/op_decl.h) of RmsNorm, LayerNorm and ApplyRotary. For each op, in this
+// order: its shape rule (Infer), its sharding candidates (Cand), any whole-strategy check, its
+// local run, and its row.
 
 #include "dtensor/ops/decls/rules.h"
 
 namespace dt::dops::rules {
 
 // ---- RmsNorm and LayerNorm ------------------------------------------------------------------
-
-namespace {
 
 absl::StatusOr<OutputMetas> InferNorm(const OpCall& call) {
   const DTensorSpec& x = In(call, 0);
@@ -26,49 +25,29 @@ absl::StatusOr<OutputMetas> InferNorm(const OpCall& call) {
 
 void CandNorm(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
   const int last = In(call, 0).ndim() - 1;
-  options->push_back(ReplicateOption(call.num_inputs(), 1));
-  AddShardOptions(call, BroadcastLabels(call, outs[0].shape, 1, {last}), i, options);
+  AddElementwiseOptions(call, outs, i, options, {last});
 }
 
 absl::StatusOr<LocalOutputs> RunRmsNorm(const OpCall& call, const LocalArgs& a) {
-  DT_ASSIGN_OR_RETURN(Tensor y, ops::RmsNorm(a.local(0), a.has(1) ? a.local(1) : Tensor(),
-                                             call.Attr<NormAttrs>().eps));
-  return Out(std::move(y));
+  return Out(ops::RmsNorm(a.local(0), a.has(1) ? a.local(1) : Tensor(),
+                          call.Attr<NormAttrs>().eps));
 }
 
 absl::StatusOr<LocalOutputs> RunLayerNorm(const OpCall& call, const LocalArgs& a) {
-  DT_ASSIGN_OR_RETURN(Tensor y, ops::LayerNorm(a.local(0), a.has(1) ? a.local(1) : Tensor(),
-                                               a.has(2) ? a.local(2) : Tensor(),
-                                               call.Attr<NormAttrs>().eps));
-  return Out(std::move(y));
+  return Out(ops::LayerNorm(a.local(0), a.has(1) ? a.local(1) : Tensor(),
+                            a.has(2) ? a.local(2) : Tensor(),
+                            call.Attr<NormAttrs>().eps));
 }
 
-}  // namespace
-
-const OpDecl kRmsNormDecl{
-    .op = OpId::kRmsNorm,
-    .name = "RmsNorm",
-    .input_names = {"x", "weight"},
-    .attrs = kAttrsIndex<NormAttrs>,
-    .infer = InferNorm,
-    .candidates = CandNorm,
-    .run = RunRmsNorm,
-    .cuda = "cuda::RmsNorm",
-};
-const OpDecl kLayerNormDecl{
-    .op = OpId::kLayerNorm,
-    .name = "LayerNorm",
-    .input_names = {"x", "weight", "bias"},
-    .attrs = kAttrsIndex<NormAttrs>,
-    .infer = InferNorm,
-    .candidates = CandNorm,
-    .run = RunLayerNorm,
-    .cuda = "cuda::LayerNorm",
-};
+const OpDecl kRmsNormDecl{.op = OpId::kRmsNorm, .name = "RmsNorm", .input_names = {"x", "weight"},
+                          .attrs = kAttrsIndex<NormAttrs>, .infer = InferNorm,
+                          .candidates = CandNorm, .run = RunRmsNorm, .cuda = "cuda::RmsNorm"};
+const OpDecl kLayerNormDecl{.op = OpId::kLayerNorm, .name = "LayerNorm",
+                            .input_names = {"x", "weight", "bias"}, .attrs = kAttrsIndex<NormAttrs>,
+                            .infer = InferNorm, .candidates = CandNorm, .run = RunLayerNorm,
+                            .cuda = "cuda::LayerNorm"};
 
 // ---- ApplyRotary ----------------------------------------------------------------------------
-
-namespace {
 
 absl::StatusOr<OutputMetas> InferRotary(const OpCall& call) {
   const DTensorSpec& x = In(call, 0);
@@ -88,28 +67,18 @@ absl::StatusOr<OutputMetas> InferRotary(const OpCall& call) {
 
 void CandRotary(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
   const int last = In(call, 0).ndim() - 1;
-  options->push_back(ReplicateOption(3, 1));
-  AddShardOptions(call, BroadcastLabels(call, outs[0].shape, 1, {last}), i, options);
+  AddElementwiseOptions(call, outs, i, options, {last});
   AddLinearPartial(call, 0, i, 1, options);  // rotation is linear in x
 }
 
 absl::StatusOr<LocalOutputs> RunRotary(const OpCall& call, const LocalArgs& a) {
-  DT_ASSIGN_OR_RETURN(Tensor y, ops::ApplyRotary(a.local(0), a.local(1), a.local(2),
-                                                 call.Attr<RotaryAttrs>().style));
-  return Out(std::move(y));
+  return Out(ops::ApplyRotary(a.local(0), a.local(1), a.local(2),
+                              call.Attr<RotaryAttrs>().style));
 }
 
-}  // namespace
-
-const OpDecl kRotaryDecl{
-    .op = OpId::kRotary,
-    .name = "ApplyRotary",
-    .input_names = {"x", "cos", "sin"},
-    .attrs = kAttrsIndex<RotaryAttrs>,
-    .infer = InferRotary,
-    .candidates = CandRotary,
-    .run = RunRotary,
-    .cuda = "cuda::ApplyRotary",
-};
+const OpDecl kRotaryDecl{.op = OpId::kRotary, .name = "ApplyRotary",
+                         .input_names = {"x", "cos", "sin"}, .attrs = kAttrsIndex<RotaryAttrs>,
+                         .infer = InferRotary, .candidates = CandRotary, .run = RunRotary,
+                         .cuda = "cuda::ApplyRotary"};
 
 }  // namespace dt::dops::rules

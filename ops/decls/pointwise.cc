@@ -1,5 +1,6 @@
-// The declarations (ops/op_decl.h) of Elementwise ops: Add Sub Mul Div (tensor and scalar), the unary ops, Cast, Modulate: for each op its shape rule
-// (Infer), its sharding candidates (Cand), any whole-strategy check, the local run and its row.
+// The declarations (ops/op_decl.h) of the elementwise ops: Add Sub Mul Div (tensor and scalar), the
+// unary ops, Cast and Modulate. For each op, in this order: its shape rule (Infer), its sharding
+// candidates (Cand), any whole-strategy check, its local run, and its row.
 
 #include "dtensor/ops/decls/rules.h"
 
@@ -7,16 +8,10 @@ namespace dt::dops::rules {
 
 // ---- Binary ---------------------------------------------------------------------------------
 
-namespace {
-
 absl::StatusOr<OutputMetas> InferBinary(const OpCall& call) {
   const auto op = call.Attr<BinaryAttrs>().op;
   DT_RETURN_IF_ERROR(NeedSameDType(call, 0, 1));
-  if (op == ops::BinaryOp::kDiv) {
-    DT_RETURN_IF_ERROR(NeedFloat(call, 0));
-  } else {
-    DT_RETURN_IF_ERROR(NeedNotBool(call, 0));
-  }
+  DT_RETURN_IF_ERROR(NeedFloatOrNotBool(call, 0, op == ops::BinaryOp::kDiv));
   auto shape = BroadcastShapes(In(call, 0).shape(), In(call, 1).shape());
   if (!shape.ok()) {
     return Bad(call, absl::StrCat(Arg(call, 0), ", ", Arg(call, 1), ": ", shape.status().message()));
@@ -26,8 +21,7 @@ absl::StatusOr<OutputMetas> InferBinary(const OpCall& call) {
 
 void CandBinary(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
   const auto op = call.Attr<BinaryAttrs>().op;
-  options->push_back(ReplicateOption(2, 1));
-  AddShardOptions(call, BroadcastLabels(call, outs[0].shape, 1), i, options);
+  AddElementwiseOptions(call, outs, i, options);
   const auto pa = PartialOf(call, 0, i), pb = PartialOf(call, 1, i);
   const bool additive = op == ops::BinaryOp::kAdd || op == ops::BinaryOp::kSub;
   // P op R (add/sub: R added once, see Note [Adding a replicated term to a Partial]; mul/div:
@@ -57,30 +51,15 @@ absl::StatusOr<LocalOutputs> RunBinary(const OpCall& call, const LocalArgs& a) {
   return Out(std::move(z));
 }
 
-}  // namespace
-
-const OpDecl kBinaryDecl{
-    .op = OpId::kBinary,
-    .name = "Binary",
-    .input_names = {"a", "b"},
-    .attrs = kAttrsIndex<BinaryAttrs>,
-    .infer = InferBinary,
-    .candidates = CandBinary,
-    .run = RunBinary,
-    .cuda = "cuda::Binary",
-};
+const OpDecl kBinaryDecl{.op = OpId::kBinary, .name = "Binary", .input_names = {"a", "b"},
+                         .attrs = kAttrsIndex<BinaryAttrs>, .infer = InferBinary,
+                         .candidates = CandBinary, .run = RunBinary, .cuda = "cuda::Binary"};
 
 // ---- BinaryScalar ---------------------------------------------------------------------------
 
-namespace {
-
 absl::StatusOr<OutputMetas> InferBinaryScalar(const OpCall& call) {
   const auto op = call.Attr<BinaryScalarAttrs>().op;
-  if (op == ops::BinaryOp::kDiv) {
-    DT_RETURN_IF_ERROR(NeedFloat(call, 0));
-  } else {
-    DT_RETURN_IF_ERROR(NeedNotBool(call, 0));
-  }
+  DT_RETURN_IF_ERROR(NeedFloatOrNotBool(call, 0, op == ops::BinaryOp::kDiv));
   const double s = call.Attr<BinaryScalarAttrs>().scalar;
   if (!IsFloating(In(call, 0).dtype()) && s != std::trunc(s)) {
     return Bad(call, absl::StrCat(Arg(call, 0), ": the scalar ", s, " is not integral"));
@@ -91,8 +70,7 @@ absl::StatusOr<OutputMetas> InferBinaryScalar(const OpCall& call) {
 void CandBinaryScalar(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
   const auto op = call.Attr<BinaryScalarAttrs>().op;
   const double s = call.Attr<BinaryScalarAttrs>().scalar;
-  options->push_back(ReplicateOption(1, 1));
-  AddShardOptions(call, BroadcastLabels(call, outs[0].shape, 1), i, options);
+  AddElementwiseOptions(call, outs, i, options);
   const auto p = PartialOf(call, 0, i);
   if (!p || std::isnan(s)) return;
   const bool extreme = *p == ReduceOp::kMax || *p == ReduceOp::kMin;
@@ -120,40 +98,24 @@ absl::StatusOr<LocalOutputs> RunBinaryScalar(const OpCall& call, const LocalArgs
     DT_ASSIGN_OR_RETURN(Tensor y, a.local(0).Clone());
     return Out(std::move(y));
   }
-  DT_ASSIGN_OR_RETURN(Tensor y, ops::Binary(at.op, a.local(0), at.scalar));
-  return Out(std::move(y));
+  return Out(ops::Binary(at.op, a.local(0), at.scalar));
 }
 
-}  // namespace
-
-const OpDecl kBinaryScalarDecl{
-    .op = OpId::kBinaryScalar,
-    .name = "BinaryScalar",
-    .input_names = {"x"},
-    .attrs = kAttrsIndex<BinaryScalarAttrs>,
-    .infer = InferBinaryScalar,
-    .candidates = CandBinaryScalar,
-    .run = RunBinaryScalar,
-    .cuda = "cuda::BinaryScalar",
-};
+const OpDecl kBinaryScalarDecl{.op = OpId::kBinaryScalar, .name = "BinaryScalar",
+                               .input_names = {"x"}, .attrs = kAttrsIndex<BinaryScalarAttrs>,
+                               .infer = InferBinaryScalar, .candidates = CandBinaryScalar,
+                               .run = RunBinaryScalar, .cuda = "cuda::BinaryScalar"};
 
 // ---- Unary ----------------------------------------------------------------------------------
 
-namespace {
-
 absl::StatusOr<OutputMetas> InferUnary(const OpCall& call) {
   const auto op = call.Attr<UnaryAttrs>().op;
-  if (op == ops::UnaryOp::kNeg) {
-    DT_RETURN_IF_ERROR(NeedNotBool(call, 0));
-  } else {
-    DT_RETURN_IF_ERROR(NeedFloat(call, 0));
-  }
+  DT_RETURN_IF_ERROR(NeedFloatOrNotBool(call, 0, op != ops::UnaryOp::kNeg));
   return One(In(call, 0).shape(), In(call, 0).dtype());
 }
 
 void CandUnary(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
-  options->push_back(ReplicateOption(1, 1));
-  AddShardOptions(call, BroadcastLabels(call, outs[0].shape, 1), i, options);
+  AddElementwiseOptions(call, outs, i, options);
   const auto p = PartialOf(call, 0, i);
   if (p && call.Attr<UnaryAttrs>().op == ops::UnaryOp::kNeg &&
       *p != ReduceOp::kProd) {
@@ -162,34 +124,21 @@ void CandUnary(const OpCall& call, const OutputMetas& outs, int i, DimOptions* o
 }
 
 absl::StatusOr<LocalOutputs> RunUnary(const OpCall& call, const LocalArgs& a) {
-  DT_ASSIGN_OR_RETURN(Tensor y, ops::Unary(call.Attr<UnaryAttrs>().op, a.local(0)));
-  return Out(std::move(y));
+  return Out(ops::Unary(call.Attr<UnaryAttrs>().op, a.local(0)));
 }
 
-}  // namespace
-
-const OpDecl kUnaryDecl{
-    .op = OpId::kUnary,
-    .name = "Unary",
-    .input_names = {"x"},
-    .attrs = kAttrsIndex<UnaryAttrs>,
-    .infer = InferUnary,
-    .candidates = CandUnary,
-    .run = RunUnary,
-    .cuda = "cuda::Unary",
-};
+const OpDecl kUnaryDecl{.op = OpId::kUnary, .name = "Unary", .input_names = {"x"},
+                        .attrs = kAttrsIndex<UnaryAttrs>, .infer = InferUnary,
+                        .candidates = CandUnary, .run = RunUnary, .cuda = "cuda::Unary"};
 
 // ---- Cast -----------------------------------------------------------------------------------
-
-namespace {
 
 absl::StatusOr<OutputMetas> InferCast(const OpCall& call) {
   return One(In(call, 0).shape(), call.Attr<CastAttrs>().dtype);
 }
 
 void CandCast(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
-  options->push_back(ReplicateOption(1, 1));
-  AddShardOptions(call, BroadcastLabels(call, outs[0].shape, 1), i, options);
+  AddElementwiseOptions(call, outs, i, options);
   const auto p = PartialOf(call, 0, i);
   // float -> float rounds each term (like a reduction in the target dtype would); monotone, so max
   // and min pass too. Casts to or from integers do not commute with the reduction.
@@ -200,26 +149,15 @@ void CandCast(const OpCall& call, const OutputMetas& outs, int i, DimOptions* op
 }
 
 absl::StatusOr<LocalOutputs> RunCast(const OpCall& call, const LocalArgs& a) {
-  DT_ASSIGN_OR_RETURN(Tensor y, ops::Cast(a.local(0), call.Attr<CastAttrs>().dtype));
-  return Out(std::move(y));
+  return Out(ops::Cast(a.local(0), call.Attr<CastAttrs>().dtype));
 }
 
-}  // namespace
-
-const OpDecl kCastDecl{
-    .op = OpId::kCast,
-    .name = "Cast",
-    .input_names = {"x"},
-    .attrs = kAttrsIndex<CastAttrs>,
-    .infer = InferCast,
-    .candidates = CandCast,
-    .run = RunCast,
-    .cuda = "none: the device's dtype conversion (core/tensor To/Cast copies)",
-};
+const OpDecl kCastDecl{.op = OpId::kCast, .name = "Cast", .input_names = {"x"},
+                       .attrs = kAttrsIndex<CastAttrs>, .infer = InferCast, .candidates = CandCast,
+                       .run = RunCast,
+                       .cuda = "none: the device's dtype conversion (core/tensor To/Cast copies)"};
 
 // ---- Modulate -------------------------------------------------------------------------------
-
-namespace {
 
 absl::StatusOr<OutputMetas> InferModulate(const OpCall& call) {
   const DTensorSpec& x = In(call, 0);
@@ -237,26 +175,16 @@ absl::StatusOr<OutputMetas> InferModulate(const OpCall& call) {
 // Elementwise over x's shape: any shard common to the three (broadcast dims replicated). Not
 // linear (shift is added, 1 + scale multiplies), so Partial inputs are reduced first.
 void CandModulate(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
-  options->push_back(ReplicateOption(3, 1));
-  AddShardOptions(call, BroadcastLabels(call, outs[0].shape, 1), i, options);
+  AddElementwiseOptions(call, outs, i, options);
 }
 
 absl::StatusOr<LocalOutputs> RunModulate(const OpCall& call, const LocalArgs& a) {
-  DT_ASSIGN_OR_RETURN(Tensor y, ops::Modulate(a.local(0), a.local(1), a.local(2)));
-  return Out(std::move(y));
+  return Out(ops::Modulate(a.local(0), a.local(1), a.local(2)));
 }
 
-}  // namespace
-
-const OpDecl kModulateDecl{
-    .op = OpId::kModulate,
-    .name = "Modulate",
-    .input_names = {"x", "scale", "shift"},
-    .attrs = kAttrsIndex<NoAttrs>,
-    .infer = InferModulate,
-    .candidates = CandModulate,
-    .run = RunModulate,
-    .cuda = "cuda::Modulate",
-};
+const OpDecl kModulateDecl{.op = OpId::kModulate, .name = "Modulate",
+                           .input_names = {"x", "scale", "shift"}, .attrs = kAttrsIndex<NoAttrs>,
+                           .infer = InferModulate, .candidates = CandModulate, .run = RunModulate,
+                           .cuda = "cuda::Modulate"};
 
 }  // namespace dt::dops::rules

@@ -1,13 +1,12 @@
-// The declarations (ops/op_decl.h) of Reductions along one dim, Softmax and TopK: for each op its shape rule
-// (Infer), its sharding candidates (Cand), any whole-strategy check, the local run and its row.
+// The declarations (ops/op_decl.h) of the reductions along one dim, Softmax and TopK. For each op,
+// in this order: its shape rule (Infer), its sharding candidates (Cand), any whole-strategy check,
+// its local run, and its row.
 
 #include "dtensor/ops/decls/rules.h"
 
 namespace dt::dops::rules {
 
 // ---- Reduce ---------------------------------------------------------------------------------
-
-namespace {
 
 absl::StatusOr<OutputMetas> InferReduce(const OpCall& call) {
   const auto op = call.Attr<ReduceAttrs>().op;
@@ -103,22 +102,11 @@ absl::StatusOr<LocalOutputs> RunReduce(const OpCall& call, const LocalArgs& a) {
   return Out(std::move(y));
 }
 
-}  // namespace
-
-const OpDecl kReduceDecl{
-    .op = OpId::kReduce,
-    .name = "Reduce",
-    .input_names = {"x"},
-    .attrs = kAttrsIndex<ReduceAttrs>,
-    .infer = InferReduce,
-    .candidates = CandReduce,
-    .run = RunReduce,
-    .cuda = "cuda::Reduce",
-};
+const OpDecl kReduceDecl{.op = OpId::kReduce, .name = "Reduce", .input_names = {"x"},
+                         .attrs = kAttrsIndex<ReduceAttrs>, .infer = InferReduce,
+                         .candidates = CandReduce, .run = RunReduce, .cuda = "cuda::Reduce"};
 
 // ---- Softmax --------------------------------------------------------------------------------
-
-namespace {
 
 absl::StatusOr<OutputMetas> InferSoftmax(const OpCall& call) {
   DT_RETURN_IF_ERROR(NeedFloat(call, 0));
@@ -127,33 +115,20 @@ absl::StatusOr<OutputMetas> InferSoftmax(const OpCall& call) {
 
 void CandSoftmax(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
   const int dim = call.Attr<SoftmaxAttrs>().dim;
-  options->push_back(ReplicateOption(1, 1));
-  AddShardOptions(call, BroadcastLabels(call, outs[0].shape, 1, {dim}), i, options);
+  AddElementwiseOptions(call, outs, i, options, {dim});
 }
 
 absl::StatusOr<LocalOutputs> RunSoftmax(const OpCall& call, const LocalArgs& a) {
   const auto& at = call.Attr<SoftmaxAttrs>();
-  DT_ASSIGN_OR_RETURN(Tensor y, at.log ? ops::LogSoftmax(a.local(0), at.dim)
-                                       : ops::Softmax(a.local(0), at.dim));
-  return Out(std::move(y));
+  return Out(at.log ? ops::LogSoftmax(a.local(0), at.dim)
+                    : ops::Softmax(a.local(0), at.dim));
 }
 
-}  // namespace
-
-const OpDecl kSoftmaxDecl{
-    .op = OpId::kSoftmax,
-    .name = "Softmax",
-    .input_names = {"x"},
-    .attrs = kAttrsIndex<SoftmaxAttrs>,
-    .infer = InferSoftmax,
-    .candidates = CandSoftmax,
-    .run = RunSoftmax,
-    .cuda = "cuda::Softmax",
-};
+const OpDecl kSoftmaxDecl{.op = OpId::kSoftmax, .name = "Softmax", .input_names = {"x"},
+                          .attrs = kAttrsIndex<SoftmaxAttrs>, .infer = InferSoftmax,
+                          .candidates = CandSoftmax, .run = RunSoftmax, .cuda = "cuda::Softmax"};
 
 // ---- TopK -----------------------------------------------------------------------------------
-
-namespace {
 
 absl::StatusOr<OutputMetas> InferTopK(const OpCall& call) {
   const DTensorSpec& x = In(call, 0);
@@ -174,8 +149,7 @@ absl::StatusOr<OutputMetas> InferTopK(const OpCall& call) {
 
 void CandTopK(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
   const int dim = call.Attr<TopKAttrs>().dim;
-  options->push_back(ReplicateOption(1, 2));
-  AddShardOptions(call, BroadcastLabels(call, outs[0].shape, 2, {dim}), i, options);
+  AddElementwiseOptions(call, outs, i, options, {dim});
 }
 
 absl::StatusOr<LocalOutputs> RunTopK(const OpCall& call, const LocalArgs& a) {
@@ -187,17 +161,8 @@ absl::StatusOr<LocalOutputs> RunTopK(const OpCall& call, const LocalArgs& a) {
   return o;
 }
 
-}  // namespace
-
-const OpDecl kTopKDecl{
-    .op = OpId::kTopK,
-    .name = "TopK",
-    .input_names = {"x"},
-    .attrs = kAttrsIndex<TopKAttrs>,
-    .infer = InferTopK,
-    .candidates = CandTopK,
-    .run = RunTopK,
-    .cuda = "cuda::TopK",
-};
+const OpDecl kTopKDecl{.op = OpId::kTopK, .name = "TopK", .input_names = {"x"},
+                       .attrs = kAttrsIndex<TopKAttrs>, .infer = InferTopK, .candidates = CandTopK,
+                       .run = RunTopK, .cuda = "cuda::TopK"};
 
 }  // namespace dt::dops::rules

@@ -1,13 +1,12 @@
-// The declarations (ops/op_decl.h) of Shape ops: View (Reshape, Flatten), Permute (Transpose), Unsqueeze, Squeeze, Cat, Split (Chunk): for each op its shape rule
-// (Infer), its sharding candidates (Cand), any whole-strategy check, the local run and its row.
+// The declarations (ops/op_decl.h) of the shape ops: View (Reshape, Flatten), Permute (Transpose),
+// Unsqueeze, Squeeze, Cat, Split (Chunk). For each op, in this order: its shape rule (Infer), its
+// sharding candidates (Cand), any whole-strategy check, its local run, and its row.
 
 #include "dtensor/ops/decls/rules.h"
 
 namespace dt::dops::rules {
 
 // ---- View -----------------------------------------------------------------------------------
-
-namespace {
 
 absl::StatusOr<OutputMetas> InferView(const OpCall& call) {
   const DTensorSpec& x = In(call, 0);
@@ -47,27 +46,14 @@ absl::Status CheckView(const OpCall& call, const OutputMetas& outs, const Strate
 
 absl::StatusOr<LocalOutputs> RunView(const OpCall& call, const LocalArgs& a) {
   const Shape& whole = call.Attr<ViewAttrs>().shape;
-  DT_ASSIGN_OR_RETURN(Tensor y, a.local(0).Reshape(a.distributed() ? a.OutLocalShape(0) : whole));
-  return Out(std::move(y));
+  return Out(a.local(0).Reshape(a.distributed() ? a.OutLocalShape(0) : whole));
 }
 
-}  // namespace
-
-const OpDecl kViewDecl{
-    .op = OpId::kView,
-    .name = "View",
-    .input_names = {"x"},
-    .attrs = kAttrsIndex<ViewAttrs>,
-    .infer = InferView,
-    .candidates = CandView,
-    .check = CheckView,
-    .run = RunView,
-    .cuda = kMetadataOnly,
-};
+const OpDecl kViewDecl{.op = OpId::kView, .name = "View", .input_names = {"x"},
+                       .attrs = kAttrsIndex<ViewAttrs>, .infer = InferView, .candidates = CandView,
+                       .check = CheckView, .run = RunView, .cuda = kMetadataOnly};
 
 // ---- Permute --------------------------------------------------------------------------------
-
-namespace {
 
 absl::StatusOr<OutputMetas> InferPermute(const OpCall& call) {
   const DTensorSpec& x = In(call, 0);
@@ -87,32 +73,18 @@ void CandPermute(const OpCall& call, const OutputMetas& outs, int i, DimOptions*
   }
   m.in = {in};
   m.out = {out};
-  options->push_back(ReplicateOption(1, 1));
-  AddShardOptions(call, m, i, options);
-  AddAnyPartial(call, i, 1, options);
+  AddMoveOptions(call, std::move(m), i, options);
 }
 
 absl::StatusOr<LocalOutputs> RunPermute(const OpCall& call, const LocalArgs& a) {
-  DT_ASSIGN_OR_RETURN(Tensor y, a.local(0).Permute(call.Attr<PermuteAttrs>().perm));
-  return Out(std::move(y));
+  return Out(a.local(0).Permute(call.Attr<PermuteAttrs>().perm));
 }
 
-}  // namespace
-
-const OpDecl kPermuteDecl{
-    .op = OpId::kPermute,
-    .name = "Permute",
-    .input_names = {"x"},
-    .attrs = kAttrsIndex<PermuteAttrs>,
-    .infer = InferPermute,
-    .candidates = CandPermute,
-    .run = RunPermute,
-    .cuda = kMetadataOnly,
-};
+const OpDecl kPermuteDecl{.op = OpId::kPermute, .name = "Permute", .input_names = {"x"},
+                          .attrs = kAttrsIndex<PermuteAttrs>, .infer = InferPermute,
+                          .candidates = CandPermute, .run = RunPermute, .cuda = kMetadataOnly};
 
 // ---- Unsqueeze and Squeeze ------------------------------------------------------------------
-
-namespace {
 
 absl::StatusOr<OutputMetas> InferUnsqueeze(const OpCall& call) {
   Shape out = In(call, 0).shape();
@@ -150,47 +122,26 @@ void CandSqueezeLike(const OpCall& call, const OutputMetas& outs, int i, DimOpti
   if (unsqueeze && dim == r) out.push_back(-1);
   m.in = {in};
   m.out = {out};
-  options->push_back(ReplicateOption(1, 1));
-  AddShardOptions(call, m, i, options);
-  AddAnyPartial(call, i, 1, options);
+  AddMoveOptions(call, std::move(m), i, options);
 }
 
 absl::StatusOr<LocalOutputs> RunUnsqueeze(const OpCall& call, const LocalArgs& a) {
-  DT_ASSIGN_OR_RETURN(Tensor y, a.local(0).Unsqueeze(call.Attr<DimAttrs>().dim));
-  return Out(std::move(y));
+  return Out(a.local(0).Unsqueeze(call.Attr<DimAttrs>().dim));
 }
 
 absl::StatusOr<LocalOutputs> RunSqueeze(const OpCall& call, const LocalArgs& a) {
-  DT_ASSIGN_OR_RETURN(Tensor y, a.local(0).Squeeze(call.Attr<DimAttrs>().dim));
-  return Out(std::move(y));
+  return Out(a.local(0).Squeeze(call.Attr<DimAttrs>().dim));
 }
 
-}  // namespace
-
-const OpDecl kUnsqueezeDecl{
-    .op = OpId::kUnsqueeze,
-    .name = "Unsqueeze",
-    .input_names = {"x"},
-    .attrs = kAttrsIndex<DimAttrs>,
-    .infer = InferUnsqueeze,
-    .candidates = CandSqueezeLike,
-    .run = RunUnsqueeze,
-    .cuda = kMetadataOnly,
-};
-const OpDecl kSqueezeDecl{
-    .op = OpId::kSqueeze,
-    .name = "Squeeze",
-    .input_names = {"x"},
-    .attrs = kAttrsIndex<DimAttrs>,
-    .infer = InferSqueeze,
-    .candidates = CandSqueezeLike,
-    .run = RunSqueeze,
-    .cuda = kMetadataOnly,
-};
+const OpDecl kUnsqueezeDecl{.op = OpId::kUnsqueeze, .name = "Unsqueeze", .input_names = {"x"},
+                            .attrs = kAttrsIndex<DimAttrs>, .infer = InferUnsqueeze,
+                            .candidates = CandSqueezeLike, .run = RunUnsqueeze,
+                            .cuda = kMetadataOnly};
+const OpDecl kSqueezeDecl{.op = OpId::kSqueeze, .name = "Squeeze", .input_names = {"x"},
+                          .attrs = kAttrsIndex<DimAttrs>, .infer = InferSqueeze,
+                          .candidates = CandSqueezeLike, .run = RunSqueeze, .cuda = kMetadataOnly};
 
 // ---- Cat ------------------------------------------------------------------------------------
-
-namespace {
 
 absl::StatusOr<OutputMetas> InferCat(const OpCall& call) {
   const int dim = call.Attr<DimAttrs>().dim;
@@ -241,45 +192,34 @@ void CandCat(const OpCall& call, const OutputMetas& outs, int i, DimOptions* opt
   if (same) AddAnyPartial(call, i, 1, options);
 }
 
-// The mesh dims (of size > 1) whose placement in `pl` shards `dim`.
-int CountShardingDims(IntSpan mesh, absl::Span<const Placement> pl, int dim) {
+// At most one mesh dim (of size > 1) may split `dim` in `pl`: "the <what> dim is split by more than
+// one mesh dim" otherwise.
+absl::Status SplitByOneMeshDimAtMost(const OpCall& call, absl::Span<const Placement> pl, int dim,
+                                     absl::string_view what) {
+  const IntSpan mesh = In(call, 0).mesh().shape();
   int n = 0;
   for (size_t i = 0; i < pl.size(); ++i) n += mesh[i] > 1 && pl[i].is_any_shard(dim);
-  return n;
+  if (n <= 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("the ", what, " dim is split by more than one mesh dim"));
 }
 
 absl::Status CheckCat(const OpCall& call, const OutputMetas& outs, const Strategy& s) {
-  const int dim = call.Attr<DimAttrs>().dim;
-  if (CountShardingDims(In(call, 0).mesh().shape(), s.outputs[0], dim) > 1) {
-    return absl::InvalidArgumentError("the cat dim is split by more than one mesh dim");
-  }
-  return absl::OkStatus();
+  return SplitByOneMeshDimAtMost(call, s.outputs[0], call.Attr<DimAttrs>().dim, "cat");
 }
 
 absl::StatusOr<LocalOutputs> RunCat(const OpCall& call, const LocalArgs& a) {
   std::vector<Tensor> locals;
   for (int j = 0; j < call.num_inputs(); ++j) locals.push_back(a.local(j));
-  DT_ASSIGN_OR_RETURN(Tensor y, ops::Cat(locals, call.Attr<DimAttrs>().dim));
-  return Out(std::move(y));
+  return Out(ops::Cat(locals, call.Attr<DimAttrs>().dim));
 }
 
-}  // namespace
-
-const OpDecl kCatDecl{
-    .op = OpId::kCat,
-    .name = "Cat",
-    .input_names = {"tensors"},
-    .attrs = kAttrsIndex<DimAttrs>,
-    .infer = InferCat,
-    .candidates = CandCat,
-    .check = CheckCat,
-    .run = RunCat,
-    .cuda = "none: strided device copies (Tensor::CopyFrom)",
-};
+const OpDecl kCatDecl{.op = OpId::kCat, .name = "Cat", .input_names = {"tensors"},
+                      .attrs = kAttrsIndex<DimAttrs>, .infer = InferCat, .candidates = CandCat,
+                      .check = CheckCat, .run = RunCat,
+                      .cuda = "none: strided device copies (Tensor::CopyFrom)"};
 
 // ---- Split ----------------------------------------------------------------------------------
-
-namespace {
 
 absl::StatusOr<OutputMetas> InferSplit(const OpCall& call) {
   const DTensorSpec& x = In(call, 0);
@@ -334,11 +274,7 @@ void CandSplit(const OpCall& call, const OutputMetas& outs, int i, DimOptions* o
 }
 
 absl::Status CheckSplit(const OpCall& call, const OutputMetas& outs, const Strategy& s) {
-  const int dim = call.Attr<SplitAttrs>().dim;
-  if (CountShardingDims(In(call, 0).mesh().shape(), s.inputs[0], dim) > 1) {
-    return absl::InvalidArgumentError("the split dim is split by more than one mesh dim");
-  }
-  return absl::OkStatus();
+  return SplitByOneMeshDimAtMost(call, s.inputs[0], call.Attr<SplitAttrs>().dim, "split");
 }
 
 absl::StatusOr<LocalOutputs> RunSplit(const OpCall& call, const LocalArgs& a) {
@@ -351,18 +287,9 @@ absl::StatusOr<LocalOutputs> RunSplit(const OpCall& call, const LocalArgs& a) {
   return LocalOutputs(pieces.begin(), pieces.end());
 }
 
-}  // namespace
-
-const OpDecl kSplitDecl{
-    .op = OpId::kSplit,
-    .name = "Split",
-    .input_names = {"x"},
-    .attrs = kAttrsIndex<SplitAttrs>,
-    .infer = InferSplit,
-    .candidates = CandSplit,
-    .check = CheckSplit,
-    .run = RunSplit,
-    .cuda = kMetadataOnly,
-};
+const OpDecl kSplitDecl{.op = OpId::kSplit, .name = "Split", .input_names = {"x"},
+                        .attrs = kAttrsIndex<SplitAttrs>, .infer = InferSplit,
+                        .candidates = CandSplit, .check = CheckSplit, .run = RunSplit,
+                        .cuda = kMetadataOnly};
 
 }  // namespace dt::dops::rules

@@ -159,6 +159,19 @@ RC_GTEST_PROP(UnaryTest, AgreesWithLibm, ()) {
   RC_ASSERT(testing::Mismatch(Unary(op, x).value(), shape, want, tol) == "");
 }
 
+// Every row of DT_UNARY_OPS is a function of its own, Name(x), that runs its row and names it.
+TEST(UnaryTest, EveryRowIsItsOwnFunction) {
+  const Tensor x = Tensor::FromVector<float>({2, 3}, {0.25f, 0.5f, 1, 2, 3.5f, 9}).value();
+#define DT_CHECK_ROW_(name, formula)                                                    \
+  EXPECT_STREQ(UnaryOpName(UnaryOp::k##name), #name);                                   \
+  EXPECT_EQ(name(x).value().ToDoubles(), Unary(UnaryOp::k##name, x).value().ToDoubles()) \
+      << #name;
+  DT_UNARY_OPS(DT_CHECK_ROW_)
+#undef DT_CHECK_ROW_
+  const absl::Status bad = Sigmoid(Tensor::FromVector<int32_t>({1}, {1}).value()).status();
+  EXPECT_TRUE(testing::Contains(bad, "Sigmoid")) << bad;
+}
+
 // Note [Vector exp]: within 2 ulp of e^x (computed in double) on a sweep of 2^22 floats over the
 // normal range, in both the vector and the scalar form; the ends and the special values exactly.
 TEST(VecMathTest, ExpWithinTwoUlp) {
