@@ -75,7 +75,7 @@ struct OpDecl {
 
 // The declaration of `op` (every OpId has one), and all of them in OpId order.
 const OpDecl& DeclOf(OpId op);
-absl::Span<const OpDecl> AllOps();
+absl::Span<const OpDecl* const> AllOps();
 
 // The op's name in messages: call.name, else the declaration's.
 const char* OpName(const OpCall& call);

@@ -101,17 +101,19 @@ absl::StatusOr<LocalOutputs> Out(absl::StatusOr<Tensor> t) {
 
 }  // namespace rules
 
-absl::Span<const OpDecl> AllOps() {
-  // Copied once, on first use (after every family file's rows are initialized), in OpId order.
-#define DT_OP_DECL_ROW_(name) rules::k##name##Decl,
-  static const std::vector<OpDecl>* const kDecls =
-      new std::vector<OpDecl>{DT_DTENSOR_OPS(DT_OP_DECL_ROW_)};
+namespace {
+
+// The rows' addresses in OpId order: constant-initialized, so no guard on the dispatch path.
+#define DT_OP_DECL_ROW_(name) &rules::k##name##Decl,
+constexpr const OpDecl* kDecls[] = {DT_DTENSOR_OPS(DT_OP_DECL_ROW_)};
 #undef DT_OP_DECL_ROW_
-  return *kDecls;
-}
+
+}  // namespace
+
+absl::Span<const OpDecl* const> AllOps() { return kDecls; }
 
 const OpDecl& DeclOf(OpId op) {
-  const OpDecl& d = AllOps()[static_cast<int>(op)];
+  const OpDecl& d = *kDecls[static_cast<int>(op)];
   DT_CHECK(d.op == op, "declaration table out of order at ", static_cast<int>(op));
   return d;
 }

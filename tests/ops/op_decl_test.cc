@@ -71,7 +71,7 @@ TEST(OpDecl, TableIsInOpIdOrderAndComplete) {
   const auto ops = AllOps();
   ASSERT_FALSE(ops.empty());
   for (size_t i = 0; i < ops.size(); ++i) {
-    const OpDecl& d = ops[i];
+    const OpDecl& d = *ops[i];
     SCOPED_TRACE(d.name);
     EXPECT_EQ(static_cast<size_t>(d.op), i);
     EXPECT_EQ(&DeclOf(d.op), &d);
@@ -85,7 +85,8 @@ TEST(OpDecl, TableIsInOpIdOrderAndComplete) {
 
 TEST(OpDecl, EveryOpHasACudaKernelOrAReason) {
   const std::set<std::string> kernels = CudaKernels();
-  for (const OpDecl& d : AllOps()) {
+  for (const OpDecl* decl : AllOps()) {
+    const OpDecl& d = *decl;
     SCOPED_TRACE(d.name);
     ASSERT_NE(d.cuda, nullptr);
     const std::string c = d.cuda;
@@ -101,7 +102,8 @@ TEST(OpDecl, EveryOpHasACudaKernelOrAReason) {
 TEST(OpDecl, EveryOpHasAPropertyTestAgainstTheLocalOp) {
   const std::set<std::string> registered = RegisteredTests();
   std::set<std::string> declared;
-  for (const OpDecl& d : AllOps()) {
+  for (const OpDecl* decl : AllOps()) {
+    const OpDecl& d = *decl;
     declared.insert(d.name);
     const auto it = PropertyTests().find(d.name);
     if (it == PropertyTests().end()) {
