@@ -215,19 +215,17 @@ absl::StatusOr<Value> Div(const Value& x, double v) {
               [&](S s) { return dops::calls::BinaryScalar(ops::BinaryOp::kDiv, s[0], v); });
 }
 
-absl::StatusOr<Value> Silu(const Value& x) {
-  return Run1("Silu", {{"x", &x}},
-              [](S s) { return dops::calls::Unary(ops::UnaryOp::kSilu, s[0]); });
-}
-
 absl::StatusOr<Value> Gelu(const Value& x, ops::GeluApproximation approx) {
   return Run1("Gelu", {{"x", &x}}, [&](S s) { return dops::calls::Gelu(s[0], approx); });
 }
 
-absl::StatusOr<Value> Relu(const Value& x) {
-  return Run1("Relu", {{"x", &x}},
-              [](S s) { return dops::calls::Unary(ops::UnaryOp::kRelu, s[0]); });
-}
+#define DT_UNARY_FUNCTION_(name, formula)                                                 \
+  absl::StatusOr<Value> name(const Value& x) {                                            \
+    return Run1(#name, {{"x", &x}},                                                       \
+                [](S s) { return dops::calls::Unary(ops::UnaryOp::k##name, s[0]); }); \
+  }
+DT_UNARY_OPS(DT_UNARY_FUNCTION_)
+#undef DT_UNARY_FUNCTION_
 
 absl::StatusOr<Value> Cast(const Value& x, DType dtype) {
   return Run1("Cast", {{"x", &x}}, [&](S s) { return dops::calls::Cast(s[0], dtype); });

@@ -48,9 +48,11 @@ absl::StatusOr<Value> Sub(const Value& a, const Value& b);
 absl::StatusOr<Value> Mul(const Value& a, const Value& b);
 absl::StatusOr<Value> Mul(const Value& x, double s);
 absl::StatusOr<Value> Div(const Value& x, double s);
-absl::StatusOr<Value> Silu(const Value& x);
 absl::StatusOr<Value> Gelu(const Value& x, ops::GeluApproximation approx);
-absl::StatusOr<Value> Relu(const Value& x);
+// One per row of DT_UNARY_OPS (ops/local/ops.h): Silu(x), Relu(x), ...
+#define DT_UNARY_FUNCTION_(name, formula) absl::StatusOr<Value> name(const Value& x);
+DT_UNARY_OPS(DT_UNARY_FUNCTION_)
+#undef DT_UNARY_FUNCTION_
 absl::StatusOr<Value> Cast(const Value& x, DType dtype);
 absl::StatusOr<Value> Modulate(const Value& x, const Value& scale, const Value& shift);
 

@@ -14,8 +14,8 @@
 namespace dt::dops {
 
 // Note [Sharding propagation]
-// An op's rule (its declaration's candidates, ops/op_decls.cc) lists, for one mesh dim at a time, candidate placements for every
-// input and output (PyTorch's single-mesh-dim strategies). ChooseStrategy takes the product over
+// An op's rule (its declaration's candidates, ops/decls/<family>.cc) lists, for one mesh dim at a
+// time, candidate placements for every input and output (PyTorch's single-mesh-dim strategies). ChooseStrategy takes the product over
 // mesh dims (on a mesh dim of size 1 only the candidates that keep the inputs as they are, since
 // every layout there is the same) and, for each combination:
 //   1. costs every input's move from its placements to the candidate's with the redistribute
@@ -345,7 +345,11 @@ bool Prepared::TermIncludes(int j, int k) const {
   return true;
 }
 
-absl::StatusOr<Outputs> Apply(const OpCall& call, absl::Span<const DTensor* const> inputs) {
+namespace {
+
+// "Linear: w is undefined": an input given but undefined (nullptr is an absent optional one).
+template <typename T>
+absl::Status CheckDefined(const OpCall& call, absl::Span<const T* const> inputs) {
   for (size_t j = 0; j < inputs.size(); ++j) {
     if (inputs[j] != nullptr && !inputs[j]->defined()) {
       return absl::InvalidArgumentError(absl::StrCat(OpName(call), ": ",
@@ -353,6 +357,13 @@ absl::StatusOr<Outputs> Apply(const OpCall& call, absl::Span<const DTensor* cons
                                                      " is undefined"));
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Outputs> Apply(const OpCall& call, absl::Span<const DTensor* const> inputs) {
+  DT_RETURN_IF_ERROR(CheckDefined(call, inputs));
   Prepared p;
   DT_RETURN_IF_ERROR(Prepare(call, inputs, &p));
   if (!p.member()) return p.Empty();
@@ -361,13 +372,7 @@ absl::StatusOr<Outputs> Apply(const OpCall& call, absl::Span<const DTensor* cons
 }
 
 absl::StatusOr<LocalOutputs> ApplyLocal(const OpCall& call, absl::Span<const Tensor* const> inputs) {
-  for (size_t j = 0; j < inputs.size(); ++j) {
-    if (inputs[j] != nullptr && !inputs[j]->defined()) {
-      return absl::InvalidArgumentError(absl::StrCat(OpName(call), ": ",
-                                                     InputName(call, static_cast<int>(j)),
-                                                     " is undefined"));
-    }
-  }
+  DT_RETURN_IF_ERROR(CheckDefined(call, inputs));
   const OpDecl& decl = DeclOf(call.op);
   DT_RETURN_IF_ERROR(decl.infer(call).status());
   return decl.run(call, LocalArgs(inputs));

@@ -74,14 +74,13 @@ absl::StatusOr<DTensor> Unary(ops::UnaryOp op, const DTensor& x) {
   return Apply1(calls::Unary(op, S(x)), {&x});
 }
 absl::StatusOr<DTensor> Neg(const DTensor& x) { return Unary(ops::UnaryOp::kNeg, x); }
-absl::StatusOr<DTensor> Silu(const DTensor& x) { return Unary(ops::UnaryOp::kSilu, x); }
 absl::StatusOr<DTensor> Gelu(const DTensor& x, ops::GeluApproximation approx) {
   return Apply1(calls::Gelu(S(x), approx), {&x});
 }
-absl::StatusOr<DTensor> Relu(const DTensor& x) { return Unary(ops::UnaryOp::kRelu, x); }
-absl::StatusOr<DTensor> Exp(const DTensor& x) { return Unary(ops::UnaryOp::kExp, x); }
-absl::StatusOr<DTensor> Rsqrt(const DTensor& x) { return Unary(ops::UnaryOp::kRsqrt, x); }
-absl::StatusOr<DTensor> Sqrt(const DTensor& x) { return Unary(ops::UnaryOp::kSqrt, x); }
+#define DT_UNARY_FUNCTION_(name, formula) \
+  absl::StatusOr<DTensor> name(const DTensor& x) { return Unary(ops::UnaryOp::k##name, x); }
+DT_UNARY_OPS(DT_UNARY_FUNCTION_)
+#undef DT_UNARY_FUNCTION_
 
 absl::StatusOr<DTensor> Cast(const DTensor& x, DType dtype) {
   return Apply1(calls::Cast(S(x), dtype), {&x});

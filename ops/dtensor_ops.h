@@ -48,7 +48,7 @@
 //   Add Sub (scalar)      S -> S; P(sum): s added once; P(avg|max|min): s added everywhere
 //   Mul Div (scalar)      S -> S; P(sum|avg) -> P; P(max|min) keeps (s > 0) or swaps (s < 0)
 //   Neg                   S -> S; P(sum|avg) -> P; P(max) <-> P(min)
-//   Silu Gelu Relu Exp Rsqrt S -> S (P is reduced first)
+//   Gelu, DT_UNARY_OPS    S -> S (P is reduced first); DT_UNARY_OPS: Silu, Exp, ... (ops/local/ops.h)
 //   Sqrt, Cast            S -> S; Cast float->float keeps P
 //   Modulate              x, scale, shift S on a common dim -> S (broadcast dims R); P reduced
 //   Sum Mean (dim d)      S(d) -> P(sum) (Mean divides by the global size); S(e != d) -> S;
@@ -123,13 +123,12 @@ absl::StatusOr<DTensor> Div(const DTensor& x, double s);
 absl::StatusOr<DTensor> Binary(ops::BinaryOp op, const DTensor& x, double s);
 
 absl::StatusOr<DTensor> Neg(const DTensor& x);
-absl::StatusOr<DTensor> Silu(const DTensor& x);
 absl::StatusOr<DTensor> Gelu(const DTensor& x,
                              ops::GeluApproximation approx = ops::GeluApproximation::kNone);
-absl::StatusOr<DTensor> Relu(const DTensor& x);
-absl::StatusOr<DTensor> Exp(const DTensor& x);
-absl::StatusOr<DTensor> Rsqrt(const DTensor& x);
-absl::StatusOr<DTensor> Sqrt(const DTensor& x);
+// One per row of DT_UNARY_OPS (ops/local/ops.h): Silu(x), Exp(x), ...
+#define DT_UNARY_FUNCTION_(name, formula) absl::StatusOr<DTensor> name(const DTensor& x);
+DT_UNARY_OPS(DT_UNARY_FUNCTION_)
+#undef DT_UNARY_FUNCTION_
 absl::StatusOr<DTensor> Unary(ops::UnaryOp op, const DTensor& x);
 absl::StatusOr<DTensor> Cast(const DTensor& x, DType dtype);
 // x * (1 + scale) + shift with scale, shift broadcast to x (ops::Modulate: Flux2's AdaLN).

@@ -19,28 +19,9 @@ absl::StatusOr<int> Dim(const char* op, Spec x, int64_t dim) {
   return NormalizeDim(dim, x->ndim(), absl::StrCat(op, ": dim"));
 }
 
-const char* BinaryName(ops::BinaryOp op) {
-  switch (op) {
-    case ops::BinaryOp::kAdd: return "Add";
-    case ops::BinaryOp::kSub: return "Sub";
-    case ops::BinaryOp::kMul: return "Mul";
-    case ops::BinaryOp::kDiv: return "Div";
-  }
-  return "Binary";
-}
-
+// The public name: both forms of Gelu are "Gelu".
 const char* UnaryName(ops::UnaryOp op) {
-  switch (op) {
-    case ops::UnaryOp::kNeg: return "Neg";
-    case ops::UnaryOp::kSilu: return "Silu";
-    case ops::UnaryOp::kGeluTanh:
-    case ops::UnaryOp::kGeluErf: return "Gelu";
-    case ops::UnaryOp::kExp: return "Exp";
-    case ops::UnaryOp::kRsqrt: return "Rsqrt";
-    case ops::UnaryOp::kSqrt: return "Sqrt";
-    case ops::UnaryOp::kRelu: return "Relu";
-  }
-  return "Unary";
+  return op == ops::UnaryOp::kGeluTanh ? "Gelu" : ops::UnaryOpName(op);
 }
 
 const char* ReduceName(ops::Reduction op) {
@@ -64,11 +45,11 @@ absl::StatusOr<OpCall> Linear(Spec x, Spec w, Spec bias) {
 }
 
 absl::StatusOr<OpCall> Binary(ops::BinaryOp op, Spec a, Spec b) {
-  return OpCall{OpId::kBinary, {a, b}, BinaryAttrs{op}, BinaryName(op)};
+  return OpCall{OpId::kBinary, {a, b}, BinaryAttrs{op}, ops::BinaryOpName(op)};
 }
 
 absl::StatusOr<OpCall> BinaryScalar(ops::BinaryOp op, Spec x, double s) {
-  return OpCall{OpId::kBinaryScalar, {x}, BinaryScalarAttrs{op, s}, BinaryName(op)};
+  return OpCall{OpId::kBinaryScalar, {x}, BinaryScalarAttrs{op, s}, ops::BinaryOpName(op)};
 }
 
 absl::StatusOr<OpCall> Unary(ops::UnaryOp op, Spec x) {

@@ -8,7 +8,7 @@
 //   nn::vops::Linear(x, ..) = the same call on the values' specs, run as a DTensor op or, for
 //                             local tensors, by the declaration's own local kernel (ApplyLocal)
 //
-// Adding an op (docs/ops.md): its declaration row (op_decls.cc), a builder here, one line in
+// Adding an op (docs/ops.md): its declaration row (ops/decls/<family>.cc), a builder here, one line in
 // dtensor_ops.cc and one in nn/vops.cc that name the builder, its kernels and its property test.
 
 #include <cstdint>

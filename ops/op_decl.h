@@ -1,5 +1,7 @@
 #pragma once
-// One declaration per DTensor op (ops/op_decls.cc, kDecls): everything the op is, in one row.
+// One declaration per DTensor op: everything the op is, in one row with designated initializers,
+// written beside the op's functions in ops/decls/<family>.cc and gathered in OpId order (the list
+// DT_DTENSOR_OPS in ops/strategy.h) by ops/op_decls.cc.
 //
 //   field        what it is
 //   name         the op's name in messages ("Linear"); a call may carry a more specific one ("Add")
@@ -59,21 +61,21 @@ class LocalArgs {
 
 struct OpDecl {
   OpId op;
-  const char* name;
+  const char* name = nullptr;
   std::vector<const char*> input_names;
-  size_t attrs;  // the index of the op's alternative in Attrs
-  absl::StatusOr<OutputMetas> (*infer)(const OpCall& call);
+  size_t attrs = 0;  // the index of the op's alternative in Attrs
+  absl::StatusOr<OutputMetas> (*infer)(const OpCall& call) = nullptr;
   void (*candidates)(const OpCall& call, const OutputMetas& outs, int mesh_dim,
-                     DimOptions* options);
-  absl::Status (*check)(const OpCall& call, const OutputMetas& outs, const Strategy& s);
-  absl::Status (*precheck)(const OpCall& call);
-  absl::StatusOr<LocalOutputs> (*run)(const OpCall& call, const LocalArgs& args);
-  const char* cuda;
+                     DimOptions* options) = nullptr;
+  absl::Status (*check)(const OpCall& call, const OutputMetas& outs, const Strategy& s) = nullptr;
+  absl::Status (*precheck)(const OpCall& call) = nullptr;
+  absl::StatusOr<LocalOutputs> (*run)(const OpCall& call, const LocalArgs& args) = nullptr;
+  const char* cuda = nullptr;
 };
 
 // The declaration of `op` (every OpId has one), and all of them in OpId order.
 const OpDecl& DeclOf(OpId op);
-absl::Span<const OpDecl> AllOps();
+absl::Span<const OpDecl* const> AllOps();
 
 // The op's name in messages: call.name, else the declaration's.
 const char* OpName(const OpCall& call);

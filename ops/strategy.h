@@ -20,31 +20,18 @@
 
 namespace dt::dops {
 
-// Every op with its own rule. Transpose is a Permute, Flatten and Reshape are a View, Chunk is a
-// Split and the tensor-scalar forms of Add/Sub/Mul/Div are kBinaryScalar.
-enum class OpId : uint8_t {
-  kMatmul,
-  kLinear,
-  kBinary,
-  kBinaryScalar,
-  kUnary,
-  kCast,
-  kReduce,
-  kSoftmax,
-  kRmsNorm,
-  kLayerNorm,
-  kRotary,
-  kAttention,
-  kEmbedding,
-  kView,
-  kPermute,
-  kUnsqueeze,
-  kSqueeze,
-  kCat,
-  kSplit,
-  kTopK,
-  kModulate,
-};
+// Every op with its own rule, once: its OpId k<Name> and its declaration rules::k<Name>Decl
+// (ops/decls/<family>.cc; op_decls.cc gathers them in this order). Transpose is a Permute, Flatten
+// and Reshape are a View, Chunk is a Split and the tensor-scalar forms of Add/Sub/Mul/Div are
+// kBinaryScalar.
+#define DT_DTENSOR_OPS(X)                                                                     \
+  X(Matmul) X(Linear) X(Binary) X(BinaryScalar) X(Unary) X(Cast) X(Reduce) X(Softmax)          \
+  X(RmsNorm) X(LayerNorm) X(Rotary) X(Attention) X(Embedding) X(View) X(Permute) X(Unsqueeze)  \
+  X(Squeeze) X(Cat) X(Split) X(TopK) X(Modulate)
+
+#define DT_OP_ID_(name) k##name,
+enum class OpId : uint8_t { DT_DTENSOR_OPS(DT_OP_ID_) };
+#undef DT_OP_ID_
 
 // One op application: the inputs' global specs (nullptr for an absent optional input) and attrs.
 struct OpCall {

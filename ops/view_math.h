@@ -1,6 +1,6 @@
 #pragma once
 // View math (pure): how a view regroups dims, and whether a sharded dim can stay sharded through it.
-// Used by the View rule (ops/op_decls.cc); see PyTorch #179502 for what goes wrong without the check.
+// Used by the View rule (ops/decls/shape_ops.cc); see PyTorch #179502 for what goes wrong without the check.
 
 #include <cstdint>
 #include <vector>

@@ -11,16 +11,12 @@
 #include "dtensor/core/device.h"
 #include "dtensor/ops/local/kernels.h"
 
-// Every kernel of namespace cuda in kernels.h; a field of CudaKernels each.
-#define DT_CUDA_KERNELS(X)                                                                      \
-  X(Modulate) X(Matmul) X(Binary) X(BinaryScalar) X(Unary) X(Reduce) X(Softmax) X(RmsNorm)     \
-  X(LayerNorm) X(ApplyRotary) X(Attention) X(Embedding) X(TopK)
-
 namespace dt::ops::internal {
 
+// One field per row of DT_LOCAL_KERNELS (kernels.h).
 struct CudaKernels {
-#define DT_CUDA_KERNEL_FIELD_(name) decltype(&cuda::name) name;
-  DT_CUDA_KERNELS(DT_CUDA_KERNEL_FIELD_)
+#define DT_CUDA_KERNEL_FIELD_(name, params) decltype(&cuda::name) name;
+  DT_LOCAL_KERNELS(DT_CUDA_KERNEL_FIELD_)
 #undef DT_CUDA_KERNEL_FIELD_
 };
 

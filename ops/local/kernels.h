@@ -5,7 +5,7 @@
 // outputs on the inputs' device and then call exactly one kernel below, `cpu::X` or `cuda::X` with
 // identical signatures (cpu in ops/local/cpu/*.cc; cuda in ops/local/cuda/*.cu, built into the
 // libdtensor_cuda.so module when CMake's DT_HAVE_CUDA is ON and reached through the table of
-// ops/local/cuda_kernels.h, which lists them: Note [CUDA module] in core/cuda_module.h).
+// ops/local/cuda_kernels.h, made from the same list: Note [CUDA module] in core/cuda_module.h).
 //
 // What every kernel may assume (the public layer guarantees it):
 //   - all tensors are defined, on the kernel's device, with the dtypes and shapes stated below;
@@ -32,7 +32,7 @@ struct AttentionParams {
   int64_t q_offset = 0;   // causal: query i sees keys j <= q_offset + i (may be negative)
 };
 
-// Kernels (identical signatures in namespaces cpu and cuda):
+// Kernels (DT_LOCAL_KERNELS below; identical signatures in namespaces cpu and cuda):
 //
 //   Matmul(a, b, bias, out)
 //     a [..., M, K], b [..., K, N] with identical batch dims (expanded: strides may be 0), out
@@ -80,46 +80,35 @@ struct AttentionParams {
 //     1 <= k <= x.size(dim)), sorted; ties lower index first; NaN greater than every number. x any
 //     dtype but bool; values: x's shape with size k at dim, x's dtype; indices: same shape, i64.
 
-namespace cpu {
-absl::Status Modulate(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& out);
-absl::Status Matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
-absl::Status Binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
-absl::Status BinaryScalar(BinaryOp op, const Tensor& x, double s, const Tensor& out);
-absl::Status Unary(UnaryOp op, const Tensor& x, const Tensor& out);
-absl::Status Reduce(Reduction op, const Tensor& x, int dim, const Tensor& out);
-absl::Status Softmax(const Tensor& x, int dim, bool log, const Tensor& out);
-absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out);
-absl::Status LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
-                       const Tensor& out);
-absl::Status ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin, RotaryStyle style,
-                         const Tensor& out);
-absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                       const AttentionParams& params, const Tensor& out);
-absl::Status Embedding(const Tensor& table, const Tensor& ids, int64_t index_offset,
-                       const Tensor& out);
-absl::Status TopK(const Tensor& x, int64_t k, int dim, bool largest, const Tensor& values,
-                  const Tensor& indices);
-}  // namespace cpu
+// Every kernel, once: X(Name, (parameters)). Namespaces cpu and cuda each declare all of them with
+// these signatures (below), and the CUDA module's table (cuda_kernels.h) has one field per row, so
+// a kernel added here is declared for both devices and reached through DT_OPS_KERNEL (checks.h).
+#define DT_LOCAL_KERNELS(X)                                                                     \
+  X(Modulate, (const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& out))   \
+  X(Matmul, (const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out))          \
+  X(Binary, (BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out))                \
+  X(BinaryScalar, (BinaryOp op, const Tensor& x, double s, const Tensor& out))                 \
+  X(Unary, (UnaryOp op, const Tensor& x, const Tensor& out))                                   \
+  X(Reduce, (Reduction op, const Tensor& x, int dim, const Tensor& out))                       \
+  X(Softmax, (const Tensor& x, int dim, bool log, const Tensor& out))                          \
+  X(RmsNorm, (const Tensor& x, const Tensor& weight, float eps, const Tensor& out))            \
+  X(LayerNorm,                                                                                  \
+    (const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, const Tensor& out))  \
+  X(ApplyRotary, (const Tensor& x, const Tensor& cos, const Tensor& sin, RotaryStyle style,     \
+                  const Tensor& out))                                                           \
+  X(Attention, (const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& params, \
+                const Tensor& out))                                                             \
+  X(Embedding, (const Tensor& table, const Tensor& ids, int64_t index_offset, const Tensor& out)) \
+  X(TopK, (const Tensor& x, int64_t k, int dim, bool largest, const Tensor& values,             \
+           const Tensor& indices))
 
+#define DT_LOCAL_KERNEL_DECL_(name, params) absl::Status name params;
+namespace cpu {
+DT_LOCAL_KERNELS(DT_LOCAL_KERNEL_DECL_)
+}  // namespace cpu
 namespace cuda {
-absl::Status Modulate(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& out);
-absl::Status Matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
-absl::Status Binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
-absl::Status BinaryScalar(BinaryOp op, const Tensor& x, double s, const Tensor& out);
-absl::Status Unary(UnaryOp op, const Tensor& x, const Tensor& out);
-absl::Status Reduce(Reduction op, const Tensor& x, int dim, const Tensor& out);
-absl::Status Softmax(const Tensor& x, int dim, bool log, const Tensor& out);
-absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out);
-absl::Status LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
-                       const Tensor& out);
-absl::Status ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin, RotaryStyle style,
-                         const Tensor& out);
-absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                       const AttentionParams& params, const Tensor& out);
-absl::Status Embedding(const Tensor& table, const Tensor& ids, int64_t index_offset,
-                       const Tensor& out);
-absl::Status TopK(const Tensor& x, int64_t k, int dim, bool largest, const Tensor& values,
-                  const Tensor& indices);
+DT_LOCAL_KERNELS(DT_LOCAL_KERNEL_DECL_)
 }  // namespace cuda
+#undef DT_LOCAL_KERNEL_DECL_
 
 }  // namespace dt::ops

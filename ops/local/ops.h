@@ -20,7 +20,7 @@
 //   Add Sub Mul               all but bool           numpy broadcasting; integers wrap (two's complement)
 //   Div                       f32 bf16 f16
 //   Neg                       all but bool
-//   Silu Gelu Relu Exp Rsqrt Sqrt  f32 bf16 f16
+//   Gelu, DT_UNARY_OPS rows   f32 bf16 f16           Silu, Exp, ...: the list below
 //   Modulate                  f32 bf16 f16           x * (1 + scale) + shift, broadcast
 //   Cast                      any -> any             quantized -> element dtypes dequantizes
 //   Sum Max Argmax            all but bool           Sum of integers is i64; Argmax is i64
@@ -38,6 +38,7 @@
 //   auto p = ops::Softmax(y, -1).value();
 //   auto [v, i] = ops::TopK(p, 5, -1).value();
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <utility>
@@ -74,7 +75,38 @@ absl::StatusOr<Tensor> Linear(const Tensor& x, const Tensor& w, const Tensor& bi
 // ---- pointwise -----------------------------------------------------------------------------------
 
 enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv };
-enum class UnaryOp : uint8_t { kNeg, kSilu, kGeluTanh, kGeluErf, kExp, kRsqrt, kSqrt, kRelu };
+
+// The float unary ops, each declared once: X(Name, its value at v, in f32). A row is the enumerator
+// UnaryOp::kName, the CPU and CUDA kernels' formula (the argument v is a float; use the f32 C
+// functions: expf, tanhf, erff, sqrtf), and one function Name(x) in each op namespace: on Tensors
+// here, on DTensors (ops/dtensor_ops.h) and on Values (nn/vops.h). All of them run float dtypes only
+// (f32, bf16, f16; computed in f32, rounded once), keep the shape, and on DTensors take a sharded x
+// as it is and reduce a Partial one first. Adding one: CONTRIBUTING.md, "Adding a pointwise op".
+#define DT_UNARY_OPS(X)                                                                          \
+  X(Silu, v / (1.0f + expf(-v)))  /* x * sigmoid(x) */                                          \
+  X(Exp, expf(v))                                                                                \
+  X(Rsqrt, 1.0f / sqrtf(v))                                                                      \
+  X(Sqrt, sqrtf(v))                                                                              \
+  X(Relu, v < 0.0f ? 0.0f : v)  /* max(x, 0); `v < 0` is false for NaN, which stays NaN */       \
+  X(Sigmoid, 1.0f / (1.0f + expf(-v)))  /* DeepSeek-V3's router scores, gated attention */
+// The two forms of Gelu, which Gelu(x, approx) picks between (no function of their own).
+#define DT_GELU_OPS(X)                                                                          \
+  X(GeluTanh, 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))))    \
+  X(GeluErf, 0.5f * v * (1.0f + erff(v * 0.7071067811865476f)))
+
+#define DT_UNARY_ENUMERATOR_(name, formula) k##name,
+// kNeg also runs integers (wrapping); the others are the rows above.
+enum class UnaryOp : uint8_t { kNeg, DT_GELU_OPS(DT_UNARY_ENUMERATOR_) DT_UNARY_OPS(DT_UNARY_ENUMERATOR_) };
+#undef DT_UNARY_ENUMERATOR_
+// Every UnaryOp, for tests and loops.
+#define DT_UNARY_VALUE_(name, formula) UnaryOp::k##name,
+inline constexpr std::array kAllUnaryOps = {UnaryOp::kNeg, DT_GELU_OPS(DT_UNARY_VALUE_)
+                                             DT_UNARY_OPS(DT_UNARY_VALUE_)};
+#undef DT_UNARY_VALUE_
+
+// The op's name in messages: "Add", "Neg", "Silu", "Gelu(tanh)", "Gelu" (the erf form).
+const char* BinaryOpName(BinaryOp op);
+const char* UnaryOpName(UnaryOp op);
 enum class GeluApproximation : uint8_t { kNone, kTanh };  // kNone: exact (erf), PyTorch's default
 
 // Tensor-tensor with numpy broadcasting: [4, 1, 3] + [2, 1] -> [4, 2, 3].
@@ -91,13 +123,12 @@ absl::StatusOr<Tensor> Div(const Tensor& x, double s);
 absl::StatusOr<Tensor> Binary(BinaryOp op, const Tensor& x, double s);
 
 absl::StatusOr<Tensor> Neg(const Tensor& x);
-absl::StatusOr<Tensor> Silu(const Tensor& x);  // x * sigmoid(x)
+// One per row of DT_UNARY_OPS: Silu(x), Exp(x), ...
+#define DT_UNARY_FUNCTION_(name, formula) absl::StatusOr<Tensor> name(const Tensor& x);
+DT_UNARY_OPS(DT_UNARY_FUNCTION_)
+#undef DT_UNARY_FUNCTION_
 // kNone: 0.5 x (1 + erf(x/√2)); kTanh: 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))).
 absl::StatusOr<Tensor> Gelu(const Tensor& x, GeluApproximation approx = GeluApproximation::kNone);
-absl::StatusOr<Tensor> Relu(const Tensor& x);  // max(x, 0); NaN stays NaN (torch.relu)
-absl::StatusOr<Tensor> Exp(const Tensor& x);
-absl::StatusOr<Tensor> Rsqrt(const Tensor& x);
-absl::StatusOr<Tensor> Sqrt(const Tensor& x);
 absl::StatusOr<Tensor> Unary(UnaryOp op, const Tensor& x);
 
 // x converted to `dtype`: round to nearest even into bf16/f16; float -> integer truncates toward

@@ -9,9 +9,7 @@
 
 namespace dt::ops {
 
-namespace {
-
-absl::string_view BinaryName(BinaryOp op) {
+const char* BinaryOpName(BinaryOp op) {
   switch (op) {
     case BinaryOp::kAdd: return "Add";
     case BinaryOp::kSub: return "Sub";
@@ -21,29 +19,29 @@ absl::string_view BinaryName(BinaryOp op) {
   return "Binary";
 }
 
-absl::string_view UnaryName(UnaryOp op) {
+const char* UnaryOpName(UnaryOp op) {
   switch (op) {
     case UnaryOp::kNeg: return "Neg";
-    case UnaryOp::kSilu: return "Silu";
     case UnaryOp::kGeluTanh: return "Gelu(tanh)";
     case UnaryOp::kGeluErf: return "Gelu";
-    case UnaryOp::kExp: return "Exp";
-    case UnaryOp::kRsqrt: return "Rsqrt";
-    case UnaryOp::kSqrt: return "Sqrt";
-    case UnaryOp::kRelu: return "Relu";
+#define DT_UNARY_NAME_(name, formula) case UnaryOp::k##name: return #name;
+      DT_UNARY_OPS(DT_UNARY_NAME_)
+#undef DT_UNARY_NAME_
   }
   return "Unary";
 }
 
+namespace {
+
 absl::Status CheckBinaryOperand(BinaryOp op, absl::string_view name, const Tensor& t) {
-  return op == BinaryOp::kDiv ? internal::CheckFloat(BinaryName(op), name, t)
-                              : internal::CheckNotBool(BinaryName(op), name, t);
+  return op == BinaryOp::kDiv ? internal::CheckFloat(BinaryOpName(op), name, t)
+                              : internal::CheckNotBool(BinaryOpName(op), name, t);
 }
 
 }  // namespace
 
 absl::StatusOr<Tensor> Binary(BinaryOp op, const Tensor& a, const Tensor& b) {
-  const absl::string_view name = BinaryName(op);
+  const absl::string_view name = BinaryOpName(op);
   DT_RETURN_IF_ERROR(CheckBinaryOperand(op, "a", a));
   DT_RETURN_IF_ERROR(CheckBinaryOperand(op, "b", b));
   DT_RETURN_IF_ERROR(internal::CheckSameDType(name, "a", a, "b", b));
@@ -62,7 +60,7 @@ absl::StatusOr<Tensor> Binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 }
 
 absl::StatusOr<Tensor> Binary(BinaryOp op, const Tensor& x, double s) {
-  const absl::string_view name = BinaryName(op);
+  const absl::string_view name = BinaryOpName(op);
   DT_RETURN_IF_ERROR(CheckBinaryOperand(op, "x", x));
   if (!IsFloating(x.dtype()) && !(std::isfinite(s) && std::trunc(s) == s)) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": scalar ", s, " is not an integer, x is ",
@@ -107,7 +105,7 @@ absl::StatusOr<Tensor> Mul(const Tensor& x, double s) { return Binary(BinaryOp::
 absl::StatusOr<Tensor> Div(const Tensor& x, double s) { return Binary(BinaryOp::kDiv, x, s); }
 
 absl::StatusOr<Tensor> Unary(UnaryOp op, const Tensor& x) {
-  const absl::string_view name = UnaryName(op);
+  const absl::string_view name = UnaryOpName(op);
   DT_RETURN_IF_ERROR(op == UnaryOp::kNeg ? internal::CheckNotBool(name, "x", x)
                                          : internal::CheckFloat(name, "x", x));
   DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(x.shape(), x.dtype(), x.device()));
@@ -117,14 +115,13 @@ absl::StatusOr<Tensor> Unary(UnaryOp op, const Tensor& x) {
 }
 
 absl::StatusOr<Tensor> Neg(const Tensor& x) { return Unary(UnaryOp::kNeg, x); }
-absl::StatusOr<Tensor> Silu(const Tensor& x) { return Unary(UnaryOp::kSilu, x); }
-absl::StatusOr<Tensor> Relu(const Tensor& x) { return Unary(UnaryOp::kRelu, x); }
 absl::StatusOr<Tensor> Gelu(const Tensor& x, GeluApproximation approx) {
   return Unary(approx == GeluApproximation::kTanh ? UnaryOp::kGeluTanh : UnaryOp::kGeluErf, x);
 }
-absl::StatusOr<Tensor> Exp(const Tensor& x) { return Unary(UnaryOp::kExp, x); }
-absl::StatusOr<Tensor> Rsqrt(const Tensor& x) { return Unary(UnaryOp::kRsqrt, x); }
-absl::StatusOr<Tensor> Sqrt(const Tensor& x) { return Unary(UnaryOp::kSqrt, x); }
+#define DT_UNARY_FUNCTION_(name, formula) \
+  absl::StatusOr<Tensor> name(const Tensor& x) { return Unary(UnaryOp::k##name, x); }
+DT_UNARY_OPS(DT_UNARY_FUNCTION_)
+#undef DT_UNARY_FUNCTION_
 
 absl::StatusOr<Tensor> Cast(const Tensor& x, DType dtype) {
   DT_RETURN_IF_ERROR(internal::CheckDefined("Cast", "x", x));

@@ -32,63 +32,64 @@ inline double SumF64(const float* v, int64_t n, F term) {
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-}  // namespace
-
-absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) {
+// For every row of x along its last dim: the row's h values in f32 (a per-thread buffer), which
+// norm(v, h) rewrites in place, stored into the same row of out.
+template <typename F>
+void ForEachRowF32(const Tensor& x, const Tensor& out, F norm) {
   const int last = x.dim() - 1;
   const int64_t h = x.size(last), xs = x.stride(last);
-  const std::vector<float> w = LoadParam(weight);
   ForEachLane<2>(x.shape(), last, {IntSpan(x.strides()), IntSpan(out.strides())},
                  [&](const std::array<int64_t, 2>& off) {
                    thread_local std::vector<float> buf;
                    buf.resize(static_cast<size_t>(h));
                    float* v = buf.data();
                    LoadF32(x.dtype(), ElementPtr(x, off[0]), h, xs, v);
-                   const double ss = SumF64(v, h, [](double a) { return a * a; });
-                   const float r = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(h)) + eps);
-                   for (int64_t i = 0; i < h; ++i) v[i] *= r;
-                   if (!w.empty()) {
-                     // The normalized x rounded to its dtype, then times the weight (ops::RmsNorm).
-                     if (x.dtype() != DType::kF32) {
-                       thread_local std::vector<uint16_t> half;
-                       half.resize(static_cast<size_t>(h));
-                       StoreF32(x.dtype(), half.data(), h, 1, v);
-                       LoadF32(x.dtype(), half.data(), h, 1, v);
-                     }
-                     for (int64_t i = 0; i < h; ++i) v[i] *= w[i];
-                   }
+                   norm(v, h);
                    StoreF32(out.dtype(), ElementPtr(out, off[1]), h, 1, v);
                  });
+}
+
+}  // namespace
+
+absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) {
+  const std::vector<float> w = LoadParam(weight);
+  ForEachRowF32(x, out, [&](float* v, int64_t h) {
+    const double ss = SumF64(v, h, [](double a) { return a * a; });
+    const float r = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(h)) + eps);
+    for (int64_t i = 0; i < h; ++i) v[i] *= r;
+    if (!w.empty()) {
+      // The normalized x rounded to its dtype, then times the weight (ops::RmsNorm).
+      if (x.dtype() != DType::kF32) {
+        thread_local std::vector<uint16_t> half;
+        half.resize(static_cast<size_t>(h));
+        StoreF32(x.dtype(), half.data(), h, 1, v);
+        LoadF32(x.dtype(), half.data(), h, 1, v);
+      }
+      for (int64_t i = 0; i < h; ++i) v[i] *= w[i];
+    }
+  });
   return absl::OkStatus();
 }
 
 absl::Status LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
                        const Tensor& out) {
-  const int last = x.dim() - 1;
-  const int64_t h = x.size(last), xs = x.stride(last);
   const std::vector<float> w = LoadParam(weight), b = LoadParam(bias);
-  ForEachLane<2>(x.shape(), last, {IntSpan(x.strides()), IntSpan(out.strides())},
-                 [&](const std::array<int64_t, 2>& off) {
-                   thread_local std::vector<float> buf;
-                   buf.resize(static_cast<size_t>(h));
-                   float* v = buf.data();
-                   LoadF32(x.dtype(), ElementPtr(x, off[0]), h, xs, v);
-                   const double sum = SumF64(v, h, [](double a) { return a; });
-                   const float mean = static_cast<float>(sum / static_cast<double>(h));
-                   // (v - mean) in f32 first, as before: the same deviations, summed in double.
-                   const double ss = SumF64(v, h, [mean](double a) {
-                     const double d = static_cast<float>(a) - mean;
-                     return d * d;
-                   });
-                   const float rstd = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(h)) + eps);
-                   for (int64_t i = 0; i < h; ++i) {
-                     float y = (v[i] - mean) * rstd;
-                     if (!w.empty()) y *= w[i];
-                     if (!b.empty()) y += b[i];
-                     v[i] = y;
-                   }
-                   StoreF32(out.dtype(), ElementPtr(out, off[1]), h, 1, v);
-                 });
+  ForEachRowF32(x, out, [&](float* v, int64_t h) {
+    const double sum = SumF64(v, h, [](double a) { return a; });
+    const float mean = static_cast<float>(sum / static_cast<double>(h));
+    // (v - mean) in f32 first, as before: the same deviations, summed in double.
+    const double ss = SumF64(v, h, [mean](double a) {
+      const double d = static_cast<float>(a) - mean;
+      return d * d;
+    });
+    const float rstd = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(h)) + eps);
+    for (int64_t i = 0; i < h; ++i) {
+      float y = (v[i] - mean) * rstd;
+      if (!w.empty()) y *= w[i];
+      if (!b.empty()) y += b[i];
+      v[i] = y;
+    }
+  });
   return absl::OkStatus();
 }
 

@@ -119,6 +119,12 @@ absl::Status BinaryScalar(BinaryOp op, const Tensor& x, double s, const Tensor& 
   return absl::OkStatus();
 }
 
+// A row of DT_UNARY_OPS or DT_GELU_OPS (ops.h), one element at a time.
+#define DT_CPU_UNARY_(name, formula)                          \
+  case UnaryOp::k##name:                                      \
+    Map1<T>(x, out, [](float v) -> float { return formula; }); \
+    break;
+
 absl::Status Unary(UnaryOp op, const Tensor& x, const Tensor& out) {
   DT_OPS_DISPATCH_NUMERIC(out.dtype(), T, [&] {
     using C = Compute<T>;
@@ -127,36 +133,18 @@ absl::Status Unary(UnaryOp op, const Tensor& x, const Tensor& out) {
       return;
     }
     if constexpr (kIsFloat<T>) {
+      // Vectorized f32 runs where we have them, else the row's formula.
+      if (op == UnaryOp::kSilu) return MapF32Runs(x, out, SiluF32);
+      if (op == UnaryOp::kExp) return MapF32Runs(x, out, ExpF32);
       switch (op) {
         case UnaryOp::kNeg: break;
-        case UnaryOp::kSilu:
-          MapF32Runs(x, out, SiluF32);
-          break;
-        case UnaryOp::kGeluTanh:
-          Map1<T>(x, out, [](float v) {
-            constexpr float kSqrt2OverPi = 0.7978845608028654f;
-            return 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
-          });
-          break;
-        case UnaryOp::kGeluErf:
-          Map1<T>(x, out, [](float v) { return 0.5f * v * (1.0f + std::erf(v * 0.7071067811865476f)); });
-          break;
-        case UnaryOp::kExp:
-          MapF32Runs(x, out, ExpF32);
-          break;
-        case UnaryOp::kRsqrt:
-          Map1<T>(x, out, [](float v) { return 1.0f / std::sqrt(v); });
-          break;
-        case UnaryOp::kSqrt:
-          Map1<T>(x, out, [](float v) { return std::sqrt(v); });
-          break;
-        case UnaryOp::kRelu:  // `v < 0` is false for NaN, which passes through as in torch.relu
-          Map1<T>(x, out, [](float v) { return v < 0.0f ? 0.0f : v; });
-          break;
+        DT_GELU_OPS(DT_CPU_UNARY_)
+        DT_UNARY_OPS(DT_CPU_UNARY_)
       }
     }
   });
   return absl::OkStatus();
 }
+#undef DT_CPU_UNARY_
 
 }  // namespace dt::ops::cpu

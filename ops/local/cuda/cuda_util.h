@@ -98,12 +98,10 @@ inline unsigned GridFor(int64_t n, int threads) {
 #define DT_CUDA_DISPATCH_NUMERIC(dtype, T, ...)                                        \
   [&] {                                                                                \
     switch (dtype) {                                                                   \
-      case ::dt::DType::kF16: { using T = __half; return __VA_ARGS__(); }              \
-      case ::dt::DType::kBF16: { using T = __nv_bfloat16; return __VA_ARGS__(); }      \
       case ::dt::DType::kI64: { using T = int64_t; return __VA_ARGS__(); }             \
       case ::dt::DType::kI32: { using T = int32_t; return __VA_ARGS__(); }             \
       case ::dt::DType::kU8: { using T = uint8_t; return __VA_ARGS__(); }              \
-      default: { using T = float; return __VA_ARGS__(); }                              \
+      default: return DT_CUDA_DISPATCH_FLOAT(dtype, T, __VA_ARGS__);                   \
     }                                                                                  \
   }()
 // clang-format on
@@ -258,6 +256,24 @@ struct LaneIndexer {
   int64_t n = 0;
   int64_t lane_stride[N];
 };
+
+// Runs f(off) for every lane this thread's block row handles (a grid-stride loop over the lanes,
+// one lane per block row): off[k] is the lane's first element in operand k. Every thread of a
+// block row runs the same lanes, so f may synchronize them (LaneReduce).
+template <int N, typename F>
+__device__ __forceinline__ void ForEachLane(const LaneIndexer<N>& li, F&& f) {
+  for (int64_t lane = blockIdx.x * static_cast<int64_t>(blockDim.y) + threadIdx.y; lane < li.lanes;
+       lane += static_cast<int64_t>(gridDim.x) * blockDim.y) {
+    int64_t off[N];
+    li.outer.Offsets(lane, off);
+    f(static_cast<const int64_t*>(off));
+  }
+}
+// The same for a kernel that reads lanes of x and writes lanes of out: f(x's lane, out's lane).
+template <typename T, typename F>
+__device__ __forceinline__ void ForEachLane(const LaneIndexer<2>& li, const T* x, T* out, F&& f) {
+  ForEachLane(li, [&](const int64_t* off) { f(x + off[0], out + off[1]); });
+}
 
 // Operand strides are given over the full shape (use 0 for an operand without `dim`).
 template <int N>

@@ -34,12 +34,7 @@ __global__ void RmsNormKernel(const T* x, Param<T> w, float eps, T* out, LaneInd
   constexpr int kV = kVec<T>;
   __shared__ double smem[8];
   const int64_t h = li.n, xs = li.lane_stride[0], os = li.lane_stride[1];
-  for (int64_t lane = blockIdx.x * static_cast<int64_t>(blockDim.y) + threadIdx.y; lane < li.lanes;
-       lane += static_cast<int64_t>(gridDim.x) * blockDim.y) {
-    int64_t off[2];
-    li.outer.Offsets(lane, off);
-    const T* v = x + off[0];
-    T* o = out + off[1];
+  ForEachLane(li, x, out, [&](const T* v, T* o) {
     double ss = 0;
     if (vec) {
       for (int64_t j = threadIdx.x * kV; j < h; j += blockDim.x * kV) {
@@ -72,7 +67,7 @@ __global__ void RmsNormKernel(const T* x, Param<T> w, float eps, T* out, LaneInd
       for (int64_t j = threadIdx.x; j < h; j += blockDim.x)
         o[j * os] = Store<T>(normed(Load(v[j * xs]), j));
     }
-  }
+  });
 }
 
 // Rows of x [..., H]: (x - mean) / sqrt(var + eps) * w + b with the biased variance, rounded once.
@@ -81,12 +76,7 @@ __global__ void LayerNormKernel(const T* x, Param<T> w, Param<T> b, float eps, T
                                 LaneIndexer<2> li) {
   __shared__ double smem[8];
   const int64_t h = li.n, xs = li.lane_stride[0], os = li.lane_stride[1];
-  for (int64_t lane = blockIdx.x * static_cast<int64_t>(blockDim.y) + threadIdx.y; lane < li.lanes;
-       lane += static_cast<int64_t>(gridDim.x) * blockDim.y) {
-    int64_t off[2];
-    li.outer.Offsets(lane, off);
-    const T* v = x + off[0];
-    T* o = out + off[1];
+  ForEachLane(li, x, out, [&](const T* v, T* o) {
     double sum = 0;
     for (int64_t j = threadIdx.x; j < h; j += blockDim.x) sum += Load(v[j * xs]);
     sum = LaneReduce(sum, Plus{}, smem);
@@ -104,7 +94,7 @@ __global__ void LayerNormKernel(const T* x, Param<T> w, Param<T> b, float eps, T
       if (b.p != nullptr) y += Load(b.p[j * b.stride]);
       o[j * os] = Store<T>(y);
     }
-  }
+  });
 }
 
 // A cos/sin table expanded to x's shape, in any float dtype.
@@ -141,34 +131,39 @@ __global__ void RotaryKernel(const T* x, int64_t xs, Table c, Table s, T* out, I
   }
 }
 
+// The rows of x along its last dim (out's offsets alongside) and how to launch over them.
+struct Rows {
+  LaneIndexer<2> li;
+  LaneLaunch launch;
+};
+absl::StatusOr<Rows> RowsOf(absl::string_view kernel, const Tensor& x, const Tensor& out) {
+  DT_RETURN_IF_ERROR(UseDevice(out, kernel));
+  const int last = x.dim() - 1;
+  DT_ASSIGN_OR_RETURN(
+      LaneIndexer<2> li,
+      MakeLaneIndexer<2>(kernel, x.shape(), last, {IntSpan(x.strides()), IntSpan(out.strides())}));
+  const LaneLaunch launch = ChooseLaneLaunch(li.lanes, li.n, x.stride(last) == 1);
+  return Rows{li, launch};
+}
+
 }  // namespace
 
 absl::Status RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) {
   constexpr absl::string_view kKernel = "RmsNorm";
-  DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
-  const int last = x.dim() - 1;
-  DT_ASSIGN_OR_RETURN(
-      LaneIndexer<2> li,
-      MakeLaneIndexer<2>(kKernel, x.shape(), last, {IntSpan(x.strides()), IntSpan(out.strides())}));
-  const LaneLaunch l = ChooseLaneLaunch(li.lanes, li.n, x.stride(last) == 1);
+  DT_ASSIGN_OR_RETURN(const Rows r, RowsOf(kKernel, x, out));
   return DT_CUDA_DISPATCH_FLOAT(x.dtype(), T, [&] {
-    return Launch(kKernel, RmsNormKernel<T>, l.grid, l.block, 0, x.raw_data(), ParamOf<T>(weight),
-                  eps, out.raw_data(), li, VectorLanes(x, last));
+    return Launch(kKernel, RmsNormKernel<T>, r.launch.grid, r.launch.block, 0, x.raw_data(),
+                  ParamOf<T>(weight), eps, out.raw_data(), r.li, VectorLanes(x, x.dim() - 1));
   });
 }
 
 absl::Status LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
                        const Tensor& out) {
   constexpr absl::string_view kKernel = "LayerNorm";
-  DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
-  const int last = x.dim() - 1;
-  DT_ASSIGN_OR_RETURN(
-      LaneIndexer<2> li,
-      MakeLaneIndexer<2>(kKernel, x.shape(), last, {IntSpan(x.strides()), IntSpan(out.strides())}));
-  const LaneLaunch l = ChooseLaneLaunch(li.lanes, li.n, x.stride(last) == 1);
+  DT_ASSIGN_OR_RETURN(const Rows r, RowsOf(kKernel, x, out));
   return DT_CUDA_DISPATCH_FLOAT(x.dtype(), T, [&] {
-    return Launch(kKernel, LayerNormKernel<T>, l.grid, l.block, 0, x.raw_data(), ParamOf<T>(weight),
-                  ParamOf<T>(bias), eps, out.raw_data(), li);
+    return Launch(kKernel, LayerNormKernel<T>, r.launch.grid, r.launch.block, 0, x.raw_data(),
+                  ParamOf<T>(weight), ParamOf<T>(bias), eps, out.raw_data(), r.li);
   });
 }
 

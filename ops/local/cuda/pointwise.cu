@@ -41,16 +41,11 @@ __device__ __forceinline__ C ApplyUnary(UnaryOp op, C v) {
   } else {
     switch (op) {
       case UnaryOp::kNeg: return 0.0f - v;  // as on the CPU: Neg(-0) is +0
-      case UnaryOp::kSilu: return v / (1.0f + expf(-v));
-      case UnaryOp::kGeluTanh: {
-        constexpr float kSqrt2OverPi = 0.7978845608028654f;
-        return 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
-      }
-      case UnaryOp::kGeluErf: return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
-      case UnaryOp::kExp: return expf(v);
-      case UnaryOp::kRsqrt: return 1.0f / sqrtf(v);
-      case UnaryOp::kSqrt: return sqrtf(v);
-      case UnaryOp::kRelu: return v < 0.0f ? 0.0f : v;  // NaN passes through, as on the CPU
+#define DT_CUDA_UNARY_(name, formula) \
+  case UnaryOp::k##name: return formula;
+      DT_GELU_OPS(DT_CUDA_UNARY_)
+      DT_UNARY_OPS(DT_CUDA_UNARY_)
+#undef DT_CUDA_UNARY_
     }
     return v;
   }

@@ -77,10 +77,7 @@ __global__ void ReduceKernel(Reduction op, const T* x, void* out, LaneIndexer<2>
   DT_LANE_SMEM(unsigned long long, smem_i);
   DT_LANE_SMEM(Best<C>, smem_b);
   const int64_t n = li.n, xs = li.lane_stride[0];
-  for (int64_t lane = blockIdx.x * static_cast<int64_t>(blockDim.y) + threadIdx.y; lane < li.lanes;
-       lane += static_cast<int64_t>(gridDim.x) * blockDim.y) {
-    int64_t off[2];
-    li.outer.Offsets(lane, off);
+  ForEachLane(li, [&](const int64_t* off) {
     const T* v = x + off[0];
     if (op == Reduction::kSum || op == Reduction::kMean) {
       if constexpr (kIsFloat<T>) {
@@ -112,19 +109,14 @@ __global__ void ReduceKernel(Reduction op, const T* x, void* out, LaneIndexer<2>
         }
       }
     }
-  }
+  });
 }
 
 template <typename T>
 __global__ void SoftmaxKernel(const T* x, T* out, bool log, LaneIndexer<2> li) {
   DT_LANE_SMEM(float, smem);
   const int64_t n = li.n, xs = li.lane_stride[0], os = li.lane_stride[1];
-  for (int64_t lane = blockIdx.x * static_cast<int64_t>(blockDim.y) + threadIdx.y; lane < li.lanes;
-       lane += static_cast<int64_t>(gridDim.x) * blockDim.y) {
-    int64_t off[2];
-    li.outer.Offsets(lane, off);
-    const T* v = x + off[0];
-    T* o = out + off[1];
+  ForEachLane(li, x, out, [&](const T* v, T* o) {
     float mx = -INFINITY;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, Load(v[j * xs]));
     mx = LaneReduce(mx, MaxF{}, smem);
@@ -141,7 +133,7 @@ __global__ void SoftmaxKernel(const T* x, T* out, bool log, LaneIndexer<2> li) {
         o[j * os] = Store<T>(expf(Load(v[j * xs]) - mx) * inv);
       }
     }
-  }
+  });
 }
 
 }  // namespace

@@ -134,14 +134,13 @@ double ApplyUnary(UnaryOp op, double v) {
     case UnaryOp::kRsqrt: return 1 / std::sqrt(v);
     case UnaryOp::kSqrt: return std::sqrt(v);
     case UnaryOp::kRelu: return v > 0 ? v : 0;
+    case UnaryOp::kSigmoid: return 1 / (1 + std::exp(-v));
   }
   return 0;
 }
 
 RC_GTEST_PROP(UnaryTest, AgreesWithLibm, ()) {
-  const UnaryOp op = *rc::gen::element(UnaryOp::kNeg, UnaryOp::kSilu, UnaryOp::kGeluTanh, UnaryOp::kGeluErf,
-                                       UnaryOp::kExp, UnaryOp::kRsqrt, UnaryOp::kSqrt,
-                                       UnaryOp::kRelu);
+  const UnaryOp op = *rc::gen::elementOf(kAllUnaryOps);
   const DType dtype = op == UnaryOp::kNeg ? RandomNumericDType() : testing::RandomFloatDType();
   const bool positive = op == UnaryOp::kRsqrt || op == UnaryOp::kSqrt;
   const Shape shape = RandomShape(*rc::gen::inRange(0, 4), 0, 5);
@@ -158,6 +157,19 @@ RC_GTEST_PROP(UnaryTest, AgreesWithLibm, ()) {
   if (dtype == DType::kF32) tol.rtol = 1e-6;
   if (IsFloating(dtype)) tol.atol = 1e-6;
   RC_ASSERT(testing::Mismatch(Unary(op, x).value(), shape, want, tol) == "");
+}
+
+// Every row of DT_UNARY_OPS is a function of its own, Name(x), that runs its row and names it.
+TEST(UnaryTest, EveryRowIsItsOwnFunction) {
+  const Tensor x = Tensor::FromVector<float>({2, 3}, {0.25f, 0.5f, 1, 2, 3.5f, 9}).value();
+#define DT_CHECK_ROW_(name, formula)                                                    \
+  EXPECT_STREQ(UnaryOpName(UnaryOp::k##name), #name);                                   \
+  EXPECT_EQ(name(x).value().ToDoubles(), Unary(UnaryOp::k##name, x).value().ToDoubles()) \
+      << #name;
+  DT_UNARY_OPS(DT_CHECK_ROW_)
+#undef DT_CHECK_ROW_
+  const absl::Status bad = Sigmoid(Tensor::FromVector<int32_t>({1}, {1}).value()).status();
+  EXPECT_TRUE(testing::Contains(bad, "Sigmoid")) << bad;
 }
 
 // Note [Vector exp]: within 2 ulp of e^x (computed in double) on a sweep of 2^22 floats over the

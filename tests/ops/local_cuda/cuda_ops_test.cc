@@ -229,10 +229,9 @@ TEST(CudaOpsTest, UnaryMatchesCpu) {
   std::mt19937_64 rng(4);
   for (const Shape& shape : shapes) {
     for (DType dtype : kNumericTypes) {
-      for (UnaryOp op : {UnaryOp::kNeg, UnaryOp::kSilu, UnaryOp::kGeluTanh, UnaryOp::kGeluErf,
-                         UnaryOp::kExp, UnaryOp::kRsqrt, UnaryOp::kSqrt, UnaryOp::kRelu}) {
+      for (UnaryOp op : kAllUnaryOps) {
         if (op != UnaryOp::kNeg && !IsFloating(dtype)) continue;
-        SCOPED_TRACE(absl::StrCat(Name(shape, dtype), " unary ", static_cast<int>(op)));
+        SCOPED_TRACE(absl::StrCat(Name(shape, dtype), " ", UnaryOpName(op)));
         const bool positive = op == UnaryOp::kRsqrt || op == UnaryOp::kSqrt;
         const Pair x = Random(shape, dtype, rng, Layout::kStrided,
                               positive ? Values::kPositive : Values::kNormal);
