@@ -29,8 +29,8 @@ inline int64_t At(const Tensor& t, int64_t i0, int64_t i1, int64_t i2) {
 // single-threaded GEMM takes f32) cost a decode step as many bytes again as it reads: SmolLM2's
 // 30 layers x 9 query heads x 250 cached positions x 64 x 2 f32 are 35 MB per token against
 // its 97 MB of q4_1 weights, 6.5 % of the step's time at 100 positions in a perf profile (one
-// thread, AMD EPYC Zen 4). f32 keys and values are strided f32 already, so the GEMM reads them
-// where they lie.
+// thread, AMD EPYC Zen 4). f32 keys and values whose rows have unit stride (every cache and
+// projection here) are what the skinny and packed kernels read directly, rows any distance apart.
 
 // rows [r0, r0 + rows) of t[i0, i1] (each `width` wide) as contiguous f32.
 void LoadRows(const Tensor& t, int64_t i0, int64_t i1, int64_t r0, int64_t rows, float* dst) {
@@ -67,18 +67,19 @@ absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
       std::fill(o, o + rows * dv, 0.0f);
       if (kv_end > 0) {
         LoadRows(q, bi, h, i0, rows, qs);
-        // Keys and values are read where they lie when they are f32 (Note [Attention reads f32
-        // keys in place]); otherwise converted rows: (element (p, j) at ptr[p * rs + j * cs]).
+        // Keys and values are read where they lie when they are f32 rows of unit stride (Note
+        // [Attention reads f32 keys in place]), else as converted rows; row p's element j is at
+        // ptr[p * rs + j * cs].
         const float* ks = kbuf;
         const float* vs = vbuf;
         int64_t k_rs = d, k_cs = 1, v_rs = dv, v_cs = 1;
-        if (k.dtype() == DType::kF32) {
+        if (k.dtype() == DType::kF32 && k.stride(3) == 1) {
           ks = k.data<float>() + At(k, bi, h / group, 0);
           k_rs = k.stride(2), k_cs = k.stride(3);
         } else {
           LoadRows(k, bi, h / group, 0, kv_end, kbuf);
         }
-        if (v.dtype() == DType::kF32) {
+        if (v.dtype() == DType::kF32 && v.stride(3) == 1) {
           vs = v.data<float>() + At(v, bi, h / group, 0);
           v_rs = v.stride(2), v_cs = v.stride(3);
         } else {
