@@ -61,7 +61,8 @@ RC_GTEST_PROP(GgufQuantized, ShardsAreTheirBlocks, ()) {
     ReadStats stats;
     const absl::Status fit = QuantizedShardsFit(name, spec);
     bool whole_blocks = true;
-    for (const IndexRange& c : spec.Ranges()[1]) {
+    const DimRanges ranges = spec.Ranges();
+    for (const IndexRange& c : ranges[1]) {
       whole_blocks &= c.start % DTypeBlock(q) == 0 && c.stop % DTypeBlock(q) == 0;
     }
     absl::StatusOr<Tensor> piece = QuantsFile()->ReadRanges(name, spec.Ranges(), o, &stats);

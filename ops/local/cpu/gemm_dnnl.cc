@@ -45,10 +45,18 @@ Key KeyOf(const Problem& p) {
   return {p.m, p.n, p.k, p.a_rs, p.a_cs, p.b_rs, p.b_cs, p.ldo, p.dtype, p.bias != nullptr};
 }
 
+// Owns its oneDNN primitive: a primitive dropped from the cache (it is cleared when full, and a
+// thread that made one another thread cached first drops its own) is destroyed with its last user.
 struct Primitive {
   dnnl_primitive_t prim = nullptr;
   dnnl_memory_desc_t src, weights, bias, dst, scratch;
   size_t scratch_bytes = 0;
+  Primitive() = default;
+  Primitive(const Primitive&) = delete;
+  Primitive& operator=(const Primitive&) = delete;
+  ~Primitive() {
+    if (prim != nullptr) dnnl_primitive_destroy(prim);
+  }
 };
 
 // The engine and the primitives made so far. Never destroyed (it is reachable from a static
@@ -129,10 +137,18 @@ absl::Status Run(const Problem& p) {
   omp_set_num_threads(1);
   DT_ASSIGN_OR_RETURN(std::shared_ptr<Primitive> prim, Get(p));
   State& st = GetState();
-  thread_local dnnl_stream_t stream = nullptr;
-  if (stream == nullptr) {
-    DT_RETURN_IF_ERROR(Check(dnnl_stream_create(&stream, st.engine, dnnl_stream_default_flags), "stream"));
+  // One stream per thread, destroyed when the thread exits (oneTBB's workers come and go).
+  struct ThreadStream {
+    dnnl_stream_t s = nullptr;
+    ~ThreadStream() {
+      if (s != nullptr) dnnl_stream_destroy(s);
+    }
+  };
+  thread_local ThreadStream thread_stream;
+  if (thread_stream.s == nullptr) {
+    DT_RETURN_IF_ERROR(Check(dnnl_stream_create(&thread_stream.s, st.engine, dnnl_stream_default_flags), "stream"));
   }
+  const dnnl_stream_t stream = thread_stream.s;
   ScratchBuffer scratch(ScratchSlot::kPackedA,
                         static_cast<int64_t>((prim->scratch_bytes + sizeof(float) - 1) / sizeof(float)));
   if (scratch.data() == nullptr) {
