@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -36,6 +37,30 @@ inline std::optional<bool> ParseQuickFlag(int argc, char** argv) {
 inline double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// Generation throughput in tokens/s: medians over the repetitions of TimeGenerate.
+struct GenerateFigures {
+  double prefill = 0;
+  double decode = 0;
+};
+
+// Runs `model.Generate(prompt, o)` `reps` times with `decode` + 1 new tokens (the prefill's token
+// and `decode` decode steps) and returns the medians of its prefill and decode rates. The caller
+// warms the model up first. Model: a CausalLM (nn/models/causal_lm.h), Options its
+// GenerateOptions.
+template <typename Model, typename Options>
+absl::StatusOr<GenerateFigures> TimeGenerate(Model& model, const std::vector<int64_t>& prompt,
+                                             Options o, int64_t decode, int64_t reps) {
+  o.max_new_tokens = decode + 1;
+  std::vector<double> pre, dec;
+  for (int64_t r = 0; r < reps; ++r) {
+    auto g = model.Generate(prompt, o);
+    if (!g.ok()) return g.status();
+    pre.push_back(g->prefill_tokens_per_second());
+    dec.push_back(g->decode_tokens_per_second());
+  }
+  return GenerateFigures{Median(pre), Median(dec)};
 }
 
 // The verdict of a RESULT line.

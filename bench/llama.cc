@@ -68,10 +68,7 @@ using dt::bench::Median;
 
 namespace {
 
-struct Figures {
-  double prefill = 0;  // tokens/s, median over reps
-  double decode = 0;
-};
+using Figures = bench::GenerateFigures;
 
 loaders::LlamaConfig BenchConfig() {
   loaders::LlamaConfig c;
@@ -102,14 +99,7 @@ absl::StatusOr<Figures> MeasureOn(World& w, int64_t prompt_len, int64_t decode, 
   GenerateOptions o;
   o.max_new_tokens = 4;
   DT_RETURN_IF_ERROR(model.Generate(prompt, o).status());  // warm-up (strategy caches)
-  o.max_new_tokens = decode + 1;
-  std::vector<double> pre, dec;
-  for (int r = 0; r < reps; ++r) {
-    DT_ASSIGN_OR_RETURN(GenerateResult g, model.Generate(prompt, o));
-    pre.push_back(g.prefill_tokens_per_second());
-    dec.push_back(g.decode_tokens_per_second());
-  }
-  return Figures{Median(pre), Median(dec)};
+  return bench::TimeGenerate(model, prompt, o, decode, reps);
 }
 
 absl::StatusOr<Figures> MeasureThreads(int tp, int64_t prompt_len, int64_t decode, int reps) {
@@ -181,6 +171,18 @@ int64_t DecodeBytes(const LlamaLoadReport& r) {
   return bytes;
 }
 
+// The checkpoint at `path` loaded on `mesh` as the benches load it (no warnings about unused
+// tensors): in `dtype` (nullopt: the config's), `quantized`: keep_quantized, `shard_embedding`.
+auto LoadModel(const std::string& path, const DeviceMesh& mesh, std::optional<DType> dtype,
+               bool quantized, bool shard_embedding, LlamaLoadReport* report) {
+  LlamaLoadOptions lo;
+  lo.dtype = dtype;
+  lo.keep_quantized = quantized;
+  lo.shard_embedding = shard_embedding;
+  lo.warn = false;
+  return LlamaForCausalLM::FromPretrained(path, mesh, lo, report);
+}
+
 // SmolLM2 from its GGUF on `tp` thread ranks in `dtype`, or with its quantized weights kept
 // (`quantized`: LlamaLoadOptions::keep_quantized, the rest in f32); `bytes` (optional): rank 0's
 // DecodeBytes.
@@ -190,25 +192,16 @@ absl::StatusOr<Figures> MeasureModel(const std::string& path, int tp, DType dtyp
   Figures f;
   DT_RETURN_IF_ERROR(World::RunThreads(tp, [&](World& w) -> absl::Status {
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {tp}, {"tp"}));
-    LlamaLoadOptions lo;
-    lo.dtype = dtype;
-    lo.keep_quantized = quantized;
-    lo.warn = false;
     LlamaLoadReport report;
-    DT_ASSIGN_OR_RETURN(auto model, LlamaForCausalLM::FromPretrained(path, mesh, lo, &report));
+    DT_ASSIGN_OR_RETURN(auto model, LoadModel(path, mesh, dtype, quantized,
+                                              /*shard_embedding=*/false, &report));
     if (w.rank() == 0 && bytes != nullptr) *bytes = DecodeBytes(report);
     const std::vector<int64_t> prompt = ModelPrompt(prompt_len);
     GenerateOptions o;
     o.max_new_tokens = 4;
     DT_RETURN_IF_ERROR(model->Generate(prompt, o).status());
-    o.max_new_tokens = decode + 1;
-    std::vector<double> pre, dec;
-    for (int r = 0; r < reps; ++r) {
-      DT_ASSIGN_OR_RETURN(GenerateResult g, model->Generate(prompt, o));
-      pre.push_back(g.prefill_tokens_per_second());
-      dec.push_back(g.decode_tokens_per_second());
-    }
-    if (w.rank() == 0) f = Figures{Median(pre), Median(dec)};
+    DT_ASSIGN_OR_RETURN(Figures mine, bench::TimeGenerate(*model, prompt, o, decode, reps));
+    if (w.rank() == 0) f = mine;
     return absl::OkStatus();
   }));
   return f;
@@ -227,12 +220,10 @@ int RssWorker(const std::string& path) {
   absl::Status s = [&]() -> absl::Status {
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(*w, {(*w)->size()}, {"tp"}));
     const int64_t baseline = PeakResidentBytes();
-    LlamaLoadOptions lo;
-    lo.keep_quantized = true;
-    lo.shard_embedding = true;
-    lo.warn = false;
     LlamaLoadReport report;
-    DT_ASSIGN_OR_RETURN(auto model, LlamaForCausalLM::FromPretrained(path, mesh, lo, &report));
+    DT_ASSIGN_OR_RETURN(auto model, LoadModel(path, mesh, /*dtype=*/std::nullopt,
+                                              /*quantized=*/true, /*shard_embedding=*/true,
+                                              &report));
     GenerateOptions o;
     o.max_new_tokens = 16;
     DT_RETURN_IF_ERROR(model->Generate(ModelPrompt(40), o).status());

@@ -50,7 +50,6 @@ ABSL_FLAG(int64_t, reps, 5, "repetitions; the median is reported (--quick: at mo
 
 using namespace dt;      // NOLINT: bench brevity
 using namespace dt::nn;  // NOLINT
-using dt::bench::Median;
 
 namespace {
 
@@ -125,13 +124,8 @@ absl::Status Worker(int64_t ep, int64_t prompt_len, int64_t decode, int64_t reps
     DT_RETURN_IF_ERROR(model.Logits(next, /*last_only=*/true).status());
     a2a_decode = step.counts().all_to_all_bytes / c.num_hidden_layers;
   }
-  o.max_new_tokens = decode + 1;
-  std::vector<double> pre, dec;
-  for (int64_t r = 0; r < reps; ++r) {
-    DT_ASSIGN_OR_RETURN(GenerateResult g, model.Generate(prompt, o));
-    pre.push_back(g.prefill_tokens_per_second());
-    dec.push_back(g.decode_tokens_per_second());
-  }
+  DT_ASSIGN_OR_RETURN(bench::GenerateFigures rates,
+                      bench::TimeGenerate(model, prompt, o, decode, reps));
   std::printf("MOE_RANK %d %lld %lld %lld\n", world->rank(), static_cast<long long>(held),
               static_cast<long long>(experts), static_cast<long long>(PeakResidentBytes()));
   std::fflush(stdout);
@@ -139,7 +133,7 @@ absl::Status Worker(int64_t ep, int64_t prompt_len, int64_t decode, int64_t reps
                                                                 : std::vector<int>{0}));
   DT_RETURN_IF_ERROR(all->Barrier());
   if (world->rank() == 0) {
-    std::printf("MOE_ROW %.3f %.3f %lld %lld %lld %lld\n", Median(pre), Median(dec),
+    std::printf("MOE_ROW %.3f %.3f %lld %lld %lld %lld\n", rates.prefill, rates.decode,
                 static_cast<long long>(a2a_prefill), static_cast<long long>(a2a_decode),
                 static_cast<long long>(experts_full), static_cast<long long>(dense_full));
   }

@@ -1,5 +1,7 @@
 #include "dtensor/nn/linear.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "dtensor/core/status.h"
@@ -41,12 +43,15 @@ absl::StatusOr<Values> Linear::Forward(Values inputs) {
   return Values{std::move(y)};
 }
 
-Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, DType dtype)
-    : Module("Embedding"), num_(num_embeddings), dim_(embedding_dim), dtype_(dtype) {
-  RegisterParameter("weight", {num_embeddings, embedding_dim}, dtype);
+EmbeddingTable::EmbeddingTable(std::string type_name, int64_t rows, int64_t dim, DType dtype)
+    : Module(std::move(type_name)), rows_(rows), dim_(dim) {
+  RegisterParameter("weight", {rows, dim}, dtype);
 }
 
-std::string Embedding::ExtraRepr() const { return absl::StrCat(num_, ", ", dim_); }
+std::string EmbeddingTable::ExtraRepr() const { return absl::StrCat(rows_, ", ", dim_); }
+
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, DType dtype)
+    : EmbeddingTable("Embedding", num_embeddings, embedding_dim, dtype), dtype_(dtype) {}
 
 absl::StatusOr<Values> Embedding::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value ids, SingleInput(*this, inputs));

@@ -58,20 +58,30 @@ class Linear : public Module {
   std::vector<int64_t> packed_row_blocks_;
 };
 
-class Embedding : public Module {
+// A module whose parameter is a table `weight` [rows, dim] (Embedding, LearnedPositionEmbedding
+// in nn/position.h): it registers the table and reprs as "rows, dim".
+class EmbeddingTable : public Module {
+ public:
+  int64_t embedding_dim() const { return dim_; }
+  std::string ExtraRepr() const override;
+
+ protected:
+  EmbeddingTable(std::string type_name, int64_t rows, int64_t dim, DType dtype);
+
+  int64_t rows_;
+  int64_t dim_;
+};
+
+class Embedding : public EmbeddingTable {
  public:
   Embedding(int64_t num_embeddings, int64_t embedding_dim, DType dtype = DType::kF32);
 
-  int64_t num_embeddings() const { return num_; }
-  int64_t embedding_dim() const { return dim_; }
-  std::string ExtraRepr() const override;
+  int64_t num_embeddings() const { return rows_; }
 
  protected:
   absl::StatusOr<Values> Forward(Values inputs) override;
 
  private:
-  int64_t num_;
-  int64_t dim_;
   DType dtype_;  // the compute dtype (the weight's, unless it is quantized)
 };
 

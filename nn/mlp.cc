@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "dtensor/core/name_table.h"
 #include "dtensor/core/status.h"
 #include "dtensor/nn/vops.h"
 #include "dtensor/ops/local/ops.h"
@@ -38,26 +39,21 @@ absl::Status CheckSplitConsumed(const Module& m, const TPValidationContext& ctx,
       "]: only a rowwise ", consumer, " takes them"));
 }
 
+// Each activation under its own name first (ActivationName), then the other names configs give
+// it (transformers' ACT2FN keys), all of which ParseActivation takes.
+constexpr std::pair<const char*, Activation> kActivationNames[] = {
+    {"gelu_tanh", Activation::kGeluTanh}, {"gelu", Activation::kGelu},
+    {"silu", Activation::kSilu},          {"relu", Activation::kRelu},
+    {"gelu_new", Activation::kGeluTanh},  {"gelu_pytorch_tanh", Activation::kGeluTanh},
+    {"gelu_fast", Activation::kGeluTanh}, {"swish", Activation::kSilu},
+};
+
 }  // namespace
 
-const char* ActivationName(Activation a) {
-  switch (a) {
-    case Activation::kGeluTanh: return "gelu_tanh";
-    case Activation::kGelu: return "gelu";
-    case Activation::kSilu: return "silu";
-    case Activation::kRelu: return "relu";
-  }
-  return "?";
-}
+const char* ActivationName(Activation a) { return NameIn(kActivationNames, a); }
 
 absl::StatusOr<Activation> ParseActivation(absl::string_view name) {
-  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast" ||
-      name == "gelu_tanh") {
-    return Activation::kGeluTanh;
-  }
-  if (name == "gelu") return Activation::kGelu;
-  if (name == "silu" || name == "swish") return Activation::kSilu;
-  if (name == "relu") return Activation::kRelu;
+  if (std::optional<Activation> a = ValueIn(kActivationNames, name)) return *a;
   return absl::InvalidArgumentError(absl::StrCat(
       "activation '", name,
       "' is not supported; use one of gelu_new, gelu_pytorch_tanh, gelu_fast, gelu_tanh, gelu, "

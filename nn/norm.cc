@@ -7,7 +7,7 @@
 namespace dt::nn {
 
 RMSNorm::RMSNorm(int64_t hidden_size, double eps, DType dtype)
-    : Module("RMSNorm"), hidden_(hidden_size), eps_(eps) {
+    : LastDimNorm("RMSNorm", hidden_size, eps) {
   RegisterParameter("weight", {hidden_size}, dtype);
 }
 
@@ -22,7 +22,7 @@ absl::StatusOr<Values> RMSNorm::Forward(Values inputs) {
 
 LayerNorm::LayerNorm(int64_t hidden_size, double eps, bool elementwise_affine, bool bias,
                      DType dtype)
-    : Module("LayerNorm"), hidden_(hidden_size), eps_(eps) {
+    : LastDimNorm("LayerNorm", hidden_size, eps) {
   if (elementwise_affine) {
     RegisterParameter("weight", {hidden_size}, dtype);
     if (bias) RegisterParameter("bias", {hidden_size}, dtype);

@@ -10,26 +10,33 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "dtensor/core/dtype.h"
 #include "dtensor/nn/module.h"
 
 namespace dt::nn {
 
-class RMSNorm : public Module {
+// What RMSNorm and LayerNorm share: the normalized size and eps.
+class LastDimNorm : public Module {
+ protected:
+  LastDimNorm(std::string type_name, int64_t hidden_size, double eps)
+      : Module(std::move(type_name)), hidden_(hidden_size), eps_(eps) {}
+
+  int64_t hidden_;
+  double eps_;
+};
+
+class RMSNorm : public LastDimNorm {
  public:
   explicit RMSNorm(int64_t hidden_size, double eps = 1e-6, DType dtype = DType::kF32);
   std::string ExtraRepr() const override;
 
  protected:
   absl::StatusOr<Values> Forward(Values inputs) override;
-
- private:
-  int64_t hidden_;
-  double eps_;
 };
 
-class LayerNorm : public Module {
+class LayerNorm : public LastDimNorm {
  public:
   // bias is only registered with elementwise_affine.
   explicit LayerNorm(int64_t hidden_size, double eps = 1e-5, bool elementwise_affine = true,
@@ -38,10 +45,6 @@ class LayerNorm : public Module {
 
  protected:
   absl::StatusOr<Values> Forward(Values inputs) override;
-
- private:
-  int64_t hidden_;
-  double eps_;
 };
 
 }  // namespace dt::nn

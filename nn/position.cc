@@ -11,11 +11,7 @@ namespace dt::nn {
 
 LearnedPositionEmbedding::LearnedPositionEmbedding(int64_t num_positions, int64_t embedding_dim,
                                                    DType dtype)
-    : Module("LearnedPositionEmbedding"), num_(num_positions), dim_(embedding_dim) {
-  RegisterParameter("weight", {num_positions, embedding_dim}, dtype);
-}
-
-std::string LearnedPositionEmbedding::ExtraRepr() const { return absl::StrCat(num_, ", ", dim_); }
+    : EmbeddingTable("LearnedPositionEmbedding", num_positions, embedding_dim, dtype) {}
 
 absl::StatusOr<Values> LearnedPositionEmbedding::Forward(Values inputs) {
   if (inputs.empty() || inputs.size() > 2 || !inputs[0].defined() || inputs[0].dim() != 3) {
@@ -47,10 +43,10 @@ absl::StatusOr<Values> LearnedPositionEmbedding::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Tensor pos_i64, ops::Cast(positions.local(), DType::kI64));
   DT_ASSIGN_OR_RETURN(pos_i64, pos_i64.To(kCPU));
   for (int64_t p : pos_i64.ToVector<int64_t>()) {
-    if (p < 0 || p >= num_) {
+    if (p < 0 || p >= rows_) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "LearnedPositionEmbedding: position ", p, " is outside the table of ", num_,
-          " learned positions (the sequence is longer than max_position_embeddings ", num_, ")"));
+          "LearnedPositionEmbedding: position ", p, " is outside the table of ", rows_,
+          " learned positions (the sequence is longer than max_position_embeddings ", rows_, ")"));
     }
   }
   // The lookup in the kind the table comes in (local in local mode: Note [Local values]), the sum

@@ -20,24 +20,18 @@
 #include <string>
 
 #include "dtensor/core/dtype.h"
-#include "dtensor/nn/module.h"
+#include "dtensor/nn/linear.h"
 
 namespace dt::nn {
 
-class LearnedPositionEmbedding : public Module {
+class LearnedPositionEmbedding : public EmbeddingTable {
  public:
   LearnedPositionEmbedding(int64_t num_positions, int64_t embedding_dim,
                            DType dtype = DType::kF32);
-  int64_t num_positions() const { return num_; }
-  int64_t embedding_dim() const { return dim_; }
-  std::string ExtraRepr() const override;
+  int64_t num_positions() const { return rows_; }
 
  protected:
   absl::StatusOr<Values> Forward(Values inputs) override;
-
- private:
-  int64_t num_;
-  int64_t dim_;
 };
 
 }  // namespace dt::nn

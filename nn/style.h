@@ -104,6 +104,21 @@ class TensorParallelLayer : public std::enable_shared_from_this<TensorParallelLa
   virtual absl::Status InstallForward(Module& module, const DeviceMesh& mesh) const;
 };
 
+// The override sets a style declares (nn/styles.h): DT_STYLE_PARAM_HOOKS for a style that
+// places its parameters (ValidateParam, ParamPlacement), DT_STYLE_FORWARD_HOOKS for one that
+// transforms its module's inputs and outputs (TransformInputsPreForward,
+// TransformOutputPostForward).
+#define DT_STYLE_PARAM_HOOKS                                                               \
+  absl::Status ValidateParam(const Module& module, const Parameter& param,                 \
+                             const DeviceMesh& mesh) const override;                       \
+  absl::StatusOr<Placement> ParamPlacement(const Module& module, const Parameter& param)   \
+      const override
+#define DT_STYLE_FORWARD_HOOKS                                                             \
+  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,          \
+                                                   const DeviceMesh& mesh) const override; \
+  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,        \
+                                                    const DeviceMesh& mesh) const override
+
 // ---- helpers for writing styles ----------------------------------------------------------------
 
 // Whether `param` is split over the 1-D `mesh`: on that mesh, or on a larger mesh whose dim of the

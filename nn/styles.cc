@@ -211,12 +211,6 @@ absl::Status RefusePackedLayer(absl::string_view style, absl::string_view packed
 
 // ---- colwise ------------------------------------------------------------------------------------
 
-ColwiseParallel::ColwiseParallel(Placement input_layout, Placement output_layout,
-                                 bool use_local_output)
-    : input_layout_(std::move(input_layout)),
-      output_layout_(std::move(output_layout)),
-      use_local_output_(use_local_output) {}
-
 StyleInfo ColwiseParallel::Info() const {
   const bool gathers = output_layout_.is_replicate();
   return {"S(0) (Embedding: S(1))", "S(0)", InputText(input_layout_, Placement::Replicate()),
@@ -271,12 +265,6 @@ absl::StatusOr<Values> ColwiseParallel::TransformOutputPostForward(Module& modul
 }
 
 // ---- rowwise ------------------------------------------------------------------------------------
-
-RowwiseParallel::RowwiseParallel(Placement input_layout, Placement output_layout,
-                                 bool use_local_output)
-    : input_layout_(std::move(input_layout)),
-      output_layout_(std::move(output_layout)),
-      use_local_output_(use_local_output) {}
 
 StyleInfo RowwiseParallel::Info() const {
   const std::string collective = output_layout_.is_replicate()

@@ -73,52 +73,46 @@
 
 namespace dt::nn {
 
-class ColwiseParallel : public TensorParallelLayer {
+// What colwise and rowwise share: the layouts declared for the module's input and output, and
+// use_local_output.
+class LayoutParallel : public TensorParallelLayer {
+ protected:
+  LayoutParallel(Placement input_layout, Placement output_layout, bool use_local_output)
+      : input_layout_(std::move(input_layout)),
+        output_layout_(std::move(output_layout)),
+        use_local_output_(use_local_output) {}
+
+  Placement input_layout_;
+  Placement output_layout_;
+  bool use_local_output_;
+};
+
+class ColwiseParallel : public LayoutParallel {
  public:
   explicit ColwiseParallel(Placement input_layout = Placement::Replicate(),
                            Placement output_layout = Placement::Shard(-1),
-                           bool use_local_output = true);
+                           bool use_local_output = true)
+      : LayoutParallel(std::move(input_layout), std::move(output_layout), use_local_output) {}
   StyleInfo Info() const override;
   bool ShardsOutput() const override { return output_layout_.is_any_shard(); }
   // With a replicated output (the gathered vocab of lm_head), the sharded size must divide by T:
   // "The output size of `lm_head` (10) must be divisible by the tensor parallel size (4) when
   //  gathering a colwise output." (transformers' wording). With a sharded output, a layer with
   // packed output blocks needs packed_colwise (Note [Plain styles on packed layers]).
-  absl::Status ValidateParam(const Module& module, const Parameter& param,
-                             const DeviceMesh& mesh) const override;
-  absl::StatusOr<Placement> ParamPlacement(const Module& module,
-                                           const Parameter& param) const override;
-  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
-                                                   const DeviceMesh& mesh) const override;
-  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
-                                                    const DeviceMesh& mesh) const override;
-
- private:
-  Placement input_layout_;
-  Placement output_layout_;
-  bool use_local_output_;
+  DT_STYLE_PARAM_HOOKS;
+  DT_STYLE_FORWARD_HOOKS;
 };
 
-class RowwiseParallel : public TensorParallelLayer {
+class RowwiseParallel : public LayoutParallel {
  public:
   explicit RowwiseParallel(Placement input_layout = Placement::Shard(-1),
                            Placement output_layout = Placement::Replicate(),
-                           bool use_local_output = true);
+                           bool use_local_output = true)
+      : LayoutParallel(std::move(input_layout), std::move(output_layout), use_local_output) {}
   StyleInfo Info() const override;
   // A layer with packed input blocks needs packed_rowwise (Note [Plain styles on packed layers]).
-  absl::Status ValidateParam(const Module& module, const Parameter& param,
-                             const DeviceMesh& mesh) const override;
-  absl::StatusOr<Placement> ParamPlacement(const Module& module,
-                                           const Parameter& param) const override;
-  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
-                                                   const DeviceMesh& mesh) const override;
-  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
-                                                    const DeviceMesh& mesh) const override;
-
- private:
-  Placement input_layout_;
-  Placement output_layout_;
-  bool use_local_output_;
+  DT_STYLE_PARAM_HOOKS;
+  DT_STYLE_FORWARD_HOOKS;
 };
 
 // What packed_colwise and packed_rowwise share (Note [Packed blocks]): the blocks — proportions
@@ -127,10 +121,7 @@ class RowwiseParallel : public TensorParallelLayer {
 // parameters' interleaved block shards along the output rows (col) or the input columns.
 class PackedParallel : public TensorParallelLayer {
  public:
-  absl::Status ValidateParam(const Module& module, const Parameter& param,
-                             const DeviceMesh& mesh) const override;
-  absl::StatusOr<Placement> ParamPlacement(const Module& module,
-                                           const Parameter& param) const override;
+  DT_STYLE_PARAM_HOOKS;
 
  protected:
   PackedParallel(const char* name, bool col, std::vector<int64_t> blocks, bool use_local_output)
@@ -150,10 +141,7 @@ class PackedColwiseParallel : public PackedParallel {
       : PackedParallel("packed_colwise", /*col=*/true, std::move(blocks), use_local_output) {}
   StyleInfo Info() const override;
   bool ShardsOutput() const override { return true; }
-  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
-                                                   const DeviceMesh& mesh) const override;
-  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
-                                                    const DeviceMesh& mesh) const override;
+  DT_STYLE_FORWARD_HOOKS;
 };
 
 // diffusers' semantics (row-wise hooks: all_reduce of the output); transformers G3's
@@ -163,10 +151,7 @@ class PackedRowwiseParallel : public PackedParallel {
   explicit PackedRowwiseParallel(std::vector<int64_t> blocks = {}, bool use_local_output = true)
       : PackedParallel("packed_rowwise", /*col=*/false, std::move(blocks), use_local_output) {}
   StyleInfo Info() const override;
-  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
-                                                   const DeviceMesh& mesh) const override;
-  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
-                                                    const DeviceMesh& mesh) const override;
+  DT_STYLE_FORWARD_HOOKS;
 };
 
 // shard_dim 0: vocab rows (embedding_rowwise: each rank looks up the ids it owns, zero rows for
@@ -175,14 +160,8 @@ class EmbeddingParallel : public TensorParallelLayer {
  public:
   explicit EmbeddingParallel(int shard_dim, bool use_local_output = true);
   StyleInfo Info() const override;
-  absl::Status ValidateParam(const Module& module, const Parameter& param,
-                             const DeviceMesh& mesh) const override;
-  absl::StatusOr<Placement> ParamPlacement(const Module& module,
-                                           const Parameter& param) const override;
-  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
-                                                   const DeviceMesh& mesh) const override;
-  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
-                                                    const DeviceMesh& mesh) const override;
+  DT_STYLE_PARAM_HOOKS;
+  DT_STYLE_FORWARD_HOOKS;
 
  private:
   int shard_dim_;
@@ -193,10 +172,7 @@ class SequenceParallel : public TensorParallelLayer {
  public:
   explicit SequenceParallel(int sequence_dim = 1, bool use_local_output = true);
   StyleInfo Info() const override;
-  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
-                                                   const DeviceMesh& mesh) const override;
-  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
-                                                    const DeviceMesh& mesh) const override;
+  DT_STYLE_FORWARD_HOOKS;
 
  private:
   int sequence_dim_;
@@ -263,10 +239,7 @@ class MoEExpertsParallel : public TensorParallelLayer {
  public:
   StyleInfo Info() const override;
   bool ShouldUseLocalTensors(const Module&) const override { return true; }
-  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
-                                                   const DeviceMesh& mesh) const override;
-  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
-                                                    const DeviceMesh& mesh) const override;
+  DT_STYLE_FORWARD_HOOKS;
 };
 
 // An identity ("zero computation") expert inside moe_tp_experts: its input becomes a P(sum) of x
@@ -274,10 +247,7 @@ class MoEExpertsParallel : public TensorParallelLayer {
 class MoEIdentityParallel : public TensorParallelLayer {
  public:
   StyleInfo Info() const override;
-  absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,
-                                                   const DeviceMesh& mesh) const override;
-  absl::StatusOr<Values> TransformOutputPostForward(Module& module, Values outputs,
-                                                    const DeviceMesh& mesh) const override;
+  DT_STYLE_FORWARD_HOOKS;
 };
 
 }  // namespace dt::nn

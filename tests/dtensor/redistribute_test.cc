@@ -2,6 +2,7 @@
 // dtypes and placements (each failure shrinks to a one-line `dtensor verify` command), and the
 // API's error paths.
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -22,6 +23,19 @@ WorldOptions Quick() {
 }
 
 Placements Pl(const char* text) { return ParsePlacements(text).value(); }
+
+// Runs `body` on every rank of a thread world the size of the mesh `shape` (dims `names`, default
+// d0, d1, ...), under Quick(); expects every rank to return OK.
+void ExpectOkOnMesh(const std::vector<int64_t>& shape, const std::vector<std::string>& names,
+                    const std::function<absl::Status(World&, const DeviceMesh&)>& body) {
+  int ranks = 1;
+  for (int64_t d : shape) ranks *= static_cast<int>(d);
+  const absl::Status s = World::RunThreads(ranks, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), shape, names));
+    return body(w, mesh);
+  }, Quick());
+  EXPECT_TRUE(s.ok()) << s;
+}
 
 // Runs VerifyRedistribute on the threads backend; "" when every rank matches, else the errors.
 std::string RunVerify(const VerifyRequest& req) {
@@ -142,8 +156,7 @@ RC_GTEST_PROP(RedistributeProp, EveryRankMatchesDirectDistribution, ()) {
 TEST(RedistributeTest, FusedBlockWeightGathersToCheckpointLayout) {
   // Flux2-style fused rows [q(4) | k(4) | v(4) | mlp_in(6) | mlp_gate(6)] on 4 tensor-parallel ranks:
   // every rank holds its slice of every block, and FullTensor returns the checkpoint rows in order.
-  const absl::Status s = World::RunThreads(4, [](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {4}, {"tp"}));
+  ExpectOkOnMesh({4}, {"tp"}, [](World& w, const DeviceMesh& mesh) -> absl::Status {
     DT_ASSIGN_OR_RETURN(Tensor full, Tensor::Arange(0, 24 * 2));
     DT_ASSIGN_OR_RETURN(full, full.View({24, 2}));
     const Placements fused = Pl("_S(0,[4,4,4,6,6])");
@@ -172,15 +185,13 @@ TEST(RedistributeTest, FusedBlockWeightGathersToCheckpointLayout) {
     DT_ASSIGN_OR_RETURN(Tensor y_full, y.FullTensor());
     if (!Equal(y_full, full)) return absl::InternalError("S(0) after all_to_all");
     return absl::OkStatus();
-  }, Quick());
-  EXPECT_TRUE(s.ok()) << s;
+  });
 }
 
 TEST(RedistributeTest, UnevenMergedCollectives) {
   // 13 rows over (4, 2): nested chunking equals one flat chunk over 8 ranks, so the two gathers
   // (and the two reduce-scatters) run as one all_gather_v (reduce_scatter_v) on the flat group.
-  const absl::Status s = World::RunThreads(8, [](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {4, 2}));
+  ExpectOkOnMesh({4, 2}, {}, [](World& w, const DeviceMesh& mesh) -> absl::Status {
     DT_ASSIGN_OR_RETURN(Tensor full, Tensor::Arange(0, 26));
     DT_ASSIGN_OR_RETURN(full, full.View({13, 2}));
     DT_ASSIGN_OR_RETURN(DTensor x, DTensor::Distribute(full, mesh, Pl("S(0),S(0)")));
@@ -198,13 +209,11 @@ TEST(RedistributeTest, UnevenMergedCollectives) {
     DT_ASSIGN_OR_RETURN(DTensor want, DTensor::Distribute(full8, mesh, Pl("S(0),S(0)"), std::nullopt));
     if (!Equal(q.ToLocal(), want.ToLocal())) return absl::InternalError("merged reduce_scatter");
     return absl::OkStatus();
-  }, Quick());
-  EXPECT_TRUE(s.ok()) << s;
+  });
 }
 
 TEST(RedistributeTest, FromLocalChecks) {
-  const absl::Status s = World::RunThreads(4, [](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2, 2}, {"dp", "tp"}));
+  ExpectOkOnMesh({2, 2}, {"dp", "tp"}, [](World& w, const DeviceMesh& mesh) -> absl::Status {
     const int64_t r = w.rank();
     // Uneven rows (5 over dp): without the global shape the layout is assumed even.
     DT_ASSIGN_OR_RETURN(Tensor local, Tensor::Full({r < 2 ? 3 : 2, 4}, 1.0));
@@ -228,13 +237,11 @@ TEST(RedistributeTest, FromLocalChecks) {
     auto mixed = DTensor::FromLocal(typed, mesh, Pl("R,R"), {.run_check = true});
     if (mixed.ok()) return absl::InternalError("mixed dtypes accepted");
     return absl::OkStatus();
-  }, Quick());
-  EXPECT_TRUE(s.ok()) << s;
+  });
 }
 
 TEST(RedistributeTest, CreationEqualsDistribution) {
-  const absl::Status s = World::RunThreads(6, [](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {3, 2}));
+  ExpectOkOnMesh({3, 2}, {}, [](World& w, const DeviceMesh& mesh) -> absl::Status {
     const Shape shape = {7, 5};
     for (const char* p : {"S(0),S(1)", "_S(0,2),R", "P(sum),S(0)", "R,P(max)"}) {
       DT_ASSIGN_OR_RETURN(DTensor a, DTensor::Rand(shape, 42, mesh, Pl(p)));
@@ -250,13 +257,11 @@ TEST(RedistributeTest, CreationEqualsDistribution) {
       }
     }
     return absl::OkStatus();
-  }, Quick());
-  EXPECT_TRUE(s.ok()) << s;
+  });
 }
 
 TEST(RedistributeTest, RvalueRedistributeReusesTheBuffer) {
-  const absl::Status s = World::RunThreads(2, [](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2}));
+  ExpectOkOnMesh({2}, {}, [](World& w, const DeviceMesh& mesh) -> absl::Status {
     DT_ASSIGN_OR_RETURN(DTensor p, DTensor::Full({1024}, 1.0, mesh, Pl("P(max)")));
     const void* before = p.ToLocal().raw_data();
     DT_ASSIGN_OR_RETURN(DTensor r, std::move(p).Redistribute(Pl("R")));
@@ -265,8 +270,7 @@ TEST(RedistributeTest, RvalueRedistributeReusesTheBuffer) {
     DT_ASSIGN_OR_RETURN(DTensor r2, q.Redistribute(Pl("R")));
     if (r2.ToLocal().raw_data() == q.ToLocal().raw_data()) return absl::InternalError("lvalue modified");
     return absl::OkStatus();
-  }, Quick());
-  EXPECT_TRUE(s.ok()) << s;
+  });
 }
 
 TEST(RedistributeTest, RanksOutsideTheMeshHoldNothing) {
@@ -286,8 +290,7 @@ TEST(RedistributeTest, RanksOutsideTheMeshHoldNothing) {
 }
 
 TEST(RedistributeTest, IllegalRequestsAreErrorsOnEveryRank) {
-  const absl::Status s = World::RunThreads(4, [](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2, 2}, {"dp", "tp"}));
+  ExpectOkOnMesh({2, 2}, {"dp", "tp"}, [](World& w, const DeviceMesh& mesh) -> absl::Status {
     DT_ASSIGN_OR_RETURN(DeviceMesh other, InitDeviceMesh(w.shared_from_this(), {4}, {"all"}));
     DT_ASSIGN_OR_RETURN(DTensor x, DTensor::Zeros({4, 4}, mesh, Pl("S(0),P(sum)")));
     const std::pair<absl::StatusOr<DTensor>, const char*> cases[] = {
@@ -303,8 +306,7 @@ TEST(RedistributeTest, IllegalRequestsAreErrorsOnEveryRank) {
       }
     }
     return absl::OkStatus();
-  }, Quick());
-  EXPECT_TRUE(s.ok()) << s;
+  });
 }
 
 TEST(RedistributeTest, VerifyCommandIsOneLine) {

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -24,6 +25,15 @@ WorldOptions Quick(int timeout_ms = 5000) {
   WorldOptions o;
   o.timeout = std::chrono::milliseconds(timeout_ms);
   return o;
+}
+
+// Runs `body` with the world group on every rank of `n` threads; expects every rank to return OK.
+void ExpectOkOnWorldGroup(int n, const std::function<absl::Status(World&, const CommPtr&)>& body) {
+  absl::Status st = World::RunThreads(n, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(CommPtr c, w.WorldGroup());
+    return body(w, c);
+  });
+  EXPECT_TRUE(st.ok()) << st;
 }
 
 class ThreadsSweep : public ::testing::TestWithParam<int> {};
@@ -75,8 +85,7 @@ TEST(ThreadsBackend, GroupsAreCachedAndValidated) {
 }
 
 TEST(ThreadsBackend, AsyncWorkAndReceiveBeforeSend) {
-  absl::Status st = World::RunThreads(2, [](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(CommPtr c, w.WorldGroup());
+  ExpectOkOnWorldGroup(2, [](World& w, const CommPtr& c) -> absl::Status {
     // Both ranks post the receive first; receives complete on Wait().
     Tensor in = Tensor::Full({4}, w.rank() + 1.0).value();
     Tensor out = Tensor::Zeros({4}).value();
@@ -92,7 +101,6 @@ TEST(ThreadsBackend, AsyncWorkAndReceiveBeforeSend) {
     EXPECT_EQ(x.ToVector<float>(), std::vector<float>(3, 2.0f));
     return absl::OkStatus();
   });
-  EXPECT_TRUE(st.ok()) << st;
 }
 
 // ---- faults ---------------------------------------------------------------------------------
@@ -177,8 +185,7 @@ TEST(ThreadsFaults, MismatchedSizesFailOnEveryRank) {
 }
 
 TEST(ThreadsFaults, MismatchedDTypeOpOrKindFailOnEveryRank) {
-  absl::Status st = World::RunThreads(2, [&](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(CommPtr c, w.WorldGroup());
+  ExpectOkOnWorldGroup(2, [&](World& w, const CommPtr& c) -> absl::Status {
     Tensor x = Tensor::Ones({4}, w.rank() == 0 ? DType::kF32 : DType::kBF16).value();
     absl::Status s = c->AllReduce(x, ReduceOp::kSum);
     EXPECT_TRUE(dt::testing::Contains(s, "disagree on the dtype: global rank 0 passed f32, global rank 1 passed bf16"));
@@ -198,12 +205,10 @@ TEST(ThreadsFaults, MismatchedDTypeOpOrKindFailOnEveryRank) {
     EXPECT_TRUE(dt::testing::Contains(s, "global rank 0 sends 2 elements to global rank 1, which expects 3"));
     return absl::OkStatus();
   });
-  EXPECT_TRUE(st.ok()) << st;
 }
 
 TEST(ThreadsFaults, InvalidArgumentsOnOneRankFailEveryRank) {
-  absl::Status st = World::RunThreads(2, [&](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(CommPtr c, w.WorldGroup());
+  ExpectOkOnWorldGroup(2, [&](World& w, const CommPtr& c) -> absl::Status {
     Tensor x = Tensor::Ones({4}).value();
     Tensor out = Tensor::Empty({w.rank() == 1 ? 7 : 8}).value();  // rank 1's output is too small
     absl::Status s = c->AllGather(x, out);
@@ -215,12 +220,10 @@ TEST(ThreadsFaults, InvalidArgumentsOnOneRankFailEveryRank) {
     }
     return absl::OkStatus();
   });
-  EXPECT_TRUE(st.ok()) << st;
 }
 
 TEST(ThreadsFaults, LocalArgumentChecks) {
-  absl::Status st = World::RunThreads(1, [&](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(CommPtr c, w.WorldGroup());
+  ExpectOkOnWorldGroup(1, [&](World& w, const CommPtr& c) -> absl::Status {
     Tensor m = Tensor::Ones({4, 4}).value();
     Tensor t = m.Transpose(0, 1).value();
     auto code = [](absl::Status s) { return s.code(); };
@@ -239,7 +242,6 @@ TEST(ThreadsFaults, LocalArgumentChecks) {
                            "input has 16 elements, expected 3 (group size 1 x output 3)");
     return absl::OkStatus();
   });
-  EXPECT_TRUE(st.ok()) << st;
 }
 
 TEST(ThreadsFaults, AllToAllViewsFailuresNameTheCollective) {
@@ -272,8 +274,7 @@ TEST(ThreadsFaults, AllToAllViewsFailuresNameTheCollective) {
 }
 
 TEST(ThreadsFaults, AllToAllViewsArgumentChecks) {
-  absl::Status st = World::RunThreads(1, [&](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(CommPtr c, w.WorldGroup());
+  ExpectOkOnWorldGroup(1, [&](World& w, const CommPtr& c) -> absl::Status {
     Tensor x = Tensor::Ones({4, 4}).value(), out = Tensor::Empty({4, 4}).value();
     auto message = [&](std::vector<TensorViews> send, std::vector<TensorViews> recv) {
       absl::Status s = c->AllToAllViews(std::move(send), std::move(recv));
@@ -299,7 +300,6 @@ TEST(ThreadsFaults, AllToAllViewsArgumentChecks) {
     EXPECT_EQ(out.ToVector<float>(), m.Transpose(0, 1).value().ToVector<float>());
     return absl::OkStatus();
   });
-  EXPECT_TRUE(st.ok()) << st;
 }
 
 TEST(ThreadsViews, StagedDefaultPathMatchesTheOracle) {

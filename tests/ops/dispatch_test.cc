@@ -118,6 +118,14 @@ TEST(DopsDispatch, ErrorsNameTheOpAndThePlacements) {
     for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg;
   };
   const Tensor a = RandTensor({4, 6}, 1), w = RandTensor({3, 5}, 2);
+  // The same for a function of x: `a` as [S(0)] on the mesh.
+  auto expect_error_on_x = [&](const std::function<absl::Status(const DTensor&)>& fn,
+                               std::vector<std::string> parts) {
+    expect_error([&](const DeviceMesh& m) -> absl::Status {
+      DT_ASSIGN_OR_RETURN(DTensor x, DTensor::Distribute(a, m, Pl("S(0)"), std::nullopt));
+      return fn(x);
+    }, std::move(parts));
+  };
   // Shapes.
   expect_error([&](const DeviceMesh& m) -> absl::Status {
     DT_ASSIGN_OR_RETURN(DTensor x, DTensor::Distribute(a, m, Pl("S(0)"), std::nullopt));
@@ -133,26 +141,16 @@ TEST(DopsDispatch, ErrorsNameTheOpAndThePlacements) {
   }, {"Add: a [S(0)] on mesh(tp=4) and b [R, S(1)] on mesh(dp=2, tp=2): inputs are on different "
       "meshes"});
   // Undefined inputs, dims, views, permutations, squeezes.
-  expect_error([&](const DeviceMesh& m) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DTensor x, DTensor::Distribute(a, m, Pl("S(0)"), std::nullopt));
-    return Matmul(x, DTensor()).status();
-  }, {"Matmul: b is undefined"});
-  expect_error([&](const DeviceMesh& m) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DTensor x, DTensor::Distribute(a, m, Pl("S(0)"), std::nullopt));
-    return Softmax(x, 2).status();
-  }, {"Softmax: dim 2 is out of range"});
-  expect_error([&](const DeviceMesh& m) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DTensor x, DTensor::Distribute(a, m, Pl("S(0)"), std::nullopt));
-    return View(x, {5, 5}).status();
-  }, {"View: ", "cannot view as [5, 5]"});
-  expect_error([&](const DeviceMesh& m) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DTensor x, DTensor::Distribute(a, m, Pl("S(0)"), std::nullopt));
-    return Permute(x, {0, 0}).status();
-  }, {"Permute: [0, 0] is not a permutation", "[S(0)] on mesh(tp=4)"});
-  expect_error([&](const DeviceMesh& m) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DTensor x, DTensor::Distribute(a, m, Pl("S(0)"), std::nullopt));
-    return Squeeze(x, 1).status();
-  }, {"Squeeze: x f32[4, 6]: dim 1 has size 6, not 1"});
+  expect_error_on_x([](const DTensor& x) { return Matmul(x, DTensor()).status(); },
+                    {"Matmul: b is undefined"});
+  expect_error_on_x([](const DTensor& x) { return Softmax(x, 2).status(); },
+                    {"Softmax: dim 2 is out of range"});
+  expect_error_on_x([](const DTensor& x) { return View(x, {5, 5}).status(); },
+                    {"View: ", "cannot view as [5, 5]"});
+  expect_error_on_x([](const DTensor& x) { return Permute(x, {0, 0}).status(); },
+                    {"Permute: [0, 0] is not a permutation", "[S(0)] on mesh(tp=4)"});
+  expect_error_on_x([](const DTensor& x) { return Squeeze(x, 1).status(); },
+                    {"Squeeze: x f32[4, 6]: dim 1 has size 6, not 1"});
   expect_error([&](const DeviceMesh& m) -> absl::Status {
     DT_ASSIGN_OR_RETURN(DTensor x, DTensor::Distribute(a, m, Pl("S(0)"), std::nullopt));
     DT_ASSIGN_OR_RETURN(Tensor i, Tensor::Zeros({2}, DType::kI64));

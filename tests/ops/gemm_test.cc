@@ -1,6 +1,7 @@
 // Matmul and Linear on DTensors: einsum strategies (batch, free and contracting dims, Partial
 // linearity) against ops::Matmul / ops::Linear on the full tensors; tensor-parallel layouts
 // (colwise, rowwise, packed) need no communication.
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -17,6 +18,13 @@ struct MatmulCase {
   Shape batch;                    // the output's batch dims
   int64_t m = 1, k = 1, n = 1;
 };
+
+// `batch` followed by a matrix's dims: [rows, cols], or [cols, rows] when `transposed`.
+Shape WithMatrix(Shape batch, bool transposed, int64_t rows, int64_t cols) {
+  batch.push_back(transposed ? cols : rows);
+  batch.push_back(transposed ? rows : cols);
+  return batch;
+}
 
 MatmulCase GenMatmul() {
   MatmulCase c;
@@ -39,20 +47,8 @@ MatmulCase GenMatmul() {
   Shape ab = BroadcastShapes(c.a, c.b).value();
   c.batch = ab;
   c.nb = static_cast<int>(ab.size());
-  if (c.ta) {
-    c.a.push_back(c.k);
-    c.a.push_back(c.m);
-  } else {
-    c.a.push_back(c.m);
-    c.a.push_back(c.k);
-  }
-  if (c.tb) {
-    c.b.push_back(c.n);
-    c.b.push_back(c.k);
-  } else {
-    c.b.push_back(c.k);
-    c.b.push_back(c.n);
-  }
+  c.a = WithMatrix(std::move(c.a), c.ta, c.m, c.k);
+  c.b = WithMatrix(std::move(c.b), c.tb, c.k, c.n);
   return c;
 }
 

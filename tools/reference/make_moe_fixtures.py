@@ -48,56 +48,47 @@ from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, MixtralConfig
                           MixtralForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 from make_llama_fixtures import NEW_TOKENS, fixture_args, greedy, randomize, record
-from make_zoo_fixtures import PROMPT, compare_gguf, write_gguf
+from make_zoo_fixtures import PROMPT, TINY, compare_gguf, write_gguf
 
 MIN_MARGIN = 3e-4
 
+# What the two DeepSeek models share: four heads, one dense layer first, greedy routing to
+# unnormalized top-k weights.
+DEEPSEEK_TINY = dict(TINY, num_attention_heads=4, num_key_value_heads=4, first_k_dense_replace=1,
+                     topk_method="greedy", norm_topk_prob=False, rms_norm_eps=1e-6,
+                     tie_word_embeddings=False)
+
 MODELS = {
     "mixtral-tiny": dict(
-        cls=MixtralForCausalLM, gguf="llama",
-        config=MixtralConfig(vocab_size=320, hidden_size=64, intermediate_size=64,
+        cls=MixtralForCausalLM, gguf="llama", seed=41,
+        config=MixtralConfig(**TINY, vocab_size=320, hidden_size=64, intermediate_size=64,
                              num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
-                             num_local_experts=4, num_experts_per_tok=2,
-                             max_position_embeddings=256, rms_norm_eps=1e-5,
-                             tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
-        seed=41),
+                             num_local_experts=4, num_experts_per_tok=2, rms_norm_eps=1e-5,
+                             tie_word_embeddings=False)),
     "qwen3_moe-tiny": dict(
-        cls=Qwen3MoeForCausalLM, gguf="qwen3moe",
-        config=Qwen3MoeConfig(vocab_size=384, hidden_size=64, intermediate_size=128,
+        cls=Qwen3MoeForCausalLM, gguf="qwen3moe", seed=42,
+        config=Qwen3MoeConfig(**TINY, vocab_size=384, hidden_size=64, intermediate_size=128,
                               moe_intermediate_size=32, num_hidden_layers=2,
                               num_attention_heads=8, num_key_value_heads=4, head_dim=16,
                               num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
-                              decoder_sparse_step=1, mlp_only_layers=[],
-                              max_position_embeddings=256, rms_norm_eps=1e-6,
-                              rope_theta=1000000.0, tie_word_embeddings=False, bos_token_id=1,
-                              eos_token_id=2),
-        seed=42),
+                              decoder_sparse_step=1, mlp_only_layers=[], rms_norm_eps=1e-6,
+                              rope_theta=1000000.0, tie_word_embeddings=False)),
     "deepseek_v2-tiny": dict(
-        cls=DeepseekV2ForCausalLM,
-        config=DeepseekV2Config(vocab_size=320, hidden_size=64, intermediate_size=128,
-                                moe_intermediate_size=32, num_hidden_layers=3,
-                                num_attention_heads=4, num_key_value_heads=4, q_lora_rank=48,
-                                kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
-                                v_head_dim=16, n_routed_experts=8, num_experts_per_tok=2,
-                                n_shared_experts=1, first_k_dense_replace=1,
-                                routed_scaling_factor=1.5, topk_method="greedy",
-                                norm_topk_prob=False, max_position_embeddings=256,
-                                rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1,
-                                eos_token_id=2),
-        seed=43),
+        cls=DeepseekV2ForCausalLM, seed=43,
+        config=DeepseekV2Config(**DEEPSEEK_TINY, vocab_size=320, hidden_size=64,
+                                intermediate_size=128, moe_intermediate_size=32,
+                                num_hidden_layers=3, q_lora_rank=48, kv_lora_rank=32,
+                                qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                                n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
+                                routed_scaling_factor=1.5)),
     "deepseek_v2_lite-tiny": dict(
-        cls=DeepseekV2ForCausalLM,
-        config=DeepseekV2Config(vocab_size=256, hidden_size=48, intermediate_size=96,
-                                moe_intermediate_size=24, num_hidden_layers=2,
-                                num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None,
-                                kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
-                                v_head_dim=12, n_routed_experts=4, num_experts_per_tok=2,
-                                n_shared_experts=2, first_k_dense_replace=1,
-                                routed_scaling_factor=1.0, topk_method="greedy",
-                                norm_topk_prob=False, max_position_embeddings=256,
-                                rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1,
-                                eos_token_id=2),
-        seed=44),
+        cls=DeepseekV2ForCausalLM, seed=44,
+        config=DeepseekV2Config(**DEEPSEEK_TINY, vocab_size=256, hidden_size=48,
+                                intermediate_size=96, moe_intermediate_size=24,
+                                num_hidden_layers=2, q_lora_rank=None, kv_lora_rank=16,
+                                qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=12,
+                                n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=2,
+                                routed_scaling_factor=1.0)),
 }
 
 

@@ -52,35 +52,33 @@ from make_llama_fixtures import NEW_TOKENS, fixture_args, greedy, randomize, rec
 # make_llama_fixtures' prompt with 300 -> 250 (Qwen2's fixture has 288 tokens).
 PROMPT = [1, 15, 27, 100, 200, 5, 7, 250, 42, 11]
 
+# What every tiny config shares (the MoE ones of make_moe_fixtures.py too): 256 positions, the
+# ids of bos and eos.
+TINY = dict(max_position_embeddings=256, bos_token_id=1, eos_token_id=2)
+
 FAMILIES = {
     "mistral": dict(
-        cls=MistralForCausalLM, arch="llama",
-        config=MistralConfig(vocab_size=320, hidden_size=64, intermediate_size=128,
+        cls=MistralForCausalLM, arch="llama", seed=31,
+        config=MistralConfig(**TINY, vocab_size=320, hidden_size=64, intermediate_size=128,
                              num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
-                             max_position_embeddings=256, rms_norm_eps=1e-5, rope_theta=10000.0,
-                             sliding_window=48, tie_word_embeddings=False, bos_token_id=1,
-                             eos_token_id=2),
-        seed=31),
+                             rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=48,
+                             tie_word_embeddings=False)),
     "qwen2": dict(
-        cls=Qwen2ForCausalLM, arch="qwen2",
-        config=Qwen2Config(vocab_size=288, hidden_size=72, intermediate_size=144,
+        cls=Qwen2ForCausalLM, arch="qwen2", seed=32,
+        config=Qwen2Config(**TINY, vocab_size=288, hidden_size=72, intermediate_size=144,
                            num_hidden_layers=2, num_attention_heads=9, num_key_value_heads=3,
-                           max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=10000.0,
-                           use_sliding_window=False, tie_word_embeddings=True, bos_token_id=1,
-                           eos_token_id=2),
-        seed=32),
+                           rms_norm_eps=1e-6, rope_theta=10000.0, use_sliding_window=False,
+                           tie_word_embeddings=True)),
     "qwen3": dict(
-        cls=Qwen3ForCausalLM, arch="qwen3",
-        config=Qwen3Config(vocab_size=384, hidden_size=64, intermediate_size=96,
+        cls=Qwen3ForCausalLM, arch="qwen3", seed=33,
+        config=Qwen3Config(**TINY, vocab_size=384, hidden_size=64, intermediate_size=96,
                            num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
-                           head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-6,
-                           rope_theta=1000000.0, attention_bias=False, use_sliding_window=False,
-                           tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
-        seed=33),
+                           head_dim=16, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                           attention_bias=False, use_sliding_window=False,
+                           tie_word_embeddings=False)),
     "phi3": dict(
-        cls=Phi3ForCausalLM, arch="phi3",
-        config=None,  # made in phi3_config(): longrope factors are random
-        seed=34),
+        cls=Phi3ForCausalLM, arch="phi3", seed=34,
+        config=None),  # made in phi3_config(): longrope factors are random
 }
 
 

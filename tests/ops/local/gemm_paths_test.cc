@@ -96,6 +96,19 @@ std::string Check(const Tensor& a, const Tensor& b, bool ta, bool tb, const Tens
                            testing::TolFor(a.dtype(), std::sqrt(static_cast<double>(k) + 1)));
 }
 
+// A random [m, k] x [k, n] product in `dtype` checked against the naive loops: either operand
+// transposed at random; through Linear at random when b is transposed and a is not, with a bias
+// always (`always_bias`) or at random.
+void CheckRandomProduct(int64_t m, int64_t n, int64_t k, DType dtype, bool always_bias) {
+  const bool ta = *rc::gen::arbitrary<bool>(), tb = *rc::gen::arbitrary<bool>();
+  const bool linear = tb && !ta && *rc::gen::arbitrary<bool>();
+  const Tensor a = testing::RandomTensor(ta ? Shape{k, m} : Shape{m, k}, dtype);
+  const Tensor b = testing::RandomTensor(tb ? Shape{n, k} : Shape{k, n}, dtype);
+  const bool with_bias = linear && (always_bias || *rc::gen::arbitrary<bool>());
+  const Tensor bias = with_bias ? testing::RandomTensor({n}, dtype) : Tensor();
+  RC_ASSERT(Check(a, b, ta, tb, bias, linear) == "");
+}
+
 // Skinny products (M <= 8): dot layout (Linear, or Matmul with b transposed) and axpy layout
 // (Matmul with b as [K, N]); x in random layouts; K up to 2000 so that M = 5..8 takes the K blocks.
 RC_GTEST_PROP(GemmPathsTest, SkinnyAgreesWithNaiveLoops, ()) {
@@ -107,12 +120,7 @@ RC_GTEST_PROP(GemmPathsTest, SkinnyAgreesWithNaiveLoops, ()) {
   const int64_t m = *rc::gen::inRange<int64_t>(1, 9);
   const int64_t n = *rc::gen::oneOf(rc::gen::inRange<int64_t>(1, 40), rc::gen::inRange<int64_t>(40, 300));
   const int64_t k = *rc::gen::oneOf(rc::gen::inRange<int64_t>(1, 70), rc::gen::inRange<int64_t>(70, 2000));
-  const bool ta = *rc::gen::arbitrary<bool>(), tb = *rc::gen::arbitrary<bool>();
-  const bool linear = tb && !ta && *rc::gen::arbitrary<bool>();
-  const Tensor a = testing::RandomTensor(ta ? Shape{k, m} : Shape{m, k}, dtype);
-  const Tensor b = testing::RandomTensor(tb ? Shape{n, k} : Shape{k, n}, dtype);
-  const Tensor bias = linear && *rc::gen::arbitrary<bool>() ? testing::RandomTensor({n}, dtype) : Tensor();
-  RC_ASSERT(Check(a, b, ta, tb, bias, linear) == "");
+  CheckRandomProduct(m, n, k, dtype, /*always_bias=*/false);
 }
 
 // Packed products (M > 8) around the micro-tile edges (12 x 32, 6 x 16, 4 x 16).
@@ -123,12 +131,7 @@ RC_GTEST_PROP(GemmPathsTest, PackedAgreesWithNaiveLoops, ()) {
   ForceBackend force_backend(backend);
   const int64_t m = *rc::gen::inRange<int64_t>(9, 60), n = *rc::gen::inRange<int64_t>(1, 80);
   const int64_t k = *rc::gen::inRange<int64_t>(1, 600);
-  const bool ta = *rc::gen::arbitrary<bool>(), tb = *rc::gen::arbitrary<bool>();
-  const Tensor a = testing::RandomTensor(ta ? Shape{k, m} : Shape{m, k}, dtype);
-  const Tensor b = testing::RandomTensor(tb ? Shape{n, k} : Shape{k, n}, dtype);
-  const bool linear = tb && !ta && *rc::gen::arbitrary<bool>();
-  const Tensor bias = linear ? testing::RandomTensor({n}, dtype) : Tensor();
-  RC_ASSERT(Check(a, b, ta, tb, bias, linear) == "");
+  CheckRandomProduct(m, n, k, dtype, /*always_bias=*/true);
 }
 
 // Products large enough to be split over the threads (the libraries' grids of parts, Note
@@ -138,12 +141,7 @@ RC_GTEST_PROP(GemmPathsTest, EveryBackendSplitAgreesWithNaiveLoops, ()) {
   ForceBackend force_backend(backend);
   const int64_t m = *rc::gen::inRange<int64_t>(1, 400), n = *rc::gen::inRange<int64_t>(1, 400);
   const int64_t k = *rc::gen::inRange<int64_t>(1, 300);
-  const bool ta = *rc::gen::arbitrary<bool>(), tb = *rc::gen::arbitrary<bool>();
-  const Tensor a = testing::RandomTensor(ta ? Shape{k, m} : Shape{m, k}, dtype);
-  const Tensor b = testing::RandomTensor(tb ? Shape{n, k} : Shape{k, n}, dtype);
-  const bool linear = tb && !ta && *rc::gen::arbitrary<bool>();
-  const Tensor bias = linear && *rc::gen::arbitrary<bool>() ? testing::RandomTensor({n}, dtype) : Tensor();
-  RC_ASSERT(Check(a, b, ta, tb, bias, linear) == "");
+  CheckRandomProduct(m, n, k, dtype, /*always_bias=*/false);
 }
 
 // Shapes that reach the threaded splits and the blocking limits, on every kernel set.
