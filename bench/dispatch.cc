@@ -4,8 +4,8 @@
 //
 // On one thread, with an abstract 1-D mesh of 4 ranks seen from rank 1 (the strategies below need
 // no communication, so no world is needed and nothing else competes for the cores):
-//   add     dops::Add of two f32 [8, 16] DTensors sharded S(0)   vs ops::Add of the local pieces
-//   linear  dops::Linear, x [4, 16] R, w [32, 16] S(0) (colwise) vs ops::Linear of the local pieces
+//   add     ops::Add of two f32 [8, 16] DTensors sharded S(0)   vs ops::Add of the local pieces
+//   linear  ops::Linear, x [4, 16] R, w [32, 16] S(0) (colwise) vs ops::Linear of the local pieces
 // Both sides run the same kernel on the same tiny tensors, alternating in repetitions; the overhead
 // per call is the difference of the medians: the cache hit (hashing the input specs, one probe),
 // the spec of the result and the DTensor around it. PyTorch DTensor spends 24-90 us per op here
@@ -77,11 +77,11 @@ int Main(bool quick) {
 
   std::vector<Row> rows;
   rows.push_back(Measure(
-      "add", [&] { return dops::Add(a, b).ok(); }, [&] { return ops::Add(la, lb).ok(); }, quick));
+      "add", [&] { return ops::Add(a, b).ok(); }, [&] { return ops::Add(la, lb).ok(); }, quick));
   rows.push_back(Measure(
-      "linear", [&] { return dops::Linear(x, w).ok(); }, [&] { return ops::Linear(lx, lw).ok(); },
+      "linear", [&] { return ops::Linear(x, w).ok(); }, [&] { return ops::Linear(lx, lw).ok(); },
       quick));
-  const dops::Decision last = dops::LastDecision();
+  const ops::Decision last = ops::LastDecision();
   if (!last.cache_hit) {
     std::fprintf(stderr, "bench_dispatch: expected a cache hit, got %s\n", last.ToString().c_str());
     return 1;
@@ -93,8 +93,8 @@ int Main(bool quick) {
                 r.dtensor_ns - r.local_ns, r.dtensor_ns / r.local_ns);
   }
   std::printf("(%s; strategy cache: %lld hits, %lld misses)\n", last.ToString().c_str(),
-              static_cast<long long>(dops::GetDispatchCacheStats().hits),
-              static_cast<long long>(dops::GetDispatchCacheStats().misses));
+              static_cast<long long>(ops::GetDispatchCacheStats().hits),
+              static_cast<long long>(ops::GetDispatchCacheStats().misses));
   // Cache misses: Linear x [S(0), R, ...] w [R, ..., S(0)] (colwise, batch-split) on growing
   // meshes.
   for (const std::vector<int64_t>& shape : {std::vector<int64_t>{4}, std::vector<int64_t>{2, 4},
@@ -108,8 +108,8 @@ int Main(bool quick) {
     const int n = quick ? 200 : 1000;
     const double ns = TimePerCall(
         [&] {
-          dops::ClearDispatchCache();
-          return dops::Linear(mx, mw).ok();
+          ops::ClearDispatchCache();
+          return ops::Linear(mx, mw).ok();
         },
         n);
     std::printf("cache miss, Linear on %s: %.1f us\n", m.ToString().c_str(), ns / 1e3);

@@ -18,7 +18,7 @@ namespace dt::examples {
 // dp group checking the same plan on its own tp ranks. Rank 0 prints each report after `name`;
 // returns the first report that is not ok.
 inline absl::Status CheckAtTpSizes(World& world, const char* name, const nn::ModelFactory& make,
-                                   const nn::ParallelPlan& plan, const nn::Values& inputs) {
+                                   const nn::ParallelPlan& plan, const Values& inputs) {
   for (int64_t tp : {1, 2, 4}) {
     if (world.size() % tp != 0) continue;
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(world.shared_from_this(),

@@ -11,6 +11,7 @@
 #include "dtensor/nn/nn.h"
 
 namespace nn = dt::nn;
+namespace ops = dt::ops;
 
 struct GPT2Config {
   int64_t vocab = 256, positions = 64, hidden = 64, heads = 4, layers = 2;
@@ -41,15 +42,15 @@ class GPT2Block : public nn::Module {
                                                       .down_name = "c_proj"})) {}
 
  protected:
-  absl::StatusOr<nn::Values> Forward(nn::Values in) override {
-    nn::Value x = in[0];
-    DT_ASSIGN_OR_RETURN(nn::Value h, ln_1_.CallOne({x}));
+  absl::StatusOr<dt::Values> Forward(dt::Values in) override {
+    dt::Value x = in[0];
+    DT_ASSIGN_OR_RETURN(dt::Value h, ln_1_.CallOne({x}));
     DT_ASSIGN_OR_RETURN(h, attn_.CallOne({h}));  // no cos/sin: no RoPE
-    DT_ASSIGN_OR_RETURN(x, nn::vops::Add(x, h));
+    DT_ASSIGN_OR_RETURN(x, ops::Add(x, h));
     DT_ASSIGN_OR_RETURN(h, ln_2_.CallOne({x}));
     DT_ASSIGN_OR_RETURN(h, mlp_.CallOne({h}));
-    DT_ASSIGN_OR_RETURN(x, nn::vops::Add(x, h));
-    return nn::Values{x};
+    DT_ASSIGN_OR_RETURN(x, ops::Add(x, h));
+    return dt::Values{x};
   }
 
  private:
@@ -88,15 +89,15 @@ class GPT2 : public nn::Module {
   }
 
  protected:
-  absl::StatusOr<nn::Values> Forward(nn::Values in) override {
-    DT_ASSIGN_OR_RETURN(nn::Value x, wte_.CallOne({in[0]}));
+  absl::StatusOr<dt::Values> Forward(dt::Values in) override {
+    DT_ASSIGN_OR_RETURN(dt::Value x, wte_.CallOne({in[0]}));
     DT_ASSIGN_OR_RETURN(x, wpe_.CallOne({x}));  // x + wpe[0..S)
     for (int64_t i = 0; i < h_.size(); ++i) {
       DT_ASSIGN_OR_RETURN(x, h_.at(i).CallOne({x}));
     }
     DT_ASSIGN_OR_RETURN(x, ln_f_.CallOne({x}));
     DT_ASSIGN_OR_RETURN(x, lm_head_.CallOne({x}));
-    return nn::Values{x};
+    return dt::Values{x};
   }
 
  private:

@@ -14,6 +14,7 @@
 #include "dtensor/nn/nn.h"
 
 namespace nn = dt::nn;
+namespace ops = dt::ops;
 
 struct MoeConfig {
   int64_t vocab = 256, hidden = 32, layers = 2, experts = 4, zero_experts = 2, top_k = 2,
@@ -31,11 +32,11 @@ class MoeLayer : public nn::Module {
         moe_(AddModule<nn::MoeBlock>("moe", Options(c))) {}
 
  protected:
-  absl::StatusOr<nn::Values> Forward(nn::Values in) override {
-    DT_ASSIGN_OR_RETURN(nn::Value h, norm_.CallOne({in[0]}));
+  absl::StatusOr<dt::Values> Forward(dt::Values in) override {
+    DT_ASSIGN_OR_RETURN(dt::Value h, norm_.CallOne({in[0]}));
     DT_ASSIGN_OR_RETURN(h, moe_.CallOne({h}));
-    DT_ASSIGN_OR_RETURN(nn::Value x, nn::vops::Add(in[0], h));
-    return nn::Values{x};
+    DT_ASSIGN_OR_RETURN(dt::Value x, ops::Add(in[0], h));
+    return dt::Values{x};
   }
 
  private:
@@ -83,14 +84,14 @@ class MoeModel : public nn::Module {
   }
 
  protected:
-  absl::StatusOr<nn::Values> Forward(nn::Values in) override {
-    DT_ASSIGN_OR_RETURN(nn::Value x, embed_.CallOne({in[0]}));
+  absl::StatusOr<dt::Values> Forward(dt::Values in) override {
+    DT_ASSIGN_OR_RETURN(dt::Value x, embed_.CallOne({in[0]}));
     for (int64_t i = 0; i < layers_.size(); ++i) {
       DT_ASSIGN_OR_RETURN(x, layers_.at(i).CallOne({x}));
     }
     DT_ASSIGN_OR_RETURN(x, norm_.CallOne({x}));
     DT_ASSIGN_OR_RETURN(x, lm_head_.CallOne({x}));
-    return nn::Values{x};
+    return dt::Values{x};
   }
 
  private:

@@ -13,6 +13,7 @@
 #include "dtensor/nn/nn.h"
 
 namespace nn = dt::nn;
+namespace ops = dt::ops;
 
 // y = x + down(gelu(up(norm(x))))
 class Block : public nn::Module {
@@ -26,13 +27,13 @@ class Block : public nn::Module {
         down_(AddModule<nn::Linear>("down", inner, hidden, /*bias=*/true)) {}
 
  protected:
-  absl::StatusOr<nn::Values> Forward(nn::Values in) override {
-    DT_ASSIGN_OR_RETURN(nn::Value h, norm_.CallOne({in[0]}));
+  absl::StatusOr<dt::Values> Forward(dt::Values in) override {
+    DT_ASSIGN_OR_RETURN(dt::Value h, norm_.CallOne({in[0]}));
     DT_ASSIGN_OR_RETURN(h, up_.CallOne({h}));  // this rank's columns
-    DT_ASSIGN_OR_RETURN(h, nn::vops::Gelu(h, dt::ops::GeluApproximation::kTanh));
+    DT_ASSIGN_OR_RETURN(h, ops::Gelu(h, dt::ops::GeluApproximation::kTanh));
     DT_ASSIGN_OR_RETURN(h, down_.CallOne({h}));  // all_reduce inside
-    DT_ASSIGN_OR_RETURN(nn::Value y, nn::vops::Add(in[0], h));
-    return nn::Values{y};
+    DT_ASSIGN_OR_RETURN(dt::Value y, ops::Add(in[0], h));
+    return dt::Values{y};
   }
 
  private:
@@ -49,7 +50,7 @@ class Net : public nn::Module {
   const nn::ModuleList& blocks() const { return blocks_; }
 
  protected:
-  absl::StatusOr<nn::Values> Forward(nn::Values in) override {
+  absl::StatusOr<dt::Values> Forward(dt::Values in) override {
     for (int64_t i = 0; i < blocks_.size(); ++i) {
       DT_ASSIGN_OR_RETURN(in, blocks_.at(i).Call(in));
     }

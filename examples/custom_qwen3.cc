@@ -18,6 +18,7 @@
 #include "dtensor/nn/nn.h"
 
 namespace nn = dt::nn;
+namespace ops = dt::ops;
 using Config = dt::loaders::DecoderConfig;
 
 // h + attn(norm(h)), then + mlp(norm(.)).
@@ -42,14 +43,14 @@ class Layer : public nn::Module {
                                      .intermediate_size = c.intermediate_size})) {}
 
  protected:
-  absl::StatusOr<nn::Values> Forward(nn::Values in) override {  // {h, cos, sin}
-    DT_ASSIGN_OR_RETURN(nn::Value x, input_layernorm_.CallOne({in[0]}));
+  absl::StatusOr<dt::Values> Forward(dt::Values in) override {  // {h, cos, sin}
+    DT_ASSIGN_OR_RETURN(dt::Value x, input_layernorm_.CallOne({in[0]}));
     DT_ASSIGN_OR_RETURN(x, self_attn_.CallOne({x, in[1], in[2]}));
-    DT_ASSIGN_OR_RETURN(nn::Value h, nn::vops::Add(in[0], x));
+    DT_ASSIGN_OR_RETURN(dt::Value h, ops::Add(in[0], x));
     DT_ASSIGN_OR_RETURN(x, post_attention_layernorm_.CallOne({h}));
     DT_ASSIGN_OR_RETURN(x, mlp_.CallOne({x}));
-    DT_ASSIGN_OR_RETURN(h, nn::vops::Add(h, x));
-    return nn::Values{h};
+    DT_ASSIGN_OR_RETURN(h, ops::Add(h, x));
+    return dt::Values{h};
   }
 
  private:
@@ -72,11 +73,11 @@ class Model : public nn::Module {
   }
 
  protected:
-  absl::StatusOr<nn::Values> Forward(nn::Values in) override {
+  absl::StatusOr<dt::Values> Forward(dt::Values in) override {
     DT_ASSIGN_OR_RETURN(dt::Tensor pos,
                         dt::Tensor::Arange(0, in[0].shape()[1], 1, dt::DType::kI64));
-    DT_ASSIGN_OR_RETURN(nn::Values cs, rotary_emb_.Call({nn::Value(pos)}));
-    DT_ASSIGN_OR_RETURN(nn::Value h, embed_tokens_.CallOne({in[0]}));
+    DT_ASSIGN_OR_RETURN(dt::Values cs, rotary_emb_.Call({dt::Value(pos)}));
+    DT_ASSIGN_OR_RETURN(dt::Value h, embed_tokens_.CallOne({in[0]}));
     for (int64_t i = 0; i < layers_.size(); ++i) {
       DT_ASSIGN_OR_RETURN(h, layers_.at(i).CallOne({h, cs[0], cs[1]}));
     }
@@ -109,8 +110,8 @@ class Qwen3 : public nn::Module {
   }
 
  protected:
-  absl::StatusOr<nn::Values> Forward(nn::Values in) override {
-    DT_ASSIGN_OR_RETURN(nn::Value h, model_.CallOne({in[0]}));
+  absl::StatusOr<dt::Values> Forward(dt::Values in) override {
+    DT_ASSIGN_OR_RETURN(dt::Value h, model_.CallOne({in[0]}));
     return lm_head_.Call({h});
   }
 
@@ -138,7 +139,7 @@ absl::Status Run(const std::string& dir, std::vector<int64_t> ids) {
   for (int step = 0; step < 8; ++step) {  // greedy: the whole sequence again at every step
     const int64_t n = static_cast<int64_t>(ids.size());
     DT_ASSIGN_OR_RETURN(dt::Tensor t, dt::Tensor::FromVector<int64_t>({1, n}, ids));
-    DT_ASSIGN_OR_RETURN(nn::Value logits, model.CallOne({nn::Value(t)}));  // whole vocab
+    DT_ASSIGN_OR_RETURN(dt::Value logits, model.CallOne({dt::Value(t)}));  // whole vocab
     const std::vector<float> v = logits.local().Select(1, n - 1).value().ToVector<float>();
     ids.push_back(std::max_element(v.begin(), v.end()) - v.begin());
   }

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
 #include "dtensor/nn/norm.h"
-#include "dtensor/nn/vops.h"
+#include "dtensor/ops/value_ops.h"
 
 namespace dt::nn {
 
@@ -152,8 +152,8 @@ absl::Status KVCache::Append(Value* k, Value* v) {
     *k = kk;
     *v = vv;
   } else if (k_.defined()) {
-    DT_ASSIGN_OR_RETURN(*k, vops::Cat({k_, *k}, 2));
-    DT_ASSIGN_OR_RETURN(*v, vops::Cat({v_, *v}, 2));
+    DT_ASSIGN_OR_RETURN(*k, ops::Cat({k_, *k}, 2));
+    DT_ASSIGN_OR_RETURN(*v, ops::Cat({v_, *v}, 2));
   }
   k_ = *k;
   v_ = *v;
@@ -242,7 +242,7 @@ absl::Status Attention::ValidateTensorParallel(const TPValidationContext& ctx) c
 // Note [Replicated KV heads]
 // A plan may shard q_proj and keep k_proj / v_proj replicated (sensible for MQA, or when tp
 // exceeds the KV heads: vLLM replicates KV heads the same way). On DTensors
-// dops::ScaledDotProductAttention picks each rank's KV heads. On local tensors the local GQA
+// ops::ScaledDotProductAttention picks each rank's KV heads. On local tensors the local GQA
 // grouping would pair this rank's query heads (global heads h0 .. h0+n-1) with KV heads 0, 1, ...
 // instead of the heads they use, silently. So the forward keeps, before rotary and the cache, only
 // the KV heads this rank's query heads use, as transformers' repeat_kv would pair them (head h
@@ -285,8 +285,8 @@ absl::Status Attention::PickKVHeads(const Value& q, Value* k, Value* v) const {
     ks.emplace_back(kj);
     vs.emplace_back(vj);
   }
-  DT_ASSIGN_OR_RETURN(*k, vops::Cat(ks, 1));
-  DT_ASSIGN_OR_RETURN(*v, vops::Cat(vs, 1));
+  DT_ASSIGN_OR_RETURN(*k, ops::Cat(ks, 1));
+  DT_ASSIGN_OR_RETURN(*v, ops::Cat(vs, 1));
   return absl::OkStatus();
 }
 
@@ -312,12 +312,12 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
     // This rank's [q | k | v] slices (packed_colwise keeps every block's share together): split
     // by the global ratio nH : nKV : nKV, which also holds for the whole (replicated) output.
     // Pieces taken plain: this forward pairs heads itself (Note [Local pieces remember their
-    // layout] in nn/value.h; the plan was checked by ValidateTensorParallel).
+    // layout] in ops/value.h; the plan was checked by ValidateTensorParallel).
     DT_ASSIGN_OR_RETURN(Value qkv, qkv_->CallOne({x}));
     qkv = PlainLocal(qkv);
     const int64_t width = qkv.shape().back(), total = (o.num_heads + 2 * o.num_kv_heads) * d;
     const int64_t wq = width * o.num_heads * d / total, wkv = width * o.num_kv_heads * d / total;
-    DT_ASSIGN_OR_RETURN(std::vector<Value> parts, vops::Split(qkv, {wq, wkv, wkv}, -1));
+    DT_ASSIGN_OR_RETURN(std::vector<Value> parts, ops::Split(qkv, {wq, wkv, wkv}, -1));
     DT_ASSIGN_OR_RETURN(q, Project(parts[0], b, s, q_norm_));
     DT_ASSIGN_OR_RETURN(k, Project(parts[1], b, s, k_norm_));
     DT_ASSIGN_OR_RETURN(v, Project(parts[2], b, s, nullptr));
@@ -334,36 +334,36 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
   }
   DT_RETURN_IF_ERROR(PickKVHeads(q, &k, &v));
   if (cos.defined()) {
-    DT_ASSIGN_OR_RETURN(Value c, vops::AsKindOf(cos, q));
-    DT_ASSIGN_OR_RETURN(Value sn, vops::AsKindOf(sin, q));
+    DT_ASSIGN_OR_RETURN(Value c, ops::AsKindOf(cos, q));
+    DT_ASSIGN_OR_RETURN(Value sn, ops::AsKindOf(sin, q));
     if (c.dim() == 3) {  // [B, S, D] -> [B, 1, S, D]
-      DT_ASSIGN_OR_RETURN(c, vops::Unsqueeze(c, 1));
-      DT_ASSIGN_OR_RETURN(sn, vops::Unsqueeze(sn, 1));
+      DT_ASSIGN_OR_RETURN(c, ops::Unsqueeze(c, 1));
+      DT_ASSIGN_OR_RETURN(sn, ops::Unsqueeze(sn, 1));
     }
-    DT_ASSIGN_OR_RETURN(q, vops::ApplyRotary(q, c, sn, options_.rotary_style));
-    DT_ASSIGN_OR_RETURN(k, vops::ApplyRotary(k, c, sn, options_.rotary_style));
+    DT_ASSIGN_OR_RETURN(q, ops::ApplyRotary(q, c, sn, options_.rotary_style));
+    DT_ASSIGN_OR_RETURN(k, ops::ApplyRotary(k, c, sn, options_.rotary_style));
   }
   if (use_cache_) DT_RETURN_IF_ERROR(cache_.Append(&k, &v));
   ops::AttentionOptions attn;
   attn.causal = options_.causal;
-  DT_ASSIGN_OR_RETURN(Value a, vops::ScaledDotProductAttention(q, k, v, attn));
-  DT_ASSIGN_OR_RETURN(a, vops::Transpose(a, 1, 2));
-  DT_ASSIGN_OR_RETURN(a, vops::Reshape(a, {b, s, -1}));
+  DT_ASSIGN_OR_RETURN(Value a, ops::ScaledDotProductAttention(q, k, v, attn));
+  DT_ASSIGN_OR_RETURN(a, ops::Transpose(a, 1, 2));
+  DT_ASSIGN_OR_RETURN(a, ops::Reshape(a, {b, s, -1}));
   DT_ASSIGN_OR_RETURN(Value y, o_->CallOne({a}));
   return Values{std::move(y)};
 }
 
 absl::StatusOr<Value> Attention::Heads(const Value& y, int64_t b, int64_t s) const {
-  DT_ASSIGN_OR_RETURN(Value h, vops::Reshape(y, {b, s, -1, options_.head_dim}));
-  return vops::Transpose(h, 1, 2);
+  DT_ASSIGN_OR_RETURN(Value h, ops::Reshape(y, {b, s, -1, options_.head_dim}));
+  return ops::Transpose(h, 1, 2);
 }
 
 absl::StatusOr<Value> Attention::Project(const Value& y, int64_t b, int64_t s, RMSNorm* norm) {
   if (norm == nullptr) return Heads(y, b, s);
   // [B, S, h·D] -> [B, S, h, D], normalized over D (transformers' order), -> [B, h, S, D].
-  DT_ASSIGN_OR_RETURN(Value h, vops::Reshape(y, {b, s, -1, options_.head_dim}));
+  DT_ASSIGN_OR_RETURN(Value h, ops::Reshape(y, {b, s, -1, options_.head_dim}));
   DT_ASSIGN_OR_RETURN(h, norm->CallOne({h}));
-  return vops::Transpose(h, 1, 2);
+  return ops::Transpose(h, 1, 2);
 }
 
 }  // namespace dt::nn

@@ -28,7 +28,7 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/nn/module.h"
 #include "dtensor/nn/plan.h"
-#include "dtensor/nn/value.h"
+#include "dtensor/ops/value.h"
 
 namespace dt::nn {
 

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "dtensor/core/status.h"
-#include "dtensor/nn/vops.h"
+#include "dtensor/ops/value_ops.h"
 
 namespace dt::nn {
 
@@ -39,7 +39,7 @@ absl::StatusOr<Values> Linear::Forward(Values inputs) {
   if (has_bias()) {
     DT_ASSIGN_OR_RETURN(b, ParamValue("bias"));
   }
-  DT_ASSIGN_OR_RETURN(Value y, vops::Linear(x, w, b));
+  DT_ASSIGN_OR_RETURN(Value y, ops::Linear(x, w, b));
   return Values{std::move(y)};
 }
 
@@ -56,9 +56,9 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, DType dtype)
 absl::StatusOr<Values> Embedding::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value ids, SingleInput(*this, inputs));
   DT_ASSIGN_OR_RETURN(Value w, ParamValue("weight"));
-  DT_ASSIGN_OR_RETURN(Value y, vops::Embedding(w, ids));
+  DT_ASSIGN_OR_RETURN(Value y, ops::Embedding(w, ids));
   if (y.dtype() != dtype_) {  // a quantized table gives f32 rows
-    DT_ASSIGN_OR_RETURN(y, vops::Cast(y, dtype_));
+    DT_ASSIGN_OR_RETURN(y, ops::Cast(y, dtype_));
   }
   return Values{std::move(y)};
 }

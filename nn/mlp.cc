@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "dtensor/core/name_table.h"
 #include "dtensor/core/status.h"
-#include "dtensor/nn/vops.h"
+#include "dtensor/ops/value_ops.h"
 #include "dtensor/ops/local/ops.h"
 
 namespace dt::nn {
@@ -62,10 +62,10 @@ absl::StatusOr<Activation> ParseActivation(absl::string_view name) {
 
 absl::StatusOr<Value> Activate(const Value& x, Activation a) {
   switch (a) {
-    case Activation::kGeluTanh: return vops::Gelu(x, ops::GeluApproximation::kTanh);
-    case Activation::kGelu: return vops::Gelu(x, ops::GeluApproximation::kNone);
-    case Activation::kSilu: return vops::Silu(x);
-    case Activation::kRelu: return vops::Relu(x);
+    case Activation::kGeluTanh: return ops::Gelu(x, ops::GeluApproximation::kTanh);
+    case Activation::kGelu: return ops::Gelu(x, ops::GeluApproximation::kNone);
+    case Activation::kSilu: return ops::Silu(x);
+    case Activation::kRelu: return ops::Relu(x);
   }
   return absl::InvalidArgumentError("unknown activation");
 }
@@ -141,7 +141,7 @@ absl::StatusOr<Values> SwiGLUMLP::Forward(Values inputs) {
   Value gate, up;
   if (options_.fused) {
     DT_ASSIGN_OR_RETURN(Value gu, gate_up_->CallOne({x}));
-    DT_ASSIGN_OR_RETURN(std::vector<Value> halves, vops::Chunk(PlainLocal(gu), 2, -1));
+    DT_ASSIGN_OR_RETURN(std::vector<Value> halves, ops::Chunk(PlainLocal(gu), 2, -1));
     gate = std::move(halves[0]);
     up = std::move(halves[1]);
   } else {
@@ -153,7 +153,7 @@ absl::StatusOr<Values> SwiGLUMLP::Forward(Values inputs) {
     up = PlainLocal(up);
   }
   DT_ASSIGN_OR_RETURN(Value act, Activate(gate, options_.activation));
-  DT_ASSIGN_OR_RETURN(Value h, vops::Mul(act, up));
+  DT_ASSIGN_OR_RETURN(Value h, ops::Mul(act, up));
   DT_ASSIGN_OR_RETURN(Value y, down_->CallOne({h}));
   return Values{std::move(y)};
 }

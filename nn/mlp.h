@@ -48,7 +48,7 @@ const char* ActivationName(Activation a);
 // gelu_pytorch_tanh, gelu_fast -> kGeluTanh; gelu -> kGelu; silu, swish -> kSilu; relu -> kRelu.
 // InvalidArgument listing them for any other.
 absl::StatusOr<Activation> ParseActivation(absl::string_view name);
-// act(x) on DTensors or local tensors (nn/vops.h).
+// act(x) on DTensors or local tensors (ops/value_ops.h).
 absl::StatusOr<Value> Activate(const Value& x, Activation a);
 
 struct MLPOptions {

@@ -1,6 +1,6 @@
 #pragma once
 // Module: a tree of named parameters (nn/parameter.h), buffers and child modules with a forward
-// over Values (nn/value.h) — PyTorch's nn.Module, for inference.
+// over Values (ops/value.h) — PyTorch's nn.Module, for inference.
 //
 //   root (LlamaModel)
 //   ├── embed_tokens (Embedding)            embed_tokens.weight
@@ -22,7 +22,7 @@
 // wrap transformers' replaced forward). The root of a tree (no parent) returns no pieces of the
 // layers below it: an output that is this rank's piece of a sharded tensor (a 'colwise'
 // lm_head's) is gathered whole, with a warning naming the layer (Note [Local pieces remember their
-// layout] in nn/value.h). A root that is itself the styled layer hands on its piece.
+// layout] in ops/value.h). A root that is itself the styled layer hands on its piece.
 //
 // Note [Local values]
 // A module's forward reads its parameters through ParamValue(): in DTensor mode that is the
@@ -33,7 +33,7 @@
 // (Replicate) the local piece is the whole parameter, so replicated modules (norms, rotary) work
 // on local activations unchanged. A sharded parameter is handed out in local mode only when a
 // style asked for it: a module that merely received local inputs gets FailedPrecondition instead
-// of silently computing a partial result. Ops never mix the two kinds (nn/vops.h), so a
+// of silently computing a partial result. Ops never mix the two kinds (ops/value_ops.h), so a
 // forgotten conversion is an error naming both operands, not a silent wrong layout.
 //
 // Note [Errors name the module]
@@ -69,7 +69,7 @@
 #include "dtensor/core/shape.h"
 #include "dtensor/dtensor/placement.h"
 #include "dtensor/nn/parameter.h"
-#include "dtensor/nn/value.h"
+#include "dtensor/ops/value.h"
 
 namespace dt::nn {
 
@@ -220,7 +220,7 @@ class Module {
  private:
   void AdoptChild(std::string name, std::unique_ptr<Module> child);
   // The root's outputs that are pieces a layer below it made, gathered whole (Note [Local pieces
-  // remember their layout] in nn/value.h), with a warning the first time.
+  // remember their layout] in ops/value.h), with a warning the first time.
   absl::Status GatherPieces(Values& outputs);
   absl::StatusOr<const Parameter*> MaterializedParam(absl::string_view name) const;
   void AppendTree(std::string* out, const std::string& indent) const;

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
-#include "dtensor/nn/vops.h"
+#include "dtensor/ops/value_ops.h"
 #include "dtensor/ops/local/ops.h"
 
 namespace dt::nn {

@@ -1,6 +1,6 @@
 #pragma once
 // The nn layer in one include: modules, layers, tensor-parallel styles, the style registry and
-// plans. See docs/nn.md.
+// plans, with the ops the layers are written with (ops/ops.h). See docs/nn.md.
 
 #include "dtensor/nn/attention.h"
 #include "dtensor/nn/check.h"
@@ -19,5 +19,4 @@
 #include "dtensor/nn/style.h"
 #include "dtensor/nn/style_registry.h"
 #include "dtensor/nn/styles.h"
-#include "dtensor/nn/value.h"
-#include "dtensor/nn/vops.h"
+#include "dtensor/ops/ops.h"  // dt::Value and every op (dt::ops)

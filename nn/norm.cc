@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
-#include "dtensor/nn/vops.h"
+#include "dtensor/ops/value_ops.h"
 
 namespace dt::nn {
 
@@ -16,7 +16,7 @@ std::string RMSNorm::ExtraRepr() const { return absl::StrCat(hidden_, ", eps=", 
 absl::StatusOr<Values> RMSNorm::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value x, SingleInput(*this, inputs));
   DT_ASSIGN_OR_RETURN(Value w, ParamValue("weight"));
-  DT_ASSIGN_OR_RETURN(Value y, vops::RmsNorm(x, w, eps_));
+  DT_ASSIGN_OR_RETURN(Value y, ops::RmsNorm(x, w, eps_));
   return Values{std::move(y)};
 }
 
@@ -43,7 +43,7 @@ absl::StatusOr<Values> LayerNorm::Forward(Values inputs) {
   if (FindParameter("bias") != nullptr) {
     DT_ASSIGN_OR_RETURN(b, ParamValue("bias"));
   }
-  DT_ASSIGN_OR_RETURN(Value y, vops::LayerNorm(x, w, b, eps_));
+  DT_ASSIGN_OR_RETURN(Value y, ops::LayerNorm(x, w, b, eps_));
   return Values{std::move(y)};
 }
 

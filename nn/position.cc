@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
-#include "dtensor/nn/vops.h"
+#include "dtensor/ops/value_ops.h"
 #include "dtensor/ops/local/ops.h"
 
 namespace dt::nn {
@@ -52,10 +52,10 @@ absl::StatusOr<Values> LearnedPositionEmbedding::Forward(Values inputs) {
   // The lookup in the kind the table comes in (local in local mode: Note [Local values]), the sum
   // in x's kind; the table is replicated, so its local piece is the whole table.
   DT_ASSIGN_OR_RETURN(Value w, ParamValue("weight"));
-  DT_ASSIGN_OR_RETURN(Value ids, vops::AsKindOf(positions, w));
-  DT_ASSIGN_OR_RETURN(Value e, vops::Embedding(w, ids));
-  DT_ASSIGN_OR_RETURN(e, vops::AsKindOf(e, x));
-  DT_ASSIGN_OR_RETURN(Value y, vops::Add(x, e));
+  DT_ASSIGN_OR_RETURN(Value ids, ops::AsKindOf(positions, w));
+  DT_ASSIGN_OR_RETURN(Value e, ops::Embedding(w, ids));
+  DT_ASSIGN_OR_RETURN(e, ops::AsKindOf(e, x));
+  DT_ASSIGN_OR_RETURN(Value y, ops::Add(x, e));
   return Values{std::move(y)};
 }
 

@@ -51,7 +51,7 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/nn/module.h"
 #include "dtensor/nn/parameter.h"
-#include "dtensor/nn/value.h"
+#include "dtensor/ops/value.h"
 
 namespace dt::nn {
 

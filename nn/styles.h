@@ -45,10 +45,11 @@
 // Note [DTensor forwards]
 // transformers G3 gives plain nn.Linear layers a local fast path under no_grad (its DTensor
 // dispatch is slow in Python) with an explicit dist.all_reduce and the rowwise bias stashed and
-// added after it. Here the built-in styles run their module on DTensors (dt::dops: the choice of
-// strategy is cached, the rowwise bias is added once by the Linear rule) and every reduction is a
-// Redistribute(P(sum) -> R); only local_params and moe_tp_experts compute on local tensors, and
-// they turn local partial sums into DTensors (FromLocal as P(sum)) before reducing them.
+// added after it. Here the built-in styles run their module on DTensors (dt::ops on DTensors: the
+// choice of strategy is cached, the rowwise bias is added once by the Linear rule) and every
+// reduction is a Redistribute(P(sum) -> R); only local_params and moe_tp_experts compute on local
+// tensors, and they turn local partial sums into DTensors (FromLocal as P(sum)) before reducing
+// them.
 //
 // Note [Embedding colwise]
 // transformers G2 coded embedding_colwise (hidden dim sharded) with an all-reduce of the output,

@@ -11,7 +11,7 @@
 #include "dtensor/dtensor/planner.h"
 #include "dtensor/ops/dtensor_ops.h"
 
-namespace dt::dops {
+namespace dt::ops::internal {
 
 // Note [Sharding propagation]
 // An op's rule (its declaration's candidates, ops/decls/<family>.cc) lists, for one mesh dim at a
@@ -447,7 +447,15 @@ absl::StatusOr<Outputs> Prepared::Empty() const {
   return out;
 }
 
-// ---- introspection (dtensor_ops.h) ---------------------------------------------------------------
+}  // namespace dt::ops::internal
+
+// ---- introspection (dtensor_ops.h: public, dt::ops) ----------------------------------------------
+
+namespace dt::ops {
+
+using internal::Cache;
+using internal::Entry;
+using internal::ThreadCache;
 
 int Decision::num_redistributed() const {
   int n = 0;
@@ -493,4 +501,4 @@ void ClearDispatchCache() {
   cache.last = nullptr;
 }
 
-}  // namespace dt::dops
+}  // namespace dt::ops

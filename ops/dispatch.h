@@ -9,7 +9,7 @@
 //   if (!p.member()) return p.Empty();                 // ranks outside the mesh
 //   DT_ASSIGN_OR_RETURN(LocalOutputs y, DeclOf(call.op).run(call, LocalArgs(p)));
 //   return p.Wrap(std::move(y));
-// dops::Apply (ops/dtensor_ops.cc) is exactly this.
+// ops::internal::Apply (ops/dtensor_ops.cc) is exactly this.
 
 #include <memory>
 #include <vector>
@@ -22,7 +22,7 @@
 #include "dtensor/ops/op_decl.h"
 #include "dtensor/ops/strategy.h"
 
-namespace dt::dops {
+namespace dt::ops::internal {
 
 // A cached decision: the chosen strategy and what running it needs.
 struct Entry {
@@ -79,10 +79,11 @@ absl::StatusOr<Outputs> Apply(const OpCall& call, absl::Span<const DTensor* cons
 
 // The same call on whole local tensors (no mesh; call.inputs are their specs on any mesh, nullptr
 // for an absent optional input): the declaration's `infer` validates it with the messages the
-// DTensor path gives, and its `run` computes it with the local kernels. nn::vops's local mode.
+// DTensor path gives, and its `run` computes it with the local kernels. The local mode of
+// the ops on Values (ops/value_ops.h).
 absl::StatusOr<LocalOutputs> ApplyLocal(const OpCall& call, absl::Span<const Tensor* const> inputs);
 
 // The strategy choice itself (no cache, no communication): exposed for tests and tools.
 absl::StatusOr<std::shared_ptr<const Entry>> ChooseStrategy(const OpCall& call);
 
-}  // namespace dt::dops
+}  // namespace dt::ops::internal

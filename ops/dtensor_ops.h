@@ -1,10 +1,12 @@
 #pragma once
-// DTensor ops: the functions of ops/local/ops.h on DTensors. Each op looks at its inputs'
-// placements, picks a sharding strategy (a placement list for every input and every output), moves
-// only the inputs whose placements differ from the strategy's (DTensor::Redistribute), runs the local
-// kernel on this rank's pieces and returns DTensors with the strategy's output placements. This is
-// PyTorch's sharding propagation (torch.distributed.tensor._ops) in C++, with its known failures
-// fixed (Note [Sharding propagation] in ops/dispatch.cc).
+// dt::ops on DTensors: the overloads of the public ops of ops/local/ops.h that take DTensors (the
+// third overload, on Values, is in ops/value_ops.h; ops/ops.h includes all three). Each op looks at
+// its inputs' placements, picks a sharding strategy (a placement list for every input and every
+// output), moves only the inputs whose placements differ from the strategy's
+// (DTensor::Redistribute), runs the local kernel on this rank's pieces and returns DTensors with
+// the strategy's output placements. This is PyTorch's sharding propagation
+// (torch.distributed.tensor._ops) in C++, with its known failures fixed (Note [Sharding
+// propagation] in ops/dispatch.cc).
 //
 // Contract shared by every function here
 //   - All DTensor inputs live on one mesh (DeviceMesh equality) and every member of the mesh calls
@@ -79,12 +81,13 @@
 //   TopK (dim d)          S(e != d) -> S for values and indices; d must be whole
 //
 // Example (tp = 4, x [T, H] replicated, w_up [I, H] S(0), w_down [H, I] S(1)):
-//   auto h = dops::Linear(x, w_up).value();              // [T, I]  S(1): no communication
-//   auto a = dops::Silu(h).value();                      // [T, I]  S(1)
-//   auto y = dops::Linear(a, w_down).value();            // [T, H]  P(sum)
+//   auto h = ops::Linear(x, w_up).value();              // [T, I]  S(1): no communication
+//   auto a = ops::Silu(h).value();                      // [T, I]  S(1)
+//   auto y = ops::Linear(a, w_down).value();            // [T, H]  P(sum)
 //   auto z = y.Redistribute({Placement::Replicate()}).value();  // one all_reduce
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -96,7 +99,7 @@
 #include "dtensor/dtensor/plan_cache.h"  // CacheStats
 #include "dtensor/ops/local/ops.h"
 
-namespace dt::dops {
+namespace dt::ops {
 
 // ---- GEMM ----------------------------------------------------------------------------------------
 
@@ -176,6 +179,10 @@ absl::StatusOr<DTensor> Unsqueeze(const DTensor& x, int64_t dim);
 absl::StatusOr<DTensor> Squeeze(const DTensor& x, int64_t dim);  // dim must have size 1
 
 absl::StatusOr<DTensor> Cat(absl::Span<const DTensor> tensors, int64_t dim);
+// A braced list of DTensors picks this overload rather than the Value one (ops/local/ops.h, Cat).
+inline absl::StatusOr<DTensor> Cat(std::initializer_list<DTensor> tensors, int64_t dim) {
+  return Cat(absl::MakeConstSpan(tensors.begin(), tensors.size()), dim);
+}
 // Pieces of sizes `sizes` (summing to x.shape()[dim]) / torch.chunk pieces.
 absl::StatusOr<std::vector<DTensor>> Split(const DTensor& x, absl::Span<const int64_t> sizes,
                                            int64_t dim);
@@ -183,11 +190,8 @@ absl::StatusOr<std::vector<DTensor>> Chunk(const DTensor& x, int64_t chunks, int
 
 // ---- selection -----------------------------------------------------------------------------------
 
-struct TopKResult {
-  DTensor values;
-  DTensor indices;  // i64, global indices along dim
-};
-absl::StatusOr<TopKResult> TopK(const DTensor& x, int64_t k, int64_t dim = -1,
+// values and their i64 indices, global along dim (TopKOf: ops/local/ops.h).
+absl::StatusOr<TopKOf<DTensor>> TopK(const DTensor& x, int64_t k, int64_t dim = -1,
                                 bool largest = true);
 
 // ---- introspection -------------------------------------------------------------------------------
@@ -213,4 +217,4 @@ using DispatchCacheStats = CacheStats;
 DispatchCacheStats GetDispatchCacheStats();
 void ClearDispatchCache();
 
-}  // namespace dt::dops
+}  // namespace dt::ops

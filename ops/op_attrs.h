@@ -21,8 +21,7 @@
 #include "dtensor/core/shape.h"
 #include "dtensor/ops/local/ops.h"
 
-namespace dt::dops {
-namespace internal {
+namespace dt::ops::internal {
 
 // Doubles compare and hash by their bits; everything else as itself.
 inline uint64_t Bits(double v) {
@@ -82,19 +81,17 @@ std::string FieldsToString(const char* names, const std::tuple<const T&...>& f) 
   return out;
 }
 
-}  // namespace internal
-
 #define DT_OP_ATTRS(Type, ...)                                                                  \
   auto Fields() const { return std::tie(__VA_ARGS__); }                                        \
   friend bool operator==(const Type& a, const Type& b) {                                       \
-    return ::dt::dops::internal::FieldsEqual(a.Fields(), b.Fields());                           \
+    return ::dt::ops::internal::FieldsEqual(a.Fields(), b.Fields());                           \
   }                                                                                             \
   template <typename H>                                                                         \
   friend H AbslHashValue(H h, const Type& a) {                                                  \
-    return ::dt::dops::internal::HashFields(std::move(h), a.Fields());                          \
+    return ::dt::ops::internal::HashFields(std::move(h), a.Fields());                          \
   }                                                                                             \
   std::string ToString() const {                                                                \
-    return ::dt::dops::internal::FieldsToString(#__VA_ARGS__, Fields());                        \
+    return ::dt::ops::internal::FieldsToString(#__VA_ARGS__, Fields());                        \
   }
 
 struct NoAttrs {
@@ -208,4 +205,4 @@ inline std::string AttrsToString(const Attrs& a) {
   return std::visit([](const auto& x) { return x.ToString(); }, a);
 }
 
-}  // namespace dt::dops
+}  // namespace dt::ops::internal

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
 
-namespace dt::dops::calls {
+namespace dt::ops::internal::calls {
 namespace {
 
 absl::Status Undefined(const char* op, const char* what) {
@@ -208,4 +208,4 @@ absl::StatusOr<OpCall> TopK(Spec x, int64_t k, int64_t dim, bool largest) {
   return OpCall{OpId::kTopK, {x}, TopKAttrs{k, d, largest}};
 }
 
-}  // namespace dt::dops::calls
+}  // namespace dt::ops::internal::calls

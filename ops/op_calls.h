@@ -4,12 +4,13 @@
 // messages). The calls read only the inputs' specs (global shape, dtype, placements; nullptr for an
 // absent optional input), so one builder serves both entry points:
 //
-//   dops::Linear(x, w, b)   = dops::Apply(calls::Linear(&x.spec(), &w.spec(), ...), DTensors)
-//   nn::vops::Linear(x, ..) = the same call on the values' specs, run as a DTensor op or, for
-//                             local tensors, by the declaration's own local kernel (ApplyLocal)
+//   ops::Linear(DTensor x, ..) = internal::Apply(calls::Linear(&x.spec(), ...), DTensors)
+//   ops::Linear(Value x, ..)   = the same call on the values' specs, run as a DTensor op or, for
+//                                local tensors, by the declaration's own local kernel (ApplyLocal)
 //
+// Internal (dt::ops::internal::calls): users call the public ops of ops/ops.h, never these.
 // Adding an op (docs/ops.md): its declaration row (ops/decls/<family>.cc), a builder here, one line in
-// dtensor_ops.cc and one in nn/vops.cc that name the builder, its kernels and its property test.
+// dtensor_ops.cc and one in value_ops.cc that name the builder, its kernels and its property test.
 
 #include <cstdint>
 
@@ -20,7 +21,7 @@
 #include "dtensor/ops/local/ops.h"
 #include "dtensor/ops/strategy.h"
 
-namespace dt::dops::calls {
+namespace dt::ops::internal::calls {
 
 using Spec = const DTensorSpec*;
 
@@ -51,4 +52,4 @@ absl::StatusOr<OpCall> Split(Spec x, absl::Span<const int64_t> sizes, int64_t di
 absl::StatusOr<OpCall> Chunk(Spec x, int64_t chunks, int64_t dim);
 absl::StatusOr<OpCall> TopK(Spec x, int64_t k, int64_t dim, bool largest);
 
-}  // namespace dt::dops::calls
+}  // namespace dt::ops::internal::calls

@@ -27,7 +27,7 @@
 #include "dtensor/ops/op_attrs.h"
 #include "dtensor/ops/strategy.h"
 
-namespace dt::dops {
+namespace dt::ops::internal {
 
 class Prepared;
 using LocalOutputs = absl::InlinedVector<Tensor, 2>;
@@ -84,4 +84,4 @@ std::string InputName(const OpCall& call, int j);
 // "x [S(0)], w [S(1)] on mesh(tp=4)": the inputs' placements for messages.
 std::string DescribeInputs(const OpCall& call);
 
-}  // namespace dt::dops
+}  // namespace dt::ops::internal

@@ -4,7 +4,7 @@
 #include "absl/strings/str_join.h"
 #include "dtensor/ops/decls/rules.h"
 
-namespace dt::dops {
+namespace dt::ops::internal {
 namespace rules {
 
 std::string Arg(const OpCall& call, int j) {
@@ -138,4 +138,4 @@ std::string DescribeInputs(const OpCall& call) {
   return absl::StrCat(absl::StrJoin(parts, ", "), " on ", call.first().mesh().ToString());
 }
 
-}  // namespace dt::dops
+}  // namespace dt::ops::internal

@@ -6,7 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "dtensor/core/status.h"
 
-namespace dt::dops {
+namespace dt::ops::internal {
 
 const DTensorSpec& OpCall::first() const {
   for (const DTensorSpec* s : inputs) {
@@ -120,4 +120,4 @@ LabelMap BroadcastLabels(const OpCall& call, IntSpan out_shape, int n_out,
   return m;
 }
 
-}  // namespace dt::dops
+}  // namespace dt::ops::internal

@@ -18,7 +18,7 @@
 #include "dtensor/dtensor/spec.h"
 #include "dtensor/ops/op_attrs.h"
 
-namespace dt::dops {
+namespace dt::ops::internal {
 
 // Every op with its own rule, once: its OpId k<Name> and its declaration rules::k<Name>Decl
 // (ops/decls/<family>.cc; op_decls.cc gathers them in this order). Transpose is a Permute, Flatten
@@ -119,4 +119,4 @@ std::string RankAt(const DeviceMesh& mesh, IntSpan c);
 LabelMap BroadcastLabels(const OpCall& call, IntSpan out_shape, int n_out,
                          absl::Span<const int> whole = {});
 
-}  // namespace dt::dops
+}  // namespace dt::ops::internal

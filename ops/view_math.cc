@@ -5,7 +5,7 @@
 #include "dtensor/core/status.h"
 #include "dtensor/ops/strategy.h"
 
-namespace dt::dops {
+namespace dt::ops::internal {
 
 std::vector<ViewGroup> ViewGroups(IntSpan in, IntSpan out) {
   std::vector<ViewGroup> groups;
@@ -103,4 +103,4 @@ absl::Status ViewPiecesMatch(IntSpan in, IntSpan out, IntSpan mesh_shape,
   });
 }
 
-}  // namespace dt::dops
+}  // namespace dt::ops::internal

@@ -10,7 +10,7 @@
 #include "dtensor/core/shape.h"
 #include "dtensor/dtensor/placement.h"
 
-namespace dt::dops {
+namespace dt::ops::internal {
 
 // View groups: the smallest runs of input dims and output dims with equal products (numel > 0),
 // e.g. [2, 3, 4] -> [6, 4] gives ([0, 2) -> [0, 1)), ([2, 3) -> [1, 2)). Size-1 dims join the
@@ -39,4 +39,4 @@ absl::Status ViewPiecesMatch(IntSpan in, IntSpan out, IntSpan mesh_shape,
                              absl::Span<const Placement> in_pl,
                              absl::Span<const Placement> out_pl);
 
-}  // namespace dt::dops
+}  // namespace dt::ops::internal

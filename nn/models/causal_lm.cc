@@ -20,7 +20,7 @@
 #include "dtensor/nn/mlp.h"
 #include "dtensor/nn/moe.h"
 #include "dtensor/nn/norm.h"
-#include "dtensor/nn/vops.h"
+#include "dtensor/ops/value_ops.h"
 
 namespace dt::nn {
 namespace {
@@ -142,10 +142,10 @@ absl::StatusOr<Values> DecoderLayer::Forward(Values inputs) {
   const Value& h = inputs[0];
   DT_ASSIGN_OR_RETURN(Value x, input_layernorm_->CallOne({h}));
   DT_ASSIGN_OR_RETURN(Value a, self_attn_->CallOne({x, inputs[1], inputs[2]}));
-  DT_ASSIGN_OR_RETURN(Value r, vops::Add(h, a));
+  DT_ASSIGN_OR_RETURN(Value r, ops::Add(h, a));
   DT_ASSIGN_OR_RETURN(x, post_attention_layernorm_->CallOne({r}));
   DT_ASSIGN_OR_RETURN(Value m, mlp_->CallOne({x}));
-  DT_ASSIGN_OR_RETURN(Value out, vops::Add(r, m));
+  DT_ASSIGN_OR_RETURN(Value out, ops::Add(r, m));
   return Values{std::move(out)};
 }
 
@@ -178,8 +178,8 @@ absl::StatusOr<Values> DecoderModel::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value h, embed_tokens_->CallOne({inputs[0]}));
   DT_ASSIGN_OR_RETURN(Values cs, rotary_emb_->Call({inputs[1]}));
   // transformers hands cos and sin to attention in the model dtype.
-  DT_ASSIGN_OR_RETURN(Value cos, vops::Cast(cs[0], h.dtype()));
-  DT_ASSIGN_OR_RETURN(Value sin, vops::Cast(cs[1], h.dtype()));
+  DT_ASSIGN_OR_RETURN(Value cos, ops::Cast(cs[0], h.dtype()));
+  DT_ASSIGN_OR_RETURN(Value sin, ops::Cast(cs[1], h.dtype()));
   for (int64_t i = 0; i < layers_->size(); ++i) {
     DT_ASSIGN_OR_RETURN(h, layers_->at(i).CallOne({h, cos, sin}));
   }

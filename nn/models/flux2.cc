@@ -9,7 +9,7 @@
 #include "dtensor/nn/linear.h"
 #include "dtensor/nn/norm.h"
 #include "dtensor/nn/styles.h"
-#include "dtensor/nn/vops.h"
+#include "dtensor/ops/value_ops.h"
 #include "dtensor/ops/local/ops.h"
 
 namespace dt::nn {
@@ -25,41 +25,41 @@ absl::Status Arity(const Module& m, const Values& inputs, size_t want, absl::str
 
 // mod [B, k·D] -> k views [B, 1, D] (diffusers' Flux2Modulation.split: shift, scale, gate, ...).
 absl::StatusOr<std::vector<Value>> SplitModulation(const Value& mod, int64_t k) {
-  DT_ASSIGN_OR_RETURN(Value m, vops::Unsqueeze(mod, 1));
-  return vops::Chunk(m, k, -1);
+  DT_ASSIGN_OR_RETURN(Value m, ops::Unsqueeze(mod, 1));
+  return ops::Chunk(m, k, -1);
 }
 
 // x + gate · y
 absl::StatusOr<Value> GatedResidual(const Value& x, const Value& gate, const Value& y) {
-  DT_ASSIGN_OR_RETURN(Value g, vops::Mul(gate, y));
-  return vops::Add(x, g);
+  DT_ASSIGN_OR_RETURN(Value g, ops::Mul(gate, y));
+  return ops::Add(x, g);
 }
 
 // [B, S, n·hd] -> [B, S, n, hd] (n is whatever this rank holds).
 absl::StatusOr<Value> Unflatten(const Value& x, int64_t head_dim) {
-  return vops::Reshape(x, {x.shape()[0], x.shape()[1], -1, head_dim});
+  return ops::Reshape(x, {x.shape()[0], x.shape()[1], -1, head_dim});
 }
 
 // q, k, v [B, S, n, hd] (after the q/k norms) -> attention [B, S, n·hd]: heads to dim 1, RoPE with
 // cos/sin [S, hd], SDPA with f32 softmax, heads back.
 absl::StatusOr<Value> RopeAttention(Value q, Value k, Value v, const Value& cos, const Value& sin) {
-  DT_ASSIGN_OR_RETURN(q, vops::Transpose(q, 1, 2));
-  DT_ASSIGN_OR_RETURN(k, vops::Transpose(k, 1, 2));
-  DT_ASSIGN_OR_RETURN(v, vops::Transpose(v, 1, 2));
-  DT_ASSIGN_OR_RETURN(Value c, vops::AsKindOf(cos, q));
-  DT_ASSIGN_OR_RETURN(Value s, vops::AsKindOf(sin, q));
-  DT_ASSIGN_OR_RETURN(q, vops::ApplyRotary(q, c, s, ops::RotaryStyle::kInterleaved));
-  DT_ASSIGN_OR_RETURN(k, vops::ApplyRotary(k, c, s, ops::RotaryStyle::kInterleaved));
-  DT_ASSIGN_OR_RETURN(Value a, vops::ScaledDotProductAttention(q, k, v, ops::AttentionOptions{}));
-  DT_ASSIGN_OR_RETURN(a, vops::Transpose(a, 1, 2));
-  return vops::Reshape(a, {a.shape()[0], a.shape()[1], -1});
+  DT_ASSIGN_OR_RETURN(q, ops::Transpose(q, 1, 2));
+  DT_ASSIGN_OR_RETURN(k, ops::Transpose(k, 1, 2));
+  DT_ASSIGN_OR_RETURN(v, ops::Transpose(v, 1, 2));
+  DT_ASSIGN_OR_RETURN(Value c, ops::AsKindOf(cos, q));
+  DT_ASSIGN_OR_RETURN(Value s, ops::AsKindOf(sin, q));
+  DT_ASSIGN_OR_RETURN(q, ops::ApplyRotary(q, c, s, ops::RotaryStyle::kInterleaved));
+  DT_ASSIGN_OR_RETURN(k, ops::ApplyRotary(k, c, s, ops::RotaryStyle::kInterleaved));
+  DT_ASSIGN_OR_RETURN(Value a, ops::ScaledDotProductAttention(q, k, v, ops::AttentionOptions{}));
+  DT_ASSIGN_OR_RETURN(a, ops::Transpose(a, 1, 2));
+  return ops::Reshape(a, {a.shape()[0], a.shape()[1], -1});
 }
 
 // silu(x[..., :half]) · x[..., half:] (diffusers' Flux2SwiGLU).
 absl::StatusOr<Value> SwiGLU(const Value& x) {
-  DT_ASSIGN_OR_RETURN(std::vector<Value> gu, vops::Chunk(x, 2, -1));
-  DT_ASSIGN_OR_RETURN(Value g, vops::Silu(gu[0]));
-  return vops::Mul(g, gu[1]);
+  DT_ASSIGN_OR_RETURN(std::vector<Value> gu, ops::Chunk(x, 2, -1));
+  DT_ASSIGN_OR_RETURN(Value g, ops::Silu(gu[0]));
+  return ops::Mul(g, gu[1]);
 }
 
 absl::Status HeadsDivide(const TPValidationContext& ctx, absl::string_view type, int64_t heads,
@@ -102,7 +102,7 @@ TimestepEmbedding::TimestepEmbedding(int64_t in_channels, int64_t dim, DType dty
 absl::StatusOr<Values> TimestepEmbedding::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value x, SingleInput(*this, inputs));
   DT_ASSIGN_OR_RETURN(x, linear_1_->CallOne({x}));
-  DT_ASSIGN_OR_RETURN(x, vops::Silu(x));
+  DT_ASSIGN_OR_RETURN(x, ops::Silu(x));
   DT_ASSIGN_OR_RETURN(x, linear_2_->CallOne({x}));
   return Values{std::move(x)};
 }
@@ -119,13 +119,13 @@ absl::StatusOr<Values> Flux2TimestepGuidanceEmbeddings::Forward(Values inputs) {
   auto embed = [&](const Value& t, TimestepEmbedding& embedder) -> absl::StatusOr<Value> {
     DT_ASSIGN_OR_RETURN(Tensor proj, Flux2TimestepProjection(t.local(), channels_));
     DT_ASSIGN_OR_RETURN(proj, ops::Cast(proj, dtype_));
-    DT_ASSIGN_OR_RETURN(Value p, vops::AsKindOf(Value(proj), t));
+    DT_ASSIGN_OR_RETURN(Value p, ops::AsKindOf(Value(proj), t));
     return embedder.CallOne({p});
   };
   DT_ASSIGN_OR_RETURN(Value temb, embed(inputs[0], *timestep_embedder_));
   if (inputs[1].defined() && guidance_embedder_ != nullptr) {
     DT_ASSIGN_OR_RETURN(Value g, embed(inputs[1], *guidance_embedder_));
-    DT_ASSIGN_OR_RETURN(temb, vops::Add(temb, g));
+    DT_ASSIGN_OR_RETURN(temb, ops::Add(temb, g));
   }
   return Values{std::move(temb)};
 }
@@ -137,7 +137,7 @@ Flux2Modulation::Flux2Modulation(int64_t dim, int64_t sets, DType dtype)
 
 absl::StatusOr<Values> Flux2Modulation::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value x, SingleInput(*this, inputs));
-  DT_ASSIGN_OR_RETURN(x, vops::Silu(x));
+  DT_ASSIGN_OR_RETURN(x, ops::Silu(x));
   DT_ASSIGN_OR_RETURN(x, linear_->CallOne({x}));
   return Values{std::move(x)};
 }
@@ -150,11 +150,11 @@ AdaLayerNormContinuous::AdaLayerNormContinuous(int64_t dim, double eps, DType dt
 
 absl::StatusOr<Values> AdaLayerNormContinuous::Forward(Values inputs) {
   DT_RETURN_IF_ERROR(Arity(*this, inputs, 2, "x, temb"));
-  DT_ASSIGN_OR_RETURN(Value e, vops::Silu(inputs[1]));
+  DT_ASSIGN_OR_RETURN(Value e, ops::Silu(inputs[1]));
   DT_ASSIGN_OR_RETURN(e, linear_->CallOne({e}));
   DT_ASSIGN_OR_RETURN(std::vector<Value> scale_shift, SplitModulation(e, 2));  // scale first
   DT_ASSIGN_OR_RETURN(Value x, norm_->CallOne({inputs[0]}));
-  DT_ASSIGN_OR_RETURN(x, vops::Modulate(x, scale_shift[0], scale_shift[1]));
+  DT_ASSIGN_OR_RETURN(x, ops::Modulate(x, scale_shift[0], scale_shift[1]));
   return Values{std::move(x)};
 }
 
@@ -205,12 +205,12 @@ absl::StatusOr<Values> Flux2Attention::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value ck, project(inputs[1], add_k_proj_, norm_added_k_));
   DT_ASSIGN_OR_RETURN(Value cv, project(inputs[1], add_v_proj_, nullptr));
   // Text tokens first, as the rotary tables are.
-  DT_ASSIGN_OR_RETURN(q, vops::Cat({cq, q}, 1));
-  DT_ASSIGN_OR_RETURN(k, vops::Cat({ck, k}, 1));
-  DT_ASSIGN_OR_RETURN(v, vops::Cat({cv, v}, 1));
+  DT_ASSIGN_OR_RETURN(q, ops::Cat({cq, q}, 1));
+  DT_ASSIGN_OR_RETURN(k, ops::Cat({ck, k}, 1));
+  DT_ASSIGN_OR_RETURN(v, ops::Cat({cv, v}, 1));
   DT_ASSIGN_OR_RETURN(Value a, RopeAttention(q, k, v, inputs[2], inputs[3]));
   const int64_t st = inputs[1].shape()[1], si = inputs[0].shape()[1];
-  DT_ASSIGN_OR_RETURN(std::vector<Value> parts, vops::Split(a, {st, si}, 1));
+  DT_ASSIGN_OR_RETURN(std::vector<Value> parts, ops::Split(a, {st, si}, 1));
   DT_ASSIGN_OR_RETURN(Value x, to_out_->CallOne({parts[1]}));
   DT_ASSIGN_OR_RETURN(Value c, to_add_out_->CallOne({parts[0]}));
   return Values{std::move(x), std::move(c)};
@@ -254,7 +254,7 @@ absl::StatusOr<Values> Flux2TransformerBlock::Forward(Values inputs) {
   auto modulate = [&](LayerNorm* norm, const Value& h, const Value& shift,
                       const Value& scale) -> absl::StatusOr<Value> {
     DT_ASSIGN_OR_RETURN(Value n, norm->CallOne({h}));
-    return vops::Modulate(n, scale, shift);
+    return ops::Modulate(n, scale, shift);
   };
   DT_ASSIGN_OR_RETURN(Value xn, modulate(norm1_, x, mi[0], mi[1]));
   DT_ASSIGN_OR_RETURN(Value cn, modulate(norm1_context_, c, mt[0], mt[1]));
@@ -301,8 +301,8 @@ absl::StatusOr<Values> Flux2ParallelSelfAttention::Forward(Values inputs) {
   // This rank's [Q|K|V|gate|up] slices: split by the global ratio 3D : 2M.
   const int64_t qkv = 3 * options_.dim, mlp = 2 * options_.mlp_hidden_dim;
   const int64_t width = p.shape().back(), local_qkv = width * qkv / (qkv + mlp);
-  DT_ASSIGN_OR_RETURN(std::vector<Value> parts, vops::Split(p, {local_qkv, width - local_qkv}, -1));
-  DT_ASSIGN_OR_RETURN(std::vector<Value> qkv_parts, vops::Chunk(parts[0], 3, -1));
+  DT_ASSIGN_OR_RETURN(std::vector<Value> parts, ops::Split(p, {local_qkv, width - local_qkv}, -1));
+  DT_ASSIGN_OR_RETURN(std::vector<Value> qkv_parts, ops::Chunk(parts[0], 3, -1));
   const int64_t hd = options_.head_dim;
   DT_ASSIGN_OR_RETURN(Value q, Unflatten(qkv_parts[0], hd));
   DT_ASSIGN_OR_RETURN(Value k, Unflatten(qkv_parts[1], hd));
@@ -311,7 +311,7 @@ absl::StatusOr<Values> Flux2ParallelSelfAttention::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(k, norm_k_->CallOne({k}));
   DT_ASSIGN_OR_RETURN(Value a, RopeAttention(q, k, v, inputs[1], inputs[2]));
   DT_ASSIGN_OR_RETURN(Value m, SwiGLU(parts[1]));
-  DT_ASSIGN_OR_RETURN(Value am, vops::Cat({a, m}, -1));
+  DT_ASSIGN_OR_RETURN(Value am, ops::Cat({a, m}, -1));
   DT_ASSIGN_OR_RETURN(Value y, to_out_->CallOne({am}));
   return Values{std::move(y)};
 }
@@ -326,7 +326,7 @@ absl::StatusOr<Values> Flux2SingleTransformerBlock::Forward(Values inputs) {
   DT_RETURN_IF_ERROR(Arity(*this, inputs, 4, "h, mod, cos, sin"));
   DT_ASSIGN_OR_RETURN(std::vector<Value> mod, SplitModulation(inputs[1], 3));
   DT_ASSIGN_OR_RETURN(Value n, norm_->CallOne({inputs[0]}));
-  DT_ASSIGN_OR_RETURN(n, vops::Modulate(n, mod[1], mod[0]));
+  DT_ASSIGN_OR_RETURN(n, ops::Modulate(n, mod[1], mod[0]));
   DT_ASSIGN_OR_RETURN(Value a, attn_->CallOne({n, inputs[2], inputs[3]}));
   DT_ASSIGN_OR_RETURN(Value h, GatedResidual(inputs[0], mod[2], a));
   return Values{std::move(h)};
@@ -615,11 +615,11 @@ absl::StatusOr<Values> Flux2Transformer2DModel::Forward(Values inputs) {
     x = std::move(xc[0]);
     ctx = std::move(xc[1]);
   }
-  DT_ASSIGN_OR_RETURN(Value h, vops::Cat({ctx, x}, 1));
+  DT_ASSIGN_OR_RETURN(Value h, ops::Cat({ctx, x}, 1));
   for (int64_t i = 0; i < single_transformer_blocks_->size(); ++i) {
     DT_ASSIGN_OR_RETURN(h, single_transformer_blocks_->at(i).CallOne({h, mod_single, cos, sin}));
   }
-  DT_ASSIGN_OR_RETURN(std::vector<Value> parts, vops::Split(h, {st, si}, 1));
+  DT_ASSIGN_OR_RETURN(std::vector<Value> parts, ops::Split(h, {st, si}, 1));
   DT_ASSIGN_OR_RETURN(Value y, norm_out_->CallOne({parts[1], temb}));
   DT_ASSIGN_OR_RETURN(y, proj_out_->CallOne({y}));
   return Values{std::move(y)};

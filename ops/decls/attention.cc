@@ -4,7 +4,7 @@
 
 #include "dtensor/ops/decls/rules.h"
 
-namespace dt::dops::rules {
+namespace dt::ops::internal::rules {
 
 // ---- ScaledDotProductAttention --------------------------------------------------------------
 
@@ -167,4 +167,4 @@ const OpDecl kAttentionDecl{.op = OpId::kAttention, .name = "ScaledDotProductAtt
                             .check = CheckAttention, .precheck = PrecheckAttention,
                             .run = RunAttention, .cuda = "cuda::Attention"};
 
-}  // namespace dt::dops::rules
+}  // namespace dt::ops::internal::rules

@@ -3,7 +3,7 @@
 
 #include "dtensor/ops/decls/rules.h"
 
-namespace dt::dops::rules {
+namespace dt::ops::internal::rules {
 
 // ---- Matmul ---------------------------------------------------------------------------------
 
@@ -139,4 +139,4 @@ const OpDecl kLinearDecl{.op = OpId::kLinear, .name = "Linear", .input_names = {
                          .attrs = kAttrsIndex<NoAttrs>, .infer = InferLinear,
                          .candidates = CandLinear, .run = RunLinear, .cuda = "cuda::Matmul"};
 
-}  // namespace dt::dops::rules
+}  // namespace dt::ops::internal::rules

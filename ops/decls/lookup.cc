@@ -3,7 +3,7 @@
 
 #include "dtensor/ops/decls/rules.h"
 
-namespace dt::dops::rules {
+namespace dt::ops::internal::rules {
 
 // ---- Embedding ------------------------------------------------------------------------------
 
@@ -51,4 +51,4 @@ const OpDecl kEmbeddingDecl{.op = OpId::kEmbedding, .name = "Embedding",
                             .infer = InferEmbedding, .candidates = CandEmbedding,
                             .run = RunEmbedding, .cuda = "cuda::Embedding"};
 
-}  // namespace dt::dops::rules
+}  // namespace dt::ops::internal::rules

@@ -4,7 +4,7 @@
 
 #include "dtensor/ops/decls/rules.h"
 
-namespace dt::dops::rules {
+namespace dt::ops::internal::rules {
 
 // ---- RmsNorm and LayerNorm ------------------------------------------------------------------
 
@@ -81,4 +81,4 @@ const OpDecl kRotaryDecl{.op = OpId::kRotary, .name = "ApplyRotary",
                          .infer = InferRotary, .candidates = CandRotary, .run = RunRotary,
                          .cuda = "cuda::ApplyRotary"};
 
-}  // namespace dt::dops::rules
+}  // namespace dt::ops::internal::rules

@@ -4,7 +4,7 @@
 
 #include "dtensor/ops/decls/rules.h"
 
-namespace dt::dops::rules {
+namespace dt::ops::internal::rules {
 
 // ---- Binary ---------------------------------------------------------------------------------
 
@@ -187,4 +187,4 @@ const OpDecl kModulateDecl{.op = OpId::kModulate, .name = "Modulate",
                            .infer = InferModulate, .candidates = CandModulate, .run = RunModulate,
                            .cuda = "cuda::Modulate"};
 
-}  // namespace dt::dops::rules
+}  // namespace dt::ops::internal::rules

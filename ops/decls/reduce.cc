@@ -4,7 +4,7 @@
 
 #include "dtensor/ops/decls/rules.h"
 
-namespace dt::dops::rules {
+namespace dt::ops::internal::rules {
 
 // ---- Reduce ---------------------------------------------------------------------------------
 
@@ -165,4 +165,4 @@ const OpDecl kTopKDecl{.op = OpId::kTopK, .name = "TopK", .input_names = {"x"},
                        .attrs = kAttrsIndex<TopKAttrs>, .infer = InferTopK, .candidates = CandTopK,
                        .run = RunTopK, .cuda = "cuda::TopK"};
 
-}  // namespace dt::dops::rules
+}  // namespace dt::ops::internal::rules

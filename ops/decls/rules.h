@@ -22,7 +22,7 @@
 #include "dtensor/ops/op_decl.h"
 #include "dtensor/ops/view_math.h"
 
-namespace dt::dops::rules {
+namespace dt::ops::internal::rules {
 
 // The declarations, one per op (defined in the family files).
 #define DT_OP_DECL_EXTERN_(name) extern const OpDecl k##name##Decl;
@@ -75,4 +75,4 @@ absl::StatusOr<LocalOutputs> Out(absl::StatusOr<Tensor> t);
 // reaches; otherwise why none is needed. tests/ops/op_decl_test.cc checks both.
 inline constexpr const char* kMetadataOnly = "none: a view of the local piece (metadata only)";
 
-}  // namespace dt::dops::rules
+}  // namespace dt::ops::internal::rules

@@ -4,7 +4,7 @@
 
 #include "dtensor/ops/decls/rules.h"
 
-namespace dt::dops::rules {
+namespace dt::ops::internal::rules {
 
 // ---- View -----------------------------------------------------------------------------------
 
@@ -292,4 +292,4 @@ const OpDecl kSplitDecl{.op = OpId::kSplit, .name = "Split", .input_names = {"x"
                         .candidates = CandSplit, .check = CheckSplit, .run = RunSplit,
                         .cuda = kMetadataOnly};
 
-}  // namespace dt::dops::rules
+}  // namespace dt::ops::internal::rules

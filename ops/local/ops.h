@@ -1,5 +1,7 @@
 #pragma once
 // Local (single-device) tensor operations: the kernels every higher layer runs on its shard.
+// These are the Tensor overloads of the public op namespace dt::ops; the DTensor ones are in
+// ops/dtensor_ops.h, the Value ones in ops/value_ops.h, and ops/ops.h includes all three.
 //
 // Contract shared by every function here
 //   - Inputs may be any strided view (transposed, narrowed, expanded); outputs are freshly allocated,
@@ -40,6 +42,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -78,10 +81,11 @@ enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv };
 
 // The float unary ops, each declared once: X(Name, its value at v, in f32). A row is the enumerator
 // UnaryOp::kName, the CPU and CUDA kernels' formula (the argument v is a float; use the f32 C
-// functions: expf, tanhf, erff, sqrtf), and one function Name(x) in each op namespace: on Tensors
-// here, on DTensors (ops/dtensor_ops.h) and on Values (nn/vops.h). All of them run float dtypes only
-// (f32, bf16, f16; computed in f32, rounded once), keep the shape, and on DTensors take a sharded x
-// as it is and reduce a Partial one first. Adding one: CONTRIBUTING.md, "Adding a pointwise op".
+// functions: expf, tanhf, erff, sqrtf), and one overload Name(x) of the public op dt::ops::Name: on
+// Tensors here, on DTensors (ops/dtensor_ops.h) and on Values (ops/value_ops.h). All of them run
+// float dtypes only (f32, bf16, f16; computed in f32, rounded once), keep the shape, and on
+// DTensors take a sharded x as it is and reduce a Partial one first. Adding one: CONTRIBUTING.md,
+// "Adding a pointwise op".
 #define DT_UNARY_OPS(X)                                                                          \
   X(Silu, v / (1.0f + expf(-v)))  /* x * sigmoid(x) */                                          \
   X(Exp, expf(v))                                                                                \
@@ -213,6 +217,11 @@ absl::StatusOr<Tensor> Embedding(const Tensor& table, const Tensor& ids, int64_t
 
 // Concatenation along `dim`; all tensors need the same dtype, device, rank and sizes off `dim`.
 absl::StatusOr<Tensor> Cat(absl::Span<const Tensor> tensors, int64_t dim);
+// A braced list of Tensors, Cat({a, b}, dim), picks this overload rather than the DTensor and
+// Value ones of ops/ops.h (a list converts to each span equally well; to an initializer_list better).
+inline absl::StatusOr<Tensor> Cat(std::initializer_list<Tensor> tensors, int64_t dim) {
+  return Cat(absl::MakeConstSpan(tensors.begin(), tensors.size()), dim);
+}
 // Views of consecutive pieces of x along dim with the given sizes (which must sum to x.size(dim)).
 absl::StatusOr<std::vector<Tensor>> Split(const Tensor& x, absl::Span<const int64_t> sizes,
                                           int64_t dim);
@@ -230,10 +239,13 @@ absl::StatusOr<Tensor> Pad(const Tensor& x, int64_t dim, int64_t before, int64_t
 
 // The k largest (or smallest) elements along dim, sorted (largest first when `largest`), and their
 // i64 indices. Ties keep the lower index first; NaN counts as greater than every number.
-struct TopKResult {
-  Tensor values;
-  Tensor indices;
+// T: Tensor here, DTensor in ops/dtensor_ops.h (indices global along dim).
+template <typename T>
+struct TopKOf {
+  T values;
+  T indices;
 };
+using TopKResult = TopKOf<Tensor>;
 absl::StatusOr<TopKResult> TopK(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
 
 }  // namespace dt::ops

@@ -63,7 +63,7 @@ TEST(Rope, EveryTypeMatchesTransformers) {
       for (int64_t i = 0; i < s; ++i) pos[i] = i;
       absl::StatusOr<Tensor> p = Tensor::FromVector<int64_t>({s}, pos);
       ASSERT_TRUE(p.ok());
-      absl::StatusOr<nn::Values> cs = rotary.Call({nn::Value(*p)});
+      absl::StatusOr<Values> cs = rotary.Call({Value(*p)});
       ASSERT_TRUE(cs.ok()) << cs.status();
       const std::vector<float> cos = (*cs)[0].local().ToVector<float>();
       const std::vector<float> sin = (*cs)[1].local().ToVector<float>();

@@ -246,7 +246,7 @@ TEST(ModulePath, TheInnermostModuleNamesItselfOnce) {
    protected:
     absl::StatusOr<Values> Forward(Values in) override {
       DT_ASSIGN_OR_RETURN(Tensor other, Tensor::Zeros({5}));
-      DT_ASSIGN_OR_RETURN(Value y, vops::Add(in[0], Value(other)));
+      DT_ASSIGN_OR_RETURN(Value y, ops::Add(in[0], Value(other)));
       return Values{y};
     }
   };

@@ -238,13 +238,13 @@ TEST(Forward, HooksWrapTheForwardAndCanBeRemoved) {
     std::vector<std::string> trace;
     const HookId pre = l.RegisterForwardPreHook([&](Module& m, Values& in) -> absl::Status {
       trace.push_back("pre " + m.type_name());
-      DT_ASSIGN_OR_RETURN(in[0], vops::Mul(in[0], 2.0));
+      DT_ASSIGN_OR_RETURN(in[0], ops::Mul(in[0], 2.0));
       return absl::OkStatus();
     });
     const HookId post =
         l.RegisterForwardHook([&](Module&, const Values& in, Values& out) -> absl::Status {
           trace.push_back("post");
-          DT_ASSIGN_OR_RETURN(out[0], vops::Mul(out[0], -1.0));
+          DT_ASSIGN_OR_RETURN(out[0], ops::Mul(out[0], -1.0));
           return absl::OkStatus();
         });
     DT_ASSIGN_OR_RETURN(Value y, l.CallOne({Value(x)}));
@@ -279,7 +279,7 @@ TEST(Forward, LocalAndDTensorValues) {
     EXPECT_TRUE(dist.is_dtensor());
     EXPECT_TRUE(Equal(local.local(), dist.local()));
 
-    auto mixed = vops::Add(Value(x), Value(xd));
+    auto mixed = ops::Add(Value(x), Value(xd));
     EXPECT_EQ(mixed.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_TRUE(Contains(std::string(mixed.status().message()), "Add: a is local f32[2, 4]"));
     return absl::OkStatus();

@@ -21,7 +21,7 @@
 #include "dtensor/nn/mlp.h"
 #include "dtensor/nn/norm.h"
 #include "dtensor/nn/plan.h"
-#include "dtensor/nn/vops.h"
+#include "dtensor/ops/value_ops.h"
 #include "dtensor/tests/nn/plan_util.h"
 #include "dtensor/tests/test_util.h"
 #include "gtest/gtest.h"
@@ -54,17 +54,17 @@ class MyAttention : public Module {
     const int64_t b = in[0].shape()[0], s = in[0].shape()[1];
     auto heads = [&](const char* name) -> absl::StatusOr<Value> {
       DT_ASSIGN_OR_RETURN(Value y, FindChild(name)->CallOne({in[0]}));
-      DT_ASSIGN_OR_RETURN(y, vops::Reshape(y, {b, s, -1, 4}));
-      return vops::Transpose(y, 1, 2);
+      DT_ASSIGN_OR_RETURN(y, ops::Reshape(y, {b, s, -1, 4}));
+      return ops::Transpose(y, 1, 2);
     };
     DT_ASSIGN_OR_RETURN(Value q, heads("q_proj"));
     DT_ASSIGN_OR_RETURN(Value k, heads("k_proj"));
     DT_ASSIGN_OR_RETURN(Value v, heads("v_proj"));
     ops::AttentionOptions o;
     o.causal = true;
-    DT_ASSIGN_OR_RETURN(Value a, vops::ScaledDotProductAttention(q, k, v, o));
-    DT_ASSIGN_OR_RETURN(a, vops::Transpose(a, 1, 2));
-    DT_ASSIGN_OR_RETURN(a, vops::Reshape(a, {b, s, -1}));
+    DT_ASSIGN_OR_RETURN(Value a, ops::ScaledDotProductAttention(q, k, v, o));
+    DT_ASSIGN_OR_RETURN(a, ops::Transpose(a, 1, 2));
+    DT_ASSIGN_OR_RETURN(a, ops::Reshape(a, {b, s, -1}));
     DT_ASSIGN_OR_RETURN(Value y, FindChild("o_proj")->CallOne({a}));
     return Values{std::move(y)};
   }
@@ -98,7 +98,7 @@ class MyLM : public Module {
   absl::StatusOr<Values> Forward(Values in) override {
     DT_ASSIGN_OR_RETURN(Value h, FindChild("embed")->CallOne({in[0]}));
     DT_ASSIGN_OR_RETURN(Value a, FindChild("attn")->CallOne({h}));
-    DT_ASSIGN_OR_RETURN(h, vops::Add(h, a));
+    DT_ASSIGN_OR_RETURN(h, ops::Add(h, a));
     if (norm_up_) {  // a custom forward normalizing over a colwise layer's sharded output
       DT_ASSIGN_OR_RETURN(Value u, FindChild("up")->CallOne({h}));
       DT_ASSIGN_OR_RETURN(u, FindChild("up_norm")->CallOne({u}));

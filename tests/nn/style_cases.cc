@@ -124,7 +124,7 @@ class PartialMLP : public Module {
  protected:
   absl::StatusOr<Values> Forward(Values inputs) override {
     DT_ASSIGN_OR_RETURN(Value h, FindChild("up")->CallOne(std::move(inputs)));
-    DT_ASSIGN_OR_RETURN(h, vops::Silu(h));
+    DT_ASSIGN_OR_RETURN(h, ops::Silu(h));
     return FindChild("down")->Call({h});
   }
 };
@@ -145,10 +145,10 @@ class FusedBlock : public Module {
     DT_ASSIGN_OR_RETURN(Value h, FindChild("in_proj")->CallOne(std::move(inputs)));
     const int64_t w = h.shape().back();
     const int64_t a = w * kD / (kD + 2 * kM), m = w * kM / (kD + 2 * kM);
-    DT_ASSIGN_OR_RETURN(std::vector<Value> parts, vops::Split(h, {a, m, m}, -1));
-    DT_ASSIGN_OR_RETURN(Value act, vops::Silu(parts[1]));
-    DT_ASSIGN_OR_RETURN(Value mlp, vops::Mul(act, parts[2]));
-    DT_ASSIGN_OR_RETURN(Value cat, vops::Cat({parts[0], mlp}, -1));
+    DT_ASSIGN_OR_RETURN(std::vector<Value> parts, ops::Split(h, {a, m, m}, -1));
+    DT_ASSIGN_OR_RETURN(Value act, ops::Silu(parts[1]));
+    DT_ASSIGN_OR_RETURN(Value mlp, ops::Mul(act, parts[2]));
+    DT_ASSIGN_OR_RETURN(Value cat, ops::Cat({parts[0], mlp}, -1));
     return FindChild("out_proj")->Call({cat});
   }
 };
@@ -394,7 +394,7 @@ absl::Status AttentionKVCache(World& w, bool dtensor_flow, bool kv_replicated = 
   ParallelPlan plan = {
       {"q_proj", "colwise"}, {"k_proj", "colwise"}, {"v_proj", "colwise"}, {"o_proj", "rowwise"}};
   if (kv_replicated) plan = {{"q_proj", "colwise"}, {"o_proj", "rowwise"}};
-  if (dtensor_flow) {  // DTensors between the projections: sharded heads through dops
+  if (dtensor_flow) {  // DTensors between the projections: sharded heads through the DTensor ops
     auto col =
         std::make_shared<ColwiseParallel>(Placement::Replicate(), Placement::Shard(-1), false);
     auto row =

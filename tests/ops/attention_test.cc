@@ -5,9 +5,9 @@
 
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
-#include "dtensor/tests/ops/dops_test_util.h"
+#include "dtensor/tests/ops/ops_test_util.h"
 
-namespace dt::dops::testing {
+namespace dt::ops::internal::testing {
 namespace {
 
 struct AttnCase {
@@ -158,4 +158,4 @@ RC_GTEST_PROP(DopsEmbedding, ParallelLayoutsNeedNoRedistribution, ()) {
 }
 
 }  // namespace
-}  // namespace dt::dops::testing
+}  // namespace dt::ops::internal::testing

@@ -9,9 +9,9 @@
 
 #include "gtest/gtest.h"
 #include "dtensor/ops/dtensor_ops.h"
-#include "dtensor/tests/ops/dops_test_util.h"
+#include "dtensor/tests/ops/ops_test_util.h"
 
-namespace dt::dops::testing {
+namespace dt::ops::internal::testing {
 namespace {
 
 constexpr Device kGpu = Device::CUDA(0);
@@ -99,7 +99,7 @@ TEST(DopsCuda, OpsMatchTheHostOnEveryRank) {
                DT_ASSIGN_OR_RETURN(DTensor max, Max(in[0], 1, true));
                DT_ASSIGN_OR_RETURN(DTensor am, Argmax(in[0], 0));
                DT_ASSIGN_OR_RETURN(DTensor sm, Softmax(in[0], 0));
-               DT_ASSIGN_OR_RETURN(TopKResult tk, TopK(in[0], 2, 0));
+               DT_ASSIGN_OR_RETURN(TopKOf<DTensor> tk, TopK(in[0], 2, 0));
                return std::vector<DTensor>{mean, max, am, sm, tk.values, tk.indices};
              },
              false);
@@ -145,4 +145,4 @@ TEST(DopsCuda, OpsMatchTheHostOnEveryRank) {
 }
 
 }  // namespace
-}  // namespace dt::dops::testing
+}  // namespace dt::ops::internal::testing

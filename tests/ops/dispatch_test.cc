@@ -5,10 +5,10 @@
 
 #include "gtest/gtest.h"
 #include "dtensor/ops/dispatch.h"
-#include "dtensor/tests/ops/dops_test_util.h"
+#include "dtensor/tests/ops/ops_test_util.h"
 #include "dtensor/mesh/comm_counter.h"
 
-namespace dt::dops::testing {
+namespace dt::ops::internal::testing {
 namespace {
 
 // PyTorch #147180: sharding propagation of `scalar * dtensor` on a Partial input was cached without
@@ -186,4 +186,4 @@ TEST(DopsDispatch, RanksOutsideTheMesh) {
 }
 
 }  // namespace
-}  // namespace dt::dops::testing
+}  // namespace dt::ops::internal::testing

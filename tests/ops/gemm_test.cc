@@ -6,9 +6,9 @@
 
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
-#include "dtensor/tests/ops/dops_test_util.h"
+#include "dtensor/tests/ops/ops_test_util.h"
 
-namespace dt::dops::testing {
+namespace dt::ops::internal::testing {
 namespace {
 
 struct MatmulCase {
@@ -230,4 +230,4 @@ TEST(DopsGemm, PackedColwiseSplitCatRowwise) {
 }
 
 }  // namespace
-}  // namespace dt::dops::testing
+}  // namespace dt::ops::internal::testing

@@ -4,9 +4,9 @@
 
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
-#include "dtensor/tests/ops/dops_test_util.h"
+#include "dtensor/tests/ops/ops_test_util.h"
 
-namespace dt::dops::testing {
+namespace dt::ops::internal::testing {
 namespace {
 
 RC_GTEST_PROP(DopsNorm, NormsMatchLocal, ()) {
@@ -68,4 +68,4 @@ RC_GTEST_PROP(DopsNorm, RotaryMatchesLocal, ()) {
 }
 
 }  // namespace
-}  // namespace dt::dops::testing
+}  // namespace dt::ops::internal::testing

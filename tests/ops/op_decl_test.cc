@@ -15,7 +15,7 @@
 #include "dtensor/ops/local/kernels.h"
 #include "dtensor/ops/op_decl.h"
 
-namespace dt::dops {
+namespace dt::ops::internal {
 namespace {
 
 // The property test (suite.name, registered in dt_ops_test) that checks each op against the
@@ -133,4 +133,4 @@ TEST(OpDecl, AttrsCompareBitwiseHashAndPrint) {
 }
 
 }  // namespace
-}  // namespace dt::dops
+}  // namespace dt::ops::internal

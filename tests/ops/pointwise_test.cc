@@ -4,9 +4,9 @@
 
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
-#include "dtensor/tests/ops/dops_test_util.h"
+#include "dtensor/tests/ops/ops_test_util.h"
 
-namespace dt::dops::testing {
+namespace dt::ops::internal::testing {
 namespace {
 
 // A shape that broadcasts to `out`: some dims 1, maybe fewer leading dims.
@@ -172,4 +172,4 @@ TEST(DopsPointwise, PartialPlusReplicatedAddsOnce) {
 }
 
 }  // namespace
-}  // namespace dt::dops::testing
+}  // namespace dt::ops::internal::testing

@@ -4,9 +4,9 @@
 
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
-#include "dtensor/tests/ops/dops_test_util.h"
+#include "dtensor/tests/ops/ops_test_util.h"
 
-namespace dt::dops::testing {
+namespace dt::ops::internal::testing {
 namespace {
 
 RC_GTEST_PROP(DopsReduce, ReduceMatchesLocal, ()) {
@@ -71,7 +71,7 @@ RC_GTEST_PROP(DopsReduce, TopKMatchesLocal, ()) {
   const ops::TopKResult want = ops::TopK(args[0].full, k, dim, largest).value();
   CheckOp(mesh, args,
           [k, dim, largest](const std::vector<DTensor>& in) -> absl::StatusOr<std::vector<DTensor>> {
-            DT_ASSIGN_OR_RETURN(TopKResult r, TopK(in[0], k, dim, largest));
+            DT_ASSIGN_OR_RETURN(TopKOf<DTensor> r, TopK(in[0], k, dim, largest));
             return std::vector<DTensor>{r.values, r.indices};
           },
           {want.values, want.indices}, /*exact=*/true, no_moves);
@@ -96,4 +96,4 @@ TEST(DopsReduce, ArgmaxAndMaxOverShardedVocab) {
 }
 
 }  // namespace
-}  // namespace dt::dops::testing
+}  // namespace dt::ops::internal::testing

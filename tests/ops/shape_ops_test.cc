@@ -8,9 +8,9 @@
 #include "gtest/gtest.h"
 #include "dtensor/ops/view_math.h"
 #include "rapidcheck/gtest.h"
-#include "dtensor/tests/ops/dops_test_util.h"
+#include "dtensor/tests/ops/ops_test_util.h"
 
-namespace dt::dops::testing {
+namespace dt::ops::internal::testing {
 namespace {
 
 // A random shape with the same number of elements: the dims' factors in order, regrouped.
@@ -317,4 +317,4 @@ TEST(DopsShape, Flux2FusedSplitIsLocal) {
 }
 
 }  // namespace
-}  // namespace dt::dops::testing
+}  // namespace dt::ops::internal::testing

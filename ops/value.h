@@ -17,7 +17,7 @@
 // is a piece of and the layer that made it (Piece, piece_of, source). A piece is what that
 // DTensor is, with one difference: it mixes with plain local values, which count as replicated.
 // So its shape() is the global one, and
-//   - vops on pieces run the op's sharding rules (nn/vops.h): an op that needs the whole dim
+//   - ops on pieces run the op's sharding rules (ops/value_ops.h): an op that needs the whole dim
 //     (a norm, softmax or reduction over the sharded dim, a matmul contracting it, attention
 //     whose query heads are split and key heads not) gets it gathered, sliced or reduced as a
 //     DTensor op would, never a silently partial answer; split sizes and reshapes are global,
@@ -27,7 +27,7 @@
 //     the same, so an argmax over the vocab never sees a slice of it;
 //   - a rowwise layer takes a piece with its exact global layout.
 // Modules written for local pieces (nn::Attention, SwiGLUMLP, MLP, Flux2's blocks), whose plans
-// their ValidateTensorParallel checks, take the plain pieces (vops::Pieces) and compute as before.
+// their ValidateTensorParallel checks, take the plain pieces (PlainLocal) and compute as before.
 
 #include <string>
 #include <vector>
@@ -37,7 +37,7 @@
 #include "dtensor/core/tensor.h"
 #include "dtensor/dtensor/dtensor.h"
 
-namespace dt::nn {
+namespace dt {
 
 class Value {
  public:
@@ -88,4 +88,4 @@ absl::StatusOr<Tensor> WholeTensor(const Value& v);
 // pieces remember their layout]).
 Value PlainLocal(const Value& v);
 
-}  // namespace dt::nn
+}  // namespace dt

@@ -25,7 +25,7 @@
 #include "dtensor/ops/dtensor_ops.h"
 #include "dtensor/mesh/comm_counter.h"
 
-namespace dt::dops::testing {
+namespace dt::ops::internal::testing {
 
 // These properties are cheap (about a millisecond a case), so they run 300 cases unless RC_PARAMS
 // says otherwise (rapidcheck reads it when the first property starts, after static init).
@@ -318,4 +318,4 @@ inline void CheckOp(const std::vector<int64_t>& mesh, const std::vector<Arg>& ar
   }
 }
 
-}  // namespace dt::dops::testing
+}  // namespace dt::ops::internal::testing

@@ -1,4 +1,4 @@
-#include "dtensor/nn/vops.h"
+#include "dtensor/ops/value_ops.h"
 
 #include <utility>
 
@@ -10,10 +10,11 @@
 #include "dtensor/ops/op_calls.h"
 
 // Every op here is the call its builder (ops/op_calls.h) makes from the operands' specs, run by
-// Run: through dops::Apply on DTensors, through dops::ApplyLocal (the declaration's own local
-// kernel) on local tensors. Nothing here calls a kernel by hand, so the two modes cannot drift.
+// Run: through internal::Apply on DTensors, through internal::ApplyLocal (the declaration's own
+// local kernel) on local tensors. Nothing here calls a kernel by hand, so the two modes cannot
+// drift.
 
-namespace dt::nn::vops {
+namespace dt::ops {
 namespace {
 
 struct Operand {
@@ -51,9 +52,10 @@ DTensorSpec LocalSpec(const Tensor& t) {
   return DTensorSpec::FromValidated(*kLocal, {Placement::Replicate()}, t.shape(), t.dtype());
 }
 
-using Builder = absl::FunctionRef<absl::StatusOr<dops::OpCall>(absl::Span<const DTensorSpec* const>)>;
+using Builder =
+    absl::FunctionRef<absl::StatusOr<internal::OpCall>(absl::Span<const DTensorSpec* const>)>;
 
-// Note [Local pieces remember their layout] (nn/value.h): local operands of which some are pieces
+// Note [Local pieces remember their layout] (ops/value.h): local operands of which some are pieces
 // run as the DTensor op does — pieces as their global tensors, the other local operands as
 // replicated on the pieces' mesh, redistributed where the op's strategy needs it — and the
 // outputs come back as pieces (plain local values when replicated).
@@ -88,8 +90,8 @@ absl::StatusOr<std::vector<Value>> RunOnPieces(const char* op, absl::Span<const 
     inputs[j] = &held[j];
     specs[j] = &held[j].spec();
   }
-  DT_ASSIGN_OR_RETURN(const dops::OpCall call, build(specs));
-  DT_ASSIGN_OR_RETURN(dops::Outputs outs, dops::Apply(call, inputs));
+  DT_ASSIGN_OR_RETURN(const internal::OpCall call, build(specs));
+  DT_ASSIGN_OR_RETURN(internal::Outputs outs, internal::Apply(call, inputs));
   std::vector<Value> out;
   for (DTensor& d : outs) out.push_back(Value::Piece(std::move(d), first->source()));
   return out;
@@ -114,8 +116,8 @@ absl::StatusOr<std::vector<Value>> Run(const char* op, absl::Span<const Operand>
       if (v.defined()) specs[j] = &v.dtensor().spec();
       if (v.defined() || !operands[j].optional) inputs[j] = v.defined() ? &v.dtensor() : kUndefined;
     }
-    DT_ASSIGN_OR_RETURN(const dops::OpCall call, build(specs));
-    DT_ASSIGN_OR_RETURN(dops::Outputs outs, dops::Apply(call, inputs));
+    DT_ASSIGN_OR_RETURN(const internal::OpCall call, build(specs));
+    DT_ASSIGN_OR_RETURN(internal::Outputs outs, internal::Apply(call, inputs));
     for (DTensor& d : outs) out.emplace_back(std::move(d));
     return out;
   }
@@ -131,8 +133,8 @@ absl::StatusOr<std::vector<Value>> Run(const char* op, absl::Span<const Operand>
     }
     if (v.defined() || !operands[j].optional) inputs[j] = v.defined() ? &v.local() : kUndefined;
   }
-  DT_ASSIGN_OR_RETURN(const dops::OpCall call, build(specs));
-  DT_ASSIGN_OR_RETURN(dops::LocalOutputs outs, dops::ApplyLocal(call, inputs));
+  DT_ASSIGN_OR_RETURN(const internal::OpCall call, build(specs));
+  DT_ASSIGN_OR_RETURN(internal::LocalOutputs outs, internal::ApplyLocal(call, inputs));
   for (Tensor& t : outs) out.emplace_back(std::move(t));
   return out;
 }
@@ -166,99 +168,100 @@ absl::StatusOr<Value> AsKindOf(const Value& side, const Value& like) {
 
 absl::StatusOr<Value> Linear(const Value& x, const Value& w, const Value& bias) {
   return Run1("Linear", {{"x", &x}, {"w", &w}, {"bias", &bias, true}},
-              [](S s) { return dops::calls::Linear(s[0], s[1], s[2]); });
+              [](S s) { return internal::calls::Linear(s[0], s[1], s[2]); });
 }
 
 absl::StatusOr<Value> Matmul(const Value& a, const Value& b, bool trans_a, bool trans_b) {
   return Run1("Matmul", {{"a", &a}, {"b", &b}},
-              [&](S s) { return dops::calls::Matmul(s[0], s[1], trans_a, trans_b); });
+              [&](S s) { return internal::calls::Matmul(s[0], s[1], trans_a, trans_b); });
 }
 
 absl::StatusOr<Value> Embedding(const Value& table, const Value& ids) {
   return Run1("Embedding", {{"table", &table}, {"ids", &ids}},
-              [](S s) { return dops::calls::Embedding(s[0], s[1]); });
+              [](S s) { return internal::calls::Embedding(s[0], s[1]); });
 }
 
 absl::StatusOr<Value> RmsNorm(const Value& x, const Value& weight, double eps) {
   return Run1("RmsNorm", {{"x", &x}, {"weight", &weight, true}},
-              [&](S s) { return dops::calls::RmsNorm(s[0], s[1], eps); });
+              [&](S s) { return internal::calls::RmsNorm(s[0], s[1], eps); });
 }
 
 absl::StatusOr<Value> LayerNorm(const Value& x, const Value& weight, const Value& bias,
                                 double eps) {
   return Run1("LayerNorm", {{"x", &x}, {"weight", &weight, true}, {"bias", &bias, true}},
-              [&](S s) { return dops::calls::LayerNorm(s[0], s[1], s[2], eps); });
+              [&](S s) { return internal::calls::LayerNorm(s[0], s[1], s[2], eps); });
 }
 
 absl::StatusOr<Value> Add(const Value& a, const Value& b) {
   return Run1("Add", {{"a", &a}, {"b", &b}},
-              [](S s) { return dops::calls::Binary(ops::BinaryOp::kAdd, s[0], s[1]); });
+              [](S s) { return internal::calls::Binary(ops::BinaryOp::kAdd, s[0], s[1]); });
 }
 
 absl::StatusOr<Value> Sub(const Value& a, const Value& b) {
   return Run1("Sub", {{"a", &a}, {"b", &b}},
-              [](S s) { return dops::calls::Binary(ops::BinaryOp::kSub, s[0], s[1]); });
+              [](S s) { return internal::calls::Binary(ops::BinaryOp::kSub, s[0], s[1]); });
 }
 
 absl::StatusOr<Value> Mul(const Value& a, const Value& b) {
   return Run1("Mul", {{"a", &a}, {"b", &b}},
-              [](S s) { return dops::calls::Binary(ops::BinaryOp::kMul, s[0], s[1]); });
+              [](S s) { return internal::calls::Binary(ops::BinaryOp::kMul, s[0], s[1]); });
 }
 
 absl::StatusOr<Value> Mul(const Value& x, double v) {
   return Run1("Mul", {{"x", &x}},
-              [&](S s) { return dops::calls::BinaryScalar(ops::BinaryOp::kMul, s[0], v); });
+              [&](S s) { return internal::calls::BinaryScalar(ops::BinaryOp::kMul, s[0], v); });
 }
 
 absl::StatusOr<Value> Div(const Value& x, double v) {
   return Run1("Div", {{"x", &x}},
-              [&](S s) { return dops::calls::BinaryScalar(ops::BinaryOp::kDiv, s[0], v); });
+              [&](S s) { return internal::calls::BinaryScalar(ops::BinaryOp::kDiv, s[0], v); });
 }
 
 absl::StatusOr<Value> Gelu(const Value& x, ops::GeluApproximation approx) {
-  return Run1("Gelu", {{"x", &x}}, [&](S s) { return dops::calls::Gelu(s[0], approx); });
+  return Run1("Gelu", {{"x", &x}}, [&](S s) { return internal::calls::Gelu(s[0], approx); });
 }
 
 #define DT_UNARY_FUNCTION_(name, formula)                                                 \
   absl::StatusOr<Value> name(const Value& x) {                                            \
     return Run1(#name, {{"x", &x}},                                                       \
-                [](S s) { return dops::calls::Unary(ops::UnaryOp::k##name, s[0]); }); \
+                [](S s) { return internal::calls::Unary(ops::UnaryOp::k##name, s[0]); }); \
   }
 DT_UNARY_OPS(DT_UNARY_FUNCTION_)
 #undef DT_UNARY_FUNCTION_
 
 absl::StatusOr<Value> Cast(const Value& x, DType dtype) {
-  return Run1("Cast", {{"x", &x}}, [&](S s) { return dops::calls::Cast(s[0], dtype); });
+  return Run1("Cast", {{"x", &x}}, [&](S s) { return internal::calls::Cast(s[0], dtype); });
 }
 
 absl::StatusOr<Value> Modulate(const Value& x, const Value& scale, const Value& shift) {
   return Run1("Modulate", {{"x", &x}, {"scale", &scale}, {"shift", &shift}},
-              [](S s) { return dops::calls::Modulate(s[0], s[1], s[2]); });
+              [](S s) { return internal::calls::Modulate(s[0], s[1], s[2]); });
 }
 
 absl::StatusOr<Value> ApplyRotary(const Value& x, const Value& cos, const Value& sin,
                                   ops::RotaryStyle style) {
   return Run1("ApplyRotary", {{"x", &x}, {"cos", &cos}, {"sin", &sin}},
-              [&](S s) { return dops::calls::Rotary(s[0], s[1], s[2], style); });
+              [&](S s) { return internal::calls::Rotary(s[0], s[1], s[2], style); });
 }
 
 absl::StatusOr<Value> ScaledDotProductAttention(const Value& q, const Value& k, const Value& v,
                                                 const ops::AttentionOptions& options) {
   return Run1("ScaledDotProductAttention", {{"q", &q}, {"k", &k}, {"v", &v}},
-              [&](S s) { return dops::calls::Attention(s[0], s[1], s[2], options); });
+              [&](S s) { return internal::calls::Attention(s[0], s[1], s[2], options); });
 }
 
 absl::StatusOr<Value> Reshape(const Value& x, IntSpan shape) {
-  return Run1("Reshape", {{"x", &x}}, [&](S s) { return dops::calls::View("Reshape", s[0], shape); });
+  return Run1("Reshape", {{"x", &x}},
+              [&](S s) { return internal::calls::View("Reshape", s[0], shape); });
 }
 
 absl::StatusOr<Value> Transpose(const Value& x, int64_t dim0, int64_t dim1) {
   return Run1("Transpose", {{"x", &x}},
-              [&](S s) { return dops::calls::Transpose(s[0], dim0, dim1); });
+              [&](S s) { return internal::calls::Transpose(s[0], dim0, dim1); });
 }
 
 absl::StatusOr<Value> Unsqueeze(const Value& x, int64_t dim) {
-  return Run1("Unsqueeze", {{"x", &x}}, [&](S s) { return dops::calls::Unsqueeze(s[0], dim); });
+  return Run1("Unsqueeze", {{"x", &x}}, [&](S s) { return internal::calls::Unsqueeze(s[0], dim); });
 }
 
 absl::StatusOr<Value> Cat(absl::Span<const Value> xs, int64_t dim) {
@@ -271,19 +274,19 @@ absl::StatusOr<Value> Cat(absl::Span<const Value> xs, int64_t dim) {
     operands.push_back({names.back().c_str(), &xs[j]});
   }
   DT_ASSIGN_OR_RETURN(std::vector<Value> out,
-                      Run("Cat", operands, [&](S s) { return dops::calls::Cat(s, dim); }));
+                      Run("Cat", operands, [&](S s) { return internal::calls::Cat(s, dim); }));
   return std::move(out[0]);
 }
 
 absl::StatusOr<std::vector<Value>> Split(const Value& x, absl::Span<const int64_t> sizes,
                                          int64_t dim) {
   const Operand xo[] = {{"x", &x}};
-  return Run("Split", xo, [&](S s) { return dops::calls::Split(s[0], sizes, dim); });
+  return Run("Split", xo, [&](S s) { return internal::calls::Split(s[0], sizes, dim); });
 }
 
 absl::StatusOr<std::vector<Value>> Chunk(const Value& x, int64_t chunks, int64_t dim) {
   const Operand xo[] = {{"x", &x}};
-  return Run("Chunk", xo, [&](S s) { return dops::calls::Chunk(s[0], chunks, dim); });
+  return Run("Chunk", xo, [&](S s) { return internal::calls::Chunk(s[0], chunks, dim); });
 }
 
-}  // namespace dt::nn::vops
+}  // namespace dt::ops

@@ -1,17 +1,19 @@
 #pragma once
-// Ops on Values: the layers' forward code is written once against these and runs either on
-// DTensors (sharding propagation, redistribution when needed) or on local tensors (this rank's
-// pieces, no communication). Both modes run the op's one declaration (ops/op_decl.h) through the
-// same call builder (ops/op_calls.h):
+// dt::ops on Values (ops/value.h), the third overload of each public op beside the Tensor one
+// (ops/local/ops.h) and the DTensor one (ops/dtensor_ops.h); ops/ops.h includes all three. The
+// layers' forward code is written once against these and runs either on DTensors (sharding
+// propagation, redistribution when needed) or on local tensors (this rank's pieces, no
+// communication). Both modes run the op's one declaration (ops/op_decl.h) through the same call
+// builder (ops/op_calls.h):
 //
-//   operands                       runs                                        result
-//   all DTensors                   dops::Apply (strategy, then the local run)  DTensor
-//   all local tensors              dops::ApplyLocal (the declaration's run)    local tensor
+//   operands                       runs                                          result
+//   all DTensors                   internal::Apply (strategy, then the local run) DTensor
+//   all local tensors              internal::ApplyLocal (the declaration's run)   local tensor
 //   a DTensor and a local tensor   -                     InvalidArgument (as PyTorch refuses to mix
 //                                                        torch.Tensor and DTensor)
 //
 // Local operands of which some are pieces (a colwise output handed on as a local tensor, Note
-// [Local pieces remember their layout] in nn/value.h) run as the DTensor op: an op that needs the
+// [Local pieces remember their layout] in ops/value.h) run as the DTensor op: an op that needs the
 // whole sharded dim gets it gathered or reduced, and the outputs are pieces again.
 //
 // Undefined optional operands (Value()) are ignored. Messages name the op and both operands:
@@ -25,10 +27,10 @@
 #include "absl/types/span.h"
 #include "dtensor/core/dtype.h"
 #include "dtensor/core/shape.h"
-#include "dtensor/nn/value.h"
+#include "dtensor/ops/value.h"
 #include "dtensor/ops/local/ops.h"
 
-namespace dt::nn::vops {
+namespace dt::ops {
 
 // A replicated side input (rotary tables, masks) in the kind of `like`: its local tensor when
 // `like` is local, a replicated DTensor on like's mesh when `like` is a DTensor. A DTensor `side`
@@ -69,4 +71,4 @@ absl::StatusOr<std::vector<Value>> Split(const Value& x, absl::Span<const int64_
                                          int64_t dim);
 absl::StatusOr<std::vector<Value>> Chunk(const Value& x, int64_t chunks, int64_t dim);
 
-}  // namespace dt::nn::vops
+}  // namespace dt::ops

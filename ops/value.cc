@@ -1,9 +1,9 @@
-#include "dtensor/nn/value.h"
+#include "dtensor/ops/value.h"
 
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
 
-namespace dt::nn {
+namespace dt {
 
 const DTensor& Value::dtensor() const {
   DT_CHECK(is_dtensor(), "Value::dtensor() on ", Describe());
@@ -43,4 +43,4 @@ std::string Value::Describe() const {
   return "undefined";
 }
 
-}  // namespace dt::nn
+}  // namespace dt
