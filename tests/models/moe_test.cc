@@ -360,39 +360,38 @@ TEST(MoePlan, ExpertsAreBlockShardsAndTheRouterIsReplicated) {
              {}, [](CausalLM& m) { EXPECT_EQ(m.type_name(), "Qwen3MoeForCausalLM"); });
 }
 
-// On (ep, tp) the experts are [S(0), block shards] on the 2-D mesh; the rest stays on tp.
-TEST(MoePlan, ExpertParallelPlacements) {
+// qwen3_moe at ep 2 on `ranks` ranks: the expert rules `gate_up` and `down` (after "<param> ->"),
+// the attention split by heads, and the style the experts module ends up with.
+void ExpectEpPlan(int ranks, const std::string& gate_up, const std::string& down,
+                  const std::vector<std::string>& absent, const std::string& experts_style) {
   DistributedConfig dist;
   dist.ep_size = 2;
-  ExpectPlan("qwen3_moe", 4, dist,
-             {"model.layers.*.mlp.experts.gate_up_proj -> packed_colwise + grouped_gemm: "
-              "model.layers.*.mlp.experts.gate_up_proj [S(0), _S(1,[32,32])] (2)",
-              "model.layers.*.mlp.experts.down_proj -> rowwise + grouped_gemm: "
-              "model.layers.*.mlp.experts.down_proj [S(0), S(2)] (2)",
+  ExpectPlan("qwen3_moe", ranks, dist,
+             {"model.layers.*.mlp.experts.gate_up_proj -> " + gate_up,
+              "model.layers.*.mlp.experts.down_proj -> " + down,
               "model.layers.*.self_attn.q_proj -> colwise: model.layers.*.self_attn.q_proj.weight "
               "[S(0)] (2)"},
-             {}, [](CausalLM& m) {
+             absent, [&](CausalLM& m) {
                EXPECT_EQ(m.GetSubmodule("model.layers.0.mlp.experts").value()->tp_style(),
-                         "moe_tp_experts + ep_dispatch_experts");
+                         experts_style);
              });
+}
+
+// On (ep, tp) the experts are [S(0), block shards] on the 2-D mesh; the rest stays on tp.
+TEST(MoePlan, ExpertParallelPlacements) {
+  ExpectEpPlan(4,
+               "packed_colwise + grouped_gemm: "
+               "model.layers.*.mlp.experts.gate_up_proj [S(0), _S(1,[32,32])] (2)",
+               "rowwise + grouped_gemm: model.layers.*.mlp.experts.down_proj [S(0), S(2)] (2)", {},
+               "moe_tp_experts + ep_dispatch_experts");
 }
 
 // ep and tp on the same ranks: the experts whole, [S(0)] by grouped_gemm alone (its rules replace
 // the tensor-parallel ones), the attention split by heads.
 TEST(MoePlan, ExpertParallelOnTheTensorParallelRanks) {
-  DistributedConfig dist;
-  dist.ep_size = 2;
-  ExpectPlan("qwen3_moe", 2, dist,
-             {"model.layers.*.mlp.experts.gate_up_proj -> grouped_gemm: "
-              "model.layers.*.mlp.experts.gate_up_proj [S(0)] (2)",
-              "model.layers.*.mlp.experts.down_proj -> grouped_gemm: "
-              "model.layers.*.mlp.experts.down_proj [S(0)] (2)",
-              "model.layers.*.self_attn.q_proj -> colwise: model.layers.*.self_attn.q_proj.weight "
-              "[S(0)] (2)"},
-             {"packed_colwise"}, [](CausalLM& m) {
-               EXPECT_EQ(m.GetSubmodule("model.layers.0.mlp.experts").value()->tp_style(),
-                         "ep_dispatch_experts");
-             });
+  ExpectEpPlan(2, "grouped_gemm: model.layers.*.mlp.experts.gate_up_proj [S(0)] (2)",
+               "grouped_gemm: model.layers.*.mlp.experts.down_proj [S(0)] (2)", {"packed_colwise"},
+               "ep_dispatch_experts");
 }
 
 // DeepSeek's latent attention: heads split by q_b_proj and kv_b_proj, kv_a_proj_with_mqa whole.
