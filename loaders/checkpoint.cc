@@ -359,8 +359,8 @@ absl::Status QuantizedShardsFit(absl::string_view name, const DTensorSpec& spec)
   const DeviceMesh& mesh = spec.mesh();
   Shape coord(static_cast<size_t>(mesh.ndim()), 0);
   for (int64_t r = 0; r < mesh.Size(); ++r) {
-    const DimRanges ranges = spec.Ranges(coord);  // named: a range-for over a part of a temporary dangles
-    for (const IndexRange& c : ranges[last]) {
+    for (const IndexRange& c :
+         ShardRangesAlong(spec.shape(), mesh.shape(), spec.placements(), coord, last)) {
       if (c.start % DTypeBlock(q) != 0 || c.stop % DTypeBlock(q) != 0) {
         std::string sizes;
         for (int i = 0; i < mesh.ndim(); ++i) {
