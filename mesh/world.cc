@@ -63,7 +63,10 @@ namespace {
 // decoded at 0.7x one rank, the ranks preempting each other in the middle of every GEMV while the
 // others wait for them at the next all_reduce. Each rank gets C / N threads (at least one) unless
 // DT_NUM_THREADS or WorldOptions::num_threads says otherwise; torchrun does the same for OpenMP
-// (OMP_NUM_THREADS=1 per rank). The cap is process-wide and lasts as long as the process.
+// (OMP_NUM_THREADS=1 per rank). The cap is process-wide and lasts as long as the process. An
+// explicit count applies to every world, the threads backend's too: a one-rank run with
+// DT_NUM_THREADS=1 once computed on every core, so a "1 thread" comparison against llama.cpp
+// compared our two threads with its one.
 absl::Status ApplyThreadBudget(const internal::LaunchInfo& info, int requested) {
   int threads = requested;
   if (threads == 0) {
@@ -105,7 +108,7 @@ absl::StatusOr<std::shared_ptr<World>> World::FromEnv(WorldOptions options) {
     }
     return w;
   }
-  if (b != "threads") DT_RETURN_IF_ERROR(ApplyThreadBudget(info, options.num_threads));
+  DT_RETURN_IF_ERROR(ApplyThreadBudget(info, options.num_threads));
   absl::StatusOr<std::shared_ptr<World>> made = Make(info, options);
   if (made.ok() && b != "threads") current = *made;
   return made;
@@ -136,6 +139,7 @@ absl::Status World::RunThreads(int n, const std::function<absl::Status(World&)>&
   internal::LaunchInfo single;
   options.backend = "threads";
   DT_ASSIGN_OR_RETURN(options, Resolve(std::move(options), single));
+  DT_RETURN_IF_ERROR(ApplyThreadBudget(single, options.num_threads));
   return internal::RunThreadsJob(n, fn, options);
 }
 

@@ -47,7 +47,8 @@ struct WorldOptions {
   std::optional<bool> verify;
   // Compute threads (oneTBB) of this process. 0: $DT_NUM_THREADS, else the cores this process may
   // use divided by the ranks the launcher started on this node (at least 1), as torchrun caps
-  // OMP_NUM_THREADS — Note [One core budget per node]. Applies to multi-process worlds only.
+  // OMP_NUM_THREADS — Note [One core budget per node]. The division applies to multi-process worlds
+  // only; an explicit count to every world.
   int num_threads = 0;
 };
 
