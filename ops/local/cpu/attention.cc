@@ -1,4 +1,4 @@
-// CPU scaled dot-product attention: per (batch, query head, block of queries), f32 scores through
+// CPU scaled dot-product attention: per (batch, KV head, block of queries), f32 scores through
 // the single-threaded GEMM (our kernels), masked softmax in f32, then probabilities times values.
 
 #include <algorithm>
@@ -32,6 +32,14 @@ inline int64_t At(const Tensor& t, int64_t i0, int64_t i1, int64_t i2) {
 // thread, AMD EPYC Zen 4). f32 keys and values whose rows have unit stride (every cache and
 // projection here) are what the skinny and packed kernels read directly, rows any distance apart.
 
+// Note [Query heads share their KV head's pass]
+// With grouped-query attention the `group` query heads of a KV head read the same keys and
+// values. One task stacks their rows (group x a block of queries) into one product with the keys
+// and one with the values, so each key row is read once per group and, in decode, the skinny
+// kernel meets `group` rows of x at a time instead of one: a tile of rows x keys shares its
+// horizontal sums, where one row against 64-element keys spent as long summing as multiplying.
+// The block of queries shrinks by the group so a prefill task keeps about kQueryBlock rows.
+
 // rows [r0, r0 + rows) of t[i0, i1] (each `width` wide) as contiguous f32.
 void LoadRows(const Tensor& t, int64_t i0, int64_t i1, int64_t r0, int64_t rows, float* dst) {
   const int64_t width = t.size(3);
@@ -45,28 +53,32 @@ void LoadRows(const Tensor& t, int64_t i0, int64_t i1, int64_t r0, int64_t rows,
 absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
                        const AttentionParams& params, const Tensor& out) {
   const int64_t batch = q.size(0), hq = q.size(1), sq = q.size(2), d = q.size(3);
-  const int64_t group = hq / k.size(1), dv = v.size(3);
-  const int64_t q_blocks = (sq + kQueryBlock - 1) / kQueryBlock;
-  const int64_t cost = kQueryBlock * std::max<int64_t>(1, params.kv_length) * (d + dv) * 2;
+  const int64_t hkv = k.size(1), group = hq / hkv, dv = v.size(3);
+  // A task is (batch, KV head, block of queries) with the block's rows of every query head of the
+  // group stacked (Note [Query heads share their KV head's pass]).
+  const int64_t block = std::max<int64_t>(1, kQueryBlock / group);
+  const int64_t q_blocks = (sq + block - 1) / block;
+  const int64_t cost = block * group * std::max<int64_t>(1, params.kv_length) * (d + dv) * 2;
   std::mutex mu;
   absl::Status status;
-  ParallelFor(batch * hq * q_blocks, cost, [&](int64_t lo, int64_t hi) {
+  ParallelFor(batch * hkv * q_blocks, cost, [&](int64_t lo, int64_t hi) {
     thread_local std::vector<float> buf;
     for (int64_t task = lo; task < hi; ++task) {
-      const int64_t bi = task / (hq * q_blocks), h = task / q_blocks % hq;
-      const int64_t i0 = task % q_blocks * kQueryBlock, rows = std::min(kQueryBlock, sq - i0);
+      const int64_t bi = task / (hkv * q_blocks), g = task / q_blocks % hkv;
+      const int64_t i0 = task % q_blocks * block, rows = std::min(block, sq - i0);
+      const int64_t m = group * rows;  // stacked row hg * rows + r: head g * group + hg, query i0 + r
       // Keys visible to any row of the block: [0, kv_end).
       int64_t kv_end = params.kv_length;
       if (params.causal) kv_end = std::clamp<int64_t>(params.q_offset + i0 + rows, 0, kv_end);
-      buf.resize(static_cast<size_t>(rows * d + kv_end * (d + dv) + rows * kv_end + rows * dv));
+      buf.resize(static_cast<size_t>(m * d + kv_end * (d + dv) + m * kv_end + m * dv));
       float* qs = buf.data();
-      float* kbuf = qs + rows * d;
+      float* kbuf = qs + m * d;
       float* vbuf = kbuf + kv_end * d;
       float* s = vbuf + kv_end * dv;
-      float* o = s + rows * kv_end;
-      std::fill(o, o + rows * dv, 0.0f);
+      float* o = s + m * kv_end;
+      std::fill(o, o + m * dv, 0.0f);
       if (kv_end > 0) {
-        LoadRows(q, bi, h, i0, rows, qs);
+        for (int64_t hg = 0; hg < group; ++hg) LoadRows(q, bi, g * group + hg, i0, rows, qs + hg * rows * d);
         // Keys and values are read where they lie when they are f32 rows of unit stride (Note
         // [Attention reads f32 keys in place]), else as converted rows; row p's element j is at
         // ptr[p * rs + j * cs].
@@ -74,25 +86,26 @@ absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
         const float* vs = vbuf;
         int64_t k_rs = d, k_cs = 1, v_rs = dv, v_cs = 1;
         if (k.dtype() == DType::kF32 && k.stride(3) == 1) {
-          ks = k.data<float>() + At(k, bi, h / group, 0);
+          ks = k.data<float>() + At(k, bi, g, 0);
           k_rs = k.stride(2), k_cs = k.stride(3);
         } else {
-          LoadRows(k, bi, h / group, 0, kv_end, kbuf);
+          LoadRows(k, bi, g, 0, kv_end, kbuf);
         }
         if (v.dtype() == DType::kF32 && v.stride(3) == 1) {
-          vs = v.data<float>() + At(v, bi, h / group, 0);
+          vs = v.data<float>() + At(v, bi, g, 0);
           v_rs = v.stride(2), v_cs = v.stride(3);
         } else {
-          LoadRows(v, bi, h / group, 0, kv_end, vbuf);
+          LoadRows(v, bi, g, 0, kv_end, vbuf);
         }
-        absl::Status st = Sgemm(rows, kv_end, d, qs, d, 1, ks, k_cs, k_rs, s, kv_end);  // q · kᵀ
+        absl::Status st = Sgemm(m, kv_end, d, qs, d, 1, ks, k_cs, k_rs, s, kv_end);  // q · kᵀ
         if (!st.ok()) {
           std::lock_guard<std::mutex> lock(mu);
           status.Update(st);
           return;
         }
-        for (int64_t r = 0; r < rows; ++r) {
-          float* row = s + r * kv_end;
+        for (int64_t rr = 0; rr < m; ++rr) {
+          float* row = s + rr * kv_end;
+          const int64_t r = rr % rows;
           const int64_t limit =
               params.causal ? std::clamp<int64_t>(params.q_offset + i0 + r + 1, 0, kv_end) : kv_end;
           if (limit == 0) {  // no visible key: a zero row of probabilities, so a zero output
@@ -109,15 +122,16 @@ absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
           for (int64_t j = 0; j < limit; ++j) row[j] *= inv;
           std::fill(row + limit, row + kv_end, 0.0f);
         }
-        st = Sgemm(rows, dv, kv_end, s, kv_end, 1, vs, v_rs, v_cs, o, dv);  // p · v
+        st = Sgemm(m, dv, kv_end, s, kv_end, 1, vs, v_rs, v_cs, o, dv);  // p · v
         if (!st.ok()) {
           std::lock_guard<std::mutex> lock(mu);
           status.Update(st);
           return;
         }
       }
-      for (int64_t r = 0; r < rows; ++r) {
-        StoreF32(out.dtype(), ElementPtr(out, At(out, bi, h, i0 + r)), dv, 1, o + r * dv);
+      for (int64_t rr = 0; rr < m; ++rr) {
+        StoreF32(out.dtype(), ElementPtr(out, At(out, bi, g * group + rr / rows, i0 + rr % rows)), dv, 1,
+                 o + rr * dv);
       }
     }
   });
