@@ -19,11 +19,14 @@
 #include <cstring>
 #include <optional>
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+#include <tbb/task_arena.h>
 
 #include "dtensor/ops/local/cpu/gemm.h"
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
 #include "dtensor/ops/local/cpu/loops.h"
-#include "dtensor/ops/local/cpu/spin_pool.h"
 
 namespace dt::ops::cpu::gemm {
 
@@ -70,7 +73,13 @@ absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel) {
   const int threads = parallel ? AvailableThreads() : 1;
   const bool split = threads > 1 && weight_bytes >= kMinParallelBytes;
   std::atomic<bool> out_of_memory{false};
-  auto parallel_chunks = [&](int64_t chunks, auto&& fn) { ParallelTasks(chunks, fn); };
+  auto parallel_chunks = [&](int64_t chunks, auto&& fn) {
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, chunks, 1),
+                      [&](const tbb::blocked_range<int64_t>& r) {
+                        for (int64_t c = r.begin(); c != r.end(); ++c) fn(c);
+                      },
+                      tbb::simple_partitioner());
+  };
 
   if (!dot) {
     // axpy: rows of w are contiguous, so threads split k (each streams its own rows) into

@@ -7,12 +7,13 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include "dtensor/core/dtype.h"
 #include "dtensor/core/shape.h"
 #include "dtensor/core/strided.h"
 #include "dtensor/core/tensor.h"
-#include "dtensor/ops/local/cpu/gemm_scratch.h"
-#include "dtensor/ops/local/cpu/spin_pool.h"
 
 // DT_OPS_DISPATCH_FLOAT / DT_OPS_DISPATCH_NUMERIC(dtype, T, body): like DT_DISPATCH_DTYPE over the
 // float dtypes, or every dtype but bool. The caller has validated the dtype.
@@ -80,13 +81,9 @@ void ParallelFor(int64_t n, int64_t cost_per_item, F&& fn) {
     if (n > 0) fn(int64_t{0}, n);
     return;
   }
-  // Pieces of at least kSerialWork, at most kPiecesPerThread per thread for the fast ones to
-  // take the slow ones' share.
-  constexpr int64_t kPiecesPerThread = 8;
   const int64_t grain = std::max<int64_t>(1, kSerialWork / std::max<int64_t>(1, cost_per_item));
-  const int64_t piece = std::max(grain, (n + kPiecesPerThread * gemm::AvailableThreads() - 1) /
-                                            (kPiecesPerThread * gemm::AvailableThreads()));
-  ParallelTasks((n + piece - 1) / piece, [&](int64_t i) { fn(i * piece, std::min(n, (i + 1) * piece)); });
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
+                    [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end()); });
 }
 
 // A loop nest over `shape` for N operands given their strides (in elements): size-1 dims are

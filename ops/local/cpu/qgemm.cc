@@ -26,7 +26,7 @@
 //         a register tile of rows x 16 columns accumulating over each 32-block before its scales
 //         are applied (Note [Quantized panels]).
 //
-// Work split (ParallelTasks: Note [Spinning workers], within the rank's core budget):
+// Work split (oneTBB, within the rank's core budget like the float GEMM: AvailableThreads):
 // threads take chunks of weight rows (output columns): for Dot each chunk reads at least
 // kMinChunkBytes of weights, for Gemm a chunk's panels fit in L2 (kMaxPanelBytes) while all of x
 // streams past them. A product under kMinParallelBytes of weights runs on the calling thread.
@@ -58,9 +58,12 @@
 #include <optional>
 #include <vector>
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
 #include "dtensor/ops/local/cpu/loops.h"
-#include "dtensor/ops/local/cpu/spin_pool.h"
 
 namespace dt::ops::cpu {
 
@@ -140,7 +143,13 @@ absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows&
   if (n_chunks == 1) {
     run(0, n);
   } else {
-    ParallelTasks(n_chunks, [&](int64_t c) { run(c * chunk, std::min(n, (c + 1) * chunk)); });
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_chunks, 1),
+                      [&](const tbb::blocked_range<int64_t>& r) {
+                        for (int64_t c = r.begin(); c != r.end(); ++c) {
+                          run(c * chunk, std::min(n, (c + 1) * chunk));
+                        }
+                      },
+                      tbb::simple_partitioner());
   }
   if (out_of_memory) return absl::ResourceExhaustedError("Linear: out of memory");
   return absl::OkStatus();

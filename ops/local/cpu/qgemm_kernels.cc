@@ -15,9 +15,6 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define DT_QGEMM_X86 1
-#ifndef DT_Q_PREFETCH
-#define DT_Q_PREFETCH 2048
-#endif
 // GCC 12's AVX-512 intrinsics initialise their undefined operands with themselves, which
 // -Wuninitialized reports once inlined (as in gemm_kernels.cc); the pragma must precede the header.
 #pragma GCC diagnostic ignored "-Wuninitialized"

@@ -70,6 +70,27 @@ RC_GTEST_PROP(AttentionTest, AgreesWithNaiveLoops, ()) {
   RC_ASSERT(testing::Mismatch(got, {b, hq, sq, dv}, want, testing::TolFor(dtype, 3)) == "");
 }
 
+// Decode shapes: a few queries of every query head of a group stacked against a long cache (Note
+// [Query heads share their KV head's pass]), causal prefixes, GQA, and one dtype of cache that is
+// read in place and one that is not.
+RC_GTEST_PROP(AttentionTest, FewQueriesAgainstManyKeys, ()) {
+  const DType dtype = *rc::gen::element(DType::kF32, DType::kBF16);
+  const int64_t hkv = *rc::gen::inRange<int64_t>(1, 3), hq = hkv * *rc::gen::inRange<int64_t>(1, 4);
+  const int64_t sq = *rc::gen::inRange<int64_t>(1, 4), skv = *rc::gen::inRange<int64_t>(128, 700);
+  const int64_t d = *rc::gen::inRange<int64_t>(1, 20), dv = *rc::gen::inRange<int64_t>(1, 20);
+  AttentionOptions opt;
+  opt.causal = *rc::gen::arbitrary<bool>();
+  opt.kv_length = *rc::gen::inRange<int64_t>(0, skv + 1);
+  opt.q_offset = *rc::gen::inRange<int64_t>(-2, *opt.kv_length + 1);
+  const Tensor q = RandomTensor({1, hq, sq, d}, dtype);
+  const Tensor k = RandomTensor({1, hkv, skv, d}, dtype);
+  const Tensor v = RandomTensor({1, hkv, skv, dv}, dtype);
+  const std::vector<double> want =
+      NaiveAttention(q, k, v, opt.causal, 1 / std::sqrt(static_cast<double>(d)), *opt.kv_length, *opt.q_offset);
+  RC_ASSERT(testing::Mismatch(ScaledDotProductAttention(q, k, v, opt).value(), {1, hq, sq, dv}, want,
+                              testing::TolFor(dtype, 3)) == "");
+}
+
 // More queries than one block of the kernel, a KV-cache prefix, GQA, non-contiguous k/v.
 TEST(AttentionTest, LongSequenceWithCache) {
   std::mt19937_64 rng(3);
