@@ -6,6 +6,9 @@
 #include <functional>
 #include <thread>
 
+#include <stdlib.h>
+#include <tbb/global_control.h>
+
 #include "gtest/gtest.h"
 #include "dtensor/mesh/collective.h"
 #include "dtensor/mesh/world.h"
@@ -49,6 +52,28 @@ TEST_P(ThreadsSweep, EveryCollectiveMatchesTheOracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, ThreadsSweep, ::testing::Values(1, 2, 3, 4, 8));
+
+// Note [One core budget per node]: an explicit thread count caps the threads backend's process
+// too, given as WorldOptions::num_threads or DT_NUM_THREADS (a one-rank llama_generate with
+// DT_NUM_THREADS=1 once computed on every core).
+TEST(ThreadsBackend, AnExplicitThreadCountCapsTheProcess) {
+  auto cap = [] { return tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism); };
+  const size_t before = cap();
+  WorldOptions one = Quick();
+  one.num_threads = 1;
+  size_t seen = 0;
+  ASSERT_TRUE(World::RunThreads(1, [&](World&) { seen = cap(); return absl::OkStatus(); }, one).ok());
+  EXPECT_EQ(seen, 1u);
+  ASSERT_EQ(setenv("DT_NUM_THREADS", "2", 1), 0);
+  absl::StatusOr<std::shared_ptr<World>> w = World::FromEnv();
+  unsetenv("DT_NUM_THREADS");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ((*w)->backend(), "threads");
+  EXPECT_EQ(cap(), 2u);
+  WorldOptions restore = Quick();
+  restore.num_threads = static_cast<int>(before);
+  EXPECT_TRUE(World::RunThreads(1, [](World&) { return absl::OkStatus(); }, restore).ok());
+}
 
 TEST(ThreadsBackend, SubgroupsRunConcurrently) {
   // Ranks {0,2} and {1,3} reduce in separate groups at the same time, then all four together.
