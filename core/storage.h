@@ -1,7 +1,9 @@
 #pragma once
 // Refcounted byte buffers. A Storage is shared by every view of it; the bytes are freed when the
 // last Tensor that refers to them goes away.
-//   - heap: 64-byte aligned host memory (zero-size allocations are valid and non-null)
+//   - heap: 64-byte aligned host memory (zero-size allocations are valid and non-null); blocks of
+//     64 KiB or more are kept when freed and handed out again (Note [Host block cache] in
+//     storage.cc)
 //   - mmap: a read-only view of a file region (checkpoints); writing through it is refused
 //   - cuda: device memory (only when built with CUDA)
 //   - external: memory owned by someone else, with a release callback

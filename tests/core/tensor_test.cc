@@ -5,6 +5,7 @@
 // model as index arithmetic, and at the end every element is read back through the tensor's own
 // strides (raw pointer arithmetic) and through ToDoubles.
 
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include "dtensor/core/storage.h"
 #include "dtensor/core/tensor.h"
 #include "dtensor/tests/test_util.h"
 
@@ -240,6 +242,39 @@ RC_GTEST_PROP(TensorCopyTest, CopiesAgreeWithIndexArithmetic, ()) {
   }
   RC_ASSERT(dst.t.CopyFrom(m.t).ok());
   RC_ASSERT(Check({dst.t, m.value}) == "");
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
+// Note [Host block cache] (core/storage.cc): a freed host block of 64 KiB or more serves the next
+// request it fits (within 1/8); small blocks and blocks over the cache's 64 MiB go back to malloc;
+// under AddressSanitizer nothing is kept, so that a use after free is still caught.
+TEST(StorageTest, FreedLargeBlocksServeTheNextRequest) {
+  void* first = nullptr;
+  {
+    const Storage a = Storage::Allocate(int64_t{1} << 20, kCPU).value();
+    first = a.data();
+    std::memset(a.data(), 1, a.nbytes());
+  }
+  {
+    const Storage b = Storage::Allocate((int64_t{1} << 20) - 1000, kCPU).value();
+    EXPECT_EQ(b.data() == first, !kAddressSanitizer);
+    const Storage c = Storage::Allocate(int64_t{1} << 20, kCPU).value();  // b holds that one
+    EXPECT_NE(c.data(), b.data());
+  }
+  // Both 1 MiB blocks are free again: a 2 MiB request fits neither.
+  const Storage larger = Storage::Allocate(int64_t{2} << 20, kCPU).value();
+  EXPECT_NE(larger.data(), first);
 }
 
 TEST(TensorTest, Errors) {
