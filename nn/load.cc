@@ -135,6 +135,8 @@ absl::Status LoadPretrained(Module& module, const DeviceMesh& mesh,
                             LoadReport* report) {
   const bool lead = mesh.my_rank() == mesh.ranks().front();
   const bool quantized = how.keep_quantized && !how.load_whole;
+  // Note [One rank runs without the plan's hooks]
+  const bool one_rank = mesh.ndim() == 1 && how.ep_plan.empty() && mesh.ranks().size() == 1;
   if (how.keep_quantized && how.load_whole) {
     return absl::InvalidArgumentError(
         absl::StrCat(how.model, ": quantized weights are kept only when each rank reads its own "
@@ -150,7 +152,7 @@ absl::Status LoadPretrained(Module& module, const DeviceMesh& mesh,
     }
     DT_RETURN_IF_ERROR(
         ParallelizeModuleWithEP(module, mesh, how.plan, how.ep_plan, how.parallelize));
-  } else if (how.load_whole) {
+  } else if (how.load_whole || one_rank) {
     DT_RETURN_IF_ERROR(ValidatePlan(module, mesh, how.plan, how.parallelize));
     DT_RETURN_IF_ERROR(ReplicateModule(module, mesh));
   } else {
@@ -163,7 +165,7 @@ absl::Status LoadPretrained(Module& module, const DeviceMesh& mesh,
       CheckCheckpoint(module, checkpoint, how.model, how.warn && lead, how.source));
   // 4. Each rank's ranges (everything when loading whole).
   DT_RETURN_IF_ERROR(LoadCheckpoint(module, checkpoint, how.read, lead, report, how.source));
-  if (!how.load_whole) return absl::OkStatus();
+  if (!how.load_whole || one_rank) return absl::OkStatus();
   // 5. Sharded in place; the plan's warnings were given in step 1.
   ParallelizeOptions quiet = how.parallelize;
   if (quiet.unused_rules == PlanCheck::kWarn) quiet.unused_rules = PlanCheck::kIgnore;

@@ -29,13 +29,25 @@
 //
 // Note [One loading path]
 //   1. the plan validated against the module and the mesh (ValidatePlan): nothing placed or read;
-//   2. the parameters placed: by the plan, or (load_whole) Replicate;
+//   2. the parameters placed: by the plan, or Replicate (load_whole; a one-rank mesh: Note [One
+//      rank runs without the plan's hooks]);
 //   3. the checkpoint checked against the placed module (names, shapes, dtypes; the model's own
 //      checks): nothing read;
 //   4. each rank reads its own ranges (load_whole: everything);
-//   5. load_whole only: the model sharded in place (ShardLoaded).
+//   5. load_whole on more than one rank only: the model sharded in place (ShardLoaded).
 // So a plan or a checkpoint that cannot work is refused before any weight is read, on either
 // path; the config's own checks (CheckBlockCount, a model's sizes) come before the module exists.
+//
+// Note [One rank runs without the plan's hooks]
+// On a 1-D mesh of one rank (tp = 1, no expert plan) the plan is validated in step 1 as on any
+// mesh (a plan that cannot work is refused at tp = 1 too), but not applied: every parameter is
+// placed Replicate, which is what any shard is on one rank, and no style's forward is installed.
+// A style is a placement transform (its hooks redistribute, reduce partial sums and hand on local
+// pieces), and on one rank every one of those is the identity, so the modules' own forwards
+// compute the same values, without a DTensor wrapped and unwrapped around every projection
+// (decode of SmolLM2 Q4_1 at tp = 1, 2 threads: about 9% faster, docs/llama.md). The load report
+// therefore shows R for every weight at tp = 1, and the plan's rules are not recorded on the
+// parameters. Models placed through ParallelizeModule directly keep the plan on any mesh.
 //
 // Note [Config against checkpoint]
 // The config decides how many modules are built, so its sizes are checked against the

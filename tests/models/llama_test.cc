@@ -213,6 +213,31 @@ TEST(LlamaValidation, TPSizeMustDivideHeadsAndKVHeads) {
   EXPECT_TRUE(Contains(eight, "tensor parallel size 8 does not divide num_kv_heads 4"));
 }
 
+// Note [One rank runs without the plan's hooks] (nn/load.h): at tp = 1 the plan is checked as on
+// any mesh, then every weight is whole and no style's forward is installed (the goldens above run
+// that way; LlamaTP compares it with the styled runs at tp = 2 and 4).
+TEST(LlamaValidation, OneRankChecksThePlanAndInstallsNoStyle) {
+  LlamaLoadOptions typo;
+  typo.plan = ParallelPlan{{"model.layers.*.self_attn.q_proj", "colwize"}};
+  absl::Status refused = OnRanks(1, FixtureDir("llama-tiny"), typo,
+                                 [](int, LlamaForCausalLM&, const LlamaLoadReport&) {
+                                   return absl::OkStatus();
+                                 });
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_TRUE(Contains(refused, "colwize")) << refused;
+  absl::Status s = OnRanks(1, FixtureDir("llama-tiny"), {}, [](int, LlamaForCausalLM& m,
+                                                               const LlamaLoadReport&) {
+    DT_ASSIGN_OR_RETURN(Module * q, m.GetSubmodule("model.layers.0.self_attn.q_proj"));
+    EXPECT_EQ(q->tp_style(), "");
+    EXPECT_FALSE(static_cast<bool>(q->installed_forward()));
+    for (const auto& [name, p] : m.NamedParameters()) {
+      EXPECT_EQ(p->spec().NumShards(), 0) << name << " " << p->Describe();
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
 std::string CopyFixtureWithout(const std::string& drop, const std::string& reshape) {
   static const dt::testing::ScratchDir scratch("llama");
   const std::string dir = absl::StrCat(scratch.path, "/", drop, reshape);
