@@ -322,15 +322,10 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
     DT_ASSIGN_OR_RETURN(k, Project(parts[1], b, s, k_norm_));
     DT_ASSIGN_OR_RETURN(v, Project(parts[2], b, s, nullptr));
   } else {
-    DT_ASSIGN_OR_RETURN(Value yq, q_->CallOne({x}));
-    DT_ASSIGN_OR_RETURN(Value yk, k_->CallOne({x}));
-    DT_ASSIGN_OR_RETURN(Value yv, v_->CallOne({x}));
-    yq = PlainLocal(yq);
-    yk = PlainLocal(yk);
-    yv = PlainLocal(yv);
-    DT_ASSIGN_OR_RETURN(q, Project(yq, b, s, q_norm_));
-    DT_ASSIGN_OR_RETURN(k, Project(yk, b, s, k_norm_));
-    DT_ASSIGN_OR_RETURN(v, Project(yv, b, s, nullptr));
+    DT_ASSIGN_OR_RETURN(std::vector<Value> y, CallLinears({q_, k_, v_}, x));
+    DT_ASSIGN_OR_RETURN(q, Project(PlainLocal(y[0]), b, s, q_norm_));
+    DT_ASSIGN_OR_RETURN(k, Project(PlainLocal(y[1]), b, s, k_norm_));
+    DT_ASSIGN_OR_RETURN(v, Project(PlainLocal(y[2]), b, s, nullptr));
   }
   DT_RETURN_IF_ERROR(PickKVHeads(q, &k, &v));
   if (cos.defined()) {

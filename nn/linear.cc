@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "dtensor/core/status.h"
+#include "dtensor/ops/local/ops.h"
 #include "dtensor/ops/value_ops.h"
 
 namespace dt::nn {
@@ -41,6 +42,45 @@ absl::StatusOr<Values> Linear::Forward(Values inputs) {
   }
   DT_ASSIGN_OR_RETURN(Value y, ops::Linear(x, w, b));
   return Values{std::move(y)};
+}
+
+namespace {
+
+// The whole local weight of a layer whose call would be its own Forward on a plain local x, or
+// nullptr (CallLinears).
+const Tensor* PlainWeight(const Linear& l) {
+  if (l.installed_forward() || l.has_hooks() || l.has_bias()) return nullptr;
+  const Parameter* w = l.FindParameter("weight");
+  if (w == nullptr || !w->materialized() || (w->placed() && w->spec().NumShards() > 0)) {
+    return nullptr;
+  }
+  return &w->value().ToLocal();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Value>> CallLinears(absl::Span<Linear* const> layers, const Value& x) {
+  std::vector<Tensor> ws;
+  if (x.defined() && x.is_local() && x.piece_of() == nullptr) {
+    for (const Linear* l : layers) {
+      const Tensor* w = PlainWeight(*l);
+      if (w == nullptr) break;
+      ws.push_back(*w);
+    }
+  }
+  std::vector<Value> out;
+  if (ws.size() == layers.size()) {
+    absl::StatusOr<std::vector<Tensor>> ys = ops::Linears(x.local(), ws);
+    if (ys.ok()) {
+      for (Tensor& y : *ys) out.emplace_back(std::move(y));
+      return out;
+    }
+  }
+  for (Linear* l : layers) {
+    DT_ASSIGN_OR_RETURN(Value y, l->CallOne({x}));
+    out.push_back(std::move(y));
+  }
+  return out;
 }
 
 EmbeddingTable::EmbeddingTable(std::string type_name, int64_t rows, int64_t dim, DType dtype)

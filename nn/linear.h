@@ -20,10 +20,20 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "dtensor/core/dtype.h"
 #include "dtensor/nn/module.h"
 
 namespace dt::nn {
+
+// The outputs of layers[i]->CallOne({x}) for Linears that read the same x (q, k and v; gate and
+// up), computed together by ops::Linears (Note [Sibling projections] in ops/local/ops.h) when
+// nothing else would run in those calls: x a plain local tensor, and every layer without a style's
+// forward, hooks or bias, its weight whole on this rank (not sharded). Otherwise, or when the
+// joint call fails, each layer is called (its errors naming it). The same values either way.
+class Linear;
+absl::StatusOr<std::vector<Value>> CallLinears(absl::Span<Linear* const> layers, const Value& x);
 
 class Linear : public Module {
  public:

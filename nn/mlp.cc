@@ -147,10 +147,9 @@ absl::StatusOr<Values> SwiGLUMLP::Forward(Values inputs) {
   } else {
     // This rank's columns of both (ValidateTensorParallel checked they are split alike), computed
     // on as plain pieces (Note [Local pieces remember their layout]).
-    DT_ASSIGN_OR_RETURN(gate, gate_->CallOne({x}));
-    DT_ASSIGN_OR_RETURN(up, up_->CallOne({x}));
-    gate = PlainLocal(gate);
-    up = PlainLocal(up);
+    DT_ASSIGN_OR_RETURN(std::vector<Value> y, CallLinears({gate_, up_}, x));
+    gate = PlainLocal(y[0]);
+    up = PlainLocal(y[1]);
   }
   DT_ASSIGN_OR_RETURN(Value act, Activate(gate, options_.activation));
   DT_ASSIGN_OR_RETURN(Value h, ops::Mul(act, up));

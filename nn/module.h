@@ -161,6 +161,8 @@ class Module {
   HookId RegisterForwardHook(ForwardHook hook);
   // False when no hook has this id.
   bool RemoveHook(HookId id);
+  // True when a pre-hook or hook is registered.
+  bool has_hooks() const { return !pre_hooks_.empty() || !hooks_.empty(); }
 
   // Replaces the forward Call runs (nullptr restores the module's own).
   void SetForward(ForwardFn fn) { installed_forward_ = std::move(fn); }

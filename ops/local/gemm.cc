@@ -109,9 +109,11 @@ absl::StatusOr<Tensor> Matmul(const Tensor& a, const Tensor& b, bool trans_a, bo
   return GemmImpl(a_mk, b_kn, Tensor(), *batch);
 }
 
-// Linear with a quantized weight (Note [Quantized GEMM] in cpu/qgemm.cc): CPU only, the output in
-// x's dtype.
-absl::StatusOr<Tensor> QuantizedLinear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+namespace {
+
+// The checks of a Linear with a quantized weight (Note [Quantized GEMM] in cpu/qgemm.cc: CPU
+// only) and its output, in x's dtype, allocated.
+absl::StatusOr<Tensor> QuantizedOutput(const Tensor& x, const Tensor& w, const Tensor& bias) {
   constexpr absl::string_view kOp = "Linear";
   DT_RETURN_IF_ERROR(internal::CheckSameDevice(kOp, {{"x", &x}, {"w", &w}, {"bias", &bias}}));
   if (!w.device().is_cpu()) {
@@ -134,7 +136,11 @@ absl::StatusOr<Tensor> QuantizedLinear(const Tensor& x, const Tensor& w, const T
   }
   Shape out_shape = x.shape();
   out_shape.back() = w.size(0);
-  DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(out_shape, x.dtype()));
+  return Tensor::Empty(out_shape, x.dtype());
+}
+
+absl::StatusOr<Tensor> QuantizedLinear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  DT_ASSIGN_OR_RETURN(Tensor out, QuantizedOutput(x, w, bias));
   const int64_t n = w.size(0), k = w.size(1), m = n > 0 ? out.numel() / n : 0;
   if (out.numel() == 0) return out;
   if (k == 0) {
@@ -151,6 +157,35 @@ absl::StatusOr<Tensor> QuantizedLinear(const Tensor& x, const Tensor& w, const T
   DT_ASSIGN_OR_RETURN(Tensor out2, out.View({m, n}));
   DT_RETURN_IF_ERROR(cpu::QuantizedLinear(x2, w, bias_c, out2));
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Tensor>> Linears(const Tensor& x, absl::Span<const Tensor> ws) {
+  bool together = ws.size() > 1 && x.defined() && x.numel() > 0 && x.size(-1) > 0;
+  for (const Tensor& w : ws) {
+    together = together && w.defined() && IsQuantized(w.dtype()) && w.size(0) > 0;
+  }
+  std::vector<Tensor> outs;
+  if (together) {
+    std::vector<Tensor> outs2, no_bias(ws.size());
+    const int64_t k = x.size(-1), m = x.numel() / k;
+    for (const Tensor& w : ws) {
+      DT_ASSIGN_OR_RETURN(Tensor out, QuantizedOutput(x, w, Tensor()));
+      DT_ASSIGN_OR_RETURN(Tensor out2, out.View({m, w.size(0)}));
+      outs.push_back(std::move(out));
+      outs2.push_back(std::move(out2));
+    }
+    DT_ASSIGN_OR_RETURN(Tensor xc, x.Contiguous());
+    DT_ASSIGN_OR_RETURN(Tensor x2, xc.View({m, k}));
+    DT_RETURN_IF_ERROR(cpu::QuantizedLinears(x2, ws, no_bias, outs2));
+    return outs;
+  }
+  for (const Tensor& w : ws) {
+    DT_ASSIGN_OR_RETURN(Tensor y, Linear(x, w));
+    outs.push_back(std::move(y));
+  }
+  return outs;
 }
 
 absl::StatusOr<Tensor> Linear(const Tensor& x, const Tensor& w, const Tensor& bias) {

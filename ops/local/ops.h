@@ -75,6 +75,14 @@ absl::StatusOr<Tensor> Matmul(const Tensor& a, const Tensor& b, bool trans_a = f
 // x's dtype.
 absl::StatusOr<Tensor> Linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
 
+// Note [Sibling projections]
+// {Linear(x, ws[0]), Linear(x, ws[1]), ...}: the projections that read one x (q, k and v; gate and
+// up), computed together and equal to those calls. When every w is quantized, x is quantized once
+// and the rows of all the weights are split among the threads in one fork-join: at decode (one
+// row of x) the threads join once instead of three times, and small products (SmolLM2's k_proj
+// and v_proj read 69 KB each) share the threads with the large ones. Otherwise one Linear per w.
+absl::StatusOr<std::vector<Tensor>> Linears(const Tensor& x, absl::Span<const Tensor> ws);
+
 // ---- pointwise -----------------------------------------------------------------------------------
 
 enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv };

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "dtensor/core/quant.h"
 #include "dtensor/dtensor/executor.h"
 #include "gtest/gtest.h"
 #include "dtensor/mesh/world.h"
@@ -259,6 +260,45 @@ TEST(Forward, HooksWrapTheForwardAndCanBeRemoved) {
     EXPECT_FALSE(l.RemoveHook(post));
     DT_ASSIGN_OR_RETURN(y, l.CallOne({Value(x)}));
     EXPECT_EQ(trace.size(), 2u);
+    return absl::OkStatus();
+  }).ok());
+}
+
+// CallLinears (Note [Sibling projections] in ops/local/ops.h): quantized siblings computed
+// together give what each layer's call gives; a layer with a hook is called, hook and all.
+TEST(Forward, SiblingLinearsEqualTheirCalls) {
+  ASSERT_TRUE(World::RunThreads(1, [](World& world) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(world.shared_from_this(), {1}, {"tp"}));
+    Linear q(256, 96), k(256, 32), v(256, 32);
+    uint64_t seed = 7;
+    for (Linear* l : {&q, &k, &v}) {
+      Parameter* w = l->FindParameter("weight");
+      DT_RETURN_IF_ERROR(w->SetDType(DType::kQ4_1));
+      DT_RETURN_IF_ERROR(ReplicateModule(*l, mesh));
+      DT_ASSIGN_OR_RETURN(Tensor blocks, RandomQuantized(DType::kQ4_1, w->shape(), seed++));
+      DT_ASSIGN_OR_RETURN(DTensor value, DTensor::FromLocal(blocks, mesh, {Placement::Replicate()}));
+      DT_RETURN_IF_ERROR(w->Set(std::move(value)));
+    }
+    DT_ASSIGN_OR_RETURN(Tensor x, Tensor::Randn({1, 2, 256}, 3));
+    auto expect_calls = [&](const std::vector<Value>& got) -> absl::Status {
+      EXPECT_EQ(got.size(), 3u);
+      for (Linear* l : {&q, &k, &v}) {
+        DT_ASSIGN_OR_RETURN(Value one, l->CallOne({Value(x)}));
+        EXPECT_TRUE(Equal(got[l == &q ? 0 : l == &k ? 1 : 2].local(), one.local()));
+      }
+      return absl::OkStatus();
+    };
+    DT_ASSIGN_OR_RETURN(std::vector<Value> together, CallLinears({&q, &k, &v}, Value(x)));
+    DT_RETURN_IF_ERROR(expect_calls(together));
+    int calls = 0;
+    k.RegisterForwardHook([&](Module&, const Values&, Values& out) -> absl::Status {
+      ++calls;
+      DT_ASSIGN_OR_RETURN(out[0], ops::Mul(out[0], -1.0));
+      return absl::OkStatus();
+    });
+    DT_ASSIGN_OR_RETURN(std::vector<Value> hooked, CallLinears({&q, &k, &v}, Value(x)));
+    EXPECT_EQ(calls, 1);
+    DT_RETURN_IF_ERROR(expect_calls(hooked));
     return absl::OkStatus();
   }).ok());
 }

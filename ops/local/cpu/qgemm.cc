@@ -62,6 +62,7 @@
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
 
+#include "absl/types/span.h"
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
 #include "dtensor/ops/local/cpu/loops.h"
 
@@ -98,30 +99,51 @@ const float* F32Rows(const Tensor& x, std::optional<gemm::ScratchBuffer>& buf, i
   return buf->data();
 }
 
+// One product of a call: a weight, its f32 bias (or null) and its output.
+struct Target {
+  const Tensor* w;
+  const float* bias32;
+  const Tensor* out;
+};
+
 // Threads take chunks of weight rows (output columns): Dot's read at least kMinChunkBytes of
 // weights each; Gemm's are whole register tiles whose panels fit kMaxPanelBytes, at least two per
-// thread where the weights allow, for oneTBB to balance (Note [Quantized GEMM]).
+// thread where the weights allow, for oneTBB to balance (Note [Quantized GEMM]). The chunks of all
+// the targets run in one fork-join (Note [Sibling projections]).
 absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows& rows,
-                      const Tensor& w, const float* bias32, const Tensor& out) {
-  const int64_t n = w.size(0), m = rows.m, k = rows.k;
-  const DType q = w.dtype(), dtype = out.dtype();
-  const int64_t row_bytes = DTypeBytes(q, k);
+                      absl::Span<const Target> targets) {
+  const int64_t m = rows.m, k = rows.k;
   const int threads = gemm::AvailableThreads();
-  int64_t chunk = n;
-  if (packed) {
-    const int64_t step = 2 * ks.gemm_lanes;  // a register tile's weight rows
-    const int64_t per_row = qgemm::GemmScratchBytes(ks, step, k) / step;
-    chunk = std::max<int64_t>(step, kMaxPanelBytes / per_row / step * step);
-    chunk = std::min(chunk, std::max<int64_t>(step, (n + 2 * threads - 1) / (2 * threads) / step * step));
-  } else if (threads > 1 && n * row_bytes >= kMinParallelBytes) {
-    const int64_t chunks = std::clamp<int64_t>(n * row_bytes / kMinChunkBytes, 1,
-                                               int64_t{kChunksPerThread} * threads);
-    chunk = std::max<int64_t>(1, (n + chunks - 1) / chunks);
+  int64_t total_bytes = 0;
+  for (const Target& t : targets) total_bytes += t.w->size(0) * DTypeBytes(t.w->dtype(), k);
+  struct Task {
+    const Target* target;
+    int64_t j0, j1;
+  };
+  std::vector<Task> tasks;
+  for (const Target& t : targets) {
+    const int64_t n = t.w->size(0), row_bytes = DTypeBytes(t.w->dtype(), k);
+    int64_t chunk = n;
+    if (packed) {
+      const int64_t step = 2 * ks.gemm_lanes;  // a register tile's weight rows
+      const int64_t per_row = qgemm::GemmScratchBytes(ks, step, k) / step;
+      chunk = std::max<int64_t>(step, kMaxPanelBytes / per_row / step * step);
+      chunk = std::min(chunk, std::max<int64_t>(step, (n + 2 * threads - 1) / (2 * threads) / step * step));
+    } else if (threads > 1 && total_bytes >= kMinParallelBytes) {
+      const int64_t chunks = std::clamp<int64_t>(n * row_bytes / kMinChunkBytes, 1,
+                                                 int64_t{kChunksPerThread} * threads);
+      chunk = std::max<int64_t>(1, (n + chunks - 1) / chunks);
+    }
+    for (int64_t j0 = 0; j0 < n; j0 += chunk) tasks.push_back({&t, j0, std::min(n, j0 + chunk)});
   }
-  const uint8_t* wp = static_cast<const uint8_t*>(w.raw_data());
   std::atomic<bool> out_of_memory{false};
-  auto run = [&](int64_t j0, int64_t j1) {
-    const int64_t cols = j1 - j0;
+  auto run = [&](const Task& task) {
+    const Tensor& w = *task.target->w;
+    const Tensor& out = *task.target->out;
+    const int64_t n = w.size(0), j0 = task.j0, cols = task.j1 - task.j0;
+    const DType q = w.dtype(), dtype = out.dtype();
+    const int64_t row_bytes = DTypeBytes(q, k);
+    const uint8_t* wp = static_cast<const uint8_t*>(w.raw_data());
     std::optional<gemm::ScratchBuffer> panel, cbuf;
     if (packed) panel.emplace(gemm::ScratchSlot::kPackedB, qgemm::GemmScratchBytes(ks, cols, k) / 4);
     if (dtype != DType::kF32) cbuf.emplace(gemm::ScratchSlot::kC, m * cols);
@@ -136,18 +158,16 @@ absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows&
     } else {
       ks.dot(q, rows, cols, wp + j0 * row_bytes, row_bytes, c, ldc);
     }
+    const float* bias32 = task.target->bias32;
     gemm::FinishRows(m, cols, c, ldc, bias32 != nullptr ? bias32 + j0 : nullptr, dtype,
                      static_cast<char*>(out.raw_data()) + j0 * DTypeSize(dtype), n);
   };
-  const int64_t n_chunks = (n + chunk - 1) / chunk;
-  if (n_chunks == 1) {
-    run(0, n);
+  if (tasks.size() == 1) {
+    run(tasks[0]);
   } else {
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_chunks, 1),
-                      [&](const tbb::blocked_range<int64_t>& r) {
-                        for (int64_t c = r.begin(); c != r.end(); ++c) {
-                          run(c * chunk, std::min(n, (c + 1) * chunk));
-                        }
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, tasks.size(), 1),
+                      [&](const tbb::blocked_range<size_t>& r) {
+                        for (size_t i = r.begin(); i != r.end(); ++i) run(tasks[i]);
                       },
                       tbb::simple_partitioner());
   }
@@ -157,8 +177,8 @@ absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows&
 
 }  // namespace
 
-absl::Status QuantizedLinear(const Tensor& x, const Tensor& w, const Tensor& bias,
-                             const Tensor& out) {
+absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
+                              absl::Span<const Tensor> biases, absl::Span<const Tensor> outs) {
   const int64_t m = x.size(0), k = x.size(1);
   std::optional<gemm::ScratchBuffer> xbuf;
   int64_t ldx = 0;
@@ -184,13 +204,22 @@ absl::Status QuantizedLinear(const Tensor& x, const Tensor& w, const Tensor& bia
     ks.quantize(static_cast<int>(hi - lo), k, x32 + lo * ldx, ldx, qt + lo * k, qd + lo * ld,
                 qd + m * ld + lo * ld, qd + 2 * m * ld + lo * ld);
   });
-  std::vector<float> bias32;
-  if (bias.defined()) {
-    bias32.resize(static_cast<size_t>(w.size(0)));
-    LoadF32(bias.dtype(), bias.raw_data(), w.size(0), 1, bias32.data());
+  std::vector<std::vector<float>> bias32(ws.size());
+  std::vector<Target> targets;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const Tensor& bias = biases[i];
+    if (bias.defined()) {
+      bias32[i].resize(static_cast<size_t>(ws[i].size(0)));
+      LoadF32(bias.dtype(), bias.raw_data(), ws[i].size(0), 1, bias32[i].data());
+    }
+    targets.push_back({&ws[i], bias32[i].empty() ? nullptr : bias32[i].data(), &outs[i]});
   }
-  const float* b = bias32.empty() ? nullptr : bias32.data();
-  return Multiply(ks, /*packed=*/m > kDotMaxRows && ks.gemm != nullptr, rows, w, b, out);
+  return Multiply(ks, /*packed=*/m > kDotMaxRows && ks.gemm != nullptr, rows, targets);
+}
+
+absl::Status QuantizedLinear(const Tensor& x, const Tensor& w, const Tensor& bias,
+                             const Tensor& out) {
+  return QuantizedLinears(x, {w}, {bias}, {out});
 }
 
 }  // namespace dt::ops::cpu

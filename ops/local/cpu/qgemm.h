@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "dtensor/core/dtype.h"
 #include "dtensor/core/tensor.h"
 
@@ -77,4 +78,9 @@ namespace dt::ops::cpu {
 // [M, N] contiguous of x's dtype. M, N, K >= 1.
 absl::Status QuantizedLinear(const Tensor& x, const Tensor& w, const Tensor& bias,
                              const Tensor& out);
+// The same for several weights of K columns (ws[i] [N_i, K], biases[i] undefined or [N_i],
+// outs[i] [M, N_i]): x is quantized once and every weight's chunks of rows run in one fork-join
+// (Note [Sibling projections] in ops/local/ops.h).
+absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
+                              absl::Span<const Tensor> biases, absl::Span<const Tensor> outs);
 }  // namespace dt::ops::cpu

@@ -134,6 +134,40 @@ RC_GTEST_PROP(QuantizedLinearTest, RandomBlocksAgreeWithDequantized, ()) {
   RC_ASSERT(err == "");
 }
 
+// Note [Sibling projections]: Linears over quantized weights of any types and sizes (together
+// over kMinParallelBytes, so split among the threads) equals one Linear per weight, for decode and
+// prefill rows alike; a float weight among them takes the one-by-one path with the same answer.
+RC_GTEST_PROP(QuantizedLinearTest, SiblingsEqualOneByOne, ()) {
+  const int64_t k = 256 * *rc::gen::inRange<int64_t>(1, 4);
+  const int64_t count = *rc::gen::inRange<int64_t>(1, 4);
+  const uint64_t seed = *rc::gen::arbitrary<uint64_t>();
+  const bool with_float = *rc::gen::arbitrary<bool>();
+  std::vector<Tensor> ws;
+  for (int64_t i = 0; i < count; ++i) {
+    const DType q = *rc::gen::elementOf(std::vector<DType>(std::begin(kQuantizedDTypes),
+                                                           std::end(kQuantizedDTypes)));
+    const int64_t n = *rc::gen::element<int64_t>(1, 7, 64, 192, 700);
+    ws.push_back(RandomQuantized(q, {n, k}, seed + i).value());
+  }
+  const DType xd = *rc::gen::element(DType::kF32, DType::kBF16);
+  if (with_float) ws.push_back(Normal({5, k}, xd, seed + 10));
+  const int64_t m = *rc::gen::element<int64_t>(1, 3, 4, 9);
+  const Tensor x = Normal({1, m, k}, xd, seed + 20);
+  const std::vector<Tensor> got = Linears(x, ws).value();
+  RC_ASSERT(got.size() == ws.size());
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const std::vector<double> one = Linear(x, ws[i]).value().ToDoubles();
+    RC_ASSERT(got[i].shape() == (Shape{1, m, ws[i].size(0)}));
+    const std::vector<double> g = got[i].ToDoubles();
+    for (size_t j = 0; j < g.size(); ++j) {
+      if (g[j] != one[j]) {
+        RC_FAIL(absl::StrCat("weight ", i, " (", DTypeName(ws[i].dtype()), ") element ", j, ": ",
+                             g[j], " vs ", one[j], " one by one"));
+      }
+    }
+  }
+}
+
 // The threaded split (weights over kMinParallelBytes) and a prefill-sized x.
 TEST(QuantizedLinearTest, LargeShapesAgree) {
   for (const Isa isa : SupportedIsas()) {
