@@ -119,17 +119,26 @@ Attention::Attention(const AttentionOptions& options) : Module("Attention"), opt
   }
 }
 
-void Attention::ResetKVCache() { cache_.Reset(); }
+void Attention::ResetKVCache(int64_t reserve) { cache_.Reset(reserve); }
 
 namespace {
 
+// Note [KV buffers are reserved]
+// A cache that grows by doubling copies itself at each growth and touches fresh pages: at the
+// first decode step after a 224-token prompt every layer's K and V moved to buffers twice the size,
+// one step taking several times the others. CausalLM::Generate therefore reserves the prompt
+// plus the tokens it may generate (at most kMaxReserve of them) when it resets the cache, as
+// llama.cpp sizes its cache for the context up front; beyond the reserve the buffers double.
+
 // Appends local `x` [B, h, S, D] to the cache whose filled part is `cache` (a view of `buffer`,
-// or undefined), growing `buffer` [B, h, capacity, D] by doubling; returns the new filled part.
-absl::StatusOr<Tensor> AppendToBuffer(Tensor& buffer, const Value& cache, const Tensor& x) {
+// or undefined), growing `buffer` [B, h, capacity, D] to `reserve` positions or by doubling;
+// returns the new filled part.
+absl::StatusOr<Tensor> AppendToBuffer(Tensor& buffer, const Value& cache, const Tensor& x,
+                                      int64_t reserve) {
   const int64_t len = cache.defined() ? cache.shape()[2] : 0, need = len + x.size(2);
   if (!buffer.defined() || buffer.size(2) < need) {
     Shape shape = x.shape();
-    shape[2] = std::max(need, buffer.defined() ? 2 * buffer.size(2) : need);
+    shape[2] = std::max({need, buffer.defined() ? 2 * buffer.size(2) : need, reserve});
     DT_ASSIGN_OR_RETURN(Tensor grown, Tensor::Empty(shape, x.dtype(), x.device()));
     if (len > 0) {
       DT_ASSIGN_OR_RETURN(Tensor old, grown.Narrow(2, 0, len));
@@ -147,8 +156,8 @@ absl::StatusOr<Tensor> AppendToBuffer(Tensor& buffer, const Value& cache, const 
 absl::Status KVCache::Append(Value* k, Value* v) {
   const bool local = k->is_local() && v->is_local() && (!k_.defined() || k_.is_local());
   if (local) {
-    DT_ASSIGN_OR_RETURN(Tensor kk, AppendToBuffer(buffer_k_, k_, k->local()));
-    DT_ASSIGN_OR_RETURN(Tensor vv, AppendToBuffer(buffer_v_, v_, v->local()));
+    DT_ASSIGN_OR_RETURN(Tensor kk, AppendToBuffer(buffer_k_, k_, k->local(), reserve_));
+    DT_ASSIGN_OR_RETURN(Tensor vv, AppendToBuffer(buffer_v_, v_, v->local(), reserve_));
     *k = kk;
     *v = vv;
   } else if (k_.defined()) {
@@ -160,9 +169,10 @@ absl::Status KVCache::Append(Value* k, Value* v) {
   return absl::OkStatus();
 }
 
-void KVCache::Reset() {
+void KVCache::Reset(int64_t reserve) {
   k_ = v_ = Value();
   buffer_k_ = buffer_v_ = Tensor();
+  reserve_ = reserve;
 }
 
 int64_t Attention::kv_cache_length() const { return use_cache_ ? cache_.length() : 0; }

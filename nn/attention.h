@@ -100,12 +100,15 @@ class KVCache {
  public:
   // Appends *k, *v after the cached positions and replaces them with all of them.
   absl::Status Append(Value* k, Value* v);
-  void Reset();
+  // Forgets the positions. The local buffers, when next made, hold at least `reserve` positions
+  // (Note [KV buffers are reserved]).
+  void Reset(int64_t reserve = 0);
   int64_t length() const { return k_.defined() ? k_.shape()[2] : 0; }
 
  private:
   Value k_, v_;                 // the filled part of the buffers below, or DTensors
   Tensor buffer_k_, buffer_v_;  // [B, h, capacity, D] for local K/V
+  int64_t reserve_ = 0;
 };
 
 struct AttentionOptions {
@@ -134,7 +137,7 @@ class Attention : public Module {
   const AttentionOptions& options() const { return options_; }  // 0 fields resolved
 
   void EnableKVCache(bool on = true) { use_cache_ = on; }
-  void ResetKVCache();
+  void ResetKVCache(int64_t reserve = 0);  // KVCache::Reset
   // Keys held in the cache (0 when empty or disabled).
   int64_t kv_cache_length() const;
 

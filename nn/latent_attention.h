@@ -65,7 +65,7 @@ class LatentAttention : public Module {
   const LatentAttentionOptions& options() const { return options_; }
 
   void EnableKVCache(bool on = true) { use_cache_ = on; }
-  void ResetKVCache() { cache_.Reset(); }
+  void ResetKVCache(int64_t reserve = 0) { cache_.Reset(reserve); }
   int64_t kv_cache_length() const { return use_cache_ ? cache_.length() : 0; }
 
   std::string ExtraRepr() const override;

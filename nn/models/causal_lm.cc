@@ -180,6 +180,11 @@ absl::StatusOr<Values> DecoderModel::Forward(Values inputs) {
   // transformers hands cos and sin to attention in the model dtype.
   DT_ASSIGN_OR_RETURN(Value cos, ops::Cast(cs[0], h.dtype()));
   DT_ASSIGN_OR_RETURN(Value sin, ops::Cast(cs[1], h.dtype()));
+  // [B, S, D] -> [B, 1, S, D] once, not in each layer's attention (which takes either).
+  if (cos.dim() == 3) {
+    DT_ASSIGN_OR_RETURN(cos, ops::Unsqueeze(cos, 1));
+    DT_ASSIGN_OR_RETURN(sin, ops::Unsqueeze(sin, 1));
+  }
   for (int64_t i = 0; i < layers_->size(); ++i) {
     DT_ASSIGN_OR_RETURN(h, layers_->at(i).CallOne({h, cos, sin}));
   }
@@ -395,10 +400,10 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
   return FromPretrained(dir, on, options, report);
 }
 
-void CausalLM::ResetCache() {
+void CausalLM::ResetCache(int64_t reserve) {
   for (auto& [name, m] : NamedModules()) {
-    if (auto* a = dynamic_cast<Attention*>(m)) a->ResetKVCache();
-    if (auto* l = dynamic_cast<LatentAttention*>(m)) l->ResetKVCache();
+    if (auto* a = dynamic_cast<Attention*>(m)) a->ResetKVCache(reserve);
+    if (auto* l = dynamic_cast<LatentAttention*>(m)) l->ResetKVCache(reserve);
   }
   past_ = 0;
 }
@@ -492,7 +497,9 @@ absl::StatusOr<GenerateResult> CausalLM::Generate(const std::vector<int64_t>& pr
     return absl::InvalidArgumentError(
         absl::StrCat("Generate: max_new_tokens must be >= 0, got ", options.max_new_tokens));
   }
-  ResetCache();
+  // Note [KV buffers are reserved] (nn/attention.cc).
+  constexpr int64_t kMaxReserve = 4096;
+  ResetCache(static_cast<int64_t>(prompt.size()) + std::min(options.max_new_tokens, kMaxReserve));
   GenerateResult result;
   result.prompt_tokens = static_cast<int64_t>(prompt.size());
   if (options.max_new_tokens == 0) return result;

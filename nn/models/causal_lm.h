@@ -240,7 +240,9 @@ class CausalLM : public Module {
   absl::StatusOr<Tensor> Logits(const Tensor& ids, bool last_only = false);
   // Tokens in the KV cache; ResetCache forgets them.
   int64_t cache_length() const { return past_; }
-  void ResetCache();
+  // `reserve`: positions the caches' buffers are made for (Note [KV buffers are reserved] in
+  // nn/attention.cc).
+  void ResetCache(int64_t reserve = 0);
 
   // Prefill + decode from an empty cache (the cache is reset first). Collective over the mesh.
   absl::StatusOr<GenerateResult> Generate(const std::vector<int64_t>& prompt,
