@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "absl/strings/match.h"
+#include "dtensor/ops/value_ops.h"
 #include "dtensor/ops/view_math.h"
 #include "rapidcheck/gtest.h"
 #include "dtensor/tests/ops/ops_test_util.h"
@@ -171,6 +173,26 @@ RC_GTEST_PROP(DopsShape, UnsqueezeSqueezeMatchLocal, ()) {
             return squeeze ? Squeeze(in[0], dim) : Unsqueeze(in[0], dim);
           }),
           {want}, /*exact=*/true, no_moves);
+}
+
+// Note [Plain local views skip the dispatch] (ops/value_ops.cc): a plain local float tensor's
+// views are its own (the same shape, strides and storage as Tensor's), and what the tensor refuses
+// still gets the op's error.
+TEST(DopsShape, PlainLocalViewsAreTheTensorsAndKeepTheOpsErrors) {
+  const Tensor x = Tensor::Randn({2, 3, 4}, 1).value();
+  const Value v(x);
+  const Value r = ops::Reshape(v, {6, -1}).value();
+  EXPECT_EQ(r.shape(), (Shape{6, 4}));
+  EXPECT_EQ(r.local().raw_data(), x.raw_data());
+  const Value t = ops::Transpose(v, 0, 2).value();
+  EXPECT_EQ(t.local().strides(), x.Transpose(0, 2).value().strides());
+  EXPECT_EQ(ops::Transpose(v, -1, 0).value().shape(), (Shape{4, 3, 2}));  // through the op
+  EXPECT_EQ(ops::Unsqueeze(v, 3).value().shape(), (Shape{2, 3, 4, 1}));
+  const absl::Status bad = ops::Reshape(v, {5, -1}).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+  EXPECT_TRUE(absl::StrContains(bad.message(), "Reshape")) << bad;
+  const absl::Status out_of_range = ops::Transpose(v, 0, 7).status();
+  EXPECT_TRUE(absl::StrContains(out_of_range.message(), "Transpose")) << out_of_range;
 }
 
 RC_GTEST_PROP(DopsShape, CatMatchesLocal, ()) {
