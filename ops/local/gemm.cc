@@ -162,7 +162,8 @@ absl::StatusOr<Tensor> QuantizedLinear(const Tensor& x, const Tensor& w, const T
 }  // namespace
 
 absl::StatusOr<std::vector<Tensor>> Linears(const Tensor& x, absl::Span<const Tensor> ws) {
-  bool together = ws.size() > 1 && x.defined() && x.numel() > 0 && x.size(-1) > 0;
+  bool together = ws.size() > 1 && x.defined() && IsFloating(x.dtype()) && x.numel() > 0 &&
+                  x.size(-1) > 0;
   for (const Tensor& w : ws) {
     together = together && w.defined() && IsQuantized(w.dtype()) && w.size(0) > 0;
   }
