@@ -44,7 +44,7 @@ class HostBlockCache {
   // A block of at least `bytes` (its capacity in *capacity), or nullptr when out of memory.
   void* Take(size_t bytes, size_t* capacity) {
     *capacity = bytes;
-    if (bytes < kMinBytes || !kEnabled) return std::aligned_alloc(64, bytes);
+    if (bytes < kMinBytes || !kHostBlockCache) return std::aligned_alloc(64, bytes);
     *capacity = (bytes + 4095) / 4096 * 4096;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -66,7 +66,7 @@ class HostBlockCache {
   }
 
   void Give(void* p, size_t capacity) {
-    if (capacity < kMinBytes || capacity > kMaxBytes || !kEnabled) {
+    if (capacity < kMinBytes || capacity > kMaxBytes || !kHostBlockCache) {
       std::free(p);
       return;
     }
@@ -77,17 +77,6 @@ class HostBlockCache {
   }
 
  private:
-#if defined(__SANITIZE_ADDRESS__)
-  static constexpr bool kEnabled = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  static constexpr bool kEnabled = false;
-#else
-  static constexpr bool kEnabled = true;
-#endif
-#else
-  static constexpr bool kEnabled = true;
-#endif
 
   // Frees cached blocks, largest first, until at most `keep` bytes are cached.
   void Release(size_t keep) {

@@ -18,6 +18,20 @@
 
 namespace dt {
 
+// Whether freed host blocks are kept for the next request (Note [Host block cache] in
+// storage.cc): not under AddressSanitizer, so that a use after free still lands in its quarantine.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kHostBlockCache = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kHostBlockCache = false;
+#else
+inline constexpr bool kHostBlockCache = true;
+#endif
+#else
+inline constexpr bool kHostBlockCache = true;
+#endif
+
 class Storage {
  public:
   enum class Kind : uint8_t { kHeap, kMmap, kCuda, kExternal };
