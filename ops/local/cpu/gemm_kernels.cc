@@ -43,13 +43,16 @@
 // on the 2-vCPU Zen 5 VM: AVX-512 f32 1.13-1.34x on one thread (36-37 against 27-33 GB/s) and
 // 1.05-1.08x on two, bf16 (vdpbf16ps) 1.15-1.27x and 1.07-1.17x; the AVX2 kernels (forced on
 // the same CPU) f32 1.15-1.19x and 1.10-1.17x, bf16 1.24-1.34x and 1.15-1.29x. Rows of at least
-// kLongRowBytes are the exception: there four rows side by side read faster. bench_gemm on the
+// kLongRowBytes are the exception: there several rows side by side read faster. bench_gemm on the
 // 2-vCPU Zen 4 VM (2026-12-04, 2 threads, both variants selected by a temporary switch in one
 // build): 4096 x 4096 f32 30.5 against 22.5 GB/s with one row (oneDNN and OpenBLAS 30-31), bf16
 // 29.5 against 25.2, down_proj (K = 1536, 6 KiB rows) 23.5 against 22.4; the short SmolLM2 rows
 // (K = 576) 0.85-0.95x with four. For M >= 2 the side-by-side rows stay: each weight vector then
-// meets M rows of x, and one row at a time measured 0.82-0.96x at M = 2 (AVX-512). DotTileRows
-// and DotChains hold these choices.
+// meets M rows of x, and one row at a time measured 0.82-0.96x at M = 2 (AVX-512). Eight long
+// rows instead of four (2026-12-05, same VM, idle, 2 threads, interleaved with oneDNN): bf16
+// 4096 x 4096 went from 0.78-0.90x oneDNN's GEMV to 0.94-1.00x (33-36 GB/s), f32 stayed level
+// with oneDNN and OpenBLAS (31-37 GB/s). DotTileRows, kLongRowTile and DotChains hold these
+// choices.
 
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
 
@@ -205,7 +208,7 @@ constexpr int DotTileRows(int m, int widest) {
 }
 // One row of x meets weight rows of at least this many bytes kLongRowTile at a time.
 constexpr int64_t kLongRowBytes = 4 << 10;
-constexpr int kLongRowTile = 4;
+constexpr int kLongRowTile = 8;
 // Accumulator sets a dot tile of m x r keeps over consecutive vectors of k, so that at least four
 // FMA chains are in flight however few rows there are.
 constexpr int DotChains(int m, int r) { return m * r >= 4 ? 1 : 4 / (m * r); }
