@@ -189,7 +189,8 @@ absl::StatusOr<PlanResolution> ResolvePlan(Module& module, const ParallelPlan& p
     if (style == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("Unsupported tensor parallel style '", entry.name, "' for layer '", key,
-                       "'. Supported styles are [", absl::StrJoin(StyleNames(), ", "), "]"));
+                       "'", UnimplementedStyleHint(entry.name), ". Supported styles are [",
+                       absl::StrJoin(StyleNames(), ", "), "]"));
     }
     styles.push_back(std::move(style));
   }

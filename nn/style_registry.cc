@@ -130,6 +130,20 @@ std::shared_ptr<const TensorParallelLayer> FindStyle(absl::string_view name) {
   return TheRegistry().Find(name);
 }
 
+std::string UnimplementedStyleHint(absl::string_view name) {
+  if (name == "unit_colwise") {
+    return " ('unit_colwise' is transformers' head-replicated k/v split over a (gcd(heads, tp), "
+           "replicas) view of the tp mesh, not implemented here; 'colwise' splits the heads when "
+           "tp divides them, and 'replicate' keeps them whole, each rank using the KV heads its "
+           "query heads need)";
+  }
+  if (name == "unit_rowwise") {
+    return " ('unit_rowwise' is transformers' head-split o_proj over a unit view of the tp mesh, "
+           "not implemented here; 'rowwise' splits the heads when tp divides them)";
+  }
+  return "";
+}
+
 std::vector<std::string> StyleNames() {
   std::vector<std::string> names;
   for (const Entry& e : TheRegistry().Entries()) names.push_back(e.name);

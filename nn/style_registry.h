@@ -35,6 +35,10 @@ absl::Status RegisterStyleAlias(const std::string& alias, const std::string& tar
 std::shared_ptr<const TensorParallelLayer> FindStyle(absl::string_view name);
 // Registered names, in registration order.
 std::vector<std::string> StyleNames();
+// For a style transformers registers that this registry does not implement (unit_colwise,
+// unit_rowwise: docs/nn.md "Against transformers 5.25's registry"), what to write instead;
+// "" for any other name.
+std::string UnimplementedStyleHint(absl::string_view name);
 
 struct StyleRow {
   std::string name;

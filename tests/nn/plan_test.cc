@@ -174,6 +174,21 @@ TEST(PlanErrors, UnknownStyleListsSupportedOnes) {
   EXPECT_FALSE(net.GetParameter("layers.0.mlp.up_proj.weight").value()->placed());
 }
 
+// transformers 5.25's unit styles are named with what to write instead; nothing is placed.
+TEST(PlanErrors, TransformersUnitStylesSayWhatToUseInstead) {
+  Net net;
+  const absl::Status s =
+      ParallelizeModule(net, Tp(2), {{"layers.*.mlp.up_proj", "unit_colwise"}}, Quiet());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(s, "Unsupported tensor parallel style 'unit_colwise' for layer "
+                          "'layers.*.mlp.up_proj' ('unit_colwise' is transformers' "));
+  EXPECT_TRUE(Contains(s, "'replicate' keeps them whole"));
+  EXPECT_TRUE(Contains(s, "). Supported styles are [colwise, "));
+  EXPECT_TRUE(Contains(ParallelizeModule(net, Tp(2), {{"layers.*.mlp.up_proj", "unit_rowwise"}}, Quiet()),
+                       "'rowwise' splits the heads when tp divides them"));
+  EXPECT_FALSE(net.GetParameter("layers.0.mlp.up_proj.weight").value()->placed());
+}
+
 TEST(PlanErrors, MalformedKeys) {
   Net net;
   EXPECT_TRUE(Contains(ResolvePlan(net, {{"lm_head", "colwise"}, {"lm_head", "rowwise"}}).status(),
