@@ -174,11 +174,22 @@ struct Result {
   double value, target;
 };
 
+// Note [Picked against best]
+// "picked" runs the very code of the backend the dispatcher chose, so the picked-vs-best RESULT
+// asks whether the choice was right: that backend's own (forced) figure over the fastest forced
+// figure. Dividing the separately timed picked figure by the largest of two or three others
+// instead measured the noise of a shared VM (the picked column read 1-3% under the same backend's
+// forced one in the same run, and the largest of three noisy samples is biased up), which failed
+// rows whose choice was the fastest path. The picked column stays printed beside them.
+
 // One figure per backend (GFLOP/s or GB/s; 0 where the backend does not run the dtype).
 struct Paths {
   double by[3] = {0, 0, 0};
   double& operator[](Backend b) { return by[static_cast<int>(b)]; }
   double best() const { return std::max({by[0], by[1], by[2]}); }
+  // The dispatcher's choice against the fastest backend, each timed forced (Note [Picked against
+  // best]).
+  double choice(Backend picked) const { return by[static_cast<int>(picked)] / best(); }
   // The figures in columns `width` wide, "-" for a backend that did not run.
   void Print(int width) const {
     for (const double g : by) {
@@ -258,8 +269,7 @@ void PrintGemmRow(const GemmRow& r) {
   } else {
     std::printf(" %11s", "-");
   }
-  Paths p = r.paths;  // Note [Picked against best]
-  std::printf(" %9.2f %9.2f", p[r.picked] / r.paths.best(), r.picked_gflops / r.dnnl_native);
+  std::printf(" %9.2f %9.2f", r.paths.choice(r.picked), r.picked_gflops / r.dnnl_native);
   if (r.openblas_native > 0) {
     std::printf(" %9.2f\n", r.picked_gflops / r.openblas_native);
   } else {
@@ -332,21 +342,7 @@ struct DecodeRow {
   Paths paths;  // GB/s of weights read
   Backend picked = Backend::kOwn;
   double picked_gbs = 0, memcpy = 0;
-  // The dispatcher's choice against the fastest backend, each timed forced (Note [Picked against
-  // best]).
-  double choice() const {
-    Paths p = paths;
-    return p[picked] / paths.best();
-  }
 };
-
-// Note [Picked against best]
-// "picked" runs the very code of the backend the dispatcher chose, so the picked-vs-best RESULT
-// asks whether the choice was right: that backend's own (forced) figure over the fastest forced
-// figure. Dividing the separately timed picked figure by the largest of two or three others
-// instead measured the noise of a shared VM (the picked column read 1-3% under the same backend's
-// forced one in the same run, and the largest of three noisy samples is biased up), which failed
-// rows whose choice was the fastest path. The picked column stays printed beside them.
 
 // The decode rows of one weight shape and dtype, for each M, from one pool of cold copies.
 std::vector<DecodeRow> Decode(const DecodeShape& s, const std::vector<int64_t>& ms, DType dtype,
@@ -467,10 +463,7 @@ int main(int argc, char** argv) {
     for (const Shape& s : shapes) {
       const GemmRow r = Gemm(dtype, s.m, s.n, s.k, s.linear, threads, reps);
       PrintGemmRow(r);
-      {
-        Paths p = r.paths;  // Note [Picked against best]
-        track(worst_gemm, worst_gemm_row, r.name, p[r.picked] / r.paths.best());
-      }
+      track(worst_gemm, worst_gemm_row, r.name, r.paths.choice(r.picked));
       if (s.tag != nullptr && dtype == DType::kF32) {
         results.push_back({std::string("gemm_f32_") + s.tag + "_vs_openblas", r.picked_gflops / r.openblas_native, 1.0});
         results.push_back({std::string("gemm_f32_") + s.tag + "_vs_onednn", r.picked_gflops / r.dnnl_native, 1.0});
@@ -517,13 +510,13 @@ int main(int argc, char** argv) {
     std::printf("%-34s", r.name.c_str());
     r.paths.Print(8);
     std::printf(" %5s %8.1f %8.1f %9.2f %12.2f\n", gemm::BackendName(r.picked), r.picked_gbs, r.memcpy,
-                r.choice(), r.picked_gbs / r.memcpy);
+                r.paths.choice(r.picked), r.picked_gbs / r.memcpy);
   };
   for (const DType dtype : {DType::kF32, DType::kBF16}) {
     for (const DecodeShape& s : decode_shapes) {
       for (const DecodeRow& r : Decode(s, ms, dtype, false, decode_reps)) {
         print_decode(r);
-        track(worst_decode, worst_decode_row, r.name, r.choice());
+        track(worst_decode, worst_decode_row, r.name, r.paths.choice(r.picked));
         double& w = worst[dtype == DType::kBF16 ? 1 : 0];
         w = std::min(w, r.picked_gbs / r.memcpy);
       }
@@ -533,7 +526,7 @@ int main(int argc, char** argv) {
   for (const DType dtype : {DType::kF32, DType::kBF16}) {
     const DecodeRow r = Decode({"up_proj 1536x576", 1536, 576}, {1}, dtype, true, decode_reps)[0];
     print_decode(r);
-    track(worst_decode, worst_decode_row, r.name, r.choice());
+    track(worst_decode, worst_decode_row, r.name, r.paths.choice(r.picked));
   }
   // Quantized weights (GB/s of their blocks; Note [Quantized GEMM] in ops/local/cpu/qgemm.cc): the
   // k-quants only where K is whole 256-element super-blocks.
