@@ -50,9 +50,10 @@
 // (K = 576) 0.85-0.95x with four. For M >= 2 the side-by-side rows stay: each weight vector then
 // meets M rows of x, and one row at a time measured 0.82-0.96x at M = 2 (AVX-512). Eight long
 // rows instead of four (2026-12-05, same VM, idle, 2 threads, interleaved with oneDNN): bf16
-// 4096 x 4096 went from 0.78-0.90x oneDNN's GEMV to 0.94-1.00x (33-36 GB/s), f32 stayed level
-// with oneDNN and OpenBLAS (31-37 GB/s). DotTileRows, kLongRowTile and DotChains hold these
-// choices.
+// 4096 x 4096 went from 0.78-0.90x oneDNN's GEMV to 0.93-1.00x where the VM streamed about 32
+// GB/s (0.88-0.89 in its 40+ GB/s phases, where oneDNN reads 40-44), f32 stayed level with
+// oneDNN and OpenBLAS (31-37 GB/s); sixteen rows measured 0.71-0.85x. DotTileRows, kLongRowTile
+// and DotChains hold these choices.
 
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
 
