@@ -77,7 +77,6 @@ class HostBlockCache {
   }
 
  private:
-
   // Frees cached blocks, largest first, until at most `keep` bytes are cached.
   void Release(size_t keep) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -20,14 +20,15 @@ namespace dt {
 
 // Whether freed host blocks are kept for the next request (Note [Host block cache] in
 // storage.cc): not under AddressSanitizer, so that a use after free still lands in its quarantine.
-#if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kHostBlockCache = false;
-#elif defined(__has_feature)
+#if defined(__SANITIZE_ADDRESS__)  // gcc
+#define DT_ADDRESS_SANITIZER 1
+#elif defined(__has_feature)  // clang
 #if __has_feature(address_sanitizer)
-inline constexpr bool kHostBlockCache = false;
-#else
-inline constexpr bool kHostBlockCache = true;
+#define DT_ADDRESS_SANITIZER 1
 #endif
+#endif
+#ifdef DT_ADDRESS_SANITIZER
+inline constexpr bool kHostBlockCache = false;
 #else
 inline constexpr bool kHostBlockCache = true;
 #endif

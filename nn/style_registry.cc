@@ -131,15 +131,18 @@ std::shared_ptr<const TensorParallelLayer> FindStyle(absl::string_view name) {
 }
 
 std::string UnimplementedStyleHint(absl::string_view name) {
-  if (name == "unit_colwise") {
-    return " ('unit_colwise' is transformers' head-replicated k/v split over a (gcd(heads, tp), "
-           "replicas) view of the tp mesh, not implemented here; 'colwise' splits the heads when "
-           "tp divides them, and 'replicate' keeps them whole, each rank using the KV heads its "
-           "query heads need)";
-  }
-  if (name == "unit_rowwise") {
-    return " ('unit_rowwise' is transformers' head-split o_proj over a unit view of the tp mesh, "
-           "not implemented here; 'rowwise' splits the heads when tp divides them)";
+  // transformers' styles this registry lacks, and what a plan writes instead.
+  static constexpr std::pair<absl::string_view, absl::string_view> kHints[] = {
+      {"unit_colwise",
+       "transformers' head-replicated k/v split over a (gcd(heads, tp), replicas) view of the tp "
+       "mesh, not implemented here; 'colwise' splits the heads when tp divides them, and "
+       "'replicate' keeps them whole, each rank using the KV heads its query heads need"},
+      {"unit_rowwise",
+       "transformers' head-split o_proj over a unit view of the tp mesh, not implemented here; "
+       "'rowwise' splits the heads when tp divides them"},
+  };
+  for (const auto& [style, hint] : kHints) {
+    if (name == style) return absl::StrCat(" ('", style, "' is ", hint, ")");
   }
   return "";
 }

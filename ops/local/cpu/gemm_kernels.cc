@@ -48,12 +48,14 @@
 // build): 4096 x 4096 f32 30.5 against 22.5 GB/s with one row (oneDNN and OpenBLAS 30-31), bf16
 // 29.5 against 25.2, down_proj (K = 1536, 6 KiB rows) 23.5 against 22.4; the short SmolLM2 rows
 // (K = 576) 0.85-0.95x with four. For M >= 2 the side-by-side rows stay: each weight vector then
-// meets M rows of x, and one row at a time measured 0.82-0.96x at M = 2 (AVX-512). Eight long
-// rows instead of four (2026-12-05, same VM, idle, 2 threads, interleaved with oneDNN): bf16
-// 4096 x 4096 went from 0.78-0.90x oneDNN's GEMV to 0.93-1.00x where the VM streamed about 32
-// GB/s (0.88-0.89 in its 40+ GB/s phases, where oneDNN reads 40-44), f32 stayed level with
-// oneDNN and OpenBLAS (31-37 GB/s); sixteen rows measured 0.71-0.85x. DotTileRows, kLongRowTile
-// and DotChains hold these choices.
+// meets M rows of x, and one row at a time measured 0.82-0.96x at M = 2 (AVX-512). Eight long rows
+// instead of four on AVX-512 (2026-12-05, same VM, idle, 2 threads, interleaved with oneDNN): bf16
+// 4096 x 4096 went from 0.78-0.90x oneDNN's GEMV to 0.93-1.00x where the VM streamed about 32 GB/s
+// (0.88-0.89 in its 40+ GB/s phases, where oneDNN reads 40-44), f32 stayed level with oneDNN and
+// OpenBLAS (31-37 GB/s); sixteen rows measured 0.71-0.85x. The AVX2 kernels (forced, same VM and
+// day, interleaved) keep four (16 vector registers, AVX-512 has 32): with eight, 4096 x 4096 fell
+// from 0.95-0.98x to 0.83-0.91x oneDNN in f32 and from 0.87-0.89x to 0.66-0.76x in bf16. Measured
+// on AMD Zen 4 only. DotTileRows, kWidestTile and DotChains hold these choices.
 
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
 
@@ -207,9 +209,9 @@ inline int64_t CeilDivRows(int64_t a, int64_t b) { return (a + b - 1) / b; }
 constexpr int DotTileRows(int m, int widest) {
   return m == 1 ? 1 : m <= 2 ? widest : m <= 4 ? widest / 2 : widest / 4;
 }
-// One row of x meets weight rows of at least this many bytes kLongRowTile at a time.
+// One row of x meets weight rows of at least this many bytes the set's widest tile at a time
+// (kWidestTile: 8 rows with AVX-512's 32 vector registers, 4 with AVX2's 16).
 constexpr int64_t kLongRowBytes = 4 << 10;
-constexpr int kLongRowTile = 8;
 // Accumulator sets a dot tile of m x r keeps over consecutive vectors of k, so that at least four
 // FMA chains are in flight however few rows there are.
 constexpr int DotChains(int m, int r) { return m * r >= 4 ? 1 : 4 / (m * r); }
@@ -256,6 +258,7 @@ void DotBlocked(int64_t n, int64_t k, const XT* x, int64_t ldx, const char* w, i
 namespace avx2 {
 
 constexpr int kMr = 6, kNr = 16;
+constexpr int kWidestTile = 4;  // skinny dot tile rows (Note [Skinny dot order])
 
 DT_AVX2 void Micro(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
                    bool accumulate) {
@@ -377,10 +380,10 @@ void DotRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, i
   constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
   const char* wb = static_cast<const char*>(w);
   if (M == 1 && k * kSize >= kLongRowBytes) {
-    return DotBlocked<1, kLongRowTile, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc,
-                                              DotTile<1, kLongRowTile, E>, DotTile<1, 1, E>);
+    return DotBlocked<1, kWidestTile, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc,
+                                             DotTile<1, kWidestTile, E>, DotTile<1, 1, E>);
   }
-  constexpr int R = DotTileRows(M, 4);
+  constexpr int R = DotTileRows(M, kWidestTile);
   DotBlocked<M, R, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc, DotTile<M, R, E>, DotTile<M, 1, E>);
 }
 
@@ -455,6 +458,7 @@ void Axpy(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* 
 namespace avx512 {
 
 constexpr int kMr = 12, kNr = 32;
+constexpr int kWidestTile = 8;  // skinny dot tile rows (Note [Skinny dot order])
 
 DT_AVX512 void Micro(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
                      bool accumulate) {
@@ -598,10 +602,10 @@ void DotRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, i
   constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
   const char* wb = static_cast<const char*>(w);
   if (M == 1 && k * kSize >= kLongRowBytes) {
-    return DotBlocked<1, kLongRowTile, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc,
-                                              DotTile<1, kLongRowTile, E>, DotTile<1, 1, E>);
+    return DotBlocked<1, kWidestTile, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc,
+                                             DotTile<1, kWidestTile, E>, DotTile<1, 1, E>);
   }
-  constexpr int R = DotTileRows(M, 8);
+  constexpr int R = DotTileRows(M, kWidestTile);
   DotBlocked<M, R, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc, DotTile<M, R, E>, DotTile<M, 1, E>);
 }
 
@@ -795,10 +799,10 @@ void DotRows(int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_
              float* c, int64_t ldc) {
   const char* wb = reinterpret_cast<const char*>(w);
   if (M == 1 && k * 2 >= kLongRowBytes) {
-    return DotBlocked<1, kLongRowTile, uint16_t>(n, k, x, ldx, wb, ldw, 2, c, ldc,
-                                                 DotTile<1, kLongRowTile>, DotTile<1, 1>);
+    return DotBlocked<1, avx512::kWidestTile, uint16_t>(n, k, x, ldx, wb, ldw, 2, c, ldc,
+                                                        DotTile<1, avx512::kWidestTile>, DotTile<1, 1>);
   }
-  constexpr int R = DotTileRows(M, 8);
+  constexpr int R = DotTileRows(M, avx512::kWidestTile);
   DotBlocked<M, R, uint16_t>(n, k, x, ldx, wb, ldw, 2, c, ldc, DotTile<M, R>, DotTile<M, 1>);
 }
 

@@ -162,7 +162,7 @@ TEST(GemmPathsTest, LargeShapesAgreeWithNaiveLoops) {
       {7, 700, 3000, false, true, DType::kBF16, "skinny dot, K blocks, bf16"},
       {5, 999, 777, false, false, DType::kF16, "skinny axpy, K split over threads, f16"},
       {1, 3001, 1000, true, false, DType::kBF16, "skinny axpy, M=1, x transposed"},
-      {1, 301, 2500, false, true, DType::kBF16, "skinny dot, M=1, long rows (8 side by side)"},
+      {1, 301, 2500, false, true, DType::kBF16, "skinny dot, M=1, long rows (the widest tile side by side)"},
       {1, 299, 1100, false, true, DType::kF32, "skinny dot, M=1, long f32 rows"},
   };
   for (const Isa isa : SupportedIsas()) {
