@@ -88,6 +88,16 @@ std::vector<DecoderFamily> MakeFamilies() {
                       {{"model.layers.*.mlp.shared_experts.gate_proj", "colwise"},
                        {"model.layers.*.mlp.shared_experts.up_proj", "colwise"},
                        {"model.layers.*.mlp.shared_experts.down_proj", "rowwise"}});
+  // transformers' MiniCPM5-MoE plan: the query heads (each with its gate) colwise, the two KV
+  // heads unit_colwise (Note [Unit meshes] in nn/styles.h: whole heads on every rank at any tp);
+  // its experts as DeepSeek's.
+  const Plan minicpm5_plan = {
+      {"model.layers.*.self_attn.q_gate_proj", "colwise"},
+      {"model.layers.*.self_attn.k_proj", "unit_colwise"},
+      {"model.layers.*.self_attn.v_proj", "unit_colwise"},
+      {"model.layers.*.self_attn.o_proj", "rowwise"},
+      {"lm_head", "colwise_gather_output"},
+  };
   using SW = SlidingWindowFields;
   return {
       {.model_type = "llama", .architecture = "LlamaForCausalLM", .gguf_architecture = "llama",
@@ -126,6 +136,12 @@ std::vector<DecoderFamily> MakeFamilies() {
        .topk_weights = TopKWeights::kScaled, .router_f32 = true, .shared_experts = true,
        .tp_plan = deepseek_plan, .mlp_plan = MlpPlan(), .moe_plan = deepseek_moe,
        .ep_plan = EpPlan(), .ep_all_reduce_plan = EpAllReducePlan()},
+      {.model_type = "minicpm5_moe", .architecture = "MiniCPM5MoeForCausalLM",
+       .attention_bias_field = true, .gated_attention = true, .default_head_dim = 128,
+       .moe_layers = MoeLayers::kLayerTypes, .topk_weights = TopKWeights::kSigmoidGroups,
+       .router_f32 = true, .shared_experts = true, .default_max_position_embeddings = 524288,
+       .default_rope_theta = 5e6, .tp_plan = minicpm5_plan, .mlp_plan = MlpPlan(),
+       .moe_plan = deepseek_moe, .ep_plan = EpPlan(), .ep_all_reduce_plan = EpAllReducePlan()},
   };
 }
 

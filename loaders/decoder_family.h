@@ -16,6 +16,10 @@
 //   deepseek_v2 multi-head latent attention (Note [Latent attention] in              (none)
 //               nn/latent_attention.h); layers from first_k_dense_replace sparse, with
 //               shared experts; head_dim is qk_rope_head_dim, RoPE on interleaved pairs
+//   minicpm5_moe gated attention (q_gate_proj [q | gate] per head, stored as   128      (none)
+//               q_proj: Note
+//               [Gated attention] in nn/attention.h), k/v unit_colwise; sparse layers by
+//               mlp_layer_types with shared experts and DeepSeek-V3's sigmoid group router
 //
 // Every family: pre-norm decoder layers (RMSNorm -> attention -> residual, RMSNorm -> gated MLP
 // act(gate)·up -> residual), rotate_half RoPE with the config's rope type, GQA, an optional tied
@@ -57,6 +61,12 @@
 //                unless i is in mlp_only_layers          norm_topk_prob
 //   deepseek_v2  i >= first_k_dense_replace              softmax in f32 (router weight f32),
 //                                                        times routed_scaling_factor
+//   minicpm5_moe mlp_layer_types[i] == "sparse" (else    sigmoid scores chosen with
+//                i >= first_k_dense_replace, default 1)  e_score_correction_bias among the
+//                                                        topk_group best of n_group groups,
+//                                                        renormalised when norm_topk_prob,
+//                                                        times routed_scaling_factor (Note
+//                                                        [Sigmoid group routing] in nn/moe.h)
 //
 // Plans: the attention's as the dense family's, and transformers' expert entries
 // (gate_up_proj packed_colwise: each rank holds matching gate and up rows of every expert;
@@ -90,6 +100,7 @@ enum class MoeLayers : uint8_t {
   kAll,         // Mixtral
   kSparseStep,  // Qwen3-MoE: decoder_sparse_step, mlp_only_layers
   kAfterDense,  // DeepSeek-V2: first_k_dense_replace
+  kLayerTypes,  // MiniCPM5-MoE: mlp_layer_types ("dense" / "sparse"), else first_k_dense_replace
 };
 
 // How the router turns the top-k softmax probabilities into the experts' weights.
@@ -97,6 +108,7 @@ enum class TopKWeights : uint8_t {
   kNormalized,  // divided by their sum (Mixtral)
   kConfig,      // divided by their sum when norm_topk_prob (Qwen3-MoE)
   kScaled,      // times routed_scaling_factor (DeepSeek-V2)
+  kSigmoidGroups,  // DeepSeek-V3's router (Note [Sigmoid group routing] in nn/moe.h)
 };
 
 struct DecoderFamily {
@@ -111,6 +123,9 @@ struct DecoderFamily {
   bool qk_norm = false;               // RMSNorm over head_dim on q and k before RoPE (Qwen3)
   bool fused_qkv = false;             // one qkv_proj whose rows are [Q | K | V] (Phi-3)
   bool latent_attention = false;      // DeepSeek's MLA (nn/latent_attention.h)
+  // q_gate_proj [q | gate] per head and a sigmoid gate on the output (Note [Gated attention] in
+  // nn/attention.h); checkpoints store it as self_attn.q_proj (transformers renames on load).
+  bool gated_attention = false;
   bool rotary_interleaved = false;    // RoPE on pairs (x[2j], x[2j+1]) instead of rotate_half
   int64_t default_head_dim = 0;       // when config.json has none; 0: hidden_size / heads
   // ---- MLP
@@ -149,7 +164,7 @@ struct DecoderFamily {
 
 // Every family, in the order of the file comment's table.
 const std::vector<DecoderFamily>& DecoderFamilies();
-// "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe, deepseek_v2".
+// "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe, deepseek_v2, minicpm5_moe".
 std::string DecoderFamilyNames();
 // The family of a config.json "model_type"; InvalidArgument listing the supported ones.
 absl::StatusOr<const DecoderFamily*> FindDecoderFamily(absl::string_view model_type);

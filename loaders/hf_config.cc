@@ -346,6 +346,36 @@ absl::Status ParseExperts(const Reader& r, const DecoderFamily& f, DecoderConfig
       DT_ASSIGN_OR_RETURN(c->n_shared_experts, r.NonNegativeInt("n_shared_experts", 2));
       break;
     }
+    case MoeLayers::kLayerTypes: {
+      DT_ASSIGN_OR_RETURN(c->num_experts, r.PositiveInt(j, "n_routed_experts", int64_t{160}));
+      DT_ASSIGN_OR_RETURN(c->num_experts_per_tok,
+                          r.PositiveInt(j, "num_experts_per_tok", int64_t{16}));
+      DT_ASSIGN_OR_RETURN(c->moe_intermediate_size,
+                          r.PositiveInt(j, "moe_intermediate_size", int64_t{512}));
+      DT_ASSIGN_OR_RETURN(c->n_shared_experts, r.NonNegativeInt("n_shared_experts", 1));
+      DT_ASSIGN_OR_RETURN(c->first_k_dense_replace, r.NonNegativeInt("first_k_dense_replace", 1));
+      if (const Json* types = r.Find(j, "mlp_layer_types")) {
+        if (!types->is_array() || static_cast<int64_t>(types->size()) != c->num_hidden_layers) {
+          return r.Error(absl::StrCat("\"mlp_layer_types\" must list ", c->num_hidden_layers,
+                                      " layer types, got ", types->dump().substr(0, 80)));
+        }
+        for (const Json& t : *types) {
+          if (t != "dense" && t != "sparse") {
+            return r.Error(absl::StrCat("\"mlp_layer_types\" entry ", t.dump().substr(0, 40),
+                                        " is not \"dense\" or \"sparse\""));
+          }
+          c->mlp_sparse.push_back(t == "sparse");
+        }
+        c->first_k_dense_replace = 0;  // the list decides
+      }
+      DT_ASSIGN_OR_RETURN(const bool gated, r.Bool("use_gated_attention", true));
+      if (!gated) {
+        return r.Unsupported(
+            "\"use_gated_attention\": false is not a MiniCPM5-MoE checkpoint (its attention is "
+            "always gated; transformers refuses it too)");
+      }
+      break;
+    }
     case MoeLayers::kNone:
       break;
   }
@@ -377,6 +407,23 @@ absl::Status ParseExperts(const Reader& r, const DecoderFamily& f, DecoderConfig
                                           "\" is not implemented (greedy only)"));
       }
       break;  // n_group / topk_group only matter to group_limited_greedy (transformers')
+    }
+    case TopKWeights::kSigmoidGroups: {
+      DT_ASSIGN_OR_RETURN(c->norm_topk_prob, r.Bool("norm_topk_prob", true));
+      DT_ASSIGN_OR_RETURN(c->routed_scaling_factor,
+                          r.PositiveNumber(j, "routed_scaling_factor", 3.66));
+      DT_ASSIGN_OR_RETURN(c->n_group, r.PositiveInt(j, "n_group", int64_t{1}));
+      DT_ASSIGN_OR_RETURN(c->topk_group, r.PositiveInt(j, "topk_group", int64_t{1}));
+      const int64_t per = c->num_experts / c->n_group;
+      if (c->num_experts % c->n_group != 0 || per < 2 || c->topk_group > c->n_group ||
+          c->num_experts_per_tok > c->topk_group * per) {
+        return r.Error(absl::StrCat(
+            "n_group ", c->n_group, " and topk_group ", c->topk_group, " do not fit ",
+            c->num_experts, " experts and num_experts_per_tok ", c->num_experts_per_tok,
+            ": the groups must divide the experts, hold 2 or more each (a group's score is its "
+            "two best), and the topk_group best groups at least num_experts_per_tok experts"));
+      }
+      break;
     }
   }
   return absl::OkStatus();
@@ -502,6 +549,9 @@ bool DecoderConfig::IsMoeLayer(int64_t layer) const {
              (layer + 1) % decoder_sparse_step == 0;
     case MoeLayers::kAfterDense:
       return layer >= first_k_dense_replace;
+    case MoeLayers::kLayerTypes:
+      if (mlp_sparse.empty()) return layer >= first_k_dense_replace;
+      return layer >= 0 && layer < static_cast<int64_t>(mlp_sparse.size()) && mlp_sparse[layer];
   }
   return false;
 }
@@ -517,6 +567,9 @@ bool DecoderConfig::HasMoeLayers() const {
       return l > 0;
     case MoeLayers::kAfterDense:
       return first_k_dense_replace < l;
+    case MoeLayers::kLayerTypes:
+      if (mlp_sparse.empty()) return first_k_dense_replace < l;
+      return std::find(mlp_sparse.begin(), mlp_sparse.end(), true) != mlp_sparse.end();
     case MoeLayers::kSparseStep:
       // The sparse candidates are step - 1, 2·step - 1, ...; mlp_only_layers removes finitely many.
       for (int64_t i = decoder_sparse_step - 1; i < l; i += decoder_sparse_step) {
@@ -536,6 +589,9 @@ bool DecoderConfig::HasDenseLayers() const {
       return false;
     case MoeLayers::kAfterDense:
       return first_k_dense_replace > 0 && l > 0;
+    case MoeLayers::kLayerTypes:
+      if (mlp_sparse.empty()) return first_k_dense_replace > 0 && l > 0;
+      return std::find(mlp_sparse.begin(), mlp_sparse.end(), false) != mlp_sparse.end();
     case MoeLayers::kSparseStep:
       return l > 0 && (decoder_sparse_step > 1 || !mlp_only_layers.empty());
   }
@@ -555,13 +611,16 @@ int64_t DecoderConfig::NumParameters() const {
     if (attention_bias) attention += (q_lora_rank > 0 ? q_lora_rank : 0) + kv_lora_rank +
                                      qk_rope_head_dim + h;
   } else {
+    if (family().gated_attention) attention += h * q + (qkv_bias() ? q : 0);  // the gate rows
     if (qkv_bias()) attention += q + 2 * kv;
     if (o_bias()) attention += h;
     if (family().qk_norm) attention += 2 * head_dim;
   }
   const int64_t dense = 3 * h * i + (mlp_bias ? 2 * i + h : 0);
   const int64_t shared = n_shared_experts * moe_intermediate_size;
-  const int64_t sparse = num_experts * h + num_experts * 3 * h * moe_intermediate_size +
+  const int64_t router_bias =
+      family().topk_weights == TopKWeights::kSigmoidGroups ? num_experts : 0;
+  const int64_t sparse = num_experts * h + router_bias + num_experts * 3 * h * moe_intermediate_size +
                          (shared > 0 ? 3 * h * shared + (mlp_bias ? 2 * shared + h : 0) : 0);
   int64_t layers = 0;
   for (int64_t l = 0; l < num_hidden_layers; ++l) {
@@ -672,6 +731,21 @@ std::string DecoderConfigToJson(const DecoderConfig& c) {
         j["routed_scaling_factor"] = c.routed_scaling_factor;
         j["topk_method"] = "greedy";
         break;
+      case MoeLayers::kLayerTypes: {
+        j["n_routed_experts"] = c.num_experts;
+        j["moe_intermediate_size"] = c.moe_intermediate_size;
+        j["n_shared_experts"] = c.n_shared_experts;
+        std::vector<std::string> types;
+        for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+          types.push_back(c.IsMoeLayer(l) ? "sparse" : "dense");
+        }
+        j["mlp_layer_types"] = types;
+        j["norm_topk_prob"] = c.norm_topk_prob;
+        j["routed_scaling_factor"] = c.routed_scaling_factor;
+        j["n_group"] = c.n_group;
+        j["topk_group"] = c.topk_group;
+        break;
+      }
       case MoeLayers::kNone:
         break;
     }

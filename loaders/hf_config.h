@@ -46,6 +46,13 @@
 //   first_k_dense_replace, n_shared_experts, routed_scaling_factor, topk_method ("greedy")
 //                                DeepSeek (0, required, 1.0); n_group / topk_group need
 //                                group_limited_greedy, which is refused
+//   mlp_layer_types ("dense" / "sparse" per layer; else first_k_dense_replace, 1),
+//   n_routed_experts (160), num_experts_per_tok (16), moe_intermediate_size (512),
+//   n_shared_experts (1), norm_topk_prob (true), routed_scaling_factor (3.66), n_group and
+//   topk_group (1; groups must divide the experts, hold 2 or more each, and the topk_group best
+//   at least num_experts_per_tok experts)
+//                                MiniCPM5-MoE; use_gated_attention false is refused (its
+//                                attention is always gated, as transformers says)
 // and DeepSeek's latent attention q_lora_rank (null: q_proj), kv_lora_rank, qk_nope_head_dim,
 // qk_rope_head_dim (the RoPE head_dim), v_head_dim; num_key_value_heads must equal the heads.
 // Training-only fields (router_aux_loss_coef, router_jitter_noise, output_router_logits) change
@@ -111,6 +118,10 @@ struct DecoderConfig {
   std::vector<int64_t> mlp_only_layers;
   int64_t first_k_dense_replace = 0;
   int64_t n_shared_experts = 0;
+  std::vector<bool> mlp_sparse;  // mlp_layer_types == "sparse" per layer (MiniCPM5-MoE); empty:
+                                 // from first_k_dense_replace
+  int64_t n_group = 1;           // Note [Sigmoid group routing] in nn/moe.h
+  int64_t topk_group = 1;
   // ---- latent attention (DeepSeek); head_dim is qk_rope_head_dim
   int64_t q_lora_rank = 0;  // 0: a plain q_proj
   int64_t kv_lora_rank = 0;

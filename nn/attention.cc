@@ -108,11 +108,18 @@ Attention::Attention(const AttentionOptions& options) : Module("Attention"), opt
     qkv_ = &AddModule<Linear>(o.qkv_name, o.hidden_size, q + 2 * kv, qkv_bias, o.dtype);
     qkv_->set_packed_col_blocks({q, kv, kv});
   } else {
-    q_ = &AddModule<Linear>(o.q_name, o.hidden_size, q, qkv_bias, o.dtype);
+    // Note [Gated attention]: each head's rows are [q | gate].
+    const int64_t q_rows = o.gated ? 2 * o.head_dim : o.head_dim;
+    q_ = &AddModule<Linear>(o.q_name, o.hidden_size, o.num_heads * q_rows, qkv_bias, o.dtype);
     k_ = &AddModule<Linear>(o.k_name, o.hidden_size, kv, qkv_bias, o.dtype);
     v_ = &AddModule<Linear>(o.v_name, o.hidden_size, kv, qkv_bias, o.dtype);
+    // The heads the unit styles keep whole (Note [Unit meshes] in nn/styles.h).
+    q_->set_col_unit(q_rows);
+    k_->set_col_unit(o.head_dim);
+    v_->set_col_unit(o.head_dim);
   }
   o_ = &AddModule<Linear>(o.o_name, q, o.hidden_size, o.bias, o.dtype);
+  o_->set_row_unit(o.head_dim);
   if (o.qk_norm) {
     q_norm_ = &AddModule<RMSNorm>("q_norm", o.head_dim, o.norm_eps, o.dtype);
     k_norm_ = &AddModule<RMSNorm>("k_norm", o.head_dim, o.norm_eps, o.dtype);
@@ -182,11 +189,16 @@ std::string Attention::ExtraRepr() const {
                       ", kv_heads=", options_.num_kv_heads, ", head_dim=", options_.head_dim,
                       options_.causal ? ", causal" : "", options_.fused_qkv ? ", fused_qkv" : "",
                       options_.bias ? ", bias" : (options_.qkv_bias ? ", qkv_bias" : ""),
-                      options_.qk_norm ? ", qk_norm" : "");
+                      options_.qk_norm ? ", qk_norm" : "", options_.gated ? ", gated" : "");
 }
 
 absl::Status Attention::CheckHeads() const {
   const AttentionOptions& o = options_;
+  if (o.gated && o.fused_qkv) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Attention '", FullName(), "': gated attention needs separate q/k/v projections, not "
+        "fused_qkv"));
+  }
   if (o.num_heads > 0 && o.num_kv_heads > 0 && o.head_dim > 0 &&
       o.num_heads % o.num_kv_heads == 0) {
     return absl::OkStatus();
@@ -207,13 +219,15 @@ absl::Status Attention::ValidateTensorParallel(const TPValidationContext& ctx) c
   };
   const AttentionOptions& o = options_;
   const std::string q = (o.fused_qkv ? o.qkv_name : o.q_name) + ".weight";
-  if (ctx.IsSharded(q) && o.num_heads % tp != 0) {
+  // A head count must be divisible by the number of pieces the plan cuts it into: tp, or under
+  // the unit styles gcd(heads, tp) (Note [Unit meshes] in nn/styles.h), which always is.
+  if (ctx.IsSharded(q) && o.num_heads % ctx.PlannedPieces(q) != 0) {
     return fail("num_heads", o.num_heads, q, "a query head");
   }
   for (const std::string& p : o.fused_qkv ? std::vector<std::string>{q}
                                           : std::vector<std::string>{o.k_name + ".weight",
                                                                      o.v_name + ".weight"}) {
-    if (ctx.IsSharded(p) && o.num_kv_heads % tp != 0) {
+    if (ctx.IsSharded(p) && o.num_kv_heads % ctx.PlannedPieces(p) != 0) {
       return fail("num_kv_heads", o.num_kv_heads, p,
                   o.fused_qkv ? "a KV head (transformers #48307)"
                               : "a KV head (transformers #48307); a plan that replicates k_proj "
@@ -241,55 +255,90 @@ absl::Status Attention::ValidateTensorParallel(const TPValidationContext& ctx) c
                    "shard q_proj colwise too, or replicate k_proj and v_proj");
     }
   }
-  if (q_heads && !ctx.IsSharded(o.o_name + ".weight")) {
-    return mixed(q, o.o_name + ".weight",
+  const std::string out = o.o_name + ".weight";
+  if (q_heads && !ctx.IsSharded(out)) {
+    return mixed(q, out,
                  "the attention output holds this rank's heads, which only a rowwise o_proj "
                  "takes");
+  }
+  if (q_heads && ctx.PlannedPieces(q) != ctx.PlannedPieces(out)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Attention '", ctx.module_name(), "': ", q, " splits the ", o.num_heads,
+        " query heads into ", ctx.PlannedPieces(q), " groups but ", out, " takes ",
+        ctx.PlannedPieces(out), " (unit_colwise on the queries pairs with unit_rowwise on ",
+        o.o_name, ", colwise with rowwise)"));
   }
   return absl::OkStatus();
 }
 
 // Note [Replicated KV heads]
 // A plan may shard q_proj and keep k_proj / v_proj replicated (sensible for MQA, or when tp
-// exceeds the KV heads: vLLM replicates KV heads the same way). On DTensors
+// exceeds the KV heads: vLLM replicates KV heads the same way), or split them by unit_colwise into
+// fewer groups than the query heads (Note [Unit meshes] in nn/styles.h). On DTensors
 // ops::ScaledDotProductAttention picks each rank's KV heads. On local tensors the local GQA
-// grouping would pair this rank's query heads (global heads h0 .. h0+n-1) with KV heads 0, 1, ...
-// instead of the heads they use, silently. So the forward keeps, before rotary and the cache, only
-// the KV heads this rank's query heads use, as transformers' repeat_kv would pair them (head h
-// uses KV head h / g, g = num_heads / num_kv_heads), reading h0 from q_proj's placement:
+// grouping would pair this rank's query heads (global heads h0 .. h0+n-1) with the first of the
+// KV heads it holds, silently. So the forward keeps, before rotary and the cache, only the KV
+// heads this rank's query heads use, as transformers' repeat_kv would pair them (head h uses KV
+// head h / g, g = num_heads / num_kv_heads), reading h0 from q_proj's placement and the first KV
+// head the rank holds, k0, from k_proj's:
 //   the rank holds whole groups (h0 and n multiples of g)  KV heads h0/g .. (h0+n)/g - 1 (a view)
 //   its heads share one KV head (n divides g)              that one KV head (a view)
 //   otherwise (a group split between ranks)                one KV head per query head
 // so each rank computes attention and caches keys for its own KV heads only (at tp = 9 with 3 KV
-// heads: one KV head per rank instead of three).
+// heads: one KV head per rank instead of three). A rank whose KV heads lack one its queries use
+// (a hand-made placement) is an error naming both ranges.
 absl::Status Attention::PickKVHeads(const Value& q, Value* k, Value* v) const {
   const AttentionOptions& o = options_;
-  if (!q.is_local() || !k->is_local() || q.shape()[1] == o.num_heads ||
-      k->shape()[1] != o.num_kv_heads || o.num_kv_heads == 1) {
+  if (!q.is_local() || !k->is_local() || q.shape()[1] == o.num_heads || o.num_kv_heads == 1 ||
+      o.fused_qkv) {  // fused: q, k and v are cut by the same packed blocks
     return absl::OkStatus();
   }
-  if (o.fused_qkv) return absl::OkStatus();  // q, k and v are cut by the same packed blocks
-  const Parameter* w = q_->FindParameter("weight");
-  if (!w->placed() || w->spec().placements().size() != 1 || !w->spec().placements()[0].is_shard() ||
-      w->spec().placements()[0].dim() != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "Attention '", FullName(), "': this rank holds ", q.shape()[1], " of ", o.num_heads,
-        " query heads but all ", o.num_kv_heads, " KV heads, and q_proj.weight (", w->Describe(),
-        ") does not say which query heads; shard ", o.k_name, " and ", o.v_name, " too"));
-  }
-  const int64_t h0 = w->spec().Offset()[0] / o.head_dim, n = q.shape()[1];
+  // The first head of a projection's local rows, from where its weight's placement cuts them.
+  auto first_head = [&](const Linear* l, int64_t local, int64_t all,
+                        absl::string_view what) -> absl::StatusOr<int64_t> {
+    if (local == all) return int64_t{0};
+    const Parameter* w = l->FindParameter("weight");
+    int shards = 0;
+    bool rows = true;
+    if (w->placed()) {
+      for (const Placement& p : w->spec().placements()) {
+        if (!p.is_any_shard()) continue;
+        ++shards;
+        rows = rows && p.is_shard() && p.dim() == 0;
+      }
+    }
+    if (shards == 0 || !rows) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Attention '", FullName(), "': this rank holds ", local, " of ", all, " ", what,
+          " heads, and ", l->name(), ".weight (", w->Describe(), ") does not say which",
+          what == "query" ? absl::StrCat("; shard ", o.k_name, " and ", o.v_name, " too")
+                          : std::string()));
+    }
+    return w->spec().Offset()[0] / l->ShardUnit(*w, /*col=*/true);
+  };
+  const int64_t n = q.shape()[1], m = k->shape()[1];
+  DT_ASSIGN_OR_RETURN(const int64_t h0, first_head(q_, n, o.num_heads, "query"));
+  DT_ASSIGN_OR_RETURN(const int64_t k0, first_head(k_, m, o.num_kv_heads, "KV"));
   const int64_t group = o.num_heads / o.num_kv_heads;
   const int64_t first = h0 / group, last = (h0 + n - 1) / group;
+  if (first < k0 || last >= k0 + m) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Attention '", FullName(), "': this rank's query heads ", h0, "..", h0 + n - 1,
+        " use KV heads ", first, "..", last, ", but it holds KV heads ", k0, "..", k0 + m - 1,
+        " (", o.q_name, ".weight ", q_->FindParameter("weight")->Describe(), ", ", o.k_name,
+        ".weight ", k_->FindParameter("weight")->Describe(), ")"));
+  }
   if ((h0 % group == 0 && n % group == 0) || first == last) {
-    DT_ASSIGN_OR_RETURN(Tensor kk, k->local().Narrow(1, first, last - first + 1));
-    DT_ASSIGN_OR_RETURN(Tensor vv, v->local().Narrow(1, first, last - first + 1));
+    if (first == k0 && last - first + 1 == m) return absl::OkStatus();  // paired as they are
+    DT_ASSIGN_OR_RETURN(Tensor kk, k->local().Narrow(1, first - k0, last - first + 1));
+    DT_ASSIGN_OR_RETURN(Tensor vv, v->local().Narrow(1, first - k0, last - first + 1));
     *k = Value(std::move(kk));
     *v = Value(std::move(vv));
     return absl::OkStatus();
   }
   std::vector<Value> ks, vs;
   for (int64_t j = 0; j < n; ++j) {
-    const int64_t kv = (h0 + j) / group;
+    const int64_t kv = (h0 + j) / group - k0;
     DT_ASSIGN_OR_RETURN(Tensor kj, k->local().Narrow(1, kv, 1));
     DT_ASSIGN_OR_RETURN(Tensor vj, v->local().Narrow(1, kv, 1));
     ks.emplace_back(kj);
@@ -317,7 +366,7 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
   const int64_t b = x.shape()[0], s = x.shape()[1], d = options_.head_dim;
 
   const AttentionOptions& o = options_;
-  Value q, k, v;
+  Value q, k, v, gate;
   if (o.fused_qkv) {
     // This rank's [q | k | v] slices (packed_colwise keeps every block's share together): split
     // by the global ratio nH : nKV : nKV, which also holds for the whole (replicated) output.
@@ -333,7 +382,14 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
     DT_ASSIGN_OR_RETURN(v, Project(parts[2], b, s, nullptr));
   } else {
     DT_ASSIGN_OR_RETURN(std::vector<Value> y, CallLinears({q_, k_, v_}, x));
-    DT_ASSIGN_OR_RETURN(q, Project(PlainLocal(y[0]), b, s, q_norm_));
+    Value qy = PlainLocal(y[0]);
+    if (o.gated) {  // Note [Gated attention]
+      DT_ASSIGN_OR_RETURN(qy, ops::Reshape(qy, {b, s, -1, 2 * d}));
+      DT_ASSIGN_OR_RETURN(std::vector<Value> parts, ops::Split(qy, {d, d}, -1));
+      DT_ASSIGN_OR_RETURN(qy, ops::Reshape(parts[0], {b, s, -1}));
+      DT_ASSIGN_OR_RETURN(gate, ops::Reshape(parts[1], {b, s, -1}));
+    }
+    DT_ASSIGN_OR_RETURN(q, Project(qy, b, s, q_norm_));
     DT_ASSIGN_OR_RETURN(k, Project(PlainLocal(y[1]), b, s, k_norm_));
     DT_ASSIGN_OR_RETURN(v, Project(PlainLocal(y[2]), b, s, nullptr));
   }
@@ -354,6 +410,10 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value a, ops::ScaledDotProductAttention(q, k, v, attn));
   DT_ASSIGN_OR_RETURN(a, ops::Transpose(a, 1, 2));
   DT_ASSIGN_OR_RETURN(a, ops::Reshape(a, {b, s, -1}));
+  if (gate.defined()) {
+    DT_ASSIGN_OR_RETURN(Value g, ops::Sigmoid(gate));
+    DT_ASSIGN_OR_RETURN(a, ops::Mul(a, g));
+  }
   DT_ASSIGN_OR_RETURN(Value y, o_->CallOne({a}));
   return Values{std::move(y)};
 }

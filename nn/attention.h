@@ -23,7 +23,17 @@
 //
 // Plans (names as constructed): q_proj, k_proj, v_proj colwise and o_proj rowwise; fused:
 // qkv_proj packed_colwise (the blocks come from the module, so each rank gets its q, k and v
-// heads; plain colwise is refused) and o_proj rowwise. One all_reduce per call.
+// heads; plain colwise is refused) and o_proj rowwise. One all_reduce per call. k_proj / v_proj
+// may be unit_colwise (transformers' MiniCPM5-MoE plan): split into gcd(num_kv_heads, tp) groups
+// of whole heads when tp does not divide them (Note [Unit meshes] in nn/styles.h); q_proj with
+// unit_colwise pairs with o_proj unit_rowwise. The projections declare head_dim as their unit.
+//
+// Note [Gated attention]
+// With `gated` (Qwen3-Next's and MiniCPM5-MoE's attention), the q projection's rows hold each
+// head's query and then its gate, [q_h | gate_h] for h = 0 .. nH-1 (2 · nH · D rows, the layout
+// transformers views as (-1, 2·D) and chunks in two), and the attention output is multiplied by
+// sigmoid(gate) before o_proj. A colwise split keeps each head's q and gate on one rank (the unit
+// is 2·D rows), so the gate needs no communication. Not with fused_qkv.
 //
 // KV cache: EnableKVCache() keeps K and V (after rotary, a KVCache) and appends every call's keys
 // after the previous ones; with `causal`, query i of a call attends to keys j <= cache_len + i
@@ -124,6 +134,10 @@ struct AttentionOptions {
   ops::RotaryStyle rotary_style = ops::RotaryStyle::kHalf;
   DType dtype = DType::kF32;
   bool fused_qkv = false;  // one qkv projection instead of q/k/v (see the file comment)
+  // Note [Gated attention]: q_proj's rows are [q | gate] per head (2 · num_heads · head_dim),
+  // and the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3-Next,
+  // MiniCPM5-MoE, whose module is named q_gate_proj: set q_name).
+  bool gated = false;
   std::string q_name = "q_proj";
   std::string k_name = "k_proj";
   std::string v_name = "v_proj";

@@ -21,6 +21,11 @@ std::vector<int64_t> Linear::PackedBlocks(const Parameter& param, bool col) cons
   return param.dim() >= 2 ? packed_row_blocks_ : std::vector<int64_t>{};
 }
 
+int64_t Linear::ShardUnit(const Parameter& param, bool col) const {
+  if (col) return col_unit_;
+  return param.dim() >= 2 ? row_unit_ : 0;
+}
+
 std::string Linear::ExtraRepr() const {
   std::string s =
       absl::StrCat("in=", in_, ", out=", out_, ", bias=", has_bias() ? "true" : "false");

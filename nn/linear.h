@@ -56,6 +56,13 @@ class Linear : public Module {
 
   // packed_col_blocks for the weight and the bias (col), packed_row_blocks for the weight (row).
   std::vector<int64_t> PackedBlocks(const Parameter& param, bool col) const override;
+
+  // The units unit_colwise / unit_rowwise keep whole (Module::ShardUnit): rows of the output
+  // (an attention's q/k/v: head_dim; a gated q|gate per head: 2 · head_dim) and columns of the
+  // input (o_proj: head_dim). 0: none declared.
+  void set_col_unit(int64_t rows) { col_unit_ = rows; }
+  void set_row_unit(int64_t cols) { row_unit_ = cols; }
+  int64_t ShardUnit(const Parameter& param, bool col) const override;
   std::string ExtraRepr() const override;
 
  protected:
@@ -66,6 +73,8 @@ class Linear : public Module {
   int64_t out_;
   std::vector<int64_t> packed_col_blocks_;
   std::vector<int64_t> packed_row_blocks_;
+  int64_t col_unit_ = 0;
+  int64_t row_unit_ = 0;
 };
 
 // A module whose parameter is a table `weight` [rows, dim] (Embedding, LearnedPositionEmbedding

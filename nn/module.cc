@@ -325,6 +325,8 @@ absl::Status Module::ValidateTensorParallel(const TPValidationContext& ctx) cons
 
 std::vector<int64_t> Module::PackedBlocks(const Parameter&, bool) const { return {}; }
 
+int64_t Module::ShardUnit(const Parameter&, bool) const { return 0; }
+
 std::string Module::ToString() const {
   std::string out;
   AppendTree(&out, "");

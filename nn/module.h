@@ -97,6 +97,10 @@ class TPValidationContext {
   // is no such parameter.
   virtual Placement PlannedPlacement(absl::string_view path) const = 0;
   bool IsSharded(absl::string_view path) const { return PlannedPlacement(path).is_any_shard(); }
+  // How many different pieces of parameter `path` the tp ranks hold: tp_size() for a shard, 1 for
+  // a replicated one, gcd(units, tp) under the unit styles (Note [Unit meshes] in nn/styles.h,
+  // where ranks share a piece). What a head count must be divisible by.
+  virtual int64_t PlannedPieces(absl::string_view path) const = 0;
   // True when the plan gives module `path` a style whose output is this rank's shard of the
   // output features (colwise, packed_colwise: TensorParallelLayer::ShardsOutput); false for a
   // gathered output, another style or no rule.
@@ -199,6 +203,11 @@ class Module {
   // refuse a parameter with no blocks from here or the plan, and colwise / rowwise refuse one
   // with blocks (nn/styles.h). Linear answers with its set_packed_*_blocks; default: none.
   virtual std::vector<int64_t> PackedBlocks(const Parameter& param, bool col) const;
+  // The size of the units (attention heads: head_dim rows of q/k/v, head_dim columns of o) that
+  // unit_colwise (`col`: along the output rows) and unit_rowwise (along the input columns) keep
+  // whole on each rank (Note [Unit meshes] in nn/styles.h); 0 when the module declares none, which
+  // those styles refuse. Linear answers with its set_*_unit; default: none.
+  virtual int64_t ShardUnit(const Parameter& param, bool col) const;
   // The style ParallelizeModule installed on this module ("" when none), for printing.
   const std::string& tp_style() const { return tp_style_; }
   void set_tp_style(std::string name) { tp_style_ = std::move(name); }

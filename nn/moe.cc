@@ -1,6 +1,8 @@
 #include "dtensor/nn/moe.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -78,14 +80,84 @@ absl::StatusOr<Tensor> CombineByToken(const Tensor& rows, absl::Span<const int64
 TopKRouter::TopKRouter(const RouterOptions& o) : Module("TopKRouter"), options_(o) {
   RegisterParameter("weight", {o.num_experts, o.hidden_size},
                     o.f32_logits ? DType::kF32 : o.dtype);
+  if (o.scoring == RouterScoring::kSigmoid) {
+    RegisterParameter("e_score_correction_bias", {o.num_experts}, DType::kF32);
+  }
 }
 
 std::string TopKRouter::ExtraRepr() const {
   return absl::StrCat("experts=", options_.num_experts, ", top_k=", options_.top_k,
                       options_.normalize ? ", normalized" : "",
                       options_.scaling != 1.0 ? absl::StrCat(", scaling=", options_.scaling) : "",
-                      options_.f32_logits ? ", f32" : "");
+                      options_.f32_logits ? ", f32" : "",
+                      options_.scoring == RouterScoring::kSigmoid
+                          ? absl::StrCat(", sigmoid, groups=", options_.topk_groups, "/",
+                                         options_.num_groups)
+                          : "");
 }
+
+namespace {
+
+// Note [Sigmoid group routing]: the top-k ids and weights of each row of `logits` [N, E] (f32).
+absl::StatusOr<std::pair<Tensor, Tensor>> SigmoidGroupTopK(const Tensor& logits,
+                                                           const Tensor& bias,
+                                                           const RouterOptions& o) {
+  const int64_t n = logits.size(0), e = o.num_experts, k = o.top_k;
+  const int64_t groups = o.num_groups, per = e / groups;
+  const std::vector<float> z = logits.ToVector<float>(), b = bias.ToVector<float>();
+  std::vector<float> weights(n * k);
+  std::vector<int64_t> ids(n * k);
+  std::vector<float> s(e), choice(e), group_score(groups);
+  std::vector<int64_t> order(std::max(e, groups));
+  std::vector<char> eligible(e);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < e; ++j) {
+      s[j] = 1.0f / (1.0f + std::exp(-z[t * e + j]));
+      choice[j] = s[j] + b[j];
+    }
+    for (int64_t g = 0; g < groups; ++g) {  // the sum of each group's two best
+      float best = -INFINITY, second = -INFINITY;
+      for (int64_t j = g * per; j < (g + 1) * per; ++j) {
+        if (choice[j] > best) {
+          second = best;
+          best = choice[j];
+        } else if (choice[j] > second) {
+          second = choice[j];
+        }
+      }
+      group_score[g] = best + second;
+    }
+    auto by = [](const std::vector<float>& v) {
+      return [&v](int64_t a, int64_t c) { return v[a] > v[c] || (v[a] == v[c] && a < c); };
+    };
+    std::iota(order.begin(), order.begin() + groups, 0);
+    std::partial_sort(order.begin(), order.begin() + o.topk_groups, order.begin() + groups,
+                      by(group_score));
+    std::fill(eligible.begin(), eligible.end(), 0);
+    for (int64_t g = 0; g < o.topk_groups; ++g) {
+      std::fill(eligible.begin() + order[g] * per, eligible.begin() + (order[g] + 1) * per, 1);
+    }
+    int64_t m = 0;
+    for (int64_t j = 0; j < e; ++j) {
+      if (eligible[j]) order[m++] = j;
+    }
+    std::partial_sort(order.begin(), order.begin() + k, order.begin() + m, by(choice));
+    float sum = 0;
+    for (int64_t j = 0; j < k; ++j) sum += s[order[j]];
+    const float scale = static_cast<float>(o.scaling) / (o.normalize ? sum + 1e-20f : 1.0f);
+    for (int64_t j = 0; j < k; ++j) {
+      ids[t * k + j] = order[j];
+      weights[t * k + j] = s[order[j]] * scale;
+    }
+  }
+  DT_ASSIGN_OR_RETURN(Tensor w, Tensor::FromVector<float>({n, k}, weights));
+  DT_ASSIGN_OR_RETURN(Tensor i, Tensor::FromVector<int64_t>({n, k}, ids));
+  DT_ASSIGN_OR_RETURN(w, w.To(logits.device()));
+  DT_ASSIGN_OR_RETURN(i, i.To(logits.device()));
+  return std::make_pair(std::move(w), std::move(i));
+}
+
+}  // namespace
 
 absl::StatusOr<Values> TopKRouter::Forward(Values inputs) {
   const std::string name = absl::StrCat("TopKRouter '", FullName(), "'");
@@ -110,6 +182,23 @@ absl::StatusOr<Values> TopKRouter::Forward(Values inputs) {
   } else {
     DT_ASSIGN_OR_RETURN(logits, ops::Linear(x, w));
     DT_ASSIGN_OR_RETURN(logits, ops::Cast(logits, DType::kF32));
+  }
+  if (o.scoring == RouterScoring::kSigmoid) {
+    DT_ASSIGN_OR_RETURN(Tensor bias, LocalParam("e_score_correction_bias"));
+    if (o.num_groups <= 0 || o.num_experts % o.num_groups != 0 || o.topk_groups <= 0 ||
+        o.topk_groups > o.num_groups || o.num_experts / o.num_groups < 2 ||
+        o.top_k > o.topk_groups * (o.num_experts / o.num_groups)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          name, ": ", o.num_experts, " experts in ", o.num_groups, " groups (", o.topk_groups,
+          " eligible) cannot give top ", o.top_k, " (groups must divide the experts, hold 2 or "
+          "more each, and the eligible ones at least top_k)"));
+    }
+    DT_ASSIGN_OR_RETURN(auto top, SigmoidGroupTopK(logits, bias, o));
+    Tensor weights = std::move(top.first);
+    if (o.weights_in_input_dtype) {
+      DT_ASSIGN_OR_RETURN(weights, ops::Cast(weights, x.dtype()));
+    }
+    return Values{Value(std::move(weights)), Value(std::move(top.second))};
   }
   DT_ASSIGN_OR_RETURN(Tensor probs, ops::Softmax(logits, -1));
   DT_ASSIGN_OR_RETURN(ops::TopKResult top, ops::TopK(probs, o.top_k, -1));

@@ -7,7 +7,9 @@
 //                   largest; with `normalize` divided by their sum, times `scaling`; weights in
 //                   f32, or in x's dtype with `weights_in_input_dtype` (Qwen3-MoE). With
 //                   `f32_logits` the logits themselves are computed in f32 (DeepSeek's router
-//                   keeps its weight in f32).
+//                   keeps its weight in f32). With kSigmoid scoring (DeepSeek-V3, MiniCPM5-MoE:
+//                   Note [Sigmoid group routing]) a parameter e_score_correction_bias [E] (f32)
+//                   shifts the scores that choose, not the weights.
 //   Experts         {x [N, H], ids [N, k] i64, weights [N, k]}
 //                     -> {y [N, H]: y[n] = Σ_j weights[n, j] · expert_{ids[n, j]}(x[n])}
 //                   parameters gate_up_proj [E, 2I, H] (rows gate | up of each expert) and
@@ -46,6 +48,18 @@
 
 namespace dt::nn {
 
+// Note [Sigmoid group routing]
+// DeepSeek-V3's router (transformers' DeepseekV3TopkRouter, MiniCPM5-MoE's copy): scores s =
+// sigmoid(logits) in f32; the experts are chosen by s + e_score_correction_bias, first among
+// groups: the E experts form num_groups groups of consecutive experts, each scored by the sum of
+// its two best choice values, and only the topk_groups best groups are eligible; then the top_k
+// eligible experts. Their weights are s itself (without the bias), divided by their sum + 1e-20
+// when `normalize`, times `scaling`. Computed on the host per token (N · E floats).
+enum class RouterScoring : uint8_t {
+  kSoftmax,  // p = softmax(logits); the top k of p, weighted by p
+  kSigmoid,  // Note [Sigmoid group routing]
+};
+
 struct RouterOptions {
   int64_t hidden_size = 0;
   int64_t num_experts = 0;
@@ -54,6 +68,9 @@ struct RouterOptions {
   double scaling = 1.0;                 // then multiplied by this (routed_scaling_factor)
   bool f32_logits = false;              // weight and logits in f32 (DeepSeek)
   bool weights_in_input_dtype = false;  // weights cast to x's dtype (Qwen3-MoE)
+  RouterScoring scoring = RouterScoring::kSoftmax;
+  int64_t num_groups = 1;   // kSigmoid: groups of experts (n_group)
+  int64_t topk_groups = 1;  // kSigmoid: groups eligible per token (topk_group)
   DType dtype = DType::kF32;            // the weight's (f32 with f32_logits)
 };
 

@@ -101,6 +101,11 @@ class PlanContext : public TPValidationContext {
     auto p = it->second->style->ParamPlacement(*it->second->module, *it->second->param);
     return p.ok() ? *p : Placement::Replicate();
   }
+  int64_t PlannedPieces(absl::string_view path) const override {
+    auto it = params_.find(JoinName(module_, path));
+    if (it == params_.end() || it->second->style == nullptr) return 1;
+    return it->second->style->ParamPieces(*it->second->module, *it->second->param, tp_);
+  }
   bool OutputSharded(absl::string_view path) const override {
     auto it = forwards_.find(JoinName(module_, path));
     return it != forwards_.end() && it->second->style->ShardsOutput();
@@ -189,7 +194,7 @@ absl::StatusOr<PlanResolution> ResolvePlan(Module& module, const ParallelPlan& p
     if (style == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("Unsupported tensor parallel style '", entry.name, "' for layer '", key,
-                       "'", UnimplementedStyleHint(entry.name), ". Supported styles are [",
+                       "'. Supported styles are [",
                        absl::StrJoin(StyleNames(), ", "), "]"));
     }
     styles.push_back(std::move(style));

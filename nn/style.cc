@@ -23,6 +23,12 @@ absl::Status TensorParallelLayer::ShardParam(Module& module, Parameter& param,
   return param.Place(mesh, {p});
 }
 
+int64_t TensorParallelLayer::ParamPieces(const Module& module, const Parameter& param,
+                                         int64_t tp) const {
+  absl::StatusOr<Placement> p = ParamPlacement(module, param);
+  return p.ok() && p->is_any_shard() ? tp : 1;
+}
+
 absl::StatusOr<Values> TensorParallelLayer::TransformInputsPreForward(Module&, Values inputs,
                                                                       const DeviceMesh&) const {
   return inputs;

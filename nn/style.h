@@ -94,6 +94,9 @@ class TensorParallelLayer : public std::enable_shared_from_this<TensorParallelLa
   virtual absl::StatusOr<Placement> ParamPlacement(const Module& module,
                                                    const Parameter& param) const;
   virtual absl::Status ShardParam(Module& module, Parameter& param, const DeviceMesh& mesh) const;
+  // How many different pieces of `param` the `tp` ranks hold (TPValidationContext::PlannedPieces):
+  // default tp when ParamPlacement shards it, else 1.
+  virtual int64_t ParamPieces(const Module& module, const Parameter& param, int64_t tp) const;
 
   virtual bool ShouldUseLocalTensors(const Module& module) const { return false; }
   virtual absl::StatusOr<Values> TransformInputsPreForward(Module& module, Values inputs,

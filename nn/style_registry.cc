@@ -45,6 +45,9 @@ class Registry {
             StyleInfo{"R", "R", "unchanged", "unchanged", no_grad}));
     Add("moe_tp_experts", std::make_shared<MoEExpertsParallel>());
     Add("moe_identity_expert", std::make_shared<MoEIdentityParallel>());
+    // Note [Unit meshes] (nn/styles.h): heads kept whole when tp does not divide them.
+    Add("unit_colwise", std::make_shared<UnitParallel>(/*col=*/true));
+    Add("unit_rowwise", std::make_shared<UnitParallel>(/*col=*/false));
     Add("mla_kv_a_proj", std::make_shared<ReplicateParallel>(
                              StyleInfo{"R", "R", "unchanged", "unchanged (whole)", no_grad}));
     // Expert parallelism (nn/expert_parallel.h): used on the ep dim of an (ep, tp) mesh.
@@ -128,23 +131,6 @@ absl::Status RegisterStyleAlias(const std::string& alias, const std::string& tar
 
 std::shared_ptr<const TensorParallelLayer> FindStyle(absl::string_view name) {
   return TheRegistry().Find(name);
-}
-
-std::string UnimplementedStyleHint(absl::string_view name) {
-  // transformers' styles this registry lacks, and what a plan writes instead.
-  static constexpr std::pair<absl::string_view, absl::string_view> kHints[] = {
-      {"unit_colwise",
-       "transformers' head-replicated k/v split over a (gcd(heads, tp), replicas) view of the tp "
-       "mesh, not implemented here; 'colwise' splits the heads when tp divides them, and "
-       "'replicate' keeps them whole, each rank using the KV heads its query heads need"},
-      {"unit_rowwise",
-       "transformers' head-split o_proj over a unit view of the tp mesh, not implemented here; "
-       "'rowwise' splits the heads when tp divides them"},
-  };
-  for (const auto& [style, hint] : kHints) {
-    if (name == style) return absl::StrCat(" ('", style, "' is ", hint, ")");
-  }
-  return "";
 }
 
 std::vector<std::string> StyleNames() {

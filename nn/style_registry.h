@@ -10,7 +10,7 @@
 //   colwise, colwise_gather_output (alias colwise_rep), rowwise, rowwise_split_input (alias
 //   rowwise_rep), packed_colwise, packed_rowwise, embedding_rowwise, embedding_colwise,
 //   sequence_parallel, all_reduce, replicate, local_params, replicated_with_grad_allreduce, moe_tp_experts,
-//   moe_identity_expert, mla_kv_a_proj; and expert parallelism's (nn/expert_parallel.h) grouped_gemm, ep_router,
+//   moe_identity_expert, unit_colwise, unit_rowwise, mla_kv_a_proj; and expert parallelism's (nn/expert_parallel.h) grouped_gemm, ep_router,
 //   ep_dispatch_experts.
 //
 // `dtensor styles` prints FormatStylesTable().
@@ -35,10 +35,6 @@ absl::Status RegisterStyleAlias(const std::string& alias, const std::string& tar
 std::shared_ptr<const TensorParallelLayer> FindStyle(absl::string_view name);
 // Registered names, in registration order.
 std::vector<std::string> StyleNames();
-// For a style transformers registers that this registry does not implement (unit_colwise,
-// unit_rowwise: docs/nn.md "Against transformers 5.25's registry"), what to write instead;
-// "" for any other name.
-std::string UnimplementedStyleHint(absl::string_view name);
 
 struct StyleRow {
   std::string name;

@@ -1,5 +1,6 @@
 #include "dtensor/nn/styles.h"
 
+#include <algorithm>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -520,6 +521,132 @@ absl::StatusOr<Values> MoEExpertsParallel::TransformOutputPostForward(
   if (!sharded || outputs.empty() || !outputs[0].defined()) return outputs;
   DT_ASSIGN_OR_RETURN(outputs[0], ReducePartial(outputs[0], mesh, Placement::Replicate(),
                                                  /*use_local_output=*/true, module));
+  return outputs;
+}
+
+// ---- unit styles (Note [Unit meshes]) -----------------------------------------------------------
+
+absl::StatusOr<DeviceMesh> UnitMesh(const DeviceMesh& tp, int64_t units) {
+  if (tp.ndim() != 1 || units <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("UnitMesh: needs a 1-D tensor-parallel mesh and "
+                                                   "a positive number of units, got ",
+                                                   tp.ToString(), " and ", units));
+  }
+  const int64_t t = tp.Size(), groups = std::gcd(units, t);
+  std::vector<std::string> names = {tp.names().empty() ? std::string("tp") : tp.names()[0],
+                                    "unit_replicate"};
+  if (tp.world() == nullptr) return DeviceMesh::Abstract({groups, t / groups}, names, tp.my_rank());
+  return DeviceMesh::Create(tp.world(), {groups, t / groups}, tp.ranks(), std::move(names));
+}
+
+StyleInfo UnitParallel::Info() const {
+  const std::string local = use_local_output_ ? " local" : "";
+  if (col_) return {"[S(0), R] unit mesh", "as weight", "R", "[S(-1), R]" + local, "none"};
+  return {"[S(1), R] unit mesh", "[R, R]", "[S(-1), R]", "[P, R] -> [R, R]" + local,
+          "all_reduce (unit dim)"};
+}
+
+absl::StatusOr<int64_t> UnitParallel::Units(const Module& module, const Parameter& param) const {
+  const char* style = col_ ? "unit_colwise" : "unit_rowwise";
+  const int dim = col_ ? std::max(param.dim() - 2, 0) : param.dim() - 1;
+  const int64_t unit = module.ShardUnit(param, col_), n = param.shape()[dim];
+  if (unit <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        style, " on '", module.FullName(), "': ", module.type_name(),
+        " declares no unit to keep whole (attention heads); a Linear declares it with set_",
+        col_ ? "col" : "row", "_unit(head_dim), as nn::Attention does for its projections"));
+  }
+  if (n % unit != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(style, " on '", module.FullName(),
+                                                   "': parameter '", param.FullName(), "' (",
+                                                   param.Describe(), ") has ", n,
+                                                   col_ ? " rows" : " columns",
+                                                   ", not a whole number of units of ", unit));
+  }
+  return n / unit;
+}
+
+absl::Status UnitParallel::ValidateParam(const Module& module, const Parameter& param,
+                                         const DeviceMesh&) const {
+  if (param.dim() < (col_ ? 1 : 2)) return absl::OkStatus();  // a rowwise bias stays whole
+  return Units(module, param).status();
+}
+
+absl::StatusOr<Placement> UnitParallel::ParamPlacement(const Module&,
+                                                       const Parameter& param) const {
+  // The placement on the unit dim (ShardParam adds the replicas' R); 1-D for the plan's checks.
+  if (param.dim() < (col_ ? 1 : 2)) return Placement::Replicate();
+  return Placement::Shard(col_ ? std::max(param.dim() - 2, 0) : param.dim() - 1);
+}
+
+int64_t UnitParallel::ParamPieces(const Module& module, const Parameter& param, int64_t tp) const {
+  if (param.dim() < (col_ ? 1 : 2)) return 1;
+  absl::StatusOr<int64_t> units = Units(module, param);
+  return units.ok() ? std::gcd(*units, tp) : tp;
+}
+
+absl::Status UnitParallel::ShardParam(Module& module, Parameter& param,
+                                      const DeviceMesh& mesh) const {
+  // Every parameter of the module on the weight's unit mesh, so that its forward runs on one mesh.
+  const Parameter* w = module.FindParameter("weight");
+  DT_ASSIGN_OR_RETURN(const int64_t units, Units(module, w != nullptr ? *w : param));
+  DT_ASSIGN_OR_RETURN(DeviceMesh unit_mesh, UnitMesh(mesh, units));
+  DT_ASSIGN_OR_RETURN(const Placement p, ParamPlacement(module, param));
+  return param.Place(unit_mesh, {p, Placement::Replicate()});
+}
+
+absl::StatusOr<Values> UnitParallel::TransformInputsPreForward(Module& module, Values inputs,
+                                                               const DeviceMesh& mesh) const {
+  const char* style = col_ ? "unit_colwise" : "unit_rowwise";
+  DT_RETURN_IF_ERROR(NeedInput(module, inputs, style, 1));
+  DT_ASSIGN_OR_RETURN(const Parameter* w, WeightOf(module, style));
+  if (!w->placed() || w->spec().mesh().ndim() != 2) {
+    return absl::FailedPreconditionError(absl::StrCat(style, " on '", module.FullName(),
+                                                      "': its weight is not on a unit mesh (",
+                                                      w->Describe(), ")"));
+  }
+  const DeviceMesh& unit_mesh = w->spec().mesh();
+  const Placement r = Placement::Replicate();
+  Value& x = inputs[0];
+  const DTensor* whole = x.is_dtensor() ? &x.dtensor() : x.piece_of();
+  if (col_ || whole != nullptr) {
+    // The whole input on every rank (metadata only when it is replicated), then on the unit mesh.
+    Tensor full = x.local();
+    if (whole != nullptr) {
+      DT_ASSIGN_OR_RETURN(full, whole->FullTensor());
+    } else if (col_) {
+      DT_ASSIGN_OR_RETURN(DTensor d, ReplicatedInput(module, inputs, mesh, r, style));
+      full = d.ToLocal();
+    }
+    DT_ASSIGN_OR_RETURN(DTensor d, DTensor::FromLocal(std::move(full), unit_mesh, {r, r}));
+    if (!col_) {
+      const int last = static_cast<int>(d.shape().size()) - 1;
+      DT_ASSIGN_OR_RETURN(d, d.Redistribute({Placement::Shard(last), r}));
+    }
+    x = std::move(d);
+    return inputs;
+  }
+  // unit_rowwise on a plain local tensor: this rank's units (Note [Annotating local inputs]).
+  DT_RETURN_IF_ERROR(CheckLocalSlice(module, *w, x));
+  Shape global = x.shape();
+  global.back() = w->shape().back();
+  FromLocalOptions options;
+  options.shape = global;
+  DT_ASSIGN_OR_RETURN(DTensor d, DTensor::FromLocal(x.local(), unit_mesh,
+                                                    {Placement::Shard(x.dim() - 1), r}, options));
+  x = std::move(d);
+  return inputs;
+}
+
+absl::StatusOr<Values> UnitParallel::TransformOutputPostForward(Module& module, Values outputs,
+                                                                const DeviceMesh&) const {
+  if (outputs.empty() || !outputs[0].is_dtensor()) return outputs;
+  DTensor y = outputs[0].dtensor();
+  if (!col_) {  // [P, R] -> [R, R]: the all_reduce over the unit dim only
+    const Placement r = Placement::Replicate();
+    DT_ASSIGN_OR_RETURN(y, y.Redistribute({r, r}));
+  }
+  outputs[0] = Handoff(std::move(y), use_local_output_, module);
   return outputs;
 }
 

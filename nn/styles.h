@@ -22,6 +22,10 @@
 //   LocalParamsParallel          own plan entries                forward on local tensors
 //   MoEExpertsParallel           own plan entries                in -> R -> local; P(sum) -> R
 //   MoEIdentityParallel          (none)                          in R -> P(sum), i.e. x / T
+//   UnitParallel(col)            [S(0), R] on the unit mesh      in -> R; y [S(-1), R] local
+//   UnitParallel(row)            [S(1), R] | [R, R]              in -> [S(-1), R]; y [P, R] ->
+//                                (Note [Unit meshes])            [R, R] local (all_reduce over
+//                                                                the unit dim)
 //
 // Note [Packed blocks]
 // A packed weight concatenates logical blocks along one dim (gate | up; q | k | v | gate | up).
@@ -242,6 +246,51 @@ class MoEExpertsParallel : public TensorParallelLayer {
   bool ShouldUseLocalTensors(const Module&) const override { return true; }
   DT_STYLE_FORWARD_HOOKS;
 };
+
+// Note [Unit meshes]
+// transformers' unit_colwise / unit_rowwise split a projection by whole units (attention heads)
+// also when tp does not divide them: the T tp ranks are viewed as a (G, T/G) mesh, G =
+// gcd(units, T), named (tp, unit_replicate) (transformers' get_unit_mesh), and the parameter is
+// [S(d), R] on it: each of the G groups of consecutive ranks holds one block of units / G whole
+// heads, the same on the T/G ranks of its group.
+//
+//   2 KV heads on 4 ranks (G = 2)      rank 0: h0   rank 1: h0   rank 2: h1   rank 3: h1
+//   6 KV heads on 4 ranks (G = 2)      h0-h2        h0-h2        h3-h5        h3-h5
+//   8 KV heads on 4 ranks (G = 4)      h0-h1        h2-h3        h4-h5        h6-h7 (colwise)
+//
+// unit_colwise (q, k, v) takes its input replicated and hands on this rank's units, a piece of
+// [S(-1), R] on the unit mesh; Attention pairs its query heads with the KV heads they use (Note
+// [Replicated KV heads] in nn/attention.cc), which a rank's unit block always contains when the
+// query heads are split into at least as many groups. unit_rowwise (o_proj) takes this rank's
+// units of its input and reduces the partial sums over the unit dim only ([P, R] -> [R, R]: one
+// all_reduce among the ranks of one replica index; the replicas hold the same sum and are not
+// added twice); its bias is added once. With G = T they compute what colwise / rowwise compute.
+// The unit size comes from the module (Module::ShardUnit: Attention declares head_dim on its
+// projections, 2 · head_dim on a gated q|gate), never from a guess; a module that declares none
+// is refused. Every style's mesh is the 1-D tp mesh, so the unit mesh is made from it
+// (UnitMesh), over the same ranks: its groups are the World's cached groups of those ranks.
+class UnitParallel : public TensorParallelLayer {
+ public:
+  explicit UnitParallel(bool col, bool use_local_output = true)
+      : col_(col), use_local_output_(use_local_output) {}
+  StyleInfo Info() const override;
+  bool ShardsOutput() const override { return col_; }
+  DT_STYLE_PARAM_HOOKS;
+  absl::Status ShardParam(Module& module, Parameter& param, const DeviceMesh& mesh) const override;
+  int64_t ParamPieces(const Module& module, const Parameter& param, int64_t tp) const override;
+  DT_STYLE_FORWARD_HOOKS;
+
+ private:
+  // The units of `param` along the split dim, or an error naming the module.
+  absl::StatusOr<int64_t> Units(const Module& module, const Parameter& param) const;
+
+  bool col_;
+  bool use_local_output_;
+};
+
+// The (G, T/G) unit view of the 1-D mesh `tp` for `units` units, G = gcd(units, T) (Note [Unit
+// meshes]); dims named (tp's name, "unit_replicate").
+absl::StatusOr<DeviceMesh> UnitMesh(const DeviceMesh& tp, int64_t units);
 
 // An identity ("zero computation") expert inside moe_tp_experts: its input becomes a P(sum) of x
 // (Replicate -> Partial divides by T), so the experts' reduction adds x exactly once.

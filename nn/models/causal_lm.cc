@@ -81,6 +81,10 @@ std::unique_ptr<Module> MakeAttention(const loaders::DecoderConfig& c, int64_t /
   a.qk_norm = f.qk_norm;
   a.norm_eps = c.rms_norm_eps;
   a.fused_qkv = f.fused_qkv;
+  if (f.gated_attention) {  // transformers' module name (the checkpoint's is q_proj)
+    a.gated = true;
+    a.q_name = "q_gate_proj";
+  }
   a.causal = true;
   a.rotary_style = ops::RotaryStyle::kHalf;
   a.dtype = dtype;
@@ -102,6 +106,11 @@ std::unique_ptr<Module> MakeMlp(const loaders::DecoderConfig& c, int64_t layer, 
     o.router.scaling = c.routed_scaling_factor;
     o.router.f32_logits = f.router_f32;
     o.router.weights_in_input_dtype = f.topk_weights == loaders::TopKWeights::kConfig;
+    if (f.topk_weights == loaders::TopKWeights::kSigmoidGroups) {
+      o.router.scoring = RouterScoring::kSigmoid;
+      o.router.num_groups = c.n_group;
+      o.router.topk_groups = c.topk_group;
+    }
     o.router.dtype = dtype;
     o.experts.num_experts = c.num_experts;
     o.experts.hidden_size = c.hidden_size;
@@ -281,16 +290,29 @@ absl::Status CausalLM::ShardLoaded(const ParallelPlan& plan) {
 
 std::string CausalLM::tp_plan() { return FormatPlacements(*this); }
 
+namespace {
+
+// The name a gated family's checkpoints give q_gate_proj (Note [Gated attention] in
+// nn/attention.h): transformers renames self_attn.q_proj on load and back on save.
+std::string HubName(const loaders::DecoderConfig& config, absl::string_view name) {
+  constexpr absl::string_view kModule = ".self_attn.q_gate_proj.";
+  const size_t at = name.find(kModule);
+  if (!config.family().gated_attention || at == absl::string_view::npos) return std::string(name);
+  return absl::StrCat(name.substr(0, at), ".self_attn.q_proj.", name.substr(at + kModule.size()));
+}
+
+}  // namespace
+
 std::string CausalLM::CheckpointName(absl::string_view name) const {
   if (config_.tie_word_embeddings && name == "lm_head.weight") return "model.embed_tokens.weight";
-  return std::string(name);
+  return HubName(config_, name);
 }
 
 SaveOptions CausalLM::save_options() const {
   SaveOptions o;
   const bool tied = config_.tie_word_embeddings;
-  o.checkpoint_name = [tied](const std::string& name) {
-    return tied && name == "lm_head.weight" ? std::string() : name;
+  o.checkpoint_name = [tied, config = config_](const std::string& name) {
+    return tied && name == "lm_head.weight" ? std::string() : HubName(config, name);
   };
   o.files["config.json"] = loaders::DecoderConfigToJson(config_);
   return o;

@@ -1,4 +1,4 @@
-// The mixture-of-experts families (Mixtral, Qwen3-MoE, DeepSeek-V2) with one process per rank, under dtrun (DT_BACKEND=shm): on n
+// The mixture-of-experts families (Mixtral, Qwen3-MoE, DeepSeek-V2, MiniCPM5-MoE) with one process per rank, under dtrun (DT_BACKEND=shm): on n
 // ranks, tensor parallel at tp = n, expert parallel at ep = n (on the same ranks as tp: Note
 // [Expert-parallel layouts] in nn/distributed.h), and on 4 ranks ep 2 x tp 2 (each dim
 // its own communicator) — transformers' logits and greedy tokens (tools/reference/
@@ -49,7 +49,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MoeMultiprocess,
                                            Layout{"mixtral", 2}, Layout{"qwen3_moe", 1},
                                            Layout{"qwen3_moe", 0}, Layout{"qwen3_moe", 2},
                                            Layout{"deepseek_v2", 1}, Layout{"deepseek_v2", 0},
-                                           Layout{"deepseek_v2", 2}),
+                                           Layout{"deepseek_v2", 2},
+                                           Layout{"minicpm5_moe", 1},
+                                           Layout{"minicpm5_moe", 0}),
                          [](const auto& info) {
                            return absl::StrCat(info.param.model, info.param.ep == 1 ? "_tp"
                                                                  : info.param.ep == 0 ? "_ep"

@@ -56,7 +56,11 @@ INSTANTIATE_TEST_SUITE_P(Models, MoeTp,
                                            TpCase{"deepseek_v2", 4},
                                            TpCase{"deepseek_v2_lite", 1},
                                            TpCase{"deepseek_v2_lite", 2},
-                                           TpCase{"deepseek_v2_lite", 4}),
+                                           TpCase{"deepseek_v2_lite", 4},
+                                           TpCase{"minicpm5_moe", 1},
+                                           TpCase{"minicpm5_moe", 2},
+                                           TpCase{"minicpm5_moe", 4},
+                                           TpCase{"minicpm5_moe", 8}),
                          [](const auto& info) {
                            return absl::StrCat(info.param.model, "_tp", info.param.tp);
                          });
@@ -131,7 +135,9 @@ INSTANTIATE_TEST_SUITE_P(
                       EpCase{"deepseek_v2", 2, 0, false}, EpCase{"deepseek_v2", 4, 0, false},
                       EpCase{"deepseek_v2", 4, 1, false}, EpCase{"deepseek_v2", 2, 2, false},
                       EpCase{"deepseek_v2", 2, 2, true}, EpCase{"deepseek_v2_lite", 2, 0, false},
-                      EpCase{"deepseek_v2_lite", 4, 0, false}),
+                      EpCase{"deepseek_v2_lite", 4, 0, false},
+                      EpCase{"minicpm5_moe", 2, 0, false}, EpCase{"minicpm5_moe", 4, 0, false},
+                      EpCase{"minicpm5_moe", 2, 2, false}, EpCase{"minicpm5_moe", 4, 0, true}),
     [](const auto& info) {
       return absl::StrCat(info.param.model, "_ep", info.param.ep,
                           info.param.tp == 0 ? "_shared" : absl::StrCat("_x_tp", info.param.tp),
@@ -407,6 +413,33 @@ TEST(MoePlan, LatentAttentionPlacements) {
               "model.layers.*.mlp.gate_proj.weight [S(0)]"},
              {"self_attn.q_proj"},
              [](CausalLM& m) { EXPECT_EQ(m.type_name(), "DeepseekV2ForCausalLM"); });
+}
+
+// MiniCPM5-MoE's 2 KV heads at tp 4 (Note [Unit meshes] in nn/styles.h): k_proj and v_proj
+// unit_colwise, [S(0), R] on a (2, 2) view of the tp ranks, so ranks 0 and 1 hold head 0 and ranks
+// 2 and 3 head 1; the gated queries colwise, 2 of the 8 heads (with their gates) per rank.
+TEST(MoePlan, UnitColwiseKeepsWholeKVHeads) {
+  DistributedConfig dist;
+  ExpectPlan("minicpm5_moe", 4, dist,
+             {"model.layers.*.self_attn.k_proj -> unit_colwise: "
+              "model.layers.*.self_attn.k_proj.weight [S(0), R] (3)",
+              "model.layers.*.self_attn.v_proj -> unit_colwise: "
+              "model.layers.*.self_attn.v_proj.weight [S(0), R] (3)",
+              "model.layers.*.self_attn.q_gate_proj -> colwise: "
+              "model.layers.*.self_attn.q_gate_proj.weight [S(0)] (3)",
+              "model.layers.*.mlp.gate.e_score_correction_bias"},
+             {}, [](CausalLM& m) {
+               EXPECT_EQ(m.type_name(), "MiniCPM5MoeForCausalLM");
+               const Parameter* k =
+                   m.GetParameter("model.layers.0.self_attn.k_proj.weight").value();
+               EXPECT_EQ(k->spec().mesh().ToString(), "mesh(tp=2, unit_replicate=2)");
+               EXPECT_EQ(k->value().ToLocal().shape(), (Shape{16, 64}));
+               const int rank = k->spec().mesh().my_rank();
+               EXPECT_EQ(k->spec().Offset()[0], rank < 2 ? 0 : 16);
+               const Parameter* q =
+                   m.GetParameter("model.layers.0.self_attn.q_gate_proj.weight").value();
+               EXPECT_EQ(q->value().ToLocal().shape(), (Shape{64, 64}));
+             });
 }
 
 // One all_reduce per sparse layer at tp > 1: the experts' partial sums, reduced once.

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "dtensor/nn/nn.h"
 #include "dtensor/tests/nn/plan_util.h"
@@ -174,19 +175,18 @@ TEST(PlanErrors, UnknownStyleListsSupportedOnes) {
   EXPECT_FALSE(net.GetParameter("layers.0.mlp.up_proj.weight").value()->placed());
 }
 
-// transformers 5.25's unit styles are named with what to write instead; nothing is placed.
-TEST(PlanErrors, TransformersUnitStylesSayWhatToUseInstead) {
+// The unit styles keep units the module declares (Note [Unit meshes]): a layer that declares
+// none is refused by name before anything is placed.
+TEST(PlanErrors, UnitStylesNeedTheModulesUnit) {
   Net net;
-  const absl::Status s =
-      ParallelizeModule(net, Tp(2), {{"layers.*.mlp.up_proj", "unit_colwise"}}, Quiet());
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(s, "Unsupported tensor parallel style 'unit_colwise' for layer "
-                          "'layers.*.mlp.up_proj' ('unit_colwise' is transformers' "));
-  EXPECT_TRUE(Contains(s, "'replicate' keeps them whole"));
-  EXPECT_TRUE(Contains(s, "). Supported styles are [colwise, "));
-  EXPECT_TRUE(Contains(ParallelizeModule(net, Tp(2), {{"layers.*.mlp.up_proj", "unit_rowwise"}}, Quiet()),
-                       "'rowwise' splits the heads when tp divides them"));
-  EXPECT_FALSE(net.GetParameter("layers.0.mlp.up_proj.weight").value()->placed());
+  for (const char* style : {"unit_colwise", "unit_rowwise"}) {
+    const absl::Status s = ParallelizeModule(net, Tp(2), {{"layers.*.mlp.up_proj", style}}, Quiet());
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_TRUE(Contains(s, absl::StrCat(style, " on 'layers.0.mlp.up_proj': Linear declares no "
+                                         "unit to keep whole (attention heads)")))
+        << s;
+    EXPECT_FALSE(net.GetParameter("layers.0.mlp.up_proj.weight").value()->placed());
+  }
 }
 
 TEST(PlanErrors, MalformedKeys) {

@@ -44,8 +44,9 @@ import shutil
 
 import torch
 import transformers
-from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, MixtralConfig,
-                          MixtralForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
+from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, MiniCPM5MoeConfig,
+                          MiniCPM5MoeForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
 
 from make_llama_fixtures import NEW_TOKENS, fixture_args, greedy, randomize, record
 from make_zoo_fixtures import PROMPT, TINY, compare_gguf, write_gguf
@@ -89,7 +90,39 @@ MODELS = {
                                 qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=12,
                                 n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=2,
                                 routed_scaling_factor=1.0)),
+    "minicpm5_moe-tiny": dict(
+        cls=MiniCPM5MoeForCausalLM, seed=45, score_bias=True,
+        config=MiniCPM5MoeConfig(**TINY, vocab_size=320, hidden_size=64, intermediate_size=128,
+                                 moe_intermediate_size=32, num_hidden_layers=3,
+                                 num_attention_heads=8, num_key_value_heads=2, head_dim=16,
+                                 n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
+                                 n_group=2, topk_group=1, norm_topk_prob=True,
+                                 routed_scaling_factor=2.5,
+                                 mlp_layer_types=["dense", "sparse", "sparse"], rms_norm_eps=1e-6,
+                                 rope_parameters={"rope_type": "default", "rope_theta": 5e6},
+                                 tie_word_embeddings=False)),
 }
+
+
+def grouped_margin(gate, x):
+    """router_margin's gap for DeepSeek-V3's router `gate` (sigmoid scores plus
+    e_score_correction_bias, limited to topk_group of n_group groups) on its input `x`: the k-th
+    against the (k+1)-th score of the groups kept, and the topk_group-th group against the next."""
+    k, groups, keep = gate.top_k, gate.num_group, gate.topk_group
+    scores = torch.sigmoid(x.reshape(-1, gate.hidden_dim).float() @ gate.weight.float().T)
+    choice = scores + gate.e_score_correction_bias
+    per_group = choice.view(choice.shape[0], groups, -1)
+    group_scores = per_group.topk(2, dim=-1).values.sum(-1)
+    margins = []
+    if keep < groups:
+        g = torch.topk(group_scores, keep + 1, dim=-1).values
+        margins.append(float((g[:, keep - 1] - g[:, keep]).min()))
+    idx = torch.topk(group_scores, keep, dim=-1).indices
+    mask = torch.zeros_like(group_scores).scatter_(1, idx, 1).bool()
+    masked = per_group.masked_fill(~mask.unsqueeze(-1), float("-inf")).reshape(choice.shape)
+    top = torch.topk(masked, k + 1, dim=-1).values
+    margins.append(float((top[:, k - 1] - top[:, k]).min()))
+    return min(margins)
 
 
 def router_margin(model, prompt, tokens):
@@ -99,6 +132,9 @@ def router_margin(model, prompt, tokens):
     k = model.config.num_experts_per_tok
 
     def hook(module, args, output):
+        if hasattr(module, "e_score_correction_bias"):
+            margins.append(grouped_margin(module, args[0]))
+            return
         logits = output[0] if isinstance(output, tuple) else output
         p = torch.softmax(logits.float(), dim=-1)
         top = torch.topk(p, k + 1, dim=-1).values
@@ -145,6 +181,12 @@ def main():
                 torch.manual_seed(seed)
                 model = v["cls"](config).to(torch.float32).eval()
                 randomize(model, seed, scale)
+                if v.get("score_bias"):  # a buffer: randomize() sets parameters only
+                    g = torch.Generator().manual_seed(seed + 7)
+                    with torch.no_grad():
+                        for n, b in model.named_buffers():
+                            if n.endswith("e_score_correction_bias"):
+                                b.copy_(0.05 * torch.randn(b.shape, generator=g))
                 tokens, _ = greedy(model, PROMPT, NEW_TOKENS)
                 if len(set(tokens)) >= NEW_TOKENS // 2:
                     break
