@@ -231,8 +231,9 @@ absl::Status Attention::ValidateTensorParallel(const TPValidationContext& ctx) c
       return fail("num_kv_heads", o.num_kv_heads, p,
                   o.fused_qkv ? "a KV head (transformers #48307)"
                               : "a KV head (transformers #48307); a plan that replicates k_proj "
-                                "and v_proj runs it, every rank keeping the KV heads its query "
-                                "heads use");
+                                "and v_proj, or splits them unit_colwise (whole heads on every "
+                                "rank), runs it, every rank keeping the KV heads its query heads "
+                                "use");
     }
   }
   // Placements that compute something else, whatever the sizes (Note [Replicated KV heads]).

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -164,6 +165,12 @@ class Writer {
   std::optional<loaders::SafetensorsWriter> current_;
 };
 
+std::vector<int> SortedRanks(const DeviceMesh& m) {
+  std::vector<int> r = m.ranks();
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
 }  // namespace
 
 absl::Status SaveGathered(const Module& model, const std::string& dir, const SaveOptions& options) {
@@ -182,10 +189,13 @@ absl::Status SaveGathered(const Module& model, const std::string& dir, const Sav
           "SaveGathered: two parameters map to checkpoint tensor '", name, "' (one is '", path,
           "')"));
     }
+    // Every rank takes part in every gather: the parameters' meshes must span the same ranks
+    // (an (ep, tp) mesh and its tp rows do not; a unit view of the tp mesh does: Note [Unit
+    // meshes] in nn/styles.h).
     const DeviceMesh& m = p->value().mesh();
     if (mesh == nullptr) {
       mesh = &m;
-    } else if (!(m == *mesh)) {
+    } else if (!(m == *mesh) && SortedRanks(m) != SortedRanks(*mesh)) {
       return absl::InvalidArgumentError(absl::StrCat("SaveGathered: parameter '", path, "' is on ",
                                                      m.ToString(), ", the others on ",
                                                      mesh->ToString()));

@@ -566,16 +566,11 @@ absl::StatusOr<int64_t> UnitParallel::Units(const Module& module, const Paramete
   return n / unit;
 }
 
-absl::Status UnitParallel::ValidateParam(const Module& module, const Parameter& param,
-                                         const DeviceMesh&) const {
-  if (param.dim() < (col_ ? 1 : 2)) return absl::OkStatus();  // a rowwise bias stays whole
-  return Units(module, param).status();
-}
-
-absl::StatusOr<Placement> UnitParallel::ParamPlacement(const Module&,
+absl::StatusOr<Placement> UnitParallel::ParamPlacement(const Module& module,
                                                        const Parameter& param) const {
   // The placement on the unit dim (ShardParam adds the replicas' R); 1-D for the plan's checks.
-  if (param.dim() < (col_ ? 1 : 2)) return Placement::Replicate();
+  if (param.dim() < (col_ ? 1 : 2)) return Placement::Replicate();  // a rowwise bias stays whole
+  DT_RETURN_IF_ERROR(Units(module, param).status());
   return Placement::Shard(col_ ? std::max(param.dim() - 2, 0) : param.dim() - 1);
 }
 

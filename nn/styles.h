@@ -275,7 +275,8 @@ class UnitParallel : public TensorParallelLayer {
       : col_(col), use_local_output_(use_local_output) {}
   StyleInfo Info() const override;
   bool ShardsOutput() const override { return col_; }
-  DT_STYLE_PARAM_HOOKS;
+  absl::StatusOr<Placement> ParamPlacement(const Module& module,
+                                           const Parameter& param) const override;
   absl::Status ShardParam(Module& module, Parameter& param, const DeviceMesh& mesh) const override;
   int64_t ParamPieces(const Module& module, const Parameter& param, int64_t tp) const override;
   DT_STYLE_FORWARD_HOOKS;

@@ -15,6 +15,7 @@
 #include "dtensor/mesh/comm_counter.h"
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/models/causal_lm.h"
+#include "dtensor/nn/save.h"
 #include "dtensor/tests/models/golden_checks.h"
 #include "dtensor/tests/test_util.h"
 #include "gtest/gtest.h"
@@ -312,6 +313,26 @@ TEST(MoeConfig, SparseLayersAsTheFamilySays) {
       loaders::LoadDecoderConfig(MoeDir("deepseek_v2_lite")).value();
   EXPECT_EQ(lite.q_lora_rank, 0);  // null: a plain q_proj
   EXPECT_EQ(loaders::ParseDecoderConfig(loaders::DecoderConfigToJson(lite), "again").value(), lite);
+  const loaders::DecoderConfig mc = loaders::LoadDecoderConfig(MoeDir("minicpm5_moe")).value();
+  EXPECT_FALSE(mc.IsMoeLayer(0));  // mlp_layer_types dense, sparse, sparse
+  EXPECT_TRUE(mc.IsMoeLayer(1) && mc.IsMoeLayer(2));
+  EXPECT_TRUE(mc.HasMoeLayers() && mc.HasDenseLayers());
+  EXPECT_EQ(mc.n_group, 2);
+  EXPECT_EQ(mc.topk_group, 1);
+  EXPECT_TRUE(mc.norm_topk_prob);
+  EXPECT_EQ(mc.routed_scaling_factor, 2.5);
+  EXPECT_EQ(mc.head_dim, 16);
+  EXPECT_EQ(mc.rope_theta, 5e6);
+  EXPECT_EQ(loaders::ParseDecoderConfig(loaders::DecoderConfigToJson(mc), "again").value(), mc);
+  // Without mlp_layer_types: first_k_dense_replace (transformers' default 1) dense layers.
+  const loaders::DecoderConfig bare = loaders::ParseDecoderConfig(R"({"model_type": "minicpm5_moe",
+      "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 3,
+      "num_attention_heads": 2, "n_routed_experts": 4, "num_experts_per_tok": 2})", "c").value();
+  EXPECT_FALSE(bare.IsMoeLayer(0));
+  EXPECT_TRUE(bare.IsMoeLayer(1) && bare.IsMoeLayer(2));
+  EXPECT_EQ(bare.head_dim, 128);
+  EXPECT_EQ(bare.n_shared_experts, 1);
+  EXPECT_EQ(bare.routed_scaling_factor, 3.66);
 }
 
 // What the families refuse rather than compute differently.
@@ -328,6 +349,25 @@ TEST(MoeConfig, RefusesWhatItDoesNotImplement) {
       loaders::ParseDecoderConfig(ds + R"(, "num_key_value_heads": 1})", "c").status(),
       "num_key_value_heads 1 must equal num_attention_heads 2 for latent attention"));
   EXPECT_TRUE(loaders::ParseDecoderConfig(ds + "}", "c").ok());
+  const std::string mc = R"({"model_type": "minicpm5_moe", "vocab_size": 8, "hidden_size": 8,
+      "intermediate_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2,
+      "n_routed_experts": 8, "num_experts_per_tok": 2)";
+  EXPECT_TRUE(loaders::ParseDecoderConfig(mc + "}", "c").ok());
+  EXPECT_TRUE(Contains(
+      loaders::ParseDecoderConfig(mc + R"(, "use_gated_attention": false})", "c").status(),
+      "\"use_gated_attention\": false is not a MiniCPM5-MoE checkpoint"));
+  EXPECT_TRUE(Contains(
+      loaders::ParseDecoderConfig(mc + R"(, "mlp_layer_types": ["dense"]})", "c").status(),
+      "\"mlp_layer_types\" must list 2 layer types"));
+  EXPECT_TRUE(Contains(
+      loaders::ParseDecoderConfig(mc + R"(, "mlp_layer_types": ["dense", "moe"]})", "c").status(),
+      "\"mlp_layer_types\" entry \"moe\" is not \"dense\" or \"sparse\""));
+  for (const char* groups : {R"("n_group": 3)", R"("n_group": 8)",
+                             R"("n_group": 2, "topk_group": 3)"}) {
+    EXPECT_TRUE(Contains(loaders::ParseDecoderConfig(mc + ", " + groups + "}", "c").status(),
+                         "do not fit 8 experts and num_experts_per_tok 2"))
+        << groups;
+  }
   // Experts on a family without them are refused, as before.
   EXPECT_TRUE(Contains(loaders::ParseDecoderConfig(R"({"model_type": "qwen3", "vocab_size": 8,
       "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
@@ -440,6 +480,35 @@ TEST(MoePlan, UnitColwiseKeepsWholeKVHeads) {
                    m.GetParameter("model.layers.0.self_attn.q_gate_proj.weight").value();
                EXPECT_EQ(q->value().ToLocal().shape(), (Shape{64, 64}));
              });
+}
+
+// Saved from tp 4 (KV heads unit_colwise, each held by two ranks, gathered once) under the Hub's
+// names (q_gate_proj as self_attn.q_proj, as transformers writes it), the checkpoint reloads at
+// tp 2 to transformers' logits and tokens.
+TEST(MoeSave, GatedUnitSplitModelSavesTheHubLayout) {
+  const std::string out = (std::filesystem::temp_directory_path() /
+                           absl::StrCat("dt_moe_save_", ::getpid()))
+                              .string();
+  std::filesystem::remove_all(out);
+  absl::Status s = World::RunThreads(4, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {4}, {"tp"}));
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(MoeDir("minicpm5_moe"), mesh));
+    return SaveGathered(*m, out, m->save_options());
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  auto saved = loaders::Checkpoint::Open(out);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_TRUE(saved->Info("model.layers.0.self_attn.q_proj.weight").ok());
+  EXPECT_FALSE(saved->Info("model.layers.0.self_attn.q_gate_proj.weight").ok());
+  EXPECT_TRUE(saved->Info("model.layers.1.mlp.gate.e_score_correction_bias").ok());
+  const Golden g = LoadGolden(MoeFixture("minicpm5_moe"));
+  s = World::RunThreads(2, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2}, {"tp"}));
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(out, mesh));
+    return MatchesGolden(*m, g, w.rank());
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  std::filesystem::remove_all(out);
 }
 
 // One all_reduce per sparse layer at tp > 1: the experts' partial sums, reduced once.

@@ -327,10 +327,50 @@ TEST(Validation, KvHeadsMustDivide) {
                        "(k_proj.weight sharded)"));
   EXPECT_TRUE(Contains(s, "#48307"));
   EXPECT_FALSE(m.GetParameter("attn.q_proj.weight").value()->placed());
-  // Replicated K/V projections (only q and o sharded) are fine.
+  EXPECT_TRUE(Contains(s, "or splits them unit_colwise"));
+  // Replicated K/V projections (only q and o sharded) are fine, and so are unit_colwise ones
+  // (Note [Unit meshes]): 4 KV heads in 4 groups of 1 head, each on 2 of the 8 ranks.
   EXPECT_TRUE(ParallelizeModule(m, Tp(8), {{"attn.q_proj", "colwise"}, {"attn.o_proj", "rowwise"}},
                                 Quiet())
                   .ok());
+  EXPECT_TRUE(ParallelizeModule(m, Tp(8),
+                                {{"attn.q_proj", "colwise"},
+                                 {"attn.k_proj", "unit_colwise"},
+                                 {"attn.v_proj", "unit_colwise"},
+                                 {"attn.o_proj", "rowwise"}},
+                                Quiet())
+                  .ok());
+  const Parameter* k = m.GetParameter("attn.k_proj.weight").value();
+  EXPECT_EQ(k->spec().mesh().ToString(), "mesh(tp=4, unit_replicate=2)");
+  EXPECT_EQ(PlacementsToString(k->spec().placements()), "[S(0), R]");
+}
+
+// Query heads split unit_colwise into fewer groups than tp must meet an o_proj that takes the same
+// groups (unit_rowwise), not one cut into tp slices.
+TEST(Validation, UnitQueriesPairWithUnitRowwise) {
+  class Six : public Module {
+   public:
+    Six() : Module("Six") {
+      AddModule<Attention>(
+          "attn",
+          AttentionOptions{.hidden_size = 24, .num_heads = 6, .num_kv_heads = 3, .head_dim = 4});
+    }
+
+   protected:
+    absl::StatusOr<Values> Forward(Values in) override { return in; }
+  } m;
+  ParallelPlan plan = {{"attn.q_proj", "unit_colwise"}, {"attn.o_proj", "rowwise"}};
+  const absl::Status s = ParallelizeModule(m, Tp(4), plan, Quiet());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(s, "Attention 'attn': q_proj.weight splits the 6 query heads into 2 groups "
+                          "but o_proj.weight takes 4 (unit_colwise on the queries pairs with "
+                          "unit_rowwise on o_proj"))
+      << s;
+  EXPECT_FALSE(m.GetParameter("attn.q_proj.weight").value()->placed());
+  plan[1].second = "unit_rowwise";
+  EXPECT_TRUE(ParallelizeModule(m, Tp(4), plan, Quiet()).ok());
+  EXPECT_EQ(PlacementsToString(m.GetParameter("attn.o_proj.weight").value()->spec().placements()),
+            "[S(1), R]");
 }
 
 TEST(Validation, HeadsIntermediateVocabAndPackedBlocks) {

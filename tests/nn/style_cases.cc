@@ -380,6 +380,49 @@ absl::StatusOr<Tensor> Positions(int64_t start, int64_t n) {
 // and two decode steps through the KV cache.
 // kv_replicated: k_proj and v_proj stay replicated with 2 KV heads (3·tp query heads each), q_proj
 // and o_proj sharded: each rank must pair its query heads with the right KV heads.
+// unit_heads (Note [Unit meshes] in nn/styles.h): the heads split into gcd(heads, tp) groups of
+// whole heads, each group on tp / gcd ranks. Queries: 12 gated heads colwise (tp 1-4 divide them)
+// with 6 KV heads unit_colwise (at tp 4: 2 groups of 3, so ranks 1 and 2 use KV heads their
+// neighbours hold too); or, with `unit_queries`, 6 query heads unit_colwise over 3 KV heads and
+// o_proj unit_rowwise (at tp 4: 2 query groups, KV heads whole, o_proj reduced over 2 ranks).
+absl::Status AttentionUnitHeads(World& w, bool unit_queries) {
+  DT_ASSIGN_OR_RETURN(DeviceMesh mesh, TpMesh(w));
+  AttentionOptions o{.hidden_size = 8, .num_heads = 12, .num_kv_heads = 6, .head_dim = 4,
+                     .bias = true, .gated = true};
+  ParallelPlan plan = {{"q_proj", "colwise"},
+                       {"k_proj", "unit_colwise"},
+                       {"v_proj", "unit_colwise"},
+                       {"o_proj", "rowwise"}};
+  if (unit_queries) {
+    o.num_heads = 6;
+    o.num_kv_heads = 3;
+    o.gated = false;
+    plan[0].second = "unit_colwise";
+    plan[3].second = "unit_rowwise";
+  }
+  Attention tp_attn(o), ref(o);
+  RotaryEmbedding rope(4, 10000.0);
+  DT_RETURN_IF_ERROR(Twin(tp_attn, ref, mesh, plan));
+  tp_attn.EnableKVCache();
+  ref.EnableKVCache();
+  int64_t pos = 0;
+  for (int64_t len : {3, 1, 1}) {
+    DT_ASSIGN_OR_RETURN(Tensor x, Randn({2, len, 8}, 40 + pos));
+    DT_ASSIGN_OR_RETURN(Tensor positions, Positions(pos, len));
+    DT_ASSIGN_OR_RETURN(Value rp, Rep(positions, mesh));
+    DT_ASSIGN_OR_RETURN(Values ref_cs, rope.Call({rp}));
+    DT_ASSIGN_OR_RETURN(Value xr, Rep(x, mesh));
+    DT_ASSIGN_OR_RETURN(Value want_v, ref.CallOne({xr, ref_cs[0], ref_cs[1]}));
+    DT_ASSIGN_OR_RETURN(Tensor want, want_v.dtensor().FullTensor());
+    DT_ASSIGN_OR_RETURN(Values cs, rope.Call({Value(positions)}));
+    DT_ASSIGN_OR_RETURN(Value y, tp_attn.CallOne({Value(x), cs[0], cs[1]}));
+    DT_RETURN_IF_ERROR(Expect(absl::StrCat("unit-head attention step at position ", pos),
+                              Value(y.local()), want, mesh, P("R")));
+    pos += len;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AttentionKVCache(World& w, bool dtensor_flow, bool kv_replicated = false) {
   DT_ASSIGN_OR_RETURN(DeviceMesh mesh, TpMesh(w));
   const int64_t tp = w.size();
@@ -452,6 +495,8 @@ std::vector<StyleCase> StyleCases() {
       {"attention_dtensor_flow", [](World& w) { return AttentionKVCache(w, true); }},
       {"attention_replicated_kv_heads",
        [](World& w) { return AttentionKVCache(w, false, /*kv_replicated=*/true); }},
+      {"attention_gated_unit_kv_heads", [](World& w) { return AttentionUnitHeads(w, false); }},
+      {"attention_unit_query_heads", [](World& w) { return AttentionUnitHeads(w, true); }},
   };
 }
 

@@ -31,10 +31,15 @@ as ffn_gate_inp), loaded back by transformers' GGUF reader when it can.
                    shared expert; layer 0 dense (first_k_dense_replace 1), 3 layers
   deepseek_v2_lite-tiny  the same without q_lora_rank (a plain q_proj, as DeepSeek-V2-Lite), 4
                    experts, 2 layers
+  minicpm5_moe-tiny MiniCPM5-MoE: gated attention (q_gate_proj, stored as q_proj), 8 query / 2 KV
+                   heads (its plan's unit_colwise k/v), DeepSeek-V3's sigmoid router with a random
+                   e_score_correction_bias, 8 experts in 2 groups (topk_group 1), top-2
+                   renormalised x 2.5, one shared expert, mlp_layer_types dense, sparse, sparse
 
 Weights are random (seeded), scaled so that the greedy continuation is not one repeated token,
 and a seed is kept only when every routing decision has a margin of at least 3e-4 between the k-th
-and the (k+1)-th probability, so that the tests' tp and ep layouts (other summation orders,
+and the (k+1)-th probability (for the sigmoid router: choice score, and the kept group against the
+next), so that the tests' tp and ep layouts (other summation orders,
 differences around 1e-6) pick the experts transformers picked.
 """
 import argparse
