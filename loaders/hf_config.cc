@@ -735,11 +735,13 @@ std::string DecoderConfigToJson(const DecoderConfig& c) {
         j["n_routed_experts"] = c.num_experts;
         j["moe_intermediate_size"] = c.moe_intermediate_size;
         j["n_shared_experts"] = c.n_shared_experts;
-        std::vector<std::string> types;
-        for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-          types.push_back(c.IsMoeLayer(l) ? "sparse" : "dense");
+        if (c.mlp_sparse.empty()) {  // as read: a list of num_hidden_layers is not built here
+          j["first_k_dense_replace"] = c.first_k_dense_replace;
+        } else {
+          std::vector<std::string> types;
+          for (bool sparse : c.mlp_sparse) types.push_back(sparse ? "sparse" : "dense");
+          j["mlp_layer_types"] = types;
         }
-        j["mlp_layer_types"] = types;
         j["norm_topk_prob"] = c.norm_topk_prob;
         j["routed_scaling_factor"] = c.routed_scaling_factor;
         j["n_group"] = c.n_group;

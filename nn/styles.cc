@@ -591,7 +591,7 @@ absl::Status UnitParallel::ShardParam(Module& module, Parameter& param,
 }
 
 absl::StatusOr<Values> UnitParallel::TransformInputsPreForward(Module& module, Values inputs,
-                                                               const DeviceMesh& mesh) const {
+                                                               const DeviceMesh&) const {
   const char* style = col_ ? "unit_colwise" : "unit_rowwise";
   DT_RETURN_IF_ERROR(NeedInput(module, inputs, style, 1));
   DT_ASSIGN_OR_RETURN(const Parameter* w, WeightOf(module, style));
@@ -605,13 +605,11 @@ absl::StatusOr<Values> UnitParallel::TransformInputsPreForward(Module& module, V
   Value& x = inputs[0];
   const DTensor* whole = x.is_dtensor() ? &x.dtensor() : x.piece_of();
   if (col_ || whole != nullptr) {
-    // The whole input on every rank (metadata only when it is replicated), then on the unit mesh.
+    // The whole input on every rank (no communication when it is replicated; a plain local input
+    // of unit_colwise is its declared R), then on the unit mesh.
     Tensor full = x.local();
     if (whole != nullptr) {
       DT_ASSIGN_OR_RETURN(full, whole->FullTensor());
-    } else if (col_) {
-      DT_ASSIGN_OR_RETURN(DTensor d, ReplicatedInput(module, inputs, mesh, r, style));
-      full = d.ToLocal();
     }
     DT_ASSIGN_OR_RETURN(DTensor d, DTensor::FromLocal(std::move(full), unit_mesh, {r, r}));
     if (!col_) {

@@ -106,7 +106,7 @@ TEST(HfConfig, Errors) {
        "torch_dtype \"int8\" is not supported"},
       {"{" + base + R"(, "num_attention_heads": 2, "model_type": "gemma"})",
        "model_type \"gemma\" is not supported (supported: llama, mistral, qwen2, qwen3, phi3, "
-       "mixtral, qwen3_moe, deepseek_v2)"},
+       "mixtral, qwen3_moe, deepseek_v2, minicpm5_moe)"},
       {"{" + base + R"(, "num_attention_heads": 2, "tie_word_embeddings": "yes"})",
        "must be true or false"},
       {"{" + base + R"(, "num_attention_heads": 2, "rope_scaling": {"rope_type": "llama3"}})",

@@ -333,6 +333,7 @@ TEST(MoeConfig, SparseLayersAsTheFamilySays) {
   EXPECT_EQ(bare.head_dim, 128);
   EXPECT_EQ(bare.n_shared_experts, 1);
   EXPECT_EQ(bare.routed_scaling_factor, 3.66);
+  EXPECT_EQ(loaders::ParseDecoderConfig(loaders::DecoderConfigToJson(bare), "again").value(), bare);
 }
 
 // What the families refuse rather than compute differently.
