@@ -64,17 +64,49 @@ absl::StatusOr<Values> DispatchAndCombine(Module& m, Values inputs, const Device
   const int64_t n = x.size(0), h = x.size(1), k = ids_t.size(1), ep = mesh.Size();
   const int64_t per_rank = experts / ep;
   DT_ASSIGN_OR_RETURN(const int64_t me, EpRank(mesh));
-  // 1. This rank's chunk of the tokens (torch.chunk), its pairs sorted by expert.
-  const int64_t chunk = (n + ep - 1) / ep;
-  const int64_t begin = std::min(n, me * chunk), end = std::min(n, begin + chunk);
-  std::vector<std::vector<int64_t>> bucket(experts);
-  for (int64_t p = begin * k; p < end * k; ++p) {
+  for (int64_t p = 0; p < n * k; ++p) {
     if (ids[p] < 0 || ids[p] >= experts) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": expert id ", ids[p], " (token ",
                                                      p / k, ") is outside [0, ", experts, ")"));
     }
-    bucket[ids[p]].push_back(p);
   }
+  DT_ASSIGN_OR_RETURN(CommPtr comm, mesh.Comm(0));
+  // Note [Fewer tokens than ranks]: this rank's experts on every token, one all_reduce.
+  if (n < ep) {
+    std::vector<int64_t> tokens, local_ids;
+    std::vector<float> pair_weights;
+    for (int64_t l = 0; l < per_rank; ++l) {  // by expert, then token: transformers' order
+      for (int64_t p = 0; p < n * k; ++p) {
+        if (ids[p] != me * per_rank + l) continue;
+        tokens.push_back(p / k);
+        local_ids.push_back(l);
+        pair_weights.push_back(w[p]);
+      }
+    }
+    const int64_t pairs = static_cast<int64_t>(tokens.size());
+    DT_ASSIGN_OR_RETURN(Tensor token_ids, Tensor::FromVector<int64_t>({pairs}, tokens));
+    DT_ASSIGN_OR_RETURN(Tensor rows, ops::Embedding(x, token_ids));
+    DT_ASSIGN_OR_RETURN(Tensor local, Tensor::FromVector<int64_t>({pairs, 1}, local_ids));
+    DT_ASSIGN_OR_RETURN(Tensor ones, Tensor::Ones({pairs, 1}, DType::kF32));
+    absl::StatusOr<Values> out;
+    {
+      ForwardContext context = style.ContextAroundForward(m, mesh);
+      Values in = {Value(rows), Value(local), Value(ones)};
+      out = inner ? inner(m, std::move(in)) : m.RunForward(std::move(in));
+    }
+    if (!out.ok()) return std::move(out).status();
+    if (out->empty()) return absl::InternalError(absl::StrCat(name, ": the experts gave no output"));
+    DT_ASSIGN_OR_RETURN(Tensor results, WholeTensor((*out)[0]));
+    DT_ASSIGN_OR_RETURN(Tensor y, CombineByToken(results, tokens, pair_weights, n));
+    DT_ASSIGN_OR_RETURN(y, y.Contiguous());
+    DT_RETURN_IF_ERROR(comm->AllReduce(y, ReduceOp::kSum));
+    return Values{Value(std::move(y))};
+  }
+  // 1. This rank's chunk of the tokens (torch.chunk), its pairs sorted by expert.
+  const int64_t chunk = (n + ep - 1) / ep;
+  const int64_t begin = std::min(n, me * chunk), end = std::min(n, begin + chunk);
+  std::vector<std::vector<int64_t>> bucket(experts);
+  for (int64_t p = begin * k; p < end * k; ++p) bucket[ids[p]].push_back(p);
   std::vector<int64_t> tokens, chunk_tokens;  // per sorted pair: global token, token in the chunk
   std::vector<float> pair_weights;
   std::vector<int64_t> counts(experts, 0);  // [owner, local expert]
@@ -86,7 +118,6 @@ absl::StatusOr<Values> DispatchAndCombine(Module& m, Values inputs, const Device
       pair_weights.push_back(w[p]);
     }
   }
-  DT_ASSIGN_OR_RETURN(CommPtr comm, mesh.Comm(0));
   // 2. The sizes first: every rank's [ep, E/ep] counts, on every rank.
   DT_ASSIGN_OR_RETURN(Tensor mine, Tensor::FromVector<int64_t>({experts}, counts));
   DT_ASSIGN_OR_RETURN(Tensor all_t, Tensor::Empty({ep * experts}, DType::kI64));
@@ -211,7 +242,8 @@ absl::StatusOr<Values> RouterParallel::TransformOutputPostForward(Module& module
 
 StyleInfo EpDispatchExpertsParallel::Info() const {
   return {"own entries", "own entries", "R -> chunk of tokens",
-          "rows out and back -> R local", "all_to_all x2, all_gather x2"};
+          "rows out and back -> R local",
+          "all_to_all x2, all_gather x2 (< ep tokens: all_reduce)"};
 }
 
 absl::Status EpDispatchExpertsParallel::InstallForward(Module& module,

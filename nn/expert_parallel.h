@@ -44,10 +44,21 @@
 //      weighs it with its routing weight and sums each token's rows in ascending expert order
 //      (CombineByToken, transformers' index_add_ order);
 //   6. an all_gather (uneven) over ep puts the chunks together: every rank holds y [N, H].
-// Per sparse layer: two all_to_alls (rows out, results back), two all_gathers (the counts, the
-// chunks), and the experts' all_reduce over tp when tp > 1. transformers' AllToAllEP exchanges the
+// Per sparse layer (N >= ep tokens): two all_to_alls (rows out, results back), two all_gathers
+// (the counts, the chunks), and the experts' all_reduce over tp when tp > 1. transformers' AllToAllEP exchanges the
 // sizes with a third all_to_all and learns the receive order from it; the count matrix gives every
 // rank the same without it.
+//
+// Note [Fewer tokens than ranks]
+// With fewer tokens than ep ranks (decode: one token), torch.chunk leaves ranks without a chunk
+// and the four collectives above each carry a row or nothing: they cost latency, not bandwidth.
+// As every rank already holds all N tokens, each rank instead runs its own experts on every pair
+// routed to them (by expert, then token) and one all_reduce over ep sums the partial y [N, H]
+// (what the ep_router layout does for every batch; vLLM's "naive" all2all backend likewise
+// all-reduces small batches): one collective per sparse layer instead of four, the same values up
+// to the order in which the ranks' partial sums are added (tests: transformers' tokens and logits
+// through the KV cache's one-token steps; MoeEpCollectives.PerSparseLayer counts them). From ep
+// tokens on, the dispatch above runs.
 
 #include <cstdint>
 

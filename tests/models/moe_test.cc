@@ -146,9 +146,10 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // The collectives of one sparse layer, per rank: dispatch two all_to_alls (rows out, results
-// back) and two all_gathers (the counts, the token chunks); on (ep, tp) with tp > 1 the experts'
-// all_reduce over tp; the ep_router plan one all_reduce over ep instead (tp 0: ep and tp share the
-// ranks).
+// back) and two all_gathers (the counts, the token chunks); fewer tokens than ep ranks one
+// all_reduce over ep instead (Note [Fewer tokens than ranks]); on (ep, tp) with tp > 1 the experts'
+// all_reduce over tp; the ep_router plan one all_reduce over ep for any batch (tp 0: ep and tp
+// share the ranks).
 TEST(MoeEpCollectives, PerSparseLayer) {
   struct Case {
     int ep, tp;
@@ -157,8 +158,11 @@ TEST(MoeEpCollectives, PerSparseLayer) {
     const char* want;
   };
   for (const Case& c : std::vector<Case>{{2, 0, false, 5, "all_gather=2 all_to_all=2"},
-                                         {2, 0, false, 1, "all_gather=2 all_to_all=2"},
-                                         {4, 0, false, 3, "all_gather=2 all_to_all=2"},
+                                         {2, 0, false, 2, "all_gather=2 all_to_all=2"},
+                                         {2, 0, false, 1, "all_reduce=1"},
+                                         {4, 0, false, 4, "all_gather=2 all_to_all=2"},
+                                         {4, 0, false, 3, "all_reduce=1"},
+                                         {2, 2, false, 1, "all_reduce=2"},
                                          {2, 1, false, 5, "all_gather=2 all_to_all=2"},
                                          {2, 2, false, 5, "all_gather=2 all_reduce=1 all_to_all=2"},
                                          {2, 0, true, 5, "all_reduce=1"},
