@@ -51,7 +51,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MoeMultiprocess,
                                            Layout{"deepseek_v2", 1}, Layout{"deepseek_v2", 0},
                                            Layout{"deepseek_v2", 2},
                                            Layout{"minicpm5_moe", 1},
-                                           Layout{"minicpm5_moe", 0}),
+                                           Layout{"minicpm5_moe", 0},
+                                           Layout{"minicpm5_moe", 2}),
                          [](const auto& info) {
                            return absl::StrCat(info.param.model, info.param.ep == 1 ? "_tp"
                                                                  : info.param.ep == 0 ? "_ep"
