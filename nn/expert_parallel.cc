@@ -39,6 +39,26 @@ Placement PlacementOver(const Parameter& param, const std::string& dim) {
   return Placement::Replicate();
 }
 
+// This rank's experts on `rows` (each picking local expert `local_ids`, weight 1), whatever forward
+// the module has inside; the whole [rows, H] result.
+absl::StatusOr<Tensor> RunOwnExperts(Module& m, const Tensor& rows, std::vector<int64_t> local_ids,
+                                     const DeviceMesh& mesh, const ForwardFn& inner,
+                                     const TensorParallelLayer& style, const std::string& name) {
+  const int64_t count = static_cast<int64_t>(local_ids.size());
+  DT_ASSIGN_OR_RETURN(Tensor local, Tensor::FromVector<int64_t>({count, 1}, local_ids));
+  DT_ASSIGN_OR_RETURN(Tensor ones, Tensor::Ones({count, 1}, DType::kF32));
+  absl::StatusOr<Values> out;
+  {
+    ForwardContext context = style.ContextAroundForward(m, mesh);
+    Values in = {Value(rows), Value(local), Value(ones)};
+    out = inner ? inner(m, std::move(in)) : m.RunForward(std::move(in));
+  }
+  if (!out.ok()) return std::move(out).status();
+  if (out->empty()) return absl::InternalError(absl::StrCat(name, ": the experts gave no output"));
+  DT_ASSIGN_OR_RETURN(Tensor results, WholeTensor((*out)[0]));
+  return results.Contiguous();
+}
+
 // Note [Dispatch and combine] in expert_parallel.h, steps 1-6.
 absl::StatusOr<Values> DispatchAndCombine(Module& m, Values inputs, const DeviceMesh& mesh,
                                           const ForwardFn& inner, int64_t experts,
@@ -86,17 +106,8 @@ absl::StatusOr<Values> DispatchAndCombine(Module& m, Values inputs, const Device
     const int64_t pairs = static_cast<int64_t>(tokens.size());
     DT_ASSIGN_OR_RETURN(Tensor token_ids, Tensor::FromVector<int64_t>({pairs}, tokens));
     DT_ASSIGN_OR_RETURN(Tensor rows, ops::Embedding(x, token_ids));
-    DT_ASSIGN_OR_RETURN(Tensor local, Tensor::FromVector<int64_t>({pairs, 1}, local_ids));
-    DT_ASSIGN_OR_RETURN(Tensor ones, Tensor::Ones({pairs, 1}, DType::kF32));
-    absl::StatusOr<Values> out;
-    {
-      ForwardContext context = style.ContextAroundForward(m, mesh);
-      Values in = {Value(rows), Value(local), Value(ones)};
-      out = inner ? inner(m, std::move(in)) : m.RunForward(std::move(in));
-    }
-    if (!out.ok()) return std::move(out).status();
-    if (out->empty()) return absl::InternalError(absl::StrCat(name, ": the experts gave no output"));
-    DT_ASSIGN_OR_RETURN(Tensor results, WholeTensor((*out)[0]));
+    DT_ASSIGN_OR_RETURN(Tensor results,
+                        RunOwnExperts(m, rows, std::move(local_ids), mesh, inner, style, name));
     DT_ASSIGN_OR_RETURN(Tensor y, CombineByToken(results, tokens, pair_weights, n));
     DT_ASSIGN_OR_RETURN(y, y.Contiguous());
     DT_RETURN_IF_ERROR(comm->AllReduce(y, ReduceOp::kSum));
@@ -146,18 +157,8 @@ absl::StatusOr<Values> DispatchAndCombine(Module& m, Values inputs, const Device
   DT_ASSIGN_OR_RETURN(Tensor recv_flat, recv.View({received * h}));
   DT_RETURN_IF_ERROR(comm->AllToAllV(send_flat, send_counts, recv_flat, recv_counts));
   // 4. This rank's experts on what it received (top-1, weight 1), whatever forward it has inside.
-  DT_ASSIGN_OR_RETURN(Tensor local_ids, Tensor::FromVector<int64_t>({received, 1}, recv_ids));
-  DT_ASSIGN_OR_RETURN(Tensor ones, Tensor::Ones({received, 1}, DType::kF32));
-  absl::StatusOr<Values> out;
-  {
-    ForwardContext context = style.ContextAroundForward(m, mesh);
-    Values in = {Value(recv), Value(local_ids), Value(ones)};
-    out = inner ? inner(m, std::move(in)) : m.RunForward(std::move(in));
-  }
-  if (!out.ok()) return std::move(out).status();
-  if (out->empty()) return absl::InternalError(absl::StrCat(name, ": the experts gave no output"));
-  DT_ASSIGN_OR_RETURN(Tensor results, WholeTensor((*out)[0]));
-  DT_ASSIGN_OR_RETURN(results, results.Contiguous());
+  DT_ASSIGN_OR_RETURN(Tensor results,
+                      RunOwnExperts(m, recv, std::move(recv_ids), mesh, inner, style, name));
   // 5. Combine: the results back to the ranks that sent the rows, weighted, summed per token.
   DT_ASSIGN_OR_RETURN(Tensor back, Tensor::Empty({pairs, h}, x.dtype(), x.device()));
   DT_ASSIGN_OR_RETURN(Tensor results_flat, results.View({received * h}));

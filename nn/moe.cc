@@ -82,6 +82,15 @@ TopKRouter::TopKRouter(const RouterOptions& o) : Module("TopKRouter"), options_(
                     o.f32_logits ? DType::kF32 : o.dtype);
   if (o.scoring == RouterScoring::kSigmoid) {
     RegisterParameter("e_score_correction_bias", {o.num_experts}, DType::kF32);
+    // Checked once here, reported by every forward (a constructor cannot fail).
+    if (o.num_groups <= 0 || o.num_experts % o.num_groups != 0 || o.topk_groups <= 0 ||
+        o.topk_groups > o.num_groups || o.num_experts / o.num_groups < 2 ||
+        o.top_k > o.topk_groups * (o.num_experts / o.num_groups)) {
+      options_error_ = absl::FailedPreconditionError(absl::StrCat(
+          o.num_experts, " experts in ", o.num_groups, " groups (", o.topk_groups,
+          " eligible) cannot give top ", o.top_k, " (groups must divide the experts, hold 2 or "
+          "more each, and the eligible ones at least top_k)"));
+    }
   }
 }
 
@@ -185,13 +194,8 @@ absl::StatusOr<Values> TopKRouter::Forward(Values inputs) {
   }
   if (o.scoring == RouterScoring::kSigmoid) {
     DT_ASSIGN_OR_RETURN(Tensor bias, LocalParam("e_score_correction_bias"));
-    if (o.num_groups <= 0 || o.num_experts % o.num_groups != 0 || o.topk_groups <= 0 ||
-        o.topk_groups > o.num_groups || o.num_experts / o.num_groups < 2 ||
-        o.top_k > o.topk_groups * (o.num_experts / o.num_groups)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          name, ": ", o.num_experts, " experts in ", o.num_groups, " groups (", o.topk_groups,
-          " eligible) cannot give top ", o.top_k, " (groups must divide the experts, hold 2 or "
-          "more each, and the eligible ones at least top_k)"));
+    if (!options_error_.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(name, ": ", options_error_.message()));
     }
     DT_ASSIGN_OR_RETURN(auto top, SigmoidGroupTopK(logits, bias, o));
     Tensor weights = std::move(top.first);

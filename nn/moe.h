@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "dtensor/core/dtype.h"
@@ -85,6 +86,7 @@ class TopKRouter : public Module {
 
  private:
   RouterOptions options_;
+  absl::Status options_error_;  // kSigmoid groups that cannot give top_k, found once
 };
 
 class IdentityExpert : public Module {

@@ -240,6 +240,31 @@ Vec AttentionRef(const Vec& x, int64_t b, int64_t s, const AttentionOptions& o,
   return LinearRef(a, n, nh * d, W(ws, o.o_name + ".weight"), h, bias(o.o_name));
 }
 
+// Note [Sigmoid group routing]: groups that cannot give top_k are refused by every forward, with
+// the module's name; a fitting grouping routes.
+TEST(RouterBlock, GroupsThatCannotGiveTopKAreRefused) {
+  RouterOptions o;
+  o.hidden_size = 4;
+  o.num_experts = 8;
+  o.top_k = 4;
+  o.scoring = RouterScoring::kSigmoid;
+  o.num_groups = 4;   // 2 experts a group
+  o.topk_groups = 1;  // 2 eligible, top 4 wanted
+  const Tensor x = Tensor::Randn({3, 4}, 1).value();
+  TopKRouter bad(o);
+  ASSERT_TRUE(ReplicateModule(bad, testing::Tp(1)).ok());
+  ASSERT_TRUE(InitRandom(bad, 2).ok());
+  EXPECT_TRUE(Contains(bad.Call({x}).status(),
+                       "8 experts in 4 groups (1 eligible) cannot give top 4"));
+  o.topk_groups = 2;
+  TopKRouter good(o);
+  ASSERT_TRUE(ReplicateModule(good, testing::Tp(1)).ok());
+  ASSERT_TRUE(InitRandom(good, 2).ok());
+  const absl::StatusOr<Values> out = good.Call({x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[1].local().shape(), (Shape{3, 4}));
+}
+
 RC_GTEST_PROP(AttentionBlock, FusedOrSeparateMatchesHandComputedAttention, ()) {
   const int tp = *rc::gen::inRange(1, 5);
   AttentionOptions o;

@@ -304,19 +304,22 @@ TEST(PlanPlacements, BuiltinStyles) {
   }
 }
 
+// One Attention named "attn" under a pass-through root: plans address "attn.q_proj", errors name
+// "Attention 'attn'".
+class OneAttention : public Module {
+ public:
+  explicit OneAttention(const AttentionOptions& options) : Module("OneAttention") {
+    AddModule<Attention>("attn", options);
+  }
+
+ protected:
+  absl::StatusOr<Values> Forward(Values in) override { return in; }
+};
+
 TEST(Validation, KvHeadsMustDivide) {
   // transformers #48307: 4 KV heads on tp 8 fails mid-forward there; here before any weight.
-  class Big : public Module {
-   public:
-    Big() : Module("Big") {
-      AddModule<Attention>(
-          "attn",
-          AttentionOptions{.hidden_size = 64, .num_heads = 16, .num_kv_heads = 4, .head_dim = 4});
-    }
-
-   protected:
-    absl::StatusOr<Values> Forward(Values in) override { return in; }
-  } m;
+  OneAttention m(
+      AttentionOptions{.hidden_size = 64, .num_heads = 16, .num_kv_heads = 4, .head_dim = 4});
   const absl::Status s = ParallelizeModule(
       m, Tp(8),
       {{"attn.q_proj", "colwise"}, {"attn.k_proj", "colwise"}, {"attn.v_proj", "colwise"}},
@@ -348,17 +351,8 @@ TEST(Validation, KvHeadsMustDivide) {
 // Query heads split unit_colwise into fewer groups than tp must meet an o_proj that takes the same
 // groups (unit_rowwise), not one cut into tp slices.
 TEST(Validation, UnitQueriesPairWithUnitRowwise) {
-  class Six : public Module {
-   public:
-    Six() : Module("Six") {
-      AddModule<Attention>(
-          "attn",
-          AttentionOptions{.hidden_size = 24, .num_heads = 6, .num_kv_heads = 3, .head_dim = 4});
-    }
-
-   protected:
-    absl::StatusOr<Values> Forward(Values in) override { return in; }
-  } m;
+  OneAttention m(
+      AttentionOptions{.hidden_size = 24, .num_heads = 6, .num_kv_heads = 3, .head_dim = 4});
   ParallelPlan plan = {{"attn.q_proj", "unit_colwise"}, {"attn.o_proj", "rowwise"}};
   const absl::Status s = ParallelizeModule(m, Tp(4), plan, Quiet());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

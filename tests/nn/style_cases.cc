@@ -376,6 +376,37 @@ absl::StatusOr<Tensor> Positions(int64_t start, int64_t n) {
   return Tensor::FromVector<int64_t>({n}, p);
 }
 
+// A prefill of 3 tokens and two decode steps through both modules' KV caches (rotary, batch 2,
+// hidden 8, head_dim 4, inputs from `seed`): `tp_attn` (plain local inputs, or replicated DTensors
+// with `dtensor_flow`) against the unparallelized `ref`, replicated outputs, 5 keys cached.
+absl::Status StepThroughKVCache(Attention& tp_attn, Attention& ref, const DeviceMesh& mesh,
+                                int seed, bool dtensor_flow = false) {
+  RotaryEmbedding rope(4, 10000.0);
+  tp_attn.EnableKVCache();
+  ref.EnableKVCache();
+  int64_t pos = 0;
+  for (int64_t len : {3, 1, 1}) {
+    DT_ASSIGN_OR_RETURN(Tensor x, Randn({2, len, 8}, seed + pos));
+    DT_ASSIGN_OR_RETURN(Tensor positions, Positions(pos, len));
+    DT_ASSIGN_OR_RETURN(Value rp, Rep(positions, mesh));
+    DT_ASSIGN_OR_RETURN(Values ref_cs, rope.Call({rp}));
+    DT_ASSIGN_OR_RETURN(Value xr, Rep(x, mesh));
+    DT_ASSIGN_OR_RETURN(Value want_v, ref.CallOne({xr, ref_cs[0], ref_cs[1]}));
+    DT_ASSIGN_OR_RETURN(Tensor want, want_v.dtensor().FullTensor());
+    Value xin = dtensor_flow ? xr : Value(x);
+    DT_ASSIGN_OR_RETURN(Values cs, rope.Call({dtensor_flow ? rp : Value(positions)}));
+    DT_ASSIGN_OR_RETURN(Value y, tp_attn.CallOne({xin, cs[0], cs[1]}));
+    DT_RETURN_IF_ERROR(Expect(absl::StrCat("attention step at position ", pos), PlainLocal(y),
+                              want, mesh, P("R")));
+    pos += len;
+  }
+  if (tp_attn.kv_cache_length() != 5) {
+    return absl::InternalError(
+        absl::StrCat("kv cache holds ", tp_attn.kv_cache_length(), " keys, want 5"));
+  }
+  return absl::OkStatus();
+}
+
 // GQA with tp KV heads (2 query heads per KV head), rotary, causal, bias; a prefill of 3 tokens
 // and two decode steps through the KV cache.
 // kv_replicated: k_proj and v_proj stay replicated with 2 KV heads (3·tp query heads each), q_proj
@@ -401,26 +432,8 @@ absl::Status AttentionUnitHeads(World& w, bool unit_queries) {
     plan[3].second = "unit_rowwise";
   }
   Attention tp_attn(o), ref(o);
-  RotaryEmbedding rope(4, 10000.0);
   DT_RETURN_IF_ERROR(Twin(tp_attn, ref, mesh, plan));
-  tp_attn.EnableKVCache();
-  ref.EnableKVCache();
-  int64_t pos = 0;
-  for (int64_t len : {3, 1, 1}) {
-    DT_ASSIGN_OR_RETURN(Tensor x, Randn({2, len, 8}, 40 + pos));
-    DT_ASSIGN_OR_RETURN(Tensor positions, Positions(pos, len));
-    DT_ASSIGN_OR_RETURN(Value rp, Rep(positions, mesh));
-    DT_ASSIGN_OR_RETURN(Values ref_cs, rope.Call({rp}));
-    DT_ASSIGN_OR_RETURN(Value xr, Rep(x, mesh));
-    DT_ASSIGN_OR_RETURN(Value want_v, ref.CallOne({xr, ref_cs[0], ref_cs[1]}));
-    DT_ASSIGN_OR_RETURN(Tensor want, want_v.dtensor().FullTensor());
-    DT_ASSIGN_OR_RETURN(Values cs, rope.Call({Value(positions)}));
-    DT_ASSIGN_OR_RETURN(Value y, tp_attn.CallOne({Value(x), cs[0], cs[1]}));
-    DT_RETURN_IF_ERROR(Expect(absl::StrCat("unit-head attention step at position ", pos),
-                              Value(y.local()), want, mesh, P("R")));
-    pos += len;
-  }
-  return absl::OkStatus();
+  return StepThroughKVCache(tp_attn, ref, mesh, 40);
 }
 
 absl::Status AttentionKVCache(World& w, bool dtensor_flow, bool kv_replicated = false) {
@@ -433,7 +446,6 @@ absl::Status AttentionKVCache(World& w, bool dtensor_flow, bool kv_replicated = 
     o.num_kv_heads = 2;
   }
   Attention tp_attn(o), ref(o);
-  RotaryEmbedding rope(4, 10000.0);
   ParallelPlan plan = {
       {"q_proj", "colwise"}, {"k_proj", "colwise"}, {"v_proj", "colwise"}, {"o_proj", "rowwise"}};
   if (kv_replicated) plan = {{"q_proj", "colwise"}, {"o_proj", "rowwise"}};
@@ -445,29 +457,7 @@ absl::Status AttentionKVCache(World& w, bool dtensor_flow, bool kv_replicated = 
     plan = {{"q_proj", col}, {"k_proj", col}, {"v_proj", col}, {"o_proj", row}};
   }
   DT_RETURN_IF_ERROR(Twin(tp_attn, ref, mesh, plan));
-  tp_attn.EnableKVCache();
-  ref.EnableKVCache();
-  int64_t pos = 0;
-  for (int64_t len : {3, 1, 1}) {
-    DT_ASSIGN_OR_RETURN(Tensor x, Randn({2, len, 8}, 20 + pos));
-    DT_ASSIGN_OR_RETURN(Tensor positions, Positions(pos, len));
-    DT_ASSIGN_OR_RETURN(Value rp, Rep(positions, mesh));
-    DT_ASSIGN_OR_RETURN(Values ref_cs, rope.Call({rp}));
-    DT_ASSIGN_OR_RETURN(Value xr, Rep(x, mesh));
-    DT_ASSIGN_OR_RETURN(Value want_v, ref.CallOne({xr, ref_cs[0], ref_cs[1]}));
-    DT_ASSIGN_OR_RETURN(Tensor want, want_v.dtensor().FullTensor());
-    Value xin = dtensor_flow ? xr : Value(x);
-    DT_ASSIGN_OR_RETURN(Values cs, rope.Call({dtensor_flow ? rp : Value(positions)}));
-    DT_ASSIGN_OR_RETURN(Value y, tp_attn.CallOne({xin, cs[0], cs[1]}));
-    DT_RETURN_IF_ERROR(
-        Expect(absl::StrCat("attention step at position ", pos), y, want, mesh, P("R")));
-    pos += len;
-  }
-  if (tp_attn.kv_cache_length() != 5) {
-    return absl::InternalError(
-        absl::StrCat("kv cache holds ", tp_attn.kv_cache_length(), " keys, want 5"));
-  }
-  return absl::OkStatus();
+  return StepThroughKVCache(tp_attn, ref, mesh, 20, dtensor_flow);
 }
 
 }  // namespace
