@@ -197,7 +197,8 @@ inline void WithRows(int m, F&& f) {
 // The tile also prefetches the same columns of the rows `ahead` elements further on in w: about
 // kPrefetchAheadBytes later in the order the rows are read, so that the next tiles' weights are on
 // their way from memory while this one computes (the hardware prefetchers alone leave the M = 8
-// kernels, with the most arithmetic per byte, at half the bandwidth).
+// kernels, with the most arithmetic per byte, at half the bandwidth). Into L2: Note [Skinny
+// prefetch into L2].
 constexpr int64_t kPrefetchAheadBytes = 12 << 10;
 // A dot tile: c[i * ldc + r] = (accumulate ? c[i * ldc + r] : 0) + x[i, 0:k] . w[r, 0:k]; it also
 // prefetches the same columns of the rows `ahead` elements further on in w. x is f32 (XT float)
@@ -252,6 +253,25 @@ void DotBlocked(int64_t n, int64_t k, const XT* x, int64_t ldx, const char* w, i
 }
 
 #if DT_GEMM_X86
+
+// Note [Skinny prefetch into L2]
+// The skinny kernels' software prefetches of w (dot and axpy, every ISA) ask for L2 (prefetcht1),
+// not L1 (prefetcht0). A prefetch into L1 holds one of the core's few L1 miss buffers until its
+// line arrives from memory, the same buffers the loads need, so the bytes in flight per core, and
+// with them the bandwidth one core can pull, stay low; a prefetch into L2 waits in L2's much
+// longer miss queue, and the loads, a few hundred bytes behind, then find the line in L2.
+// Measured on the 2-vCPU AMD EPYC Zen 4 VM (2026-12-06, 2 threads, bench_gemm's decode rows with
+// both hints switched at run time in one process, interleaved, cold weights): the AVX-512 dot
+// kernels 1.1-1.3x at M = 1 and 1.1-1.7x at M = 8 on the SmolLM2 shapes (f32 and bf16), 1.15-1.45x
+// on rows 4096-14336 wide (bf16 4096 x 14336 M = 1: 28.7 to 42.0 GB/s, where oneDNN read 41.3; f32
+// M = 2, where oneDNN had led by 6-20 %, now 1.00-1.10x oneDNN); the axpy kernels 1.2-1.45x; the
+// AVX2 kernels (forced, same VM) 1.0-1.5x, level on bf16 axpy, bf16 4096 x 4096 and bf16 M = 8. A
+// 48 KiB distance instead of 12 KiB gave no more. The quantized kernels keep their non-temporal
+// hint (Note [Quantized dot prefetch]): prefetcht1 was no faster there (0.85-1.02x, where the same
+// code measured in two slots of the harness differs by up to 8 %). Not measured on Intel CPUs.
+inline void PrefetchWeights(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
+}
 
 // ---- AVX2 + FMA ----------------------------------------------------------------------------------
 
@@ -335,7 +355,7 @@ DT_AVX2 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, int6
     __m256 wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      _mm_prefetch(wb + (r * ldw + ahead + p) * kSize, _MM_HINT_T0);
+      PrefetchWeights(wb + (r * ldw + ahead + p) * kSize);
       wv[r] = Load8<E>(w, r * ldw + p);
     }
     madd(u, wv, p);
@@ -403,7 +423,7 @@ DT_AVX2 void AxpyRows(int64_t n, int64_t k, const float* x, int64_t ldx, const v
 #pragma GCC unroll 8
       for (int i = 0; i < M; ++i) acc[i] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + i * ldc + j);
       for (int64_t q = 0; q < rows; ++q) {
-        _mm_prefetch(static_cast<const char*>(w) + ((p0 + q) * ldw + j) * kSize + ahead, _MM_HINT_T0);
+        PrefetchWeights(static_cast<const char*>(w) + ((p0 + q) * ldw + j) * kSize + ahead);
         const __m256 wv = Load8<E>(w, (p0 + q) * ldw + j);
 #pragma GCC unroll 8
         for (int i = 0; i < M; ++i) {
@@ -546,7 +566,7 @@ DT_AVX512 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, in
     __m512 wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      _mm_prefetch(wb + (r * ldw + ahead + p) * kSize, _MM_HINT_T0);
+      PrefetchWeights(wb + (r * ldw + ahead + p) * kSize);
       wv[r] = Load16<E>(w, r * ldw + p);
     }
 #pragma GCC unroll 8
@@ -626,7 +646,7 @@ DT_AVX512 inline void AxpyVector(int64_t p0, int64_t rows, bool first, int64_t j
   }
   constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
   for (int64_t q = 0; q < rows; ++q) {
-    _mm_prefetch(static_cast<const char*>(w) + ((p0 + q) * ldw + j) * kSize + ahead, _MM_HINT_T0);
+    PrefetchWeights(static_cast<const char*>(w) + ((p0 + q) * ldw + j) * kSize + ahead);
     const __m512 wv = kTail ? Load16<E>(w, (p0 + q) * ldw + j, mask) : Load16<E>(w, (p0 + q) * ldw + j);
 #pragma GCC unroll 8
     for (int i = 0; i < M; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * ldx + p0 + q]), wv, acc[i]);
@@ -743,7 +763,7 @@ DT_AVX512BF16 void DotTile(int64_t k, const uint16_t* x, int64_t ldx, const void
     __m512bh wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(wb + r * ldw + ahead + p), _MM_HINT_T0);
+      PrefetchWeights(wb + r * ldw + ahead + p);
       wv[r] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wb + r * ldw + p));
     }
 #pragma GCC unroll 8
