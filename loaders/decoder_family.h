@@ -111,6 +111,16 @@ enum class TopKWeights : uint8_t {
   kSigmoidGroups,  // DeepSeek-V3's router (Note [Sigmoid group routing] in nn/moe.h)
 };
 
+// Whether `experts` in `groups` groups, the `topk_groups` best of them eligible, can give `top_k`:
+// the groups divide the experts and hold 2 or more each (a group's score is its two best), and
+// the eligible groups hold top_k experts or more. The one rule both the config reader and the
+// router (nn/moe.cc) check; each words its own refusal.
+constexpr bool SigmoidGroupsFit(int64_t experts, int64_t groups, int64_t topk_groups,
+                                int64_t top_k) {
+  return groups > 0 && topk_groups > 0 && experts % groups == 0 && experts / groups >= 2 &&
+         topk_groups <= groups && top_k <= topk_groups * (experts / groups);
+}
+
 struct DecoderFamily {
   std::string model_type;         // config.json's "model_type": "qwen3"
   std::string architecture;       // transformers' class, written to config.json: "Qwen3ForCausalLM"

@@ -414,9 +414,7 @@ absl::Status ParseExperts(const Reader& r, const DecoderFamily& f, DecoderConfig
                           r.PositiveNumber(j, "routed_scaling_factor", 3.66));
       DT_ASSIGN_OR_RETURN(c->n_group, r.PositiveInt(j, "n_group", int64_t{1}));
       DT_ASSIGN_OR_RETURN(c->topk_group, r.PositiveInt(j, "topk_group", int64_t{1}));
-      const int64_t per = c->num_experts / c->n_group;
-      if (c->num_experts % c->n_group != 0 || per < 2 || c->topk_group > c->n_group ||
-          c->num_experts_per_tok > c->topk_group * per) {
+      if (!SigmoidGroupsFit(c->num_experts, c->n_group, c->topk_group, c->num_experts_per_tok)) {
         return r.Error(absl::StrCat(
             "n_group ", c->n_group, " and topk_group ", c->topk_group, " do not fit ",
             c->num_experts, " experts and num_experts_per_tok ", c->num_experts_per_tok,

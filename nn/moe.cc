@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
+#include "dtensor/loaders/decoder_family.h"
 #include "dtensor/ops/value_ops.h"
 #include "dtensor/ops/local/ops.h"
 
@@ -83,9 +84,7 @@ TopKRouter::TopKRouter(const RouterOptions& o) : Module("TopKRouter"), options_(
   if (o.scoring == RouterScoring::kSigmoid) {
     RegisterParameter("e_score_correction_bias", {o.num_experts}, DType::kF32);
     // Checked once here, reported by every forward (a constructor cannot fail).
-    if (o.num_groups <= 0 || o.num_experts % o.num_groups != 0 || o.topk_groups <= 0 ||
-        o.topk_groups > o.num_groups || o.num_experts / o.num_groups < 2 ||
-        o.top_k > o.topk_groups * (o.num_experts / o.num_groups)) {
+    if (!loaders::SigmoidGroupsFit(o.num_experts, o.num_groups, o.topk_groups, o.top_k)) {
       options_error_ = absl::FailedPreconditionError(absl::StrCat(
           o.num_experts, " experts in ", o.num_groups, " groups (", o.topk_groups,
           " eligible) cannot give top ", o.top_k, " (groups must divide the experts, hold 2 or "

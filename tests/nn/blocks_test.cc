@@ -242,6 +242,18 @@ Vec AttentionRef(const Vec& x, int64_t b, int64_t s, const AttentionOptions& o,
 
 // Note [Sigmoid group routing]: groups that cannot give top_k are refused by every forward, with
 // the module's name; a fitting grouping routes.
+// A router under a named parent, so that its refusal names it as a model's would.
+class OneRouter : public Module {
+ public:
+  explicit OneRouter(const RouterOptions& options) : Module("OneRouter") {
+    router = &AddModule<TopKRouter>("router", options);
+  }
+  TopKRouter* router;
+
+ protected:
+  absl::StatusOr<Values> Forward(Values in) override { return router->Call(std::move(in)); }
+};
+
 TEST(RouterBlock, GroupsThatCannotGiveTopKAreRefused) {
   RouterOptions o;
   o.hidden_size = 4;
@@ -251,13 +263,13 @@ TEST(RouterBlock, GroupsThatCannotGiveTopKAreRefused) {
   o.num_groups = 4;   // 2 experts a group
   o.topk_groups = 1;  // 2 eligible, top 4 wanted
   const Tensor x = Tensor::Randn({3, 4}, 1).value();
-  TopKRouter bad(o);
+  OneRouter bad(o);
   ASSERT_TRUE(ReplicateModule(bad, testing::Tp(1)).ok());
   ASSERT_TRUE(InitRandom(bad, 2).ok());
   EXPECT_TRUE(Contains(bad.Call({x}).status(),
-                       "8 experts in 4 groups (1 eligible) cannot give top 4"));
+                       "TopKRouter 'router': 8 experts in 4 groups (1 eligible) cannot give top 4"));
   o.topk_groups = 2;
-  TopKRouter good(o);
+  OneRouter good(o);
   ASSERT_TRUE(ReplicateModule(good, testing::Tp(1)).ok());
   ASSERT_TRUE(InitRandom(good, 2).ok());
   const absl::StatusOr<Values> out = good.Call({x});
