@@ -93,6 +93,12 @@ TopKRouter::TopKRouter(const RouterOptions& o) : Module("TopKRouter"), options_(
   }
 }
 
+absl::Status TopKRouter::ValidateTensorParallel(const TPValidationContext& ctx) const {
+  if (options_error_.ok()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("TopKRouter '", ctx.module_name(), "': ", options_error_.message()));
+}
+
 std::string TopKRouter::ExtraRepr() const {
   return absl::StrCat("experts=", options_.num_experts, ", top_k=", options_.top_k,
                       options_.normalize ? ", normalized" : "",

@@ -80,6 +80,9 @@ class TopKRouter : public Module {
   explicit TopKRouter(const RouterOptions& options);
   const RouterOptions& options() const { return options_; }
   std::string ExtraRepr() const override;
+  // Groups that cannot give top_k, reported by ParallelizeModule before any weight is read (and
+  // by every forward, for a router placed some other way).
+  absl::Status ValidateTensorParallel(const TPValidationContext& ctx) const override;
 
  protected:
   absl::StatusOr<Values> Forward(Values inputs) override;

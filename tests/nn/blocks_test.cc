@@ -264,13 +264,20 @@ TEST(RouterBlock, GroupsThatCannotGiveTopKAreRefused) {
   o.topk_groups = 1;  // 2 eligible, top 4 wanted
   const Tensor x = Tensor::Randn({3, 4}, 1).value();
   OneRouter bad(o);
+  // Refused when planned, before anything is placed ...
+  const absl::Status planned = ParallelizeModule(bad, testing::Tp(2), {}, Quiet());
+  EXPECT_EQ(planned.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(planned,
+                       "TopKRouter 'router': 8 experts in 4 groups (1 eligible) cannot give top 4"));
+  EXPECT_FALSE(bad.GetParameter("router.weight").value()->placed());
+  // ... and by the forward of a router placed without a plan.
   ASSERT_TRUE(ReplicateModule(bad, testing::Tp(1)).ok());
   ASSERT_TRUE(InitRandom(bad, 2).ok());
   EXPECT_TRUE(Contains(bad.Call({x}).status(),
                        "TopKRouter 'router': 8 experts in 4 groups (1 eligible) cannot give top 4"));
   o.topk_groups = 2;
   OneRouter good(o);
-  ASSERT_TRUE(ReplicateModule(good, testing::Tp(1)).ok());
+  ASSERT_TRUE(ParallelizeModule(good, testing::Tp(1), {}, Quiet()).ok());
   ASSERT_TRUE(InitRandom(good, 2).ok());
   const absl::StatusOr<Values> out = good.Call({x});
   ASSERT_TRUE(out.ok()) << out.status();
