@@ -83,7 +83,8 @@ TopKRouter::TopKRouter(const RouterOptions& o) : Module("TopKRouter"), options_(
                     o.f32_logits ? DType::kF32 : o.dtype);
   if (o.scoring == RouterScoring::kSigmoid) {
     RegisterParameter("e_score_correction_bias", {o.num_experts}, DType::kF32);
-    // Checked once here, reported by every forward (a constructor cannot fail).
+    // Checked once here (a constructor cannot fail), reported by ValidateTensorParallel and by
+    // every forward.
     if (!loaders::SigmoidGroupsFit(o.num_experts, o.num_groups, o.topk_groups, o.top_k)) {
       options_error_ = absl::FailedPreconditionError(absl::StrCat(
           o.num_experts, " experts in ", o.num_groups, " groups (", o.topk_groups,

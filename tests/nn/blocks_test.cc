@@ -240,8 +240,6 @@ Vec AttentionRef(const Vec& x, int64_t b, int64_t s, const AttentionOptions& o,
   return LinearRef(a, n, nh * d, W(ws, o.o_name + ".weight"), h, bias(o.o_name));
 }
 
-// Note [Sigmoid group routing]: groups that cannot give top_k are refused by every forward, with
-// the module's name; a fitting grouping routes.
 // A router under a named parent, so that its refusal names it as a model's would.
 class OneRouter : public Module {
  public:
@@ -254,6 +252,8 @@ class OneRouter : public Module {
   absl::StatusOr<Values> Forward(Values in) override { return router->Call(std::move(in)); }
 };
 
+// Note [Sigmoid group routing]: groups that cannot give top_k are refused by ParallelizeModule
+// and by every forward, with the module's name; a fitting grouping routes.
 TEST(RouterBlock, GroupsThatCannotGiveTopKAreRefused) {
   RouterOptions o;
   o.hidden_size = 4;
