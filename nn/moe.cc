@@ -83,21 +83,25 @@ TopKRouter::TopKRouter(const RouterOptions& o) : Module("TopKRouter"), options_(
                     o.f32_logits ? DType::kF32 : o.dtype);
   if (o.scoring == RouterScoring::kSigmoid) {
     RegisterParameter("e_score_correction_bias", {o.num_experts}, DType::kF32);
-    // Checked once here (a constructor cannot fail), reported by ValidateTensorParallel and by
-    // every forward.
-    if (!loaders::SigmoidGroupsFit(o.num_experts, o.num_groups, o.topk_groups, o.top_k)) {
-      options_error_ = absl::FailedPreconditionError(absl::StrCat(
-          o.num_experts, " experts in ", o.num_groups, " groups (", o.topk_groups,
-          " eligible) cannot give top ", o.top_k, " (groups must divide the experts, hold 2 or "
-          "more each, and the eligible ones at least top_k)"));
-    }
   }
 }
 
+std::string TopKRouter::GroupMisfit() const {
+  const RouterOptions& o = options_;
+  if (o.scoring != RouterScoring::kSigmoid ||
+      loaders::SigmoidGroupsFit(o.num_experts, o.num_groups, o.topk_groups, o.top_k)) {
+    return "";
+  }
+  return absl::StrCat(o.num_experts, " experts in ", o.num_groups, " groups (", o.topk_groups,
+                      " eligible) cannot give top ", o.top_k, " (groups must divide the experts, "
+                      "hold 2 or more each, and the eligible ones at least top_k)");
+}
+
 absl::Status TopKRouter::ValidateTensorParallel(const TPValidationContext& ctx) const {
-  if (options_error_.ok()) return absl::OkStatus();
+  const std::string misfit = GroupMisfit();
+  if (misfit.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(
-      absl::StrCat("TopKRouter '", ctx.module_name(), "': ", options_error_.message()));
+      absl::StrCat("TopKRouter '", ctx.module_name(), "': ", misfit));
 }
 
 std::string TopKRouter::ExtraRepr() const {
@@ -176,6 +180,10 @@ absl::StatusOr<std::pair<Tensor, Tensor>> SigmoidGroupTopK(const Tensor& logits,
 
 absl::StatusOr<Values> TopKRouter::Forward(Values inputs) {
   const std::string name = absl::StrCat("TopKRouter '", FullName(), "'");
+  // Before any work: a router placed without a plan was not checked by ValidateTensorParallel.
+  if (const std::string misfit = GroupMisfit(); !misfit.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(name, ": ", misfit));
+  }
   DT_ASSIGN_OR_RETURN(Value xv, SingleInput(*this, inputs));
   DT_ASSIGN_OR_RETURN(Tensor x, ReplicatedLocal(xv, "x", name));
   const RouterOptions& o = options_;
@@ -200,9 +208,6 @@ absl::StatusOr<Values> TopKRouter::Forward(Values inputs) {
   }
   if (o.scoring == RouterScoring::kSigmoid) {
     DT_ASSIGN_OR_RETURN(Tensor bias, LocalParam("e_score_correction_bias"));
-    if (!options_error_.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(name, ": ", options_error_.message()));
-    }
     DT_ASSIGN_OR_RETURN(auto top, SigmoidGroupTopK(logits, bias, o));
     Tensor weights = std::move(top.first);
     if (o.weights_in_input_dtype) {

@@ -88,8 +88,10 @@ class TopKRouter : public Module {
   absl::StatusOr<Values> Forward(Values inputs) override;
 
  private:
+  // kSigmoid groups that cannot give top_k (loaders::SigmoidGroupsFit): why, else "".
+  std::string GroupMisfit() const;
+
   RouterOptions options_;
-  absl::Status options_error_;  // kSigmoid groups that cannot give top_k, found once
 };
 
 class IdentityExpert : public Module {
