@@ -56,6 +56,7 @@
 #include "dtensor/ops/local/cpu/gemm_dispatch.h"
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
 #include "dtensor/ops/local/cpu/qgemm.h"
+#include "dtensor/ops/local/cpu/tuner.h"
 #include "dtensor/ops/local/ops.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -396,6 +397,42 @@ std::vector<DecodeRow> Decode(const DecodeShape& s, const std::vector<int64_t>& 
   return rows;
 }
 
+// Every knob of the tuner (Note [Tuner] in ops/local/cpu/tuner.cc): this process's choice (from the
+// cache, or measured on first use) against every candidate measured again now, in the knob's unit.
+// A RESULT per knob: the pick's figure over the best one's. With --gemm-only, the GEMM backends'.
+bool TunerRows(bool gemm_only, std::vector<Result>& results) {
+  namespace tune = dt::ops::cpu::tune;
+  std::printf("\ntuner: each knob's pick (cached or measured at first use) against its candidates "
+              "measured again now; pick/best: the pick's figure over the best one's\n");
+  for (const tune::Knob* knob : tune::AllKnobs()) {
+    const std::vector<const tune::Knob*> backends = gemm::BackendKnobs();
+    if (gemm_only && std::find(backends.begin(), backends.end(), knob) == backends.end()) continue;
+    const absl::StatusOr<tune::Choice> pick = tune::Explain(*knob);
+    if (!pick.ok()) {
+      std::fprintf(stderr, "bench_gemm: %s: %s\n", knob->name.c_str(), pick.status().ToString().c_str());
+      return false;
+    }
+    if (pick->why.starts_with("rule:") || pick->why.starts_with("DT_TUNE")) {
+      std::printf("  %-22s %-9s %s (not measured)\n", knob->name.c_str(),
+                  knob->candidates[pick->index].c_str(), pick->why.c_str());
+      continue;
+    }
+    const absl::StatusOr<tune::Choice> now = tune::MeasureNow(*knob);
+    if (!now.ok()) {
+      std::fprintf(stderr, "bench_gemm: %s: %s\n", knob->name.c_str(), now.status().ToString().c_str());
+      return false;
+    }
+    const double best = *std::max_element(now->figures.begin(), now->figures.end());
+    const double ratio = now->figures[pick->index] / best;
+    std::printf("  %-22s pick %-9s now %s; pick/best %.2f\n", knob->name.c_str(),
+                knob->candidates[pick->index].c_str(), now->why.c_str(), ratio);
+    std::string metric = "tuner_" + knob->name + "_pick_vs_best";
+    std::replace(metric.begin(), metric.end(), '.', '_');
+    results.push_back({metric, ratio, 0.95});
+  }
+  return true;
+}
+
 int PrintResults(const std::vector<Result>& results) {
   std::printf("\n");
   for (const Result& r : results) {
@@ -424,8 +461,8 @@ int main(int argc, char** argv) {
   if (const char* env = std::getenv("DT_GEMM"); env != nullptr && *env != '\0') {
     std::printf("  DT_GEMM=%s is set: the picked column is that backend\n", env);
   }
-  const std::string cache = gemm::CalibrationCachePath();
-  std::printf("\ndispatcher (calibration cache %s):\n", cache.empty() ? "none: no HOME" : cache.c_str());
+  const std::string cache = dt::ops::cpu::tune::CachePath();
+  std::printf("\ndispatcher (tuner cache %s):\n", cache.empty() ? "none: no HOME" : cache.c_str());
   for (const DType dtype : {DType::kF32, DType::kBF16}) {
     for (const gemm::ShapeClass c : gemm::kAllShapeClasses) {
       const absl::StatusOr<gemm::Decision> d = gemm::Decide(dtype, c);
@@ -439,6 +476,7 @@ int main(int argc, char** argv) {
   }
 
   std::vector<Result> results;
+  if (!TunerRows(gemm_only, results)) return 1;
   // The picked path against the best one measured, worst row: GEMM rows and decode rows apart.
   double worst_gemm = 1e9, worst_decode = 1e9;
   std::string worst_gemm_row, worst_decode_row;

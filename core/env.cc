@@ -40,6 +40,9 @@ const std::vector<Var>& Table() {
       {"DT_CUDA_MODULE_DIR", Kind::kText, 0, 0, "",
        "the program's directory, its ../lib, the build tree's lib/, the install libdir, the loader's path",
        "the only directory searched for libdtensor_cuda.so and libdtensor_nccl.so (Note [CUDA module])"},
+      {"DT_TUNE", Kind::kText, 0, 0, "",
+       "each kernel knob measured on this CPU at first use and cached (dtensor calibrate lists them)",
+       "knob=candidate[,knob=candidate...]: forces CPU kernel choices (Note [Tuner] in ops/local/cpu/tuner.cc)"},
   };
   return vars;
 }

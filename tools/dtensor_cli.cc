@@ -9,7 +9,8 @@
 // process per rank:
 //   dtrun --nproc-per-node 8 dtensor verify --mesh 4x2 ... --backend gloo
 //   mpirun -np 8 dtensor verify --mesh 4x2 ... --backend mpi
-// calibrate fits a cost model file (dtensor/cost_model.h) to a bench/collectives run. styles prints
+// calibrate prints the kernel tuner's choices on this CPU (ops/local/cpu/tuner.h), or fits a cost
+// model file (dtensor/cost_model.h) to a bench/collectives run. styles prints
 // the tensor-parallel style registry (nn/style_registry.h).
 //
 // Exit status: 0 success (verify: every rank matches); 1 verify found a mismatch; 2 a bad command
@@ -251,7 +252,8 @@ constexpr const char* kUsage =
     "usage: dtensor explain | verify | calibrate | styles | inspect | tokenize [flags]\n"
     "  explain    a layout and a redistribution plan on an abstract mesh (text, --json, --svg)\n"
     "  verify     redistribute random data on real ranks and check every piece\n"
-    "  calibrate  a cost model file from the output of bench/collectives\n"
+    "  calibrate  this CPU's kernel choices (--again: measured again); with --bench, a cost model\n"
+    "             file from the output of bench/collectives\n"
     "  styles     the tensor-parallel style registry\n"
     "  inspect    PATH: a checkpoint's tensors; with --tp, each rank's sharded reads\n"
     "  tokenize   TEXT: its token ids as a JSON list (--decode: the text of ids 1,2,3)\n"
@@ -291,8 +293,10 @@ int main(int argc, char** argv) {
        "redistributes random data on real ranks and checks every rank's piece",
        Plus(kLayoutFlags, {"from", "to", "backend", "seed"})},
       {"calibrate",
-       "usage: dtensor calibrate --bench FILE|- [flags]\na cost model file from the output of bench/collectives",
-       {"bench", "intra", "inter", "ranks_per_host", "description", "out"}},
+       "usage: dtensor calibrate [--again] | --bench FILE|- [flags]\n"
+       "this CPU's kernel choices and the figures behind them (Note [Tuner]; --again measures every\n"
+       "knob again); with --bench, a cost model file from the output of bench/collectives",
+       {"again", "bench", "intra", "inter", "ranks_per_host", "description", "out"}},
       {"styles", "usage: dtensor styles\nthe tensor-parallel style registry", {}},
       {"inspect", "usage: dtensor inspect PATH [--tp N] [--plan auto]\na checkpoint's tensors; with --tp, each rank's reads",
        {"tp", "plan"}},

@@ -1,4 +1,9 @@
-// `dtensor calibrate`: a cost model file (dtensor/cost_model.h) fitted to a bench/collectives run.
+// `dtensor calibrate`: this machine's kernel choices, or a cost model file (dtensor/cost_model.h)
+// fitted to a bench/collectives run.
+//
+//   dtensor calibrate            every kernel knob's choice on this CPU with the figures behind it
+//                                (measured now where the tuner's cache has none: Note [Tuner])
+//   dtensor calibrate --again    the same, every knob measured again and the cache rewritten
 //
 //   build/bin/bench_collectives --quick --backends mpi,gloo > collectives.txt
 //   dtensor calibrate --bench collectives.txt --intra mpi --inter gloo --ranks-per-host 2
@@ -34,10 +39,13 @@
 #include "absl/strings/str_split.h"
 #include "dtensor/core/status.h"
 #include "dtensor/dtensor/cost_model.h"
+#include "dtensor/ops/local/cpu/cpu_info.h"
+#include "dtensor/ops/local/cpu/tuner.h"
 #include "nlohmann/json.hpp"
 #include "dtensor/tools/dtensor_cli.h"
 
-ABSL_FLAG(std::string, bench, "", "bench/collectives' output to fit, or - for stdin (required)");
+ABSL_FLAG(std::string, bench, "", "bench/collectives' output to fit into a cost model, or - for stdin");
+ABSL_FLAG(bool, again, false, "measure every kernel knob again and rewrite the tuner's cache");
 ABSL_FLAG(std::string, intra, "mpi", "the backend whose rows price links within a host");
 ABSL_FLAG(std::string, inter, "gloo", "the backend whose rows price links across hosts");
 ABSL_FLAG(std::string, description, "", "the model's description (default: where it was calibrated from)");
@@ -93,6 +101,27 @@ BenchData ParseBench(std::istream& in) {
   return data;
 }
 
+// Every kernel knob: its choice, where it came from and the figures behind it.
+int KernelChoices(bool again) {
+  std::printf("kernel choices on %s, tuner cache %s\n", ops::cpu::ThisCpu().Describe().c_str(),
+              ops::cpu::tune::CachePath().empty() ? "(none: no HOME or XDG_CACHE_HOME)"
+                                                  : ops::cpu::tune::CachePath().c_str());
+  int status = 0;
+  for (const ops::cpu::tune::Knob* knob : ops::cpu::tune::AllKnobs()) {
+    if (again) std::fprintf(stderr, "measuring %s ...\n", knob->name.c_str());
+    absl::StatusOr<ops::cpu::tune::Choice> c =
+        again ? ops::cpu::tune::Remeasure(*knob) : ops::cpu::tune::Explain(*knob);
+    if (!c.ok()) {
+      std::fprintf(stderr, "dtensor calibrate: %s: %s\n", knob->name.c_str(), std::string(c.status().message()).c_str());
+      status = 2;
+      continue;
+    }
+    std::printf("%-22s %-9s %s\n%22s %s\n", knob->name.c_str(), knob->candidates[c->index].c_str(),
+                c->why.c_str(), "", knob->what.c_str());
+  }
+  return status;
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -105,11 +134,20 @@ int Calibrate(const Flags& flags) {
     std::fprintf(stderr, "dtensor calibrate: %s\n", std::string(s.message()).c_str());
     return 2;
   };
-  auto path = flags.Required("bench");
-  if (!path.ok()) {
-    return fail(absl::InvalidArgumentError(
-        "missing --bench FILE (the output of build/bin/bench_collectives; '-' reads stdin)"));
+  if (!flags.Has("bench")) {
+    for (const char* f : {"intra", "inter", "ranks-per-host", "description", "out"}) {
+      if (flags.Has(f)) {
+        return fail(absl::InvalidArgumentError(
+            absl::StrCat("--", f, " belongs to a cost model fit: give --bench FILE (the output of "
+                         "build/bin/bench_collectives) too")));
+      }
+    }
+    return KernelChoices(flags.Has("again"));
   }
+  if (flags.Has("again")) {
+    return fail(absl::InvalidArgumentError("--again measures kernel knobs: it takes no --bench"));
+  }
+  auto path = flags.Required("bench");
   BenchData data;
   if (*path == "-") {
     data = ParseBench(std::cin);

@@ -10,6 +10,10 @@
 
 namespace dt::ops::cpu {
 
+namespace tune {
+struct Knob;
+}  // namespace tune
+
 // c[M, N] (row-major, leading dimension ldc) = a[M, K] · b[K, N], where element (i, j) of a is
 // a[i * a_rs + j * a_cs] (one of a_rs, a_cs is 1; likewise for b). On the calling thread, with our
 // own kernels (skinny or packed): the attention kernel parallelises over heads and calls it per
@@ -41,8 +45,11 @@ struct Problem {
 absl::Status Packed(const Problem& p, const Kernels& kernels, bool parallel);
 
 // M <= kSkinnyMaxRows: every element of b read once, in place (Note [Skinny GEMM] in
-// gemm_skinny.cc). Same contract as Packed.
+// gemm_skinny.cc), prefetched as the tuner's knob SkinnyPrefetchKnob() says (or as `pf` says).
+// Same contract as Packed, and fails when DT_TUNE is malformed.
 absl::Status Skinny(const Problem& p, const Kernels& kernels, bool parallel);
+absl::Status Skinny(const Problem& p, const Kernels& kernels, bool parallel, Prefetch pf);
+const tune::Knob& SkinnyPrefetchKnob();
 
 }  // namespace gemm
 }  // namespace dt::ops::cpu

@@ -5,10 +5,15 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "dtensor/core/dtype.h"
 #include "dtensor/ops/local/cpu/gemm_backends.h"
+
+namespace dt::ops::cpu::tune {
+struct Knob;
+}  // namespace dt::ops::cpu::tune
 
 namespace dt::ops::cpu::gemm {
 
@@ -28,9 +33,10 @@ struct Decision {
 };
 
 // The backend for a product of `dtype` and shape class `c`: a test's override, else DT_GEMM,
-// else this CPU's rule or its calibration (measured on first need, cached in
-// CalibrationCachePath()). A forced backend that does not run `dtype` gives own. Fails only
-// when DT_GEMM holds something else than own, dnnl or openblas.
+// else a rule (skinny: own; f16: own), else the tuner's knob BackendKnob(dtype, c) (its own rule,
+// DT_TUNE, or figures measured on first need and cached: Note [Tuner]). A forced backend that does
+// not run `dtype` gives own. Fails when DT_GEMM holds something else than own, dnnl or openblas,
+// or DT_TUNE is malformed.
 absl::StatusOr<Decision> Decide(DType dtype, ShapeClass c);
 // Decide's backend for an M x N x K product, without the text (what Matmul calls).
 absl::StatusOr<Backend> Choose(DType dtype, int64_t m, int64_t n, int64_t k);
@@ -39,16 +45,16 @@ absl::StatusOr<Backend> Choose(DType dtype, int64_t m, int64_t n, int64_t k);
 // accepted values for anything else.
 absl::StatusOr<std::optional<Backend>> ParseGemmEnv(const char* value);
 
-// The calibration cache file of this machine and these libraries:
-// $XDG_CACHE_HOME/dtensor/ or $HOME/.cache/dtensor/gemm-calibration-<hash of the key>.txt; "" when
-// neither variable is set (calibration is then kept in memory only).
-std::string CalibrationCachePath();
-// The key the cache file must start with: CPU, library versions, our kernels' ISA.
-std::string CalibrationKey();
+// The tuner's knob of f32 or bf16 products of the small or large class: candidates are the backends
+// that run the dtype, own first ("own", "dnnl", "openblas").
+const tune::Knob& BackendKnob(DType dtype, ShapeClass c);
+// Those four knobs.
+std::vector<const tune::Knob*> BackendKnobs();
 
 // Tests and benches: force `b` for every product (nullopt: back to DT_GEMM and the choice).
 void SetBackendForTesting(std::optional<Backend> b);
-// Tests: forget DT_GEMM and the decisions, so that the next product reads them again.
+// Tests: forget DT_GEMM and the decisions (every knob's: tune::ResetForTesting), so that the next
+// product reads them again.
 void ResetDispatchForTesting();
 
 }  // namespace dt::ops::cpu::gemm

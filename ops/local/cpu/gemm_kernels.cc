@@ -66,6 +66,7 @@
 #include "dtensor/core/dtype.h"
 #include "dtensor/core/status.h"
 #include "dtensor/ops/local/cpu/cpu_info.h"
+#include "dtensor/ops/local/cpu/prefetch.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define DT_GEMM_X86 1
@@ -116,7 +117,7 @@ inline float Widen(const void* w, int64_t i) {
 
 template <Elem E>
 void DotE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-          float* c, int64_t ldc) {
+          float* c, int64_t ldc, Prefetch) {
   for (int64_t j = 0; j < n; ++j) {
     float acc[kSkinnyMaxRows] = {};
     for (int64_t p = 0; p < k; ++p) {
@@ -129,7 +130,7 @@ void DotE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* 
 
 template <Elem E>
 void AxpyE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-           float* c, int64_t ldc) {
+           float* c, int64_t ldc, Prefetch) {
   constexpr int64_t kStrip = 64;
   for (int64_t j0 = 0; j0 < n; j0 += kStrip) {
     const int64_t width = std::min(kStrip, n - j0);
@@ -147,20 +148,20 @@ void AxpyE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void*
 }
 
 void Dot(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-         Elem e, float* c, int64_t ldc) {
+         Elem e, float* c, int64_t ldc, Prefetch pf) {
   switch (e) {
-    case Elem::kF32: return DotE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc);
-    case Elem::kBF16: return DotE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc);
-    case Elem::kF16: return DotE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc);
+    case Elem::kF32: return DotE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
+    case Elem::kBF16: return DotE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
+    case Elem::kF16: return DotE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
   }
 }
 
 void Axpy(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-          Elem e, float* c, int64_t ldc) {
+          Elem e, float* c, int64_t ldc, Prefetch pf) {
   switch (e) {
-    case Elem::kF32: return AxpyE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc);
-    case Elem::kBF16: return AxpyE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc);
-    case Elem::kF16: return AxpyE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc);
+    case Elem::kF32: return AxpyE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
+    case Elem::kBF16: return AxpyE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
+    case Elem::kF16: return AxpyE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
   }
 }
 
@@ -193,16 +194,12 @@ inline void WithRows(int m, F&& f) {
   }
 }
 
-// A dot tile: c[i * ldc + r] = (accumulate ? c[i * ldc + r] : 0) + x[i, 0:k] . w[r, 0:k].
-// The tile also prefetches the same columns of the rows `ahead` elements further on in w: about
-// kPrefetchAheadBytes later in the order the rows are read, so that the next tiles' weights are on
-// their way from memory while this one computes (the hardware prefetchers alone leave the M = 8
-// kernels, with the most arithmetic per byte, at half the bandwidth). Into L2: Note [Skinny
-// prefetch into L2].
-constexpr int64_t kPrefetchAheadBytes = 12 << 10;
 // A dot tile: c[i * ldc + r] = (accumulate ? c[i * ldc + r] : 0) + x[i, 0:k] . w[r, 0:k]; it also
-// prefetches the same columns of the rows `ahead` elements further on in w. x is f32 (XT float)
-// or, for the bf16 dot-product kernels, bf16 bits (XT uint16_t).
+// prefetches, with the tuner's hint, the same columns of the rows `ahead` elements further on in
+// w: about the tuner's distance later in the order the rows are read, so that the next tiles'
+// weights are on their way from memory while this one computes (the hardware prefetchers alone
+// leave the M = 8 kernels, with the most arithmetic per byte, at half the bandwidth): Note [Skinny
+// prefetch]. x is f32 (XT float) or, for the bf16 dot-product kernels, bf16 bits (XT uint16_t).
 inline int64_t CeilDivRows(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Weight rows a dot tile reads side by side for m rows of x (Note [Skinny dot order]): one for
@@ -219,7 +216,7 @@ constexpr int DotChains(int m, int r) { return m * r >= 4 ? 1 : 4 / (m * r); }
 
 template <typename XT>
 using DotTileFn = void (*)(int64_t k, const XT* x, int64_t ldx, const void* w, int64_t ldw,
-                           float* c, int64_t ldc, bool accumulate, int64_t ahead);
+                           float* c, int64_t ldc, bool accumulate, int64_t ahead, PrefetchHint hint);
 
 // The dot layout's loop over the n weight rows, R at a time (tile, then tile1 for the rest). When
 // the M rows of x would not stay in L1 (M * k * sizeof(XT) over kXBytes), k is cut into blocks
@@ -227,22 +224,22 @@ using DotTileFn = void (*)(int64_t k, const XT* x, int64_t ldx, const void* w, i
 // the group while each weight byte is still read once.
 template <int M, int R, typename XT>
 void DotBlocked(int64_t n, int64_t k, const XT* x, int64_t ldx, const char* w, int64_t ldw,
-                int64_t size, float* c, int64_t ldc, DotTileFn<XT> tile, DotTileFn<XT> tile1) {
+                int64_t size, float* c, int64_t ldc, DotTileFn<XT> tile, DotTileFn<XT> tile1, Prefetch pf) {
   constexpr int64_t kXBytes = 24 << 10;
   constexpr int64_t kGroupRows = 64;
   constexpr int64_t kb = std::max<int64_t>(256, kXBytes / (int64_t{sizeof(XT)} * M) / 32 * 32);
   auto rows = [&](int64_t j0, int64_t j1, int64_t p0, int64_t kl, bool accumulate) {
-    // Tiles of R rows x kl: prefetch about kPrefetchAheadBytes ahead of the reads, further along
+    // Tiles of R rows x kl: prefetch about pf.distance bytes ahead of the reads, further along
     // the same rows when a tile is larger than that, else in the rows of the tiles to come.
-    const int64_t ahead = R * kl * size > kPrefetchAheadBytes
-                              ? kPrefetchAheadBytes / (R * size)
-                              : CeilDivRows(kPrefetchAheadBytes, kl * size) * ldw;
+    const int64_t ahead = R * kl * size > pf.distance
+                              ? pf.distance / (R * size)
+                              : CeilDivRows(pf.distance, kl * size) * ldw;
     int64_t j = j0;
     for (; j + R <= j1; j += R) {
-      tile(kl, x + p0, ldx, w + (j * ldw + p0) * size, ldw, c + j, ldc, accumulate, ahead);
+      tile(kl, x + p0, ldx, w + (j * ldw + p0) * size, ldw, c + j, ldc, accumulate, ahead, pf.hint);
     }
     for (; j < j1; ++j) {
-      tile1(kl, x + p0, ldx, w + (j * ldw + p0) * size, ldw, c + j, ldc, accumulate, ahead);
+      tile1(kl, x + p0, ldx, w + (j * ldw + p0) * size, ldw, c + j, ldc, accumulate, ahead, pf.hint);
     }
   };
   if (k <= kb) return rows(0, n, 0, k, false);
@@ -254,24 +251,18 @@ void DotBlocked(int64_t n, int64_t k, const XT* x, int64_t ldx, const char* w, i
 
 #if DT_GEMM_X86
 
-// Note [Skinny prefetch into L2]
-// The skinny kernels' software prefetches of w (dot and axpy, every ISA) ask for L2 (prefetcht1),
-// not L1 (prefetcht0). A prefetch into L1 holds one of the core's few L1 miss buffers until its
-// line arrives from memory, the same buffers the loads need, so the bytes in flight per core, and
-// with them the bandwidth one core can pull, stay low; a prefetch into L2 waits in L2's much
-// longer miss queue, and the loads, a few hundred bytes behind, then find the line in L2.
-// Measured on the 2-vCPU AMD EPYC Zen 4 VM (2026-12-06, 2 threads, bench_gemm's decode rows with
-// both hints switched at run time in one process, interleaved, cold weights): the AVX-512 dot
-// kernels 1.1-1.3x at M = 1 and 1.1-1.7x at M = 8 on the SmolLM2 shapes (f32 and bf16), 1.15-1.45x
-// on rows 4096-14336 wide (bf16 4096 x 14336 M = 1: 28.7 to 42.0 GB/s, where oneDNN read 41.3; f32
-// M = 2, where oneDNN had led by 6-20 %, now 1.00-1.10x oneDNN); the axpy kernels 1.2-1.45x; the
-// AVX2 kernels (forced, same VM) 1.0-1.5x, level on bf16 axpy, bf16 4096 x 4096 and bf16 M = 8. A
-// 48 KiB distance instead of 12 KiB gave no more. The quantized kernels keep their non-temporal
-// hint (Note [Quantized dot prefetch]): prefetcht1 was no faster there (0.85-1.02x, where the same
-// code measured in two slots of the harness differs by up to 8 %). Not measured on Intel CPUs.
-inline void PrefetchWeights(const void* p) {
-  _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
-}
+// Note [Skinny prefetch]
+// The skinny kernels' software prefetches of w (dot and axpy, every ISA) take their hint and the
+// dot's distance from the tuner (knob gemm.skinny_prefetch, gemm_skinny.cc; Note [Tuner]). What
+// was measured before it decided per CPU: on the 2-vCPU AMD EPYC Zen 4 VM (2026-12-06, 2 threads,
+// bench_gemm's decode rows with both hints switched at run time in one process, interleaved, cold
+// weights) asking for L2 (prefetcht1) instead of L1 (prefetcht0) ran the AVX-512 dot kernels
+// 1.1-1.3x faster at M = 1 and 1.1-1.7x at M = 8 on the SmolLM2 shapes (f32 and bf16), 1.15-1.45x
+// on rows 4096-14336 wide, the axpy kernels 1.2-1.45x, the AVX2 kernels (forced) 1.0-1.5x: a
+// prefetch into L1 holds one of the core's few L1 miss buffers until its line arrives, the same
+// buffers the loads need, so the bytes in flight per core stay low, while L2's miss queue is much
+// longer. On a 2-vCPU Intel Xeon (Sapphire Rapids or later, 2026-12-06) t1 and t0 measured level
+// and no prefetch far worse. A 48 KiB distance instead of 12 KiB gave no more on the EPYC.
 
 // ---- AVX2 + FMA ----------------------------------------------------------------------------------
 
@@ -338,7 +329,7 @@ DT_AVX2 inline __m128 Hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
 
 template <int M, int R, Elem E>
 DT_AVX2 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw, float* c,
-                     int64_t ldc, bool accumulate, int64_t ahead) {
+                     int64_t ldc, bool accumulate, int64_t ahead, PrefetchHint hint) {
   constexpr int U = DotChains(M, R);
   __m256 acc[U][M][R] = {};
   auto madd = [&](int u, const __m256 (&wv)[R], int64_t p) DT_AVX2 {
@@ -355,7 +346,7 @@ DT_AVX2 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, int6
     __m256 wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      PrefetchWeights(wb + (r * ldw + ahead + p) * kSize);
+      PrefetchLine(wb + (r * ldw + ahead + p) * kSize, hint);
       wv[r] = Load8<E>(w, r * ldw + p);
     }
     madd(u, wv, p);
@@ -396,22 +387,22 @@ DT_AVX2 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, int6
 
 template <int M, Elem E>
 void DotRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-             float* c, int64_t ldc) {
+             float* c, int64_t ldc, Prefetch pf) {
   constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
   const char* wb = static_cast<const char*>(w);
   if (M == 1 && k * kSize >= kLongRowBytes) {
     return DotBlocked<1, kWidestTile, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc,
-                                             DotTile<1, kWidestTile, E>, DotTile<1, 1, E>);
+                                             DotTile<1, kWidestTile, E>, DotTile<1, 1, E>, pf);
   }
   constexpr int R = DotTileRows(M, kWidestTile);
-  DotBlocked<M, R, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc, DotTile<M, R, E>, DotTile<M, 1, E>);
+  DotBlocked<M, R, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc, DotTile<M, R, E>, DotTile<M, 1, E>, pf);
 }
 
 // c[i, 0:n] = sum_p x[i, p] * w[p, 0:n] for i < M: the rows of w are streamed in order, kAxpyRows
 // at a time, and the M output rows (in L1/L2) are updated in place.
 template <int M, Elem E>
 DT_AVX2 void AxpyRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
-                      int64_t ldw, float* c, int64_t ldc) {
+                      int64_t ldw, float* c, int64_t ldc, Prefetch pf) {
   constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
   const int64_t ahead = AxpyPrefetchBytes(ldw, kSize);
   for (int64_t p0 = 0; p0 < k; p0 += kAxpyRows) {
@@ -423,7 +414,7 @@ DT_AVX2 void AxpyRows(int64_t n, int64_t k, const float* x, int64_t ldx, const v
 #pragma GCC unroll 8
       for (int i = 0; i < M; ++i) acc[i] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + i * ldc + j);
       for (int64_t q = 0; q < rows; ++q) {
-        PrefetchWeights(static_cast<const char*>(w) + ((p0 + q) * ldw + j) * kSize + ahead);
+        PrefetchLine(static_cast<const char*>(w) + ((p0 + q) * ldw + j) * kSize + ahead, pf.hint);
         const __m256 wv = Load8<E>(w, (p0 + q) * ldw + j);
 #pragma GCC unroll 8
         for (int i = 0; i < M; ++i) {
@@ -445,29 +436,29 @@ DT_AVX2 void AxpyRows(int64_t n, int64_t k, const float* x, int64_t ldx, const v
 
 template <Elem E>
 DT_AVX2 void DotE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
-                  int64_t ldw, float* c, int64_t ldc) {
-  WithRows(m, [&]<int M>() DT_AVX2 { DotRows<M, E>(n, k, x, ldx, w, ldw, c, ldc); });
+                  int64_t ldw, float* c, int64_t ldc, Prefetch pf) {
+  WithRows(m, [&]<int M>() DT_AVX2 { DotRows<M, E>(n, k, x, ldx, w, ldw, c, ldc, pf); });
 }
 template <Elem E>
 DT_AVX2 void AxpyE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
-                   int64_t ldw, float* c, int64_t ldc) {
-  WithRows(m, [&]<int M>() DT_AVX2 { AxpyRows<M, E>(n, k, x, ldx, w, ldw, c, ldc); });
+                   int64_t ldw, float* c, int64_t ldc, Prefetch pf) {
+  WithRows(m, [&]<int M>() DT_AVX2 { AxpyRows<M, E>(n, k, x, ldx, w, ldw, c, ldc, pf); });
 }
 
 void Dot(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-         Elem e, float* c, int64_t ldc) {
+         Elem e, float* c, int64_t ldc, Prefetch pf) {
   switch (e) {
-    case Elem::kF32: return DotE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc);
-    case Elem::kBF16: return DotE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc);
-    case Elem::kF16: return DotE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc);
+    case Elem::kF32: return DotE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
+    case Elem::kBF16: return DotE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
+    case Elem::kF16: return DotE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
   }
 }
 void Axpy(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-          Elem e, float* c, int64_t ldc) {
+          Elem e, float* c, int64_t ldc, Prefetch pf) {
   switch (e) {
-    case Elem::kF32: return AxpyE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc);
-    case Elem::kBF16: return AxpyE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc);
-    case Elem::kF16: return AxpyE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc);
+    case Elem::kF32: return AxpyE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
+    case Elem::kBF16: return AxpyE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
+    case Elem::kF16: return AxpyE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
   }
 }
 
@@ -557,7 +548,7 @@ DT_AVX512 inline __m128 Hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
 
 template <int M, int R, Elem E>
 DT_AVX512 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-                       float* c, int64_t ldc, bool accumulate, int64_t ahead) {
+                       float* c, int64_t ldc, bool accumulate, int64_t ahead, PrefetchHint hint) {
   constexpr int U = DotChains(M, R);
   __m512 acc[U][M][R] = {};
   constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
@@ -566,7 +557,7 @@ DT_AVX512 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, in
     __m512 wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      PrefetchWeights(wb + (r * ldw + ahead + p) * kSize);
+      PrefetchLine(wb + (r * ldw + ahead + p) * kSize, hint);
       wv[r] = Load16<E>(w, r * ldw + p);
     }
 #pragma GCC unroll 8
@@ -618,15 +609,15 @@ DT_AVX512 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, in
 
 template <int M, Elem E>
 void DotRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-             float* c, int64_t ldc) {
+             float* c, int64_t ldc, Prefetch pf) {
   constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
   const char* wb = static_cast<const char*>(w);
   if (M == 1 && k * kSize >= kLongRowBytes) {
     return DotBlocked<1, kWidestTile, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc,
-                                             DotTile<1, kWidestTile, E>, DotTile<1, 1, E>);
+                                             DotTile<1, kWidestTile, E>, DotTile<1, 1, E>, pf);
   }
   constexpr int R = DotTileRows(M, kWidestTile);
-  DotBlocked<M, R, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc, DotTile<M, R, E>, DotTile<M, 1, E>);
+  DotBlocked<M, R, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc, DotTile<M, R, E>, DotTile<M, 1, E>, pf);
 }
 
 // As avx2::AxpyRows, 16 columns at a time; only the last, partial vector uses masked loads and
@@ -634,7 +625,7 @@ void DotRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, i
 template <int M, Elem E, bool kTail>
 DT_AVX512 inline void AxpyVector(int64_t p0, int64_t rows, bool first, int64_t j, __mmask16 mask,
                                  const float* x, int64_t ldx, const void* w, int64_t ldw, float* c,
-                                 int64_t ldc, int64_t ahead) {
+                                 int64_t ldc, int64_t ahead, PrefetchHint hint) {
   __m512 acc[M];
 #pragma GCC unroll 8
   for (int i = 0; i < M; ++i) {
@@ -646,7 +637,7 @@ DT_AVX512 inline void AxpyVector(int64_t p0, int64_t rows, bool first, int64_t j
   }
   constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
   for (int64_t q = 0; q < rows; ++q) {
-    PrefetchWeights(static_cast<const char*>(w) + ((p0 + q) * ldw + j) * kSize + ahead);
+    PrefetchLine(static_cast<const char*>(w) + ((p0 + q) * ldw + j) * kSize + ahead, hint);
     const __m512 wv = kTail ? Load16<E>(w, (p0 + q) * ldw + j, mask) : Load16<E>(w, (p0 + q) * ldw + j);
 #pragma GCC unroll 8
     for (int i = 0; i < M; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * ldx + p0 + q]), wv, acc[i]);
@@ -663,44 +654,44 @@ DT_AVX512 inline void AxpyVector(int64_t p0, int64_t rows, bool first, int64_t j
 
 template <int M, Elem E>
 DT_AVX512 void AxpyRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
-                        int64_t ldw, float* c, int64_t ldc) {
+                        int64_t ldw, float* c, int64_t ldc, Prefetch pf) {
   const int64_t ahead = AxpyPrefetchBytes(ldw, E == Elem::kF32 ? 4 : 2);
   for (int64_t p0 = 0; p0 < k; p0 += kAxpyRows) {
     const int64_t rows = std::min(kAxpyRows, k - p0);
     const bool first = p0 == 0;
     int64_t j = 0;
     for (; j + 16 <= n; j += 16) {
-      AxpyVector<M, E, false>(p0, rows, first, j, 0xffff, x, ldx, w, ldw, c, ldc, ahead);
+      AxpyVector<M, E, false>(p0, rows, first, j, 0xffff, x, ldx, w, ldw, c, ldc, ahead, pf.hint);
     }
-    if (j < n) AxpyVector<M, E, true>(p0, rows, first, j, TailMask(n - j), x, ldx, w, ldw, c, ldc, ahead);
+    if (j < n) AxpyVector<M, E, true>(p0, rows, first, j, TailMask(n - j), x, ldx, w, ldw, c, ldc, ahead, pf.hint);
   }
 }
 
 template <Elem E>
 DT_AVX512 void DotE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
-                    int64_t ldw, float* c, int64_t ldc) {
-  WithRows(m, [&]<int M>() DT_AVX512 { DotRows<M, E>(n, k, x, ldx, w, ldw, c, ldc); });
+                    int64_t ldw, float* c, int64_t ldc, Prefetch pf) {
+  WithRows(m, [&]<int M>() DT_AVX512 { DotRows<M, E>(n, k, x, ldx, w, ldw, c, ldc, pf); });
 }
 template <Elem E>
 DT_AVX512 void AxpyE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
-                     int64_t ldw, float* c, int64_t ldc) {
-  WithRows(m, [&]<int M>() DT_AVX512 { AxpyRows<M, E>(n, k, x, ldx, w, ldw, c, ldc); });
+                     int64_t ldw, float* c, int64_t ldc, Prefetch pf) {
+  WithRows(m, [&]<int M>() DT_AVX512 { AxpyRows<M, E>(n, k, x, ldx, w, ldw, c, ldc, pf); });
 }
 
 void Dot(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-         Elem e, float* c, int64_t ldc) {
+         Elem e, float* c, int64_t ldc, Prefetch pf) {
   switch (e) {
-    case Elem::kF32: return DotE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc);
-    case Elem::kBF16: return DotE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc);
-    case Elem::kF16: return DotE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc);
+    case Elem::kF32: return DotE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
+    case Elem::kBF16: return DotE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
+    case Elem::kF16: return DotE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
   }
 }
 void Axpy(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-          Elem e, float* c, int64_t ldc) {
+          Elem e, float* c, int64_t ldc, Prefetch pf) {
   switch (e) {
-    case Elem::kF32: return AxpyE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc);
-    case Elem::kBF16: return AxpyE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc);
-    case Elem::kF16: return AxpyE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc);
+    case Elem::kF32: return AxpyE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
+    case Elem::kBF16: return AxpyE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
+    case Elem::kF16: return AxpyE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
   }
 }
 
@@ -755,7 +746,7 @@ DT_AVX512BF16 void Micro(int64_t kp, const uint32_t* ap, const uint32_t* bp, flo
 // rows bf16; 32 products per instruction and no widening (Note [bf16 dot products]).
 template <int M, int R>
 DT_AVX512BF16 void DotTile(int64_t k, const uint16_t* x, int64_t ldx, const void* w, int64_t ldw,
-                           float* c, int64_t ldc, bool accumulate, int64_t ahead) {
+                           float* c, int64_t ldc, bool accumulate, int64_t ahead, PrefetchHint hint) {
   constexpr int U = DotChains(M, R);
   __m512 acc[U][M][R] = {};
   const uint16_t* wb = static_cast<const uint16_t*>(w);
@@ -763,7 +754,7 @@ DT_AVX512BF16 void DotTile(int64_t k, const uint16_t* x, int64_t ldx, const void
     __m512bh wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      PrefetchWeights(wb + r * ldw + ahead + p);
+      PrefetchLine(wb + r * ldw + ahead + p, hint);
       wv[r] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wb + r * ldw + p));
     }
 #pragma GCC unroll 8
@@ -816,19 +807,19 @@ DT_AVX512BF16 void DotTile(int64_t k, const uint16_t* x, int64_t ldx, const void
 
 template <int M>
 void DotRows(int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw,
-             float* c, int64_t ldc) {
+             float* c, int64_t ldc, Prefetch pf) {
   const char* wb = reinterpret_cast<const char*>(w);
   if (M == 1 && k * 2 >= kLongRowBytes) {
     return DotBlocked<1, avx512::kWidestTile, uint16_t>(n, k, x, ldx, wb, ldw, 2, c, ldc,
-                                                        DotTile<1, avx512::kWidestTile>, DotTile<1, 1>);
+                                                        DotTile<1, avx512::kWidestTile>, DotTile<1, 1>, pf);
   }
   constexpr int R = DotTileRows(M, avx512::kWidestTile);
-  DotBlocked<M, R, uint16_t>(n, k, x, ldx, wb, ldw, 2, c, ldc, DotTile<M, R>, DotTile<M, 1>);
+  DotBlocked<M, R, uint16_t>(n, k, x, ldx, wb, ldw, 2, c, ldc, DotTile<M, R>, DotTile<M, 1>, pf);
 }
 
 void Dot(int m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w,
-         int64_t ldw, float* c, int64_t ldc) {
-  WithRows(m, [&]<int M>() { DotRows<M>(n, k, x, ldx, w, ldw, c, ldc); });
+         int64_t ldw, float* c, int64_t ldc, Prefetch pf) {
+  WithRows(m, [&]<int M>() { DotRows<M>(n, k, x, ldx, w, ldw, c, ldc, pf); });
 }
 
 }  // namespace avx512bf16

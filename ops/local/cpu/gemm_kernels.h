@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "dtensor/ops/local/cpu/prefetch.h"
+
 namespace dt::ops::cpu::gemm {
 
 // kGeneric is plain C++ (any CPU); kAvx2 needs AVX2 + FMA + F16C (x86-64-v3); kAvx512 needs
@@ -45,15 +47,17 @@ struct Kernels {
   // rounded up to 16), every w element read once, converted to f32 in registers:
   //   dot:  c[i * ldc + j] = sum_{p < k} x[i * ldx + p] * w[j * ldw + p]   (w [n, k], rows contiguous)
   //   axpy: c[i * ldc + j] = sum_{p < k} x[i * ldx + p] * w[p * ldw + j]   (w [k, n], rows contiguous)
-  // w is f32 (float*) or bf16/f16 (uint16_t* bits) as `elem` says. k, n >= 1.
+  // w is f32 (float*) or bf16/f16 (uint16_t* bits) as `elem` says. k, n >= 1. The x86 kernels
+  // prefetch w ahead of their reads with pf's hint (dot: pf.distance bytes ahead; axpy: the next
+  // pass's rows), Note [Skinny prefetch].
   void (*dot)(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
-              int64_t ldw, Elem elem, float* c, int64_t ldc);
+              int64_t ldw, Elem elem, float* c, int64_t ldc, Prefetch pf);
   void (*axpy)(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
-               int64_t ldw, Elem elem, float* c, int64_t ldc);
+               int64_t ldw, Elem elem, float* c, int64_t ldc, Prefetch pf);
   // dot for bf16 x and w on bf16 dot products, or null: x rows are bf16 bits, each readable and
   // zero up to k rounded up to 32.
   void (*dot_bf16)(int m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w,
-                   int64_t ldw, float* c, int64_t ldc);
+                   int64_t ldw, float* c, int64_t ldc, Prefetch pf);
 };
 
 // The kernel set of `isa` (which must be supported).

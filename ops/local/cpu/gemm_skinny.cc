@@ -17,16 +17,22 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
 #include <tbb/task_arena.h>
 
+#include "dtensor/core/status.h"
+#include "dtensor/core/tensor.h"
 #include "dtensor/ops/local/cpu/gemm.h"
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
 #include "dtensor/ops/local/cpu/loops.h"
+#include "dtensor/ops/local/cpu/tuner.h"
 
 namespace dt::ops::cpu::gemm {
 
@@ -39,7 +45,7 @@ constexpr int64_t kMinAxpyRows = 64;
 
 }  // namespace
 
-absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel) {
+absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel, Prefetch pf) {
   const int m = static_cast<int>(p.m);
   const int64_t n = p.n, k = p.k;
   const int64_t size = DTypeSize(p.dtype);
@@ -91,7 +97,7 @@ absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel) {
     auto run = [&](int64_t ch) {
       const int64_t p0 = ch * rows, p1 = std::min(k, p0 + rows);
       ks.axpy(m, n, p1 - p0, x + p0, ldx, static_cast<const char*>(p.b) + p0 * ldw * size, ldw,
-              elem, partial.data() + ch * m * n, n);
+              elem, partial.data() + ch * m * n, n, pf);
     };
     if (chunks == 1) {
       run(0);
@@ -133,9 +139,9 @@ absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel) {
     }
     const char* w = static_cast<const char*>(p.b) + j0 * p.b_cs * size;
     if (bf16_pairs) {
-      ks.dot_bf16(m, cols, k, x16, ldx, reinterpret_cast<const uint16_t*>(w), ldw, c, ldc);
+      ks.dot_bf16(m, cols, k, x16, ldx, reinterpret_cast<const uint16_t*>(w), ldw, c, ldc, pf);
     } else {
-      ks.dot(m, cols, k, x, ldx, w, ldw, elem, c, ldc);
+      ks.dot(m, cols, k, x, ldx, w, ldw, elem, c, ldc, pf);
     }
     FinishRows(m, cols, c, ldc, p.bias != nullptr ? p.bias + j0 : nullptr, p.dtype,
                static_cast<char*>(p.out) + j0 * size, p.ldo);
@@ -147,6 +153,90 @@ absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel) {
   }
   if (out_of_memory) return absl::ResourceExhaustedError("Matmul: out of memory");
   return absl::OkStatus();
+}
+
+namespace {
+
+// The candidates of gemm.skinny_prefetch as the kernels take them (Note [Skinny prefetch]).
+const std::vector<Prefetch>& SkinnyPrefetches() {
+  static const std::vector<Prefetch> pfs = [] {
+    std::vector<Prefetch> v;
+    for (const std::string& name : SkinnyPrefetchKnob().candidates) v.push_back(PrefetchNamed(name));
+    return v;
+  }();
+  return pfs;
+}
+
+// Decode-shaped products for the tuner: one and eight rows of x against Linear weights [n, k] of
+// two shapes and both float types a model keeps (f32 [1536, 576]: 3.5 MB, bf16 [2048, 2048]:
+// 8 MB), alternating until ColdBytes() of weights, so that every run reads them from memory as a
+// decode step does; split over the arena's threads as decode is.
+class SkinnyPrefetchTrial : public tune::Trial {
+ public:
+  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
+    auto t = std::unique_ptr<SkinnyPrefetchTrial>(new SkinnyPrefetchTrial);
+    struct Shape {
+      int64_t n, k;
+      DType dtype;
+    };
+    const Shape shapes[2] = {{1536, 576, DType::kF32}, {2048, 2048, DType::kBF16}};
+    const int64_t cold = tune::ColdBytes();
+    for (int64_t bytes = 0, i = 0; bytes < cold; ++i) {
+      const Shape& s = shapes[i % 2];
+      DT_ASSIGN_OR_RETURN(Tensor w, Tensor::Full({s.n, s.k}, 0.01, s.dtype));
+      bytes += s.n * s.k * DTypeSize(s.dtype);
+      t->weights_.push_back(std::move(w));
+    }
+    for (const Shape& s : shapes) {
+      DT_ASSIGN_OR_RETURN(Tensor x, Tensor::Full({kSkinnyMaxRows, s.k}, 0.5, s.dtype));
+      DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({kSkinnyMaxRows, s.n}, s.dtype));
+      t->x_.push_back(std::move(x));
+      t->outs_.push_back(std::move(out));
+    }
+    for (const Tensor& w : t->weights_) t->bytes_ += static_cast<double>(w.numel() * DTypeSize(w.dtype()));
+    return std::unique_ptr<tune::Trial>(std::move(t));
+  }
+  absl::Status Run(int candidate) override {
+    const Prefetch pf = SkinnyPrefetches()[candidate];
+    for (size_t i = 0; i < weights_.size(); ++i) {
+      const Tensor& w = weights_[i];
+      const Tensor& x = x_[i % 2];
+      const Tensor& out = outs_[i % 2];
+      Problem p;
+      // Every other weight of each shape with one row of x, the rest with eight.
+      p.m = i % 4 < 2 ? 1 : kSkinnyMaxRows, p.n = w.size(0), p.k = w.size(1), p.dtype = w.dtype();
+      p.a = x.raw_data(), p.a_rs = p.k, p.a_cs = 1;
+      p.b = w.raw_data(), p.b_rs = 1, p.b_cs = p.k;
+      p.out = out.raw_data(), p.ldo = p.n;
+      DT_RETURN_IF_ERROR(Skinny(p, KernelsFor(ActiveIsa()), /*parallel=*/true, pf));
+    }
+    return absl::OkStatus();
+  }
+  double Work() const override { return bytes_; }
+  int Threads() const override { return AvailableThreads(); }
+
+ private:
+  std::vector<Tensor> weights_, x_, outs_;
+  double bytes_ = 0;
+};
+
+}  // namespace
+
+const tune::Knob& SkinnyPrefetchKnob() {
+  static const tune::Knob knob{
+      .name = "gemm.skinny_prefetch",
+      .what = "the float decode GEMV's prefetch of weights: hint / distance ahead (dot layout)",
+      .candidates = {"t1/12k", "t0/12k", "nta/12k", "t1/6k", "t1/24k", "none"},
+      .unit = "GB/s",
+      .rounds = 7,
+      .make_trial = &SkinnyPrefetchTrial::Make,
+  };
+  return knob;
+}
+
+absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel) {
+  DT_ASSIGN_OR_RETURN(const int i, tune::Pick(SkinnyPrefetchKnob()));
+  return Skinny(p, ks, parallel, SkinnyPrefetches()[i]);
 }
 
 }  // namespace dt::ops::cpu::gemm

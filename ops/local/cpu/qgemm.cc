@@ -65,6 +65,7 @@
 #include "absl/types/span.h"
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
 #include "dtensor/ops/local/cpu/loops.h"
+#include "dtensor/ops/local/cpu/tuner.h"
 
 namespace dt::ops::cpu {
 
@@ -99,6 +100,30 @@ const float* F32Rows(const Tensor& x, std::optional<gemm::ScratchBuffer>& buf, i
   return buf->data();
 }
 
+// m rows of x (rows ldx apart) quantized (Note [Activation blocks]) into `buf`: t (m * k int16),
+// then d, s and h (m * ld floats each); rows.t is null when out of memory.
+qgemm::QRows QuantizeRows(const qgemm::Kernels& ks, int64_t m, int64_t k, const float* x32, int64_t ldx,
+                          std::optional<gemm::ScratchBuffer>& buf) {
+  const int64_t ld = qgemm::QRowsLd(k);
+  buf.emplace(gemm::ScratchSlot::kQuant, m * k / 2 + 3 * m * ld);
+  qgemm::QRows rows;
+  if (buf->data() == nullptr) return rows;
+  rows.m = static_cast<int>(m);
+  rows.k = k;
+  rows.ld = ld;
+  int16_t* qt = reinterpret_cast<int16_t*>(buf->data());
+  float* qd = buf->data() + m * k / 2;
+  rows.t = qt;
+  rows.d = qd;
+  rows.s = qd + m * ld;
+  rows.h = qd + 2 * m * ld;
+  ParallelFor(m, k, [&](int64_t lo, int64_t hi) {
+    ks.quantize(static_cast<int>(hi - lo), k, x32 + lo * ldx, ldx, qt + lo * k, qd + lo * ld,
+                qd + m * ld + lo * ld, qd + 2 * m * ld + lo * ld);
+  });
+  return rows;
+}
+
 // One product of a call: a weight, its f32 bias (or null) and its output.
 struct Target {
   const Tensor* w;
@@ -111,7 +136,7 @@ struct Target {
 // thread where the weights allow, for oneTBB to balance (Note [Quantized GEMM]). The chunks of all
 // the targets run in one fork-join (Note [Sibling projections]).
 absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows& rows,
-                      absl::Span<const Target> targets) {
+                      absl::Span<const Target> targets, Prefetch pf) {
   const int64_t m = rows.m, k = rows.k;
   const int threads = gemm::AvailableThreads();
   int64_t total_bytes = 0;
@@ -156,7 +181,7 @@ absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows&
     if (packed) {
       ks.gemm(q, rows, cols, wp + j0 * row_bytes, row_bytes, c, ldc, panel->data());
     } else {
-      ks.dot(q, rows, cols, wp + j0 * row_bytes, row_bytes, c, ldc);
+      ks.dot(q, rows, cols, wp + j0 * row_bytes, row_bytes, c, ldc, pf);
     }
     const float* bias32 = task.target->bias32;
     gemm::FinishRows(m, cols, c, ldc, bias32 != nullptr ? bias32 + j0 : nullptr, dtype,
@@ -175,6 +200,73 @@ absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows&
   return absl::OkStatus();
 }
 
+// The candidates of qgemm.dot_prefetch as kernels take them (Note [Quantized dot prefetch]).
+const std::vector<Prefetch>& DotPrefetches() {
+  static const std::vector<Prefetch> pfs = [] {
+    std::vector<Prefetch> v;
+    for (const std::string& name : qgemm::DotPrefetchKnob().candidates) v.push_back(PrefetchNamed(name));
+    return v;
+  }();
+  return pfs;
+}
+
+// Decode-shaped products for the tuner: one row of x against q4_1 weights of two shapes, a small
+// model's projection ([1536, 576]: 553 KB, rows of 360 bytes) and a larger one ([2048, 2048]:
+// 2.6 MB, rows of 1280 bytes), alternating until ColdBytes() of weights, so that every run reads
+// them from memory as a decode step does; split over the arena's threads as decode is.
+class DotPrefetchTrial : public tune::Trial {
+ public:
+  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
+    auto t = std::unique_ptr<DotPrefetchTrial>(new DotPrefetchTrial);
+    const int64_t shapes[2][2] = {{1536, 576}, {2048, 2048}};
+    const int64_t cold = tune::ColdBytes();
+    for (int64_t bytes = 0, i = 0; bytes < cold; ++i) {
+      const int64_t n = shapes[i % 2][0], k = shapes[i % 2][1];
+      DT_ASSIGN_OR_RETURN(Tensor w, Tensor::Empty({n, k}, DType::kQ4_1));
+      // Every block: f16 scale and offset 2^-10 (normal numbers: no denormal slow paths), then
+      // 16 bytes of nibbles.
+      uint8_t* b = static_cast<uint8_t*>(w.raw_data());
+      for (int64_t blk = 0; blk < n * k / 32; ++blk, b += 20) {
+        b[0] = b[2] = 0x00;
+        b[1] = b[3] = 0x14;
+        for (int q = 0; q < 16; ++q) b[4 + q] = static_cast<uint8_t>(blk * 7 + q * 13);
+      }
+      DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({1, n}));
+      t->weights_.push_back(std::move(w));
+      t->outs_.push_back(std::move(out));
+      bytes += n * DTypeBytes(DType::kQ4_1, k);
+      t->bytes_ += static_cast<double>(n * DTypeBytes(DType::kQ4_1, k));
+    }
+    for (int s = 0; s < 2; ++s) {
+      const int64_t k = shapes[s][1];
+      DT_ASSIGN_OR_RETURN(Tensor x, Tensor::Randn({1, k}, 7 + s));
+      t->x_[s] = x;
+      t->rows_[s] = QuantizeRows(t->ks_, 1, k, x.data<float>(), k, t->qbuf_[s]);
+      if (t->rows_[s].t == nullptr) return absl::ResourceExhaustedError("tuner: out of memory");
+    }
+    return std::unique_ptr<tune::Trial>(std::move(t));
+  }
+  absl::Status Run(int candidate) override {
+    const Prefetch pf = DotPrefetches()[candidate];
+    for (size_t i = 0; i < weights_.size(); ++i) {
+      const Target target{&weights_[i], nullptr, &outs_[i]};
+      DT_RETURN_IF_ERROR(Multiply(ks_, /*packed=*/false, rows_[i % 2], {target}, pf));
+    }
+    return absl::OkStatus();
+  }
+  double Work() const override { return bytes_; }
+  int Threads() const override { return gemm::AvailableThreads(); }
+
+ private:
+  DotPrefetchTrial() : ks_(qgemm::KernelsFor(qgemm::ActiveIsa())) {}
+  const qgemm::Kernels& ks_;
+  std::vector<Tensor> weights_, outs_;
+  Tensor x_[2];
+  std::optional<gemm::ScratchBuffer> qbuf_[2];
+  qgemm::QRows rows_[2];
+  double bytes_ = 0;
+};
+
 }  // namespace
 
 absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
@@ -184,26 +276,11 @@ absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
   int64_t ldx = 0;
   const float* x32 = F32Rows(x, xbuf, &ldx);
   if (x32 == nullptr) return absl::ResourceExhaustedError("Linear: out of memory");
-  // x quantized (Note [Activation blocks]): t (m * k int16), then d, s and h (m * ld floats each)
-  // in one buffer.
-  const int64_t ld = qgemm::QRowsLd(k);
-  gemm::ScratchBuffer qbuf(gemm::ScratchSlot::kQuant, m * k / 2 + 3 * m * ld);
-  if (qbuf.data() == nullptr) return absl::ResourceExhaustedError("Linear: out of memory");
-  qgemm::QRows rows;
-  rows.m = static_cast<int>(m);
-  rows.k = k;
-  rows.ld = ld;
-  int16_t* qt = reinterpret_cast<int16_t*>(qbuf.data());
-  float* qd = qbuf.data() + m * k / 2;
-  rows.t = qt;
-  rows.d = qd;
-  rows.s = qd + m * ld;
-  rows.h = qd + 2 * m * ld;
+  // x quantized (Note [Activation blocks]).
   const qgemm::Kernels& ks = qgemm::KernelsFor(qgemm::ActiveIsa());
-  ParallelFor(m, k, [&](int64_t lo, int64_t hi) {
-    ks.quantize(static_cast<int>(hi - lo), k, x32 + lo * ldx, ldx, qt + lo * k, qd + lo * ld,
-                qd + m * ld + lo * ld, qd + 2 * m * ld + lo * ld);
-  });
+  std::optional<gemm::ScratchBuffer> qbuf;
+  const qgemm::QRows rows = QuantizeRows(ks, m, k, x32, ldx, qbuf);
+  if (rows.t == nullptr) return absl::ResourceExhaustedError("Linear: out of memory");
   std::vector<std::vector<float>> bias32(ws.size());
   std::vector<Target> targets;
   for (size_t i = 0; i < ws.size(); ++i) {
@@ -214,7 +291,25 @@ absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
     }
     targets.push_back({&ws[i], bias32[i].empty() ? nullptr : bias32[i].data(), &outs[i]});
   }
-  return Multiply(ks, /*packed=*/m > kDotMaxRows && ks.gemm != nullptr, rows, targets);
+  const bool packed = m > kDotMaxRows && ks.gemm != nullptr;
+  Prefetch pf;
+  if (!packed) {
+    DT_ASSIGN_OR_RETURN(const int i, tune::Pick(qgemm::DotPrefetchKnob()));
+    pf = DotPrefetches()[i];
+  }
+  return Multiply(ks, packed, rows, targets, pf);
+}
+
+const tune::Knob& qgemm::DotPrefetchKnob() {
+  static const tune::Knob knob{
+      .name = "qgemm.dot_prefetch",
+      .what = "the quantized decode dot's prefetch of weight rows: hint / distance ahead",
+      .candidates = {"nta/2k", "t0/2k", "t1/2k", "nta/4k", "t0/4k", "t0/1k", "none"},
+      .unit = "GB/s",
+      .rounds = 7,
+      .make_trial = &DotPrefetchTrial::Make,
+  };
+  return knob;
 }
 
 absl::Status QuantizedLinear(const Tensor& x, const Tensor& w, const Tensor& bias,

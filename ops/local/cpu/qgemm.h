@@ -9,6 +9,11 @@
 #include "absl/types/span.h"
 #include "dtensor/core/dtype.h"
 #include "dtensor/core/tensor.h"
+#include "dtensor/ops/local/cpu/prefetch.h"
+
+namespace dt::ops::cpu::tune {
+struct Knob;
+}  // namespace dt::ops::cpu::tune
 
 namespace dt::ops::cpu::qgemm {
 
@@ -56,8 +61,9 @@ using QuantizeFn = void (*)(int m, int64_t k, const float* x, int64_t ldx, int16
 // of x with it (decode, Note [Quantized dot groups]); `gemm` first decodes the n weight rows into
 // 16-bit panels in `scratch` (GemmScratchBytes, 64-byte aligned) and runs register tiles over all
 // rows of x (prefill, Note [Quantized panels]).
+// `dot` prefetches each weight row as `pf` says (Note [Quantized dot prefetch]).
 using DotFn = void (*)(DType dtype, const QRows& x, int64_t n, const uint8_t* w, int64_t row_bytes,
-                       float* c, int64_t ldc);
+                       float* c, int64_t ldc, Prefetch pf);
 using GemmFn = void (*)(DType dtype, const QRows& x, int64_t n, const uint8_t* w,
                         int64_t row_bytes, float* c, int64_t ldc, void* scratch);
 struct Kernels {
@@ -67,6 +73,9 @@ struct Kernels {
   int gemm_lanes;  // weight rows per panel vector
 };
 const Kernels& KernelsFor(Isa isa);
+// The tuner's knob for `dot`'s prefetch (Note [Quantized dot prefetch]).
+const tune::Knob& DotPrefetchKnob();
+
 // Bytes of `scratch` ks.gemm needs for n weight rows of k elements.
 int64_t GemmScratchBytes(const Kernels& ks, int64_t n, int64_t k);
 

@@ -179,7 +179,7 @@ void Decode(DType dtype, const uint8_t* b, Sub* out) {
 }
 
 void Dot(DType dtype, const QRows& x, int64_t n, const uint8_t* w, int64_t row_bytes, float* c,
-         int64_t ldc) {
+         int64_t ldc, Prefetch) {
   const int64_t qk = DTypeBlock(dtype), bytes = DTypeBlockBytes(dtype), k = x.k;
   Sub subs[8];
   for (int64_t j = 0; j < n; ++j) {

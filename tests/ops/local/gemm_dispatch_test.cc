@@ -1,4 +1,5 @@
-// The GEMM dispatcher (Note [GEMM dispatch]): DT_GEMM, the rules, and the calibration cache file.
+// The GEMM dispatcher (Note [GEMM dispatch]): DT_GEMM, the rules, and the backend knobs' lines of
+// the tuner's cache file (Note [Tuner]).
 // Every test here sets XDG_CACHE_HOME to a fresh directory and resets the dispatcher, so that
 // nothing reads or writes the user's cache.
 
@@ -15,6 +16,7 @@
 
 #include "dtensor/ops/local/cpu/cpu_info.h"
 #include "dtensor/ops/local/cpu/gemm_dispatch.h"
+#include "dtensor/ops/local/cpu/tuner.h"
 #include "dtensor/ops/local/ops.h"
 
 namespace dt::ops {
@@ -110,44 +112,45 @@ TEST(GemmDispatch, DtGemmForcesEveryClassItRuns) {
       }
     }
     // Nothing is measured when DT_GEMM decides.
-    EXPECT_FALSE(std::filesystem::exists(gemm::CalibrationCachePath()));
+    EXPECT_FALSE(std::filesystem::exists(cpu::tune::CachePath()));
   }
 }
 
 TEST(GemmDispatch, RulesAndCalibrationWrittenOnceAndRead) {
   DispatchEnv env(nullptr);
-  const std::string path = gemm::CalibrationCachePath();
-  ASSERT_EQ(path.rfind(env.dir().string() + "/dtensor/gemm-calibration-", 0), 0u) << path;
+  const std::string path = cpu::tune::CachePath();
+  ASSERT_EQ(path.rfind(env.dir().string() + "/dtensor/tuning-", 0), 0u) << path;
   // Skinny products are own's by rule; f16 has no other backend.
   EXPECT_EQ(gemm::Decide(DType::kF32, ShapeClass::kSkinny)->backend, Backend::kOwn);
   EXPECT_EQ(gemm::Decide(DType::kF16, ShapeClass::kLarge)->backend, Backend::kOwn);
   const gemm::Decision large = gemm::Decide(DType::kF32, ShapeClass::kLarge).value();
   ASSERT_TRUE(std::filesystem::exists(path));
   const std::string text = ReadFile(path);
-  EXPECT_NE(text.find("key " + gemm::CalibrationKey() + "\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("\nf32 large own "), std::string::npos) << text;
-  EXPECT_NE(large.why.find("calibrated"), std::string::npos) << large.why;
+  EXPECT_NE(text.find("key " + cpu::tune::CacheKey() + "\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\ngemm.f32.large GFLOP/s threads 1 "), std::string::npos) << text;
+  EXPECT_TRUE(large.why.starts_with("measured")) << large.why;
+  EXPECT_NE(large.why.find("(GFLOP/s, 1 thread): own "), std::string::npos) << large.why;
   // bf16 on AMX is oneDNN's by rule, else measured.
   const gemm::Decision bf16 = gemm::Decide(DType::kBF16, ShapeClass::kLarge).value();
   if (gemm::DnnlUsesAmx()) {
     EXPECT_EQ(bf16.backend, Backend::kDnnl);
   } else {
-    EXPECT_NE(text.find("\nbf16 large own "), std::string::npos) << text;
+    EXPECT_NE(ReadFile(path).find("\ngemm.bf16.large GFLOP/s threads 1 "), std::string::npos) << text;
   }
 }
 
 // Figures written by hand decide: the fastest wins, own on near-ties (within 3%).
 TEST(GemmDispatch, CachedFiguresDecide) {
   DispatchEnv env(nullptr);
-  const std::string path = gemm::CalibrationCachePath();
+  const std::string path = cpu::tune::CachePath();
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   {
     std::ofstream out(path);
-    out << "# test\nkey " << gemm::CalibrationKey() << "\n"
-        << "f32 small own 100 dnnl 102 openblas 50\n"
-        << "f32 large own 100 dnnl 90 openblas 120\n"
-        << "bf16 small own 100 dnnl 300\n"
-        << "bf16 large own 100 dnnl 80\n";
+    out << "# test\nkey " << cpu::tune::CacheKey() << "\n"
+        << "gemm.f32.small GFLOP/s threads 1 quiet own 100 dnnl 102 openblas 50\n"
+        << "gemm.f32.large GFLOP/s threads 1 quiet own 100 dnnl 90 openblas 120\n"
+        << "gemm.bf16.small GFLOP/s threads 1 quiet own 100 dnnl 300\n"
+        << "gemm.bf16.large GFLOP/s threads 1 quiet own 100 dnnl 80\n";
   }
   gemm::ResetDispatchForTesting();
   EXPECT_EQ(gemm::Decide(DType::kF32, ShapeClass::kSmall)->backend, Backend::kOwn);
@@ -160,7 +163,7 @@ TEST(GemmDispatch, CachedFiguresDecide) {
     EXPECT_EQ(gemm::Decide(DType::kBF16, ShapeClass::kLarge)->backend, Backend::kOwn);
   }
   EXPECT_EQ(gemm::Decide(DType::kF32, ShapeClass::kLarge)->why,
-            "calibrated (GFLOP/s, 1 thread): own 100.0 dnnl 90.0 openblas 120.0");
+            "cached (GFLOP/s, 1 thread): own 100.0 dnnl 90.0 openblas 120.0");
   // The products run on what was decided and are right.
   const Tensor a = Tensor::Randn({300, 200}, 1).value(), b = Tensor::Randn({200, 500}, 2).value();
   const Tensor want = [&] {
@@ -173,21 +176,23 @@ TEST(GemmDispatch, CachedFiguresDecide) {
   EXPECT_TRUE(AllClose(got, want, 1e-4, 1e-4).ok());
 }
 
-// A cache file of another machine or library, or one that does not parse, is measured again and
-// replaced.
+// A cache file of another machine or library, a line that does not parse, or one whose candidates
+// or unit are not the knob's (the code changed), is measured again and replaced.
 TEST(GemmDispatch, ForeignOrBrokenCacheIsMeasuredAgain) {
-  for (const std::string& bad : {std::string("# x\nkey v0 | some other cpu\nf32 large own 1 dnnl 12345.678\n"),
-                                "# x\nkey " + gemm::CalibrationKey() + "\nf32 large own fast\n",
-                                "# x\nkey " + gemm::CalibrationKey() + "\nf32 huge own 1\n",
-                                std::string("")}) {
+  for (const std::string& bad :
+       {std::string("# x\nkey v0 | some other cpu\ngemm.f32.large GFLOP/s threads 1 quiet own 1 dnnl 12345.678\n"),
+        "# x\nkey " + cpu::tune::CacheKey() + "\ngemm.f32.large GFLOP/s threads 1 quiet own fast dnnl 12345.678\n",
+        "# x\nkey " + cpu::tune::CacheKey() + "\ngemm.f32.large GFLOP/s threads 1 quiet own 1 dnnl 12345.678\n",
+        "# x\nkey " + cpu::tune::CacheKey() + "\ngemm.f32.large GB/s threads 1 quiet own 1 dnnl 12345.678 openblas 1\n",
+        std::string("")}) {
     DispatchEnv env(nullptr);
-    const std::string path = gemm::CalibrationCachePath();
+    const std::string path = cpu::tune::CachePath();
     std::filesystem::create_directories(std::filesystem::path(path).parent_path());
     std::ofstream(path) << bad;
     const gemm::Decision d = gemm::Decide(DType::kF32, ShapeClass::kLarge).value();
-    EXPECT_NE(d.why.find("calibrated"), std::string::npos) << d.why;
+    EXPECT_NE(d.why.find("measured"), std::string::npos) << d.why;
     const std::string text = ReadFile(path);
-    EXPECT_NE(text.find("key " + gemm::CalibrationKey() + "\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("key " + cpu::tune::CacheKey() + "\n"), std::string::npos) << text;
     EXPECT_EQ(text.find("12345"), std::string::npos) << text;
   }
 }

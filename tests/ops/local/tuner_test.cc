@@ -1,0 +1,296 @@
+// The kernel tuner (Note [Tuner] in ops/local/cpu/tuner.cc): how a knob decides (DT_TUNE, rule,
+// cache, measurement), the cache file it keeps, and that every candidate of the real knobs computes
+// the same products. Every test sets XDG_CACHE_HOME to a fresh directory, so that nothing reads or
+// writes the user's cache.
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "dtensor/core/quant.h"
+#include "dtensor/ops/local/cpu/gemm.h"
+#include "dtensor/ops/local/cpu/gemm_dispatch.h"
+#include "dtensor/ops/local/cpu/qgemm.h"
+#include "dtensor/ops/local/cpu/tuner.h"
+#include "dtensor/ops/local/ops.h"
+
+namespace dt::ops {
+namespace {
+
+namespace tune = cpu::tune;
+
+// A scratch cache directory and DT_TUNE for one test; restores both and forgets every choice.
+class TuneEnv {
+ public:
+  explicit TuneEnv(const char* dt_tune) {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("dt-tuner-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+    std::filesystem::remove_all(dir_);
+    Save("XDG_CACHE_HOME", saved_xdg_);
+    Save("DT_TUNE", saved_tune_);
+    ::setenv("XDG_CACHE_HOME", dir_.c_str(), 1);
+    if (dt_tune == nullptr) {
+      ::unsetenv("DT_TUNE");
+    } else {
+      ::setenv("DT_TUNE", dt_tune, 1);
+    }
+    tune::ResetForTesting();
+    tune::SetLoadForTesting(0.0);  // a quiet machine, whatever else runs beside the test
+  }
+  ~TuneEnv() {
+    Restore("XDG_CACHE_HOME", saved_xdg_);
+    Restore("DT_TUNE", saved_tune_);
+    tune::SetLoadForTesting(std::nullopt);
+    tune::ResetForTesting();
+    std::filesystem::remove_all(dir_);
+  }
+
+ private:
+  static void Save(const char* name, std::optional<std::string>& out) {
+    if (const char* v = std::getenv(name)) out = v;
+  }
+  static void Restore(const char* name, const std::optional<std::string>& v) {
+    if (v.has_value()) {
+      ::setenv(name, v->c_str(), 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  static inline int counter_ = 0;
+  std::filesystem::path dir_;
+  std::optional<std::string> saved_xdg_, saved_tune_;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A trial whose candidate i takes sleep_ms[i] milliseconds (negative: fails), counting its runs.
+class SleepTrial : public tune::Trial {
+ public:
+  SleepTrial(std::vector<int> sleep_ms, int* runs) : sleep_ms_(std::move(sleep_ms)), runs_(runs) {}
+  absl::Status Run(int candidate) override {
+    ++*runs_;
+    if (sleep_ms_[candidate] < 0) return absl::InternalError("cannot run here");
+    std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms_[candidate]));
+    return absl::OkStatus();
+  }
+  double Work() const override { return 1e9; }  // 1 "GB" per run: the figure is runs per second
+  int Threads() const override { return 1; }
+
+ private:
+  std::vector<int> sleep_ms_;
+  int* runs_;
+};
+
+// A knob over three candidates timed by a SleepTrial (a fresh object per test: Pick keeps its
+// choice in the knob).
+std::unique_ptr<tune::Knob> SleepKnob(const std::string& name, std::vector<int> sleep_ms, int* runs,
+                                      double keep_first = 1.0) {
+  auto knob = std::make_unique<tune::Knob>();
+  knob->name = name;
+  knob->what = "a test knob";
+  knob->candidates = {"a", "b", "c"};
+  knob->unit = "GB/s";
+  knob->rounds = 3;
+  knob->keep_first = keep_first;
+  knob->make_trial = [sleep_ms, runs]() -> absl::StatusOr<std::unique_ptr<tune::Trial>> {
+    return std::make_unique<SleepTrial>(sleep_ms, runs);
+  };
+  return knob;
+}
+
+TEST(Tuner, MeasuresTheFastestWritesTheCacheAndReadsItBack) {
+  TuneEnv env(nullptr);
+  int runs = 0;
+  auto knob = SleepKnob("test.sleep", {120, 1, 40}, &runs);
+  EXPECT_EQ(tune::Pick(*knob).value(), 1);
+  EXPECT_EQ(runs, 3 * (1 + 3));  // a warm-up and three rounds each
+  const tune::Choice c = tune::Explain(*knob).value();
+  EXPECT_EQ(c.index, 1);
+  EXPECT_TRUE(c.why.starts_with("measured (GB/s, 1 thread): a ")) << c.why;
+  EXPECT_GT(c.figures[1], c.figures[2]);
+  EXPECT_GT(c.figures[2], c.figures[0]);
+  const std::string text = ReadFile(tune::CachePath());
+  EXPECT_NE(text.find("key " + tune::CacheKey() + "\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\ntest.sleep GB/s threads 1 quiet a "), std::string::npos) << text;
+
+  // Another process (here: the same one, its choices forgotten) reads the figures, measuring nothing.
+  auto again = SleepKnob("test.sleep", {120, 1, 40}, &runs);
+  tune::ResetForTesting();
+  runs = 0;
+  EXPECT_EQ(tune::Pick(*again).value(), 1);
+  EXPECT_EQ(runs, 0);
+  EXPECT_TRUE(tune::Explain(*again)->why.starts_with("cached (GB/s, 1 thread): a ")) << tune::Explain(*again)->why;
+
+  // A knob whose candidates changed (the code changed) is measured again; the other lines stay.
+  auto changed = SleepKnob("test.sleep", {120, 1, 40}, &runs);
+  changed->candidates = {"a", "b", "d"};
+  auto other = SleepKnob("test.other", {1, 40, 40}, &runs);
+  tune::ResetForTesting();
+  EXPECT_EQ(tune::Pick(*other).value(), 0);
+  EXPECT_EQ(tune::Pick(*changed).value(), 1);
+  EXPECT_GT(runs, 0);
+  const std::string text2 = ReadFile(tune::CachePath());
+  EXPECT_NE(text2.find("\ntest.sleep GB/s threads 1 quiet a "), std::string::npos) << text2;
+  EXPECT_NE(text2.find(" d "), std::string::npos) << text2;
+  EXPECT_NE(text2.find("\ntest.other GB/s threads 1 quiet a "), std::string::npos) << text2;
+}
+
+// A measurement taken on a busy machine is used, says so, and is measured again by the first
+// process that finds the machine quiet.
+TEST(Tuner, BusyMeasurementsAreMeasuredAgainWhenQuiet) {
+  TuneEnv env(nullptr);
+  int runs = 0;
+  tune::SetLoadForTesting(1.5);
+  auto knob = SleepKnob("test.busy", {40, 1, 40}, &runs);
+  EXPECT_TRUE(tune::Explain(*knob)->why.starts_with("measured on a busy machine (GB/s")) << tune::Explain(*knob)->why;
+  EXPECT_NE(ReadFile(tune::CachePath()).find("\ntest.busy GB/s threads 1 busy a "), std::string::npos);
+  // Still busy: the figures are read.
+  auto busy = SleepKnob("test.busy", {40, 1, 40}, &runs);
+  tune::ResetForTesting();
+  runs = 0;
+  EXPECT_TRUE(tune::Explain(*busy)->why.starts_with("cached on a busy machine")) << tune::Explain(*busy)->why;
+  EXPECT_EQ(runs, 0);
+  // Quiet: measured again, and the line says so.
+  tune::SetLoadForTesting(0.1);
+  auto quiet = SleepKnob("test.busy", {40, 1, 40}, &runs);
+  tune::ResetForTesting();
+  EXPECT_TRUE(tune::Explain(*quiet)->why.starts_with("measured (GB/s")) << tune::Explain(*quiet)->why;
+  EXPECT_GT(runs, 0);
+  EXPECT_NE(ReadFile(tune::CachePath()).find("\ntest.busy GB/s threads 1 quiet a "), std::string::npos);
+}
+
+TEST(Tuner, FirstCandidateStaysWithinKeepFirst) {
+  TuneEnv env(nullptr);
+  int runs = 0;
+  // b is about 3x faster than a: it wins with keep_first 1.0, a stays with keep_first 6. (Gaps of
+  // tens of milliseconds: a loaded machine wakes a sleeper that much late.)
+  auto fastest = SleepKnob("test.keep1", {60, 20, 150}, &runs, 1.0);
+  auto keep = SleepKnob("test.keep2", {60, 20, 150}, &runs, 6.0);
+  EXPECT_EQ(tune::Pick(*fastest).value(), 1);
+  EXPECT_EQ(tune::Pick(*keep).value(), 0);
+}
+
+TEST(Tuner, CandidatesThatFailAreLeftOutAndATrialThatCannotRunGivesTheFirst) {
+  TuneEnv env(nullptr);
+  int runs = 0;
+  auto knob = SleepKnob("test.fails", {-1, 60, 1}, &runs);
+  const tune::Choice c = tune::Explain(*knob).value();
+  EXPECT_EQ(c.index, 2);
+  EXPECT_EQ(c.figures[0], 0.0);
+  EXPECT_NE(c.why.find(" a - "), std::string::npos) << c.why;
+
+  auto none = SleepKnob("test.none", {-1, -1, -1}, &runs);
+  const tune::Choice d = tune::Explain(*none).value();
+  EXPECT_EQ(d.index, 0);
+  EXPECT_NE(d.why.find("measurement failed"), std::string::npos) << d.why;
+}
+
+TEST(Tuner, RuleDecidesWithoutMeasuring) {
+  TuneEnv env(nullptr);
+  int runs = 0;
+  auto knob = SleepKnob("test.rule", {1, 1, 1}, &runs);
+  knob->rule = [] { return std::optional<std::pair<int, std::string>>({2, "what this CPU is"}); };
+  EXPECT_EQ(tune::Pick(*knob).value(), 2);
+  EXPECT_EQ(tune::Explain(*knob)->why, "rule: what this CPU is");
+  EXPECT_EQ(runs, 0);
+}
+
+TEST(Tuner, DtTuneForcesAndNamesWhatIsWrong) {
+  const tune::Knob& qdot = cpu::qgemm::DotPrefetchKnob();
+  {
+    TuneEnv env("qgemm.dot_prefetch=t0/2k,gemm.f32.large=openblas");
+    EXPECT_EQ(qdot.candidates[tune::Pick(qdot).value()], "t0/2k");
+    EXPECT_EQ(tune::Explain(qdot)->why, "DT_TUNE=qgemm.dot_prefetch=t0/2k");
+    EXPECT_EQ(cpu::gemm::Decide(DType::kF32, cpu::gemm::ShapeClass::kLarge)->backend,
+              cpu::gemm::Backend::kOpenBlas);
+    // Nothing was measured.
+    EXPECT_FALSE(std::filesystem::exists(tune::CachePath()));
+  }
+  for (const char* bad : {"qgemm.dot_prefetch=t5/2k", "nosuch.knob=a", "qgemm.dot_prefetch", "=t0/2k"}) {
+    TuneEnv env(bad);
+    const absl::StatusOr<int> r = tune::Pick(qdot);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string msg(r.status().message());
+    EXPECT_NE(msg.find(std::string("DT_TUNE='") + bad + "'"), std::string::npos) << msg;
+    // A product that asks fails with the same message.
+    const Tensor x = Tensor::Ones({1, 64}).value();
+    const Tensor w = Tensor::Ones({4, 64}).value();
+    const absl::StatusOr<Tensor> y = Linear(x, w);
+    ASSERT_FALSE(y.ok());
+    EXPECT_NE(y.status().message().find("DT_TUNE="), absl::string_view::npos) << y.status();
+  }
+  // Every knob's name is accepted with every one of its candidates.
+  for (const tune::Knob* k : tune::AllKnobs()) {
+    for (size_t i = 0; i < k->candidates.size(); ++i) {
+      const std::string text = k->name + "=" + k->candidates[i];
+      const auto parsed = tune::ParseTuneEnv(text.c_str());
+      ASSERT_TRUE(parsed.ok()) << parsed.status();
+      ASSERT_EQ(parsed->size(), 1u);
+      EXPECT_EQ((*parsed)[0].first, k);
+      EXPECT_EQ((*parsed)[0].second, static_cast<int>(i));
+    }
+  }
+}
+
+// The prefetch knobs change where bytes are asked for, never a result: every candidate gives the
+// same bits as the first, for quantized and float decode products of several shapes.
+TEST(Tuner, EveryPrefetchCandidateComputesTheSameProduct) {
+  TuneEnv env(nullptr);
+  struct Case {
+    const tune::Knob* knob;
+    DType w_dtype;
+    int64_t m, n, k;
+  };
+  const Case cases[] = {{&cpu::qgemm::DotPrefetchKnob(), DType::kQ4_1, 1, 67, 576},
+                        {&cpu::qgemm::DotPrefetchKnob(), DType::kQ6_K, 3, 40, 512},
+                        {&cpu::qgemm::DotPrefetchKnob(), DType::kQ8_0, 4, 129, 96},
+                        {&cpu::gemm::SkinnyPrefetchKnob(), DType::kF32, 1, 300, 1000},
+                        {&cpu::gemm::SkinnyPrefetchKnob(), DType::kBF16, 5, 77, 4100},
+                        {&cpu::gemm::SkinnyPrefetchKnob(), DType::kF16, 8, 33, 200}};
+  for (const Case& c : cases) {
+    const Tensor x = Tensor::Randn({c.m, c.k}, 1).value();
+    const Tensor w = IsQuantized(c.w_dtype) ? RandomQuantized(c.w_dtype, {c.n, c.k}, 2).value()
+                                            : Tensor::Randn({c.n, c.k}, 2).value().To(c.w_dtype).value();
+    const Tensor xin = IsQuantized(c.w_dtype) ? x : x.To(c.w_dtype).value();
+    std::optional<Tensor> first;
+    for (size_t i = 0; i < c.knob->candidates.size(); ++i) {
+      tune::ForceForTesting(*c.knob, static_cast<int>(i));
+      const Tensor y = Linear(xin, w).value().To(DType::kF32).value();
+      if (!first) {
+        first = y;
+      } else {
+        EXPECT_TRUE(Equal(y, *first))
+            << c.knob->name << " " << c.knob->candidates[i] << " on " << DTypeName(c.w_dtype);
+      }
+    }
+    tune::ForceForTesting(*c.knob, std::nullopt);
+  }
+}
+
+// The real knobs measure on this machine: every candidate runs and the choice is the fastest.
+TEST(Tuner, RealKnobsMeasureEveryCandidate) {
+  TuneEnv env(nullptr);
+  for (const tune::Knob* k : {&cpu::qgemm::DotPrefetchKnob(), &cpu::gemm::SkinnyPrefetchKnob()}) {
+    const tune::Choice c = tune::MeasureNow(*k).value();
+    for (size_t i = 0; i < k->candidates.size(); ++i) EXPECT_GT(c.figures[i], 0) << k->name << " " << k->candidates[i];
+    EXPECT_EQ(c.figures[c.index], *std::max_element(c.figures.begin(), c.figures.end())) << c.why;
+  }
+}
+
+}  // namespace
+}  // namespace dt::ops
