@@ -13,10 +13,18 @@
 // With a text prompt the answer is streamed as tokens arrive (a character split over tokens is
 // held until complete); prefill and decode tokens/s are printed at the end.
 //
+// Every flag is checked before anything is loaded (exit 2 naming the flag and the value), and the
+// prompt against the model's context and vocab before any weight is read (exit 1): a prompt
+// longer than the context is refused naming both lengths unless --truncate left|right cuts it;
+// generation stops at the context with a message (Note [The context limit] in
+// nn/models/causal_lm.h). Non-finite logits fail every rank at the step they appear;
+// --check-finite names the first layer whose output is not finite (Note [Non-finite values]).
+//
 // The world comes from the launcher (dtrun/torchrun, mpirun, srun; DT_BACKEND picks the backend);
 // without one it runs on a single rank.
 #include <cstdio>
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -44,14 +52,23 @@ ABSL_FLAG(bool, chat, false, "--prompt TEXT is a user message in the checkpoint'
 ABSL_FLAG(std::string, system, "", "a system message before --prompt TEXT (implies --chat)");
 ABSL_FLAG(std::string, prompt_ids, "",
           "the prompt as token ids a,b,c (no tokenizer needed); neither this nor --prompt: id 1");
-ABSL_FLAG(int64_t, max_new_tokens, 32, "tokens to generate after the prompt");
+ABSL_FLAG(int64_t, max_new_tokens, 32,
+          "tokens to generate after the prompt (>= 0; generation stops earlier at the model's "
+          "context)");
+ABSL_FLAG(std::string, truncate, "none",
+          "none|left|right: a prompt that leaves no room for --max-new-tokens in the model's "
+          "context is refused (none), or loses its first (left) or last (right) tokens until "
+          "they fit, keeping at least half the context");
+ABSL_FLAG(bool, check_finite, false,
+          "check every layer's output for NaN/inf and name the first layer and weight that is not "
+          "finite (the logits are checked at every step regardless)");
 ABSL_FLAG(bool, greedy, false,
           "argmax (the default unless --temperature, --top-k or --top-p is given)");
-ABSL_FLAG(double, temperature, 1.0, "sampling temperature (> 0; turns sampling on)");
+ABSL_FLAG(double, temperature, 1.0, "sampling temperature (finite, > 0; turns sampling on)");
 ABSL_FLAG(int64_t, top_k, 0, "sample among the K most likely tokens (0: all; turns sampling on)");
 ABSL_FLAG(double, top_p, 1.0, "nucleus sampling threshold in (0, 1] (turns sampling on)");
 ABSL_FLAG(int64_t, seed, 0,
-          "seed of the sampler's counter-based RNG: the same tokens on any number of ranks");
+          "seed (>= 0) of the sampler's counter-based RNG: the same tokens on any number of ranks");
 ABSL_FLAG(std::string, dtype, "",
           "compute dtype f32|bf16 (empty: the checkpoint's; for a GGUF its quantized weights stay "
           "quantized as their blocks and the rest computes in f32, while --dtype dequantizes "
@@ -94,6 +111,9 @@ struct Args {
   bool shard_embedding = false;
   bool replicate_kv = false;
   bool stop_at_eos = false;
+  PromptTruncation truncate = PromptTruncation::kNone;
+  int64_t truncated = 0;  // tokens --truncate cut from the prompt
+  bool check_finite = false;
   bool check = false;
   bool quiet = false;
   std::string save_to;
@@ -111,21 +131,32 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     return absl::InvalidArgumentError(
         absl::StrCat("unexpected argument '", positional[1], "' (every option is a --flag)"));
   }
+  // Every numeric flag in its range, whether given or not (the defaults are).
+  auto bad = [](absl::string_view flag, absl::string_view want, const auto& got) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " must be ", want, ", got ", got));
+  };
   Args a;
   a.model = absl::GetFlag(FLAGS_model);
   const std::string ids = absl::GetFlag(FLAGS_prompt_ids);
-  for (absl::string_view p : absl::StrSplit(ids, ',', absl::SkipEmpty())) {
-    int64_t id;
-    if (!absl::SimpleAtoi(p, &id)) {
-      return absl::InvalidArgumentError(absl::StrCat("--prompt-ids: bad id '", p, "'"));
+  if (cli::Given("prompt_ids")) {
+    const std::vector<absl::string_view> pieces = absl::StrSplit(ids, ',');
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      int64_t id;
+      if (!absl::SimpleAtoi(pieces[i], &id) || id < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--prompt-ids must be token ids >= 0 separated by commas, got '", ids, "' (id ",
+            i + 1, " of ", pieces.size(), " is ", pieces[i].empty() ? "empty" : "'", pieces[i],
+            pieces[i].empty() ? "" : "'", ")"));
+      }
+      a.prompt.push_back(id);
     }
-    a.prompt.push_back(id);
   }
   a.text = absl::GetFlag(FLAGS_prompt);
   a.system = absl::GetFlag(FLAGS_system);
   a.chat = absl::GetFlag(FLAGS_chat);
   a.print_ids = absl::GetFlag(FLAGS_print_ids);
   a.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  if (a.max_new_tokens < 0) return bad("--max-new-tokens", "an integer >= 0", a.max_new_tokens);
   // Sampling is on when any of its knobs is given; --greedy with one of them is a contradiction.
   const bool sampled = cli::Given("temperature") || cli::Given("top_k") || cli::Given("top_p");
   if (sampled && absl::GetFlag(FLAGS_greedy)) {
@@ -135,15 +166,27 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   a.sampling.greedy = !sampled;
   a.sampling.temperature = absl::GetFlag(FLAGS_temperature);
   a.sampling.top_p = absl::GetFlag(FLAGS_top_p);
-  for (const auto& [name, v] : {std::pair{"--top-k", absl::GetFlag(FLAGS_top_k)},
-                                std::pair{"--seed", absl::GetFlag(FLAGS_seed)}}) {
-    if (v < 0) return absl::InvalidArgumentError(absl::StrCat(name, ": not an integer >= 0"));
-  }
   a.sampling.top_k = absl::GetFlag(FLAGS_top_k);
-  a.sampling.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
-  if (const std::string d = absl::GetFlag(FLAGS_dtype); !d.empty()) {
-    DT_ASSIGN_OR_RETURN(a.dtype, ParseDType(d));
+  const int64_t seed = absl::GetFlag(FLAGS_seed);
+  if (!(a.sampling.temperature > 0) || !std::isfinite(a.sampling.temperature)) {
+    return bad("--temperature", "a finite number > 0", a.sampling.temperature);
   }
+  if (!(a.sampling.top_p > 0) || a.sampling.top_p > 1) {
+    return bad("--top-p", "in (0, 1]", a.sampling.top_p);
+  }
+  if (a.sampling.top_k < 0) return bad("--top-k", "an integer >= 0", a.sampling.top_k);
+  if (seed < 0) return bad("--seed", "an integer >= 0", seed);
+  a.sampling.seed = static_cast<uint64_t>(seed);
+  if (const std::string d = absl::GetFlag(FLAGS_dtype); !d.empty()) {
+    absl::StatusOr<DType> dtype = ParseDType(d);
+    if (!dtype.ok() || !IsFloating(*dtype)) return bad("--dtype", "f32, bf16 or f16", d);
+    a.dtype = *dtype;
+  }
+  const std::string truncation = absl::GetFlag(FLAGS_truncate);
+  absl::StatusOr<PromptTruncation> truncate = ParsePromptTruncation(truncation);
+  if (!truncate.ok()) return bad("--truncate", "none, left or right", truncation);
+  a.truncate = *truncate;
+  a.check_finite = absl::GetFlag(FLAGS_check_finite);
   a.shard_embedding = absl::GetFlag(FLAGS_shard_embedding);
   a.replicate_kv = absl::GetFlag(FLAGS_replicate_kv);
   a.stop_at_eos = absl::GetFlag(FLAGS_stop_at_eos);
@@ -151,7 +194,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   a.quiet = absl::GetFlag(FLAGS_quiet);
   a.save_to = absl::GetFlag(FLAGS_save_to);
   a.ep_size = absl::GetFlag(FLAGS_ep_size);
-  if (a.ep_size < 1) return absl::InvalidArgumentError("--ep-size: not an integer >= 1");
+  if (a.ep_size < 1) return bad("--ep-size", "an integer >= 1", a.ep_size);
   if (a.model.empty()) return absl::InvalidArgumentError("--model DIR|FILE.gguf is required");
   if (!a.text.empty() && !a.prompt.empty()) {
     return absl::InvalidArgumentError("give --prompt TEXT or --prompt-ids, not both");
@@ -160,7 +203,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     return absl::InvalidArgumentError("--chat and --system need --prompt TEXT");
   }
   if (!a.system.empty()) a.chat = true;
-  if (a.text.empty() && a.prompt.empty()) a.prompt = {1};
+  if (a.text.empty() && !cli::Given("prompt_ids")) a.prompt = {1};
   return a;
 }
 
@@ -193,12 +236,31 @@ absl::StatusOr<std::shared_ptr<const loaders::Tokenizer>> TokenizePrompt(Args& a
   return *tok;
 }
 
+// The prompt against the model's config, before any weight is read: its ids in the vocab, its
+// length in the context (refused, or cut with --truncate).
+absl::Status FitPrompt(Args& a) {
+  DT_ASSIGN_OR_RETURN(const loaders::DecoderConfig c, loaders::LoadDecoderConfig(a.model));
+  for (size_t i = 0; i < a.prompt.size(); ++i) {
+    if (a.prompt[i] >= c.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt position ", i, ": token id ", a.prompt[i],
+                       " is outside the model's vocab [0, ", c.vocab_size, ")"));
+    }
+  }
+  const int64_t n = static_cast<int64_t>(a.prompt.size());
+  DT_ASSIGN_OR_RETURN(a.prompt, FitPromptToContext(a.prompt, a.max_new_tokens,
+                                                   c.max_position_embeddings, a.truncate));
+  a.truncated = n - static_cast<int64_t>(a.prompt.size());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<GenerateResult> GenerateOn(LlamaForCausalLM& model, const Args& a, bool progress,
                                           const loaders::Tokenizer* tok = nullptr) {
   GenerateOptions g;
   g.max_new_tokens = a.max_new_tokens;
   g.sampling = a.sampling;
   g.stop_token_ids = a.stop_ids;
+  g.truncate = a.truncate;
   if (a.stop_at_eos) {
     for (int64_t id : model.config().eos_token_ids) g.stop_token_ids.push_back(id);
   }
@@ -239,6 +301,7 @@ absl::StatusOr<std::vector<int64_t>> SingleRankTokens(const Args& a) {
     o.keep_quantized = !a.dtype.has_value();
     o.warn = false;
     DT_ASSIGN_OR_RETURN(auto model, LlamaForCausalLM::FromPretrained(a.model, mesh, o));
+    model->set_check_finite(a.check_finite);
     DT_ASSIGN_OR_RETURN(GenerateResult r, GenerateOn(*model, a, /*progress=*/false));
     tokens = r.tokens;
     return absl::OkStatus();
@@ -248,6 +311,7 @@ absl::StatusOr<std::vector<int64_t>> SingleRankTokens(const Args& a) {
 
 absl::Status Run(Args a) {
   DT_ASSIGN_OR_RETURN(std::shared_ptr<const loaders::Tokenizer> tok, TokenizePrompt(a));
+  DT_RETURN_IF_ERROR(FitPrompt(a));
   DT_ASSIGN_OR_RETURN(std::shared_ptr<World> world, World::FromEnv());
   DT_ASSIGN_OR_RETURN(DeviceMesh tp, InitDeviceMesh(world, {world->size()}, {"tp"}));
   DistributedConfig dist;
@@ -262,6 +326,7 @@ absl::Status Run(Args a) {
   LlamaLoadReport report;
   DT_ASSIGN_OR_RETURN(auto model,
                       LlamaForCausalLM::FromPretrained(a.model, mesh, dist, o, &report));
+  model->set_check_finite(a.check_finite);
   const loaders::LlamaConfig& c = model->config();
   if (lead && !a.quiet) {
     std::printf("model %s: %s, %.2fM parameters\n", a.model.c_str(), c.Summary().c_str(),
@@ -310,6 +375,14 @@ absl::Status Run(Args a) {
   }
 
   if (lead) {
+    if (a.truncated > 0) {
+      const bool left = a.truncate == PromptTruncation::kLeft;
+      std::printf("--truncate %s: the prompt's %lld tokens were cut to their %s %zu to fit the "
+                  "model's context of %lld with the new tokens\n",
+                  left ? "left" : "right", static_cast<long long>(a.prompt.size() + a.truncated),
+                  left ? "last" : "first", a.prompt.size(),
+                  static_cast<long long>(c.max_position_embeddings));
+    }
     if (tok == nullptr || a.print_ids) {
       std::printf("prompt ids [%s], %lld new tokens at most, %s\n",
                   absl::StrJoin(a.prompt, ",").c_str(), static_cast<long long>(a.max_new_tokens),
@@ -329,6 +402,13 @@ absl::Status Run(Args a) {
   if (lead) {
     if (tok == nullptr || a.print_ids) {
       std::printf("generated ids [%s]\n", absl::StrJoin(r.tokens, ",").c_str());
+    }
+    if (r.stop == StopReason::kContext) {
+      std::printf("stopped at the model's context of %lld tokens (%lld prompt + %zu new), before "
+                  "--max-new-tokens %lld\n",
+                  static_cast<long long>(c.max_position_embeddings),
+                  static_cast<long long>(r.prompt_tokens), r.tokens.size(),
+                  static_cast<long long>(a.max_new_tokens));
     }
     std::printf("%zu prompt tokens, %zu new: prefill %.1f tokens/s, decode %.1f tokens/s (%s)\n",
                 a.prompt.size(), r.tokens.size(), r.prefill_tokens_per_second(),

@@ -6,10 +6,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "dtensor/core/status.h"
 #include "dtensor/nn/attention.h"
 #include "dtensor/nn/expert_parallel.h"
@@ -209,6 +213,8 @@ CausalLM::CausalLM(const loaders::DecoderConfig& config, DType dtype)
   lm_head_ =
       &AddModule<Linear>("lm_head", config.hidden_size, config.vocab_size, /*bias=*/false, dtype);
 }
+
+CausalLM::~CausalLM() = default;
 
 absl::Status CausalLM::ValidateConfig(const loaders::DecoderConfig& config) {
   DT_RETURN_IF_ERROR(loaders::FindDecoderFamily(config.model_type).status());
@@ -430,6 +436,154 @@ void CausalLM::ResetCache(int64_t reserve) {
   past_ = 0;
 }
 
+// ---- non-finite values --------------------------------------------------------------------------
+
+namespace {
+
+constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+constexpr const char* kKinds[] = {"NaN", "+inf", "-inf"};
+
+// The kind (0: NaN, 1: +inf, 2: -inf) of the first non-finite element of `t` (any dtype, device
+// and strides; integers are finite), read as f32.
+absl::StatusOr<std::optional<int>> NonFiniteKind(const Tensor& t) {
+  if (!t.defined() || t.numel() == 0 || !(IsFloating(t.dtype()) || IsQuantized(t.dtype()))) {
+    return std::nullopt;
+  }
+  Tensor f = t;
+  if (!f.device().is_cpu()) {
+    DT_ASSIGN_OR_RETURN(f, f.To(kCPU));
+  }
+  if (f.dtype() != DType::kF32) {
+    DT_ASSIGN_OR_RETURN(f, f.To(DType::kF32));
+  }
+  DT_ASSIGN_OR_RETURN(f, f.Contiguous());
+  const float* p = f.data<float>();
+  for (int64_t i = 0, n = f.numel(); i < n; ++i) {
+    if (!std::isfinite(p[i])) return std::isnan(p[i]) ? 0 : p[i] > 0 ? 1 : 2;
+  }
+  return std::nullopt;
+}
+
+// Whether a parameter's piece holds a non-finite value, read a block of rows at a time so that a
+// large (or quantized) weight is never converted whole.
+absl::StatusOr<bool> HoldsNonFinite(const Tensor& t) {
+  if (t.dim() < 2) {
+    DT_ASSIGN_OR_RETURN(std::optional<int> kind, NonFiniteKind(t));
+    return kind.has_value();
+  }
+  const int64_t rows = t.size(0);
+  const int64_t per_row = std::max<int64_t>(1, t.numel() / std::max<int64_t>(1, rows));
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 20) / per_row);
+  for (int64_t r = 0; r < rows; r += chunk) {
+    DT_ASSIGN_OR_RETURN(Tensor part, t.Narrow(0, r, std::min(chunk, rows - r)));
+    DT_ASSIGN_OR_RETURN(std::optional<int> kind, NonFiniteKind(part));
+    if (kind) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// Note [Non-finite values] (causal_lm.h): the modules watched, in the order a forward calls each
+// of them once, and the first of their outputs in this forward that was not finite.
+struct FiniteWatch {
+  struct Watched {
+    std::string name;  // path from the CausalLM
+    Module* module;
+    HookId hook;
+  };
+  std::vector<Watched> watched;
+  int64_t first = kNone;  // 3 · index in `watched` + kind (NonFiniteKind)
+};
+
+void CausalLM::set_check_finite(bool on) {
+  if (on == check_finite()) return;
+  if (!on) {
+    for (const FiniteWatch::Watched& w : watch_->watched) w.module->RemoveHook(w.hook);
+    watch_.reset();
+    return;
+  }
+  std::vector<std::string> names = {"model.embed_tokens", "model.rotary_emb"};
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    const std::string layer = absl::StrCat("model.layers.", i);
+    for (const char* child : {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}) {
+      names.push_back(absl::StrCat(layer, ".", child));
+    }
+    names.push_back(layer);  // its output: h + attention + MLP
+  }
+  names.push_back("model.norm");
+  names.push_back("lm_head");
+  std::map<std::string, Module*> modules;
+  for (const auto& [name, m] : NamedModules()) modules[name] = m;
+  watch_ = std::make_unique<FiniteWatch>();
+  for (const std::string& name : names) {
+    Module* m = modules.at(name);
+    FiniteWatch* w = watch_.get();
+    const int64_t index = static_cast<int64_t>(w->watched.size());
+    // Records only: failing here would fail this rank alone (CheckWatched decides for all).
+    const HookId hook = m->RegisterForwardHook(
+        [w, index](Module&, const Values&, Values& outputs) -> absl::Status {
+          if (w->first != kNone) return absl::OkStatus();
+          for (const Value& v : outputs) {
+            DT_ASSIGN_OR_RETURN(std::optional<int> kind, NonFiniteKind(v.local()));
+            if (kind) {
+              w->first = 3 * index + *kind;
+              break;
+            }
+          }
+          return absl::OkStatus();
+        });
+    w->watched.push_back({name, m, hook});
+  }
+}
+
+absl::StatusOr<CommPtr> CausalLM::MeshComm() {
+  const std::optional<DeviceMesh> m = mesh_ ? mesh_ : PlacedMesh(*this);
+  if (!m || m->Size() <= 1) return CommPtr();
+  std::vector<int> dims(m->ndim());
+  for (int d = 0; d < m->ndim(); ++d) dims[d] = d;
+  return m->Comm(dims);
+}
+
+absl::Status CausalLM::CheckWatched() {
+  int64_t first = watch_->first;
+  watch_->first = kNone;
+  DT_ASSIGN_OR_RETURN(CommPtr comm, MeshComm());
+  if (comm) {
+    DT_ASSIGN_OR_RETURN(Tensor t, Tensor::FromVector<int64_t>({1}, {first}));
+    DT_RETURN_IF_ERROR(comm->AllReduce(t, ReduceOp::kMin));
+    first = t.data<int64_t>()[0];
+  }
+  if (first == kNone) return absl::OkStatus();
+  const FiniteWatch::Watched& bad = watch_->watched[first / 3];
+  // Which of its parameters hold non-finite values: each rank reads its pieces, the ranks agree
+  // (max) so that every rank names the same ones.
+  const std::vector<std::pair<std::string, Parameter*>> params = bad.module->NamedParameters();
+  std::vector<int64_t> flags(params.size(), 0);
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].second->materialized()) continue;
+    DT_ASSIGN_OR_RETURN(bool non_finite, HoldsNonFinite(params[i].second->value().ToLocal()));
+    flags[i] = non_finite ? 1 : 0;
+  }
+  if (comm && !flags.empty()) {
+    DT_ASSIGN_OR_RETURN(Tensor t, Tensor::FromVector<int64_t>({static_cast<int64_t>(flags.size())},
+                                                              flags));
+    DT_RETURN_IF_ERROR(comm->AllReduce(t, ReduceOp::kMax));
+    flags = t.ToVector<int64_t>();
+  }
+  std::vector<std::string> holders;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (flags[i] != 0) holders.push_back(absl::StrCat(bad.name, ".", params[i].first));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      bad.name, ": its output holds ", kKinds[first % 3],
+      " (the first layer output of this forward that is not finite); ",
+      holders.empty() ? "its parameters are finite"
+                      : absl::StrCat("non-finite values in ", absl::StrJoin(holders, ", "))));
+}
+
+// ---- forward and generation ---------------------------------------------------------------------
+
 absl::StatusOr<Tensor> CausalLM::Logits(const Tensor& ids_in, bool last_only) {
   if (!ids_in.defined() || ids_in.dim() != 2 || ids_in.size(1) == 0 ||
       (ids_in.dtype() != DType::kI64 && ids_in.dtype() != DType::kI32)) {
@@ -446,6 +600,13 @@ absl::StatusOr<Tensor> CausalLM::Logits(const Tensor& ids_in, bool last_only) {
     }
   }
   const int64_t s = ids.size(1);
+  if (past_ + s > context_length()) {
+    // Note [The context limit].
+    return absl::OutOfRangeError(absl::StrCat(
+        type_name(), ": positions up to ", past_ + s, " (", past_, " cached + ", s,
+        " new) exceed the model's context of ", context_length(),
+        " tokens (max_position_embeddings)"));
+  }
   if (config_.sliding_window > 0 && past_ + s > config_.sliding_window) {
     // Note [Sliding windows] (loaders/hf_config.h).
     return absl::UnimplementedError(absl::StrCat(
@@ -457,6 +618,7 @@ absl::StatusOr<Tensor> CausalLM::Logits(const Tensor& ids_in, bool last_only) {
   DT_ASSIGN_OR_RETURN(Tensor positions,
                       Tensor::Arange(static_cast<double>(past_), static_cast<double>(past_ + s),
                                      1.0, DType::kI64));
+  if (watch_) watch_->first = kNone;
   DT_ASSIGN_OR_RETURN(Value h, model_->CallOne({Value(ids), Value(positions)}));
   past_ += s;
   if (last_only && s > 1) {
@@ -464,6 +626,7 @@ absl::StatusOr<Tensor> CausalLM::Logits(const Tensor& ids_in, bool last_only) {
     h = Value(last);
   }
   DT_ASSIGN_OR_RETURN(Value logits, lm_head_->CallOne({h}));
+  if (watch_) DT_RETURN_IF_ERROR(CheckWatched());
   // Every rank gets the whole vocab, whatever lm_head's style (a plain 'colwise' hands on a piece:
   // Note [Local pieces remember their layout]).
   return WholeTensor(logits);
@@ -475,31 +638,21 @@ absl::StatusOr<Values> CausalLM::Forward(Values inputs) {
   return Values{Value(std::move(logits))};
 }
 
-// Note [Agreeing on tokens]
-// Every rank holds the gathered logits, and with this runtime's backends they are bitwise equal
-// on every rank (all_gather copies bytes; each all_reduce hands every member the same sum). Still,
-// a rank that picked a different token would silently feed the others' KV caches garbage, and an
-// MPI all_reduce is not required to be bitwise identical across ranks. So every rank computes the
-// pick (errors, e.g. NaN logits, then fail on every rank alike) and group rank 0's token is
-// broadcast: one 8-byte broadcast per token, a few microseconds against a forward.
-absl::StatusOr<int64_t> CausalLM::PickToken(const Tensor& logits,
-                                                    const SamplingOptions& sampling,
-                                                    int64_t step) {
+// The ranks agree on the token or the error (Note [Agreeing on tokens] in sampling.cc).
+absl::StatusOr<int64_t> CausalLM::PickToken(const Tensor& logits, const SamplingOptions& sampling,
+                                            int64_t step) {
   DT_ASSIGN_OR_RETURN(Tensor f, ops::Cast(logits, DType::kF32));
   DT_ASSIGN_OR_RETURN(f, f.Contiguous());
   const float* p = f.data<float>();
-  DT_ASSIGN_OR_RETURN(int64_t token,
-                      SampleToken(absl::MakeConstSpan(p + f.numel() - config_.vocab_size,
-                                                      config_.vocab_size),
-                                  sampling, step));
-  const std::optional<DeviceMesh> m = mesh_ ? mesh_ : PlacedMesh(*this);
-  if (m && m->Size() > 1) {
-    std::vector<int> dims(m->ndim());
-    for (int d = 0; d < m->ndim(); ++d) dims[d] = d;
-    DT_ASSIGN_OR_RETURN(CommPtr comm, m->Comm(dims));
-    DT_ASSIGN_OR_RETURN(Tensor t, Tensor::FromVector<int64_t>({1}, {token}));
-    DT_RETURN_IF_ERROR(comm->Broadcast(t, 0));
-    token = t.data<int64_t>()[0];
+  DT_ASSIGN_OR_RETURN(CommPtr comm, MeshComm());
+  absl::StatusOr<int64_t> token = AgreeOnToken(
+      absl::MakeConstSpan(p + f.numel() - config_.vocab_size, config_.vocab_size), sampling,
+      step, comm.get());
+  if (absl::IsInvalidArgument(token.status()) && !check_finite()) {  // non-finite logits
+    return absl::InvalidArgumentError(
+        absl::StrCat(token.status().message(),
+                     "; generate --check-finite (CausalLM::set_check_finite) names the first "
+                     "layer whose output is not finite"));
   }
   return token;
 }
@@ -512,26 +665,94 @@ double GenerateResult::decode_tokens_per_second() const {
   return decode_seconds > 0 && steps > 0 ? steps / decode_seconds : 0;
 }
 
-absl::StatusOr<GenerateResult> CausalLM::Generate(const std::vector<int64_t>& prompt,
-                                                          const GenerateOptions& options) {
-  if (prompt.empty()) return absl::InvalidArgumentError("Generate: the prompt is empty");
+absl::StatusOr<PromptTruncation> ParsePromptTruncation(absl::string_view name) {
+  if (name == "none") return PromptTruncation::kNone;
+  if (name == "left") return PromptTruncation::kLeft;
+  if (name == "right") return PromptTruncation::kRight;
+  return absl::InvalidArgumentError(
+      absl::StrCat("prompt truncation must be none, left or right, got '", name, "'"));
+}
+
+absl::StatusOr<std::vector<int64_t>> FitPromptToContext(const std::vector<int64_t>& prompt,
+                                                        int64_t max_new_tokens, int64_t context,
+                                                        PromptTruncation truncate) {
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (truncate == PromptTruncation::kNone) {
+    if (n <= context) return prompt;
+    return absl::OutOfRangeError(absl::StrCat(
+        "the prompt has ", n, " tokens, more than the model's context of ", context,
+        " (max_position_embeddings): shorten it or truncate it (GenerateOptions::truncate, "
+        "generate --truncate left|right)"));
+  }
+  // Room for the new tokens, but a prompt of at least half the context (one token at least).
+  const int64_t keep = std::min(
+      n, std::max(context - std::max<int64_t>(max_new_tokens, 0), (context + 1) / 2));
+  if (keep == n) return prompt;
+  return truncate == PromptTruncation::kLeft
+             ? std::vector<int64_t>(prompt.end() - keep, prompt.end())
+             : std::vector<int64_t>(prompt.begin(), prompt.begin() + keep);
+}
+
+absl::StatusOr<GenerateResult> CausalLM::Generate(const std::vector<int64_t>& prompt_in,
+                                                  const GenerateOptions& options) {
+  // Everything that can be refused is refused before any work, alike on every rank.
+  if (prompt_in.empty()) return absl::InvalidArgumentError("Generate: the prompt is empty");
   if (options.max_new_tokens < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("Generate: max_new_tokens must be >= 0, got ", options.max_new_tokens));
   }
-  // Note [KV buffers are reserved] (nn/attention.cc).
-  constexpr int64_t kMaxReserve = 4096;
-  ResetCache(static_cast<int64_t>(prompt.size()) + std::min(options.max_new_tokens, kMaxReserve));
+  if (absl::Status s = options.sampling.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("Generate: ", s.message()));
+  }
+  for (size_t i = 0; i < prompt_in.size(); ++i) {
+    if (prompt_in[i] < 0 || prompt_in[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Generate: prompt position ", i, ": token id ", prompt_in[i],
+          " is outside the vocab [0, ", config_.vocab_size, ")"));
+    }
+  }
+  absl::StatusOr<std::vector<int64_t>> fitted = FitPromptToContext(
+      prompt_in, options.max_new_tokens, context_length(), options.truncate);
+  if (!fitted.ok()) {
+    return absl::Status(fitted.status().code(),
+                        absl::StrCat("Generate: ", fitted.status().message()));
+  }
+  const std::vector<int64_t>& prompt = *fitted;
   GenerateResult result;
   result.prompt_tokens = static_cast<int64_t>(prompt.size());
-  if (options.max_new_tokens == 0) return result;
+  result.truncated_tokens = static_cast<int64_t>(prompt_in.size()) - result.prompt_tokens;
+  // Note [The context limit]: prompt + new tokens <= the context.
+  const int64_t max_new =
+      std::min(options.max_new_tokens, context_length() - result.prompt_tokens);
+  // Note [KV buffers are reserved] (nn/attention.cc).
+  constexpr int64_t kMaxReserve = 4096;
+  ResetCache(result.prompt_tokens + std::min(max_new, kMaxReserve));
+  auto stop = [&](int64_t t) {
+    return std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), t) !=
+           options.stop_token_ids.end();
+  };
+  auto stop_reason = [&] {
+    const int64_t n = static_cast<int64_t>(result.tokens.size());
+    if (n > 0 && stop(result.tokens.back())) return StopReason::kStopToken;
+    return n == options.max_new_tokens ? StopReason::kMaxNewTokens : StopReason::kContext;
+  };
+  // Errors of a step name it (step 0 is the prefill).
+  auto at = [](int64_t step, const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("Generate: step ", step, ": ", s.message()));
+  };
+  if (max_new == 0) {
+    result.stop = stop_reason();
+    return result;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   DT_ASSIGN_OR_RETURN(Tensor ids,
                       Tensor::FromVector<int64_t>({1, result.prompt_tokens}, prompt));
-  DT_ASSIGN_OR_RETURN(Tensor logits, Logits(ids, /*last_only=*/true));
-  DT_ASSIGN_OR_RETURN(int64_t token, PickToken(logits, options.sampling, 0));
+  absl::StatusOr<Tensor> logits = Logits(ids, /*last_only=*/true);
+  if (!logits.ok()) return at(0, logits.status());
+  absl::StatusOr<int64_t> token = PickToken(*logits, options.sampling, 0);
+  if (!token.ok()) return at(0, token.status());
   result.prefill_seconds = Seconds(t0);
-  result.tokens.push_back(token);
+  result.tokens.push_back(*token);
   GenerateProgress progress;
   progress.prefill_seconds = result.prefill_seconds;
   auto report = [&] {
@@ -542,20 +763,19 @@ absl::StatusOr<GenerateResult> CausalLM::Generate(const std::vector<int64_t>& pr
     options.on_progress(progress);
   };
   report();
-  auto stop = [&](int64_t t) {
-    return std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), t) !=
-           options.stop_token_ids.end();
-  };
   const auto t1 = std::chrono::steady_clock::now();
-  while (static_cast<int64_t>(result.tokens.size()) < options.max_new_tokens && !stop(token)) {
-    DT_ASSIGN_OR_RETURN(Tensor next, Tensor::FromVector<int64_t>({1, 1}, {token}));
-    DT_ASSIGN_OR_RETURN(logits, Logits(next, /*last_only=*/true));
-    DT_ASSIGN_OR_RETURN(token, PickToken(logits, options.sampling,
-                                         static_cast<int64_t>(result.tokens.size())));
-    result.tokens.push_back(token);
+  while (static_cast<int64_t>(result.tokens.size()) < max_new && !stop(*token)) {
+    const int64_t step = static_cast<int64_t>(result.tokens.size());
+    DT_ASSIGN_OR_RETURN(Tensor next, Tensor::FromVector<int64_t>({1, 1}, {*token}));
+    logits = Logits(next, /*last_only=*/true);
+    if (!logits.ok()) return at(step, logits.status());
+    token = PickToken(*logits, options.sampling, step);
+    if (!token.ok()) return at(step, token.status());
+    result.tokens.push_back(*token);
     result.decode_seconds = Seconds(t1);
     report();
   }
+  result.stop = stop_reason();
   return result;
 }
 

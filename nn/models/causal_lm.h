@@ -51,10 +51,34 @@
 // can run in f32).
 //
 // Generation (Generate): prefill the prompt, then one token per step with the KV cache. Every
-// rank ends up with the same gathered logits; group rank 0 of the tp mesh picks the token (greedy
-// or temperature/top-k/top-p with a counter-based RNG seeded by SamplingOptions::seed) and
-// broadcasts it, so the ranks agree on every token even if a backend's reductions were not
-// bitwise identical across ranks (one 8-byte broadcast per token). See Note [Agreeing on tokens].
+// rank ends up with the same gathered logits; each checks them finite, group rank 0 of the mesh
+// picks the token (greedy or temperature/top-k/top-p with a counter-based RNG seeded by
+// SamplingOptions::seed), and one 16-byte all_reduce hands every rank rank 0's token or the same
+// error (AgreeOnToken in nn/models/sampling.h; Note [Agreeing on tokens]), so the ranks agree on
+// every token even if a backend's reductions were not bitwise identical across ranks.
+//
+// Note [The context limit]
+// A sequence (prompt + new tokens) holds at most context_length() = the config's
+// max_position_embeddings (GGUF's context_length) tokens: the positions the model was made for,
+// and a bound on the KV cache. Generate refuses a longer prompt before any work, naming both
+// numbers, or with GenerateOptions::truncate cuts it (FitPromptToContext); it stops at the
+// context (GenerateResult::stop == kContext) when max_new_tokens would pass it, and sizes the
+// KV buffers for min(prompt + max_new_tokens, context) (at most kMaxReserve up front: Note [KV
+// buffers are reserved]); Logits refuses positions past it. Rope types that extend past
+// max_position_embeddings by themselves (`dynamic`) are held to it as well.
+//
+// Note [Non-finite values]
+// A NaN or an infinity in the logits is an error on every rank at once, at the step it appeared
+// ("Generate: step 3: the logits are not finite: logit 7 of 384 is NaN"; AgreeOnToken): a cheap
+// check of the V logits each step. set_check_finite(true) (generate --check-finite) checks every
+// layer's output as well: forward hooks on the embedding, the rotary table, each layer's norms,
+// attention, MLP and output, the final norm and lm_head record the first output that is not
+// finite, one all_reduce (min) per forward agrees on it across ranks, and the error names that
+// module and which of its parameters hold non-finite values, every rank the same even when one
+// rank alone holds the bad shard ("Generate: step 0: model.layers.1.mlp: its output holds NaN
+// (the first layer output of this forward that is not finite); non-finite values in
+// model.layers.1.mlp.down_proj.weight"). The hooks only record: a rank that failed alone would
+// leave the others waiting in the next collective.
 
 #include <cstdint>
 #include <functional>
@@ -64,6 +88,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "dtensor/core/tensor.h"
 #include "dtensor/loaders/hf_config.h"
 #include "dtensor/loaders/safetensors.h"
@@ -110,6 +135,9 @@ class DecoderModel : public Module {
   RotaryEmbedding* rotary_emb_;
 };
 
+// set_check_finite's hooks and what they recorded (nn/models/causal_lm.cc).
+struct FiniteWatch;
+
 struct CausalLMLoadOptions {
   // The compute dtype; nullopt: the config's torch_dtype.
   std::optional<DType> dtype;
@@ -145,11 +173,28 @@ struct CausalLMLoadOptions {
   QuantizedMisfit quantized_misfit = QuantizedMisfit::kDequantize;
 };
 
+// What Generate does with a prompt that leaves no room for max_new_tokens in the context
+// (FitPromptToContext): kNone runs it while it fits the context at all.
+enum class PromptTruncation { kNone, kLeft, kRight };
+// "none", "left", "right".
+absl::StatusOr<PromptTruncation> ParsePromptTruncation(absl::string_view name);
+
+// The prompt Generate runs for `context` positions (Note [The context limit]): kNone: the prompt
+// itself when it fits the context, else OutOfRange naming both lengths; kLeft / kRight: the prompt
+// without its first / last tokens, as many as needed for prompt + max_new_tokens to fit the
+// context but no more than leave half the context (rounded up) of it.
+absl::StatusOr<std::vector<int64_t>> FitPromptToContext(const std::vector<int64_t>& prompt,
+                                                        int64_t max_new_tokens, int64_t context,
+                                                        PromptTruncation truncate);
+
 struct GenerateOptions {
+  // At most this many new tokens; fewer when the context ends first (GenerateResult::stop).
   int64_t max_new_tokens = 32;
   SamplingOptions sampling;
   // Stop after producing one of these (not part of the max); empty: never stop early.
   std::vector<int64_t> stop_token_ids;
+  // A prompt longer than the context is refused unless truncated (FitPromptToContext).
+  PromptTruncation truncate = PromptTruncation::kNone;
   // Called after the prefill and after every decode step on every rank (print from one).
   std::function<void(const struct GenerateProgress&)> on_progress;
 };
@@ -161,9 +206,18 @@ struct GenerateProgress {
   double decode_seconds = 0;  // since the prefill ended
 };
 
+// Why generation ended.
+enum class StopReason {
+  kMaxNewTokens,  // max_new_tokens were produced
+  kStopToken,     // the last token is one of stop_token_ids
+  kContext,       // prompt + tokens reached the context before max_new_tokens
+};
+
 struct GenerateResult {
   std::vector<int64_t> tokens;  // the new tokens only
-  int64_t prompt_tokens = 0;
+  int64_t prompt_tokens = 0;    // after truncation
+  int64_t truncated_tokens = 0;  // cut from the prompt (GenerateOptions::truncate)
+  StopReason stop = StopReason::kMaxNewTokens;
   double prefill_seconds = 0;
   double decode_seconds = 0;  // the steps after the first token
   double prefill_tokens_per_second() const;
@@ -175,6 +229,7 @@ class CausalLM : public Module {
   // The config must be valid (ParseDecoderConfig's checks); ValidateConfig says what this class
   // refuses beyond them, and every entry point returns it.
   CausalLM(const loaders::DecoderConfig& config, DType dtype);
+  ~CausalLM() override;
 
   // config.json + safetensors in `dir`, or a GGUF file, laid out over the 1-D tensor-parallel
   // `mesh`, or over a 2-D mesh (ep, tp) for expert parallelism (nn/expert_parallel.h; families
@@ -235,9 +290,16 @@ class CausalLM : public Module {
 
   // ids [B, S] (i64) of the positions after the KV cache -> logits [B, S, V] (all positions) or
   // [B, 1, V] (last_only), as a plain tensor holding the full vocab on every rank. Appends to the
-  // KV cache. A sequence longer than the config's sliding window is refused (Note [Sliding
-  // windows] in loaders/hf_config.h).
+  // KV cache. Positions past the context (Note [The context limit]) or the config's sliding
+  // window (Note [Sliding windows] in loaders/hf_config.h) are refused; with check_finite(), a
+  // non-finite layer output is an error on every rank (Note [Non-finite values]).
   absl::StatusOr<Tensor> Logits(const Tensor& ids, bool last_only = false);
+  // The most tokens a sequence may hold: the config's max_position_embeddings.
+  int64_t context_length() const { return config_.max_position_embeddings; }
+  // Checks every layer's output in Logits, Call and Generate (Note [Non-finite values]); off by
+  // default (the logits are checked every step regardless). Set it alike on every rank.
+  void set_check_finite(bool on);
+  bool check_finite() const { return watch_ != nullptr; }
   // Tokens in the KV cache; ResetCache forgets them.
   int64_t cache_length() const { return past_; }
   // `reserve`: positions the caches' buffers are made for (Note [KV buffers are reserved] in
@@ -245,6 +307,8 @@ class CausalLM : public Module {
   void ResetCache(int64_t reserve = 0);
 
   // Prefill + decode from an empty cache (the cache is reset first). Collective over the mesh.
+  // The prompt and options are checked before any work (the prompt against the context and the
+  // vocab); non-finite logits fail every rank at the step they appear (Note [Non-finite values]).
   absl::StatusOr<GenerateResult> Generate(const std::vector<int64_t>& prompt,
                                           const GenerateOptions& options);
 
@@ -255,6 +319,12 @@ class CausalLM : public Module {
  private:
   absl::StatusOr<int64_t> PickToken(const Tensor& last_logits, const SamplingOptions& sampling,
                                     int64_t step);
+  // The mesh the model was laid over (every rank of it agrees on tokens and checks), or nullptr on
+  // one rank.
+  absl::StatusOr<CommPtr> MeshComm();
+  // With check_finite(): agrees across ranks on the first non-finite output the watch recorded in
+  // the forward just run, and names it (Note [Non-finite values]).
+  absl::Status CheckWatched();
   loaders::DecoderConfig config_;
   DType dtype_;
   // The children Logits calls, as built.
@@ -264,6 +334,7 @@ class CausalLM : public Module {
   // The mesh FromPretrained laid the model over (the tp mesh, or (ep, tp)): every rank of it
   // agrees on each token (Note [Agreeing on tokens]).
   std::optional<DeviceMesh> mesh_;
+  std::unique_ptr<FiniteWatch> watch_;  // null unless check_finite()
 };
 
 }  // namespace dt::nn

@@ -1,0 +1,164 @@
+// build/bin/generate (examples/llama_generate.cc) on issue 45's hostile command lines and models:
+//   GenerateFlags.*  every numeric flag out of range, and --prompt-ids / --truncate / --dtype
+//                    malformed, refused (exit 2, naming the flag and the value) before the model
+//                    is loaded (the model path does not exist); the prompt against the context
+//                    and the vocab refused before any weight is read (the model has no weights);
+//   GenerateRanks.*  non-finite logits fail the run at the step they appear, at tp 1, 2 and 3
+//                    under dtrun, greedy and sampled (every rank that prints an error prints the
+//                    same), --check-finite naming the layer and the weight;
+//                    generation stopped at the context, and --truncate, with --check agreeing
+//                    with one rank.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "dtensor/tests/mesh/process_runner.h"
+#include "dtensor/tests/models/patched_fixtures.h"
+#include "dtensor/tests/test_util.h"
+#include "gtest/gtest.h"
+
+namespace dt::nn::testing {
+namespace {
+
+using dt::testing::Contains;
+using dt::testing::ProcessResult;
+using dt::testing::RunCommand;
+
+const std::string& Scratch() {
+  static dt::testing::ScratchDir dir("generate_cli");
+  return dir.path;
+}
+
+// generate with `args`, on `n` shm ranks under dtrun (n > 1) or without a launcher.
+ProcessResult Generate(const std::string& args, int n = 1) {
+  const std::string program = absl::StrCat(DT_GENERATE, " ", args);
+  return RunCommand(n == 1 ? program
+                           : absl::StrCat("DT_BACKEND=shm ", DT_DTRUN, " --nproc-per-node ", n,
+                                          " ", program));
+}
+
+TEST(GenerateFlags, OutOfRangeValuesAreRefusedBeforeTheModelLoads) {
+  struct Case {
+    std::string flags, message;
+  };
+  const std::vector<Case> cases = {
+      {"--max-new-tokens -1", "--max-new-tokens must be an integer >= 0, got -1"},
+      {"--temperature NaN", "--temperature must be a finite number > 0, got nan"},
+      {"--temperature inf", "--temperature must be a finite number > 0, got inf"},
+      {"--temperature 0", "--temperature must be a finite number > 0, got 0"},
+      {"--top-p 2", "--top-p must be in (0, 1], got 2"},
+      {"--top-p 0", "--top-p must be in (0, 1], got 0"},
+      {"--top-p nan", "--top-p must be in (0, 1], got nan"},
+      {"--top-k -1", "--top-k must be an integer >= 0, got -1"},
+      {"--seed -5", "--seed must be an integer >= 0, got -5"},
+      {"--ep-size 0", "--ep-size must be an integer >= 1, got 0"},
+      {"--prompt-ids ,", "--prompt-ids must be token ids >= 0 separated by commas, got ',' (id 1 "
+                         "of 2 is empty)"},
+      {"--prompt-ids 1,,2", "got '1,,2' (id 2 of 3 is empty)"},
+      {"--prompt-ids 1,-3", "got '1,-3' (id 2 of 2 is '-3')"},
+      {"--prompt-ids 7x", "(id 1 of 1 is '7x')"},
+      {"--prompt-ids ''", "got '' (id 1 of 1 is empty)"},
+      {"--truncate middle", "--truncate must be none, left or right, got middle"},
+      {"--dtype i64", "--dtype must be f32, bf16 or f16, got i64"},
+  };
+  for (const Case& c : cases) {
+    const ProcessResult r = Generate(absl::StrCat("--model /no/such/model ", c.flags));
+    EXPECT_EQ(r.status, 2) << c.flags << ": " << r.output;
+    EXPECT_TRUE(Contains(r.output, c.message)) << c.flags;
+    EXPECT_FALSE(Contains(r.output, "/no/such/model")) << c.flags;
+  }
+}
+
+// A model directory with llama-tiny's config (context 8) and no weights: what is refused here is
+// refused before any weight is read.
+TEST(GenerateFlags, ThePromptIsCheckedAgainstTheConfigBeforeAnyWeightIsRead) {
+  const std::string dir = FixtureWithContext(Scratch(), "llama-tiny", "config-only", 8);
+  std::filesystem::remove(dir + "/model.safetensors");
+  ProcessResult r = Generate(absl::StrCat("--model ", dir, " --prompt-ids 1,2,3,4,5,6,7,8,9"));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(Contains(r.output, "the prompt has 9 tokens, more than the model's context of 8"));
+  r = Generate(absl::StrCat("--model ", dir, " --prompt-ids 1,384"));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(
+      Contains(r.output, "prompt position 1: token id 384 is outside the model's vocab [0, 384)"));
+}
+
+// The NaN-norm model fails every rank with the same message at step 0, greedy and sampled; the
+// Inf embedding row of token 378 (greedy decoding's second token: golden.json) at step 2.
+TEST(GenerateRanks, NonFiniteLogitsFailEveryRank) {
+  const std::string nan_norm =
+      FixtureWith(Scratch(), "llama-tiny", "nan-norm", "model.norm.weight", 3, NAN);
+  const std::string inf_embed = FixtureWith(Scratch(), "llama-tiny", "inf-embed",
+                                            "model.embed_tokens.weight", 378 * 64 + 5, INFINITY);
+  // qwen2-tiny: 9 heads over 3 KV heads, for tp 3.
+  const std::string qwen =
+      FixtureWith(Scratch(), "zoo/qwen2-tiny", "qwen-nan-norm", "model.norm.weight", 0, NAN);
+  const std::string golden = "--prompt-ids 1,15,27,100,200,5,7,300,42,11";  // llama-tiny's
+  const std::string short_prompt = "--prompt-ids 1,15,27";
+  struct Case {
+    std::string model;
+    int n;
+    std::string flags, message;
+  };
+  const std::vector<Case> cases = {
+      {nan_norm, 1, short_prompt, "step 0: the logits are not finite: logit 0 of 384 is NaN"},
+      {nan_norm, 2, short_prompt, "step 0: the logits are not finite: logit 0 of 384 is NaN"},
+      {nan_norm, 2, short_prompt + " --temperature 0.8 --seed 1",
+       "step 0: the logits are not finite"},
+      {qwen, 1, short_prompt + " --temperature 0.8 --seed 1",
+       "step 0: the logits are not finite: logit 0 of 288"},
+      {qwen, 3, short_prompt + " --temperature 0.8 --seed 1",
+       "step 0: the logits are not finite: logit 0 of 288"},
+      {qwen, 3, short_prompt, "step 0: the logits are not finite: logit 0 of 288"},
+      {inf_embed, 2, golden, "step 2: the logits are not finite"},
+      {inf_embed, 2, golden + " --check-finite",
+       "step 2: model.embed_tokens: its output holds +inf (the first layer output of this forward "
+       "that is not finite); non-finite values in model.embed_tokens.weight"},
+      {qwen, 3, short_prompt + " --check-finite --temperature 0.8",
+       "step 0: model.norm: its output holds NaN (the first layer output of this forward that is "
+       "not finite); non-finite values in model.norm.weight"},
+  };
+  for (const Case& c : cases) {
+    const ProcessResult r =
+        Generate(absl::StrCat("--model ", c.model, " --quiet ", c.flags), c.n);
+    SCOPED_TRACE(absl::StrCat(c.model, " on ", c.n, " ranks ", c.flags, ":\n", r.output));
+    EXPECT_EQ(r.status, 1);
+    EXPECT_TRUE(
+        Contains(r.output, absl::StrCat("generate: INVALID_ARGUMENT: Generate: ", c.message)));
+    // dtrun stops the other ranks once one fails, so the others may not get to print; what any
+    // rank prints is the same error, and no rank prints tokens.
+    for (absl::string_view line : absl::StrSplit(r.output, '\n')) {
+      if (Contains(line, "generate: ")) EXPECT_TRUE(Contains(line, c.message));
+    }
+    EXPECT_FALSE(Contains(r.output, "generated ids"));
+  }
+}
+
+// --max-new-tokens 10^12 stops at the context (it used to grow the KV cache until killed), the
+// tokens those of a single rank (--check); --truncate left keeps the prompt's end.
+TEST(GenerateRanks, TheContextEndsGenerationAndTruncationFitsThePrompt) {
+  const std::string dir = FixtureWithContext(Scratch(), "llama-tiny", "context14", 14);
+  ProcessResult r = Generate(absl::StrCat("--model ", dir, " --prompt-ids "
+                                          "1,15,27,100,200,5,7,300,42,11 --max-new-tokens "
+                                          "1000000000000 --quiet --check"),
+                             2);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "generated ids [78,378,363,378]"));
+  EXPECT_TRUE(Contains(r.output, "stopped at the model's context of 14 tokens (10 prompt + 4 new), "
+                                 "before --max-new-tokens 1000000000000"));
+  EXPECT_TRUE(Contains(r.output, "check: the 4 tokens equal the single-rank run"));
+  r = Generate(absl::StrCat("--model ", dir, " --prompt-ids "
+                            "9,9,9,9,9,9,1,15,27,100,200,5,7,300,42,11 --max-new-tokens 4 "
+                            "--truncate left --quiet --check"),
+               2);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "--truncate left: the prompt's 16 tokens were cut to their last "
+                                 "10 to fit the model's context of 14 with the new tokens"));
+  EXPECT_TRUE(Contains(r.output, "prompt ids [1,15,27,100,200,5,7,300,42,11]"));
+  EXPECT_TRUE(Contains(r.output, "generated ids [78,378,363,378]"));
+  EXPECT_TRUE(Contains(r.output, "check: the 4 tokens equal the single-rank run"));
+}
+
+}  // namespace
+}  // namespace dt::nn::testing
