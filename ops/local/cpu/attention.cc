@@ -1,5 +1,7 @@
-// CPU scaled dot-product attention: per (batch, KV head, block of queries), f32 scores through
-// the single-threaded GEMM (our kernels), masked softmax in f32, then probabilities times values.
+// CPU scaled dot-product attention. Per (batch, KV head, block of queries) task, one of two paths
+// (Note [Flash attention on the CPU]): prefill takes the flash path (blocks of keys, an online
+// softmax, attention_kernels.h); decode the score-row path (f32 score rows through the
+// single-threaded GEMM, masked softmax in f32, then probabilities times values).
 
 #include <algorithm>
 #include <cmath>
@@ -7,6 +9,9 @@
 #include <mutex>
 #include <vector>
 
+#include "dtensor/ops/local/cpu/attention.h"
+#include "absl/strings/str_cat.h"
+#include "dtensor/ops/local/cpu/attention_kernels.h"
 #include "dtensor/ops/local/cpu/gemm.h"
 #include "dtensor/ops/local/cpu/loops.h"
 #include "dtensor/ops/local/cpu/vec_math.h"
@@ -15,8 +20,6 @@
 namespace dt::ops::cpu {
 
 namespace {
-
-constexpr int64_t kQueryBlock = 64;
 
 // Element offset of t[i0, i1, i2, 0].
 inline int64_t At(const Tensor& t, int64_t i0, int64_t i1, int64_t i2) {
@@ -38,7 +41,8 @@ inline int64_t At(const Tensor& t, int64_t i0, int64_t i1, int64_t i2) {
 // and one with the values, so each key row is read once per group and, in decode, the skinny
 // kernel meets `group` rows of x at a time instead of one: a tile of rows x keys shares its
 // horizontal sums, where one row against 64-element keys spent as long summing as multiplying.
-// The block of queries shrinks by the group so a prefill task keeps about kQueryBlock rows.
+// The block of queries shrinks by the group so that a task keeps about q_block rows
+// (AttentionTuning in attention.h).
 
 // rows [r0, r0 + rows) of t[i0, i1] (each `width` wide) as contiguous f32.
 void LoadRows(const Tensor& t, int64_t i0, int64_t i1, int64_t r0, int64_t rows, float* dst) {
@@ -48,15 +52,12 @@ void LoadRows(const Tensor& t, int64_t i0, int64_t i1, int64_t r0, int64_t rows,
   }
 }
 
-}  // namespace
-
-absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                       const AttentionParams& params, const Tensor& out) {
+// The score-row path: per task, the f32 scores of every stacked row against every key it may
+// see, through the single-threaded GEMM, a masked softmax, then probabilities times values.
+absl::Status ScoreRows(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& params,
+                       int64_t block, const Tensor& out) {
   const int64_t batch = q.size(0), hq = q.size(1), sq = q.size(2), d = q.size(3);
   const int64_t hkv = k.size(1), group = hq / hkv, dv = v.size(3);
-  // A task is (batch, KV head, block of queries) with the block's rows of every query head of the
-  // group stacked (Note [Query heads share their KV head's pass]).
-  const int64_t block = std::max<int64_t>(1, kQueryBlock / group);
   const int64_t q_blocks = (sq + block - 1) / block;
   const int64_t cost = block * group * std::max<int64_t>(1, params.kv_length) * (d + dv) * 2;
   std::mutex mu;
@@ -136,6 +137,118 @@ absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
     }
   });
   return status;
+}
+
+// Rows [0, n) of t[bi, g] for a flash task (row j at the result + j * *rs, unit stride): where they
+// lie when they are `elem` with unit stride, else copied into buf (bf16 as bf16, f16 as f32).
+const void* TaskRows(const Tensor& t, int64_t bi, int64_t g, int64_t n, attention::Elem elem,
+                     std::vector<float>& buf, int64_t* rs) {
+  const int64_t width = t.size(3);
+  const DType want = elem == attention::Elem::kBF16 ? DType::kBF16 : DType::kF32;
+  if (t.dtype() == want && t.stride(3) == 1) {
+    *rs = t.stride(2);
+    return ElementPtr(t, At(t, bi, g, 0));
+  }
+  *rs = width;
+  if (elem == attention::Elem::kF32) {
+    buf.resize(static_cast<size_t>(n * width));
+    LoadRows(t, bi, g, 0, n, buf.data());
+    return buf.data();
+  }
+  buf.resize(static_cast<size_t>((n * width + 1) / 2));
+  uint16_t* dst = reinterpret_cast<uint16_t*>(buf.data());
+  for (int64_t j = 0; j < n; ++j) {
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(ElementPtr(t, At(t, bi, g, j)));
+    for (int64_t c = 0; c < width; ++c) dst[j * width + c] = src[c * t.stride(3)];
+  }
+  return dst;
+}
+
+// The flash path: per task, the stacked rows against blocks of keys (attention_kernels.h).
+absl::Status Flash(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& params,
+                   int64_t block, int64_t kv_block, const Tensor& out) {
+  const int64_t batch = q.size(0), hq = q.size(1), sq = q.size(2), d = q.size(3);
+  const int64_t hkv = k.size(1), group = hq / hkv, dv = v.size(3);
+  const int64_t q_blocks = (sq + block - 1) / block;
+  const int64_t cost = block * group * std::max<int64_t>(1, params.kv_length) * (d + dv) * 2;
+  // bf16 stays bf16 (multiplied as bf16 where the CPU can); f32 and f16 run in f32.
+  const attention::Elem elem = q.dtype() == DType::kBF16 ? attention::Elem::kBF16 : attention::Elem::kF32;
+  const attention::FlashFn flash = attention::FlashFor(attention::ActiveIsa(), elem);
+  // The kernel writes f32 rows of unit stride straight into out; other outputs go through a buffer.
+  const bool direct = out.dtype() == DType::kF32 && out.stride(3) == 1;
+  ParallelFor(batch * hkv * q_blocks, cost, [&](int64_t lo, int64_t hi) {
+    thread_local std::vector<float> qbuf, kbuf, vbuf, obuf;
+    for (int64_t task = lo; task < hi; ++task) {
+      const int64_t bi = task / (hkv * q_blocks), g = task / q_blocks % hkv;
+      const int64_t i0 = task % q_blocks * block, rows = std::min(block, sq - i0);
+      const int64_t m = group * rows;  // stacked row hg * rows + r: head g * group + hg, query i0 + r
+      int64_t kv_end = params.kv_length;
+      if (params.causal) kv_end = std::clamp<int64_t>(params.q_offset + i0 + rows, 0, kv_end);
+      attention::FlashTask t;
+      t.group = group, t.rows = rows, t.d = d, t.dv = dv;
+      if (direct) {
+        t.out = out.data<float>() + At(out, bi, g * group, i0);
+        t.out_hs = out.stride(1), t.out_rs = out.stride(2);
+      } else {
+        obuf.resize(static_cast<size_t>(m * dv));
+        t.out = obuf.data();
+        t.out_hs = rows * dv, t.out_rs = dv;
+      }
+      if (kv_end == 0) {  // no row sees a key: zeros
+        for (int64_t rr = 0; rr < m; ++rr) {
+          std::fill_n(t.out + rr / rows * t.out_hs + rr % rows * t.out_rs, dv, 0.0f);
+        }
+      } else {
+        if (q.dtype() == DType::kF16) {
+          qbuf.resize(static_cast<size_t>(m * d));
+          for (int64_t hg = 0; hg < group; ++hg) LoadRows(q, bi, g * group + hg, i0, rows, qbuf.data() + hg * rows * d);
+          t.q = qbuf.data();
+          t.q_hs = rows * d, t.q_rs = d, t.q_cs = 1;
+        } else {
+          t.q = ElementPtr(q, At(q, bi, g * group, i0));
+          t.q_hs = q.stride(1), t.q_rs = q.stride(2), t.q_cs = q.stride(3);
+        }
+        t.k = TaskRows(k, bi, g, kv_end, elem, kbuf, &t.k_rs);
+        t.v = TaskRows(v, bi, g, kv_end, elem, vbuf, &t.v_rs);
+        t.kv_end = kv_end;
+        t.causal = params.causal;
+        t.limit0 = params.q_offset + i0 + 1;
+        t.scale = params.scale;
+        t.kv_block = kv_block;
+        flash(t);
+      }
+      if (!direct) {
+        for (int64_t rr = 0; rr < m; ++rr) {
+          StoreF32(out.dtype(), ElementPtr(out, At(out, bi, g * group + rr / rows, i0 + rr % rows)), dv,
+                   out.stride(3), obuf.data() + rr * dv);
+        }
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status AttentionTuned(const Tensor& q, const Tensor& k, const Tensor& v,
+                            const AttentionParams& params, const AttentionTuning& tuning,
+                            const Tensor& out) {
+  if (tuning.q_block < 1 || tuning.kv_block < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("Attention: q_block (", tuning.q_block,
+                                                   ") and kv_block (", tuning.kv_block,
+                                                   ") must be at least 1"));
+  }
+  const int64_t group = q.size(1) / k.size(1);
+  // A task is (batch, KV head, block of queries) with the block's rows of every query head of the
+  // group stacked (Note [Query heads share their KV head's pass]).
+  const int64_t block = std::max<int64_t>(1, tuning.q_block / group);
+  if (group * q.size(2) < tuning.flash_min_rows) return ScoreRows(q, k, v, params, block, out);
+  return Flash(q, k, v, params, block, tuning.kv_block, out);
+}
+
+absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                       const AttentionParams& params, const Tensor& out) {
+  return AttentionTuned(q, k, v, params, AttentionTuning{}, out);
 }
 
 }  // namespace dt::ops::cpu

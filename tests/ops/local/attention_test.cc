@@ -1,9 +1,15 @@
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include "dtensor/ops/local/cpu/attention.h"
+#include "dtensor/ops/local/cpu/attention_kernels.h"
 #include "dtensor/ops/local/ops.h"
 #include "dtensor/tests/ops/local/test_util.h"
 #include "dtensor/tests/test_util.h"
@@ -110,6 +116,120 @@ TEST(AttentionTest, LongSequenceWithCache) {
   EXPECT_EQ(testing::Mismatch(ScaledDotProductAttention(q, k, v, opt).value(), {1, 4, 150, 6}, want,
                               {1e-5, 1e-5}),
             "");
+}
+
+using cpu::attention::Isa;
+
+std::vector<Isa> SupportedIsas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+    if (cpu::attention::IsaSupported(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+// Forces the flash path's instruction set for one scope.
+class ForceIsa {
+ public:
+  explicit ForceIsa(Isa isa) { cpu::attention::SetIsaForTesting(isa); }
+  ~ForceIsa() { cpu::attention::SetIsaForTesting(std::nullopt); }
+};
+
+// The CPU kernel with `tuning` on q [B, Hq, Sq, D], k, v: out [B, Hq, Sq, Dv], contiguous or (when
+// `transposed_out`) a [B, Sq, Hq, Dv] buffer seen as [B, Hq, Sq, Dv].
+Tensor RunTuned(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
+                const cpu::AttentionTuning& tuning, bool transposed_out) {
+  const int64_t b = q.size(0), hq = q.size(1), sq = q.size(2), dv = v.size(3);
+  const Tensor out = transposed_out
+                         ? Tensor::Empty({b, sq, hq, dv}, q.dtype()).value().Transpose(1, 2).value()
+                         : Tensor::Empty({b, hq, sq, dv}, q.dtype()).value();
+  const absl::Status st = cpu::AttentionTuned(q, k, v, p, tuning, out);
+  EXPECT_TRUE(st.ok()) << st;
+  return out;
+}
+
+// The flash path (and, for few stacked rows, the score-row path) against the definition in double
+// over random shapes up to Llama's head dims, GQA groups, KV-cache prefixes and offsets, random
+// memory layouts of q, k, v and out, random block sizes (edge tiles of every kernel: blocks of one
+// key or query, blocks not dividing the sequence, odd head dims) and every instruction set of this
+// CPU. Tolerances: f32 accumulates in f32 (TolFor's f32 bound, x3 for the scores' error over up to
+// 256 products); bf16 rounds the probabilities to bf16 before P·V (relative error 2^-9 on each
+// weight, so at most 2^-9 max|v| < 0.01 on the output, for |v| < 5) and the output once
+// (TolFor's bf16 bound); f16 runs in f32 and rounds the output once.
+RC_GTEST_PROP(AttentionTest, TunedKernelAgreesWithDouble, ()) {
+  const DType dtype = *rc::gen::element(DType::kF32, DType::kBF16, DType::kBF16, DType::kF16);
+  const int64_t b = *rc::gen::inRange<int64_t>(1, 3), hkv = *rc::gen::inRange<int64_t>(1, 3);
+  const int64_t hq = hkv * *rc::gen::inRange<int64_t>(1, 5);
+  // Head dims up to 256 with the sequences kept short enough for the double reference; sizes
+  // uniform over their ranges (not scaled down in the early cases as inRange alone is), so that
+  // most cases have several blocks of keys and of stacked rows.
+  const auto uniform = [](int64_t lo, int64_t hi) {
+    return *rc::gen::resize(rc::kNominalSize, rc::gen::inRange<int64_t>(lo, hi));
+  };
+  const bool wide = *rc::gen::inRange(0, 4) == 0;
+  const int64_t d = wide ? uniform(65, 257) : uniform(1, 65);
+  const int64_t dv = wide ? uniform(1, 257) : uniform(1, 65);
+  const int64_t sq = uniform(1, wide ? 24 : 70);
+  const int64_t skv = uniform(1, wide ? 60 : 150);
+  AttentionParams p;
+  p.causal = *rc::gen::arbitrary<bool>();
+  p.kv_length = *rc::gen::element(skv, *rc::gen::inRange<int64_t>(0, skv + 1));
+  p.q_offset = *rc::gen::element(p.kv_length - sq, *rc::gen::inRange<int64_t>(-3, skv + 3));
+  p.scale = static_cast<float>(*rc::gen::element(1 / std::sqrt(static_cast<double>(d)),
+                                                  *rc::gen::inRange(1, 20) / 10.0));
+  cpu::AttentionTuning tuning;
+  tuning.q_block = *rc::gen::element(int64_t{64}, *rc::gen::inRange<int64_t>(1, 130));
+  tuning.kv_block = *rc::gen::element(int64_t{64}, *rc::gen::inRange<int64_t>(1, 100));
+  tuning.flash_min_rows = *rc::gen::element<int64_t>(0, 16, 1 << 20);
+  const Isa isa = *rc::gen::elementOf(SupportedIsas());
+  const Tensor q = testing::RandomTensor({b, hq, sq, d}, dtype);
+  const Tensor k = testing::RandomTensor({b, hkv, skv, d}, dtype);
+  const Tensor v = testing::RandomTensor({b, hkv, skv, dv}, dtype);
+  const bool transposed_out = *rc::gen::arbitrary<bool>();
+  RC_TAG(std::string(DTypeName(dtype)), std::string(cpu::attention::IsaName(isa)));
+  const std::vector<double> want = NaiveAttention(q, k, v, p.causal, p.scale, p.kv_length, p.q_offset);
+  ForceIsa force(isa);
+  const Tensor got = RunTuned(q, k, v, p, tuning, transposed_out);
+  RC_ASSERT(testing::Mismatch(got, {b, hq, sq, dv}, want, testing::TolFor(dtype, 3)) == "");
+}
+
+// A prefill of the tiny bench_llama shape (8 query heads on 4 KV heads, head dim 64), causal, on
+// every instruction set: the default blocks, full tiles of every kernel.
+TEST(AttentionTest, FlashPrefillOnEveryIsa) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> normal;
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    auto make = [&](const Shape& s) {
+      std::vector<double> x(static_cast<size_t>(Numel(s)));
+      for (double& e : x) e = normal(rng);
+      return Tensor::FromDoubles(s, x, dtype).value();
+    };
+    // q and k as the model's projections make them: [B, S, H, D] seen as [B, H, S, D].
+    const Tensor q = make({1, 200, 8, 64}).Transpose(1, 2).value();
+    const Tensor k = make({1, 200, 4, 64}).Transpose(1, 2).value();
+    const Tensor v = make({1, 4, 200, 64});
+    const std::vector<double> want = NaiveAttention(q, k, v, true, 0.125, 200, 0);
+    AttentionParams p;
+    p.causal = true, p.scale = 0.125f, p.kv_length = 200, p.q_offset = 0;
+    for (const Isa isa : SupportedIsas()) {
+      ForceIsa force(isa);
+      EXPECT_EQ(testing::Mismatch(RunTuned(q, k, v, p, {}, false), {1, 8, 200, 64}, want,
+                                  testing::TolFor(dtype, 3)),
+                "")
+          << DTypeName(dtype) << " " << cpu::attention::IsaName(isa);
+    }
+  }
+}
+
+TEST(AttentionTest, TuningMustHaveBlocks) {
+  const Tensor q = Tensor::Zeros({1, 1, 2, 4}).value();
+  AttentionParams p;
+  p.kv_length = 2;
+  cpu::AttentionTuning tuning;
+  tuning.kv_block = 0;
+  const absl::Status st = cpu::AttentionTuned(q, q, q, p, tuning, Tensor::Empty({1, 1, 2, 4}).value());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(dt::testing::Contains(st, "q_block (64) and kv_block (0) must be at least 1")) << st;
 }
 
 TEST(AttentionTest, Golden) {

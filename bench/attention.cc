@@ -1,0 +1,248 @@
+// bench_attention: the CPU attention kernel (Note [Flash attention on the CPU] in
+// ops/local/cpu/attention.cc) on Llama shapes, against its own other path in the same run.
+//
+//   rows      shapes                                      ours                    baseline
+//   prefill   causal, batch 1, Sq = Skv = 512 and 2048;   ScaledDotProductAttention the score-row path
+//             heads 8/4 (bench_llama's model), 32/8;      as the model calls it   (flash_min_rows past
+//             head dim 64 (and 128 for 32/8); f32, bf16   (the flash path)        the call's rows)
+//   decode    1 query against 512 and 2048 cached keys,   the same (the score-    the flash path forced
+//             the same heads and dtypes                   row path)               (flash_min_rows 0)
+//   sweep     (--sweep) the prefill shapes over q_block x kv_block (AttentionTuning): the figures
+//             behind the defaults
+//
+// Every side runs on T oneTBB threads (--threads, default: all cores). q, k, v are contiguous
+// [B, H, S, D], standard normal, scale 1/sqrt(D). GFLOP/s counts the products a causal pass needs
+// (4 Sq Skv' D per query head, Skv' the keys a query sees on average), the same for both sides.
+// Timing: each function is called once to warm up, then the functions take turns in ABBA order
+// until each ran min_reps times and min_seconds passed; medians are reported.
+// tools/reference/sdpa_bench.py runs this program and PyTorch's scaled_dot_product_attention on the
+// same shapes, dtypes and threads, interleaved, and compares them.
+//
+// Usage: bench_attention [--quick] [--threads T] [--sweep]
+// Ends with one line per target: RESULT <metric> <value> <target> PASS|FAIL.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <tbb/task_arena.h>
+
+#include "absl/flags/flag.h"
+#include "dtensor/bench/bench_util.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/ops/local/cpu/attention.h"
+#include "dtensor/ops/local/cpu/attention_kernels.h"
+#include "dtensor/ops/local/cpu/cpu_info.h"
+#include "dtensor/ops/local/ops.h"
+
+ABSL_FLAG(int, threads, 0, "oneTBB threads (0: all cores)");
+ABSL_FLAG(bool, sweep, false, "also time the prefill shapes over q_block x kv_block");
+
+namespace {
+
+using dt::DType;
+using dt::Tensor;
+namespace cpu = dt::ops::cpu;
+
+struct Reps {
+  int min_reps;
+  double min_seconds;
+};
+
+// Median seconds per call of each function, after one warm-up call each, the functions taking
+// turns in ABBA order so that each sees the same machine load.
+std::vector<double> Time(const Reps& reps, const std::vector<std::function<void()>>& fns) {
+  for (const auto& f : fns) f();
+  const size_t n = fns.size();
+  std::vector<std::vector<double>> t(n);
+  double total = 0;
+  for (int round = 0; static_cast<int>(t[0].size()) < reps.min_reps || total < reps.min_seconds; ++round) {
+    for (size_t o = 0; o < n; ++o) {
+      const size_t i = round % 2 == 0 ? o : n - 1 - o;
+      const auto start = std::chrono::steady_clock::now();
+      fns[i]();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      t[i].push_back(s);
+      total += s / n;
+    }
+  }
+  std::vector<double> medians;
+  for (auto& v : t) medians.push_back(dt::bench::Median(std::move(v)));
+  return medians;
+}
+
+struct Heads {
+  int64_t hq, hkv, d;
+};
+
+struct Inputs {
+  Tensor q, k, v;
+  dt::ops::AttentionOptions options;
+  dt::ops::AttentionParams params;
+};
+
+Inputs Make(DType dtype, const Heads& h, int64_t sq, int64_t skv) {
+  Inputs in;
+  in.q = Tensor::Randn({1, h.hq, sq, h.d}, 1, dtype).value();
+  in.k = Tensor::Randn({1, h.hkv, skv, h.d}, 2, dtype).value();
+  in.v = Tensor::Randn({1, h.hkv, skv, h.d}, 3, dtype).value();
+  in.options.causal = true;
+  in.params.causal = true;
+  in.params.scale = static_cast<float>(1 / std::sqrt(static_cast<double>(h.d)));
+  in.params.kv_length = skv;
+  in.params.q_offset = skv - sq;
+  return in;
+}
+
+// The op as a model calls it.
+void Ours(const Inputs& in) {
+  const absl::StatusOr<Tensor> out = dt::ops::ScaledDotProductAttention(in.q, in.k, in.v, in.options);
+  if (!out.ok()) {
+    std::fprintf(stderr, "bench_attention: %s\n", out.status().ToString().c_str());
+    std::exit(1);
+  }
+}
+
+// The kernel with `tuning`, allocating its output as the op does.
+void Tuned(const Inputs& in, const cpu::AttentionTuning& tuning) {
+  const Tensor out = Tensor::Empty({in.q.size(0), in.q.size(1), in.q.size(2), in.v.size(3)}, in.q.dtype()).value();
+  const absl::Status st = cpu::AttentionTuned(in.q, in.k, in.v, in.params, tuning, out);
+  if (!st.ok()) {
+    std::fprintf(stderr, "bench_attention: %s\n", st.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+// Products of one causal pass: 2 (q kᵀ) + 2 (p v) multiply-adds per visible (query, key, dim).
+double Gflop(const Heads& h, int64_t sq, int64_t skv) {
+  double visible = 0;  // keys seen by each query, summed (bottom-right aligned)
+  for (int64_t i = 0; i < sq; ++i) visible += static_cast<double>(skv - sq + i + 1);
+  return 4.0 * h.hq * visible * h.d / 1e9;
+}
+
+std::string ShapeName(const Heads& h) {
+  return std::to_string(h.hq) + "/" + std::to_string(h.hkv) + "/" + std::to_string(h.d);
+}
+
+struct Result {
+  std::string metric;
+  double value, target;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = dt::bench::ParseBenchFlags(
+      argc, argv, "usage: bench_attention [--quick] [--threads T] [--sweep]\nCPU attention on Llama shapes");
+  const int threads = absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads)
+                                                        : tbb::this_task_arena::max_concurrency();
+  tbb::task_arena arena(threads);
+  const Reps reps = quick ? Reps{3, 0.2} : Reps{7, 1.0};
+  const cpu::AttentionTuning defaults;
+  std::printf("bench_attention%s: T = %d threads on %s\n", quick ? " --quick" : "", threads,
+              cpu::ThisCpu().Describe().c_str());
+  std::printf("  flash path: %s kernels; q_block %lld, kv_block %lld, flash_min_rows %lld\n",
+              cpu::attention::IsaName(cpu::attention::ActiveIsa()), static_cast<long long>(defaults.q_block),
+              static_cast<long long>(defaults.kv_block), static_cast<long long>(defaults.flash_min_rows));
+  const std::vector<Heads> heads = {{8, 4, 64}, {32, 8, 64}, {32, 8, 128}};
+  const std::vector<int64_t> lengths = {512, 2048};
+  std::vector<Result> results;
+  arena.execute([&] {
+    std::printf("\nprefill (causal, batch 1; ms = median per call; GFLOP/s = 4 x visible (query, key) "
+                "pairs x D x Hq / time)\n");
+    std::printf("%-7s %-5s %-9s %-10s %9s %9s %12s %9s\n", "rows", "dtype", "heads", "SqxSkv", "ms",
+                "GFLOP/s", "score-rows", "ratio");
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      for (const int64_t s : lengths) {
+        double worst = 1e9;
+        for (const Heads& h : heads) {
+          const Inputs in = Make(dtype, h, s, s);
+          cpu::AttentionTuning old = defaults;
+          old.flash_min_rows = INT64_MAX;
+          // The score-row path at 2048 tokens takes seconds a call: fewer repetitions there.
+          const std::vector<double> t =
+              Time(s > 512 ? Reps{2, 0.0} : reps, {[&] { Ours(in); }, [&] { Tuned(in, old); }});
+          const double ratio = t[1] / t[0];
+          worst = std::min(worst, ratio);
+          // Parsed by tools/reference/sdpa_bench.py: rows, dtype, heads, Sq x Skv, ms.
+          std::printf("%-7s %-5s %-9s %-10s %9.3f %9.1f %12.3f %9.2f\n", "prefill", dt::DTypeName(dtype).data(),
+                      ShapeName(h).c_str(), (std::to_string(s) + "x" + std::to_string(s)).c_str(), t[0] * 1e3,
+                      Gflop(h, s, s) / t[0], t[1] * 1e3, ratio);
+          std::fflush(stdout);
+        }
+        results.push_back({std::string("attention_prefill_") + dt::DTypeName(dtype).data() + "_" +
+                               std::to_string(s) + "_vs_score_rows",
+                           worst, 1.0});
+      }
+    }
+
+    std::printf("\ndecode (1 query, causal, against Skv cached keys; ms = median per call; flash = "
+                "the flash path forced)\n");
+    std::printf("%-7s %-5s %-9s %-10s %9s %9s %12s %9s\n", "rows", "dtype", "heads", "SqxSkv", "ms",
+                "GB/s", "flash", "ratio");
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      for (const int64_t s : lengths) {
+        double worst = 1e9;
+        for (const Heads& h : heads) {
+          const Inputs in = Make(dtype, h, 1, s);
+          cpu::AttentionTuning flash = defaults;
+          flash.flash_min_rows = 0;
+          const std::vector<double> t =
+              Time(quick ? Reps{20, 0.1} : Reps{50, 0.5}, {[&] { Ours(in); }, [&] { Tuned(in, flash); }});
+          const double ratio = t[1] / t[0];
+          worst = std::min(worst, ratio);
+          const double bytes = 2.0 * h.hkv * s * h.d * static_cast<double>(dt::DTypeSize(dtype));
+          std::printf("%-7s %-5s %-9s %-10s %9.4f %9.1f %12.4f %9.2f\n", "decode", dt::DTypeName(dtype).data(),
+                      ShapeName(h).c_str(), ("1x" + std::to_string(s)).c_str(), t[0] * 1e3, bytes / t[0] / 1e9,
+                      t[1] * 1e3, ratio);
+          std::fflush(stdout);
+        }
+        // The path picked for decode against the other: at least level with it.
+        results.push_back({std::string("attention_decode_") + dt::DTypeName(dtype).data() + "_" +
+                               std::to_string(s) + "_vs_flash",
+                           worst, 0.95});
+      }
+    }
+
+    if (absl::GetFlag(FLAGS_sweep)) {
+      std::printf("\nsweep: prefill ms per (q_block, kv_block), the defaults first\n");
+      const std::vector<std::pair<int64_t, int64_t>> blocks = {
+          {defaults.q_block, defaults.kv_block}, {32, 32}, {32, 64}, {32, 128}, {64, 32}, {64, 128},
+          {64, 256}, {128, 32}, {128, 64}, {128, 128}};
+      for (const DType dtype : {DType::kF32, DType::kBF16}) {
+        for (const int64_t s : lengths) {
+          for (const Heads& h : heads) {
+            const Inputs in = Make(dtype, h, s, s);
+            std::vector<std::function<void()>> fns;
+            for (const auto& [qb, kb] : blocks) {
+              cpu::AttentionTuning tuning = defaults;
+              tuning.q_block = qb, tuning.kv_block = kb;
+              fns.push_back([&in, tuning] { Tuned(in, tuning); });
+            }
+            const std::vector<double> t = Time(reps, fns);
+            std::printf("%-5s %-9s %-10s", dt::DTypeName(dtype).data(), ShapeName(h).c_str(),
+                        (std::to_string(s) + "x" + std::to_string(s)).c_str());
+            for (size_t i = 0; i < blocks.size(); ++i) {
+              std::printf("  %lld/%lld %.2f", static_cast<long long>(blocks[i].first),
+                          static_cast<long long>(blocks[i].second), t[i] * 1e3);
+            }
+            std::printf("\n");
+            std::fflush(stdout);
+          }
+        }
+      }
+    }
+  });
+  std::printf("\n");
+  for (const Result& r : results) {
+    std::printf("RESULT %s %.2f %.2g %s\n", r.metric.c_str(), r.value, r.target,
+                dt::bench::Verdict(r.value >= r.target));
+  }
+  return 0;
+}

@@ -1,0 +1,32 @@
+#pragma once
+// Internal to the CPU kernels: the attention kernel with its tuning parameters (Note [Flash
+// attention on the CPU] in attention.cc). Attention (kernels.h) runs it with the defaults; tests,
+// benches and a per-CPU tuner pass their own.
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "dtensor/core/tensor.h"
+#include "dtensor/ops/local/kernels.h"
+
+namespace dt::ops::cpu {
+
+// The choices the kernel leaves to its caller. The defaults are what measured best on the AMD EPYC
+// Zen 4 VM (2 vCPUs) of Note [Flash attention on the CPU]; another CPU may want others.
+struct AttentionTuning {
+  // Query rows per task, the rows of every query head of a KV head's group stacked (Note [Query
+  // heads share their KV head's pass]): a task takes max(1, q_block / group) queries of each.
+  int64_t q_block = 64;
+  // Keys per block of the flash path's online softmax.
+  int64_t kv_block = 64;
+  // A call whose stacked rows (group x Sq) are fewer than this takes the score-row path (decode:
+  // Note [Attention reads f32 keys in place]); the others take the flash path.
+  int64_t flash_min_rows = 16;
+};
+
+// Attention (kernels.h) with `tuning`; q_block and kv_block must be at least 1.
+absl::Status AttentionTuned(const Tensor& q, const Tensor& k, const Tensor& v,
+                            const AttentionParams& params, const AttentionTuning& tuning,
+                            const Tensor& out);
+
+}  // namespace dt::ops::cpu
