@@ -12,8 +12,8 @@ torch.set_num_threads(T), T = the threads bench_attention reports: q [1, Hq, Sq,
 [1, Hkv, Skv, D], contiguous, standard normal, enable_gqa=True; prefill rows is_causal=True (PyTorch's
 CPU flash attention kernel), decode rows (one query against Skv cached keys, which it all sees)
 is_causal=False, as our bottom-right-aligned causal mask means for one query. The two sides take
-turns, twice (ours, PyTorch, ours, PyTorch; PyTorch's figure per row the median of --reps calls
-after a warm-up), and each side's better pass is compared: a machine whose speed drifts (a shared
+turns, twice (ours, PyTorch, ours, PyTorch; PyTorch's figure per row the median of --reps calls,
+10x as many for decode rows, after a warm-up), and each side's better pass is compared: a machine whose speed drifts (a shared
 VM) favours neither. Ends with RESULT lines, ratio = our throughput / PyTorch's (its time / ours),
 the worst of the shapes per dtype and length: attention_<dtype>_<tokens>_vs_sdpa for prefill and
 attention_decode_<dtype>_<tokens>_vs_sdpa for decode, target 1.0.
@@ -68,7 +68,10 @@ def main():
                 rows.append((kind, dtype, hq, hkv, d, sq, skv, float(m.group(8))))
         if not rows:
             raise SystemExit(f"no rows in {args.bench}'s output")
-        passes.append((rows, [torch_ms(*r[:7], args.reps) for r in rows]))
+        # A decode call takes tens of microseconds: more of them, so that the median is one the
+        # OpenMP threads were awake for.
+        passes.append((rows, [torch_ms(*r[:7], args.reps if r[0] == "prefill" else 10 * args.reps)
+                              for r in rows]))
     print(f"\nPyTorch {torch.__version__} scaled_dot_product_attention vs ours, {threads} threads each "
           f"(ms per call, the better of two passes)")
     print(f"{'rows':8} {'dtype':5} {'heads':9} {'SqxSkv':10} {'ours':>9} {'torch':>9} {'torch/ours':>11}")

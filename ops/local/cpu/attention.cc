@@ -3,13 +3,14 @@
 // softmax, attention_kernels.h); decode the score-row path (f32 score rows through the
 // single-threaded GEMM, masked softmax in f32, then probabilities times values).
 
+#include "dtensor/ops/local/cpu/attention.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <mutex>
 #include <vector>
 
-#include "dtensor/ops/local/cpu/attention.h"
 #include "absl/strings/str_cat.h"
 #include "dtensor/ops/local/cpu/attention_kernels.h"
 #include "dtensor/ops/local/cpu/gemm.h"
@@ -242,7 +243,8 @@ absl::Status AttentionTuned(const Tensor& q, const Tensor& k, const Tensor& v,
   // A task is (batch, KV head, block of queries) with the block's rows of every query head of the
   // group stacked (Note [Query heads share their KV head's pass]).
   const int64_t block = std::max<int64_t>(1, tuning.q_block / group);
-  if (group * q.size(2) < tuning.flash_min_rows) return ScoreRows(q, k, v, params, block, out);
+  const int64_t min_rows = q.dtype() == DType::kBF16 ? tuning.flash_min_rows_bf16 : tuning.flash_min_rows;
+  if (group * q.size(2) < min_rows) return ScoreRows(q, k, v, params, block, out);
   return Flash(q, k, v, params, block, tuning.kv_block, out);
 }
 

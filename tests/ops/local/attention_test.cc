@@ -181,6 +181,7 @@ RC_GTEST_PROP(AttentionTest, TunedKernelAgreesWithDouble, ()) {
   tuning.q_block = *rc::gen::element(int64_t{64}, *rc::gen::inRange<int64_t>(1, 130));
   tuning.kv_block = *rc::gen::element(int64_t{64}, *rc::gen::inRange<int64_t>(1, 100));
   tuning.flash_min_rows = *rc::gen::element<int64_t>(0, 16, 1 << 20);
+  tuning.flash_min_rows_bf16 = *rc::gen::element<int64_t>(0, 16, 1 << 20);
   const Isa isa = *rc::gen::elementOf(SupportedIsas());
   const Tensor q = testing::RandomTensor({b, hq, sq, d}, dtype);
   const Tensor k = testing::RandomTensor({b, hkv, skv, d}, dtype);
