@@ -1,14 +1,15 @@
 // bench_attention: the CPU attention kernel (Note [Flash attention on the CPU] in
 // ops/local/cpu/attention.cc) on Llama shapes, against its own other path in the same run.
 //
-//   rows      shapes                                      ours                    baseline
-//   prefill   causal, batch 1, Sq = Skv = 512 and 2048;   ScaledDotProductAttention the score-row path
-//             heads 8/4 (bench_llama's model), 32/8;      as the model calls it   (flash_min_rows past
-//             head dim 64 (and 128 for 32/8); f32, bf16   (the flash path)        the call's rows)
-//   decode    1 query against 512 and 2048 cached keys,   the same (the path      the other path forced
-//             the same heads and dtypes                   AttentionTuning picks)
-//   sweep     (--sweep) the prefill shapes over q_block x kv_block (AttentionTuning): the figures
-//             behind the defaults
+//   rows     shapes                                  ours                  baseline
+//   prefill  causal, batch 1, Sq = Skv = 512, 2048;  ScaledDotProductAttn  the score-row path
+//            heads / KV heads / head dim 8/4/64      as the model calls    (flash_min_rows past
+//            (bench_llama's model), 32/8/64,         it: the flash path    the call's rows)
+//            32/8/128; f32, bf16
+//   decode   1 query against 512, 2048 cached keys;  the same: the path    the other path
+//            the same heads and dtypes               AttentionTuning picks forced
+//   sweep    (--rows=...,sweep) the prefill shapes over q_block x kv_block (AttentionTuning): the
+//            figures behind the defaults
 //
 // Every side runs on T oneTBB threads (--threads, default: all cores). q, k, v are contiguous
 // [B, H, S, D], standard normal, scale 1/sqrt(D). GFLOP/s counts the products a causal pass needs
@@ -22,7 +23,7 @@
 // does all the work, so that variants compare on a machine that other processes load (the wall
 // clock there measures the scheduler as much as the kernel).
 //
-// Usage: bench_attention [--quick] [--threads T] [--sweep] [--cpu-time]
+// Usage: bench_attention [--quick] [--threads T] [--rows=prefill,decode,sweep] [--cpu-time]
 // Ends with one line per target: RESULT <metric> <value> <target> PASS|FAIL.
 
 #include <algorithm>
@@ -34,6 +35,7 @@
 #include <ctime>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <tbb/task_arena.h>
@@ -47,10 +49,13 @@
 #include "dtensor/ops/local/ops.h"
 
 ABSL_FLAG(int, threads, 0, "oneTBB threads (0: all cores)");
-ABSL_FLAG(bool, sweep, false, "also time the prefill shapes over q_block x kv_block");
-ABSL_FLAG(bool, cpu_time, false,
-          "time calls by the calling thread's CPU time instead of the wall clock (with --threads=1, "
-          "where the calling thread does all the work: comparisons that hold on a loaded machine)");
+ABSL_FLAG(std::vector<std::string>, rows, std::vector<std::string>({"prefill", "decode"}),
+          "sections to run, comma-separated: prefill, decode, sweep (the prefill shapes over "
+          "q_block x kv_block)");
+ABSL_FLAG(
+    bool, cpu_time, false,
+    "time calls by the calling thread's CPU time instead of the wall clock (with --threads=1, "
+    "where the calling thread does all the work: comparisons that hold on a loaded machine)");
 
 namespace {
 
@@ -81,7 +86,8 @@ std::vector<double> Time(const Reps& reps, const std::vector<std::function<void(
   const size_t n = fns.size();
   std::vector<std::vector<double>> t(n);
   double total = 0;
-  for (int round = 0; static_cast<int>(t[0].size()) < reps.min_reps || total < reps.min_seconds; ++round) {
+  for (int round = 0; static_cast<int>(t[0].size()) < reps.min_reps || total < reps.min_seconds;
+       ++round) {
     for (size_t o = 0; o < n; ++o) {
       const size_t i = round % 2 == 0 ? o : n - 1 - o;
       const double start = Now(cpu_time);
@@ -121,7 +127,8 @@ Inputs Make(DType dtype, const Heads& h, int64_t sq, int64_t skv) {
 
 // The op as a model calls it.
 void Ours(const Inputs& in) {
-  const absl::StatusOr<Tensor> out = dt::ops::ScaledDotProductAttention(in.q, in.k, in.v, in.options);
+  const absl::StatusOr<Tensor> out =
+      dt::ops::ScaledDotProductAttention(in.q, in.k, in.v, in.options);
   if (!out.ok()) {
     std::fprintf(stderr, "bench_attention: %s\n", out.status().ToString().c_str());
     std::exit(1);
@@ -130,7 +137,8 @@ void Ours(const Inputs& in) {
 
 // The kernel with `tuning`, allocating its output as the op does.
 void Tuned(const Inputs& in, const cpu::AttentionTuning& tuning) {
-  const Tensor out = Tensor::Empty({in.q.size(0), in.q.size(1), in.q.size(2), in.v.size(3)}, in.q.dtype()).value();
+  const Tensor out =
+      Tensor::Empty({in.q.size(0), in.q.size(1), in.q.size(2), in.v.size(3)}, in.q.dtype()).value();
   const absl::Status st = cpu::AttentionTuned(in.q, in.k, in.v, in.params, tuning, out);
   if (!st.ok()) {
     std::fprintf(stderr, "bench_attention: %s\n", st.ToString().c_str());
@@ -154,113 +162,165 @@ struct Result {
   double value, target;
 };
 
+struct Setup {
+  bool quick;
+  Reps reps;
+  cpu::AttentionTuning defaults;
+  std::vector<Heads> heads;
+  std::vector<int64_t> lengths;
+};
+
+std::string Tokens(int64_t sq, int64_t skv) {
+  return std::to_string(sq) + "x" + std::to_string(skv);
+}
+
+// Prefill: the op as the model calls it (the flash path) against the score-row path.
+void PrefillRows(const Setup& setup, std::vector<Result>& results) {
+  std::printf(
+      "\nprefill (causal, batch 1; ms = median per call; GFLOP/s = 4 x visible (query, key) "
+      "pairs x D x Hq / time)\n");
+  std::printf("%-7s %-5s %-9s %-10s %9s %9s %12s %9s\n", "rows", "dtype", "heads", "SqxSkv", "ms",
+              "GFLOP/s", "score-rows", "ratio");
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const int64_t s : setup.lengths) {
+      double worst = 1e9;
+      for (const Heads& h : setup.heads) {
+        const Inputs in = Make(dtype, h, s, s);
+        cpu::AttentionTuning old = setup.defaults;
+        old.flash_min_rows = old.flash_min_rows_bf16 = INT64_MAX;
+        // The score-row path at 2048 tokens takes seconds a call: fewer repetitions there.
+        const std::vector<double> t =
+            Time(s > 512 ? Reps{2, 0.0} : setup.reps, {[&] { Ours(in); }, [&] { Tuned(in, old); }});
+        const double ratio = t[1] / t[0];
+        worst = std::min(worst, ratio);
+        // Parsed by tools/reference/sdpa_bench.py: rows, dtype, heads, Sq x Skv, ms.
+        std::printf("%-7s %-5s %-9s %-10s %9.3f %9.1f %12.3f %9.2f\n", "prefill",
+                    dt::DTypeName(dtype).data(), ShapeName(h).c_str(), Tokens(s, s).c_str(),
+                    t[0] * 1e3, Gflop(h, s, s) / t[0], t[1] * 1e3, ratio);
+        std::fflush(stdout);
+      }
+      results.push_back({std::string("attention_prefill_") + dt::DTypeName(dtype).data() + "_" +
+                             std::to_string(s) + "_vs_score_rows",
+                         worst, 1.0});
+    }
+  }
+}
+
+// Decode: the path the defaults pick against the other one.
+void DecodeRows(const Setup& setup, std::vector<Result>& results) {
+  std::printf(
+      "\ndecode (1 query, causal, against Skv cached keys; ms = median per call; path = the one "
+      "the defaults pick; other = the other path forced)\n");
+  std::printf("%-7s %-5s %-9s %-10s %9s %9s %-6s %12s %9s\n", "rows", "dtype", "heads", "SqxSkv",
+              "ms", "GB/s", "path", "other", "ratio");
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const int64_t s : setup.lengths) {
+      double worst = 1e9;
+      for (const Heads& h : setup.heads) {
+        const Inputs in = Make(dtype, h, 1, s);
+        const int64_t min_rows = dtype == DType::kBF16 ? setup.defaults.flash_min_rows_bf16
+                                                       : setup.defaults.flash_min_rows;
+        const bool flash = h.hq / h.hkv >= min_rows;
+        cpu::AttentionTuning other = setup.defaults;
+        other.flash_min_rows = other.flash_min_rows_bf16 = flash ? INT64_MAX : 0;
+        const std::vector<double> t = Time(setup.quick ? Reps{20, 0.1} : Reps{50, 0.5},
+                                           {[&] { Ours(in); }, [&] { Tuned(in, other); }});
+        const double ratio = t[1] / t[0];
+        worst = std::min(worst, ratio);
+        const double bytes = 2.0 * h.hkv * s * h.d * static_cast<double>(dt::DTypeSize(dtype));
+        std::printf("%-7s %-5s %-9s %-10s %9.4f %9.1f %-6s %12.4f %9.2f\n", "decode",
+                    dt::DTypeName(dtype).data(), ShapeName(h).c_str(), Tokens(1, s).c_str(),
+                    t[0] * 1e3, bytes / t[0] / 1e9, flash ? "flash" : "score", t[1] * 1e3, ratio);
+        std::fflush(stdout);
+      }
+      // The path the defaults pick for decode against the other: at least level with it.
+      results.push_back({std::string("attention_decode_") + dt::DTypeName(dtype).data() + "_" +
+                             std::to_string(s) + "_vs_other_path",
+                         worst, 0.95});
+    }
+  }
+}
+
+// The prefill shapes over block sizes, the defaults first: the figures behind the defaults.
+void SweepRows(const Setup& setup) {
+  std::printf("\nsweep: prefill ms per call per q_block/kv_block, the defaults first\n");
+  const std::vector<std::pair<int64_t, int64_t>> blocks = {
+      {setup.defaults.q_block, setup.defaults.kv_block},
+      {32, 32},
+      {32, 64},
+      {32, 128},
+      {64, 32},
+      {64, 128},
+      {64, 256},
+      {128, 32},
+      {128, 64},
+      {128, 128}};
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const int64_t s : setup.lengths) {
+      for (const Heads& h : setup.heads) {
+        const Inputs in = Make(dtype, h, s, s);
+        std::vector<std::function<void()>> fns;
+        for (const auto& [qb, kb] : blocks) {
+          cpu::AttentionTuning tuning = setup.defaults;
+          tuning.q_block = qb, tuning.kv_block = kb;
+          fns.push_back([&in, tuning] { Tuned(in, tuning); });
+        }
+        const std::vector<double> t = Time(setup.reps, fns);
+        std::printf("%-5s %-9s %-10s", dt::DTypeName(dtype).data(), ShapeName(h).c_str(),
+                    Tokens(s, s).c_str());
+        for (size_t i = 0; i < blocks.size(); ++i) {
+          std::printf("  %lld/%lld %.2f", static_cast<long long>(blocks[i].first),
+                      static_cast<long long>(blocks[i].second), t[i] * 1e3);
+        }
+        std::printf("\n");
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool quick = dt::bench::ParseBenchFlags(
-      argc, argv, "usage: bench_attention [--quick] [--threads T] [--sweep] [--cpu-time]\nCPU attention on Llama shapes");
+      argc, argv,
+      "usage: bench_attention [--quick] [--threads T] [--rows=prefill,decode,sweep] [--cpu-time]\n"
+      "CPU attention on Llama shapes");
+  const std::vector<std::string> sections = absl::GetFlag(FLAGS_rows);
+  for (const std::string& name : sections) {
+    if (name != "prefill" && name != "decode" && name != "sweep") {
+      std::fprintf(stderr, "bench_attention: --rows takes prefill, decode and sweep, got '%s'\n",
+                   name.c_str());
+      return 2;
+    }
+  }
+  const auto run = [&](const char* name) {
+    return std::find(sections.begin(), sections.end(), name) != sections.end();
+  };
   const int threads = absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads)
-                                                        : tbb::this_task_arena::max_concurrency();
-  tbb::task_arena arena(threads);
-  const Reps reps = quick ? Reps{3, 0.2} : Reps{7, 1.0};
-  const cpu::AttentionTuning defaults;
+                                                       : tbb::this_task_arena::max_concurrency();
+  const Setup setup{quick,
+                    quick ? Reps{3, 0.2} : Reps{7, 1.0},
+                    cpu::AttentionTuning{},
+                    {{8, 4, 64}, {32, 8, 64}, {32, 8, 128}},
+                    {512, 2048}};
+  const cpu::AttentionTuning& d = setup.defaults;
   std::printf("bench_attention%s: T = %d threads on %s\n", quick ? " --quick" : "", threads,
               cpu::ThisCpu().Describe().c_str());
-  std::printf("  flash path: %s kernels; q_block %lld, kv_block %lld, flash_min_rows %lld (f32), %lld (bf16)\n",
-              cpu::attention::IsaName(cpu::attention::ActiveIsa()), static_cast<long long>(defaults.q_block),
-              static_cast<long long>(defaults.kv_block), static_cast<long long>(defaults.flash_min_rows),
-              static_cast<long long>(defaults.flash_min_rows_bf16));
-  std::printf("  timing: %s\n", absl::GetFlag(FLAGS_cpu_time) ? "CPU time of the calling thread" : "wall clock");
-  const std::vector<Heads> heads = {{8, 4, 64}, {32, 8, 64}, {32, 8, 128}};
-  const std::vector<int64_t> lengths = {512, 2048};
+  std::printf(
+      "  flash path: %s kernels; q_block %lld, kv_block %lld, flash_min_rows %lld (f32), %lld "
+      "(bf16)\n",
+      cpu::attention::IsaName(cpu::attention::ActiveIsa()), static_cast<long long>(d.q_block),
+      static_cast<long long>(d.kv_block), static_cast<long long>(d.flash_min_rows),
+      static_cast<long long>(d.flash_min_rows_bf16));
+  std::printf("  timing: %s\n",
+              absl::GetFlag(FLAGS_cpu_time) ? "CPU time of the calling thread" : "wall clock");
   std::vector<Result> results;
+  tbb::task_arena arena(threads);
   arena.execute([&] {
-    std::printf("\nprefill (causal, batch 1; ms = median per call; GFLOP/s = 4 x visible (query, key) "
-                "pairs x D x Hq / time)\n");
-    std::printf("%-7s %-5s %-9s %-10s %9s %9s %12s %9s\n", "rows", "dtype", "heads", "SqxSkv", "ms",
-                "GFLOP/s", "score-rows", "ratio");
-    for (const DType dtype : {DType::kF32, DType::kBF16}) {
-      for (const int64_t s : lengths) {
-        double worst = 1e9;
-        for (const Heads& h : heads) {
-          const Inputs in = Make(dtype, h, s, s);
-          cpu::AttentionTuning old = defaults;
-          old.flash_min_rows = old.flash_min_rows_bf16 = INT64_MAX;
-          // The score-row path at 2048 tokens takes seconds a call: fewer repetitions there.
-          const std::vector<double> t =
-              Time(s > 512 ? Reps{2, 0.0} : reps, {[&] { Ours(in); }, [&] { Tuned(in, old); }});
-          const double ratio = t[1] / t[0];
-          worst = std::min(worst, ratio);
-          // Parsed by tools/reference/sdpa_bench.py: rows, dtype, heads, Sq x Skv, ms.
-          std::printf("%-7s %-5s %-9s %-10s %9.3f %9.1f %12.3f %9.2f\n", "prefill", dt::DTypeName(dtype).data(),
-                      ShapeName(h).c_str(), (std::to_string(s) + "x" + std::to_string(s)).c_str(), t[0] * 1e3,
-                      Gflop(h, s, s) / t[0], t[1] * 1e3, ratio);
-          std::fflush(stdout);
-        }
-        results.push_back({std::string("attention_prefill_") + dt::DTypeName(dtype).data() + "_" +
-                               std::to_string(s) + "_vs_score_rows",
-                           worst, 1.0});
-      }
-    }
-
-    std::printf("\ndecode (1 query, causal, against Skv cached keys; ms = median per call; path = the one "
-                "the defaults pick; other = the other path forced)\n");
-    std::printf("%-7s %-5s %-9s %-10s %9s %9s %-6s %12s %9s\n", "rows", "dtype", "heads", "SqxSkv", "ms",
-                "GB/s", "path", "other", "ratio");
-    for (const DType dtype : {DType::kF32, DType::kBF16}) {
-      for (const int64_t s : lengths) {
-        double worst = 1e9;
-        for (const Heads& h : heads) {
-          const Inputs in = Make(dtype, h, 1, s);
-          const int64_t min_rows = dtype == DType::kBF16 ? defaults.flash_min_rows_bf16 : defaults.flash_min_rows;
-          const bool flash = h.hq / h.hkv >= min_rows;
-          cpu::AttentionTuning other = defaults;
-          other.flash_min_rows = other.flash_min_rows_bf16 = flash ? INT64_MAX : 0;
-          const std::vector<double> t =
-              Time(quick ? Reps{20, 0.1} : Reps{50, 0.5}, {[&] { Ours(in); }, [&] { Tuned(in, other); }});
-          const double ratio = t[1] / t[0];
-          worst = std::min(worst, ratio);
-          const double bytes = 2.0 * h.hkv * s * h.d * static_cast<double>(dt::DTypeSize(dtype));
-          std::printf("%-7s %-5s %-9s %-10s %9.4f %9.1f %-6s %12.4f %9.2f\n", "decode", dt::DTypeName(dtype).data(),
-                      ShapeName(h).c_str(), ("1x" + std::to_string(s)).c_str(), t[0] * 1e3, bytes / t[0] / 1e9,
-                      flash ? "flash" : "score", t[1] * 1e3, ratio);
-          std::fflush(stdout);
-        }
-        // The path the defaults pick for decode against the other: at least level with it.
-        results.push_back({std::string("attention_decode_") + dt::DTypeName(dtype).data() + "_" +
-                               std::to_string(s) + "_vs_other_path",
-                           worst, 0.95});
-      }
-    }
-
-    if (absl::GetFlag(FLAGS_sweep)) {
-      std::printf("\nsweep: prefill ms per (q_block, kv_block), the defaults first\n");
-      const std::vector<std::pair<int64_t, int64_t>> blocks = {
-          {defaults.q_block, defaults.kv_block}, {32, 32}, {32, 64}, {32, 128}, {64, 32}, {64, 128},
-          {64, 256}, {128, 32}, {128, 64}, {128, 128}};
-      for (const DType dtype : {DType::kF32, DType::kBF16}) {
-        for (const int64_t s : lengths) {
-          for (const Heads& h : heads) {
-            const Inputs in = Make(dtype, h, s, s);
-            std::vector<std::function<void()>> fns;
-            for (const auto& [qb, kb] : blocks) {
-              cpu::AttentionTuning tuning = defaults;
-              tuning.q_block = qb, tuning.kv_block = kb;
-              fns.push_back([&in, tuning] { Tuned(in, tuning); });
-            }
-            const std::vector<double> t = Time(reps, fns);
-            std::printf("%-5s %-9s %-10s", dt::DTypeName(dtype).data(), ShapeName(h).c_str(),
-                        (std::to_string(s) + "x" + std::to_string(s)).c_str());
-            for (size_t i = 0; i < blocks.size(); ++i) {
-              std::printf("  %lld/%lld %.2f", static_cast<long long>(blocks[i].first),
-                          static_cast<long long>(blocks[i].second), t[i] * 1e3);
-            }
-            std::printf("\n");
-            std::fflush(stdout);
-          }
-        }
-      }
-    }
+    if (run("prefill")) PrefillRows(setup, results);
+    if (run("decode")) DecodeRows(setup, results);
+    if (run("sweep")) SweepRows(setup);
   });
   std::printf("\n");
   for (const Result& r : results) {

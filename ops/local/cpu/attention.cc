@@ -27,6 +27,48 @@ inline int64_t At(const Tensor& t, int64_t i0, int64_t i1, int64_t i2) {
   return i0 * t.stride(0) + i1 * t.stride(1) + i2 * t.stride(2);
 }
 
+// Note [Flash attention on the CPU]
+// Two paths compute ScaledDotProductAttention's result; AttentionTuning (attention.h) picks one per
+// call. The flash path (prefill): a task is (batch, KV head, q_block stacked query rows: Note
+// [Query heads share their KV head's pass]); it walks the keys it may see in blocks of kv_block
+// and holds one block of scores at a time: S = scale q kᵀ in f32, each row's running max and sum
+// move to include the block (an online softmax), the output so far is rescaled by
+// e^(old max - new max) and the block's P v added; the sum divides at the end, and a row that
+// saw no key gives zeros. Causal: a task's keys end at its last row's limit, so no block wholly
+// above the diagonal is visited, and only the blocks past its first row's limit are masked, per
+// row. The score-row path held m x kv_end f32 scores per task instead and, for bf16 and f16,
+// converted every key and value row the task saw to f32 first.
+// Layout (attention_x86.inc): q is packed once per task, transposed (a lane is a stacked row);
+// keys are read where they lie, one element (f32) or pair of elements (bf16 on vdpbf16ps)
+// broadcast per key against vectors of rows, so a q kᵀ tile is 6 keys x 64 rows and k is never
+// copied; scores are key-major and the softmax runs along keys on whole vectors of rows; a P v
+// tile is 6 rows x 64 value columns with values read where they lie (f32; bf16 widened in
+// registers) or, for vdpbf16ps, interleaved into pairs of rows once per block (the one copy the
+// path makes: 2 x kv_block x dv bytes, in L1, read by every tile of the block). Keys and values
+// whose rows are not of unit stride, and f16 ones, are copied per task as the score-row path does.
+// Numerics: f32 stays f32 (f16 runs in f32). bf16 on AVX512_BF16: q kᵀ as bf16 products in f32
+// sums (Note [bf16 dot products] in gemm_kernels.cc), P rounded to bf16 for P v as PyTorch's bf16
+// flash attention does (each weight within 2^-9 relative), the max, sums and output in f32, the
+// sums of the unrounded P; bf16 on the other sets is widened to f32 (P not rounded).
+// Decode: calls with fewer than flash_min_rows stacked rows take the score-row path in f32 and
+// f16: with 1-8 rows a flash q kᵀ tile fills 1-8 of its 16 lanes, where the skinny GEMM reads key
+// rows as vectors (Note [Attention reads f32 keys in place]). bf16 takes the flash path
+// (flash_min_rows_bf16 = 0), which reads the cache as bf16 where the score-row path converts it.
+// AMX: a tile path slots in as one more Isa of attention_kernels.h: the same task loop with the
+// q kᵀ and P v tiles on TMUL (q packed in pairs as now, the key and value blocks packed into tile
+// layout where PackValuePairs packs values), the softmax unchanged. Not written: no machine this
+// project runs on has AMX to test it.
+// Measured on the AMD EPYC Zen 4 VM, 2 vCPUs (AVX-512 with BF16, no AMX), 2026-12-06, beside other
+// builds (load 8-13); bench_attention --quick --cpu-time --threads=1 (one thread's CPU time, the
+// figure that holds under load), Llama shapes (heads 8/4/64, 32/8/64, 32/8/128), causal prefill
+// of 512 and 2048 tokens: f32 79-98 GFLOP/s, 1.54-2.17x the score-row path; bf16 134-162
+// GFLOP/s, 2.63-3.57x. Blocks (q_block/kv_block, bench_attention --rows=sweep, the same timing):
+// 64/64 within 3 % of the best pair on every shape; 32/64, 32/128, 64/128 and 64/256 within 3 % of
+// 64/64 either way (64/256 best on 7 of 12 shapes, by 1-3 %: not past the noise); 32/32 3-10 %,
+// 128/32 5-13 % and 128/64 1-7 % slower. Decode (1 query, 512 and 2048 cached keys): f32 on the
+// score-row path 1.14-1.93x faster than on the flash path, bf16 on the flash path 1.18-1.74x
+// faster than on the score-row path. Against PyTorch: docs/benchmarks.md (bench_attention).
+
 // Note [Attention reads f32 keys in place]
 // Each (query head, block of queries) task multiplies with every key and value row its block can
 // see. Copying them into a contiguous f32 buffer first (as bf16 or f16 caches still are: the
@@ -173,7 +215,8 @@ absl::Status Flash(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
   const int64_t q_blocks = (sq + block - 1) / block;
   const int64_t cost = block * group * std::max<int64_t>(1, params.kv_length) * (d + dv) * 2;
   // bf16 stays bf16 (multiplied as bf16 where the CPU can); f32 and f16 run in f32.
-  const attention::Elem elem = q.dtype() == DType::kBF16 ? attention::Elem::kBF16 : attention::Elem::kF32;
+  const attention::Elem elem =
+      q.dtype() == DType::kBF16 ? attention::Elem::kBF16 : attention::Elem::kF32;
   const attention::FlashFn flash = attention::FlashFor(attention::ActiveIsa(), elem);
   // The kernel writes f32 rows of unit stride straight into out; other outputs go through a buffer.
   const bool direct = out.dtype() == DType::kF32 && out.stride(3) == 1;
@@ -202,7 +245,9 @@ absl::Status Flash(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
       } else {
         if (q.dtype() == DType::kF16) {
           qbuf.resize(static_cast<size_t>(m * d));
-          for (int64_t hg = 0; hg < group; ++hg) LoadRows(q, bi, g * group + hg, i0, rows, qbuf.data() + hg * rows * d);
+          for (int64_t hg = 0; hg < group; ++hg) {
+            LoadRows(q, bi, g * group + hg, i0, rows, qbuf.data() + hg * rows * d);
+          }
           t.q = qbuf.data();
           t.q_hs = rows * d, t.q_rs = d, t.q_cs = 1;
         } else {
@@ -220,8 +265,8 @@ absl::Status Flash(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
       }
       if (!direct) {
         for (int64_t rr = 0; rr < m; ++rr) {
-          StoreF32(out.dtype(), ElementPtr(out, At(out, bi, g * group + rr / rows, i0 + rr % rows)), dv,
-                   out.stride(3), obuf.data() + rr * dv);
+          const int64_t at = At(out, bi, g * group + rr / rows, i0 + rr % rows);
+          StoreF32(out.dtype(), ElementPtr(out, at), dv, out.stride(3), obuf.data() + rr * dv);
         }
       }
     }
@@ -243,7 +288,8 @@ absl::Status AttentionTuned(const Tensor& q, const Tensor& k, const Tensor& v,
   // A task is (batch, KV head, block of queries) with the block's rows of every query head of the
   // group stacked (Note [Query heads share their KV head's pass]).
   const int64_t block = std::max<int64_t>(1, tuning.q_block / group);
-  const int64_t min_rows = q.dtype() == DType::kBF16 ? tuning.flash_min_rows_bf16 : tuning.flash_min_rows;
+  const int64_t min_rows =
+      q.dtype() == DType::kBF16 ? tuning.flash_min_rows_bf16 : tuning.flash_min_rows;
   if (group * q.size(2) < min_rows) return ScoreRows(q, k, v, params, block, out);
   return Flash(q, k, v, params, block, tuning.kv_block, out);
 }

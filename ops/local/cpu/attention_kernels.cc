@@ -1,6 +1,6 @@
-// The flash path's task (Note [Flash attention on the CPU] in attention.cc) for each instruction set:
-// plain C++ here, the x86 sets from attention_x86.inc, compiled per set with target attributes and
-// picked at run time (Note [GEMM kernels] in gemm_kernels.cc).
+// The flash path's task (Note [Flash attention on the CPU] in attention.cc) for each instruction
+// set: plain C++ here, the x86 sets from attention_x86.inc, compiled per set with target attributes
+// and picked at run time (Note [GEMM kernels] in gemm_kernels.cc).
 
 #include "dtensor/ops/local/cpu/attention_kernels.h"
 
