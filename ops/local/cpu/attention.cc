@@ -97,8 +97,8 @@ void LoadRows(const Tensor& t, int64_t i0, int64_t i1, int64_t r0, int64_t rows,
 
 // The score-row path: per task, the f32 scores of every stacked row against every key it may
 // see, through the single-threaded GEMM, a masked softmax, then probabilities times values.
-absl::Status ScoreRows(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& params,
-                       int64_t block, const Tensor& out) {
+absl::Status ScoreRows(const Tensor& q, const Tensor& k, const Tensor& v,
+                       const AttentionParams& params, int64_t block, const Tensor& out) {
   const int64_t batch = q.size(0), hq = q.size(1), sq = q.size(2), d = q.size(3);
   const int64_t hkv = k.size(1), group = hq / hkv, dv = v.size(3);
   const int64_t q_blocks = (sq + block - 1) / block;
@@ -284,6 +284,7 @@ absl::Status AttentionTuned(const Tensor& q, const Tensor& k, const Tensor& v,
                                                    ") and kv_block (", tuning.kv_block,
                                                    ") must be at least 1"));
   }
+  if (out.numel() == 0) return absl::OkStatus();
   const int64_t group = q.size(1) / k.size(1);
   // A task is (batch, KV head, block of queries) with the block's rows of every query head of the
   // group stacked (Note [Query heads share their KV head's pass]).
