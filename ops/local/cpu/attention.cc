@@ -8,13 +8,20 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <mutex>
+#include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "dtensor/core/status.h"
 #include "dtensor/ops/local/cpu/attention_kernels.h"
 #include "dtensor/ops/local/cpu/gemm.h"
+#include "dtensor/ops/local/cpu/gemm_scratch.h"
 #include "dtensor/ops/local/cpu/loops.h"
+#include "dtensor/ops/local/cpu/tuner.h"
 #include "dtensor/ops/local/cpu/vec_math.h"
 #include "dtensor/ops/local/kernels.h"
 
@@ -295,9 +302,159 @@ absl::Status AttentionTuned(const Tensor& q, const Tensor& k, const Tensor& v,
   return Flash(q, k, v, params, block, tuning.kv_block, out);
 }
 
+namespace {
+
+// The candidates of attention.blocks: "q_block/kv_block".
+std::pair<int64_t, int64_t> BlocksNamed(const std::string& name) {
+  const size_t slash = name.find('/');
+  return {std::stoll(name.substr(0, slash)), std::stoll(name.substr(slash + 1))};
+}
+
+// Causal prefill on the CPU's threads for attention.blocks: 1024 tokens, 16 query heads over 4 KV
+// heads of 64 and 128 elements, f32 and bf16 (a Llama layer's shapes); in cache, as a prefill
+// step's q, k and v are. GFLOP/s of the causal half of q·kᵀ and p·v.
+class BlocksTrial : public tune::Trial {
+ public:
+  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
+    auto t = std::unique_ptr<BlocksTrial>(new BlocksTrial);
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      for (const int64_t d : {64, 128}) {
+        Case c;
+        DT_ASSIGN_OR_RETURN(c.q, Tensor::Randn({1, 16, kTokens, d}, 1, dtype));
+        DT_ASSIGN_OR_RETURN(c.k, Tensor::Randn({1, 4, kTokens, d}, 2, dtype));
+        DT_ASSIGN_OR_RETURN(c.v, Tensor::Randn({1, 4, kTokens, d}, 3, dtype));
+        DT_ASSIGN_OR_RETURN(c.out, Tensor::Empty({1, 16, kTokens, d}, dtype));
+        t->flops_ += 2.0 * 2.0 * 16 * kTokens * kTokens / 2 * d;
+        t->cases_.push_back(std::move(c));
+      }
+    }
+    return std::unique_ptr<tune::Trial>(std::move(t));
+  }
+  absl::Status Run(int candidate) override {
+    AttentionTuning tuning;
+    std::tie(tuning.q_block, tuning.kv_block) = BlocksNamed(BlocksKnob().candidates[candidate]);
+    tuning.flash_min_rows = tuning.flash_min_rows_bf16 = 0;
+    AttentionParams params;
+    params.causal = true;
+    params.kv_length = kTokens;
+    for (const Case& c : cases_) {
+      params.scale = 1.0f / std::sqrt(static_cast<float>(c.q.size(3)));
+      DT_RETURN_IF_ERROR(AttentionTuned(c.q, c.k, c.v, params, tuning, c.out));
+    }
+    return absl::OkStatus();
+  }
+  double Work() const override { return flops_; }
+  int Threads() const override { return gemm::AvailableThreads(); }
+
+ private:
+  static constexpr int64_t kTokens = 1024;
+  struct Case {
+    Tensor q, k, v, out;
+  };
+  std::vector<Case> cases_;
+  double flops_ = 0;
+};
+
+// One decode step of every layer of a model for attention.decode_<dtype>: 1 query row of 16 heads
+// against 4 KV heads of 128 elements and 2048 cached positions per layer, layers until twice the
+// last-level cache of keys and values (as a long context reads them: from memory), the CPU's
+// threads. GB/s of keys and values.
+class DecodeTrial : public tune::Trial {
+ public:
+  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make(DType dtype) {
+    auto t = std::unique_ptr<DecodeTrial>(new DecodeTrial(dtype));
+    const int64_t layer_bytes = 2 * 4 * kPositions * 128 * DTypeSize(dtype);
+    for (int64_t bytes = 0, i = 0; bytes < tune::ColdBytes(); bytes += layer_bytes, ++i) {
+      Layer l;
+      DT_ASSIGN_OR_RETURN(l.k, Tensor::Full({1, 4, kPositions, 128}, 0.01 * (i % 7), dtype));
+      DT_ASSIGN_OR_RETURN(l.v, Tensor::Full({1, 4, kPositions, 128}, 0.02, dtype));
+      t->layers_.push_back(std::move(l));
+      t->bytes_ += static_cast<double>(layer_bytes);
+    }
+    DT_ASSIGN_OR_RETURN(t->q_, Tensor::Randn({1, 16, 1, 128}, 4, dtype));
+    DT_ASSIGN_OR_RETURN(t->out_, Tensor::Empty({1, 16, 1, 128}, dtype));
+    return std::unique_ptr<tune::Trial>(std::move(t));
+  }
+  absl::Status Run(int candidate) override {
+    AttentionTuning tuning;
+    // "rows": the score-row path for every decode call; "flash": the flash path.
+    const bool flash = DecodeKnob(dtype_).candidates[candidate] == "flash";
+    tuning.flash_min_rows = tuning.flash_min_rows_bf16 = flash ? 0 : kScoreRowsBelow;
+    AttentionParams params;
+    params.causal = true;
+    params.kv_length = kPositions;
+    params.q_offset = kPositions - 1;  // the new token sees every cached one
+    params.scale = 1.0f / std::sqrt(128.0f);
+    for (const Layer& l : layers_) DT_RETURN_IF_ERROR(AttentionTuned(q_, l.k, l.v, params, tuning, out_));
+    return absl::OkStatus();
+  }
+  double Work() const override { return bytes_; }
+  int Threads() const override { return gemm::AvailableThreads(); }
+
+ private:
+  explicit DecodeTrial(DType dtype) : dtype_(dtype) {}
+  static constexpr int64_t kPositions = 2048;
+  struct Layer {
+    Tensor k, v;
+  };
+  DType dtype_;
+  std::vector<Layer> layers_;
+  Tensor q_, out_;
+  double bytes_ = 0;
+};
+
+}  // namespace
+
+const tune::Knob& BlocksKnob() {
+  static const tune::Knob knob{
+      .name = "attention.blocks",
+      .what = "the flash attention's blocks: query rows per task / keys per block (prefill)",
+      .candidates = {"64/64", "64/128", "64/256", "32/64", "128/64", "128/128"},
+      .unit = "GFLOP/s",
+      .rounds = 5,
+      .make_trial = &BlocksTrial::Make,
+  };
+  return knob;
+}
+
+const tune::Knob& DecodeKnob(DType dtype) {
+  DT_CHECK(dtype == DType::kF32 || dtype == DType::kBF16);
+  auto make = [](DType t, const char* first, const char* second) {
+    return new tune::Knob{
+        .name = absl::StrCat("attention.decode_", DTypeName(t)),
+        .what = absl::StrCat("the path of ", DTypeName(t),
+                             " decode attention (under ", kScoreRowsBelow,
+                             " stacked query rows): score rows or flash"),
+        .candidates = {first, second},
+        .unit = "GB/s",
+        .rounds = 5,
+        .make_trial = [t]() { return DecodeTrial::Make(t); },
+    };
+  };
+  // Each dtype's first candidate is what measured faster on the AMD EPYC Zen 4 VM (Note [Flash
+  // attention on the CPU]); candidate 0 is also the choice when nothing can be measured.
+  static const tune::Knob* const f32 = make(DType::kF32, "rows", "flash");
+  static const tune::Knob* const bf16 = make(DType::kBF16, "flash", "rows");
+  return dtype == DType::kBF16 ? *bf16 : *f32;
+}
+
+absl::StatusOr<AttentionTuning> TunedAttention(DType dtype) {
+  AttentionTuning tuning;
+  DT_ASSIGN_OR_RETURN(const int blocks, tune::Pick(BlocksKnob()));
+  std::tie(tuning.q_block, tuning.kv_block) = BlocksNamed(BlocksKnob().candidates[blocks]);
+  if (dtype == DType::kF32 || dtype == DType::kBF16) {
+    const tune::Knob& decode = DecodeKnob(dtype);
+    DT_ASSIGN_OR_RETURN(const int path, tune::Pick(decode));
+    const int64_t min_rows = decode.candidates[path] == "flash" ? 0 : kScoreRowsBelow;
+    (dtype == DType::kBF16 ? tuning.flash_min_rows_bf16 : tuning.flash_min_rows) = min_rows;
+  }
+  return tuning;
+}
+
 absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
                        const AttentionParams& params, const Tensor& out) {
-  return AttentionTuned(q, k, v, params, AttentionTuning{}, out);
+  DT_ASSIGN_OR_RETURN(const AttentionTuning tuning, TunedAttention(q.dtype()));
+  return AttentionTuned(q, k, v, params, tuning, out);
 }
 
 }  // namespace dt::ops::cpu

@@ -6,13 +6,23 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "dtensor/core/tensor.h"
 #include "dtensor/ops/local/kernels.h"
 
 namespace dt::ops::cpu {
 
+namespace tune {
+struct Knob;
+}  // namespace tune
+
+// Decode calls (fewer stacked query rows than this) that take the score-row path when their dtype's
+// knob says "rows".
+inline constexpr int64_t kScoreRowsBelow = 16;
+
 // The choices the kernel leaves to its caller. The defaults are what measured best on the AMD EPYC
-// Zen 4 VM (2 vCPUs) of Note [Flash attention on the CPU]; another CPU may want others.
+// Zen 4 VM (2 vCPUs) of Note [Flash attention on the CPU]; Attention (kernels.h) runs with the
+// tuner's choices for the running CPU (TunedAttention).
 struct AttentionTuning {
   // Query rows per task, the rows of every query head of a KV head's group stacked (Note [Query
   // heads share their KV head's pass]): a task takes max(1, q_block / group) queries of each.
@@ -23,9 +33,18 @@ struct AttentionTuning {
   // Note [Attention reads f32 keys in place]); the others take the flash path. Per dtype: the
   // score-row path reads f32 keys and values where they lie but converts bf16 and f16 ones to f32
   // first, where the flash path reads bf16 as bf16.
-  int64_t flash_min_rows = 16;       // f32 and f16
+  int64_t flash_min_rows = kScoreRowsBelow;  // f32 and f16
   int64_t flash_min_rows_bf16 = 0;  // bf16
 };
+
+// The tuner's knobs (Note [Tuner] in tuner.cc): the blocks of the flash path, and per dtype (f32,
+// bf16) the path of decode calls ("rows": calls under kScoreRowsBelow stacked rows take the
+// score-row path; "flash": every call the flash path).
+const tune::Knob& BlocksKnob();
+const tune::Knob& DecodeKnob(DType dtype);
+// The tuning the knobs choose for `dtype` (the defaults' decode threshold for f16). Fails when
+// DT_TUNE is malformed.
+absl::StatusOr<AttentionTuning> TunedAttention(DType dtype);
 
 // Attention (kernels.h) with `tuning`; q_block and kv_block must be at least 1.
 absl::Status AttentionTuned(const Tensor& q, const Tensor& k, const Tensor& v,
