@@ -184,6 +184,33 @@ void DequantizeBlocks(DType dtype, const void* src, int64_t n, float* out) {
   for (int64_t i = 0; i < n / qk; ++i) block(p + i * bytes, out + i * qk);
 }
 
+std::optional<NonFiniteScale> FindNonFiniteScale(DType dtype, const void* src, int64_t n_blocks) {
+  // The byte offsets of the f16 scales in a block (Note [Quantized dtypes]).
+  struct Field {
+    int offset;
+    const char* name;
+  };
+  Field fields[2] = {{0, "d"}, {-1, ""}};
+  switch (dtype) {
+    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ5_0: break;
+    case DType::kQ4_1: case DType::kQ5_1: fields[1] = {2, "m"}; break;
+    case DType::kQ4_K: case DType::kQ5_K: fields[1] = {2, "dmin"}; break;
+    case DType::kQ6_K: fields[0] = {208, "d"}; break;
+    default: DT_CHECK(false, "FindNonFiniteScale on ", DTypeName(dtype));
+  }
+  const int64_t bytes = DTypeBlockBytes(dtype);
+  const uint8_t* p = static_cast<const uint8_t*>(src);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    for (const Field& f : fields) {
+      if (f.offset < 0) continue;
+      uint16_t h;
+      std::memcpy(&h, p + b * bytes + f.offset, 2);
+      if ((h & 0x7C00) == 0x7C00) return NonFiniteScale{b, f.name, Float16::ToFloat(h)};  // exponent all ones
+    }
+  }
+  return std::nullopt;
+}
+
 absl::Status CheckQuantizedShape(DType dtype, IntSpan shape) {
   if (shape.empty()) {
     return absl::InvalidArgumentError(

@@ -34,6 +34,7 @@
 // (Note [Dequantization without FMA] in core/CMakeLists.txt).
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "dtensor/core/dtype.h"
@@ -46,6 +47,23 @@ float LoadHalf(const void* p);
 
 // Dequantizes `n` elements (a whole number of blocks) of quantized `dtype` at `src` into `out`.
 void DequantizeBlocks(DType dtype, const void* src, int64_t n, float* out);
+
+// Note [Non-finite scales]
+// Every value of a block is its integer times an f16 scale (d; plus dmin or m where the type has
+// one, table above), so one NaN or infinite scale makes the whole block NaN or infinite: a GEMM
+// against it spreads NaN into every output it touches, and greedy decoding then prints token 0
+// or 7 forever without an error. Such a block cannot come from a quantizer (it divides finite
+// weights by a finite maximum), so the GGUF reader refuses it as it reads the block
+// (loaders/gguf.cc, one 16-bit test per scale). A finite scale is never refused: its size says
+// nothing that holds for every model, so bytes of another type read under a wrong label are
+// caught only where they put a NaN or an infinity into a scale (docs/limits.md).
+struct NonFiniteScale {
+  int64_t block = 0;          // among the blocks given
+  const char* field = "";     // "d", "dmin" or "m"
+  float value = 0;            // NaN or +-inf
+};
+// The first of `n_blocks` blocks of quantized `dtype` at `src` with a non-finite scale, or nullopt.
+std::optional<NonFiniteScale> FindNonFiniteScale(DType dtype, const void* src, int64_t n_blocks);
 
 // OK when a tensor of quantized `dtype` can have `shape`: at least one dim, the last a whole
 // number of blocks ("q4_k [4, 100]: rows of 100 elements are not whole 256-element blocks").

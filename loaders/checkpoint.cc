@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
 #include "dtensor/loaders/gguf.h"
@@ -25,7 +26,9 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& path) {
     if (!fs::exists(path, ec)) {
       return absl::NotFoundError(absl::StrCat("checkpoint '", path, "' does not exist"));
     }
-    if (GgufFile::HasMagic(path)) return OpenGguf(path);
+    // A .gguf name is read as GGUF whatever it holds, so that an empty or damaged one is
+    // reported as the GGUF file it should be, not as a safetensors file.
+    if (GgufFile::HasMagic(path) || absl::EndsWith(path, ".gguf")) return OpenGguf(path);
     DT_ASSIGN_OR_RETURN(auto f, SafetensorsFile::Open(path));
     c.files_.push_back(f);
     for (const TensorInfo& t : f->tensors()) c.where_[t.name] = Entry{0};

@@ -6,7 +6,7 @@
 //   (or diffusers' diffusion_pytorch_model.*)
 //   directory with model.safetensors, or a       that file's tensors
 //   .safetensors file
-//   a GGUF file (by its magic, any name)         its tensors under their Hugging Face names
+//   a GGUF file (by its magic, or named .gguf)   its tensors under their Hugging Face names
 //                                                (loaders/gguf_llama.h), dequantized on read,
 //                                                or kept as blocks when read as their own
 //                                                quantized dtype (Note [Quantized dtypes])

@@ -78,7 +78,7 @@ std::string Flux2Config::Summary() const {
 absl::StatusOr<Flux2Config> ParseFlux2Config(absl::string_view json, absl::string_view what) {
   Json j = Json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false);
   Reader r(j, what);
-  DT_RETURN_IF_ERROR(r.CheckObject());
+  DT_RETURN_IF_ERROR(r.CheckObject(json));
   DT_RETURN_IF_ERROR(CheckClassName(r, "Flux2Transformer2DModel"));
   static const std::set<std::string> kKnown = {
       "patch_size",         "in_channels",       "out_channels",
@@ -210,7 +210,7 @@ absl::StatusOr<FlowMatchSchedulerConfig> ParseFlowMatchSchedulerConfig(absl::str
                                                                        absl::string_view what) {
   Json j = Json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false);
   Reader r(j, what);
-  DT_RETURN_IF_ERROR(r.CheckObject());
+  DT_RETURN_IF_ERROR(r.CheckObject(json));
   DT_RETURN_IF_ERROR(CheckClassName(r, "FlowMatchEulerDiscreteScheduler"));
   static const std::set<std::string> kKnown = {
       "num_train_timesteps", "shift", "use_dynamic_shifting", "base_shift", "max_shift",

@@ -19,10 +19,14 @@
 //   (checked before anything is allocated)
 //   unknown value type, arrays nested > 8     "metadata 'k': unknown value type 13"
 //   duplicate key or tensor name              "duplicate metadata key 'k'"
-//   dims > 4, a dim < 1, element overflow     "tensor 'w': 5 dims (at most 4)"
+//   dims > 4, a dim < 1, too many elements    "tensor 'w': 5 dims (at most 4)", "tensor 'w': ne
+//                                             [1073741824, 536870912] hold 2^59 elements, more
+//                                             than a tensor may have (2^57 - 1)"
 //   unknown ggml type                         "tensor 'w': unknown ggml type 99"
 //   row not a whole number of blocks          "tensor 'w': Q4_K rows of 100 elements are not whole 256-element blocks"
 //   offset unaligned, past the data, overlap  "tensor 'w': data [a, b) overlaps tensor 'v'"
+//   non-finite weight (on read)               "tensor 'w' Q8_0[4, 512]: block [2, 96:128] has
+//                                             scale d = nan" (Note [Non-finite weights])
 //   general.alignment not a power of 2        "general.alignment 3 must be a power of two"
 //
 // Reads (ReadRanges): the ranges are dtensor's DimRanges as for safetensors. Only the quant blocks
@@ -58,6 +62,27 @@
 
 namespace dt::loaders {
 
+struct GgufValue;
+
+// An array's elements, held compactly (Note [Compact metadata] in gguf.cc): numbers and bools as
+// the file's bytes, strings back to back in one buffer, so that a file's metadata takes about its
+// bytes in memory; only nested arrays are values of their own.
+struct GgufArray {
+  uint32_t element_type = 0;  // a GgufValue::Type
+  int64_t size = 0;           // elements, kept or not
+  // False for a tokenizer.* array of a file opened without GgufOpenOptions::tokenizer_arrays:
+  // its type and size are known, its elements were validated and dropped.
+  bool kept = true;
+  std::string bytes;              // numbers, bools: `size` values as in the file (little-endian);
+                                  // strings: their bytes, one after the other
+  std::vector<int64_t> ends;      // strings: where each one ends in `bytes`
+  std::vector<GgufValue> arrays;  // arrays of arrays: the elements
+  // Element i (0 <= i < size of a kept array) as a value.
+  GgufValue Element(int64_t i) const;
+  // String element i (0 <= i < size of a kept array of strings).
+  absl::string_view StringAt(int64_t i) const;
+};
+
 // A metadata value. Integers of every width are held as int64 or uint64 (by signedness), floats
 // as double; `type` keeps the type written (GGUF's value type ids).
 struct GgufValue {
@@ -66,13 +91,9 @@ struct GgufValue {
     kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
   };
   Type type = kU8;
-  Type element_type = kU8;  // arrays
-  std::variant<int64_t, uint64_t, double, bool, std::string, std::vector<GgufValue>> value;
-  // An array whose elements were not kept (GgufOpenOptions::tokenizer_arrays): its length; its
-  // value is then an empty vector.
-  int64_t omitted = 0;
+  std::variant<int64_t, uint64_t, double, bool, std::string, GgufArray> value;
 
-  // An array's length (kept or not).
+  // An array's length (kept or not); 0 for a value that is not an array.
   int64_t ArrayLength() const;
 
   // An integer value (any width) that fits int64; nullopt otherwise.
@@ -80,7 +101,7 @@ struct GgufValue {
   // A float or integer value.
   std::optional<double> AsDouble() const;
   const std::string* AsString() const;
-  const std::vector<GgufValue>* AsArray() const;
+  const GgufArray* AsArray() const;
   // Short text: 42, "text", [1, 2, ...(n)].
   std::string ToString() const;
 };
@@ -99,21 +120,25 @@ struct GgufTensorInfo {
 };
 
 struct GgufOpenOptions {
-  // Keep the elements of the tokenizer.* arrays (the vocabulary and merges: about 9 MB of values
-  // for SmolLM2's 49152 tokens). A reader of weights only (Checkpoint) does not, so that a rank's
+  // Keep the elements of the tokenizer.* arrays (the vocabulary and merges: about 1.4 MB for
+  // SmolLM2's 49152 tokens). A reader of weights only (Checkpoint) does not, so that a rank's
   // memory while loading is its weights: those arrays keep their type and length
-  // (GgufValue::omitted) and asking for their elements is FailedPrecondition.
+  // (GgufArray::kept) and asking for their elements is FailedPrecondition.
   bool tokenizer_arrays = true;
 };
 
 class GgufFile {
  public:
-  // Header limits: dims of a tensor, nesting of arrays, and metadata values in all (a value is
-  // held as a GgufValue, ~48 bytes: a 50 MB array of u8 must not become 2.4 GB of them; the
-  // largest vocabularies hold ~10^6 values).
+  // Header limits: dims of a tensor, nesting of arrays, and the metadata held as GgufValues of
+  // their own (~200 bytes each with the key, where the file may spend 13: Note [Compact
+  // metadata]): keys, and arrays inside arrays. Files in use have a few dozen keys and no nested
+  // arrays.
   static constexpr int kMaxDims = 4;
   static constexpr int kMaxNesting = 8;
-  static constexpr int64_t kMaxMetadataValues = 8'000'000;
+  static constexpr int64_t kMaxMetadataKeys = 65536;
+  static constexpr int64_t kMaxNestedArrays = 65536;
+  // A tensor's elements (so that its size in bytes fits int64 in every type).
+  static constexpr int64_t kMaxElements = INT64_MAX / 64;
 
   // Opens and validates `path` (see the file comment); the file stays open for the reads.
   static absl::StatusOr<std::shared_ptr<const GgufFile>> Open(const std::string& path,

@@ -31,6 +31,18 @@ absl::StatusOr<int64_t> Positive(const GgufFile& f, const std::string& key,
   return *v;
 }
 
+// A float metadata value that must be finite and > 0 (`fallback` when absent): an infinite
+// rope.freq_base or a NaN epsilon is accepted by nothing downstream that would say so, and
+// changes every token.
+absl::StatusOr<double> PositiveNumber(const GgufFile& f, const std::string& key, double fallback) {
+  DT_ASSIGN_OR_RETURN(std::optional<double> v, f.GetOptionalDouble(key));
+  if (!v) return fallback;
+  if (!(*v > 0) || !std::isfinite(*v)) {
+    return Bad(f, absl::StrCat("metadata '", key, "' is ", *v, "; it must be a finite number > 0"));
+  }
+  return *v;
+}
+
 // The ARCH.* keys this reader understands (the rest are refused); Phi-3 adds its longrope scale.
 const std::set<std::string>& KnownKeys() {
   static const std::set<std::string> keys = {
@@ -79,9 +91,10 @@ absl::Status ReadLongrope(const GgufFile& f, const std::string& arch, DecoderCon
   DT_ASSIGN_OR_RETURN(s.original_max_position_embeddings,
                       Positive(f, arch + ".rope.scaling.original_context_length",
                                c->max_position_embeddings));
-  DT_ASSIGN_OR_RETURN(std::optional<double> attn,
-                      f.GetOptionalDouble(arch + ".rope.scaling.attn_factor"));
-  if (attn) s.attention_factor = *attn;
+  if (f.Find(arch + ".rope.scaling.attn_factor") != nullptr) {
+    DT_ASSIGN_OR_RETURN(s.attention_factor,
+                        PositiveNumber(f, arch + ".rope.scaling.attn_factor", 1.0));
+  }
   return absl::OkStatus();
 }
 
@@ -162,6 +175,11 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
   std::optional<int64_t> default_hd;
   if (c.hidden_size % c.num_attention_heads == 0) default_hd = c.hidden_size / c.num_attention_heads;
   if ((*family)->default_head_dim > 0) default_hd = (*family)->default_head_dim;
+  if (!default_hd && f.Find(p + "attention.key_length") == nullptr) {
+    return Bad(f, absl::StrCat(p, "embedding_length ", c.hidden_size, " is not a multiple of ", p,
+                               "attention.head_count ", c.num_attention_heads, ", and there is no ",
+                               p, "attention.key_length to give the head dim"));
+  }
   DT_ASSIGN_OR_RETURN(c.head_dim, Positive(f, p + "attention.key_length", default_hd));
   DT_ASSIGN_OR_RETURN(int64_t value_length, Positive(f, p + "attention.value_length", c.head_dim));
   if (value_length != c.head_dim) {
@@ -177,15 +195,9 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
         " (partial rotary embeddings are not supported)"));
   }
   DT_ASSIGN_OR_RETURN(c.max_position_embeddings, Positive(f, p + "context_length", 2048));
-  DT_ASSIGN_OR_RETURN(std::optional<double> eps,
-                      f.GetOptionalDouble(p + "attention.layer_norm_rms_epsilon"));
-  c.rms_norm_eps = eps.value_or(1e-5);
-  DT_ASSIGN_OR_RETURN(std::optional<double> base, f.GetOptionalDouble(p + "rope.freq_base"));
-  c.rope_theta = base.value_or(10000.0);
-  if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0)) {
-    return Bad(f, absl::StrCat("layer_norm_rms_epsilon ", c.rms_norm_eps, " and rope.freq_base ",
-                               c.rope_theta, " must be > 0"));
-  }
+  DT_ASSIGN_OR_RETURN(c.rms_norm_eps,
+                      PositiveNumber(f, p + "attention.layer_norm_rms_epsilon", 1e-5));
+  DT_ASSIGN_OR_RETURN(c.rope_theta, PositiveNumber(f, p + "rope.freq_base", 10000.0));
   DT_ASSIGN_OR_RETURN(std::optional<std::string> scaling, f.GetOptionalString(p + "rope.scaling.type"));
   if (scaling && *scaling != "none") {
     if (*scaling != "linear") {
@@ -193,8 +205,10 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
           Where(f), ": ", p, "rope.scaling.type '", *scaling, "' is not supported (none, linear)"));
     }
     DT_ASSIGN_OR_RETURN(std::optional<double> factor, f.GetOptionalDouble(p + "rope.scaling.factor"));
-    if (!factor || !(*factor >= 1)) {
-      return Bad(f, absl::StrCat("linear rope scaling needs ", p, "rope.scaling.factor >= 1"));
+    if (!factor || !(*factor >= 1) || !std::isfinite(*factor)) {
+      return Bad(f, absl::StrCat("linear rope scaling needs a finite ", p,
+                                 "rope.scaling.factor >= 1, got ",
+                                 factor ? absl::StrCat(*factor) : "none"));
     }
     c.rope_scaling.rope_type = "linear";
     c.rope_scaling.factor = *factor;
@@ -202,7 +216,7 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
   DT_RETURN_IF_ERROR(ReadExperts(f, p, &c));
   std::optional<int64_t> n_tokens;
   if (const GgufValue* tokens = f.Find("tokenizer.ggml.tokens")) {
-    if (tokens->AsArray() == nullptr || tokens->element_type != GgufValue::kString) {
+    if (tokens->AsArray() == nullptr || tokens->AsArray()->element_type != GgufValue::kString) {
       return Bad(f, absl::StrCat("metadata 'tokenizer.ggml.tokens' must be an array of strings, got ",
                                  GgufTypeName(tokens->type)));
     }

@@ -432,7 +432,7 @@ absl::Status ParseExperts(const Reader& r, const DecoderFamily& f, DecoderConfig
 absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::string_view what) {
   Json j = Json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false);
   Reader r(j, what);
-  DT_RETURN_IF_ERROR(r.CheckObject());
+  DT_RETURN_IF_ERROR(r.CheckObject(json));
   DecoderConfig c;
   try {
     DT_ASSIGN_OR_RETURN(std::optional<std::string> model_type, r.String("model_type"));
@@ -517,7 +517,8 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::s
 absl::StatusOr<DecoderConfig> LoadDecoderConfig(const std::string& path) {
   std::error_code ec;
   std::string file = path;
-  if (std::filesystem::is_regular_file(path, ec) && GgufFile::HasMagic(path)) {
+  if (std::filesystem::is_regular_file(path, ec) &&
+      (GgufFile::HasMagic(path) || absl::EndsWith(path, ".gguf"))) {
     GgufOpenOptions o;
     o.tokenizer_arrays = false;  // the config needs the vocabulary's length only
     DT_ASSIGN_OR_RETURN(std::shared_ptr<const GgufFile> gguf, GgufFile::Open(path, o));

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "dtensor/core/dtype.h"
@@ -29,9 +30,22 @@ class Reader {
   absl::Status Unsupported(absl::string_view msg) const {
     return absl::UnimplementedError(absl::StrCat("config '", what_, "': ", msg));
   }
-  // The whole config: valid JSON (parsed without exceptions) and an object.
-  absl::Status CheckObject() const {
-    if (j_.is_discarded()) return Error("not valid JSON");
+  // The whole config, parsed from `text` without exceptions: valid JSON and an object. An empty
+  // or cut-off file says so.
+  absl::Status CheckObject(absl::string_view text) const {
+    if (j_.is_discarded()) {
+      if (absl::StripAsciiWhitespace(text).empty()) {
+        return Error(absl::StrCat("is empty (", text.size(), " bytes); expected a JSON object"));
+      }
+      std::string why = "unknown error";
+      try {
+        const Json again = Json::parse(text.begin(), text.end());  // throws: the message
+        (void)again;
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+      return Error(absl::StrCat("not valid JSON (", text.size(), " bytes): ", why));
+    }
     if (!j_.is_object()) return Error(absl::StrCat("must be a JSON object, got ", j_.type_name()));
     return absl::OkStatus();
   }

@@ -105,13 +105,14 @@ absl::StatusOr<TensorInfo> ParseEntry(absl::string_view what, const std::string&
   uint64_t numel = 1;
   for (int64_t d : info.shape) {
     if (__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel)) {
-      return bad(absl::StrCat("shape ", shape_text, " overflows 64-bit sizes"));
+      return bad(absl::StrCat("shape ", shape_text, " has more than 2^64 elements"));
     }
   }
   uint64_t bits = 0;
   if (__builtin_mul_overflow(numel, static_cast<uint64_t>(entry->bits), &bits) ||
       bits / 8 > static_cast<uint64_t>(INT64_MAX)) {
-    return bad(absl::StrCat("shape ", shape_text, " overflows 64-bit sizes"));
+    return bad(absl::StrCat(info.dtype_name, shape_text, ": ", numel,
+                            " elements take more than 2^63 bytes"));
   }
   if (bits % 8 != 0) {
     return bad(absl::StrCat(info.dtype_name, shape_text, " is not a whole number of bytes"));
@@ -268,7 +269,8 @@ absl::StatusOr<std::shared_ptr<const SafetensorsFile>> SafetensorsFile::Open(
   const int fd = file.fd;
   const int64_t size = file.size;
   if (size < 8) {
-    return Invalid(path, absl::StrCat("is ", size, " bytes, shorter than the 8-byte header length"));
+    return TooShort(Quote(path), size, "a safetensors file",
+                    "it starts with an 8-byte header length");
   }
   unsigned char len_bytes[8];
   DT_RETURN_IF_ERROR(ReadExactly(fd, 0, 8, reinterpret_cast<char*>(len_bytes), path));
@@ -376,6 +378,12 @@ absl::StatusOr<Tensor> SafetensorsFile::ReadRanges(absl::string_view name, const
       copied = out_bytes;
       DropMappedPages(base, info->nbytes());
     }
+  }
+  // Note [Non-finite weights] (loaders/read_util.h).
+  if (std::optional<NonFinite> bad = FindNonFinite(dtype, piece.raw_data(), piece.numel())) {
+    return Invalid(path_, absl::StrCat("tensor '", info->name, "' ", info->Describe(), ": element ",
+                                       PieceElement(ranges, bad->index), " is ", bad->value,
+                                       "; weights must be finite"));
   }
   if (dtype == DType::kBool) {
     // A BOOL byte other than 0 or 1 is not a bool: refused, not read as undefined behaviour.

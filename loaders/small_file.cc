@@ -5,14 +5,13 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "dtensor/loaders/read_util.h"
 
 namespace dt::loaders {
 
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path, int64_t limit) {
   FILE* fp = std::fopen(path.c_str(), "rb");
-  if (fp == nullptr) {
-    return absl::NotFoundError(absl::StrCat("cannot open '", path, "': ", std::strerror(errno)));
-  }
+  if (fp == nullptr) return OpenError(errno, absl::StrCat("'", path, "'"));
   const size_t max = limit > 0 ? static_cast<size_t>(limit) : 0;
   std::string text;
   char buf[1 << 16];

@@ -8,8 +8,9 @@
 
 namespace dt::loaders {
 
-// The bytes of `path`. NotFound when it cannot be opened, InvalidArgument when it is larger than
-// `limit` bytes, Internal when reading fails; every message names the file.
+// The bytes of `path`. OpenError's code (loaders/read_util.h) when it cannot be opened,
+// InvalidArgument when it is larger than `limit` bytes, Internal when reading fails; every
+// message names the file.
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path, int64_t limit);
 
 }  // namespace dt::loaders

@@ -1,11 +1,11 @@
 // `dtensor inspect PATH [--tp N] [--plan auto] [--dtype f32|bf16]`: what a checkpoint holds and,
 // with --tp, what each rank of a tensor-parallel load will read.
 //
-// PATH is a .safetensors file, a model.safetensors.index.json, or a model directory (transformers'
+// PATH is a .safetensors file, a model.safetensors.index.json, a model directory (transformers'
 // causal LMs: Llama, Mistral, Qwen2, Qwen3, Phi-3; or diffusers' Flux2: a transformer directory or
-// a pipeline directory with transformer/).
+// a pipeline directory with transformer/), or a GGUF file (which carries its own config).
 // Without --tp it lists every tensor (dtype, shape, bytes). With --tp N it places the model the
-// directory's config.json describes (--plan auto: the model's own tensor-parallel plan, as FromPretrained
+// directory's config.json (or the GGUF's metadata) describes (--plan auto: the model's own tensor-parallel plan, as FromPretrained
 // applies it) on an abstract mesh of N ranks — nothing is launched and no weight is read — and
 // prints each tensor's placement and the bytes each rank's sharded read takes from the file, then
 // the totals per rank. Exit status: 0; 1 when the loader refuses the checkpoint or the plan (its
@@ -54,9 +54,11 @@ struct Placed {
   std::vector<int64_t> rank_bytes;  // per rank
 };
 
-// The model directory's config.json (the checkpoint's own directory for a file path).
-std::string ModelDir(const std::string& path) {
+// Where the model's config is: the GGUF file itself (it carries its config), else the model
+// directory's config.json (the checkpoint's own directory for a file path).
+std::string ConfigSource(const std::string& path, const loaders::Checkpoint& ckpt) {
   const fs::path p(path);
+  if (ckpt.gguf() != nullptr) return path;
   return fs::is_directory(p) ? p.string() : p.parent_path().string();
 }
 
@@ -67,20 +69,22 @@ absl::StatusOr<std::map<std::string, Placed>> Place(const nn::Module& model, int
   std::map<std::string, Placed> placed;
   for (const auto& [name, p] : model.NamedParameters()) {
     DT_ASSIGN_OR_RETURN(const loaders::TensorInfo* info, ckpt.Info(source ? source(name) : name));
-    const int64_t item = info->nbytes() / std::max<int64_t>(1, Numel(info->shape));
+    const int64_t numel = std::max<int64_t>(1, Numel(info->shape));
     Placed& out = placed[name];
     out.info = info;
     out.placement = PlacementsToString(p->spec().placements());
     for (int64_t r = 0; r < tp; ++r) {
-      int64_t n = item;
+      int64_t n = 1;
       for (const RangeList& rl : p->spec().Ranges({r})) n *= RangesSize(rl);
-      out.rank_bytes.push_back(n);
+      // The piece's share of the bytes: quant blocks hold a fraction of a byte per element.
+      out.rank_bytes.push_back(static_cast<int64_t>(static_cast<__int128>(info->nbytes()) * n / numel));
     }
   }
   return placed;
 }
 
-// The model `dir` describes, placed by its own plan on an abstract mesh of `tp` ranks.
+// The model `dir` describes (a directory, or a GGUF file), placed by its own plan on an abstract
+// mesh of `tp` ranks.
 absl::StatusOr<std::map<std::string, Placed>> PlaceModel(const std::string& dir, int64_t tp,
                                                          const loaders::Checkpoint& ckpt) {
   DT_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Abstract({tp}, {"tp"}));
@@ -150,7 +154,7 @@ int Inspect(const std::string& path, const Flags& flags) {
     std::fprintf(stderr, "dtensor inspect: --plan: only 'auto' (the model's own plan) is known\n");
     return 2;
   }
-  auto placed = PlaceModel(ModelDir(path), tp, *ckpt);
+  auto placed = PlaceModel(ConfigSource(path, *ckpt), tp, *ckpt);
   if (!placed.ok()) return fail(placed.status());
 
   // By parameter: a tied lm_head reads the embedding's rows a second time.

@@ -1,6 +1,7 @@
 // A fuzz target for the GGUF reader (loaders/gguf.h): any bytes give a GgufFile or a clean error,
-// and an accepted file reads every tensor it lists (whole, a sliced piece, and that piece kept as
-// quantized blocks) without faulting.
+// an accepted file gives a decoder config or a clean error (loaders/gguf_llama.h), and reads every
+// tensor it lists (whole, a sliced piece, and that piece kept as quantized blocks) without
+// faulting.
 // Built as `gguf_fuzz` (libFuzzer, the fuzz preset) and `gguf_fuzz_replay` (any compiler): see
 // tests/fuzz/CMakeLists.txt.
 #include <cstddef>
@@ -9,12 +10,14 @@
 #include "dtensor/core/quant.h"
 #include "dtensor/core/shape.h"
 #include "dtensor/loaders/gguf.h"
+#include "dtensor/loaders/gguf_llama.h"
 #include "dtensor/tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto f = dt::loaders::GgufFile::Open(dt::fuzz::WriteInput(data, size, "gguf"));
   if (!f.ok()) return 0;
   for (const auto& [key, value] : (*f)->metadata()) (void)value.ToString();
+  (void)dt::loaders::DecoderConfigFromGguf(**f);
   for (const dt::loaders::GgufTensorInfo& t : (*f)->tensors()) {
     if (!t.type->dequantizable() || dt::Numel(t.shape) > (1 << 20)) continue;
     (void)(*f)->ReadRanges(t.name, dt::FullRanges(t.shape));

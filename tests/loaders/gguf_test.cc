@@ -5,17 +5,27 @@
 // headers (always a clean error naming the file), Llama config and names from GGUF.
 #include "dtensor/loaders/gguf.h"
 
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "dtensor/core/process_stats.h"
+#include "dtensor/core/quant.h"
+#include "dtensor/loaders/checkpoint.h"
 #include "dtensor/loaders/gguf_llama.h"
+#include "dtensor/loaders/hf_config.h"
 #include "dtensor/loaders/safetensors.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -177,9 +187,11 @@ TEST(Gguf, MetadataOfEveryTypeAsGgufPyReadsIt) {
   EXPECT_EQ(f.GetStrings("test.array_str").value(), (std::vector<std::string>{"a", "bc", ""}));
   const GgufValue* nested = f.Find("test.array_nested");
   ASSERT_NE(nested, nullptr);
-  EXPECT_EQ(nested->element_type, GgufValue::kArray);
-  ASSERT_EQ(nested->AsArray()->size(), 2u);
-  EXPECT_EQ((*nested->AsArray())[1].ToString(), "[3]");
+  ASSERT_NE(nested->AsArray(), nullptr);
+  EXPECT_EQ(nested->AsArray()->element_type, GgufValue::kArray);
+  ASSERT_EQ(nested->AsArray()->size, 2);
+  EXPECT_EQ(nested->AsArray()->Element(1).ToString(), "[3]");
+  EXPECT_EQ(f.Find("test.array_str")->ToString(), "[\"a\", \"bc\", \"\"]");
   // Typed accessors name the key.
   EXPECT_TRUE(Contains(f.GetInt("nope").status(), "no metadata 'nope'"));
   EXPECT_TRUE(Contains(f.GetInt("test.string").status(), "'test.string' must be an integer, got string"));
@@ -251,6 +263,20 @@ struct Writer {
     b += std::string(n, '\x11');
     return *this;
   }
+  Writer& Raw(const std::string& bytes) {
+    b += bytes;
+    return *this;
+  }
+  // A metadata entry of one value: "key", type, value.
+  template <typename T>
+  Writer& Kv(const std::string& key, uint32_t type, T v) {
+    Str(key).Put<uint32_t>(type);
+    if constexpr (std::is_same_v<T, std::string>) {
+      return Str(v);
+    } else {
+      return Put(v);
+    }
+  }
   absl::Status Open() const { return GgufFile::Open(WriteBytes("hand.gguf", b)).status(); }
 };
 
@@ -287,13 +313,22 @@ TEST(Gguf, HostileHeadersGetNamedErrors) {
   EXPECT_TRUE(Contains(Writer().Header(1, 0).Info("w", 0, 4, 0, 0).Data(64).Open(),
                        "tensor 'w': dim 0 of 0 (dims must be >= 1)"));
   EXPECT_TRUE(Contains(Writer().Header(1, 0).Info("w", 1ull << 40, 1ull << 40, 0, 0).Data(64).Open(),
-                       "overflows 64-bit sizes"));
+                       "tensor 'w': ne [1099511627776, 1099511627776] hold more than 2^64 elements"));
+  // Not an overflow of anything: the cap on a tensor's elements.
+  EXPECT_TRUE(Contains(Writer().Header(1, 0).Info("w", 1ull << 30, 1ull << 29, 0, 0).Data(64).Open(),
+                       "tensor 'w': ne [1073741824, 536870912] hold 576460752303423488 elements, "
+                       "more than a tensor may have (144115188075855871)"));
+  EXPECT_TRUE(Contains(Writer().Header(1, 0).Info("w", 1ull << 40, 1ull << 40, 0, 0).Data(64).Open(),
+                       "more than a tensor may have"));
   EXPECT_TRUE(Contains(Writer().Header(1, 0).Info("w", 4, 4, 99, 0).Data(64).Open(),
                        "tensor 'w': unknown ggml type 99"));
   EXPECT_TRUE(Contains(Writer().Header(1, 0).Info("w", 100, 1, 12, 0).Data(64).Open(),
                        "tensor 'w': Q4_K rows of 100 elements are not whole 256-element blocks"));
   EXPECT_TRUE(Contains(Writer().Header(1, 0).Info("w", 4, 1, 0, 4).Pad().Data(64).Open(),
                        "tensor 'w': offset 4 is not a multiple of the 32-byte alignment"));
+  // 2^63 is a multiple of 32: what is wrong is where it points.
+  EXPECT_TRUE(Contains(Writer().Header(1, 0).Info("w", 4, 1, 0, 1ull << 63).Pad().Data(64).Open(),
+                       "tensor 'w': offset 9223372036854775808 is past the end of the file (160 bytes)"));
   EXPECT_TRUE(Contains(Writer().Header(1, 0).Info("w", 4, 4, 0, 0).Pad().Data(63).Open(),
                        "tensor 'w' F32[4, 4]: data [0, 64) runs past the end of the data section (63 bytes)"));
   EXPECT_TRUE(Contains(Writer().Header(2, 0).Info("a", 16, 1, 0, 0).Info("b", 16, 1, 0, 32).Pad().Data(128).Open(),
@@ -311,6 +346,192 @@ TEST(Gguf, HostileHeadersGetNamedErrors) {
   EXPECT_TRUE(Contains(f->ReadRanges("w", FullRanges(Shape{1, 256})).status(),
                        "is IQ1_S, which dtensor does not dequantize (supported: F32 F16 Q4_0"));
   EXPECT_TRUE(Contains(GgufFile::Open(TempPath("missing.gguf")).status(), "cannot open"));
+  EXPECT_EQ(GgufFile::Open(TempPath("missing.gguf")).status().code(), absl::StatusCode::kNotFound);
+}
+
+// ---- files that cannot be read, and what they should have been ----------------------------------
+
+TEST(GgufFiles, EmptyAndTruncatedFilesSaySoAsGguf) {
+  for (const std::string& bytes : {std::string(), std::string("GGU")}) {
+    SCOPED_TRACE(bytes.size());
+    const std::string path = WriteBytes("short.gguf", bytes);
+    const std::string want = bytes.empty() ? "is empty (0 bytes); expected a GGUF file"
+                                           : "is 3 bytes, too short for a GGUF file";
+    EXPECT_TRUE(Contains(GgufFile::Open(path).status(), want));
+    // Named .gguf: read as the GGUF it should be, not as safetensors or config.json.
+    EXPECT_TRUE(Contains(Checkpoint::Open(path).status(), want));
+    EXPECT_TRUE(Contains(LoadDecoderConfig(path).status(), want));
+  }
+}
+
+// As root every file is readable, so the reading is done by a child process that became nobody.
+void ExpectPermissionDenied(const std::string& path, absl::Status (*open)(const std::string&)) {
+  if (::geteuid() != 0) {
+    ::chmod(path.c_str(), 0);
+    const absl::Status st = open(path);
+    EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied) << st;
+    EXPECT_TRUE(Contains(st, "Permission denied")) << st;
+    return;
+  }
+  ::chmod(path.c_str(), 0600);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+    const absl::Status st = open(path);
+    if (st.code() != absl::StatusCode::kPermissionDenied || !Contains(st, "Permission denied")) {
+      std::fprintf(stderr, "as nobody: %s\n", st.ToString().c_str());
+      ::_exit(1);
+    }
+    ::_exit(0);
+  }
+  int status = -1;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+TEST(GgufFiles, UnreadableFileIsPermissionDeniedNotNotFound) {
+  const std::string bytes = ReadFileBytes(kDir + "/llama-tiny.gguf");
+  ExpectPermissionDenied(WriteBytes("locked.gguf", bytes),
+                         [](const std::string& p) { return GgufFile::Open(p).status(); });
+  ExpectPermissionDenied(WriteBytes("locked2.gguf", bytes),
+                         [](const std::string& p) { return Checkpoint::Open(p).status(); });
+}
+
+// ---- non-finite weights (Note [Non-finite weights]) -----------------------------------------------
+
+// A GGUF holding one tensor 'w' of ggml type `type`, ne = {ne0, ne1}, of these bytes.
+std::string OneTensor(absl::string_view name, uint32_t type, uint64_t ne0, uint64_t ne1,
+                      const std::string& bytes) {
+  Writer w;
+  w.Header(1, 0).Info("w", ne0, ne1, type, 0).Pad().Raw(bytes);
+  return WriteBytes(name, w.b);
+}
+
+std::string Bytes(const Tensor& t) {
+  return std::string(static_cast<const char*>(t.raw_data()), static_cast<size_t>(t.nbytes()));
+}
+
+TEST(GgufFinite, EveryScaleOfEveryQuantTypeIsChecked) {
+  struct Case {
+    uint32_t ggml;
+    DType dtype;
+    std::vector<std::pair<int, const char*>> scales;  // byte offset in the block, name
+  } cases[] = {
+      {8, DType::kQ8_0, {{0, "d"}}},  {2, DType::kQ4_0, {{0, "d"}}},
+      {3, DType::kQ4_1, {{0, "d"}, {2, "m"}}},  {6, DType::kQ5_0, {{0, "d"}}},
+      {7, DType::kQ5_1, {{0, "d"}, {2, "m"}}},  {12, DType::kQ4_K, {{0, "d"}, {2, "dmin"}}},
+      {13, DType::kQ5_K, {{0, "d"}, {2, "dmin"}}},  {14, DType::kQ6_K, {{208, "d"}}},
+  };
+  uint64_t seed = 1;
+  for (const Case& c : cases) {
+    const int64_t block = DTypeBlock(c.dtype), bytes = DTypeBlockBytes(c.dtype);
+    for (const auto& [offset, field] : c.scales) {
+      for (const auto& [half, text] : std::vector<std::pair<uint16_t, const char*>>{
+               {0x7E00, "nan"}, {0x7C00, "inf"}, {0xFC00, "-inf"}}) {
+        SCOPED_TRACE(absl::StrCat(DTypeName(c.dtype), " ", field, " ", text));
+        // Three rows of two blocks; the second block of the last row is broken.
+        std::string raw = Bytes(RandomQuantized(c.dtype, {3, 2 * block}, seed++).value());
+        std::memcpy(raw.data() + 5 * bytes + offset, &half, 2);
+        const std::string path = OneTensor("scale.gguf", c.ggml, 2 * block, 3, raw);
+        auto f = GgufFile::Open(path).value();
+        const std::string want = absl::StrCat(
+            "tensor 'w' ", f->FindTensor("w")->type->name, "[3, ", 2 * block,
+            "]: the block of elements [2, ", block, ":", 2 * block, "] has scale ", field, " = ",
+            text, ", which makes every value of the block NaN or infinite");
+        EXPECT_TRUE(Contains(f->ReadRanges("w", FullRanges(Shape{3, 2 * block})).status(), want));
+        ReadOptions kept;
+        kept.dtype = c.dtype;
+        EXPECT_TRUE(Contains(f->ReadRanges("w", FullRanges(Shape{3, 2 * block}), kept).status(), want));
+        EXPECT_TRUE(Contains(f->ReadRanges("w", {{{2, 3}}, {{block, block + 1}}}).status(), want));
+        // A rank whose piece does not hold the block reads it: its scales are finite.
+        EXPECT_TRUE(f->ReadRanges("w", {{{0, 2}}, {{0, 2 * block}}}).ok());
+        EXPECT_TRUE(f->ReadRanges("w", {{{0, 3}}, {{0, block}}}, kept).ok());
+      }
+    }
+  }
+}
+
+TEST(GgufFinite, FloatElementsAreChecked) {
+  // F32, F16 and BF16 [3, 8] of ones, element [1, 5] NaN or infinite.
+  struct Case {
+    uint32_t ggml;
+    int width;
+    uint32_t one, nan, inf;
+  } cases[] = {{0, 4, 0x3F800000, 0x7FC00000, 0x7F800000},
+               {1, 2, 0x3C00, 0x7E00, 0x7C00},
+               {30, 2, 0x3F80, 0x7FC0, 0x7F80}};
+  for (const Case& c : cases) {
+    for (const auto& [bad, text] : {std::pair<uint32_t, const char*>{c.nan, "nan"}, {c.inf, "inf"}}) {
+      std::string raw;
+      for (int i = 0; i < 24; ++i) {
+        const uint32_t v = i == 8 + 5 ? bad : c.one;
+        raw.append(reinterpret_cast<const char*>(&v), c.width);
+      }
+      auto f = GgufFile::Open(OneTensor("float.gguf", c.ggml, 8, 3, raw)).value();
+      const std::string want = absl::StrCat("tensor 'w' ", f->FindTensor("w")->type->name,
+                                            "[3, 8]: element [1, 5] is ", text, "; weights must be finite");
+      EXPECT_TRUE(Contains(f->ReadRanges("w", FullRanges(Shape{3, 8})).status(), want));
+      EXPECT_TRUE(f->ReadRanges("w", {{{0, 3}}, {{0, 5}, {6, 8}}}).ok());
+    }
+  }
+}
+
+// Q4_0 and Q4_K take the same bytes per element (18 / 32 = 144 / 256), so Q4_0 blocks under a
+// Q4_K label pass every size check, and Q4_K then reads dmin from two bytes of 4-bit values:
+// infinite or NaN for 1 byte value in 32 where the values are uniform. Refused when one of the
+// blocks read has such a byte (here 512 blocks), never when none has (docs/limits.md).
+TEST(GgufFinite, Q4_0BytesLabelledQ4_KAreCaughtByTheirScales) {
+  const std::string raw = Bytes(RandomQuantized(DType::kQ4_0, {64, 2048}, 45).value());
+  auto honest = GgufFile::Open(OneTensor("q4_0.gguf", 2, 2048, 64, raw)).value();
+  EXPECT_TRUE(honest->ReadRanges("w", FullRanges(Shape{64, 2048})).ok());
+  auto relabelled = GgufFile::Open(OneTensor("q4_0-as-q4_k.gguf", 12, 2048, 64, raw)).value();
+  EXPECT_TRUE(Contains(relabelled->ReadRanges("w", FullRanges(Shape{64, 2048})).status(),
+                       "tensor 'w' Q4_K[64, 2048]: the block of elements ["));
+}
+
+// ---- metadata in memory (Note [Compact metadata]) -------------------------------------------------
+
+// The file: a 7.9M-element u8 array (it cost 440 MB when every element was a value), with
+// a million 3-byte strings beside it; opened with and without the tokenizer arrays, the way
+// `dtensor inspect`, generate and every rank open it. The process's peak RSS grows by at most
+// twice the metadata's bytes and a few MB.
+TEST(GgufMemory, MetadataTakesAboutItsBytes) {
+  const int64_t n = 7'900'000, m = 1'000'000;
+  std::string path;
+  {
+    Writer w;
+    w.Header(0, 2).Str("big.u8").Put<uint32_t>(9).Put<uint32_t>(0).Put<uint64_t>(n);
+    w.Raw(std::string(n, '\x05'));
+    w.Str("big.strings").Put<uint32_t>(9).Put<uint32_t>(8).Put<uint64_t>(m);
+    for (int64_t i = 0; i < m; ++i) w.Put<uint64_t>(3).Raw(i == m - 1 ? "end" : "abc");
+    path = WriteBytes("big-metadata.gguf", w.b);
+  }
+  const int64_t file_bytes = static_cast<int64_t>(fs::file_size(path));
+  for (bool tokenizer_arrays : {true, false}) {
+    ASSERT_TRUE(ResetPeakResidentBytes());
+    const int64_t before = ResidentBytes();
+    ASSERT_GT(before, 0);
+    GgufOpenOptions o;
+    o.tokenizer_arrays = tokenizer_arrays;
+    auto f = GgufFile::Open(path, o).value();
+    const int64_t grew = PeakResidentBytes() - before;
+    EXPECT_LE(grew, 2 * file_bytes + (8 << 20)) << "file " << file_bytes << " bytes";
+    const GgufArray* u8 = f->Find("big.u8")->AsArray();
+    ASSERT_EQ(u8->size, n);
+    EXPECT_EQ(u8->Element(n - 1).AsInt(), 5);
+    EXPECT_EQ(f->Find("big.strings")->AsArray()->StringAt(m - 1), "end");
+    EXPECT_EQ(f->GetStrings("big.strings").value().size(), static_cast<size_t>(m));
+  }
+}
+
+TEST(GgufMemory, WhatCostsAValueOfItsOwnIsCapped) {
+  Writer keys;
+  keys.Header(0, 70000).Data(70000 * 13);
+  EXPECT_TRUE(Contains(keys.Open(), "metadata count 70000: more than the 65536 keys"));
+  Writer nested;
+  nested.Header(0, 1).Str("k").Put<uint32_t>(9).Put<uint32_t>(9).Put<uint64_t>(70000);
+  for (int i = 0; i < 70000; ++i) nested.Put<uint32_t>(0).Put<uint64_t>(0);
+  EXPECT_TRUE(Contains(nested.Open(), "metadata 'k': 70000 arrays inside an array: more than 65536"));
 }
 
 // ---- Llama from GGUF -----------------------------------------------------------------------------
@@ -372,6 +593,58 @@ TEST(GgufLlama, CheckpointReadsHfNamesAndCountsBlocks) {
   stats = {};
   (void)c.ReadRanges("model.layers.0.self_attn.o_proj.weight", {{{0, 256}}, {{128, 256}}}, {}, &stats).value();
   EXPECT_EQ(stats.bytes_copied, 256 * 4 * 24);  // Q5_1: 4 of 8 blocks per row
+}
+
+// A llama GGUF header of the required keys (hidden 8, 2 heads) and `extra` keys after them.
+absl::StatusOr<DecoderConfig> LlamaWith(const std::function<void(Writer&)>& extra, int extra_keys,
+                                        uint32_t hidden = 8, uint32_t heads = 2) {
+  Writer w;
+  w.Header(0, 6 + extra_keys)
+      .Kv("general.architecture", 8, std::string("llama"))
+      .Kv("llama.vocab_size", 4, uint32_t{32})
+      .Kv("llama.block_count", 4, uint32_t{1})
+      .Kv("llama.embedding_length", 4, hidden)
+      .Kv("llama.feed_forward_length", 4, uint32_t{16})
+      .Kv("llama.attention.head_count", 4, heads);
+  extra(w);
+  auto f = GgufFile::Open(WriteBytes("hyper.gguf", w.b));
+  if (!f.ok()) return f.status();
+  return DecoderConfigFromGguf(**f);
+}
+
+TEST(GgufLlama, FloatHyperparametersMustBeFiniteAndPositive) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  auto with = [](const std::string& key, float v) {
+    return LlamaWith([&](Writer& w) { w.Kv(key, 6, v); }, 1);
+  };
+  EXPECT_TRUE(Contains(with("llama.rope.freq_base", inf).status(),
+                       "metadata 'llama.rope.freq_base' is inf; it must be a finite number > 0"));
+  EXPECT_TRUE(Contains(with("llama.rope.freq_base", -1).status(),
+                       "metadata 'llama.rope.freq_base' is -1; it must be a finite number > 0"));
+  EXPECT_TRUE(Contains(with("llama.attention.layer_norm_rms_epsilon", nan).status(),
+                       "metadata 'llama.attention.layer_norm_rms_epsilon' is nan"));
+  EXPECT_TRUE(Contains(with("llama.attention.layer_norm_rms_epsilon", 0).status(),
+                       "metadata 'llama.attention.layer_norm_rms_epsilon' is 0"));
+  EXPECT_EQ(with("llama.rope.freq_base", 500000).value().rope_theta, 500000);
+  for (float factor : {inf, nan, 0.5f}) {
+    absl::StatusOr<DecoderConfig> c = LlamaWith(
+        [&](Writer& w) {
+          w.Kv("llama.rope.scaling.type", 8, std::string("linear")).Kv("llama.rope.scaling.factor", 6, factor);
+        },
+        2);
+    EXPECT_TRUE(Contains(c.status(), absl::StrCat("linear rope scaling needs a finite "
+                                                  "llama.rope.scaling.factor >= 1, got ", factor)));
+  }
+}
+
+TEST(GgufLlama, HeadDimWithoutKeyLengthNeedsDivisibleHeads) {
+  EXPECT_TRUE(Contains(LlamaWith([](Writer&) {}, 0, 10, 3).status(),
+                       "llama.embedding_length 10 is not a multiple of llama.attention.head_count "
+                       "3, and there is no llama.attention.key_length to give the head dim"));
+  absl::StatusOr<DecoderConfig> c =
+      LlamaWith([](Writer& w) { w.Kv("llama.attention.key_length", 4, uint32_t{4}); }, 1, 10, 3);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 4);
 }
 
 TEST(GgufLlama, RefusesWhatItDoesNotImplement) {

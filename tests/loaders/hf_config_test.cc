@@ -90,7 +90,13 @@ TEST(HfConfig, Errors) {
     std::string json;
     const char* error;
   } cases[] = {
-      {"{", "not valid JSON"},
+      {"{", "not valid JSON (1 bytes): "},
+      {"", "is empty (0 bytes); expected a JSON object"},
+      {"{\"a", "not valid JSON (3 bytes): [json.exception.parse_error.101]"},
+      // JSON has no infinity, and a number too large for a double is no number (every float
+      // field is checked finite and > 0 besides: Reader::PositiveNumber).
+      {"{" + base + R"(, "num_attention_heads": 2, "rope_theta": 1e999})",
+       "number overflow parsing '1e999'"},
       {"[]", "must be a JSON object"},
       {"{" + base + "}", "missing required field \"num_attention_heads\""},
       {R"({"hidden_size": 8})", "missing required field \"vocab_size\""},
