@@ -213,7 +213,7 @@ class GlooComm final : public Communicator {
     };
     const std::vector<int> store_dead = list(0), store_left = list(1);
     auto in = [](const std::vector<int>& v, int g) { return std::find(v.begin(), v.end(), g) != v.end(); };
-    std::vector<int> dead, unreachable, maybe_missing;
+    std::vector<int> dead, unreachable, stalled, maybe_missing;
     for (int i = 0; i < size(); ++i) {
       if (i == rank()) continue;
       const int g = global_ranks()[i];
@@ -223,6 +223,10 @@ class GlooComm final : public Communicator {
           break;
         case PeerState::kSilent:
           (in(store_dead, g) ? dead : unreachable).push_back(g);
+          break;
+        case PeerState::kStalled:  // alive, not answering: also a member that never arrives
+          stalled.push_back(g);
+          maybe_missing.push_back(i);
           break;
         case PeerState::kUnknown:
           if (in(store_dead, g)) {
@@ -252,6 +256,10 @@ class GlooComm final : public Communicator {
     if (!unreachable.empty()) {
       absl::StrAppend(&msg, "global rank(s) ", RankList(unreachable), " unreachable (no answer within ",
                       budget.count(), " ms: host down or network partition); ");
+    }
+    if (!stalled.empty()) {
+      absl::StrAppend(&msg, "global rank(s) ", RankList(stalled), " not answering (its host does, the ",
+                      "process did not within ", budget.count(), " ms: stopped, or starved of CPU); ");
     }
     if (!missing.empty()) absl::StrAppend(&msg, "global rank(s) ", RankList(missing), " never reached it; ");
     if (!failed_before.empty()) {

@@ -117,7 +117,9 @@ std::vector<PeerState> PeerProbes::Wait(SteadyClock::time_point deadline) {
     if (left <= 0) break;  // that was the last look
   }
   std::vector<PeerState> out;
-  for (Probe& p : probes_) out.push_back(p.done ? p.state : PeerState::kSilent);
+  for (Probe& p : probes_) {
+    out.push_back(p.done ? p.state : p.connected ? PeerState::kStalled : PeerState::kSilent);
+  }
   return out;
 }
 

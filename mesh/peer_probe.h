@@ -11,7 +11,11 @@
 //   'F'                                                   kFailing  it runs, but one of its communicators
 //                                                                   failed (it is diagnosing, or leaving)
 //   connection refused / reset / closed without a byte    kGone     the process exited; its host is up
-//   nothing by the deadline (or host/net unreachable)     kSilent   host down, or a network partition
+//   connected, but no byte by the deadline                kStalled  its host's kernel answers, the process
+//                                                                   does not: stopped (SIGSTOP), or so
+//                                                                   starved of CPU that it cannot
+//   no connection by the deadline (or host/net            kSilent   host down, or a network partition
+//   unreachable)
 //   no endpoint known, or no socket to probe with         kUnknown
 //
 // A process being killed while probed is kGone, not kAlive: the kernel may complete the handshake
@@ -46,7 +50,7 @@ class ProbeListener {
   ServingThread serving_;  // last: its thread runs Loop
 };
 
-enum class PeerState { kAlive, kFailing, kGone, kSilent, kUnknown };
+enum class PeerState { kAlive, kFailing, kGone, kStalled, kSilent, kUnknown };
 
 // Probes run concurrently: the constructor starts connecting to every endpoint ("host:port"; "" is
 // kUnknown), Wait() collects the answers.
@@ -57,7 +61,8 @@ class PeerProbes {
   PeerProbes(const PeerProbes&) = delete;
   PeerProbes& operator=(const PeerProbes&) = delete;
 
-  // Waits until every probe is answered or `deadline`; what is still open then is kSilent.
+  // Waits until every probe is answered or `deadline`; what is still open then is kStalled
+  // (connected) or kSilent.
   std::vector<PeerState> Wait(SteadyClock::time_point deadline);
 
  private:

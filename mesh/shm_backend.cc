@@ -133,7 +133,11 @@ class ShmComm final : public Communicator {
   }
 
   ~ShmComm() override {
-    seg_->rank(rank()).state.store(static_cast<uint32_t>(MemberState::kLeft));
+    std::atomic<uint32_t>& state = seg_->rank(rank()).state;
+    uint32_t failing = static_cast<uint32_t>(MemberState::kFailing);
+    if (!state.compare_exchange_strong(failing, static_cast<uint32_t>(MemberState::kFailedAndLeft))) {
+      state.store(static_cast<uint32_t>(MemberState::kLeft));
+    }
     Wake(/*always=*/true);
   }
 
@@ -262,7 +266,8 @@ class ShmComm final : public Communicator {
     for (int q = 0; q < size(); ++q) {
       const RankHeader& h = seg_->rank(q);
       if (q == rank() || h.step.load() >= step) continue;
-      if (h.state.load() == static_cast<uint32_t>(MemberState::kLeft) || watch_.IsGone(q)) return true;
+      const auto state = static_cast<MemberState>(h.state.load());
+      if (state == MemberState::kLeft || state == MemberState::kFailedAndLeft || watch_.IsGone(q)) return true;
     }
     return false;
   }
@@ -275,7 +280,8 @@ class ShmComm final : public Communicator {
     // Who failed before we looked (their exit is theirs, not a cause).
     std::vector<bool> was_failing(size(), false);
     for (int q = 0; q < size(); ++q) {
-      was_failing[q] = q != rank() && seg_->rank(q).state.load() == static_cast<uint32_t>(MemberState::kFailing);
+      const auto state = static_cast<MemberState>(seg_->rank(q).state.load());
+      was_failing[q] = q != rank() && (state == MemberState::kFailing || state == MemberState::kFailedAndLeft);
     }
     std::vector<int> gone = watch_.Gone();
     if (!gone.empty()) gone = watch_.GoneSettled(Clock::now() + kSettle);
@@ -287,6 +293,8 @@ class ShmComm final : public Communicator {
       const bool is_gone = std::find(gone.begin(), gone.end(), q) != gone.end();
       if (state == MemberState::kLeft) {
         left.push_back(g);
+      } else if (state == MemberState::kFailedAndLeft) {
+        failed_gone.push_back(g);  // left after an error of its own: no cause
       } else if (is_gone) {
         (was_failing[q] ? failed_gone : dead).push_back(g);  // one that failed first is no cause
       } else if (seg_->rank(q).reached.load() <= c.seq) {
@@ -628,13 +636,16 @@ absl::StatusOr<CommPtr> MakeShmGroup(TcpStore& store, const std::string& gid, co
       if (!name.empty()) ShmSegment::Unlink(name);
     }
   } unlinker{seg ? name : ""};
-  absl::StatusOr<std::string> published = store.WaitGet(name_key, timeout);
+  DT_RETURN_IF_ERROR(WaitForRanks(store, {name_key}, {ranks[0]}, timeout, what,
+                                   "(the member that makes the segment) did not name it"));
+  absl::StatusOr<std::optional<std::string>> published = store.Get(name_key);
   if (!published.ok()) return wrap(published.status());
+  if (!published->has_value()) return absl::InternalError(absl::StrCat(what, ": store key '", name_key, "' vanished"));
   std::string mine;  // "" = mapped
-  if (!published->empty() && (*published)[0] == '!') {
-    mine = published->substr(1);
+  if (!(*published)->empty() && (**published)[0] == '!') {
+    mine = (*published)->substr(1);
   } else if (me != 0) {
-    name = *published;
+    name = **published;
     absl::StatusOr<std::unique_ptr<ShmSegment>> opened = ShmSegment::Open(name, n);
     if (opened.ok()) {
       seg = std::move(*opened);
@@ -651,7 +662,7 @@ absl::StatusOr<CommPtr> MakeShmGroup(TcpStore& store, const std::string& gid, co
   DT_RETURN_IF_ERROR(wrap(store.Set(ok_key(me), mine.empty() ? "ok" : absl::StrCat("!", mine))));
   std::vector<std::string> keys;
   for (int i = 0; i < n; ++i) keys.push_back(ok_key(i));
-  DT_RETURN_IF_ERROR(wrap(store.Wait(keys, timeout)));
+  DT_RETURN_IF_ERROR(WaitForRanks(store, keys, ranks, timeout, what, "did not map the segment"));
   absl::StatusOr<std::vector<std::optional<std::string>>> oks = store.Peek(keys, timeout);
   if (!oks.ok()) return wrap(oks.status());
   for (int i = 0; i < n; ++i) {

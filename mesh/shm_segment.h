@@ -46,7 +46,9 @@ struct SegmentHeader {
   char abort_reason[1024];  // NUL-terminated
 };
 
-enum class MemberState : uint32_t { kAbsent = 0, kAttached = 1, kFailing = 2, kLeft = 3 };
+// kFailedAndLeft: destroyed its communicator after one of its collectives failed; it leaves
+// because of an error of its own, so it is no cause of another member's failure.
+enum class MemberState : uint32_t { kAbsent = 0, kAttached = 1, kFailing = 2, kLeft = 3, kFailedAndLeft = 4 };
 
 struct alignas(64) RankHeader {
   std::atomic<uint64_t> step;  // syncs passed through (Note [Shm waiting])

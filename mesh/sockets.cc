@@ -45,10 +45,14 @@ absl::Status ServingThread::Start(int listen_fd, std::function<void()> loop, abs
   return absl::OkStatus();
 }
 
+void ServingThread::Wake() {
+  char c = 0;
+  if (wake_[1] >= 0) (void)!::write(wake_[1], &c, 1);
+}
+
 ServingThread::~ServingThread() {
   if (thread_.joinable()) {
-    char c = 0;
-    (void)!::write(wake_[1], &c, 1);
+    Wake();
     thread_.join();
   }
   if (listen_fd_ >= 0) ::close(listen_fd_);

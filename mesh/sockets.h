@@ -57,6 +57,8 @@ class ServingThread {
   absl::Status Start(int listen_fd, std::function<void()> loop, absl::string_view who);
   int listen_fd() const { return listen_fd_; }
   int wake_fd() const { return wake_[0]; }
+  // Makes wake_fd() readable (the loop winds down) without waiting for the thread.
+  void Wake();
 
  private:
   int listen_fd_ = -1;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -77,11 +78,9 @@ struct Reader {
   }
 };
 
-}  // namespace
-
 // ---- server -----------------------------------------------------------------------------------
 
-struct TcpStoreServer::State {
+struct StoreState {
   struct Client {
     std::string in;
     std::string out;  // replies the client has not taken yet (see Note [Store deadlines])
@@ -231,7 +230,80 @@ struct TcpStoreServer::State {
   }
 };
 
+}  // namespace
+
+struct TcpStoreServer::Serving {
+  int port = 0;
+  StoreState state;
+  std::atomic<bool> done{false};  // Loop returned
+  ServingThread thread;           // last: its thread runs Loop
+  void Loop();
+};
+
+namespace {
+
+// Note [The store lingers in the background]
+// Rank 0 runs the store. When its world goes, the other ranks may still need the store: to say
+// goodbye, or to diagnose a failure of their own (Note [Gloo backend]: a peek at who died and
+// who reached the collective). So the server serves on until every client has closed its
+// connection, for at most TcpStoreServer::kLinger. It used to do so in the world's destructor,
+// and a program that reports its error after its world is gone (most do: the world lives in the
+// function that failed) then reported up to 10 s late: a stopped rank never closes its connection,
+// and with DT_TIMEOUT_MS=15000 rank 0 reported at 25 s (issue 45). Now the destructor only wakes
+// the server and hands it to this registry, which lets it finish in the background: the process
+// waits for what is still lingering when it exits (this static's destructor; std::_Exit and
+// signals do not wait), and a new server on the same port waits for the old one first, as it
+// used to. A fork()ed child must leave with _exit (the lingering threads are not in it).
+class Lingering {
+ public:
+  static Lingering& Get() {
+    static Lingering lingering;
+    return lingering;
+  }
+  ~Lingering() {
+    std::lock_guard<std::mutex> lock(mu_);
+    servers_.clear();  // each joins its thread: at most kLinger
+  }
+  void Add(std::unique_ptr<TcpStoreServer::Serving> s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Reap();
+    servers_.push_back(std::move(s));
+  }
+  // Waits for the server still lingering on `port`, if any.
+  void WaitFor(int port) {
+    std::unique_ptr<TcpStoreServer::Serving> old;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Reap();
+      for (auto& s : servers_) {
+        if (s->port == port) {
+          old = std::move(s);
+          break;
+        }
+      }
+      servers_.erase(std::remove(servers_.begin(), servers_.end(), nullptr), servers_.end());
+    }
+    old.reset();  // joins, outside the lock
+  }
+
+ private:
+  void Reap() {
+    servers_.erase(std::remove_if(servers_.begin(), servers_.end(),
+                                  [](const auto& s) { return s->done.load(); }),
+                   servers_.end());
+  }
+  std::mutex mu_;
+  std::vector<std::unique_ptr<TcpStoreServer::Serving>> servers_;
+};
+
+}  // namespace
+
+TcpStoreServer::TcpStoreServer(std::unique_ptr<Serving> serving) : serving_(std::move(serving)) {}
+
+int TcpStoreServer::port() const { return serving_->port; }
+
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(int port) {
+  if (port != 0) Lingering::Get().WaitFor(port);
   absl::StatusOr<Listener> sock = ListenAny(port, 1024);
   if (!sock.ok()) {
     return absl::Status(sock.status().code(), absl::StrCat("store: cannot listen on port ", port, ": ", sock.status().message(),
@@ -260,21 +332,25 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Adopt(int fd, in
 }
 
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Serve(int listen_fd, int port) {
-  std::unique_ptr<TcpStoreServer> s(new TcpStoreServer());
-  s->state_ = std::make_unique<State>();
-  s->port_ = port;
-  DT_RETURN_IF_ERROR(s->serving_.Start(listen_fd, [p = s.get()] { p->Loop(); }, "store"));
-  return s;
+  // Made before the server, so that it outlives any static that holds one (destroyed in reverse).
+  Lingering::Get();
+  auto serving = std::make_unique<Serving>();
+  serving->port = port;
+  DT_RETURN_IF_ERROR(serving->thread.Start(listen_fd, [p = serving.get()] { p->Loop(); }, "store"));
+  return std::unique_ptr<TcpStoreServer>(new TcpStoreServer(std::move(serving)));
 }
 
-TcpStoreServer::~TcpStoreServer() = default;
+TcpStoreServer::~TcpStoreServer() {
+  serving_->thread.Wake();
+  Lingering::Get().Add(std::move(serving_));
+}
 
-void TcpStoreServer::Loop() {
-  State& st = *state_;
+void TcpStoreServer::Serving::Loop() {
+  StoreState& st = state;
   std::optional<Clock::time_point> stop_by;
   while (true) {
     if (stop_by && (st.clients.empty() || Clock::now() >= *stop_by)) break;
-    std::vector<pollfd> fds{{serving_.wake_fd(), POLLIN, 0}, {serving_.listen_fd(), POLLIN, 0}};
+    std::vector<pollfd> fds{{thread.wake_fd(), POLLIN, 0}, {thread.listen_fd(), POLLIN, 0}};
     for (const auto& [fd, c] : st.clients) {
       fds.push_back({fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
     }
@@ -286,11 +362,11 @@ void TcpStoreServer::Loop() {
     if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;
     if (fds[0].revents & POLLIN) {
       char c;
-      (void)!::read(serving_.wake_fd(), &c, 1);
-      stop_by = Clock::now() + linger_;
+      (void)!::read(thread.wake_fd(), &c, 1);
+      if (!stop_by) stop_by = Clock::now() + kLinger;
     }
     if (fds[1].revents & POLLIN) {
-      int fd = ::accept4(serving_.listen_fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      int fd = ::accept4(thread.listen_fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) {
         SetNoDelay(fd);
         st.clients[fd];
@@ -334,6 +410,7 @@ void TcpStoreServer::Loop() {
   }
   st.stopping = true;  // we are leaving, not they
   while (!st.clients.empty()) st.Drop(st.clients.begin()->first);
+  done = true;
 }
 
 // ---- client -----------------------------------------------------------------------------------
@@ -468,8 +545,9 @@ absl::Status TcpStore::Wait(const std::vector<std::string>& keys, std::chrono::m
       if (r.Str(&k)) missing.push_back(std::move(k));
     }
   }
-  return absl::DeadlineExceededError(absl::StrCat("store wait timed out after ", timeout.count(),
-                                                  " ms; missing keys: ", absl::StrJoin(missing, ", ")));
+  return absl::DeadlineExceededError(absl::StrCat("store at ", address(), ": wait timed out after ",
+                                                  timeout.count(), " ms; missing keys: ",
+                                                  absl::StrJoin(missing, ", ")));
 }
 
 absl::StatusOr<std::string> TcpStore::WaitGet(const std::string& key, std::chrono::milliseconds timeout) {
@@ -560,26 +638,30 @@ absl::StatusOr<Rendezvous> StartRendezvous(const LaunchInfo& info, std::chrono::
   return r;
 }
 
+absl::Status WaitForRanks(TcpStore& store, const std::vector<std::string>& keys, const std::vector<int>& ranks,
+                          std::chrono::milliseconds timeout, absl::string_view what, absl::string_view did) {
+  absl::Status waited = store.Wait(keys, timeout);
+  if (waited.ok()) return waited;
+  absl::StatusOr<std::vector<std::optional<std::string>>> v = store.Peek(keys, DiagnosisTime(timeout));
+  if (!v.ok()) {
+    return absl::Status(waited.code(), absl::StrCat(what, ": ", waited.message(),
+                                                    "; cannot tell who is missing: ", v.status().message()));
+  }
+  std::vector<int> missing;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!(*v)[i].has_value()) missing.push_back(ranks[i]);
+  }
+  return absl::Status(waited.code(), absl::StrCat(what, ": global rank(s) [", absl::StrJoin(missing, ", "), "] ",
+                                                  did, " within ", timeout.count(), " ms (", waited.message(), ")"));
+}
+
 absl::Status JoinGroup(TcpStore& store, const std::string& gid, const std::vector<int>& ranks, int me,
                        std::chrono::milliseconds timeout, absl::string_view what) {
   absl::Status set = store.Set(absl::StrCat("g/", gid, "/join/", me), "1");
   if (!set.ok()) return absl::Status(set.code(), absl::StrCat(what, ": ", set.message()));
   std::vector<std::string> keys;
   for (size_t i = 0; i < ranks.size(); ++i) keys.push_back(absl::StrCat("g/", gid, "/join/", i));
-  absl::Status joined = store.Wait(keys, timeout);
-  if (joined.ok()) return joined;
-  absl::StatusOr<std::vector<std::optional<std::string>>> v = store.Peek(keys, DiagnosisTime(timeout));
-  if (!v.ok()) {
-    return absl::Status(joined.code(), absl::StrCat(what, ": ", joined.message(),
-                                                    "; cannot tell who is missing: ", v.status().message()));
-  }
-  std::vector<int> missing;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (!(*v)[i].has_value()) missing.push_back(ranks[i]);
-  }
-  return absl::Status(joined.code(), absl::StrCat(what, ": global rank(s) [", absl::StrJoin(missing, ", "),
-                                                  "] did not join within ", timeout.count(), " ms (",
-                                                  joined.message(), ")"));
+  return WaitForRanks(store, keys, ranks, timeout, what, "did not join");
 }
 
 std::chrono::milliseconds DiagnosisTime(std::chrono::milliseconds timeout) {

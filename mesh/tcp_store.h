@@ -44,26 +44,25 @@ namespace dt::internal {
 
 class TcpStoreServer {
  public:
-  // Listens on all interfaces at `port` (0: any free port; see port()).
+  // Listens on all interfaces at `port` (0: any free port; see port()). A server of this process
+  // still lingering on `port` is waited for first (Note [The store lingers in the background]).
   static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Start(int port);
   // Serves on `fd`, a socket that dtrun already listens on at `port` and handed to rank 0 (Note
   // [dtrun holds the store's port] in tools/dtrun.cc); takes ownership. InvalidArgument naming
   // DT_STORE_FD when `fd` is not a listening TCP socket on `port`.
   static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Adopt(int fd, int port);
-  // Waits up to `linger` for clients to disconnect, then stops.
+  // Returns at once; the server serves on in the background until every client has closed its
+  // connection, for at most kLinger (Note [The store lingers in the background]).
   ~TcpStoreServer();
-  int port() const { return port_; }
+  int port() const;
+
+  static constexpr std::chrono::milliseconds kLinger{10'000};
+  struct Serving;  // the server's state and thread (tcp_store.cc)
 
  private:
-  struct State;
-  TcpStoreServer() = default;
+  explicit TcpStoreServer(std::unique_ptr<Serving> serving);
   static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Serve(int listen_fd, int port);
-  void Loop();
-
-  int port_ = 0;
-  std::chrono::milliseconds linger_{10'000};
-  std::unique_ptr<State> state_;
-  ServingThread serving_;  // last: its thread runs Loop
+  std::unique_ptr<Serving> serving_;
 };
 
 class TcpStore {
@@ -126,6 +125,12 @@ struct Rendezvous {
 };
 absl::StatusOr<Rendezvous> StartRendezvous(const LaunchInfo& info, std::chrono::milliseconds timeout,
                                            absl::string_view backend);
+
+// Waits until every one of `keys` exists, `keys[i]` being what global rank `ranks[i]` publishes;
+// on a timeout the error names the ranks whose key is missing: "<what>: global rank(s) [1] <did>
+// within 3000 ms (...)".
+absl::Status WaitForRanks(TcpStore& store, const std::vector<std::string>& keys, const std::vector<int>& ranks,
+                          std::chrono::milliseconds timeout, absl::string_view what, absl::string_view did);
 
 // Group creation's first step: member `me` of `ranks` joins under "g/<gid>/join/<me>" and waits for
 // the others; the error names the members that did not join within `timeout`. `what` prefixes it.

@@ -36,6 +36,15 @@
 //   binds MASTER_PORT itself needs --master-port. With --master-port the user owns the port and
 //   rank 0 binds it (a port in use is then an error naming it).
 //
+// Note [dtrun waits with deadlines]
+//   dtrun blocks in one place, its poll loop, and every way out of it has a deadline: a failing
+//   rank or a signal starts the grace period, after which the ranks are SIGKILLed; and once every
+//   rank has exited, their output pipes get kDrain to reach their end. A pipe still open then is
+//   held by a process a rank started and left behind (the rank's own process group, or a daemon);
+//   dtrun names the rank, kills its process group and stops reading, instead of waiting for that
+//   process to end (which may be never). The ranks' own waits are theirs: every collective and
+//   rendezvous has the world's timeout (docs/mesh.md, "Every wait has a deadline").
+//
 // Note [dtrun exit status]
 //   all ranks exit 0              -> 0
 //   first failing rank exits k    -> k
@@ -89,6 +98,10 @@ struct Options {
   double grace_s = 5.0;
   std::vector<std::string> argv;
 };
+
+// How long the output pipes may stay open after every rank has exited (Note [dtrun waits with
+// deadlines]).
+constexpr auto kDrain = std::chrono::seconds(2);
 
 constexpr const char* kUsage =
     "usage: dtrun --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P]\n"
@@ -395,7 +408,27 @@ int main(int argc, char** argv) {
     for (const Rank& r : ranks) n += r.running;
     return n;
   };
+  std::optional<Clock::time_point> exited_at;  // when the last rank was reaped
   while (running() > 0 || open_pipes() > 0) {
+    if (running() == 0 && !exited_at) exited_at = Clock::now();
+    if (exited_at && Clock::now() - *exited_at >= kDrain) {
+      for (Rank& r : ranks) {
+        for (int w = 0; w < 2; ++w) {
+          if (r.fds[w] < 0) continue;
+          std::fprintf(stderr,
+                       "dtrun: rank %d exited, but its %s is still open %lld s later: a process it started holds "
+                       "it; killing rank %d's process group and not waiting for it\n",
+                       r.rank, w == 0 ? "stdout" : "stderr",
+                       static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(kDrain).count()),
+                       r.rank);
+          ::kill(-r.pid, SIGKILL);
+          Emit(r, w, "", 0, true);
+          ::close(r.fds[w]);
+          r.fds[w] = -1;
+        }
+      }
+      break;
+    }
     std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
     std::vector<std::pair<Rank*, int>> owners{{nullptr, 0}};
     for (Rank& r : ranks) {
@@ -406,7 +439,7 @@ int main(int argc, char** argv) {
         }
       }
     }
-    int timeout_ms = 200;
+    int timeout_ms = exited_at ? 50 : 200;
     if (kill_at) {
       timeout_ms = static_cast<int>(std::clamp<int64_t>(
           std::chrono::duration_cast<std::chrono::milliseconds>(*kill_at - Clock::now()).count(), 0, 200));

@@ -63,6 +63,20 @@ TEST(Dtrun, ExitsWithTheFailingRanksStatusAndStopsTheOthers) {
   EXPECT_LT(r.seconds, 5) << r.output;
 }
 
+// Note [dtrun waits with deadlines]: a rank that exits while a process it started still holds its
+// output does not keep dtrun (and whoever waits for dtrun) waiting: 2 s later dtrun names the
+// rank, kills its process group and ends.
+TEST(Dtrun, EndsWhenARankLeavesAProcessHoldingItsOutput) {
+  auto r = RunCommand(kDtrun + " --nproc-per-node 2 sh -c 'echo started; if [ $RANK = 1 ]; then sleep 60 & fi; exit 0'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] started"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("dtrun: rank 1 exited, but its stdout is still open 2 s later: a process it started "
+                          "holds it; killing rank 1's process group"),
+            std::string::npos)
+      << r.output;
+  EXPECT_LT(r.seconds, 10) << r.output;
+}
+
 TEST(Dtrun, RankKilledBySignal) {
   auto r = RunCommand(kDtrun + " --nproc-per-node 2 sh -c 'if [ $RANK = 0 ]; then kill -SEGV $$; fi; sleep 30'");
   EXPECT_EQ(r.status, 128 + SIGSEGV) << r.output;

@@ -10,6 +10,17 @@
 //   fault_worker leave V     rank V destroys its world (and so its communicators), then sleeps
 //   fault_worker leak V      rank V leaves a segment name in /dev/shm (as a rank killed between
 //                            creating a group's segment and unlinking it would) and abort()s
+//   fault_worker stop V      rank V stops itself (SIGSTOP: alive, answering nothing, closing no
+//                            connection) after all_reduce #0; the others run all_reduce #1, then
+//                            destroy their world (rank 0's store with it) and only then report, as
+//                            a program that returns its error from the function owning the world
+//                            does: the report's time includes the world's shutdown
+//   fault_worker stop-early V  rank V stops itself before it makes its world; the others make
+//                            theirs and its world group, then report the same way
+//                            (a stopped victim is continued after the timeout + 4 s and exits 0)
+//   fault_worker launch V    no fault (V unused): the stress test's job (launch_stress_test.cc):
+//                            the world group and a second group, a few collectives checked, a
+//                            report per rank, and a normal exit (the world goes at main's return)
 //   fault_worker backend V   no fault: every rank reports its world group's backend and an
 //                            all_reduce (code=OK when the sum is right) as
 //                            FAULT-REPORT ... msg=backend=<name>
@@ -19,10 +30,13 @@
 //   FAULT-REPORT rank=R code=CODE elapsed_ms=T msg=MESSAGE
 // and exits 0. Survivors ignore SIGTERM so that they can report before the launcher's SIGKILL.
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <numeric>
 #include <set>
 #include <string>
@@ -42,12 +56,36 @@ void Report(int rank, const absl::Status& st, std::chrono::steady_clock::time_po
   std::fflush(stdout);
 }
 
+// This process's rank as its launcher set it, before any world exists (dtrun, mpirun).
+int LaunchRank() {
+  for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK"}) {
+    int r = -1;
+    if (const char* v = std::getenv(name); v != nullptr && absl::SimpleAtoi(v, &r)) return r;
+  }
+  return -1;
+}
+
+// Stops this process (SIGSTOP) until a child of it continues it, DT_TIMEOUT_MS + 4 s later; then
+// leaves at once.
+void StopSelf() {
+  const char* ms = std::getenv("DT_TIMEOUT_MS");
+  const int wait_ms = (ms != nullptr ? std::atoi(ms) : 3000) + 4000;
+  const pid_t me = ::getpid();
+  if (::fork() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+    ::kill(me, SIGCONT);
+    ::_exit(0);
+  }
+  std::raise(SIGSTOP);
+  std::_Exit(0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace dt;
   if (argc != 3) {
-    std::fprintf(stderr, "usage: fault_worker die|kill|absent|nogroup|mismatch VICTIM[,VICTIM...]\n");
+    std::fprintf(stderr, "usage: fault_worker MODE VICTIM[,VICTIM...] (the modes: tests/mesh/fault_worker.cc)\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -62,10 +100,23 @@ int main(int argc, char** argv) {
   }
   const int victim = *victims.begin();
   std::signal(SIGTERM, SIG_IGN);
+  const auto launched = std::chrono::steady_clock::now();
+  if (mode == "stop-early" && LaunchRank() == victim) StopSelf();
   absl::StatusOr<std::shared_ptr<World>> w = World::FromEnv();
+  if (!w.ok() && mode == "stop-early") {
+    Report(LaunchRank(), w.status(), launched);
+    std::_Exit(0);
+  }
   if (!w.ok()) {
     std::fprintf(stderr, "FromEnv: %s\n", std::string(w.status().message()).c_str());
     return 3;
+  }
+  if (mode == "stop-early") {
+    const int me = (*w)->rank();
+    absl::Status st = (*w)->WorldGroup().status();
+    w->reset();
+    Report(me, st, launched);
+    std::_Exit(0);
   }
   World& world = **w;
   const int me = world.rank();
@@ -136,6 +187,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     Report(me, comm->AllReduce(warm, ReduceOp::kSum), start);
+  } else if (mode == "stop") {
+    if (me == victim) StopSelf();
+    absl::Status st = comm->AllReduce(warm, ReduceOp::kSum);
+    comm.reset();
+    w->reset();  // the world goes before the report, rank 0's store server with it
+    Report(me, st, start);
   } else if (mode == "leak") {
     if (me == victim) {
       const char* job = std::getenv("DT_JOB_ID");
@@ -145,6 +202,26 @@ int main(int argc, char** argv) {
       std::abort();
     }
     Report(me, absl::OkStatus(), start);
+  } else if (mode == "launch") {
+    std::vector<int> reversed(world.size());
+    std::iota(reversed.begin(), reversed.end(), 0);
+    std::reverse(reversed.begin(), reversed.end());
+    absl::StatusOr<CommPtr> second = world.Group(reversed);
+    absl::Status st = second.status();
+    const int64_t n = world.size();
+    for (const CommPtr& c : {comm, second.value_or(nullptr)}) {
+      if (!st.ok()) break;
+      Tensor x = Tensor::Full({4096}, static_cast<double>(me + 1)).value();
+      st = c->AllReduce(x, ReduceOp::kSum);
+      if (st.ok() && x.ToVector<float>()[4095] != static_cast<float>(n * (n + 1) / 2)) {
+        st = absl::InternalError("wrong sum");
+      }
+      Tensor all = Tensor::Empty({n * 64}).value();
+      if (st.ok()) st = c->AllGather(Tensor::Full({64}, static_cast<double>(me)).value(), all);
+      if (st.ok()) st = c->Barrier();
+    }
+    Report(me, st, start);
+    return st.ok() ? 0 : 1;
   } else if (mode == "backend") {
     Tensor x = Tensor::Full({1000}, 1.0).value();
     absl::Status st = comm->AllReduce(x, ReduceOp::kSum);

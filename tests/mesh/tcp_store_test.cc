@@ -28,14 +28,14 @@ double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(
 // backlog, and then nothing ever answers.
 class SilentServer {
  public:
-  SilentServer() {
+  explicit SilentServer(int backlog = 16) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof(addr);
     EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(::listen(fd_, 16), 0);
+    EXPECT_EQ(::listen(fd_, backlog), 0);
     ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
     port_ = ntohs(addr.sin_port);
   }
@@ -89,6 +89,26 @@ TEST(TcpStore, Requests) {
     v = store->Peek({"a", "zz", "n", "m"}, milliseconds(500)).value();
   } while (v[3] != std::optional<std::string>("4") && Clock::now() < deadline);
   EXPECT_EQ(v, (std::vector<std::optional<std::string>>{"1", std::nullopt, "7", "4"}));
+}
+
+// Note [The store lingers in the background]: destroying the server returns at once although a
+// client is still connected (as a stopped rank's is), the server still answers that client, and
+// once the client leaves, a new server gets the port at once.
+TEST(TcpStore, ServerLingersForItsClientsInTheBackground) {
+  auto server = TcpStoreServer::Start(0).value();
+  const int port = server->port();
+  auto client = Client(port, 1);
+  auto t = Clock::now();
+  server.reset();
+  EXPECT_LT(SecondsSince(t), 0.5);
+  ASSERT_TRUE(client->Set("k", "v").ok());
+  EXPECT_EQ(client->Get("k").value(), std::optional<std::string>("v"));
+  client.reset();  // Bye: the last client is gone, the lingering server stops
+  t = Clock::now();
+  absl::StatusOr<std::unique_ptr<TcpStoreServer>> again = TcpStoreServer::Start(port);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_LT(SecondsSince(t), 2.0);
+  EXPECT_EQ(Client(port, 0)->Get("k").value(), std::nullopt);  // a new store
 }
 
 TEST(TcpStore, ListsRanksThatDiedAndRanksThatLeft) {
@@ -150,26 +170,46 @@ TEST(TcpStore, DiagnosisTimeIsAQuarterOfTheTimeoutWithinBounds) {
 
 std::string Local(int port) { return "127.0.0.1:" + std::to_string(port); }
 
-TEST(PeerProbe, TellsAliveFailingGoneSilentAndUnknownApart) {
+// A listening socket whose accept queue is full: the kernel drops new handshakes (SYNs), as
+// toward a host that is down or cut off.
+class UnreachableServer {
+ public:
+  UnreachableServer() : full_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(listener_.port()));
+    EXPECT_EQ(::connect(full_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);  // fills it
+  }
+  ~UnreachableServer() { ::close(full_); }
+  int port() const { return listener_.port(); }
+
+ private:
+  SilentServer listener_{0};
+  int full_;
+};
+
+TEST(PeerProbe, TellsAliveFailingGoneStalledSilentAndUnknownApart) {
   auto listener = ProbeListener::Start().value();
-  SilentServer silent;  // handshakes, but nobody answers: like a hung or unreachable host
-  const std::vector<std::string> endpoints{Local(listener->port()), Local(ClosedPort()), Local(silent.port()), "",
-                                           "no-port"};
+  SilentServer stalled;  // handshakes, but nobody answers: like a stopped process
+  UnreachableServer unreachable;  // no handshake: like a host that is down
+  const std::vector<std::string> endpoints{Local(listener->port()), Local(ClosedPort()), Local(stalled.port()),
+                                           Local(unreachable.port()), "", "no-port"};
   auto t = Clock::now();
   std::vector<PeerState> s = PeerProbes(endpoints).Wait(Clock::now() + milliseconds(1000));
-  EXPECT_EQ(s, (std::vector<PeerState>{PeerState::kAlive, PeerState::kGone, PeerState::kSilent,
-                                       PeerState::kUnknown, PeerState::kUnknown}));
-  EXPECT_LT(SecondsSince(t), 2.0);  // the silent one takes the whole second
+  EXPECT_EQ(s, (std::vector<PeerState>{PeerState::kAlive, PeerState::kGone, PeerState::kStalled,
+                                       PeerState::kSilent, PeerState::kUnknown, PeerState::kUnknown}));
+  EXPECT_LT(SecondsSince(t), 2.0);  // the stalled and silent ones take the whole second
 
   listener->MarkFailing();
   EXPECT_EQ(PeerProbes({Local(listener->port())}).Wait(Clock::now() + milliseconds(2000)),
             std::vector<PeerState>{PeerState::kFailing});
 
   // A process that goes away while probed (its listening socket closes with the handshake done
-  // but unanswered) is gone, not silent.
-  PeerProbes pending({Local(silent.port())});
+  // but unanswered) is gone, not stalled.
+  PeerProbes pending({Local(stalled.port())});
   std::this_thread::sleep_for(milliseconds(50));
-  silent.Close();
+  stalled.Close();
   EXPECT_EQ(pending.Wait(Clock::now() + milliseconds(2000)), std::vector<PeerState>{PeerState::kGone});
 }
 
