@@ -9,7 +9,9 @@
 // posix_fadvise(DONTNEED) just before the launch) and warm. Each load runs in fresh processes, so
 // VmHWM (/proc/self/status) is that load's peak. Per run, the slowest rank's wall time and the
 // largest per-rank bytes read and peak RSS are shown, beside the rank's own share (its shard plus
-// the replicated parameters, the bytes of its pieces after the load).
+// the replicated parameters, the bytes of its pieces after the load). Each launch runs with
+// DT_TIMEOUT_MS=60000 (or the caller's), so that a launch stuck waiting for a rank ends with an
+// error naming it.
 //
 // RESULT lines (tp=4): sharded cold load >= 2x faster than load-then-shard cold; sharded peak RSS
 // <= 1.15 x own share + 64 MiB and >= 3x lower than load-then-shard's; sharded bytes read per rank
@@ -20,6 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -99,10 +102,17 @@ struct Row {
   int64_t own = 0;        // largest own share
 };
 
+// A launch that waits for a rank ends within kLaunchTimeoutMs with the rank's error, which names
+// whom it waited for and what for (docs/mesh.md, "Every wait has a deadline"): issue 45's run was
+// killed after 300 s without a word, the default collective timeout being 300 s too.
+constexpr int kLaunchTimeoutMs = 60'000;
+
 std::optional<Row> Launch(const std::string& bin, const std::string& dir, int tp, bool whole) {
+  const char* timeout = std::getenv("DT_TIMEOUT_MS");
   const std::string cmd =
-      absl::StrCat("DT_BACKEND=gloo '", bin, "/dtrun' --nproc-per-node ", tp, " '", bin,
-                   "/bench_load' --worker --dir '", dir, "'", whole ? " --whole" : "", " 2>&1");
+      absl::StrCat("DT_BACKEND=gloo DT_TIMEOUT_MS=", timeout != nullptr ? timeout : absl::StrCat(kLaunchTimeoutMs),
+                   " '", bin, "/dtrun' --nproc-per-node ", tp, " '", bin, "/bench_load' --worker --dir '", dir, "'",
+                   whole ? " --whole" : "", " 2>&1");
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return std::nullopt;
   Row row;
