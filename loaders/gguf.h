@@ -14,19 +14,24 @@
 // until it passed) and rejects, naming the file and the field:
 //
 //   problem                                   message (abridged)
+//   empty, or shorter than the magic          "is empty (0 bytes); expected a GGUF file"
 //   not "GGUF", version not 2 or 3            "is not a GGUF file (magic ...)", "version 1 ..."
 //   a count, length or dim past the file      "metadata 'k': string length 9999 runs past the end"
 //   (checked before anything is allocated)
 //   unknown value type, arrays nested > 8     "metadata 'k': unknown value type 13"
 //   duplicate key or tensor name              "duplicate metadata key 'k'"
+//   more keys or nested arrays than 65536     "metadata count 70000: more than the 65536 keys"
 //   dims > 4, a dim < 1, too many elements    "tensor 'w': 5 dims (at most 4)", "tensor 'w': ne
-//                                             [1073741824, 536870912] hold 2^59 elements, more
-//                                             than a tensor may have (2^57 - 1)"
+//                                             [1073741824, 536870912] hold 576460752303423488
+//                                             elements, more than a tensor may have (...)"
 //   unknown ggml type                         "tensor 'w': unknown ggml type 99"
 //   row not a whole number of blocks          "tensor 'w': Q4_K rows of 100 elements are not whole 256-element blocks"
-//   offset unaligned, past the data, overlap  "tensor 'w': data [a, b) overlaps tensor 'v'"
-//   non-finite weight (on read)               "tensor 'w' Q8_0[4, 512]: block [2, 96:128] has
-//                                             scale d = nan" (Note [Non-finite weights])
+//   offset past the file or unaligned, data   "tensor 'w': offset 9223372036854775808 is past the
+//   past the data section, overlapping data   end of the file", "tensor 'w': data [a, b) overlaps
+//                                             tensor 'v'"
+//   non-finite weight (on read)               "tensor 'w' Q8_0[4, 512]: the block of elements
+//                                             [2, 96:128] has scale d = nan" (Note [Non-finite
+//                                             weights] in loaders/read_util.h)
 //   general.alignment not a power of 2        "general.alignment 3 must be a power of two"
 //
 // Reads (ReadRanges): the ranges are dtensor's DimRanges as for safetensors. Only the quant blocks

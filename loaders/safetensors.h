@@ -9,14 +9,18 @@
 // (nothing is mapped before the header passed), and rejects, naming the file and the tensor:
 //
 //   problem                                  message (abridged)
-//   shorter than 8 bytes                     "is 5 bytes, shorter than the 8-byte header length"
+//   empty, shorter than 8 bytes              "is empty (0 bytes); expected a safetensors file",
+//                                            "is 5 bytes, too short for a safetensors file"
 //   header length > 100 MB or past EOF       "header length 9999 runs past the end of the file"
 //   not JSON, not an object, duplicate name  "header is not valid JSON", "duplicate tensor 'w'"
 //   unknown dtype                            "tensor 'w': unknown dtype 'F33'"
 //   shape not a list of integers >= 0        "tensor 'w': shape [2, -1]: dims must be integers >= 0"
-//   element count or byte size overflow      "tensor 'w': shape [...] overflows 64-bit sizes"
+//   element count or byte size overflow      "tensor 'w': shape [...] has more than 2^64 elements",
+//                                            "F64[...]: ... elements take more than 2^63 bytes"
 //   offsets not [begin <= end], wrong size   "data_offsets [0, 10] hold 10 bytes, F32[3] needs 12"
 //   out of bounds, overlaps, gaps            "tensor 'b': data_offsets [8, 20] overlap tensor 'a'"
+//   a NaN or infinite f32/f16/bf16 element   "tensor 'w' F32[4, 6]: element [2, 3] is nan" (on read:
+//                                            Note [Non-finite weights] in loaders/read_util.h)
 //
 // The data section must be covered exactly, tensor after tensor (the reference implementation's
 // rule), so an accepted file is one `safe_open` accepts too. Known dtypes dtensor does not compute

@@ -5,12 +5,9 @@
 // headers (always a clean error naming the file), Llama config and names from GGUF.
 #include "dtensor/loaders/gguf.h"
 
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "rapidcheck/gtest.h"
+#include "dtensor/tests/loaders/unreadable_file.h"
 #include "dtensor/tests/test_util.h"
 
 namespace dt::loaders {
@@ -364,37 +362,12 @@ TEST(GgufFiles, EmptyAndTruncatedFilesSaySoAsGguf) {
   }
 }
 
-// As root every file is readable, so the reading is done by a child process that became nobody.
-void ExpectPermissionDenied(const std::string& path, absl::Status (*open)(const std::string&)) {
-  if (::geteuid() != 0) {
-    ::chmod(path.c_str(), 0);
-    const absl::Status st = open(path);
-    EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied) << st;
-    EXPECT_TRUE(Contains(st, "Permission denied")) << st;
-    return;
-  }
-  ::chmod(path.c_str(), 0600);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
-    const absl::Status st = open(path);
-    if (st.code() != absl::StatusCode::kPermissionDenied || !Contains(st, "Permission denied")) {
-      std::fprintf(stderr, "as nobody: %s\n", st.ToString().c_str());
-      ::_exit(1);
-    }
-    ::_exit(0);
-  }
-  int status = -1;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-}
-
 TEST(GgufFiles, UnreadableFileIsPermissionDeniedNotNotFound) {
   const std::string bytes = ReadFileBytes(kDir + "/llama-tiny.gguf");
-  ExpectPermissionDenied(WriteBytes("locked.gguf", bytes),
-                         [](const std::string& p) { return GgufFile::Open(p).status(); });
-  ExpectPermissionDenied(WriteBytes("locked2.gguf", bytes),
-                         [](const std::string& p) { return Checkpoint::Open(p).status(); });
+  dt::testing::ExpectPermissionDenied(WriteBytes("locked.gguf", bytes),
+                                      [](const std::string& p) { return GgufFile::Open(p).status(); });
+  dt::testing::ExpectPermissionDenied(WriteBytes("locked2.gguf", bytes),
+                                      [](const std::string& p) { return Checkpoint::Open(p).status(); });
 }
 
 // ---- non-finite weights (Note [Non-finite weights]) -----------------------------------------------

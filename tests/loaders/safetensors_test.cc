@@ -3,8 +3,6 @@
 // random meshes and placements (bytes read == bytes of the piece), multi-file checkpoints.
 #include "dtensor/loaders/safetensors.h"
 
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -21,6 +19,7 @@
 #include "dtensor/dtensor/spec.h"
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
+#include "dtensor/tests/loaders/unreadable_file.h"
 #include "dtensor/tests/test_util.h"
 
 namespace dt::loaders {
@@ -208,24 +207,7 @@ TEST(Safetensors, NonFiniteElementsAreRefusedWherePiecesHoldThem) {
 TEST(Safetensors, UnreadableFileIsPermissionDeniedNotNotFound) {
   const std::string path = TempPath("locked.safetensors");
   ASSERT_TRUE(WriteSafetensors(path, {{"w", Iota({2}, DType::kF32)}}).ok());
-  auto open = [](const std::string& p) { return SafetensorsFile::Open(p).status(); };
-  if (::geteuid() != 0) {
-    ::chmod(path.c_str(), 0);
-    EXPECT_EQ(open(path).code(), absl::StatusCode::kPermissionDenied) << open(path);
-    return;
-  }
-  // Root reads everything: a child process that became nobody tries.
-  ::chmod(path.c_str(), 0600);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
-    const absl::Status st = open(path);
-    ::_exit(st.code() == absl::StatusCode::kPermissionDenied &&
-                    Contains(st, "Permission denied") ? 0 : 1);
-  }
-  int status = -1;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  dt::testing::ExpectPermissionDenied(path, [](const std::string& p) { return SafetensorsFile::Open(p).status(); });
 }
 
 // ---- validation: one case per error class --------------------------------------------------------
