@@ -167,7 +167,7 @@ int64_t BadBool(const char* p, int64_t n) {
 // A metadata array is held as its file holds it: numbers and bools as their bytes, strings back
 // to back in one buffer with the offset where each ends (8 bytes, as the file's length field),
 // so the metadata of a file takes at most about its bytes in memory, whatever it holds. Values
-// were once one GgufValue each (48 bytes for a u8): a 9.3 MB file with a 7.9M-element u8 array
+// were once one GgufValue each (56 bytes for a u8): a 9.3 MB file with a 7.9M-element u8 array
 // cost 440 MB in every rank and in `dtensor inspect` (`GgufMemory.*` in tests/loaders/gguf_test.cc
 // bounds it now). What still costs a value of its own is capped: keys (GgufFile::kMaxMetadataKeys)
 // and arrays inside arrays (kMaxNestedArrays).
