@@ -1,9 +1,10 @@
 // CausalLM's limits (issue 45): non-finite values fail every rank alike at the step they appear,
 // with --check-finite naming the layer and the weight (Note [Non-finite values]); the context
 // (Note [The context limit]): a longer prompt refused before any work or truncated, generation
-// stopped at it, Logits refusing positions past it. The models are copies of the tiny fixtures
-// with one weight element set to NaN or Inf, or a smaller context, written in a scratch directory;
-// thread ranks at tp 1, 2 and 4.
+// stopped at it, Logits refusing positions past it. The models are the tiny fixtures with one
+// weight element set to NaN or Inf after loading (what an overflow leaves; files holding them are
+// refused at load), or copies with a smaller context written in a scratch directory; thread ranks
+// at tp 1, 2 and 4.
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -33,11 +34,12 @@ const std::string& Scratch() {
   return dir.path;
 }
 
-// llama-tiny with one f32 weight element set to `value`.
-std::string LlamaWith(const std::string& name, const std::string& tensor, int64_t index,
-                      float value) {
-  return FixtureWith(Scratch(), "llama-tiny", name, tensor, index, value);
-}
+// One weight element of the loaded model set to a value (PokeLoaded).
+struct Poke {
+  std::string tensor;
+  int64_t index = 0;
+  float value = 0;
+};
 
 // llama-tiny with max_position_embeddings `context`.
 std::string LlamaWithContext(int64_t context) {
@@ -47,11 +49,13 @@ std::string LlamaWithContext(int64_t context) {
 // Every rank's Generate outcome at `tp` (thread ranks): "tokens [..]" or the error.
 std::vector<std::string> GenerateOnRanks(int tp, const std::string& dir,
                                          const std::vector<int64_t>& prompt,
-                                         const GenerateOptions& g, bool check_finite = false) {
+                                         const GenerateOptions& g, bool check_finite = false,
+                                         const std::vector<Poke>& pokes = {}) {
   std::vector<std::string> out(tp);
   std::mutex mu;
   const absl::Status s = OnThreadRanks<LlamaForCausalLM>(
-      tp, dir, LlamaLoadOptions(), [&](int rank, LlamaForCausalLM& m, const LoadReport&) {
+      tp, dir, LlamaLoadOptions(), [&](int rank, LlamaForCausalLM& m, const LoadReport&) -> absl::Status {
+        for (const Poke& p : pokes) DT_RETURN_IF_ERROR(PokeLoaded(m, p.tensor, p.index, p.value));
         m.set_check_finite(check_finite);
         absl::StatusOr<GenerateResult> r = m.Generate(prompt, g);
         std::lock_guard<std::mutex> lock(mu);
@@ -78,12 +82,14 @@ GenerateOptions Sampled(int64_t n = 8) {
   return g;
 }
 
-// Every rank of every tp returns `needles`' error, the same on each rank of a tp.
-void ExpectSameErrorEverywhere(const std::string& dir, const std::vector<int64_t>& prompt,
+// With `pokes` on llama-tiny, every rank of every tp returns `needles`' error, the same on each rank
+// of a tp.
+void ExpectSameErrorEverywhere(const std::vector<Poke>& pokes, const std::vector<int64_t>& prompt,
                                const GenerateOptions& g, bool check_finite,
                                const std::vector<std::string>& needles) {
   for (int tp : {1, 2, 4}) {
-    const std::vector<std::string> got = GenerateOnRanks(tp, dir, prompt, g, check_finite);
+    const std::vector<std::string> got =
+        GenerateOnRanks(tp, FixtureDir("llama-tiny"), prompt, g, check_finite, pokes);
     for (int r = 0; r < tp; ++r) {
       SCOPED_TRACE(absl::StrCat("tp ", tp, " rank ", r));
       EXPECT_EQ(got[r], got[0]);
@@ -99,9 +105,8 @@ const std::vector<int64_t> kPrompt = {1, 15, 27, 100, 200, 5, 7, 300, 42, 11};  
 // A NaN in the final norm's weight: every logit is NaN from the prefill on; greedy and sampled
 // decoding used to print [0,0,0,...] or fail on one rank only.
 TEST(NonFinite, NaNOutputNormFailsEveryRankAtTheFirstStep) {
-  const std::string dir = LlamaWith("nan_norm", "model.norm.weight", 3, NAN);
   for (const GenerateOptions& g : {Greedy(), Sampled()}) {
-    ExpectSameErrorEverywhere(dir, kPrompt, g, false,
+    ExpectSameErrorEverywhere({{"model.norm.weight", 3, NAN}}, kPrompt, g, false,
                               {"INVALID_ARGUMENT: Generate: step 0: the logits are not finite: "
                                "logit 0 of 384 is NaN",
                                "--check-finite"});
@@ -111,13 +116,12 @@ TEST(NonFinite, NaNOutputNormFailsEveryRankAtTheFirstStep) {
 // An Inf in the embedding row of token 378, which greedy decoding produces at step 1
 // (golden.json: 78, 378, 363, ...): steps 0 and 1 are finite, step 2 feeds it and fails.
 TEST(NonFinite, InfEmbeddingFailsAtTheStepThatReadsIt) {
-  const std::string dir =
-      LlamaWith("inf_embed", "model.embed_tokens.weight", 378 * 64 + 5, INFINITY);
-  ExpectSameErrorEverywhere(dir, kPrompt, Greedy(), false,
+  const std::vector<Poke> inf_embed = {{"model.embed_tokens.weight", 378 * 64 + 5, INFINITY}};
+  ExpectSameErrorEverywhere(inf_embed, kPrompt, Greedy(), false,
                             {"Generate: step 2: the logits are not finite"});
   // --check-finite names the embedding and its weight.
   ExpectSameErrorEverywhere(
-      dir, kPrompt, Greedy(), true,
+      inf_embed, kPrompt, Greedy(), true,
       {"Generate: step 2: model.embed_tokens: its output holds +inf",
        "non-finite values in model.embed_tokens.weight"});
 }
@@ -125,13 +129,11 @@ TEST(NonFinite, InfEmbeddingFailsAtTheStepThatReadsIt) {
 // A NaN in one column of layer 2's down_proj: at tp > 1 a single rank holds it (rowwise, S(1));
 // the all_reduce spreads it, and every rank names the same layer and weight.
 TEST(NonFinite, CheckFiniteNamesTheFirstLayerAndWeight) {
-  const std::string dir =
-      LlamaWith("nan_down", "model.layers.2.mlp.down_proj.weight", 7 * 172 + 150, NAN);
-  ExpectSameErrorEverywhere(dir, kPrompt, Sampled(), true,
+  ExpectSameErrorEverywhere({{"model.layers.2.mlp.down_proj.weight", 7 * 172 + 150, NAN}}, kPrompt,
+                            Sampled(), true,
                             {"Generate: step 0: model.layers.2.mlp: its output holds NaN",
                              "non-finite values in model.layers.2.mlp.down_proj.weight"});
-  const std::string norm = LlamaWith("nan_norm2", "model.norm.weight", 3, NAN);
-  ExpectSameErrorEverywhere(norm, kPrompt, Greedy(), true,
+  ExpectSameErrorEverywhere({{"model.norm.weight", 3, NAN}}, kPrompt, Greedy(), true,
                             {"model.norm: its output holds NaN",
                              "non-finite values in model.norm.weight"});
 }

@@ -1,11 +1,16 @@
 #pragma once
 // Copies of the tiny fixtures with one thing changed, written at test time in a scratch directory
-// (issue 45's hostile cases without committing files): one f32 weight element set to NaN or Inf,
-// a config field changed.
+// (issue 45's hostile cases without committing files): one f32 weight element set to NaN or Inf
+// (which the loaders refuse: Note [Non-finite scales] in core/quant.h), a config field changed;
+// and PokeLoaded, which sets a weight element of a loaded model, for what goes non-finite after
+// loading (an overflow) and the checks that must catch it.
 #include <cstring>
 #include <filesystem>
 #include <string>
 
+#include "dtensor/core/status.h"
+#include "dtensor/dtensor/dtensor.h"
+#include "dtensor/nn/module.h"
 #include "dtensor/tests/models/llama_util.h"
 #include "dtensor/tests/test_util.h"
 #include "gtest/gtest.h"
@@ -50,6 +55,27 @@ inline std::string FixtureWith(const std::string& scratch, const std::string& fi
   const std::string dir = CopyFixture(scratch, fixture, name);
   PokeF32(dir + "/model.safetensors", tensor, index, value);
   return dir;
+}
+
+// Sets element `index` (row-major over the global shape) of f32 parameter `name` of a loaded model
+// to `value` on the rank whose piece holds it (every rank when replicated); the others unchanged.
+// The piece is copied first: loaded weights may be read-only views of the checkpoint file.
+inline absl::Status PokeLoaded(const Module& m, const std::string& name, int64_t index, float value) {
+  DT_ASSIGN_OR_RETURN(Parameter * p, m.GetParameter(name));
+  if (p->dtype() != DType::kF32) return absl::InvalidArgumentError(name + " is not f32");
+  const Shape& global = p->shape();
+  const Shape offset = p->spec().Offset();
+  DT_ASSIGN_OR_RETURN(const Tensor local, p->value().ToLocal().Clone());
+  DT_RETURN_IF_ERROR(p->Set(DTensor(p->spec(), local)));
+  int64_t element = 0;
+  for (int d = static_cast<int>(global.size()) - 1; d >= 0; --d) {
+    const int64_t at = index % global[d] - offset[d];
+    index /= global[d];
+    if (at < 0 || at >= local.size(d)) return absl::OkStatus();  // another rank's
+    element += at * local.stride(d);
+  }
+  local.data<float>()[element] = value;
+  return absl::OkStatus();
 }
 
 // A copy of `fixture` whose config.json has max_position_embeddings `context`.
