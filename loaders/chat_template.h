@@ -34,9 +34,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "dtensor/loaders/tokenizer.h"
 
 namespace dt::loaders {
+
+// One turn of a conversation (Tokenizer::ApplyChatTemplate, ChatTemplate::Apply).
+struct ChatMessage {
+  std::string role;  // system, user, assistant
+  std::string content;
+};
 
 class ChatTemplate {
  public:

@@ -62,8 +62,8 @@
 #include "dtensor/core/tensor.h"
 #include "dtensor/dtensor/spec.h"
 #include "dtensor/loaders/gguf_quants.h"
+#include "dtensor/loaders/read_options.h"
 #include "dtensor/loaders/read_util.h"
-#include "dtensor/loaders/safetensors.h"
 
 namespace dt::loaders {
 

@@ -11,7 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "dtensor/core/shape.h"
 #include "dtensor/dtensor/spec.h"
-#include "dtensor/loaders/safetensors.h"
+#include "dtensor/loaders/read_options.h"
 
 namespace dt::loaders {
 

@@ -43,7 +43,8 @@
 //
 // Checkpoint (a model directory, an index over several files, or a GGUF file): loaders/checkpoint.h.
 //
-// Writers: loaders/safetensors_writer.h (included here).
+// Writers (WriteSafetensors, WriteCheckpoint, the streaming SafetensorsWriter):
+// loaders/safetensors_writer.h. ReadOptions and ReadStats: loaders/read_options.h.
 
 #include <cstdint>
 #include <map>
@@ -61,6 +62,7 @@
 #include "dtensor/core/storage.h"
 #include "dtensor/core/tensor.h"
 #include "dtensor/dtensor/spec.h"
+#include "dtensor/loaders/read_options.h"
 
 namespace dt::loaders {
 
@@ -84,30 +86,6 @@ struct TensorInfo {
 absl::StatusOr<DType> DTypeFromSafetensors(absl::string_view name);
 // "F32", "BF16", ... (the names the writer uses).
 absl::string_view SafetensorsDTypeName(DType dtype);
-
-// What reads cost. Sums over every read that was given the same ReadStats.
-struct ReadStats {
-  int64_t tensors = 0;          // pieces returned
-  int64_t bytes_viewed = 0;     // zero-copy views of the mapped file
-  int64_t bytes_copied = 0;     // memcpy'd out of the mapped file
-  int64_t bytes_converted = 0;  // produced by dtype conversion (ReadOptions::dtype)
-  int64_t max_piece_bytes = 0;  // the largest piece read from a file (bytes_viewed or copied)
-  // What the returned pieces hold, and the most held at once counting a conversion's source copy
-  // (freed once converted): the loader's peak memory.
-  int64_t resident_bytes = 0;
-  int64_t peak_bytes = 0;
-  int64_t bytes_read() const { return bytes_viewed + bytes_copied; }
-};
-
-struct ReadOptions {
-  // Return mmap views for contiguous, aligned pieces (read-only tensors); false: always copy.
-  bool zero_copy = true;
-  // Convert to this dtype (a fresh tensor); nullopt keeps the file's dtype.
-  std::optional<DType> dtype;
-};
-
-// The ranges to read as a list per dim, with no sharding at all: [0, n) for every dim.
-
 
 class SafetensorsFile {
  public:
@@ -149,8 +127,3 @@ class SafetensorsFile {
 };
 
 }  // namespace dt::loaders
-
-// The writers (WriteSafetensors, WriteCheckpoint, the streaming SafetensorsWriter), and the
-// Checkpoint over several files or a GGUF.
-#include "dtensor/loaders/safetensors_writer.h"  // IWYU pragma: export
-#include "dtensor/loaders/checkpoint.h"  // IWYU pragma: export

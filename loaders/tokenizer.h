@@ -37,16 +37,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "dtensor/loaders/chat_template.h"
 
 namespace dt::loaders {
 
 class GgufFile;
-class ChatTemplate;  // loaders/chat_template.h
-
-struct ChatMessage {
-  std::string role;  // system, user, assistant
-  std::string content;
-};
 
 class Tokenizer {
  public:

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "dtensor/core/status.h"
+#include "dtensor/loaders/checkpoint.h"
 #include "dtensor/loaders/diffusers_config.h"
 #include "dtensor/loaders/hf_config.h"
 #include "dtensor/loaders/safetensors.h"

@@ -18,6 +18,7 @@
 #include "dtensor/core/status.h"
 #include "dtensor/loaders/hf_config.h"
 #include "dtensor/loaders/safetensors.h"
+#include "dtensor/loaders/safetensors_writer.h"
 #include "dtensor/nn/models/llama.h"
 #include "dtensor/ops/local/ops.h"
 #include "dtensor/tools/flags.h"

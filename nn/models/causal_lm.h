@@ -90,6 +90,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "dtensor/core/tensor.h"
+#include "dtensor/loaders/checkpoint.h"
 #include "dtensor/loaders/hf_config.h"
 #include "dtensor/loaders/safetensors.h"
 #include "dtensor/mesh/device_mesh.h"

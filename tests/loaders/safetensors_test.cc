@@ -17,6 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
 #include "dtensor/dtensor/spec.h"
+#include "dtensor/loaders/checkpoint.h"
+#include "dtensor/loaders/safetensors_writer.h"
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
 #include "dtensor/tests/loaders/unreadable_file.h"

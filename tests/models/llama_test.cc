@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
+#include "dtensor/loaders/safetensors_writer.h"
 #include "gtest/gtest.h"
 #include "dtensor/mesh/world.h"
 #include "dtensor/tests/models/golden_checks.h"

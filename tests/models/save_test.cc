@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
+#include "dtensor/loaders/checkpoint.h"
 #include "dtensor/loaders/safetensors.h"
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/models/llama.h"
