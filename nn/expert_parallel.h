@@ -65,7 +65,6 @@
 #include "absl/status/status.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/nn/module.h"
-#include "dtensor/nn/plan.h"
 #include "dtensor/nn/style.h"
 
 namespace dt::nn {
@@ -100,16 +99,5 @@ class EpDispatchExpertsParallel : public TensorParallelLayer {
   bool ShouldUseLocalTensors(const Module&) const override { return true; }
   absl::Status InstallForward(Module& module, const DeviceMesh& mesh) const override;
 };
-
-// Lays `module` out over `mesh`: a 2-D mesh whose dims are named "ep" and "tp" (`tp_plan` on the tp
-// dim exactly as ParallelizeModule (nn/plan.h), then `ep_plan` on the ep dim), or a 1-D mesh both
-// share (`tp_plan` without the keys `ep_plan` names, then `ep_plan`). Every check of both plans
-// runs before anything is placed (so experts that ep does not divide are refused before any
-// read); on (ep, tp) a parameter the ep plan shards is placed on the 2-D mesh as [ep placement,
-// tp placement]; modules with a rule in both plans run both forwards, the ep style's outside
-// (Note [Composed forwards] in nn/style.h). Plan checks as options says, for both plans.
-absl::Status ParallelizeModuleWithEP(Module& module, const DeviceMesh& mesh,
-                                     const ParallelPlan& tp_plan, const ParallelPlan& ep_plan,
-                                     const ParallelizeOptions& options = {});
 
 }  // namespace dt::nn

@@ -326,4 +326,77 @@ absl::Status ReplicateModule(Module& module, const DeviceMesh& mesh) {
   return absl::OkStatus();
 }
 
+absl::Status ParallelizeModuleWithEP(Module& module, const DeviceMesh& mesh,
+                                     const ParallelPlan& tp_plan, const ParallelPlan& ep_plan,
+                                     const ParallelizeOptions& options) {
+  const bool shared = mesh.ndim() == 1;
+  if (!shared && (mesh.ndim() != 2 || !mesh.DimIndex("ep").ok() || !mesh.DimIndex("tp").ok())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ParallelizeModuleWithEP needs a 1-D mesh or a 2-D mesh with dims 'ep' and 'tp', got ",
+        mesh.ToString()));
+  }
+  DT_ASSIGN_OR_RETURN(const DeviceMesh ep, shared ? mesh : mesh["ep"]);
+  DT_ASSIGN_OR_RETURN(const DeviceMesh tp, shared ? mesh : mesh["tp"]);
+  // On one dim the expert-parallel rules replace the tensor-parallel ones of the same keys.
+  ParallelPlan tp_rules;
+  for (const auto& rule : tp_plan) {
+    const bool replaced =
+        shared && std::any_of(ep_plan.begin(), ep_plan.end(),
+                              [&](const auto& e) { return e.first == rule.first; });
+    if (!replaced) tp_rules.push_back(rule);
+  }
+  // Every check of both plans before anything is placed.
+  DT_ASSIGN_OR_RETURN(PlanResolution r, ResolvePlan(module, ep_plan));
+  for (const auto& p : r.params) {
+    if (p.style == nullptr) continue;
+    DT_RETURN_IF_ERROR(p.style->ParamPlacement(*p.module, *p.param).status());
+    DT_RETURN_IF_ERROR(p.style->ValidateParam(*p.module, *p.param, ep));
+  }
+  if (!r.unused_rules.empty() && options.unused_rules != PlanCheck::kIgnore) {
+    const std::string message =
+        absl::StrCat("The following EP rules were not applied on any of the layers: [",
+                     absl::StrJoin(r.unused_rules, ", "), "]");
+    if (options.unused_rules == PlanCheck::kError) {
+      return absl::InvalidArgumentError(absl::StrCat(module.type_name(), ": ", message));
+    }
+    if (mesh.my_rank() == mesh.ranks().front()) LogWarning(message);
+  }
+  ParallelizeOptions quiet = options;
+  quiet.unused_rules = quiet.uncovered_params = PlanCheck::kIgnore;
+  DT_RETURN_IF_ERROR(ValidatePlan(module, tp, tp_rules, quiet));
+  // The tensor-parallel plan on the tp dim (warnings once, from the ranks of ep coordinate 0).
+  ParallelizeOptions tp_options = options;
+  if (!shared && mesh.Coordinate() && (*mesh.Coordinate())[0] != 0) tp_options = quiet;
+  DT_RETURN_IF_ERROR(ParallelizeModule(module, tp, tp_rules, tp_options));
+  // The expert-parallel plan on the ep dim: [ep, tp] placements for what it shards.
+  for (const auto& p : r.params) {
+    if (p.style == nullptr) continue;
+    DT_ASSIGN_OR_RETURN(const Placement on_ep, p.style->ParamPlacement(*p.module, *p.param));
+    if (on_ep.is_replicate()) continue;
+    if (shared) {
+      DT_RETURN_IF_ERROR(p.param->Place(mesh, {on_ep}));
+      p.param->set_plan_rule(absl::StrCat(p.key, " -> ", p.style_label));
+      continue;
+    }
+    const Placement on_tp = p.param->spec().placements()[0];
+    DT_RETURN_IF_ERROR(p.param->Place(mesh, {on_ep, on_tp}));
+    const std::string tp_rule = p.param->plan_rule();
+    const std::string prefix = absl::StrCat(p.key, " -> ");
+    p.param->set_plan_rule(tp_rule.rfind(prefix, 0) == 0
+                               ? absl::StrCat(tp_rule, " + ", p.style_label)
+                               : absl::StrCat(tp_rule, tp_rule.empty() ? "" : "; ", p.key, " -> ",
+                                              p.style_label));
+  }
+  for (const auto& f : r.forwards) {
+    DT_RETURN_IF_ERROR(f.style->InstallForward(*f.module, ep));
+    const std::string tp_style = f.module->tp_style();
+    f.module->set_tp_style(tp_style.empty() ? f.style_label
+                                            : absl::StrCat(tp_style, " + ", f.style_label));
+  }
+  std::vector<std::string> unmatched = module.unmatched_plan_keys();
+  unmatched.insert(unmatched.end(), r.unused_rules.begin(), r.unused_rules.end());
+  module.set_unmatched_plan_keys(std::move(unmatched));
+  return absl::OkStatus();
+}
+
 }  // namespace dt::nn

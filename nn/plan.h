@@ -120,6 +120,17 @@ absl::Status ParallelizeModule(Module& module, const DeviceMesh& mesh,
                                std::shared_ptr<const TensorParallelLayer> style);
 // The unparallelized module on `mesh`: every parameter placed Replicate, no forward installed.
 absl::Status ReplicateModule(Module& module, const DeviceMesh& mesh);
+// Expert parallelism (its styles: nn/expert_parallel.h). Lays `module` out over `mesh`: a 2-D
+// mesh whose dims are named "ep" and "tp" (`tp_plan` on the tp dim exactly as ParallelizeModule,
+// then `ep_plan` on the ep dim), or a 1-D mesh both share (`tp_plan` without the keys `ep_plan`
+// names, then `ep_plan`). Every check of both plans runs before anything is placed (so experts
+// that ep does not divide are refused before any read); on (ep, tp) a parameter the ep plan
+// shards is placed on the 2-D mesh as [ep placement, tp placement]; modules with a rule in both
+// plans run both forwards, the ep style's outside (Note [Composed forwards] in nn/style.h). Plan
+// checks as options says, for both plans.
+absl::Status ParallelizeModuleWithEP(Module& module, const DeviceMesh& mesh,
+                                     const ParallelPlan& tp_plan, const ParallelPlan& ep_plan,
+                                     const ParallelizeOptions& options = {});
 
 // ---- plan matching, exposed for tests and tools -------------------------------------------------
 
