@@ -13,8 +13,8 @@
 //   mixtral     none; every layer a sparse MoE block (Note [MoE blocks])  hidden/heads  llama
 //                                                                                     + experts
 //   qwen3_moe   as qwen3; sparse layers by decoder_sparse_step / mlp_only_layers       qwen3moe
-//   deepseek_v2 multi-head latent attention (Note [Latent attention] in              (none)
-//               nn/latent_attention.h); layers from first_k_dense_replace sparse, with
+//   deepseek_v2 multi-head latent attention (nn/latent_attention.h);                  (none)
+//               layers from first_k_dense_replace sparse, with
 //               shared experts; head_dim is qk_rope_head_dim, RoPE on interleaved pairs
 //   minicpm5_moe gated attention (q_gate_proj [q | gate] per head, stored as   128      (none)
 //               q_proj: Note

@@ -165,7 +165,7 @@ class Communicator {
   // staging output and unpacks that on Wait() (see Note [All-to-all over views]).
   virtual bool HandlesViews() const { return false; }
   // True when Run() computes avg of `dtype` itself (NCCL's native float average); otherwise the
-  // base runs avg as sum and divides on Wait() (Note [Average once] in collective.cc).
+  // base runs avg as sum and divides on Wait() (Note [Average once] in communicator.cc).
   virtual bool ReducesAvg(DType dtype) const { return false; }
 
  private:
