@@ -1,11 +1,12 @@
 #pragma once
-// What the API examples share (custom_gpt2, custom_moe, custom_parallel_mlp): their main() and,
-// for those that validate a plan at several sizes, the loop over them. Installed beside the
+// What the API examples share (custom_gpt2, custom_moe, custom_parallel_mlp, custom_qwen3): their
+// command line, main() and, for those that validate a plan at several sizes, the loop over them. Installed beside the
 // examples (share/dtensor/examples) and, like them, built on the public library alone.
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,19 +42,38 @@ inline absl::StatusOr<Tensor> SampleIds(int64_t vocab) {
   return Tensor::FromVector<int64_t>({2, 12}, tokens);
 }
 
-// An example's main(): it takes no flags (--help prints `about`; the examples use nothing but the
-// library, so no flags parser). Under a launcher (dtrun, torchrun, mpirun, srun) the ranks are
-// processes and `run` runs on this one; otherwise on 4 threads of this process. Exit 0 only when
-// every rank succeeded.
+// An example's command line, read as every dtensor program reads its own (tools/flags.h) though
+// the examples take no flags (they use nothing but the library, so not its parser): --help or -h
+// prints `usage` and the (empty) flag list on stdout, exit 0; any other argument starting with '-',
+// or more than `max_positional` arguments, is one line on stderr naming it, exit 2. Returns the
+// exit status when the program ends here, nullopt when it runs.
+inline std::optional<int> ParseNoFlags(int argc, char** argv, const char* name, const char* usage,
+                                       int max_positional) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%s\n\nflags:\n  (none)\n  --help\n      this text\n", usage);
+      return 0;
+    }
+    if (arg.size() > 1 && arg[0] == '-') {
+      std::fprintf(stderr, "%s: unknown flag %s (see %s --help)\n", name, arg.c_str(), name);
+      return 2;
+    }
+    if (i > max_positional) {
+      std::fprintf(stderr, "%s: unexpected argument '%s' (see %s --help)\n", name, arg.c_str(), name);
+      return 2;
+    }
+  }
+  return std::nullopt;
+}
+
+// An example's main(): it takes no arguments (ParseNoFlags; --help prints `about`). Under a
+// launcher (dtrun, torchrun, mpirun, srun) the ranks are processes and `run` runs on this one;
+// otherwise on 4 threads of this process. Exit 0 only when every rank succeeded.
 inline int Main(int argc, char** argv, const char* name, const char* about,
                 const std::function<absl::Status(World&)>& run) {
-  if (argc > 1) {
-    const std::string arg = argv[1];
-    const bool help = arg == "--help" || arg == "-h";
-    std::fprintf(help ? stdout : stderr,
-                 "usage: %s\n%s (no flags; under dtrun for several ranks)\n", name, about);
-    return help ? 0 : 2;
-  }
+  const std::string usage = std::string("usage: ") + name + "\n" + about + " (under dtrun for several ranks)";
+  if (std::optional<int> exit = ParseNoFlags(argc, argv, name, usage.c_str(), 0)) return *exit;
   absl::Status s;
   if (std::getenv("RANK") != nullptr || std::getenv("OMPI_COMM_WORLD_RANK") != nullptr ||
       std::getenv("SLURM_PROCID") != nullptr) {

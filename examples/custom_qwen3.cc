@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "check_example.h"  // ParseNoFlags, beside this file
 #include "dtensor/loaders/checkpoint.h"
 #include "dtensor/loaders/hf_config.h"
 #include "dtensor/mesh/world.h"
@@ -149,6 +150,14 @@ absl::Status Run(const std::string& dir, std::vector<int64_t> ids) {
 }
 
 int main(int argc, char** argv) {
+  if (std::optional<int> exit = dt::examples::ParseNoFlags(
+          argc, argv, "custom_qwen3",
+          "usage: custom_qwen3 DIR [IDS]\n"
+          "greedy decoding with a Qwen3-style model of your own from the HF checkpoint DIR, from the\n"
+          "comma-separated token ids IDS (default 1,15,27); under dtrun for tensor parallelism",
+          2)) {
+    return *exit;
+  }
   std::vector<int64_t> ids;
   for (absl::string_view p : absl::StrSplit(argc > 2 ? argv[2] : "1,15,27", ',')) {
     int64_t id = 0;
