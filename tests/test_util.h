@@ -2,9 +2,12 @@
 // Small assertions and helpers shared by the tests.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <system_error>
 
@@ -40,6 +43,65 @@ struct ScratchDir {
     std::error_code ec;
     std::filesystem::remove_all(path, ec);
   }
+};
+
+// Sets an environment variable for the scope (nullptr: unsets it), restoring what it was after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value == nullptr) {
+      ::unsetenv(name);
+    } else {
+      ::setenv(name, value, 1);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_.c_str(), old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
+  }
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+// For code that caches what it measured under XDG_CACHE_HOME and reads one variable (DT_GEMM,
+// DT_TUNE) once: for the scope, XDG_CACHE_HOME is a fresh directory (removed after) and `name` is
+// `value` (nullptr: unset). `enter` runs once both are set, `leave` once both are restored (to make
+// the code forget what it read).
+class ScopedCache {
+ public:
+  ScopedCache(const char* name, const char* value, std::function<void()> enter, std::function<void()> leave)
+      : dir_(std::filesystem::temp_directory_path() /
+             absl::StrCat("dt-cache-", ::getpid(), "-", counter_++)),
+        leave_(std::move(leave)) {
+    std::filesystem::remove_all(dir_);
+    xdg_.emplace("XDG_CACHE_HOME", dir_.c_str());
+    var_.emplace(name, value);
+    enter();
+  }
+  ScopedCache(const ScopedCache&) = delete;
+  ScopedCache& operator=(const ScopedCache&) = delete;
+  ~ScopedCache() {
+    xdg_.reset();
+    var_.reset();
+    leave_();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path dir_;
+  std::function<void()> leave_;
+  std::optional<ScopedEnv> xdg_, var_;
 };
 
 // A file's bytes, all of them ("" when it cannot be read).

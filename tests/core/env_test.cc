@@ -16,26 +16,7 @@ namespace dt::env {
 namespace {
 
 using dt::testing::Contains;
-
-// Sets a variable for the scope, restoring the previous value after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using dt::testing::ScopedEnv;
 
 TEST(Env, UnsetAndEmptyAreNotGiven) {
   ScopedEnv e("DT_TIMEOUT_MS", "");

@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -18,6 +17,7 @@
 #include "dtensor/ops/local/cpu/gemm_dispatch.h"
 #include "dtensor/ops/local/cpu/tuner.h"
 #include "dtensor/ops/local/ops.h"
+#include "dtensor/tests/test_util.h"
 
 namespace dt::ops {
 namespace {
@@ -26,53 +26,12 @@ namespace gemm = cpu::gemm;
 using gemm::Backend;
 using gemm::ShapeClass;
 
-// A scratch cache directory and DT_GEMM for one test; restores both and resets the dispatcher.
-class DispatchEnv {
+// A scratch cache directory and DT_GEMM for one test; the dispatcher reads DT_GEMM again after.
+class DispatchEnv : public testing::ScopedCache {
  public:
-  explicit DispatchEnv(const char* dt_gemm) {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("dt-gemm-dispatch-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    std::filesystem::remove_all(dir_);
-    Save("XDG_CACHE_HOME", saved_xdg_);
-    Save("DT_GEMM", saved_gemm_);
-    ::setenv("XDG_CACHE_HOME", dir_.c_str(), 1);
-    if (dt_gemm == nullptr) {
-      ::unsetenv("DT_GEMM");
-    } else {
-      ::setenv("DT_GEMM", dt_gemm, 1);
-    }
-    gemm::ResetDispatchForTesting();
-  }
-  ~DispatchEnv() {
-    Restore("XDG_CACHE_HOME", saved_xdg_);
-    Restore("DT_GEMM", saved_gemm_);
-    gemm::ResetDispatchForTesting();
-    std::filesystem::remove_all(dir_);
-  }
-  const std::filesystem::path& dir() const { return dir_; }
-
- private:
-  static void Save(const char* name, std::optional<std::string>& out) {
-    if (const char* v = std::getenv(name)) out = v;
-  }
-  static void Restore(const char* name, const std::optional<std::string>& v) {
-    if (v.has_value()) {
-      ::setenv(name, v->c_str(), 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  static inline int counter_ = 0;
-  std::filesystem::path dir_;
-  std::optional<std::string> saved_xdg_, saved_gemm_;
+  explicit DispatchEnv(const char* dt_gemm)
+      : ScopedCache("DT_GEMM", dt_gemm, gemm::ResetDispatchForTesting, gemm::ResetDispatchForTesting) {}
 };
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 TEST(GemmDispatch, DtGemmAcceptsTheThreeNamesAndNothingElse) {
   EXPECT_EQ(*gemm::ParseGemmEnv(nullptr), std::nullopt);
@@ -125,7 +84,7 @@ TEST(GemmDispatch, RulesAndCalibrationWrittenOnceAndRead) {
   EXPECT_EQ(gemm::Decide(DType::kF16, ShapeClass::kLarge)->backend, Backend::kOwn);
   const gemm::Decision large = gemm::Decide(DType::kF32, ShapeClass::kLarge).value();
   ASSERT_TRUE(std::filesystem::exists(path));
-  const std::string text = ReadFile(path);
+  const std::string text = testing::ReadFileBytes(path);
   EXPECT_NE(text.find("key " + cpu::tune::CacheKey() + "\n"), std::string::npos) << text;
   EXPECT_NE(text.find("\ngemm.f32.large GFLOP/s threads 1 "), std::string::npos) << text;
   EXPECT_TRUE(large.why.starts_with("measured")) << large.why;
@@ -135,7 +94,7 @@ TEST(GemmDispatch, RulesAndCalibrationWrittenOnceAndRead) {
   if (gemm::DnnlUsesAmx()) {
     EXPECT_EQ(bf16.backend, Backend::kDnnl);
   } else {
-    EXPECT_NE(ReadFile(path).find("\ngemm.bf16.large GFLOP/s threads 1 "), std::string::npos) << text;
+    EXPECT_NE(testing::ReadFileBytes(path).find("\ngemm.bf16.large GFLOP/s threads 1 "), std::string::npos) << text;
   }
 }
 
@@ -191,7 +150,7 @@ TEST(GemmDispatch, ForeignOrBrokenCacheIsMeasuredAgain) {
     std::ofstream(path) << bad;
     const gemm::Decision d = gemm::Decide(DType::kF32, ShapeClass::kLarge).value();
     EXPECT_NE(d.why.find("measured"), std::string::npos) << d.why;
-    const std::string text = ReadFile(path);
+    const std::string text = testing::ReadFileBytes(path);
     EXPECT_NE(text.find("key " + cpu::tune::CacheKey() + "\n"), std::string::npos) << text;
     EXPECT_EQ(text.find("12345"), std::string::npos) << text;
   }

@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -22,60 +21,29 @@
 #include "dtensor/ops/local/cpu/qgemm.h"
 #include "dtensor/ops/local/cpu/tuner.h"
 #include "dtensor/ops/local/ops.h"
+#include "dtensor/tests/test_util.h"
 
 namespace dt::ops {
 namespace {
 
 namespace tune = cpu::tune;
 
-// A scratch cache directory and DT_TUNE for one test; restores both and forgets every choice.
-class TuneEnv {
+// A scratch cache directory and DT_TUNE for one test, on a quiet machine whatever else runs beside
+// the test; every choice is forgotten after.
+class TuneEnv : public testing::ScopedCache {
  public:
-  explicit TuneEnv(const char* dt_tune) {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("dt-tuner-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    std::filesystem::remove_all(dir_);
-    Save("XDG_CACHE_HOME", saved_xdg_);
-    Save("DT_TUNE", saved_tune_);
-    ::setenv("XDG_CACHE_HOME", dir_.c_str(), 1);
-    if (dt_tune == nullptr) {
-      ::unsetenv("DT_TUNE");
-    } else {
-      ::setenv("DT_TUNE", dt_tune, 1);
-    }
-    tune::ResetForTesting();
-    tune::SetLoadForTesting(0.0);  // a quiet machine, whatever else runs beside the test
-  }
-  ~TuneEnv() {
-    Restore("XDG_CACHE_HOME", saved_xdg_);
-    Restore("DT_TUNE", saved_tune_);
-    tune::SetLoadForTesting(std::nullopt);
-    tune::ResetForTesting();
-    std::filesystem::remove_all(dir_);
-  }
-
- private:
-  static void Save(const char* name, std::optional<std::string>& out) {
-    if (const char* v = std::getenv(name)) out = v;
-  }
-  static void Restore(const char* name, const std::optional<std::string>& v) {
-    if (v.has_value()) {
-      ::setenv(name, v->c_str(), 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  static inline int counter_ = 0;
-  std::filesystem::path dir_;
-  std::optional<std::string> saved_xdg_, saved_tune_;
+  explicit TuneEnv(const char* dt_tune)
+      : ScopedCache(
+            "DT_TUNE", dt_tune,
+            [] {
+              tune::ResetForTesting();
+              tune::SetLoadForTesting(0.0);
+            },
+            [] {
+              tune::SetLoadForTesting(std::nullopt);
+              tune::ResetForTesting();
+            }) {}
 };
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // A trial whose candidate i takes sleep_ms[i] milliseconds (negative: fails), counting its runs.
 class SleepTrial : public tune::Trial {
@@ -123,7 +91,7 @@ TEST(Tuner, MeasuresTheFastestWritesTheCacheAndReadsItBack) {
   EXPECT_TRUE(c.why.starts_with("measured (GB/s, 1 thread): a ")) << c.why;
   EXPECT_GT(c.figures[1], c.figures[2]);
   EXPECT_GT(c.figures[2], c.figures[0]);
-  const std::string text = ReadFile(tune::CachePath());
+  const std::string text = testing::ReadFileBytes(tune::CachePath());
   EXPECT_NE(text.find("key " + tune::CacheKey() + "\n"), std::string::npos) << text;
   EXPECT_NE(text.find("\ntest.sleep GB/s threads 1 quiet a "), std::string::npos) << text;
 
@@ -143,7 +111,7 @@ TEST(Tuner, MeasuresTheFastestWritesTheCacheAndReadsItBack) {
   EXPECT_EQ(tune::Pick(*other).value(), 0);
   EXPECT_EQ(tune::Pick(*changed).value(), 1);
   EXPECT_GT(runs, 0);
-  const std::string text2 = ReadFile(tune::CachePath());
+  const std::string text2 = testing::ReadFileBytes(tune::CachePath());
   EXPECT_NE(text2.find("\ntest.sleep GB/s threads 1 quiet a "), std::string::npos) << text2;
   EXPECT_NE(text2.find(" d "), std::string::npos) << text2;
   EXPECT_NE(text2.find("\ntest.other GB/s threads 1 quiet a "), std::string::npos) << text2;
@@ -157,7 +125,7 @@ TEST(Tuner, BusyMeasurementsAreMeasuredAgainWhenQuiet) {
   tune::SetLoadForTesting(1.5);
   auto knob = SleepKnob("test.busy", {40, 1, 40}, &runs);
   EXPECT_TRUE(tune::Explain(*knob)->why.starts_with("measured on a busy machine (GB/s")) << tune::Explain(*knob)->why;
-  EXPECT_NE(ReadFile(tune::CachePath()).find("\ntest.busy GB/s threads 1 busy a "), std::string::npos);
+  EXPECT_NE(testing::ReadFileBytes(tune::CachePath()).find("\ntest.busy GB/s threads 1 busy a "), std::string::npos);
   // Still busy: the figures are read.
   auto busy = SleepKnob("test.busy", {40, 1, 40}, &runs);
   tune::ResetForTesting();
@@ -170,7 +138,7 @@ TEST(Tuner, BusyMeasurementsAreMeasuredAgainWhenQuiet) {
   tune::ResetForTesting();
   EXPECT_TRUE(tune::Explain(*quiet)->why.starts_with("measured (GB/s")) << tune::Explain(*quiet)->why;
   EXPECT_GT(runs, 0);
-  EXPECT_NE(ReadFile(tune::CachePath()).find("\ntest.busy GB/s threads 1 quiet a "), std::string::npos);
+  EXPECT_NE(testing::ReadFileBytes(tune::CachePath()).find("\ntest.busy GB/s threads 1 quiet a "), std::string::npos);
 }
 
 TEST(Tuner, FirstCandidateStaysWithinKeepFirst) {
