@@ -38,7 +38,7 @@
 // second). Roofline = bandwidth / bytes per token. A copy reads and writes every byte while decode
 // only reads the weights, so decode can exceed this roofline (up to about 2x). Target: tp=1 f32
 // decode >= 60% of it. The quantized row keeps the GGUF's blocks (llama_generate's default) and is
-// held to the same 60% of the roofline of its own bytes (blocks and f32 norms per step, memcpy of
+// held to 75% of the roofline of its own bytes (issue 44; blocks and f32 norms per step, memcpy of
 // that size measured in the same run), and its prefill to at least the bf16 row's. Last, the demo's
 // configuration (quantized, --shard-embedding, tp = 3 processes on shm) reports each rank's peak
 // resident memory: target (peak - baseline) <= 1.2 x the weights the rank holds, the baseline
@@ -462,8 +462,8 @@ int main(int argc, char** argv) {
   if (roofline_ratio) {
     std::printf("RESULT smollm2_decode_f32_vs_roofline %.2f 0.6 %s\n", *roofline_ratio,
                 bench::Verdict(*roofline_ratio >= 0.6));
-    std::printf("RESULT smollm2_decode_quantized_vs_roofline %.2f 0.6 %s\n", *quantized_roofline,
-                bench::Verdict(*quantized_roofline >= 0.6));
+    std::printf("RESULT smollm2_decode_quantized_vs_roofline %.2f 0.75 %s\n", *quantized_roofline,
+                bench::Verdict(*quantized_roofline >= 0.75));
     std::printf("RESULT smollm2_prefill_quantized_vs_bf16 %.2f 1.0 %s\n",
                 *quantized_prefill_vs_bf16, bench::Verdict(*quantized_prefill_vs_bf16 >= 1.0));
     // At most 1.2: (peak - baseline) / (the rank's weights), the worst rank.

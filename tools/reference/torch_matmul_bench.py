@@ -13,7 +13,7 @@ bench_gemm reports (its oneTBB arena: all cores). PyTorch's CPU matmul runs on M
 oneDNN (bf16, f32 accumulation; AMX where granted). The two sides take turns, twice (ours,
 PyTorch, ours, PyTorch; PyTorch's figure per row the median of --reps calls after a warm-up), and
 each side's better pass is compared: a machine whose speed drifts (a shared VM) favours neither.
-Ends with RESULT lines: f32 >= 1.0x and bf16 >= 0.8x PyTorch's GFLOP/s on every row.
+Ends with RESULT lines: f32 >= 1.0x and bf16 >= 0.9x PyTorch's GFLOP/s on every row (issue 44).
 """
 import argparse
 import re
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from bench_util import median_seconds
 
 ROW = re.compile(r"^(f32|bf16) (\d+)x(\d+)x(\d+)( x\.wT)?\s+(.*)$")
-TARGET = {"f32": 1.0, "bf16": 0.8}
+TARGET = {"f32": 1.0, "bf16": 0.9}
 
 
 def torch_gflops(dtype, m, n, k, linear, reps):
