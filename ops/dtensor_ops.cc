@@ -92,6 +92,10 @@ absl::StatusOr<DTensor> Modulate(const DTensor& x, const DTensor& scale, const D
   return Apply1(internal::calls::Modulate(S(x), S(scale), S(shift)), {&x, &scale, &shift});
 }
 
+absl::StatusOr<DTensor> GatedActivation(const DTensor& gate, const DTensor& up, ops::UnaryOp act) {
+  return Apply1(internal::calls::GatedActivation(S(gate), S(up), act), {&gate, &up});
+}
+
 // ---- reductions ----------------------------------------------------------------------------------
 
 absl::StatusOr<DTensor> Reduce(ops::Reduction op, const DTensor& x, int64_t dim, bool keepdim) {

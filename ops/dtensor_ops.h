@@ -53,6 +53,7 @@
 //   Gelu, DT_UNARY_OPS    S -> S (P is reduced first); DT_UNARY_OPS: Silu, Exp, ... (ops/local/ops.h)
 //   Sqrt, Cast            S -> S; Cast float->float keeps P
 //   Modulate              x, scale, shift S on a common dim -> S (broadcast dims R); P reduced
+//   GatedActivation       gate, up S on a common dim -> S; gate R, up P -> P (linear in up)
 //   Sum Mean (dim d)      S(d) -> P(sum) (Mean divides by the global size); S(e != d) -> S;
 //                         P(sum|avg) -> P
 //   Max (dim d)           S(d) -> P(max) (empty shards hold the lowest value); P(max) -> P(max)
@@ -136,6 +137,8 @@ absl::StatusOr<DTensor> Unary(ops::UnaryOp op, const DTensor& x);
 absl::StatusOr<DTensor> Cast(const DTensor& x, DType dtype);
 // x * (1 + scale) + shift with scale, shift broadcast to x (ops::Modulate: Flux2's AdaLN).
 absl::StatusOr<DTensor> Modulate(const DTensor& x, const DTensor& scale, const DTensor& shift);
+// act(gate) * up in one pass (ops::GatedActivation: SwiGLU and the like).
+absl::StatusOr<DTensor> GatedActivation(const DTensor& gate, const DTensor& up, ops::UnaryOp act);
 
 // ---- reductions along one dim --------------------------------------------------------------------
 

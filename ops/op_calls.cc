@@ -70,6 +70,10 @@ absl::StatusOr<OpCall> Modulate(Spec x, Spec scale, Spec shift) {
   return OpCall{OpId::kModulate, {x, scale, shift}, NoAttrs{}};
 }
 
+absl::StatusOr<OpCall> GatedActivation(Spec gate, Spec up, ops::UnaryOp act) {
+  return OpCall{OpId::kGatedActivation, {gate, up}, UnaryAttrs{act}};
+}
+
 absl::StatusOr<OpCall> Reduce(ops::Reduction op, Spec x, int64_t dim, bool keepdim) {
   const char* name = ReduceName(op);
   DT_ASSIGN_OR_RETURN(const int d, Dim(name, x, dim));

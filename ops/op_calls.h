@@ -33,6 +33,7 @@ absl::StatusOr<OpCall> Unary(ops::UnaryOp op, Spec x);
 absl::StatusOr<OpCall> Gelu(Spec x, ops::GeluApproximation approx);
 absl::StatusOr<OpCall> Cast(Spec x, DType dtype);
 absl::StatusOr<OpCall> Modulate(Spec x, Spec scale, Spec shift);
+absl::StatusOr<OpCall> GatedActivation(Spec gate, Spec up, ops::UnaryOp act);
 absl::StatusOr<OpCall> Reduce(ops::Reduction op, Spec x, int64_t dim, bool keepdim);
 absl::StatusOr<OpCall> Softmax(Spec x, int64_t dim, bool log);
 absl::StatusOr<OpCall> RmsNorm(Spec x, Spec weight, double eps);

@@ -27,7 +27,7 @@ namespace dt::ops::internal {
 #define DT_DTENSOR_OPS(X)                                                                     \
   X(Matmul) X(Linear) X(Binary) X(BinaryScalar) X(Unary) X(Cast) X(Reduce) X(Softmax)          \
   X(RmsNorm) X(LayerNorm) X(Rotary) X(Attention) X(Embedding) X(View) X(Permute) X(Unsqueeze)  \
-  X(Squeeze) X(Cat) X(Split) X(TopK) X(Modulate)
+  X(Squeeze) X(Cat) X(Split) X(TopK) X(Modulate) X(GatedActivation)
 
 #define DT_OP_ID_(name) k##name,
 enum class OpId : uint8_t { DT_DTENSOR_OPS(DT_OP_ID_) };

@@ -238,6 +238,11 @@ absl::StatusOr<Value> Modulate(const Value& x, const Value& scale, const Value& 
               [](S s) { return internal::calls::Modulate(s[0], s[1], s[2]); });
 }
 
+absl::StatusOr<Value> GatedActivation(const Value& gate, const Value& up, ops::UnaryOp act) {
+  return Run1("GatedActivation", {{"gate", &gate}, {"up", &up}},
+              [&](S s) { return internal::calls::GatedActivation(s[0], s[1], act); });
+}
+
 absl::StatusOr<Value> ApplyRotary(const Value& x, const Value& cos, const Value& sin,
                                   ops::RotaryStyle style) {
   return Run1("ApplyRotary", {{"x", &x}, {"cos", &cos}, {"sin", &sin}},

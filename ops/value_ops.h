@@ -57,6 +57,7 @@ DT_UNARY_OPS(DT_UNARY_FUNCTION_)
 #undef DT_UNARY_FUNCTION_
 absl::StatusOr<Value> Cast(const Value& x, DType dtype);
 absl::StatusOr<Value> Modulate(const Value& x, const Value& scale, const Value& shift);
+absl::StatusOr<Value> GatedActivation(const Value& gate, const Value& up, ops::UnaryOp act);
 
 absl::StatusOr<Value> ApplyRotary(const Value& x, const Value& cos, const Value& sin,
                                   ops::RotaryStyle style);

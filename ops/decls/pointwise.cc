@@ -1,5 +1,5 @@
 // The declarations (ops/op_decl.h) of the elementwise ops: Add Sub Mul Div (tensor and scalar), the
-// unary ops, Cast and Modulate. For each op, in this order: its shape rule (Infer), its sharding
+// unary ops, Cast, Modulate and GatedActivation. For each op, in this order: its shape rule (Infer), its sharding
 // candidates (Cand), any whole-strategy check, its local run, and its row.
 
 #include "dtensor/ops/decls/rules.h"
@@ -186,5 +186,32 @@ const OpDecl kModulateDecl{.op = OpId::kModulate, .name = "Modulate",
                            .input_names = {"x", "scale", "shift"}, .attrs = kAttrsIndex<NoAttrs>,
                            .infer = InferModulate, .candidates = CandModulate, .run = RunModulate,
                            .cuda = "cuda::Modulate"};
+
+// ---- GatedActivation ------------------------------------------------------------------------
+
+absl::StatusOr<OutputMetas> InferGated(const OpCall& call) {
+  DT_RETURN_IF_ERROR(NeedFloat(call, 0));
+  DT_RETURN_IF_ERROR(NeedSameDType(call, 0, 1));
+  if (In(call, 0).shape() != In(call, 1).shape()) {
+    return Bad(call, absl::StrCat(Arg(call, 0), " and ", Arg(call, 1), ": shapes differ"));
+  }
+  return One(In(call, 0).shape(), In(call, 0).dtype());
+}
+
+// Elementwise: any shard common to gate and up. Linear in up, so a Partial up times a replicated
+// gate stays Partial (as Mul's P * R); a Partial gate is reduced first.
+void CandGated(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
+  AddElementwiseOptions(call, outs, i, options);
+  AddLinearPartial(call, 1, i, 1, options);
+}
+
+absl::StatusOr<LocalOutputs> RunGated(const OpCall& call, const LocalArgs& a) {
+  return Out(ops::GatedActivation(a.local(0), a.local(1), call.Attr<UnaryAttrs>().op));
+}
+
+const OpDecl kGatedActivationDecl{.op = OpId::kGatedActivation, .name = "GatedActivation",
+                                  .input_names = {"gate", "up"}, .attrs = kAttrsIndex<UnaryAttrs>,
+                                  .infer = InferGated, .candidates = CandGated, .run = RunGated,
+                                  .cuda = "cuda::GatedActivation"};
 
 }  // namespace dt::ops::internal::rules

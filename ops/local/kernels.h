@@ -49,6 +49,9 @@ struct AttentionParams {
 //   Modulate(x, scale, shift, out)
 //     out = round(round(x * round(1 + scale)) + shift) elementwise; scale and shift expanded to
 //     out's shape; one float dtype; computed in f32, rounded to the dtype after each step.
+//   GatedActivation(act, gate, up, out)
+//     out = round(round(act(gate)) * up) elementwise; gate, up and out of one shape and float
+//     dtype (see ops::GatedActivation).
 //   Unary(op, x, out)
 //     out = op(x); same shape and dtype; float, or any but bool for kNeg.
 //   Reduce(op, x, dim, out)
@@ -89,6 +92,7 @@ struct AttentionParams {
   X(Binary, (BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out))                \
   X(BinaryScalar, (BinaryOp op, const Tensor& x, double s, const Tensor& out))                 \
   X(Unary, (UnaryOp op, const Tensor& x, const Tensor& out))                                   \
+  X(GatedActivation, (UnaryOp act, const Tensor& gate, const Tensor& up, const Tensor& out))    \
   X(Reduce, (Reduction op, const Tensor& x, int dim, const Tensor& out))                       \
   X(Softmax, (const Tensor& x, int dim, bool log, const Tensor& out))                          \
   X(RmsNorm, (const Tensor& x, const Tensor& weight, float eps, const Tensor& out))            \

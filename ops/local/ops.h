@@ -24,6 +24,7 @@
 //   Neg                       all but bool
 //   Gelu, DT_UNARY_OPS rows   f32 bf16 f16           Silu, Exp, ...: the list below
 //   Modulate                  f32 bf16 f16           x * (1 + scale) + shift, broadcast
+//   GatedActivation           f32 bf16 f16           act(gate) * up (SwiGLU)
 //   Cast                      any -> any             quantized -> element dtypes dequantizes
 //   Sum Max Argmax            all but bool           Sum of integers is i64; Argmax is i64
 //   Mean                      f32 bf16 f16
@@ -153,6 +154,13 @@ absl::StatusOr<Tensor> Cast(const Tensor& x, DType dtype);
 // the three steps, as the three separate ops (diffusers' `norm(x) * (1 + scale) + shift`) round,
 // so the result is bit-identical to them in every dtype.
 absl::StatusOr<Tensor> Modulate(const Tensor& x, const Tensor& scale, const Tensor& shift);
+
+// act(gate) * up in one pass over both: SwiGLU (act kSilu), GeGLU (kGeluErf, kGeluTanh), ReGLU
+// (kRelu); gate and up of one shape and float dtype, any layout (the two halves of a packed
+// gate|up projection are read where they lie). act(gate) is rounded to the dtype before the
+// product, as the two separate ops round, so the result equals Mul(Unary(act, gate), up) bit for
+// bit in every dtype.
+absl::StatusOr<Tensor> GatedActivation(const Tensor& gate, const Tensor& up, UnaryOp act);
 
 // ---- reductions along one dim --------------------------------------------------------------------
 

@@ -95,6 +95,21 @@ absl::StatusOr<Tensor> Modulate(const Tensor& x, const Tensor& scale, const Tens
   return out;
 }
 
+absl::StatusOr<Tensor> GatedActivation(const Tensor& gate, const Tensor& up, UnaryOp act) {
+  constexpr absl::string_view kName = "GatedActivation";
+  DT_RETURN_IF_ERROR(internal::CheckFloat(kName, "gate", gate));
+  DT_RETURN_IF_ERROR(internal::CheckSameDType(kName, "gate", gate, "up", up));
+  DT_RETURN_IF_ERROR(internal::CheckSameDevice(kName, {{"gate", &gate}, {"up", &up}}));
+  if (gate.shape() != up.shape()) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": gate ", gate.Describe(), " and up ",
+                                                   up.Describe(), " differ in shape"));
+  }
+  DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(gate.shape(), gate.dtype(), gate.device()));
+  if (out.numel() == 0) return out;
+  DT_RETURN_IF_ERROR(DT_OPS_KERNEL(out.device(), GatedActivation, act, gate, up, out));
+  return out;
+}
+
 absl::StatusOr<Tensor> Add(const Tensor& a, const Tensor& b) { return Binary(BinaryOp::kAdd, a, b); }
 absl::StatusOr<Tensor> Sub(const Tensor& a, const Tensor& b) { return Binary(BinaryOp::kSub, a, b); }
 absl::StatusOr<Tensor> Mul(const Tensor& a, const Tensor& b) { return Binary(BinaryOp::kMul, a, b); }

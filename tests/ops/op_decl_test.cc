@@ -43,6 +43,7 @@ const std::map<std::string, std::string>& PropertyTests() {
       {"Split", "DopsShape.SplitAndChunkMatchLocal"},
       {"TopK", "DopsReduce.TopKMatchesLocal"},
       {"Modulate", "DopsPointwise.ModulateMatchesLocal"},
+      {"GatedActivation", "DopsPointwise.GatedActivationMatchesLocal"},
   };
   return *m;
 }

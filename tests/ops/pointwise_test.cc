@@ -57,6 +57,25 @@ RC_GTEST_PROP(DopsPointwise, ModulateMatchesLocal, ()) {
           {want}, /*exact=*/false);
 }
 
+// act(gate) * up (SwiGLU and the like): any placements of the two; a Partial up with a
+// replicated gate stays Partial (linear in up), every other Partial is reduced first.
+RC_GTEST_PROP(DopsPointwise, GatedActivationMatchesLocal, ()) {
+  const auto mesh = GenMesh();
+  const auto act = *rc::gen::element(ops::UnaryOp::kSilu, ops::UnaryOp::kGeluTanh,
+                                     ops::UnaryOp::kGeluErf, ops::UnaryOp::kRelu);
+  const Shape shape = GenShape(U(1, 4), 1, 5);
+  const ReduceOp p = GenPartialOp(false);
+  std::vector<Arg> args;
+  for (int j = 0; j < 2; ++j) {
+    args.push_back(MakeArg(GenTensor(shape), GenPlacements(mesh, static_cast<int>(shape.size()), true, p, 2)));
+  }
+  const Tensor want = ops::GatedActivation(args[0].full, args[1].full, act).value();
+  CheckOp(mesh, args, Single([act](const std::vector<DTensor>& in) {
+            return GatedActivation(in[0], in[1], act);
+          }),
+          {want}, /*exact=*/false);
+}
+
 // Placements for b that fit a's where b's dims line up with a's (broadcast dims replicated).
 Placements Aligned(const Placements& pa, const Shape& a, const Shape& b) {
   Placements pb;

@@ -1,4 +1,4 @@
-// CPU pointwise kernels: Binary, BinaryScalar, Unary (Modulate: cpu/modulate.cc).
+// CPU pointwise kernels: Binary, BinaryScalar, Unary, GatedActivation (Modulate: cpu/modulate.cc).
 
 #include <algorithm>
 #include <cmath>
@@ -101,6 +101,28 @@ void MapF32Runs(const Tensor& x, const Tensor& out, F fn) {
   });
 }
 
+// y[i] = op(x[i]) for a float op, i < n: the vectorized f32 functions Unary uses for Silu and Exp,
+// the row's formula for the others (so that each value is Unary's). y may be x.
+#define DT_CPU_UNARY_F32_(name, formula)                  \
+  case UnaryOp::k##name:                                  \
+    for (int64_t i = 0; i < n; ++i) {                     \
+      const float v = x[i];                               \
+      y[i] = formula;                                     \
+    }                                                     \
+    return;
+void UnaryF32(UnaryOp op, const float* x, float* y, int64_t n) {
+  if (op == UnaryOp::kSilu) return SiluF32(x, y, n);
+  if (op == UnaryOp::kExp) return ExpF32(x, y, n);
+  switch (op) {
+    case UnaryOp::kNeg:
+      for (int64_t i = 0; i < n; ++i) y[i] = 0.0f - x[i];
+      return;
+    DT_GELU_OPS(DT_CPU_UNARY_F32_)
+    DT_UNARY_OPS(DT_CPU_UNARY_F32_)
+  }
+}
+#undef DT_CPU_UNARY_F32_
+
 }  // namespace
 
 absl::Status Binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -146,5 +168,29 @@ absl::Status Unary(UnaryOp op, const Tensor& x, const Tensor& out) {
   return absl::OkStatus();
 }
 #undef DT_CPU_UNARY_
+
+absl::Status GatedActivation(UnaryOp act, const Tensor& gate, const Tensor& up, const Tensor& out) {
+  Nest<3> nest(out.shape(), {IntSpan(out.strides()), IntSpan(gate.strides()), IntSpan(up.strides())});
+  const int64_t so = nest.inner_stride(0), sg = nest.inner_stride(1), su = nest.inner_stride(2);
+  const DType dtype = out.dtype();
+  nest.ForEachRun([&](const std::array<int64_t, 3>& off, int64_t n) {
+    constexpr int64_t kBlock = 512;
+    float g[kBlock], u[kBlock];
+    uint16_t half[kBlock];
+    for (int64_t i = 0; i < n; i += kBlock) {
+      const int64_t len = std::min(kBlock, n - i);
+      LoadF32(dtype, ElementPtr(gate, off[1] + i * sg), len, sg, g);
+      UnaryF32(act, g, g, len);
+      if (dtype != DType::kF32) {  // act(gate) rounded as Unary's output is
+        StoreF32(dtype, half, len, 1, g);
+        LoadF32(dtype, half, len, 1, g);
+      }
+      LoadF32(dtype, ElementPtr(up, off[2] + i * su), len, su, u);
+      for (int64_t j = 0; j < len; ++j) g[j] *= u[j];
+      StoreF32(dtype, ElementPtr(out, off[0] + i * so), len, so, g);
+    }
+  });
+  return absl::OkStatus();
+}
 
 }  // namespace dt::ops::cpu

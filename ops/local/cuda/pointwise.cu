@@ -1,4 +1,4 @@
-// CUDA pointwise kernels: Binary, BinaryScalar, Unary, Modulate. One instantiation per dtype; the op is a
+// CUDA pointwise kernels: Binary, BinaryScalar, Unary, GatedActivation, Modulate. One instantiation per dtype; the op is a
 // run-time switch (uniform across the grid, so it costs no divergence).
 
 #include <cmath>
@@ -93,6 +93,19 @@ __global__ void UnaryKernel(UnaryOp op, const T* x, T* out, Indexer<1> ix, bool 
   }
 }
 
+// out (contiguous) [i] = round(round(act(gate[i])) * up[i]) (see ops::GatedActivation).
+template <typename T>
+__global__ void GatedKernel(UnaryOp act, const T* gate, const T* up, T* out, Indexer<2> ix,
+                            bool contiguous, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t off[2] = {i, i};
+    if (!contiguous) ix.Offsets(i, off);
+    const float a = Load(Store<T>(ApplyUnary<float>(act, Load(gate[off[0]]))));
+    out[i] = Store<T>(__fmul_rn(a, static_cast<float>(Load(up[off[1]]))));
+  }
+}
+
 // out (contiguous) [i] = round(round(x * round(1 + scale)) + shift) (see ops::Modulate).
 template <typename T>
 __global__ void ModulateKernel(const T* x, const T* scale, const T* shift, T* out, Indexer<3> ix,
@@ -123,6 +136,18 @@ absl::Status Modulate(const Tensor& x, const Tensor& scale, const Tensor& shift,
   return DT_CUDA_DISPATCH_FLOAT(out.dtype(), T, [&] {
     return Launch(kKernel, ModulateKernel<T>, GridFor(n, kThreads), kThreads, 0, x.raw_data(),
                   scale.raw_data(), shift.raw_data(), out.raw_data(), ix, ix.contiguous(), n);
+  });
+}
+
+absl::Status GatedActivation(UnaryOp act, const Tensor& gate, const Tensor& up, const Tensor& out) {
+  constexpr absl::string_view kKernel = "GatedActivation";
+  DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
+  DT_ASSIGN_OR_RETURN(Indexer<2> ix, MakeIndexer<2>(kKernel, out.shape(),
+                                                    {IntSpan(gate.strides()), IntSpan(up.strides())}));
+  const int64_t n = out.numel();
+  return DT_CUDA_DISPATCH_FLOAT(out.dtype(), T, [&] {
+    return Launch(kKernel, GatedKernel<T>, GridFor(n, kThreads), kThreads, 0, act, gate.raw_data(),
+                  up.raw_data(), out.raw_data(), ix, ix.contiguous(), n);
   });
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "dtensor/ops/local/cpu/vec_math.h"
 #include "dtensor/ops/local/ops.h"
 #include "dtensor/tests/ops/local/test_util.h"
@@ -121,6 +122,50 @@ TEST(ModulateTest, Errors) {
                                          Tensor::Zeros({2}, DType::kI64).value(),
                                          Tensor::Zeros({2}, DType::kI64).value()).status(),
                                 "Modulate"));
+}
+
+// GatedActivation is Unary then Mul, bit for bit, in every float dtype, activation and layout
+// (RandomTensor's, and the two halves of one packed tensor), runs longer than the kernel's block
+// included.
+RC_GTEST_PROP(GatedActivationTest, EqualsTheTwoOpsItFuses, ()) {
+  const DType dtype = testing::RandomFloatDType();
+  const UnaryOp act = *rc::gen::elementOf(kAllUnaryOps);
+  Shape shape = RandomShape(*rc::gen::inRange(1, 4), 0, 5);
+  if (*rc::gen::inRange(0, 4) == 0) shape.back() = *rc::gen::inRange(500, 1100);
+  Tensor gate, up;
+  if (*rc::gen::arbitrary<bool>()) {
+    // The halves of a packed gate|up projection, as SwiGLUMLP's fused form reads them.
+    Shape packed = shape;
+    packed.back() *= 2;
+    const std::vector<Tensor> halves = Chunk(RandomTensor(packed, dtype), 2, -1).value();
+    gate = halves[0];
+    up = halves[halves.size() - 1];
+  } else {
+    gate = RandomTensor(shape, dtype);
+    up = RandomTensor(shape, dtype);
+  }
+  RC_PRE(gate.shape() == up.shape());  // a packed dim of 0 has chunks of equal size only
+  const absl::StatusOr<Tensor> got = GatedActivation(gate, up, act);
+  if (!got.ok()) RC_FAIL(got.status().ToString());
+  const Tensor want = Mul(Unary(act, gate).value(), up).value();
+  RC_ASSERT(got->is_contiguous());
+  if (!Equal(*got, want)) {
+    RC_FAIL(absl::StrCat(UnaryOpName(act), " ", DTypeName(dtype), ": ", got->ToString(), " vs ",
+                         want.ToString()));
+  }
+}
+
+TEST(GatedActivationTest, Errors) {
+  const Tensor x = Tensor::Zeros({2, 3}, DType::kF32).value();
+  EXPECT_TRUE(testing::Contains(
+      GatedActivation(x, Tensor::Zeros({3, 2}, DType::kF32).value(), UnaryOp::kSilu).status(),
+      "GatedActivation: gate f32[2, 3] cpu and up f32[3, 2] cpu differ in shape"));
+  EXPECT_TRUE(testing::Contains(
+      GatedActivation(x, Tensor::Zeros({2, 3}, DType::kBF16).value(), UnaryOp::kSilu).status(),
+      "GatedActivation: dtypes differ"));
+  const Tensor i = Tensor::Zeros({2}, DType::kI64).value();
+  EXPECT_TRUE(testing::Contains(GatedActivation(i, i, UnaryOp::kRelu).status(),
+                                "GatedActivation: gate must be f32, bf16 or f16"));
 }
 
 double ApplyUnary(UnaryOp op, double v) {
