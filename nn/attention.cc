@@ -130,6 +130,14 @@ void Attention::ResetKVCache(int64_t reserve) { cache_.Reset(reserve); }
 
 namespace {
 
+// Note [Keys are rotated into the cache]
+// Rotary position embedding reads the keys as the projection left them ([B, S, h·D] viewed as
+// [B, h, S, D]) and writes them rotated; the cache then copied the rotated keys into its buffer,
+// a second pass over every key. With the cache on, the rotation writes into the buffer's slot
+// directly (ops::ApplyRotaryInto), so each key is read once and written once, where the attention
+// then reads it. The values are copied into their buffer as they are (a projection cannot write a
+// [B, h, S, D] slot); tests/nn/forward_copies_test.cc counts that copy as the one a layer makes.
+
 // Note [KV buffers are reserved]
 // A cache that grows by doubling copies itself at each growth and touches fresh pages: at the
 // first decode step after a 224-token prompt every layer's K and V moved to buffers twice the size,
@@ -139,9 +147,10 @@ namespace {
 
 // Appends local `x` [B, h, S, D] to the cache whose filled part is `cache` (a view of `buffer`,
 // or undefined), growing `buffer` [B, h, capacity, D] to `reserve` positions or by doubling;
-// returns the new filled part.
+// returns the new filled part. x is written into its slot by `write(slot, x)`.
+template <typename Write>
 absl::StatusOr<Tensor> AppendToBuffer(Tensor& buffer, const Value& cache, const Tensor& x,
-                                      int64_t reserve) {
+                                      int64_t reserve, Write write) {
   const int64_t len = cache.defined() ? cache.shape()[2] : 0, need = len + x.size(2);
   if (!buffer.defined() || buffer.size(2) < need) {
     Shape shape = x.shape();
@@ -154,17 +163,29 @@ absl::StatusOr<Tensor> AppendToBuffer(Tensor& buffer, const Value& cache, const 
     buffer = std::move(grown);
   }
   DT_ASSIGN_OR_RETURN(Tensor slot, buffer.Narrow(2, len, x.size(2)));
-  DT_RETURN_IF_ERROR(slot.CopyFrom(x));
+  DT_RETURN_IF_ERROR(write(slot, x));
   return buffer.Narrow(2, 0, need);
 }
 
+absl::Status CopyInto(const Tensor& slot, const Tensor& x) { return slot.CopyFrom(x); }
+
 }  // namespace
 
-absl::Status KVCache::Append(Value* k, Value* v) {
-  const bool local = k->is_local() && v->is_local() && (!k_.defined() || k_.is_local());
+absl::Status KVCache::Append(Value* k, Value* v, const KeyRotary* rotary) {
+  const bool local = k->is_local() && v->is_local() && (!k_.defined() || k_.is_local()) &&
+                     (rotary == nullptr || (rotary->cos.is_local() && rotary->sin.is_local()));
+  if (!local && rotary != nullptr) {
+    DT_ASSIGN_OR_RETURN(*k, ops::ApplyRotary(*k, rotary->cos, rotary->sin, rotary->style));
+  }
   if (local) {
-    DT_ASSIGN_OR_RETURN(Tensor kk, AppendToBuffer(buffer_k_, k_, k->local(), reserve_));
-    DT_ASSIGN_OR_RETURN(Tensor vv, AppendToBuffer(buffer_v_, v_, v->local(), reserve_));
+    // The keys rotated as they are written (Note [Keys are rotated into the cache]).
+    auto write_k = [&](const Tensor& slot, const Tensor& x) {
+      return rotary == nullptr ? CopyInto(slot, x)
+                               : ops::ApplyRotaryInto(slot, x, rotary->cos.local(),
+                                                      rotary->sin.local(), rotary->style);
+    };
+    DT_ASSIGN_OR_RETURN(Tensor kk, AppendToBuffer(buffer_k_, k_, k->local(), reserve_, write_k));
+    DT_ASSIGN_OR_RETURN(Tensor vv, AppendToBuffer(buffer_v_, v_, v->local(), reserve_, CopyInto));
     *k = kk;
     *v = vv;
   } else if (k_.defined()) {
@@ -395,17 +416,23 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
     DT_ASSIGN_OR_RETURN(v, Project(PlainLocal(y[2]), b, s, nullptr));
   }
   DT_RETURN_IF_ERROR(PickKVHeads(q, &k, &v));
+  KVCache::KeyRotary rotary{.style = options_.rotary_style};
   if (cos.defined()) {
-    DT_ASSIGN_OR_RETURN(Value c, ops::AsKindOf(cos, q));
-    DT_ASSIGN_OR_RETURN(Value sn, ops::AsKindOf(sin, q));
-    if (c.dim() == 3) {  // [B, S, D] -> [B, 1, S, D]
-      DT_ASSIGN_OR_RETURN(c, ops::Unsqueeze(c, 1));
-      DT_ASSIGN_OR_RETURN(sn, ops::Unsqueeze(sn, 1));
+    DT_ASSIGN_OR_RETURN(rotary.cos, ops::AsKindOf(cos, q));
+    DT_ASSIGN_OR_RETURN(rotary.sin, ops::AsKindOf(sin, q));
+    if (rotary.cos.dim() == 3) {  // [B, S, D] -> [B, 1, S, D]
+      DT_ASSIGN_OR_RETURN(rotary.cos, ops::Unsqueeze(rotary.cos, 1));
+      DT_ASSIGN_OR_RETURN(rotary.sin, ops::Unsqueeze(rotary.sin, 1));
     }
-    DT_ASSIGN_OR_RETURN(q, ops::ApplyRotary(q, c, sn, options_.rotary_style));
-    DT_ASSIGN_OR_RETURN(k, ops::ApplyRotary(k, c, sn, options_.rotary_style));
+    DT_ASSIGN_OR_RETURN(q, ops::ApplyRotary(q, rotary.cos, rotary.sin, rotary.style));
   }
-  if (use_cache_) DT_RETURN_IF_ERROR(cache_.Append(&k, &v));
+  const KVCache::KeyRotary* key_rotary = cos.defined() ? &rotary : nullptr;
+  if (use_cache_) {
+    // Note [Keys are rotated into the cache]
+    DT_RETURN_IF_ERROR(cache_.Append(&k, &v, key_rotary));
+  } else if (key_rotary != nullptr) {
+    DT_ASSIGN_OR_RETURN(k, ops::ApplyRotary(k, rotary.cos, rotary.sin, rotary.style));
+  }
   ops::AttentionOptions attn;
   attn.causal = options_.causal;
   DT_ASSIGN_OR_RETURN(Value a, ops::ScaledDotProductAttention(q, k, v, attn));

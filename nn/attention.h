@@ -108,8 +108,15 @@ class RotaryEmbedding : public Module {
 // concatenated.
 class KVCache {
  public:
-  // Appends *k, *v after the cached positions and replaces them with all of them.
-  absl::Status Append(Value* k, Value* v);
+  // How keys are rotated (ops::ApplyRotary's arguments other than x).
+  struct KeyRotary {
+    Value cos, sin;
+    ops::RotaryStyle style = ops::RotaryStyle::kHalf;
+  };
+  // Appends *k, *v after the cached positions and replaces them with all of them. With
+  // `rotary`, *k is given unrotated and rotated as it is written (Note [Keys are rotated into
+  // the cache] in attention.cc).
+  absl::Status Append(Value* k, Value* v, const KeyRotary* rotary = nullptr);
   // Forgets the positions. The local buffers, when next made, hold at least `reserve` positions
   // (Note [KV buffers are reserved]).
   void Reset(int64_t reserve = 0);

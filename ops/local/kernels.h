@@ -68,7 +68,9 @@ struct AttentionParams {
 //     x [..., H] float; weight, bias undefined or [H] of x's dtype; out like x; one rounding.
 //   ApplyRotary(x, cos, sin, style, out)
 //     x [..., D] float with D even; cos and sin expanded to x's shape (any float dtypes); out
-//     like x. See ops::ApplyRotary for the two styles.
+//     of x's shape and dtype with a unit stride along D, its other strides any (ApplyRotaryInto
+//     writes a slot of a cache; not an exception to "fresh", it never aliases an input). See
+//     ops::ApplyRotary for the two styles.
 //   Attention(q, k, v, params, out)
 //     q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv], one float dtype, Hq % Hkv == 0
 //     (query head h uses kv head h / (Hq/Hkv)); out [B, Hq, Sq, Dv]. Only keys j < kv_length are

@@ -1,6 +1,7 @@
 // Normalisations over the last dim and rotary position embeddings.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -61,9 +62,12 @@ std::vector<float> RopeInverseFrequencies(int64_t head_dim, double theta) {
   return inv;
 }
 
-absl::StatusOr<Tensor> ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin,
-                                   RotaryStyle style) {
-  constexpr absl::string_view kOp = "ApplyRotary";
+namespace {
+
+// The checks of a rotary of x by cos and sin (op: "ApplyRotary" or "ApplyRotaryInto"), and the
+// tables expanded to x's shape.
+absl::StatusOr<std::array<Tensor, 2>> RotaryTables(absl::string_view kOp, const Tensor& x,
+                                                   const Tensor& cos, const Tensor& sin) {
   DT_RETURN_IF_ERROR(internal::CheckFloat(kOp, "x", x));
   DT_RETURN_IF_ERROR(internal::CheckFloat(kOp, "cos", cos));
   DT_RETURN_IF_ERROR(internal::CheckFloat(kOp, "sin", sin));
@@ -87,12 +91,41 @@ absl::StatusOr<Tensor> ApplyRotary(const Tensor& x, const Tensor& cos, const Ten
     }
     expanded[i] = *std::move(e);
   }
+  return std::array<Tensor, 2>{std::move(expanded[0]), std::move(expanded[1])};
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                                   RotaryStyle style) {
+  DT_ASSIGN_OR_RETURN(const auto tables, RotaryTables("ApplyRotary", x, cos, sin));
   DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(x.shape(), x.dtype(), x.device()));
   if (out.numel() > 0) {
-    DT_RETURN_IF_ERROR(
-        DT_OPS_KERNEL(x.device(), ApplyRotary, x, expanded[0], expanded[1], style, out));
+    DT_RETURN_IF_ERROR(DT_OPS_KERNEL(x.device(), ApplyRotary, x, tables[0], tables[1], style, out));
   }
   return out;
+}
+
+absl::Status ApplyRotaryInto(const Tensor& out, const Tensor& x, const Tensor& cos,
+                             const Tensor& sin, RotaryStyle style) {
+  constexpr absl::string_view kOp = "ApplyRotaryInto";
+  DT_ASSIGN_OR_RETURN(const auto tables, RotaryTables(kOp, x, cos, sin));
+  DT_RETURN_IF_ERROR(internal::CheckDefined(kOp, "out", out));
+  DT_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "x", x, "out", out));
+  DT_RETURN_IF_ERROR(internal::CheckSameDevice(kOp, {{"x", &x}, {"out", &out}}));
+  DT_RETURN_IF_ERROR(internal::CheckShape(kOp, "out", out, x.shape()));
+  if (out.read_only() || (out.size(-1) > 1 && out.stride(-1) != 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": out ", out.Describe(), " must be writable with a unit stride along its last dim, got strides ",
+        ShapeToString(out.strides()), out.read_only() ? " (read-only)" : ""));
+  }
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"x", &x}, {"cos", &cos}, {"sin", &sin}}) {
+    if (t->storage().data() == out.storage().data()) {
+      return absl::InvalidArgumentError(absl::StrCat(kOp, ": out ", out.Describe(), " shares its storage with ", name, " ", t->Describe()));
+    }
+  }
+  if (out.numel() == 0) return absl::OkStatus();
+  return DT_OPS_KERNEL(x.device(), ApplyRotary, x, tables[0], tables[1], style, out);
 }
 
 }  // namespace dt::ops

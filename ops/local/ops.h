@@ -200,6 +200,13 @@ enum class RotaryStyle : uint8_t { kHalf, kInterleaved };
 absl::StatusOr<Tensor> ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin,
                                    RotaryStyle style);
 
+// ApplyRotary(x, cos, sin, style) written into `out` instead of a new tensor: out of x's shape,
+// dtype and device, writable, with a unit stride along its last dim (any others: a slot of a KV
+// cache's buffer) and sharing no storage with x, cos or sin. A KV cache rotates its new keys
+// straight into its buffer with it, in the pass that would otherwise copy them there.
+absl::Status ApplyRotaryInto(const Tensor& out, const Tensor& x, const Tensor& cos,
+                             const Tensor& sin, RotaryStyle style);
+
 // The default inverse frequencies of a rotary table, as Hugging Face computes them in f32:
 // 1 / theta^(2i / head_dim) for i < head_dim / 2.
 std::vector<float> RopeInverseFrequencies(int64_t head_dim, double theta);

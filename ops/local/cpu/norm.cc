@@ -1,5 +1,6 @@
 // CPU kernels over the last dim: RmsNorm, LayerNorm, ApplyRotary.
 
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -93,36 +94,66 @@ absl::Status LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias
   return absl::OkStatus();
 }
 
+namespace {
+
+// One lane of d values (unit strides): y from x, c (cos) and s (sin), as ops::ApplyRotary says,
+// loaded and stored as their types (the loops vectorize; no per-lane buffer or dtype switch).
+template <typename T, typename C>
+void RotaryLane(const T* x, const C* c, const C* s, T* y, int64_t d, RotaryStyle style) {
+  if (style == RotaryStyle::kHalf) {
+    const int64_t half = d / 2;
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = Load(x[i]), b = Load(x[i + half]);
+      y[i] = Store<T>(a * Load(c[i]) - b * Load(s[i]));
+      y[i + half] = Store<T>(b * Load(c[i + half]) + a * Load(s[i + half]));
+    }
+  } else {
+    for (int64_t i = 0; i < d; i += 2) {
+      const float a = Load(x[i]), b = Load(x[i + 1]);
+      y[i] = Store<T>(a * Load(c[i]) - b * Load(s[i]));
+      y[i + 1] = Store<T>(b * Load(c[i + 1]) + a * Load(s[i + 1]));
+    }
+  }
+}
+
+}  // namespace
+
 absl::Status ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin, RotaryStyle style,
                          const Tensor& out) {
   const int last = x.dim() - 1;
-  const int64_t d = x.size(last), half = d / 2;
-  ForEachLane<4>(x.shape(), last,
-                 {IntSpan(x.strides()), IntSpan(cos.strides()), IntSpan(sin.strides()),
-                  IntSpan(out.strides())},
-                 [&](const std::array<int64_t, 4>& off) {
-                   thread_local std::vector<float> buf;
-                   buf.resize(static_cast<size_t>(4 * d));
-                   float* v = buf.data();
-                   float* c = v + d;
-                   float* s = c + d;
-                   float* y = s + d;
-                   LoadF32(x.dtype(), ElementPtr(x, off[0]), d, x.stride(last), v);
-                   LoadF32(cos.dtype(), ElementPtr(cos, off[1]), d, cos.stride(last), c);
-                   LoadF32(sin.dtype(), ElementPtr(sin, off[2]), d, sin.stride(last), s);
-                   if (style == RotaryStyle::kHalf) {
-                     for (int64_t i = 0; i < half; ++i) {
-                       y[i] = v[i] * c[i] - v[i + half] * s[i];
-                       y[i + half] = v[i + half] * c[i + half] + v[i] * s[i + half];
-                     }
-                   } else {
-                     for (int64_t i = 0; i < d; i += 2) {
-                       y[i] = v[i] * c[i] - v[i + 1] * s[i];
-                       y[i + 1] = v[i + 1] * c[i + 1] + v[i] * s[i + 1];
-                     }
-                   }
-                   StoreF32(out.dtype(), ElementPtr(out, off[3]), d, 1, y);
-                 });
+  const int64_t d = x.size(last);
+  const std::array<IntSpan, 4> strides = {IntSpan(x.strides()), IntSpan(cos.strides()),
+                                          IntSpan(sin.strides()), IntSpan(out.strides())};
+  if (x.stride(last) == 1 && cos.stride(last) == 1 && sin.stride(last) == 1 &&
+      cos.dtype() == sin.dtype()) {
+    // Every lane of unit stride: typed lanes. out's last stride is 1 (the kernel contract).
+    DT_OPS_DISPATCH_FLOAT(x.dtype(), T, [&] {
+      DT_OPS_DISPATCH_FLOAT(cos.dtype(), C, [&] {
+        const T* px = x.data<T>();
+        const C* pc = cos.data<C>();
+        const C* ps = sin.data<C>();
+        T* py = out.data<T>();
+        ForEachLane<4>(x.shape(), last, strides, [&](const std::array<int64_t, 4>& off) {
+          RotaryLane(px + off[0], pc + off[1], ps + off[2], py + off[3], d, style);
+        });
+      });
+    });
+    return absl::OkStatus();
+  }
+  // Strided lanes or tables of two dtypes: through f32 buffers.
+  ForEachLane<4>(x.shape(), last, strides, [&](const std::array<int64_t, 4>& off) {
+    thread_local std::vector<float> buf;
+    buf.resize(static_cast<size_t>(4 * d));
+    float* v = buf.data();
+    float* c = v + d;
+    float* s = c + d;
+    float* y = s + d;
+    LoadF32(x.dtype(), ElementPtr(x, off[0]), d, x.stride(last), v);
+    LoadF32(cos.dtype(), ElementPtr(cos, off[1]), d, cos.stride(last), c);
+    LoadF32(sin.dtype(), ElementPtr(sin, off[2]), d, sin.stride(last), s);
+    RotaryLane(v, c, s, y, d, style);
+    StoreF32(out.dtype(), ElementPtr(out, off[3]), d, 1, y);
+  });
   return absl::OkStatus();
 }
 

@@ -104,15 +104,16 @@ struct Table {
   int64_t last_stride;
 };
 
-// out (contiguous [rows, d]) from x, cos, sin; `ix` gives the row offsets of x, cos and sin.
+// out (rows of d with unit stride) from x, cos, sin; `ix` gives the row offsets of x, cos, sin
+// and out.
 template <typename T>
-__global__ void RotaryKernel(const T* x, int64_t xs, Table c, Table s, T* out, Indexer<3> ix,
+__global__ void RotaryKernel(const T* x, int64_t xs, Table c, Table s, T* out, Indexer<4> ix,
                              int64_t d, bool interleaved, int64_t n) {
   const int64_t half = d / 2;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / d, j = i - row * d;
-    int64_t off[3];
+    int64_t off[4];
     ix.Offsets(row, off);
     // y[j] = x[j] * cos[j] + sign * x[partner] * sin[j]
     int64_t partner;
@@ -127,7 +128,7 @@ __global__ void RotaryKernel(const T* x, int64_t xs, Table c, Table s, T* out, I
     const float v = Load(x[off[0] + j * xs]), p = Load(x[off[0] + partner * xs]);
     const float cv = LoadAnyFloat(c.p, c.dtype, off[1] + j * c.last_stride);
     const float sv = LoadAnyFloat(s.p, s.dtype, off[2] + j * s.last_stride);
-    out[i] = Store<T>(sign < 0 ? v * cv - p * sv : v * cv + p * sv);
+    out[off[3] + j] = Store<T>(sign < 0 ? v * cv - p * sv : v * cv + p * sv);
   }
 }
 
@@ -173,10 +174,11 @@ absl::Status ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin, 
   DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
   const int last = x.dim() - 1;
   const IntSpan rows(x.shape().data(), static_cast<size_t>(last));
-  DT_ASSIGN_OR_RETURN(Indexer<3> ix, MakeIndexer<3>(kKernel, rows,
+  DT_ASSIGN_OR_RETURN(Indexer<4> ix, MakeIndexer<4>(kKernel, rows,
                                                     {IntSpan(x.strides()).subspan(0, last),
                                                      IntSpan(cos.strides()).subspan(0, last),
-                                                     IntSpan(sin.strides()).subspan(0, last)}));
+                                                     IntSpan(sin.strides()).subspan(0, last),
+                                                     IntSpan(out.strides()).subspan(0, last)}));
   const int64_t n = out.numel(), d = x.size(last);
   const Table c{cos.raw_data(), cos.dtype(), cos.stride(last)};
   const Table s{sin.raw_data(), sin.dtype(), sin.stride(last)};

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
@@ -120,6 +121,48 @@ RC_GTEST_PROP(ApplyRotaryTest, AgreesWithNaiveLoops, ()) {
   }
   RC_ASSERT(testing::Mismatch(ApplyRotary(x, cos, sin, style).value(), shape, want,
                               testing::TolFor(dtype)) == "");
+}
+
+// ApplyRotaryInto writes what ApplyRotary returns, bit for bit, into a slot of a KV cache's buffer
+// [B, H, capacity, D] from keys laid out as a projection leaves them ([B, S, H, D] viewed as
+// [B, H, S, D]), and nothing outside the slot.
+RC_GTEST_PROP(ApplyRotaryTest, IntoASlotEqualsApplyRotary, ()) {
+  const DType dtype = testing::RandomFloatDType();
+  const RotaryStyle style = *rc::gen::element(RotaryStyle::kHalf, RotaryStyle::kInterleaved);
+  const int64_t b = *rc::gen::inRange(1, 3), h = *rc::gen::inRange(1, 4), s = *rc::gen::inRange(1, 6);
+  const int64_t d = 2 * *rc::gen::inRange<int64_t>(1, 40), cap = s + *rc::gen::inRange(0, 5);
+  const int64_t at = *rc::gen::inRange<int64_t>(0, cap - s + 1);
+  const Tensor x = RandomTensor({b, s, h, d}, dtype).Transpose(1, 2).value();
+  const Tensor cos = RandomTensor({b, 1, s, d}, dtype), sin = RandomTensor({b, 1, s, d}, dtype);
+  const Tensor buffer = RandomTensor({b, h, cap, d}, dtype, testing::Values::kNormal, /*contiguous=*/true);
+  const std::vector<double> before = buffer.ToDoubles();
+  const Tensor slot = buffer.Narrow(2, at, s).value();
+  const absl::Status st = ApplyRotaryInto(slot, x, cos, sin, style);
+  if (!st.ok()) RC_FAIL(st.ToString());
+  RC_ASSERT(Equal(slot.Contiguous().value(), ApplyRotary(x, cos, sin, style).value()));
+  const std::vector<double> after = buffer.ToDoubles();
+  for (int64_t i = 0; i < buffer.numel(); ++i) {
+    const int64_t pos = i / d % cap;
+    if (pos < at || pos >= at + s) RC_ASSERT(after[i] == before[i]);
+  }
+}
+
+TEST(ApplyRotaryTest, IntoErrors) {
+  const Tensor x = Tensor::Zeros({2, 4}).value(), c = Tensor::Zeros({4}).value();
+  const RotaryStyle kHalf = RotaryStyle::kHalf;
+  EXPECT_TRUE(dt::testing::Contains(
+      ApplyRotaryInto(Tensor::Zeros({2, 6}).value(), x, c, c, kHalf),
+      "ApplyRotaryInto: out must have shape [2, 4], got f32[2, 6] cpu"));
+  EXPECT_TRUE(dt::testing::Contains(
+      ApplyRotaryInto(Tensor::Zeros({2, 4}, DType::kBF16).value(), x, c, c, kHalf),
+      "ApplyRotaryInto: dtypes differ: x f32[2, 4] cpu, out bf16[2, 4] cpu"));
+  EXPECT_TRUE(dt::testing::Contains(
+      ApplyRotaryInto(Tensor::Zeros({4, 2}).value().Transpose(0, 1).value(), x, c, c, kHalf),
+      "ApplyRotaryInto: out f32[2, 4] cpu must be writable with a unit stride along its last dim"));
+  EXPECT_TRUE(dt::testing::Contains(ApplyRotaryInto(x, x, c, c, kHalf),
+                                    "ApplyRotaryInto: out f32[2, 4] cpu shares its storage with x"));
+  EXPECT_TRUE(dt::testing::Contains(ApplyRotaryInto(x, Tensor::Zeros({2, 3}).value(), c, c, kHalf),
+                                    "ApplyRotaryInto: the last dim of x must be even"));
 }
 
 TEST(ApplyRotaryTest, GoldenAndErrors) {
