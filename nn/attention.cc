@@ -435,9 +435,23 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
   }
   ops::AttentionOptions attn;
   attn.causal = options_.causal;
-  DT_ASSIGN_OR_RETURN(Value a, ops::ScaledDotProductAttention(q, k, v, attn));
-  DT_ASSIGN_OR_RETURN(a, ops::Transpose(a, 1, 2));
-  DT_ASSIGN_OR_RETURN(a, ops::Reshape(a, {b, s, -1}));
+  Value a;
+  if (q.is_local() && k.is_local() && v.is_local()) {
+    // The heads' rows written where o_proj reads them, [B, S, h, Dv] (a view of it as
+    // [B, h, S, Dv] is the attention's output): no transposing copy.
+    const Tensor& ql = q.local();
+    DT_ASSIGN_OR_RETURN(Tensor rows, Tensor::Empty({b, s, ql.size(1), v.shape()[3]}, ql.dtype(),
+                                                   ql.device()));
+    DT_ASSIGN_OR_RETURN(Tensor heads, rows.Transpose(1, 2));
+    DT_RETURN_IF_ERROR(
+        ops::ScaledDotProductAttentionInto(heads, ql, k.local(), v.local(), attn));
+    DT_ASSIGN_OR_RETURN(Tensor joined, rows.View({b, s, -1}));
+    a = Value(std::move(joined));
+  } else {
+    DT_ASSIGN_OR_RETURN(a, ops::ScaledDotProductAttention(q, k, v, attn));
+    DT_ASSIGN_OR_RETURN(a, ops::Transpose(a, 1, 2));
+    DT_ASSIGN_OR_RETURN(a, ops::Reshape(a, {b, s, -1}));
+  }
   if (gate.defined()) {
     DT_ASSIGN_OR_RETURN(Value g, ops::Sigmoid(gate));
     DT_ASSIGN_OR_RETURN(a, ops::Mul(a, g));

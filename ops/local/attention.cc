@@ -1,6 +1,7 @@
 // Scaled dot-product attention: validation and defaults; the kernel does the work.
 
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "dtensor/ops/local/checks.h"
@@ -9,9 +10,17 @@
 
 namespace dt::ops {
 
-absl::StatusOr<Tensor> ScaledDotProductAttention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                 const AttentionOptions& options) {
-  constexpr absl::string_view kOp = "ScaledDotProductAttention";
+namespace {
+
+// The checks of an attention call, its parameters with every default resolved and its output's
+// shape [B, Hq, Sq, Dv].
+struct AttentionCall {
+  AttentionParams params;
+  Shape out_shape;
+};
+absl::StatusOr<AttentionCall> CheckAttention(absl::string_view kOp, const Tensor& q,
+                                             const Tensor& k, const Tensor& v,
+                                             const AttentionOptions& options) {
   DT_RETURN_IF_ERROR(internal::CheckFloat(kOp, "q", q));
   DT_RETURN_IF_ERROR(internal::CheckFloat(kOp, "k", k));
   DT_RETURN_IF_ERROR(internal::CheckFloat(kOp, "v", v));
@@ -32,7 +41,9 @@ absl::StatusOr<Tensor> ScaledDotProductAttention(const Tensor& q, const Tensor& 
              "a multiple of Hkv: q ",
         q.Describe(), ", k ", k.Describe(), ", v ", v.Describe()));
   }
-  AttentionParams p;
+  AttentionCall c;
+  c.out_shape = {b, hq, sq, dv};
+  AttentionParams& p = c.params;
   p.causal = options.causal;
   p.kv_length = options.kv_length.value_or(skv);
   if (p.kv_length < 0 || p.kv_length > skv) {
@@ -40,8 +51,7 @@ absl::StatusOr<Tensor> ScaledDotProductAttention(const Tensor& q, const Tensor& 
                                                    " is out of range for Skv ", skv));
   }
   p.q_offset = options.q_offset.value_or(p.kv_length - sq);
-  DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({b, hq, sq, dv}, q.dtype(), q.device()));
-  if (out.numel() == 0) return out;
+  if (Numel(c.out_shape) == 0) return c;
   if (d == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(kOp, ": the head dim D of q ", q.Describe(), " is 0"));
@@ -51,8 +61,44 @@ absl::StatusOr<Tensor> ScaledDotProductAttention(const Tensor& q, const Tensor& 
     return absl::InvalidArgumentError(absl::StrCat(kOp, ": scale must be finite, got ", scale));
   }
   p.scale = static_cast<float>(scale);
-  DT_RETURN_IF_ERROR(DT_OPS_KERNEL(q.device(), Attention, q, k, v, p, out));
+  return c;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> ScaledDotProductAttention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const AttentionOptions& options) {
+  DT_ASSIGN_OR_RETURN(const AttentionCall c,
+                      CheckAttention("ScaledDotProductAttention", q, k, v, options));
+  DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(c.out_shape, q.dtype(), q.device()));
+  if (out.numel() == 0) return out;
+  DT_RETURN_IF_ERROR(DT_OPS_KERNEL(q.device(), Attention, q, k, v, c.params, out));
   return out;
+}
+
+absl::Status ScaledDotProductAttentionInto(const Tensor& out, const Tensor& q, const Tensor& k,
+                                           const Tensor& v, const AttentionOptions& options) {
+  constexpr absl::string_view kOp = "ScaledDotProductAttentionInto";
+  DT_ASSIGN_OR_RETURN(const AttentionCall c, CheckAttention(kOp, q, k, v, options));
+  DT_RETURN_IF_ERROR(internal::CheckDefined(kOp, "out", out));
+  DT_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "q", q, "out", out));
+  DT_RETURN_IF_ERROR(internal::CheckSameDevice(kOp, {{"q", &q}, {"out", &out}}));
+  DT_RETURN_IF_ERROR(internal::CheckShape(kOp, "out", out, c.out_shape));
+  if (out.read_only() || (out.size(3) > 1 && out.stride(3) != 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": out ", out.Describe(), " must be writable with a unit stride along Dv, got strides ",
+        ShapeToString(out.strides()), out.read_only() ? " (read-only)" : ""));
+  }
+  for (const auto& [name, t] :
+       {std::pair<const char*, const Tensor*>{"q", &q}, {"k", &k}, {"v", &v}}) {
+    if (t->storage().data() == out.storage().data()) {
+      return absl::InvalidArgumentError(absl::StrCat(kOp, ": out ", out.Describe(),
+                                                     " shares its storage with ", name, " ",
+                                                     t->Describe()));
+    }
+  }
+  if (out.numel() == 0) return absl::OkStatus();
+  return DT_OPS_KERNEL(q.device(), Attention, q, k, v, c.params, out);
 }
 
 }  // namespace dt::ops

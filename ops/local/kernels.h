@@ -73,7 +73,9 @@ struct AttentionParams {
 //     ops::ApplyRotary for the two styles.
 //   Attention(q, k, v, params, out)
 //     q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv], one float dtype, Hq % Hkv == 0
-//     (query head h uses kv head h / (Hq/Hkv)); out [B, Hq, Sq, Dv]. Only keys j < kv_length are
+//     (query head h uses kv head h / (Hq/Hkv)); out [B, Hq, Sq, Dv] with a unit stride along Dv,
+//     its other strides any (ScaledDotProductAttentionInto: the transpose of a [B, Sq, Hq, Dv]
+//     tensor; it never aliases an input). Only keys j < kv_length are
 //     visible, and with causal only j <= q_offset + i for query i. Skv and kv_length may be 0;
 //     rows without a visible key are zero. Softmax in f32.
 //   Embedding(table, ids, index_offset, out)

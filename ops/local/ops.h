@@ -227,6 +227,12 @@ struct AttentionOptions {
 // aligned by default, as for a KV cache). A query row with no visible key yields zeros.
 absl::StatusOr<Tensor> ScaledDotProductAttention(const Tensor& q, const Tensor& k, const Tensor& v,
                                                  const AttentionOptions& options = {});
+// The same written into `out` [B, Hq, Sq, Dv] instead of a new tensor: q's dtype and device,
+// writable, a unit stride along Dv (any others) and no storage shared with q, k or v. An attention
+// layer passes the transpose of a [B, Sq, Hq, Dv] tensor, so that its heads' rows come out joined
+// as the output projection reads them ([B, Sq, Hq·Dv]), without a transposing copy.
+absl::Status ScaledDotProductAttentionInto(const Tensor& out, const Tensor& q, const Tensor& k,
+                                           const Tensor& v, const AttentionOptions& options = {});
 
 // ---- lookup --------------------------------------------------------------------------------------
 

@@ -283,8 +283,15 @@ absl::Status RunAttention(const Tensor& q, const Tensor& k, const Tensor& v,
 absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
                        const AttentionParams& params, const Tensor& out) {
   DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
-  return DT_CUDA_DISPATCH_FLOAT(q.dtype(), T,
-                                [&] { return RunAttention<T>(q, k, v, params, out); });
+  auto run = [&](const Tensor& o) {
+    return DT_CUDA_DISPATCH_FLOAT(q.dtype(), T, [&] { return RunAttention<T>(q, k, v, params, o); });
+  };
+  if (out.is_contiguous()) return run(out);
+  // The kernels write rows of a contiguous output; another layout (the kernel contract allows any
+  // with a unit stride along Dv) is written through a contiguous one.
+  DT_ASSIGN_OR_RETURN(Tensor dense, Tensor::Empty(out.shape(), out.dtype(), out.device()));
+  DT_RETURN_IF_ERROR(run(dense));
+  return out.CopyFrom(dense);
 }
 
 }  // namespace dt::ops::cuda
