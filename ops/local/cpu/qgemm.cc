@@ -83,27 +83,13 @@ constexpr int64_t kDotMaxRows = 4;
 // A chunk's panels (Note [Quantized panels]): in L2 while x streams past.
 constexpr int64_t kMaxPanelBytes = int64_t{384} << 10;
 
-// x as f32 rows (itself when it already is): the returned pointer, rows `ld` floats apart.
-const float* F32Rows(const Tensor& x, std::optional<gemm::ScratchBuffer>& buf, int64_t* ld) {
+// x [m, k] (unit column stride) quantized (Note [Activation blocks]) into `buf`: t (m * k int16),
+// then d, s and h (m * ld floats each); rows.t is null when out of memory. f32 rows are read where
+// they lie; rows of a half dtype are widened one at a time into an f32 row that stays in L1 and
+// quantized from there, so x is read once (not widened into a scratch copy of all of it and then
+// read again).
+qgemm::QRows QuantizeRows(const qgemm::Kernels& ks, const Tensor& x, std::optional<gemm::ScratchBuffer>& buf) {
   const int64_t m = x.size(0), k = x.size(1);
-  if (x.dtype() == DType::kF32 && x.stride(1) == 1) {
-    *ld = x.stride(0);
-    return x.data<float>();
-  }
-  buf.emplace(gemm::ScratchSlot::kX, m * k);
-  if (buf->data() == nullptr) return nullptr;
-  for (int64_t i = 0; i < m; ++i) {
-    LoadF32(x.dtype(), static_cast<const char*>(x.raw_data()) + i * x.stride(0) * DTypeSize(x.dtype()),
-            k, x.stride(1), buf->data() + i * k);
-  }
-  *ld = k;
-  return buf->data();
-}
-
-// m rows of x (rows ldx apart) quantized (Note [Activation blocks]) into `buf`: t (m * k int16),
-// then d, s and h (m * ld floats each); rows.t is null when out of memory.
-qgemm::QRows QuantizeRows(const qgemm::Kernels& ks, int64_t m, int64_t k, const float* x32, int64_t ldx,
-                          std::optional<gemm::ScratchBuffer>& buf) {
   const int64_t ld = qgemm::QRowsLd(k);
   buf.emplace(gemm::ScratchSlot::kQuant, m * k / 2 + 3 * m * ld);
   qgemm::QRows rows;
@@ -111,15 +97,26 @@ qgemm::QRows QuantizeRows(const qgemm::Kernels& ks, int64_t m, int64_t k, const 
   rows.m = static_cast<int>(m);
   rows.k = k;
   rows.ld = ld;
-  int16_t* qt = reinterpret_cast<int16_t*>(buf->data());
-  float* qd = buf->data() + m * k / 2;
-  rows.t = qt;
-  rows.d = qd;
-  rows.s = qd + m * ld;
-  rows.h = qd + 2 * m * ld;
+  int16_t* t = reinterpret_cast<int16_t*>(buf->data());
+  float* d = buf->data() + m * k / 2;
+  float* s = d + m * ld;
+  float* h = d + 2 * m * ld;
+  rows.t = t;
+  rows.d = d;
+  rows.s = s;
+  rows.h = h;
   ParallelFor(m, k, [&](int64_t lo, int64_t hi) {
-    ks.quantize(static_cast<int>(hi - lo), k, x32 + lo * ldx, ldx, qt + lo * k, qd + lo * ld,
-                qd + m * ld + lo * ld, qd + 2 * m * ld + lo * ld);
+    if (x.dtype() == DType::kF32) {
+      ks.quantize(static_cast<int>(hi - lo), k, x.data<float>() + lo * x.stride(0), x.stride(0),
+                  t + lo * k, d + lo * ld, s + lo * ld, h + lo * ld);
+      return;
+    }
+    thread_local std::vector<float> row;
+    row.resize(static_cast<size_t>(k));
+    for (int64_t i = lo; i < hi; ++i) {
+      LoadF32(x.dtype(), ElementPtr(x, i * x.stride(0)), k, 1, row.data());
+      ks.quantize(1, k, row.data(), k, t + i * k, d + i * ld, s + i * ld, h + i * ld);
+    }
   });
   return rows;
 }
@@ -241,7 +238,7 @@ class DotPrefetchTrial : public tune::Trial {
       const int64_t k = shapes[s][1];
       DT_ASSIGN_OR_RETURN(Tensor x, Tensor::Randn({1, k}, 7 + s));
       t->x_[s] = x;
-      t->rows_[s] = QuantizeRows(t->ks_, 1, k, x.data<float>(), k, t->qbuf_[s]);
+      t->rows_[s] = QuantizeRows(t->ks_, x, t->qbuf_[s]);
       if (t->rows_[s].t == nullptr) return absl::ResourceExhaustedError("tuner: out of memory");
     }
     return std::unique_ptr<tune::Trial>(std::move(t));
@@ -272,14 +269,10 @@ class DotPrefetchTrial : public tune::Trial {
 absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
                               absl::Span<const Tensor> biases, absl::Span<const Tensor> outs) {
   const int64_t m = x.size(0), k = x.size(1);
-  std::optional<gemm::ScratchBuffer> xbuf;
-  int64_t ldx = 0;
-  const float* x32 = F32Rows(x, xbuf, &ldx);
-  if (x32 == nullptr) return absl::ResourceExhaustedError("Linear: out of memory");
   // x quantized (Note [Activation blocks]).
   const qgemm::Kernels& ks = qgemm::KernelsFor(qgemm::ActiveIsa());
   std::optional<gemm::ScratchBuffer> qbuf;
-  const qgemm::QRows rows = QuantizeRows(ks, m, k, x32, ldx, qbuf);
+  const qgemm::QRows rows = QuantizeRows(ks, x, qbuf);
   if (rows.t == nullptr) return absl::ResourceExhaustedError("Linear: out of memory");
   std::vector<std::vector<float>> bias32(ws.size());
   std::vector<Target> targets;
