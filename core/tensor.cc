@@ -77,6 +77,8 @@ S LoadElement(const char* p) {
   }
 }
 
+thread_local CopyCount host_copies;
+
 // Copies elements of `src` into `dst` (both on the host), converting dtypes.
 void HostCopy(const Tensor& dst, const Tensor& src) {
   internal::StridedLoop loop(dst.shape(), dst.strides(), src.strides());
@@ -394,6 +396,8 @@ absl::StatusOr<Tensor> Tensor::Flatten(int64_t start_dim, int64_t end_dim) const
   return Reshape(s);
 }
 
+CopyCount HostCopies() { return host_copies; }
+
 absl::Status Tensor::CopyFrom(const Tensor& src) const {
   if (!defined() || !src.defined()) return absl::InvalidArgumentError("CopyFrom: undefined tensor");
   if (shape_ != src.shape_) {
@@ -405,6 +409,10 @@ absl::Status Tensor::CopyFrom(const Tensor& src) const {
                                                       " is read-only (a mapped checkpoint)"));
   }
   if (numel() == 0) return absl::OkStatus();
+  if (device().is_cpu() && src.device().is_cpu()) {  // Note [Host copy counter]
+    ++host_copies.copies;
+    host_copies.bytes += nbytes();
+  }
   if (IsQuantized(dtype_) || IsQuantized(src.dtype_)) return internal::CopyQuantized(*this, src);
   if (device().is_cpu() && src.device().is_cpu()) {
     HostCopy(*this, src);

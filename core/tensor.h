@@ -128,6 +128,20 @@ class Tensor {
   DType dtype_ = DType::kF32;
 };
 
+// Note [Host copy counter]
+// Every copy of elements into a host tensor from another tensor (CopyFrom, and through it
+// Contiguous, Clone, To, a Reshape that no view can express, ops::Cast, a cache append) counts
+// one, with the bytes it writes, for the thread that asked for it (ops run their kernels on other
+// threads, but a copy is asked for by the op's caller). Tests read it around a forward to count
+// the copies of activations per layer (tests/nn/forward_copies_test.cc); it costs two
+// thread-local additions per copy.
+struct CopyCount {
+  int64_t copies = 0;
+  int64_t bytes = 0;
+};
+// The copies this thread has made since it started.
+CopyCount HostCopies();
+
 // Bitwise equality of shape, dtype and values.
 bool Equal(const Tensor& a, const Tensor& b);
 // OK when shapes match and |a-b| <= atol + rtol*|b| elementwise (NaNs must match); otherwise an
