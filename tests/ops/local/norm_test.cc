@@ -42,6 +42,19 @@ RC_GTEST_PROP(RmsNormTest, MatchesHuggingFaceLlama, ()) {
   RC_ASSERT(testing::Mismatch(RmsNorm(x, w, eps).value(), shape, want, tol) == "");
 }
 
+// The weight multiplies the normalized x as rounded to its dtype (transformers' order), so with a
+// weight RmsNorm is, bit for bit, the unweighted RmsNorm times the weight in that dtype.
+RC_GTEST_PROP(RmsNormTest, WeightScalesTheRoundedNorm, ()) {
+  const DType dtype = testing::RandomFloatDType();
+  Shape shape = RandomShape(*rc::gen::inRange(0, 3), 0, 4);
+  const int64_t h = *rc::gen::element<int64_t>(1, 7, 64, 300, 513);
+  shape.push_back(h);
+  const Tensor x = RandomTensor(shape, dtype), w = RandomTensor({h}, dtype);
+  const Tensor got = RmsNorm(x, w, 1e-5).value();
+  const Tensor want = Mul(RmsNorm(x, Tensor(), 1e-5).value(), w).value();
+  RC_ASSERT(Equal(got, want));
+}
+
 RC_GTEST_PROP(LayerNormTest, AgreesWithNaiveLoops, ()) {
   const DType dtype = testing::RandomFloatDType();
   Shape shape = RandomShape(*rc::gen::inRange(0, 3), 0, 4);
