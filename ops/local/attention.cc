@@ -1,7 +1,6 @@
 // Scaled dot-product attention: validation and defaults; the kernel does the work.
 
 #include <cmath>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "dtensor/ops/local/checks.h"
@@ -80,23 +79,8 @@ absl::Status ScaledDotProductAttentionInto(const Tensor& out, const Tensor& q, c
                                            const Tensor& v, const AttentionOptions& options) {
   constexpr absl::string_view kOp = "ScaledDotProductAttentionInto";
   DT_ASSIGN_OR_RETURN(const AttentionCall c, CheckAttention(kOp, q, k, v, options));
-  DT_RETURN_IF_ERROR(internal::CheckDefined(kOp, "out", out));
-  DT_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "q", q, "out", out));
-  DT_RETURN_IF_ERROR(internal::CheckSameDevice(kOp, {{"q", &q}, {"out", &out}}));
-  DT_RETURN_IF_ERROR(internal::CheckShape(kOp, "out", out, c.out_shape));
-  if (out.read_only() || (out.size(3) > 1 && out.stride(3) != 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kOp, ": out ", out.Describe(), " must be writable with a unit stride along Dv, got strides ",
-        ShapeToString(out.strides()), out.read_only() ? " (read-only)" : ""));
-  }
-  for (const auto& [name, t] :
-       {std::pair<const char*, const Tensor*>{"q", &q}, {"k", &k}, {"v", &v}}) {
-    if (t->storage().data() == out.storage().data()) {
-      return absl::InvalidArgumentError(absl::StrCat(kOp, ": out ", out.Describe(),
-                                                     " shares its storage with ", name, " ",
-                                                     t->Describe()));
-    }
-  }
+  DT_RETURN_IF_ERROR(internal::CheckInto(kOp, out, c.out_shape, {"q", &q},
+                                         {{"q", &q}, {"k", &k}, {"v", &v}}));
   if (out.numel() == 0) return absl::OkStatus();
   return DT_OPS_KERNEL(q.device(), Attention, q, k, v, c.params, out);
 }

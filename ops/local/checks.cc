@@ -61,6 +61,29 @@ absl::Status CheckMinDims(absl::string_view op, absl::string_view name, const Te
       absl::StrCat(op, ": ", name, " must have at least ", dims, " dims, got ", t.Describe()));
 }
 
+absl::Status CheckInto(absl::string_view op, const Tensor& out, IntSpan shape,
+                       std::pair<absl::string_view, const Tensor*> like,
+                       std::initializer_list<std::pair<absl::string_view, const Tensor*>> inputs) {
+  DT_RETURN_IF_ERROR(CheckDefined(op, "out", out));
+  DT_RETURN_IF_ERROR(CheckSameDType(op, like.first, *like.second, "out", out));
+  DT_RETURN_IF_ERROR(CheckSameDevice(op, {like, {"out", &out}}));
+  DT_RETURN_IF_ERROR(CheckShape(op, "out", out, shape));
+  if (out.read_only() || (out.dim() > 0 && out.size(-1) > 1 && out.stride(-1) != 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": out ", out.Describe(),
+        " must be writable with a unit stride along its last dim, got strides ",
+        ShapeToString(out.strides()), out.read_only() ? " (read-only)" : ""));
+  }
+  for (const auto& [name, t] : inputs) {
+    if (t->storage().data() == out.storage().data()) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": out ", out.Describe(),
+                                                     " shares its storage with ", name, " ",
+                                                     t->Describe()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<const CudaKernels*> LoadCudaKernels(absl::string_view op, Device device) {
   absl::StatusOr<const dt::internal::CudaModule*> cuda = dt::internal::LoadCudaModule();
   if (!cuda.ok()) return dt::internal::InContext(cuda.status(), absl::StrCat(op, " on ", device.ToString()));

@@ -3,6 +3,7 @@
 // the macro that sends a validated call to the kernel of the inputs' device.
 
 #include <initializer_list>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -29,6 +30,12 @@ absl::Status CheckShape(absl::string_view op, absl::string_view name, const Tens
                         IntSpan want);
 // "Matmul: a must have at least 2 dims, got f32[3] cpu".
 absl::Status CheckMinDims(absl::string_view op, absl::string_view name, const Tensor& t, int dims);
+// The `out` of an op that writes into a given tensor (ApplyRotaryInto, ...): of `shape` and of
+// `like`'s dtype and device, writable, a unit stride along its last dim (any others), and sharing
+// no storage with `inputs`: "ApplyRotaryInto: out f32[2, 4] cpu shares its storage with x ...".
+absl::Status CheckInto(absl::string_view op, const Tensor& out, IntSpan shape,
+                       std::pair<absl::string_view, const Tensor*> like,
+                       std::initializer_list<std::pair<absl::string_view, const Tensor*>> inputs);
 
 }  // namespace dt::ops::internal
 

@@ -110,20 +110,8 @@ absl::Status ApplyRotaryInto(const Tensor& out, const Tensor& x, const Tensor& c
                              const Tensor& sin, RotaryStyle style) {
   constexpr absl::string_view kOp = "ApplyRotaryInto";
   DT_ASSIGN_OR_RETURN(const auto tables, RotaryTables(kOp, x, cos, sin));
-  DT_RETURN_IF_ERROR(internal::CheckDefined(kOp, "out", out));
-  DT_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "x", x, "out", out));
-  DT_RETURN_IF_ERROR(internal::CheckSameDevice(kOp, {{"x", &x}, {"out", &out}}));
-  DT_RETURN_IF_ERROR(internal::CheckShape(kOp, "out", out, x.shape()));
-  if (out.read_only() || (out.size(-1) > 1 && out.stride(-1) != 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kOp, ": out ", out.Describe(), " must be writable with a unit stride along its last dim, got strides ",
-        ShapeToString(out.strides()), out.read_only() ? " (read-only)" : ""));
-  }
-  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"x", &x}, {"cos", &cos}, {"sin", &sin}}) {
-    if (t->storage().data() == out.storage().data()) {
-      return absl::InvalidArgumentError(absl::StrCat(kOp, ": out ", out.Describe(), " shares its storage with ", name, " ", t->Describe()));
-    }
-  }
+  DT_RETURN_IF_ERROR(internal::CheckInto(kOp, out, x.shape(), {"x", &x},
+                                         {{"x", &x}, {"cos", &cos}, {"sin", &sin}}));
   if (out.numel() == 0) return absl::OkStatus();
   return DT_OPS_KERNEL(x.device(), ApplyRotary, x, tables[0], tables[1], style, out);
 }

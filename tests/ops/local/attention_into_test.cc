@@ -48,7 +48,7 @@ TEST(AttentionIntoTest, Errors) {
       ScaledDotProductAttentionInto(Tensor::Zeros({1, 2, 4, 3}).value().Transpose(2, 3).value(),
                                     q, q, q),
       "ScaledDotProductAttentionInto: out f32[1, 2, 3, 4] cpu must be writable with a unit stride "
-      "along Dv"));
+      "along its last dim"));
   EXPECT_TRUE(dt::testing::Contains(ScaledDotProductAttentionInto(q, q, out, out),
                                     "ScaledDotProductAttentionInto: out f32[1, 2, 3, 4] cpu shares "
                                     "its storage with q"));
