@@ -241,6 +241,23 @@ TEST(CudaOpsTest, UnaryMatchesCpu) {
   }
 }
 
+TEST(CudaOpsTest, GatedActivationMatchesCpu) {
+  DT_SKIP_WITHOUT_CUDA();
+  const Shape shapes[] = {{1}, {5, 7}, {3, 4, 5}, {4097}, {0, 2}};
+  std::mt19937_64 rng(14);
+  for (const Shape& shape : shapes) {
+    for (DType dtype : kFloatTypes) {
+      for (UnaryOp act :
+           {UnaryOp::kSilu, UnaryOp::kGeluTanh, UnaryOp::kGeluErf, UnaryOp::kRelu}) {
+        SCOPED_TRACE(absl::StrCat(Name(shape, dtype), " ", UnaryOpName(act)));
+        const Pair gate = Random(shape, dtype, rng), up = Random(shape, dtype, rng);
+        EXPECT_TRUE(Close(GatedActivation(gate.gpu, up.gpu, act),
+                          GatedActivation(gate.cpu, up.cpu, act), TolFor(dtype, 4)));
+      }
+    }
+  }
+}
+
 // ---- reductions, softmax
 // -------------------------------------------------------------------------
 
@@ -342,8 +359,48 @@ TEST(CudaOpsTest, ApplyRotaryMatchesCpu) {
   }
 }
 
+// Keys rotated into a slot of a cache buffer (the buffer's other positions untouched), from the
+// projection's layout.
+TEST(CudaOpsTest, ApplyRotaryIntoASlotMatchesCpu) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::mt19937_64 rng(15);
+  for (DType dtype : kFloatTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    Pair x = Random({2, 5, 3, 16}, dtype, rng, Layout::kContiguous);
+    x.cpu = x.cpu.Transpose(1, 2).value();
+    x.gpu = x.gpu.Transpose(1, 2).value();
+    const Pair cs = Random({2, 1, 5, 16}, dtype, rng), sn = Random({2, 1, 5, 16}, dtype, rng);
+    const Pair buffer = Random({2, 3, 9, 16}, dtype, rng, Layout::kContiguous);
+    const RotaryStyle half = RotaryStyle::kHalf;
+    const Tensor slot_cpu = buffer.cpu.Narrow(2, 3, 5).value();
+    const Tensor slot_gpu = buffer.gpu.Narrow(2, 3, 5).value();
+    ASSERT_TRUE(ApplyRotaryInto(slot_cpu, x.cpu, cs.cpu, sn.cpu, half).ok());
+    ASSERT_TRUE(ApplyRotaryInto(slot_gpu, x.gpu, cs.gpu, sn.gpu, half).ok());
+    EXPECT_TRUE(Close(buffer.gpu, buffer.cpu, TolFor(dtype, 4)));
+  }
+}
+
 // ---- attention
 // -----------------------------------------------------------------------------------
+
+// Into the transpose of a [B, Sq, Hq, Dv] tensor (an attention layer's o_proj input): the device's
+// fresh output, bit for bit.
+TEST(CudaOpsTest, AttentionIntoEqualsTheFreshOutput) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::mt19937_64 rng(16);
+  for (DType dtype : kFloatTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const Pair q = Random({1, 8, 9, 32}, dtype, rng), k = Random({1, 2, 9, 32}, dtype, rng);
+    const Pair v = Random({1, 2, 9, 32}, dtype, rng);
+    AttentionOptions o;
+    o.causal = true;
+    const Tensor rows = Tensor::Empty({1, 9, 8, 32}, dtype, kGpu).value();
+    const Tensor heads = rows.Transpose(1, 2).value();
+    ASSERT_TRUE(ScaledDotProductAttentionInto(heads, q.gpu, k.gpu, v.gpu, o).ok());
+    const Tensor want = ScaledDotProductAttention(q.gpu, k.gpu, v.gpu, o).value();
+    EXPECT_TRUE(Equal(heads.To(kCPU).value().Contiguous().value(), want.To(kCPU).value()));
+  }
+}
 
 TEST(CudaOpsTest, AttentionMatchesCpu) {
   DT_SKIP_WITHOUT_CUDA();
