@@ -149,11 +149,13 @@ struct DecoderConfig {
 // The name the config had when Llama was the only family; the same type.
 using LlamaConfig = DecoderConfig;
 
+// ---- reading (hf_config_read.cc)
 // `what` names the source in messages (usually the path).
 absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::string_view what);
 // `path`: config.json or the directory holding it, or a GGUF file (by its magic or a .gguf name:
 // loaders/gguf_llama.h).
 absl::StatusOr<DecoderConfig> LoadDecoderConfig(const std::string& path);
+// ---- writing (hf_config_write.cc)
 // The config as transformers writes it for its family (v4 spelling: torch_dtype, rope_theta,
 // rope_scaling), readable by the family's config class and by ParseDecoderConfig.
 std::string DecoderConfigToJson(const DecoderConfig& config);

@@ -1,0 +1,534 @@
+#include "dtensor/loaders/hf_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "dtensor/core/status.h"
+#include "dtensor/loaders/gguf_llama.h"
+#include "dtensor/loaders/json_reader.h"
+#include "dtensor/loaders/small_file.h"
+#include "nlohmann/json.hpp"
+
+namespace dt::loaders {
+namespace {
+
+using Json = nlohmann::json;
+using internal::Reader;
+using internal::TorchDType;
+
+// The keys each rope_type takes besides rope_type/type and rope_theta (transformers' validation).
+const std::vector<std::string>& RopeKeys(const std::string& type) {
+  static const auto* keys = new std::map<std::string, std::vector<std::string>>{
+      {"default", {}},
+      {"linear", {"factor"}},
+      {"dynamic", {"factor"}},
+      {"yarn", {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
+                "mscale", "mscale_all_dim", "truncate"}},
+      {"longrope", {"short_factor", "long_factor", "original_max_position_embeddings", "factor",
+                    "attention_factor"}},
+      {"llama3", {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}},
+  };
+  static const std::vector<std::string> none;
+  auto it = keys->find(type);
+  return it == keys->end() ? none : it->second;
+}
+
+absl::StatusOr<std::vector<double>> NumberList(const Reader& r, const Json& obj, absl::string_view key,
+                                               size_t want, absl::string_view where) {
+  const Json* v = r.Find(obj, key);
+  if (v == nullptr) return r.Error(absl::StrCat("\"", where, "\" of rope_type longrope needs \"", key, "\""));
+  if (!v->is_array() || v->size() != want) {
+    return r.Error(absl::StrCat("\"", where, ".", key, "\" must be a list of ", want,
+                                " numbers (head_dim / 2), got ", v->dump().substr(0, 80)));
+  }
+  std::vector<double> out;
+  for (const Json& x : *v) {
+    if (!x.is_number() || !(x.get<double>() > 0) || !std::isfinite(x.get<double>())) {
+      return r.Error(absl::StrCat("\"", where, ".", key, "\" must hold positive numbers, got ", x.dump()));
+    }
+    out.push_back(x.get<double>());
+  }
+  return out;
+}
+
+// Needs head_dim and max_position_embeddings parsed.
+absl::Status ParseRope(const Reader& r, const DecoderFamily& family, DecoderConfig* c) {
+  const Json& j = r.j();
+  // v5: rope_parameters {rope_type, rope_theta, ...}; v4: rope_theta + rope_scaling {...}.
+  // transformers takes rope_scaling over rope_parameters; a config with both that disagree is
+  // ambiguous, so it is refused.
+  const Json* v5 = r.Find(j, "rope_parameters");
+  const Json* v4 = r.Find(j, "rope_scaling");
+  if (v5 != nullptr && v4 != nullptr && *v5 != *v4) {
+    return r.Error(absl::StrCat("\"rope_parameters\" ", v5->dump().substr(0, 120), " and \"rope_scaling\" ",
+                                v4->dump().substr(0, 120), " disagree; keep one"));
+  }
+  const Json* params = v5 != nullptr ? v5 : v4;
+  const std::string key = v5 != nullptr ? "rope_parameters" : "rope_scaling";
+  DT_ASSIGN_OR_RETURN(c->rope_theta, r.PositiveNumber(j, "rope_theta", family.default_rope_theta));
+  if (params == nullptr) return absl::OkStatus();
+  if (!params->is_object()) {
+    return r.Error(absl::StrCat("\"", key, "\" must be an object or null, got ", params->dump()));
+  }
+  if (r.Find(*params, "rope_theta") != nullptr) {
+    DT_ASSIGN_OR_RETURN(const double theta, r.PositiveNumber(*params, "rope_theta", c->rope_theta));
+    if (r.Find(j, "rope_theta") != nullptr && theta != c->rope_theta) {
+      return r.Error(absl::StrCat("\"rope_theta\" ", c->rope_theta, " and \"", key, ".rope_theta\" ", theta,
+                                  " disagree; keep one"));
+    }
+    c->rope_theta = theta;
+  }
+  const Json* type = r.Find(*params, "rope_type");
+  if (type == nullptr) type = r.Find(*params, "type");  // legacy spelling
+  std::string t = "default";
+  if (type != nullptr) {
+    if (!type->is_string()) {
+      return r.Error(absl::StrCat("\"", key, ".rope_type\" must be a string, got ", type->dump()));
+    }
+    t = type->get<std::string>();
+    for (const std::string& alias : family.longrope_aliases) {
+      if (t == alias) t = "longrope";  // transformers' Phi-3 reads legacy names as longrope
+    }
+  }
+  static const std::vector<std::string> kTypes = {"default", "linear", "dynamic", "yarn", "longrope", "llama3"};
+  if (std::find(kTypes.begin(), kTypes.end(), t) == kTypes.end()) {
+    return r.Unsupported(absl::StrCat("rope_type \"", t,
+                                      "\" is not supported (default, linear, dynamic, yarn, longrope, llama3)"));
+  }
+  const std::vector<std::string>& allowed = RopeKeys(t);
+  for (auto it = params->begin(); it != params->end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "rope_type" || k == "type" || k == "rope_theta" || it->is_null()) continue;
+    if (k == "partial_rotary_factor" && it->is_number() && it->get<double>() == 1.0) continue;
+    if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
+      return r.Unsupported(absl::StrCat("\"", key, ".", k, "\" is not a parameter of rope_type ", t,
+                                        " that this implementation knows; refusing to ignore it"));
+    }
+  }
+  RopeScaling& s = c->rope_scaling;
+  s.rope_type = t;
+  if (t == "default") return absl::OkStatus();
+  auto require = [&](const char* f) -> absl::Status {
+    if (r.Find(*params, f) != nullptr) return absl::OkStatus();
+    return r.Error(absl::StrCat("\"", key, "\" of rope_type ", t, " needs \"", f, "\""));
+  };
+  auto optional_number = [&](const char* f, std::optional<double>* out) -> absl::Status {
+    if (r.Find(*params, f) == nullptr) return absl::OkStatus();
+    DT_ASSIGN_OR_RETURN(double v, r.PositiveNumber(*params, f, 1.0));
+    *out = v;
+    return absl::OkStatus();
+  };
+  // Phi-3 style: a top-level original_max_position_embeddings wins (transformers' exception).
+  DT_ASSIGN_OR_RETURN(const int64_t top_original,
+                      r.PositiveInt(j, "original_max_position_embeddings", int64_t{0}));
+  DT_ASSIGN_OR_RETURN(s.original_max_position_embeddings,
+                      r.PositiveInt(*params, "original_max_position_embeddings", c->max_position_embeddings));
+  if (top_original > 0) s.original_max_position_embeddings = top_original;
+  if (t != "longrope") DT_RETURN_IF_ERROR(require("factor"));
+  s.has_factor = r.Find(*params, "factor") != nullptr;
+  DT_ASSIGN_OR_RETURN(s.factor, r.PositiveNumber(*params, "factor", 1.0));
+  if (t == "llama3") {
+    DT_RETURN_IF_ERROR(require("low_freq_factor"));
+    DT_RETURN_IF_ERROR(require("high_freq_factor"));
+    DT_ASSIGN_OR_RETURN(s.low_freq_factor, r.PositiveNumber(*params, "low_freq_factor", 1.0));
+    DT_ASSIGN_OR_RETURN(s.high_freq_factor, r.PositiveNumber(*params, "high_freq_factor", 4.0));
+    if (!(s.low_freq_factor < s.high_freq_factor)) {
+      return r.Error(absl::StrCat("llama3 rope: low_freq_factor ", s.low_freq_factor,
+                                  " must be below high_freq_factor ", s.high_freq_factor));
+    }
+  } else if (t == "yarn") {
+    DT_RETURN_IF_ERROR(optional_number("attention_factor", &s.attention_factor));
+    DT_RETURN_IF_ERROR(optional_number("beta_fast", &s.beta_fast));
+    DT_RETURN_IF_ERROR(optional_number("beta_slow", &s.beta_slow));
+    DT_RETURN_IF_ERROR(optional_number("mscale", &s.mscale));
+    DT_RETURN_IF_ERROR(optional_number("mscale_all_dim", &s.mscale_all_dim));
+    if (const Json* tr = r.Find(*params, "truncate")) {
+      if (!tr->is_boolean()) return r.Error(absl::StrCat("\"", key, ".truncate\" must be true or false"));
+      s.truncate = tr->get<bool>();
+    }
+    if (s.beta_fast.value_or(32) < s.beta_slow.value_or(1)) {
+      return r.Error(absl::StrCat("yarn rope: beta_fast ", s.beta_fast.value_or(32), " must not be below beta_slow ",
+                                  s.beta_slow.value_or(1)));
+    }
+  } else if (t == "longrope") {
+    const size_t half = static_cast<size_t>(c->head_dim / 2);
+    DT_ASSIGN_OR_RETURN(s.short_factor, NumberList(r, *params, "short_factor", half, key));
+    DT_ASSIGN_OR_RETURN(s.long_factor, NumberList(r, *params, "long_factor", half, key));
+    DT_RETURN_IF_ERROR(optional_number("attention_factor", &s.attention_factor));
+  }
+  return absl::OkStatus();
+}
+
+// Note [Fields no family implements]
+// Keys of other architectures' config classes that change what the model computes. A config that
+// sets one (a checkpoint relabelled with a supported model_type, or a field this implementation
+// does not know) is refused rather than computed without it; null, false, 0 and (for factors) 1
+// mean "off" and are accepted.
+const std::vector<std::string>& UnimplementedFields() {
+  static const std::vector<std::string> keys = {
+      "partial_rotary_factor", "rotary_pct", "attn_logit_softcapping", "final_logit_softcapping",
+      "query_pre_attn_scalar", "num_experts", "num_local_experts", "n_routed_experts",
+      "moe_intermediate_size", "q_lora_rank", "kv_lora_rank", "quantization_config", "clip_qkv",
+      "logits_scaling", "embedding_multiplier", "residual_multiplier", "attention_multiplier",
+      "use_qk_norm", "qk_layernorm", "use_parallel_residual", "parallel_attn", "alibi",
+      "no_rope_layers", "attention_chunk_size", "mup_width_multiplier", "scale_emb",
+      "dim_model_base", "scale_depth", "shared_expert_intermediate_size", "n_shared_experts",
+      "first_k_dense_replace", "num_experts_per_tok"};
+  return keys;
+}
+
+// The keys of UnimplementedFields a family reads itself (ParseExperts, ParseLatentAttention).
+bool FamilyReads(const DecoderFamily& f, absl::string_view key) {
+  if (f.moe() && (key == "num_experts" || key == "num_local_experts" ||
+                  key == "n_routed_experts" || key == "moe_intermediate_size" ||
+                  key == "num_experts_per_tok")) {
+    return true;
+  }
+  if (f.shared_experts && (key == "n_shared_experts" || key == "first_k_dense_replace")) {
+    return true;
+  }
+  return f.latent_attention && (key == "q_lora_rank" || key == "kv_lora_rank");
+}
+
+bool IsOff(const Json& v) {
+  if (v.is_null()) return true;
+  if (v.is_boolean()) return !v.get<bool>();
+  if (v.is_number()) return v.get<double>() == 0.0;
+  if (v.is_array() || v.is_object()) return v.empty();
+  return false;
+}
+
+absl::Status RefuseUnimplemented(const Reader& r, const DecoderFamily& family) {
+  for (const std::string& key : UnimplementedFields()) {
+    if (FamilyReads(family, key)) continue;
+    const Json* v = r.Find(r.j(), key);
+    if (v == nullptr || IsOff(*v)) continue;
+    const bool factor = key == "partial_rotary_factor" || key == "rotary_pct" ||
+                        absl::EndsWith(key, "multiplier") || key == "logits_scaling";
+    if (factor && v->is_number() && v->get<double>() == 1.0) continue;
+    return r.Unsupported(absl::StrCat("\"", key, "\": ", v->dump().substr(0, 80),
+                                      " is not implemented by dtensor's ", family.model_type,
+                                      "; refusing to ignore it"));
+  }
+  return absl::OkStatus();
+}
+
+// Note [Sliding windows] (hf_config.h), read as the family's config class does.
+absl::Status ParseSlidingWindow(const Reader& r, const DecoderFamily& family, DecoderConfig* c) {
+  const Json& j = r.j();
+  auto window = [&](int64_t fallback) -> absl::StatusOr<int64_t> {
+    auto it = j.find("sliding_window");
+    if (it == j.end()) return fallback;
+    if (it->is_null()) return int64_t{0};
+    return r.PositiveInt(j, "sliding_window", std::nullopt);
+  };
+  switch (family.sliding_window) {
+    case SlidingWindowFields::kNone:
+      return absl::OkStatus();
+    case SlidingWindowFields::kAll: {
+      DT_ASSIGN_OR_RETURN(c->sliding_window, window(family.default_sliding_window));
+      return absl::OkStatus();
+    }
+    case SlidingWindowFields::kQwen:
+      break;
+  }
+  DT_ASSIGN_OR_RETURN(const bool use, r.Bool("use_sliding_window", false));
+  DT_ASSIGN_OR_RETURN(const int64_t w, window(4096));
+  DT_ASSIGN_OR_RETURN(int64_t from, r.NonNegativeInt("max_window_layers", 28));
+  if (const Json* types = r.Find(j, "layer_types")) {
+    // transformers' v5 spelling: one entry per layer; only a window from some layer on is read.
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != c->num_hidden_layers) {
+      return r.Error(absl::StrCat("\"layer_types\" must list ", c->num_hidden_layers,
+                                  " layer types, got ", types->dump().substr(0, 80)));
+    }
+    from = c->num_hidden_layers;
+    for (int64_t i = 0; i < c->num_hidden_layers; ++i) {
+      const Json& t = (*types)[i];
+      const bool sliding = t == "sliding_attention";
+      if (!sliding && t != "full_attention") {
+        return r.Unsupported(absl::StrCat("layer_types[", i, "] ", t.dump(),
+                                          " is not supported (full_attention, sliding_attention)"));
+      }
+      if (sliding && from == c->num_hidden_layers) from = i;
+      if (!sliding && from < i) {
+        return r.Unsupported(absl::StrCat("\"layer_types\" alternates full and sliding attention (",
+                                          "layer ", i, " is full after sliding layer ", from,
+                                          "); only sliding layers from one layer on are read"));
+      }
+    }
+  }
+  // Without use_sliding_window, transformers' Qwen gives "sliding_attention" layers no window.
+  if (use && w > 0 && from < c->num_hidden_layers) {
+    c->sliding_window = w;
+    c->sliding_from = from;
+  }
+  return absl::OkStatus();
+}
+
+// DeepSeek's latent attention (nn/latent_attention.h), read as DeepseekV2Config does: head_dim
+// becomes qk_rope_head_dim (the RoPE tables' size).
+absl::Status ParseLatentAttention(const Reader& r, const DecoderFamily& f, DecoderConfig* c) {
+  if (!f.latent_attention) return absl::OkStatus();
+  const Json& j = r.j();
+  auto q_lora = j.find("q_lora_rank");
+  if (q_lora == j.end()) {
+    c->q_lora_rank = 1536;  // DeepseekV2Config's default
+  } else if (!q_lora->is_null()) {
+    DT_ASSIGN_OR_RETURN(c->q_lora_rank, r.PositiveInt(j, "q_lora_rank", std::nullopt));
+  }
+  DT_ASSIGN_OR_RETURN(c->kv_lora_rank, r.PositiveInt(j, "kv_lora_rank", int64_t{512}));
+  DT_ASSIGN_OR_RETURN(c->qk_nope_head_dim, r.PositiveInt(j, "qk_nope_head_dim", int64_t{128}));
+  DT_ASSIGN_OR_RETURN(c->qk_rope_head_dim, r.PositiveInt(j, "qk_rope_head_dim", int64_t{64}));
+  DT_ASSIGN_OR_RETURN(c->v_head_dim, r.PositiveInt(j, "v_head_dim", int64_t{128}));
+  if (c->qk_rope_head_dim % 2 != 0) {
+    return r.Error(absl::StrCat("qk_rope_head_dim ", c->qk_rope_head_dim,
+                                " must be even (rotary embeddings)"));
+  }
+  if (c->num_key_value_heads != c->num_attention_heads) {
+    return r.Unsupported(absl::StrCat(
+        "num_key_value_heads ", c->num_key_value_heads, " must equal num_attention_heads ",
+        c->num_attention_heads, " for latent attention (kv_b_proj gives every head its keys)"));
+  }
+  c->head_dim = c->qk_rope_head_dim;
+  return absl::OkStatus();
+}
+
+// Note [MoE blocks] (decoder_family.h): the experts, read as the family's config class does.
+absl::Status ParseExperts(const Reader& r, const DecoderFamily& f, DecoderConfig* c) {
+  if (!f.moe()) return absl::OkStatus();
+  const Json& j = r.j();
+  switch (f.moe_layers) {
+    case MoeLayers::kAll: {
+      DT_ASSIGN_OR_RETURN(c->num_experts, r.PositiveInt(j, "num_local_experts", int64_t{8}));
+      DT_ASSIGN_OR_RETURN(c->num_experts_per_tok,
+                          r.PositiveInt(j, "num_experts_per_tok", int64_t{2}));
+      c->moe_intermediate_size = c->intermediate_size;
+      break;
+    }
+    case MoeLayers::kSparseStep: {
+      // v5 writes num_local_experts (its attribute map); v4 num_experts.
+      const char* key = r.Find(j, "num_experts") != nullptr ? "num_experts" : "num_local_experts";
+      DT_ASSIGN_OR_RETURN(c->num_experts, r.PositiveInt(j, key, int64_t{128}));
+      DT_ASSIGN_OR_RETURN(c->num_experts_per_tok,
+                          r.PositiveInt(j, "num_experts_per_tok", int64_t{8}));
+      DT_ASSIGN_OR_RETURN(c->moe_intermediate_size,
+                          r.PositiveInt(j, "moe_intermediate_size", int64_t{768}));
+      DT_ASSIGN_OR_RETURN(c->decoder_sparse_step,
+                          r.PositiveInt(j, "decoder_sparse_step", int64_t{1}));
+      if (const Json* m = r.Find(j, "mlp_only_layers")) {
+        if (!m->is_array()) {
+          return r.Error(absl::StrCat("\"mlp_only_layers\" must be a list of layer indices, got ",
+                                      m->dump().substr(0, 80)));
+        }
+        for (const Json& i : *m) {
+          if (!i.is_number_integer() || i.get<int64_t>() < 0 ||
+              i.get<int64_t>() >= c->num_hidden_layers) {
+            return r.Error(absl::StrCat("\"mlp_only_layers\" entry ", i.dump(),
+                                        " is not a layer index in [0, ", c->num_hidden_layers, ")"));
+          }
+          c->mlp_only_layers.push_back(i.get<int64_t>());
+        }
+      }
+      break;
+    }
+    case MoeLayers::kAfterDense: {
+      DT_ASSIGN_OR_RETURN(c->num_experts, r.PositiveInt(j, "n_routed_experts", int64_t{64}));
+      DT_ASSIGN_OR_RETURN(c->num_experts_per_tok,
+                          r.PositiveInt(j, "num_experts_per_tok", std::nullopt));
+      DT_ASSIGN_OR_RETURN(c->moe_intermediate_size,
+                          r.PositiveInt(j, "moe_intermediate_size", int64_t{1407}));
+      DT_ASSIGN_OR_RETURN(c->first_k_dense_replace,
+                          r.NonNegativeInt("first_k_dense_replace", 0));
+      DT_ASSIGN_OR_RETURN(c->n_shared_experts, r.NonNegativeInt("n_shared_experts", 2));
+      break;
+    }
+    case MoeLayers::kLayerTypes: {
+      DT_ASSIGN_OR_RETURN(c->num_experts, r.PositiveInt(j, "n_routed_experts", int64_t{160}));
+      DT_ASSIGN_OR_RETURN(c->num_experts_per_tok,
+                          r.PositiveInt(j, "num_experts_per_tok", int64_t{16}));
+      DT_ASSIGN_OR_RETURN(c->moe_intermediate_size,
+                          r.PositiveInt(j, "moe_intermediate_size", int64_t{512}));
+      DT_ASSIGN_OR_RETURN(c->n_shared_experts, r.NonNegativeInt("n_shared_experts", 1));
+      DT_ASSIGN_OR_RETURN(c->first_k_dense_replace, r.NonNegativeInt("first_k_dense_replace", 1));
+      if (const Json* types = r.Find(j, "mlp_layer_types")) {
+        if (!types->is_array() || static_cast<int64_t>(types->size()) != c->num_hidden_layers) {
+          return r.Error(absl::StrCat("\"mlp_layer_types\" must list ", c->num_hidden_layers,
+                                      " layer types, got ", types->dump().substr(0, 80)));
+        }
+        for (const Json& t : *types) {
+          if (t != "dense" && t != "sparse") {
+            return r.Error(absl::StrCat("\"mlp_layer_types\" entry ", t.dump().substr(0, 40),
+                                        " is not \"dense\" or \"sparse\""));
+          }
+          c->mlp_sparse.push_back(t == "sparse");
+        }
+        c->first_k_dense_replace = 0;  // the list decides
+      }
+      DT_ASSIGN_OR_RETURN(const bool gated, r.Bool("use_gated_attention", true));
+      if (!gated) {
+        return r.Unsupported(
+            "\"use_gated_attention\": false is not a MiniCPM5-MoE checkpoint (its attention is "
+            "always gated; transformers refuses it too)");
+      }
+      break;
+    }
+    case MoeLayers::kNone:
+      break;
+  }
+  if (c->num_experts < 2 || c->num_experts_per_tok > c->num_experts) {
+    return r.Error(absl::StrCat("the experts must number at least 2 and at least "
+                                "num_experts_per_tok ", c->num_experts_per_tok, ", got ",
+                                c->num_experts));
+  }
+  switch (f.topk_weights) {
+    case TopKWeights::kNormalized:
+      c->norm_topk_prob = true;
+      break;
+    case TopKWeights::kConfig: {
+      DT_ASSIGN_OR_RETURN(c->norm_topk_prob, r.Bool("norm_topk_prob", false));
+      break;
+    }
+    case TopKWeights::kScaled: {
+      DT_ASSIGN_OR_RETURN(const bool norm, r.Bool("norm_topk_prob", false));
+      if (norm) {
+        return r.Unsupported(
+            "\"norm_topk_prob\": true is ambiguous for deepseek_v2 (transformers' router ignores "
+            "it, DeepSeek's own code renormalises the top-k weights); refusing to guess");
+      }
+      DT_ASSIGN_OR_RETURN(c->routed_scaling_factor,
+                          r.PositiveNumber(j, "routed_scaling_factor", 1.0));
+      DT_ASSIGN_OR_RETURN(std::optional<std::string> method, r.String("topk_method"));
+      if (method && *method != "greedy") {
+        return r.Unsupported(absl::StrCat("\"topk_method\": \"", *method,
+                                          "\" is not implemented (greedy only)"));
+      }
+      break;  // n_group / topk_group only matter to group_limited_greedy (transformers')
+    }
+    case TopKWeights::kSigmoidGroups: {
+      DT_ASSIGN_OR_RETURN(c->norm_topk_prob, r.Bool("norm_topk_prob", true));
+      DT_ASSIGN_OR_RETURN(c->routed_scaling_factor,
+                          r.PositiveNumber(j, "routed_scaling_factor", 3.66));
+      DT_ASSIGN_OR_RETURN(c->n_group, r.PositiveInt(j, "n_group", int64_t{1}));
+      DT_ASSIGN_OR_RETURN(c->topk_group, r.PositiveInt(j, "topk_group", int64_t{1}));
+      if (!SigmoidGroupsFit(c->num_experts, c->n_group, c->topk_group, c->num_experts_per_tok)) {
+        return r.Error(absl::StrCat(
+            "n_group ", c->n_group, " and topk_group ", c->topk_group, " do not fit ",
+            c->num_experts, " experts and num_experts_per_tok ", c->num_experts_per_tok,
+            ": the groups must divide the experts, hold 2 or more each (a group's score is its "
+            "two best), and the topk_group best groups at least num_experts_per_tok experts"));
+      }
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::string_view what) {
+  Json j = Json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false);
+  Reader r(j, what);
+  DT_RETURN_IF_ERROR(r.CheckObject(json));
+  DecoderConfig c;
+  try {
+    DT_ASSIGN_OR_RETURN(std::optional<std::string> model_type, r.String("model_type"));
+    if (model_type) c.model_type = *model_type;
+    absl::StatusOr<const DecoderFamily*> found = FindDecoderFamily(c.model_type);
+    if (!found.ok()) return r.Error(found.status().message());
+    const DecoderFamily& family = **found;
+    DT_RETURN_IF_ERROR(RefuseUnimplemented(r, family));
+    DT_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveInt(j, "vocab_size", std::nullopt));
+    DT_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveInt(j, "hidden_size", std::nullopt));
+    DT_ASSIGN_OR_RETURN(c.intermediate_size, r.PositiveInt(j, "intermediate_size", std::nullopt));
+    DT_ASSIGN_OR_RETURN(c.num_hidden_layers, r.PositiveInt(j, "num_hidden_layers", std::nullopt));
+    DT_ASSIGN_OR_RETURN(c.num_attention_heads,
+                        r.PositiveInt(j, "num_attention_heads", std::nullopt));
+    DT_ASSIGN_OR_RETURN(c.num_key_value_heads,
+                        r.PositiveInt(j, "num_key_value_heads", c.num_attention_heads));
+    const bool explicit_head_dim = r.Find(j, "head_dim") != nullptr;
+    if (!explicit_head_dim && family.default_head_dim == 0 &&
+        c.hidden_size % c.num_attention_heads != 0) {
+      return r.Error(absl::StrCat("hidden_size ", c.hidden_size,
+                                  " is not a multiple of num_attention_heads ",
+                                  c.num_attention_heads, " (and no head_dim is given)"));
+    }
+    const int64_t default_head_dim = family.default_head_dim > 0
+                                         ? family.default_head_dim
+                                         : c.hidden_size / c.num_attention_heads;
+    DT_ASSIGN_OR_RETURN(c.head_dim, r.PositiveInt(j, "head_dim", default_head_dim));
+    if (c.head_dim % 2 != 0) {
+      return r.Error(absl::StrCat("head_dim ", c.head_dim, " must be even (rotary embeddings)"));
+    }
+    if (c.num_attention_heads % c.num_key_value_heads != 0) {
+      return r.Error(absl::StrCat("num_key_value_heads ", c.num_key_value_heads,
+                                  " must divide num_attention_heads ", c.num_attention_heads));
+    }
+    DT_RETURN_IF_ERROR(ParseLatentAttention(r, family, &c));
+    DT_ASSIGN_OR_RETURN(c.max_position_embeddings,
+                        r.PositiveInt(j, "max_position_embeddings",
+                                      family.default_max_position_embeddings));
+    DT_ASSIGN_OR_RETURN(c.rms_norm_eps,
+                        r.PositiveNumber(j, "rms_norm_eps", family.default_rms_norm_eps));
+    DT_RETURN_IF_ERROR(ParseRope(r, family, &c));
+    DT_ASSIGN_OR_RETURN(std::optional<std::string> act, r.String("hidden_act"));
+    if (act) c.hidden_act = *act;
+    if (family.attention_bias_field) {
+      DT_ASSIGN_OR_RETURN(c.attention_bias, r.Bool("attention_bias", false));
+    }
+    if (family.mlp_bias_field) {
+      DT_ASSIGN_OR_RETURN(c.mlp_bias, r.Bool("mlp_bias", false));
+    }
+    DT_RETURN_IF_ERROR(ParseSlidingWindow(r, family, &c));
+    DT_RETURN_IF_ERROR(ParseExperts(r, family, &c));
+    DT_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
+    DT_ASSIGN_OR_RETURN(std::optional<std::string> dtype, r.String("torch_dtype"));
+    if (!dtype) {
+      DT_ASSIGN_OR_RETURN(dtype, r.String("dtype"));  // transformers v5 spelling
+    }
+    if (dtype) {
+      DT_ASSIGN_OR_RETURN(c.dtype, TorchDType(r, *dtype));
+    }
+    if (const Json* bos = r.Find(j, "bos_token_id")) {
+      if (!bos->is_number_integer()) return r.Error("\"bos_token_id\" must be an integer");
+      c.bos_token_id = bos->get<int64_t>();
+    }
+    if (const Json* eos = r.Find(j, "eos_token_id")) {
+      if (eos->is_number_integer()) {
+        c.eos_token_ids.push_back(eos->get<int64_t>());
+      } else if (eos->is_array()) {
+        for (const Json& e : *eos) {
+          if (!e.is_number_integer()) return r.Error("\"eos_token_id\" must be integers");
+          c.eos_token_ids.push_back(e.get<int64_t>());
+        }
+      } else {
+        return r.Error("\"eos_token_id\" must be an integer or a list of integers");
+      }
+    }
+  } catch (const std::exception& e) {  // nlohmann must not throw past this boundary
+    return r.Error(absl::StrCat("malformed (", e.what(), ")"));
+  }
+  return c;
+}
+
+absl::StatusOr<DecoderConfig> LoadDecoderConfig(const std::string& path) {
+  std::error_code ec;
+  std::string file = path;
+  if (std::filesystem::is_regular_file(path, ec) &&
+      (GgufFile::HasMagic(path) || absl::EndsWith(path, ".gguf"))) {
+    GgufOpenOptions o;
+    o.tokenizer_arrays = false;  // the config needs the vocabulary's length only
+    DT_ASSIGN_OR_RETURN(std::shared_ptr<const GgufFile> gguf, GgufFile::Open(path, o));
+    return DecoderConfigFromGguf(*gguf);
+  }
+  if (std::filesystem::is_directory(path, ec)) {
+    file = (std::filesystem::path(path) / "config.json").string();
+  }
+  DT_ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(file, int64_t{16} << 20));
+  return ParseDecoderConfig(text, file);
+}
+
+}  // namespace dt::loaders
