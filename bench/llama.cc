@@ -349,7 +349,7 @@ int main(int argc, char** argv) {
   std::printf(
       "bench_llama: %s, %.1fM parameters; prompt %lld tokens, decode %lld tokens, median of %d; "
       "%u hardware threads\n",
-      c.Summary().c_str(), c.NumParameters() / 1e6, static_cast<long long>(prompt),
+      c.Summary().c_str(), NumParameters(c) / 1e6, static_cast<long long>(prompt),
       static_cast<long long>(decode), reps, std::thread::hardware_concurrency());
   std::printf("%-22s %14s %14s %12s %12s\n", "ranks", "prefill tok/s", "decode tok/s",
               "prefill/1rk", "decode/1rk");
@@ -403,7 +403,7 @@ int main(int argc, char** argv) {
     std::printf("SmolLM2: %s not cached (scripts/fetch-smollm2): rows skipped\n", smollm2.c_str());
   } else {
     const loaders::LlamaConfig sc = loaders::LoadLlamaConfig(smollm2).value();
-    const int64_t bytes = sc.NumParameters() * 4;
+    const int64_t bytes = NumParameters(sc) * 4;
     const double bw = MemcpyBandwidth(bytes);
     std::printf("SmolLM2-135M-Instruct (%s): %.1f MB of f32 weights per decode step; memcpy of that "
                 "size %.2f GB/s -> f32 roofline %.1f tokens/s\n",

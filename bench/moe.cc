@@ -219,7 +219,7 @@ int main(int argc, char** argv) {
   std::printf(
       "bench_moe: %s, %.1fM parameters; prompt %lld tokens, decode %lld tokens, median of %lld; "
       "shm processes under dtrun, %u hardware threads shared by the ranks of a row\n",
-      c.Summary().c_str(), c.NumParameters() / 1e6, static_cast<long long>(prompt),
+      c.Summary().c_str(), NumParameters(c) / 1e6, static_cast<long long>(prompt),
       static_cast<long long>(decode), static_cast<long long>(reps),
       std::thread::hardware_concurrency());
   std::printf("%-8s %13s %13s %9s %9s %15s %15s %24s %22s\n", "ranks", "prefill tok/s",

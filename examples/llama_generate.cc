@@ -330,7 +330,7 @@ absl::Status Run(Args a) {
   const loaders::LlamaConfig& c = model->config();
   if (lead && !a.quiet) {
     std::printf("model %s: %s, %.2fM parameters\n", a.model.c_str(), c.Summary().c_str(),
-                c.NumParameters() / 1e6);
+                NumParameters(c) / 1e6);
     std::printf("mesh %s, backend %s, compute %s\n", mesh.ToString().c_str(),
                 std::string(world->backend()).c_str(), DTypeName(model->dtype()).data());
     for (const LlamaLoadReport::Param& p : report.params) {

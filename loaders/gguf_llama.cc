@@ -107,8 +107,8 @@ absl::Status ReadLongrope(const GgufFile& f, const std::string& arch, DecoderCon
 // sparse block in every layer, as transformers' reader assumes: a layer without ffn_gate_inp is
 // refused rather than read as a dense one nobody else would read.
 absl::Status ReadExperts(const GgufFile& f, const std::string& p, DecoderConfig* c) {
-  const DecoderFamily& fam = c->family();
-  if (!fam.moe()) return absl::OkStatus();
+  const DecoderConfigClass& cls = c->config_class();
+  if (cls.experts == ExpertFields::kNone) return absl::OkStatus();
   DT_ASSIGN_OR_RETURN(c->num_experts, Positive(f, p + "expert_count", std::nullopt));
   DT_ASSIGN_OR_RETURN(c->num_experts_per_tok, Positive(f, p + "expert_used_count", std::nullopt));
   DT_ASSIGN_OR_RETURN(c->moe_intermediate_size,
@@ -118,7 +118,7 @@ absl::Status ReadExperts(const GgufFile& f, const std::string& p, DecoderConfig*
                                p, "expert_used_count ", c->num_experts_per_tok));
   }
   c->norm_topk_prob = true;
-  if (fam.topk_weights == TopKWeights::kConfig) {
+  if (cls.router == RouterFields::kNormTopkProb) {
     if (const GgufValue* v = f.Find(p + "expert_weights_norm")) {
       const bool* b = std::get_if<bool>(&v->value);
       if (b == nullptr) {
@@ -132,7 +132,7 @@ absl::Status ReadExperts(const GgufFile& f, const std::string& p, DecoderConfig*
     if (f.FindTensor(absl::StrCat("blk.", i, ".ffn_gate_inp.weight")) == nullptr) {
       return absl::UnimplementedError(absl::StrCat(
           Where(f), ": layer ", i, " has no router (blk.", i, ".ffn_gate_inp.weight); ",
-          fam.model_type, " from GGUF has a sparse block in every layer, as llama.cpp's"));
+          cls.model_type, " from GGUF has a sparse block in every layer, as llama.cpp's"));
     }
   }
   return absl::OkStatus();
@@ -147,10 +147,11 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
   DT_ASSIGN_OR_RETURN(std::optional<int64_t> expert_count,
                       f.GetOptionalInt(*arch + ".expert_count"));
   const bool experts = expert_count.value_or(0) != 0;
-  absl::StatusOr<const DecoderFamily*> family = FindGgufDecoderFamily(*arch, experts);
-  if (!family.ok()) {
-    return absl::UnimplementedError(absl::StrCat(Where(f), ": ", family.status().message()));
+  absl::StatusOr<const DecoderConfigClass*> found = FindGgufConfigClass(*arch, experts);
+  if (!found.ok()) {
+    return absl::UnimplementedError(absl::StrCat(Where(f), ": ", found.status().message()));
   }
+  const DecoderConfigClass& cls = **found;
   const std::string p = *arch + ".";  // the metadata prefix: "qwen3."
   for (const auto& [key, value] : f.metadata()) {
     if (!absl::StartsWith(key, p)) continue;
@@ -161,7 +162,7 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
     }
   }
   DecoderConfig c;
-  c.model_type = (*family)->model_type;
+  c.model_type = cls.model_type;
   DT_ASSIGN_OR_RETURN(c.num_hidden_layers, Positive(f, p + "block_count", std::nullopt));
   DT_ASSIGN_OR_RETURN(c.hidden_size, Positive(f, p + "embedding_length", std::nullopt));
   DT_ASSIGN_OR_RETURN(c.intermediate_size, Positive(f, p + "feed_forward_length", std::nullopt));
@@ -174,7 +175,7 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
   }
   std::optional<int64_t> default_hd;
   if (c.hidden_size % c.num_attention_heads == 0) default_hd = c.hidden_size / c.num_attention_heads;
-  if ((*family)->default_head_dim > 0) default_hd = (*family)->default_head_dim;
+  if (cls.default_head_dim > 0) default_hd = cls.default_head_dim;
   if (!default_hd && f.Find(p + "attention.key_length") == nullptr) {
     return Bad(f, absl::StrCat(p, "embedding_length ", c.hidden_size, " is not a multiple of ", p,
                                "attention.head_count ", c.num_attention_heads, ", and there is no ",
@@ -232,24 +233,23 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
   }
   DT_RETURN_IF_ERROR(ReadLongrope(f, *arch, &c));
   c.tie_word_embeddings = f.FindTensor("output.weight") == nullptr;
-  // Biases as the family has them (decoder_family.h): attention_bias gives q/k/v/o, Qwen2's q/k/v
-  // come with the family.
-  const DecoderFamily& fam = **family;
+  // Biases as the class has them (DecoderConfigClass): attention_bias gives q/k/v/o, a qkv_bias
+  // class has q/k/v always.
   const bool q_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr ||
                       f.FindTensor("blk.0.attn_qkv.bias") != nullptr;
   const bool o_bias = f.FindTensor("blk.0.attn_output.bias") != nullptr;
-  if (q_bias != (fam.qkv_bias || (fam.attention_bias_field && o_bias)) ||
-      (o_bias && !fam.attention_bias_field)) {
+  if (q_bias != (cls.qkv_bias || (cls.attention_bias_field && o_bias)) ||
+      (o_bias && !cls.attention_bias_field)) {
     return absl::UnimplementedError(absl::StrCat(
         Where(f), ": the attention biases (attn_q.bias ", q_bias ? "present" : "absent",
-        ", attn_output.bias ", o_bias ? "present" : "absent", ") are not ", (*family)->model_type,
+        ", attn_output.bias ", o_bias ? "present" : "absent", ") are not ", cls.model_type,
         "'s"));
   }
   c.attention_bias = o_bias;
   c.mlp_bias = f.FindTensor("blk.0.ffn_up.bias") != nullptr;
-  if (c.mlp_bias && !(*family)->mlp_bias_field) {
+  if (c.mlp_bias && !cls.mlp_bias_field) {
     return absl::UnimplementedError(
-        absl::StrCat(Where(f), ": MLP biases are not ", (*family)->model_type, "'s"));
+        absl::StrCat(Where(f), ": MLP biases are not ", cls.model_type, "'s"));
   }
   c.dtype = DType::kF32;
   DT_ASSIGN_OR_RETURN(std::optional<int64_t> bos, f.GetOptionalInt("tokenizer.ggml.bos_token_id"));
@@ -283,10 +283,9 @@ int64_t GgufRotaryRow(int64_t row, int64_t rows, int64_t heads) {
 
 absl::StatusOr<std::vector<GgufTensorName>> DecoderGgufTensorNames(const GgufFile& f) {
   DT_ASSIGN_OR_RETURN(DecoderConfig c, DecoderConfigFromGguf(f));
-  const DecoderFamily& family = c.family();
   // llama.cpp permutes Q/K rows for the llama architecture only (Note [GGUF Q/K row order]);
   // qwen2, qwen3 and phi3 use its NEOX rotation, which is Hugging Face's layout.
-  const bool permuted = family.gguf_architecture == "llama";
+  const bool permuted = c.config_class().gguf_architecture == "llama";
   static const std::pair<const char*, const char*> kTop[] = {
       {"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}};
   static const std::pair<const char*, const char*> kBlock[] = {
@@ -312,8 +311,10 @@ absl::StatusOr<std::vector<GgufTensorName>> DecoderGgufTensorNames(const GgufFil
         for (const auto& [g, hf] : kBlock) {
           if (parts[2] == g) n.hf_name = absl::StrCat("model.layers.", layer, ".", hf, ".", suffix);
         }
-        // Phi-3's converter writes the fused [gate | up] as ffn_up.
-        if (parts[2] == "ffn_up" && family.fused_gate_up) {
+        // A layer whose ffn_up has no ffn_gate beside it holds the fused [gate | up] there
+        // (llama.cpp writes Phi-3's gate_up_proj so).
+        if (parts[2] == "ffn_up" &&
+            f.FindTensor(absl::StrCat("blk.", parts[1], ".ffn_gate.weight")) == nullptr) {
           n.hf_name = absl::StrCat("model.layers.", layer, ".mlp.gate_up_proj.", suffix);
         }
         // Note [GGUF experts]: the stacks, named as loaders/moe_checkpoint.h reads them.

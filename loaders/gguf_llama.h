@@ -1,7 +1,8 @@
 #pragma once
-// The decoder families (loaders/decoder_family.h) from a GGUF file (llama.cpp's convert_hf_to_gguf
-// layout): the config from the ARCH.* metadata (ARCH = general.architecture: llama — Mistral is
-// written as llama too —, qwen2, qwen3, phi3) and the tensors under their Hugging Face names.
+// A decoder's config and tensor names from a GGUF file (llama.cpp's convert_hf_to_gguf layout):
+// the config from the ARCH.* metadata (ARCH = general.architecture, the gguf_architecture of a
+// config class in loaders/hf_config.h: llama — Mistral is written as llama too —, qwen2, qwen3,
+// phi3, qwen3moe) and the tensors under their Hugging Face names.
 //
 //   GGUF key (ARCH.)           DecoderConfig field         notes
 //   block_count                num_hidden_layers           required
@@ -9,7 +10,7 @@
 //   feed_forward_length        intermediate_size           required
 //   attention.head_count       num_attention_heads         required
 //   attention.head_count_kv    num_key_value_heads         default: head_count
-//   attention.key_length       head_dim                    default: the family's (hidden / heads);
+//   attention.key_length       head_dim                    default: the class's (hidden / heads);
 //                                                          value_length must equal it
 //   rope.dimension_count       (must equal head_dim)       partial rotary is refused
 //   context_length             max_position_embeddings     default 2048
@@ -21,10 +22,10 @@
 //   vocab_size                 vocab_size                  default: tokenizer.ggml.tokens' length
 //   expert_count (0), expert_used_count (0), attention.value_length: accepted; any other ARCH.* key
 //   is refused by name, as is a rope_freqs.weight tensor (llama 3.1's frequency factors) and an
-//   architecture no family has. tie_word_embeddings: true when there is no output.weight; biases
-//   as the family has them (Qwen2's q/k/v), else refused. bos/eos: tokenizer.ggml.bos_token_id,
-//   eos_token_id (and eot_token_id when it differs: both stop generation). dtype: f32 (weights are
-//   dequantized on read).
+//   architecture no config class has. tie_word_embeddings: true when there is no output.weight;
+//   biases as the class has them (Qwen2's q/k/v), else refused. bos/eos:
+//   tokenizer.ggml.bos_token_id, eos_token_id (and eot_token_id when it differs: both stop
+//   generation). dtype: f32 (weights are dequantized on read).
 //
 //   GGUF tensor                HF name
 //   token_embd.weight          model.embed_tokens.weight
@@ -36,8 +37,8 @@
 //   blk.N.attn_{q,k}_norm      model.layers.N.self_attn.{q,k}_norm.weight (Qwen3)
 //   blk.N.attn_qkv.weight      model.layers.N.self_attn.qkv_proj.weight (Phi-3)
 //   blk.N.attn_output.weight   model.layers.N.self_attn.o_proj.weight
-//   blk.N.ffn_{gate,up,down}.weight  model.layers.N.mlp.{gate,up,down}_proj.weight; Phi-3's ffn_up
-//                              is its fused mlp.gate_up_proj
+//   blk.N.ffn_{gate,up,down}.weight  model.layers.N.mlp.{gate,up,down}_proj.weight; an ffn_up
+//                              without an ffn_gate beside it is the fused mlp.gate_up_proj (Phi-3)
 //   (biases likewise: .bias)   other tensors keep their GGUF name (the loader reports them unused)
 //
 // Note [GGUF Q/K row order]: for the llama architecture the converter reorders the rows of each

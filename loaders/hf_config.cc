@@ -2,103 +2,136 @@
 
 #include <algorithm>
 
-namespace dt::loaders {
+#include "absl/strings/str_cat.h"
 
-const DecoderFamily& DecoderConfig::family() const {
-  absl::StatusOr<const DecoderFamily*> f = FindDecoderFamily(model_type);
-  return f.ok() ? **f : DecoderFamilies().front();
+namespace dt::loaders {
+namespace {
+
+// One designated initializer per config class (fields in their declaration order; the rest keep
+// LlamaConfig's defaults). The families these files are read for, in the same order, are
+// nn/models/decoder_family.cc's rows.
+std::vector<DecoderConfigClass> MakeClasses() {
+  using SW = SlidingWindowFields;
+  return {
+      {.model_type = "llama", .architecture = "LlamaForCausalLM", .gguf_architecture = "llama",
+       .attention_bias_field = true, .mlp_bias_field = true},
+      {.model_type = "mistral", .architecture = "MistralForCausalLM", .gguf_architecture = "llama",
+       .default_max_position_embeddings = 4096 * 32, .sliding_window = SW::kAll,
+       .default_sliding_window = 4096},
+      {.model_type = "qwen2", .architecture = "Qwen2ForCausalLM", .gguf_architecture = "qwen2",
+       .qkv_bias = true, .default_max_position_embeddings = 32768,
+       .sliding_window = SW::kFromLayer},
+      {.model_type = "qwen3", .architecture = "Qwen3ForCausalLM", .gguf_architecture = "qwen3",
+       .attention_bias_field = true, .default_head_dim = 128,
+       .default_max_position_embeddings = 32768, .sliding_window = SW::kFromLayer},
+      {.model_type = "phi3", .architecture = "Phi3ForCausalLM", .gguf_architecture = "phi3",
+       .default_max_position_embeddings = 4096, .default_rms_norm_eps = 1e-5,
+       .sliding_window = SW::kAll, .longrope_aliases = {"su", "yarn"}},
+      {.model_type = "mixtral", .architecture = "MixtralForCausalLM", .gguf_architecture = "llama",
+       .experts = ExpertFields::kLocalExperts, .moe_checkpoint_block = "block_sparse_moe",
+       .expert_checkpoint_names = {"w1", "w3", "w2"},
+       .default_max_position_embeddings = 4096 * 32, .default_rms_norm_eps = 1e-5,
+       .default_rope_theta = 1e6, .sliding_window = SW::kAll},
+      {.model_type = "qwen3_moe", .architecture = "Qwen3MoeForCausalLM",
+       .gguf_architecture = "qwen3moe", .attention_bias_field = true, .default_head_dim = 128,
+       .experts = ExpertFields::kSparseStep, .router = RouterFields::kNormTopkProb,
+       .default_max_position_embeddings = 32768, .sliding_window = SW::kFromLayer},
+      {.model_type = "deepseek_v2", .architecture = "DeepseekV2ForCausalLM",
+       .attention_bias_field = true, .latent_attention_fields = true, .mlp_bias_field = true,
+       .experts = ExpertFields::kFirstKDense, .router = RouterFields::kScalingFactor},
+      {.model_type = "minicpm5_moe", .architecture = "MiniCPM5MoeForCausalLM",
+       .attention_bias_field = true, .default_head_dim = 128,
+       .experts = ExpertFields::kLayerTypes, .router = RouterFields::kGroups,
+       .default_max_position_embeddings = 524288, .default_rope_theta = 5e6},
+  };
 }
+
+}  // namespace
+
+const std::vector<DecoderConfigClass>& DecoderConfigClasses() {
+  static const std::vector<DecoderConfigClass>* const classes =
+      new std::vector<DecoderConfigClass>(MakeClasses());
+  return *classes;
+}
+
+std::string DecoderModelTypes() {
+  std::string out;
+  for (const DecoderConfigClass& c : DecoderConfigClasses()) {
+    absl::StrAppend(&out, out.empty() ? "" : ", ", c.model_type);
+  }
+  return out;
+}
+
+absl::StatusOr<const DecoderConfigClass*> FindDecoderConfigClass(absl::string_view model_type) {
+  for (const DecoderConfigClass& c : DecoderConfigClasses()) {
+    if (c.model_type == model_type) return &c;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("model_type \"", model_type,
+                                                 "\" is not supported (supported: ",
+                                                 DecoderModelTypes(), ")"));
+}
+
+absl::StatusOr<const DecoderConfigClass*> FindGgufConfigClass(absl::string_view arch,
+                                                              bool experts) {
+  std::string names;
+  for (const DecoderConfigClass& c : DecoderConfigClasses()) {
+    if (c.gguf_architecture.empty()) continue;
+    // The first: llama before mistral; mixtral for llama with experts.
+    if (c.gguf_architecture == arch && (c.experts != ExpertFields::kNone) == experts) return &c;
+    if (names.find(c.gguf_architecture) == std::string::npos) {
+      absl::StrAppend(&names, names.empty() ? "" : ", ", c.gguf_architecture);
+    }
+  }
+  return absl::UnimplementedError(absl::StrCat("architecture '", arch,
+                                               "' is not supported (supported: ", names, ")"));
+}
+
+const DecoderConfigClass& DecoderConfig::config_class() const {
+  absl::StatusOr<const DecoderConfigClass*> c = FindDecoderConfigClass(model_type);
+  return c.ok() ? **c : DecoderConfigClasses().front();
+}
+
+namespace {
+
+// decoder_sparse_step as a divisor (a config built by hand may leave it 0).
+int64_t SparseStep(const DecoderConfig& c) { return std::max<int64_t>(c.decoder_sparse_step, 1); }
+
+}  // namespace
 
 bool DecoderConfig::IsMoeLayer(int64_t layer) const {
-  switch (family().moe_layers) {
-    case MoeLayers::kNone:
-      return false;
-    case MoeLayers::kAll:
-      return true;
-    case MoeLayers::kSparseStep:
-      return std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) ==
-                 mlp_only_layers.end() &&
-             (layer + 1) % decoder_sparse_step == 0;
-    case MoeLayers::kAfterDense:
-      return layer >= first_k_dense_replace;
-    case MoeLayers::kLayerTypes:
-      if (mlp_sparse.empty()) return layer >= first_k_dense_replace;
-      return layer >= 0 && layer < static_cast<int64_t>(mlp_sparse.size()) && mlp_sparse[layer];
+  if (num_experts == 0 || layer < 0) return false;
+  if (!mlp_sparse.empty()) {
+    return layer < static_cast<int64_t>(mlp_sparse.size()) && mlp_sparse[layer];
   }
-  return false;
+  return layer >= first_k_dense_replace && (layer + 1) % SparseStep(*this) == 0 &&
+         std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) ==
+             mlp_only_layers.end();
 }
 
-// Closed forms (a config may claim 10^9 layers before the checkpoint refutes it: Note [Config
-// against checkpoint] in nn/load.h).
 bool DecoderConfig::HasMoeLayers() const {
   const int64_t l = num_hidden_layers;
-  switch (family().moe_layers) {
-    case MoeLayers::kNone:
-      return false;
-    case MoeLayers::kAll:
-      return l > 0;
-    case MoeLayers::kAfterDense:
-      return first_k_dense_replace < l;
-    case MoeLayers::kLayerTypes:
-      if (mlp_sparse.empty()) return first_k_dense_replace < l;
-      return std::find(mlp_sparse.begin(), mlp_sparse.end(), true) != mlp_sparse.end();
-    case MoeLayers::kSparseStep:
-      // The sparse candidates are step - 1, 2·step - 1, ...; mlp_only_layers removes finitely many.
-      for (int64_t i = decoder_sparse_step - 1; i < l; i += decoder_sparse_step) {
-        if (IsMoeLayer(i)) return true;
-      }
-      return false;
+  if (num_experts == 0) return false;
+  if (!mlp_sparse.empty()) {
+    return std::find(mlp_sparse.begin(), mlp_sparse.end(), true) != mlp_sparse.end();
   }
-  return false;
+  // The candidates from first_k_dense_replace on are every step-th layer; mlp_only_layers removes
+  // finitely many of them.
+  const int64_t first = std::max<int64_t>(first_k_dense_replace, 0), step = SparseStep(*this);
+  if (first >= l || step - 1 - first % step >= l - first) return false;
+  for (int64_t i = first + (step - 1 - first % step);; i += step) {
+    if (IsMoeLayer(i)) return true;
+    if (l - i <= step) return false;  // the next candidate is past the last layer
+  }
 }
 
 bool DecoderConfig::HasDenseLayers() const {
   const int64_t l = num_hidden_layers;
-  switch (family().moe_layers) {
-    case MoeLayers::kNone:
-      return l > 0;
-    case MoeLayers::kAll:
-      return false;
-    case MoeLayers::kAfterDense:
-      return first_k_dense_replace > 0 && l > 0;
-    case MoeLayers::kLayerTypes:
-      if (mlp_sparse.empty()) return first_k_dense_replace > 0 && l > 0;
-      return std::find(mlp_sparse.begin(), mlp_sparse.end(), false) != mlp_sparse.end();
-    case MoeLayers::kSparseStep:
-      return l > 0 && (decoder_sparse_step > 1 || !mlp_only_layers.empty());
+  if (num_experts == 0) return l > 0;
+  if (!mlp_sparse.empty()) {
+    return std::find(mlp_sparse.begin(), mlp_sparse.end(), false) != mlp_sparse.end();
   }
-  return false;
-}
-
-int64_t DecoderConfig::NumParameters() const {
-  const int64_t h = hidden_size, q = num_attention_heads * head_dim,
-                kv = num_key_value_heads * head_dim, i = intermediate_size;
-  int64_t attention = h * q + 2 * h * kv + q * h;
-  if (family().latent_attention) {
-    const int64_t heads = num_attention_heads, qk = qk_nope_head_dim + qk_rope_head_dim;
-    attention = (q_lora_rank > 0 ? h * q_lora_rank + q_lora_rank + q_lora_rank * heads * qk
-                                 : h * heads * qk) +
-                h * (kv_lora_rank + qk_rope_head_dim) + kv_lora_rank +
-                kv_lora_rank * heads * (qk_nope_head_dim + v_head_dim) + heads * v_head_dim * h;
-    if (attention_bias) attention += (q_lora_rank > 0 ? q_lora_rank : 0) + kv_lora_rank +
-                                     qk_rope_head_dim + h;
-  } else {
-    if (family().gated_attention) attention += h * q + (qkv_bias() ? q : 0);  // the gate rows
-    if (qkv_bias()) attention += q + 2 * kv;
-    if (o_bias()) attention += h;
-    if (family().qk_norm) attention += 2 * head_dim;
-  }
-  const int64_t dense = 3 * h * i + (mlp_bias ? 2 * i + h : 0);
-  const int64_t shared = n_shared_experts * moe_intermediate_size;
-  const int64_t router_bias =
-      family().topk_weights == TopKWeights::kSigmoidGroups ? num_experts : 0;
-  const int64_t sparse = num_experts * h + router_bias + num_experts * 3 * h * moe_intermediate_size +
-                         (shared > 0 ? 3 * h * shared + (mlp_bias ? 2 * shared + h : 0) : 0);
-  int64_t layers = 0;
-  for (int64_t l = 0; l < num_hidden_layers; ++l) {
-    layers += attention + 2 * h + (IsMoeLayer(l) ? sparse : dense);
-  }
-  return vocab_size * h * (tie_word_embeddings ? 1 : 2) + layers + h;
+  return l > 0 &&
+         (first_k_dense_replace > 0 || SparseStep(*this) > 1 || !mlp_only_layers.empty());
 }
 
 RopeSpec DecoderRopeSpec(const DecoderConfig& c) {

@@ -1,67 +1,52 @@
 #pragma once
-// Hugging Face `config.json` of the decoder families (loaders/decoder_family.h: Llama, Mistral,
-// Qwen2, Qwen3, Phi-3), in transformers' v4 and v5 spellings.
+// Hugging Face `config.json` of the decoder models, in transformers' v4 and v5 spellings, read
+// and written as the model_type's config class does (DecoderConfigClass below; the classes are
+// the table in hf_config.cc). What the values mean to a model is nn/models/decoder_family.h's:
+// See Note [Config classes and families] there.
 //
 //   field                        required  default / notes
-//   model_type                   no        "llama"; one of the families, else an error listing them
+//   model_type                   no        "llama"; one of the config classes, else an error
+//                                          listing them
 //   vocab_size                   yes
 //   hidden_size                  yes
 //   intermediate_size            yes
 //   num_hidden_layers            yes
 //   num_attention_heads          yes       hidden_size % heads == 0 unless head_dim is given
 //   num_key_value_heads          no        num_attention_heads; must divide it (GQA)
-//   head_dim                     no        the family's (hidden_size / heads; Qwen3: 128); even
-//   max_position_embeddings      no        the family's (Llama 2048, Mistral 131072, Qwen 32768,
-//                                          Phi-3 4096)
-//   rms_norm_eps                 no        the family's (1e-6; Phi-3 1e-5)
-//   rope_theta                   no        10000 (v5: rope_parameters.rope_theta)
+//   head_dim                     no        the class's (default_head_dim; else hidden_size /
+//                                          heads); even
+//   max_position_embeddings      no        the class's (default_max_position_embeddings)
+//   rms_norm_eps                 no        the class's (default_rms_norm_eps)
+//   rope_theta                   no        the class's (v5: rope_parameters.rope_theta)
 //   rope_scaling | rope_parameters no      null -> default; rope_type (legacy key "type"):
 //                                          default, linear, dynamic, yarn, longrope, llama3
 //                                          with their parameters (loaders/rope.h); a key the
 //                                          type does not take is an error. Both given and
 //                                          different, or a top-level rope_theta that differs
 //                                          from rope_parameters.rope_theta: an error naming both.
-//                                          Phi-3 reads "su" and "yarn" as longrope (transformers)
+//                                          The class's longrope_aliases read as longrope
 //   original_max_position_embeddings no    top level (Phi-3 style): longrope/yarn/llama3's value
 //   hidden_act                   no        "silu"; the model accepts the gated MLP's activations
 //                                          (nn/mlp.h ParseActivation) and refuses the others
-//   attention_bias               no        false; Llama and Qwen3 (q/k/v/o); Qwen2 always has
-//                                          q/k/v biases; the others have none
-//   mlp_bias                     no        false; Llama only
+//   attention_bias               no        false; read where the class has it (q/k/v/o biases)
+//   mlp_bias                     no        false; read where the class has it
 //   sliding_window, use_sliding_window, max_window_layers, layer_types
-//                                no        by family (decoder_family.h): the shortest window a
-//                                          layer uses, see Note [Sliding windows]
+//                                no        as the class reads them (SlidingWindowFields): the
+//                                          shortest window a layer uses, see Note [Sliding windows]
 //   tie_word_embeddings          no        false (true: no lm_head.weight; it is embed_tokens)
 //   torch_dtype | dtype          no        "float32"; float32, bfloat16, float16
 //   bos_token_id, eos_token_id   no        unset; eos may be a list (Llama-3.1)
 //
-// Mixture-of-experts families (decoder_family.h, Note [MoE blocks]) read their experts:
-//   num_local_experts (Mixtral) | num_experts (Qwen3-MoE; num_local_experts as v5 writes it)
-//                | n_routed_experts (DeepSeek)          the routed experts E (required, >= 2)
-//   num_experts_per_tok          Mixtral 2, Qwen3-MoE 8, DeepSeek required; <= E
-//   moe_intermediate_size        each expert's size (Mixtral: intermediate_size)
-//   norm_topk_prob               Qwen3-MoE (false); DeepSeek-V2 refuses true (transformers ignores
-//                                it, DeepSeek's own code renormalises: ambiguous)
-//   decoder_sparse_step, mlp_only_layers   Qwen3-MoE (1, [])
-//   first_k_dense_replace, n_shared_experts, routed_scaling_factor, topk_method ("greedy")
-//                                DeepSeek (0, required, 1.0); n_group / topk_group need
-//                                group_limited_greedy, which is refused
-//   mlp_layer_types ("dense" / "sparse" per layer; else first_k_dense_replace, 1),
-//   n_routed_experts (160), num_experts_per_tok (16), moe_intermediate_size (512),
-//   n_shared_experts (1), norm_topk_prob (true), routed_scaling_factor (3.66), n_group and
-//   topk_group (1; groups must divide the experts, hold 2 or more each, and the topk_group best
-//   at least num_experts_per_tok experts)
-//                                MiniCPM5-MoE; use_gated_attention false is refused (its
-//                                attention is always gated, as transformers says)
-// and DeepSeek's latent attention q_lora_rank (null: q_proj), kv_lora_rank, qk_nope_head_dim,
-// qk_rope_head_dim (the RoPE head_dim), v_head_dim; num_key_value_heads must equal the heads.
-// Training-only fields (router_aux_loss_coef, router_jitter_noise, output_router_logits) change
-// nothing at inference and are ignored.
+// A class with experts reads their fields as ExpertFields and RouterFields say (Note [MoE blocks]
+// in nn/models/decoder_family.h), and one with latent attention fields q_lora_rank (null:
+// q_proj), kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim (the RoPE head_dim), v_head_dim, with
+// num_key_value_heads equal to the heads. Training-only fields (router_aux_loss_coef,
+// router_jitter_noise, output_router_logits) change nothing at inference and are ignored.
 //
-// Fields that change the computation and that the family does not implement (partial rotary,
-// logit soft-capping, experts, latent attention, quantization_config, ...) are refused by name
-// (Unimplemented), never ignored. Errors are InvalidArgument naming the file and the field with
-// its value:
+// Fields that change the computation and that the class does not read (partial rotary, logit
+// soft-capping, experts, latent attention, quantization_config, ...) are refused by name
+// (Unimplemented), never ignored: Note [Fields no family implements] in hf_config_read.cc. Errors
+// are InvalidArgument naming the file and the field with its value:
 //   "config 'tiny/config.json': num_key_value_heads 3 must divide num_attention_heads 8"
 //
 // Note [Sliding windows]
@@ -71,6 +56,7 @@
 // any layer, and the model refuses (naming it) a forward whose positions would reach past it,
 // rather than compute full attention where the checkpoint expects a window.
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -79,13 +65,94 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "dtensor/core/dtype.h"
-#include "dtensor/loaders/decoder_family.h"
 #include "dtensor/loaders/rope.h"
 
 namespace dt::loaders {
 
+// How a config class reads sliding-window fields (transformers' semantics).
+enum class SlidingWindowFields : uint8_t {
+  kNone,       // none (LlamaConfig: a sliding_window key is not read by transformers)
+  kAll,        // sliding_window (int or null) applies to every layer (MistralConfig, Phi3Config)
+  kFromLayer,  // with use_sliding_window, sliding_window from max_window_layers (or the first
+               // sliding_attention of layer_types) on (Qwen2Config)
+};
+
+// Which fields give a class's experts and its sparse layers (the rule they follow is
+// DecoderConfig::IsMoeLayer's); defaults in parentheses.
+enum class ExpertFields : uint8_t {
+  kNone,          // no experts
+  kLocalExperts,  // num_local_experts (8), num_experts_per_tok (2); every layer sparse, each
+                  // expert intermediate_size wide (MixtralConfig)
+  kSparseStep,    // num_experts (v5: num_local_experts; 128), num_experts_per_tok (8),
+                  // moe_intermediate_size (768), decoder_sparse_step (1), mlp_only_layers
+                  // (Qwen3MoeConfig)
+  kFirstKDense,   // n_routed_experts (64), num_experts_per_tok (required), moe_intermediate_size
+                  // (1407), first_k_dense_replace (0), n_shared_experts (2) (DeepseekV2Config)
+  kLayerTypes,    // n_routed_experts (160), num_experts_per_tok (16), moe_intermediate_size
+                  // (512), n_shared_experts (1), mlp_layer_types ("dense" / "sparse" per layer;
+                  // else first_k_dense_replace, 1), use_gated_attention (must not be false)
+                  // (MiniCPM5MoeConfig)
+};
+
+// Which fields weigh the router's top k (DecoderConfig::norm_topk_prob, routed_scaling_factor,
+// n_group, topk_group).
+enum class RouterFields : uint8_t {
+  kNone,           // none: the weights are renormalised (norm_topk_prob true)
+  kNormTopkProb,   // norm_topk_prob (false)
+  kScalingFactor,  // routed_scaling_factor (1), topk_method ("greedy" only); norm_topk_prob true
+                   // is refused (transformers ignores it, DeepSeek's own code renormalises)
+  kGroups,         // norm_topk_prob (true), routed_scaling_factor (3.66), n_group and topk_group
+                   // (1): the groups must divide the experts, hold 2 or more each, and the
+                   // topk_group best at least num_experts_per_tok experts
+};
+
+// One model_type's files: what its config class reads from config.json and writes back, which
+// GGUF architecture llama.cpp writes it as, and how Hub checkpoints name its experts. Nothing here
+// says what a model computes (Note [Config classes and families] in nn/models/decoder_family.h).
+struct DecoderConfigClass {
+  std::string model_type;         // config.json's "model_type": "qwen3"
+  std::string architecture;       // written to config.json's "architectures": "Qwen3ForCausalLM"
+  std::string gguf_architecture;  // llama.cpp's general.architecture; empty: no GGUF reader
+  // ---- attention
+  bool attention_bias_field = false;     // "attention_bias" gives q/k/v/o biases
+  bool qkv_bias = false;                 // the checkpoints hold q/k/v biases whatever the config
+                                         // says, and no o bias (the class has no attention_bias)
+  bool latent_attention_fields = false;  // q_lora_rank, kv_lora_rank, ...; head_dim is
+                                         // qk_rope_head_dim
+  int64_t default_head_dim = 0;          // 0: hidden_size / heads
+  // ---- MLP
+  bool mlp_bias_field = false;  // "mlp_bias" gives gate/up/down biases
+  ExpertFields experts = ExpertFields::kNone;
+  RouterFields router = RouterFields::kNone;
+  // Hub checkpoint names under model.layers.{i}.: the block ("block_sparse_moe.gate.weight",
+  // "block_sparse_moe.experts.{e}.w1.weight") and each expert's gate, up and down projections.
+  std::string moe_checkpoint_block = "mlp";
+  std::array<std::string, 3> expert_checkpoint_names = {"gate_proj", "up_proj", "down_proj"};
+  // ---- the other defaults
+  int64_t default_max_position_embeddings = 2048;
+  double default_rms_norm_eps = 1e-6;
+  double default_rope_theta = 10000.0;
+  SlidingWindowFields sliding_window = SlidingWindowFields::kNone;
+  int64_t default_sliding_window = 0;  // kAll when the key is absent (4096); 0: none
+  // rope_type names the class reads as longrope (Phi3Config: "su", "yarn").
+  std::vector<std::string> longrope_aliases;
+};
+
+// Every config class, in hf_config.cc's order.
+const std::vector<DecoderConfigClass>& DecoderConfigClasses();
+// "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe, deepseek_v2, minicpm5_moe".
+std::string DecoderModelTypes();
+// The class of a config.json "model_type"; InvalidArgument listing the supported ones.
+absl::StatusOr<const DecoderConfigClass*> FindDecoderConfigClass(absl::string_view model_type);
+// The class a GGUF's general.architecture names: the first of the architecture with (`experts`)
+// or without experts, since llama.cpp writes Mistral as llama, with nothing that differs, and
+// Mixtral as llama with experts; Unimplemented listing the supported architectures.
+absl::StatusOr<const DecoderConfigClass*> FindGgufConfigClass(absl::string_view arch,
+                                                              bool experts = false);
+
+// The values of a config.json (or of a GGUF's metadata), as its class reads them.
 struct DecoderConfig {
-  std::string model_type = "llama";  // a DecoderFamily's
+  std::string model_type = "llama";  // a DecoderConfigClass's
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -118,11 +185,11 @@ struct DecoderConfig {
   std::vector<int64_t> mlp_only_layers;
   int64_t first_k_dense_replace = 0;
   int64_t n_shared_experts = 0;
-  std::vector<bool> mlp_sparse;  // mlp_layer_types == "sparse" per layer (MiniCPM5-MoE); empty:
-                                 // from first_k_dense_replace
+  std::vector<bool> mlp_sparse;  // mlp_layer_types == "sparse" per layer; empty: from
+                                 // first_k_dense_replace, decoder_sparse_step, mlp_only_layers
   int64_t n_group = 1;           // Note [Sigmoid group routing] in nn/moe.h
   int64_t topk_group = 1;
-  // ---- latent attention (DeepSeek); head_dim is qk_rope_head_dim
+  // ---- latent attention; head_dim is qk_rope_head_dim
   int64_t q_lora_rank = 0;  // 0: a plain q_proj
   int64_t kv_lora_rank = 0;
   int64_t qk_nope_head_dim = 0;
@@ -131,18 +198,20 @@ struct DecoderConfig {
 
   bool operator==(const DecoderConfig&) const = default;
 
-  // The family of model_type (FindDecoderFamily; Llama's when model_type is not one).
-  const DecoderFamily& family() const;
-  // Which projections have biases, by family and config (decoder_family.h).
-  bool qkv_bias() const { return attention_bias || family().qkv_bias; }
+  // The class of model_type (FindDecoderConfigClass; Llama's when model_type is not one).
+  const DecoderConfigClass& config_class() const;
+  // Which attention projections the checkpoint holds biases for, by class and config.
+  bool qkv_bias() const { return attention_bias || config_class().qkv_bias; }
   bool o_bias() const { return attention_bias; }
-  // Whether layer `layer` has a sparse MoE block (Note [MoE blocks] in decoder_family.h).
+  // Whether layer `layer` has a sparse MoE block, as the fields every class spells say it: with
+  // experts, mlp_sparse[layer] when the list is given, else layer >= first_k_dense_replace, (layer
+  // + 1) % decoder_sparse_step == 0 and layer not in mlp_only_layers (each class reads only its
+  // own of these; the others keep their defaults, which select every layer).
   bool IsMoeLayer(int64_t layer) const;
-  // Whether any layer is sparse / dense.
+  // Whether any layer is sparse / dense (closed forms: a config may claim 10^9 layers before the
+  // checkpoint refutes it, Note [Config against checkpoint] in nn/load.h).
   bool HasMoeLayers() const;
   bool HasDenseLayers() const;
-  // Parameters of the whole model (embeddings and lm_head included, lm_head once when tied).
-  int64_t NumParameters() const;
   // "qwen3: L=4 H=64 I=172 heads=8/4 head_dim=8 V=384 rope=llama3(x8) f32 untied".
   std::string Summary() const;
 };
@@ -155,10 +224,12 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::s
 // `path`: config.json or the directory holding it, or a GGUF file (by its magic or a .gguf name:
 // loaders/gguf_llama.h).
 absl::StatusOr<DecoderConfig> LoadDecoderConfig(const std::string& path);
+
 // ---- writing (hf_config_write.cc)
-// The config as transformers writes it for its family (v4 spelling: torch_dtype, rope_theta,
-// rope_scaling), readable by the family's config class and by ParseDecoderConfig.
+// The config as transformers writes it for its class (v4 spelling: torch_dtype, rope_theta,
+// rope_scaling), readable by the class and by ParseDecoderConfig.
 std::string DecoderConfigToJson(const DecoderConfig& config);
+
 // The config's rope numbers (loaders/rope.h: ComputeRope, RopeSchedule).
 RopeSpec DecoderRopeSpec(const DecoderConfig& config);
 

@@ -56,7 +56,7 @@ absl::StatusOr<std::vector<double>> NumberList(const Reader& r, const Json& obj,
 }
 
 // Needs head_dim and max_position_embeddings parsed.
-absl::Status ParseRope(const Reader& r, const DecoderFamily& family, DecoderConfig* c) {
+absl::Status ParseRope(const Reader& r, const DecoderConfigClass& cls, DecoderConfig* c) {
   const Json& j = r.j();
   // v5: rope_parameters {rope_type, rope_theta, ...}; v4: rope_theta + rope_scaling {...}.
   // transformers takes rope_scaling over rope_parameters; a config with both that disagree is
@@ -69,7 +69,7 @@ absl::Status ParseRope(const Reader& r, const DecoderFamily& family, DecoderConf
   }
   const Json* params = v5 != nullptr ? v5 : v4;
   const std::string key = v5 != nullptr ? "rope_parameters" : "rope_scaling";
-  DT_ASSIGN_OR_RETURN(c->rope_theta, r.PositiveNumber(j, "rope_theta", family.default_rope_theta));
+  DT_ASSIGN_OR_RETURN(c->rope_theta, r.PositiveNumber(j, "rope_theta", cls.default_rope_theta));
   if (params == nullptr) return absl::OkStatus();
   if (!params->is_object()) {
     return r.Error(absl::StrCat("\"", key, "\" must be an object or null, got ", params->dump()));
@@ -90,7 +90,7 @@ absl::Status ParseRope(const Reader& r, const DecoderFamily& family, DecoderConf
       return r.Error(absl::StrCat("\"", key, ".rope_type\" must be a string, got ", type->dump()));
     }
     t = type->get<std::string>();
-    for (const std::string& alias : family.longrope_aliases) {
+    for (const std::string& alias : cls.longrope_aliases) {
       if (t == alias) t = "longrope";  // transformers' Phi-3 reads legacy names as longrope
     }
   }
@@ -181,17 +181,19 @@ const std::vector<std::string>& UnimplementedFields() {
   return keys;
 }
 
-// The keys of UnimplementedFields a family reads itself (ParseExperts, ParseLatentAttention).
-bool FamilyReads(const DecoderFamily& f, absl::string_view key) {
-  if (f.moe() && (key == "num_experts" || key == "num_local_experts" ||
-                  key == "n_routed_experts" || key == "moe_intermediate_size" ||
-                  key == "num_experts_per_tok")) {
+// The keys of UnimplementedFields a class reads itself (ParseExperts, ParseLatentAttention).
+bool ClassReads(const DecoderConfigClass& cls, absl::string_view key) {
+  if (cls.experts != ExpertFields::kNone &&
+      (key == "num_experts" || key == "num_local_experts" || key == "n_routed_experts" ||
+       key == "moe_intermediate_size" || key == "num_experts_per_tok")) {
     return true;
   }
-  if (f.shared_experts && (key == "n_shared_experts" || key == "first_k_dense_replace")) {
+  const bool shared_experts =
+      cls.experts == ExpertFields::kFirstKDense || cls.experts == ExpertFields::kLayerTypes;
+  if (shared_experts && (key == "n_shared_experts" || key == "first_k_dense_replace")) {
     return true;
   }
-  return f.latent_attention && (key == "q_lora_rank" || key == "kv_lora_rank");
+  return cls.latent_attention_fields && (key == "q_lora_rank" || key == "kv_lora_rank");
 }
 
 bool IsOff(const Json& v) {
@@ -202,23 +204,23 @@ bool IsOff(const Json& v) {
   return false;
 }
 
-absl::Status RefuseUnimplemented(const Reader& r, const DecoderFamily& family) {
+absl::Status RefuseUnimplemented(const Reader& r, const DecoderConfigClass& cls) {
   for (const std::string& key : UnimplementedFields()) {
-    if (FamilyReads(family, key)) continue;
+    if (ClassReads(cls, key)) continue;
     const Json* v = r.Find(r.j(), key);
     if (v == nullptr || IsOff(*v)) continue;
     const bool factor = key == "partial_rotary_factor" || key == "rotary_pct" ||
                         absl::EndsWith(key, "multiplier") || key == "logits_scaling";
     if (factor && v->is_number() && v->get<double>() == 1.0) continue;
     return r.Unsupported(absl::StrCat("\"", key, "\": ", v->dump().substr(0, 80),
-                                      " is not implemented by dtensor's ", family.model_type,
+                                      " is not implemented by dtensor's ", cls.model_type,
                                       "; refusing to ignore it"));
   }
   return absl::OkStatus();
 }
 
-// Note [Sliding windows] (hf_config.h), read as the family's config class does.
-absl::Status ParseSlidingWindow(const Reader& r, const DecoderFamily& family, DecoderConfig* c) {
+// Note [Sliding windows] (hf_config.h), read as the config class does.
+absl::Status ParseSlidingWindow(const Reader& r, const DecoderConfigClass& cls, DecoderConfig* c) {
   const Json& j = r.j();
   auto window = [&](int64_t fallback) -> absl::StatusOr<int64_t> {
     auto it = j.find("sliding_window");
@@ -226,14 +228,14 @@ absl::Status ParseSlidingWindow(const Reader& r, const DecoderFamily& family, De
     if (it->is_null()) return int64_t{0};
     return r.PositiveInt(j, "sliding_window", std::nullopt);
   };
-  switch (family.sliding_window) {
+  switch (cls.sliding_window) {
     case SlidingWindowFields::kNone:
       return absl::OkStatus();
     case SlidingWindowFields::kAll: {
-      DT_ASSIGN_OR_RETURN(c->sliding_window, window(family.default_sliding_window));
+      DT_ASSIGN_OR_RETURN(c->sliding_window, window(cls.default_sliding_window));
       return absl::OkStatus();
     }
-    case SlidingWindowFields::kQwen:
+    case SlidingWindowFields::kFromLayer:
       break;
   }
   DT_ASSIGN_OR_RETURN(const bool use, r.Bool("use_sliding_window", false));
@@ -269,10 +271,11 @@ absl::Status ParseSlidingWindow(const Reader& r, const DecoderFamily& family, De
   return absl::OkStatus();
 }
 
-// DeepSeek's latent attention (nn/latent_attention.h), read as DeepseekV2Config does: head_dim
-// becomes qk_rope_head_dim (the RoPE tables' size).
-absl::Status ParseLatentAttention(const Reader& r, const DecoderFamily& f, DecoderConfig* c) {
-  if (!f.latent_attention) return absl::OkStatus();
+// Latent attention's fields, read as DeepseekV2Config does: head_dim becomes qk_rope_head_dim (the
+// RoPE tables' size).
+absl::Status ParseLatentAttention(const Reader& r, const DecoderConfigClass& cls,
+                                  DecoderConfig* c) {
+  if (!cls.latent_attention_fields) return absl::OkStatus();
   const Json& j = r.j();
   auto q_lora = j.find("q_lora_rank");
   if (q_lora == j.end()) {
@@ -297,19 +300,21 @@ absl::Status ParseLatentAttention(const Reader& r, const DecoderFamily& f, Decod
   return absl::OkStatus();
 }
 
-// Note [MoE blocks] (decoder_family.h): the experts, read as the family's config class does.
-absl::Status ParseExperts(const Reader& r, const DecoderFamily& f, DecoderConfig* c) {
-  if (!f.moe()) return absl::OkStatus();
+// The experts (ExpertFields) and their router's weighing (RouterFields), read as the config class
+// does. The sparse layers' fields that a class does not read keep their defaults, which
+// DecoderConfig::IsMoeLayer reads as "every layer".
+absl::Status ParseExperts(const Reader& r, const DecoderConfigClass& cls, DecoderConfig* c) {
+  if (cls.experts == ExpertFields::kNone) return absl::OkStatus();
   const Json& j = r.j();
-  switch (f.moe_layers) {
-    case MoeLayers::kAll: {
+  switch (cls.experts) {
+    case ExpertFields::kLocalExperts: {
       DT_ASSIGN_OR_RETURN(c->num_experts, r.PositiveInt(j, "num_local_experts", int64_t{8}));
       DT_ASSIGN_OR_RETURN(c->num_experts_per_tok,
                           r.PositiveInt(j, "num_experts_per_tok", int64_t{2}));
       c->moe_intermediate_size = c->intermediate_size;
       break;
     }
-    case MoeLayers::kSparseStep: {
+    case ExpertFields::kSparseStep: {
       // v5 writes num_local_experts (its attribute map); v4 num_experts.
       const char* key = r.Find(j, "num_experts") != nullptr ? "num_experts" : "num_local_experts";
       DT_ASSIGN_OR_RETURN(c->num_experts, r.PositiveInt(j, key, int64_t{128}));
@@ -335,7 +340,7 @@ absl::Status ParseExperts(const Reader& r, const DecoderFamily& f, DecoderConfig
       }
       break;
     }
-    case MoeLayers::kAfterDense: {
+    case ExpertFields::kFirstKDense: {
       DT_ASSIGN_OR_RETURN(c->num_experts, r.PositiveInt(j, "n_routed_experts", int64_t{64}));
       DT_ASSIGN_OR_RETURN(c->num_experts_per_tok,
                           r.PositiveInt(j, "num_experts_per_tok", std::nullopt));
@@ -346,7 +351,7 @@ absl::Status ParseExperts(const Reader& r, const DecoderFamily& f, DecoderConfig
       DT_ASSIGN_OR_RETURN(c->n_shared_experts, r.NonNegativeInt("n_shared_experts", 2));
       break;
     }
-    case MoeLayers::kLayerTypes: {
+    case ExpertFields::kLayerTypes: {
       DT_ASSIGN_OR_RETURN(c->num_experts, r.PositiveInt(j, "n_routed_experts", int64_t{160}));
       DT_ASSIGN_OR_RETURN(c->num_experts_per_tok,
                           r.PositiveInt(j, "num_experts_per_tok", int64_t{16}));
@@ -376,7 +381,7 @@ absl::Status ParseExperts(const Reader& r, const DecoderFamily& f, DecoderConfig
       }
       break;
     }
-    case MoeLayers::kNone:
+    case ExpertFields::kNone:
       break;
   }
   if (c->num_experts < 2 || c->num_experts_per_tok > c->num_experts) {
@@ -384,20 +389,21 @@ absl::Status ParseExperts(const Reader& r, const DecoderFamily& f, DecoderConfig
                                 "num_experts_per_tok ", c->num_experts_per_tok, ", got ",
                                 c->num_experts));
   }
-  switch (f.topk_weights) {
-    case TopKWeights::kNormalized:
+  switch (cls.router) {
+    case RouterFields::kNone:
       c->norm_topk_prob = true;
       break;
-    case TopKWeights::kConfig: {
+    case RouterFields::kNormTopkProb: {
       DT_ASSIGN_OR_RETURN(c->norm_topk_prob, r.Bool("norm_topk_prob", false));
       break;
     }
-    case TopKWeights::kScaled: {
+    case RouterFields::kScalingFactor: {
       DT_ASSIGN_OR_RETURN(const bool norm, r.Bool("norm_topk_prob", false));
       if (norm) {
-        return r.Unsupported(
-            "\"norm_topk_prob\": true is ambiguous for deepseek_v2 (transformers' router ignores "
-            "it, DeepSeek's own code renormalises the top-k weights); refusing to guess");
+        return r.Unsupported(absl::StrCat(
+            "\"norm_topk_prob\": true is ambiguous for ", cls.model_type,
+            " (transformers' router ignores it, DeepSeek's own code renormalises the top-k "
+            "weights); refusing to guess"));
       }
       DT_ASSIGN_OR_RETURN(c->routed_scaling_factor,
                           r.PositiveNumber(j, "routed_scaling_factor", 1.0));
@@ -408,13 +414,17 @@ absl::Status ParseExperts(const Reader& r, const DecoderFamily& f, DecoderConfig
       }
       break;  // n_group / topk_group only matter to group_limited_greedy (transformers')
     }
-    case TopKWeights::kSigmoidGroups: {
+    case RouterFields::kGroups: {
       DT_ASSIGN_OR_RETURN(c->norm_topk_prob, r.Bool("norm_topk_prob", true));
       DT_ASSIGN_OR_RETURN(c->routed_scaling_factor,
                           r.PositiveNumber(j, "routed_scaling_factor", 3.66));
       DT_ASSIGN_OR_RETURN(c->n_group, r.PositiveInt(j, "n_group", int64_t{1}));
       DT_ASSIGN_OR_RETURN(c->topk_group, r.PositiveInt(j, "topk_group", int64_t{1}));
-      if (!SigmoidGroupsFit(c->num_experts, c->n_group, c->topk_group, c->num_experts_per_tok)) {
+      // The router's own rule (nn::SigmoidGroupsFit in nn/moe.h), in the config's words; the
+      // reader and the router refuse the same configs (DecoderFamilies.GroupsAsTheRouterSays).
+      const int64_t experts = c->num_experts, groups = c->n_group, best = c->topk_group;
+      if (!(experts % groups == 0 && experts / groups >= 2 && best <= groups &&
+            c->num_experts_per_tok <= best * (experts / groups))) {
         return r.Error(absl::StrCat(
             "n_group ", c->n_group, " and topk_group ", c->topk_group, " do not fit ",
             c->num_experts, " experts and num_experts_per_tok ", c->num_experts_per_tok,
@@ -437,10 +447,10 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::s
   try {
     DT_ASSIGN_OR_RETURN(std::optional<std::string> model_type, r.String("model_type"));
     if (model_type) c.model_type = *model_type;
-    absl::StatusOr<const DecoderFamily*> found = FindDecoderFamily(c.model_type);
+    absl::StatusOr<const DecoderConfigClass*> found = FindDecoderConfigClass(c.model_type);
     if (!found.ok()) return r.Error(found.status().message());
-    const DecoderFamily& family = **found;
-    DT_RETURN_IF_ERROR(RefuseUnimplemented(r, family));
+    const DecoderConfigClass& cls = **found;
+    DT_RETURN_IF_ERROR(RefuseUnimplemented(r, cls));
     DT_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveInt(j, "vocab_size", std::nullopt));
     DT_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveInt(j, "hidden_size", std::nullopt));
     DT_ASSIGN_OR_RETURN(c.intermediate_size, r.PositiveInt(j, "intermediate_size", std::nullopt));
@@ -450,14 +460,14 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::s
     DT_ASSIGN_OR_RETURN(c.num_key_value_heads,
                         r.PositiveInt(j, "num_key_value_heads", c.num_attention_heads));
     const bool explicit_head_dim = r.Find(j, "head_dim") != nullptr;
-    if (!explicit_head_dim && family.default_head_dim == 0 &&
+    if (!explicit_head_dim && cls.default_head_dim == 0 &&
         c.hidden_size % c.num_attention_heads != 0) {
       return r.Error(absl::StrCat("hidden_size ", c.hidden_size,
                                   " is not a multiple of num_attention_heads ",
                                   c.num_attention_heads, " (and no head_dim is given)"));
     }
-    const int64_t default_head_dim = family.default_head_dim > 0
-                                         ? family.default_head_dim
+    const int64_t default_head_dim = cls.default_head_dim > 0
+                                         ? cls.default_head_dim
                                          : c.hidden_size / c.num_attention_heads;
     DT_ASSIGN_OR_RETURN(c.head_dim, r.PositiveInt(j, "head_dim", default_head_dim));
     if (c.head_dim % 2 != 0) {
@@ -467,23 +477,23 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::s
       return r.Error(absl::StrCat("num_key_value_heads ", c.num_key_value_heads,
                                   " must divide num_attention_heads ", c.num_attention_heads));
     }
-    DT_RETURN_IF_ERROR(ParseLatentAttention(r, family, &c));
+    DT_RETURN_IF_ERROR(ParseLatentAttention(r, cls, &c));
     DT_ASSIGN_OR_RETURN(c.max_position_embeddings,
                         r.PositiveInt(j, "max_position_embeddings",
-                                      family.default_max_position_embeddings));
+                                      cls.default_max_position_embeddings));
     DT_ASSIGN_OR_RETURN(c.rms_norm_eps,
-                        r.PositiveNumber(j, "rms_norm_eps", family.default_rms_norm_eps));
-    DT_RETURN_IF_ERROR(ParseRope(r, family, &c));
+                        r.PositiveNumber(j, "rms_norm_eps", cls.default_rms_norm_eps));
+    DT_RETURN_IF_ERROR(ParseRope(r, cls, &c));
     DT_ASSIGN_OR_RETURN(std::optional<std::string> act, r.String("hidden_act"));
     if (act) c.hidden_act = *act;
-    if (family.attention_bias_field) {
+    if (cls.attention_bias_field) {
       DT_ASSIGN_OR_RETURN(c.attention_bias, r.Bool("attention_bias", false));
     }
-    if (family.mlp_bias_field) {
+    if (cls.mlp_bias_field) {
       DT_ASSIGN_OR_RETURN(c.mlp_bias, r.Bool("mlp_bias", false));
     }
-    DT_RETURN_IF_ERROR(ParseSlidingWindow(r, family, &c));
-    DT_RETURN_IF_ERROR(ParseExperts(r, family, &c));
+    DT_RETURN_IF_ERROR(ParseSlidingWindow(r, cls, &c));
+    DT_RETURN_IF_ERROR(ParseExperts(r, cls, &c));
     DT_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
     DT_ASSIGN_OR_RETURN(std::optional<std::string> dtype, r.String("torch_dtype"));
     if (!dtype) {

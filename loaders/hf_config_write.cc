@@ -28,10 +28,10 @@ std::string DecoderConfig::Summary() const {
 }
 
 std::string DecoderConfigToJson(const DecoderConfig& c) {
-  const DecoderFamily& family = c.family();
+  const DecoderConfigClass& cls = c.config_class();
   nlohmann::ordered_json j;
-  j["architectures"] = {family.architecture};
-  j["model_type"] = family.model_type;
+  j["architectures"] = {cls.architecture};
+  j["model_type"] = cls.model_type;
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.hidden_size;
   j["intermediate_size"] = c.intermediate_size;
@@ -69,9 +69,9 @@ std::string DecoderConfigToJson(const DecoderConfig& c) {
     j["rope_scaling"] = r;
   }
   j["hidden_act"] = c.hidden_act;
-  if (family.attention_bias_field) j["attention_bias"] = c.attention_bias;
-  if (family.mlp_bias_field) j["mlp_bias"] = c.mlp_bias;
-  switch (family.sliding_window) {
+  if (cls.attention_bias_field) j["attention_bias"] = c.attention_bias;
+  if (cls.mlp_bias_field) j["mlp_bias"] = c.mlp_bias;
+  switch (cls.sliding_window) {
     case SlidingWindowFields::kNone:
       break;
     case SlidingWindowFields::kAll:
@@ -81,7 +81,7 @@ std::string DecoderConfigToJson(const DecoderConfig& c) {
         j["sliding_window"] = nullptr;
       }
       break;
-    case SlidingWindowFields::kQwen:
+    case SlidingWindowFields::kFromLayer:
       j["use_sliding_window"] = c.sliding_window > 0;
       if (c.sliding_window > 0) {
         j["sliding_window"] = c.sliding_window;
@@ -89,49 +89,61 @@ std::string DecoderConfigToJson(const DecoderConfig& c) {
       }
       break;
   }
-  if (family.moe()) {
-    j["num_experts_per_tok"] = c.num_experts_per_tok;
-    switch (family.moe_layers) {
-      case MoeLayers::kAll:
-        j["num_local_experts"] = c.num_experts;
-        break;
-      case MoeLayers::kSparseStep:
-        j["num_experts"] = c.num_experts;
-        j["moe_intermediate_size"] = c.moe_intermediate_size;
-        j["norm_topk_prob"] = c.norm_topk_prob;
-        j["decoder_sparse_step"] = c.decoder_sparse_step;
-        j["mlp_only_layers"] = c.mlp_only_layers;
-        break;
-      case MoeLayers::kAfterDense:
-        j["n_routed_experts"] = c.num_experts;
-        j["moe_intermediate_size"] = c.moe_intermediate_size;
-        j["n_shared_experts"] = c.n_shared_experts;
+  switch (cls.experts) {
+    case ExpertFields::kNone:
+      break;
+    case ExpertFields::kLocalExperts:
+      j["num_experts_per_tok"] = c.num_experts_per_tok;
+      j["num_local_experts"] = c.num_experts;
+      break;
+    case ExpertFields::kSparseStep:
+      j["num_experts_per_tok"] = c.num_experts_per_tok;
+      j["num_experts"] = c.num_experts;
+      j["moe_intermediate_size"] = c.moe_intermediate_size;
+      j["decoder_sparse_step"] = c.decoder_sparse_step;
+      j["mlp_only_layers"] = c.mlp_only_layers;
+      break;
+    case ExpertFields::kFirstKDense:
+      j["num_experts_per_tok"] = c.num_experts_per_tok;
+      j["n_routed_experts"] = c.num_experts;
+      j["moe_intermediate_size"] = c.moe_intermediate_size;
+      j["n_shared_experts"] = c.n_shared_experts;
+      j["first_k_dense_replace"] = c.first_k_dense_replace;
+      break;
+    case ExpertFields::kLayerTypes:
+      j["num_experts_per_tok"] = c.num_experts_per_tok;
+      j["n_routed_experts"] = c.num_experts;
+      j["moe_intermediate_size"] = c.moe_intermediate_size;
+      j["n_shared_experts"] = c.n_shared_experts;
+      if (c.mlp_sparse.empty()) {  // as read: a list of num_hidden_layers is not built here
         j["first_k_dense_replace"] = c.first_k_dense_replace;
+      } else {
+        std::vector<std::string> types;
+        for (bool sparse : c.mlp_sparse) types.push_back(sparse ? "sparse" : "dense");
+        j["mlp_layer_types"] = types;
+      }
+      break;
+  }
+  if (cls.experts != ExpertFields::kNone) {
+    switch (cls.router) {
+      case RouterFields::kNone:
+        break;
+      case RouterFields::kNormTopkProb:
+        j["norm_topk_prob"] = c.norm_topk_prob;
+        break;
+      case RouterFields::kScalingFactor:
         j["routed_scaling_factor"] = c.routed_scaling_factor;
         j["topk_method"] = "greedy";
         break;
-      case MoeLayers::kLayerTypes: {
-        j["n_routed_experts"] = c.num_experts;
-        j["moe_intermediate_size"] = c.moe_intermediate_size;
-        j["n_shared_experts"] = c.n_shared_experts;
-        if (c.mlp_sparse.empty()) {  // as read: a list of num_hidden_layers is not built here
-          j["first_k_dense_replace"] = c.first_k_dense_replace;
-        } else {
-          std::vector<std::string> types;
-          for (bool sparse : c.mlp_sparse) types.push_back(sparse ? "sparse" : "dense");
-          j["mlp_layer_types"] = types;
-        }
+      case RouterFields::kGroups:
         j["norm_topk_prob"] = c.norm_topk_prob;
         j["routed_scaling_factor"] = c.routed_scaling_factor;
         j["n_group"] = c.n_group;
         j["topk_group"] = c.topk_group;
         break;
-      }
-      case MoeLayers::kNone:
-        break;
     }
   }
-  if (family.latent_attention) {
+  if (cls.latent_attention_fields) {
     if (c.q_lora_rank > 0) {
       j["q_lora_rank"] = c.q_lora_rank;
     } else {

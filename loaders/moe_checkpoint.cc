@@ -13,7 +13,7 @@ namespace {
 bool Has(const Checkpoint& c, const std::string& name) { return c.Info(name).ok(); }
 
 absl::Status AddLayer(Checkpoint& c, const DecoderConfig& config, int64_t layer) {
-  const DecoderFamily& f = config.family();
+  const DecoderConfigClass& f = config.config_class();
   const std::string p = absl::StrCat("model.layers.", layer, ".");
   const std::string block = p + f.moe_checkpoint_block + ".";
   const std::string router = p + "mlp.gate.weight";

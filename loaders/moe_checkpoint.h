@@ -1,7 +1,7 @@
 #pragma once
-// The stacked expert tensors of a mixture-of-experts family (Note [MoE blocks] in
-// decoder_family.h) from the layouts checkpoints store them in, as transformers 5's weight
-// converters fuse them on load (MergeModulelist + Concatenate):
+// The stacked expert tensors of a mixture-of-experts model (Note [MoE blocks] in
+// nn/models/decoder_family.h) from the layouts checkpoints store them in, as transformers 5's
+// weight converters fuse them on load (MergeModulelist + Concatenate):
 //
 //   stored as (per sparse layer model.layers.{i}.)                  read as
 //   mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj      themselves (transformers 5's

@@ -14,7 +14,7 @@
 //                                                    0, this rank's become its local ids
 //   ep_dispatch_experts  (its parameters' rules)     Note [Dispatch and combine]
 //
-// A MoE family offers two plans (loaders/decoder_family.h):
+// A MoE family offers two plans (nn/models/decoder_family.h):
 //   ep_plan             transformers': experts.gate_up_proj and experts.down_proj grouped_gemm,
 //                       experts ep_dispatch_experts (tokens move to their experts' ranks)
 //   ep_all_reduce_plan  gate ep_router, the same grouped_gemm, experts moe_tp_experts: every rank

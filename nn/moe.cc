@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
-#include "dtensor/loaders/decoder_family.h"
 #include "dtensor/ops/value_ops.h"
 #include "dtensor/ops/local/ops.h"
 
@@ -89,7 +88,7 @@ TopKRouter::TopKRouter(const RouterOptions& o) : Module("TopKRouter"), options_(
 std::string TopKRouter::GroupMisfit() const {
   const RouterOptions& o = options_;
   if (o.scoring != RouterScoring::kSigmoid ||
-      loaders::SigmoidGroupsFit(o.num_experts, o.num_groups, o.topk_groups, o.top_k)) {
+      SigmoidGroupsFit(o.num_experts, o.num_groups, o.topk_groups, o.top_k)) {
     return "";
   }
   return absl::StrCat(o.num_experts, " experts in ", o.num_groups, " groups (", o.topk_groups,

@@ -1,6 +1,6 @@
 #pragma once
 // Mixture-of-experts blocks, in transformers 5's layout (Note [MoE blocks] in
-// loaders/decoder_family.h).
+// nn/models/decoder_family.h).
 //
 //   TopKRouter      {x [N, H]} -> {weights [N, k], ids [N, k] i64}
 //                   weight [E, H]; p = softmax(x · weightᵀ) over the E experts, in f32; the k
@@ -61,6 +61,16 @@ enum class RouterScoring : uint8_t {
   kSigmoid,  // Note [Sigmoid group routing]
 };
 
+// Whether `experts` in `groups` groups, the `topk_groups` best of them eligible, can give `top_k`
+// (kSigmoid): the groups divide the experts and hold 2 or more each (a group's score is its two
+// best), and the eligible groups hold top_k experts or more. The config reader refuses the same
+// n_group / topk_group in the config's words (loaders/hf_config_read.cc).
+constexpr bool SigmoidGroupsFit(int64_t experts, int64_t groups, int64_t topk_groups,
+                                int64_t top_k) {
+  return groups > 0 && topk_groups > 0 && experts % groups == 0 && experts / groups >= 2 &&
+         topk_groups <= groups && top_k <= topk_groups * (experts / groups);
+}
+
 struct RouterOptions {
   int64_t hidden_size = 0;
   int64_t num_experts = 0;
@@ -88,7 +98,7 @@ class TopKRouter : public Module {
   absl::StatusOr<Values> Forward(Values inputs) override;
 
  private:
-  // kSigmoid groups that cannot give top_k (loaders::SigmoidGroupsFit): why, else "".
+  // kSigmoid groups that cannot give top_k (SigmoidGroupsFit): why, else "".
   std::string GroupMisfit() const;
 
   RouterOptions options_;

@@ -101,7 +101,7 @@ absl::StatusOr<std::map<std::string, Placed>> PlaceModel(const std::string& dir,
     return absl::UnimplementedError(absl::StrCat(
         "'", dir, "' holds a diffusers ", diffusers_class,
         "; the models with a tensor-parallel plan are the causal LMs (",
-        loaders::DecoderFamilyNames(), ") and Flux2Transformer2DModel"));
+        nn::DecoderFamilyNames(), ") and Flux2Transformer2DModel"));
   }
   DT_ASSIGN_OR_RETURN(loaders::DecoderConfig config, loaders::LoadDecoderConfig(dir));
   DT_RETURN_IF_ERROR(nn::CausalLM::ValidateConfig(config));

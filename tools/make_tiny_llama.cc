@@ -106,7 +106,7 @@ absl::Status Run() {
   const bool ok = std::fwrite(json.data(), 1, json.size(), fp) == json.size();
   if (std::fclose(fp) != 0 || !ok) return absl::InternalError("cannot write " + config_path);
   std::printf("make_tiny_llama: wrote %s (%s, %.2fM parameters)\n", out.c_str(),
-              c.Summary().c_str(), c.NumParameters() / 1e6);
+              c.Summary().c_str(), nn::NumParameters(c) / 1e6);
   return absl::OkStatus();
 }
 

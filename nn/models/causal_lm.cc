@@ -40,8 +40,8 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 namespace {
 
 // The attention and the MLP a layer of the family has (Note [Adding a family] in
-// loaders/decoder_family.h: other kinds of blocks — experts, latent attention — branch here, with
-// the layer index for families whose layers differ).
+// nn/models/decoder_family.h: other kinds of blocks — experts, latent attention — branch here,
+// with the layer index for families whose layers differ).
 // transformers' yarn_apply_mscale: with YaRN's mscale_all_dim, latent attention scales its softmax
 // by mscale² as well (DeepSeek's reference does; the rotary dims are scaled by the table already).
 double LatentSoftmaxScale(const loaders::DecoderConfig& c) {
@@ -56,7 +56,7 @@ double LatentSoftmaxScale(const loaders::DecoderConfig& c) {
 
 std::unique_ptr<Module> MakeAttention(const loaders::DecoderConfig& c, int64_t /*layer*/,
                                       DType dtype) {
-  const loaders::DecoderFamily& f = c.family();
+  const DecoderFamily& f = FamilyOf(c);
   if (f.latent_attention) {
     LatentAttentionOptions l;
     l.hidden_size = c.hidden_size;
@@ -100,8 +100,8 @@ std::unique_ptr<Module> MakeAttention(const loaders::DecoderConfig& c, int64_t /
 std::unique_ptr<Module> MakeMlp(const loaders::DecoderConfig& c, int64_t layer, DType dtype) {
   const Activation act = ParseActivation(c.hidden_act).value_or(Activation::kSilu);  // ValidateConfig
   if (c.IsMoeLayer(layer)) {
-    // Note [MoE blocks] in loaders/decoder_family.h.
-    const loaders::DecoderFamily& f = c.family();
+    // Note [MoE blocks] in nn/models/decoder_family.h.
+    const DecoderFamily& f = FamilyOf(c);
     MoeBlockOptions o;
     o.router.hidden_size = c.hidden_size;
     o.router.num_experts = c.num_experts;
@@ -109,9 +109,9 @@ std::unique_ptr<Module> MakeMlp(const loaders::DecoderConfig& c, int64_t layer, 
     o.router.normalize = c.norm_topk_prob;
     o.router.scaling = c.routed_scaling_factor;
     o.router.f32_logits = f.router_f32;
-    o.router.weights_in_input_dtype = f.topk_weights == loaders::TopKWeights::kConfig;
-    if (f.topk_weights == loaders::TopKWeights::kSigmoidGroups) {
-      o.router.scoring = RouterScoring::kSigmoid;
+    o.router.weights_in_input_dtype = f.router_weights_in_input_dtype;
+    o.router.scoring = f.router_scoring;
+    if (f.router_scoring == RouterScoring::kSigmoid) {
       o.router.num_groups = c.n_group;
       o.router.topk_groups = c.topk_group;
     }
@@ -129,7 +129,7 @@ std::unique_ptr<Module> MakeMlp(const loaders::DecoderConfig& c, int64_t layer, 
   m.hidden_size = c.hidden_size;
   m.intermediate_size = c.intermediate_size;
   m.bias = c.mlp_bias;
-  m.fused = c.family().fused_gate_up;
+  m.fused = FamilyOf(c).fused_gate_up;
   m.activation = act;
   m.dtype = dtype;
   return std::make_unique<SwiGLUMLP>(m);
@@ -180,7 +180,7 @@ DecoderModel::DecoderModel(const loaders::DecoderConfig& c, DType dtype) : Modul
       },
       absl::StrCat("theta=", c.rope_theta, c.rope_scaling.rope_type == "default" ? "" : ", ",
                    c.rope_scaling.rope_type == "default" ? "" : c.rope_scaling.rope_type),
-      c.family().rotary_interleaved ? ops::RotaryStyle::kInterleaved : ops::RotaryStyle::kHalf);
+      FamilyOf(c).rotary_interleaved ? ops::RotaryStyle::kInterleaved : ops::RotaryStyle::kHalf);
 }
 
 absl::StatusOr<Values> DecoderModel::Forward(Values inputs) {
@@ -208,7 +208,7 @@ absl::StatusOr<Values> DecoderModel::Forward(Values inputs) {
 // ---- CausalLM ------------------------------------------------------------------------------------
 
 CausalLM::CausalLM(const loaders::DecoderConfig& config, DType dtype)
-    : Module(config.family().architecture), config_(config), dtype_(dtype) {
+    : Module(config.config_class().architecture), config_(config), dtype_(dtype) {
   model_ = &AddModule<DecoderModel>("model", config, dtype);
   lm_head_ =
       &AddModule<Linear>("lm_head", config.hidden_size, config.vocab_size, /*bias=*/false, dtype);
@@ -217,18 +217,19 @@ CausalLM::CausalLM(const loaders::DecoderConfig& config, DType dtype)
 CausalLM::~CausalLM() = default;
 
 absl::Status CausalLM::ValidateConfig(const loaders::DecoderConfig& config) {
-  DT_RETURN_IF_ERROR(loaders::FindDecoderFamily(config.model_type).status());
+  DT_RETURN_IF_ERROR(FindDecoderFamily(config.model_type).status());
   absl::StatusOr<Activation> act = ParseActivation(config.hidden_act);
   if (!act.ok()) {
-    return absl::UnimplementedError(absl::StrCat(config.family().architecture, ": hidden_act \"",
-                                                 config.hidden_act, "\": ", act.status().message()));
+    return absl::UnimplementedError(absl::StrCat(config.config_class().architecture,
+                                                 ": hidden_act \"", config.hidden_act, "\": ",
+                                                 act.status().message()));
   }
   return absl::OkStatus();
 }
 
 ParallelPlan CausalLM::TPPlan(const loaders::DecoderConfig& config, bool shard_embedding,
                               bool replicate_kv) {
-  const loaders::DecoderFamily& f = config.family();
+  const DecoderFamily& f = FamilyOf(config);
   ParallelPlan plan;
   // Latent attention builds q_proj or q_a_proj / q_b_proj, as the config says: the other's rule
   // would match nothing.
@@ -255,7 +256,7 @@ ParallelPlan CausalLM::TPPlan(const loaders::DecoderConfig& config, bool shard_e
 ParallelPlan CausalLM::EPPlan(const loaders::DecoderConfig& config, bool all_reduce) {
   ParallelPlan plan;
   if (!config.HasMoeLayers()) return plan;
-  const loaders::DecoderFamily& f = config.family();
+  const DecoderFamily& f = FamilyOf(config);
   for (const auto& [key, style] : all_reduce ? f.ep_all_reduce_plan : f.ep_plan) {
     plan.emplace_back(key, style);
   }
@@ -303,7 +304,7 @@ namespace {
 std::string HubName(const loaders::DecoderConfig& config, absl::string_view name) {
   constexpr absl::string_view kModule = ".self_attn.q_gate_proj.";
   const size_t at = name.find(kModule);
-  if (!config.family().gated_attention || at == absl::string_view::npos) return std::string(name);
+  if (!FamilyOf(config).gated_attention || at == absl::string_view::npos) return std::string(name);
   return absl::StrCat(name.substr(0, at), ".self_attn.q_proj.", name.substr(at + kModule.size()));
 }
 
@@ -347,7 +348,7 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
                       checkpoint.gguf() != nullptr ? loaders::DecoderConfigFromGguf(*checkpoint.gguf())
                                                    : loaders::LoadDecoderConfig(dir));
   DT_RETURN_IF_ERROR(ValidateConfig(config));
-  const std::string name = config.family().architecture;
+  const std::string name = config.config_class().architecture;
   const DType dtype = options.dtype.value_or(config.dtype);
   if (!IsFloating(dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -420,7 +421,7 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
                           EffectiveEPPlan(dist, EPPlan(config), EPPlan(config, true)));
       if (options.ep_plan->empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            config.family().architecture, ": ep_size ", dist.ep_size, " needs experts; ",
+            config.config_class().architecture, ": ep_size ", dist.ep_size, " needs experts; ",
             config.model_type, " has no sparse layer"));
       }
     }

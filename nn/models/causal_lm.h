@@ -1,7 +1,7 @@
 #pragma once
 // The decoder-only causal language models (transformers' LlamaForCausalLM, MistralForCausalLM,
 // Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM) as one model class assembled from the
-// family's description (loaders/decoder_family.h), with Hugging Face names, the family's
+// family's description (nn/models/decoder_family.h), with Hugging Face names, the family's
 // tensor-parallel plan, sharded loading from safetensors or GGUF, a KV cache and generation.
 //
 //   CausalLM
@@ -22,7 +22,7 @@
 //                                                       tie_word_embeddings, read from
 //                                                       model.embed_tokens.weight
 //
-// Tensor-parallel plan: the family's (loaders/decoder_family.h; Llama's below):
+// Tensor-parallel plan: the family's (nn/models/decoder_family.h; Llama's below):
 //
 //   key                                  style                   per layer / model
 //   model.layers.*.self_attn.q_proj      colwise                 heads split, no communication
@@ -100,6 +100,7 @@
 #include "dtensor/nn/module.h"
 #include "dtensor/nn/plan.h"
 #include "dtensor/nn/save.h"
+#include "dtensor/nn/models/decoder_family.h"
 #include "dtensor/nn/models/sampling.h"
 
 namespace dt::nn {

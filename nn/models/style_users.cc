@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "dtensor/loaders/decoder_family.h"
+#include "dtensor/nn/models/decoder_family.h"
 #include "dtensor/nn/models/flux2.h"
 #include "dtensor/nn/style_registry.h"
 
@@ -36,7 +36,7 @@ std::string RegisteredName(const PlanEntry& entry) {
 
 std::map<std::string, std::vector<std::string>> BuiltInStyleUsers() {
   std::map<std::string, std::vector<std::string>> users;
-  for (const loaders::DecoderFamily& f : loaders::DecoderFamilies()) {
+  for (const DecoderFamily& f : DecoderFamilies()) {
     for (const auto* plan : {&f.tp_plan, &f.mlp_plan, &f.moe_plan}) {
       for (const auto& [key, style] : *plan) Add(users, style, f.model_type);
     }

@@ -1,6 +1,6 @@
 #pragma once
 // Which registered styles (nn/style_registry.h) the built-in models' plans use: every decoder
-// family's tensor-parallel, MLP, MoE and expert-parallel plans (loaders/decoder_family.h) and
+// family's tensor-parallel, MLP, MoE and expert-parallel plans (nn/models/decoder_family.h) and
 // Flux2's. `dtensor styles` prints it under the registry's table, so that a style transformers
 // registers is seen next to a model that runs it.
 

@@ -1,5 +1,7 @@
 // loaders/hf_config: Llama config.json in its v4 and v5 spellings, defaults, every error class, the
-// rope frequencies against values computed by transformers (_compute_llama3_parameters).
+// rope frequencies against values computed by transformers (_compute_llama3_parameters); the other
+// config classes, and the families read from them (nn/models/decoder_family.h: the parameter
+// counts, the two tables, the router's groups).
 #include "dtensor/loaders/hf_config.h"
 
 #include <unistd.h>
@@ -11,7 +13,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "rapidcheck/gtest.h"
 #include "dtensor/loaders/small_file.h"
+#include "dtensor/nn/models/decoder_family.h"
+#include "dtensor/nn/moe.h"
 #include "dtensor/tests/test_util.h"
 
 namespace dt::loaders {
@@ -47,7 +52,7 @@ TEST(HfConfig, Llama31) {
   EXPECT_EQ(*c->bos_token_id, 128000);
   EXPECT_EQ(c->rms_norm_eps, 1e-5);
   // Llama-3.1-8B has 8.03B parameters.
-  EXPECT_EQ(c->NumParameters(), 8030261248);
+  EXPECT_EQ(nn::NumParameters(*c), 8030261248);
 }
 
 TEST(HfConfig, V5SpellingAndDefaults) {
@@ -212,7 +217,7 @@ TEST(HfConfig, JsonRoundTrip) {
   EXPECT_EQ(back->rope_scaling.original_max_position_embeddings, 8192);
 }
 
-// ---- the other decoder families (loaders/decoder_family.h) ----------------------------------------
+// ---- the other config classes and their families (nn/models/decoder_family.h) -------------------
 
 constexpr char kSizes[] = R"("vocab_size": 16, "hidden_size": 16, "intermediate_size": 8,
     "num_hidden_layers": 4, "num_attention_heads": 4)";
@@ -229,7 +234,7 @@ TEST(DecoderFamilies, DefaultsAndSwitchesFollowEachConfigClass) {
   DecoderConfig m = Parse("mistral", "").value();
   EXPECT_EQ(m.sliding_window, 4096);
   EXPECT_EQ(m.max_position_embeddings, 131072);
-  EXPECT_EQ(m.family().architecture, "MistralForCausalLM");
+  EXPECT_EQ(m.config_class().architecture, "MistralForCausalLM");
   EXPECT_EQ(Parse("mistral", R"("sliding_window": null)").value().sliding_window, 0);
   DecoderConfig q3 = Parse("qwen3", R"("attention_bias": true)").value();
   EXPECT_EQ(q3.head_dim, 128);
@@ -242,16 +247,16 @@ TEST(DecoderFamilies, DefaultsAndSwitchesFollowEachConfigClass) {
   DecoderConfig phi = Parse("phi3", "").value();
   EXPECT_EQ(phi.rms_norm_eps, 1e-5);
   EXPECT_EQ(phi.max_position_embeddings, 4096);
-  EXPECT_TRUE(phi.family().fused_qkv && phi.family().fused_gate_up);
+  EXPECT_TRUE(nn::FamilyOf(phi).fused_qkv && nn::FamilyOf(phi).fused_gate_up);
   // Phi-3 reads the legacy "su" as longrope (transformers' Phi3Config).
   DecoderConfig su = Parse("phi3", R"("rope_scaling": {"type": "su", "short_factor": [1, 1],
       "long_factor": [2, 2]}, "original_max_position_embeddings": 64)").value();
   EXPECT_EQ(su.rope_scaling.rope_type, "longrope");
   EXPECT_EQ(su.rope_scaling.original_max_position_embeddings, 64);
   // Parameters count the family's extra weights: Qwen3's q/k norms, Qwen2's q/k/v biases.
-  EXPECT_EQ(q3.NumParameters() - Parse("llama", R"("head_dim": 128, "attention_bias": true)")
-                                     .value()
-                                     .NumParameters(),
+  EXPECT_EQ(nn::NumParameters(q3) -
+                nn::NumParameters(
+                    Parse("llama", R"("head_dim": 128, "attention_bias": true)").value()),
             4 * 2 * 128);
   EXPECT_EQ(Parse("llama", "").value().Summary().substr(0, 6), "llama:");
   EXPECT_EQ(q3.Summary().substr(0, 6), "qwen3:");
@@ -299,6 +304,63 @@ TEST(DecoderFamilies, FieldsNoFamilyImplementsAreRefused) {
   // Off values are accepted.
   EXPECT_TRUE(Parse("phi3", R"("partial_rotary_factor": 1.0, "quantization_config": null,
       "num_local_experts": 0)").ok());
+}
+
+// Note [Config classes and families]: one family per config class, in the same order.
+TEST(DecoderFamilies, EveryConfigClassHasItsFamily) {
+  const std::vector<DecoderConfigClass>& classes = DecoderConfigClasses();
+  const std::vector<nn::DecoderFamily>& families = nn::DecoderFamilies();
+  ASSERT_EQ(classes.size(), families.size()) << DecoderModelTypes() << " / "
+                                             << nn::DecoderFamilyNames();
+  for (size_t i = 0; i < classes.size(); ++i) {
+    EXPECT_EQ(classes[i].model_type, families[i].model_type) << i;
+  }
+  EXPECT_EQ(DecoderModelTypes(), nn::DecoderFamilyNames());
+  // The same refusal from both, naming every model_type.
+  EXPECT_EQ(FindDecoderConfigClass("gpt2").status(), nn::FindDecoderFamily("gpt2").status());
+  // A family with experts reads them from its config class's fields, and only such a family
+  // plans them.
+  for (size_t i = 0; i < classes.size(); ++i) {
+    EXPECT_EQ(classes[i].experts != ExpertFields::kNone, !families[i].moe_plan.empty())
+        << classes[i].model_type;
+  }
+}
+
+// The reader refuses a config's n_group / topk_group exactly where the router would
+// (nn::SigmoidGroupsFit): one rule, stated in the config's words and in the router's.
+RC_GTEST_PROP(DecoderFamilies, GroupsAsTheRouterSays, ()) {
+  const int64_t experts = *rc::gen::inRange<int64_t>(2, 41);
+  const int64_t top_k = *rc::gen::inRange<int64_t>(1, experts + 1);
+  const int64_t groups = *rc::gen::inRange<int64_t>(1, experts + 2);
+  const int64_t best = *rc::gen::inRange<int64_t>(1, groups + 2);
+  const absl::StatusOr<DecoderConfig> c = Parse(
+      "minicpm5_moe", absl::StrCat(R"("n_routed_experts": )", experts,
+                                   R"(, "num_experts_per_tok": )", top_k, R"(, "n_group": )",
+                                   groups, R"(, "topk_group": )", best));
+  RC_ASSERT(c.ok() == nn::SigmoidGroupsFit(experts, groups, best, top_k));
+  if (!c.ok()) RC_ASSERT(Contains(c.status(), "do not fit"));
+}
+
+// DecoderConfig::HasMoeLayers / HasDenseLayers are closed forms (a config may claim 10^9 layers):
+// they say what IsMoeLayer says of every layer, for each way the classes spell the sparse layers.
+RC_GTEST_PROP(DecoderConfigLayers, ClosedFormsAgreeWithEveryLayer, ()) {
+  DecoderConfig c;
+  c.num_hidden_layers = *rc::gen::inRange<int64_t>(0, 13);
+  c.num_experts = *rc::gen::element<int64_t>(0, 4);
+  const int64_t l = c.num_hidden_layers;
+  if (*rc::gen::arbitrary<bool>() && l > 0) {  // mlp_layer_types
+    for (int64_t i = 0; i < l; ++i) c.mlp_sparse.push_back(*rc::gen::arbitrary<bool>());
+  } else {
+    c.first_k_dense_replace = *rc::gen::inRange<int64_t>(0, l + 3);
+    c.decoder_sparse_step = *rc::gen::inRange<int64_t>(1, 6);
+    for (int64_t i = 0; i < l; ++i) {
+      if (*rc::gen::inRange(0, 4) == 0) c.mlp_only_layers.push_back(i);
+    }
+  }
+  bool sparse = false, dense = false;
+  for (int64_t i = 0; i < l; ++i) (c.IsMoeLayer(i) ? sparse : dense) = true;
+  RC_ASSERT(c.HasMoeLayers() == sparse);
+  RC_ASSERT(c.HasDenseLayers() == dense);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The mixture-of-experts families (Note [MoE blocks] in loaders/decoder_family.h) against
+// The mixture-of-experts families (Note [MoE blocks] in nn/models/decoder_family.h) against
 // transformers: Mixtral and Qwen3-MoE tiny checkpoints (tools/reference/make_moe_fixtures.py),
 // stored one tensor per expert as the Hub stores them and fused on load, at tp 1, 2 and 4 on
 // threads: greedy tokens identical to transformers', logits within 1e-4 of their scale, each rank

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Golden fixtures for the mixture-of-experts families (nn/moe.h, Note [MoE blocks] in
-loaders/decoder_family.h): tiny random checkpoints and what transformers computes with them.
+nn/models/decoder_family.h): tiny random checkpoints and what transformers computes with them.
 
     tools/reference/.venv/bin/python tools/reference/make_moe_fixtures.py [--out tests/fixtures]
 

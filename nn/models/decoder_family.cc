@@ -1,8 +1,8 @@
-#include "dtensor/loaders/decoder_family.h"
+#include "dtensor/nn/models/decoder_family.h"
 
 #include "absl/strings/str_cat.h"
 
-namespace dt::loaders {
+namespace dt::nn {
 namespace {
 
 using Plan = std::vector<std::pair<std::string, std::string>>;
@@ -55,14 +55,15 @@ Plan EpAllReducePlan() {
 }
 
 // The table of the header comment, one designated initializer per family (fields in their
-// declaration order; the rest keep Llama's defaults).
+// declaration order; the rest keep Llama's defaults). Its config class is the row of the same
+// model_type in loaders/hf_config.cc (Note [Config classes and families]).
 std::vector<DecoderFamily> MakeFamilies() {
   Plan qwen3_plan = AttentionPlan();
   // The norms act on each head's head_dim values, so they stay whole on every rank.
   qwen3_plan.insert(qwen3_plan.begin() + 3,
                     {{"model.layers.*.self_attn.q_norm", "replicated_with_grad_allreduce"},
                      {"model.layers.*.self_attn.k_norm", "replicated_with_grad_allreduce"}});
-  // See the header: block shards instead of transformers' gather-then-slice.
+  // See the file comment of the header: block shards instead of transformers' gather-then-slice.
   const Plan phi3_plan = {
       {"model.layers.*.self_attn.qkv_proj", "packed_colwise"},
       {"model.layers.*.self_attn.o_proj", "rowwise"},
@@ -98,50 +99,25 @@ std::vector<DecoderFamily> MakeFamilies() {
       {"model.layers.*.self_attn.o_proj", "rowwise"},
       {"lm_head", "colwise_gather_output"},
   };
-  using SW = SlidingWindowFields;
   return {
-      {.model_type = "llama", .architecture = "LlamaForCausalLM", .gguf_architecture = "llama",
-       .attention_bias_field = true, .mlp_bias_field = true, .tp_plan = AttentionPlan(),
-       .mlp_plan = MlpPlan()},
-      {.model_type = "mistral", .architecture = "MistralForCausalLM", .gguf_architecture = "llama",
-       .default_max_position_embeddings = 4096 * 32, .sliding_window = SW::kAll,
-       .default_sliding_window = 4096, .tp_plan = AttentionPlan(), .mlp_plan = MlpPlan()},
-      {.model_type = "qwen2", .architecture = "Qwen2ForCausalLM", .gguf_architecture = "qwen2",
-       .qkv_bias = true, .default_max_position_embeddings = 32768, .sliding_window = SW::kQwen,
-       .tp_plan = AttentionPlan(), .mlp_plan = MlpPlan()},
-      {.model_type = "qwen3", .architecture = "Qwen3ForCausalLM", .gguf_architecture = "qwen3",
-       .attention_bias_field = true, .qk_norm = true, .default_head_dim = 128,
-       .default_max_position_embeddings = 32768, .sliding_window = SW::kQwen,
-       .tp_plan = qwen3_plan, .mlp_plan = MlpPlan()},
-      {.model_type = "phi3", .architecture = "Phi3ForCausalLM", .gguf_architecture = "phi3",
-       .fused_qkv = true, .fused_gate_up = true, .default_max_position_embeddings = 4096,
-       .default_rms_norm_eps = 1e-5, .sliding_window = SW::kAll,
-       .longrope_aliases = {"su", "yarn"}, .tp_plan = phi3_plan, .mlp_plan = phi3_mlp},
-      {.model_type = "mixtral", .architecture = "MixtralForCausalLM", .gguf_architecture = "llama",
-       .moe_layers = MoeLayers::kAll, .moe_checkpoint_block = "block_sparse_moe",
-       .expert_checkpoint_names = {"w1", "w3", "w2"},
-       .default_max_position_embeddings = 4096 * 32, .default_rms_norm_eps = 1e-5,
-       .default_rope_theta = 1e6, .sliding_window = SW::kAll, .tp_plan = AttentionPlan(),
-       .moe_plan = ExpertsPlan(),
+      {.model_type = "llama", .tp_plan = AttentionPlan(), .mlp_plan = MlpPlan()},
+      {.model_type = "mistral", .tp_plan = AttentionPlan(), .mlp_plan = MlpPlan()},
+      {.model_type = "qwen2", .tp_plan = AttentionPlan(), .mlp_plan = MlpPlan()},
+      {.model_type = "qwen3", .qk_norm = true, .tp_plan = qwen3_plan, .mlp_plan = MlpPlan()},
+      {.model_type = "phi3", .fused_qkv = true, .fused_gate_up = true, .tp_plan = phi3_plan,
+       .mlp_plan = phi3_mlp},
+      {.model_type = "mixtral", .tp_plan = AttentionPlan(), .moe_plan = ExpertsPlan(),
        .ep_plan = EpPlan(), .ep_all_reduce_plan = EpAllReducePlan()},
-      {.model_type = "qwen3_moe", .architecture = "Qwen3MoeForCausalLM",
-       .gguf_architecture = "qwen3moe", .attention_bias_field = true, .qk_norm = true,
-       .default_head_dim = 128, .moe_layers = MoeLayers::kSparseStep,
-       .topk_weights = TopKWeights::kConfig, .default_max_position_embeddings = 32768,
-       .sliding_window = SW::kQwen, .tp_plan = qwen3_plan, .mlp_plan = MlpPlan(),
-       .moe_plan = ExpertsPlan(), .ep_plan = EpPlan(), .ep_all_reduce_plan = EpAllReducePlan()},
-      {.model_type = "deepseek_v2", .architecture = "DeepseekV2ForCausalLM",
-       .attention_bias_field = true, .latent_attention = true, .rotary_interleaved = true,
-       .mlp_bias_field = true, .moe_layers = MoeLayers::kAfterDense,
-       .topk_weights = TopKWeights::kScaled, .router_f32 = true, .shared_experts = true,
-       .tp_plan = deepseek_plan, .mlp_plan = MlpPlan(), .moe_plan = deepseek_moe,
+      {.model_type = "qwen3_moe", .qk_norm = true, .router_weights_in_input_dtype = true,
+       .tp_plan = qwen3_plan, .mlp_plan = MlpPlan(), .moe_plan = ExpertsPlan(),
        .ep_plan = EpPlan(), .ep_all_reduce_plan = EpAllReducePlan()},
-      {.model_type = "minicpm5_moe", .architecture = "MiniCPM5MoeForCausalLM",
-       .attention_bias_field = true, .gated_attention = true, .default_head_dim = 128,
-       .moe_layers = MoeLayers::kLayerTypes, .topk_weights = TopKWeights::kSigmoidGroups,
-       .router_f32 = true, .shared_experts = true, .default_max_position_embeddings = 524288,
-       .default_rope_theta = 5e6, .tp_plan = minicpm5_plan, .mlp_plan = MlpPlan(),
+      {.model_type = "deepseek_v2", .latent_attention = true, .rotary_interleaved = true,
+       .router_f32 = true, .tp_plan = deepseek_plan, .mlp_plan = MlpPlan(),
        .moe_plan = deepseek_moe, .ep_plan = EpPlan(), .ep_all_reduce_plan = EpAllReducePlan()},
+      {.model_type = "minicpm5_moe", .gated_attention = true,
+       .router_scoring = RouterScoring::kSigmoid, .router_f32 = true, .tp_plan = minicpm5_plan,
+       .mlp_plan = MlpPlan(), .moe_plan = deepseek_moe, .ep_plan = EpPlan(),
+       .ep_all_reduce_plan = EpAllReducePlan()},
   };
 }
 
@@ -170,19 +146,40 @@ absl::StatusOr<const DecoderFamily*> FindDecoderFamily(absl::string_view model_t
                                                  DecoderFamilyNames(), ")"));
 }
 
-absl::StatusOr<const DecoderFamily*> FindGgufDecoderFamily(absl::string_view arch,
-                                                           bool experts) {
-  std::string names;
-  for (const DecoderFamily& f : DecoderFamilies()) {
-    if (f.gguf_architecture.empty()) continue;
-    // The first: llama before mistral; mixtral for llama with experts.
-    if (f.gguf_architecture == arch && f.moe() == experts) return &f;
-    if (names.find(f.gguf_architecture) == std::string::npos) {
-      absl::StrAppend(&names, names.empty() ? "" : ", ", f.gguf_architecture);
-    }
-  }
-  return absl::UnimplementedError(absl::StrCat("architecture '", arch,
-                                               "' is not supported (supported: ", names, ")"));
+const DecoderFamily& FamilyOf(const loaders::DecoderConfig& config) {
+  absl::StatusOr<const DecoderFamily*> f = FindDecoderFamily(config.model_type);
+  return f.ok() ? **f : DecoderFamilies().front();
 }
 
-}  // namespace dt::loaders
+int64_t NumParameters(const loaders::DecoderConfig& c) {
+  const DecoderFamily& f = FamilyOf(c);
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim,
+                kv = c.num_key_value_heads * c.head_dim, i = c.intermediate_size;
+  int64_t attention = h * q + 2 * h * kv + q * h;
+  if (f.latent_attention) {
+    const int64_t heads = c.num_attention_heads, qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
+    const int64_t q_lora = c.q_lora_rank, kv_lora = c.kv_lora_rank;
+    attention = (q_lora > 0 ? h * q_lora + q_lora + q_lora * heads * qk : h * heads * qk) +
+                h * (kv_lora + c.qk_rope_head_dim) + kv_lora +
+                kv_lora * heads * (c.qk_nope_head_dim + c.v_head_dim) + heads * c.v_head_dim * h;
+    if (c.attention_bias) attention += (q_lora > 0 ? q_lora : 0) + kv_lora + c.qk_rope_head_dim + h;
+  } else {
+    if (f.gated_attention) attention += h * q + (c.qkv_bias() ? q : 0);  // the gate rows
+    if (c.qkv_bias()) attention += q + 2 * kv;
+    if (c.o_bias()) attention += h;
+    if (f.qk_norm) attention += 2 * c.head_dim;
+  }
+  const int64_t dense = 3 * h * i + (c.mlp_bias ? 2 * i + h : 0);
+  const int64_t shared = c.n_shared_experts * c.moe_intermediate_size;
+  const int64_t router_bias = f.router_scoring == RouterScoring::kSigmoid ? c.num_experts : 0;
+  const int64_t sparse = c.num_experts * h + router_bias +
+                         c.num_experts * 3 * h * c.moe_intermediate_size +
+                         (shared > 0 ? 3 * h * shared + (c.mlp_bias ? 2 * shared + h : 0) : 0);
+  int64_t layers = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    layers += attention + 2 * h + (c.IsMoeLayer(l) ? sparse : dense);
+  }
+  return c.vocab_size * h * (c.tie_word_embeddings ? 1 : 2) + layers + h;
+}
+
+}  // namespace dt::nn
