@@ -89,35 +89,27 @@ std::string DecoderConfigToJson(const DecoderConfig& c) {
       }
       break;
   }
+  if (cls.experts != ExpertFields::kNone) j["num_experts_per_tok"] = c.num_experts_per_tok;
   switch (cls.experts) {
     case ExpertFields::kNone:
       break;
     case ExpertFields::kLocalExperts:
-      j["num_experts_per_tok"] = c.num_experts_per_tok;
       j["num_local_experts"] = c.num_experts;
       break;
     case ExpertFields::kSparseStep:
-      j["num_experts_per_tok"] = c.num_experts_per_tok;
       j["num_experts"] = c.num_experts;
       j["moe_intermediate_size"] = c.moe_intermediate_size;
       j["decoder_sparse_step"] = c.decoder_sparse_step;
       j["mlp_only_layers"] = c.mlp_only_layers;
       break;
     case ExpertFields::kFirstKDense:
-      j["num_experts_per_tok"] = c.num_experts_per_tok;
-      j["n_routed_experts"] = c.num_experts;
-      j["moe_intermediate_size"] = c.moe_intermediate_size;
-      j["n_shared_experts"] = c.n_shared_experts;
-      j["first_k_dense_replace"] = c.first_k_dense_replace;
-      break;
     case ExpertFields::kLayerTypes:
-      j["num_experts_per_tok"] = c.num_experts_per_tok;
       j["n_routed_experts"] = c.num_experts;
       j["moe_intermediate_size"] = c.moe_intermediate_size;
       j["n_shared_experts"] = c.n_shared_experts;
       if (c.mlp_sparse.empty()) {  // as read: a list of num_hidden_layers is not built here
         j["first_k_dense_replace"] = c.first_k_dense_replace;
-      } else {
+      } else {  // kLayerTypes
         std::vector<std::string> types;
         for (bool sparse : c.mlp_sparse) types.push_back(sparse ? "sparse" : "dense");
         j["mlp_layer_types"] = types;
