@@ -356,10 +356,6 @@ const std::vector<std::vector<std::string>> kKnownUnitCycles = {
     // Tensor's methods call the CUDA module, quantized copies and random slices, which all take
     // Tensors: those methods would move beside what they call.
     {"core/cuda_module", "core/quant", "core/random", "core/storage", "core/tensor"},
-    // LoadDecoderConfig (hf_config.cc) reads a GGUF's config through gguf_llama, which builds the
-    // DecoderConfig hf_config.h declares: LoadDecoderConfig would move above both, to checkpoint.cc
-    // (which opens either format already).
-    {"loaders/gguf_llama", "loaders/hf_config"},
     // The collective, its reduction and its Work are built by Communicator and name it: the types
     // they share would move below all four.
     {"mesh/collective", "mesh/communicator", "mesh/reduce", "mesh/work"},
