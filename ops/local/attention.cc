@@ -1,6 +1,8 @@
-// Scaled dot-product attention: validation and defaults; the kernel does the work.
+// Scaled dot-product attention, contiguous and paged: validation and defaults; the kernel does the
+// work.
 
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "dtensor/ops/local/checks.h"
@@ -83,6 +85,134 @@ absl::Status ScaledDotProductAttentionInto(const Tensor& out, const Tensor& q, c
                                          {{"q", &q}, {"k", &k}, {"v", &v}}));
   if (out.numel() == 0) return absl::OkStatus();
   return DT_OPS_KERNEL(q.device(), Attention, q, k, v, c.params, out);
+}
+
+namespace {
+
+// "PagedAttentionInto on cuda:0: ... CPU only" for a tensor off the CPU.
+absl::Status CheckOnCpu(absl::string_view op, const Tensor& t) {
+  if (t.device().is_cpu()) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      op, " on ", t.device().ToString(),
+      ": paged attention is CPU only (Note [Paged attention] in ops/local/cpu/attention.cc)"));
+}
+
+// A pool of pages [N, H, P, W] of a float dtype.
+absl::Status CheckPool(absl::string_view op, absl::string_view name, const Tensor& pool) {
+  DT_RETURN_IF_ERROR(internal::CheckFloat(op, name, pool));
+  if (pool.dim() != 4 || pool.size(2) < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", name, " must be a pool of pages [N, H, P, W] with P >= 1, got ", pool.Describe()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status PagedAttentionInto(const Tensor& out, const Tensor& q, const Tensor& k_pages,
+                                const Tensor& v_pages, const Tensor& page_table,
+                                const Tensor& query_starts, const Tensor& kv_lengths,
+                                const PagedAttentionOptions& options) {
+  constexpr absl::string_view kOp = "PagedAttentionInto";
+  DT_RETURN_IF_ERROR(internal::CheckFloat(kOp, "q", q));
+  DT_RETURN_IF_ERROR(CheckOnCpu(kOp, q));
+  DT_RETURN_IF_ERROR(CheckPool(kOp, "k_pages", k_pages));
+  DT_RETURN_IF_ERROR(CheckPool(kOp, "v_pages", v_pages));
+  DT_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "q", q, "k_pages", k_pages));
+  DT_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "q", q, "v_pages", v_pages));
+  for (const auto& [name, t] : {std::pair<absl::string_view, const Tensor*>{"page_table", &page_table},
+                                {"query_starts", &query_starts}, {"kv_lengths", &kv_lengths}}) {
+    DT_RETURN_IF_ERROR(internal::CheckDefined(kOp, name, *t));
+  }
+  DT_RETURN_IF_ERROR(internal::CheckSameDevice(
+      kOp, {{"q", &q}, {"k_pages", &k_pages}, {"v_pages", &v_pages}, {"page_table", &page_table},
+            {"query_starts", &query_starts}, {"kv_lengths", &kv_lengths}}));
+  const int64_t n = k_pages.size(0), hkv = k_pages.size(1), page = k_pages.size(2);
+  if (q.dim() != 3 || v_pages.size(0) != n || v_pages.size(1) != hkv || v_pages.size(2) != page ||
+      k_pages.size(3) != q.size(2) || hkv == 0 || q.size(0) % hkv != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": expected q [Hq, T, D], k_pages [N, Hkv, P, D], v_pages [N, Hkv, P, Dv] with Hq a "
+             "multiple of Hkv, got q ",
+        q.Describe(), ", k_pages ", k_pages.Describe(), ", v_pages ", v_pages.Describe()));
+  }
+  const int64_t t = q.size(1), d = q.size(2);
+  if (page_table.dtype() != DType::kI32 || page_table.dim() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": page_table must be i32 [S, max_pages], got ", page_table.Describe()));
+  }
+  const int64_t seqs = page_table.size(0), max_pages = page_table.size(1);
+  if (kv_lengths.dtype() != DType::kI64 || kv_lengths.dim() != 1 || kv_lengths.size(0) != seqs ||
+      query_starts.dtype() != DType::kI64 || query_starts.dim() != 1 ||
+      query_starts.size(0) != seqs + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": expected query_starts i64 [S + 1] and kv_lengths i64 [S] for page_table ",
+        page_table.Describe(), ", got query_starts ", query_starts.Describe(), ", kv_lengths ",
+        kv_lengths.Describe()));
+  }
+  const std::vector<int64_t> starts = query_starts.ToVector<int64_t>();
+  const std::vector<int64_t> lengths = kv_lengths.ToVector<int64_t>();
+  DT_ASSIGN_OR_RETURN(const Tensor table, page_table.Contiguous());
+  const int32_t* pages = table.data<int32_t>();
+  if (starts[0] != 0 || starts[seqs] != t) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": query_starts must run from 0 to T = ",
+                                                   t, ", got ", starts[0], " to ", starts[seqs]));
+  }
+  for (int64_t i = 0; i < seqs; ++i) {
+    const int64_t rows = starts[i + 1] - starts[i], len = lengths[i];
+    if (rows < 0 || len < rows || len > max_pages * page) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kOp, ": sequence ", i, " has ", rows, " query rows and ", len,
+          " keys: need 0 <= rows <= keys <= max_pages · P = ", max_pages * page));
+    }
+    for (int64_t p = 0; p < (len + page - 1) / page; ++p) {
+      const int32_t id = pages[i * max_pages + p];
+      if (id < 0 || id >= n) {
+        return absl::InvalidArgumentError(absl::StrCat(kOp, ": sequence ", i, " page ", p, " is ",
+                                                       id, ", outside the pool's [0, ", n, ")"));
+      }
+    }
+  }
+  const Shape shape = {q.size(0), t, v_pages.size(3)};
+  DT_RETURN_IF_ERROR(internal::CheckInto(
+      kOp, out, shape, {"q", &q}, {{"q", &q}, {"k_pages", &k_pages}, {"v_pages", &v_pages}}));
+  if (out.numel() == 0) return absl::OkStatus();
+  if (d == 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": the head dim D of q ", q.Describe(), " is 0"));
+  PagedAttentionParams params;
+  params.causal = options.causal;
+  const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
+  if (!std::isfinite(scale)) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": scale must be finite, got ", scale));
+  }
+  params.scale = static_cast<float>(scale);
+  return cpu::PagedAttention(q, k_pages, v_pages, table, query_starts, kv_lengths, params, out);
+}
+
+absl::Status WriteToPages(const Tensor& pool, const Tensor& x, const Tensor& slots) {
+  constexpr absl::string_view kOp = "WriteToPages";
+  DT_RETURN_IF_ERROR(CheckPool(kOp, "pool", pool));
+  DT_RETURN_IF_ERROR(CheckOnCpu(kOp, pool));
+  DT_RETURN_IF_ERROR(internal::CheckFloat(kOp, "x", x));
+  DT_RETURN_IF_ERROR(internal::CheckDefined(kOp, "slots", slots));
+  DT_RETURN_IF_ERROR(internal::CheckSameDevice(kOp, {{"pool", &pool}, {"x", &x}, {"slots", &slots}}));
+  if (x.dim() != 3 || x.size(0) != pool.size(1) || x.size(2) != pool.size(3) ||
+      slots.dtype() != DType::kI64 || slots.dim() != 1 || slots.size(0) != x.size(1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": expected pool [N, H, P, W], x [H, T, W] and slots i64 [T], got pool ",
+        pool.Describe(), ", x ", x.Describe(), ", slots ", slots.Describe()));
+  }
+  if (pool.read_only() || pool.storage().data() == x.storage().data()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": pool ", pool.Describe(), " must be writable and share no storage with x"));
+  }
+  const int64_t capacity = pool.size(0) * pool.size(2);
+  for (int64_t s : slots.ToVector<int64_t>()) {
+    if (s < 0 || s >= capacity) {
+      return absl::InvalidArgumentError(absl::StrCat(kOp, ": slot ", s, " is outside the pool's [0, ",
+                                                     capacity, ") (", pool.Describe(), ")"));
+    }
+  }
+  if (x.numel() == 0) return absl::OkStatus();
+  return cpu::WriteToPages(pool, x, slots);
 }
 
 }  // namespace dt::ops

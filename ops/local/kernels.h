@@ -119,4 +119,30 @@ DT_LOCAL_KERNELS(DT_LOCAL_KERNEL_DECL_)
 }  // namespace cuda
 #undef DT_LOCAL_KERNEL_DECL_
 
+// PagedAttentionOptions with every default resolved.
+struct PagedAttentionParams {
+  bool causal = true;
+  float scale = 1.0f;
+};
+
+// CPU-only kernels (the public layer refuses other devices: Note [Paged attention] in
+// cpu/attention.cc):
+//
+//   PagedAttention(q, k_pages, v_pages, page_table, query_starts, kv_lengths, params, out)
+//     q [Hq, T, D] and out [Hq, T, Dv] (a unit stride along Dv, its other strides any), pools
+//     k_pages [N, Hkv, P, D] and v_pages [N, Hkv, P, Dv] of q's float dtype, Hq % Hkv == 0;
+//     page_table i32 [S, max_pages] with every page a sequence reads in [0, N); query_starts i64
+//     [S + 1] from 0 to T, non-decreasing; kv_lengths i64 [S] with each sequence's query rows
+//     (starts[i + 1] - starts[i]) <= kv_lengths[i] <= max_pages · P. See ops::PagedAttentionInto.
+//   WriteToPages(pool, x, slots)
+//     pool [N, H, P, W] float, x [H, T, W] float, slots i64 [T] in [0, N · P): pool[slot / P, :,
+//     slot % P, :] = x[:, t, :] (rounded to pool's dtype).
+namespace cpu {
+absl::Status PagedAttention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
+                            const Tensor& page_table, const Tensor& query_starts,
+                            const Tensor& kv_lengths, const PagedAttentionParams& params,
+                            const Tensor& out);
+absl::Status WriteToPages(const Tensor& pool, const Tensor& x, const Tensor& slots);
+}  // namespace cpu
+
 }  // namespace dt::ops

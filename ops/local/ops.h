@@ -32,6 +32,7 @@
 //   RmsNorm LayerNorm         f32 bf16 f16           over the last dim
 //   ApplyRotary               f32 bf16 f16
 //   ScaledDotProductAttention f32 bf16 f16           GQA, causal, KV-cache prefix
+//   PagedAttentionInto        f32 bf16 f16           many sequences over KV pages (CPU)
 //   Embedding                 any table; i64/i32 ids a quantized table gives f32 rows
 //   Cat Split Chunk Pad       any
 //   TopK                      all but bool
@@ -233,6 +234,39 @@ absl::StatusOr<Tensor> ScaledDotProductAttention(const Tensor& q, const Tensor& 
 // as the output projection reads them ([B, Sq, Hq·Dv]), without a transposing copy.
 absl::Status ScaledDotProductAttentionInto(const Tensor& out, const Tensor& q, const Tensor& k,
                                            const Tensor& v, const AttentionOptions& options = {});
+
+// ---- paged attention (CPU) -----------------------------------------------------------------------
+
+// A serving engine's KV cache (nn/models/engine.cc): the keys and values of many sequences in
+// fixed-size pages of one pool per layer, k_pages [N, Hkv, P, D] and v_pages [N, Hkv, P, Dv] (page
+// n holds P positions of every KV head). Sequence i's position p lies in page page_table[i, p / P]
+// at row p % P; a sequence grows by taking more pages, never by moving the ones it has.
+//
+//   sequence   page_table row   positions
+//   0          [3, 0, -]        0-15 in page 3, 16-20 in page 0 (P = 16, 21 positions)
+//   1          [1, -, -]        0-6 in page 1
+struct PagedAttentionOptions {
+  bool causal = true;
+  std::optional<double> scale;  // default 1/sqrt(D)
+};
+
+// ScaledDotProductAttention for the query rows of S sequences stacked in one tensor, each against
+// its own pages: q [Hq, T, D] where sequence i's rows are [query_starts[i], query_starts[i + 1])
+// (query_starts i64 [S + 1], 0 to T, non-decreasing), its keys positions [0, kv_lengths[i])
+// (kv_lengths i64 [S]) of its pages (page_table i32 [S, max_pages]; only the pages its positions
+// reach are read, and must be in [0, N)). Its query rows are its last positions: with `causal`,
+// row r of n sees keys j <= kv_lengths[i] - n + r. GQA as ScaledDotProductAttention; softmax in
+// f32; one float dtype for q, the pools and out. Written into out [Hq, T, Dv] (q's dtype, a unit
+// stride along Dv, any others; no storage shared with the inputs), as
+// ScaledDotProductAttentionInto writes. CPU only: other devices are refused (Unimplemented).
+absl::Status PagedAttentionInto(const Tensor& out, const Tensor& q, const Tensor& k_pages,
+                                const Tensor& v_pages, const Tensor& page_table,
+                                const Tensor& query_starts, const Tensor& kv_lengths,
+                                const PagedAttentionOptions& options = {});
+// Writes the T new positions x [H, T, W] (any float dtype, rounded to pool's) into a pool
+// [N, H, P, W] (k_pages or v_pages) at slots (i64 [T], slot = page · P + row, in [0, N · P)): row
+// slot % P of page slot / P of every head. CPU only.
+absl::Status WriteToPages(const Tensor& pool, const Tensor& x, const Tensor& slots);
 
 // ---- lookup --------------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -281,7 +282,202 @@ absl::Status Flash(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
   return absl::OkStatus();
 }
 
+// Note [Paged attention]
+// PagedAttention (ops::PagedAttentionInto) is the flash path over a serving engine's KV pages
+// (nn/models/engine.cc): the query rows of many sequences stacked along one axis, each sequence's
+// keys and values in fixed-size pages of one pool, [pages, Hkv, P, D], named by its row of the
+// page table. A task is (sequence, KV head, block of its queries) with the group's rows stacked as
+// in Flash; its keys are those of its sequence, read where they lie: the task carries the page
+// table's row, and the kernel walks each block of kv_block keys in runs that do not cross a page
+// (ForRuns in attention_kernels.h), so a page of P rows is read as the contiguous rows it is, and
+// the online softmax is the same as over contiguous keys (blocks of kv_block keys, whatever P).
+// Causal rows are bottom-right aligned per sequence: row r of a sequence with n query rows and L
+// keys sees keys j <= L - n + r, its KV cache's positions before it and its own. Every dtype runs
+// on the flash path (no score-row path: its GEMMs would be cut at every page); f16 pages (and
+// pages whose rows are not of unit stride) are gathered into contiguous f32 rows per task.
+
+// Rows [0, n) of a pool (row j at element at(pool, j)) as contiguous rows in buf: bf16 as bf16 for
+// kBF16, else f32.
+template <typename At>
+const void* GatherRows(const Tensor& pool, int64_t n, attention::Elem elem, std::vector<float>& buf,
+                       const At& at) {
+  const int64_t width = pool.size(3);
+  if (elem == attention::Elem::kF32) {
+    buf.resize(static_cast<size_t>(n * width));
+    for (int64_t j = 0; j < n; ++j) {
+      LoadF32(pool.dtype(), ElementPtr(pool, at(pool, j)), width, pool.stride(3),
+              buf.data() + j * width);
+    }
+    return buf.data();
+  }
+  buf.resize(static_cast<size_t>((n * width + 1) / 2));
+  uint16_t* dst = reinterpret_cast<uint16_t*>(buf.data());
+  for (int64_t j = 0; j < n; ++j) {
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(ElementPtr(pool, at(pool, j)));
+    for (int64_t c = 0; c < width; ++c) dst[j * width + c] = src[c * pool.stride(3)];
+  }
+  return dst;
+}
+
+// The paged path: per task, a sequence's stacked rows against its pages (Note [Paged attention]).
+absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
+                   const Tensor& page_table, const Tensor& query_starts, const Tensor& kv_lengths,
+                   const PagedAttentionParams& params, int64_t block, int64_t kv_block,
+                   const Tensor& out) {
+  const int64_t hq = q.size(0), d = q.size(2);
+  const int64_t hkv = k_pages.size(1), page = k_pages.size(2), dv = v_pages.size(3);
+  const int64_t group = hq / hkv;
+  DT_ASSIGN_OR_RETURN(const Tensor table, page_table.Contiguous());
+  const std::vector<int64_t> starts = query_starts.ToVector<int64_t>();
+  const std::vector<int64_t> lengths = kv_lengths.ToVector<int64_t>();
+  const int64_t seqs = static_cast<int64_t>(lengths.size());
+  struct Task {
+    int64_t seq, g, i0;
+  };
+  std::vector<Task> tasks;
+  int64_t work = 0;
+  for (int64_t i = 0; i < seqs; ++i) {
+    const int64_t n = starts[i + 1] - starts[i];
+    for (int64_t g = 0; g < hkv; ++g) {
+      for (int64_t i0 = 0; i0 < n; i0 += block) tasks.push_back({i, g, i0});
+    }
+    work += n * group * hkv * std::max<int64_t>(1, lengths[i]) * (d + dv) * 2;
+  }
+  if (tasks.empty()) return absl::OkStatus();
+  const int64_t cost = std::max<int64_t>(1, work / static_cast<int64_t>(tasks.size()));
+  const attention::Elem elem =
+      q.dtype() == DType::kBF16 ? attention::Elem::kBF16 : attention::Elem::kF32;
+  const DType want = elem == attention::Elem::kBF16 ? DType::kBF16 : DType::kF32;
+  const attention::FlashFn flash = attention::FlashFor(attention::ActiveIsa(), elem);
+  // Pages read where they lie when they hold `want` rows of unit stride; else gathered per task.
+  const bool in_place = k_pages.dtype() == want && k_pages.stride(3) == 1 &&
+                        v_pages.stride(3) == 1;
+  const bool direct = out.dtype() == DType::kF32 && out.stride(2) == 1;
+  const int32_t* ptab = table.data<int32_t>();
+  const int64_t max_pages = table.size(1);
+  ParallelFor(static_cast<int64_t>(tasks.size()), cost, [&](int64_t lo, int64_t hi) {
+    thread_local std::vector<float> qbuf, kbuf, vbuf, obuf;
+    for (int64_t ti = lo; ti < hi; ++ti) {
+      const Task& task = tasks[ti];
+      const int64_t n = starts[task.seq + 1] - starts[task.seq], len = lengths[task.seq];
+      const int64_t row0 = starts[task.seq] + task.i0, rows = std::min(block, n - task.i0);
+      const int64_t m = group * rows, h0 = task.g * group;
+      const int64_t q_offset = len - n;  // the position of the sequence's first query row
+      const int64_t kv_end =
+          params.causal ? std::clamp<int64_t>(q_offset + task.i0 + rows, 0, len) : len;
+      const int32_t* pages = ptab + task.seq * max_pages;
+      attention::FlashTask t;
+      t.group = group, t.rows = rows, t.d = d, t.dv = dv;
+      if (direct) {
+        t.out = out.data<float>() + h0 * out.stride(0) + row0 * out.stride(1);
+        t.out_hs = out.stride(0), t.out_rs = out.stride(1);
+      } else {
+        obuf.resize(static_cast<size_t>(m * dv));
+        t.out = obuf.data();
+        t.out_hs = rows * dv, t.out_rs = dv;
+      }
+      if (kv_end == 0) {  // no row sees a key: zeros
+        for (int64_t rr = 0; rr < m; ++rr) {
+          std::fill_n(t.out + rr / rows * t.out_hs + rr % rows * t.out_rs, dv, 0.0f);
+        }
+      } else {
+        if (q.dtype() == DType::kF16) {
+          qbuf.resize(static_cast<size_t>(m * d));
+          for (int64_t rr = 0; rr < m; ++rr) {
+            const int64_t at = (h0 + rr / rows) * q.stride(0) + (row0 + rr % rows) * q.stride(1);
+            LoadF32(q.dtype(), ElementPtr(q, at), d, q.stride(2), qbuf.data() + rr * d);
+          }
+          t.q = qbuf.data();
+          t.q_hs = rows * d, t.q_rs = d, t.q_cs = 1;
+        } else {
+          t.q = ElementPtr(q, h0 * q.stride(0) + row0 * q.stride(1));
+          t.q_hs = q.stride(0), t.q_rs = q.stride(1), t.q_cs = q.stride(2);
+        }
+        // Row j of a pool's pages for this task's KV head.
+        auto at = [&](const Tensor& pool, int64_t j) {
+          return pages[j / page] * pool.stride(0) + task.g * pool.stride(1) +
+                 j % page * pool.stride(2);
+        };
+        if (in_place) {
+          t.k = ElementPtr(k_pages, task.g * k_pages.stride(1));
+          t.v = ElementPtr(v_pages, task.g * v_pages.stride(1));
+          t.k_rs = k_pages.stride(2), t.v_rs = v_pages.stride(2);
+          t.pages = pages, t.page = page;
+          t.k_ps = k_pages.stride(0), t.v_ps = v_pages.stride(0);
+        } else {  // f16 (or strided) pages: the task's rows gathered as contiguous rows
+          t.k = GatherRows(k_pages, kv_end, elem, kbuf, at);
+          t.v = GatherRows(v_pages, kv_end, elem, vbuf, at);
+          t.k_rs = d, t.v_rs = dv;
+        }
+        t.kv_end = kv_end;
+        t.causal = params.causal;
+        t.limit0 = q_offset + task.i0 + 1;
+        t.scale = params.scale;
+        t.kv_block = kv_block;
+        flash(t);
+      }
+      if (!direct) {
+        for (int64_t rr = 0; rr < m; ++rr) {
+          const int64_t at = (h0 + rr / rows) * out.stride(0) + (row0 + rr % rows) * out.stride(1);
+          StoreF32(out.dtype(), ElementPtr(out, at), dv, out.stride(2), obuf.data() + rr * dv);
+        }
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status PagedAttentionTuned(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
+                                 const Tensor& page_table, const Tensor& query_starts,
+                                 const Tensor& kv_lengths, const PagedAttentionParams& params,
+                                 const AttentionTuning& tuning, const Tensor& out) {
+  if (tuning.q_block < 1 || tuning.kv_block < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("PagedAttention: q_block (", tuning.q_block,
+                                                   ") and kv_block (", tuning.kv_block,
+                                                   ") must be at least 1"));
+  }
+  if (out.numel() == 0) return absl::OkStatus();
+  const int64_t group = q.size(0) / k_pages.size(1);
+  const int64_t block = std::max<int64_t>(1, tuning.q_block / group);
+  return Paged(q, k_pages, v_pages, page_table, query_starts, kv_lengths, params, block,
+               tuning.kv_block, out);
+}
+
+absl::Status PagedAttention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
+                            const Tensor& page_table, const Tensor& query_starts,
+                            const Tensor& kv_lengths, const PagedAttentionParams& params,
+                            const Tensor& out) {
+  DT_ASSIGN_OR_RETURN(const AttentionTuning tuning, TunedAttention(q.dtype()));
+  return PagedAttentionTuned(q, k_pages, v_pages, page_table, query_starts, kv_lengths, params,
+                             tuning, out);
+}
+
+absl::Status WriteToPages(const Tensor& pool, const Tensor& x, const Tensor& slots) {
+  const int64_t heads = x.size(0), tokens = x.size(1), width = x.size(2);
+  const int64_t page = pool.size(2);
+  const std::vector<int64_t> s = slots.ToVector<int64_t>();
+  const bool same = pool.dtype() == x.dtype() && pool.stride(3) == 1 && x.stride(2) == 1;
+  const int64_t bytes = width * DTypeSize(x.dtype());
+  ParallelFor(heads * tokens, width * 2, [&](int64_t lo, int64_t hi) {
+    thread_local std::vector<float> row;
+    row.resize(static_cast<size_t>(width));
+    for (int64_t i = lo; i < hi; ++i) {
+      const int64_t h = i / tokens, t = i % tokens;
+      char* dst = ElementPtr(pool, s[t] / page * pool.stride(0) + h * pool.stride(1) +
+                                       s[t] % page * pool.stride(2));
+      const char* src = ElementPtr(x, h * x.stride(0) + t * x.stride(1));
+      if (same) {
+        std::memcpy(dst, src, static_cast<size_t>(bytes));
+      } else {
+        LoadF32(x.dtype(), src, width, x.stride(2), row.data());
+        StoreF32(pool.dtype(), dst, width, pool.stride(3), row.data());
+      }
+    }
+  });
+  return absl::OkStatus();
+}
 
 absl::Status AttentionTuned(const Tensor& q, const Tensor& k, const Tensor& v,
                             const AttentionParams& params, const AttentionTuning& tuning,

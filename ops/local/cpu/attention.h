@@ -51,4 +51,11 @@ absl::Status AttentionTuned(const Tensor& q, const Tensor& k, const Tensor& v,
                             const AttentionParams& params, const AttentionTuning& tuning,
                             const Tensor& out);
 
+// PagedAttention (kernels.h) with `tuning` (q_block and kv_block; the decode thresholds do not
+// apply: Note [Paged attention] in attention.cc).
+absl::Status PagedAttentionTuned(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
+                                 const Tensor& page_table, const Tensor& query_starts,
+                                 const Tensor& kv_lengths, const PagedAttentionParams& params,
+                                 const AttentionTuning& tuning, const Tensor& out);
+
 }  // namespace dt::ops::cpu

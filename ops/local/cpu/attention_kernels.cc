@@ -54,8 +54,6 @@ void Flash(const FlashTask& t) {
   float* s = qf + d;
   float* o = s + bk;
   const T* q = static_cast<const T*>(t.q);
-  const T* k = static_cast<const T*>(t.k);
-  const T* v = static_cast<const T*>(t.v);
   for (int64_t rr = 0; rr < m; ++rr) {
     const int64_t hg = rr / t.rows, r = rr % t.rows;
     for (int64_t c = 0; c < d; ++c) qf[c] = Widen(q[hg * t.q_hs + r * t.q_rs + c * t.q_cs]);
@@ -66,7 +64,7 @@ void Flash(const FlashTask& t) {
       const int64_t nk = std::min(bk, limit - j0);
       float bm = -INFINITY;
       for (int64_t jj = 0; jj < nk; ++jj) {
-        const T* kr = k + (j0 + jj) * t.k_rs;
+        const T* kr = KeyRow<T>(t, j0 + jj);
         float dot = 0;
         for (int64_t c = 0; c < d; ++c) dot += qf[c] * Widen(kr[c]);
         s[jj] = dot * t.scale;
@@ -80,7 +78,7 @@ void Flash(const FlashTask& t) {
       for (int64_t e = 0; e < dv; ++e) o[e] *= alpha;
       for (int64_t jj = 0; jj < nk; ++jj) {
         sum += s[jj];
-        const T* vr = v + (j0 + jj) * t.v_rs;
+        const T* vr = ValueRow<T>(t, j0 + jj);
         for (int64_t e = 0; e < dv; ++e) o[e] += s[jj] * Widen(vr[e]);
       }
       l = l * alpha + sum;

@@ -3,6 +3,7 @@
 // attention.cc) for plain C++, AVX2, AVX-512 and AVX-512 with bf16 dot products, picked at run time
 // as the GEMM's kernels are (Note [GEMM kernels] in gemm_kernels.cc).
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 
@@ -31,11 +32,15 @@ struct FlashTask {
   // Element c of stacked row (hg, r) at q[hg * q_hs + r * q_rs + c * q_cs].
   const void* q = nullptr;
   int64_t q_hs = 0, q_rs = 0, q_cs = 1;
-  // Key j's d elements at k + j * k_rs, value j's dv at v + j * v_rs (rows of unit stride).
+  // Key j's d elements at k + j * k_rs, value j's dv at v + j * v_rs (rows of unit stride); or,
+  // with `pages` (PagedAttention: Note [Paged attention] in attention.cc), at
+  // k + pages[j / page] * k_ps + (j % page) * k_rs and likewise for v with v_ps.
   const void* k = nullptr;
   int64_t k_rs = 0;
   const void* v = nullptr;
   int64_t v_rs = 0;
+  const int32_t* pages = nullptr;
+  int64_t page = 0, k_ps = 0, v_ps = 0;
   int64_t kv_end = 0;  // >= 1
   // Causal: row (hg, r) sees keys j < min(kv_end, limit0 + r); otherwise every key.
   bool causal = false;
@@ -49,6 +54,35 @@ struct FlashTask {
 };
 
 using FlashFn = void (*)(const FlashTask& task);
+
+// Key j of a task (its first element); likewise ValueRow.
+template <typename T>
+inline const T* KeyRow(const FlashTask& t, int64_t j) {
+  const T* k = static_cast<const T*>(t.k);
+  if (t.pages == nullptr) return k + j * t.k_rs;
+  return k + t.pages[j / t.page] * t.k_ps + j % t.page * t.k_rs;
+}
+template <typename T>
+inline const T* ValueRow(const FlashTask& t, int64_t j) {
+  const T* v = static_cast<const T*>(t.v);
+  if (t.pages == nullptr) return v + j * t.v_rs;
+  return v + t.pages[j / t.page] * t.v_ps + j % t.page * t.v_rs;
+}
+
+// Calls f(at, n, k, v) for each run of keys [j0 + at, j0 + at + n) of [j0, j0 + nk) whose rows lie
+// k_rs (and v_rs) apart from k (and v): the whole range for contiguous keys, else each page's part.
+template <typename T, typename F>
+inline void ForRuns(const FlashTask& t, int64_t j0, int64_t nk, F&& f) {
+  if (t.pages == nullptr) {
+    f(int64_t{0}, nk, KeyRow<T>(t, j0), ValueRow<T>(t, j0));
+    return;
+  }
+  for (int64_t at = 0; at < nk;) {
+    const int64_t j = j0 + at, n = std::min(nk - at, t.page - j % t.page);
+    f(at, n, KeyRow<T>(t, j), ValueRow<T>(t, j));
+    at += n;
+  }
+}
 
 // The task function of `isa` (which must be supported) for elements `elem`.
 FlashFn FlashFor(Isa isa, Elem elem);
