@@ -203,6 +203,47 @@ void KVCache::Reset(int64_t reserve) {
   reserve_ = reserve;
 }
 
+// Note [Paged KV cache]
+// The serving engine (nn/models/engine.cc) runs the tokens of many sequences in one forward: the
+// activation [1, T, H] holds a prefill chunk of some sequences and one decode token of others,
+// cos and sin are per token, and every layer's projections and MLP run once over all T rows.
+// Attention alone is per sequence: each layer keeps a pool of pages on each rank (PagedKVCache:
+// keys [N, h, P, D], values [N, h, P, Dv], this rank's KV heads as the contiguous cache holds
+// them: Note [Replicated KV heads]), the step's new keys (rotated) and values are written into
+// their sequences' pages (ops::WriteToPages: the slot of each token, page · P + row, from the
+// PagedStep), and ops::PagedAttentionInto attends each sequence's query rows over its own pages
+// with its own causal offset. The page table is the engine's and the same for every layer: page n
+// of the table holds positions of the same sequence in every layer's pool. A sequence grows by
+// taking pages, never by moving its cache. The pools are made at the first step, when the number
+// of KV heads this rank computes is known; their memory is touched only as pages are first
+// written (the engine hands out the lowest free page first).
+
+absl::Status PagedKVCache::Attend(const PagedStep& step, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, std::optional<double> scale, const Tensor& out) {
+  DT_ASSIGN_OR_RETURN(const Tensor kh, k.Select(0, 0));  // [h, T, D]
+  DT_ASSIGN_OR_RETURN(const Tensor vh, v.Select(0, 0));
+  DT_ASSIGN_OR_RETURN(const Tensor qh, q.Select(0, 0));
+  const Shape k_shape = {step.pool_pages, kh.size(0), step.page_tokens, kh.size(2)};
+  const Shape v_shape = {step.pool_pages, vh.size(0), step.page_tokens, vh.size(2)};
+  if (!k_.defined() || k_.shape() != k_shape || v_.shape() != v_shape || k_.dtype() != k.dtype()) {
+    k_ = v_ = Tensor();
+    DT_ASSIGN_OR_RETURN(k_, Tensor::Empty(k_shape, k.dtype(), k.device()));
+    DT_ASSIGN_OR_RETURN(v_, Tensor::Empty(v_shape, v.dtype(), v.device()));
+  }
+  DT_RETURN_IF_ERROR(ops::WriteToPages(k_, kh, step.slots));
+  DT_RETURN_IF_ERROR(ops::WriteToPages(v_, vh, step.slots));
+  ops::PagedAttentionOptions o;
+  o.scale = scale;
+  return ops::PagedAttentionInto(out, qh, k_, v_, step.page_table, step.query_starts,
+                                 step.kv_lengths, o);
+}
+
+void PagedKVCache::Release() { k_ = v_ = Tensor(); }
+
+int64_t PagedKVCache::bytes() const {
+  return k_.defined() ? (k_.numel() + v_.numel()) * DTypeSize(k_.dtype()) : 0;
+}
+
 int64_t Attention::kv_cache_length() const { return use_cache_ ? cache_.length() : 0; }
 
 std::string Attention::ExtraRepr() const {
@@ -427,7 +468,7 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
     DT_ASSIGN_OR_RETURN(q, ops::ApplyRotary(q, rotary.cos, rotary.sin, rotary.style));
   }
   const KVCache::KeyRotary* key_rotary = cos.defined() ? &rotary : nullptr;
-  if (use_cache_) {
+  if (paged_step_ == nullptr && use_cache_) {
     // Note [Keys are rotated into the cache]
     DT_RETURN_IF_ERROR(cache_.Append(&k, &v, key_rotary));
   } else if (key_rotary != nullptr) {
@@ -436,7 +477,22 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
   ops::AttentionOptions attn;
   attn.causal = options_.causal;
   Value a;
-  if (q.is_local() && k.is_local() && v.is_local()) {
+  if (paged_step_ != nullptr) {
+    // Note [Paged KV cache]: the heads' rows written where o_proj reads them, as below.
+    if (!q.is_local() || !k.is_local() || !v.is_local() || b != 1 || !options_.causal) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Attention '", FullName(), "': a paged step takes causal attention on local q, k and v "
+          "[1, h, T, D], got q ", q.Describe(), ", k ", k.Describe()));
+    }
+    const Tensor& ql = q.local();
+    DT_ASSIGN_OR_RETURN(Tensor rows, Tensor::Empty({1, s, ql.size(1), v.shape()[3]}, ql.dtype(),
+                                                   ql.device()));
+    DT_ASSIGN_OR_RETURN(Tensor heads, rows.Transpose(1, 2));
+    DT_ASSIGN_OR_RETURN(heads, heads.Select(0, 0));
+    DT_RETURN_IF_ERROR(paged_.Attend(*paged_step_, ql, k.local(), v.local(), std::nullopt, heads));
+    DT_ASSIGN_OR_RETURN(Tensor joined, rows.View({1, s, -1}));
+    a = Value(std::move(joined));
+  } else if (q.is_local() && k.is_local() && v.is_local()) {
     // The heads' rows written where o_proj reads them, [B, S, h, Dv] (a view of it as
     // [B, h, S, Dv] is the attention's output): no transposing copy.
     const Tensor& ql = q.local();

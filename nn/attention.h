@@ -55,6 +55,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -128,6 +129,35 @@ class KVCache {
   int64_t reserve_ = 0;
 };
 
+// One step of a batch of sequences over paged KV caches (Note [Paged KV cache] in attention.cc):
+// the step's tokens, rows of one activation [1, T, H], grouped by sequence, and where each
+// sequence's positions lie. Made by the serving engine (nn/models/engine.cc) on every rank alike
+// and read by every attention layer of the step (SetPagedStep).
+struct PagedStep {
+  int64_t page_tokens = 16;  // positions per page (P)
+  int64_t pool_pages = 0;    // pages in each layer's pool
+  Tensor query_starts;       // i64 [S + 1]: sequence i's tokens are rows [starts[i], starts[i+1])
+  Tensor kv_lengths;         // i64 [S]: its positions after this step (cached + new)
+  Tensor page_table;         // i32 [S, max_pages]: its pages, in position order
+  Tensor slots;              // i64 [T]: where token t's key and value go, page · P + row
+};
+
+// One attention layer's pages on this rank: keys [N, h, P, D] and values [N, h, P, Dv] for the
+// KV heads this rank computes, made at the first step (when h is known) and kept until Release.
+class PagedKVCache {
+ public:
+  // Writes the step's new keys k [1, h, T, D] (rotated) and values v [1, h, T, Dv] into their
+  // slots, then the queries q [1, hq, T, D] attend over their sequences' pages into out
+  // [hq, T, Dv] (ops::PagedAttentionInto, causal).
+  absl::Status Attend(const PagedStep& step, const Tensor& q, const Tensor& k, const Tensor& v,
+                      std::optional<double> scale, const Tensor& out);
+  void Release();
+  int64_t bytes() const;
+
+ private:
+  Tensor k_, v_;
+};
+
 struct AttentionOptions {
   int64_t hidden_size = 0;
   int64_t num_heads = 0;
@@ -159,6 +189,11 @@ class Attention : public Module {
 
   void EnableKVCache(bool on = true) { use_cache_ = on; }
   void ResetKVCache(int64_t reserve = 0);  // KVCache::Reset
+  // While set, forwards run the serving engine's step: x [1, T, H] holds the tokens of several
+  // sequences, cos and sin are per token, and keys and values go to this layer's pages instead of
+  // the KV cache (Note [Paged KV cache]). Null: the KV cache as above. `step` must outlive its use.
+  void SetPagedStep(const PagedStep* step) { paged_step_ = step; }
+  PagedKVCache& paged_kv() { return paged_; }
   // Keys held in the cache (0 when empty or disabled).
   int64_t kv_cache_length() const;
 
@@ -184,6 +219,8 @@ class Attention : public Module {
   RMSNorm *q_norm_ = nullptr, *k_norm_ = nullptr;
   bool use_cache_ = false;
   KVCache cache_;
+  const PagedStep* paged_step_ = nullptr;
+  PagedKVCache paged_;
 };
 
 }  // namespace dt::nn

@@ -131,14 +131,30 @@ absl::StatusOr<Values> LatentAttention::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(k_pe, k_pe.Expand({b, heads, s, rope}));
   DT_ASSIGN_OR_RETURN(Tensor query, ops::Cat({q_parts[0], q_pe}, -1));
   DT_ASSIGN_OR_RETURN(Tensor key, ops::Cat({k_parts[0], k_pe}, -1));
-  Value k(key), v(k_parts[1]);
-  if (use_cache_) DT_RETURN_IF_ERROR(cache_.Append(&k, &v));  // Note [Latent attention cache]
-  ops::AttentionOptions attn;
-  attn.causal = true;
-  attn.scale = o.softmax_scale > 0 ? o.softmax_scale : 1.0 / std::sqrt(static_cast<double>(qk));
-  DT_ASSIGN_OR_RETURN(Tensor a, ops::ScaledDotProductAttention(query, k.local(), v.local(), attn));
-  DT_ASSIGN_OR_RETURN(a, a.Transpose(1, 2));
-  DT_ASSIGN_OR_RETURN(a, a.Reshape({b, s, -1}));
+  const double scale =
+      o.softmax_scale > 0 ? o.softmax_scale : 1.0 / std::sqrt(static_cast<double>(qk));
+  Tensor a;
+  if (paged_step_ != nullptr) {  // Note [Paged KV cache] in attention.cc
+    if (b != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": a paged step takes x [1, T, H], got ", x.Describe()));
+    }
+    DT_ASSIGN_OR_RETURN(Tensor rows, Tensor::Empty({1, s, heads, o.v_head_dim}, x.dtype(),
+                                                   x.device()));
+    DT_ASSIGN_OR_RETURN(Tensor out, rows.Transpose(1, 2));
+    DT_ASSIGN_OR_RETURN(out, out.Select(0, 0));
+    DT_RETURN_IF_ERROR(paged_.Attend(*paged_step_, query, key, k_parts[1], scale, out));
+    DT_ASSIGN_OR_RETURN(a, rows.View({1, s, -1}));
+  } else {
+    Value k(key), v(k_parts[1]);
+    if (use_cache_) DT_RETURN_IF_ERROR(cache_.Append(&k, &v));  // Note [Latent attention cache]
+    ops::AttentionOptions attn;
+    attn.causal = true;
+    attn.scale = scale;
+    DT_ASSIGN_OR_RETURN(a, ops::ScaledDotProductAttention(query, k.local(), v.local(), attn));
+    DT_ASSIGN_OR_RETURN(a, a.Transpose(1, 2));
+    DT_ASSIGN_OR_RETURN(a, a.Reshape({b, s, -1}));
+  }
   DT_ASSIGN_OR_RETURN(Value y, o_proj_->CallOne({Value(a)}));
   return Values{std::move(y)};
 }

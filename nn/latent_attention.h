@@ -67,6 +67,10 @@ class LatentAttention : public Module {
   void EnableKVCache(bool on = true) { use_cache_ = on; }
   void ResetKVCache(int64_t reserve = 0) { cache_.Reset(reserve); }
   int64_t kv_cache_length() const { return use_cache_ ? cache_.length() : 0; }
+  // The serving engine's step (Attention::SetPagedStep, Note [Paged KV cache] in attention.cc):
+  // the expanded keys and values of Note [Latent attention cache] go to this layer's pages.
+  void SetPagedStep(const PagedStep* step) { paged_step_ = step; }
+  PagedKVCache& paged_kv() { return paged_; }
 
   std::string ExtraRepr() const override;
   absl::Status ValidateTensorParallel(const TPValidationContext& ctx) const override;
@@ -81,6 +85,8 @@ class LatentAttention : public Module {
   LatentAttentionOptions options_;
   bool use_cache_ = false;
   KVCache cache_;
+  const PagedStep* paged_step_ = nullptr;
+  PagedKVCache paged_;
   // The children the forward calls, as built: q_a_proj_, q_a_layernorm_ and q_b_proj_ with a
   // q_lora_rank, else q_proj_.
   Linear *q_a_proj_ = nullptr, *q_b_proj_ = nullptr, *q_proj_ = nullptr;

@@ -172,6 +172,7 @@ DecoderModel::DecoderModel(const loaders::DecoderConfig& c, DType dtype) : Modul
   // The frequencies with the config's scaling applied, updated with the sequence length as
   // transformers does (dynamic, longrope; loaders/rope.h).
   auto schedule = std::make_shared<loaders::RopeSchedule>(loaders::DecoderRopeSpec(c));
+  rope_by_length_ = schedule->depends_on_length();
   rotary_emb_ = &AddModule<RotaryEmbedding>(
       "rotary_emb",
       [schedule](int64_t seq_len) {
@@ -188,11 +189,17 @@ absl::StatusOr<Values> DecoderModel::Forward(Values inputs) {
     return absl::InvalidArgumentError(
         absl::StrCat("DecoderModel takes {ids, positions}, got ", inputs.size(), " inputs"));
   }
-  DT_ASSIGN_OR_RETURN(Value h, embed_tokens_->CallOne({inputs[0]}));
   DT_ASSIGN_OR_RETURN(Values cs, rotary_emb_->Call({inputs[1]}));
+  DT_ASSIGN_OR_RETURN(Value h, RunLayers(inputs[0], cs[0], cs[1]));
+  DT_ASSIGN_OR_RETURN(h, norm_->CallOne({h}));
+  return Values{std::move(h)};
+}
+
+absl::StatusOr<Value> DecoderModel::RunLayers(const Value& ids, Value cos, Value sin) {
+  DT_ASSIGN_OR_RETURN(Value h, embed_tokens_->CallOne({ids}));
   // transformers hands cos and sin to attention in the model dtype.
-  DT_ASSIGN_OR_RETURN(Value cos, ops::Cast(cs[0], h.dtype()));
-  DT_ASSIGN_OR_RETURN(Value sin, ops::Cast(cs[1], h.dtype()));
+  DT_ASSIGN_OR_RETURN(cos, ops::Cast(cos, h.dtype()));
+  DT_ASSIGN_OR_RETURN(sin, ops::Cast(sin, h.dtype()));
   // [B, S, D] -> [B, 1, S, D] once, not in each layer's attention (which takes either).
   if (cos.dim() == 3) {
     DT_ASSIGN_OR_RETURN(cos, ops::Unsqueeze(cos, 1));
@@ -201,8 +208,29 @@ absl::StatusOr<Values> DecoderModel::Forward(Values inputs) {
   for (int64_t i = 0; i < layers_->size(); ++i) {
     DT_ASSIGN_OR_RETURN(h, layers_->at(i).CallOne({h, cos, sin}));
   }
-  DT_ASSIGN_OR_RETURN(h, norm_->CallOne({h}));
-  return Values{std::move(h)};
+  return h;
+}
+
+absl::StatusOr<Value> DecoderModel::StepHidden(const Tensor& ids, const Tensor& positions,
+                                               absl::Span<const int64_t> segments) {
+  // One table for every token when it does not depend on the length; else each sequence's, as
+  // its own forward would pick (a prefill chunk picks by the chunk's end, as transformers' does).
+  if (!rope_by_length_ || segments.size() <= 1) {
+    DT_ASSIGN_OR_RETURN(Values cs, rotary_emb_->Call({Value(positions)}));
+    return RunLayers(Value(ids), cs[0], cs[1]);
+  }
+  std::vector<Tensor> cos, sin;
+  int64_t at = 0;
+  for (const int64_t n : segments) {
+    DT_ASSIGN_OR_RETURN(Tensor part, positions.Narrow(0, at, n));
+    DT_ASSIGN_OR_RETURN(Values cs, rotary_emb_->Call({Value(part)}));
+    cos.push_back(cs[0].local());
+    sin.push_back(cs[1].local());
+    at += n;
+  }
+  DT_ASSIGN_OR_RETURN(Tensor c, ops::Cat(cos, 0));
+  DT_ASSIGN_OR_RETURN(Tensor s, ops::Cat(sin, 0));
+  return RunLayers(Value(ids), Value(std::move(c)), Value(std::move(s)));
 }
 
 // ---- CausalLM ------------------------------------------------------------------------------------
@@ -637,6 +665,85 @@ absl::StatusOr<Values> CausalLM::Forward(Values inputs) {
   DT_ASSIGN_OR_RETURN(Value ids, SingleInput(*this, inputs));
   DT_ASSIGN_OR_RETURN(Tensor logits, Logits(ids.local(), /*last_only=*/false));
   return Values{Value(std::move(logits))};
+}
+
+int64_t CausalLM::position_limit() const {
+  const int64_t window = config_.sliding_window;
+  return window > 0 ? std::min(context_length(), window) : context_length();
+}
+
+void CausalLM::SetPagedStep(const PagedStep* step) {
+  for (const auto& [name, m] : NamedModules()) {
+    if (auto* a = dynamic_cast<Attention*>(m)) a->SetPagedStep(step);
+    if (auto* l = dynamic_cast<LatentAttention*>(m)) l->SetPagedStep(step);
+  }
+}
+
+void CausalLM::ReleasePagedKV() {
+  for (const auto& [name, m] : NamedModules()) {
+    if (auto* a = dynamic_cast<Attention*>(m)) a->paged_kv().Release();
+    if (auto* l = dynamic_cast<LatentAttention*>(m)) l->paged_kv().Release();
+  }
+}
+
+int64_t CausalLM::PagedKVBytesPerPosition() const {
+  const loaders::DecoderConfig& c = config_;
+  int64_t tp = 1;
+  if (mesh_) tp = mesh_->ndim() == 2 ? mesh_->Size(1) : mesh_->Size();
+  const bool latent = c.family().latent_attention;
+  const int64_t heads = latent ? c.num_attention_heads : c.num_key_value_heads;
+  const int64_t width = latent ? c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim
+                               : 2 * c.head_dim;
+  return c.num_hidden_layers * std::max<int64_t>(1, (heads + tp - 1) / tp) * width *
+         DTypeSize(dtype_);
+}
+
+absl::StatusOr<Tensor> CausalLM::StepLogits(const BatchStep& step) {
+  const int64_t t = static_cast<int64_t>(step.ids.size());
+  int64_t total = 0;
+  for (const int64_t n : step.segments) total += n;
+  if (t == 0 || static_cast<int64_t>(step.positions.size()) != t || total != t) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        type_name(), ": a step needs T > 0 ids with a position each and segments summing to T, got ",
+        t, " ids, ", step.positions.size(), " positions, segments summing to ", total));
+  }
+  for (const int64_t p : step.positions) {
+    if (p < 0 || p >= position_limit()) {  // Note [The context limit]
+      return absl::OutOfRangeError(absl::StrCat(type_name(), ": position ", p,
+                                                " is outside the positions [0, ", position_limit(),
+                                                ") a sequence may reach"));
+    }
+  }
+  for (const int64_t r : step.logit_rows) {
+    if (r < 0 || r >= t) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(type_name(), ": logit row ", r, " is outside the step's ", t, " rows"));
+    }
+  }
+  DT_ASSIGN_OR_RETURN(Tensor ids, Tensor::FromVector<int64_t>({1, t}, step.ids));
+  DT_ASSIGN_OR_RETURN(Tensor positions, Tensor::FromVector<int64_t>({t}, step.positions));
+  if (watch_) watch_->first = kNone;
+  SetPagedStep(&step.paged);
+  absl::StatusOr<Value> hidden = model_->StepHidden(ids, positions, step.segments);
+  SetPagedStep(nullptr);
+  DT_RETURN_IF_ERROR(hidden.status());
+  const int64_t rows = static_cast<int64_t>(step.logit_rows.size());
+  if (rows == 0) {
+    if (watch_) DT_RETURN_IF_ERROR(CheckWatched());
+    return Tensor::Empty({0, config_.vocab_size}, dtype_);
+  }
+  // The final norm and lm_head on the rows that sample only.
+  std::vector<Tensor> picked;
+  for (const int64_t r : step.logit_rows) {
+    DT_ASSIGN_OR_RETURN(Tensor row, hidden->local().Narrow(1, r, 1));
+    picked.push_back(std::move(row));
+  }
+  DT_ASSIGN_OR_RETURN(Tensor h, rows == 1 ? picked[0] : ops::Cat(picked, 1));
+  DT_ASSIGN_OR_RETURN(Value normed, model_->norm().CallOne({Value(h)}));
+  DT_ASSIGN_OR_RETURN(Value logits, lm_head_->CallOne({normed}));
+  if (watch_) DT_RETURN_IF_ERROR(CheckWatched());
+  DT_ASSIGN_OR_RETURN(Tensor whole, WholeTensor(logits));
+  return whole.Reshape({rows, -1});
 }
 
 // The ranks agree on the token or the error (Note [Agreeing on tokens] in sampling.cc).

@@ -125,6 +125,14 @@ class DecoderModel : public Module {
  public:
   DecoderModel(const loaders::DecoderConfig& config, DType dtype);
 
+  // The serving engine's step (CausalLM::StepLogits): ids [1, T] of several sequences, one after
+  // the other (`segments`: tokens per sequence), at `positions` [T] -> the hidden states
+  // [1, T, H] before the final norm. cos and sin are made per sequence, as a forward of that
+  // sequence alone makes them (the table may depend on the length: loaders/rope.h).
+  absl::StatusOr<Value> StepHidden(const Tensor& ids, const Tensor& positions,
+                                   absl::Span<const int64_t> segments);
+  RMSNorm& norm() { return *norm_; }
+
  protected:
   // {ids [B, S] i64, positions [S] i64} -> {hidden [B, S, H] after the final norm}
   absl::StatusOr<Values> Forward(Values inputs) override;
@@ -135,10 +143,23 @@ class DecoderModel : public Module {
   ModuleList* layers_;
   RMSNorm* norm_;
   RotaryEmbedding* rotary_emb_;
+  bool rope_by_length_;  // the rotary table depends on the length the positions reach
+  // {ids [B, S], cos, sin} -> the layers' output, before the final norm.
+  absl::StatusOr<Value> RunLayers(const Value& ids, Value cos, Value sin);
 };
 
 // set_check_finite's hooks and what they recorded (nn/models/causal_lm.cc).
 struct FiniteWatch;
+
+// One step of the serving engine (nn/models/engine.h): the new tokens of several sequences in one
+// forward, sequence after sequence (Note [Paged KV cache] in nn/attention.cc).
+struct BatchStep {
+  std::vector<int64_t> ids;        // [T] the step's tokens
+  std::vector<int64_t> positions;  // [T] each one's position in its sequence
+  std::vector<int64_t> segments;   // tokens per sequence, summing to T
+  PagedStep paged;                 // where their keys and values go and are read from
+  std::vector<int64_t> logit_rows;  // the rows of T whose logits are wanted
+};
 
 struct CausalLMLoadOptions {
   // The compute dtype; nullopt: the config's torch_dtype.
@@ -308,6 +329,26 @@ class CausalLM : public Module {
   // nn/attention.cc).
   void ResetCache(int64_t reserve = 0);
 
+  // The serving engine's step (nn/models/engine.cc): the forward of `step`'s tokens over the
+  // paged KV caches of its sequences, then the final norm and lm_head on the rows
+  // `step.logit_rows` only -> logits [R, V] (the full vocab on every rank; [0, V] and no lm_head
+  // when R = 0). Every rank of the mesh calls it with the same step. The ids, positions and
+  // pages are the engine's to check (an id outside the vocab gives a zero row of a sharded
+  // embedding, not an error); positions past the context are refused.
+  absl::StatusOr<Tensor> StepLogits(const BatchStep& step);
+  // The communicator over every rank of the mesh the model was laid over (they agree on tokens and
+  // checks, and the serving engine's plans go through it), or nullptr on one rank.
+  absl::StatusOr<CommPtr> MeshComm();
+  // Frees every layer's KV pages (made by the first StepLogits).
+  void ReleasePagedKV();
+  // The bytes one position takes in the KV pages of this rank, over all layers (an estimate
+  // before the first step: this rank's share of the KV heads, ceil(heads / tp)).
+  int64_t PagedKVBytesPerPosition() const;
+  // Positions a sequence may reach: context_length(), or the config's sliding window when
+  // smaller (Note [Sliding windows] in loaders/hf_config.h: attention past it is not
+  // implemented).
+  int64_t position_limit() const;
+
   // Prefill + decode from an empty cache (the cache is reset first). Collective over the mesh.
   // The prompt and options are checked before any work (the prompt against the context and the
   // vocab); non-finite logits fail every rank at the step they appear (Note [Non-finite values]).
@@ -321,12 +362,11 @@ class CausalLM : public Module {
  private:
   absl::StatusOr<int64_t> PickToken(const Tensor& last_logits, const SamplingOptions& sampling,
                                     int64_t step);
-  // The mesh the model was laid over (every rank of it agrees on tokens and checks), or nullptr on
-  // one rank.
-  absl::StatusOr<CommPtr> MeshComm();
   // With check_finite(): agrees across ranks on the first non-finite output the watch recorded in
   // the forward just run, and names it (Note [Non-finite values]).
   absl::Status CheckWatched();
+  // Sets `step` on every attention layer (null: their contiguous KV caches again).
+  void SetPagedStep(const PagedStep* step);
   loaders::DecoderConfig config_;
   DType dtype_;
   // The children Logits calls, as built.

@@ -42,7 +42,11 @@ struct EngineOptions {
   int64_t max_waiting = 64;    // queued requests beyond the running ones; Submit refuses past it
   int64_t step_tokens = 256;   // tokens per step (decode tokens first, then prefill chunks)
   int64_t page_tokens = 16;    // positions per KV page
-  int64_t kv_pages = 0;        // pages in the pool per rank; 0: enough for max_running full contexts
+  // Pages in the pool per rank; 0: enough for max_running full contexts, but at most 4 GiB of
+  // them per rank (at least one full context). The pool's memory is touched as pages are first
+  // used. A request reserves the pages of prompt + max_new_tokens when it joins (it waits until
+  // they are free); one that could never fit is refused at Submit.
+  int64_t kv_pages = 0;
 };
 
 struct EngineRequest {
@@ -103,8 +107,10 @@ class Engine {
   virtual EngineStats stats() const = 0;
 };
 
-// The continuous-batching engine over `model`, which must outlive it. Every rank of the model's
-// mesh makes one with the same options.
+// The continuous-batching engine over `model`, which must outlive it (its KV pages live in the
+// model's attention layers: one engine per model at a time; Generate and Logits may run between
+// steps). Every rank of the model's mesh makes one with the same options (checked: a collective).
+// InvalidArgument naming the field for bad options (step_tokens must be >= max_running).
 absl::StatusOr<std::unique_ptr<Engine>> MakeBatchingEngine(CausalLM& model, const EngineOptions& options);
 
 }  // namespace dt::nn
