@@ -24,6 +24,10 @@ absl::string_view DTypeName(DType t) {
     case DType::kQ4_K: return "q4_k";
     case DType::kQ5_K: return "q5_k";
     case DType::kQ6_K: return "q6_k";
+    case DType::kQ2_K: return "q2_k";
+    case DType::kQ3_K: return "q3_k";
+    case DType::kIQ4_NL: return "iq4_nl";
+    case DType::kIQ4_XS: return "iq4_xs";
   }
   return "?";
 }
@@ -43,7 +47,7 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown dtype '", name,
       "'; expected one of f32, f16, bf16, i64, i32, u8, bool, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, "
-      "q5_k, q6_k"));
+      "q5_k, q6_k, q2_k, q3_k, iq4_nl, iq4_xs"));
 }
 
 uint16_t Float16::FromFloat(float f) {

@@ -1,7 +1,7 @@
 #pragma once
 // Element types. f32/f16/bf16/i64/i32/u8/bool. Half types are stored as raw 16-bit patterns;
 // conversions from f32 round to nearest even (NaN stays NaN, overflow goes to infinity).
-// The quantized dtypes (q8_0 ... q6_k) are GGUF's block formats: a tensor's shape stays in
+// The quantized dtypes (q8_0 ... iq4_xs) are GGUF's block formats: a tensor's shape stays in
 // elements, its bytes are whole blocks (Note [Quantized dtypes] in core/quant.h).
 //
 //   dtype  bytes  name     C++ type
@@ -12,7 +12,8 @@
 //   i32    4      "i32"    int32_t
 //   u8     1      "u8"     uint8_t
 //   bool   1      "bool"   bool
-//   q8_0 q4_0 q4_1 q5_0 q5_1 (blocks of 32), q4_k q5_k q6_k (blocks of 256): core/quant.h
+//   q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl (blocks of 32), q2_k q3_k q4_k q5_k q6_k iq4_xs (blocks of
+//   256): core/quant.h
 
 #include <cstdint>
 #include <cstring>
@@ -25,14 +26,14 @@ namespace dt {
 enum class DType : uint8_t {
   kF32, kF16, kBF16, kI64, kI32, kU8, kBool,
   // Quantized (Note [Quantized dtypes] in core/quant.h).
-  kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K,
+  kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K, kQ2_K, kQ3_K, kIQ4_NL, kIQ4_XS,
 };
 // The element dtypes (every elementwise kernel's domain).
 inline constexpr DType kAllDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kI64,
                                        DType::kI32, DType::kU8,  DType::kBool};
-inline constexpr DType kQuantizedDTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
-                                             DType::kQ5_0, DType::kQ5_1, DType::kQ4_K,
-                                             DType::kQ5_K, DType::kQ6_K};
+inline constexpr DType kQuantizedDTypes[] = {
+    DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,  DType::kQ4_K,
+    DType::kQ5_K, DType::kQ6_K, DType::kQ2_K, DType::kQ3_K, DType::kIQ4_NL, DType::kIQ4_XS};
 
 constexpr bool IsQuantized(DType t) { return t >= DType::kQ8_0; }
 // Bytes of one element; 0 for a quantized dtype, whose elements have no bytes of their own (use
@@ -53,8 +54,10 @@ constexpr int64_t DTypeSize(DType t) {
 constexpr int64_t DTypeBlock(DType t) {
   switch (t) {
     case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1:
+    case DType::kIQ4_NL:
       return 32;
-    case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+    case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K: case DType::kQ2_K: case DType::kQ3_K:
+    case DType::kIQ4_XS:
       return 256;
     default: return 1;
   }
@@ -70,6 +73,10 @@ constexpr int64_t DTypeBlockBytes(DType t) {
     case DType::kQ4_K: return 144;
     case DType::kQ5_K: return 176;
     case DType::kQ6_K: return 210;
+    case DType::kQ2_K: return 84;
+    case DType::kQ3_K: return 110;
+    case DType::kIQ4_NL: return 18;
+    case DType::kIQ4_XS: return 136;
     default: return DTypeSize(t);
   }
 }

@@ -131,6 +131,67 @@ void Q6_K(const uint8_t* b, float* y) {
   }
 }
 
+// Q2_K / Q3_K: a super-block is two halves of 128 values, each from 32 bytes of 2-bit quants:
+// value 32 j + 16 h + l of half n (j < 4, h < 2, l < 16) is bits 2j, 2j + 1 of byte 16 h + l of
+// the half's quants, with scale (and min) 8 n + 2 j + h; `value(i, q, l)` maps quant q of the
+// element at byte l of the half's quants under scale i.
+template <typename F>
+void TwoBitHalves(const uint8_t* q, float* y, F value) {
+  for (int n = 0; n < 2; ++n, q += 32) {
+    for (int j = 0; j < 4; ++j) {
+      for (int h = 0; h < 2; ++h) {
+        const int i = 8 * n + 2 * j + h;
+        for (int l = 0; l < 16; ++l) *y++ = value(i, (q[16 * h + l] >> (2 * j)) & 3, 16 * h + l);
+      }
+    }
+  }
+}
+
+void Q2_K(const uint8_t* b, float* y) {
+  const uint8_t* sc = b;
+  const float d = Half(b + 80), dmin = Half(b + 82);
+  float dl[16], ml[16];
+  for (int i = 0; i < 16; ++i) {
+    dl[i] = d * static_cast<float>(sc[i] & 0xF);
+    ml[i] = dmin * static_cast<float>(sc[i] >> 4);
+  }
+  TwoBitHalves(b + 16, y, [&](int i, int q, int) { return dl[i] * static_cast<float>(q) - ml[i]; });
+}
+
+// The third bit of the element at byte l of half n, pair j, is bit 4 n + j of hmask[l]; clear
+// means q - 4.
+void Q3_K(const uint8_t* b, float* y) {
+  const uint8_t* hm = b;
+  const float d = Half(b + 108);
+  float dl[16];
+  for (int i = 0; i < 16; ++i) dl[i] = d * static_cast<float>(Q3KScale(b + 96, i));
+  TwoBitHalves(b + 32, y, [&](int i, int q, int l) {
+    const int bit = 4 * (i / 8) + (i % 8) / 2;
+    return dl[i] * static_cast<float>(q - ((hm[l] >> bit) & 1 ? 0 : 4));
+  });
+}
+
+void IQ4_NL(const uint8_t* b, float* y) {
+  const float d = Half(b);
+  const uint8_t* q = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(kIq4Values[q[j] & 0x0F]);
+    y[j + 16] = d * static_cast<float>(kIq4Values[q[j] >> 4]);
+  }
+}
+
+void IQ4_XS(const uint8_t* b, float* y) {
+  const float d = Half(b);
+  const uint8_t* q = b + 8;
+  for (int i = 0; i < 8; ++i, q += 16, y += 32) {
+    const float dl = d * static_cast<float>(Iq4XsScale(b, i));
+    for (int j = 0; j < 16; ++j) {
+      y[j] = dl * static_cast<float>(kIq4Values[q[j] & 0x0F]);
+      y[j + 16] = dl * static_cast<float>(kIq4Values[q[j] >> 4]);
+    }
+  }
+}
+
 // The rows of `t` (every dim but the last) as element offsets, in row-major order.
 std::vector<int64_t> RowOffsets(const Tensor& t) {
   const Shape lead(t.shape().begin(), t.shape().end() - 1);
@@ -177,6 +238,10 @@ void DequantizeBlocks(DType dtype, const void* src, int64_t n, float* out) {
     case DType::kQ4_K: block = Q4_K; break;
     case DType::kQ5_K: block = Q5_K; break;
     case DType::kQ6_K: block = Q6_K; break;
+    case DType::kQ2_K: block = Q2_K; break;
+    case DType::kQ3_K: block = Q3_K; break;
+    case DType::kIQ4_NL: block = IQ4_NL; break;
+    case DType::kIQ4_XS: block = IQ4_XS; break;
     default: DT_CHECK(false, "DequantizeBlocks on ", DTypeName(dtype));
   }
   const int64_t qk = DTypeBlock(dtype), bytes = DTypeBlockBytes(dtype);
@@ -192,10 +257,13 @@ std::optional<NonFiniteScale> FindNonFiniteScale(DType dtype, const void* src, i
   };
   Field fields[2] = {{0, "d"}, {-1, ""}};
   switch (dtype) {
-    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ5_0: break;
+    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ5_0: case DType::kIQ4_NL:
+    case DType::kIQ4_XS: break;
     case DType::kQ4_1: case DType::kQ5_1: fields[1] = {2, "m"}; break;
     case DType::kQ4_K: case DType::kQ5_K: fields[1] = {2, "dmin"}; break;
     case DType::kQ6_K: fields[0] = {208, "d"}; break;
+    case DType::kQ2_K: fields[0] = {80, "d"}; fields[1] = {82, "dmin"}; break;
+    case DType::kQ3_K: fields[0] = {108, "d"}; break;
     default: DT_CHECK(false, "FindNonFiniteScale on ", DTypeName(dtype));
   }
   const int64_t bytes = DTypeBlockBytes(dtype);
@@ -256,6 +324,10 @@ absl::StatusOr<Tensor> RandomQuantized(DType dtype, IntSpan shape, uint64_t seed
       case DType::kQ4_1: case DType::kQ5_1: half(blk, 1.0f / 8); half(blk + 2, 1.0f); break;
       case DType::kQ4_K: case DType::kQ5_K: half(blk, 1.0f / 256); half(blk + 2, 1.0f / 64); break;
       case DType::kQ6_K: half(blk + 208, 1.0f / 2048); break;
+      case DType::kQ2_K: half(blk + 80, 1.0f / 32); half(blk + 82, 1.0f / 64); break;
+      case DType::kQ3_K: half(blk + 108, 1.0f / 128); break;
+      case DType::kIQ4_NL: half(blk, 1.0f / 128); break;
+      case DType::kIQ4_XS: half(blk, 1.0f / 4096); break;
       default: break;
     }
   }

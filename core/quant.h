@@ -15,6 +15,17 @@
 //                        pairs), u8 q[128]                                per 32 values
 //   q5_k   256    176    f16 d, f16 dmin, u8 scales[12], u8 qh[32], u8 q[128]   as q4_k, 5 bits
 //   q6_k   256    210    u8 ql[128], u8 qh[64], i8 scales[16], f16 d      (d*sc)*(q-32) per 16
+//   q2_k   256    84     u8 scales[16] (4-bit scale | 4-bit min << 4 per  (d*sc)*q - dmin*m
+//                        16 values), u8 q[64] (2 bits), f16 d, f16 dmin   per 16
+//   q3_k   256    110    u8 hmask[32] (3rd bits), u8 q[64] (2 bits),      (d*(sc-32))*(q-4)
+//                        u8 scales[12] (16 6-bit scales), f16 d           per 16
+//   iq4_nl 32     18     f16 d, u8 q[16] (as q4_0)                        d*kv[q]
+//   iq4_xs 256    136    f16 d, u16 scales_h, u8 scales_l[4] (8 6-bit     (d*(sc-32))*kv[q]
+//                        scales), u8 q[128]                               per 32
+//
+// kv is ggml's non-linear 4-bit codebook (kIq4Values below); the 2- and 3-bit types' values and
+// the order of their elements inside a super-block follow ggml's dequantize_row_q2_K/_q3_K (quant.cc
+// spells out which bits make each element).
 //
 // The tensor's shape stays in elements (a q4_1 weight [576, 1536] is 576 rows of 48 blocks, 552960
 // bytes); its strides and storage offset are in elements too, and every row must be whole blocks
@@ -44,6 +55,25 @@ namespace dt {
 
 // f16 bits at `p` (unaligned) as f32.
 float LoadHalf(const void* p);
+
+// The values of iq4_nl's and iq4_xs's 4-bit indices (ggml's kvalues_iq4nl).
+inline constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                          1,    13,   25,  38,  53,  69,  89,  113};
+// q3_k: scale i (0..15) of the twelve packed scale bytes at `s`, minus 32 (ggml's layout: the low
+// four bits of scale i are the low nibble of s[i] for i < 8, the high nibble of s[i - 8] after;
+// its top two bits are bits 2 (i / 4), 2 (i / 4) + 1 of s[8 + i % 4]).
+inline int Q3KScale(const uint8_t* s, int i) {
+  const int low = i < 8 ? s[i] & 0xF : s[i - 8] >> 4;
+  const int high = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+  return (low | high << 4) - 32;
+}
+// iq4_xs: the scale of 32-element sub-block i (0..7), minus 32, from the block's scales_h (a
+// little-endian u16 at byte 2) and scales_l (bytes 4..7).
+inline int Iq4XsScale(const uint8_t* b, int i) {
+  const int high = ((b[2] | b[3] << 8) >> (2 * i)) & 3;
+  const int low = (b[4 + i / 2] >> (4 * (i % 2))) & 0xF;
+  return (low | high << 4) - 32;
+}
 
 // Dequantizes `n` elements (a whole number of blocks) of quantized `dtype` at `src` into `out`.
 void DequantizeBlocks(DType dtype, const void* src, int64_t n, float* out);

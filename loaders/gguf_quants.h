@@ -6,11 +6,13 @@
 //   F32    1      4      f32
 //   F16    1      2      f16
 //   BF16   1      2      bf16
-//   Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K   q8_0 ... q6_k: the block formats of Note [Quantized
-//                                           dtypes] (core/quant.h), byte for byte as in the file
+//   Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS
+//                         q8_0 ... iq4_xs: the block formats of Note [Quantized dtypes]
+//                         (core/quant.h), byte for byte as in the file
 //
-// Every other type ggml defines (Q2_K, Q3_K, IQ*, ...) is known (its block size is validated) but
-// not read. Dequantization is core/quant.h's (ggml's reference, bit-identical).
+// Every other type ggml defines (Q8_1, Q8_K, IQ1_*, IQ2_*, IQ3_*, TQ*, the integer types) is known
+// (its block size is validated) but not read: a read of one names the file, the tensor, its type
+// and DequantizableGgmlTypes(). Dequantization is core/quant.h's (ggml's reference, bit-identical).
 
 #include <cstdint>
 #include <optional>
@@ -33,7 +35,7 @@ struct GgmlType {
 
 // The type with GGML id `id`, or nullptr for an id ggml does not define.
 const GgmlType* FindGgmlType(uint32_t id);
-// "F32 F16 BF16 Q8_0 ..." (what dtensor reads).
+// "F32, F16, Q4_0, ..." (what dtensor reads, in ggml's id order).
 std::string DequantizableGgmlTypes();
 
 // Dequantizes `blocks` consecutive blocks of `type` at `src` into blocks * type.block floats.

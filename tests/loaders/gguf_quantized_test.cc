@@ -37,8 +37,8 @@ std::shared_ptr<const GgufFile> QuantsFile() {
 
 // Random 1- or 2-D meshes and placements of a [4, 512] tensor of every quantized type, every rank.
 RC_GTEST_PROP(GgufQuantized, ShardsAreTheirBlocks, ()) {
-  static const std::vector<std::string> kTypes = {"Q8_0", "Q4_0", "Q4_1", "Q5_0",
-                                                 "Q5_1", "Q4_K", "Q5_K", "Q6_K"};
+  static const std::vector<std::string> kTypes = {"Q8_0", "Q4_0", "Q4_1", "Q5_0",  "Q5_1",  "Q4_K",
+                                                 "Q5_K", "Q6_K", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"};
   const std::string name = absl::StrCat("t.", *rc::gen::elementOf(kTypes));
   const GgufTensorInfo* t = QuantsFile()->FindTensor(name);
   const DType q = *t->type->dtype;
@@ -81,6 +81,46 @@ RC_GTEST_PROP(GgufQuantized, ShardsAreTheirBlocks, ()) {
     RC_ASSERT(stats.bytes_copied == piece->nbytes());
     const Tensor want = SliceRanges(whole, spec.Ranges()).value();
     RC_ASSERT(Equal(piece->To(DType::kF32).value(), want));
+  }
+}
+
+// The types of issue 47 at tp 1, 2 and 3: rows split (2, 2, 0 at tp 3: an empty piece) and columns
+// split (one 256-element super-block or eight 32-blocks a rank at tp 2; at tp 3 the 171-column
+// shards are not whole blocks and are refused, naming the block size and the mesh). Each kept
+// piece is exactly its rank's blocks, and reads exactly those.
+TEST(GgufQuantized, NewTypesShardByBlocksAtTp1To3) {
+  for (const std::string type : {"Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"}) {
+    const std::string name = "t." + type;
+    const GgufTensorInfo* t = QuantsFile()->FindTensor(name);
+    ASSERT_NE(t, nullptr) << name;
+    const DType q = *t->type->dtype;
+    const Tensor whole = QuantsFile()->ReadRanges(name, FullRanges(t->shape)).value();
+    for (int tp = 1; tp <= 3; ++tp) {
+      for (const int dim : {0, 1}) {
+        SCOPED_TRACE(absl::StrCat(type, " tp=", tp, " S(", dim, ")"));
+        const int64_t cols = dim == 1 ? (512 + tp - 1) / tp : 512;
+        const bool whole_blocks = cols % DTypeBlock(q) == 0;
+        for (int r = 0; r < tp; ++r) {
+          const DeviceMesh mesh = DeviceMesh::Abstract({tp}, {"tp"}, r).value();
+          const DTensorSpec spec = DTensorSpec::Create(mesh, {Placement::Shard(dim)}, t->shape, q).value();
+          const absl::Status fit = QuantizedShardsFit(name, spec);
+          if (!whole_blocks) {
+            EXPECT_TRUE(Contains(fit, absl::StrCat(DTypeBlock(q), "-element ", DTypeName(q), " blocks"))) << fit;
+            EXPECT_TRUE(Contains(fit, "tp=3")) << fit;
+            continue;
+          }
+          ASSERT_TRUE(fit.ok()) << fit;
+          ReadOptions o;
+          o.dtype = q;
+          ReadStats stats;
+          const Tensor piece = QuantsFile()->ReadRanges(name, spec.Ranges(), o, &stats).value();
+          EXPECT_EQ(piece.dtype(), q);
+          EXPECT_EQ(piece.shape(), spec.LocalShape());
+          EXPECT_EQ(stats.bytes_copied, DTypeBytes(q, piece.numel()));
+          EXPECT_TRUE(Equal(piece.To(DType::kF32).value(), SliceRanges(whole, spec.Ranges()).value()));
+        }
+      }
+    }
   }
 }
 

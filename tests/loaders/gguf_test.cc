@@ -76,7 +76,8 @@ TEST(Gguf, DequantizesEveryTypeBitExactlyAsGgufPy) {
     EXPECT_EQ(stats.bytes_copied, t->nbytes);
   }
   EXPECT_EQ(seen, (std::set<std::string>{"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0",
-                                         "Q5_1", "Q4_K", "Q5_K", "Q6_K"}));
+                                         "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K", "IQ4_NL",
+                                         "IQ4_XS"}));
 }
 
 TEST(Gguf, ReadsIntoBf16) {
@@ -93,8 +94,9 @@ TEST(Gguf, ReadsIntoBf16) {
 // Random row and column ranges of every type read what the whole read holds there, and count
 // exactly the quant blocks that cover the wanted columns.
 RC_GTEST_PROP(Gguf, ShardedReadsReadTheirBlocks, ()) {
-  static const std::vector<std::string> kTypes = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1",
-                                                 "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"};
+  static const std::vector<std::string> kTypes = {"F32",  "F16",  "BF16", "Q8_0", "Q4_0",
+                                                 "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K",
+                                                 "Q6_K", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"};
   const std::string name = absl::StrCat("t.", *rc::gen::elementOf(kTypes));
   const GgufTensorInfo* t = Quants()->FindTensor(name);
   const Tensor whole = Quants()->ReadRanges(name, FullRanges(t->shape)).value();
@@ -337,12 +339,20 @@ TEST(Gguf, HostileHeadersGetNamedErrors) {
   Writer empty;
   empty.Header(0, 1).Str("k").Put<uint32_t>(9).Put<uint32_t>(4).Put<uint64_t>(0);
   EXPECT_EQ(GgufFile::Open(WriteBytes("empty.gguf", empty.b)).value()->GetInts("k").value().size(), 0u);
-  // A type dtensor knows but does not dequantize: listed, and its read says so.
+  // A type dtensor knows but does not read: listed, and its read names the file, the tensor, its
+  // type and every type dtensor reads, as its own or dequantized.
   Writer iq;
   iq.Header(1, 0).Info("w", 256, 1, 19, 0).Pad().Data(64);
-  auto f = GgufFile::Open(WriteBytes("iq.gguf", iq.b)).value();
-  EXPECT_TRUE(Contains(f->ReadRanges("w", FullRanges(Shape{1, 256})).status(),
-                       "is IQ1_S, which dtensor does not dequantize (supported: F32 F16 Q4_0"));
+  const std::string iq_path = WriteBytes("iq.gguf", iq.b);
+  auto f = GgufFile::Open(iq_path).value();
+  for (const ReadOptions& o : {ReadOptions(), ReadOptions{.dtype = DType::kBF16}}) {
+    EXPECT_TRUE(Contains(f->ReadRanges("w", FullRanges(Shape{1, 256}), o).status(),
+                         absl::StrCat("'", iq_path, "': tensor 'w' is IQ1_S, a type dtensor does not "
+                                      "read (supported: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, "
+                                      "Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16)")));
+  }
+  EXPECT_EQ(f->ReadRanges("w", FullRanges(Shape{1, 256})).status().code(),
+            absl::StatusCode::kUnimplemented);
   EXPECT_TRUE(Contains(GgufFile::Open(TempPath("missing.gguf")).status(), "cannot open"));
   EXPECT_EQ(GgufFile::Open(TempPath("missing.gguf")).status().code(), absl::StatusCode::kNotFound);
 }
@@ -394,6 +404,8 @@ TEST(GgufFinite, EveryScaleOfEveryQuantTypeIsChecked) {
       {3, DType::kQ4_1, {{0, "d"}, {2, "m"}}},  {6, DType::kQ5_0, {{0, "d"}}},
       {7, DType::kQ5_1, {{0, "d"}, {2, "m"}}},  {12, DType::kQ4_K, {{0, "d"}, {2, "dmin"}}},
       {13, DType::kQ5_K, {{0, "d"}, {2, "dmin"}}},  {14, DType::kQ6_K, {{208, "d"}}},
+      {10, DType::kQ2_K, {{80, "d"}, {82, "dmin"}}},  {11, DType::kQ3_K, {{108, "d"}}},
+      {20, DType::kIQ4_NL, {{0, "d"}}},  {23, DType::kIQ4_XS, {{0, "d"}}},
   };
   uint64_t seed = 1;
   for (const Case& c : cases) {
