@@ -8,8 +8,10 @@
 //
 //   w(p) = dw_h * qw(p) + mw_h      (qw an integer of at most 8 bits, h the 16-element half of p's
 //                                    32-block; every type has this form: q4_1 d*q + m, q4_0 d*q -
-//                                    8d, q8_0 d*q, q4_k (d*sc)*q - dmin*m, q6_k with its per-16
-//                                    scales (d*sc)*q - 32*d*sc)
+//                                    8d, q8_0 d*q, q4_k (d*sc)*q - dmin*m, iq4_nl d*kv[q] (qw the
+//                                    codebook's value), iq4_xs (d*sc)*kv[q], and with per-16
+//                                    scales q6_k (d*sc)*q - 32*d*sc, q3_k (d*sc)*q - 4*d*sc (q the
+//                                    3-bit value plus 4), q2_k (d*sc)*q - dmin*m)
 //   x(p) = dx * t(p)                (t a 16-bit integer)
 //   sum_p w(p) x(p) over one block = dx * sum_h (dw_h * sum_{p in h} qw t) + sum_h mw_h * sx_h,
 //                                    sx_h = dx * sum_{p in h} t (stored with the activations)
@@ -34,7 +36,7 @@
 // Note [Activation blocks]
 // Each run of 32 activations gets d = max|x| / 32767 and t = round(x / d), plus s = d * sum(t) and
 // h = d * (sum of the first 16 t), which the offset terms mw_h * sx_h of every weight type need
-// (q6_k's per-16 scales are why halves). The rounding error of an activation is at most d / 2 =
+// (the per-16 scales of q6_k, q3_k and q2_k are why halves). The rounding error of an activation is at most d / 2 =
 // max|x| / 65534 of its block: the tolerance the tests derive from (tests/ops/local/qgemm_test.cc).
 //
 // Why 16 bits and not llama.cpp's 8 (its Q8_0/Q8_1 activation blocks, which u8 x s8 dot products

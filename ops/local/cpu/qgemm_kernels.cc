@@ -106,6 +106,19 @@ void KScales(const uint8_t* b, float* ds, float* ms) {
   }
 }
 
+void Iq4(const uint8_t* qs, int16_t* q) {
+  for (int p = 0; p < 16; ++p) {
+    q[p] = kIq4Values[qs[p] & 0x0F];
+    q[p + 16] = kIq4Values[qs[p] >> 4];
+  }
+}
+
+// Q2_K / Q3_K: sub-block s = 4 n + j of a super-block holds, in its halves h, the 2-bit quants
+// 2j of bytes [32 n + 16 h, + 16) (core/quant.cc, TwoBitHalves), scale index 2 s + h.
+void TwoBits(const uint8_t* qs, int s, int16_t* q) {
+  for (int p = 0; p < 32; ++p) q[p] = (qs[32 * (s / 4) + p] >> (2 * (s % 4))) & 3;
+}
+
 // The sub-blocks of one block of `dtype` at b (DTypeBlock / 32 of them).
 void Decode(DType dtype, const uint8_t* b, Sub* out) {
   switch (dtype) {
@@ -171,6 +184,42 @@ void Decode(DType dtype, const uint8_t* b, Sub* out) {
             o.m[h] = -32 * o.d[h];
           }
         }
+      }
+      return;
+    }
+    case DType::kQ2_K: {
+      const float d = LoadHalf(b + 80), dmin = LoadHalf(b + 82);
+      for (int s = 0; s < 8; ++s) {
+        TwoBits(b + 16, s, out[s].q);
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t sc = b[2 * s + h];
+          out[s].d[h] = d * static_cast<float>(sc & 0xF);
+          out[s].m[h] = -dmin * static_cast<float>(sc >> 4);
+        }
+      }
+      return;
+    }
+    case DType::kQ3_K: {
+      // Quants q + 4 (0..7: the third bit set adds 4), offsets -4 scale.
+      const float d = LoadHalf(b + 108);
+      for (int s = 0; s < 8; ++s) {
+        TwoBits(b + 32, s, out[s].q);
+        for (int p = 0; p < 32; ++p) out[s].q[p] = static_cast<int16_t>(out[s].q[p] | ((b[p] >> s) & 1) << 2);
+        for (int h = 0; h < 2; ++h) {
+          out[s].d[h] = d * static_cast<float>(Q3KScale(b + 96, 2 * s + h));
+          out[s].m[h] = -4 * out[s].d[h];
+        }
+      }
+      return;
+    }
+    case DType::kIQ4_NL:
+      Iq4(b + 2, out->q);
+      return Uniform(out, LoadHalf(b), 0);
+    case DType::kIQ4_XS: {
+      const float d = LoadHalf(b);
+      for (int s = 0; s < 8; ++s) {
+        Iq4(b + 8 + 16 * s, out[s].q);
+        Uniform(&out[s], d * static_cast<float>(Iq4XsScale(b, s)), 0);
       }
       return;
     }

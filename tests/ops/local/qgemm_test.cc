@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/quant.h"
 #include "dtensor/ops/local/cpu/qgemm.h"
+#include "dtensor/ops/local/cpu/tuner.h"
 #include "dtensor/ops/local/ops.h"
 
 namespace dt::ops {
@@ -173,12 +175,40 @@ TEST(QuantizedLinearTest, LargeShapesAgree) {
   for (const Isa isa : SupportedIsas()) {
     ForceIsa force(isa);
     uint64_t seed = 100;
-    for (const DType q : {DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    for (const DType q : {DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K, DType::kQ2_K,
+                          DType::kQ3_K, DType::kIQ4_NL, DType::kIQ4_XS}) {
       const Tensor w = RandomQuantized(q, {700, 1536}, seed++).value();
       for (const int64_t m : {1, 8, 67}) {
         EXPECT_EQ(Check(Normal({m, 1536}, DType::kF32, seed++), w, Tensor()), "")
             << "on " << cpu::qgemm::IsaName(isa);
       }
+    }
+  }
+}
+
+// The decode dot's prefetch (the tuner's knob, Note [Quantized dot prefetch]) steers every type
+// through the same kernel, and changes where bytes are asked for, never a result: every candidate
+// gives the first one's bits on every type and instruction set.
+TEST(QuantizedLinearTest, EveryDotPrefetchGivesTheSameBits) {
+  const cpu::tune::Knob& knob = cpu::qgemm::DotPrefetchKnob();
+  uint64_t seed = 300;
+  for (const Isa isa : SupportedIsas()) {
+    ForceIsa force(isa);
+    for (const DType q : kQuantizedDTypes) {
+      const Tensor w = RandomQuantized(q, {37, 2 * DTypeBlock(q)}, seed++).value();
+      const Tensor x = Normal({3, 2 * DTypeBlock(q)}, DType::kF32, seed++);
+      std::optional<Tensor> first;
+      for (size_t i = 0; i < knob.candidates.size(); ++i) {
+        cpu::tune::ForceForTesting(knob, static_cast<int>(i));
+        const Tensor y = Linear(x, w).value();
+        if (!first) {
+          first = y;
+        } else {
+          EXPECT_TRUE(Equal(y, *first)) << knob.candidates[i] << " on " << DTypeName(q) << ", "
+                                        << cpu::qgemm::IsaName(isa);
+        }
+      }
+      cpu::tune::ForceForTesting(knob, std::nullopt);
     }
   }
 }
