@@ -12,6 +12,7 @@
 #include "absl/strings/strip.h"
 #include "dtensor/core/progress.h"
 #include "dtensor/core/status.h"
+#include "dtensor/loaders/gguf_quants.h"
 #include "dtensor/nn/distributed.h"
 #include "dtensor/nn/expert_parallel.h"
 #include "dtensor/nn/init.h"
@@ -51,9 +52,10 @@ absl::Status CheckCheckpoint(const Module& module, const loaders::Checkpoint& ch
                                                      "' is ", DTypeName(p->dtype())));
     }
     if (!stored || !(IsFloating(*stored) || IsQuantized(*stored))) {
-      return absl::UnimplementedError(absl::StrCat("tensor '", from, "' has dtype ",
-                                                   (*info)->dtype_name, "; ", model,
-                                                   " weights must be F32, BF16, F16 or quantized"));
+      return absl::UnimplementedError(absl::StrCat(
+          "checkpoint '", checkpoint.path(), "': tensor '", from, "' has dtype ", (*info)->dtype_name,
+          ", which ", model, " cannot read (supported: ",
+          checkpoint.gguf() != nullptr ? loaders::DequantizableGgmlTypes() : "F32, BF16, F16", ")"));
     }
     used.insert(from);
   }

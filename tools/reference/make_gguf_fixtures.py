@@ -7,8 +7,9 @@ gguf (gguf-py), tokenizers and transformers packages.
 
 Writes tests/fixtures/gguf/:
   quants.gguf              one [4, 512] tensor per type F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K
-                           Q5_K Q6_K (random blocks with finite scales), a 3-D F32 tensor, and
-                           metadata of every GGUF value type (scalars, strings, nested arrays)
+                           Q5_K Q6_K Q2_K Q3_K IQ4_NL IQ4_XS (random blocks with finite scales), a
+                           3-D F32 tensor, and metadata of every GGUF value type (scalars, strings,
+                           nested arrays)
   quants_expected.safetensors  the same tensors dequantized to f32 by gguf.quants.dequantize
   metadata.json            the metadata as gguf.GGUFReader reads it (for the reader's test)
   tokenizer.json           a byte-level BPE trained with `tokenizers` (SmolLM2's pre-tokenizer:
@@ -22,11 +23,18 @@ Writes tests/fixtures/gguf/:
                            weight (all eleven), untied Q6_K output, the tokenizer in its metadata
   llama_gguf_golden.json   transformers' logits (every prompt position) and greedy continuation
                            after loading llama-tiny.gguf (from_pretrained(gguf_file=...), f32)
+--only quants writes quants.gguf and quants_expected.safetensors alone.
 With --smollm2 (the SmolLM2-135M-Instruct.Q4_1.gguf that scripts/fetch-smollm2 unpacks) also
   smollm2_golden.json      transformers' greedy continuations of raw prompts (40 tokens), the
                            corpus' ids (SmolLM2's own pre-tokenizer; see make_smollm2), and the chat template applied to a
                            conversation (with and without a system message)
   smollm2_logits.safetensors  the prompts' last-position logits (last_logits.0, .1; f32)
+  smollm2_types_golden.json  SmolLM2 re-quantized by llama.cpp into Q2_K, Q3_K, IQ4_NL and IQ4_XS
+                           (SMOLLM2_TYPES; the files go to --types-dir, never committed): each
+                           file's sha256 and tensor types, transformers' greedy continuations of
+                           the raw prompts and their 32 largest last-position logits
+    (--only smollm2-types: that alone; --quantize-smollm2 SRC --types-dir DIR: the test's step,
+    the files alone, checked against the goldens' sha256)
 """
 import argparse
 import json
@@ -111,9 +119,12 @@ CHAT_TEMPLATE = (
 
 QUANT_TYPES = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K,
                Q.Q6_K]
+# Written after t.cube, so that the tensors above keep the bytes they had before these were read.
+LATER_QUANT_TYPES = [Q.Q2_K, Q.Q3_K, Q.IQ4_NL, Q.IQ4_XS]
 # Byte offsets of the f16 scale fields inside one block of each quantized type.
 F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2],
-              Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208]}
+              Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.Q2_K: [80, 82], Q.Q3_K: [108],
+              Q.IQ4_NL: [0], Q.IQ4_XS: [0]}
 
 
 def random_quant(rng, qtype, rows, cols, scale):
@@ -176,6 +187,11 @@ def make_quants(out):
     cube = rng.standard_normal((2, 3, 5)).astype(np.float32)
     w.add_tensor("t.cube", cube)
     expected["t.cube"] = cube
+    for qtype in LATER_QUANT_TYPES:
+        data = random_quant(rng, qtype, 4, 512, 0.05)
+        name = f"t.{qtype.name}"
+        add(w, name, qtype, data)
+        expected[name] = dequant(qtype, data).reshape(4, 512)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -435,20 +451,136 @@ def make_smollm2(out, path):
     print("wrote smollm2_golden.json")
 
 
+# SmolLM2 re-quantized by llama.cpp's own quantizer (llama_model_quantize through
+# llama-cpp-python) into each type issue 47 added, for the model-level check
+# (tests/models/gguf_types_test.cc). (type, llama.cpp file type, pure): SmolLM2's hidden size 576
+# is not whole 256-element super-blocks, so llama.cpp gives a k-quant only to ffn_down (rows of
+# 1536) and falls back to Q4_0 elsewhere; its Q2_K mix gives ffn_down Q3_K and its Q3_K_M mix none
+# at all, so the k-quant files are "pure" (the type wherever it fits). The IQ4 files are llama.cpp's
+# own mixes: IQ4_NL nearly everywhere (3 ffn_down Q5_K); IQ4_XS ffn_down, IQ4_NL the rest.
+# The source is the Q4_1 file itself (allow_requantize): llama.cpp dequantizes each tensor to f32
+# with ggml's reference before quantizing, so an f32 export of the same weights gives the same
+# bytes (checked: identical sha256 for Q2_K and IQ4_XS) for 540 MB more on disk.
+SMOLLM2_TYPES = [("Q2_K", "MOSTLY_Q2_K", True), ("Q3_K", "MOSTLY_Q3_K_M", True),
+                 ("IQ4_NL", "MOSTLY_IQ4_NL", False), ("IQ4_XS", "MOSTLY_IQ4_XS", False)]
+SMOLLM2_PROMPTS = ["The capital of France is", "def fibonacci(n):\n    \"\"\"Return the n-th"]
+TYPES_GOLDEN = "smollm2_types_golden.json"
+
+
+def smollm2_type_file(qtype):
+    return f"SmolLM2-135M-Instruct.{qtype}.gguf"
+
+
+def sha256(path):
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def quantize_smollm2(src, types_dir, want=None):
+    """Each SMOLLM2_TYPES file from `src` into types_dir (kept when it already has the wanted
+    sha256); with `want` (the golden's files), a file of other bytes is an error: the goldens
+    belong to the bytes llama-cpp-python 0.3.36 makes."""
+    import ctypes
+    import llama_cpp
+    os.makedirs(types_dir, exist_ok=True)
+    for qtype, ftype, pure in SMOLLM2_TYPES:
+        path = os.path.join(types_dir, smollm2_type_file(qtype))
+        expected = want[qtype]["sha256"] if want else None
+        if expected and os.path.exists(path) and sha256(path) == expected:
+            continue
+        p = llama_cpp.llama_model_quantize_default_params()
+        p.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_{ftype}")
+        p.allow_requantize = True
+        p.pure = pure
+        p.nthread = 2
+        tmp = path + ".tmp"
+        if llama_cpp.llama_model_quantize(src.encode(), tmp.encode(), ctypes.byref(p)) != 0:
+            raise SystemExit(f"llama_model_quantize {src} -> {qtype} failed")
+        os.replace(tmp, path)
+        got = sha256(path)
+        if expected and got != expected:
+            raise SystemExit(f"{path}: sha256 {got}, but the goldens ({TYPES_GOLDEN}) were made from "
+                             f"{expected} (llama-cpp-python {llama_cpp.__version__}; they need 0.3.36)")
+        print("wrote", path)
+
+
+def make_smollm2_types(out, src, types_dir):
+    """The SMOLLM2_TYPES files, and transformers' dequantized f32 greedy continuations and top
+    last-position logits of SMOLLM2_PROMPTS for each (smollm2_types_golden.json)."""
+    import collections
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    quantize_smollm2(src, types_dir)
+    golden = {}
+    for qtype, ftype, pure in SMOLLM2_TYPES:
+        f = smollm2_type_file(qtype)
+        path = os.path.join(types_dir, f)
+        counts = collections.Counter(t.tensor_type.name for t in gguf.GGUFReader(path).tensors)
+        tok = AutoTokenizer.from_pretrained(types_dir, gguf_file=f)
+        model = AutoModelForCausalLM.from_pretrained(types_dir, gguf_file=f, dtype=torch.float32)
+        model.eval()
+        entry = {"file": f, "sha256": sha256(path), "ftype": ftype, "pure": pure,
+                 "tensor_types": dict(sorted(counts.items())), "prompts": []}
+        for p in SMOLLM2_PROMPTS:
+            ids = tok.encode(p, add_special_tokens=False)
+            with torch.no_grad():
+                last = model(torch.tensor([ids])).logits[0, -1]
+            top = torch.topk(last, 32)
+            gen = greedy(model, ids, 40)
+            entry["prompts"].append({"text": p, "ids": ids, "greedy": gen,
+                                     "greedy_text": tok.decode(gen),
+                                     "top_ids": top.indices.tolist(),
+                                     "top_logits": top.values.tolist()})
+            print(qtype, repr(p), "->", repr(entry["prompts"][-1]["greedy_text"]))
+        golden[qtype] = entry
+    with open(os.path.join(out, TYPES_GOLDEN), "w") as fh:
+        json.dump(golden, fh, indent=1, ensure_ascii=False)
+    print("wrote", TYPES_GOLDEN)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests",
                                                    "fixtures"))
     ap.add_argument("--smollm2", default=None)
+    ap.add_argument("--only", choices=["quants", "smollm2-types"], default=None,
+                    help="write only quants.gguf (and its expected values) or only the "
+                         "SmolLM2 type files and smollm2_types_golden.json (needs --smollm2)")
+    ap.add_argument("--types-dir", default=None,
+                    help="where the SmolLM2 type files go (default: beside --smollm2)")
+    ap.add_argument("--quantize-smollm2", default=None, metavar="SRC.gguf",
+                    help="test time: only make the SmolLM2 type files from SRC into --types-dir, "
+                         "checked against the committed goldens' sha256 (exit 77 without "
+                         "llama-cpp-python)")
     a = ap.parse_args()
     out = os.path.join(a.out, "gguf")
+    if a.quantize_smollm2:
+        try:
+            import llama_cpp  # noqa: F401
+        except ImportError:
+            print("llama-cpp-python is not installed: skipped")
+            raise SystemExit(77)
+        with open(os.path.join(out, TYPES_GOLDEN)) as fh:
+            quantize_smollm2(a.quantize_smollm2, a.types_dir, json.load(fh))
+        return
     os.makedirs(out, exist_ok=True)
+    types_dir = a.types_dir or (os.path.dirname(os.path.abspath(a.smollm2)) if a.smollm2 else None)
+    if a.only == "smollm2-types":
+        make_smollm2_types(out, a.smollm2, types_dir)
+        return
     make_quants(out)
+    if a.only == "quants":
+        return
     tok, golden = make_tokenizer(out)
     make_llama3_tokenizer(out)
     make_tiny_llama(out, tok, golden)
     if a.smollm2:
         make_smollm2(out, a.smollm2)
+        make_smollm2_types(out, a.smollm2, types_dir)
 
 
 if __name__ == "__main__":
