@@ -14,8 +14,9 @@
 //                                                                (single-threaded)
 //   decode       Linear(x [M, K], w [N, K]) on each backend      memcpy on T threads (64 MiB)
 //                and as picked, weights cold
-//   quantized    the same with w q4_1, q4_k, q8_0 blocks (GB/s   memcpy on T threads
-//   decode       of blocks; x f32; our kernels only)
+//   quantized    the same with w q4_1, q4_k, q8_0, q2_k, q3_k,  memcpy on T threads
+//   decode       iq4_nl, iq4_xs blocks (GB/s of blocks; x f32;
+//                our kernels only)
 //
 // T = oneTBB's arena size (all cores). "Weights cold": each call uses the next of enough copies of
 // w to exceed three times the L3, as in a decode step, which streams every layer's weights once.
@@ -571,7 +572,8 @@ int main(int argc, char** argv) {
   std::printf("\ndecode with quantized weights (x f32), T=%d threads, %s kernels; GB/s of blocks read\n",
               threads, dt::ops::cpu::qgemm::IsaName(dt::ops::cpu::qgemm::ActiveIsa()));
   double worst_q = 1e9;
-  for (const DType dtype : {DType::kQ4_1, DType::kQ4_K, DType::kQ8_0}) {
+  for (const DType dtype : {DType::kQ4_1, DType::kQ4_K, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
+                            DType::kIQ4_NL, DType::kIQ4_XS}) {
     for (const DecodeShape& s : decode_shapes) {
       if (s.k % dt::DTypeBlock(dtype) != 0) continue;
       for (const DecodeRow& r : Decode(s, ms, dtype, false, decode_reps)) {
