@@ -701,9 +701,9 @@ absl::StatusOr<Tensor> GgufFile::ReadRows(absl::string_view name, absl::Span<con
   if (t == nullptr) return absl::NotFoundError(absl::StrCat(Quote(path_), ": no tensor '", name, "'"));
   const GgmlType& type = *t->type;
   if (!type.dequantizable()) {
-    return absl::UnimplementedError(absl::StrCat(Quote(path_), ": tensor '", t->name, "' is ",
-                                                 type.name, ", a type dtensor does not read (supported: ",
-                                                 DequantizableGgmlTypes(), ")"));
+    return absl::UnimplementedError(absl::StrCat(
+        Quote(path_), ": tensor '", t->name, "' is ", type.name,
+        ", a type dtensor does not read (supported: ", DequantizableGgmlTypes(), ")"));
   }
   const int64_t width = t->shape.back();
   const int64_t n_rows = Numel(t->shape) / width;

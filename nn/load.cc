@@ -52,10 +52,11 @@ absl::Status CheckCheckpoint(const Module& module, const loaders::Checkpoint& ch
                                                      "' is ", DTypeName(p->dtype())));
     }
     if (!stored || !(IsFloating(*stored) || IsQuantized(*stored))) {
+      const std::string supported =
+          checkpoint.gguf() != nullptr ? loaders::DequantizableGgmlTypes() : "F32, BF16, F16";
       return absl::UnimplementedError(absl::StrCat(
-          "checkpoint '", checkpoint.path(), "': tensor '", from, "' has dtype ", (*info)->dtype_name,
-          ", which ", model, " cannot read (supported: ",
-          checkpoint.gguf() != nullptr ? loaders::DequantizableGgmlTypes() : "F32, BF16, F16", ")"));
+          "checkpoint '", checkpoint.path(), "': tensor '", from, "' has dtype ",
+          (*info)->dtype_name, ", which ", model, " cannot read (supported: ", supported, ")"));
     }
     used.insert(from);
   }

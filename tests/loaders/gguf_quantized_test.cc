@@ -37,8 +37,9 @@ std::shared_ptr<const GgufFile> QuantsFile() {
 
 // Random 1- or 2-D meshes and placements of a [4, 512] tensor of every quantized type, every rank.
 RC_GTEST_PROP(GgufQuantized, ShardsAreTheirBlocks, ()) {
-  static const std::vector<std::string> kTypes = {"Q8_0", "Q4_0", "Q4_1", "Q5_0",  "Q5_1",  "Q4_K",
-                                                 "Q5_K", "Q6_K", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"};
+  static const std::vector<std::string> kTypes = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+                                                 "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K",
+                                                 "IQ4_NL", "IQ4_XS"};
   const std::string name = absl::StrCat("t.", *rc::gen::elementOf(kTypes));
   const GgufTensorInfo* t = QuantsFile()->FindTensor(name);
   const DType q = *t->type->dtype;
@@ -102,10 +103,13 @@ TEST(GgufQuantized, NewTypesShardByBlocksAtTp1To3) {
         const bool whole_blocks = cols % DTypeBlock(q) == 0;
         for (int r = 0; r < tp; ++r) {
           const DeviceMesh mesh = DeviceMesh::Abstract({tp}, {"tp"}, r).value();
-          const DTensorSpec spec = DTensorSpec::Create(mesh, {Placement::Shard(dim)}, t->shape, q).value();
+          const DTensorSpec spec =
+              DTensorSpec::Create(mesh, {Placement::Shard(dim)}, t->shape, q).value();
           const absl::Status fit = QuantizedShardsFit(name, spec);
           if (!whole_blocks) {
-            EXPECT_TRUE(Contains(fit, absl::StrCat(DTypeBlock(q), "-element ", DTypeName(q), " blocks"))) << fit;
+            EXPECT_TRUE(Contains(fit, absl::StrCat(DTypeBlock(q), "-element ", DTypeName(q),
+                                                   " blocks")))
+                << fit;
             EXPECT_TRUE(Contains(fit, "tp=3")) << fit;
             continue;
           }
@@ -117,7 +121,8 @@ TEST(GgufQuantized, NewTypesShardByBlocksAtTp1To3) {
           EXPECT_EQ(piece.dtype(), q);
           EXPECT_EQ(piece.shape(), spec.LocalShape());
           EXPECT_EQ(stats.bytes_copied, DTypeBytes(q, piece.numel()));
-          EXPECT_TRUE(Equal(piece.To(DType::kF32).value(), SliceRanges(whole, spec.Ranges()).value()));
+          EXPECT_TRUE(
+              Equal(piece.To(DType::kF32).value(), SliceRanges(whole, spec.Ranges()).value()));
         }
       }
     }

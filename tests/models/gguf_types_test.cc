@@ -7,16 +7,14 @@
 // same file (smollm2_types_golden.json): with the weights kept as their blocks at tp 1 and 3, and
 // dequantized to f32 at tp 1, the 40-token greedy continuations of two raw prompts are
 // transformers' and its 32 largest last-position logits (13 to 19) agree within 1e-2 with the
-// blocks kept (16-bit activations, Note [Activation blocks]; measured 1.1e-3 to 5.3e-3) and within
-// 1e-3 dequantized (f32 sums in another order; measured 1e-5 to 3e-5). One wrong scale vector (q2_k's
-// mins of the two halves swapped) moves them by 19.
+// blocks kept (16-bit activations, Note [Activation blocks]; measured 1.1e-3 to 5.3e-3) and
+// within 1e-3 dequantized (f32 sums in another order; measured 1e-5 to 3e-5). One wrong scale
+// vector (q2_k's mins of the two halves swapped) moves them by 19.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -37,17 +35,11 @@ namespace {
 
 using Json = nlohmann::json;
 
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // llama-tiny.gguf with tensor `name`'s type id set to `type` (the header's tensor info: name,
 // n_dims u32, dims u64 each, type u32, offset u64), written to a temporary file.
 std::string Relabelled(const std::string& name, uint32_t type) {
-  std::string bytes = ReadBytes(std::string(DT_FIXTURES_DIR) + "/gguf/llama-tiny.gguf");
+  const std::string tiny = std::string(DT_FIXTURES_DIR) + "/gguf/llama-tiny.gguf";
+  std::string bytes = dt::testing::ReadFileBytes(tiny);
   std::string key(8, '\0');
   const uint64_t len = name.size();
   std::memcpy(key.data(), &len, 8);
@@ -59,7 +51,7 @@ std::string Relabelled(const std::string& name, uint32_t type) {
   std::memcpy(bytes.data() + at + key.size() + 4 + 8 * n_dims, &type, 4);
   const std::string path = (std::filesystem::temp_directory_path() /
                             absl::StrCat("dt_relabelled_", ::getpid(), ".gguf")).string();
-  std::ofstream(path, std::ios::binary) << bytes;
+  dt::testing::WriteFileBytes(path, bytes);
   return path;
 }
 
@@ -90,7 +82,7 @@ TEST(GgufTypes, AnUnreadTypeIsRefusedNamingFileTensorTypeAndTheSupportedOnes) {
   std::filesystem::remove(path);
 }
 
-// ---- SmolLM2-135M-Instruct in each new type (label model) -----------------------------------------
+// ---- SmolLM2-135M-Instruct in each new type (label model) ---------------------------------
 
 struct Prompt {
   std::vector<int64_t> ids, greedy, top_ids;
@@ -101,7 +93,8 @@ std::vector<Prompt> Prompts(const Json& entry) {
   std::vector<Prompt> out;
   for (const Json& p : entry["prompts"]) {
     out.push_back({p["ids"].get<std::vector<int64_t>>(), p["greedy"].get<std::vector<int64_t>>(),
-                   p["top_ids"].get<std::vector<int64_t>>(), p["top_logits"].get<std::vector<float>>()});
+                   p["top_ids"].get<std::vector<int64_t>>(),
+                   p["top_logits"].get<std::vector<float>>()});
   }
   return out;
 }
@@ -146,10 +139,9 @@ absl::Status CheckType(const std::string& path, int tp, bool quantized, std::opt
                     quantized ? "kept" : "dequantized", tp, i, worst);
       }
       if (!(worst <= tol)) {
-        return absl::InternalError(absl::StrCat("rank ", w.rank(), " prompt ", i, ": logit of token ",
-                                                p.top_ids[at], " is ", last[p.top_ids[at]],
-                                                ", transformers' ", p.top_logits[at], " (tolerance ",
-                                                tol, ")"));
+        return absl::InternalError(absl::StrCat(
+            "rank ", w.rank(), " prompt ", i, ": logit of token ", p.top_ids[at], " is ",
+            last[p.top_ids[at]], ", transformers' ", p.top_logits[at], " (tolerance ", tol, ")"));
       }
       m->ResetCache();
       GenerateOptions g;
@@ -159,9 +151,9 @@ absl::Status CheckType(const std::string& path, int tp, bool quantized, std::opt
         size_t k = 0;
         while (k < r.tokens.size() && k < p.greedy.size() && r.tokens[k] == p.greedy[k]) ++k;
         return absl::InternalError(absl::StrCat(
-            "rank ", w.rank(), " prompt ", i, ": greedy tokens differ from transformers' at step ", k,
-            " of ", p.greedy.size(), ": ", k < r.tokens.size() ? r.tokens[k] : -1, " instead of ",
-            k < p.greedy.size() ? p.greedy[k] : -1));
+            "rank ", w.rank(), " prompt ", i, ": greedy tokens differ from transformers' at step ",
+            k, " of ", p.greedy.size(), ": ", k < r.tokens.size() ? r.tokens[k] : -1,
+            " instead of ", k < p.greedy.size() ? p.greedy[k] : -1));
       }
     }
     return absl::OkStatus();
@@ -172,10 +164,14 @@ class SmolLM2Types : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SmolLM2Types, MatchTransformersDequantizedKeptAtTp1And3AndDequantized) {
   const std::string type = GetParam();
-  const Json golden = Json::parse(ReadBytes(std::string(DT_FIXTURES_DIR) + "/gguf/smollm2_types_golden.json"));
+  const Json golden = Json::parse(
+      dt::testing::ReadFileBytes(std::string(DT_FIXTURES_DIR) + "/gguf/smollm2_types_golden.json"));
   const Json& entry = golden[type];
-  const std::string path = std::string(DT_SMOLLM2_TYPES_DIR) + "/" + entry["file"].get<std::string>();
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not made (make_gguf_fixtures.py --quantize-smollm2)";
+  const std::string path =
+      std::string(DT_SMOLLM2_TYPES_DIR) + "/" + entry["file"].get<std::string>();
+  if (!std::filesystem::exists(path)) {
+    GTEST_SKIP() << path << " not made (make_gguf_fixtures.py --quantize-smollm2)";
+  }
   const std::vector<Prompt> prompts = Prompts(entry);
   const loaders::GgmlType* ggml = nullptr;
   for (const loaders::GgufTensorInfo& t : loaders::GgufFile::Open(path).value()->tensors()) {

@@ -204,7 +204,9 @@ void Decode(DType dtype, const uint8_t* b, Sub* out) {
       const float d = LoadHalf(b + 108);
       for (int s = 0; s < 8; ++s) {
         TwoBits(b + 32, s, out[s].q);
-        for (int p = 0; p < 32; ++p) out[s].q[p] = static_cast<int16_t>(out[s].q[p] | ((b[p] >> s) & 1) << 2);
+        for (int p = 0; p < 32; ++p) {
+          out[s].q[p] = static_cast<int16_t>(out[s].q[p] | ((b[p] >> s) & 1) << 2);
+        }
         for (int h = 0; h < 2; ++h) {
           out[s].d[h] = d * static_cast<float>(Q3KScale(b + 96, 2 * s + h));
           out[s].m[h] = -4 * out[s].d[h];
