@@ -3,7 +3,7 @@
 gguf (gguf-py), tokenizers and transformers packages.
 
     tools/reference/.venv/bin/python tools/reference/make_gguf_fixtures.py [--out tests/fixtures]
-        [--smollm2 PATH.gguf]
+        [--smollm2 PATH.gguf [--types-dir DIR]] [--only quants|smollm2-types]
 
 Writes tests/fixtures/gguf/:
   quants.gguf              one [4, 512] tensor per type F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K
@@ -23,7 +23,7 @@ Writes tests/fixtures/gguf/:
                            weight (all eleven), untied Q6_K output, the tokenizer in its metadata
   llama_gguf_golden.json   transformers' logits (every prompt position) and greedy continuation
                            after loading llama-tiny.gguf (from_pretrained(gguf_file=...), f32)
---only quants writes quants.gguf and quants_expected.safetensors alone.
+--only quants writes quants.gguf, quants_expected.safetensors and metadata.json alone.
 With --smollm2 (the SmolLM2-135M-Instruct.Q4_1.gguf that scripts/fetch-smollm2 unpacks) also
   smollm2_golden.json      transformers' greedy continuations of raw prompts (40 tokens), the
                            corpus' ids (SmolLM2's own pre-tokenizer; see make_smollm2), and the chat template applied to a
