@@ -570,6 +570,8 @@ def main():
     os.makedirs(out, exist_ok=True)
     types_dir = a.types_dir or (os.path.dirname(os.path.abspath(a.smollm2)) if a.smollm2 else None)
     if a.only == "smollm2-types":
+        if not a.smollm2:
+            ap.error("--only smollm2-types needs --smollm2")
         make_smollm2_types(out, a.smollm2, types_dir)
         return
     make_quants(out)
