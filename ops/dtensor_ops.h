@@ -102,100 +102,56 @@
 
 namespace dt::ops {
 
-// ---- GEMM ----------------------------------------------------------------------------------------
+// ---- the ops ------------------------------------------------------------------------------------
 
-// a [..., M, K] · b [..., K, N] -> [..., M, N], batch dims broadcast; trans_a / trans_b as in
-// ops::Matmul (a given as [..., K, M], b as [..., N, K]).
-absl::StatusOr<DTensor> Matmul(const DTensor& a, const DTensor& b, bool trans_a = false,
-                               bool trans_b = false);
-// x [..., in] · w [out, in]ᵀ + bias [out] -> [..., out]; bias optional (DTensor()).
-absl::StatusOr<DTensor> Linear(const DTensor& x, const DTensor& w, const DTensor& bias = DTensor());
-
-// ---- pointwise -----------------------------------------------------------------------------------
-
-// Tensor-tensor with numpy broadcasting; equal dtypes.
-absl::StatusOr<DTensor> Add(const DTensor& a, const DTensor& b);
-absl::StatusOr<DTensor> Sub(const DTensor& a, const DTensor& b);
-absl::StatusOr<DTensor> Mul(const DTensor& a, const DTensor& b);
-absl::StatusOr<DTensor> Div(const DTensor& a, const DTensor& b);
-absl::StatusOr<DTensor> Binary(ops::BinaryOp op, const DTensor& a, const DTensor& b);
-// Tensor-scalar (x op s), x's dtype.
-absl::StatusOr<DTensor> Add(const DTensor& x, double s);
-absl::StatusOr<DTensor> Sub(const DTensor& x, double s);
-absl::StatusOr<DTensor> Mul(const DTensor& x, double s);
-absl::StatusOr<DTensor> Div(const DTensor& x, double s);
-absl::StatusOr<DTensor> Binary(ops::BinaryOp op, const DTensor& x, double s);
-
-absl::StatusOr<DTensor> Neg(const DTensor& x);
-absl::StatusOr<DTensor> Gelu(const DTensor& x,
-                             ops::GeluApproximation approx = ops::GeluApproximation::kNone);
-// One per row of DT_UNARY_OPS (ops/local/ops.h): Silu(x), Exp(x), ...
-#define DT_UNARY_FUNCTION_(name, formula) absl::StatusOr<DTensor> name(const DTensor& x);
-DT_UNARY_OPS(DT_UNARY_FUNCTION_)
-#undef DT_UNARY_FUNCTION_
-absl::StatusOr<DTensor> Unary(ops::UnaryOp op, const DTensor& x);
-absl::StatusOr<DTensor> Cast(const DTensor& x, DType dtype);
-// x * (1 + scale) + shift with scale, shift broadcast to x (ops::Modulate: Flux2's AdaLN).
-absl::StatusOr<DTensor> Modulate(const DTensor& x, const DTensor& scale, const DTensor& shift);
-// act(gate) * up in one pass (ops::GatedActivation: SwiGLU and the like).
-absl::StatusOr<DTensor> GatedActivation(const DTensor& gate, const DTensor& up, ops::UnaryOp act);
-
-// ---- reductions along one dim --------------------------------------------------------------------
-
-absl::StatusOr<DTensor> Sum(const DTensor& x, int64_t dim, bool keepdim = false);
-absl::StatusOr<DTensor> Mean(const DTensor& x, int64_t dim, bool keepdim = false);
-absl::StatusOr<DTensor> Max(const DTensor& x, int64_t dim, bool keepdim = false);
-absl::StatusOr<DTensor> Argmax(const DTensor& x, int64_t dim, bool keepdim = false);
-absl::StatusOr<DTensor> Reduce(ops::Reduction op, const DTensor& x, int64_t dim,
-                               bool keepdim = false);
-
-// ---- normalisation, rotary, attention, lookup ----------------------------------------------------
-
-absl::StatusOr<DTensor> Softmax(const DTensor& x, int64_t dim);
-absl::StatusOr<DTensor> LogSoftmax(const DTensor& x, int64_t dim);
-// Over the last dim; weight (and bias) [H] optional.
-absl::StatusOr<DTensor> RmsNorm(const DTensor& x, const DTensor& weight = DTensor(),
-                                double eps = 1e-6);
-absl::StatusOr<DTensor> LayerNorm(const DTensor& x, const DTensor& weight = DTensor(),
-                                  const DTensor& bias = DTensor(), double eps = 1e-5);
-// x [..., D], cos and sin broadcast to x (ops::ApplyRotary).
-absl::StatusOr<DTensor> ApplyRotary(const DTensor& x, const DTensor& cos, const DTensor& sin,
-                                    ops::RotaryStyle style);
-// q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv] -> [B, Hq, Sq, Dv] (ops::...).
-absl::StatusOr<DTensor> ScaledDotProductAttention(const DTensor& q, const DTensor& k,
-                                                  const DTensor& v,
-                                                  const ops::AttentionOptions& options = {});
-// table [V, H], ids [...] (i64/i32) -> [..., H]; an id outside [0, V) yields a zero row, as in
-// ops::Embedding.
-absl::StatusOr<DTensor> Embedding(const DTensor& table, const DTensor& ids);
+// One overload per row of DT_OPS and DT_DECLARED_OPS (ops/local/ops.h, where each op is
+// described), DTensor for Tensor: Matmul(a, b, trans_a = false, trans_b = false), Linear(x, w,
+// bias = DTensor()), Add(a, b), Add(x, s), Silu(x), Sum(x, dim, keepdim = false), Softmax(x, dim),
+// RmsNorm(x, weight = DTensor(), eps = 1e-6), ScaledDotProductAttention(q, k, v, options = {}),
+// Embedding(table, ids) (an id outside [0, V) yields a zero row, as on Tensors), Split(x, sizes,
+// dim) -> std::vector<DTensor>, TopK(x, k, dim = -1, largest = true) -> TopKOf<DTensor> (indices
+// global along dim), ...
+#define DT_DTENSOR_PARAM_In(n) , const DTensor& n
+#define DT_DTENSOR_PARAM_Opt(n) , const DTensor& n = DTensor()
+#define DT_DTENSOR_PARAM_Attr(type, n, ...) , type n __VA_OPT__(= __VA_ARGS__)
+#define DT_DTENSOR_OP_(name, params, call, ...) \
+  absl::StatusOr<DT_ROW_RESULT(DTensor, __VA_ARGS__)> name(DT_ROW_LIST(DT_DTENSOR_PARAM_, params));
+#define DT_DTENSOR_DECLARED_OP_(name, params) DT_DTENSOR_OP_(name, params, )
+DT_OPS(DT_DTENSOR_OP_)
+DT_DECLARED_OPS(DT_DTENSOR_DECLARED_OP_)
 
 // ---- shape ops -----------------------------------------------------------------------------------
 
-// View and Reshape are the same op on DTensors (the local piece is reshaped, copying only when its
-// strides require); one -1 allowed.
-absl::StatusOr<DTensor> View(const DTensor& x, IntSpan shape);
-absl::StatusOr<DTensor> Reshape(const DTensor& x, IntSpan shape);
-absl::StatusOr<DTensor> Flatten(const DTensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
-absl::StatusOr<DTensor> Transpose(const DTensor& x, int64_t dim0, int64_t dim1);
-absl::StatusOr<DTensor> Permute(const DTensor& x, IntSpan dims);
-absl::StatusOr<DTensor> Unsqueeze(const DTensor& x, int64_t dim);
-absl::StatusOr<DTensor> Squeeze(const DTensor& x, int64_t dim);  // dim must have size 1
+// The view ops, on DTensors only: a Tensor has them as methods (core/tensor.h), and the Value
+// forms that layers use are written by hand (ops/value_ops.h). Rows as those of DT_OPS (grammar:
+// ops/local/op_rows.h):
+//   View Reshape(x, shape)   the same op: the local piece is reshaped, copying only when its
+//                            strides require; one -1 allowed
+//   Flatten(x, start_dim = 0, end_dim = -1), Transpose(x, dim0, dim1), Permute(x, dims),
+//   Unsqueeze(x, dim), Squeeze(x, dim) (dim must have size 1)
+#define DT_LAYOUT_OPS(X)                                                                          \
+  X(View, (DT_IN(x), DT_ATTR(IntSpan, shape)), View("View", x, shape))                            \
+  X(Reshape, (DT_IN(x), DT_ATTR(IntSpan, shape)), View("Reshape", x, shape))                      \
+  X(Flatten, (DT_IN(x), DT_ATTR(int64_t, start_dim, 0), DT_ATTR(int64_t, end_dim, -1)),           \
+    Flatten(x, start_dim, end_dim))                                                               \
+  X(Transpose, (DT_IN(x), DT_ATTR(int64_t, dim0), DT_ATTR(int64_t, dim1)),                        \
+    Transpose(x, dim0, dim1))                                                                     \
+  X(Permute, (DT_IN(x), DT_ATTR(IntSpan, dims)), Permute("Permute", x, dims))                     \
+  X(Unsqueeze, (DT_IN(x), DT_ATTR(int64_t, dim)), Unsqueeze(x, dim))                              \
+  X(Squeeze, (DT_IN(x), DT_ATTR(int64_t, dim)), Squeeze(x, dim))
+DT_LAYOUT_OPS(DT_DTENSOR_OP_)
+#undef DT_DTENSOR_DECLARED_OP_
+#undef DT_DTENSOR_OP_
+#undef DT_DTENSOR_PARAM_In
+#undef DT_DTENSOR_PARAM_Opt
+#undef DT_DTENSOR_PARAM_Attr
 
+// Concatenation along dim (a variable number of inputs, so no row).
 absl::StatusOr<DTensor> Cat(absl::Span<const DTensor> tensors, int64_t dim);
 // A braced list of DTensors picks this overload rather than the Value one (ops/local/ops.h, Cat).
 inline absl::StatusOr<DTensor> Cat(std::initializer_list<DTensor> tensors, int64_t dim) {
   return Cat(absl::MakeConstSpan(tensors.begin(), tensors.size()), dim);
 }
-// Pieces of sizes `sizes` (summing to x.shape()[dim]) / torch.chunk pieces.
-absl::StatusOr<std::vector<DTensor>> Split(const DTensor& x, absl::Span<const int64_t> sizes,
-                                           int64_t dim);
-absl::StatusOr<std::vector<DTensor>> Chunk(const DTensor& x, int64_t chunks, int64_t dim);
-
-// ---- selection -----------------------------------------------------------------------------------
-
-// values and their i64 indices, global along dim (TopKOf: ops/local/ops.h).
-absl::StatusOr<TopKOf<DTensor>> TopK(const DTensor& x, int64_t k, int64_t dim = -1,
-                                bool largest = true);
 
 // ---- introspection -------------------------------------------------------------------------------
 

@@ -175,10 +175,36 @@ struct TopKAttrs {
   DT_OP_ATTRS(TopKAttrs, k, dim, largest)
 };
 
+// The attributes of each row of DT_DECLARED_OPS (ops/local/ops.h): <Name>Attrs, a field per
+// DT_ATTR of the row, of its type without const and &.
+#define DT_ATTRS_FIELD_In(n)
+#define DT_ATTRS_FIELD_Opt(n)
+#define DT_ATTRS_FIELD_Attr(type, n, ...) std::remove_cvref_t<type> n{};
+#define DT_ATTRS_NAME_In(n)
+#define DT_ATTRS_NAME_Opt(n)
+#define DT_ATTRS_NAME_Attr(type, n, ...) , n
+#define DT_ATTRS_OP_ATTRS_(...) DT_OP_ATTRS(__VA_ARGS__)
+#define DT_ATTRS_STRUCT_(name, params)                                                         \
+  struct name##Attrs {                                                                         \
+    DT_ROW_EACH(DT_ATTRS_FIELD_, params)                                                       \
+    DT_ATTRS_OP_ATTRS_(name##Attrs DT_ROW_EACH(DT_ATTRS_NAME_, params))                         \
+  };
+DT_DECLARED_OPS(DT_ATTRS_STRUCT_)
+#undef DT_ATTRS_STRUCT_
+#undef DT_ATTRS_OP_ATTRS_
+#undef DT_ATTRS_FIELD_In
+#undef DT_ATTRS_FIELD_Opt
+#undef DT_ATTRS_FIELD_Attr
+#undef DT_ATTRS_NAME_In
+#undef DT_ATTRS_NAME_Opt
+#undef DT_ATTRS_NAME_Attr
+#define DT_ATTRS_ALTERNATIVE_(name, params) , name##Attrs
+
 using Attrs = std::variant<NoAttrs, MatmulAttrs, BinaryAttrs, BinaryScalarAttrs, UnaryAttrs,
                            CastAttrs, ReduceAttrs, SoftmaxAttrs, NormAttrs, RotaryAttrs,
                            AttentionAttrs, ViewAttrs, PermuteAttrs, DimAttrs, SplitAttrs,
-                           TopKAttrs>;
+                           TopKAttrs DT_DECLARED_OPS(DT_ATTRS_ALTERNATIVE_)>;
+#undef DT_ATTRS_ALTERNATIVE_
 
 // The index of alternative A in Attrs.
 template <typename A, typename V = Attrs>

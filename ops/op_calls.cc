@@ -212,4 +212,18 @@ absl::StatusOr<OpCall> TopK(Spec x, int64_t k, int64_t dim, bool largest) {
   return OpCall{OpId::kTopK, {x}, TopKAttrs{k, d, largest}};
 }
 
+#define DT_CALLS_TENSOR_In(n) , n
+#define DT_CALLS_TENSOR_Opt(n) , n
+#define DT_CALLS_TENSOR_Attr(type, n, ...)
+#define DT_CALLS_ATTR_In(n)
+#define DT_CALLS_ATTR_Opt(n)
+#define DT_CALLS_ATTR_Attr(type, n, ...) , n
+#define DT_CALLS_DECLARED_(name, params)                                                      \
+  absl::StatusOr<OpCall> name(DT_ROW_LIST(DT_CALLS_PARAM_, params)) {                         \
+    return OpCall{OpId::k##name, {DT_ROW_LIST(DT_CALLS_TENSOR_, params)},                     \
+                  name##Attrs{DT_ROW_LIST(DT_CALLS_ATTR_, params)}};                          \
+  }
+DT_DECLARED_OPS(DT_CALLS_DECLARED_)
+#undef DT_CALLS_DECLARED_
+
 }  // namespace dt::ops::internal::calls

@@ -9,14 +9,17 @@
 //                                local tensors, by the declaration's own local kernel (ApplyLocal)
 //
 // Internal (dt::ops::internal::calls): users call the public ops of ops/ops.h, never these.
-// Adding an op (docs/ops.md): its declaration row (ops/decls/<family>.cc), a builder here, one line in
-// dtensor_ops.cc and one in value_ops.cc that name the builder, its kernels and its property test.
+// The public ops are made from the rows of DT_OPS (ops/local/ops.h), each of which names its
+// builder here; the builders of the rows of DT_DECLARED_OPS are made from the rows (below).
 
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "dtensor/core/shape.h"
+#include "dtensor/core/status.h"
 #include "dtensor/dtensor/spec.h"
 #include "dtensor/ops/local/ops.h"
 #include "dtensor/ops/strategy.h"
@@ -52,5 +55,39 @@ absl::StatusOr<OpCall> Cat(absl::Span<const Spec> tensors, int64_t dim);
 absl::StatusOr<OpCall> Split(Spec x, absl::Span<const int64_t> sizes, int64_t dim);
 absl::StatusOr<OpCall> Chunk(Spec x, int64_t chunks, int64_t dim);
 absl::StatusOr<OpCall> TopK(Spec x, int64_t k, int64_t dim, bool largest);
+
+// One per row of DT_DECLARED_OPS: OpCall{OpId::k<Name>, {its tensors}, <Name>Attrs{its attributes}}.
+#define DT_CALLS_PARAM_In(n) , Spec n
+#define DT_CALLS_PARAM_Opt(n) , Spec n
+#define DT_CALLS_PARAM_Attr(type, n, ...) , type n
+#define DT_CALLS_DECLARED_(name, params) \
+  absl::StatusOr<OpCall> name(DT_ROW_LIST(DT_CALLS_PARAM_, params));
+DT_DECLARED_OPS(DT_CALLS_DECLARED_)
+#undef DT_CALLS_DECLARED_
+
+// A row's builder as a function of the specs of its tensors, in order: for Linear,
+// [&](Spec x, Spec w, Spec bias) -> absl::StatusOr<OpCall> { return calls::Linear(x, w, bias); }.
+// The attributes the call names are the public op's parameters of those names, in the scope
+// where this is written.
+#define DT_ROW_BUILDER(params, call)                                                            \
+  [&](DT_ROW_LIST(DT_ROW_BUILDER_SPEC_, params)) -> absl::StatusOr<::dt::ops::internal::OpCall> { \
+    return ::dt::ops::internal::calls::call;                                                    \
+  }
+#define DT_ROW_BUILDER_SPEC_In(n) , ::dt::ops::internal::calls::Spec n
+#define DT_ROW_BUILDER_SPEC_Opt(n) , ::dt::ops::internal::calls::Spec n
+#define DT_ROW_BUILDER_SPEC_Attr(type, n, ...)
+
+// f(specs[0], ..., specs[n - 1]) for an f of n Spec parameters (a DT_ROW_BUILDER).
+template <typename R, typename C, typename... A>
+constexpr size_t ArityOf(R (C::*)(A...) const) {
+  return sizeof...(A);
+}
+template <typename F>
+absl::StatusOr<OpCall> CallOnSpecs(absl::Span<const Spec> specs, const F& f) {
+  constexpr size_t n = ArityOf(&F::operator());
+  DT_CHECK(specs.size() == n, "a row's builder takes ", n, " specs, got ", specs.size());
+  return [&]<size_t... i>(std::index_sequence<i...>) { return f(specs[i]...); }(
+      std::make_index_sequence<n>{});
+}
 
 }  // namespace dt::ops::internal::calls

@@ -23,11 +23,13 @@ namespace dt::ops::internal {
 // Every op with its own rule, once: its OpId k<Name> and its declaration rules::k<Name>Decl
 // (ops/decls/<family>.cc; op_decls.cc gathers them in this order). Transpose is a Permute, Flatten
 // and Reshape are a View, Chunk is a Split and the tensor-scalar forms of Add/Sub/Mul/Div are
-// kBinaryScalar.
+// kBinaryScalar. The rows of DT_DECLARED_OPS (ops/local/ops.h) come last.
 #define DT_DTENSOR_OPS(X)                                                                     \
   X(Matmul) X(Linear) X(Binary) X(BinaryScalar) X(Unary) X(Cast) X(Reduce) X(Softmax)          \
   X(RmsNorm) X(LayerNorm) X(Rotary) X(Attention) X(Embedding) X(View) X(Permute) X(Unsqueeze)  \
-  X(Squeeze) X(Cat) X(Split) X(TopK) X(Modulate) X(GatedActivation)
+  X(Squeeze) X(Cat) X(Split) X(TopK) X(Modulate) X(GatedActivation)                            \
+  DT_ROW_CALL_EACH(X, DT_DECLARED_OPS(DT_DECLARED_OP_ID_))
+#define DT_DECLARED_OP_ID_(name, params) , (name)
 
 #define DT_OP_ID_(name) k##name,
 enum class OpId : uint8_t { DT_DTENSOR_OPS(DT_OP_ID_) };

@@ -1,6 +1,8 @@
 #include "dtensor/ops/value_ops.h"
 
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
@@ -147,6 +149,36 @@ absl::StatusOr<Value> Run1(const char* op, std::initializer_list<Operand> operan
 
 using S = absl::Span<const DTensorSpec* const>;
 
+// The outputs as the op returns them: the first, all of them, or TopK's values and indices.
+template <typename R>
+absl::StatusOr<R> As(absl::StatusOr<std::vector<Value>> outs) {
+  if (!outs.ok()) return outs.status();
+  if constexpr (std::is_same_v<R, Value>) {
+    return std::move((*outs)[0]);
+  } else if constexpr (std::is_same_v<R, TopKOf<Value>>) {
+    return R{std::move((*outs)[0]), std::move((*outs)[1])};
+  } else {
+    return *std::move(outs);
+  }
+}
+
+// The declaration of an op run on whole tensors (nullptr: an absent optional one), as Run does for
+// local values; its one output.
+[[maybe_unused]] absl::StatusOr<Tensor> RunTensors(absl::Span<const Tensor* const> tensors,
+                                                   Builder build) {
+  std::vector<DTensorSpec> local_specs;
+  local_specs.reserve(tensors.size());
+  std::vector<const DTensorSpec*> specs(tensors.size(), nullptr);
+  for (size_t j = 0; j < tensors.size(); ++j) {
+    if (tensors[j] == nullptr || !tensors[j]->defined()) continue;
+    local_specs.push_back(LocalSpec(*tensors[j]));
+    specs[j] = &local_specs.back();
+  }
+  DT_ASSIGN_OR_RETURN(const internal::OpCall call, build(specs));
+  DT_ASSIGN_OR_RETURN(internal::LocalOutputs outs, internal::ApplyLocal(call, tensors));
+  return std::move(outs[0]);
+}
+
 }  // namespace
 
 absl::StatusOr<Value> AsKindOf(const Value& side, const Value& like) {
@@ -166,94 +198,44 @@ absl::StatusOr<Value> AsKindOf(const Value& side, const Value& like) {
   return Value(std::move(r));
 }
 
-absl::StatusOr<Value> Linear(const Value& x, const Value& w, const Value& bias) {
-  return Run1("Linear", {{"x", &x}, {"w", &w}, {"bias", &bias, true}},
-              [](S s) { return internal::calls::Linear(s[0], s[1], s[2]); });
-}
-
-absl::StatusOr<Value> Matmul(const Value& a, const Value& b, bool trans_a, bool trans_b) {
-  return Run1("Matmul", {{"a", &a}, {"b", &b}},
-              [&](S s) { return internal::calls::Matmul(s[0], s[1], trans_a, trans_b); });
-}
-
-absl::StatusOr<Value> Embedding(const Value& table, const Value& ids) {
-  return Run1("Embedding", {{"table", &table}, {"ids", &ids}},
-              [](S s) { return internal::calls::Embedding(s[0], s[1]); });
-}
-
-absl::StatusOr<Value> RmsNorm(const Value& x, const Value& weight, double eps) {
-  return Run1("RmsNorm", {{"x", &x}, {"weight", &weight, true}},
-              [&](S s) { return internal::calls::RmsNorm(s[0], s[1], eps); });
-}
-
-absl::StatusOr<Value> LayerNorm(const Value& x, const Value& weight, const Value& bias,
-                                double eps) {
-  return Run1("LayerNorm", {{"x", &x}, {"weight", &weight, true}, {"bias", &bias, true}},
-              [&](S s) { return internal::calls::LayerNorm(s[0], s[1], s[2], eps); });
-}
-
-absl::StatusOr<Value> Add(const Value& a, const Value& b) {
-  return Run1("Add", {{"a", &a}, {"b", &b}},
-              [](S s) { return internal::calls::Binary(ops::BinaryOp::kAdd, s[0], s[1]); });
-}
-
-absl::StatusOr<Value> Sub(const Value& a, const Value& b) {
-  return Run1("Sub", {{"a", &a}, {"b", &b}},
-              [](S s) { return internal::calls::Binary(ops::BinaryOp::kSub, s[0], s[1]); });
-}
-
-absl::StatusOr<Value> Mul(const Value& a, const Value& b) {
-  return Run1("Mul", {{"a", &a}, {"b", &b}},
-              [](S s) { return internal::calls::Binary(ops::BinaryOp::kMul, s[0], s[1]); });
-}
-
-absl::StatusOr<Value> Mul(const Value& x, double v) {
-  return Run1("Mul", {{"x", &x}},
-              [&](S s) { return internal::calls::BinaryScalar(ops::BinaryOp::kMul, s[0], v); });
-}
-
-absl::StatusOr<Value> Div(const Value& x, double v) {
-  return Run1("Div", {{"x", &x}},
-              [&](S s) { return internal::calls::BinaryScalar(ops::BinaryOp::kDiv, s[0], v); });
-}
-
-absl::StatusOr<Value> Gelu(const Value& x, ops::GeluApproximation approx) {
-  return Run1("Gelu", {{"x", &x}}, [&](S s) { return internal::calls::Gelu(s[0], approx); });
-}
-
-#define DT_UNARY_FUNCTION_(name, formula)                                                 \
-  absl::StatusOr<Value> name(const Value& x) {                                            \
-    return Run1(#name, {{"x", &x}},                                                       \
-                [](S s) { return internal::calls::Unary(ops::UnaryOp::k##name, s[0]); }); \
+// Name(params) { return the outputs of Run(builder, the operands); }
+#define DT_VALUE_PARAM_In(n) , const Value& n
+#define DT_VALUE_PARAM_Opt(n) , const Value& n
+#define DT_VALUE_PARAM_Attr(type, n, ...) , type n
+#define DT_VALUE_OPERAND_In(n) , Operand{#n, &n}
+#define DT_VALUE_OPERAND_Opt(n) , Operand{#n, &n, true}
+#define DT_VALUE_OPERAND_Attr(type, n, ...)
+#define DT_VALUE_OP_(name, params, call, ...)                                                    \
+  absl::StatusOr<DT_ROW_RESULT(Value, __VA_ARGS__)> name(DT_ROW_LIST(DT_VALUE_PARAM_, params)) { \
+    const Operand operands[] = {DT_ROW_LIST(DT_VALUE_OPERAND_, params)};                         \
+    return As<DT_ROW_RESULT(Value, __VA_ARGS__)>(Run(#name, operands, [&](S specs) {             \
+      return internal::calls::CallOnSpecs(specs, DT_ROW_BUILDER(params, call));                  \
+    }));                                                                                         \
   }
-DT_UNARY_OPS(DT_UNARY_FUNCTION_)
-#undef DT_UNARY_FUNCTION_
+#define DT_VALUE_NAME_In(n) , n
+#define DT_VALUE_NAME_Opt(n) , n
+#define DT_VALUE_NAME_Attr(type, n, ...) , n
+#define DT_VALUE_DECLARED_OP_(name, params) \
+  DT_VALUE_OP_(name, params, name(DT_ROW_LIST(DT_VALUE_NAME_, params)))
+DT_OPS(DT_VALUE_OP_)
+DT_DECLARED_OPS(DT_VALUE_DECLARED_OP_)
 
-absl::StatusOr<Value> Cast(const Value& x, DType dtype) {
-  return Run1("Cast", {{"x", &x}}, [&](S s) { return internal::calls::Cast(s[0], dtype); });
-}
-
-absl::StatusOr<Value> Modulate(const Value& x, const Value& scale, const Value& shift) {
-  return Run1("Modulate", {{"x", &x}, {"scale", &scale}, {"shift", &shift}},
-              [](S s) { return internal::calls::Modulate(s[0], s[1], s[2]); });
-}
-
-absl::StatusOr<Value> GatedActivation(const Value& gate, const Value& up, ops::UnaryOp act) {
-  return Run1("GatedActivation", {{"gate", &gate}, {"up", &up}},
-              [&](S s) { return internal::calls::GatedActivation(s[0], s[1], act); });
-}
-
-absl::StatusOr<Value> ApplyRotary(const Value& x, const Value& cos, const Value& sin,
-                                  ops::RotaryStyle style) {
-  return Run1("ApplyRotary", {{"x", &x}, {"cos", &cos}, {"sin", &sin}},
-              [&](S s) { return internal::calls::Rotary(s[0], s[1], s[2], style); });
-}
-
-absl::StatusOr<Value> ScaledDotProductAttention(const Value& q, const Value& k, const Value& v,
-                                                const ops::AttentionOptions& options) {
-  return Run1("ScaledDotProductAttention", {{"q", &q}, {"k", &k}, {"v", &v}},
-              [&](S s) { return internal::calls::Attention(s[0], s[1], s[2], options); });
-}
+// The Tensor overloads of DT_DECLARED_OPS: Name(params) { return RunLocal(builder, the tensors); }
+#define DT_TENSOR_PARAM_In(n) , const Tensor& n
+#define DT_TENSOR_PARAM_Opt(n) , const Tensor& n
+#define DT_TENSOR_PARAM_Attr(type, n, ...) , type n
+#define DT_TENSOR_INPUT_In(n) , &n
+#define DT_TENSOR_INPUT_Opt(n) , n.defined() ? &n : nullptr
+#define DT_TENSOR_INPUT_Attr(type, n, ...)
+#define DT_TENSOR_DECLARED_OP_(name, params)                                                    \
+  absl::StatusOr<Tensor> name(DT_ROW_LIST(DT_TENSOR_PARAM_, params)) {                          \
+    const Tensor* const inputs[] = {DT_ROW_LIST(DT_TENSOR_INPUT_, params)};                     \
+    return RunTensors(inputs, [&](S specs) {                                                    \
+      return internal::calls::CallOnSpecs(                                                      \
+          specs, DT_ROW_BUILDER(params, name(DT_ROW_LIST(DT_VALUE_NAME_, params))));            \
+    });                                                                                         \
+  }
+DT_DECLARED_OPS(DT_TENSOR_DECLARED_OP_)
 
 // Note [Plain local views skip the dispatch]
 // A view of a plain local tensor (not a DTensor, not a piece: no layout to carry) is the tensor's
@@ -302,17 +284,6 @@ absl::StatusOr<Value> Cat(absl::Span<const Value> xs, int64_t dim) {
   DT_ASSIGN_OR_RETURN(std::vector<Value> out,
                       Run("Cat", operands, [&](S s) { return internal::calls::Cat(s, dim); }));
   return std::move(out[0]);
-}
-
-absl::StatusOr<std::vector<Value>> Split(const Value& x, absl::Span<const int64_t> sizes,
-                                         int64_t dim) {
-  const Operand xo[] = {{"x", &x}};
-  return Run("Split", xo, [&](S s) { return internal::calls::Split(s[0], sizes, dim); });
-}
-
-absl::StatusOr<std::vector<Value>> Chunk(const Value& x, int64_t chunks, int64_t dim) {
-  const Operand xo[] = {{"x", &x}};
-  return Run("Chunk", xo, [&](S s) { return internal::calls::Chunk(s[0], chunks, dim); });
 }
 
 }  // namespace dt::ops

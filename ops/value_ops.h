@@ -37,39 +37,43 @@ namespace dt::ops {
 // must be replicated.
 absl::StatusOr<Value> AsKindOf(const Value& side, const Value& like);
 
-absl::StatusOr<Value> Linear(const Value& x, const Value& w, const Value& bias = Value());
-absl::StatusOr<Value> Matmul(const Value& a, const Value& b, bool trans_a = false,
-                             bool trans_b = false);
-// Plain lookup (index offset 0); a vocab-sharded table needs the DTensor form (masked lookup).
-absl::StatusOr<Value> Embedding(const Value& table, const Value& ids);
-absl::StatusOr<Value> RmsNorm(const Value& x, const Value& weight, double eps);
-absl::StatusOr<Value> LayerNorm(const Value& x, const Value& weight, const Value& bias, double eps);
+// One overload per row of DT_OPS and DT_DECLARED_OPS (ops/local/ops.h, where each op is described),
+// Value for Tensor: Linear(x, w, bias = Value()), Add(a, b), Mul(x, s), Silu(x), RmsNorm(x,
+// weight = Value(), eps = 1e-6), Split(x, sizes, dim) -> std::vector<Value>, ...; Embedding(table,
+// ids) is the plain lookup (index offset 0), a vocab-sharded table needs the DTensor form (masked
+// lookup).
+#define DT_VALUE_PARAM_In(n) , const Value& n
+#define DT_VALUE_PARAM_Opt(n) , const Value& n = Value()
+#define DT_VALUE_PARAM_Attr(type, n, ...) , type n __VA_OPT__(= __VA_ARGS__)
+#define DT_VALUE_OP_(name, params, call, ...) \
+  absl::StatusOr<DT_ROW_RESULT(Value, __VA_ARGS__)> name(DT_ROW_LIST(DT_VALUE_PARAM_, params));
+#define DT_VALUE_DECLARED_OP_(name, params) DT_VALUE_OP_(name, params, )
+DT_OPS(DT_VALUE_OP_)
+DT_DECLARED_OPS(DT_VALUE_DECLARED_OP_)
+#undef DT_VALUE_DECLARED_OP_
+#undef DT_VALUE_OP_
+#undef DT_VALUE_PARAM_In
+#undef DT_VALUE_PARAM_Opt
+#undef DT_VALUE_PARAM_Attr
 
-absl::StatusOr<Value> Add(const Value& a, const Value& b);
-absl::StatusOr<Value> Sub(const Value& a, const Value& b);
-absl::StatusOr<Value> Mul(const Value& a, const Value& b);
-absl::StatusOr<Value> Mul(const Value& x, double s);
-absl::StatusOr<Value> Div(const Value& x, double s);
-absl::StatusOr<Value> Gelu(const Value& x, ops::GeluApproximation approx);
-// One per row of DT_UNARY_OPS (ops/local/ops.h): Silu(x), Relu(x), ...
-#define DT_UNARY_FUNCTION_(name, formula) absl::StatusOr<Value> name(const Value& x);
-DT_UNARY_OPS(DT_UNARY_FUNCTION_)
-#undef DT_UNARY_FUNCTION_
-absl::StatusOr<Value> Cast(const Value& x, DType dtype);
-absl::StatusOr<Value> Modulate(const Value& x, const Value& scale, const Value& shift);
-absl::StatusOr<Value> GatedActivation(const Value& gate, const Value& up, ops::UnaryOp act);
+// The Tensor overloads of the rows of DT_DECLARED_OPS: the op's declaration run on the whole
+// tensors (internal::ApplyLocal), as the Value overload runs it on local values.
+#define DT_TENSOR_PARAM_In(n) , const Tensor& n
+#define DT_TENSOR_PARAM_Opt(n) , const Tensor& n = Tensor()
+#define DT_TENSOR_PARAM_Attr(type, n, ...) , type n __VA_OPT__(= __VA_ARGS__)
+#define DT_TENSOR_DECLARED_OP_(name, params) \
+  absl::StatusOr<Tensor> name(DT_ROW_LIST(DT_TENSOR_PARAM_, params));
+DT_DECLARED_OPS(DT_TENSOR_DECLARED_OP_)
+#undef DT_TENSOR_DECLARED_OP_
+#undef DT_TENSOR_PARAM_In
+#undef DT_TENSOR_PARAM_Opt
+#undef DT_TENSOR_PARAM_Attr
 
-absl::StatusOr<Value> ApplyRotary(const Value& x, const Value& cos, const Value& sin,
-                                  ops::RotaryStyle style);
-absl::StatusOr<Value> ScaledDotProductAttention(const Value& q, const Value& k, const Value& v,
-                                                const ops::AttentionOptions& options);
-
+// Shape ops: the Value forms of DT_LAYOUT_OPS (ops/dtensor_ops.h) that layers use, each written by
+// hand (Note [Plain local views skip the dispatch] in value_ops.cc), and Cat.
 absl::StatusOr<Value> Reshape(const Value& x, IntSpan shape);
 absl::StatusOr<Value> Transpose(const Value& x, int64_t dim0, int64_t dim1);
 absl::StatusOr<Value> Unsqueeze(const Value& x, int64_t dim);
 absl::StatusOr<Value> Cat(absl::Span<const Value> xs, int64_t dim);
-absl::StatusOr<std::vector<Value>> Split(const Value& x, absl::Span<const int64_t> sizes,
-                                         int64_t dim);
-absl::StatusOr<std::vector<Value>> Chunk(const Value& x, int64_t chunks, int64_t dim);
 
 }  // namespace dt::ops

@@ -90,7 +90,10 @@ struct AttentionParams {
 // Every kernel, once: X(Name, (parameters)). Namespaces cpu and cuda each declare all of them with
 // these signatures (below), and the CUDA module's table (cuda_kernels.h) has one field per row, so
 // a kernel added here is declared for both devices and reached through DT_OPS_KERNEL (checks.h).
+// The kernel of each row of DT_DECLARED_OPS (ops.h) is a row too: Name(the op's parameters,
+// const Tensor& out), on the op's local pieces (its declaration's `run` says what it passes).
 #define DT_LOCAL_KERNELS(X)                                                                     \
+  DT_ROW_CALL_EACH(X, DT_DECLARED_OPS(DT_DECLARED_KERNEL_))                                     \
   X(Modulate, (const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& out))   \
   X(Matmul, (const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out))          \
   X(Binary, (BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out))                \
@@ -109,6 +112,12 @@ struct AttentionParams {
   X(Embedding, (const Tensor& table, const Tensor& ids, int64_t index_offset, const Tensor& out)) \
   X(TopK, (const Tensor& x, int64_t k, int dim, bool largest, const Tensor& values,             \
            const Tensor& indices))
+
+#define DT_DECLARED_KERNEL_(name, params) \
+  , (name, (DT_ROW_LIST(DT_DECLARED_KERNEL_PARAM_, params), const Tensor& out))
+#define DT_DECLARED_KERNEL_PARAM_In(n) , const Tensor& n
+#define DT_DECLARED_KERNEL_PARAM_Opt(n) , const Tensor& n
+#define DT_DECLARED_KERNEL_PARAM_Attr(type, n, ...) , type n
 
 #define DT_LOCAL_KERNEL_DECL_(name, params) absl::Status name params;
 namespace cpu {

@@ -40,4 +40,8 @@ absl::StatusOr<Tensor> Embedding(const Tensor& table, const Tensor& ids, int64_t
   return out;
 }
 
+absl::StatusOr<Tensor> Embedding(const Tensor& table, const Tensor& ids) {
+  return Embedding(table, ids, 0);
+}
+
 }  // namespace dt::ops

@@ -3,6 +3,14 @@
 // These are the Tensor overloads of the public op namespace dt::ops; the DTensor ones are in
 // ops/dtensor_ops.h, the Value ones in ops/value_ops.h, and ops/ops.h includes all three.
 //
+// Every op that runs on DTensors too is one row of DT_OPS (below, section by section; the grammar
+// is ops/local/op_rows.h): X(Name, its parameters, the call builder that makes its DTensor call).
+// A row is the declaration of Name on Tensors here (defined in ops/local/<family>.cc) and its
+// overloads on DTensors (ops/dtensor_ops.h) and on Values (ops/value_ops.h), which run the op's
+// declaration (ops/op_decl.h). A row of DT_DECLARED_OPS (at the end) is all of that and more:
+// its Tensor overload runs the declaration too, and its call builder, attributes and kernels'
+// signatures come from the row (docs/ops.md, "Adding an op").
+//
 // Contract shared by every function here
 //   - Inputs may be any strided view (transposed, narrowed, expanded); outputs are freshly allocated,
 //     contiguous, on the inputs' device (all tensor inputs must share one device). Views-returning
@@ -52,30 +60,33 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "dtensor/core/tensor.h"
+#include "dtensor/ops/local/op_rows.h"
 
 namespace dt::ops {
 
 // ---- GEMM ----------------------------------------------------------------------------------------
 
-// a [..., M, K] · b [..., K, N] -> [..., M, N]; batch dims broadcast (numpy rules). trans_a means a
-// is given as [..., K, M] (and is used transposed), likewise trans_b: b given as [..., N, K]. Both
-// operands need at least 2 dims. GEMM runs in f32 (bf16/f16 are converted, multiplied, rounded;
-// on CPUs with AVX512_BF16, bf16 products read denormal inputs as zero and flush denormal sums:
-// Note [bf16 dot products] in cpu/gemm_kernels.cc).
+// Matmul(a, b, trans_a, trans_b): a [..., M, K] · b [..., K, N] -> [..., M, N]; batch dims
+// broadcast (numpy rules). trans_a means a is given as [..., K, M] (and is used transposed),
+// likewise trans_b: b given as [..., N, K]. Both operands need at least 2 dims. GEMM runs in f32
+// (bf16/f16 are converted, multiplied, rounded; on CPUs with AVX512_BF16, bf16 products read
+// denormal inputs as zero and flush denormal sums: Note [bf16 dot products] in
+// cpu/gemm_kernels.cc).
 //
 //   a          b          trans_a trans_b  out
 //   [2, 3]     [3, 4]     no      no       [2, 4]
 //   [8, 2, 3]  [3, 4]     no      no       [8, 2, 4]
 //   [5, 1, 2, 3] [7, 4, 3] no     yes      [5, 7, 2, 4]
-absl::StatusOr<Tensor> Matmul(const Tensor& a, const Tensor& b, bool trans_a = false,
-                              bool trans_b = false);
-
-// y = x · wᵀ + bias: x [..., in], w [out, in], bias [out] or undefined -> [..., out] (torch Linear).
-// The bias is added in f32 before the single rounding. A quantized w (contiguous, on the CPU;
-// Note [Quantized dtypes] in core/quant.h) is multiplied as it is stored, against x quantized to
-// 16-bit integers per 32-element block (Note [Quantized GEMM] in cpu/qgemm.cc); the result has
-// x's dtype.
-absl::StatusOr<Tensor> Linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
+//
+// Linear(x, w, bias): y = x · wᵀ + bias: x [..., in], w [out, in], bias [out] or undefined ->
+// [..., out] (torch Linear). The bias is added in f32 before the single rounding. A quantized w
+// (contiguous, on the CPU; Note [Quantized dtypes] in core/quant.h) is multiplied as it is stored,
+// against x quantized to 16-bit integers per 32-element block (Note [Quantized GEMM] in
+// cpu/qgemm.cc); the result has x's dtype.
+#define DT_GEMM_OPS(X)                                                                          \
+  X(Matmul, (DT_IN(a), DT_IN(b), DT_ATTR(bool, trans_a, false), DT_ATTR(bool, trans_b, false)), \
+    Matmul(a, b, trans_a, trans_b))                                                             \
+  X(Linear, (DT_IN(x), DT_IN(w), DT_OPT(bias)), Linear(x, w, bias))
 
 // Note [Sibling projections]
 // {Linear(x, ws[0]), Linear(x, ws[1]), ...}: the projections that read one x (q, k and v; gate and
@@ -91,7 +102,7 @@ enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv };
 
 // The float unary ops, each declared once: X(Name, its value at v, in f32). A row is the enumerator
 // UnaryOp::kName, the CPU and CUDA kernels' formula (the argument v is a float; use the f32 C
-// functions: expf, tanhf, erff, sqrtf), and one overload Name(x) of the public op dt::ops::Name: on
+// functions: expf, tanhf, erff, sqrtf), and a row of DT_OPS: the public op dt::ops::Name(x) on
 // Tensors here, on DTensors (ops/dtensor_ops.h) and on Values (ops/value_ops.h). All of them run
 // float dtypes only (f32, bf16, f16; computed in f32, rounded once), keep the shape, and on
 // DTensors take a sharded x as it is and reduce a Partial one first. Adding one: CONTRIBUTING.md,
@@ -123,71 +134,85 @@ const char* BinaryOpName(BinaryOp op);
 const char* UnaryOpName(UnaryOp op);
 enum class GeluApproximation : uint8_t { kNone, kTanh };  // kNone: exact (erf), PyTorch's default
 
-// Tensor-tensor with numpy broadcasting: [4, 1, 3] + [2, 1] -> [4, 2, 3].
-absl::StatusOr<Tensor> Add(const Tensor& a, const Tensor& b);
-absl::StatusOr<Tensor> Sub(const Tensor& a, const Tensor& b);
-absl::StatusOr<Tensor> Mul(const Tensor& a, const Tensor& b);
-absl::StatusOr<Tensor> Div(const Tensor& a, const Tensor& b);
-absl::StatusOr<Tensor> Binary(BinaryOp op, const Tensor& a, const Tensor& b);
-// Tensor-scalar (x op s); the result keeps x's dtype. On integer tensors s must be integral.
-absl::StatusOr<Tensor> Add(const Tensor& x, double s);
-absl::StatusOr<Tensor> Sub(const Tensor& x, double s);
-absl::StatusOr<Tensor> Mul(const Tensor& x, double s);
-absl::StatusOr<Tensor> Div(const Tensor& x, double s);
-absl::StatusOr<Tensor> Binary(BinaryOp op, const Tensor& x, double s);
-
-absl::StatusOr<Tensor> Neg(const Tensor& x);
-// One per row of DT_UNARY_OPS: Silu(x), Exp(x), ...
-#define DT_UNARY_FUNCTION_(name, formula) absl::StatusOr<Tensor> name(const Tensor& x);
-DT_UNARY_OPS(DT_UNARY_FUNCTION_)
-#undef DT_UNARY_FUNCTION_
-// kNone: 0.5 x (1 + erf(x/√2)); kTanh: 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))).
-absl::StatusOr<Tensor> Gelu(const Tensor& x, GeluApproximation approx = GeluApproximation::kNone);
-absl::StatusOr<Tensor> Unary(UnaryOp op, const Tensor& x);
-
-// x converted to `dtype`: round to nearest even into bf16/f16; float -> integer truncates toward
-// zero (beyond the i64 range it saturates, NaN gives 0, then it wraps to the width: -1.5 -> u8 is
-// 255); anything -> bool is x != 0. Contiguous; may return x itself when nothing changes.
-absl::StatusOr<Tensor> Cast(const Tensor& x, DType dtype);
-
-// Flux2's AdaLN modulation in one pass: x * (1 + scale) + shift, scale and shift broadcast to x
-// (x [B, S, D] with scale, shift [B, 1, D]); one float dtype. Rounded to the dtype after each of
-// the three steps, as the three separate ops (diffusers' `norm(x) * (1 + scale) + shift`) round,
-// so the result is bit-identical to them in every dtype.
-absl::StatusOr<Tensor> Modulate(const Tensor& x, const Tensor& scale, const Tensor& shift);
-
-// act(gate) * up in one pass over both: SwiGLU (act kSilu), GeGLU (kGeluErf, kGeluTanh), ReGLU
-// (kRelu); gate and up of one shape and float dtype, any layout (the two halves of a packed
-// gate|up projection are read where they lie). act(gate) is rounded to the dtype before the
-// product, as the two separate ops round, so the result equals Mul(Unary(act, gate), up) bit for
-// bit in every dtype.
-absl::StatusOr<Tensor> GatedActivation(const Tensor& gate, const Tensor& up, UnaryOp act);
+// Add Sub Mul Div(a, b): tensor-tensor with numpy broadcasting: [4, 1, 3] + [2, 1] -> [4, 2, 3].
+// Add Sub Mul Div(x, s): tensor-scalar (x op s); the result keeps x's dtype. On integer tensors s
+// must be integral. Binary(op, ...): either, the op an argument.
+// Neg(x); the rows of DT_UNARY_OPS; Gelu(x, approx): kNone: 0.5 x (1 + erf(x/√2)); kTanh:
+// 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))). Unary(op, x): any of them, the op an argument.
+//
+// Cast(x, dtype): x converted to `dtype`: round to nearest even into bf16/f16; float -> integer
+// truncates toward zero (beyond the i64 range it saturates, NaN gives 0, then it wraps to the
+// width: -1.5 -> u8 is 255); anything -> bool is x != 0. Contiguous; may return x itself when
+// nothing changes.
+//
+// Modulate(x, scale, shift): Flux2's AdaLN modulation in one pass: x * (1 + scale) + shift, scale
+// and shift broadcast to x (x [B, S, D] with scale, shift [B, 1, D]); one float dtype. Rounded to
+// the dtype after each of the three steps, as the three separate ops (diffusers'
+// `norm(x) * (1 + scale) + shift`) round, so the result is bit-identical to them in every dtype.
+//
+// GatedActivation(gate, up, act): act(gate) * up in one pass over both: SwiGLU (act kSilu), GeGLU
+// (kGeluErf, kGeluTanh), ReGLU (kRelu); gate and up of one shape and float dtype, any layout (the
+// two halves of a packed gate|up projection are read where they lie). act(gate) is rounded to the
+// dtype before the product, as the two separate ops round, so the result equals
+// Mul(Unary(act, gate), up) bit for bit in every dtype.
+#define DT_POINTWISE_OPS(X)                                                                      \
+  X(Add, (DT_IN(a), DT_IN(b)), Binary(ops::BinaryOp::kAdd, a, b))                               \
+  X(Sub, (DT_IN(a), DT_IN(b)), Binary(ops::BinaryOp::kSub, a, b))                               \
+  X(Mul, (DT_IN(a), DT_IN(b)), Binary(ops::BinaryOp::kMul, a, b))                               \
+  X(Div, (DT_IN(a), DT_IN(b)), Binary(ops::BinaryOp::kDiv, a, b))                               \
+  X(Binary, (DT_ATTR(BinaryOp, op), DT_IN(a), DT_IN(b)), Binary(op, a, b))                       \
+  X(Add, (DT_IN(x), DT_ATTR(double, s)), BinaryScalar(ops::BinaryOp::kAdd, x, s))                \
+  X(Sub, (DT_IN(x), DT_ATTR(double, s)), BinaryScalar(ops::BinaryOp::kSub, x, s))                \
+  X(Mul, (DT_IN(x), DT_ATTR(double, s)), BinaryScalar(ops::BinaryOp::kMul, x, s))                \
+  X(Div, (DT_IN(x), DT_ATTR(double, s)), BinaryScalar(ops::BinaryOp::kDiv, x, s))                \
+  X(Binary, (DT_ATTR(BinaryOp, op), DT_IN(x), DT_ATTR(double, s)), BinaryScalar(op, x, s))       \
+  X(Neg, (DT_IN(x)), Unary(ops::UnaryOp::kNeg, x))                                              \
+  DT_ROW_CALL_EACH(X, DT_UNARY_OPS(DT_UNARY_ROW_))                                              \
+  X(Gelu, (DT_IN(x), DT_ATTR(GeluApproximation, approx, GeluApproximation::kNone)),              \
+    Gelu(x, approx))                                                                            \
+  X(Unary, (DT_ATTR(UnaryOp, op), DT_IN(x)), Unary(op, x))                                       \
+  X(Cast, (DT_IN(x), DT_ATTR(DType, dtype)), Cast(x, dtype))                                     \
+  X(Modulate, (DT_IN(x), DT_IN(scale), DT_IN(shift)), Modulate(x, scale, shift))                 \
+  X(GatedActivation, (DT_IN(gate), DT_IN(up), DT_ATTR(UnaryOp, act)),                            \
+    GatedActivation(gate, up, act))
+// A row of DT_UNARY_OPS as a row of DT_OPS.
+#define DT_UNARY_ROW_(name, formula) , (name, (DT_IN(x)), Unary(ops::UnaryOp::k##name, x))
 
 // ---- reductions along one dim --------------------------------------------------------------------
 
 enum class Reduction : uint8_t { kSum, kMean, kMax, kArgmax };
 
-// x [2, 3, 4], dim 1 -> [2, 4] (keepdim: [2, 1, 4]). A zero-size reduced dim gives 0 for Sum, NaN
-// for Mean, and InvalidArgument for Max/Argmax (like PyTorch). Max propagates NaN; Argmax returns
-// the first maximal index (a NaN counts as the maximum).
-absl::StatusOr<Tensor> Sum(const Tensor& x, int64_t dim, bool keepdim = false);
-absl::StatusOr<Tensor> Mean(const Tensor& x, int64_t dim, bool keepdim = false);
-absl::StatusOr<Tensor> Max(const Tensor& x, int64_t dim, bool keepdim = false);
-absl::StatusOr<Tensor> Argmax(const Tensor& x, int64_t dim, bool keepdim = false);
-absl::StatusOr<Tensor> Reduce(Reduction op, const Tensor& x, int64_t dim, bool keepdim = false);
+// Sum Mean Max Argmax(x, dim, keepdim): x [2, 3, 4], dim 1 -> [2, 4] (keepdim: [2, 1, 4]). A
+// zero-size reduced dim gives 0 for Sum, NaN for Mean, and InvalidArgument for Max/Argmax (like
+// PyTorch). Max propagates NaN; Argmax returns the first maximal index (a NaN counts as the
+// maximum). Reduce(op, ...): any of them, the reduction an argument.
+#define DT_REDUCE_OPS(X)                                                                         \
+  X(Sum, (DT_IN(x), DT_ATTR(int64_t, dim), DT_ATTR(bool, keepdim, false)),                       \
+    Reduce(ops::Reduction::kSum, x, dim, keepdim))                                               \
+  X(Mean, (DT_IN(x), DT_ATTR(int64_t, dim), DT_ATTR(bool, keepdim, false)),                      \
+    Reduce(ops::Reduction::kMean, x, dim, keepdim))                                              \
+  X(Max, (DT_IN(x), DT_ATTR(int64_t, dim), DT_ATTR(bool, keepdim, false)),                       \
+    Reduce(ops::Reduction::kMax, x, dim, keepdim))                                               \
+  X(Argmax, (DT_IN(x), DT_ATTR(int64_t, dim), DT_ATTR(bool, keepdim, false)),                    \
+    Reduce(ops::Reduction::kArgmax, x, dim, keepdim))                                            \
+  X(Reduce,                                                                                      \
+    (DT_ATTR(Reduction, op), DT_IN(x), DT_ATTR(int64_t, dim), DT_ATTR(bool, keepdim, false)),    \
+    Reduce(op, x, dim, keepdim))
 
 // ---- normalisation and activations over a dim -----------------------------------------------------
 
-absl::StatusOr<Tensor> Softmax(const Tensor& x, int64_t dim);
-absl::StatusOr<Tensor> LogSoftmax(const Tensor& x, int64_t dim);
-
-// Over the last dim H, Hugging Face Llama semantics: in f32, n = x * rsqrt(mean(x²) + eps); n is
-// rounded to x's dtype, THEN multiplied by weight [H] (same dtype as x) and rounded again.
-absl::StatusOr<Tensor> RmsNorm(const Tensor& x, const Tensor& weight = Tensor(), double eps = 1e-6);
-// Over the last dim H: (x - mean) / sqrt(var + eps) * weight + bias (biased variance), in f32 and
-// rounded once; weight and bias [H] optional, same dtype as x.
-absl::StatusOr<Tensor> LayerNorm(const Tensor& x, const Tensor& weight = Tensor(),
-                                 const Tensor& bias = Tensor(), double eps = 1e-5);
+// Softmax LogSoftmax(x, dim).
+// RmsNorm(x, weight, eps): over the last dim H, Hugging Face Llama semantics: in f32,
+// n = x * rsqrt(mean(x²) + eps); n is rounded to x's dtype, THEN multiplied by weight [H] (same
+// dtype as x) and rounded again.
+// LayerNorm(x, weight, bias, eps): over the last dim H: (x - mean) / sqrt(var + eps) * weight +
+// bias (biased variance), in f32 and rounded once; weight and bias [H] optional, same dtype as x.
+#define DT_NORM_OPS(X)                                                                           \
+  X(Softmax, (DT_IN(x), DT_ATTR(int64_t, dim)), Softmax(x, dim, false))                          \
+  X(LogSoftmax, (DT_IN(x), DT_ATTR(int64_t, dim)), Softmax(x, dim, true))                        \
+  X(RmsNorm, (DT_IN(x), DT_OPT(weight), DT_ATTR(double, eps, 1e-6)), RmsNorm(x, weight, eps))    \
+  X(LayerNorm, (DT_IN(x), DT_OPT(weight), DT_OPT(bias), DT_ATTR(double, eps, 1e-5)),             \
+    LayerNorm(x, weight, bias, eps))
 
 // ---- rotary embeddings ---------------------------------------------------------------------------
 
@@ -196,10 +221,12 @@ absl::StatusOr<Tensor> LayerNorm(const Tensor& x, const Tensor& weight = Tensor(
 //                                              y[2j+1] = x[2j+1]*cos[2j+1] + x[2j]*sin[2j+1].
 enum class RotaryStyle : uint8_t { kHalf, kInterleaved };
 
-// x [..., D] with D even; cos and sin [..., D] broadcast to x (e.g. x [B, H, S, D] with cos [S, D]
-// or [B, 1, S, D]); any float dtypes; computed in f32, result in x's dtype.
-absl::StatusOr<Tensor> ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin,
-                                   RotaryStyle style);
+// ApplyRotary(x, cos, sin, style): x [..., D] with D even; cos and sin [..., D] broadcast to x
+// (e.g. x [B, H, S, D] with cos [S, D] or [B, 1, S, D]); any float dtypes; computed in f32, result
+// in x's dtype.
+#define DT_ROTARY_OPS(X)                                                                         \
+  X(ApplyRotary, (DT_IN(x), DT_IN(cos), DT_IN(sin), DT_ATTR(RotaryStyle, style)),                \
+    Rotary(x, cos, sin, style))
 
 // ApplyRotary(x, cos, sin, style) written into `out` instead of a new tensor: out of x's shape,
 // dtype and device, writable, with a unit stride along its last dim (any others: a slot of a KV
@@ -221,13 +248,16 @@ struct AttentionOptions {
   std::optional<int64_t> q_offset;     // absolute position of query 0; default kv_length - Sq
 };
 
-// softmax(q·kᵀ·scale + mask)·v per head, softmax in f32.
+// ScaledDotProductAttention(q, k, v, options): softmax(q·kᵀ·scale + mask)·v per head, softmax in
+// f32.
 //   q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv] -> [B, Hq, Sq, Dv].
 // GQA: Hq % Hkv == 0 and kv head g serves query heads g*r .. g*r+r-1 (r = Hq/Hkv). Only keys
 // j < kv_length are attended; with `causal`, query i attends to keys j <= q_offset + i (bottom-right
 // aligned by default, as for a KV cache). A query row with no visible key yields zeros.
-absl::StatusOr<Tensor> ScaledDotProductAttention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                 const AttentionOptions& options = {});
+#define DT_ATTENTION_OPS(X)                                                                      \
+  X(ScaledDotProductAttention,                                                                   \
+    (DT_IN(q), DT_IN(k), DT_IN(v), DT_ATTR(const AttentionOptions&, options, {})),               \
+    Attention(q, k, v, options))
 // The same written into `out` [B, Hq, Sq, Dv] instead of a new tensor: q's dtype and device,
 // writable, a unit stride along Dv (any others) and no storage shared with q, k or v. An attention
 // layer passes the transpose of a [B, Sq, Hq, Dv] tensor, so that its heads' rows come out joined
@@ -270,11 +300,13 @@ absl::Status WriteToPages(const Tensor& pool, const Tensor& x, const Tensor& slo
 
 // ---- lookup --------------------------------------------------------------------------------------
 
-// table [V, H], ids [...] (i64 or i32) -> [..., H]: row ids[i] - index_offset of the table. An id
+// Embedding(table, ids[, index_offset]): table [V, H], ids [...] (i64 or i32) -> [..., H]: row
+// ids[i] - index_offset of the table (index_offset: Tensors only, 0 in the row's form). An id
 // outside [index_offset, index_offset + V) is NOT an error: it yields a zero row. This is the
 // masked lookup of a vocab-sharded table, whose partial results are then summed across ranks.
 // A quantized table (CPU) gives its rows dequantized, in f32.
-absl::StatusOr<Tensor> Embedding(const Tensor& table, const Tensor& ids, int64_t index_offset = 0);
+#define DT_LOOKUP_OPS(X) X(Embedding, (DT_IN(table), DT_IN(ids)), Embedding(table, ids))
+absl::StatusOr<Tensor> Embedding(const Tensor& table, const Tensor& ids, int64_t index_offset);
 
 // ---- shape ops -----------------------------------------------------------------------------------
 
@@ -285,30 +317,67 @@ absl::StatusOr<Tensor> Cat(absl::Span<const Tensor> tensors, int64_t dim);
 inline absl::StatusOr<Tensor> Cat(std::initializer_list<Tensor> tensors, int64_t dim) {
   return Cat(absl::MakeConstSpan(tensors.begin(), tensors.size()), dim);
 }
-// Views of consecutive pieces of x along dim with the given sizes (which must sum to x.size(dim)).
-absl::StatusOr<std::vector<Tensor>> Split(const Tensor& x, absl::Span<const int64_t> sizes,
-                                          int64_t dim);
-// torch.chunk: views of size ceil(n/chunks) along dim, the last possibly shorter; fewer than
-// `chunks` pieces when they run out (n=5, chunks=4 -> sizes 2, 2, 1); a zero-size dim gives
-// `chunks` empty pieces.
+// Split(x, sizes, dim): views of consecutive pieces of x along dim with the given sizes (which
+// must sum to x.size(dim)).
+// Chunk(x, chunks, dim): torch.chunk: views of size ceil(n/chunks) along dim, the last possibly
+// shorter; fewer than `chunks` pieces when they run out (n=5, chunks=4 -> sizes 2, 2, 1); a
+// zero-size dim gives `chunks` empty pieces.
 //   n   chunks  sizes
 //   6   3       2 2 2
 //   5   4       2 2 1
 //   1   3       1
-absl::StatusOr<std::vector<Tensor>> Chunk(const Tensor& x, int64_t chunks, int64_t dim);
+#define DT_SPLIT_OPS(X)                                                                          \
+  X(Split, (DT_IN(x), DT_ATTR(absl::Span<const int64_t>, sizes), DT_ATTR(int64_t, dim)),         \
+    Split(x, sizes, dim), List)                                                                  \
+  X(Chunk, (DT_IN(x), DT_ATTR(int64_t, chunks), DT_ATTR(int64_t, dim)), Chunk(x, chunks, dim),   \
+    List)
 // x with `before` and `after` elements of `value` added along dim (both >= 0).
 absl::StatusOr<Tensor> Pad(const Tensor& x, int64_t dim, int64_t before, int64_t after,
                            double value = 0.0);
 
-// The k largest (or smallest) elements along dim, sorted (largest first when `largest`), and their
-// i64 indices. Ties keep the lower index first; NaN counts as greater than every number.
-// T: Tensor here, DTensor in ops/dtensor_ops.h (indices global along dim).
+// TopK(x, k, dim, largest): the k largest (or smallest) elements along dim, sorted (largest first
+// when `largest`), and their i64 indices. Ties keep the lower index first; NaN counts as greater
+// than every number. T: Tensor here, DTensor (indices global along dim) or Value.
 template <typename T>
 struct TopKOf {
   T values;
   T indices;
 };
 using TopKResult = TopKOf<Tensor>;
-absl::StatusOr<TopKResult> TopK(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
+#define DT_SELECT_OPS(X)                                                                         \
+  X(TopK,                                                                                        \
+    (DT_IN(x), DT_ATTR(int64_t, k), DT_ATTR(int64_t, dim, -1), DT_ATTR(bool, largest, true)),    \
+    TopK(x, k, dim, largest), TopK)
+
+// ---- the lists -----------------------------------------------------------------------------------
+
+// Every op of the sections above that runs on DTensors too, X(Name, params, call[, result]):
+// Name(params) on Tensors (declared below), DTensors and Values, whose DTensor call is
+// internal::calls::call (ops/op_calls.h); it returns one tensor, or std::vector (result List) or
+// TopKOf (result TopK) of them.
+#define DT_OPS(X)                                                                                \
+  DT_GEMM_OPS(X) DT_POINTWISE_OPS(X) DT_REDUCE_OPS(X) DT_NORM_OPS(X) DT_ROTARY_OPS(X)            \
+  DT_ATTENTION_OPS(X) DT_LOOKUP_OPS(X) DT_SPLIT_OPS(X) DT_SELECT_OPS(X)
+
+// Ops declared in one row, X(Name, params): everything but the op's sharding rule and kernels
+// comes from the row. Name(params) on Tensors, DTensors and Values (ops/value_ops.h declares the
+// Tensor overload: it runs the op's declaration, ops/decls/<family>.cc, on the whole tensors);
+// its OpId k<Name> (ops/strategy.h); its attributes, struct <Name>Attrs with a field per DT_ATTR
+// (ops/op_attrs.h); its call builder internal::calls::Name (ops/op_calls.h); its kernels
+// cpu::Name and cuda::Name (ops/local/kernels.h), whose parameters are the row's with
+// `const Tensor& out` last. docs/ops.md, "Adding an op".
+
+#define DT_DECLARED_OPS(X)
+
+#define DT_TENSOR_PARAM_In(n) , const Tensor& n
+#define DT_TENSOR_PARAM_Opt(n) , const Tensor& n = Tensor()
+#define DT_TENSOR_PARAM_Attr(type, n, ...) , type n __VA_OPT__(= __VA_ARGS__)
+#define DT_TENSOR_OP_(name, params, call, ...) \
+  absl::StatusOr<DT_ROW_RESULT(Tensor, __VA_ARGS__)> name(DT_ROW_LIST(DT_TENSOR_PARAM_, params));
+DT_OPS(DT_TENSOR_OP_)
+#undef DT_TENSOR_OP_
+#undef DT_TENSOR_PARAM_In
+#undef DT_TENSOR_PARAM_Opt
+#undef DT_TENSOR_PARAM_Attr
 
 }  // namespace dt::ops
