@@ -113,7 +113,8 @@ enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv };
   X(Rsqrt, 1.0f / sqrtf(v))                                                                      \
   X(Sqrt, sqrtf(v))                                                                              \
   X(Relu, v < 0.0f ? 0.0f : v)  /* max(x, 0); `v < 0` is false for NaN, which stays NaN */       \
-  X(Sigmoid, 1.0f / (1.0f + expf(-v)))  /* DeepSeek-V3's router scores, gated attention */
+  X(Sigmoid, 1.0f / (1.0f + expf(-v)))  /* DeepSeek-V3's router scores, gated attention */     \
+  X(Tanh, tanhf(v))  /* Gemma 2's logit soft-capping (SoftCap) */
 // The two forms of Gelu, which Gelu(x, approx) picks between (no function of their own).
 #define DT_GELU_OPS(X)                                                                          \
   X(GeluTanh, 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))))    \

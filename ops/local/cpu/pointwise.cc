@@ -101,7 +101,8 @@ void MapF32Runs(const Tensor& x, const Tensor& out, F fn) {
   });
 }
 
-// y[i] = op(x[i]) for a float op, i < n: the vectorized f32 functions Unary uses for Silu and Exp,
+// y[i] = op(x[i]) for a float op, i < n: the vectorized f32 functions Unary uses for Silu, Exp and
+// Tanh,
 // the row's formula for the others (so that each value is Unary's). y may be x.
 #define DT_CPU_UNARY_F32_(name, formula)                  \
   case UnaryOp::k##name:                                  \
@@ -113,6 +114,7 @@ void MapF32Runs(const Tensor& x, const Tensor& out, F fn) {
 void UnaryF32(UnaryOp op, const float* x, float* y, int64_t n) {
   if (op == UnaryOp::kSilu) return SiluF32(x, y, n);
   if (op == UnaryOp::kExp) return ExpF32(x, y, n);
+  if (op == UnaryOp::kTanh) return TanhF32(x, y, n);
   switch (op) {
     case UnaryOp::kNeg:
       for (int64_t i = 0; i < n; ++i) y[i] = 0.0f - x[i];
@@ -163,6 +165,7 @@ absl::Status Unary(UnaryOp op, const Tensor& x, const Tensor& out) {
       // Vectorized f32 runs where we have them, else the row's formula.
       if (op == UnaryOp::kSilu) return MapF32Runs(x, out, SiluF32);
       if (op == UnaryOp::kExp) return MapF32Runs(x, out, ExpF32);
+      if (op == UnaryOp::kTanh) return MapF32Runs(x, out, TanhF32);
       switch (op) {
         case UnaryOp::kNeg: break;
         DT_GELU_OPS(DT_CPU_UNARY_)
