@@ -1,8 +1,9 @@
 // The declarations (ops/op_decl.h) of the elementwise ops: Add Sub Mul Div (tensor and scalar), the
-// unary ops, Cast, Modulate and GatedActivation. For each op, in this order: its shape rule (Infer), its sharding
+// unary ops, Cast, Modulate, GatedActivation and SoftCap. For each op, in this order: its shape rule (Infer), its sharding
 // candidates (Cand), any whole-strategy check, its local run, and its row.
 
 #include "dtensor/ops/decls/rules.h"
+#include "dtensor/ops/local/checks.h"
 
 namespace dt::ops::internal::rules {
 
@@ -213,5 +214,36 @@ const OpDecl kGatedActivationDecl{.op = OpId::kGatedActivation, .name = "GatedAc
                                   .input_names = {"gate", "up"}, .attrs = kAttrsIndex<UnaryAttrs>,
                                   .infer = InferGated, .candidates = CandGated, .run = RunGated,
                                   .cuda = "cuda::GatedActivation"};
+
+// ---- SoftCap --------------------------------------------------------------------------------
+
+absl::StatusOr<OutputMetas> InferSoftCap(const OpCall& call) {
+  DT_RETURN_IF_ERROR(NeedFloat(call, 0));
+  const double cap = call.Attr<SoftCapAttrs>().cap;
+  if (!(cap > 0) || !std::isfinite(cap)) {
+    return Bad(call, absl::StrCat("cap ", cap, ": expected a finite number > 0"));
+  }
+  return One(In(call, 0).shape(), In(call, 0).dtype());
+}
+
+// Elementwise: any shard of x. Not linear (cap·tanh(a/cap) + cap·tanh(b/cap) is not
+// cap·tanh((a + b)/cap)), so no Partial candidate: a Partial x is reduced first.
+void CandSoftCap(const OpCall& call, const OutputMetas& outs, int i, DimOptions* options) {
+  AddElementwiseOptions(call, outs, i, options);
+}
+
+absl::StatusOr<LocalOutputs> RunSoftCap(const OpCall& call, const LocalArgs& a) {
+  const Tensor& x = a.local(0);
+  DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(x.shape(), x.dtype(), x.device()));
+  if (out.numel() > 0) {
+    DT_RETURN_IF_ERROR(
+        DT_OPS_KERNEL(out.device(), SoftCap, x, call.Attr<SoftCapAttrs>().cap, out));
+  }
+  return Out(std::move(out));
+}
+
+const OpDecl kSoftCapDecl{.op = OpId::kSoftCap, .name = "SoftCap", .input_names = {"x"},
+                          .attrs = kAttrsIndex<SoftCapAttrs>, .infer = InferSoftCap,
+                          .candidates = CandSoftCap, .run = RunSoftCap, .cuda = "cuda::SoftCap"};
 
 }  // namespace dt::ops::internal::rules

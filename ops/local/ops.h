@@ -32,6 +32,7 @@
 //   Neg                       all but bool
 //   Gelu, DT_UNARY_OPS rows   f32 bf16 f16           Silu, Exp, ...: the list below
 //   Modulate                  f32 bf16 f16           x * (1 + scale) + shift, broadcast
+//   SoftCap                   f32 bf16 f16           cap * tanh(x / cap) (ops/value_ops.h)
 //   GatedActivation           f32 bf16 f16           act(gate) * up (SwiGLU)
 //   Cast                      any -> any             quantized -> element dtypes dequantizes
 //   Sum Max Argmax            all but bool           Sum of integers is i64; Argmax is i64
@@ -368,7 +369,11 @@ using TopKResult = TopKOf<Tensor>;
 // cpu::Name and cuda::Name (ops/local/kernels.h), whose parameters are the row's with
 // `const Tensor& out` last. docs/ops.md, "Adding an op".
 
-#define DT_DECLARED_OPS(X)
+//
+// SoftCap(x, cap): cap · tanh(x / cap) elementwise, which squashes x into (-cap, cap) (Gemma 2's
+// attention and final-logit soft-capping); x f32, bf16 or f16, cap finite and > 0; computed in
+// f32, rounded once. Not linear, so on DTensors a Partial x is reduced first; any Shard is kept.
+#define DT_DECLARED_OPS(X) X(SoftCap, (DT_IN(x), DT_ATTR(double, cap)))
 
 #define DT_TENSOR_PARAM_In(n) , const Tensor& n
 #define DT_TENSOR_PARAM_Opt(n) , const Tensor& n = Tensor()

@@ -1,9 +1,13 @@
-// Pointwise DTensor ops (Add/Sub/Mul/Div with tensors and scalars, unary ops, Cast) against the
-// local op on the full tensors, over random meshes, shapes and placements (Partial included).
+// Pointwise DTensor ops (Add/Sub/Mul/Div with tensors and scalars, unary ops, Cast, Modulate,
+// GatedActivation, SoftCap) against the local op on the full tensors, over random meshes, shapes
+// and placements (Partial included).
+#include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
+#include "absl/strings/match.h"
+#include "dtensor/ops/ops.h"
 #include "dtensor/tests/ops/ops_test_util.h"
 
 namespace dt::ops::internal::testing {
@@ -174,6 +178,89 @@ RC_GTEST_PROP(DopsPointwise, CastMatchesLocal, ()) {
   // Small integers are exact in every target dtype, so float -> float keeps Partial exactly.
   CheckOp(mesh, args, Single([to](const std::vector<DTensor>& in) { return Cast(in[0], to); }),
           {want}, /*exact=*/true, /*no_moves=*/to != DType::kI32);
+}
+
+// cap · tanh(x / cap) over any placements: the local op on the full tensor, and the formula in
+// double; a Partial x (not linear) must be reduced first, which takes communication.
+RC_GTEST_PROP(DopsPointwise, SoftCapMatchesLocal, ()) {
+  const auto mesh = GenMesh();
+  const double cap = Pick(0.5, 3.0, 30.0);
+  const Shape shape = GenShape(U(1, 4), 1, 5);
+  std::vector<Arg> args = {MakeArg(GenTensor(shape, true, -40, 40),
+                                   GenPlacements(mesh, static_cast<int>(shape.size()), true,
+                                                 GenPartialOp(), 3))};
+  const Tensor want = ops::SoftCap(args[0].full, cap).value();
+  const std::vector<double> xs = args[0].full.ToDoubles(), ws = want.ToDoubles();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    RC_ASSERT(std::abs(ws[i] - cap * std::tanh(xs[i] / cap)) <= 1e-6 * cap);
+  }
+  const auto op = Single([cap](const std::vector<DTensor>& in) { return SoftCap(in[0], cap); });
+  const bool partial = AnyOn(mesh, args[0].placements, [](const Placement& p) { return p.is_partial(); });
+  CheckOp(mesh, args, op, {want}, /*exact=*/false, /*no_moves=*/!partial);
+  if (partial) {
+    auto res = RunOp(mesh, args, op);
+    RC_ASSERT(res.ok());
+    for (const RankResult& r : *res) RC_ASSERT(r.decision.num_redistributed() > 0);
+  }
+}
+
+// torch.tanh(x / cap) * cap (torch 2.15, f32), Gemma 2's final-logit soft-capping, on Tensors,
+// local Values and a DTensor sharded over 2 ranks.
+TEST(DopsPointwise, SoftCapMatchesTorch) {
+  const std::vector<float> x = {0.0f, -0.0f, 7.0000001e-06f, -0.00210000016f, 0.0700000003f,
+                                -0.699999988f, 1.39999998f, 1.7493f, 1.75f, -1.81999993f, 3.5f,
+                                -5.25f, 7.0f, -10.5f, 14.0f, 25.8999996f, -35.0f, 59.5f,
+                                63.7000046f, -84.0f, 140.0f, 315.0f, -616.0f, 1400.0f};
+  const std::vector<float> cap30 = {0.0f, -0.0f, 7.0000001e-06f, -0.00210000016f, 0.0699998736f,
+                                    -0.699872971f, 1.39898455f, 1.74732006f, 1.74801779f,
+                                    -1.81777048f, 3.4842062f, -5.19705439f, 6.87566996f,
+                                    -10.0912657f, 13.0650635f, 20.9391327f, -24.6960201f,
+                                    28.8849297f, 29.1534061f, -29.778944f, 29.9946938f, 30.0f,
+                                    -30.0f, 30.0f};
+  const std::vector<float> cap50 = {0.0f, -0.0f, 6.99999964e-06f, -0.00210000016f,
+                                    0.0699999481f, -0.699954271f, 1.39963424f, 1.74858665f,
+                                    1.7492857f, -1.81919658f, 3.4942944f, -5.23079062f,
+                                    6.95462227f, -10.3483248f, 13.6452541f, 23.8077469f,
+                                    -30.2183895f, 41.5289421f, 42.7439041f, -46.6430779f,
+                                    49.6315765f, 49.9996643f, -50.0f, 50.0f};
+  const Tensor t = Tensor::FromVector<float>({2, 12}, x).value();
+  for (const auto& [cap, torch] : {std::pair{30.0, &cap30}, std::pair{50.0, &cap50}}) {
+    SCOPED_TRACE(cap);
+    const auto expect = [&](const Tensor& got) {
+      const std::vector<float> g = got.ToVector<float>();
+      ASSERT_EQ(g.size(), torch->size());
+      for (size_t i = 0; i < g.size(); ++i) {
+        EXPECT_NEAR(g[i], (*torch)[i], 1e-6f * std::abs((*torch)[i]) + 1e-12f) << "x = " << x[i];
+      }
+    };
+    expect(ops::SoftCap(t, cap).value());
+    expect(ops::SoftCap(Value(t), cap).value().local());
+    auto res = RunOp({2}, {{t, Pl("S(1)"), 0}},
+                     Single([cap](const std::vector<DTensor>& in) { return SoftCap(in[0], cap); }));
+    ASSERT_TRUE(res.ok()) << res.status();
+    for (const RankResult& r : *res) {
+      EXPECT_EQ(r.decision.num_redistributed(), 0);
+      expect(r.full[0]);
+    }
+  }
+  // bf16: computed in f32 from the bf16 inputs, rounded once.
+  const Tensor xb = t.To(DType::kBF16).value();
+  const Tensor b = ops::SoftCap(xb, 30.0).value();
+  EXPECT_EQ(b.dtype(), DType::kBF16);
+  EXPECT_EQ(b.ToDoubles(), ops::SoftCap(xb.To(DType::kF32).value(), 30.0)
+                               .value().To(DType::kBF16).value().ToDoubles());
+}
+
+TEST(DopsPointwise, SoftCapErrors) {
+  const Tensor x = Tensor::Zeros({2, 3}, DType::kF32).value();
+  for (const double cap : {0.0, -1.0, std::nan(""), static_cast<double>(INFINITY)}) {
+    const absl::Status s = ops::SoftCap(x, cap).status();
+    EXPECT_TRUE(absl::StrContains(s.message(), "SoftCap")) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "expected a finite number > 0")) << s;
+  }
+  const absl::Status s = ops::SoftCap(Tensor::Zeros({2}, DType::kI32).value(), 30.0).status();
+  EXPECT_TRUE(absl::StrContains(s.message(), "SoftCap: x i32")) << s;
+  EXPECT_FALSE(ops::SoftCap(Tensor(), 30.0).ok());
 }
 
 // The example in dtensor_ops.h: a rowwise result plus a replicated bias term, then non-linear ops.

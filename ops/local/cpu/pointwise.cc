@@ -1,4 +1,5 @@
-// CPU pointwise kernels: Binary, BinaryScalar, Unary, GatedActivation (Modulate: cpu/modulate.cc).
+// CPU pointwise kernels: Binary, BinaryScalar, Unary, GatedActivation, SoftCap (Modulate:
+// cpu/modulate.cc).
 
 #include <algorithm>
 #include <cmath>
@@ -176,6 +177,17 @@ absl::Status Unary(UnaryOp op, const Tensor& x, const Tensor& out) {
   return absl::OkStatus();
 }
 #undef DT_CPU_UNARY_
+
+// out = cap · tanh(x / cap) in f32 (TanhF32: Note [Vector tanh]), rounded once.
+absl::Status SoftCap(const Tensor& x, double cap, const Tensor& out) {
+  const float c = static_cast<float>(cap);
+  MapF32Runs(x, out, [c](const float* in, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = in[i] / c;
+    TanhF32(y, y, n);
+    for (int64_t i = 0; i < n; ++i) y[i] *= c;
+  });
+  return absl::OkStatus();
+}
 
 absl::Status GatedActivation(UnaryOp act, const Tensor& gate, const Tensor& up, const Tensor& out) {
   Nest<3> nest(out.shape(),

@@ -1,4 +1,4 @@
-// CUDA pointwise kernels: Binary, BinaryScalar, Unary, GatedActivation, Modulate. One instantiation per dtype; the op is a
+// CUDA pointwise kernels: Binary, BinaryScalar, Unary, GatedActivation, Modulate, SoftCap. One instantiation per dtype; the op is a
 // run-time switch (uniform across the grid, so it costs no divergence).
 
 #include <cmath>
@@ -121,6 +121,18 @@ __global__ void ModulateKernel(const T* x, const T* scale, const T* shift, T* ou
   }
 }
 
+// out (contiguous) [i] = cap · tanh(x / cap) in f32, rounded once (see ops::SoftCap).
+template <typename T>
+__global__ void SoftCapKernel(const T* x, float cap, T* out, Indexer<1> ix, bool contiguous,
+                              int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t off[1] = {i};
+    if (!contiguous) ix.Offsets(i, off);
+    out[i] = Store<T>(cap * tanhf(static_cast<float>(Load(x[off[0]])) / cap));
+  }
+}
+
 constexpr int kThreads = 256;
 
 }  // namespace
@@ -136,6 +148,17 @@ absl::Status Modulate(const Tensor& x, const Tensor& scale, const Tensor& shift,
   return DT_CUDA_DISPATCH_FLOAT(out.dtype(), T, [&] {
     return Launch(kKernel, ModulateKernel<T>, GridFor(n, kThreads), kThreads, 0, x.raw_data(),
                   scale.raw_data(), shift.raw_data(), out.raw_data(), ix, ix.contiguous(), n);
+  });
+}
+
+absl::Status SoftCap(const Tensor& x, double cap, const Tensor& out) {
+  constexpr absl::string_view kKernel = "SoftCap";
+  DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
+  DT_ASSIGN_OR_RETURN(Indexer<1> ix, MakeIndexer<1>(kKernel, out.shape(), {IntSpan(x.strides())}));
+  const int64_t n = out.numel();
+  return DT_CUDA_DISPATCH_FLOAT(out.dtype(), T, [&] {
+    return Launch(kKernel, SoftCapKernel<T>, GridFor(n, kThreads), kThreads, 0, x.raw_data(),
+                  static_cast<float>(cap), out.raw_data(), ix, ix.contiguous(), n);
   });
 }
 
