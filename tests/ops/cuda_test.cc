@@ -93,6 +93,13 @@ TEST(DopsCuda, OpsMatchTheHostOnEveryRank) {
                return Cast(c, DType::kF32);
              }),
              false);
+  CheckOnGpu("Tanh, SoftCap", {{big, "S(1)"}},
+             [](const std::vector<DTensor>& in) -> absl::StatusOr<std::vector<DTensor>> {
+               DT_ASSIGN_OR_RETURN(DTensor t, Tanh(in[0]));
+               DT_ASSIGN_OR_RETURN(DTensor c, SoftCap(in[0], 0.5));
+               return std::vector<DTensor>{t, c};
+             },
+             false);
   CheckOnGpu("Mean, Max over a sharded dim; Argmax, Softmax, TopK off it", {{big, "S(1)"}},
              [](const std::vector<DTensor>& in) -> absl::StatusOr<std::vector<DTensor>> {
                DT_ASSIGN_OR_RETURN(DTensor mean, Mean(in[0], 1));
