@@ -9,6 +9,9 @@ find_package(MPI REQUIRED COMPONENTS CXX)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)  # the tokenizer's split regexes
 find_package(PNG REQUIRED)             # examples only: flux2_generate's latent preview
+# `dtensor serve`'s HTTP (tools/serve_http.cc): Debian builds cpp-httplib as a library whose header
+# must see the same CPPHTTPLIB_* switches (TLS, zlib, brotli), which its pkg-config file carries.
+pkg_check_modules(CPPHTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 # GEMM backends beside our own kernels (Note [GEMM dispatch] in ops/local/cpu/gemm_dispatch.cc):
 # oneDNN (libdnnl-dev, built on OpenMP, whose per-thread setting we call) and OpenBLAS
 # (libopenblas-dev; the pthread variant Debian installs by default). oneDNN's own CMake config
