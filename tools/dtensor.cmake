@@ -1,5 +1,15 @@
 # dtensor: the layout/redistribute CLI (tools/dtensor_cli*.cc): `dtensor explain`, `dtensor verify`,
 # `dtensor calibrate`, `dtensor styles`, `dtensor inspect`, `dtensor tokenize`.
+# dt_serve: `dtensor serve`'s HTTP side (tools/serve_*.cc: the OpenAI API in front of any nn::Engine), a
+# library of its own so that tests/serve drive it with a fake engine.
+add_library(dt_serve STATIC ${CMAKE_CURRENT_LIST_DIR}/serve_http.cc
+                            ${CMAKE_CURRENT_LIST_DIR}/serve_metrics.cc
+                            ${CMAKE_CURRENT_LIST_DIR}/serve_openai.cc
+                            ${CMAKE_CURRENT_LIST_DIR}/serve_text.cc)
+target_include_directories(dt_serve PUBLIC $<BUILD_INTERFACE:${DT_INCLUDE_ROOT}>)
+target_link_libraries(dt_serve PUBLIC dt_models dt_loaders nlohmann_json::nlohmann_json
+                      PRIVATE PkgConfig::CPPHTTPLIB)
+
 add_executable(dtensor_cli ${CMAKE_CURRENT_LIST_DIR}/dtensor_cli.cc
                            ${CMAKE_CURRENT_LIST_DIR}/dtensor_cli_explain.cc
                            ${CMAKE_CURRENT_LIST_DIR}/dtensor_cli_calibrate.cc
