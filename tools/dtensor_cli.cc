@@ -1,6 +1,6 @@
-// dtensor: explain and verify layouts and redistributions from the command line.
+// dtensor: explain and verify layouts and redistributions from the command line, and serve a model.
 //
-//   dtensor explain | verify | calibrate | styles | inspect | tokenize [flags]
+//   dtensor explain | verify | calibrate | styles | inspect | tokenize | serve [flags]
 //
 // `dtensor --help` lists the subcommands, `dtensor <subcommand> --help` its flags with their
 // defaults and meanings (tools/flags.h). explain is pure (an abstract mesh: no processes, any
@@ -11,7 +11,9 @@
 //   mpirun -np 8 dtensor verify --mesh 4x2 ... --backend mpi
 // calibrate prints the kernel tuner's choices on this CPU (ops/local/cpu/tuner.h), or fits a cost
 // model file (dtensor/cost_model.h) to a bench/collectives run. styles prints
-// the tensor-parallel style registry (nn/style_registry.h).
+// the tensor-parallel style registry (nn/style_registry.h). serve answers the OpenAI API over the
+// ranks of its launcher (docs/serve.md):
+//   dtrun --nproc-per-node 3 dtensor serve --model SmolLM2-135M-Instruct.Q4_1.gguf --port 8000
 //
 // Exit status: 0 success (verify: every rank matches); 1 verify found a mismatch; 2 a bad command
 // line or an illegal request (e.g. Shard -> Partial), with a message on stderr.
@@ -52,6 +54,9 @@ ABSL_FLAG(std::string, to, "", "the target placements, e.g. 'R,R'");
 ABSL_FLAG(std::string, from, "", "verify: the source placements, e.g. 'S(0),S(0)' (required)");
 ABSL_FLAG(std::string, backend, "threads", "verify: threads, shm, gloo or mpi (not threads: under a launcher)");
 ABSL_FLAG(std::string, seed, "0", "verify: the seed of the random data");
+// tokenize and serve.
+ABSL_FLAG(std::string, model, "",
+          "the model: a directory (config.json, safetensors, tokenizer.json) or a GGUF file (required)");
 
 namespace dt::cli {
 
@@ -249,7 +254,7 @@ int Verify(const Flags& flags) {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: dtensor explain | verify | calibrate | styles | inspect | tokenize [flags]\n"
+    "usage: dtensor explain | verify | calibrate | styles | inspect | tokenize | serve [flags]\n"
     "  explain    a layout and a redistribution plan on an abstract mesh (text, --json, --svg)\n"
     "  verify     redistribute random data on real ranks and check every piece\n"
     "  calibrate  this CPU's kernel choices (--again: measured again); with --bench, a cost model\n"
@@ -257,6 +262,7 @@ constexpr const char* kUsage =
     "  styles     the tensor-parallel style registry\n"
     "  inspect    PATH: a checkpoint's tensors; with --tp, each rank's sharded reads\n"
     "  tokenize   TEXT: its token ids as a JSON list (--decode: the text of ids 1,2,3)\n"
+    "  serve      the OpenAI API (completions, chat, streaming) over the ranks of its launcher\n"
     "`dtensor <subcommand> --help` lists its flags.\n"
     "placements: R, S(dim), P(sum|avg|min|max|prod), _S(dim,split_factor), _S(dim,[b0,b1,...])";
 
@@ -304,6 +310,12 @@ int main(int argc, char** argv) {
        "usage: dtensor tokenize --model DIR|FILE.gguf [--decode] [--bos] TEXT\n"
        "TEXT's token ids as a JSON list; with --decode, the text of the ids in TEXT",
        {"model", "decode", "bos"}},
+      {"serve",
+       "usage: [dtrun --nproc-per-node N] dtensor serve --model DIR|FILE.gguf [--port 8000] [flags]\n"
+       "the OpenAI API (POST /v1/completions, /v1/chat/completions; GET /v1/models, /health,\n"
+       "/metrics) in front of the continuous-batching engine; rank 0 answers HTTP (docs/serve.md)",
+       {"model", "name", "host", "port", "max_running", "max_queue", "kv_pages", "page_tokens", "step_tokens",
+        "max_request_bytes", "request_timeout", "http_threads", "shard_embedding", "replicate_kv", "ep_size"}},
   };
   for (const Subcommand& sub : subcommands) {
     if (cmd != sub.name) continue;
@@ -325,6 +337,7 @@ int main(int argc, char** argv) {
     if (cmd == "calibrate") return dt::cli::Calibrate(flags);
     if (cmd == "inspect") return dt::cli::Inspect(rest.front(), flags);
     if (cmd == "tokenize") return dt::cli::Tokenize(rest.front(), flags);
+    if (cmd == "serve") return dt::cli::Serve(flags);
     std::fputs(dt::nn::FormatStylesTable().c_str(), stdout);
     std::fputs(("\n" + dt::nn::FormatStyleUsers()).c_str(), stdout);
     return 0;

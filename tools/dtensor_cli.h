@@ -5,6 +5,7 @@
 //   dtensor_cli_calibrate.cc  `calibrate` (a cost model file from bench/collectives results)
 //   dtensor_cli_inspect.cc    `inspect` (a checkpoint's tensors and each rank's reads)
 //   dtensor_cli_tokenize.cc   `tokenize` (text to ids and back)
+//   dtensor_cli_serve.cc      `serve` (the OpenAI API over the ranks: tools/serve_http.h)
 
 #include <map>
 #include <string>
@@ -54,5 +55,7 @@ int Calibrate(const Flags& flags);
 int Inspect(const std::string& path, const Flags& flags);
 // `dtensor tokenize ... TEXT`.
 int Tokenize(const std::string& text, const Flags& flags);
+// `dtensor serve --model ...` (under a launcher: one process per rank).
+int Serve(const Flags& flags);
 
 }  // namespace dt::cli

@@ -13,7 +13,6 @@
 #include "dtensor/loaders/tokenizer.h"
 #include "dtensor/tools/dtensor_cli.h"
 
-ABSL_FLAG(std::string, model, "", "a tokenizer.json's directory or a GGUF file (required)");
 ABSL_FLAG(bool, decode, false, "TEXT holds comma-separated ids: print their text");
 ABSL_FLAG(bool, bos, false, "put BOS first when the tokenizer adds one");
 
