@@ -73,6 +73,16 @@ class ConnectionProbe {
   int fd_ = -1;
 };
 
+// Note [The listen backlog]
+// cpp-httplib 0.11 listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into Debian's
+// library), so a burst of connections (200 clients at once) overflows the accept queue and some are
+// reset. Linux takes a second listen() on the bound socket as its new backlog; the socket is
+// httplib's protected svr_sock_, hence this subclass.
+class Listener : public httplib::Server {
+ public:
+  bool SetBacklog(int n) { return ::listen(svr_sock_, n) == 0; }
+};
+
 // The path label of /metrics' response counts: the API's paths, else "other".
 std::string PathLabel(const std::string& path) {
   for (const char* p : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}) {
@@ -130,7 +140,7 @@ Server::Server(nn::Engine& engine, ModelInfo model, ServerOptions options)
       options_(std::move(options)),
       created_(UnixNow()),
       seed_base_(std::random_device{}()),
-      http_(std::make_unique<httplib::Server>()) {}
+      http_(std::make_unique<Listener>()) {}
 
 Server::~Server() {
   if (http_thread_.joinable()) {
@@ -224,6 +234,9 @@ absl::Status Server::Start() {
                                                  " (in use, or not an address of this machine)"));
     }
     port_ = options_.port;
+  }
+  if (!static_cast<Listener&>(h).SetBacklog(SOMAXCONN)) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.host, ":", port_, ": listen() failed"));
   }
   http_thread_ = std::thread([this] { http_->listen_after_bind(); });
   return absl::OkStatus();
@@ -469,7 +482,6 @@ absl::Status Server::Run() {
       state_ = State::kFailed;
       result = absl::Status(events.status().code(),
                             absl::StrCat("an engine step failed: ", events.status().message()));
-      std::fprintf(stderr, "serve: %s\n", result.ToString().c_str());
       FailAll(absl::UnavailableError(absl::StrCat("the server failed: ", events.status().message())));
       break;
     }
