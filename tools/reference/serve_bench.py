@@ -45,7 +45,6 @@ import argparse
 import http.client
 import json
 import os
-import platform
 import re
 import signal
 import socket
@@ -54,6 +53,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from llamacpp_bench import cpu_name  # this directory's
 
 WORDS = (
     "The history of the bicycle begins in the early nineteenth century, when inventors in Europe tried "
@@ -70,17 +71,6 @@ NAME = "bench"
 def prompts(n):
     """n distinct prompts of about 100 tokens: the text rotated by a different word each."""
     return [" ".join(WORDS[i * 7 % len(WORDS):] + WORDS[:i * 7 % len(WORDS)])[:520] for i in range(n)]
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def free_port():
