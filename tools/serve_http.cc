@@ -490,7 +490,7 @@ absl::Status Server::Run() {
   }
   WaitUntilNoneOpen(std::chrono::seconds(10));
   http_->stop();
-  http_thread_.join();
+  if (http_thread_.joinable()) http_thread_.join();
   return result;
 }
 

@@ -46,7 +46,6 @@
 
 namespace httplib {
 class Server;
-class DataSink;
 struct Request;
 struct Response;
 }  // namespace httplib

@@ -137,10 +137,12 @@ absl::Status RefuseUnsupported(const Json& j) {
     if (name == "logprobs" || name == "echo") return v.is_boolean() && !v.get<bool>();
     if (name == "best_of") return v.is_number_integer() && v.get<int64_t>() == 1;
     if (name == "suffix") return v.is_string() && v.get<std::string>().empty();
-    if (name == "presence_penalty" || name == "frequency_penalty") return v.is_number() && v.get<double>() == 0;
+    if (name == "presence_penalty" || name == "frequency_penalty" || name == "top_logprobs") {
+      return v.is_number() && v.get<double>() == 0;
+    }
     if (name == "tool_choice") return v.is_string() && v.get<std::string>() == "none";
     if (name == "response_format") return v.is_object() && v.value("type", "") == "text";
-    return (v.is_array() || v.is_object()) && v.empty();  // logit_bias, tools, functions, top_logprobs
+    return (v.is_array() || v.is_object()) && v.empty();  // logit_bias, tools, functions
   };
   for (const char* name : {"logprobs", "top_logprobs", "echo", "best_of", "suffix", "logit_bias",
                            "presence_penalty", "frequency_penalty", "tools", "functions",

@@ -1,7 +1,7 @@
 // The limits of `dtensor serve` (tools/serve_http.h) in front of a FakeEngine: a full queue (429),
 // a large body (413), a client that hangs up (cancelled in the engine, nothing left open), the
 // request timeout (504), draining on a signal, stopping on a second one, a failed step (503 and
-// Run's error), and /metrics counting all of it and coming back to idle.
+// Run's error), and /metrics counting all of it and coming back to idle; the histogram format.
 #include <string>
 #include <thread>
 #include <vector>
@@ -219,6 +219,20 @@ TEST(ServeLimits, MetricsCountAndComeBackToIdle) {
                           "dtensor_serve_inter_token_latency_seconds_count 8",  // 2 requests x (5 - 1)
                           "dtensor_serve_generated_tokens_total 10", "dtensor_serve_requests_open 0",
                           "dtensor_serve_kv_pages_used 0", "dtensor_serve_requests_waiting 0"}));
+}
+
+// Prometheus' histogram: a bucket counts the values up to its bound ("le", inclusive), the buckets
+// are cumulative, +Inf is the count.
+TEST(ServeMetrics, HistogramBucketsAreCumulative) {
+  Histogram h({0.01, 0.05, 1});
+  for (double v : {0.005, 0.05, 0.05, 0.5, 100.0}) h.Observe(v);
+  std::string out;
+  h.Write("x", "help", &out);
+  EXPECT_EQ(out,
+            "# HELP dtensor_serve_x help\n# TYPE dtensor_serve_x histogram\n"
+            "dtensor_serve_x_bucket{le=\"0.01\"} 1\ndtensor_serve_x_bucket{le=\"0.05\"} 3\n"
+            "dtensor_serve_x_bucket{le=\"1\"} 4\ndtensor_serve_x_bucket{le=\"+Inf\"} 5\n"
+            "dtensor_serve_x_sum 100.605\ndtensor_serve_x_count 5\n");
 }
 
 }  // namespace
