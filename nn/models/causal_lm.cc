@@ -690,7 +690,7 @@ int64_t CausalLM::PagedKVBytesPerPosition() const {
   const loaders::DecoderConfig& c = config_;
   int64_t tp = 1;
   if (mesh_) tp = mesh_->ndim() == 2 ? mesh_->Size(1) : mesh_->Size();
-  const bool latent = c.family().latent_attention;
+  const bool latent = FamilyOf(c).latent_attention;
   const int64_t heads = latent ? c.num_attention_heads : c.num_key_value_heads;
   const int64_t width = latent ? c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim
                                : 2 * c.head_dim;
