@@ -179,7 +179,7 @@ auto LoadModel(const std::string& path, const DeviceMesh& mesh, std::optional<DT
   lo.dtype = dtype;
   lo.keep_quantized = quantized;
   lo.shard_embedding = shard_embedding;
-  lo.warn = false;
+  lo.unused_tensors = PlanCheck::kIgnore;
   return LlamaForCausalLM::FromPretrained(path, mesh, lo, report);
 }
 

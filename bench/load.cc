@@ -56,7 +56,7 @@ int Worker(const std::string& dir, bool whole) {
   // Load-then-shard holds the whole model in memory first, as the guide's baseline does: copies,
   // not lazy mmap views (with views, loading whole costs little more than sharded loading).
   o.zero_copy = !whole;
-  o.warn = false;
+  o.unused_tensors = dt::nn::PlanCheck::kIgnore;
   // Every weight sharded, the embedding too (embedding_rowwise), as in FLUX.2's plan where nothing
   // big stays replicated: the figures measure the loading, not Llama's replicated vocab.
   o.shard_embedding = true;

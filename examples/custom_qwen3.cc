@@ -134,7 +134,7 @@ absl::Status Run(const std::string& dir, std::vector<int64_t> ids) {
     return std::string(tied ? "model.embed_tokens.weight" : p);
   };
   const bool lead = world->rank() == 0;
-  DT_RETURN_IF_ERROR(nn::CheckCheckpoint(model, ckpt, "Qwen3", lead, source));
+  DT_RETURN_IF_ERROR(nn::CheckCheckpoint(model, ckpt, "Qwen3", nn::PlanCheck::kError, source));
   DT_RETURN_IF_ERROR(nn::LoadCheckpoint(model, ckpt, {}, lead, nullptr, source));
   if (lead) std::printf("%s", nn::FormatPlacements(model).c_str());
   for (int step = 0; step < 8; ++step) {  // greedy: the whole sequence again at every step

@@ -65,6 +65,9 @@ ABSL_FLAG(std::string, output, "", "verification mode: write `sample` here (rank
 ABSL_FLAG(std::string, reference, "", "verification mode: exit 1 unless `sample` is within 1e-4 of this file's scale");
 ABSL_FLAG(bool, check, false, "rank 0 reruns on one rank; every rank exits 1 unless the final latents agree within 1e-4 of their scale");
 ABSL_FLAG(bool, quiet, false, "print only the result lines");
+ABSL_FLAG(bool, allow_unused_weights, false,
+          "load a checkpoint that holds tensors the model does not read, with a warning naming "
+          "them (refused by default: Note [No silent loads])");
 
 namespace {
 
@@ -88,6 +91,7 @@ struct Args {
   std::string inputs, output, reference;  // verification mode
   bool check = false;
   bool quiet = false;
+  bool allow_unused_weights = false;
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
@@ -111,6 +115,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   a.reference = absl::GetFlag(FLAGS_reference);
   a.check = absl::GetFlag(FLAGS_check);
   a.quiet = absl::GetFlag(FLAGS_quiet);
+  a.allow_unused_weights = absl::GetFlag(FLAGS_allow_unused_weights);
   for (const auto& [name, v] : {std::pair{"steps", a.steps}, {"height", a.height}, {"width", a.width},
                                 {"text-tokens", a.text_tokens}}) {
     if (v <= 0) return absl::InvalidArgumentError(absl::StrCat("--", name, ": want a positive integer, got ", v));
@@ -255,7 +260,7 @@ absl::StatusOr<Tensor> SingleRankLatents(const Args& a) {
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, dt::InitDeviceMesh(w.shared_from_this(), {1}, {"tp"}));
     dt::nn::Flux2LoadOptions o;
     o.dtype = a.dtype;
-    o.warn = false;
+    o.unused_tensors = a.allow_unused_weights ? dt::nn::PlanCheck::kIgnore : dt::nn::PlanCheck::kError;
     DT_ASSIGN_OR_RETURN(auto model, Flux2Transformer2DModel::FromPretrained(a.model, mesh, o));
     DT_ASSIGN_OR_RETURN(Denoised d, Denoise(a, *model, /*report=*/false));
     latents = d.latents;
@@ -270,6 +275,7 @@ absl::Status Run(const Args& a) {
   const bool lead = world->rank() == 0;
   dt::nn::Flux2LoadOptions o;
   o.dtype = a.dtype;
+  o.unused_tensors = a.allow_unused_weights ? dt::nn::PlanCheck::kWarn : dt::nn::PlanCheck::kError;
   dt::nn::LoadReport report;
   DT_ASSIGN_OR_RETURN(auto model, Flux2Transformer2DModel::FromPretrained(a.model, tp, o, &report));
   const dt::loaders::Flux2Config& c = model->config();

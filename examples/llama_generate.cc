@@ -78,6 +78,10 @@ ABSL_FLAG(bool, shard_embedding, false,
 ABSL_FLAG(bool, replicate_kv, false,
           "k_proj / v_proj replicated: any tp that divides the query heads (SmolLM2's 9 heads / 3 "
           "KV heads on 9 ranks)");
+ABSL_FLAG(bool, allow_unused_weights, false,
+          "load a checkpoint that holds tensors the model does not read, with a warning naming "
+          "them (refused by default: such a model computes something else; Note [No silent "
+          "loads])");
 ABSL_FLAG(bool, stop_at_eos, false,
           "with --prompt-ids, stop at the config's EOS (a text prompt always stops at EOS and the "
           "chat format's end of turn)");
@@ -110,6 +114,7 @@ struct Args {
   std::optional<DType> dtype;
   bool shard_embedding = false;
   bool replicate_kv = false;
+  bool allow_unused_weights = false;
   bool stop_at_eos = false;
   PromptTruncation truncate = PromptTruncation::kNone;
   int64_t truncated = 0;  // tokens --truncate cut from the prompt
@@ -189,6 +194,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   a.check_finite = absl::GetFlag(FLAGS_check_finite);
   a.shard_embedding = absl::GetFlag(FLAGS_shard_embedding);
   a.replicate_kv = absl::GetFlag(FLAGS_replicate_kv);
+  a.allow_unused_weights = absl::GetFlag(FLAGS_allow_unused_weights);
   a.stop_at_eos = absl::GetFlag(FLAGS_stop_at_eos);
   a.check = absl::GetFlag(FLAGS_check);
   a.quiet = absl::GetFlag(FLAGS_quiet);
@@ -299,7 +305,7 @@ absl::StatusOr<std::vector<int64_t>> SingleRankTokens(const Args& a) {
     LlamaLoadOptions o;
     o.dtype = a.dtype;
     o.keep_quantized = !a.dtype.has_value();
-    o.warn = false;
+    o.unused_tensors = a.allow_unused_weights ? PlanCheck::kIgnore : PlanCheck::kError;
     DT_ASSIGN_OR_RETURN(auto model, LlamaForCausalLM::FromPretrained(a.model, mesh, o));
     model->set_check_finite(a.check_finite);
     DT_ASSIGN_OR_RETURN(GenerateResult r, GenerateOn(*model, a, /*progress=*/false));
@@ -323,6 +329,7 @@ absl::Status Run(Args a) {
   o.keep_quantized = !a.dtype.has_value();
   o.shard_embedding = a.shard_embedding;
   o.replicate_kv = a.replicate_kv;
+  o.unused_tensors = a.allow_unused_weights ? PlanCheck::kWarn : PlanCheck::kError;
   LlamaLoadReport report;
   DT_ASSIGN_OR_RETURN(auto model,
                       LlamaForCausalLM::FromPretrained(a.model, mesh, dist, o, &report));
@@ -361,6 +368,9 @@ absl::Status Run(Args a) {
       MB(largest_sharded_read).c_str(), MB(largest_full).c_str(), report.seconds * 1e3);
   if (const std::string q = report.QuantizedSummary(); !q.empty()) {
     std::printf("rank %d: %s\n", world->rank(), q.c_str());
+  }
+  for (const std::string& note : report.notes) {
+    if (lead) std::printf("plan: %s\n", note.c_str());
   }
   std::fflush(stdout);
   DT_RETURN_IF_ERROR(tp.Comm(0).value()->Barrier());

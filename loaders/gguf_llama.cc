@@ -140,6 +140,14 @@ absl::Status ReadExperts(const GgufFile& f, const std::string& p, DecoderConfig*
 
 }  // namespace
 
+std::vector<std::string> GgufConfigTensors(const GgufFile& f) {
+  std::vector<std::string> names;
+  for (const char* name : {"rope_factors_short.weight", "rope_factors_long.weight"}) {
+    if (f.FindTensor(name) != nullptr) names.push_back(name);  // ReadLongrope's
+  }
+  return names;
+}
+
 absl::StatusOr<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
   DT_ASSIGN_OR_RETURN(std::optional<std::string> arch, f.GetOptionalString("general.architecture"));
   if (!arch) return Bad(f, "no metadata 'general.architecture'");

@@ -29,8 +29,9 @@ std::string SourceOf(const SourceNameFn& source, absl::string_view name) {
 }  // namespace
 
 absl::Status CheckCheckpoint(const Module& module, const loaders::Checkpoint& checkpoint,
-                             absl::string_view model, bool warn, const SourceNameFn& source) {
-  std::set<std::string> used;
+                             absl::string_view model, PlanCheck unused,
+                             const SourceNameFn& source,
+                             const std::vector<std::string>& config_tensors) {
   for (const auto& [name, p] : module.NamedParameters()) {
     const std::string from = SourceOf(source, name);
     absl::StatusOr<const loaders::TensorInfo*> info = checkpoint.Info(from);
@@ -58,22 +59,35 @@ absl::Status CheckCheckpoint(const Module& module, const loaders::Checkpoint& ch
           "checkpoint '", checkpoint.path(), "': tensor '", from, "' has dtype ",
           (*info)->dtype_name, ", which ", model, " cannot read (supported: ", supported, ")"));
     }
-    used.insert(from);
   }
-  if (warn) {
-    std::vector<std::string> unused;
-    for (const std::string& n : checkpoint.names()) {
-      if (!used.count(n)) unused.push_back(n);
-    }
-    if (!unused.empty()) {
-      const size_t shown = std::min<size_t>(unused.size(), 8);
-      LogWarning(absl::StrCat("checkpoint '", checkpoint.path(), "': ", unused.size(),
-                              " tensors are not used by ", model, ": ",
-                              absl::StrJoin(unused.begin(), unused.begin() + shown, ", "),
-                              unused.size() > shown ? ", ..." : ""));
-    }
+  if (unused == PlanCheck::kIgnore) return absl::OkStatus();
+  const std::vector<std::string> names = UnusedTensors(module, checkpoint, source, config_tensors);
+  if (names.empty()) return absl::OkStatus();
+  const size_t shown = std::min<size_t>(names.size(), 8);
+  const std::string what = absl::StrCat(
+      "checkpoint '", checkpoint.path(), "': ", names.size(), " tensor",
+      names.size() == 1 ? " is" : "s are", " not used by ", model, ": ",
+      absl::StrJoin(names.begin(), names.begin() + shown, ", "), names.size() > shown ? ", ..." : "");
+  if (unused == PlanCheck::kWarn) {
+    LogWarning(what);
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
+  // Note [No silent loads]
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, "; a model that leaves checkpoint weights unread computes something other than "
+            "the checkpoint's model (load anyway: unused_tensors = kWarn, --allow-unused-weights)"));
+}
+
+std::vector<std::string> UnusedTensors(const Module& module, const loaders::Checkpoint& checkpoint,
+                                       const SourceNameFn& source,
+                                       const std::vector<std::string>& config_tensors) {
+  std::set<std::string> used(config_tensors.begin(), config_tensors.end());
+  for (const auto& [name, p] : module.NamedParameters()) used.insert(SourceOf(source, name));
+  std::vector<std::string> unused;
+  for (const std::string& n : checkpoint.names()) {
+    if (!used.count(n)) unused.push_back(n);
+  }
+  return unused;
 }
 
 absl::Status LoadCheckpoint(Module& module, const loaders::Checkpoint& checkpoint,
@@ -164,8 +178,11 @@ absl::Status LoadPretrained(Module& module, const DeviceMesh& mesh,
   if (quantized) DT_RETURN_IF_ERROR(FitQuantized(module, how.quantized_misfit, how.compute, report));
   // 3. The checkpoint, reading nothing.
   if (how.check) DT_RETURN_IF_ERROR(how.check(checkpoint));
-  DT_RETURN_IF_ERROR(
-      CheckCheckpoint(module, checkpoint, how.model, how.warn && lead, how.source));
+  // Every rank refuses alike; one warns.
+  const PlanCheck unused =
+      how.unused_tensors == PlanCheck::kWarn && !lead ? PlanCheck::kIgnore : how.unused_tensors;
+  DT_RETURN_IF_ERROR(CheckCheckpoint(module, checkpoint, how.model, unused, how.source,
+                                     how.config_tensors));
   // 4. Each rank's ranges (everything when loading whole).
   DT_RETURN_IF_ERROR(LoadCheckpoint(module, checkpoint, how.read, lead, report, how.source));
   if (!how.load_whole || one_rank) return absl::OkStatus();

@@ -5,8 +5,9 @@
 //   CheckBlockCount   the config's block count against the checkpoint's names, before any module
 //                     is built (Note [Config against checkpoint]).
 //   ValidatePlan      the plan against the module and the mesh (nn/plan.h), nothing placed.
-//   CheckCheckpoint   every parameter's tensor present with its shape and a float dtype; warns
-//                     about tensors the model does not use. Reads no weight.
+//   CheckCheckpoint   every parameter's tensor present with its shape and a float dtype; a tensor
+//                     the model does not use refused (or warned about, or ignored: Note [No
+//                     silent loads]). Reads no weight.
 //   LoadCheckpoint    each rank reads only its own ranges of every tensor (spec.Ranges()) and
 //                     converts them to the parameter's dtype; a progress bar on the mesh's first
 //                     rank when it takes over a second; LoadReport receives the loader's counts,
@@ -49,6 +50,18 @@
 // therefore shows R for every weight at tp = 1, and the plan's rules are not recorded on the
 // parameters. Models placed through ParallelizeModule directly keep the plan on any mesh.
 //
+// Note [No silent loads]
+// A checkpoint tensor that no parameter reads is a model that computes something else: a custom
+// model that forgot its post_feedforward_layernorm ran with logits off by 20.7, a relabelled
+// Gemma 2 ran as another family, and both only warned (issue 47). So the library's default
+// (PretrainedLoad::unused_tensors, CausalLMLoadOptions' and Flux2LoadOptions') is kError: the load
+// is refused on every rank before any weight is read, naming how many tensors are unused and the
+// first few. A warning (kWarn, from the mesh's first rank) or nothing (kIgnore) must be asked for:
+// the ready programs' --allow-unused-weights, or a library user who knows the extra tensors are
+// not part of the forward (an MTP head, a vision tower beside the text model). Strict is the
+// library default, not only the programs', because the library is where custom models are built
+// and where the silent case was found; a wrong model that runs is worse than a load that stops.
+//
 // Note [Config against checkpoint]
 // The config decides how many modules are built, so its sizes are checked against the
 // checkpoint's headers before any module exists: a config.json claiming 10^9 layers is refused in
@@ -85,6 +98,9 @@ struct LoadReport {
   // Weights FitQuantized gave back their compute dtype, with the reason.
   std::vector<std::pair<std::string, std::string>> dequantized;
   loaders::ReadStats stats;
+  // What the model's plan did that the placements alone do not say, one line each ("2 KV heads on
+  // 4 ranks: ..."), for the programs to print.
+  std::vector<std::string> notes;
   int64_t full_bytes = 0;          // every parameter, full
   int64_t sharded_full_bytes = 0;  // parameters the plan shards, full
   int64_t replicated_bytes = 0;    // parameters every rank holds whole
@@ -98,9 +114,21 @@ struct LoadReport {
 
 using SourceNameFn = std::function<std::string(absl::string_view param_name)>;
 
-// `model` names the model in messages ("LlamaForCausalLM"); warnings go to nn/log.h when `warn`.
+// `model` names the model in messages ("LlamaForCausalLM"). Checkpoint tensors no parameter reads
+// are, by `unused` (Note [No silent loads]): an InvalidArgument naming the first few (kError), a
+// warning through nn/log.h (kWarn: pass it on one rank only), or nothing (kIgnore).
+// `config_tensors`: tensors the model's config was read from (a GGUF's longrope factors), used
+// though no parameter reads them.
 absl::Status CheckCheckpoint(const Module& module, const loaders::Checkpoint& checkpoint,
-                             absl::string_view model, bool warn, const SourceNameFn& source = {});
+                             absl::string_view model, PlanCheck unused = PlanCheck::kError,
+                             const SourceNameFn& source = {},
+                             const std::vector<std::string>& config_tensors = {});
+
+// The checkpoint tensors neither a parameter of `module` nor the config reads, in the
+// checkpoint's order.
+std::vector<std::string> UnusedTensors(const Module& module, const loaders::Checkpoint& checkpoint,
+                                       const SourceNameFn& source = {},
+                                       const std::vector<std::string>& config_tensors = {});
 
 // See the file comment. Returns how many weights became quantized.
 absl::StatusOr<int64_t> KeepQuantized(Module& module, const loaders::Checkpoint& checkpoint,
@@ -132,9 +160,13 @@ struct PretrainedLoad {
   ParallelPlan ep_plan;
   ParallelizeOptions parallelize;
   bool load_whole = false;  // read everything, then shard (nn/distributed.h ShardLoaded)
-  bool warn = true;         // tensors the model does not use, from the mesh's first rank
+  // Checkpoint tensors the model does not use (Note [No silent loads]): refused by default; kWarn
+  // warns from the mesh's first rank.
+  PlanCheck unused_tensors = PlanCheck::kError;
   loaders::ReadOptions read;
   SourceNameFn source;
+  // Tensors the config was read from (loaders::GgufConfigTensors): not unused.
+  std::vector<std::string> config_tensors;
   // The model's checks of the checkpoint beyond names and shapes (step 3); reads no weight.
   std::function<absl::Status(const loaders::Checkpoint&)> check;
   // KeepQuantized before step 2 and FitQuantized after it (`compute`: the dtype a misfit weight

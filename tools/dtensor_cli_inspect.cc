@@ -94,7 +94,7 @@ absl::StatusOr<std::map<std::string, Placed>> PlaceModel(const std::string& dir,
     DT_ASSIGN_OR_RETURN(loaders::Flux2Config config, loaders::LoadFlux2Config(dir));
     nn::Flux2Transformer2DModel model(config, DType::kF32);
     DT_RETURN_IF_ERROR(model.Parallelize(mesh, nn::Flux2Transformer2DModel::TPPlan(config)));
-    DT_RETURN_IF_ERROR(model.CheckCheckpoint(ckpt, /*warn=*/false));
+    DT_RETURN_IF_ERROR(model.CheckCheckpoint(ckpt, nn::PlanCheck::kIgnore));
     return Place(model, tp, ckpt, {});
   }
   if (!diffusers_class.empty()) {
@@ -107,7 +107,7 @@ absl::StatusOr<std::map<std::string, Placed>> PlaceModel(const std::string& dir,
   DT_RETURN_IF_ERROR(nn::CausalLM::ValidateConfig(config));
   nn::CausalLM model(config, config.dtype);
   DT_RETURN_IF_ERROR(model.Parallelize(mesh));
-  DT_RETURN_IF_ERROR(model.CheckCheckpoint(ckpt, /*warn=*/false));
+  DT_RETURN_IF_ERROR(model.CheckCheckpoint(ckpt, nn::PlanCheck::kIgnore));
   return Place(model, tp, ckpt,
                [&model](absl::string_view name) { return model.CheckpointName(name); });
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <utility>
 
@@ -281,6 +282,28 @@ ParallelPlan CausalLM::TPPlan(const loaders::DecoderConfig& config, bool shard_e
   return plan;
 }
 
+// Note [KV heads past tp]
+// transformers' plans split k_proj / v_proj colwise, so a tp that does not divide the KV heads
+// (Mixtral- and Qwen3-MoE-shaped models with 2 KV heads at tp 4, or at ep 4 where the dense layers
+// split over the same ranks) would leave a rank a fraction of a head. The default plan instead
+// splits them unit_colwise there (Note [Unit meshes] in nn/styles.h): G = gcd(KV heads, tp) groups
+// of whole KV heads, each held by the tp / G consecutive ranks whose query heads use it, and each
+// rank computes and caches only the KV heads its query heads use (Note [Replicated KV heads] in
+// nn/attention.cc). When tp is a multiple of the KV heads this is vLLM's replication: KV head h on
+// ranks h·tp/kv .. (h+1)·tp/kv - 1, one KV head per rank in the KV cache (paged or not). Where tp
+// divides the KV heads the plan stays colwise (the same pieces: G = tp). The load report says
+// which (LoadReport::notes).
+ParallelPlan CausalLM::FitKVHeads(ParallelPlan plan, const loaders::DecoderConfig& config,
+                                  int64_t tp) {
+  if (tp <= 1 || config.num_key_value_heads % tp == 0) return plan;
+  for (auto& [key, style] : plan) {
+    const bool kv =
+        absl::EndsWith(key, ".self_attn.k_proj") || absl::EndsWith(key, ".self_attn.v_proj");
+    if (kv && style.name == "colwise") style = PlanEntry("unit_colwise");
+  }
+  return plan;
+}
+
 ParallelPlan CausalLM::EPPlan(const loaders::DecoderConfig& config, bool all_reduce) {
   ParallelPlan plan;
   if (!config.HasMoeLayers()) return plan;
@@ -353,9 +376,13 @@ SaveOptions CausalLM::save_options() const {
   return o;
 }
 
-absl::Status CausalLM::CheckCheckpoint(const loaders::Checkpoint& checkpoint, bool warn) const {
-  return nn::CheckCheckpoint(*this, checkpoint, type_name(), warn,
-                             [this](absl::string_view name) { return CheckpointName(name); });
+absl::Status CausalLM::CheckCheckpoint(const loaders::Checkpoint& checkpoint,
+                                       PlanCheck unused) const {
+  return nn::CheckCheckpoint(
+      *this, checkpoint, type_name(), unused,
+      [this](absl::string_view name) { return CheckpointName(name); },
+      checkpoint.gguf() != nullptr ? loaders::GgufConfigTensors(*checkpoint.gguf())
+                                   : std::vector<std::string>());
 }
 
 absl::Status CausalLM::LoadWeights(const loaders::Checkpoint& checkpoint,
@@ -366,6 +393,33 @@ absl::Status CausalLM::LoadWeights(const loaders::Checkpoint& checkpoint,
   return LoadCheckpoint(*this, checkpoint, ro, LeadsPlacedMesh(*this), report,
                         [this](absl::string_view name) { return CheckpointName(name); });
 }
+
+namespace {
+
+// What the load report says of the KV heads when `plan` keeps them whole per rank at a tp that
+// does not divide them (Note [KV heads past tp]); nullopt otherwise.
+std::optional<std::string> KVHeadsNote(const ParallelPlan& plan,
+                                       const loaders::DecoderConfig& c, int64_t tp) {
+  const int64_t kv = c.num_key_value_heads;
+  if (tp <= 1 || kv % tp == 0) return std::nullopt;
+  for (const auto& [key, style] : plan) {
+    if (!absl::EndsWith(key, ".self_attn.k_proj")) continue;
+    if (style.name == "unit_colwise") {
+      const int64_t g = std::gcd(kv, tp);
+      return absl::StrCat(kv, " KV heads on ", tp, " ranks: k_proj / v_proj unit_colwise, ",
+                          kv / g, " KV head", kv / g == 1 ? "" : "s", " per rank, each held by ",
+                          tp / g, " ranks (the ranks whose query heads use it; Note [KV heads ",
+                          "past tp])");
+    }
+    if (style.name == "replicate") {
+      return absl::StrCat(kv, " KV heads on ", tp, " ranks: k_proj / v_proj replicated, each ",
+                          "rank computing every KV head and keeping those its query heads use");
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
     const std::string& dir, const DeviceMesh& mesh, const CausalLMLoadOptions& options,
@@ -398,8 +452,9 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
   auto model = std::make_unique<CausalLM>(config, dtype);
   PretrainedLoad how;
   how.model = name;
-  how.plan =
-      options.plan.value_or(TPPlan(config, options.shard_embedding, options.replicate_kv));
+  const int64_t tp = mesh.ndim() == 2 ? mesh.Size(1) : mesh.Size();
+  how.plan = options.plan.value_or(
+      FitKVHeads(TPPlan(config, options.shard_embedding, options.replicate_kv), config, tp));
   if (mesh.ndim() == 2 || (options.ep_plan && !options.ep_plan->empty())) {
     how.ep_plan = options.ep_plan.value_or(EPPlan(config));
     if (how.ep_plan.empty()) {
@@ -412,15 +467,23 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
   how.parallelize = model->parallelize_options();
   how.parallelize.unused_rules = options.unused_rules;
   how.load_whole = options.load_whole;
-  how.warn = options.warn;
+  how.unused_tensors = options.unused_tensors;
   how.read.zero_copy = options.zero_copy;
   how.keep_quantized = options.keep_quantized;
   how.quantized_misfit = options.quantized_misfit;
   how.compute = dtype;
   CausalLM* m = model.get();
   how.source = [m](absl::string_view param) { return m->CheckpointName(param); };
+  if (checkpoint.gguf() != nullptr) {
+    how.config_tensors = loaders::GgufConfigTensors(*checkpoint.gguf());
+  }
   DT_RETURN_IF_ERROR(LoadPretrained(*model, mesh, checkpoint, how, report));
   model->mesh_ = mesh;
+  if (report != nullptr) {
+    if (std::optional<std::string> kv = KVHeadsNote(how.plan, config, tp)) {
+      report->notes.push_back(*std::move(kv));
+    }
+  }
   return model;
 }
 
@@ -440,9 +503,12 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
   if (!options.plan || (ep && !options.ep_plan)) {
     DT_ASSIGN_OR_RETURN(const loaders::DecoderConfig config, loaders::LoadDecoderConfig(dir));
     if (!options.plan) {
-      DT_ASSIGN_OR_RETURN(options.plan,
-                          EffectivePlan(dist, TPPlan(config, options.shard_embedding,
-                                                     options.replicate_kv)));
+      const int64_t tp = on.ndim() == 2 ? on.Size(1) : on.Size();
+      DT_ASSIGN_OR_RETURN(
+          options.plan,
+          EffectivePlan(dist, FitKVHeads(TPPlan(config, options.shard_embedding,
+                                                options.replicate_kv),
+                                         config, tp)));
     }
     if (ep && !options.ep_plan) {
       DT_ASSIGN_OR_RETURN(options.ep_plan,

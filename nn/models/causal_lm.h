@@ -36,6 +36,8 @@
 //   model.embed_tokens                   (replicated) or embedding_rowwise with
 //                                        CausalLMLoadOptions::shard_embedding (all_reduce)
 //
+// At a tp that does not divide the KV heads the default plan splits k_proj / v_proj unit_colwise
+// instead: each KV head whole on the ranks whose query heads use it (Note [KV heads past tp]).
 // Norms and rotary tables stay replicated. A tied lm_head is its own colwise parameter read from
 // the embedding's rows, so it costs V·H/tp per rank. A plan that replicates k_proj and v_proj runs
 // any tp that divides the query heads (Note [Replicated KV heads] in nn/attention.cc). Loading
@@ -172,8 +174,9 @@ struct CausalLMLoadOptions {
   bool replicate_kv = false;
   // mmap views for pieces that are contiguous in the file and already in the compute dtype.
   bool zero_copy = true;
-  // Warnings for checkpoint tensors the model does not use.
-  bool warn = true;
+  // Checkpoint tensors the model does not use: refused (Note [No silent loads] in nn/load.h),
+  // kWarn warns from the mesh's first rank, kIgnore says nothing.
+  PlanCheck unused_tensors = PlanCheck::kError;
   // The plan; nullopt: TPPlan(config, shard_embedding, replicate_kv). (DistributedConfig::tp_plan
   // sets it.)
   std::optional<ParallelPlan> plan;
@@ -277,6 +280,11 @@ class CausalLM : public Module {
   static ParallelPlan TPPlan(const loaders::DecoderConfig& config, bool shard_embedding = false,
                              bool replicate_kv = false);
   static ParallelPlan TPPlan(bool shard_embedding = false);
+  // `plan` with colwise k_proj / v_proj made unit_colwise when tp does not divide the KV heads:
+  // whole KV heads on the ranks whose query heads use them (Note [KV heads past tp]); what
+  // FromPretrained does to the default plan.
+  static ParallelPlan FitKVHeads(ParallelPlan plan, const loaders::DecoderConfig& config,
+                                 int64_t tp);
   // The family's expert-parallel plan (transformers' base_model_ep_plan: tokens dispatched to the
   // experts' ranks), or with `all_reduce` its ep_router alternative; empty for families without
   // experts.
@@ -300,8 +308,10 @@ class CausalLM : public Module {
   // Reads every placed parameter's local piece from `checkpoint` (names as in HF checkpoints).
   absl::Status LoadWeights(const loaders::Checkpoint& checkpoint,
                            const CausalLMLoadOptions& options, LoadReport* report = nullptr);
-  // Checks, reading no weight, that `checkpoint` has every parameter with its shape.
-  absl::Status CheckCheckpoint(const loaders::Checkpoint& checkpoint, bool warn) const;
+  // Checks, reading no weight, that `checkpoint` has every parameter with its shape, and holds no
+  // tensor the model does not use (`unused`: nn::CheckCheckpoint).
+  absl::Status CheckCheckpoint(const loaders::Checkpoint& checkpoint,
+                               PlanCheck unused = PlanCheck::kError) const;
   // The checkpoint tensor parameter `name` is read from.
   std::string CheckpointName(absl::string_view name) const;
   // How SaveGathered (nn/save.h) writes this model as an HF checkpoint: HF names, a tied lm_head

@@ -457,9 +457,9 @@ absl::Status Flux2Transformer2DModel::CheckFusedLayouts(
 }
 
 absl::Status Flux2Transformer2DModel::CheckCheckpoint(const loaders::Checkpoint& checkpoint,
-                                                      bool warn) const {
+                                                      PlanCheck unused) const {
   DT_RETURN_IF_ERROR(CheckFusedLayouts(checkpoint));
-  return nn::CheckCheckpoint(*this, checkpoint, "Flux2Transformer2DModel", warn);
+  return nn::CheckCheckpoint(*this, checkpoint, "Flux2Transformer2DModel", unused);
 }
 
 absl::Status Flux2Transformer2DModel::LoadWeights(const loaders::Checkpoint& checkpoint,
@@ -499,7 +499,7 @@ absl::StatusOr<std::unique_ptr<Flux2Transformer2DModel>> Flux2Transformer2DModel
   how.plan = options.plan.value_or(TPPlan(config));
   how.parallelize = model->parallelize_options();
   how.load_whole = options.load_whole;
-  how.warn = options.warn;
+  how.unused_tensors = options.unused_tensors;
   how.read.zero_copy = options.zero_copy;
   const Flux2Transformer2DModel* m = model.get();
   how.check = [m](const loaders::Checkpoint& c) { return m->CheckFusedLayouts(c); };

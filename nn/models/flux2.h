@@ -226,7 +226,8 @@ struct Flux2Inputs {
 struct Flux2LoadOptions {
   DType dtype = DType::kF32;  // compute dtype
   bool zero_copy = true;
-  bool warn = true;  // checkpoint tensors the model does not use
+  // Checkpoint tensors the model does not use: refused (Note [No silent loads] in nn/load.h).
+  PlanCheck unused_tensors = PlanCheck::kError;
   std::optional<ParallelPlan> plan;  // nullopt: TPPlan(config)
   // Read every weight whole, then shard in place (nn::ShardLoaded, diffusers' enable_parallelism):
   // the same model, more memory on the way. The plan is still validated before anything is read.
@@ -264,7 +265,8 @@ class Flux2Transformer2DModel : public Module {
   // A model loaded whole (every parameter Replicate on the mesh) sharded in place by `plan`.
   absl::Status ShardLoaded(const ParallelPlan& plan);
   // Every parameter's tensor present with its shape (reads no weight).
-  absl::Status CheckCheckpoint(const loaders::Checkpoint& checkpoint, bool warn) const;
+  absl::Status CheckCheckpoint(const loaders::Checkpoint& checkpoint,
+                               PlanCheck unused = PlanCheck::kError) const;
   absl::Status LoadWeights(const loaders::Checkpoint& checkpoint, const Flux2LoadOptions& options,
                            LoadReport* report = nullptr);
   // SaveGathered (nn/save.h): diffusers names, config.json from config().

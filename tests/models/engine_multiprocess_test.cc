@@ -26,7 +26,7 @@ namespace {
 absl::StatusOr<std::unique_ptr<CausalLM>> Load(World& world, const std::string& fixture) {
   CausalLMLoadOptions o;
   o.keep_quantized = true;
-  o.warn = false;
+  o.unused_tensors = PlanCheck::kIgnore;
   return CausalLM::FromPretrained(FixtureDir(fixture), world.shared_from_this(), DistributedConfig(), o);
 }
 

@@ -42,7 +42,7 @@ absl::StatusOr<std::unique_ptr<CausalLM>> Load(World& w, const Family& f) {
   CausalLMLoadOptions o;
   o.replicate_kv = f.replicate_kv;
   o.keep_quantized = f.quantized;
-  o.warn = false;
+  o.unused_tensors = PlanCheck::kIgnore;
   return CausalLM::FromPretrained(FixtureDir(f.fixture), w.shared_from_this(), dist, o);
 }
 

@@ -3,6 +3,8 @@
 //                    malformed, refused (exit 2, naming the flag and the value) before the model
 //                    is loaded (the model path does not exist); the prompt against the context
 //                    and the vocab refused before any weight is read (the model has no weights);
+//                    a checkpoint tensor the model does not read refused unless
+//                    --allow-unused-weights;
 //   GenerateRanks.*  non-finite logits fail the run at the step they appear, at tp 1, 2 and 3
 //                    under dtrun, greedy and sampled (every rank that prints an error prints the
 //                    same), --check-finite naming the layer and the weight;
@@ -82,6 +84,23 @@ TEST(GenerateFlags, ThePromptIsCheckedAgainstTheConfigBeforeAnyWeightIsRead) {
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(
       Contains(r.output, "prompt position 1: token id 384 is outside the model's vocab [0, 384)"));
+}
+
+// A checkpoint holding a tensor the model does not read (a norm a family forgot) is refused,
+// naming it, unless --allow-unused-weights, which loads with a warning (Note [No silent loads]).
+TEST(GenerateFlags, UnusedCheckpointTensorsAreRefusedUnlessAllowed) {
+  const std::string dir = FixtureWithExtraTensor(Scratch(), "zoo/qwen3-tiny", "unused",
+                                                 "model.layers.0.post_feedforward_layernorm.weight");
+  const std::string run = absl::StrCat("--model ", dir, " --prompt-ids 1,15,27 --max-new-tokens 2 --quiet");
+  ProcessResult r = Generate(run);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(Contains(r.output, "1 tensor is not used by Qwen3ForCausalLM: "
+                                 "model.layers.0.post_feedforward_layernorm.weight"))
+      << r.output;
+  r = Generate(absl::StrCat(run, " --allow-unused-weights"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "not used by Qwen3ForCausalLM")) << r.output;  // the warning
+  EXPECT_TRUE(Contains(Generate("--help").output, "--allow-unused-weights"));
 }
 
 // A checkpoint holding a NaN or an infinity is refused at load on every rank that reads it, naming

@@ -34,7 +34,7 @@ Tensor RunLogits(const std::string& path, int tp, bool quantized, const std::vec
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {tp}, {"tp"}));
     LlamaLoadOptions o;
     o.keep_quantized = quantized;
-    o.warn = false;
+    o.unused_tensors = PlanCheck::kIgnore;
     LlamaLoadReport report;
     DT_ASSIGN_OR_RETURN(auto m, LlamaForCausalLM::FromPretrained(path, mesh, o, &report));
     DT_ASSIGN_OR_RETURN(Tensor l, PromptLogits(*m, prompt));
@@ -91,7 +91,7 @@ TEST(LlamaQuantized, MisfitShardsAreRefusedBeforeAnyRead) {
     LlamaLoadOptions o;
     o.keep_quantized = true;
     o.quantized_misfit = QuantizedMisfit::kRefuse;
-    o.warn = false;
+    o.unused_tensors = PlanCheck::kIgnore;
     LlamaLoadReport report;
     absl::Status st = LlamaForCausalLM::FromPretrained(kTiny, mesh, o, &report).status();
     if (report.stats.bytes_read() != 0) return absl::InternalError("read before refusing");
@@ -113,7 +113,7 @@ TEST(LlamaQuantized, SaveGatheredWritesTheDequantizedWeights) {
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2}, {"tp"}));
     LlamaLoadOptions o;
     o.keep_quantized = true;
-    o.warn = false;
+    o.unused_tensors = PlanCheck::kIgnore;
     DT_ASSIGN_OR_RETURN(auto m, LlamaForCausalLM::FromPretrained(kTiny, mesh, o));
     return SaveGathered(*m, out.string(), m->save_options());
   });
@@ -189,7 +189,7 @@ TEST(SmolLM2Quantized, ChatAnswerNamesParisAtTp1AndTp3) {
       LlamaLoadOptions o;
       o.keep_quantized = true;
       o.shard_embedding = tp > 1;
-      o.warn = false;
+      o.unused_tensors = PlanCheck::kIgnore;
       DT_ASSIGN_OR_RETURN(auto m, LlamaForCausalLM::FromPretrained(DT_SMOLLM2_GGUF, mesh, o));
       GenerateOptions g;
       g.max_new_tokens = 24;

@@ -89,4 +89,34 @@ inline std::string FixtureWithContext(const std::string& scratch, const std::str
   return dir;
 }
 
+// A copy of `fixture` whose checkpoint holds one more f32 tensor `tensor` of 4 ones beside the
+// model's (model.safetensors kept; extra.safetensors and an index naming both files), the way a
+// checkpoint holds a tensor the model forgot (Note [No silent loads] in nn/load.h).
+inline std::string FixtureWithExtraTensor(const std::string& scratch, const std::string& fixture,
+                                          const std::string& name, const std::string& tensor) {
+  const std::string dir = CopyFixture(scratch, fixture, name);
+  const std::string bytes = dt::testing::ReadFileBytes(dir + "/model.safetensors");
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_len));
+  nlohmann::json index;
+  index["metadata"] = nlohmann::json::object();
+  for (const auto& [key, value] : header.items()) {
+    if (key != "__metadata__") index["weight_map"][key] = "model.safetensors";
+  }
+  index["weight_map"][tensor] = "extra.safetensors";
+  nlohmann::json extra;
+  extra[tensor] = {{"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {0, 16}}};
+  std::string text = extra.dump();
+  text.resize((text.size() + 7) / 8 * 8, ' ');
+  std::string file(8, '\0');
+  const uint64_t len = text.size();
+  std::memcpy(file.data(), &len, 8);
+  const float ones[4] = {1, 1, 1, 1};
+  file += text + std::string(reinterpret_cast<const char*>(ones), sizeof(ones));
+  dt::testing::WriteFileBytes(dir + "/extra.safetensors", file);
+  dt::testing::WriteFileBytes(dir + "/model.safetensors.index.json", index.dump());
+  return dir;
+}
+
 }  // namespace dt::nn::testing

@@ -51,8 +51,10 @@ INSTANTIATE_TEST_SUITE_P(
     Families, Zoo,
     ::testing::Values(ZooCase{"mistral", 1, false}, ZooCase{"mistral", 2, false},
                       ZooCase{"mistral", 4, true},  // 2 KV heads
+                      ZooCase{"mistral", 4, false},  // the default plan: unit_colwise k/v
                       ZooCase{"qwen2", 1, false}, ZooCase{"qwen2", 3, false},
                       ZooCase{"qwen2", 9, true},  // SmolLM2's 9 / 3 heads at tp = 9
+                      ZooCase{"qwen2", 9, false},  // the default plan: one KV head per rank
                       ZooCase{"qwen3", 1, false}, ZooCase{"qwen3", 2, false},
                       ZooCase{"qwen3", 4, false}, ZooCase{"phi3", 1, false},
                       ZooCase{"phi3", 2, false}, ZooCase{"phi3", 4, false}),
@@ -60,6 +62,35 @@ INSTANTIATE_TEST_SUITE_P(
       return absl::StrCat(info.param.family, "_tp", info.param.tp,
                           info.param.replicate_kv ? "_replicated_kv" : "");
     });
+
+// Note [KV heads past tp]: at a tp the KV heads do not divide, the default plan holds each KV
+// head whole on the ranks whose query heads use it (vLLM's replication: Mistral's 2 KV heads on
+// 4 ranks, KV head h on ranks 2h and 2h + 1), one KV head per rank, and the load report says so.
+TEST(ZooKVHeads, DefaultPlanReplicatesEachKVHeadOnTheRanksThatUseIt) {
+  absl::Status s = World::RunThreads(4, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {4}, {"tp"}));
+    LoadReport report;
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(ZooDir("mistral"), mesh, {}, &report));
+    const std::string want =
+        "2 KV heads on 4 ranks: k_proj / v_proj unit_colwise, 1 KV head per rank, each held by 2 "
+        "ranks";
+    if (report.notes.size() != 1 || !absl::StartsWith(report.notes[0], want)) {
+      return absl::InternalError(absl::StrCat("notes: [", absl::StrJoin(report.notes, "; "), "]"));
+    }
+    for (const char* name : {"model.layers.0.self_attn.k_proj.weight",
+                             "model.layers.1.self_attn.v_proj.weight"}) {
+      DT_ASSIGN_OR_RETURN(Parameter * p, m->GetParameter(name));
+      const int64_t head_dim = m->config().head_dim;
+      const Shape local = p->spec().LocalShape();
+      if (local[0] != head_dim || p->spec().Offset()[0] != w.rank() / 2 * head_dim) {
+        return absl::InternalError(absl::StrCat("rank ", w.rank(), ": ", name, " holds rows ",
+                                                p->spec().Offset()[0], " + ", local[0]));
+      }
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+}
 
 // The same weights as llama.cpp lays them out (make_zoo_fixtures.py writes them with the gguf
 // package: Mistral as architecture llama with permuted Q/K rows, Phi-3's fused projections and
@@ -130,10 +161,8 @@ TEST(ZooRefusals, TpThatHeadsDoNotAllowBeforeAnyRead) {
     const char* error;
   };
   for (const Refusal& r : std::vector<Refusal>{
-           {"mistral", 4, "tensor parallel size 4 does not divide num_kv_heads 2"},
            {"qwen2", 2, "tensor parallel size 2 does not divide num_heads 9"},
            {"qwen2", 4, "tensor parallel size 4 does not divide num_heads 9"},
-           {"qwen2", 9, "tensor parallel size 9 does not divide num_kv_heads 3"},
            {"qwen3", 3, "tensor parallel size 3 does not divide num_heads 8"},
            {"phi3", 3, "tensor parallel size 3 does not divide num_heads 8"},
            {"phi3", 8, "tensor parallel size 8 does not divide num_kv_heads 4 (qkv_proj.weight"}}) {
@@ -150,11 +179,16 @@ TEST(ZooRefusals, TpThatHeadsDoNotAllowBeforeAnyRead) {
     EXPECT_TRUE(Contains(s, r.error)) << r.family << " tp=" << r.tp;
     for (double v : seconds) EXPECT_EQ(v, -1) << r.family << " tp=" << r.tp << ": read weights";
   }
-  // The KV refusal says how to run it.
-  absl::Status kv = World::RunThreads(4, [&](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {4}, {"tp"}));
-    return CausalLM::FromPretrained(ZooDir("mistral"), mesh).status();
+  // transformers' plan (k_proj / v_proj colwise) given by hand is refused where the KV heads do
+  // not divide, saying how to run it.
+  absl::Status kv = World::RunThreads(9, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {9}, {"tp"}));
+    DT_ASSIGN_OR_RETURN(loaders::DecoderConfig config, loaders::LoadDecoderConfig(ZooDir("qwen2")));
+    CausalLMLoadOptions o;
+    o.plan = CausalLM::TPPlan(config);
+    return CausalLM::FromPretrained(ZooDir("qwen2"), mesh, o).status();
   });
+  EXPECT_TRUE(Contains(kv, "tensor parallel size 9 does not divide num_kv_heads 3")) << kv;
   EXPECT_TRUE(Contains(kv, "a plan that replicates k_proj and v_proj, or splits them unit_colwise (whole heads on every rank), runs it"));
 }
 
