@@ -209,7 +209,9 @@ INSTANTIATE_TEST_SUITE_P(
     Fixtures, EngineFamilies,
     ::testing::Values(Family{"llama-tiny", 1}, Family{"llama-tiny", 2}, Family{"llama-tiny", 4},
                       Family{"llama-tiny-tied-bf16", 2}, Family{"zoo/mistral-tiny", 1},
-                      Family{"zoo/mistral-tiny", 2}, Family{"zoo/qwen2-tiny", 1},
+                      Family{"zoo/mistral-tiny", 2},
+                      Family{"zoo/mistral-tiny", 4},  // KV heads on 2 ranks each (unit_colwise)
+                      Family{"moe/mixtral_kv2-tiny", 4, 4}, Family{"zoo/qwen2-tiny", 1},
                       Family{"zoo/qwen2-tiny", 3}, Family{"zoo/qwen2-tiny", 9, 1, true},
                       Family{"zoo/qwen3-tiny", 1}, Family{"zoo/qwen3-tiny", 4},
                       Family{"zoo/phi3-tiny", 1}, Family{"zoo/phi3-tiny", 2},

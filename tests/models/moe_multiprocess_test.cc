@@ -52,7 +52,10 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MoeMultiprocess,
                                            Layout{"deepseek_v2", 2},
                                            Layout{"minicpm5_moe", 1},
                                            Layout{"minicpm5_moe", 0},
-                                           Layout{"minicpm5_moe", 2}),
+                                           Layout{"minicpm5_moe", 2},
+                                           // 2 KV heads: Note [KV heads past tp] at 4 ranks
+                                           Layout{"mixtral_kv2", 1},
+                                           Layout{"qwen3_moe_kv2", 0}),
                          [](const auto& info) {
                            return absl::StrCat(info.param.model, info.param.ep == 1 ? "_tp"
                                                                  : info.param.ep == 0 ? "_ep"

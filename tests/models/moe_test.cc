@@ -61,7 +61,10 @@ INSTANTIATE_TEST_SUITE_P(Models, MoeTp,
                                            TpCase{"minicpm5_moe", 1},
                                            TpCase{"minicpm5_moe", 2},
                                            TpCase{"minicpm5_moe", 4},
-                                           TpCase{"minicpm5_moe", 8}),
+                                           TpCase{"minicpm5_moe", 8},
+                                           // 2 KV heads: Note [KV heads past tp]
+                                           TpCase{"mixtral_kv2", 2}, TpCase{"mixtral_kv2", 4},
+                                           TpCase{"qwen3_moe_kv2", 4}),
                          [](const auto& info) {
                            return absl::StrCat(info.param.model, "_tp", info.param.tp);
                          });
@@ -138,7 +141,10 @@ INSTANTIATE_TEST_SUITE_P(
                       EpCase{"deepseek_v2", 2, 2, true}, EpCase{"deepseek_v2_lite", 2, 0, false},
                       EpCase{"deepseek_v2_lite", 4, 0, false},
                       EpCase{"minicpm5_moe", 2, 0, false}, EpCase{"minicpm5_moe", 4, 0, false},
-                      EpCase{"minicpm5_moe", 2, 2, false}, EpCase{"minicpm5_moe", 4, 0, true}),
+                      EpCase{"minicpm5_moe", 2, 2, false}, EpCase{"minicpm5_moe", 4, 0, true},
+                      // 2 KV heads on the 4 ranks ep shares with tp (Note [KV heads past tp])
+                      EpCase{"mixtral_kv2", 4, 0, false}, EpCase{"qwen3_moe_kv2", 4, 0, false},
+                      EpCase{"qwen3_moe_kv2", 4, 0, true}, EpCase{"mixtral_kv2", 2, 2, false}),
     [](const auto& info) {
       return absl::StrCat(info.param.model, "_ep", info.param.ep,
                           info.param.tp == 0 ? "_shared" : absl::StrCat("_x_tp", info.param.tp),
@@ -377,7 +383,7 @@ TEST(MoeConfig, RefusesWhatItDoesNotImplement) {
   EXPECT_TRUE(Contains(loaders::ParseDecoderConfig(R"({"model_type": "qwen3", "vocab_size": 8,
       "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
       "num_attention_heads": 2, "num_experts": 4})", "c").status(),
-                       "\"num_experts\": 4 is not implemented by dtensor's qwen3"));
+                       "\"num_experts\": 4 (experts) is not implemented by dtensor's qwen3"));
 }
 
 // `model` loaded on `ranks` thread ranks with `dist`: its tp_plan() holds every line of `want` and

@@ -1,6 +1,7 @@
 // The decoder zoo with one process per rank: run under dtrun (DT_BACKEND=shm or gloo). Every family
-// whose query heads the world size divides loads only its shards (k/v replicated when the KV heads
-// do not divide) and must reproduce transformers' logits and greedy continuation
+// whose query heads the world size divides loads only its shards (with the default plan: each KV
+// head whole on the ranks that use it when the KV heads do not divide, Note [KV heads past tp])
+// and must reproduce transformers' logits and greedy continuation
 // (tools/reference/make_zoo_fixtures.py); the others skip.
 #include <cmath>
 
@@ -27,10 +28,8 @@ TEST_P(ZooMultiprocess, MatchesTransformers) {
   const Golden g = LoadGolden(fixture);
   auto mesh = InitDeviceMesh(world.shared_from_this(), {tp}, {"tp"});
   ASSERT_TRUE(mesh.ok()) << mesh.status();
-  CausalLMLoadOptions o;
-  o.replicate_kv = c.num_key_value_heads % tp != 0;
   LoadReport report;
-  auto model = CausalLM::FromPretrained(FixtureDir(fixture), *mesh, o, &report);
+  auto model = CausalLM::FromPretrained(FixtureDir(fixture), *mesh, {}, &report);
   ASSERT_TRUE(model.ok()) << "rank " << world.rank() << ": " << model.status();
   auto ids = Tensor::FromVector<int64_t>({1, static_cast<int64_t>(g.prompt.size())}, g.prompt);
   auto logits = (*model)->Logits(*ids);

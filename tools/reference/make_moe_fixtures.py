@@ -25,6 +25,10 @@ convert_hf_to_gguf lays them out (make_zoo_fixtures.write_gguf: Mixtral as archi
 permuted Q/K rows, Qwen3-MoE as qwen3moe; experts stacked as ffn_{gate,up,down}_exps, the router
 as ffn_gate_inp), loaded back by transformers' GGUF reader when it can.
 
+  mixtral_kv2-tiny, qwen3_moe_kv2-tiny  the same shapes with 2 KV heads (and their own seeds), as
+                   Mixtral- and Qwen3-MoE-shaped models people run at tp or ep 4: the KV heads held
+                   whole on the ranks that use them (Note [KV heads past tp] in
+                   nn/models/causal_lm.cc); safetensors only
   deepseek_v2-tiny DeepSeek-V2's latent attention with q_lora_rank (q_a_proj, q_a_layernorm,
                    q_b_proj), kv_lora_rank 32, RoPE on 8 of 24 query/key dims (interleaved pairs),
                    v_head_dim 16; 8 routed experts top-2 with routed_scaling_factor 1.5 and one
@@ -76,6 +80,20 @@ MODELS = {
         config=Qwen3MoeConfig(**TINY, vocab_size=384, hidden_size=64, intermediate_size=128,
                               moe_intermediate_size=32, num_hidden_layers=2,
                               num_attention_heads=8, num_key_value_heads=4, head_dim=16,
+                              num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
+                              decoder_sparse_step=1, mlp_only_layers=[], rms_norm_eps=1e-6,
+                              rope_theta=1000000.0, tie_word_embeddings=False)),
+    "mixtral_kv2-tiny": dict(
+        cls=MixtralForCausalLM, seed=46,
+        config=MixtralConfig(**TINY, vocab_size=320, hidden_size=64, intermediate_size=64,
+                             num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
+                             num_local_experts=4, num_experts_per_tok=2, rms_norm_eps=1e-5,
+                             tie_word_embeddings=False)),
+    "qwen3_moe_kv2-tiny": dict(
+        cls=Qwen3MoeForCausalLM, seed=47,
+        config=Qwen3MoeConfig(**TINY, vocab_size=384, hidden_size=64, intermediate_size=128,
+                              moe_intermediate_size=32, num_hidden_layers=2,
+                              num_attention_heads=8, num_key_value_heads=2, head_dim=16,
                               num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
                               decoder_sparse_step=1, mlp_only_layers=[], rms_norm_eps=1e-6,
                               rope_theta=1000000.0, tie_word_embeddings=False)),
