@@ -325,7 +325,8 @@ ParallelizeOptions CausalLM::parallelize_options() const {
 }
 
 absl::Status CausalLM::Parallelize(const DeviceMesh& mesh, bool shard_embedding) {
-  return Parallelize(mesh, TPPlan(config_, shard_embedding),
+  const int64_t tp = mesh.ndim() == 2 ? mesh.Size(1) : mesh.Size();
+  return Parallelize(mesh, FitKVHeads(TPPlan(config_, shard_embedding), config_, tp),
                      mesh.ndim() == 2 ? EPPlan(config_) : ParallelPlan());
 }
 

@@ -297,7 +297,8 @@ class CausalLM : public Module {
   // replicated on purpose).
   ParallelizeOptions parallelize_options() const;
 
-  // Places the parameters (ParallelizeModule with TPPlan) without reading anything; on a 2-D
+  // Places the parameters (ParallelizeModule with TPPlan, its KV heads fitted to the mesh:
+  // FitKVHeads) without reading anything; on a 2-D
   // (ep, tp) mesh, or with an `ep_plan` on a 1-D mesh ep and tp share, the expert-parallel plan
   // too (ParallelizeModuleWithEP; the first form takes EPPlan on a 2-D mesh).
   absl::Status Parallelize(const DeviceMesh& mesh, bool shard_embedding = false);

@@ -201,17 +201,24 @@ INSTANTIATE_TEST_SUITE_P(
 // ---- validation before any weight is read --------------------------------------------------------
 
 TEST(LlamaValidation, TPSizeMustDivideHeadsAndKVHeads) {
-  auto fail = [](int tp) {
-    return OnRanks(tp, FixtureDir("llama-tiny"), {}, [](int, LlamaForCausalLM&,
-                                                        const LlamaLoadReport&) {
+  auto fail = [](int tp, const LlamaLoadOptions& o = {}) {
+    return OnRanks(tp, FixtureDir("llama-tiny"), o, [](int, LlamaForCausalLM&,
+                                                       const LlamaLoadReport&) {
       return absl::OkStatus();
     });
   };
   absl::Status three = fail(3);
   EXPECT_EQ(three.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(three, "tensor parallel size 3 does not divide num_heads 8"));
-  absl::Status eight = fail(8);  // 8 heads but 4 KV heads: transformers #48307
-  EXPECT_TRUE(Contains(eight, "tensor parallel size 8 does not divide num_kv_heads 4"));
+  // 8 heads but 4 KV heads: transformers' plan (k/v colwise) is refused (transformers #48307);
+  // the default plan keeps whole KV heads (Note [KV heads past tp]) and stops at the MLP.
+  LlamaLoadOptions transformers_plan;
+  transformers_plan.plan = LlamaForCausalLM::TPPlan();
+  absl::Status eight = fail(8, transformers_plan);
+  EXPECT_TRUE(Contains(eight, "tensor parallel size 8 does not divide num_kv_heads 4")) << eight;
+  eight = fail(8);
+  EXPECT_TRUE(Contains(eight, "tensor parallel size 8 does not divide intermediate_size 172"))
+      << eight;
 }
 
 // Note [One rank runs without the plan's hooks] (nn/load.h): at tp = 1 the plan is checked as on
