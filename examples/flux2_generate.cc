@@ -260,7 +260,8 @@ absl::StatusOr<Tensor> SingleRankLatents(const Args& a) {
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, dt::InitDeviceMesh(w.shared_from_this(), {1}, {"tp"}));
     dt::nn::Flux2LoadOptions o;
     o.dtype = a.dtype;
-    o.unused_tensors = a.allow_unused_weights ? dt::nn::PlanCheck::kIgnore : dt::nn::PlanCheck::kError;
+    o.unused_tensors =
+        a.allow_unused_weights ? dt::nn::PlanCheck::kIgnore : dt::nn::PlanCheck::kError;
     DT_ASSIGN_OR_RETURN(auto model, Flux2Transformer2DModel::FromPretrained(a.model, mesh, o));
     DT_ASSIGN_OR_RETURN(Denoised d, Denoise(a, *model, /*report=*/false));
     latents = d.latents;

@@ -64,10 +64,11 @@ absl::Status CheckCheckpoint(const Module& module, const loaders::Checkpoint& ch
   const std::vector<std::string> names = UnusedTensors(module, checkpoint, source, config_tensors);
   if (names.empty()) return absl::OkStatus();
   const size_t shown = std::min<size_t>(names.size(), 8);
-  const std::string what = absl::StrCat(
-      "checkpoint '", checkpoint.path(), "': ", names.size(), " tensor",
-      names.size() == 1 ? " is" : "s are", " not used by ", model, ": ",
-      absl::StrJoin(names.begin(), names.begin() + shown, ", "), names.size() > shown ? ", ..." : "");
+  const std::string what =
+      absl::StrCat("checkpoint '", checkpoint.path(), "': ", names.size(), " tensor",
+                   names.size() == 1 ? " is" : "s are", " not used by ", model, ": ",
+                   absl::StrJoin(names.begin(), names.begin() + shown, ", "),
+                   names.size() > shown ? ", ..." : "");
   if (unused == PlanCheck::kWarn) {
     LogWarning(what);
     return absl::OkStatus();
@@ -75,7 +76,8 @@ absl::Status CheckCheckpoint(const Module& module, const loaders::Checkpoint& ch
   // Note [No silent loads]
   return absl::InvalidArgumentError(absl::StrCat(
       what, "; a model that leaves checkpoint weights unread computes something other than "
-            "the checkpoint's model (load anyway: unused_tensors = kWarn, --allow-unused-weights)"));
+            "the checkpoint's model (load anyway: unused_tensors = kWarn, "
+            "--allow-unused-weights)"));
 }
 
 std::vector<std::string> UnusedTensors(const Module& module, const loaders::Checkpoint& checkpoint,

@@ -89,9 +89,11 @@ TEST(GenerateFlags, ThePromptIsCheckedAgainstTheConfigBeforeAnyWeightIsRead) {
 // A checkpoint holding a tensor the model does not read (a norm a family forgot) is refused,
 // naming it, unless --allow-unused-weights, which loads with a warning (Note [No silent loads]).
 TEST(GenerateFlags, UnusedCheckpointTensorsAreRefusedUnlessAllowed) {
-  const std::string dir = FixtureWithExtraTensor(Scratch(), "zoo/qwen3-tiny", "unused",
-                                                 "model.layers.0.post_feedforward_layernorm.weight");
-  const std::string run = absl::StrCat("--model ", dir, " --prompt-ids 1,15,27 --max-new-tokens 2 --quiet");
+  const std::string dir =
+      FixtureWithExtraTensor(Scratch(), "zoo/qwen3-tiny", "unused",
+                             "model.layers.0.post_feedforward_layernorm.weight");
+  const std::string run =
+      absl::StrCat("--model ", dir, " --prompt-ids 1,15,27 --max-new-tokens 2 --quiet");
   ProcessResult r = Generate(run);
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(Contains(r.output, "1 tensor is not used by Qwen3ForCausalLM: "

@@ -2,8 +2,8 @@
 // does not read refuses the load on every rank before any weight is read, naming it, through
 // nn::LoadPretrained / nn::CheckCheckpoint (a custom model that forgot a norm), CausalLM from
 // safetensors and from GGUF (a tensor appended to the file); kWarn and kIgnore load.
+#include <algorithm>
 #include <cstring>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
@@ -24,10 +24,9 @@ namespace {
 
 using dt::testing::Contains;
 
-std::string Scratch() {
-  const std::string dir = ::testing::TempDir() + "/strict_load_" + std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
-  return dir;
+const std::string& Scratch() {
+  static dt::testing::ScratchDir dir("strict_load");
+  return dir.path;
 }
 
 // A custom model that forgot its post_feedforward_layernorm: the checkpoint holds it, the module
@@ -52,7 +51,8 @@ TEST(StrictLoad, CustomModelThatForgotANormIsRefused) {
     });
   };
   const absl::Status refused = load(PlanCheck::kError);
-  EXPECT_TRUE(Contains(refused, "1 tensor is not used by Custom: post_feedforward_layernorm.weight"))
+  EXPECT_TRUE(
+      Contains(refused, "1 tensor is not used by Custom: post_feedforward_layernorm.weight"))
       << refused;
   EXPECT_TRUE(Contains(refused, "--allow-unused-weights")) << refused;
   EXPECT_TRUE(PretrainedLoad().unused_tensors == PlanCheck::kError);  // the library's default
@@ -64,7 +64,8 @@ TEST(StrictLoad, CustomModelThatForgotANormIsRefused) {
     DT_ASSIGN_OR_RETURN(loaders::Checkpoint ckpt, loaders::Checkpoint::Open(path));
     Linear model(3, 2);
     DT_RETURN_IF_ERROR(ReplicateModule(model, mesh));
-    if (UnusedTensors(model, ckpt) != std::vector<std::string>{"post_feedforward_layernorm.weight"}) {
+    const std::vector<std::string> want = {"post_feedforward_layernorm.weight"};
+    if (UnusedTensors(model, ckpt) != want) {
       return absl::InternalError("UnusedTensors");
     }
     return CheckCheckpoint(model, ckpt, "Custom");
