@@ -67,7 +67,7 @@ ABSL_FLAG(bool, check, false, "rank 0 reruns on one rank; every rank exits 1 unl
 ABSL_FLAG(bool, quiet, false, "print only the result lines");
 ABSL_FLAG(bool, allow_unused_weights, false,
           "load a checkpoint that holds tensors the model does not read, with a warning naming "
-          "them (refused by default: Note [No silent loads])");
+          "them (refused by default: Note [Every tensor is used])");
 
 namespace {
 

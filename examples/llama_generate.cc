@@ -80,8 +80,8 @@ ABSL_FLAG(bool, replicate_kv, false,
           "KV heads on 9 ranks)");
 ABSL_FLAG(bool, allow_unused_weights, false,
           "load a checkpoint that holds tensors the model does not read, with a warning naming "
-          "them (refused by default: such a model computes something else; Note [No silent "
-          "loads])");
+          "them (refused by default: such a model computes something else; Note [Every tensor "
+          "is used])");
 ABSL_FLAG(bool, stop_at_eos, false,
           "with --prompt-ids, stop at the config's EOS (a text prompt always stops at EOS and the "
           "chat format's end of turn)");

@@ -60,8 +60,8 @@ namespace dt::loaders {
 
 absl::StatusOr<DecoderConfig> DecoderConfigFromGguf(const GgufFile& file);
 // The tensors of `file` DecoderConfigFromGguf reads into the config (Phi-3's longrope factors,
-// Note [GGUF longrope]): the model uses them, though no parameter reads them (Note [No silent
-// loads] in nn/load.h).
+// Note [GGUF longrope]): the model uses them, though no parameter reads them (Note [Every tensor
+// is used] in nn/load.h).
 std::vector<std::string> GgufConfigTensors(const GgufFile& file);
 // DecoderConfigFromGguf for a llama-architecture file only (others Unimplemented).
 absl::StatusOr<DecoderConfig> LlamaConfigFromGguf(const GgufFile& file);

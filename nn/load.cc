@@ -73,7 +73,7 @@ absl::Status CheckCheckpoint(const Module& module, const loaders::Checkpoint& ch
     LogWarning(what);
     return absl::OkStatus();
   }
-  // Note [No silent loads]
+  // Note [Every tensor is used]
   return absl::InvalidArgumentError(absl::StrCat(
       what, "; a model that leaves checkpoint weights unread computes something other than "
             "the checkpoint's model (load anyway: unused_tensors = kWarn, "

@@ -6,8 +6,8 @@
 //                     is built (Note [Config against checkpoint]).
 //   ValidatePlan      the plan against the module and the mesh (nn/plan.h), nothing placed.
 //   CheckCheckpoint   every parameter's tensor present with its shape and a float dtype; a tensor
-//                     the model does not use refused (or warned about, or ignored: Note [No
-//                     silent loads]). Reads no weight.
+//                     the model does not use refused (or warned about, or ignored: Note
+//                     [Every tensor is used]). Reads no weight.
 //   LoadCheckpoint    each rank reads only its own ranges of every tensor (spec.Ranges()) and
 //                     converts them to the parameter's dtype; a progress bar on the mesh's first
 //                     rank when it takes over a second; LoadReport receives the loader's counts,
@@ -50,7 +50,7 @@
 // therefore shows R for every weight at tp = 1, and the plan's rules are not recorded on the
 // parameters. Models placed through ParallelizeModule directly keep the plan on any mesh.
 //
-// Note [No silent loads]
+// Note [Every tensor is used]
 // A checkpoint tensor that no parameter reads is a model that computes something else: a custom
 // model that forgot its post_feedforward_layernorm ran with logits off by 20.7, a relabelled
 // Gemma 2 ran as another family, and both only warned (issue 47). So the library's default
@@ -115,8 +115,8 @@ struct LoadReport {
 using SourceNameFn = std::function<std::string(absl::string_view param_name)>;
 
 // `model` names the model in messages ("LlamaForCausalLM"). Checkpoint tensors no parameter reads
-// are, by `unused` (Note [No silent loads]): an InvalidArgument naming the first few (kError), a
-// warning through nn/log.h (kWarn: pass it on one rank only), or nothing (kIgnore).
+// are, by `unused` (Note [Every tensor is used]): an InvalidArgument naming the first few
+// (kError), a warning through nn/log.h (kWarn: pass it on one rank only), or nothing (kIgnore).
 // `config_tensors`: tensors the model's config was read from (a GGUF's longrope factors), used
 // though no parameter reads them.
 absl::Status CheckCheckpoint(const Module& module, const loaders::Checkpoint& checkpoint,
@@ -160,8 +160,8 @@ struct PretrainedLoad {
   ParallelPlan ep_plan;
   ParallelizeOptions parallelize;
   bool load_whole = false;  // read everything, then shard (nn/distributed.h ShardLoaded)
-  // Checkpoint tensors the model does not use (Note [No silent loads]): refused by default; kWarn
-  // warns from the mesh's first rank.
+  // Checkpoint tensors the model does not use (Note [Every tensor is used]): refused by default;
+  // kWarn warns from the mesh's first rank.
   PlanCheck unused_tensors = PlanCheck::kError;
   loaders::ReadOptions read;
   SourceNameFn source;

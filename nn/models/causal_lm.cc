@@ -409,8 +409,8 @@ std::optional<std::string> KVHeadsNote(const ParallelPlan& plan,
       const int64_t g = std::gcd(kv, tp);
       return absl::StrCat(kv, " KV heads on ", tp, " ranks: k_proj / v_proj unit_colwise, ",
                           kv / g, " KV head", kv / g == 1 ? "" : "s", " per rank, each held by ",
-                          tp / g, " ranks (the ranks whose query heads use it; Note [KV heads ",
-                          "past tp])");
+                          tp / g, " ranks (the ranks whose query heads use it: ",
+                          "Note [KV heads past tp])");
     }
     if (style.name == "replicate") {
       return absl::StrCat(kv, " KV heads on ", tp, " ranks: k_proj / v_proj replicated, each ",

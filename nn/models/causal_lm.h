@@ -174,7 +174,7 @@ struct CausalLMLoadOptions {
   bool replicate_kv = false;
   // mmap views for pieces that are contiguous in the file and already in the compute dtype.
   bool zero_copy = true;
-  // Checkpoint tensors the model does not use: refused (Note [No silent loads] in nn/load.h),
+  // Checkpoint tensors the model does not use: refused (Note [Every tensor is used] in nn/load.h),
   // kWarn warns from the mesh's first rank, kIgnore says nothing.
   PlanCheck unused_tensors = PlanCheck::kError;
   // The plan; nullopt: TPPlan(config, shard_embedding, replicate_kv). (DistributedConfig::tp_plan

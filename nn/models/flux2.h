@@ -226,7 +226,7 @@ struct Flux2Inputs {
 struct Flux2LoadOptions {
   DType dtype = DType::kF32;  // compute dtype
   bool zero_copy = true;
-  // Checkpoint tensors the model does not use: refused (Note [No silent loads] in nn/load.h).
+  // Checkpoint tensors the model does not use: refused (Note [Every tensor is used] in nn/load.h).
   PlanCheck unused_tensors = PlanCheck::kError;
   std::optional<ParallelPlan> plan;  // nullopt: TPPlan(config)
   // Read every weight whole, then shard in place (nn::ShardLoaded, diffusers' enable_parallelism):

@@ -87,7 +87,8 @@ TEST(GenerateFlags, ThePromptIsCheckedAgainstTheConfigBeforeAnyWeightIsRead) {
 }
 
 // A checkpoint holding a tensor the model does not read (a norm a family forgot) is refused,
-// naming it, unless --allow-unused-weights, which loads with a warning (Note [No silent loads]).
+// naming it, unless --allow-unused-weights, which loads with a warning (Note [Every tensor is
+// used]).
 TEST(GenerateFlags, UnusedCheckpointTensorsAreRefusedUnlessAllowed) {
   const std::string dir =
       FixtureWithExtraTensor(Scratch(), "zoo/qwen3-tiny", "unused",

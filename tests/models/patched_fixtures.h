@@ -91,7 +91,7 @@ inline std::string FixtureWithContext(const std::string& scratch, const std::str
 
 // A copy of `fixture` whose checkpoint holds one more f32 tensor `tensor` of 4 ones beside the
 // model's (model.safetensors kept; extra.safetensors and an index naming both files), the way a
-// checkpoint holds a tensor the model forgot (Note [No silent loads] in nn/load.h).
+// checkpoint holds a tensor the model forgot (Note [Every tensor is used] in nn/load.h).
 inline std::string FixtureWithExtraTensor(const std::string& scratch, const std::string& fixture,
                                           const std::string& name, const std::string& tensor) {
   const std::string dir = CopyFixture(scratch, fixture, name);

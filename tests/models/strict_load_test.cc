@@ -1,5 +1,5 @@
-// No silent loads (Note [No silent loads] in nn/load.h, issue 47): a checkpoint tensor the model
-// does not read refuses the load on every rank before any weight is read, naming it, through
+// No silent loads (Note [Every tensor is used] in nn/load.h, issue 47): a checkpoint tensor the
+// model does not read refuses the load on every rank before any weight is read, naming it, through
 // nn::LoadPretrained / nn::CheckCheckpoint (a custom model that forgot a norm), CausalLM from
 // safetensors and from GGUF (a tensor appended to the file); kWarn and kIgnore load.
 #include <algorithm>
