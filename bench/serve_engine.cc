@@ -107,7 +107,6 @@ int Run(bool quick) {
   absl::Status s = World::RunThreads(1, [&](World& w) -> absl::Status {
     nn::CausalLMLoadOptions lo;
     lo.keep_quantized = true;
-    lo.warn = false;
     DT_ASSIGN_OR_RETURN(std::unique_ptr<nn::CausalLM> model,
                         nn::CausalLM::FromPretrained(path, w.shared_from_this(),
                                                      nn::DistributedConfig(), lo));

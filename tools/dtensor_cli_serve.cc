@@ -53,6 +53,9 @@ ABSL_FLAG(int, http_threads, 0,
           "connections answered at once (0: --max-running + --max-queue + 16); more wait for a thread");
 ABSL_FLAG(bool, shard_embedding, false, "embed_tokens as embedding_rowwise (vocab rows split over the ranks)");
 ABSL_FLAG(bool, replicate_kv, false, "k_proj / v_proj replicated: any tp that divides the query heads");
+ABSL_FLAG(bool, allow_unused_weights, false,
+          "serve a checkpoint that holds tensors the model does not read, with a warning naming them "
+          "(refused by default, as generate's; Note [Every tensor is used])");
 ABSL_FLAG(int64_t, ep_size, 1, "mixture-of-experts families: experts split over N ranks (as generate's)");
 
 namespace dt::cli {
@@ -116,6 +119,8 @@ absl::StatusOr<Config> ParseConfig(const Flags& flags) {
   c.load.keep_quantized = true;  // as generate without --dtype: a GGUF's blocks stay as they are
   c.load.shard_embedding = absl::GetFlag(FLAGS_shard_embedding);
   c.load.replicate_kv = absl::GetFlag(FLAGS_replicate_kv);
+  c.load.unused_tensors =
+      absl::GetFlag(FLAGS_allow_unused_weights) ? nn::PlanCheck::kWarn : nn::PlanCheck::kError;
   c.dist.ep_size = absl::GetFlag(FLAGS_ep_size);
   if (c.dist.ep_size < 1) return bad("ep-size", "an integer >= 1", c.dist.ep_size);
   return c;

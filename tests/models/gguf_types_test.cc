@@ -65,7 +65,6 @@ TEST(GgufTypes, AnUnreadTypeIsRefusedNamingFileTensorTypeAndTheSupportedOnes) {
       DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {1}, {"tp"}));
       LlamaLoadOptions o;
       o.keep_quantized = quantized;
-      o.warn = false;
       LlamaLoadReport report;
       absl::Status st = LlamaForCausalLM::FromPretrained(path, mesh, o, &report).status();
       if (report.stats.bytes_read() != 0) return absl::InternalError("read before refusing");
@@ -108,7 +107,6 @@ absl::Status CheckType(const std::string& path, int tp, bool quantized, std::opt
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {tp}, {"tp"}));
     LlamaLoadOptions o;
     o.keep_quantized = quantized;
-    o.warn = false;
     LlamaLoadReport report;
     DT_ASSIGN_OR_RETURN(auto m, LlamaForCausalLM::FromPretrained(path, mesh, o, &report));
     if (type) {
