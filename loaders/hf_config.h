@@ -5,8 +5,12 @@
 // See Note [Config classes and families] there.
 //
 //   field                        required  default / notes
-//   model_type                   no        "llama"; one of the config classes, else an error
-//                                          listing them
+//   model_type                   one of    one of the config classes, else an error listing
+//   architectures                the two   them; architectures: every entry the class's model
+//                                          class ("LlamaForCausalLM"), which alone names the
+//                                          class. Disagreeing, or both absent: an error naming
+//                                          them (Note [Which model a config describes] in
+//                                          hf_config_read.cc)
 //   vocab_size                   yes
 //   hidden_size                  yes
 //   intermediate_size            yes
@@ -43,10 +47,14 @@
 // num_key_value_heads equal to the heads. Training-only fields (router_aux_loss_coef,
 // router_jitter_noise, output_router_logits) change nothing at inference and are ignored.
 //
-// Fields that change the computation and that the class does not read (partial rotary, logit
-// soft-capping, experts, latent attention, quantization_config, ...) are refused by name
-// (Unimplemented), never ignored: Note [Fields no family implements] in hf_config_read.cc. Errors
-// are InvalidArgument naming the file and the field with its value:
+// Fields that change the computation and that the class does not read are refused by name
+// (Unimplemented), never ignored: other families' (Gemma 2's attn_logit_softcapping,
+// final_logit_softcapping, query_pre_attn_scalar, layer_types with sliding layers, a sliding_window
+// where the class has none; gpt-oss's swiglu_limit; experts and latent attention where the class
+// has none), features of a supported family dtensor does not compute (partial_rotary_factor), and
+// quantization_config: the table in Note [Fields no family implements] (hf_config_read.cc), with
+// each field's family in the message. Errors are InvalidArgument naming the file and the field
+// with its value:
 //   "config 'tiny/config.json': num_key_value_heads 3 must divide num_attention_heads 8"
 //
 // Note [Sliding windows]

@@ -164,59 +164,185 @@ absl::Status ParseRope(const Reader& r, const DecoderConfigClass& cls, DecoderCo
 }
 
 // Note [Fields no family implements]
-// Keys of other architectures' config classes that change what the model computes. A config that
-// sets one (a checkpoint relabelled with a supported model_type, or a field this implementation
-// does not know) is refused rather than computed without it; null, false, 0 and (for factors) 1
-// mean "off" and are accepted.
-const std::vector<std::string>& UnimplementedFields() {
-  static const std::vector<std::string> keys = {
-      "partial_rotary_factor", "rotary_pct", "attn_logit_softcapping", "final_logit_softcapping",
-      "query_pre_attn_scalar", "num_experts", "num_local_experts", "n_routed_experts",
-      "moe_intermediate_size", "q_lora_rank", "kv_lora_rank", "quantization_config", "clip_qkv",
-      "logits_scaling", "embedding_multiplier", "residual_multiplier", "attention_multiplier",
-      "use_qk_norm", "qk_layernorm", "use_parallel_residual", "parallel_attn", "alibi",
-      "no_rope_layers", "attention_chunk_size", "mup_width_multiplier", "scale_emb",
-      "dim_model_base", "scale_depth", "shared_expert_intermediate_size", "n_shared_experts",
-      "first_k_dense_replace", "num_experts_per_tok"};
-  return keys;
+// Keys of transformers' decoder config classes that change what a model computes. A config that
+// sets one its class does not read is refused by name rather than computed without it: a field of
+// another family (a Gemma 2 checkpoint relabelled "llama" still carries its soft-caps,
+// query_pre_attn_scalar and layer_types), a feature of a supported family that dtensor does not
+// compute (Phi-4-mini's partial_rotary_factor under phi3), or one no family here has
+// (quantization_config). The values transformers reads as "the feature is off" are accepted: null,
+// false, 0 and an empty list, 1 for factors, and a layer_types whose every layer is
+// "full_attention". Features with no config field of their own (gpt-oss's attention sinks, OLMo 2's
+// post-norms, Gemma's (1 + w) norms) show in the checkpoint's tensors instead, which a strict load
+// refuses when the model does not use them (Note [Every tensor is used] in nn/load.h).
+struct UnimplementedField {
+  enum Off : uint8_t { kZero, kOne, kAllFullAttention };
+  const char* key;
+  const char* what;  // whose feature, for the message
+  Off off = kZero;
+  // The config classes that read the key themselves; nullptr: none.
+  bool (*read_by)(const DecoderConfigClass&) = nullptr;
+};
+
+bool HasExperts(const DecoderConfigClass& c) { return c.experts != ExpertFields::kNone; }
+bool HasSharedExperts(const DecoderConfigClass& c) {
+  return c.experts == ExpertFields::kFirstKDense || c.experts == ExpertFields::kLayerTypes;
+}
+bool HasSparseStep(const DecoderConfigClass& c) { return c.experts == ExpertFields::kSparseStep; }
+bool HasMlpLayerTypes(const DecoderConfigClass& c) {
+  return c.experts == ExpertFields::kLayerTypes;  // also its use_gated_attention (ParseExperts)
+}
+bool HasLatentAttention(const DecoderConfigClass& c) { return c.latent_attention_fields; }
+bool HasWindow(const DecoderConfigClass& c) {
+  return c.sliding_window != SlidingWindowFields::kNone;
+}
+bool HasLayerWindows(const DecoderConfigClass& c) {
+  return c.sliding_window == SlidingWindowFields::kFromLayer;
 }
 
-// The keys of UnimplementedFields a class reads itself (ParseExperts, ParseLatentAttention).
-bool ClassReads(const DecoderConfigClass& cls, absl::string_view key) {
-  if (cls.experts != ExpertFields::kNone &&
-      (key == "num_experts" || key == "num_local_experts" || key == "n_routed_experts" ||
-       key == "moe_intermediate_size" || key == "num_experts_per_tok")) {
-    return true;
-  }
-  const bool shared_experts =
-      cls.experts == ExpertFields::kFirstKDense || cls.experts == ExpertFields::kLayerTypes;
-  if (shared_experts && (key == "n_shared_experts" || key == "first_k_dense_replace")) {
-    return true;
-  }
-  return cls.latent_attention_fields && (key == "q_lora_rank" || key == "kv_lora_rank");
+const std::vector<UnimplementedField>& UnimplementedFields() {
+  using F = UnimplementedField;
+  static const std::vector<F>* const fields = new std::vector<F>{
+      // ---- attention
+      {"partial_rotary_factor", "partial rotary embeddings (Phi-4-mini, StableLM)", F::kOne},
+      {"rotary_pct", "GPT-NeoX's partial rotary embeddings", F::kOne},
+      {"attn_logit_softcapping", "Gemma 2's attention logit soft-capping"},
+      {"query_pre_attn_scalar", "Gemma 2's attention scale"},
+      {"use_bidirectional_attention", "Gemma's bidirectional attention"},
+      {"layer_types", "per-layer attention types (Gemma 2, Gemma 3, gpt-oss)",
+       F::kAllFullAttention, HasLayerWindows},
+      {"sliding_window", "sliding-window attention", F::kZero, HasWindow},
+      {"use_sliding_window", "Qwen's sliding-window attention", F::kZero, HasLayerWindows},
+      {"sliding_window_pattern", "Gemma 3's local and global layers"},
+      {"rope_local_base_freq", "Gemma 3's local RoPE base"},
+      {"use_gated_attention", "gated attention (Qwen3-Next)", F::kZero, HasMlpLayerTypes},
+      {"q_lora_rank", "DeepSeek's latent attention", F::kZero, HasLatentAttention},
+      {"kv_lora_rank", "DeepSeek's latent attention", F::kZero, HasLatentAttention},
+      {"clip_qkv", "OLMo's q/k/v clipping"},
+      {"use_qk_norm", "q/k norms (Cohere, Llama 4)"},
+      {"qk_layernorm", "q/k layer norms (Persimmon, StableLM)"},
+      {"use_parallel_residual", "parallel residuals (GPT-NeoX, StableLM)"},
+      {"parallel_attn", "Falcon's parallel attention"},
+      {"alibi", "Falcon's ALiBi positions"},
+      {"no_rope_layers", "Llama 4's layers without RoPE"},
+      {"attention_chunk_size", "Llama 4's chunked attention"},
+      {"attn_temperature_tuning", "Llama 4's attention temperature"},
+      {"attention_multiplier", "Granite's attention scale", F::kOne},
+      // ---- MLP and experts
+      {"hidden_activation", "Gemma's MLP activation"},
+      {"swiglu_limit", "gpt-oss's clamped SwiGLU"},
+      {"num_experts", "experts", F::kZero, HasExperts},
+      {"num_local_experts", "experts", F::kZero, HasExperts},
+      {"n_routed_experts", "experts", F::kZero, HasExperts},
+      {"moe_intermediate_size", "experts", F::kZero, HasExperts},
+      {"num_experts_per_tok", "experts", F::kZero, HasExperts},
+      {"decoder_sparse_step", "Qwen-MoE's sparse layers", F::kOne, HasSparseStep},
+      {"mlp_only_layers", "Qwen-MoE's dense layers", F::kZero, HasSparseStep},
+      {"mlp_layer_types", "MiniCPM5-MoE's sparse layers", F::kZero, HasMlpLayerTypes},
+      {"shared_expert_intermediate_size", "Qwen2-MoE's shared expert"},
+      {"n_shared_experts", "shared experts", F::kZero, HasSharedExperts},
+      {"first_k_dense_replace", "DeepSeek's dense first layers", F::kZero, HasSharedExperts},
+      // ---- scales around the layers
+      {"final_logit_softcapping", "Gemma 2's final logit soft-capping"},
+      {"logits_scaling", "Granite's logit scale", F::kOne},
+      {"logit_scale", "Cohere's logit scale", F::kOne},
+      {"embedding_multiplier", "Granite's embedding scale", F::kOne},
+      {"residual_multiplier", "Granite's residual scale", F::kOne},
+      {"mup_width_multiplier", "muP width scaling", F::kOne},
+      {"scale_emb", "MiniCPM's embedding scale"},
+      {"dim_model_base", "MiniCPM's logit scale"},
+      {"scale_depth", "MiniCPM's residual scale"},
+      // ---- weights
+      {"quantization_config", "quantized weights (AWQ, GPTQ, FP8, ...)"},
+  };
+  return *fields;
 }
 
-bool IsOff(const Json& v) {
+bool IsOff(const Json& v, UnimplementedField::Off off) {
   if (v.is_null()) return true;
   if (v.is_boolean()) return !v.get<bool>();
-  if (v.is_number()) return v.get<double>() == 0.0;
+  if (v.is_number()) {
+    return v.get<double>() == 0.0 || (off == UnimplementedField::kOne && v.get<double>() == 1.0);
+  }
+  if (v.is_array() && off == UnimplementedField::kAllFullAttention) {
+    return std::all_of(v.begin(), v.end(), [](const Json& t) { return t == "full_attention"; });
+  }
   if (v.is_array() || v.is_object()) return v.empty();
   return false;
 }
 
 absl::Status RefuseUnimplemented(const Reader& r, const DecoderConfigClass& cls) {
-  for (const std::string& key : UnimplementedFields()) {
-    if (ClassReads(cls, key)) continue;
-    const Json* v = r.Find(r.j(), key);
-    if (v == nullptr || IsOff(*v)) continue;
-    const bool factor = key == "partial_rotary_factor" || key == "rotary_pct" ||
-                        absl::EndsWith(key, "multiplier") || key == "logits_scaling";
-    if (factor && v->is_number() && v->get<double>() == 1.0) continue;
-    return r.Unsupported(absl::StrCat("\"", key, "\": ", v->dump().substr(0, 80),
-                                      " is not implemented by dtensor's ", cls.model_type,
+  for (const UnimplementedField& f : UnimplementedFields()) {
+    if (f.read_by != nullptr && f.read_by(cls)) continue;
+    const Json* v = r.Find(r.j(), f.key);
+    if (v == nullptr || IsOff(*v, f.off)) continue;
+    return r.Unsupported(absl::StrCat("\"", f.key, "\": ", v->dump().substr(0, 80), " (", f.what,
+                                      ") is not implemented by dtensor's ", cls.model_type,
                                       "; refusing to ignore it"));
   }
   return absl::OkStatus();
+}
+
+// Note [Which model a config describes]
+// transformers picks a config's class by "model_type" and its model class from that (AutoModel),
+// while "architectures" names the model class that wrote the checkpoint (what vLLM builds). A
+// config missing one is read by the other; one that has both must agree, or the file contradicts
+// itself: a Gemma checkpoint whose config says "llama" (or lost its model_type, which defaulted to
+// llama here once) ran as Llama with wrong tokens and no warning. Every entry of architectures
+// must be the class's own model class; a config with neither field says nothing about its model
+// and is refused.
+absl::StatusOr<const DecoderConfigClass*> WhichClass(const Reader& r) {
+  DT_ASSIGN_OR_RETURN(std::optional<std::string> model_type, r.String("model_type"));
+  std::vector<std::string> architectures;
+  if (const Json* a = r.Find(r.j(), "architectures")) {
+    if (!a->is_array() || a->empty() ||
+        !std::all_of(a->begin(), a->end(), [](const Json& e) { return e.is_string(); })) {
+      return r.Error(absl::StrCat("\"architectures\" must be a list of model class names, got ",
+                                  a->dump().substr(0, 80)));
+    }
+    for (const Json& e : *a) architectures.push_back(e.get<std::string>());
+  }
+  auto listed = [&] {
+    std::string s;
+    for (const std::string& a : architectures) {
+      absl::StrAppend(&s, s.empty() ? "" : ", ", "\"", a, "\"");
+    }
+    return absl::StrCat("[", s, "]");
+  };
+  if (!model_type && architectures.empty()) {
+    return r.Error(absl::StrCat(
+        "has neither \"model_type\" nor \"architectures\", so which model it describes is "
+        "unknown (supported: ", DecoderModelTypes(), ")"));
+  }
+  if (!model_type) {
+    for (const DecoderConfigClass& c : DecoderConfigClasses()) {
+      if (c.architecture == architectures[0]) {
+        model_type = c.model_type;
+        break;
+      }
+    }
+    if (!model_type) {
+      std::string supported;
+      for (const DecoderConfigClass& c : DecoderConfigClasses()) {
+        absl::StrAppend(&supported, supported.empty() ? "" : ", ", c.architecture);
+      }
+      return r.Error(absl::StrCat("has no \"model_type\", and \"architectures\" ", listed(),
+                                  " is not a model dtensor runs (supported: ", supported, ")"));
+    }
+  }
+  absl::StatusOr<const DecoderConfigClass*> found = FindDecoderConfigClass(*model_type);
+  if (!found.ok()) return r.Error(found.status().message());
+  for (const std::string& a : architectures) {
+    if (a == (*found)->architecture) continue;
+    std::string whose;
+    for (const DecoderConfigClass& c : DecoderConfigClasses()) {
+      if (c.architecture == a) whose = absl::StrCat(", which is model_type \"", c.model_type, "\"'s");
+    }
+    return r.Error(absl::StrCat("\"model_type\" \"", *model_type, "\" and \"architectures\" ",
+                                listed(), " disagree: a ", *model_type, " checkpoint is ",
+                                (*found)->architecture, ", not ", a, whose,
+                                "; refusing to guess which model the weights are"));
+  }
+  return *found;
 }
 
 // Note [Sliding windows] (hf_config.h), read as the config class does.
@@ -445,11 +571,9 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::s
   DT_RETURN_IF_ERROR(r.CheckObject(json));
   DecoderConfig c;
   try {
-    DT_ASSIGN_OR_RETURN(std::optional<std::string> model_type, r.String("model_type"));
-    if (model_type) c.model_type = *model_type;
-    absl::StatusOr<const DecoderConfigClass*> found = FindDecoderConfigClass(c.model_type);
-    if (!found.ok()) return r.Error(found.status().message());
-    const DecoderConfigClass& cls = **found;
+    DT_ASSIGN_OR_RETURN(const DecoderConfigClass* found, WhichClass(r));
+    const DecoderConfigClass& cls = *found;
+    c.model_type = cls.model_type;
     DT_RETURN_IF_ERROR(RefuseUnimplemented(r, cls));
     DT_ASSIGN_OR_RETURN(c.vocab_size, r.PositiveInt(j, "vocab_size", std::nullopt));
     DT_ASSIGN_OR_RETURN(c.hidden_size, r.PositiveInt(j, "hidden_size", std::nullopt));

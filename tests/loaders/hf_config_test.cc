@@ -6,12 +6,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
 #include "dtensor/loaders/small_file.h"
@@ -74,8 +76,9 @@ TEST(HfConfig, V5SpellingAndDefaults) {
   EXPECT_EQ(c->max_position_embeddings, 2048);
   EXPECT_EQ(c->rms_norm_eps, 1e-6);
   EXPECT_EQ(c->dtype, DType::kBF16);
-  // No dtype at all: f32; legacy "type" key; linear scaling.
-  auto d = ParseLlamaConfig(R"({"vocab_size": 10, "hidden_size": 8, "intermediate_size": 8,
+  // No dtype at all: f32; legacy "type" key; linear scaling; the class named by architectures.
+  auto d = ParseLlamaConfig(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 10,
+      "hidden_size": 8, "intermediate_size": 8,
       "num_hidden_layers": 1, "num_attention_heads": 2,
       "rope_scaling": {"type": "linear", "factor": 2.0}})",
                             "legacy");
@@ -89,8 +92,9 @@ TEST(HfConfig, V5SpellingAndDefaults) {
 }
 
 TEST(HfConfig, Errors) {
-  const std::string base = R"("vocab_size": 10, "hidden_size": 8, "intermediate_size": 8,
-                              "num_hidden_layers": 1)";
+  const std::string sizes = R"("vocab_size": 10, "hidden_size": 8, "intermediate_size": 8,
+                               "num_hidden_layers": 1)";
+  const std::string base = R"("model_type": "llama", )" + sizes;
   struct Case {
     std::string json;
     const char* error;
@@ -104,7 +108,7 @@ TEST(HfConfig, Errors) {
        "number overflow parsing '1e999'"},
       {"[]", "must be a JSON object"},
       {"{" + base + "}", "missing required field \"num_attention_heads\""},
-      {R"({"hidden_size": 8})", "missing required field \"vocab_size\""},
+      {R"({"model_type": "llama", "hidden_size": 8})", "missing required field \"vocab_size\""},
       {"{" + base + R"(, "num_attention_heads": 3})", "hidden_size 8 is not a multiple of"},
       {"{" + base + R"(, "num_attention_heads": 0})", "\"num_attention_heads\" must be a positive"},
       {"{" + base + R"(, "num_attention_heads": "2"})", "must be a positive integer, got \"2\""},
@@ -115,7 +119,7 @@ TEST(HfConfig, Errors) {
        "\"rms_norm_eps\" must be a positive number"},
       {"{" + base + R"(, "num_attention_heads": 2, "torch_dtype": "int8"})",
        "torch_dtype \"int8\" is not supported"},
-      {"{" + base + R"(, "num_attention_heads": 2, "model_type": "gemma"})",
+      {"{" + sizes + R"(, "num_attention_heads": 2, "model_type": "gemma"})",
        "model_type \"gemma\" is not supported (supported: llama, mistral, qwen2, qwen3, phi3, "
        "mixtral, qwen3_moe, deepseek_v2, minicpm5_moe)"},
       {"{" + base + R"(, "num_attention_heads": 2, "tie_word_embeddings": "yes"})",
@@ -292,8 +296,9 @@ TEST(DecoderFamilies, QwenSlidingWindowsAndLayerTypes) {
 
 TEST(DecoderFamilies, FieldsNoFamilyImplementsAreRefused) {
   for (const auto& [extra, error] : std::vector<std::pair<std::string, std::string>>{
-           {R"("partial_rotary_factor": 0.5)", "\"partial_rotary_factor\": 0.5 is not implemented "
-                                               "by dtensor's phi3; refusing to ignore it"},
+           {R"("partial_rotary_factor": 0.5)",
+            "\"partial_rotary_factor\": 0.5 (partial rotary embeddings (Phi-4-mini, StableLM)) is "
+            "not implemented by dtensor's phi3; refusing to ignore it"},
            {R"("quantization_config": {"quant_method": "awq"})", "\"quantization_config\""},
            {R"("num_local_experts": 8)", "\"num_local_experts\": 8"},
            {R"("final_logit_softcapping": 30.0)", "\"final_logit_softcapping\""}}) {
@@ -304,6 +309,138 @@ TEST(DecoderFamilies, FieldsNoFamilyImplementsAreRefused) {
   // Off values are accepted.
   EXPECT_TRUE(Parse("phi3", R"("partial_rotary_factor": 1.0, "quantization_config": null,
       "num_local_experts": 0)").ok());
+}
+
+// ---- which model a config describes, and what it may not carry (issue 47) ---------------------
+
+// google/gemma-2b's config.json: nothing in it but "architectures" and "model_type" says Gemma (its
+// (1 + w) norms and scaled embeddings are in no field).
+constexpr char kGemma[] = R"("attention_bias": false, "bos_token_id": 2, "eos_token_id": 1,
+    "head_dim": 256, "hidden_act": "gelu", "hidden_size": 2048, "intermediate_size": 16384,
+    "max_position_embeddings": 8192, "num_attention_heads": 8, "num_hidden_layers": 18,
+    "num_key_value_heads": 1, "pad_token_id": 0, "rms_norm_eps": 1e-06, "rope_scaling": null,
+    "rope_theta": 10000.0, "torch_dtype": "bfloat16", "vocab_size": 256000)";
+
+TEST(WhichModel, ModelTypeAndArchitecturesMustAgree) {
+  // Note [Which model a config describes]: a Gemma checkpoint relabelled "llama", or whose
+  // model_type is gone, ran as Llama with wrong tokens; both are refused naming what they say.
+  struct Case {
+    std::string fields, error;
+  } cases[] = {
+      {R"("model_type": "llama", "architectures": ["GemmaForCausalLM"])",
+       "\"model_type\" \"llama\" and \"architectures\" [\"GemmaForCausalLM\"] disagree: a llama "
+       "checkpoint is LlamaForCausalLM, not GemmaForCausalLM; refusing to guess"},
+      {R"("architectures": ["GemmaForCausalLM"])",
+       "has no \"model_type\", and \"architectures\" [\"GemmaForCausalLM\"] is not a model dtensor "
+       "runs (supported: LlamaForCausalLM, MistralForCausalLM, "},
+      {"\"tie_word_embeddings\": true",
+       "has neither \"model_type\" nor \"architectures\", so which model it describes is unknown"},
+      {R"("model_type": "llama", "architectures": ["MistralForCausalLM"])",
+       "not MistralForCausalLM, which is model_type \"mistral\"'s"},
+      {R"("model_type": "qwen2", "architectures": ["Qwen2ForCausalLM", "LlamaForCausalLM"])",
+       "a qwen2 checkpoint is Qwen2ForCausalLM, not LlamaForCausalLM, which is model_type "
+       "\"llama\"'s"},
+      {R"("model_type": "llama", "architectures": "LlamaForCausalLM")",
+       "\"architectures\" must be a list of model class names, got \"LlamaForCausalLM\""},
+      {R"("model_type": "llama", "architectures": [])", "\"architectures\" must be a list"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseDecoderConfig(absl::StrCat("{", c.fields, ", ", kGemma, "}"), "gemma.json");
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.fields;
+    EXPECT_TRUE(Contains(r.status(), "config 'gemma.json': ")) << r.status();
+    EXPECT_TRUE(Contains(r.status(), c.error)) << c.fields << ": " << r.status();
+  }
+  // Either alone names the class; both agreeing, too; null is absent.
+  for (const auto& [fields, model_type] : std::vector<std::pair<std::string, std::string>>{
+           {R"("architectures": ["LlamaForCausalLM"])", "llama"},
+           {R"("architectures": ["MistralForCausalLM"], "model_type": null)", "mistral"},
+           {R"("model_type": "qwen2", "architectures": null)", "qwen2"},
+           {R"("model_type": "phi3", "architectures": ["Phi3ForCausalLM"])", "phi3"}}) {
+    auto r = ParseDecoderConfig(absl::StrCat("{", fields, ", ", kGemma, "}"), "c");
+    ASSERT_TRUE(r.ok()) << fields << ": " << r.status();
+    EXPECT_EQ(r->model_type, model_type) << fields;
+  }
+}
+
+// google/gemma-2-2b's config.json (v4 spelling, with v5's layer_types added), relabelled "llama"
+// without its architectures and with its soft-caps nulled, as the issue's user did: every field
+// left that Llama does not compute is refused in turn, naming it and whose feature it is.
+TEST(WhichModel, ARelabelledGemma2IsRefusedByItsFields) {
+  nlohmann::json c = nlohmann::json::parse(absl::StrCat("{", kGemma, "}"));
+  c["model_type"] = "llama";
+  c["hidden_size"] = 2304;
+  c["num_hidden_layers"] = 4;
+  c["attn_logit_softcapping"] = nullptr;
+  c["final_logit_softcapping"] = nullptr;
+  c["query_pre_attn_scalar"] = 256;
+  c["hidden_activation"] = "gelu_pytorch_tanh";
+  c["sliding_window"] = 4096;
+  c["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention",
+                      "full_attention"};
+  const std::vector<std::pair<std::string, std::string>> refusals = {
+      {"query_pre_attn_scalar", "\"query_pre_attn_scalar\": 256 (Gemma 2's attention scale)"},
+      {"layer_types", "\"layer_types\": [\"sliding_attention\",\"full_attention\","},
+      {"sliding_window", "\"sliding_window\": 4096 (sliding-window attention)"},
+      {"hidden_activation", "\"hidden_activation\": \"gelu_pytorch_tanh\" (Gemma's MLP activation)"},
+  };
+  for (const auto& [field, error] : refusals) {
+    auto r = ParseDecoderConfig(c.dump(), "gemma2.json");
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented) << field;
+    EXPECT_TRUE(Contains(r.status(), error)) << r.status();
+    EXPECT_TRUE(Contains(r.status(), "is not implemented by dtensor's llama; refusing to ignore"))
+        << r.status();
+    c.erase(field);
+  }
+  // What is left says Llama: the checkpoint's tensors are the next guard (Note [Every tensor is
+  // used] in nn/load.h: Gemma 2's post_feedforward_layernorm is no Llama weight).
+  EXPECT_TRUE(ParseDecoderConfig(c.dump(), "gemma2.json").ok());
+}
+
+// Each class refuses the fields of the families it is not, and reads its own (Note [Fields no
+// family implements]).
+TEST(WhichModel, EachClassRefusesWhatItDoesNotRead) {
+  struct Field {
+    std::string json;
+    std::vector<std::string> read_by;  // model_types that read it
+  };
+  const std::vector<Field> fields = {
+      {R"("attn_logit_softcapping": 50.0)", {}},
+      {R"("final_logit_softcapping": 30.0)", {}},
+      {R"("query_pre_attn_scalar": 256)", {}},
+      {R"("hidden_activation": "gelu_pytorch_tanh")", {}},
+      {R"("use_bidirectional_attention": true)", {}},
+      {R"("rope_local_base_freq": 10000.0)", {}},
+      {R"("sliding_window_pattern": 6)", {}},
+      {R"("swiglu_limit": 7.0)", {}},
+      {R"("attention_chunk_size": 8192)", {}},
+      {R"("logit_scale": 0.0625)", {}},
+      {R"("sliding_window": 64)", {"mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe"}},
+      {R"("use_sliding_window": true)", {"qwen2", "qwen3", "qwen3_moe"}},
+      {R"("use_gated_attention": true)", {"minicpm5_moe"}},
+      {R"("decoder_sparse_step": 2)", {"qwen3_moe"}},
+  };
+  for (const DecoderConfigClass& cls : DecoderConfigClasses()) {
+    for (const Field& f : fields) {
+      const std::string key = f.json.substr(1, f.json.find('"', 1) - 1);
+      auto r = Parse(cls.model_type, f.json);
+      const bool read = std::find(f.read_by.begin(), f.read_by.end(), cls.model_type) !=
+                        f.read_by.end();
+      if (read) {
+        EXPECT_FALSE(Contains(r.status(), "\"" + key + "\"")) << cls.model_type << ": " << r.status();
+        continue;
+      }
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented) << cls.model_type << " " << key;
+      EXPECT_TRUE(Contains(r.status(), absl::StrCat("\"", key, "\": ")))
+          << cls.model_type << ": " << r.status();
+    }
+    // Off values are accepted everywhere.
+    auto off = Parse(cls.model_type, R"("attn_logit_softcapping": null,
+        "final_logit_softcapping": null, "use_bidirectional_attention": false,
+        "hidden_activation": null, "logit_scale": 1.0, "layer_types":
+        ["full_attention", "full_attention", "full_attention", "full_attention"])");
+    EXPECT_FALSE(off.status().code() == absl::StatusCode::kUnimplemented)
+        << cls.model_type << ": " << off.status();
+  }
 }
 
 // Note [Config classes and families]: one family per config class, in the same order.

@@ -27,6 +27,14 @@ Json Goldens() {
   return Json::parse(ss.str());
 }
 
+// A case's config.json: the generator's fields are LlamaConfig's (a config must name its model:
+// Note [Which model a config describes] in loaders/hf_config_read.cc).
+std::string ConfigJson(const Json& c) {
+  Json config = c["config"];
+  config["model_type"] = "llama";
+  return config.dump();
+}
+
 // f32 results within a few ulps of torch's (pow and cos/sin may round differently).
 void ExpectClose(const std::vector<float>& got, const Json& want, double rel, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
@@ -41,7 +49,7 @@ TEST(Rope, EveryTypeMatchesTransformers) {
   ASSERT_GE(g["cases"].size(), 9u);
   for (const Json& c : g["cases"]) {
     const std::string name = c["name"];
-    absl::StatusOr<LlamaConfig> config = ParseLlamaConfig(c["config"].dump(), name);
+    absl::StatusOr<LlamaConfig> config = ParseLlamaConfig(ConfigJson(c), name);
     ASSERT_TRUE(config.ok()) << config.status();
     RopeSchedule schedule(LlamaRopeSpec(*config));
     // The module the Llama model uses, fed the same schedule semantics (its own instance).
@@ -84,7 +92,7 @@ TEST(Rope, ConfigsRoundTripThroughJson) {
   const Json g = Goldens();  // not `: Goldens()["cases"]`: the temporary would die before the loop
   for (const Json& c : g["cases"]) {
     const std::string name = c["name"];
-    LlamaConfig config = ParseLlamaConfig(c["config"].dump(), name).value();
+    LlamaConfig config = ParseLlamaConfig(ConfigJson(c), name).value();
     absl::StatusOr<LlamaConfig> back = ParseLlamaConfig(LlamaConfigToJson(config), name + " (written)");
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(*back, config) << name;
