@@ -43,6 +43,12 @@ std::vector<DecoderConfigClass> MakeClasses() {
        .attention_bias_field = true, .default_head_dim = 128,
        .experts = ExpertFields::kLayerTypes, .router = RouterFields::kGroups,
        .default_max_position_embeddings = 524288, .default_rope_theta = 5e6},
+      {.model_type = "gemma", .architecture = "GemmaForCausalLM", .attention_bias_field = true,
+       .default_head_dim = 256, .default_hidden_act = "gelu_pytorch_tanh",
+       .hidden_activation_field = true, .default_max_position_embeddings = 8192,
+       .default_tie_word_embeddings = true},
+      {.model_type = "olmo2", .architecture = "Olmo2ForCausalLM", .attention_bias_field = true,
+       .default_rms_norm_eps = 1e-5},
   };
 }
 

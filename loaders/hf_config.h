@@ -30,14 +30,17 @@
 //                                          from rope_parameters.rope_theta: an error naming both.
 //                                          The class's longrope_aliases read as longrope
 //   original_max_position_embeddings no    top level (Phi-3 style): longrope/yarn/llama3's value
-//   hidden_act                   no        "silu"; the model accepts the gated MLP's activations
+//   hidden_act                   no        the class's ("silu"; Gemma "gelu_pytorch_tanh", which
+//                                          its "gelu" means too, with hidden_activation agreeing);
+//                                          the model accepts the gated MLP's activations
 //                                          (nn/mlp.h ParseActivation) and refuses the others
 //   attention_bias               no        false; read where the class has it (q/k/v/o biases)
 //   mlp_bias                     no        false; read where the class has it
 //   sliding_window, use_sliding_window, max_window_layers, layer_types
 //                                no        as the class reads them (SlidingWindowFields): the
 //                                          shortest window a layer uses, see Note [Sliding windows]
-//   tie_word_embeddings          no        false (true: no lm_head.weight; it is embed_tokens)
+//   tie_word_embeddings          no        the class's (false; Gemma true); true: no
+//                                          lm_head.weight, it is embed_tokens
 //   torch_dtype | dtype          no        "float32"; float32, bfloat16, float16
 //   bos_token_id, eos_token_id   no        unset; eos may be a list (Llama-3.1)
 //
@@ -130,6 +133,10 @@ struct DecoderConfigClass {
   int64_t default_head_dim = 0;          // 0: hidden_size / heads
   // ---- MLP
   bool mlp_bias_field = false;  // "mlp_bias" gives gate/up/down biases
+  std::string default_hidden_act = "silu";
+  // GemmaConfig: hidden_act "gelu" means the tanh approximation (the first releases' spelling),
+  // and a hidden_activation (transformers 4's key) must name the same activation.
+  bool hidden_activation_field = false;
   ExpertFields experts = ExpertFields::kNone;
   RouterFields router = RouterFields::kNone;
   // Hub checkpoint names under model.layers.{i}.: the block ("block_sparse_moe.gate.weight",
@@ -142,13 +149,15 @@ struct DecoderConfigClass {
   double default_rope_theta = 10000.0;
   SlidingWindowFields sliding_window = SlidingWindowFields::kNone;
   int64_t default_sliding_window = 0;  // kAll when the key is absent (4096); 0: none
+  bool default_tie_word_embeddings = false;
   // rope_type names the class reads as longrope (Phi3Config: "su", "yarn").
   std::vector<std::string> longrope_aliases;
 };
 
 // Every config class, in hf_config.cc's order.
 const std::vector<DecoderConfigClass>& DecoderConfigClasses();
-// "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe, deepseek_v2, minicpm5_moe".
+// "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe, deepseek_v2, minicpm5_moe, gemma,
+// olmo2".
 std::string DecoderModelTypes();
 // The class of a config.json "model_type"; InvalidArgument listing the supported ones.
 absl::StatusOr<const DecoderConfigClass*> FindDecoderConfigClass(absl::string_view model_type);

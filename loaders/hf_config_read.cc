@@ -192,6 +192,7 @@ bool HasMlpLayerTypes(const DecoderConfigClass& c) {
   return c.experts == ExpertFields::kLayerTypes;  // also its use_gated_attention (ParseExperts)
 }
 bool HasLatentAttention(const DecoderConfigClass& c) { return c.latent_attention_fields; }
+bool ReadsHiddenActivation(const DecoderConfigClass& c) { return c.hidden_activation_field; }
 bool HasWindow(const DecoderConfigClass& c) {
   return c.sliding_window != SlidingWindowFields::kNone;
 }
@@ -228,7 +229,7 @@ const std::vector<UnimplementedField>& UnimplementedFields() {
       {"attn_temperature_tuning", "Llama 4's attention temperature"},
       {"attention_multiplier", "Granite's attention scale", F::kOne},
       // ---- MLP and experts
-      {"hidden_activation", "Gemma's MLP activation"},
+      {"hidden_activation", "Gemma's MLP activation", F::kZero, ReadsHiddenActivation},
       {"swiglu_limit", "gpt-oss's clamped SwiGLU"},
       {"num_experts", "experts", F::kZero, HasExperts},
       {"num_local_experts", "experts", F::kZero, HasExperts},
@@ -343,6 +344,20 @@ absl::StatusOr<const DecoderConfigClass*> WhichClass(const Reader& r) {
                                 "; refusing to guess which model the weights are"));
   }
   return *found;
+}
+
+// hidden_act as the class reads it (DecoderConfigClass::hidden_activation_field).
+absl::Status ParseHiddenAct(const Reader& r, const DecoderConfigClass& cls, DecoderConfig* c) {
+  DT_ASSIGN_OR_RETURN(std::optional<std::string> act, r.String("hidden_act"));
+  c->hidden_act = act.value_or(cls.default_hidden_act);
+  if (!cls.hidden_activation_field) return absl::OkStatus();
+  if (c->hidden_act == "gelu") c->hidden_act = "gelu_pytorch_tanh";  // GemmaConfig's reading
+  const Json* other = r.Find(r.j(), "hidden_activation");
+  if (other == nullptr || other->is_null() || *other == c->hidden_act) return absl::OkStatus();
+  return r.Unsupported(absl::StrCat("\"hidden_activation\" ", other->dump().substr(0, 40),
+                                    " and \"hidden_act\" \"", c->hidden_act,
+                                    "\" (as ", cls.model_type,
+                                    " reads it) disagree; refusing to guess the activation"));
 }
 
 // Note [Sliding windows] (hf_config.h), read as the config class does.
@@ -608,8 +623,7 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::s
     DT_ASSIGN_OR_RETURN(c.rms_norm_eps,
                         r.PositiveNumber(j, "rms_norm_eps", cls.default_rms_norm_eps));
     DT_RETURN_IF_ERROR(ParseRope(r, cls, &c));
-    DT_ASSIGN_OR_RETURN(std::optional<std::string> act, r.String("hidden_act"));
-    if (act) c.hidden_act = *act;
+    DT_RETURN_IF_ERROR(ParseHiddenAct(r, cls, &c));
     if (cls.attention_bias_field) {
       DT_ASSIGN_OR_RETURN(c.attention_bias, r.Bool("attention_bias", false));
     }
@@ -618,7 +632,8 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::s
     }
     DT_RETURN_IF_ERROR(ParseSlidingWindow(r, cls, &c));
     DT_RETURN_IF_ERROR(ParseExperts(r, cls, &c));
-    DT_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
+    DT_ASSIGN_OR_RETURN(c.tie_word_embeddings,
+                        r.Bool("tie_word_embeddings", cls.default_tie_word_embeddings));
     DT_ASSIGN_OR_RETURN(std::optional<std::string> dtype, r.String("torch_dtype"));
     if (!dtype) {
       DT_ASSIGN_OR_RETURN(dtype, r.String("dtype"));  // transformers v5 spelling

@@ -121,8 +121,10 @@ Attention::Attention(const AttentionOptions& options) : Module("Attention"), opt
   o_ = &AddModule<Linear>(o.o_name, q, o.hidden_size, o.bias, o.dtype);
   o_->set_row_unit(o.head_dim);
   if (o.qk_norm) {
-    q_norm_ = &AddModule<RMSNorm>("q_norm", o.head_dim, o.norm_eps, o.dtype);
-    k_norm_ = &AddModule<RMSNorm>("k_norm", o.head_dim, o.norm_eps, o.dtype);
+    q_norm_ = &AddModule<RMSNorm>("q_norm", o.qk_norm_whole ? q : o.head_dim, o.norm_eps,
+                                  o.dtype, o.norm_form);
+    k_norm_ = &AddModule<RMSNorm>("k_norm", o.qk_norm_whole ? kv : o.head_dim, o.norm_eps,
+                                  o.dtype, o.norm_form);
   }
 }
 
@@ -260,6 +262,11 @@ absl::Status Attention::CheckHeads() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "Attention '", FullName(), "': gated attention needs separate q/k/v projections, not "
         "fused_qkv"));
+  }
+  if (o.qk_norm_whole && (o.fused_qkv || o.gated)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Attention '", FullName(), "': q/k norms over the whole projection need separate, "
+        "ungated q/k/v projections"));
   }
   if (o.num_heads > 0 && o.num_kv_heads > 0 && o.head_dim > 0 &&
       o.num_heads % o.num_kv_heads == 0) {
@@ -452,8 +459,9 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
       DT_ASSIGN_OR_RETURN(qy, ops::Reshape(parts[0], {b, s, -1}));
       DT_ASSIGN_OR_RETURN(gate, ops::Reshape(parts[1], {b, s, -1}));
     }
-    DT_ASSIGN_OR_RETURN(q, Project(qy, b, s, q_norm_));
-    DT_ASSIGN_OR_RETURN(k, Project(PlainLocal(y[1]), b, s, k_norm_));
+    // Whole-projection norms take the projections' pieces (Note [A norm over a sharded dim]).
+    DT_ASSIGN_OR_RETURN(q, Project(o.gated ? qy : y[0], b, s, q_norm_));
+    DT_ASSIGN_OR_RETURN(k, Project(y[1], b, s, k_norm_));
     DT_ASSIGN_OR_RETURN(v, Project(PlainLocal(y[2]), b, s, nullptr));
   }
   DT_RETURN_IF_ERROR(PickKVHeads(q, &k, &v));
@@ -522,9 +530,13 @@ absl::StatusOr<Value> Attention::Heads(const Value& y, int64_t b, int64_t s) con
 }
 
 absl::StatusOr<Value> Attention::Project(const Value& y, int64_t b, int64_t s, RMSNorm* norm) {
-  if (norm == nullptr) return Heads(y, b, s);
+  if (norm != nullptr && options_.qk_norm_whole) {
+    DT_ASSIGN_OR_RETURN(Value n, norm->CallOne({y}));
+    return Heads(PlainLocal(n), b, s);
+  }
+  if (norm == nullptr) return Heads(PlainLocal(y), b, s);
   // [B, S, h·D] -> [B, S, h, D], normalized over D (transformers' order), -> [B, h, S, D].
-  DT_ASSIGN_OR_RETURN(Value h, ops::Reshape(y, {b, s, -1, options_.head_dim}));
+  DT_ASSIGN_OR_RETURN(Value h, ops::Reshape(PlainLocal(y), {b, s, -1, options_.head_dim}));
   DT_ASSIGN_OR_RETURN(h, norm->CallOne({h}));
   return ops::Transpose(h, 1, 2);
 }

@@ -15,7 +15,8 @@
 //                    q | k | v (GPT-2's c_attn), declared as packed blocks [nH·D, nKV·D, nKV·D].
 //                    Child names are options (GPT-2: qkv_name "c_attn", o_name "c_proj").
 //                    With qk_norm, children q_norm / k_norm (RMSNorm [D]) normalize each head's
-//                    q and k before rotary (Qwen3).
+//                    q and k before rotary (Qwen3), or with qk_norm_whole the whole projections
+//                    (RMSNorm [nH·D] and [nKV·D], OLMo 2).
 //                    cos/sin may be absent ({x} or Value()) for no rotary (learned or no
 //                    positions). Heads are split with (-1, head_dim), so the forward is the same
 //                    on every rank whatever number of heads it holds (diffusers' TP-agnostic
@@ -166,6 +167,11 @@ struct AttentionOptions {
   bool bias = false;         // q/k/v/o biases (Llama's attention_bias)
   bool qkv_bias = false;     // q/k/v biases only, o_proj without (Qwen2)
   bool qk_norm = false;      // q_norm / k_norm over head_dim before rotary (Qwen3)
+  // With qk_norm: the norms over the whole projection, q_norm [nH·D] and k_norm [nKV·D], before
+  // the heads are split (OLMo 2); a colwise piece sums its squares across the ranks (Note [A norm
+  // over a sharded dim] in nn/norm.h). Not with fused_qkv or gated.
+  bool qk_norm_whole = false;
+  RMSNormForm norm_form = RMSNormForm::kRoundThenScale;  // the q/k norms' form
   double norm_eps = 1e-6;    // their eps
   bool causal = true;
   ops::RotaryStyle rotary_style = ops::RotaryStyle::kHalf;

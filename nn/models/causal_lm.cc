@@ -82,7 +82,9 @@ std::unique_ptr<Module> MakeAttention(const loaders::DecoderConfig& c, int64_t /
   a.head_dim = c.head_dim;
   a.bias = c.o_bias();
   a.qkv_bias = c.qkv_bias();
-  a.qk_norm = f.qk_norm;
+  a.qk_norm = f.qk_norm || f.qk_norm_whole;
+  a.qk_norm_whole = f.qk_norm_whole;
+  a.norm_form = f.norm_form;
   a.norm_eps = c.rms_norm_eps;
   a.fused_qkv = f.fused_qkv;
   if (f.gated_attention) {  // transformers' module name (the checkpoint's is q_proj)
@@ -139,12 +141,32 @@ std::unique_ptr<Module> MakeMlp(const loaders::DecoderConfig& c, int64_t layer, 
 
 DecoderLayer::DecoderLayer(const loaders::DecoderConfig& c, int64_t index, DType dtype)
     : Module("DecoderLayer") {
-  input_layernorm_ = &AddModule<RMSNorm>("input_layernorm", c.hidden_size, c.rms_norm_eps, dtype);
+  const DecoderFamily& f = FamilyOf(c);
+  auto norm = [&](const char* name) {
+    return &AddModule<RMSNorm>(name, c.hidden_size, c.rms_norm_eps, dtype, f.norm_form);
+  };
+  // Note [Layer norms] in nn/models/decoder_family.h, in transformers' registration order.
+  if (f.layer_norms != LayerNorms::kPost) input_layernorm_ = norm("input_layernorm");
   self_attn_ = &RegisterModule("self_attn", MakeAttention(c, index, dtype));
-  post_attention_layernorm_ =
-      &AddModule<RMSNorm>("post_attention_layernorm", c.hidden_size, c.rms_norm_eps, dtype);
+  if (f.layer_norms == LayerNorms::kPre) {
+    pre_mlp_norm_ = norm("post_attention_layernorm");
+  } else {
+    post_attention_norm_ = norm("post_attention_layernorm");
+  }
+  if (f.layer_norms == LayerNorms::kPreAndPost) pre_mlp_norm_ = norm("pre_feedforward_layernorm");
   mlp_ = &RegisterModule("mlp", MakeMlp(c, index, dtype));
+  if (f.layer_norms != LayerNorms::kPre) post_mlp_norm_ = norm("post_feedforward_layernorm");
 }
+
+namespace {
+
+// `norm` of x, or x itself where the layer has no such norm.
+absl::StatusOr<Value> MaybeNorm(RMSNorm* norm, const Value& x) {
+  if (norm == nullptr) return x;
+  return norm->CallOne({x});
+}
+
+}  // namespace
 
 absl::StatusOr<Values> DecoderLayer::Forward(Values inputs) {
   if (inputs.size() != 3) {
@@ -153,11 +175,13 @@ absl::StatusOr<Values> DecoderLayer::Forward(Values inputs) {
                                                    " inputs"));
   }
   const Value& h = inputs[0];
-  DT_ASSIGN_OR_RETURN(Value x, input_layernorm_->CallOne({h}));
+  DT_ASSIGN_OR_RETURN(Value x, MaybeNorm(input_layernorm_, h));
   DT_ASSIGN_OR_RETURN(Value a, self_attn_->CallOne({x, inputs[1], inputs[2]}));
+  DT_ASSIGN_OR_RETURN(a, MaybeNorm(post_attention_norm_, a));
   DT_ASSIGN_OR_RETURN(Value r, ops::Add(h, a));
-  DT_ASSIGN_OR_RETURN(x, post_attention_layernorm_->CallOne({r}));
+  DT_ASSIGN_OR_RETURN(x, MaybeNorm(pre_mlp_norm_, r));
   DT_ASSIGN_OR_RETURN(Value m, mlp_->CallOne({x}));
+  DT_ASSIGN_OR_RETURN(m, MaybeNorm(post_mlp_norm_, m));
   DT_ASSIGN_OR_RETURN(Value out, ops::Add(r, m));
   return Values{std::move(out)};
 }
@@ -168,7 +192,8 @@ DecoderModel::DecoderModel(const loaders::DecoderConfig& c, DType dtype) : Modul
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     layers_->Append(std::make_unique<DecoderLayer>(c, i, dtype));
   }
-  norm_ = &AddModule<RMSNorm>("norm", c.hidden_size, c.rms_norm_eps, dtype);
+  norm_ = &AddModule<RMSNorm>("norm", c.hidden_size, c.rms_norm_eps, dtype, FamilyOf(c).norm_form);
+  if (FamilyOf(c).embed_scale) embed_scale_ = std::sqrt(static_cast<double>(c.hidden_size));
   // The frequencies with the config's scaling applied, updated with the sequence length as
   // transformers does (dynamic, longrope; loaders/rope.h).
   auto schedule = std::make_shared<loaders::RopeSchedule>(loaders::DecoderRopeSpec(c));
@@ -197,6 +222,14 @@ absl::StatusOr<Values> DecoderModel::Forward(Values inputs) {
 
 absl::StatusOr<Value> DecoderModel::RunLayers(const Value& ids, Value cos, Value sin) {
   DT_ASSIGN_OR_RETURN(Value h, embed_tokens_->CallOne({ids}));
+  if (embed_scale_) {
+    // Gemma: the scale rounded to the embeddings' dtype, then the product in it (transformers'
+    // embed_scale.to(weight.dtype)).
+    DT_ASSIGN_OR_RETURN(Tensor scale, Tensor::FromVector<float>({1}, {static_cast<float>(*embed_scale_)}));
+    DT_ASSIGN_OR_RETURN(scale, ops::Cast(scale, h.dtype()));
+    DT_ASSIGN_OR_RETURN(scale, ops::Cast(scale, DType::kF32));
+    DT_ASSIGN_OR_RETURN(h, ops::Mul(h, static_cast<double>(scale.data<float>()[0])));
+  }
   // transformers hands cos and sin to attention in the model dtype.
   DT_ASSIGN_OR_RETURN(cos, ops::Cast(cos, h.dtype()));
   DT_ASSIGN_OR_RETURN(sin, ops::Cast(sin, h.dtype()));
@@ -690,7 +723,7 @@ int64_t CausalLM::PagedKVBytesPerPosition() const {
   const loaders::DecoderConfig& c = config_;
   int64_t tp = 1;
   if (mesh_) tp = mesh_->ndim() == 2 ? mesh_->Size(1) : mesh_->Size();
-  const bool latent = c.family().latent_attention;
+  const bool latent = FamilyOf(c).latent_attention;
   const int64_t heads = latent ? c.num_attention_heads : c.num_key_value_heads;
   const int64_t width = latent ? c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim
                                : 2 * c.head_dim;

@@ -119,9 +119,9 @@ TEST(HfConfig, Errors) {
        "\"rms_norm_eps\" must be a positive number"},
       {"{" + base + R"(, "num_attention_heads": 2, "torch_dtype": "int8"})",
        "torch_dtype \"int8\" is not supported"},
-      {"{" + sizes + R"(, "num_attention_heads": 2, "model_type": "gemma"})",
-       "model_type \"gemma\" is not supported (supported: llama, mistral, qwen2, qwen3, phi3, "
-       "mixtral, qwen3_moe, deepseek_v2, minicpm5_moe)"},
+      {"{" + sizes + R"(, "num_attention_heads": 2, "model_type": "gpt_neox"})",
+       "model_type \"gpt_neox\" is not supported (supported: llama, mistral, qwen2, qwen3, phi3, "
+       "mixtral, qwen3_moe, deepseek_v2, minicpm5_moe, gemma, olmo2)"},
       {"{" + base + R"(, "num_attention_heads": 2, "tie_word_embeddings": "yes"})",
        "must be true or false"},
       {"{" + base + R"(, "num_attention_heads": 2, "rope_scaling": {"rope_type": "llama3"}})",
@@ -329,9 +329,10 @@ TEST(WhichModel, ModelTypeAndArchitecturesMustAgree) {
   } cases[] = {
       {R"("model_type": "llama", "architectures": ["GemmaForCausalLM"])",
        "\"model_type\" \"llama\" and \"architectures\" [\"GemmaForCausalLM\"] disagree: a llama "
-       "checkpoint is LlamaForCausalLM, not GemmaForCausalLM; refusing to guess"},
-      {R"("architectures": ["GemmaForCausalLM"])",
-       "has no \"model_type\", and \"architectures\" [\"GemmaForCausalLM\"] is not a model dtensor "
+       "checkpoint is LlamaForCausalLM, not GemmaForCausalLM, which is model_type \"gemma\"'s; "
+       "refusing to guess"},
+      {R"("architectures": ["Gemma2ForCausalLM"])",
+       "has no \"model_type\", and \"architectures\" [\"Gemma2ForCausalLM\"] is not a model dtensor "
        "runs (supported: LlamaForCausalLM, MistralForCausalLM, "},
       {"\"tie_word_embeddings\": true",
        "has neither \"model_type\" nor \"architectures\", so which model it describes is unknown"},
@@ -360,6 +361,37 @@ TEST(WhichModel, ModelTypeAndArchitecturesMustAgree) {
     ASSERT_TRUE(r.ok()) << fields << ": " << r.status();
     EXPECT_EQ(r->model_type, model_type) << fields;
   }
+}
+
+// GemmaConfig's reading: hidden_act "gelu" is the tanh approximation, the embeddings are tied
+// unless the config says otherwise, and transformers 4's hidden_activation must agree.
+TEST(WhichModel, GemmaReadsItsActivationAndTying) {
+  auto gemma = ParseDecoderConfig(absl::StrCat("{\"model_type\": \"gemma\", ", kGemma, "}"), "g");
+  ASSERT_TRUE(gemma.ok()) << gemma.status();
+  EXPECT_EQ(gemma->hidden_act, "gelu_pytorch_tanh");
+  EXPECT_TRUE(gemma->tie_word_embeddings);
+  EXPECT_EQ(gemma->head_dim, 256);
+  auto agreeing = ParseDecoderConfig(
+      absl::StrCat("{\"model_type\": \"gemma\", \"hidden_activation\": \"gelu_pytorch_tanh\", ",
+                   kGemma, "}"),
+      "g");
+  EXPECT_TRUE(agreeing.ok()) << agreeing.status();
+  auto other = ParseDecoderConfig(
+      absl::StrCat("{\"model_type\": \"gemma\", \"hidden_activation\": \"silu\", ", kGemma, "}"),
+      "g");
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(Contains(other.status(), "\"hidden_activation\" \"silu\" and \"hidden_act\" "
+                                       "\"gelu_pytorch_tanh\" (as gemma reads it) disagree"))
+      << other.status();
+  // OLMo 2 keeps Llama's silu and untied defaults with its own eps.
+  auto olmo = ParseDecoderConfig(
+      R"({"model_type": "olmo2", "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8,
+          "num_hidden_layers": 1, "num_attention_heads": 2})",
+      "o");
+  ASSERT_TRUE(olmo.ok()) << olmo.status();
+  EXPECT_EQ(olmo->hidden_act, "silu");
+  EXPECT_FALSE(olmo->tie_word_embeddings);
+  EXPECT_EQ(olmo->rms_norm_eps, 1e-5);
 }
 
 // google/gemma-2-2b's config.json (v4 spelling, with v5's layer_types added), relabelled "llama"
@@ -407,7 +439,7 @@ TEST(WhichModel, EachClassRefusesWhatItDoesNotRead) {
       {R"("attn_logit_softcapping": 50.0)", {}},
       {R"("final_logit_softcapping": 30.0)", {}},
       {R"("query_pre_attn_scalar": 256)", {}},
-      {R"("hidden_activation": "gelu_pytorch_tanh")", {}},
+      {R"("hidden_activation": "gelu_pytorch_tanh")", {"gemma"}},
       {R"("use_bidirectional_attention": true)", {}},
       {R"("rope_local_base_freq": 10000.0)", {}},
       {R"("sliding_window_pattern": 6)", {}},

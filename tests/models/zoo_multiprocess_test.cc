@@ -49,7 +49,7 @@ TEST_P(ZooMultiprocess, MatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ZooMultiprocess,
-                         ::testing::Values("mistral", "qwen2", "qwen3", "phi3"),
+                         ::testing::Values("mistral", "qwen2", "qwen3", "phi3", "gemma", "olmo2"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

@@ -1,5 +1,5 @@
-// The decoder zoo (nn/models/causal_lm.h) against transformers: Mistral, Qwen2, Qwen3 and Phi-3
-// tiny checkpoints (tools/reference/make_zoo_fixtures.py) at every tp their heads allow, on
+// The decoder zoo (nn/models/causal_lm.h) against transformers: Mistral, Qwen2, Qwen3, Phi-3,
+// Gemma and OLMo 2 tiny checkpoints (tools/reference/make_zoo_fixtures.py) at every tp their heads allow, on
 // threads: greedy tokens identical to transformers', logits within 1e-4 of their scale, each rank
 // reading only its shards; every tp the heads refuse refused before any read, naming heads and
 // tp; the sliding window refused beyond its length.
@@ -55,7 +55,13 @@ INSTANTIATE_TEST_SUITE_P(
                       ZooCase{"qwen2", 9, true},  // SmolLM2's 9 / 3 heads at tp = 9
                       ZooCase{"qwen3", 1, false}, ZooCase{"qwen3", 2, false},
                       ZooCase{"qwen3", 4, false}, ZooCase{"phi3", 1, false},
-                      ZooCase{"phi3", 2, false}, ZooCase{"phi3", 4, false}),
+                      ZooCase{"phi3", 2, false}, ZooCase{"phi3", 4, false},
+                      ZooCase{"gemma", 1, false},
+                      ZooCase{"gemma", 2, true},  // one KV head (multi-query)
+                      ZooCase{"gemma", 4, true}, ZooCase{"olmo2", 1, false},
+                      // q_norm and k_norm over heads split across the ranks
+                      ZooCase{"olmo2", 2, false},
+                      ZooCase{"olmo2", 4, true}),  // q_norm split 4 ways, k_norm whole
     [](const auto& info) {
       return absl::StrCat(info.param.family, "_tp", info.param.tp,
                           info.param.replicate_kv ? "_replicated_kv" : "");
@@ -136,7 +142,9 @@ TEST(ZooRefusals, TpThatHeadsDoNotAllowBeforeAnyRead) {
            {"qwen2", 9, "tensor parallel size 9 does not divide num_kv_heads 3"},
            {"qwen3", 3, "tensor parallel size 3 does not divide num_heads 8"},
            {"phi3", 3, "tensor parallel size 3 does not divide num_heads 8"},
-           {"phi3", 8, "tensor parallel size 8 does not divide num_kv_heads 4 (qkv_proj.weight"}}) {
+           {"phi3", 8, "tensor parallel size 8 does not divide num_kv_heads 4 (qkv_proj.weight"},
+           {"gemma", 2, "tensor parallel size 2 does not divide num_kv_heads 1"},
+           {"olmo2", 3, "tensor parallel size 3 does not divide num_heads 4"}}) {
     std::vector<double> seconds(r.tp, -1);  // LoadCheckpoint resets the report when it starts
     absl::Status s = World::RunThreads(r.tp, [&](World& w) -> absl::Status {
       DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {r.tp}, {"tp"}));

@@ -26,6 +26,11 @@ is what llama.cpp's converter would write (transformers cannot read Phi-3's long
   phi3     fused qkv_proj [Q|K|V] and gate_up_proj [gate|up] (packed_colwise block shards),
            longrope with short and long factors (the continuation passes
            original_max_position_embeddings, so both tables are used)
+  gemma    GeGLU (gelu_pytorch_tanh), embeddings times sqrt(hidden), (1 + w) RMSNorms, head_dim
+           32 != hidden / heads, 4 / 1 heads (multi-query: tp 2 and 4 with k/v replicated), tied
+  olmo2    post-norms, q_norm / k_norm over the whole projection (tp 2 and 4 sum their squares
+           across the ranks), 4 / 2 heads with attention biases
+(gemma and olmo2 have no GGUF here: dtensor reads neither architecture from GGUF yet.)
 Weights are random (seeded) and scaled so that the greedy continuation is not one repeated
 token; norms are randomized too so that a missing norm weight shows.
 
@@ -35,6 +40,7 @@ Phi-3's <|user|>; written out below as those checkpoints' tokenizer_config.json 
 conversations rendered by transformers' own renderer (render_jinja_template), or the error the
 template raises.
 """
+import argparse
 import json
 import os
 import shutil
@@ -42,7 +48,8 @@ import shutil
 import numpy as np
 import torch
 import transformers
-from transformers import (MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM,
+from transformers import (GemmaConfig, GemmaForCausalLM, MistralConfig, MistralForCausalLM,
+                          Olmo2Config, Olmo2ForCausalLM, Phi3Config, Phi3ForCausalLM,
                           Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 import gguf
 
@@ -79,6 +86,18 @@ FAMILIES = {
     "phi3": dict(
         cls=Phi3ForCausalLM, arch="phi3", seed=34,
         config=None),  # made in phi3_config(): longrope factors are random
+    "gemma": dict(
+        cls=GemmaForCausalLM, arch=None, seed=35,
+        config=GemmaConfig(**TINY, vocab_size=320, hidden_size=64, intermediate_size=128,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+                           head_dim=32, rms_norm_eps=1e-6, rope_theta=10000.0,
+                           hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True)),
+    "olmo2": dict(
+        cls=Olmo2ForCausalLM, arch=None, seed=36,
+        config=Olmo2Config(**TINY, vocab_size=352, hidden_size=64, intermediate_size=112,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           rms_norm_eps=1e-6, rope_theta=500000.0, attention_bias=True,
+                           tie_word_embeddings=False)),
 }
 
 
@@ -265,11 +284,16 @@ def make_chat_goldens(root):
 
 
 def main():
-    args = fixture_args()
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--family", action="append", choices=list(FAMILIES),
+                    help="only these families' checkpoints (default: all)")
+    args = fixture_args(ap)
     root = os.path.join(args.out, "zoo")
     os.makedirs(root, exist_ok=True)
     make_chat_goldens(root)
     for family, v in FAMILIES.items():
+        if args.family and family not in args.family:
+            continue
         out = os.path.join(root, f"{family}-tiny")
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
@@ -293,10 +317,13 @@ def main():
         with open(os.path.join(out, "golden.json"), "w") as fp:
             json.dump(golden, fp)
             fp.write("\n")
+        size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+        if v["arch"] is None:
+            print(f"{family}: {size / 1e6:.2f} MB, weight scale {scale}, greedy {tokens[:12]} ...")
+            continue
         path = os.path.join(root, f"{family}-tiny.gguf")
         write_gguf(path, family, f32, f32.config)
         note = check_gguf(path, f32, family)
-        size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
         print(f"{family}: {size / 1e6:.2f} MB (+ {os.path.getsize(path) / 1e6:.2f} MB gguf: "
               f"{note}), weight scale {scale}, greedy {tokens[:12]} ...")
 
