@@ -77,6 +77,23 @@ inline int64_t At(const Tensor& t, int64_t i0, int64_t i1, int64_t i2) {
 // score-row path 1.14-1.93x faster than on the flash path, bf16 on the flash path 1.18-1.74x
 // faster than on the score-row path. Against PyTorch: docs/benchmarks.md (bench_attention).
 
+// Note [Attention options]
+// What models beyond Llama change in attention, each off at its default (AttentionParams in
+// kernels.h), in this order on a block's scores, as transformers' eager attention applies them:
+//   scale    the factor of q kᵀ (Gemma: query_pre_attn_scalar^-0.5 rather than D^-0.5);
+//   softcap  scores become softcap · tanh(scores / softcap) (Gemma 2's attn_logit_softcapping);
+//   window   a causal query at position i sees keys j with i - window < j <= i (transformers'
+//            sliding_window_causal: Gemma 2/3, gpt-oss, Mistral); blocks wholly before the first
+//            row's window are not visited, the others masked per row;
+//   mask     an additive f32 tensor (broadcast over heads) added to the scores;
+//   sinks    a logit per query head that joins every row's softmax denominator and has no value
+//            (gpt-oss): the online softmax starts each row's running max at the sink and its sum
+//            at e^0 = 1, as if the sink were a key of zero value, so output = Σ e^(s_j - m) v_j /
+//            (e^(sink - m) + Σ e^(s_j - m)); a row with no visible key still gives zeros.
+// The flash path applies them (a pass over each block's scores between q kᵀ and the softmax;
+// none when only scale is set), so a call with any of them takes it even for decode, where f32
+// would take the score-row path. The contiguous fast path pays one untaken branch per block.
+
 // Note [Attention reads f32 keys in place]
 // Each (query head, block of queries) task multiplies with every key and value row its block can
 // see. Copying them into a contiguous f32 buffer first (as bf16 or f16 caches still are: the
@@ -268,6 +285,12 @@ absl::Status Flash(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
         t.causal = params.causal;
         t.limit0 = params.q_offset + i0 + 1;
         t.scale = params.scale;
+        t.softcap = params.softcap, t.window = params.window;
+        if (params.sinks != nullptr) t.sinks = params.sinks + g * group;
+        if (params.mask != nullptr) {
+          t.mask = params.mask + bi * params.mask_bs + i0 * params.mask_rs;
+          t.mask_rs = params.mask_rs;
+        }
         t.kv_block = kv_block;
         flash(t);
       }
@@ -413,6 +436,8 @@ absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages
         t.causal = params.causal;
         t.limit0 = q_offset + task.i0 + 1;
         t.scale = params.scale;
+        t.softcap = params.softcap, t.window = params.window;
+        if (params.sinks != nullptr) t.sinks = params.sinks + h0;
         t.kv_block = kv_block;
         flash(t);
       }
@@ -494,7 +519,10 @@ absl::Status AttentionTuned(const Tensor& q, const Tensor& k, const Tensor& v,
   const int64_t block = std::max<int64_t>(1, tuning.q_block / group);
   const int64_t min_rows =
       q.dtype() == DType::kBF16 ? tuning.flash_min_rows_bf16 : tuning.flash_min_rows;
-  if (group * q.size(2) < min_rows) return ScoreRows(q, k, v, params, block, out);
+  // The options are the flash path's (Note [Attention options]).
+  const bool options =
+      params.softcap > 0 || params.window > 0 || params.sinks != nullptr || params.mask != nullptr;
+  if (group * q.size(2) < min_rows && !options) return ScoreRows(q, k, v, params, block, out);
   return Flash(q, k, v, params, block, tuning.kv_block, out);
 }
 
