@@ -45,10 +45,17 @@ std::vector<DecoderConfigClass> MakeClasses() {
        .default_max_position_embeddings = 524288, .default_rope_theta = 5e6},
       {.model_type = "gemma", .architecture = "GemmaForCausalLM", .attention_bias_field = true,
        .default_head_dim = 256, .default_hidden_act = "gelu_pytorch_tanh",
-       .hidden_activation_field = true, .default_max_position_embeddings = 8192,
+       .activation_key = ActivationKey::kHiddenActGemma, .default_max_position_embeddings = 8192,
        .default_tie_word_embeddings = true},
       {.model_type = "olmo2", .architecture = "Olmo2ForCausalLM", .attention_bias_field = true,
        .default_rms_norm_eps = 1e-5},
+      {.model_type = "gemma2", .architecture = "Gemma2ForCausalLM", .attention_bias_field = true,
+       .default_head_dim = 256, .default_hidden_act = "gelu_pytorch_tanh",
+       .activation_key = ActivationKey::kHiddenActivation,
+       .default_max_position_embeddings = 8192, .sliding_window = SW::kLayerTypes, .default_sliding_window = 4096,
+       .default_sliding_pattern = 2, .attention_scale_fields = true,
+       .default_attn_logit_softcapping = 50, .default_final_logit_softcapping = 30,
+       .default_tie_word_embeddings = true},
   };
 }
 

@@ -192,7 +192,14 @@ bool HasMlpLayerTypes(const DecoderConfigClass& c) {
   return c.experts == ExpertFields::kLayerTypes;  // also its use_gated_attention (ParseExperts)
 }
 bool HasLatentAttention(const DecoderConfigClass& c) { return c.latent_attention_fields; }
-bool ReadsHiddenActivation(const DecoderConfigClass& c) { return c.hidden_activation_field; }
+bool ReadsHiddenActivation(const DecoderConfigClass& c) {
+  return c.activation_key != ActivationKey::kHiddenAct;
+}
+bool ReadsAttentionScales(const DecoderConfigClass& c) { return c.attention_scale_fields; }
+bool ReadsLayerTypes(const DecoderConfigClass& c) {
+  return c.sliding_window == SlidingWindowFields::kFromLayer ||
+         c.sliding_window == SlidingWindowFields::kLayerTypes;
+}
 bool HasWindow(const DecoderConfigClass& c) {
   return c.sliding_window != SlidingWindowFields::kNone;
 }
@@ -206,11 +213,12 @@ const std::vector<UnimplementedField>& UnimplementedFields() {
       // ---- attention
       {"partial_rotary_factor", "partial rotary embeddings (Phi-4-mini, StableLM)", F::kOne},
       {"rotary_pct", "GPT-NeoX's partial rotary embeddings", F::kOne},
-      {"attn_logit_softcapping", "Gemma 2's attention logit soft-capping"},
-      {"query_pre_attn_scalar", "Gemma 2's attention scale"},
+      {"attn_logit_softcapping", "Gemma 2's attention logit soft-capping", F::kZero,
+       ReadsAttentionScales},
+      {"query_pre_attn_scalar", "Gemma 2's attention scale", F::kZero, ReadsAttentionScales},
       {"use_bidirectional_attention", "Gemma's bidirectional attention"},
       {"layer_types", "per-layer attention types (Gemma 2, Gemma 3, gpt-oss)",
-       F::kAllFullAttention, HasLayerWindows},
+       F::kAllFullAttention, ReadsLayerTypes},
       {"sliding_window", "sliding-window attention", F::kZero, HasWindow},
       {"use_sliding_window", "Qwen's sliding-window attention", F::kZero, HasLayerWindows},
       {"sliding_window_pattern", "Gemma 3's local and global layers"},
@@ -243,7 +251,8 @@ const std::vector<UnimplementedField>& UnimplementedFields() {
       {"n_shared_experts", "shared experts", F::kZero, HasSharedExperts},
       {"first_k_dense_replace", "DeepSeek's dense first layers", F::kZero, HasSharedExperts},
       // ---- scales around the layers
-      {"final_logit_softcapping", "Gemma 2's final logit soft-capping"},
+      {"final_logit_softcapping", "Gemma 2's final logit soft-capping", F::kZero,
+       ReadsAttentionScales},
       {"logits_scaling", "Granite's logit scale", F::kOne},
       {"logit_scale", "Cohere's logit scale", F::kOne},
       {"embedding_multiplier", "Granite's embedding scale", F::kOne},
@@ -346,18 +355,77 @@ absl::StatusOr<const DecoderConfigClass*> WhichClass(const Reader& r) {
   return *found;
 }
 
-// hidden_act as the class reads it (DecoderConfigClass::hidden_activation_field).
+// hidden_act as the class reads it (DecoderConfigClass::activation_key): either key alone names
+// the activation where the class reads both, and both given must agree.
 absl::Status ParseHiddenAct(const Reader& r, const DecoderConfigClass& cls, DecoderConfig* c) {
   DT_ASSIGN_OR_RETURN(std::optional<std::string> act, r.String("hidden_act"));
-  c->hidden_act = act.value_or(cls.default_hidden_act);
-  if (!cls.hidden_activation_field) return absl::OkStatus();
-  if (c->hidden_act == "gelu") c->hidden_act = "gelu_pytorch_tanh";  // GemmaConfig's reading
-  const Json* other = r.Find(r.j(), "hidden_activation");
-  if (other == nullptr || other->is_null() || *other == c->hidden_act) return absl::OkStatus();
-  return r.Unsupported(absl::StrCat("\"hidden_activation\" ", other->dump().substr(0, 40),
-                                    " and \"hidden_act\" \"", c->hidden_act,
-                                    "\" (as ", cls.model_type,
+  if (cls.activation_key == ActivationKey::kHiddenAct) {
+    c->hidden_act = act.value_or(cls.default_hidden_act);
+    return absl::OkStatus();
+  }
+  DT_ASSIGN_OR_RETURN(std::optional<std::string> activation, r.String("hidden_activation"));
+  const bool gemma = cls.activation_key == ActivationKey::kHiddenActGemma;
+  if (gemma && act == "gelu") act = "gelu_pytorch_tanh";  // GemmaConfig's reading
+  const std::optional<std::string>& primary = gemma ? act : activation;
+  const std::optional<std::string>& other = gemma ? activation : act;
+  c->hidden_act = primary.value_or(other.value_or(cls.default_hidden_act));
+  if (!act || !activation || *act == *activation) return absl::OkStatus();
+  return r.Unsupported(absl::StrCat("\"hidden_activation\" \"", *activation,
+                                    "\" and \"hidden_act\" \"", *act, "\" (as ",
+                                    cls.model_type,
                                     " reads it) disagree; refusing to guess the activation"));
+}
+
+// SlidingWindowFields::kLayerTypes: a window on the layers layer_types calls sliding_attention.
+absl::Status ParseLayerWindows(const Reader& r, const DecoderConfigClass& cls, DecoderConfig* c) {
+  const Json& j = r.j();
+  int64_t window = cls.default_sliding_window;
+  if (auto it = j.find("sliding_window"); it != j.end()) {
+    window = 0;
+    if (!it->is_null()) {
+      DT_ASSIGN_OR_RETURN(window, r.PositiveInt(j, "sliding_window", std::nullopt));
+    }
+  }
+  c->layer_windows.assign(c->num_hidden_layers, 0);
+  const Json* types = r.Find(j, "layer_types");
+  if (types != nullptr &&
+      (!types->is_array() || static_cast<int64_t>(types->size()) != c->num_hidden_layers)) {
+    return r.Error(absl::StrCat("\"layer_types\" must list ", c->num_hidden_layers,
+                                " layer types, got ", types->dump().substr(0, 80)));
+  }
+  for (int64_t i = 0; i < c->num_hidden_layers; ++i) {
+    bool sliding = (i + 1) % cls.default_sliding_pattern != 0;
+    if (types != nullptr) {
+      const Json& t = (*types)[i];
+      sliding = t == "sliding_attention";
+      if (!sliding && t != "full_attention") {
+        return r.Unsupported(absl::StrCat("layer_types[", i, "] ", t.dump(),
+                                          " is not supported (full_attention, sliding_attention)"));
+      }
+    }
+    if (sliding) c->layer_windows[i] = window;
+  }
+  return absl::OkStatus();
+}
+
+// query_pre_attn_scalar and the soft-caps (DecoderConfigClass::attention_scale_fields).
+absl::Status ParseAttentionScales(const Reader& r, const DecoderConfigClass& cls,
+                                  DecoderConfig* c) {
+  if (!cls.attention_scale_fields) return absl::OkStatus();
+  const Json& j = r.j();
+  auto number = [&](const char* key, double fallback) -> absl::StatusOr<double> {
+    auto it = j.find(key);
+    if (it == j.end()) return fallback;
+    if (it->is_null()) return 0.0;
+    return r.PositiveNumber(j, key, fallback);
+  };
+  DT_ASSIGN_OR_RETURN(c->query_pre_attn_scalar,
+                      number("query_pre_attn_scalar", cls.default_query_pre_attn_scalar));
+  DT_ASSIGN_OR_RETURN(c->attn_logit_softcapping,
+                      number("attn_logit_softcapping", cls.default_attn_logit_softcapping));
+  DT_ASSIGN_OR_RETURN(c->final_logit_softcapping,
+                      number("final_logit_softcapping", cls.default_final_logit_softcapping));
+  return absl::OkStatus();
 }
 
 // Note [Sliding windows] (hf_config.h), read as the config class does.
@@ -376,6 +444,8 @@ absl::Status ParseSlidingWindow(const Reader& r, const DecoderConfigClass& cls, 
       DT_ASSIGN_OR_RETURN(c->sliding_window, window(cls.default_sliding_window));
       return absl::OkStatus();
     }
+    case SlidingWindowFields::kLayerTypes:
+      return ParseLayerWindows(r, cls, c);
     case SlidingWindowFields::kFromLayer:
       break;
   }
@@ -631,6 +701,7 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::s
       DT_ASSIGN_OR_RETURN(c.mlp_bias, r.Bool("mlp_bias", false));
     }
     DT_RETURN_IF_ERROR(ParseSlidingWindow(r, cls, &c));
+    DT_RETURN_IF_ERROR(ParseAttentionScales(r, cls, &c));
     DT_RETURN_IF_ERROR(ParseExperts(r, cls, &c));
     DT_ASSIGN_OR_RETURN(c.tie_word_embeddings,
                         r.Bool("tie_word_embeddings", cls.default_tie_word_embeddings));

@@ -221,7 +221,8 @@ void KVCache::Reset(int64_t reserve) {
 // written (the engine hands out the lowest free page first).
 
 absl::Status PagedKVCache::Attend(const PagedStep& step, const Tensor& q, const Tensor& k,
-                                  const Tensor& v, std::optional<double> scale, const Tensor& out) {
+                                  const Tensor& v, const ops::PagedAttentionOptions& options,
+                                  const Tensor& out) {
   DT_ASSIGN_OR_RETURN(const Tensor kh, k.Select(0, 0));  // [h, T, D]
   DT_ASSIGN_OR_RETURN(const Tensor vh, v.Select(0, 0));
   DT_ASSIGN_OR_RETURN(const Tensor qh, q.Select(0, 0));
@@ -234,10 +235,8 @@ absl::Status PagedKVCache::Attend(const PagedStep& step, const Tensor& q, const 
   }
   DT_RETURN_IF_ERROR(ops::WriteToPages(k_, kh, step.slots));
   DT_RETURN_IF_ERROR(ops::WriteToPages(v_, vh, step.slots));
-  ops::PagedAttentionOptions o;
-  o.scale = scale;
   return ops::PagedAttentionInto(out, qh, k_, v_, step.page_table, step.query_starts,
-                                 step.kv_lengths, o);
+                                 step.kv_lengths, options);
 }
 
 void PagedKVCache::Release() { k_ = v_ = Tensor(); }
@@ -484,6 +483,9 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
   }
   ops::AttentionOptions attn;
   attn.causal = options_.causal;
+  attn.scale = options_.scale;
+  attn.softcap = options_.softcap;
+  attn.window = options_.window;
   Value a;
   if (paged_step_ != nullptr) {
     // Note [Paged KV cache]: the heads' rows written where o_proj reads them, as below.
@@ -497,7 +499,11 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
                                                    ql.device()));
     DT_ASSIGN_OR_RETURN(Tensor heads, rows.Transpose(1, 2));
     DT_ASSIGN_OR_RETURN(heads, heads.Select(0, 0));
-    DT_RETURN_IF_ERROR(paged_.Attend(*paged_step_, ql, k.local(), v.local(), std::nullopt, heads));
+    ops::PagedAttentionOptions paged;
+    paged.scale = options_.scale;
+    paged.softcap = options_.softcap;
+    paged.window = options_.window;
+    DT_RETURN_IF_ERROR(paged_.Attend(*paged_step_, ql, k.local(), v.local(), paged, heads));
     DT_ASSIGN_OR_RETURN(Tensor joined, rows.View({1, s, -1}));
     a = Value(std::move(joined));
   } else if (q.is_local() && k.is_local() && v.is_local()) {

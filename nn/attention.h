@@ -151,7 +151,7 @@ class PagedKVCache {
   // slots, then the queries q [1, hq, T, D] attend over their sequences' pages into out
   // [hq, T, Dv] (ops::PagedAttentionInto, causal).
   absl::Status Attend(const PagedStep& step, const Tensor& q, const Tensor& k, const Tensor& v,
-                      std::optional<double> scale, const Tensor& out);
+                      const ops::PagedAttentionOptions& options, const Tensor& out);
   void Release();
   int64_t bytes() const;
 
@@ -174,6 +174,13 @@ struct AttentionOptions {
   RMSNormForm norm_form = RMSNormForm::kRoundThenScale;  // the q/k norms' form
   double norm_eps = 1e-6;    // their eps
   bool causal = true;
+  // The softmax's scores (ops::AttentionOptions, Note [Attention options] in
+  // ops/local/cpu/attention.cc): the scale (default 1/sqrt(head_dim); Gemma 2's
+  // query_pre_attn_scalar^-1/2), soft-capping softcap·tanh(s / softcap) (Gemma 2), and with
+  // `causal` a sliding window: query i sees keys j > i - window (Gemma 2's sliding layers).
+  std::optional<double> scale;
+  std::optional<double> softcap;
+  std::optional<int64_t> window;
   ops::RotaryStyle rotary_style = ops::RotaryStyle::kHalf;
   DType dtype = DType::kF32;
   bool fused_qkv = false;  // one qkv projection instead of q/k/v (see the file comment)

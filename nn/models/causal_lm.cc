@@ -54,7 +54,7 @@ double LatentSoftmaxScale(const loaders::DecoderConfig& c) {
   return scale;
 }
 
-std::unique_ptr<Module> MakeAttention(const loaders::DecoderConfig& c, int64_t /*layer*/,
+std::unique_ptr<Module> MakeAttention(const loaders::DecoderConfig& c, int64_t layer,
                                       DType dtype) {
   const DecoderFamily& f = FamilyOf(c);
   if (f.latent_attention) {
@@ -92,6 +92,12 @@ std::unique_ptr<Module> MakeAttention(const loaders::DecoderConfig& c, int64_t /
     a.q_name = "q_gate_proj";
   }
   a.causal = true;
+  // Gemma 2's scores: its scale, soft-cap and the layer's window (loaders/hf_config.h).
+  if (c.query_pre_attn_scalar > 0) a.scale = 1.0 / std::sqrt(c.query_pre_attn_scalar);
+  if (c.attn_logit_softcapping > 0) a.softcap = c.attn_logit_softcapping;
+  if (layer < static_cast<int64_t>(c.layer_windows.size()) && c.layer_windows[layer] > 0) {
+    a.window = c.layer_windows[layer];
+  }
   a.rotary_style = ops::RotaryStyle::kHalf;
   a.dtype = dtype;
   auto attention = std::make_unique<Attention>(a);
@@ -646,6 +652,22 @@ absl::Status CausalLM::CheckWatched() {
 
 // ---- forward and generation ---------------------------------------------------------------------
 
+namespace {
+
+// Gemma 2's final_logit_softcapping: cap · tanh(logits / cap) in f32, rounded to the logits'
+// dtype. On the gathered logits with a loop: the library has no Tanh op on this branch yet.
+absl::StatusOr<Tensor> SoftCapLogits(const Tensor& logits, double cap) {
+  if (!(cap > 0)) return logits;
+  DT_ASSIGN_OR_RETURN(Tensor f, ops::Cast(logits, DType::kF32));
+  DT_ASSIGN_OR_RETURN(Tensor capped, f.Clone());  // never the caller's tensor, changed in place
+  float* p = capped.data<float>();
+  const float c = static_cast<float>(cap);
+  for (int64_t i = 0; i < capped.numel(); ++i) p[i] = std::tanh(p[i] / c) * c;
+  return ops::Cast(capped, logits.dtype());
+}
+
+}  // namespace
+
 absl::StatusOr<Tensor> CausalLM::Logits(const Tensor& ids_in, bool last_only) {
   if (!ids_in.defined() || ids_in.dim() != 2 || ids_in.size(1) == 0 ||
       (ids_in.dtype() != DType::kI64 && ids_in.dtype() != DType::kI32)) {
@@ -691,7 +713,8 @@ absl::StatusOr<Tensor> CausalLM::Logits(const Tensor& ids_in, bool last_only) {
   if (watch_) DT_RETURN_IF_ERROR(CheckWatched());
   // Every rank gets the whole vocab, whatever lm_head's style (a plain 'colwise' hands on a piece:
   // Note [Local pieces remember their layout]).
-  return WholeTensor(logits);
+  DT_ASSIGN_OR_RETURN(Tensor whole, WholeTensor(logits));
+  return SoftCapLogits(whole, config_.final_logit_softcapping);
 }
 
 absl::StatusOr<Values> CausalLM::Forward(Values inputs) {
@@ -776,6 +799,7 @@ absl::StatusOr<Tensor> CausalLM::StepLogits(const BatchStep& step) {
   DT_ASSIGN_OR_RETURN(Value logits, lm_head_->CallOne({normed}));
   if (watch_) DT_RETURN_IF_ERROR(CheckWatched());
   DT_ASSIGN_OR_RETURN(Tensor whole, WholeTensor(logits));
+  DT_ASSIGN_OR_RETURN(whole, SoftCapLogits(whole, config_.final_logit_softcapping));
   return whole.Reshape({rows, -1});
 }
 

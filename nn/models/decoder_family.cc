@@ -126,6 +126,10 @@ std::vector<DecoderFamily> MakeFamilies() {
       {.model_type = "olmo2", .qk_norm_whole = true, .layer_norms = LayerNorms::kPost,
        .norm_form = RMSNormForm::kScaleThenRound, .tp_plan = AttentionPlan(),
        .mlp_plan = MlpPlan()},
+      // Its scores' scale, soft-cap and windows are the config's (MakeAttention).
+      {.model_type = "gemma2", .layer_norms = LayerNorms::kPreAndPost,
+       .norm_form = RMSNormForm::kOnePlusWeight, .embed_scale = true, .tp_plan = AttentionPlan(),
+       .mlp_plan = MlpPlan()},
   };
 }
 

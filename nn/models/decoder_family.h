@@ -26,6 +26,10 @@
 //   olmo2       attention_bias; post-norms (Note [Layer norms]), q_norm / k_norm  hidden/  (none)
 //               over the whole projection [nH·D] / [nKV·D] (Note [A norm over a      heads
 //               sharded dim] in nn/norm.h), every RMSNorm scaled in f32
+//   gemma2      as gemma, with pre- and post-norms (Note [Layer norms]); the config's   256   (none)
+//               attention scale (query_pre_attn_scalar), soft-caps (attention scores,
+//               final logits) and sliding windows per layer (layer_types), attended as
+//               windows (nn::AttentionOptions: scale, softcap, window)
 //
 // Every family: decoder layers with residuals around attention and a gated MLP act(gate)·up
 // (normalized as the family's LayerNorms say), rotate_half RoPE with the config's rope type, GQA,
@@ -164,7 +168,7 @@ struct DecoderFamily {
 // Every family, in the order of the file comment's table (and of loaders' config classes).
 const std::vector<DecoderFamily>& DecoderFamilies();
 // "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe, deepseek_v2, minicpm5_moe, gemma,
-// olmo2".
+// olmo2, gemma2".
 std::string DecoderFamilyNames();
 // The family of a config.json "model_type"; InvalidArgument listing the supported ones.
 absl::StatusOr<const DecoderFamily*> FindDecoderFamily(absl::string_view model_type);

@@ -121,7 +121,7 @@ TEST(HfConfig, Errors) {
        "torch_dtype \"int8\" is not supported"},
       {"{" + sizes + R"(, "num_attention_heads": 2, "model_type": "gpt_neox"})",
        "model_type \"gpt_neox\" is not supported (supported: llama, mistral, qwen2, qwen3, phi3, "
-       "mixtral, qwen3_moe, deepseek_v2, minicpm5_moe, gemma, olmo2)"},
+       "mixtral, qwen3_moe, deepseek_v2, minicpm5_moe, gemma, olmo2, gemma2)"},
       {"{" + base + R"(, "num_attention_heads": 2, "tie_word_embeddings": "yes"})",
        "must be true or false"},
       {"{" + base + R"(, "num_attention_heads": 2, "rope_scaling": {"rope_type": "llama3"}})",
@@ -294,6 +294,37 @@ TEST(DecoderFamilies, QwenSlidingWindowsAndLayerTypes) {
   }
 }
 
+// Gemma2Config's defaults: every other layer slides (from layer 0) over 4096 positions, scale
+// 256^-1/2, soft-caps 50 and 30; layer_types and nulls as given; written back as read.
+TEST(DecoderFamilies, Gemma2WindowsAndScales) {
+  const DecoderConfig d = Parse("gemma2", "").value();
+  EXPECT_EQ(d.layer_windows, (std::vector<int64_t>{4096, 0, 4096, 0}));
+  EXPECT_EQ(d.sliding_window, 0);  // attended as windows, never refused past them
+  EXPECT_EQ(d.query_pre_attn_scalar, 256);
+  EXPECT_EQ(d.attn_logit_softcapping, 50);
+  EXPECT_EQ(d.final_logit_softcapping, 30);
+  EXPECT_EQ(d.hidden_act, "gelu_pytorch_tanh");
+  EXPECT_TRUE(d.tie_word_embeddings);
+  const DecoderConfig g = Parse("gemma2", R"("sliding_window": 8, "layer_types": ["full_attention",
+      "sliding_attention", "sliding_attention", "full_attention"], "attn_logit_softcapping": null,
+      "final_logit_softcapping": 10.0, "query_pre_attn_scalar": 24,
+      "hidden_activation": "gelu")").value();
+  EXPECT_EQ(g.layer_windows, (std::vector<int64_t>{0, 8, 8, 0}));
+  EXPECT_EQ(g.attn_logit_softcapping, 0);
+  EXPECT_EQ(g.final_logit_softcapping, 10);
+  EXPECT_EQ(g.hidden_act, "gelu");  // Gemma 2 reads hidden_activation as it is
+  EXPECT_EQ(Parse("gemma2", R"("sliding_window": null)").value().layer_windows,
+            (std::vector<int64_t>{0, 0, 0, 0}));
+  EXPECT_TRUE(Contains(Parse("gemma2", R"("layer_types": ["chunked_attention", "full_attention",
+      "full_attention", "full_attention"])").status(), "layer_types[0] \"chunked_attention\" is "
+      "not supported"));
+  for (const DecoderConfig& c : {d, g}) {
+    auto back = ParseDecoderConfig(DecoderConfigToJson(c), "written");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, c);
+  }
+}
+
 TEST(DecoderFamilies, FieldsNoFamilyImplementsAreRefused) {
   for (const auto& [extra, error] : std::vector<std::pair<std::string, std::string>>{
            {R"("partial_rotary_factor": 0.5)",
@@ -331,8 +362,9 @@ TEST(WhichModel, ModelTypeAndArchitecturesMustAgree) {
        "\"model_type\" \"llama\" and \"architectures\" [\"GemmaForCausalLM\"] disagree: a llama "
        "checkpoint is LlamaForCausalLM, not GemmaForCausalLM, which is model_type \"gemma\"'s; "
        "refusing to guess"},
-      {R"("architectures": ["Gemma2ForCausalLM"])",
-       "has no \"model_type\", and \"architectures\" [\"Gemma2ForCausalLM\"] is not a model dtensor "
+      {R"("architectures": ["Gemma3ForConditionalGeneration"])",
+       "has no \"model_type\", and \"architectures\" [\"Gemma3ForConditionalGeneration\"] is "
+       "not a model dtensor "
        "runs (supported: LlamaForCausalLM, MistralForCausalLM, "},
       {"\"tie_word_embeddings\": true",
        "has neither \"model_type\" nor \"architectures\", so which model it describes is unknown"},
@@ -436,17 +468,18 @@ TEST(WhichModel, EachClassRefusesWhatItDoesNotRead) {
     std::vector<std::string> read_by;  // model_types that read it
   };
   const std::vector<Field> fields = {
-      {R"("attn_logit_softcapping": 50.0)", {}},
-      {R"("final_logit_softcapping": 30.0)", {}},
-      {R"("query_pre_attn_scalar": 256)", {}},
-      {R"("hidden_activation": "gelu_pytorch_tanh")", {"gemma"}},
+      {R"("attn_logit_softcapping": 50.0)", {"gemma2"}},
+      {R"("final_logit_softcapping": 30.0)", {"gemma2"}},
+      {R"("query_pre_attn_scalar": 256)", {"gemma2"}},
+      {R"("hidden_activation": "gelu_pytorch_tanh")", {"gemma", "gemma2"}},
       {R"("use_bidirectional_attention": true)", {}},
       {R"("rope_local_base_freq": 10000.0)", {}},
       {R"("sliding_window_pattern": 6)", {}},
       {R"("swiglu_limit": 7.0)", {}},
       {R"("attention_chunk_size": 8192)", {}},
       {R"("logit_scale": 0.0625)", {}},
-      {R"("sliding_window": 64)", {"mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe"}},
+      {R"("sliding_window": 64)",
+       {"mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe", "gemma2"}},
       {R"("use_sliding_window": true)", {"qwen2", "qwen3", "qwen3_moe"}},
       {R"("use_gated_attention": true)", {"minicpm5_moe"}},
       {R"("decoder_sparse_step": 2)", {"qwen3_moe"}},

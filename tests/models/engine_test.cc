@@ -213,6 +213,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Family{"zoo/qwen2-tiny", 3}, Family{"zoo/qwen2-tiny", 9, 1, true},
                       Family{"zoo/qwen3-tiny", 1}, Family{"zoo/qwen3-tiny", 4},
                       Family{"zoo/phi3-tiny", 1}, Family{"zoo/phi3-tiny", 2},
+                      Family{"zoo/gemma-tiny", 2, 1, true}, Family{"zoo/olmo2-tiny", 2},
+                      Family{"zoo/gemma2-tiny", 1}, Family{"zoo/gemma2-tiny", 2},
                       Family{"moe/mixtral-tiny", 1}, Family{"moe/mixtral-tiny", 2},
                       Family{"moe/mixtral-tiny", 2, 2}, Family{"moe/qwen3_moe-tiny", 2},
                       Family{"moe/deepseek_v2-tiny", 1}, Family{"moe/deepseek_v2-tiny", 2},

@@ -49,7 +49,8 @@ TEST_P(ZooMultiprocess, MatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ZooMultiprocess,
-                         ::testing::Values("mistral", "qwen2", "qwen3", "phi3", "gemma", "olmo2"),
+                         ::testing::Values("mistral", "qwen2", "qwen3", "phi3", "gemma", "olmo2",
+                                           "gemma2"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

@@ -30,7 +30,10 @@ is what llama.cpp's converter would write (transformers cannot read Phi-3's long
            32 != hidden / heads, 4 / 1 heads (multi-query: tp 2 and 4 with k/v replicated), tied
   olmo2    post-norms, q_norm / k_norm over the whole projection (tp 2 and 4 sum their squares
            across the ranks), 4 / 2 heads with attention biases
-(gemma and olmo2 have no GGUF here: dtensor reads neither architecture from GGUF yet.)
+  gemma2   pre- and post-norms, query_pre_attn_scalar 24 != head_dim 16, attention soft-cap 5
+           and final logit soft-cap 8 (small enough to bite), a window of 6 on layers 0 and 2
+           (the prompt and continuation pass it), 4 / 2 heads
+(gemma, olmo2 and gemma2 have no GGUF here: dtensor reads none of them from GGUF yet.)
 Weights are random (seeded) and scaled so that the greedy continuation is not one repeated
 token; norms are randomized too so that a missing norm weight shows.
 
@@ -48,7 +51,8 @@ import shutil
 import numpy as np
 import torch
 import transformers
-from transformers import (GemmaConfig, GemmaForCausalLM, MistralConfig, MistralForCausalLM,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, GemmaConfig, GemmaForCausalLM,
+                          MistralConfig, MistralForCausalLM,
                           Olmo2Config, Olmo2ForCausalLM, Phi3Config, Phi3ForCausalLM,
                           Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 import gguf
@@ -98,6 +102,14 @@ FAMILIES = {
                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                            rms_norm_eps=1e-6, rope_theta=500000.0, attention_bias=True,
                            tie_word_embeddings=False)),
+    "gemma2": dict(
+        cls=Gemma2ForCausalLM, arch=None, seed=38,
+        config=Gemma2Config(**TINY, vocab_size=320, hidden_size=64, intermediate_size=128,
+                            num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                            head_dim=16, rms_norm_eps=1e-6, rope_theta=10000.0,
+                            hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=24,
+                            attn_logit_softcapping=5.0, final_logit_softcapping=8.0,
+                            sliding_window=6, tie_word_embeddings=True)),
 }
 
 
