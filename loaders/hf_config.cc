@@ -56,6 +56,14 @@ std::vector<DecoderConfigClass> MakeClasses() {
        .default_sliding_pattern = 2, .attention_scale_fields = true,
        .default_attn_logit_softcapping = 50, .default_final_logit_softcapping = 30,
        .default_tie_word_embeddings = true},
+      {.model_type = "gemma3_text", .architecture = "Gemma3ForCausalLM",
+       .attention_bias_field = true, .default_head_dim = 256,
+       .default_hidden_act = "gelu_pytorch_tanh",
+       .activation_key = ActivationKey::kHiddenActivation,
+       .default_max_position_embeddings = 131072, .default_rope_theta = 1e6,
+       .sliding_window = SW::kLayerTypes, .default_sliding_window = 4096,
+       .default_sliding_pattern = 6, .sliding_pattern_field = true, .local_rope_fields = true,
+       .attention_scale_fields = true, .default_tie_word_embeddings = true},
   };
 }
 

@@ -42,7 +42,13 @@
 //                                          shortest window a layer uses, see Note [Sliding windows];
 //                                          Gemma 2: a window per layer, attended as such
 //   query_pre_attn_scalar, attn_logit_softcapping, final_logit_softcapping
-//                                no        Gemma 2's (256, 50, 30; null: none)
+//                                no        Gemma 2's (256, 50, 30; null: none), Gemma 3's (256,
+//                                          none, none)
+//   rope_local_base_freq, sliding_window_pattern
+//                                no        Gemma 3's sliding layers' RoPE base (10000; v5:
+//                                          rope_parameters.sliding_attention, the full layers'
+//                                          in rope_parameters.full_attention) and their pattern
+//                                          (6: every sixth layer full) without layer_types
 //   tie_word_embeddings          no        the class's (false; Gemma true); true: no
 //                                          lm_head.weight, it is embed_tokens
 //   torch_dtype | dtype          no        "float32"; float32, bfloat16, float16
@@ -164,6 +170,11 @@ struct DecoderConfigClass {
   SlidingWindowFields sliding_window = SlidingWindowFields::kNone;
   int64_t default_sliding_window = 0;  // kAll, kLayerTypes when the key is absent; 0: none
   int64_t default_sliding_pattern = 0;  // kLayerTypes without layer_types
+  bool sliding_pattern_field = false;   // sliding_window_pattern gives it (Gemma3TextConfig)
+  // The sliding layers' own RoPE (default type): rope_local_base_freq, or v5's rope_parameters
+  // {"full_attention": {...}, "sliding_attention": {...}} (Gemma3TextConfig)
+  bool local_rope_fields = false;
+  double default_local_rope_theta = 10000;
   // query_pre_attn_scalar (the softmax scale is its -1/2 power), attn_logit_softcapping and
   // final_logit_softcapping (null or 0: none) with these defaults (Gemma2Config)
   bool attention_scale_fields = false;
@@ -178,7 +189,7 @@ struct DecoderConfigClass {
 // Every config class, in hf_config.cc's order.
 const std::vector<DecoderConfigClass>& DecoderConfigClasses();
 // "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe, deepseek_v2, minicpm5_moe, gemma,
-// olmo2, gemma2".
+// olmo2, gemma2, gemma3_text".
 std::string DecoderModelTypes();
 // The class of a config.json "model_type"; InvalidArgument listing the supported ones.
 absl::StatusOr<const DecoderConfigClass*> FindDecoderConfigClass(absl::string_view model_type);
@@ -215,6 +226,8 @@ struct DecoderConfig {
   std::vector<int64_t> layer_windows;
   // Gemma 2's attention (DecoderConfigClass::attention_scale_fields); 0: none / 1/sqrt(head_dim).
   double query_pre_attn_scalar = 0;
+  // The RoPE base of the sliding layers (default rope type; Gemma 3); 0: every layer rope_theta's.
+  double local_rope_theta = 0;
   double attn_logit_softcapping = 0;
   double final_logit_softcapping = 0;
   DType dtype = DType::kF32;  // torch_dtype

@@ -196,6 +196,8 @@ bool ReadsHiddenActivation(const DecoderConfigClass& c) {
   return c.activation_key != ActivationKey::kHiddenAct;
 }
 bool ReadsAttentionScales(const DecoderConfigClass& c) { return c.attention_scale_fields; }
+bool ReadsSlidingPattern(const DecoderConfigClass& c) { return c.sliding_pattern_field; }
+bool ReadsLocalRope(const DecoderConfigClass& c) { return c.local_rope_fields; }
 bool ReadsLayerTypes(const DecoderConfigClass& c) {
   return c.sliding_window == SlidingWindowFields::kFromLayer ||
          c.sliding_window == SlidingWindowFields::kLayerTypes;
@@ -221,8 +223,9 @@ const std::vector<UnimplementedField>& UnimplementedFields() {
        F::kAllFullAttention, ReadsLayerTypes},
       {"sliding_window", "sliding-window attention", F::kZero, HasWindow},
       {"use_sliding_window", "Qwen's sliding-window attention", F::kZero, HasLayerWindows},
-      {"sliding_window_pattern", "Gemma 3's local and global layers"},
-      {"rope_local_base_freq", "Gemma 3's local RoPE base"},
+      {"sliding_window_pattern", "Gemma 3's local and global layers", F::kZero,
+       ReadsSlidingPattern},
+      {"rope_local_base_freq", "Gemma 3's local RoPE base", F::kZero, ReadsLocalRope},
       {"use_gated_attention", "gated attention (Qwen3-Next)", F::kZero, HasMlpLayerTypes},
       {"q_lora_rank", "DeepSeek's latent attention", F::kZero, HasLatentAttention},
       {"kv_lora_rank", "DeepSeek's latent attention", F::kZero, HasLatentAttention},
@@ -393,8 +396,12 @@ absl::Status ParseLayerWindows(const Reader& r, const DecoderConfigClass& cls, D
     return r.Error(absl::StrCat("\"layer_types\" must list ", c->num_hidden_layers,
                                 " layer types, got ", types->dump().substr(0, 80)));
   }
+  int64_t pattern = cls.default_sliding_pattern;
+  if (cls.sliding_pattern_field) {
+    DT_ASSIGN_OR_RETURN(pattern, r.PositiveInt(j, "sliding_window_pattern", pattern));
+  }
   for (int64_t i = 0; i < c->num_hidden_layers; ++i) {
-    bool sliding = (i + 1) % cls.default_sliding_pattern != 0;
+    bool sliding = (i + 1) % pattern != 0;
     if (types != nullptr) {
       const Json& t = (*types)[i];
       sliding = t == "sliding_attention";
@@ -405,6 +412,52 @@ absl::Status ParseLayerWindows(const Reader& r, const DecoderConfigClass& cls, D
     }
     if (sliding) c->layer_windows[i] = window;
   }
+  return absl::OkStatus();
+}
+
+// The sliding layers' RoPE base (DecoderConfigClass::local_rope_fields), before ParseRope: v5's
+// rope_parameters per layer type leaves its full_attention entry in place of the whole, which
+// ParseRope then reads as every other class's.
+absl::Status ParseLocalRope(const Reader& r, const DecoderConfigClass& cls, Json* j,
+                            DecoderConfig* c) {
+  if (!cls.local_rope_fields) return absl::OkStatus();
+  DT_ASSIGN_OR_RETURN(c->local_rope_theta,
+                      r.PositiveNumber(*j, "rope_local_base_freq", cls.default_local_rope_theta));
+  auto params = j->find("rope_parameters");
+  if (params == j->end() || !params->is_object() ||
+      (!params->contains("full_attention") && !params->contains("sliding_attention"))) {
+    return absl::OkStatus();
+  }
+  for (auto it = params->begin(); it != params->end(); ++it) {
+    if (it.key() != "full_attention" && it.key() != "sliding_attention") {
+      return r.Error(absl::StrCat("\"rope_parameters\" per layer type has a key \"", it.key(),
+                                  "\" (full_attention, sliding_attention)"));
+    }
+  }
+  if (const Json* local = r.Find(*params, "sliding_attention")) {
+    for (auto it = local->begin(); it != local->end(); ++it) {
+      const bool plain = (it.key() == "rope_type" && *it == "default") || it.key() == "rope_theta" ||
+                         it->is_null();
+      if (!plain) {
+        return r.Unsupported(absl::StrCat("\"rope_parameters.sliding_attention.", it.key(), "\" ",
+                                          it->dump().substr(0, 40),
+                                          ": the sliding layers' RoPE is read as the default type "
+                                          "with its rope_theta only"));
+      }
+    }
+    if (r.Find(*local, "rope_theta") != nullptr) {
+      DT_ASSIGN_OR_RETURN(const double theta,
+                          r.PositiveNumber(*local, "rope_theta", c->local_rope_theta));
+      if (r.Find(*j, "rope_local_base_freq") != nullptr && theta != c->local_rope_theta) {
+        return r.Error(absl::StrCat("\"rope_local_base_freq\" ", c->local_rope_theta,
+                                    " and \"rope_parameters.sliding_attention.rope_theta\" ",
+                                    theta, " disagree; keep one"));
+      }
+      c->local_rope_theta = theta;
+    }
+  }
+  const Json full = params->value("full_attention", Json(nullptr));
+  (*j)["rope_parameters"] = full;
   return absl::OkStatus();
 }
 
@@ -692,6 +745,7 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::s
                                       cls.default_max_position_embeddings));
     DT_ASSIGN_OR_RETURN(c.rms_norm_eps,
                         r.PositiveNumber(j, "rms_norm_eps", cls.default_rms_norm_eps));
+    DT_RETURN_IF_ERROR(ParseLocalRope(r, cls, &j, &c));
     DT_RETURN_IF_ERROR(ParseRope(r, cls, &c));
     DT_RETURN_IF_ERROR(ParseHiddenAct(r, cls, &c));
     if (cls.attention_bias_field) {

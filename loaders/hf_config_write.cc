@@ -102,6 +102,7 @@ std::string DecoderConfigToJson(const DecoderConfig& c) {
       }
       break;
   }
+  if (cls.local_rope_fields) j["rope_local_base_freq"] = c.local_rope_theta;
   if (cls.attention_scale_fields) {
     auto number = [](double v) { return v > 0 ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr); };
     j["query_pre_attn_scalar"] = number(c.query_pre_attn_scalar);

@@ -213,6 +213,20 @@ DecoderModel::DecoderModel(const loaders::DecoderConfig& c, DType dtype) : Modul
       absl::StrCat("theta=", c.rope_theta, c.rope_scaling.rope_type == "default" ? "" : ", ",
                    c.rope_scaling.rope_type == "default" ? "" : c.rope_scaling.rope_type),
       FamilyOf(c).rotary_interleaved ? ops::RotaryStyle::kInterleaved : ops::RotaryStyle::kHalf);
+  if (c.local_rope_theta > 0) {
+    // Gemma 3: the sliding layers' table, default rope with their base (no file, as rotary_emb).
+    auto local = std::make_shared<loaders::RopeTable>(loaders::ComputeRope(
+        loaders::RopeSpec{loaders::RopeScaling{}, c.head_dim, c.local_rope_theta,
+                          c.max_position_embeddings}));
+    rotary_emb_local_ = &AddModule<RotaryEmbedding>(
+        "rotary_emb_local",
+        [local](int64_t) { return RotaryTable{local->inv_freq, local->attention_scaling}; },
+        absl::StrCat("theta=", c.local_rope_theta), ops::RotaryStyle::kHalf);
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      local_layers_.push_back(i < static_cast<int64_t>(c.layer_windows.size()) &&
+                              c.layer_windows[i] > 0);
+    }
+  }
 }
 
 absl::StatusOr<Values> DecoderModel::Forward(Values inputs) {
@@ -221,12 +235,29 @@ absl::StatusOr<Values> DecoderModel::Forward(Values inputs) {
         absl::StrCat("DecoderModel takes {ids, positions}, got ", inputs.size(), " inputs"));
   }
   DT_ASSIGN_OR_RETURN(Values cs, rotary_emb_->Call({inputs[1]}));
-  DT_ASSIGN_OR_RETURN(Value h, RunLayers(inputs[0], cs[0], cs[1]));
+  DT_ASSIGN_OR_RETURN(Value h, RunLayers(inputs[0], cs[0], cs[1], inputs[1]));
   DT_ASSIGN_OR_RETURN(h, norm_->CallOne({h}));
   return Values{std::move(h)};
 }
 
-absl::StatusOr<Value> DecoderModel::RunLayers(const Value& ids, Value cos, Value sin) {
+namespace {
+
+// cos and sin as the layers take them: in the model dtype (as transformers hands them to
+// attention), [B, S, D] -> [B, 1, S, D] once, not in each layer's attention (which takes either).
+absl::Status ForLayers(DType dtype, Value* cos, Value* sin) {
+  DT_ASSIGN_OR_RETURN(*cos, ops::Cast(*cos, dtype));
+  DT_ASSIGN_OR_RETURN(*sin, ops::Cast(*sin, dtype));
+  if (cos->dim() == 3) {
+    DT_ASSIGN_OR_RETURN(*cos, ops::Unsqueeze(*cos, 1));
+    DT_ASSIGN_OR_RETURN(*sin, ops::Unsqueeze(*sin, 1));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Value> DecoderModel::RunLayers(const Value& ids, Value cos, Value sin,
+                                              const Value& positions) {
   DT_ASSIGN_OR_RETURN(Value h, embed_tokens_->CallOne({ids}));
   if (embed_scale_) {
     // Gemma: the scale rounded to the embeddings' dtype, then the product in it (transformers'
@@ -236,16 +267,18 @@ absl::StatusOr<Value> DecoderModel::RunLayers(const Value& ids, Value cos, Value
     DT_ASSIGN_OR_RETURN(scale, ops::Cast(scale, DType::kF32));
     DT_ASSIGN_OR_RETURN(h, ops::Mul(h, static_cast<double>(scale.data<float>()[0])));
   }
-  // transformers hands cos and sin to attention in the model dtype.
-  DT_ASSIGN_OR_RETURN(cos, ops::Cast(cos, h.dtype()));
-  DT_ASSIGN_OR_RETURN(sin, ops::Cast(sin, h.dtype()));
-  // [B, S, D] -> [B, 1, S, D] once, not in each layer's attention (which takes either).
-  if (cos.dim() == 3) {
-    DT_ASSIGN_OR_RETURN(cos, ops::Unsqueeze(cos, 1));
-    DT_ASSIGN_OR_RETURN(sin, ops::Unsqueeze(sin, 1));
+  DT_RETURN_IF_ERROR(ForLayers(h.dtype(), &cos, &sin));
+  Value cos_local, sin_local;
+  if (rotary_emb_local_ != nullptr) {
+    DT_ASSIGN_OR_RETURN(Values cs, rotary_emb_local_->Call({positions}));
+    cos_local = cs[0];
+    sin_local = cs[1];
+    DT_RETURN_IF_ERROR(ForLayers(h.dtype(), &cos_local, &sin_local));
   }
   for (int64_t i = 0; i < layers_->size(); ++i) {
-    DT_ASSIGN_OR_RETURN(h, layers_->at(i).CallOne({h, cos, sin}));
+    const bool local = i < static_cast<int64_t>(local_layers_.size()) && local_layers_[i];
+    DT_ASSIGN_OR_RETURN(h, layers_->at(i).CallOne({h, local ? cos_local : cos,
+                                                   local ? sin_local : sin}));
   }
   return h;
 }
@@ -256,7 +289,7 @@ absl::StatusOr<Value> DecoderModel::StepHidden(const Tensor& ids, const Tensor& 
   // its own forward would pick (a prefill chunk picks by the chunk's end, as transformers' does).
   if (!rope_by_length_ || segments.size() <= 1) {
     DT_ASSIGN_OR_RETURN(Values cs, rotary_emb_->Call({Value(positions)}));
-    return RunLayers(Value(ids), cs[0], cs[1]);
+    return RunLayers(Value(ids), cs[0], cs[1], Value(positions));
   }
   std::vector<Tensor> cos, sin;
   int64_t at = 0;
@@ -269,7 +302,7 @@ absl::StatusOr<Value> DecoderModel::StepHidden(const Tensor& ids, const Tensor& 
   }
   DT_ASSIGN_OR_RETURN(Tensor c, ops::Cat(cos, 0));
   DT_ASSIGN_OR_RETURN(Tensor s, ops::Cat(sin, 0));
-  return RunLayers(Value(ids), Value(std::move(c)), Value(std::move(s)));
+  return RunLayers(Value(ids), Value(std::move(c)), Value(std::move(s)), Value(positions));
 }
 
 // ---- CausalLM ------------------------------------------------------------------------------------

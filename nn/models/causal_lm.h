@@ -145,10 +145,14 @@ class DecoderModel : public Module {
   ModuleList* layers_;
   RMSNorm* norm_;
   RotaryEmbedding* rotary_emb_;
+  // Gemma 3's sliding layers' table (DecoderConfig::local_rope_theta) and which layers use it.
+  RotaryEmbedding* rotary_emb_local_ = nullptr;
+  std::vector<bool> local_layers_;
   bool rope_by_length_;  // the rotary table depends on the length the positions reach
   std::optional<double> embed_scale_;  // the family's (Gemma: √hidden_size)
-  // {ids [B, S], cos, sin} -> the layers' output, before the final norm.
-  absl::StatusOr<Value> RunLayers(const Value& ids, Value cos, Value sin);
+  // {ids [B, S], cos, sin} -> the layers' output, before the final norm (positions for the
+  // sliding layers' own table).
+  absl::StatusOr<Value> RunLayers(const Value& ids, Value cos, Value sin, const Value& positions);
 };
 
 // set_check_finite's hooks and what they recorded (nn/models/causal_lm.cc).

@@ -130,6 +130,11 @@ std::vector<DecoderFamily> MakeFamilies() {
       {.model_type = "gemma2", .layer_norms = LayerNorms::kPreAndPost,
        .norm_form = RMSNormForm::kOnePlusWeight, .embed_scale = true, .tp_plan = AttentionPlan(),
        .mlp_plan = MlpPlan()},
+      // As Gemma 2 with Qwen3's per-head q/k norms (in the (1 + w) form); the sliding layers'
+      // RoPE base is the config's (DecoderModel's rotary_emb_local).
+      {.model_type = "gemma3_text", .qk_norm = true, .layer_norms = LayerNorms::kPreAndPost,
+       .norm_form = RMSNormForm::kOnePlusWeight, .embed_scale = true, .tp_plan = qwen3_plan,
+       .mlp_plan = MlpPlan()},
   };
 }
 

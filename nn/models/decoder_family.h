@@ -30,6 +30,9 @@
 //               attention scale (query_pre_attn_scalar), soft-caps (attention scores,
 //               final logits) and sliding windows per layer (layer_types), attended as
 //               windows (nn::AttentionOptions: scale, softcap, window)
+//   gemma3_text as gemma2 (soft-caps off by default), with per-head q_norm / k_norm    256   (none)
+//               ((1 + w)) and the sliding layers' own RoPE base (rope_local_base_freq,
+//               default rope; the full layers' rope_theta with the config's scaling)
 //
 // Every family: decoder layers with residuals around attention and a gated MLP act(gate)·up
 // (normalized as the family's LayerNorms say), rotate_half RoPE with the config's rope type, GQA,
@@ -168,7 +171,7 @@ struct DecoderFamily {
 // Every family, in the order of the file comment's table (and of loaders' config classes).
 const std::vector<DecoderFamily>& DecoderFamilies();
 // "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe, deepseek_v2, minicpm5_moe, gemma,
-// olmo2, gemma2".
+// olmo2, gemma2, gemma3_text".
 std::string DecoderFamilyNames();
 // The family of a config.json "model_type"; InvalidArgument listing the supported ones.
 absl::StatusOr<const DecoderFamily*> FindDecoderFamily(absl::string_view model_type);

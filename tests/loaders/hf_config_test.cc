@@ -121,7 +121,7 @@ TEST(HfConfig, Errors) {
        "torch_dtype \"int8\" is not supported"},
       {"{" + sizes + R"(, "num_attention_heads": 2, "model_type": "gpt_neox"})",
        "model_type \"gpt_neox\" is not supported (supported: llama, mistral, qwen2, qwen3, phi3, "
-       "mixtral, qwen3_moe, deepseek_v2, minicpm5_moe, gemma, olmo2, gemma2)"},
+       "mixtral, qwen3_moe, deepseek_v2, minicpm5_moe, gemma, olmo2, gemma2, gemma3_text)"},
       {"{" + base + R"(, "num_attention_heads": 2, "tie_word_embeddings": "yes"})",
        "must be true or false"},
       {"{" + base + R"(, "num_attention_heads": 2, "rope_scaling": {"rope_type": "llama3"}})",
@@ -325,6 +325,38 @@ TEST(DecoderFamilies, Gemma2WindowsAndScales) {
   }
 }
 
+// Gemma3TextConfig: every sixth layer full (sliding_window_pattern), the sliding layers' RoPE base
+// from rope_local_base_freq (v4) or rope_parameters.sliding_attention (v5), the full layers' rope
+// (with its scaling) from the rest; soft-caps off.
+TEST(DecoderFamilies, Gemma3LocalRopeAndPattern) {
+  const DecoderConfig d = Parse("gemma3_text", R"("sliding_window_pattern": 2,
+      "rope_scaling": {"rope_type": "linear", "factor": 8.0})").value();
+  EXPECT_EQ(d.layer_windows, (std::vector<int64_t>{4096, 0, 4096, 0}));
+  EXPECT_EQ(d.local_rope_theta, 10000);
+  EXPECT_EQ(d.rope_theta, 1e6);
+  EXPECT_EQ(d.rope_scaling.rope_type, "linear");
+  EXPECT_EQ(d.attn_logit_softcapping, 0);
+  EXPECT_EQ(d.final_logit_softcapping, 0);
+  EXPECT_EQ(Parse("gemma3_text", "").value().layer_windows,
+            (std::vector<int64_t>{4096, 4096, 4096, 4096}));  // 4 layers, the sixth is full
+  const DecoderConfig v5 = Parse("gemma3_text", R"("rope_parameters": {"full_attention":
+      {"rope_type": "linear", "factor": 2.0, "rope_theta": 500000.0}, "sliding_attention":
+      {"rope_type": "default", "rope_theta": 20000.0}})").value();
+  EXPECT_EQ(v5.local_rope_theta, 20000);
+  EXPECT_EQ(v5.rope_theta, 500000);
+  EXPECT_EQ(v5.rope_scaling.factor, 2.0);
+  EXPECT_TRUE(Contains(Parse("gemma3_text", R"("rope_parameters": {"sliding_attention":
+      {"rope_type": "linear", "factor": 2.0}})").status(),
+                       "\"rope_parameters.sliding_attention.factor\" 2.0"));
+  EXPECT_TRUE(Contains(Parse("gemma3_text", R"("rope_local_base_freq": 10.0, "rope_parameters":
+      {"sliding_attention": {"rope_theta": 20.0}})").status(), "disagree"));
+  for (const DecoderConfig& c : {d, v5}) {
+    auto back = ParseDecoderConfig(DecoderConfigToJson(c), "written");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, c);
+  }
+}
+
 TEST(DecoderFamilies, FieldsNoFamilyImplementsAreRefused) {
   for (const auto& [extra, error] : std::vector<std::pair<std::string, std::string>>{
            {R"("partial_rotary_factor": 0.5)",
@@ -468,18 +500,19 @@ TEST(WhichModel, EachClassRefusesWhatItDoesNotRead) {
     std::vector<std::string> read_by;  // model_types that read it
   };
   const std::vector<Field> fields = {
-      {R"("attn_logit_softcapping": 50.0)", {"gemma2"}},
-      {R"("final_logit_softcapping": 30.0)", {"gemma2"}},
-      {R"("query_pre_attn_scalar": 256)", {"gemma2"}},
-      {R"("hidden_activation": "gelu_pytorch_tanh")", {"gemma", "gemma2"}},
+      {R"("attn_logit_softcapping": 50.0)", {"gemma2", "gemma3_text"}},
+      {R"("final_logit_softcapping": 30.0)", {"gemma2", "gemma3_text"}},
+      {R"("query_pre_attn_scalar": 256)", {"gemma2", "gemma3_text"}},
+      {R"("hidden_activation": "gelu_pytorch_tanh")",
+       {"gemma", "gemma2", "gemma3_text"}},
       {R"("use_bidirectional_attention": true)", {}},
-      {R"("rope_local_base_freq": 10000.0)", {}},
-      {R"("sliding_window_pattern": 6)", {}},
+      {R"("rope_local_base_freq": 10000.0)", {"gemma3_text"}},
+      {R"("sliding_window_pattern": 6)", {"gemma3_text"}},
       {R"("swiglu_limit": 7.0)", {}},
       {R"("attention_chunk_size": 8192)", {}},
       {R"("logit_scale": 0.0625)", {}},
       {R"("sliding_window": 64)",
-       {"mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe", "gemma2"}},
+       {"mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe", "gemma2", "gemma3_text"}},
       {R"("use_sliding_window": true)", {"qwen2", "qwen3", "qwen3_moe"}},
       {R"("use_gated_attention": true)", {"minicpm5_moe"}},
       {R"("decoder_sparse_step": 2)", {"qwen3_moe"}},

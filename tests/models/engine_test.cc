@@ -215,6 +215,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Family{"zoo/phi3-tiny", 1}, Family{"zoo/phi3-tiny", 2},
                       Family{"zoo/gemma-tiny", 2, 1, true}, Family{"zoo/olmo2-tiny", 2},
                       Family{"zoo/gemma2-tiny", 1}, Family{"zoo/gemma2-tiny", 2},
+                      Family{"zoo/gemma3_text-tiny", 2},
                       Family{"moe/mixtral-tiny", 1}, Family{"moe/mixtral-tiny", 2},
                       Family{"moe/mixtral-tiny", 2, 2}, Family{"moe/qwen3_moe-tiny", 2},
                       Family{"moe/deepseek_v2-tiny", 1}, Family{"moe/deepseek_v2-tiny", 2},

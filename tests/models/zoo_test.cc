@@ -1,5 +1,5 @@
 // The decoder zoo (nn/models/causal_lm.h) against transformers: Mistral, Qwen2, Qwen3, Phi-3,
-// Gemma, OLMo 2 and Gemma 2 tiny checkpoints (tools/reference/make_zoo_fixtures.py) at every tp their heads allow, on
+// Gemma, OLMo 2, Gemma 2 and Gemma 3 (text) tiny checkpoints (tools/reference/make_zoo_fixtures.py) at every tp their heads allow, on
 // threads: greedy tokens identical to transformers', logits within 1e-4 of their scale, each rank
 // reading only its shards; every tp the heads refuse refused before any read, naming heads and
 // tp; the sliding window refused beyond its length.
@@ -63,7 +63,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ZooCase{"olmo2", 2, false},
                       ZooCase{"olmo2", 4, true},  // q_norm split 4 ways, k_norm whole
                       ZooCase{"gemma2", 1, false}, ZooCase{"gemma2", 2, false},
-                      ZooCase{"gemma2", 4, true}),
+                      ZooCase{"gemma2", 4, true}, ZooCase{"gemma3_text", 1, false},
+                      ZooCase{"gemma3_text", 2, false}, ZooCase{"gemma3_text", 4, true}),
     [](const auto& info) {
       return absl::StrCat(info.param.family, "_tp", info.param.tp,
                           info.param.replicate_kv ? "_replicated_kv" : "");
@@ -147,7 +148,8 @@ TEST(ZooRefusals, TpThatHeadsDoNotAllowBeforeAnyRead) {
            {"phi3", 8, "tensor parallel size 8 does not divide num_kv_heads 4 (qkv_proj.weight"},
            {"gemma", 2, "tensor parallel size 2 does not divide num_kv_heads 1"},
            {"olmo2", 3, "tensor parallel size 3 does not divide num_heads 4"},
-           {"gemma2", 3, "tensor parallel size 3 does not divide num_heads 4"}}) {
+           {"gemma2", 3, "tensor parallel size 3 does not divide num_heads 4"},
+           {"gemma3_text", 3, "tensor parallel size 3 does not divide num_heads 4"}}) {
     std::vector<double> seconds(r.tp, -1);  // LoadCheckpoint resets the report when it starts
     absl::Status s = World::RunThreads(r.tp, [&](World& w) -> absl::Status {
       DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {r.tp}, {"tp"}));

@@ -33,7 +33,11 @@ is what llama.cpp's converter would write (transformers cannot read Phi-3's long
   gemma2   pre- and post-norms, query_pre_attn_scalar 24 != head_dim 16, attention soft-cap 5
            and final logit soft-cap 8 (small enough to bite), a window of 6 on layers 0 and 2
            (the prompt and continuation pass it), 4 / 2 heads
-(gemma, olmo2 and gemma2 have no GGUF here: dtensor reads none of them from GGUF yet.)
+  gemma3_text per-head (1 + w) q/k norms, layer_types sliding, sliding, full, sliding with a
+           window of 5, the sliding layers' RoPE base 10000 and the full layers' 1e6 with linear
+           scaling x2 (rope_parameters per layer type, v5's spelling), scale 1/sqrt(20)
+(gemma, olmo2, gemma2 and gemma3_text have no GGUF here: dtensor reads none of them from GGUF
+yet.)
 Weights are random (seeded) and scaled so that the greedy continuation is not one repeated
 token; norms are randomized too so that a missing norm weight shows.
 
@@ -51,7 +55,8 @@ import shutil
 import numpy as np
 import torch
 import transformers
-from transformers import (Gemma2Config, Gemma2ForCausalLM, GemmaConfig, GemmaForCausalLM,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
+                          GemmaConfig, GemmaForCausalLM,
                           MistralConfig, MistralForCausalLM,
                           Olmo2Config, Olmo2ForCausalLM, Phi3Config, Phi3ForCausalLM,
                           Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
@@ -110,6 +115,19 @@ FAMILIES = {
                             hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=24,
                             attn_logit_softcapping=5.0, final_logit_softcapping=8.0,
                             sliding_window=6, tie_word_embeddings=True)),
+    "gemma3_text": dict(
+        cls=Gemma3ForCausalLM, arch=None, seed=43,
+        config=Gemma3TextConfig(
+            **TINY, vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
+            hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=20, sliding_window=5,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                         "sliding_attention"],
+            rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                "rope_theta": 1000000.0},
+                             "sliding_attention": {"rope_type": "default",
+                                                   "rope_theta": 10000.0}},
+            tie_word_embeddings=True)),
 }
 
 
