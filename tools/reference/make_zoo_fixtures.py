@@ -43,7 +43,7 @@ token; norms are randomized too so that a missing norm weight shows.
 
 It also writes tests/fixtures/zoo/chat_templates.json: the chat templates of the formats
 loaders/chat_template.h writes (ChatML as Qwen2.5 carries it, Mistral-7B-Instruct v0.2's [INST],
-Phi-3's <|user|>; written out below as those checkpoints' tokenizer_config.json publish them) and
+Phi-3's <|user|>, Gemma's <start_of_turn>; written out below as those checkpoints' tokenizer_config.json publish them) and
 conversations rendered by transformers' own renderer (render_jinja_template), or the error the
 template raises.
 """
@@ -278,6 +278,16 @@ CHAT_TEMPLATES = {
         "message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'assistant' %}"
         "{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}{% if "
         "add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}")),
+    # google/gemma-7b-it's (Gemma 2's instruct checkpoints carry the same).
+    "gemma": dict(bos="<bos>", eos="<eos>", template=(
+        "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role "
+        "not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == "
+        "'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must "
+        "alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == "
+        "'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+        "{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + "
+        "'<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}"
+        "{{'<start_of_turn>model\\n'}}{% endif %}")),
 }
 
 CONVERSATIONS = [
