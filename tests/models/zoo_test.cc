@@ -171,6 +171,18 @@ TEST(ZooRefusals, TpThatHeadsDoNotAllowBeforeAnyRead) {
   EXPECT_TRUE(Contains(kv, "a plan that replicates k_proj and v_proj, or splits them unit_colwise (whole heads on every rank), runs it"));
 }
 
+// NumParameters (nn/models/decoder_family.h) counts what transformers saved for every family's
+// norms, q/k norms and tying.
+TEST(ZooParameters, NumParametersCountsTheCheckpoint) {
+  for (const char* family : {"mistral", "qwen2", "qwen3", "phi3", "gemma", "olmo2", "gemma2",
+                             "gemma3_text"}) {
+    const loaders::Checkpoint ck = loaders::Checkpoint::Open(ZooDir(family)).value();
+    int64_t saved = 0;
+    for (const std::string& name : ck.names()) saved += Numel(ck.Info(name).value()->shape);
+    EXPECT_EQ(NumParameters(loaders::LoadDecoderConfig(ZooDir(family)).value()), saved) << family;
+  }
+}
+
 // Note [Sliding windows]: Mistral's window is 48 here; within it attention is full (the tests
 // above), beyond it the model refuses.
 TEST(ZooSlidingWindow, ALongerSequenceIsRefused) {
