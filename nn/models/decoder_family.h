@@ -24,8 +24,8 @@
 //   gemma       attention_bias; GeGLU (gelu_pytorch_tanh), embeddings times      256      (none)
 //               √hidden (rounded to the embedding dtype), every RMSNorm (1 + w) in f32, tied
 //   olmo2       attention_bias; post-norms (Note [Layer norms]), q_norm / k_norm  hidden/  (none)
-//               over the whole projection [nH·D] / [nKV·D] (Note [A norm over a      heads
-//               sharded dim] in nn/norm.h), every RMSNorm scaled in f32
+//               over the whole projection [nH·D] / [nKV·D], every RMSNorm scaled  heads
+//               in f32; the q/k norms under tp: Note [A norm over a sharded dim] in nn/norm.h
 //   gemma2      as gemma, with pre- and post-norms (Note [Layer norms]); the config's   256   (none)
 //               attention scale (query_pre_attn_scalar), soft-caps (attention scores,
 //               final logits) and sliding windows per layer (layer_types), attended as
