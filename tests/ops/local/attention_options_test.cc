@@ -124,6 +124,10 @@ TEST(AttentionOptionsTest, MatchesTransformersContiguous) {
             if (mask.defined()) p.mask = mask.data<float>(), p.mask_bs = rows * g.s, p.mask_rs = g.s;
             cpu::AttentionTuning tuning;
             tuning.q_block = 3, tuning.kv_block = kv_block;
+            // kv_block 7: every call on the flash path; 4: decode (under 16 rows) on the
+            // score-row path.
+            if (kv_block == 7) tuning.flash_min_rows = tuning.flash_min_rows_bf16 = 0;
+            if (kv_block == 4) tuning.flash_min_rows = tuning.flash_min_rows_bf16 = 16;
             const Tensor out = Tensor::Empty({g.b, g.hq, rows, g.d}, dtype).value();
             ASSERT_TRUE(cpu::AttentionTuned(q, g.k, g.v, p, tuning, out).ok());
             EXPECT_EQ(testing::Mismatch(out, {g.b, g.hq, rows, g.d}, want, GoldenTol(dtype)), "")
@@ -259,6 +263,7 @@ RC_GTEST_PROP(AttentionOptionsTest, AgreesWithNaiveLoops, ()) {
   NaiveOptions n;
   n.kv_length = *opt.kv_length;
   n.q_offset = n.kv_length - sq;
+  if (*rc::gen::arbitrary<bool>()) n.q_offset = *(opt.q_offset = *rc::gen::inRange<int64_t>(-2, skv + 3));
   n.scale = 1 / std::sqrt(static_cast<double>(d));
   if (*rc::gen::arbitrary<bool>()) n.scale = *(opt.scale = *rc::gen::inRange(1, 20) / 10.0);
   if (*rc::gen::arbitrary<bool>()) n.softcap = *(opt.softcap = *rc::gen::inRange(1, 40) / 10.0);
