@@ -247,7 +247,8 @@ void DecodeRows(const Setup& setup, std::vector<Result>& results) {
 // Each option against the plain call (Note [Attention options]): what it costs, or saves (a window
 // shorter than the keys skips blocks).
 void OptionRows(const Setup& setup, std::vector<Result>& results) {
-  std::printf("\noptions (32/8/128, causal; ms = median per call; ratio = plain / with the option)\n");
+  std::printf(
+      "\noptions (32/8/128, causal; ms = median per call; ratio = plain / with the option)\n");
   std::printf("%-7s %-5s %-10s %-16s %9s %9s %9s\n", "rows", "dtype", "SqxSkv", "option", "ms",
               "plain", "ratio");
   const Heads h{32, 8, 128};

@@ -188,7 +188,7 @@ struct AttentionOptions {
   std::string o_name = "o_proj";
   std::string qkv_name = "qkv_proj";  // with fused_qkv
   // Per layer (Note [Attention options] in ops/local/cpu/attention.cc; see the file comment):
-  std::optional<double> scale;    // of q kᵀ; default head_dim^-0.5 (Gemma: query_pre_attn_scalar^-0.5)
+  std::optional<double> scale;    // default head_dim^-0.5; Gemma: query_pre_attn_scalar^-0.5
   std::optional<double> softcap;  // attention logit soft-capping (Gemma 2), > 0
   std::optional<int64_t> window;  // sliding window (Gemma 2/3, gpt-oss), >= 1; needs causal
   bool sinks = false;             // a parameter "sinks" [num_heads] (gpt-oss)

@@ -4,13 +4,13 @@
 // uses its own heads' sinks): a prefill, the same tokens through the KV cache in steps, and the
 // window given instead as an additive mask input.
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cmath>
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
@@ -64,8 +64,11 @@ absl::Status ExpectRows(absl::string_view what, const Value& got, int64_t from, 
 absl::Status RunLayer(World& w, bool mask_input) {
   const Json& l = Layer();
   DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {w.size()}, {"tp"}));
-  AttentionOptions o{.hidden_size = l["hidden"], .num_heads = l["heads"],
-                     .num_kv_heads = l["kv_heads"], .head_dim = l["head_dim"], .bias = true};
+  AttentionOptions o{.hidden_size = l["hidden"],
+                     .num_heads = l["heads"],
+                     .num_kv_heads = l["kv_heads"],
+                     .head_dim = l["head_dim"],
+                     .bias = true};
   o.sinks = true;
   const int64_t window = l["window"], tokens = l["tokens"], hidden = o.hidden_size;
   if (!mask_input) o.window = window;
@@ -119,8 +122,8 @@ TEST(AttentionOptionsNnTest, GptOssLayerMatchesTransformers) {
     for (const bool mask_input : {false, true}) {
       WorldOptions options;
       options.timeout = std::chrono::seconds(60);
-      const absl::Status s =
-          World::RunThreads(ranks, [&](World& w) { return RunLayer(w, mask_input); }, options);
+      const absl::Status s = World::RunThreads(
+          ranks, [&](World& w) { return RunLayer(w, mask_input); }, options);
       EXPECT_TRUE(s.ok()) << "tp " << ranks << ": " << s;
     }
   }

@@ -204,7 +204,8 @@ absl::Status ScoreRows(const Tensor& q, const Tensor& k, const Tensor& v,
           for (int64_t j = 0; j < n; ++j) x[j] *= params.scale;
           if (params.softcap > 0) SoftCap(x, n, params.softcap, tmp);
           if (params.mask != nullptr) {
-            const float* add = params.mask + bi * params.mask_bs + (i0 + r) * params.mask_rs + first;
+            const float* add =
+                params.mask + bi * params.mask_bs + (i0 + r) * params.mask_rs + first;
             for (int64_t j = 0; j < n; ++j) x[j] += add[j];
           }
           // A sink is a key of score sinks[h] and no value: in the max and the sum only.

@@ -4,6 +4,9 @@
 // on the contiguous and the paged kernels, prefill and decode, f32 and bf16, every instruction set;
 // against naive loops over random shapes and windows; and their bad values refused by name.
 
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -12,9 +15,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <rapidcheck/gtest.h>
 
 #include "dtensor/ops/local/cpu/attention.h"
 #include "dtensor/ops/local/cpu/attention_kernels.h"
@@ -100,11 +100,13 @@ TEST(AttentionOptionsTest, MatchesTransformersContiguous) {
         const Tensor q = g.q.Narrow(2, g.s - rows, rows).value();
         AttentionOptions opt = g.opt;
         if (decode && opt.mask.defined()) opt.mask = opt.mask.Narrow(2, g.s - 1, 1).value();
-        const std::vector<double> want = c[decode ? "decode" : "prefill"].get<std::vector<double>>();
+        const std::vector<double> want =
+            c[decode ? "decode" : "prefill"].get<std::vector<double>>();
         const std::string what = absl::StrCat(c["name"].get<std::string>(), " ", DTypeName(dtype),
                                               decode ? " decode" : " prefill");
         const Tensor got = ScaledDotProductAttention(q, g.k, g.v, opt).value();
-        EXPECT_EQ(testing::Mismatch(got, {g.b, g.hq, rows, g.d}, want, GoldenTol(dtype)), "") << what;
+        EXPECT_EQ(testing::Mismatch(got, {g.b, g.hq, rows, g.d}, want, GoldenTol(dtype)), "")
+            << what;
         for (Isa isa : SupportedIsas()) {
           ForceIsa force(isa);
           for (const int64_t kv_block : {int64_t{4}, int64_t{7}}) {
@@ -118,10 +120,13 @@ TEST(AttentionOptionsTest, MatchesTransformersContiguous) {
             p.softcap = static_cast<float>(opt.softcap.value_or(0));
             p.window = opt.window.value_or(0);
             const Tensor sinks = opt.sinks.defined() ? opt.sinks.To(DType::kF32).value() : Tensor();
-            const Tensor mask = opt.mask.defined() ? opt.mask.To(DType::kF32).value().Contiguous().value()
-                                                   : Tensor();
+            const Tensor mask = opt.mask.defined()
+                                    ? opt.mask.To(DType::kF32).value().Contiguous().value()
+                                    : Tensor();
             if (sinks.defined()) p.sinks = sinks.data<float>();
-            if (mask.defined()) p.mask = mask.data<float>(), p.mask_bs = rows * g.s, p.mask_rs = g.s;
+            if (mask.defined()) {
+              p.mask = mask.data<float>(), p.mask_bs = rows * g.s, p.mask_rs = g.s;
+            }
             cpu::AttentionTuning tuning;
             tuning.q_block = 3, tuning.kv_block = kv_block;
             // kv_block 7: every call on the flash path; 4: decode (under 16 rows) on the
@@ -156,26 +161,36 @@ TEST(AttentionOptionsTest, MatchesTransformersPaged) {
         for (int64_t p = 0; p < per_seq; ++p) {
           table.push_back(static_cast<int32_t>(pool_pages - 1 - (i * per_seq + p)));
         }
-        for (int64_t j = 0; j < g.s; ++j) slots.push_back(table[i * per_seq + j / kPage] * kPage + j % kPage);
+        for (int64_t j = 0; j < g.s; ++j) {
+          slots.push_back(table[i * per_seq + j / kPage] * kPage + j % kPage);
+        }
         const Tensor sl = Tensor::FromVector<int64_t>({g.s}, slots).value();
         ASSERT_TRUE(WriteToPages(k_pages, g.k.Select(0, i).value(), sl).ok());
         ASSERT_TRUE(WriteToPages(v_pages, g.v.Select(0, i).value(), sl).ok());
       }
       const Tensor page_table = Tensor::FromVector<int32_t>({g.b, per_seq}, table).value();
-      const Tensor lengths = Tensor::FromVector<int64_t>({g.b}, std::vector<int64_t>(g.b, g.s)).value();
+      const Tensor lengths =
+          Tensor::FromVector<int64_t>({g.b}, std::vector<int64_t>(g.b, g.s)).value();
       PagedAttentionOptions opt;
       opt.scale = g.opt.scale, opt.softcap = g.opt.softcap, opt.window = g.opt.window;
       opt.sinks = g.opt.sinks;
       for (const bool decode : {false, true}) {
         const int64_t rows = decode ? 1 : g.s;
         // q [Hq, B · rows, D]: sequence i's rows after sequence i - 1's.
-        const Tensor q = g.q.Narrow(2, g.s - rows, rows).value().Permute({1, 0, 2, 3}).value()
-                             .Contiguous().value().View({g.hq, g.b * rows, g.d}).value();
+        const Tensor q = g.q.Narrow(2, g.s - rows, rows)
+                             .value()
+                             .Permute({1, 0, 2, 3})
+                             .value()
+                             .Contiguous()
+                             .value()
+                             .View({g.hq, g.b * rows, g.d})
+                             .value();
         std::vector<int64_t> starts;
         for (int64_t i = 0; i <= g.b; ++i) starts.push_back(i * rows);
         const Tensor qs = Tensor::FromVector<int64_t>({g.b + 1}, starts).value();
         // The golden [B, Hq, rows, D] as this layout [Hq, B · rows, D].
-        const std::vector<double> flat = c[decode ? "decode" : "prefill"].get<std::vector<double>>();
+        const std::vector<double> flat =
+            c[decode ? "decode" : "prefill"].get<std::vector<double>>();
         std::vector<double> want;
         for (int64_t h = 0; h < g.hq; ++h) {
           for (int64_t i = 0; i < g.b; ++i) {
@@ -186,7 +201,8 @@ TEST(AttentionOptionsTest, MatchesTransformersPaged) {
         for (Isa isa : SupportedIsas()) {
           ForceIsa force(isa);
           const Tensor out = Tensor::Empty({g.hq, g.b * rows, g.d}, dtype).value();
-          ASSERT_TRUE(PagedAttentionInto(out, q, k_pages, v_pages, page_table, qs, lengths, opt).ok());
+          ASSERT_TRUE(
+              PagedAttentionInto(out, q, k_pages, v_pages, page_table, qs, lengths, opt).ok());
           EXPECT_EQ(testing::Mismatch(out, {g.hq, g.b * rows, g.d}, want, GoldenTol(dtype)), "")
               << c["name"].get<std::string>() << " " << DTypeName(dtype)
               << (decode ? " decode " : " prefill ") << cpu::attention::IsaName(isa);
@@ -238,7 +254,8 @@ std::vector<double> NaiveAttention(const Tensor& q, const Tensor& k, const Tenso
         for (double& s : w) sum += s = std::exp(s - mx);
         for (int64_t e = 0; e < dv; ++e) {
           double acc = 0;
-          for (size_t j = 0; j < w.size(); ++j) acc += w[j] / sum * vv[((bi * hkv + g) * skv + js[j]) * dv + e];
+          for (size_t j = 0; j < w.size(); ++j)
+            acc += w[j] / sum * vv[((bi * hkv + g) * skv + js[j]) * dv + e];
           out[((bi * hq + h) * sq + i) * dv + e] = sum > 0 ? acc : 0;
         }
       }
@@ -263,11 +280,13 @@ RC_GTEST_PROP(AttentionOptionsTest, AgreesWithNaiveLoops, ()) {
   NaiveOptions n;
   n.kv_length = *opt.kv_length;
   n.q_offset = n.kv_length - sq;
-  if (*rc::gen::arbitrary<bool>()) n.q_offset = *(opt.q_offset = *rc::gen::inRange<int64_t>(-2, skv + 3));
+  if (*rc::gen::arbitrary<bool>())
+    n.q_offset = *(opt.q_offset = *rc::gen::inRange<int64_t>(-2, skv + 3));
   n.scale = 1 / std::sqrt(static_cast<double>(d));
   if (*rc::gen::arbitrary<bool>()) n.scale = *(opt.scale = *rc::gen::inRange(1, 20) / 10.0);
   if (*rc::gen::arbitrary<bool>()) n.softcap = *(opt.softcap = *rc::gen::inRange(1, 40) / 10.0);
-  if (*rc::gen::arbitrary<bool>()) n.window = *(opt.window = *rc::gen::inRange<int64_t>(1, skv + 3));
+  if (*rc::gen::arbitrary<bool>())
+    n.window = *(opt.window = *rc::gen::inRange<int64_t>(1, skv + 3));
   const Tensor q = RandomTensor({b, hq, sq, d}, dtype);
   const Tensor k = RandomTensor({b, hkv, skv, d}, dtype);
   const Tensor v = RandomTensor({b, hkv, skv, dv}, dtype);
@@ -323,19 +342,24 @@ TEST(AttentionOptionsTest, BadOptionsAreRefusedByName) {
     EXPECT_TRUE(testing::Contains(s, "softcap must be finite and > 0, got")) << s;
     EXPECT_TRUE(testing::Contains(s, absl::StrCat(cap))) << s;
   }
+  EXPECT_TRUE(
+      testing::Contains(run([](AttentionOptions& o) { o.sinks = Tensor::Zeros({3}).value(); }),
+                        "sinks must be [Hq] = [4] (one per query head), got f32[3]"));
+  EXPECT_TRUE(testing::Contains(run([](AttentionOptions& o) {
+                                  o.sinks = Tensor::Zeros({1, 4}).value();
+                                }),
+                                "got f32[1, 4]"));
   EXPECT_TRUE(testing::Contains(
-      run([](AttentionOptions& o) { o.sinks = Tensor::Zeros({3}).value(); }),
-      "sinks must be [Hq] = [4] (one per query head), got f32[3]"));
-  EXPECT_TRUE(testing::Contains(
-      run([](AttentionOptions& o) { o.sinks = Tensor::Zeros({1, 4}).value(); }), "got f32[1, 4]"));
-  EXPECT_TRUE(testing::Contains(
-      run([](AttentionOptions& o) { o.sinks = Tensor::Zeros({4}, DType::kI64).value(); }), "sinks"));
-  EXPECT_TRUE(testing::Contains(
-      run([](AttentionOptions& o) { o.mask = Tensor::Zeros({2, 1, 3, 4}).value(); }),
-      "mask must be [B or 1, 1, Sq, Skv] = [2 or 1, 1, 3, 5]"));
-  EXPECT_TRUE(testing::Contains(
-      run([](AttentionOptions& o) { o.mask = Tensor::Zeros({2, 4, 3, 5}).value(); }),
-      "got f32[2, 4, 3, 5]"));
+      run([](AttentionOptions& o) { o.sinks = Tensor::Zeros({4}, DType::kI64).value(); }),
+      "sinks"));
+  EXPECT_TRUE(testing::Contains(run([](AttentionOptions& o) {
+                                  o.mask = Tensor::Zeros({2, 1, 3, 4}).value();
+                                }),
+                                "mask must be [B or 1, 1, Sq, Skv] = [2 or 1, 1, 3, 5]"));
+  EXPECT_TRUE(testing::Contains(run([](AttentionOptions& o) {
+                                  o.mask = Tensor::Zeros({2, 4, 3, 5}).value();
+                                }),
+                                "got f32[2, 4, 3, 5]"));
   EXPECT_TRUE(run([](AttentionOptions& o) { o.mask = Tensor::Zeros({1, 1, 3, 5}).value(); }).ok());
   // Paged: the same checks.
   const Tensor pq = Tensor::Randn({4, 2, 8}, 1).value();
