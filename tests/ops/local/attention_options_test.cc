@@ -307,8 +307,69 @@ RC_GTEST_PROP(AttentionOptionsTest, AgreesWithNaiveLoops, ()) {
   RC_ASSERT(testing::Mismatch(got, {b, hq, sq, dv}, want, testing::TolFor(dtype, 3)) == "");
 }
 
-// Without options the decode path is the score-row one; a set option takes the flash path, and a
-// scale alone changes nothing else: the result equals the plain call's with that scale.
+// A window wider than every row's keys gives the plain call's result (a decode-sized f32 call: the
+// score-row path).
+// Sequences of random lengths over shuffled pages with softcap, window and sinks: each sequence's
+// rows (its last positions) agree with the naive loops over its keys alone, every instruction set.
+RC_GTEST_PROP(AttentionOptionsTest, PagedAgreesWithNaiveLoops, ()) {
+  const DType dtype = *rc::gen::element(DType::kF32, DType::kBF16, DType::kF16);
+  const int64_t hkv = *rc::gen::inRange<int64_t>(1, 3), hq = hkv * *rc::gen::inRange<int64_t>(1, 4);
+  const int64_t d = *rc::gen::inRange<int64_t>(1, 40), page = *rc::gen::inRange<int64_t>(1, 20);
+  const int64_t seqs = *rc::gen::inRange<int64_t>(1, 4);
+  PagedAttentionOptions opt;
+  NaiveOptions n;
+  n.scale = 1 / std::sqrt(static_cast<double>(d));
+  if (*rc::gen::arbitrary<bool>()) n.softcap = *(opt.softcap = *rc::gen::inRange(1, 40) / 10.0);
+  if (*rc::gen::arbitrary<bool>()) n.window = *(opt.window = *rc::gen::inRange<int64_t>(1, 80));
+  if (*rc::gen::arbitrary<bool>()) {
+    opt.sinks = RandomTensor({hq}, dtype);
+    n.sinks = opt.sinks.ToDoubles();
+  }
+  std::vector<int64_t> lengths, starts = {0};
+  int64_t total_pages = 0, max_pages = 1;
+  for (int64_t i = 0; i < seqs; ++i) {
+    lengths.push_back(*rc::gen::inRange<int64_t>(1, 90));
+    starts.push_back(starts.back() + *rc::gen::inRange<int64_t>(1, lengths.back() + 1));
+    const int64_t pages = (lengths.back() + page - 1) / page;
+    total_pages += pages, max_pages = std::max(max_pages, pages);
+  }
+  std::vector<int32_t> order(total_pages), table(seqs * max_pages, 0);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(*rc::gen::arbitrary<uint64_t>()));
+  const Tensor k_pages = Tensor::Zeros({total_pages, hkv, page, d}, dtype).value();
+  const Tensor v_pages = Tensor::Zeros({total_pages, hkv, page, d}, dtype).value();
+  const Tensor q = RandomTensor({hq, starts.back(), d}, dtype, testing::Values::kNormal, true);
+  const Isa isa = *rc::gen::elementOf(SupportedIsas());
+  ForceIsa force(isa);
+  std::vector<std::vector<double>> want(seqs);
+  for (int64_t i = 0, next = 0; i < seqs; ++i) {
+    const int64_t len = lengths[i], rows = starts[i + 1] - starts[i];
+    std::vector<int64_t> slots;
+    for (int64_t p = 0; p < (len + page - 1) / page; ++p) table[i * max_pages + p] = order[next++];
+    for (int64_t j = 0; j < len; ++j)
+      slots.push_back(table[i * max_pages + j / page] * page + j % page);
+    const Tensor k = RandomTensor({1, hkv, len, d}, dtype, testing::Values::kNormal, true);
+    const Tensor v = RandomTensor({1, hkv, len, d}, dtype, testing::Values::kNormal, true);
+    const Tensor sl = Tensor::FromVector<int64_t>({len}, slots).value();
+    RC_ASSERT(WriteToPages(k_pages, k.Select(0, 0).value(), sl).ok());
+    RC_ASSERT(WriteToPages(v_pages, v.Select(0, 0).value(), sl).ok());
+    const Tensor qi = q.Narrow(1, starts[i], rows).value().Unsqueeze(0).value();
+    n.kv_length = len, n.q_offset = len - rows;
+    want[i] = NaiveAttention(qi, k, v, n);  // [1, hq, rows, d]
+  }
+  const Tensor out = Tensor::Empty({hq, starts.back(), d}, dtype).value();
+  RC_ASSERT(PagedAttentionInto(out, q, k_pages, v_pages,
+                               Tensor::FromVector<int32_t>({seqs, max_pages}, table).value(),
+                               Tensor::FromVector<int64_t>({seqs + 1}, starts).value(),
+                               Tensor::FromVector<int64_t>({seqs}, lengths).value(), opt)
+                .ok());
+  for (int64_t i = 0; i < seqs; ++i) {
+    const int64_t rows = starts[i + 1] - starts[i];
+    const Tensor got = out.Narrow(1, starts[i], rows).value().Unsqueeze(0).value();
+    RC_ASSERT(testing::Mismatch(got, {1, hq, rows, d}, want[i], testing::TolFor(dtype, 3)) == "");
+  }
+}
+
 TEST(AttentionOptionsTest, DefaultsChangeNothing) {
   const Tensor q = Tensor::Randn({1, 4, 5, 16}, 1).value();
   const Tensor k = Tensor::Randn({1, 2, 30, 16}, 2).value();
