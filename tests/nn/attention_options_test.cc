@@ -129,6 +129,18 @@ TEST(AttentionOptionsNnTest, GptOssLayerMatchesTransformers) {
   }
 }
 
+// The Value and DTensor op refuses the options it does not carry, naming them, rather than drop them.
+TEST(AttentionOptionsNnTest, ValueOpRefusesTheOptions) {
+  const Value q(Tensor::Randn({1, 2, 3, 4}, 1).value());
+  ops::AttentionOptions o;
+  o.causal = true;
+  o.window = 2;
+  EXPECT_TRUE(testing::Contains(ops::ScaledDotProductAttention(q, q, q, o).status(),
+                                "softcap, window, sinks and mask are taken by the Tensor overloads"));
+  o.window.reset();
+  EXPECT_TRUE(ops::ScaledDotProductAttention(q, q, q, o).ok());
+}
+
 // The options show in the module's repr, and sinks are a parameter of one logit per head.
 TEST(AttentionOptionsNnTest, OptionsShowAndSinksAreAParameter) {
   AttentionOptions o{.hidden_size = 16, .num_heads = 4, .num_kv_heads = 2, .head_dim = 4};
