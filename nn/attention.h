@@ -36,6 +36,13 @@
 // sigmoid(gate) before o_proj. A colwise split keeps each head's q and gate on one rank (the unit
 // is 2·D rows), so the gate needs no communication. Not with fused_qkv.
 //
+// Options per layer (AttentionOptions: scale, softcap, window, sinks; ops::AttentionOptions): a
+// Gemma 2 layer sets scale = query_pre_attn_scalar^-0.5, softcap and, on its sliding layers,
+// window; gpt-oss sets sinks, a parameter [num_heads] of which each rank uses its own heads' (the
+// parameter replicated, or sharded by a plan with the heads: Shard(0)). An additive mask
+// [B or 1, 1, S, keys] (keys: the cached ones and S) may follow as a fourth input,
+// {x, cos, sin, mask}, added to every head's scores; not with a paged step.
+//
 // KV cache: EnableKVCache() keeps K and V (after rotary, a KVCache) and appends every call's keys
 // after the previous ones; with `causal`, query i of a call attends to keys j <= cache_len + i
 // (the mask is bottom-right aligned). ResetKVCache() forgets them. Under tensor parallelism the
@@ -149,7 +156,7 @@ class PagedKVCache {
  public:
   // Writes the step's new keys k [1, h, T, D] (rotated) and values v [1, h, T, Dv] into their
   // slots, then the queries q [1, hq, T, D] attend over their sequences' pages into out
-  // [hq, T, Dv] (ops::PagedAttentionInto, causal).
+  // [hq, T, Dv] (ops::PagedAttentionInto with `options`).
   absl::Status Attend(const PagedStep& step, const Tensor& q, const Tensor& k, const Tensor& v,
                       const ops::PagedAttentionOptions& options, const Tensor& out);
   void Release();
@@ -174,13 +181,6 @@ struct AttentionOptions {
   RMSNormForm norm_form = RMSNormForm::kRoundThenScale;  // the q/k norms' form
   double norm_eps = 1e-6;    // their eps
   bool causal = true;
-  // The softmax's scores (ops::AttentionOptions, Note [Attention options] in
-  // ops/local/cpu/attention.cc): the scale (default 1/sqrt(head_dim); Gemma 2's
-  // query_pre_attn_scalar^-1/2), soft-capping softcap·tanh(s / softcap) (Gemma 2), and with
-  // `causal` a sliding window: query i sees keys j > i - window (Gemma 2's sliding layers).
-  std::optional<double> scale;
-  std::optional<double> softcap;
-  std::optional<int64_t> window;
   ops::RotaryStyle rotary_style = ops::RotaryStyle::kHalf;
   DType dtype = DType::kF32;
   bool fused_qkv = false;  // one qkv projection instead of q/k/v (see the file comment)
@@ -193,6 +193,11 @@ struct AttentionOptions {
   std::string v_name = "v_proj";
   std::string o_name = "o_proj";
   std::string qkv_name = "qkv_proj";  // with fused_qkv
+  // Per layer (Note [Attention options] in ops/local/cpu/attention.cc; see the file comment):
+  std::optional<double> scale;    // default head_dim^-0.5; Gemma: query_pre_attn_scalar^-0.5
+  std::optional<double> softcap;  // attention logit soft-capping (Gemma 2), > 0
+  std::optional<int64_t> window;  // sliding window (Gemma 2/3, gpt-oss), >= 1; needs causal
+  bool sinks = false;             // a parameter "sinks" [num_heads] (gpt-oss)
 };
 
 class Attention : public Module {
@@ -224,6 +229,12 @@ class Attention : public Module {
   absl::Status PickKVHeads(const Value& q, Value* k, Value* v) const;
   // A projection's output as heads [B, h, S, D] (normalized by `norm` when not null).
   absl::StatusOr<Value> Project(const Value& y, int64_t b, int64_t s, RMSNorm* norm);
+  // The first of the `local` of `all` heads this rank holds of projection l, from where its
+  // weight's placement cuts them (Note [Replicated KV heads]).
+  absl::StatusOr<int64_t> FirstHead(const Linear* l, int64_t local, int64_t all,
+                                    absl::string_view what) const;
+  // The sinks of this rank's `n` query heads, f32 [n]; undefined without sinks.
+  absl::StatusOr<Tensor> LocalSinks(int64_t n);
 
   AttentionOptions options_;
   // The children the forward calls, as built: qkv_ with fused_qkv, else q_, k_ and v_; the norms

@@ -103,8 +103,8 @@ absl::StatusOr<OpCall> Attention(Spec q, Spec k, Spec v, const ops::AttentionOpt
   // sharded as q's).
   if (options.softcap || options.window || options.sinks.defined() || options.mask.defined()) {
     return absl::UnimplementedError(
-        "ScaledDotProductAttention on DTensors: softcap, window, sinks and mask are for local "
-        "tensors (nn::Attention applies them to each rank's heads)");
+        "ScaledDotProductAttention on Values and DTensors: softcap, window, sinks and mask are "
+        "taken by the Tensor overloads only (nn::Attention applies them to each rank's heads)");
   }
   return OpCall{OpId::kAttention,
                 {q, k, v},

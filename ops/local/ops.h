@@ -221,7 +221,7 @@ struct AttentionOptions {
   std::optional<int64_t> q_offset;     // absolute position of query 0; default kv_length - Sq
   // Gemma 2/3, gpt-oss and custom models (Note [Attention options] in cpu/attention.cc; CPU only):
   std::optional<double> softcap;  // > 0: scores = softcap · tanh(scores / softcap) before the mask
-  std::optional<int64_t> window;  // >= 1, causal: query i also sees no key j <= q_offset + i - window
+  std::optional<int64_t> window;  // >= 1, causal: query i sees no key j <= q_offset + i - window
   Tensor sinks;  // [Hq] float: per query head a logit in its softmax denominator, without a value
   Tensor mask;   // [B or 1, 1, Sq, Skv] float, added to the scores (broadcast over the heads)
 };
