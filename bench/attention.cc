@@ -10,6 +10,9 @@
 //            the same heads and dtypes               AttentionTuning picks forced
 //   sweep    (--rows=...,sweep) the prefill shapes over q_block x kv_block (AttentionTuning): the
 //            figures behind the defaults
+//   options  (--rows=...,options) the attention options (Note [Attention options]) on 32/8/128:
+//            prefill of the longest length and decode against it, each option against the plain
+//            call in the same run: softcap 50, window 512, sinks, and softcap + window (Gemma 2)
 //
 // Every side runs on T oneTBB threads (--threads, default: all cores). q, k, v are contiguous
 // [B, H, S, D], standard normal, scale 1/sqrt(D). GFLOP/s counts the products a causal pass needs
@@ -23,7 +26,7 @@
 // does all the work, so that variants compare on a machine that other processes load (the wall
 // clock there measures the scheduler as much as the kernel).
 //
-// Usage: bench_attention [--quick] [--threads T] [--rows=prefill,decode,sweep] [--cpu-time]
+// Usage: bench_attention [--quick] [--threads T] [--rows=prefill,decode,sweep,options] [--cpu-time]
 // Ends with one line per target: RESULT <metric> <value> <target> PASS|FAIL.
 
 #include <algorithm>
@@ -51,7 +54,7 @@
 ABSL_FLAG(int, threads, 0, "oneTBB threads (0: all cores)");
 ABSL_FLAG(std::vector<std::string>, rows, std::vector<std::string>({"prefill", "decode"}),
           "sections to run, comma-separated: prefill, decode, sweep (the prefill shapes over "
-          "q_block x kv_block)");
+          "q_block x kv_block), options (each attention option against the plain call)");
 ABSL_FLAG(
     bool, cpu_time, false,
     "time calls by the calling thread's CPU time instead of the wall clock (with --threads=1, "
@@ -241,6 +244,53 @@ void DecodeRows(const Setup& setup, std::vector<Result>& results) {
   }
 }
 
+// Each option against the plain call (Note [Attention options]): what it costs, or saves (a window
+// shorter than the keys skips blocks).
+void OptionRows(const Setup& setup, std::vector<Result>& results) {
+  std::printf(
+      "\noptions (32/8/128, causal; ms = median per call; ratio = plain / with the option)\n");
+  std::printf("%-7s %-5s %-10s %-16s %9s %9s %9s\n", "rows", "dtype", "SqxSkv", "option", "ms",
+              "plain", "ratio");
+  const Heads h{32, 8, 128};
+  const int64_t s = setup.lengths.back();
+  const Tensor sinks = Tensor::Randn({h.hq}, 4).value();
+  // target: the least ratio a RESULT line asks (0: none; a window computes less). softcap costs
+  // a tanh per score: within 15 % of the plain call; sinks within 10 %. Each call takes the path
+  // the plain one takes.
+  struct Option {
+    const char* name;
+    std::function<void(dt::ops::AttentionOptions&)> set;
+    double target;
+  };
+  const std::vector<Option> options = {
+      {"softcap", [](dt::ops::AttentionOptions& o) { o.softcap = 50.0; }, 0.85},
+      {"window", [](dt::ops::AttentionOptions& o) { o.window = 512; }, 0},
+      {"sinks", [&](dt::ops::AttentionOptions& o) { o.sinks = sinks; }, 0.9},
+      {"softcap+window", [](dt::ops::AttentionOptions& o) { o.softcap = 50.0, o.window = 512; },
+       0}};
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const int64_t sq : {s, int64_t{1}}) {
+      const Inputs plain = Make(dtype, h, sq, s);
+      for (const Option& opt : options) {
+        Inputs with = plain;
+        opt.set(with.options);
+        const std::vector<double> t =
+            Time(sq == 1 ? Reps{20, 0.1} : setup.reps, {[&] { Ours(plain); }, [&] { Ours(with); }});
+        const double ratio = t[0] / t[1];
+        const char* rows = sq == 1 ? "decode" : "prefill";
+        std::printf("%-7s %-5s %-10s %-16s %9.3f %9.3f %9.2f\n", rows, dt::DTypeName(dtype).data(),
+                    Tokens(sq, s).c_str(), opt.name, t[1] * 1e3, t[0] * 1e3, ratio);
+        std::fflush(stdout);
+        if (opt.target > 0) {
+          results.push_back({std::string("attention_option_") + opt.name + "_" + rows + "_" +
+                                 dt::DTypeName(dtype).data() + "_vs_plain",
+                             ratio, opt.target});
+        }
+      }
+    }
+  }
+}
+
 // The prefill shapes over block sizes, the defaults first: the figures behind the defaults.
 void SweepRows(const Setup& setup) {
   std::printf("\nsweep: prefill ms per call per q_block/kv_block, the defaults first\n");
@@ -284,12 +334,14 @@ void SweepRows(const Setup& setup) {
 int main(int argc, char** argv) {
   const bool quick = dt::bench::ParseBenchFlags(
       argc, argv,
-      "usage: bench_attention [--quick] [--threads T] [--rows=prefill,decode,sweep] [--cpu-time]\n"
+      "usage: bench_attention [--quick] [--threads T] [--rows=prefill,decode,sweep,options] "
+      "[--cpu-time]\n"
       "CPU attention on Llama shapes");
   const std::vector<std::string> sections = absl::GetFlag(FLAGS_rows);
   for (const std::string& name : sections) {
-    if (name != "prefill" && name != "decode" && name != "sweep") {
-      std::fprintf(stderr, "bench_attention: --rows takes prefill, decode and sweep, got '%s'\n",
+    if (name != "prefill" && name != "decode" && name != "sweep" && name != "options") {
+      std::fprintf(stderr,
+                   "bench_attention: --rows takes prefill, decode, sweep and options, got '%s'\n",
                    name.c_str());
       return 2;
     }
@@ -321,6 +373,7 @@ int main(int argc, char** argv) {
     if (run("prefill")) PrefillRows(setup, results);
     if (run("decode")) DecodeRows(setup, results);
     if (run("sweep")) SweepRows(setup);
+    if (run("options")) OptionRows(setup, results);
   });
   std::printf("\n");
   for (const Result& r : results) {

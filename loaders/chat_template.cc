@@ -79,9 +79,15 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Recognize(
     t->format_ = Format::kPhi3;
     return std::shared_ptr<const ChatTemplate>(std::move(t));
   }
+  // Gemma and Gemma 2's form raises on a system message; Gemma 3's folds it into the first turn.
+  if (absl::StrContains(source, "<start_of_turn>") && absl::StrContains(source, "<end_of_turn>") &&
+      absl::StrContains(source, "System role not supported")) {
+    t->format_ = Format::kGemma;
+    return std::shared_ptr<const ChatTemplate>(std::move(t));
+  }
   return absl::UnimplementedError(absl::StrCat(
-      "chat template not recognized (supported: ChatML, Llama 3, Mistral [INST], Phi-3); it "
-      "starts \"",
+      "chat template not recognized (supported: ChatML, Llama 3, Mistral [INST], Phi-3, Gemma); "
+      "it starts \"",
       absl::CEscape(head), "\""));
 }
 
@@ -91,6 +97,7 @@ absl::string_view ChatTemplate::name() const {
     case Format::kLlama3: return "Llama 3";
     case Format::kMistral: return "Mistral";
     case Format::kPhi3: return "Phi-3";
+    case Format::kGemma: return "Gemma";
   }
   return "?";
 }
@@ -101,6 +108,7 @@ absl::string_view ChatTemplate::end_of_turn() const {
     case Format::kLlama3: return "<|eot_id|>";
     case Format::kMistral: return eos_;
     case Format::kPhi3: return "<|end|>";
+    case Format::kGemma: return "<end_of_turn>";
   }
   return "";
 }
@@ -115,17 +123,31 @@ absl::StatusOr<std::string> ChatTemplate::Apply(absl::Span<const ChatMessage> me
     }
   }
   std::string out;
+  if (format_ == Format::kMistral || format_ == Format::kGemma) {
+    // The templates raise on a system message and on roles that do not alternate.
+    for (size_t i = 0; i < messages.size(); ++i) {
+      const char* want = i % 2 == 0 ? "user" : "assistant";
+      if (messages[i].role != want) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "chat: the ", format_ == Format::kGemma ? "Gemma" : "Mistral [INST]",
+            " template takes alternating user / assistant messages from a user message (no "
+            "system role); message ", i, " is '", messages[i].role, "'"));
+      }
+    }
+  }
+  if (format_ == Format::kGemma) {
+    out = bos_;
+    for (const ChatMessage& m : messages) {
+      absl::StrAppend(&out, "<start_of_turn>", m.role == "assistant" ? "model" : m.role, "\n",
+                      absl::StripAsciiWhitespace(m.content), "<end_of_turn>\n");
+    }
+    if (add_generation_prompt) absl::StrAppend(&out, "<start_of_turn>model\n");
+    return out;
+  }
   if (format_ == Format::kMistral) {
-    // The template raises on a system message and on roles that do not alternate.
     out = bos_;
     for (size_t i = 0; i < messages.size(); ++i) {
       const ChatMessage& m = messages[i];
-      const char* want = i % 2 == 0 ? "user" : "assistant";
-      if (m.role != want) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "chat: the Mistral [INST] template takes alternating user / assistant messages from a "
-            "user message (no system role); message ", i, " is '", m.role, "'"));
-      }
       if (m.role == "user") {
         absl::StrAppend(&out, "[INST] ", m.content, " [/INST]");
       } else {

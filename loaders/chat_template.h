@@ -20,10 +20,14 @@
 //   Phi-3     "<|user|>", "<|assistant|>",      <|ROLE|>\nCONTENT<|end|>\n         <|assistant|>\n
 //             "<|end|>" and a <|system|> turn   (without a generation prompt: EOS at the end)
 //             (Phi-3 / 3.5 instruct)
+//   Gemma     "<start_of_turn>", "<end_of_turn>" BOS once, then <start_of_turn>ROLE\n   <start_of_turn>model\n
+//             and no system role (Gemma and     CONTENT (trimmed)<end_of_turn>\n, the
+//             Gemma 2 instruct)                 assistant's ROLE "model"; roles alternate from
+//                                               a user turn
 //
 // Anything else — Llama 3.1's date and tool preamble ("Cutting Knowledge Date"), Mistral's later
 // templates with a system role or tools, Phi-3's first template (an assistant header after every
-// user turn), Gemma's turns — is Unimplemented naming what was seen, never a silently wrong
+// user turn), Gemma 3's turns (its system message folded into the first user turn) — is Unimplemented naming what was seen, never a silently wrong
 // prompt. tests/loaders/chat_template_test.cc compares every format with transformers' rendering
 // of the template (tools/reference/make_zoo_fixtures.py), tokenizer_test.cc ChatML and Llama 3
 // through real tokenizers.
@@ -45,7 +49,7 @@ struct ChatMessage {
 
 class ChatTemplate {
  public:
-  enum class Format { kChatML, kLlama3, kMistral, kPhi3 };
+  enum class Format { kChatML, kLlama3, kMistral, kPhi3, kGemma };
   // `bos`, `eos`: the BOS and EOS tokens' texts (Llama 3 and Mistral start with BOS; Mistral ends
   // an assistant turn with EOS).
   static absl::StatusOr<std::shared_ptr<const ChatTemplate>> Recognize(absl::string_view source,
@@ -53,14 +57,15 @@ class ChatTemplate {
                                                                        absl::string_view eos = "");
 
   Format format() const { return format_; }
-  // "ChatML", "Llama 3", "Mistral", "Phi-3".
+  // "ChatML", "Llama 3", "Mistral", "Phi-3", "Gemma".
   absl::string_view name() const;
-  // The end-of-turn token's text: "<|im_end|>", "<|eot_id|>", EOS (Mistral), "<|end|>".
+  // The end-of-turn token's text: "<|im_end|>", "<|eot_id|>", EOS (Mistral), "<|end|>",
+  // "<end_of_turn>".
   absl::string_view end_of_turn() const;
   const std::string& default_system() const { return default_system_; }
 
   // InvalidArgument for an empty conversation, a role other than system, user, assistant, or a
-  // conversation the format cannot write (Mistral: a system message, roles that do not
+  // conversation the format cannot write (Mistral, Gemma: a system message, roles that do not
   // alternate from a user turn — the template raises on both).
   absl::StatusOr<std::string> Apply(absl::Span<const ChatMessage> messages,
                                     bool add_generation_prompt) const;

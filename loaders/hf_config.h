@@ -30,14 +30,27 @@
 //                                          from rope_parameters.rope_theta: an error naming both.
 //                                          The class's longrope_aliases read as longrope
 //   original_max_position_embeddings no    top level (Phi-3 style): longrope/yarn/llama3's value
-//   hidden_act                   no        "silu"; the model accepts the gated MLP's activations
+//   hidden_act                   no        the class's ("silu"; Gemma "gelu_pytorch_tanh", which
+//                                          its "gelu" means too; Gemma 2 reads hidden_activation;
+//                                          both keys given must agree: ActivationKey);
+//                                          the model accepts the gated MLP's activations
 //                                          (nn/mlp.h ParseActivation) and refuses the others
 //   attention_bias               no        false; read where the class has it (q/k/v/o biases)
 //   mlp_bias                     no        false; read where the class has it
 //   sliding_window, use_sliding_window, max_window_layers, layer_types
 //                                no        as the class reads them (SlidingWindowFields): the
-//                                          shortest window a layer uses, see Note [Sliding windows]
-//   tie_word_embeddings          no        false (true: no lm_head.weight; it is embed_tokens)
+//                                          shortest window a layer uses, see Note [Sliding windows];
+//                                          Gemma 2: a window per layer, attended as such
+//   query_pre_attn_scalar, attn_logit_softcapping, final_logit_softcapping
+//                                no        Gemma 2's (256, 50, 30; null: none), Gemma 3's (256,
+//                                          none, none)
+//   rope_local_base_freq, sliding_window_pattern
+//                                no        Gemma 3's sliding layers' RoPE base (10000; v5:
+//                                          rope_parameters.sliding_attention, the full layers'
+//                                          in rope_parameters.full_attention) and their pattern
+//                                          (6: every sixth layer full) without layer_types
+//   tie_word_embeddings          no        the class's (false; Gemma true); true: no
+//                                          lm_head.weight, it is embed_tokens
 //   torch_dtype | dtype          no        "float32"; float32, bfloat16, float16
 //   bos_token_id, eos_token_id   no        unset; eos may be a list (Llama-3.1)
 //
@@ -49,9 +62,9 @@
 //
 // Fields that change the computation and that the class does not read are refused by name
 // (Unimplemented), never ignored: other families' (Gemma 2's attn_logit_softcapping,
-// final_logit_softcapping, query_pre_attn_scalar, layer_types with sliding layers, a sliding_window
-// where the class has none; gpt-oss's swiglu_limit; experts and latent attention where the class
-// has none), features of a supported family dtensor does not compute (partial_rotary_factor), and
+// final_logit_softcapping and query_pre_attn_scalar on a class other than Gemma 2/3's, layer_types
+// with sliding layers and a sliding_window where the class has none; gpt-oss's swiglu_limit;
+// experts and latent attention where the class has none), features of a supported family dtensor does not compute (partial_rotary_factor), and
 // quantization_config: the table in Note [Fields no family implements] (hf_config_read.cc), with
 // each field's family in the message. Errors are InvalidArgument naming the file and the field
 // with its value:
@@ -83,6 +96,18 @@ enum class SlidingWindowFields : uint8_t {
   kAll,        // sliding_window (int or null) applies to every layer (MistralConfig, Phi3Config)
   kFromLayer,  // with use_sliding_window, sliding_window from max_window_layers (or the first
                // sliding_attention of layer_types) on (Qwen2Config)
+  kLayerTypes,  // sliding_window (default_sliding_window; null: none) on the layers layer_types
+                // calls sliding_attention, by default every layer i with (i + 1) %
+                // default_sliding_pattern != 0 (Gemma2Config: pattern 2); attended as windows
+                // (DecoderConfig::layer_windows), not refused past them
+};
+
+// Which key names the MLP's activation (DecoderConfig::hidden_act).
+enum class ActivationKey : uint8_t {
+  kHiddenAct,         // hidden_act (hidden_activation refused)
+  kHiddenActGemma,    // hidden_act, its "gelu" the tanh approximation (GemmaConfig: the first
+                      // releases' spelling); a hidden_activation (transformers 4's) must agree
+  kHiddenActivation,  // hidden_activation (Gemma2Config); a hidden_act must agree
 };
 
 // Which fields give a class's experts and its sparse layers (the rule they follow is
@@ -130,6 +155,8 @@ struct DecoderConfigClass {
   int64_t default_head_dim = 0;          // 0: hidden_size / heads
   // ---- MLP
   bool mlp_bias_field = false;  // "mlp_bias" gives gate/up/down biases
+  std::string default_hidden_act = "silu";
+  ActivationKey activation_key = ActivationKey::kHiddenAct;
   ExpertFields experts = ExpertFields::kNone;
   RouterFields router = RouterFields::kNone;
   // Hub checkpoint names under model.layers.{i}.: the block ("block_sparse_moe.gate.weight",
@@ -141,14 +168,28 @@ struct DecoderConfigClass {
   double default_rms_norm_eps = 1e-6;
   double default_rope_theta = 10000.0;
   SlidingWindowFields sliding_window = SlidingWindowFields::kNone;
-  int64_t default_sliding_window = 0;  // kAll when the key is absent (4096); 0: none
+  int64_t default_sliding_window = 0;  // kAll, kLayerTypes when the key is absent; 0: none
+  int64_t default_sliding_pattern = 0;  // kLayerTypes without layer_types
+  bool sliding_pattern_field = false;   // sliding_window_pattern gives it (Gemma3TextConfig)
+  // The sliding layers' own RoPE (default type): rope_local_base_freq, or v5's rope_parameters
+  // {"full_attention": {...}, "sliding_attention": {...}} (Gemma3TextConfig)
+  bool local_rope_fields = false;
+  double default_local_rope_theta = 10000;
+  // query_pre_attn_scalar (the softmax scale is its -1/2 power), attn_logit_softcapping and
+  // final_logit_softcapping (null or 0: none) with these defaults (Gemma2Config)
+  bool attention_scale_fields = false;
+  double default_query_pre_attn_scalar = 256;
+  double default_attn_logit_softcapping = 0;
+  double default_final_logit_softcapping = 0;
+  bool default_tie_word_embeddings = false;
   // rope_type names the class reads as longrope (Phi3Config: "su", "yarn").
   std::vector<std::string> longrope_aliases;
 };
 
 // Every config class, in hf_config.cc's order.
 const std::vector<DecoderConfigClass>& DecoderConfigClasses();
-// "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe, deepseek_v2, minicpm5_moe".
+// "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe, deepseek_v2, minicpm5_moe, gemma,
+// olmo2, gemma2, gemma3_text".
 std::string DecoderModelTypes();
 // The class of a config.json "model_type"; InvalidArgument listing the supported ones.
 absl::StatusOr<const DecoderConfigClass*> FindDecoderConfigClass(absl::string_view model_type);
@@ -180,6 +221,15 @@ struct DecoderConfig {
   // the whole sequence. sliding_from: the first layer that slides (Qwen's max_window_layers).
   int64_t sliding_window = 0;
   int64_t sliding_from = 0;
+  // Attended windows per layer (0: full), for classes whose windows dtensor computes
+  // (SlidingWindowFields::kLayerTypes); empty otherwise.
+  std::vector<int64_t> layer_windows;
+  // Gemma 2's attention (DecoderConfigClass::attention_scale_fields); 0: none / 1/sqrt(head_dim).
+  double query_pre_attn_scalar = 0;
+  // The RoPE base of the sliding layers (default rope type; Gemma 3); 0: every layer rope_theta's.
+  double local_rope_theta = 0;
+  double attn_logit_softcapping = 0;
+  double final_logit_softcapping = 0;
   DType dtype = DType::kF32;  // torch_dtype
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;

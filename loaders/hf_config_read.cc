@@ -192,6 +192,16 @@ bool HasMlpLayerTypes(const DecoderConfigClass& c) {
   return c.experts == ExpertFields::kLayerTypes;  // also its use_gated_attention (ParseExperts)
 }
 bool HasLatentAttention(const DecoderConfigClass& c) { return c.latent_attention_fields; }
+bool ReadsHiddenActivation(const DecoderConfigClass& c) {
+  return c.activation_key != ActivationKey::kHiddenAct;
+}
+bool ReadsAttentionScales(const DecoderConfigClass& c) { return c.attention_scale_fields; }
+bool ReadsSlidingPattern(const DecoderConfigClass& c) { return c.sliding_pattern_field; }
+bool ReadsLocalRope(const DecoderConfigClass& c) { return c.local_rope_fields; }
+bool ReadsLayerTypes(const DecoderConfigClass& c) {
+  return c.sliding_window == SlidingWindowFields::kFromLayer ||
+         c.sliding_window == SlidingWindowFields::kLayerTypes;
+}
 bool HasWindow(const DecoderConfigClass& c) {
   return c.sliding_window != SlidingWindowFields::kNone;
 }
@@ -205,15 +215,17 @@ const std::vector<UnimplementedField>& UnimplementedFields() {
       // ---- attention
       {"partial_rotary_factor", "partial rotary embeddings (Phi-4-mini, StableLM)", F::kOne},
       {"rotary_pct", "GPT-NeoX's partial rotary embeddings", F::kOne},
-      {"attn_logit_softcapping", "Gemma 2's attention logit soft-capping"},
-      {"query_pre_attn_scalar", "Gemma 2's attention scale"},
+      {"attn_logit_softcapping", "Gemma 2's attention logit soft-capping", F::kZero,
+       ReadsAttentionScales},
+      {"query_pre_attn_scalar", "Gemma 2's attention scale", F::kZero, ReadsAttentionScales},
       {"use_bidirectional_attention", "Gemma's bidirectional attention"},
       {"layer_types", "per-layer attention types (Gemma 2, Gemma 3, gpt-oss)",
-       F::kAllFullAttention, HasLayerWindows},
+       F::kAllFullAttention, ReadsLayerTypes},
       {"sliding_window", "sliding-window attention", F::kZero, HasWindow},
       {"use_sliding_window", "Qwen's sliding-window attention", F::kZero, HasLayerWindows},
-      {"sliding_window_pattern", "Gemma 3's local and global layers"},
-      {"rope_local_base_freq", "Gemma 3's local RoPE base"},
+      {"sliding_window_pattern", "Gemma 3's local and global layers", F::kZero,
+       ReadsSlidingPattern},
+      {"rope_local_base_freq", "Gemma 3's local RoPE base", F::kZero, ReadsLocalRope},
       {"use_gated_attention", "gated attention (Qwen3-Next)", F::kZero, HasMlpLayerTypes},
       {"q_lora_rank", "DeepSeek's latent attention", F::kZero, HasLatentAttention},
       {"kv_lora_rank", "DeepSeek's latent attention", F::kZero, HasLatentAttention},
@@ -228,7 +240,7 @@ const std::vector<UnimplementedField>& UnimplementedFields() {
       {"attn_temperature_tuning", "Llama 4's attention temperature"},
       {"attention_multiplier", "Granite's attention scale", F::kOne},
       // ---- MLP and experts
-      {"hidden_activation", "Gemma's MLP activation"},
+      {"hidden_activation", "Gemma's MLP activation", F::kZero, ReadsHiddenActivation},
       {"swiglu_limit", "gpt-oss's clamped SwiGLU"},
       {"num_experts", "experts", F::kZero, HasExperts},
       {"num_local_experts", "experts", F::kZero, HasExperts},
@@ -242,7 +254,8 @@ const std::vector<UnimplementedField>& UnimplementedFields() {
       {"n_shared_experts", "shared experts", F::kZero, HasSharedExperts},
       {"first_k_dense_replace", "DeepSeek's dense first layers", F::kZero, HasSharedExperts},
       // ---- scales around the layers
-      {"final_logit_softcapping", "Gemma 2's final logit soft-capping"},
+      {"final_logit_softcapping", "Gemma 2's final logit soft-capping", F::kZero,
+       ReadsAttentionScales},
       {"logits_scaling", "Granite's logit scale", F::kOne},
       {"logit_scale", "Cohere's logit scale", F::kOne},
       {"embedding_multiplier", "Granite's embedding scale", F::kOne},
@@ -345,6 +358,129 @@ absl::StatusOr<const DecoderConfigClass*> WhichClass(const Reader& r) {
   return *found;
 }
 
+// hidden_act as the class reads it (DecoderConfigClass::activation_key): either key alone names
+// the activation where the class reads both, and both given must agree.
+absl::Status ParseHiddenAct(const Reader& r, const DecoderConfigClass& cls, DecoderConfig* c) {
+  DT_ASSIGN_OR_RETURN(std::optional<std::string> act, r.String("hidden_act"));
+  if (cls.activation_key == ActivationKey::kHiddenAct) {
+    c->hidden_act = act.value_or(cls.default_hidden_act);
+    return absl::OkStatus();
+  }
+  DT_ASSIGN_OR_RETURN(std::optional<std::string> activation, r.String("hidden_activation"));
+  const bool gemma = cls.activation_key == ActivationKey::kHiddenActGemma;
+  if (gemma && act == "gelu") act = "gelu_pytorch_tanh";  // GemmaConfig's reading
+  const std::optional<std::string>& primary = gemma ? act : activation;
+  const std::optional<std::string>& other = gemma ? activation : act;
+  c->hidden_act = primary.value_or(other.value_or(cls.default_hidden_act));
+  if (!act || !activation || *act == *activation) return absl::OkStatus();
+  return r.Unsupported(absl::StrCat("\"hidden_activation\" \"", *activation,
+                                    "\" and \"hidden_act\" \"", *act, "\" (as ",
+                                    cls.model_type,
+                                    " reads it) disagree; refusing to guess the activation"));
+}
+
+// SlidingWindowFields::kLayerTypes: a window on the layers layer_types calls sliding_attention.
+absl::Status ParseLayerWindows(const Reader& r, const DecoderConfigClass& cls, DecoderConfig* c) {
+  const Json& j = r.j();
+  int64_t window = cls.default_sliding_window;
+  if (auto it = j.find("sliding_window"); it != j.end()) {
+    window = 0;
+    if (!it->is_null()) {
+      DT_ASSIGN_OR_RETURN(window, r.PositiveInt(j, "sliding_window", std::nullopt));
+    }
+  }
+  c->layer_windows.assign(c->num_hidden_layers, 0);
+  const Json* types = r.Find(j, "layer_types");
+  if (types != nullptr &&
+      (!types->is_array() || static_cast<int64_t>(types->size()) != c->num_hidden_layers)) {
+    return r.Error(absl::StrCat("\"layer_types\" must list ", c->num_hidden_layers,
+                                " layer types, got ", types->dump().substr(0, 80)));
+  }
+  int64_t pattern = cls.default_sliding_pattern;
+  if (cls.sliding_pattern_field) {
+    DT_ASSIGN_OR_RETURN(pattern, r.PositiveInt(j, "sliding_window_pattern", pattern));
+  }
+  for (int64_t i = 0; i < c->num_hidden_layers; ++i) {
+    bool sliding = (i + 1) % pattern != 0;
+    if (types != nullptr) {
+      const Json& t = (*types)[i];
+      sliding = t == "sliding_attention";
+      if (!sliding && t != "full_attention") {
+        return r.Unsupported(absl::StrCat("layer_types[", i, "] ", t.dump(),
+                                          " is not supported (full_attention, sliding_attention)"));
+      }
+    }
+    if (sliding) c->layer_windows[i] = window;
+  }
+  return absl::OkStatus();
+}
+
+// The sliding layers' RoPE base (DecoderConfigClass::local_rope_fields), before ParseRope: v5's
+// rope_parameters per layer type leaves its full_attention entry in place of the whole, which
+// ParseRope then reads as every other class's.
+absl::Status ParseLocalRope(const Reader& r, const DecoderConfigClass& cls, Json* j,
+                            DecoderConfig* c) {
+  if (!cls.local_rope_fields) return absl::OkStatus();
+  DT_ASSIGN_OR_RETURN(c->local_rope_theta,
+                      r.PositiveNumber(*j, "rope_local_base_freq", cls.default_local_rope_theta));
+  auto params = j->find("rope_parameters");
+  if (params == j->end() || !params->is_object() ||
+      (!params->contains("full_attention") && !params->contains("sliding_attention"))) {
+    return absl::OkStatus();
+  }
+  for (auto it = params->begin(); it != params->end(); ++it) {
+    if (it.key() != "full_attention" && it.key() != "sliding_attention") {
+      return r.Error(absl::StrCat("\"rope_parameters\" per layer type has a key \"", it.key(),
+                                  "\" (full_attention, sliding_attention)"));
+    }
+  }
+  if (const Json* local = r.Find(*params, "sliding_attention")) {
+    for (auto it = local->begin(); it != local->end(); ++it) {
+      const bool plain = (it.key() == "rope_type" && *it == "default") || it.key() == "rope_theta" ||
+                         it->is_null();
+      if (!plain) {
+        return r.Unsupported(absl::StrCat("\"rope_parameters.sliding_attention.", it.key(), "\" ",
+                                          it->dump().substr(0, 40),
+                                          ": the sliding layers' RoPE is read as the default type "
+                                          "with its rope_theta only"));
+      }
+    }
+    if (r.Find(*local, "rope_theta") != nullptr) {
+      DT_ASSIGN_OR_RETURN(const double theta,
+                          r.PositiveNumber(*local, "rope_theta", c->local_rope_theta));
+      if (r.Find(*j, "rope_local_base_freq") != nullptr && theta != c->local_rope_theta) {
+        return r.Error(absl::StrCat("\"rope_local_base_freq\" ", c->local_rope_theta,
+                                    " and \"rope_parameters.sliding_attention.rope_theta\" ",
+                                    theta, " disagree; keep one"));
+      }
+      c->local_rope_theta = theta;
+    }
+  }
+  const Json full = params->value("full_attention", Json(nullptr));
+  (*j)["rope_parameters"] = full;
+  return absl::OkStatus();
+}
+
+// query_pre_attn_scalar and the soft-caps (DecoderConfigClass::attention_scale_fields).
+absl::Status ParseAttentionScales(const Reader& r, const DecoderConfigClass& cls,
+                                  DecoderConfig* c) {
+  if (!cls.attention_scale_fields) return absl::OkStatus();
+  const Json& j = r.j();
+  auto number = [&](const char* key, double fallback) -> absl::StatusOr<double> {
+    auto it = j.find(key);
+    if (it == j.end()) return fallback;
+    if (it->is_null()) return 0.0;
+    return r.PositiveNumber(j, key, fallback);
+  };
+  DT_ASSIGN_OR_RETURN(c->query_pre_attn_scalar,
+                      number("query_pre_attn_scalar", cls.default_query_pre_attn_scalar));
+  DT_ASSIGN_OR_RETURN(c->attn_logit_softcapping,
+                      number("attn_logit_softcapping", cls.default_attn_logit_softcapping));
+  DT_ASSIGN_OR_RETURN(c->final_logit_softcapping,
+                      number("final_logit_softcapping", cls.default_final_logit_softcapping));
+  return absl::OkStatus();
+}
+
 // Note [Sliding windows] (hf_config.h), read as the config class does.
 absl::Status ParseSlidingWindow(const Reader& r, const DecoderConfigClass& cls, DecoderConfig* c) {
   const Json& j = r.j();
@@ -361,6 +497,8 @@ absl::Status ParseSlidingWindow(const Reader& r, const DecoderConfigClass& cls, 
       DT_ASSIGN_OR_RETURN(c->sliding_window, window(cls.default_sliding_window));
       return absl::OkStatus();
     }
+    case SlidingWindowFields::kLayerTypes:
+      return ParseLayerWindows(r, cls, c);
     case SlidingWindowFields::kFromLayer:
       break;
   }
@@ -607,9 +745,9 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::s
                                       cls.default_max_position_embeddings));
     DT_ASSIGN_OR_RETURN(c.rms_norm_eps,
                         r.PositiveNumber(j, "rms_norm_eps", cls.default_rms_norm_eps));
+    DT_RETURN_IF_ERROR(ParseLocalRope(r, cls, &j, &c));
     DT_RETURN_IF_ERROR(ParseRope(r, cls, &c));
-    DT_ASSIGN_OR_RETURN(std::optional<std::string> act, r.String("hidden_act"));
-    if (act) c.hidden_act = *act;
+    DT_RETURN_IF_ERROR(ParseHiddenAct(r, cls, &c));
     if (cls.attention_bias_field) {
       DT_ASSIGN_OR_RETURN(c.attention_bias, r.Bool("attention_bias", false));
     }
@@ -617,8 +755,10 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::s
       DT_ASSIGN_OR_RETURN(c.mlp_bias, r.Bool("mlp_bias", false));
     }
     DT_RETURN_IF_ERROR(ParseSlidingWindow(r, cls, &c));
+    DT_RETURN_IF_ERROR(ParseAttentionScales(r, cls, &c));
     DT_RETURN_IF_ERROR(ParseExperts(r, cls, &c));
-    DT_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
+    DT_ASSIGN_OR_RETURN(c.tie_word_embeddings,
+                        r.Bool("tie_word_embeddings", cls.default_tie_word_embeddings));
     DT_ASSIGN_OR_RETURN(std::optional<std::string> dtype, r.String("torch_dtype"));
     if (!dtype) {
       DT_ASSIGN_OR_RETURN(dtype, r.String("dtype"));  // transformers v5 spelling

@@ -1,5 +1,6 @@
 #include "dtensor/loaders/hf_config.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -68,7 +69,8 @@ std::string DecoderConfigToJson(const DecoderConfig& c) {
     }
     j["rope_scaling"] = r;
   }
-  j["hidden_act"] = c.hidden_act;
+  j[cls.activation_key == ActivationKey::kHiddenActivation ? "hidden_activation" : "hidden_act"] =
+      c.hidden_act;
   if (cls.attention_bias_field) j["attention_bias"] = c.attention_bias;
   if (cls.mlp_bias_field) j["mlp_bias"] = c.mlp_bias;
   switch (cls.sliding_window) {
@@ -81,6 +83,17 @@ std::string DecoderConfigToJson(const DecoderConfig& c) {
         j["sliding_window"] = nullptr;
       }
       break;
+    case SlidingWindowFields::kLayerTypes: {
+      int64_t window = 0;
+      std::vector<std::string> types;
+      for (const int64_t w : c.layer_windows) {
+        window = std::max(window, w);
+        types.push_back(w > 0 ? "sliding_attention" : "full_attention");
+      }
+      j["sliding_window"] = window > 0 ? nlohmann::ordered_json(window) : nlohmann::ordered_json(nullptr);
+      j["layer_types"] = types;
+      break;
+    }
     case SlidingWindowFields::kFromLayer:
       j["use_sliding_window"] = c.sliding_window > 0;
       if (c.sliding_window > 0) {
@@ -88,6 +101,13 @@ std::string DecoderConfigToJson(const DecoderConfig& c) {
         j["max_window_layers"] = c.sliding_from;
       }
       break;
+  }
+  if (cls.local_rope_fields) j["rope_local_base_freq"] = c.local_rope_theta;
+  if (cls.attention_scale_fields) {
+    auto number = [](double v) { return v > 0 ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr); };
+    j["query_pre_attn_scalar"] = number(c.query_pre_attn_scalar);
+    j["attn_logit_softcapping"] = number(c.attn_logit_softcapping);
+    j["final_logit_softcapping"] = number(c.final_logit_softcapping);
   }
   if (cls.experts != ExpertFields::kNone) j["num_experts_per_tok"] = c.num_experts_per_tok;
   switch (cls.experts) {

@@ -121,9 +121,12 @@ Attention::Attention(const AttentionOptions& options) : Module("Attention"), opt
   o_ = &AddModule<Linear>(o.o_name, q, o.hidden_size, o.bias, o.dtype);
   o_->set_row_unit(o.head_dim);
   if (o.qk_norm) {
-    q_norm_ = &AddModule<RMSNorm>("q_norm", o.head_dim, o.norm_eps, o.dtype);
-    k_norm_ = &AddModule<RMSNorm>("k_norm", o.head_dim, o.norm_eps, o.dtype);
+    q_norm_ = &AddModule<RMSNorm>("q_norm", o.qk_norm_whole ? q : o.head_dim, o.norm_eps,
+                                  o.dtype, o.norm_form);
+    k_norm_ = &AddModule<RMSNorm>("k_norm", o.qk_norm_whole ? kv : o.head_dim, o.norm_eps,
+                                  o.dtype, o.norm_form);
   }
+  if (o.sinks) RegisterParameter("sinks", {o.num_heads}, o.dtype);
 }
 
 void Attention::ResetKVCache(int64_t reserve) { cache_.Reset(reserve); }
@@ -219,7 +222,8 @@ void KVCache::Reset(int64_t reserve) {
 // written (the engine hands out the lowest free page first).
 
 absl::Status PagedKVCache::Attend(const PagedStep& step, const Tensor& q, const Tensor& k,
-                                  const Tensor& v, std::optional<double> scale, const Tensor& out) {
+                                  const Tensor& v, const ops::PagedAttentionOptions& options,
+                                  const Tensor& out) {
   DT_ASSIGN_OR_RETURN(const Tensor kh, k.Select(0, 0));  // [h, T, D]
   DT_ASSIGN_OR_RETURN(const Tensor vh, v.Select(0, 0));
   DT_ASSIGN_OR_RETURN(const Tensor qh, q.Select(0, 0));
@@ -232,10 +236,8 @@ absl::Status PagedKVCache::Attend(const PagedStep& step, const Tensor& q, const 
   }
   DT_RETURN_IF_ERROR(ops::WriteToPages(k_, kh, step.slots));
   DT_RETURN_IF_ERROR(ops::WriteToPages(v_, vh, step.slots));
-  ops::PagedAttentionOptions o;
-  o.scale = scale;
   return ops::PagedAttentionInto(out, qh, k_, v_, step.page_table, step.query_starts,
-                                 step.kv_lengths, o);
+                                 step.kv_lengths, options);
 }
 
 void PagedKVCache::Release() { k_ = v_ = Tensor(); }
@@ -251,7 +253,11 @@ std::string Attention::ExtraRepr() const {
                       ", kv_heads=", options_.num_kv_heads, ", head_dim=", options_.head_dim,
                       options_.causal ? ", causal" : "", options_.fused_qkv ? ", fused_qkv" : "",
                       options_.bias ? ", bias" : (options_.qkv_bias ? ", qkv_bias" : ""),
-                      options_.qk_norm ? ", qk_norm" : "", options_.gated ? ", gated" : "");
+                      options_.qk_norm ? ", qk_norm" : "", options_.gated ? ", gated" : "",
+                      options_.scale ? absl::StrCat(", scale=", *options_.scale) : "",
+                      options_.softcap ? absl::StrCat(", softcap=", *options_.softcap) : "",
+                      options_.window ? absl::StrCat(", window=", *options_.window) : "",
+                      options_.sinks ? ", sinks" : "");
 }
 
 absl::Status Attention::CheckHeads() const {
@@ -260,6 +266,11 @@ absl::Status Attention::CheckHeads() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "Attention '", FullName(), "': gated attention needs separate q/k/v projections, not "
         "fused_qkv"));
+  }
+  if (o.qk_norm_whole && (o.fused_qkv || o.gated)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Attention '", FullName(), "': q/k norms over the whole projection need separate, "
+        "ungated q/k/v projections"));
   }
   if (o.num_heads > 0 && o.num_kv_heads > 0 && o.head_dim > 0 &&
       o.num_heads % o.num_kv_heads == 0) {
@@ -350,38 +361,54 @@ absl::Status Attention::ValidateTensorParallel(const TPValidationContext& ctx) c
 // so each rank computes attention and caches keys for its own KV heads only (at tp = 9 with 3 KV
 // heads: one KV head per rank instead of three). A rank whose KV heads lack one its queries use
 // (a hand-made placement) is an error naming both ranges.
+absl::StatusOr<int64_t> Attention::FirstHead(const Linear* l, int64_t local, int64_t all,
+                                             absl::string_view what) const {
+  if (local == all) return int64_t{0};
+  const AttentionOptions& o = options_;
+  const Parameter* w = l->FindParameter("weight");
+  int shards = 0;
+  bool rows = true;
+  if (w->placed()) {
+    for (const Placement& p : w->spec().placements()) {
+      if (!p.is_any_shard()) continue;
+      ++shards;
+      rows = rows && p.is_shard() && p.dim() == 0;
+    }
+  }
+  if (shards == 0 || !rows) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Attention '", FullName(), "': this rank holds ", local, " of ", all, " ", what,
+        " heads, and ", l->name(), ".weight (", w->Describe(), ") does not say which",
+        what == "query" ? absl::StrCat("; shard ", o.k_name, " and ", o.v_name, " too")
+                        : std::string()));
+  }
+  return w->spec().Offset()[0] / l->ShardUnit(*w, /*col=*/true);
+}
+
+absl::StatusOr<Tensor> Attention::LocalSinks(int64_t n) {
+  if (!options_.sinks) return Tensor();
+  DT_ASSIGN_OR_RETURN(Value sv, ParamValue("sinks"));
+  Tensor sinks = sv.is_dtensor() ? sv.dtensor().ToLocal() : sv.local();
+  if (sinks.dim() == 1 && sinks.size(0) == n) return sinks;  // sharded with the heads, or all
+  if (sinks.dim() != 1 || sinks.size(0) != options_.num_heads || options_.fused_qkv) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Attention '", FullName(), "': this rank holds ", n, " query heads but sinks ",
+        sinks.Describe(), " are neither theirs nor all ", options_.num_heads,
+        options_.fused_qkv ? " (with fused_qkv, shard sinks as the heads)" : ""));
+  }
+  DT_ASSIGN_OR_RETURN(const int64_t h0, FirstHead(q_, n, options_.num_heads, "query"));
+  return sinks.Narrow(0, h0, n);
+}
+
 absl::Status Attention::PickKVHeads(const Value& q, Value* k, Value* v) const {
   const AttentionOptions& o = options_;
   if (!q.is_local() || !k->is_local() || q.shape()[1] == o.num_heads || o.num_kv_heads == 1 ||
       o.fused_qkv) {  // fused: q, k and v are cut by the same packed blocks
     return absl::OkStatus();
   }
-  // The first head of a projection's local rows, from where its weight's placement cuts them.
-  auto first_head = [&](const Linear* l, int64_t local, int64_t all,
-                        absl::string_view what) -> absl::StatusOr<int64_t> {
-    if (local == all) return int64_t{0};
-    const Parameter* w = l->FindParameter("weight");
-    int shards = 0;
-    bool rows = true;
-    if (w->placed()) {
-      for (const Placement& p : w->spec().placements()) {
-        if (!p.is_any_shard()) continue;
-        ++shards;
-        rows = rows && p.is_shard() && p.dim() == 0;
-      }
-    }
-    if (shards == 0 || !rows) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "Attention '", FullName(), "': this rank holds ", local, " of ", all, " ", what,
-          " heads, and ", l->name(), ".weight (", w->Describe(), ") does not say which",
-          what == "query" ? absl::StrCat("; shard ", o.k_name, " and ", o.v_name, " too")
-                          : std::string()));
-    }
-    return w->spec().Offset()[0] / l->ShardUnit(*w, /*col=*/true);
-  };
   const int64_t n = q.shape()[1], m = k->shape()[1];
-  DT_ASSIGN_OR_RETURN(const int64_t h0, first_head(q_, n, o.num_heads, "query"));
-  DT_ASSIGN_OR_RETURN(const int64_t k0, first_head(k_, m, o.num_kv_heads, "KV"));
+  DT_ASSIGN_OR_RETURN(const int64_t h0, FirstHead(q_, n, o.num_heads, "query"));
+  DT_ASSIGN_OR_RETURN(const int64_t k0, FirstHead(k_, m, o.num_kv_heads, "KV"));
   const int64_t group = o.num_heads / o.num_kv_heads;
   const int64_t first = h0 / group, last = (h0 + n - 1) / group;
   if (first < k0 || last >= k0 + m) {
@@ -413,15 +440,16 @@ absl::Status Attention::PickKVHeads(const Value& q, Value* k, Value* v) const {
 }
 
 absl::StatusOr<Values> Attention::Forward(Values inputs) {
-  if (inputs.empty() || inputs.size() > 3 || !inputs[0].defined() || inputs[0].dim() != 3) {
+  if (inputs.empty() || inputs.size() > 4 || !inputs[0].defined() || inputs[0].dim() != 3) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Attention '", FullName(), "' takes {x [B, S, H], cos, sin}, got ", inputs.size(),
+        "Attention '", FullName(), "' takes {x [B, S, H], cos, sin, mask}, got ", inputs.size(),
         " inputs", inputs.empty() ? "" : absl::StrCat(" (x ", inputs[0].Describe(), ")")));
   }
   DT_RETURN_IF_ERROR(CheckHeads());
   const Value& x = inputs[0];
   const Value cos = inputs.size() > 1 ? inputs[1] : Value();
   const Value sin = inputs.size() > 2 ? inputs[2] : Value();
+  const Value mask = inputs.size() > 3 ? inputs[3] : Value();
   if (cos.defined() != sin.defined()) {
     return absl::InvalidArgumentError(
         absl::StrCat("Attention '", FullName(), "': give both cos and sin, or neither"));
@@ -452,8 +480,9 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
       DT_ASSIGN_OR_RETURN(qy, ops::Reshape(parts[0], {b, s, -1}));
       DT_ASSIGN_OR_RETURN(gate, ops::Reshape(parts[1], {b, s, -1}));
     }
-    DT_ASSIGN_OR_RETURN(q, Project(qy, b, s, q_norm_));
-    DT_ASSIGN_OR_RETURN(k, Project(PlainLocal(y[1]), b, s, k_norm_));
+    // Whole-projection norms take the projections' pieces (Note [A norm over a sharded dim]).
+    DT_ASSIGN_OR_RETURN(q, Project(o.gated ? qy : y[0], b, s, q_norm_));
+    DT_ASSIGN_OR_RETURN(k, Project(y[1], b, s, k_norm_));
     DT_ASSIGN_OR_RETURN(v, Project(PlainLocal(y[2]), b, s, nullptr));
   }
   DT_RETURN_IF_ERROR(PickKVHeads(q, &k, &v));
@@ -476,20 +505,43 @@ absl::StatusOr<Values> Attention::Forward(Values inputs) {
   }
   ops::AttentionOptions attn;
   attn.causal = options_.causal;
+  attn.scale = options_.scale;
+  attn.softcap = options_.softcap;
+  attn.window = options_.window;
+  if (options_.sinks && !q.is_local()) {  // each rank's sinks are picked for its local heads
+    return absl::UnimplementedError(absl::StrCat(
+        "Attention '", FullName(), "': sinks need local heads (a plan that shards the "
+        "projections), got q ", q.Describe()));
+  }
+  DT_ASSIGN_OR_RETURN(attn.sinks, LocalSinks(q.shape()[1]));
+  if (mask.defined()) {
+    if (!mask.is_local()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Attention '", FullName(), "': the mask must be a local tensor, got ", mask.Describe()));
+    }
+    attn.mask = mask.local();
+  }
   Value a;
   if (paged_step_ != nullptr) {
     // Note [Paged KV cache]: the heads' rows written where o_proj reads them, as below.
-    if (!q.is_local() || !k.is_local() || !v.is_local() || b != 1 || !options_.causal) {
+    if (!q.is_local() || !k.is_local() || !v.is_local() || b != 1 || !options_.causal ||
+        mask.defined()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "Attention '", FullName(), "': a paged step takes causal attention on local q, k and v "
-          "[1, h, T, D], got q ", q.Describe(), ", k ", k.Describe()));
+          "Attention '", FullName(), "': a paged step takes causal attention without a mask on "
+          "local q, k and v [1, h, T, D], got q ", q.Describe(), ", k ", k.Describe(),
+          mask.defined() ? ", a mask" : ""));
     }
     const Tensor& ql = q.local();
     DT_ASSIGN_OR_RETURN(Tensor rows, Tensor::Empty({1, s, ql.size(1), v.shape()[3]}, ql.dtype(),
                                                    ql.device()));
     DT_ASSIGN_OR_RETURN(Tensor heads, rows.Transpose(1, 2));
     DT_ASSIGN_OR_RETURN(heads, heads.Select(0, 0));
-    DT_RETURN_IF_ERROR(paged_.Attend(*paged_step_, ql, k.local(), v.local(), std::nullopt, heads));
+    const ops::PagedAttentionOptions paged{.causal = true,
+                                           .scale = attn.scale,
+                                           .softcap = attn.softcap,
+                                           .window = attn.window,
+                                           .sinks = attn.sinks};
+    DT_RETURN_IF_ERROR(paged_.Attend(*paged_step_, ql, k.local(), v.local(), paged, heads));
     DT_ASSIGN_OR_RETURN(Tensor joined, rows.View({1, s, -1}));
     a = Value(std::move(joined));
   } else if (q.is_local() && k.is_local() && v.is_local()) {
@@ -522,9 +574,13 @@ absl::StatusOr<Value> Attention::Heads(const Value& y, int64_t b, int64_t s) con
 }
 
 absl::StatusOr<Value> Attention::Project(const Value& y, int64_t b, int64_t s, RMSNorm* norm) {
-  if (norm == nullptr) return Heads(y, b, s);
+  if (norm != nullptr && options_.qk_norm_whole) {
+    DT_ASSIGN_OR_RETURN(Value n, norm->CallOne({y}));
+    return Heads(PlainLocal(n), b, s);
+  }
+  if (norm == nullptr) return Heads(PlainLocal(y), b, s);
   // [B, S, h·D] -> [B, S, h, D], normalized over D (transformers' order), -> [B, h, S, D].
-  DT_ASSIGN_OR_RETURN(Value h, ops::Reshape(y, {b, s, -1, options_.head_dim}));
+  DT_ASSIGN_OR_RETURN(Value h, ops::Reshape(PlainLocal(y), {b, s, -1, options_.head_dim}));
   DT_ASSIGN_OR_RETURN(h, norm->CallOne({h}));
   return ops::Transpose(h, 1, 2);
 }

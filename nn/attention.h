@@ -15,7 +15,8 @@
 //                    q | k | v (GPT-2's c_attn), declared as packed blocks [nH·D, nKV·D, nKV·D].
 //                    Child names are options (GPT-2: qkv_name "c_attn", o_name "c_proj").
 //                    With qk_norm, children q_norm / k_norm (RMSNorm [D]) normalize each head's
-//                    q and k before rotary (Qwen3).
+//                    q and k before rotary (Qwen3), or with qk_norm_whole the whole projections
+//                    (RMSNorm [nH·D] and [nKV·D], OLMo 2).
 //                    cos/sin may be absent ({x} or Value()) for no rotary (learned or no
 //                    positions). Heads are split with (-1, head_dim), so the forward is the same
 //                    on every rank whatever number of heads it holds (diffusers' TP-agnostic
@@ -34,6 +35,13 @@
 // transformers views as (-1, 2·D) and chunks in two), and the attention output is multiplied by
 // sigmoid(gate) before o_proj. A colwise split keeps each head's q and gate on one rank (the unit
 // is 2·D rows), so the gate needs no communication. Not with fused_qkv.
+//
+// Options per layer (AttentionOptions: scale, softcap, window, sinks; ops::AttentionOptions): a
+// Gemma 2 layer sets scale = query_pre_attn_scalar^-0.5, softcap and, on its sliding layers,
+// window; gpt-oss sets sinks, a parameter [num_heads] of which each rank uses its own heads' (the
+// parameter replicated, or sharded by a plan with the heads: Shard(0)). An additive mask
+// [B or 1, 1, S, keys] (keys: the cached ones and S) may follow as a fourth input,
+// {x, cos, sin, mask}, added to every head's scores; not with a paged step.
 //
 // KV cache: EnableKVCache() keeps K and V (after rotary, a KVCache) and appends every call's keys
 // after the previous ones; with `causal`, query i of a call attends to keys j <= cache_len + i
@@ -148,9 +156,9 @@ class PagedKVCache {
  public:
   // Writes the step's new keys k [1, h, T, D] (rotated) and values v [1, h, T, Dv] into their
   // slots, then the queries q [1, hq, T, D] attend over their sequences' pages into out
-  // [hq, T, Dv] (ops::PagedAttentionInto, causal).
+  // [hq, T, Dv] (ops::PagedAttentionInto with `options`).
   absl::Status Attend(const PagedStep& step, const Tensor& q, const Tensor& k, const Tensor& v,
-                      std::optional<double> scale, const Tensor& out);
+                      const ops::PagedAttentionOptions& options, const Tensor& out);
   void Release();
   int64_t bytes() const;
 
@@ -166,6 +174,11 @@ struct AttentionOptions {
   bool bias = false;         // q/k/v/o biases (Llama's attention_bias)
   bool qkv_bias = false;     // q/k/v biases only, o_proj without (Qwen2)
   bool qk_norm = false;      // q_norm / k_norm over head_dim before rotary (Qwen3)
+  // With qk_norm: the norms over the whole projection, q_norm [nH·D] and k_norm [nKV·D], before
+  // the heads are split (OLMo 2); a colwise piece sums its squares across the ranks (Note [A norm
+  // over a sharded dim] in nn/norm.h). Not with fused_qkv or gated.
+  bool qk_norm_whole = false;
+  RMSNormForm norm_form = RMSNormForm::kRoundThenScale;  // the q/k norms' form
   double norm_eps = 1e-6;    // their eps
   bool causal = true;
   ops::RotaryStyle rotary_style = ops::RotaryStyle::kHalf;
@@ -180,6 +193,11 @@ struct AttentionOptions {
   std::string v_name = "v_proj";
   std::string o_name = "o_proj";
   std::string qkv_name = "qkv_proj";  // with fused_qkv
+  // Per layer (Note [Attention options] in ops/local/cpu/attention.cc; see the file comment):
+  std::optional<double> scale;    // default head_dim^-0.5; Gemma: query_pre_attn_scalar^-0.5
+  std::optional<double> softcap;  // attention logit soft-capping (Gemma 2), > 0
+  std::optional<int64_t> window;  // sliding window (Gemma 2/3, gpt-oss), >= 1; needs causal
+  bool sinks = false;             // a parameter "sinks" [num_heads] (gpt-oss)
 };
 
 class Attention : public Module {
@@ -211,6 +229,12 @@ class Attention : public Module {
   absl::Status PickKVHeads(const Value& q, Value* k, Value* v) const;
   // A projection's output as heads [B, h, S, D] (normalized by `norm` when not null).
   absl::StatusOr<Value> Project(const Value& y, int64_t b, int64_t s, RMSNorm* norm);
+  // The first of the `local` of `all` heads this rank holds of projection l, from where its
+  // weight's placement cuts them (Note [Replicated KV heads]).
+  absl::StatusOr<int64_t> FirstHead(const Linear* l, int64_t local, int64_t all,
+                                    absl::string_view what) const;
+  // The sinks of this rank's `n` query heads, f32 [n]; undefined without sinks.
+  absl::StatusOr<Tensor> LocalSinks(int64_t n);
 
   AttentionOptions options_;
   // The children the forward calls, as built: qkv_ with fused_qkv, else q_, k_ and v_; the norms

@@ -143,7 +143,8 @@ absl::StatusOr<Values> LatentAttention::Forward(Values inputs) {
                                                    x.device()));
     DT_ASSIGN_OR_RETURN(Tensor out, rows.Transpose(1, 2));
     DT_ASSIGN_OR_RETURN(out, out.Select(0, 0));
-    DT_RETURN_IF_ERROR(paged_.Attend(*paged_step_, query, key, k_parts[1], scale, out));
+    DT_RETURN_IF_ERROR(
+        paged_.Attend(*paged_step_, query, key, k_parts[1], {.scale = scale}, out));
     DT_ASSIGN_OR_RETURN(a, rows.View({1, s, -1}));
   } else {
     Value k(key), v(k_parts[1]);

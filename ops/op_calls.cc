@@ -99,6 +99,13 @@ absl::StatusOr<OpCall> Rotary(Spec x, Spec cos, Spec sin, ops::RotaryStyle style
 }
 
 absl::StatusOr<OpCall> Attention(Spec q, Spec k, Spec v, const ops::AttentionOptions& options) {
+  // Not carried to the local calls yet: refused rather than dropped (sinks would need their heads
+  // sharded as q's).
+  if (options.softcap || options.window || options.sinks.defined() || options.mask.defined()) {
+    return absl::UnimplementedError(
+        "ScaledDotProductAttention on Values and DTensors: softcap, window, sinks and mask are "
+        "taken by the Tensor overloads only (nn::Attention applies them to each rank's heads)");
+  }
   return OpCall{OpId::kAttention,
                 {q, k, v},
                 AttentionAttrs{options.causal, options.scale, options.kv_length, options.q_offset}};

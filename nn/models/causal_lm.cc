@@ -55,7 +55,7 @@ double LatentSoftmaxScale(const loaders::DecoderConfig& c) {
   return scale;
 }
 
-std::unique_ptr<Module> MakeAttention(const loaders::DecoderConfig& c, int64_t /*layer*/,
+std::unique_ptr<Module> MakeAttention(const loaders::DecoderConfig& c, int64_t layer,
                                       DType dtype) {
   const DecoderFamily& f = FamilyOf(c);
   if (f.latent_attention) {
@@ -83,7 +83,9 @@ std::unique_ptr<Module> MakeAttention(const loaders::DecoderConfig& c, int64_t /
   a.head_dim = c.head_dim;
   a.bias = c.o_bias();
   a.qkv_bias = c.qkv_bias();
-  a.qk_norm = f.qk_norm;
+  a.qk_norm = f.qk_norm || f.qk_norm_whole;
+  a.qk_norm_whole = f.qk_norm_whole;
+  a.norm_form = f.norm_form;
   a.norm_eps = c.rms_norm_eps;
   a.fused_qkv = f.fused_qkv;
   if (f.gated_attention) {  // transformers' module name (the checkpoint's is q_proj)
@@ -91,6 +93,12 @@ std::unique_ptr<Module> MakeAttention(const loaders::DecoderConfig& c, int64_t /
     a.q_name = "q_gate_proj";
   }
   a.causal = true;
+  // Gemma 2's scores: its scale, soft-cap and the layer's window (loaders/hf_config.h).
+  if (c.query_pre_attn_scalar > 0) a.scale = 1.0 / std::sqrt(c.query_pre_attn_scalar);
+  if (c.attn_logit_softcapping > 0) a.softcap = c.attn_logit_softcapping;
+  if (layer < static_cast<int64_t>(c.layer_windows.size()) && c.layer_windows[layer] > 0) {
+    a.window = c.layer_windows[layer];
+  }
   a.rotary_style = ops::RotaryStyle::kHalf;
   a.dtype = dtype;
   auto attention = std::make_unique<Attention>(a);
@@ -140,12 +148,32 @@ std::unique_ptr<Module> MakeMlp(const loaders::DecoderConfig& c, int64_t layer, 
 
 DecoderLayer::DecoderLayer(const loaders::DecoderConfig& c, int64_t index, DType dtype)
     : Module("DecoderLayer") {
-  input_layernorm_ = &AddModule<RMSNorm>("input_layernorm", c.hidden_size, c.rms_norm_eps, dtype);
+  const DecoderFamily& f = FamilyOf(c);
+  auto norm = [&](const char* name) {
+    return &AddModule<RMSNorm>(name, c.hidden_size, c.rms_norm_eps, dtype, f.norm_form);
+  };
+  // Note [Layer norms] in nn/models/decoder_family.h, in transformers' registration order.
+  if (f.layer_norms != LayerNorms::kPost) input_layernorm_ = norm("input_layernorm");
   self_attn_ = &RegisterModule("self_attn", MakeAttention(c, index, dtype));
-  post_attention_layernorm_ =
-      &AddModule<RMSNorm>("post_attention_layernorm", c.hidden_size, c.rms_norm_eps, dtype);
+  if (f.layer_norms == LayerNorms::kPre) {
+    pre_mlp_norm_ = norm("post_attention_layernorm");
+  } else {
+    post_attention_norm_ = norm("post_attention_layernorm");
+  }
+  if (f.layer_norms == LayerNorms::kPreAndPost) pre_mlp_norm_ = norm("pre_feedforward_layernorm");
   mlp_ = &RegisterModule("mlp", MakeMlp(c, index, dtype));
+  if (f.layer_norms != LayerNorms::kPre) post_mlp_norm_ = norm("post_feedforward_layernorm");
 }
+
+namespace {
+
+// `norm` of x, or x itself where the layer has no such norm.
+absl::StatusOr<Value> MaybeNorm(RMSNorm* norm, const Value& x) {
+  if (norm == nullptr) return x;
+  return norm->CallOne({x});
+}
+
+}  // namespace
 
 absl::StatusOr<Values> DecoderLayer::Forward(Values inputs) {
   if (inputs.size() != 3) {
@@ -154,11 +182,13 @@ absl::StatusOr<Values> DecoderLayer::Forward(Values inputs) {
                                                    " inputs"));
   }
   const Value& h = inputs[0];
-  DT_ASSIGN_OR_RETURN(Value x, input_layernorm_->CallOne({h}));
+  DT_ASSIGN_OR_RETURN(Value x, MaybeNorm(input_layernorm_, h));
   DT_ASSIGN_OR_RETURN(Value a, self_attn_->CallOne({x, inputs[1], inputs[2]}));
+  DT_ASSIGN_OR_RETURN(a, MaybeNorm(post_attention_norm_, a));
   DT_ASSIGN_OR_RETURN(Value r, ops::Add(h, a));
-  DT_ASSIGN_OR_RETURN(x, post_attention_layernorm_->CallOne({r}));
+  DT_ASSIGN_OR_RETURN(x, MaybeNorm(pre_mlp_norm_, r));
   DT_ASSIGN_OR_RETURN(Value m, mlp_->CallOne({x}));
+  DT_ASSIGN_OR_RETURN(m, MaybeNorm(post_mlp_norm_, m));
   DT_ASSIGN_OR_RETURN(Value out, ops::Add(r, m));
   return Values{std::move(out)};
 }
@@ -169,7 +199,8 @@ DecoderModel::DecoderModel(const loaders::DecoderConfig& c, DType dtype) : Modul
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     layers_->Append(std::make_unique<DecoderLayer>(c, i, dtype));
   }
-  norm_ = &AddModule<RMSNorm>("norm", c.hidden_size, c.rms_norm_eps, dtype);
+  norm_ = &AddModule<RMSNorm>("norm", c.hidden_size, c.rms_norm_eps, dtype, FamilyOf(c).norm_form);
+  if (FamilyOf(c).embed_scale) embed_scale_ = std::sqrt(static_cast<double>(c.hidden_size));
   // The frequencies with the config's scaling applied, updated with the sequence length as
   // transformers does (dynamic, longrope; loaders/rope.h).
   auto schedule = std::make_shared<loaders::RopeSchedule>(loaders::DecoderRopeSpec(c));
@@ -183,6 +214,20 @@ DecoderModel::DecoderModel(const loaders::DecoderConfig& c, DType dtype) : Modul
       absl::StrCat("theta=", c.rope_theta, c.rope_scaling.rope_type == "default" ? "" : ", ",
                    c.rope_scaling.rope_type == "default" ? "" : c.rope_scaling.rope_type),
       FamilyOf(c).rotary_interleaved ? ops::RotaryStyle::kInterleaved : ops::RotaryStyle::kHalf);
+  if (c.local_rope_theta > 0) {
+    // Gemma 3: the sliding layers' table, default rope with their base (no file, as rotary_emb).
+    auto local = std::make_shared<loaders::RopeTable>(loaders::ComputeRope(
+        loaders::RopeSpec{loaders::RopeScaling{}, c.head_dim, c.local_rope_theta,
+                          c.max_position_embeddings}));
+    rotary_emb_local_ = &AddModule<RotaryEmbedding>(
+        "rotary_emb_local",
+        [local](int64_t) { return RotaryTable{local->inv_freq, local->attention_scaling}; },
+        absl::StrCat("theta=", c.local_rope_theta), ops::RotaryStyle::kHalf);
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      local_layers_.push_back(i < static_cast<int64_t>(c.layer_windows.size()) &&
+                              c.layer_windows[i] > 0);
+    }
+  }
 }
 
 absl::StatusOr<Values> DecoderModel::Forward(Values inputs) {
@@ -191,23 +236,50 @@ absl::StatusOr<Values> DecoderModel::Forward(Values inputs) {
         absl::StrCat("DecoderModel takes {ids, positions}, got ", inputs.size(), " inputs"));
   }
   DT_ASSIGN_OR_RETURN(Values cs, rotary_emb_->Call({inputs[1]}));
-  DT_ASSIGN_OR_RETURN(Value h, RunLayers(inputs[0], cs[0], cs[1]));
+  DT_ASSIGN_OR_RETURN(Value h, RunLayers(inputs[0], cs[0], cs[1], inputs[1]));
   DT_ASSIGN_OR_RETURN(h, norm_->CallOne({h}));
   return Values{std::move(h)};
 }
 
-absl::StatusOr<Value> DecoderModel::RunLayers(const Value& ids, Value cos, Value sin) {
+namespace {
+
+// cos and sin as the layers take them: in the model dtype (as transformers hands them to
+// attention), [B, S, D] -> [B, 1, S, D] once, not in each layer's attention (which takes either).
+absl::Status ForLayers(DType dtype, Value* cos, Value* sin) {
+  DT_ASSIGN_OR_RETURN(*cos, ops::Cast(*cos, dtype));
+  DT_ASSIGN_OR_RETURN(*sin, ops::Cast(*sin, dtype));
+  if (cos->dim() == 3) {
+    DT_ASSIGN_OR_RETURN(*cos, ops::Unsqueeze(*cos, 1));
+    DT_ASSIGN_OR_RETURN(*sin, ops::Unsqueeze(*sin, 1));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Value> DecoderModel::RunLayers(const Value& ids, Value cos, Value sin,
+                                              const Value& positions) {
   DT_ASSIGN_OR_RETURN(Value h, embed_tokens_->CallOne({ids}));
-  // transformers hands cos and sin to attention in the model dtype.
-  DT_ASSIGN_OR_RETURN(cos, ops::Cast(cos, h.dtype()));
-  DT_ASSIGN_OR_RETURN(sin, ops::Cast(sin, h.dtype()));
-  // [B, S, D] -> [B, 1, S, D] once, not in each layer's attention (which takes either).
-  if (cos.dim() == 3) {
-    DT_ASSIGN_OR_RETURN(cos, ops::Unsqueeze(cos, 1));
-    DT_ASSIGN_OR_RETURN(sin, ops::Unsqueeze(sin, 1));
+  if (embed_scale_) {
+    // Gemma: the scale rounded to the embeddings' dtype, then the product in it (transformers'
+    // embed_scale.to(weight.dtype)).
+    DT_ASSIGN_OR_RETURN(Tensor scale, Tensor::FromVector<float>({1}, {static_cast<float>(*embed_scale_)}));
+    DT_ASSIGN_OR_RETURN(scale, ops::Cast(scale, h.dtype()));
+    DT_ASSIGN_OR_RETURN(scale, ops::Cast(scale, DType::kF32));
+    DT_ASSIGN_OR_RETURN(h, ops::Mul(h, static_cast<double>(scale.data<float>()[0])));
+  }
+  DT_RETURN_IF_ERROR(ForLayers(h.dtype(), &cos, &sin));
+  Value cos_local, sin_local;
+  if (rotary_emb_local_ != nullptr) {
+    DT_ASSIGN_OR_RETURN(Values cs, rotary_emb_local_->Call({positions}));
+    cos_local = cs[0];
+    sin_local = cs[1];
+    DT_RETURN_IF_ERROR(ForLayers(h.dtype(), &cos_local, &sin_local));
   }
   for (int64_t i = 0; i < layers_->size(); ++i) {
-    DT_ASSIGN_OR_RETURN(h, layers_->at(i).CallOne({h, cos, sin}));
+    const bool local = i < static_cast<int64_t>(local_layers_.size()) && local_layers_[i];
+    DT_ASSIGN_OR_RETURN(h, layers_->at(i).CallOne({h, local ? cos_local : cos,
+                                                   local ? sin_local : sin}));
   }
   return h;
 }
@@ -218,7 +290,7 @@ absl::StatusOr<Value> DecoderModel::StepHidden(const Tensor& ids, const Tensor& 
   // its own forward would pick (a prefill chunk picks by the chunk's end, as transformers' does).
   if (!rope_by_length_ || segments.size() <= 1) {
     DT_ASSIGN_OR_RETURN(Values cs, rotary_emb_->Call({Value(positions)}));
-    return RunLayers(Value(ids), cs[0], cs[1]);
+    return RunLayers(Value(ids), cs[0], cs[1], Value(positions));
   }
   std::vector<Tensor> cos, sin;
   int64_t at = 0;
@@ -231,7 +303,7 @@ absl::StatusOr<Value> DecoderModel::StepHidden(const Tensor& ids, const Tensor& 
   }
   DT_ASSIGN_OR_RETURN(Tensor c, ops::Cat(cos, 0));
   DT_ASSIGN_OR_RETURN(Tensor s, ops::Cat(sin, 0));
-  return RunLayers(Value(ids), Value(std::move(c)), Value(std::move(s)));
+  return RunLayers(Value(ids), Value(std::move(c)), Value(std::move(s)), Value(positions));
 }
 
 // ---- CausalLM ------------------------------------------------------------------------------------
@@ -680,6 +752,22 @@ absl::Status CausalLM::CheckWatched() {
 
 // ---- forward and generation ---------------------------------------------------------------------
 
+namespace {
+
+// Gemma 2's final_logit_softcapping: cap · tanh(logits / cap) in f32, rounded to the logits'
+// dtype. On the gathered logits with a loop: the library has no Tanh op on this branch yet.
+absl::StatusOr<Tensor> SoftCapLogits(const Tensor& logits, double cap) {
+  if (!(cap > 0)) return logits;
+  DT_ASSIGN_OR_RETURN(Tensor f, ops::Cast(logits, DType::kF32));
+  DT_ASSIGN_OR_RETURN(Tensor capped, f.Clone());  // never the caller's tensor, changed in place
+  float* p = capped.data<float>();
+  const float c = static_cast<float>(cap);
+  for (int64_t i = 0; i < capped.numel(); ++i) p[i] = std::tanh(p[i] / c) * c;
+  return ops::Cast(capped, logits.dtype());
+}
+
+}  // namespace
+
 absl::StatusOr<Tensor> CausalLM::Logits(const Tensor& ids_in, bool last_only) {
   if (!ids_in.defined() || ids_in.dim() != 2 || ids_in.size(1) == 0 ||
       (ids_in.dtype() != DType::kI64 && ids_in.dtype() != DType::kI32)) {
@@ -725,7 +813,8 @@ absl::StatusOr<Tensor> CausalLM::Logits(const Tensor& ids_in, bool last_only) {
   if (watch_) DT_RETURN_IF_ERROR(CheckWatched());
   // Every rank gets the whole vocab, whatever lm_head's style (a plain 'colwise' hands on a piece:
   // Note [Local pieces remember their layout]).
-  return WholeTensor(logits);
+  DT_ASSIGN_OR_RETURN(Tensor whole, WholeTensor(logits));
+  return SoftCapLogits(whole, config_.final_logit_softcapping);
 }
 
 absl::StatusOr<Values> CausalLM::Forward(Values inputs) {
@@ -810,6 +899,7 @@ absl::StatusOr<Tensor> CausalLM::StepLogits(const BatchStep& step) {
   DT_ASSIGN_OR_RETURN(Value logits, lm_head_->CallOne({normed}));
   if (watch_) DT_RETURN_IF_ERROR(CheckWatched());
   DT_ASSIGN_OR_RETURN(Tensor whole, WholeTensor(logits));
+  DT_ASSIGN_OR_RETURN(whole, SoftCapLogits(whole, config_.final_logit_softcapping));
   return whole.Reshape({rows, -1});
 }
 

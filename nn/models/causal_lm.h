@@ -107,7 +107,8 @@
 
 namespace dt::nn {
 
-// One pre-norm decoder layer: h + attn(norm(h)), then + mlp(norm(.)).
+// One decoder layer: h + attn(norm(h)), then + mlp(norm(.)), with the family's norms (Note [Layer
+// norms] in nn/models/decoder_family.h).
 class DecoderLayer : public Module {
  public:
   DecoderLayer(const loaders::DecoderConfig& config, int64_t index, DType dtype);
@@ -118,8 +119,9 @@ class DecoderLayer : public Module {
 
  private:
   // The children the forward calls, as built (self_attn: Attention or LatentAttention; mlp:
-  // SwiGLUMLP or MoeBlock, by the family and the layer).
-  RMSNorm *input_layernorm_, *post_attention_layernorm_;
+  // SwiGLUMLP or MoeBlock, by the family and the layer); a norm the family's layers lack is null.
+  RMSNorm *input_layernorm_ = nullptr, *post_attention_norm_ = nullptr, *pre_mlp_norm_ = nullptr,
+          *post_mlp_norm_ = nullptr;
   Module *self_attn_, *mlp_;
 };
 
@@ -145,9 +147,14 @@ class DecoderModel : public Module {
   ModuleList* layers_;
   RMSNorm* norm_;
   RotaryEmbedding* rotary_emb_;
+  // Gemma 3's sliding layers' table (DecoderConfig::local_rope_theta) and which layers use it.
+  RotaryEmbedding* rotary_emb_local_ = nullptr;
+  std::vector<bool> local_layers_;
   bool rope_by_length_;  // the rotary table depends on the length the positions reach
-  // {ids [B, S], cos, sin} -> the layers' output, before the final norm.
-  absl::StatusOr<Value> RunLayers(const Value& ids, Value cos, Value sin);
+  std::optional<double> embed_scale_;  // the family's (Gemma: √hidden_size)
+  // {ids [B, S], cos, sin} -> the layers' output, before the final norm (positions for the
+  // sliding layers' own table).
+  absl::StatusOr<Value> RunLayers(const Value& ids, Value cos, Value sin, const Value& positions);
 };
 
 // set_check_finite's hooks and what they recorded (nn/models/causal_lm.cc).

@@ -118,6 +118,23 @@ std::vector<DecoderFamily> MakeFamilies() {
        .router_scoring = RouterScoring::kSigmoid, .router_f32 = true, .tp_plan = minicpm5_plan,
        .mlp_plan = MlpPlan(), .moe_plan = deepseek_moe, .ep_plan = EpPlan(),
        .ep_all_reduce_plan = EpAllReducePlan()},
+      {.model_type = "gemma", .norm_form = RMSNormForm::kOnePlusWeight, .embed_scale = true,
+       .tp_plan = AttentionPlan(), .mlp_plan = MlpPlan()},
+      // transformers' OLMo 2 plan gathers q, k and v (colwise_gather_output) for its norms over
+      // the whole projection; here they stay split and the norms sum their squares across the
+      // ranks (Note [A norm over a sharded dim] in nn/norm.h).
+      {.model_type = "olmo2", .qk_norm_whole = true, .layer_norms = LayerNorms::kPost,
+       .norm_form = RMSNormForm::kScaleThenRound, .tp_plan = AttentionPlan(),
+       .mlp_plan = MlpPlan()},
+      // Its scores' scale, soft-cap and windows are the config's (MakeAttention).
+      {.model_type = "gemma2", .layer_norms = LayerNorms::kPreAndPost,
+       .norm_form = RMSNormForm::kOnePlusWeight, .embed_scale = true, .tp_plan = AttentionPlan(),
+       .mlp_plan = MlpPlan()},
+      // As Gemma 2 with Qwen3's per-head q/k norms (in the (1 + w) form); the sliding layers'
+      // RoPE base is the config's (DecoderModel's rotary_emb_local).
+      {.model_type = "gemma3_text", .qk_norm = true, .layer_norms = LayerNorms::kPreAndPost,
+       .norm_form = RMSNormForm::kOnePlusWeight, .embed_scale = true, .tp_plan = qwen3_plan,
+       .mlp_plan = MlpPlan()},
   };
 }
 
@@ -168,6 +185,7 @@ int64_t NumParameters(const loaders::DecoderConfig& c) {
     if (c.qkv_bias()) attention += q + 2 * kv;
     if (c.o_bias()) attention += h;
     if (f.qk_norm) attention += 2 * c.head_dim;
+    if (f.qk_norm_whole) attention += q + kv;
   }
   const int64_t dense = 3 * h * i + (c.mlp_bias ? 2 * i + h : 0);
   const int64_t shared = c.n_shared_experts * c.moe_intermediate_size;
@@ -175,9 +193,10 @@ int64_t NumParameters(const loaders::DecoderConfig& c) {
   const int64_t sparse = c.num_experts * h + router_bias +
                          c.num_experts * 3 * h * c.moe_intermediate_size +
                          (shared > 0 ? 3 * h * shared + (c.mlp_bias ? 2 * shared + h : 0) : 0);
+  const int64_t norms = (f.layer_norms == LayerNorms::kPreAndPost ? 4 : 2) * h;
   int64_t layers = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    layers += attention + 2 * h + (c.IsMoeLayer(l) ? sparse : dense);
+    layers += attention + norms + (c.IsMoeLayer(l) ? sparse : dense);
   }
   return c.vocab_size * h * (c.tie_word_embeddings ? 1 : 2) + layers + h;
 }

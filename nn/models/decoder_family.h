@@ -21,10 +21,31 @@
 //               q_proj: Note [Gated attention] in nn/attention.h), k/v unit_colwise; sparse
 //               layers by mlp_layer_types with shared experts and DeepSeek-V3's sigmoid group
 //               router
+//   gemma       attention_bias; GeGLU (gelu_pytorch_tanh), embeddings times      256      (none)
+//               √hidden (rounded to the embedding dtype), every RMSNorm (1 + w) in f32, tied
+//   olmo2       attention_bias; post-norms (Note [Layer norms]), q_norm / k_norm  hidden/  (none)
+//               over the whole projection [nH·D] / [nKV·D], every RMSNorm scaled  heads
+//               in f32; the q/k norms under tp: Note [A norm over a sharded dim] in nn/norm.h
+//   gemma2      as gemma, with pre- and post-norms (Note [Layer norms]); the config's   256   (none)
+//               attention scale (query_pre_attn_scalar), soft-caps (attention scores,
+//               final logits) and sliding windows per layer (layer_types), attended as
+//               windows (nn::AttentionOptions: scale, softcap, window)
+//   gemma3_text as gemma2 (soft-caps off by default), with per-head q_norm / k_norm    256   (none)
+//               ((1 + w)) and the sliding layers' own RoPE base (rope_local_base_freq,
+//               default rope; the full layers' rope_theta with the config's scaling)
 //
-// Every family: pre-norm decoder layers (RMSNorm -> attention -> residual, RMSNorm -> gated MLP
-// act(gate)·up -> residual), rotate_half RoPE with the config's rope type, GQA, an optional tied
-// lm_head. Sliding windows (Mistral's sliding_window, Qwen's use_sliding_window, Phi-3's
+// Every family: decoder layers with residuals around attention and a gated MLP act(gate)·up
+// (normalized as the family's LayerNorms say), rotate_half RoPE with the config's rope type, GQA,
+// an optional tied lm_head.
+//
+// Note [Layer norms]
+// Where a decoder layer normalizes (DecoderFamily::layer_norms), with transformers' names:
+//   kPre         h + attn(input_layernorm(h)); then r + mlp(post_attention_layernorm(r))
+//                (Llama and the others; post_attention_layernorm is the MLP's pre-norm)
+//   kPost        h + post_attention_layernorm(attn(h)); then r + post_feedforward_layernorm(mlp(r))
+//                (OLMo 2: no input norm; each sublayer's output normalized before the add)
+//   kPreAndPost  h + post_attention_layernorm(attn(input_layernorm(h))); then
+//                r + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(r))) (Gemma 2, 3) Sliding windows (Mistral's sliding_window, Qwen's use_sliding_window, Phi-3's
 // sliding_window) are read into one number, the shortest window any layer uses: within it
 // attention is full, and the model refuses a longer sequence (Note [Sliding windows] in
 // loaders/hf_config.h).
@@ -104,8 +125,12 @@
 #include "absl/strings/string_view.h"
 #include "dtensor/loaders/hf_config.h"
 #include "dtensor/nn/moe.h"
+#include "dtensor/nn/norm.h"
 
 namespace dt::nn {
+
+// Note [Layer norms].
+enum class LayerNorms : uint8_t { kPre, kPost, kPreAndPost };
 
 struct DecoderFamily {
   std::string model_type;  // its config class's (loaders/hf_config.h)
@@ -118,6 +143,13 @@ struct DecoderFamily {
   // nn/attention.h); checkpoints store it as self_attn.q_proj (transformers renames on load).
   bool gated_attention = false;
   bool rotary_interleaved = false;  // RoPE on pairs (x[2j], x[2j+1]) instead of rotate_half
+  // q_norm / k_norm over the whole projection, [nH·D] and [nKV·D], before the heads are split
+  // (OLMo 2; with qk_norm they are per head, Qwen3's).
+  bool qk_norm_whole = false;
+  // ---- the layer and the model around it
+  LayerNorms layer_norms = LayerNorms::kPre;  // Note [Layer norms]
+  RMSNormForm norm_form = RMSNormForm::kRoundThenScale;  // every RMSNorm's (nn/norm.h)
+  bool embed_scale = false;  // embeddings times √hidden_size in their dtype (Gemma)
   // ---- MLP
   bool fused_gate_up = false;  // one gate_up_proj whose rows are [gate | up] (Phi-3)
   // ---- a sparse layer's router (Note [MoE blocks]); normalize and scaling are the config's
@@ -138,7 +170,8 @@ struct DecoderFamily {
 
 // Every family, in the order of the file comment's table (and of loaders' config classes).
 const std::vector<DecoderFamily>& DecoderFamilies();
-// "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe, deepseek_v2, minicpm5_moe".
+// "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe, deepseek_v2, minicpm5_moe, gemma,
+// olmo2, gemma2, gemma3_text".
 std::string DecoderFamilyNames();
 // The family of a config.json "model_type"; InvalidArgument listing the supported ones.
 absl::StatusOr<const DecoderFamily*> FindDecoderFamily(absl::string_view model_type);

@@ -2,6 +2,7 @@
 // work.
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,7 +19,34 @@ namespace {
 struct AttentionCall {
   AttentionParams params;
   Shape out_shape;
+  Tensor sinks, mask;  // f32 and contiguous: what params.sinks and params.mask point into
 };
+
+// Checks the options every attention op shares (Note [Attention options] in cpu/attention.cc) and
+// gives the sinks as f32 [hq] (undefined without).
+absl::StatusOr<Tensor> CheckOptions(absl::string_view kOp, const Tensor& q, int64_t hq,
+                                    bool causal, std::optional<double> softcap,
+                                    std::optional<int64_t> window, const Tensor& sinks) {
+  if (softcap.has_value() && !(std::isfinite(*softcap) && *softcap > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": softcap must be finite and > 0, got ", *softcap));
+  }
+  if (window.has_value() && (*window < 1 || !causal)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": window must be >= 1 and causal attention, got window ", *window,
+        causal ? "" : " without causal"));
+  }
+  if (!sinks.defined()) return Tensor();
+  DT_RETURN_IF_ERROR(internal::CheckFloat(kOp, "sinks", sinks));
+  DT_RETURN_IF_ERROR(internal::CheckSameDevice(kOp, {{"q", &q}, {"sinks", &sinks}}));
+  if (sinks.dim() != 1 || sinks.size(0) != hq) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": sinks must be [Hq] = [", hq,
+                                                   "] (one per query head), got ",
+                                                   sinks.Describe()));
+  }
+  DT_ASSIGN_OR_RETURN(Tensor f32, sinks.To(DType::kF32));
+  return f32.Contiguous();
+}
 absl::StatusOr<AttentionCall> CheckAttention(absl::string_view kOp, const Tensor& q,
                                              const Tensor& k, const Tensor& v,
                                              const AttentionOptions& options) {
@@ -62,6 +90,26 @@ absl::StatusOr<AttentionCall> CheckAttention(absl::string_view kOp, const Tensor
     return absl::InvalidArgumentError(absl::StrCat(kOp, ": scale must be finite, got ", scale));
   }
   p.scale = static_cast<float>(scale);
+  DT_ASSIGN_OR_RETURN(c.sinks, CheckOptions(kOp, q, hq, options.causal, options.softcap,
+                                            options.window, options.sinks));
+  p.softcap = static_cast<float>(options.softcap.value_or(0));
+  p.window = options.window.value_or(0);
+  if (c.sinks.defined()) p.sinks = c.sinks.data<float>();
+  if (const Tensor& m = options.mask; m.defined()) {
+    DT_RETURN_IF_ERROR(internal::CheckFloat(kOp, "mask", m));
+    DT_RETURN_IF_ERROR(internal::CheckSameDevice(kOp, {{"q", &q}, {"mask", &m}}));
+    if (m.dim() != 4 || (m.size(0) != b && m.size(0) != 1) || m.size(1) != 1 || m.size(2) != sq ||
+        m.size(3) != skv) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kOp, ": mask must be [B or 1, 1, Sq, Skv] = [", b, " or 1, 1, ", sq, ", ", skv,
+          "] (added to every head's scores), got ", m.Describe()));
+    }
+    DT_ASSIGN_OR_RETURN(c.mask, m.To(DType::kF32));
+    DT_ASSIGN_OR_RETURN(c.mask, c.mask.Contiguous());
+    p.mask = c.mask.data<float>();
+    p.mask_bs = m.size(0) == 1 ? 0 : sq * skv;
+    p.mask_rs = skv;
+  }
   return c;
 }
 
@@ -184,6 +232,12 @@ absl::Status PagedAttentionInto(const Tensor& out, const Tensor& q, const Tensor
     return absl::InvalidArgumentError(absl::StrCat(kOp, ": scale must be finite, got ", scale));
   }
   params.scale = static_cast<float>(scale);
+  DT_ASSIGN_OR_RETURN(const Tensor sinks, CheckOptions(kOp, q, q.size(0), options.causal,
+                                                       options.softcap, options.window,
+                                                       options.sinks));
+  params.softcap = static_cast<float>(options.softcap.value_or(0));
+  params.window = options.window.value_or(0);
+  if (sinks.defined()) params.sinks = sinks.data<float>();
   return cpu::PagedAttention(q, k_pages, v_pages, table, query_starts, kv_lengths, params, out);
 }
 

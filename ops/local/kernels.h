@@ -30,6 +30,13 @@ struct AttentionParams {
   float scale = 1.0f;
   int64_t kv_length = 0;  // 0 <= kv_length <= Skv
   int64_t q_offset = 0;   // causal: query i sees keys j <= q_offset + i (may be negative)
+  // Options (Note [Attention options] in cpu/attention.cc); the defaults change nothing.
+  float softcap = 0;  // > 0: scores become softcap · tanh(scores / softcap) before the mask
+  int64_t window = 0;  // > 0 (causal): query i sees no key j <= q_offset + i - window
+  const float* sinks = nullptr;  // f32 [Hq]: a logit per query head joining each row's softmax
+  // f32, added to the scores: query i's key j at mask[b · mask_bs + i · mask_rs + j].
+  const float* mask = nullptr;
+  int64_t mask_bs = 0, mask_rs = 0;
 };
 
 // Kernels (DT_LOCAL_KERNELS below; identical signatures in namespaces cpu and cuda):
@@ -77,7 +84,8 @@ struct AttentionParams {
 //     its other strides any (ScaledDotProductAttentionInto: the transpose of a [B, Sq, Hq, Dv]
 //     tensor; it never aliases an input). Only keys j < kv_length are
 //     visible, and with causal only j <= q_offset + i for query i. Skv and kv_length may be 0;
-//     rows without a visible key are zero. Softmax in f32.
+//     rows without a visible key are zero. Softmax in f32. The options of params (softcap,
+//     window, sinks, mask) are CPU only: CUDA refuses a set one (Unimplemented, naming it).
 //   Embedding(table, ids, index_offset, out)
 //     table [V, H] any dtype (V may be 0; quantized only on the CPU, rows with unit stride); ids
 //     any shape, i64 or i32; out [ids..., H] of table's dtype (f32 for a quantized table);
@@ -132,6 +140,9 @@ DT_LOCAL_KERNELS(DT_LOCAL_KERNEL_DECL_)
 struct PagedAttentionParams {
   bool causal = true;
   float scale = 1.0f;
+  float softcap = 0;             // as AttentionParams
+  int64_t window = 0;            // as AttentionParams, positions within each sequence
+  const float* sinks = nullptr;  // as AttentionParams
 };
 
 // CPU-only kernels (the public layer refuses other devices: Note [Paged attention] in

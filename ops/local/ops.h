@@ -248,10 +248,15 @@ struct AttentionOptions {
   std::optional<double> scale;         // default 1/sqrt(D)
   std::optional<int64_t> kv_length;    // valid prefix of the K/V buffers; default Skv
   std::optional<int64_t> q_offset;     // absolute position of query 0; default kv_length - Sq
+  // Gemma 2/3, gpt-oss and custom models (Note [Attention options] in cpu/attention.cc; CPU only):
+  std::optional<double> softcap;  // > 0: scores = softcap · tanh(scores / softcap) before the mask
+  std::optional<int64_t> window;  // >= 1, causal: query i sees no key j <= q_offset + i - window
+  Tensor sinks;  // [Hq] float: per query head a logit in its softmax denominator, without a value
+  Tensor mask;   // [B or 1, 1, Sq, Skv] float, added to the scores (broadcast over the heads)
 };
 
-// ScaledDotProductAttention(q, k, v, options): softmax(q·kᵀ·scale + mask)·v per head, softmax in
-// f32.
+// ScaledDotProductAttention(q, k, v, options): softmax(softcap(q·kᵀ·scale) + mask)·v per head
+// (with the sinks in the denominators), softmax in f32.
 //   q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv] -> [B, Hq, Sq, Dv].
 // GQA: Hq % Hkv == 0 and kv head g serves query heads g*r .. g*r+r-1 (r = Hq/Hkv). Only keys
 // j < kv_length are attended; with `causal`, query i attends to keys j <= q_offset + i (bottom-right
@@ -279,7 +284,10 @@ absl::Status ScaledDotProductAttentionInto(const Tensor& out, const Tensor& q, c
 //   1          [1, -, -]        0-6 in page 1
 struct PagedAttentionOptions {
   bool causal = true;
-  std::optional<double> scale;  // default 1/sqrt(D)
+  std::optional<double> scale;    // default 1/sqrt(D)
+  std::optional<double> softcap;  // as AttentionOptions
+  std::optional<int64_t> window;  // as AttentionOptions, positions within each sequence
+  Tensor sinks;                   // as AttentionOptions: [Hq] float
 };
 
 // ScaledDotProductAttention for the query rows of S sequences stacked in one tensor, each against

@@ -26,7 +26,8 @@ Json Goldens() {
 TEST(ChatTemplate, EveryFormatMatchesTransformersRendering) {
   const Json g = Goldens();
   const std::vector<std::pair<std::string, std::string>> formats = {
-      {"chatml_qwen2.5", "ChatML"}, {"mistral_v0.2", "Mistral"}, {"phi3", "Phi-3"}};
+      {"chatml_qwen2.5", "ChatML"}, {"mistral_v0.2", "Mistral"}, {"phi3", "Phi-3"},
+      {"gemma", "Gemma"}};
   for (const auto& [key, name] : formats) {
     const Json& t = g.at(key);
     auto chat = ChatTemplate::Recognize(t["template"].get<std::string>(),
@@ -52,6 +53,8 @@ TEST(ChatTemplate, EveryFormatMatchesTransformersRendering) {
   auto mistral =
       ChatTemplate::Recognize(g["mistral_v0.2"]["template"].get<std::string>(), "<s>", "</s>");
   EXPECT_EQ((*mistral)->end_of_turn(), "</s>");
+  auto gemma = ChatTemplate::Recognize(g["gemma"]["template"].get<std::string>(), "<bos>", "<eos>");
+  EXPECT_EQ((*gemma)->end_of_turn(), "<end_of_turn>");
 }
 
 TEST(ChatTemplate, FormsItDoesNotWriteAreRefusedNamingThem) {
@@ -67,7 +70,8 @@ TEST(ChatTemplate, FormsItDoesNotWriteAreRefusedNamingThem) {
             "'\\n'}}{% endif %}{% endfor %}",
             "Phi-3's first template form"},
            {"{% for message in messages %}<start_of_turn>{{ message['role'] }}{% endfor %}",
-            "chat template not recognized (supported: ChatML, Llama 3, Mistral [INST], Phi-3)"}}) {
+            "chat template not recognized (supported: ChatML, Llama 3, Mistral [INST], Phi-3, "
+            "Gemma)"}}) {
     auto t = ChatTemplate::Recognize(r.source, "<s>", "</s>");
     EXPECT_EQ(t.status().code(), absl::StatusCode::kUnimplemented) << r.source;
     EXPECT_TRUE(Contains(t.status(), r.error)) << r.source;

@@ -119,9 +119,9 @@ TEST(HfConfig, Errors) {
        "\"rms_norm_eps\" must be a positive number"},
       {"{" + base + R"(, "num_attention_heads": 2, "torch_dtype": "int8"})",
        "torch_dtype \"int8\" is not supported"},
-      {"{" + sizes + R"(, "num_attention_heads": 2, "model_type": "gemma"})",
-       "model_type \"gemma\" is not supported (supported: llama, mistral, qwen2, qwen3, phi3, "
-       "mixtral, qwen3_moe, deepseek_v2, minicpm5_moe)"},
+      {"{" + sizes + R"(, "num_attention_heads": 2, "model_type": "gpt_neox"})",
+       "model_type \"gpt_neox\" is not supported (supported: llama, mistral, qwen2, qwen3, phi3, "
+       "mixtral, qwen3_moe, deepseek_v2, minicpm5_moe, gemma, olmo2, gemma2, gemma3_text)"},
       {"{" + base + R"(, "num_attention_heads": 2, "tie_word_embeddings": "yes"})",
        "must be true or false"},
       {"{" + base + R"(, "num_attention_heads": 2, "rope_scaling": {"rope_type": "llama3"}})",
@@ -294,6 +294,69 @@ TEST(DecoderFamilies, QwenSlidingWindowsAndLayerTypes) {
   }
 }
 
+// Gemma2Config's defaults: every other layer slides (from layer 0) over 4096 positions, scale
+// 256^-1/2, soft-caps 50 and 30; layer_types and nulls as given; written back as read.
+TEST(DecoderFamilies, Gemma2WindowsAndScales) {
+  const DecoderConfig d = Parse("gemma2", "").value();
+  EXPECT_EQ(d.layer_windows, (std::vector<int64_t>{4096, 0, 4096, 0}));
+  EXPECT_EQ(d.sliding_window, 0);  // attended as windows, never refused past them
+  EXPECT_EQ(d.query_pre_attn_scalar, 256);
+  EXPECT_EQ(d.attn_logit_softcapping, 50);
+  EXPECT_EQ(d.final_logit_softcapping, 30);
+  EXPECT_EQ(d.hidden_act, "gelu_pytorch_tanh");
+  EXPECT_TRUE(d.tie_word_embeddings);
+  const DecoderConfig g = Parse("gemma2", R"("sliding_window": 8, "layer_types": ["full_attention",
+      "sliding_attention", "sliding_attention", "full_attention"], "attn_logit_softcapping": null,
+      "final_logit_softcapping": 10.0, "query_pre_attn_scalar": 24,
+      "hidden_activation": "gelu")").value();
+  EXPECT_EQ(g.layer_windows, (std::vector<int64_t>{0, 8, 8, 0}));
+  EXPECT_EQ(g.attn_logit_softcapping, 0);
+  EXPECT_EQ(g.final_logit_softcapping, 10);
+  EXPECT_EQ(g.hidden_act, "gelu");  // Gemma 2 reads hidden_activation as it is
+  EXPECT_EQ(Parse("gemma2", R"("sliding_window": null)").value().layer_windows,
+            (std::vector<int64_t>{0, 0, 0, 0}));
+  EXPECT_TRUE(Contains(Parse("gemma2", R"("layer_types": ["chunked_attention", "full_attention",
+      "full_attention", "full_attention"])").status(), "layer_types[0] \"chunked_attention\" is "
+      "not supported"));
+  for (const DecoderConfig& c : {d, g}) {
+    auto back = ParseDecoderConfig(DecoderConfigToJson(c), "written");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, c);
+  }
+}
+
+// Gemma3TextConfig: every sixth layer full (sliding_window_pattern), the sliding layers' RoPE base
+// from rope_local_base_freq (v4) or rope_parameters.sliding_attention (v5), the full layers' rope
+// (with its scaling) from the rest; soft-caps off.
+TEST(DecoderFamilies, Gemma3LocalRopeAndPattern) {
+  const DecoderConfig d = Parse("gemma3_text", R"("sliding_window_pattern": 2,
+      "rope_scaling": {"rope_type": "linear", "factor": 8.0})").value();
+  EXPECT_EQ(d.layer_windows, (std::vector<int64_t>{4096, 0, 4096, 0}));
+  EXPECT_EQ(d.local_rope_theta, 10000);
+  EXPECT_EQ(d.rope_theta, 1e6);
+  EXPECT_EQ(d.rope_scaling.rope_type, "linear");
+  EXPECT_EQ(d.attn_logit_softcapping, 0);
+  EXPECT_EQ(d.final_logit_softcapping, 0);
+  EXPECT_EQ(Parse("gemma3_text", "").value().layer_windows,
+            (std::vector<int64_t>{4096, 4096, 4096, 4096}));  // 4 layers, the sixth is full
+  const DecoderConfig v5 = Parse("gemma3_text", R"("rope_parameters": {"full_attention":
+      {"rope_type": "linear", "factor": 2.0, "rope_theta": 500000.0}, "sliding_attention":
+      {"rope_type": "default", "rope_theta": 20000.0}})").value();
+  EXPECT_EQ(v5.local_rope_theta, 20000);
+  EXPECT_EQ(v5.rope_theta, 500000);
+  EXPECT_EQ(v5.rope_scaling.factor, 2.0);
+  EXPECT_TRUE(Contains(Parse("gemma3_text", R"("rope_parameters": {"sliding_attention":
+      {"rope_type": "linear", "factor": 2.0}})").status(),
+                       "\"rope_parameters.sliding_attention.factor\" 2.0"));
+  EXPECT_TRUE(Contains(Parse("gemma3_text", R"("rope_local_base_freq": 10.0, "rope_parameters":
+      {"sliding_attention": {"rope_theta": 20.0}})").status(), "disagree"));
+  for (const DecoderConfig& c : {d, v5}) {
+    auto back = ParseDecoderConfig(DecoderConfigToJson(c), "written");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, c);
+  }
+}
+
 TEST(DecoderFamilies, FieldsNoFamilyImplementsAreRefused) {
   for (const auto& [extra, error] : std::vector<std::pair<std::string, std::string>>{
            {R"("partial_rotary_factor": 0.5)",
@@ -329,9 +392,11 @@ TEST(WhichModel, ModelTypeAndArchitecturesMustAgree) {
   } cases[] = {
       {R"("model_type": "llama", "architectures": ["GemmaForCausalLM"])",
        "\"model_type\" \"llama\" and \"architectures\" [\"GemmaForCausalLM\"] disagree: a llama "
-       "checkpoint is LlamaForCausalLM, not GemmaForCausalLM; refusing to guess"},
-      {R"("architectures": ["GemmaForCausalLM"])",
-       "has no \"model_type\", and \"architectures\" [\"GemmaForCausalLM\"] is not a model dtensor "
+       "checkpoint is LlamaForCausalLM, not GemmaForCausalLM, which is model_type \"gemma\"'s; "
+       "refusing to guess"},
+      {R"("architectures": ["Gemma3ForConditionalGeneration"])",
+       "has no \"model_type\", and \"architectures\" [\"Gemma3ForConditionalGeneration\"] is "
+       "not a model dtensor "
        "runs (supported: LlamaForCausalLM, MistralForCausalLM, "},
       {"\"tie_word_embeddings\": true",
        "has neither \"model_type\" nor \"architectures\", so which model it describes is unknown"},
@@ -360,6 +425,37 @@ TEST(WhichModel, ModelTypeAndArchitecturesMustAgree) {
     ASSERT_TRUE(r.ok()) << fields << ": " << r.status();
     EXPECT_EQ(r->model_type, model_type) << fields;
   }
+}
+
+// GemmaConfig's reading: hidden_act "gelu" is the tanh approximation, the embeddings are tied
+// unless the config says otherwise, and transformers 4's hidden_activation must agree.
+TEST(WhichModel, GemmaReadsItsActivationAndTying) {
+  auto gemma = ParseDecoderConfig(absl::StrCat("{\"model_type\": \"gemma\", ", kGemma, "}"), "g");
+  ASSERT_TRUE(gemma.ok()) << gemma.status();
+  EXPECT_EQ(gemma->hidden_act, "gelu_pytorch_tanh");
+  EXPECT_TRUE(gemma->tie_word_embeddings);
+  EXPECT_EQ(gemma->head_dim, 256);
+  auto agreeing = ParseDecoderConfig(
+      absl::StrCat("{\"model_type\": \"gemma\", \"hidden_activation\": \"gelu_pytorch_tanh\", ",
+                   kGemma, "}"),
+      "g");
+  EXPECT_TRUE(agreeing.ok()) << agreeing.status();
+  auto other = ParseDecoderConfig(
+      absl::StrCat("{\"model_type\": \"gemma\", \"hidden_activation\": \"silu\", ", kGemma, "}"),
+      "g");
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(Contains(other.status(), "\"hidden_activation\" \"silu\" and \"hidden_act\" "
+                                       "\"gelu_pytorch_tanh\" (as gemma reads it) disagree"))
+      << other.status();
+  // OLMo 2 keeps Llama's silu and untied defaults with its own eps.
+  auto olmo = ParseDecoderConfig(
+      R"({"model_type": "olmo2", "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8,
+          "num_hidden_layers": 1, "num_attention_heads": 2})",
+      "o");
+  ASSERT_TRUE(olmo.ok()) << olmo.status();
+  EXPECT_EQ(olmo->hidden_act, "silu");
+  EXPECT_FALSE(olmo->tie_word_embeddings);
+  EXPECT_EQ(olmo->rms_norm_eps, 1e-5);
 }
 
 // google/gemma-2-2b's config.json (v4 spelling, with v5's layer_types added), relabelled "llama"
@@ -404,17 +500,19 @@ TEST(WhichModel, EachClassRefusesWhatItDoesNotRead) {
     std::vector<std::string> read_by;  // model_types that read it
   };
   const std::vector<Field> fields = {
-      {R"("attn_logit_softcapping": 50.0)", {}},
-      {R"("final_logit_softcapping": 30.0)", {}},
-      {R"("query_pre_attn_scalar": 256)", {}},
-      {R"("hidden_activation": "gelu_pytorch_tanh")", {}},
+      {R"("attn_logit_softcapping": 50.0)", {"gemma2", "gemma3_text"}},
+      {R"("final_logit_softcapping": 30.0)", {"gemma2", "gemma3_text"}},
+      {R"("query_pre_attn_scalar": 256)", {"gemma2", "gemma3_text"}},
+      {R"("hidden_activation": "gelu_pytorch_tanh")",
+       {"gemma", "gemma2", "gemma3_text"}},
       {R"("use_bidirectional_attention": true)", {}},
-      {R"("rope_local_base_freq": 10000.0)", {}},
-      {R"("sliding_window_pattern": 6)", {}},
+      {R"("rope_local_base_freq": 10000.0)", {"gemma3_text"}},
+      {R"("sliding_window_pattern": 6)", {"gemma3_text"}},
       {R"("swiglu_limit": 7.0)", {}},
       {R"("attention_chunk_size": 8192)", {}},
       {R"("logit_scale": 0.0625)", {}},
-      {R"("sliding_window": 64)", {"mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe"}},
+      {R"("sliding_window": 64)",
+       {"mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe", "gemma2", "gemma3_text"}},
       {R"("use_sliding_window": true)", {"qwen2", "qwen3", "qwen3_moe"}},
       {R"("use_gated_attention": true)", {"minicpm5_moe"}},
       {R"("decoder_sparse_step": 2)", {"qwen3_moe"}},

@@ -146,7 +146,7 @@ TEST(Tokenizer, RefusesBadInputClearly) {
   EXPECT_TRUE(Contains(with("/pre_tokenizer", bad_split), "does not compile"));
   EXPECT_TRUE(Contains(with("/decoder", nullptr), "only byte-level BPE"));
   EXPECT_TRUE(Contains(Tokenizer::FromJson("{", "", "tok").status(), "malformed tokenizer"));
-  // A template of no supported format (Gemma's turns).
+  // A template of no supported format (Gemma's turns without Gemma's template around them).
   Json config = ReadJson(kDir + "/tokenizer_config.json");
   config["chat_template"] =
       "{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n"
@@ -154,7 +154,7 @@ TEST(Tokenizer, RefusesBadInputClearly) {
   auto gemma = Tokenizer::FromJson(json, config.dump(), "tok").value();
   EXPECT_TRUE(Contains(gemma->ApplyChatTemplate({{"user", "hi"}}).status(),
                        "chat template not recognized (supported: ChatML, Llama 3, Mistral [INST], "
-                       "Phi-3)"));
+                       "Phi-3, Gemma)"));
   config.erase("chat_template");
   auto none = Tokenizer::FromJson(json, config.dump(), "tok").value();
   EXPECT_EQ(none->ApplyChatTemplate({{"user", "hi"}}).status().code(),

@@ -48,7 +48,8 @@ TEST_P(ZooMultiprocess, MatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ZooMultiprocess,
-                         ::testing::Values("mistral", "qwen2", "qwen3", "phi3"),
+                         ::testing::Values("mistral", "qwen2", "qwen3", "phi3", "gemma", "olmo2",
+                                           "gemma2", "gemma3_text"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

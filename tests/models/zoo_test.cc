@@ -1,5 +1,5 @@
-// The decoder zoo (nn/models/causal_lm.h) against transformers: Mistral, Qwen2, Qwen3 and Phi-3
-// tiny checkpoints (tools/reference/make_zoo_fixtures.py) at every tp their heads allow, on
+// The decoder zoo (nn/models/causal_lm.h) against transformers: Mistral, Qwen2, Qwen3, Phi-3,
+// Gemma, OLMo 2, Gemma 2 and Gemma 3 (text) tiny checkpoints (tools/reference/make_zoo_fixtures.py) at every tp their heads allow, on
 // threads: greedy tokens identical to transformers', logits within 1e-4 of their scale, each rank
 // reading only its shards; every tp the heads refuse refused before any read, naming heads and
 // tp; the sliding window refused beyond its length.
@@ -57,7 +57,16 @@ INSTANTIATE_TEST_SUITE_P(
                       ZooCase{"qwen2", 9, false},  // the default plan: one KV head per rank
                       ZooCase{"qwen3", 1, false}, ZooCase{"qwen3", 2, false},
                       ZooCase{"qwen3", 4, false}, ZooCase{"phi3", 1, false},
-                      ZooCase{"phi3", 2, false}, ZooCase{"phi3", 4, false}),
+                      ZooCase{"phi3", 2, false}, ZooCase{"phi3", 4, false},
+                      ZooCase{"gemma", 1, false},
+                      ZooCase{"gemma", 2, true},  // one KV head (multi-query)
+                      ZooCase{"gemma", 4, true}, ZooCase{"olmo2", 1, false},
+                      // q_norm and k_norm over heads split across the ranks
+                      ZooCase{"olmo2", 2, false},
+                      ZooCase{"olmo2", 4, true},  // q_norm split 4 ways, k_norm whole
+                      ZooCase{"gemma2", 1, false}, ZooCase{"gemma2", 2, false},
+                      ZooCase{"gemma2", 4, true}, ZooCase{"gemma3_text", 1, false},
+                      ZooCase{"gemma3_text", 2, false}, ZooCase{"gemma3_text", 4, true}),
     [](const auto& info) {
       return absl::StrCat(info.param.family, "_tp", info.param.tp,
                           info.param.replicate_kv ? "_replicated_kv" : "");
@@ -165,7 +174,11 @@ TEST(ZooRefusals, TpThatHeadsDoNotAllowBeforeAnyRead) {
            {"qwen2", 4, "tensor parallel size 4 does not divide num_heads 9"},
            {"qwen3", 3, "tensor parallel size 3 does not divide num_heads 8"},
            {"phi3", 3, "tensor parallel size 3 does not divide num_heads 8"},
-           {"phi3", 8, "tensor parallel size 8 does not divide num_kv_heads 4 (qkv_proj.weight"}}) {
+           {"phi3", 8, "tensor parallel size 8 does not divide num_kv_heads 4 (qkv_proj.weight"},
+           {"gemma", 2, "tensor parallel size 2 does not divide num_kv_heads 1"},
+           {"olmo2", 3, "tensor parallel size 3 does not divide num_heads 4"},
+           {"gemma2", 3, "tensor parallel size 3 does not divide num_heads 4"},
+           {"gemma3_text", 3, "tensor parallel size 3 does not divide num_heads 4"}}) {
     std::vector<double> seconds(r.tp, -1);  // LoadCheckpoint resets the report when it starts
     absl::Status s = World::RunThreads(r.tp, [&](World& w) -> absl::Status {
       DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {r.tp}, {"tp"}));
@@ -190,6 +203,18 @@ TEST(ZooRefusals, TpThatHeadsDoNotAllowBeforeAnyRead) {
   });
   EXPECT_TRUE(Contains(kv, "tensor parallel size 9 does not divide num_kv_heads 3")) << kv;
   EXPECT_TRUE(Contains(kv, "a plan that replicates k_proj and v_proj, or splits them unit_colwise (whole heads on every rank), runs it"));
+}
+
+// NumParameters (nn/models/decoder_family.h) counts what transformers saved for every family's
+// norms, q/k norms and tying.
+TEST(ZooParameters, NumParametersCountsTheCheckpoint) {
+  for (const char* family : {"mistral", "qwen2", "qwen3", "phi3", "gemma", "olmo2", "gemma2",
+                             "gemma3_text"}) {
+    const loaders::Checkpoint ck = loaders::Checkpoint::Open(ZooDir(family)).value();
+    int64_t saved = 0;
+    for (const std::string& name : ck.names()) saved += Numel(ck.Info(name).value()->shape);
+    EXPECT_EQ(NumParameters(loaders::LoadDecoderConfig(ZooDir(family)).value()), saved) << family;
+  }
 }
 
 // Note [Sliding windows]: Mistral's window is 48 here; within it attention is full (the tests

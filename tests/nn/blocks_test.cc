@@ -319,6 +319,60 @@ RC_GTEST_PROP(AttentionBlock, FusedOrSeparateMatchesHandComputedAttention, ()) {
   RC_ASSERT(st.ok());
 }
 
+class ProjNorm : public Module {  // proj (Linear) -> norm (RMSNorm over its output)
+ public:
+  ProjNorm(int64_t in, int64_t width, double eps, RMSNormForm form) : Module("ProjNorm") {
+    proj = &AddModule<Linear>("proj", in, width, /*bias=*/false);
+    norm = &AddModule<RMSNorm>("norm", width, eps, DType::kF32, form);
+  }
+  Linear* proj;
+  RMSNorm* norm;
+
+ protected:
+  absl::StatusOr<Values> Forward(Values in) override {
+    DT_ASSIGN_OR_RETURN(Values y, proj->Call(std::move(in)));
+    return norm->Call(std::move(y));
+  }
+};
+
+// RMSNorm's forms (nn/norm.h) over a colwise projection's output: a piece sharded on the normalized
+// dim sums its squares across the ranks (Note [A norm over a sharded dim]) and equals the norm of
+// the whole row, computed by hand in double from the gathered weights, at every tp.
+RC_GTEST_PROP(NormBlock, FormsOverAShardedProjectionMatchHandComputedNorm, ()) {
+  const int tp = *rc::gen::inRange(1, 5);
+  const int64_t in = *rc::gen::inRange(1, 7), width = tp * *rc::gen::inRange(1, 4);
+  const int64_t n = *rc::gen::inRange(1, 5);
+  const RMSNormForm form = *rc::gen::element(RMSNormForm::kRoundThenScale,
+                                             RMSNormForm::kScaleThenRound,
+                                             RMSNormForm::kOnePlusWeight);
+  const double eps = 1e-6;
+  const Tensor x = Tensor::Randn({n, in}, *rc::gen::inRange(0, 1000)).value();
+  const absl::Status s = World::RunThreads(tp, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, TpMesh(w));
+    ProjNorm m(in, width, eps, form);
+    DT_RETURN_IF_ERROR(ParallelizeModule(m, mesh, {{"proj", "colwise"}}, Quiet()));
+    DT_RETURN_IF_ERROR(InitRandom(m, 7));
+    DT_ASSIGN_OR_RETURN(Value y, m.proj->CallOne({x}));
+    DT_ASSIGN_OR_RETURN(Value z, m.norm->CallOne({y}));
+    EXPECT_TRUE(y.piece_of() != nullptr && z.piece_of() != nullptr) << z.Describe();
+    DT_ASSIGN_OR_RETURN(Tensor whole, WholeTensor(z));
+    DT_ASSIGN_OR_RETURN(auto ws, Weights(m));
+    Vec want = LinearRef(x.ToDoubles(), n, in, W(ws, "proj.weight"), width, Vec());
+    const Vec& g = W(ws, "norm.weight");
+    for (int64_t r = 0; r < n; ++r) {
+      double squares = 0;
+      for (int64_t i = 0; i < width; ++i) squares += want[r * width + i] * want[r * width + i];
+      const double rstd = 1.0 / std::sqrt(squares / width + eps);
+      for (int64_t i = 0; i < width; ++i) {
+        want[r * width + i] *= rstd * (form == RMSNormForm::kOnePlusWeight ? 1.0 + g[i] : g[i]);
+      }
+    }
+    EXPECT_TRUE(Near(whole, want)) << m.norm->ExtraRepr() << " tp " << tp;
+    return absl::OkStatus();
+  });
+  RC_ASSERT(s.ok());
+}
+
 TEST(AttentionBlock, FusedProjectionDeclaresItsBlocks) {
   Attention m(AttentionOptions{.hidden_size = 8,
                                .num_heads = 4,

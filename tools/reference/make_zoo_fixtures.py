@@ -26,15 +26,28 @@ is what llama.cpp's converter would write (transformers cannot read Phi-3's long
   phi3     fused qkv_proj [Q|K|V] and gate_up_proj [gate|up] (packed_colwise block shards),
            longrope with short and long factors (the continuation passes
            original_max_position_embeddings, so both tables are used)
+  gemma    GeGLU (gelu_pytorch_tanh), embeddings times sqrt(hidden), (1 + w) RMSNorms, head_dim
+           32 != hidden / heads, 4 / 1 heads (multi-query: tp 2 and 4 with k/v replicated), tied
+  olmo2    post-norms, q_norm / k_norm over the whole projection (tp 2 and 4 sum their squares
+           across the ranks), 4 / 2 heads with attention biases
+  gemma2   pre- and post-norms, query_pre_attn_scalar 24 != head_dim 16, attention soft-cap 5
+           and final logit soft-cap 8 (small enough to bite), a window of 6 on layers 0 and 2
+           (the prompt and continuation pass it), 4 / 2 heads
+  gemma3_text per-head (1 + w) q/k norms, layer_types sliding, sliding, full, sliding with a
+           window of 5, the sliding layers' RoPE base 10000 and the full layers' 1e6 with linear
+           scaling x2 (rope_parameters per layer type, v5's spelling), scale 1/sqrt(20)
+(gemma, olmo2, gemma2 and gemma3_text have no GGUF here: dtensor reads none of them from GGUF
+yet.)
 Weights are random (seeded) and scaled so that the greedy continuation is not one repeated
 token; norms are randomized too so that a missing norm weight shows.
 
 It also writes tests/fixtures/zoo/chat_templates.json: the chat templates of the formats
 loaders/chat_template.h writes (ChatML as Qwen2.5 carries it, Mistral-7B-Instruct v0.2's [INST],
-Phi-3's <|user|>; written out below as those checkpoints' tokenizer_config.json publish them) and
+Phi-3's <|user|>, Gemma's <start_of_turn>; written out below as those checkpoints' tokenizer_config.json publish them) and
 conversations rendered by transformers' own renderer (render_jinja_template), or the error the
 template raises.
 """
+import argparse
 import json
 import os
 import shutil
@@ -42,7 +55,10 @@ import shutil
 import numpy as np
 import torch
 import transformers
-from transformers import (MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
+                          GemmaConfig, GemmaForCausalLM,
+                          MistralConfig, MistralForCausalLM,
+                          Olmo2Config, Olmo2ForCausalLM, Phi3Config, Phi3ForCausalLM,
                           Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 import gguf
 
@@ -79,6 +95,39 @@ FAMILIES = {
     "phi3": dict(
         cls=Phi3ForCausalLM, arch="phi3", seed=34,
         config=None),  # made in phi3_config(): longrope factors are random
+    "gemma": dict(
+        cls=GemmaForCausalLM, arch=None, seed=35,
+        config=GemmaConfig(**TINY, vocab_size=320, hidden_size=64, intermediate_size=128,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+                           head_dim=32, rms_norm_eps=1e-6, rope_theta=10000.0,
+                           hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True)),
+    "olmo2": dict(
+        cls=Olmo2ForCausalLM, arch=None, seed=36,
+        config=Olmo2Config(**TINY, vocab_size=352, hidden_size=64, intermediate_size=112,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           rms_norm_eps=1e-6, rope_theta=500000.0, attention_bias=True,
+                           tie_word_embeddings=False)),
+    "gemma2": dict(
+        cls=Gemma2ForCausalLM, arch=None, seed=38,
+        config=Gemma2Config(**TINY, vocab_size=320, hidden_size=64, intermediate_size=128,
+                            num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                            head_dim=16, rms_norm_eps=1e-6, rope_theta=10000.0,
+                            hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=24,
+                            attn_logit_softcapping=5.0, final_logit_softcapping=8.0,
+                            sliding_window=6, tie_word_embeddings=True)),
+    "gemma3_text": dict(
+        cls=Gemma3ForCausalLM, arch=None, seed=43,
+        config=Gemma3TextConfig(
+            **TINY, vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
+            hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=20, sliding_window=5,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                         "sliding_attention"],
+            rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                "rope_theta": 1000000.0},
+                             "sliding_attention": {"rope_type": "default",
+                                                   "rope_theta": 10000.0}},
+            tie_word_embeddings=True)),
 }
 
 
@@ -229,6 +278,16 @@ CHAT_TEMPLATES = {
         "message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'assistant' %}"
         "{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}{% if "
         "add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}")),
+    # google/gemma-7b-it's (Gemma 2's instruct checkpoints carry the same).
+    "gemma": dict(bos="<bos>", eos="<eos>", template=(
+        "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role "
+        "not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == "
+        "'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must "
+        "alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == "
+        "'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+        "{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + "
+        "'<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}"
+        "{{'<start_of_turn>model\\n'}}{% endif %}")),
 }
 
 CONVERSATIONS = [
@@ -265,11 +324,16 @@ def make_chat_goldens(root):
 
 
 def main():
-    args = fixture_args()
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--family", action="append", choices=list(FAMILIES),
+                    help="only these families' checkpoints (default: all)")
+    args = fixture_args(ap)
     root = os.path.join(args.out, "zoo")
     os.makedirs(root, exist_ok=True)
     make_chat_goldens(root)
     for family, v in FAMILIES.items():
+        if args.family and family not in args.family:
+            continue
         out = os.path.join(root, f"{family}-tiny")
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
@@ -293,10 +357,13 @@ def main():
         with open(os.path.join(out, "golden.json"), "w") as fp:
             json.dump(golden, fp)
             fp.write("\n")
+        size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+        if v["arch"] is None:
+            print(f"{family}: {size / 1e6:.2f} MB, weight scale {scale}, greedy {tokens[:12]} ...")
+            continue
         path = os.path.join(root, f"{family}-tiny.gguf")
         write_gguf(path, family, f32, f32.config)
         note = check_gguf(path, f32, family)
-        size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
         print(f"{family}: {size / 1e6:.2f} MB (+ {os.path.getsize(path) / 1e6:.2f} MB gguf: "
               f"{note}), weight scale {scale}, greedy {tokens[:12]} ...")
 

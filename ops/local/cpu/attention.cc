@@ -77,6 +77,24 @@ inline int64_t At(const Tensor& t, int64_t i0, int64_t i1, int64_t i2) {
 // score-row path 1.14-1.93x faster than on the flash path, bf16 on the flash path 1.18-1.74x
 // faster than on the score-row path. Against PyTorch: docs/benchmarks.md (bench_attention).
 
+// Note [Attention options]
+// What models beyond Llama change in attention, each off at its default (AttentionParams in
+// kernels.h), in this order on a block's scores, as transformers' eager attention applies them:
+//   scale    the factor of q kᵀ (Gemma: query_pre_attn_scalar^-0.5 rather than D^-0.5);
+//   softcap  scores become softcap · tanh(scores / softcap) (Gemma 2's attn_logit_softcapping);
+//   window   a causal query at position i sees keys j with i - window < j <= i (transformers'
+//            sliding_window_causal: Gemma 2/3, gpt-oss, Mistral); blocks wholly before the first
+//            row's window are not visited, the others masked per row;
+//   mask     an additive f32 tensor (broadcast over heads) added to the scores;
+//   sinks    a logit per query head that joins every row's softmax denominator and has no value
+//            (gpt-oss): the online softmax starts each row's running max at the sink and its sum
+//            at e^0 = 1, as if the sink were a key of zero value, so output = Σ e^(s_j - m) v_j /
+//            (e^(sink - m) + Σ e^(s_j - m)); a row with no visible key still gives zeros.
+// The flash path applies them in a pass over each block's scores between q kᵀ and the softmax
+// (none when only scale is set; one untaken branch per block), the score-row path (decode) to each
+// row's scores before its softmax; both skip the keys before a window. tanh is computed as
+// sign(x) (1 - e^(-2|x|)) / (1 + e^(-2|x|)) through the vector exp, on either path.
+
 // Note [Attention reads f32 keys in place]
 // Each (query head, block of queries) task multiplies with every key and value row its block can
 // see. Copying them into a contiguous f32 buffer first (as bf16 or f16 caches still are: the
@@ -103,6 +121,16 @@ void LoadRows(const Tensor& t, int64_t i0, int64_t i1, int64_t r0, int64_t rows,
   }
 }
 
+// x = cap · tanh(x / cap) for n elements: sign(x) · cap · (1 - e) / (1 + e), e = e^(-2|x| / cap)
+// (ExpF32's argument <= 0), as the flash path's Tanh computes it.
+void SoftCap(float* x, int64_t n, float cap, std::vector<float>& tmp) {
+  tmp.resize(static_cast<size_t>(n));
+  const float k = -2.0f / cap;
+  for (int64_t j = 0; j < n; ++j) tmp[j] = k * std::abs(x[j]);
+  ExpF32(tmp.data(), tmp.data(), n);
+  for (int64_t j = 0; j < n; ++j) x[j] = std::copysign(cap * (1 - tmp[j]) / (1 + tmp[j]), x[j]);
+}
+
 // The score-row path: per task, the f32 scores of every stacked row against every key it may
 // see, through the single-threaded GEMM, a masked softmax, then probabilities times values.
 absl::Status ScoreRows(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -114,22 +142,27 @@ absl::Status ScoreRows(const Tensor& q, const Tensor& k, const Tensor& v,
   std::mutex mu;
   absl::Status status;
   ParallelFor(batch * hkv * q_blocks, cost, [&](int64_t lo, int64_t hi) {
-    thread_local std::vector<float> buf;
+    thread_local std::vector<float> buf, tmp;
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t bi = task / (hkv * q_blocks), g = task / q_blocks % hkv;
       const int64_t i0 = task % q_blocks * block, rows = std::min(block, sq - i0);
       const int64_t m = group * rows;  // stacked row hg * rows + r: head g * group + hg, query i0 + r
-      // Keys visible to any row of the block: [0, kv_end).
+      // Keys visible to any row of the block: [kv_begin, kv_end) (kv_begin > 0: a window).
       int64_t kv_end = params.kv_length;
       if (params.causal) kv_end = std::clamp<int64_t>(params.q_offset + i0 + rows, 0, kv_end);
-      buf.resize(static_cast<size_t>(m * d + kv_end * (d + dv) + m * kv_end + m * dv));
+      const int64_t kv_begin =
+          params.window > 0
+              ? std::clamp<int64_t>(params.q_offset + i0 + 1 - params.window, 0, kv_end)
+              : 0;
+      const int64_t nkv = kv_end - kv_begin;
+      buf.resize(static_cast<size_t>(m * d + nkv * (d + dv) + m * nkv + m * dv));
       float* qs = buf.data();
       float* kbuf = qs + m * d;
-      float* vbuf = kbuf + kv_end * d;
-      float* s = vbuf + kv_end * dv;
-      float* o = s + m * kv_end;
+      float* vbuf = kbuf + nkv * d;
+      float* s = vbuf + nkv * dv;
+      float* o = s + m * nkv;
       std::fill(o, o + m * dv, 0.0f);
-      if (kv_end > 0) {
+      if (nkv > 0) {
         for (int64_t hg = 0; hg < group; ++hg) LoadRows(q, bi, g * group + hg, i0, rows, qs + hg * rows * d);
         // Keys and values are read where they lie when they are f32 rows of unit stride (Note
         // [Attention reads f32 keys in place]), else as converted rows; row p's element j is at
@@ -138,43 +171,62 @@ absl::Status ScoreRows(const Tensor& q, const Tensor& k, const Tensor& v,
         const float* vs = vbuf;
         int64_t k_rs = d, k_cs = 1, v_rs = dv, v_cs = 1;
         if (k.dtype() == DType::kF32 && k.stride(3) == 1) {
-          ks = k.data<float>() + At(k, bi, g, 0);
+          ks = k.data<float>() + At(k, bi, g, kv_begin);
           k_rs = k.stride(2), k_cs = k.stride(3);
         } else {
-          LoadRows(k, bi, g, 0, kv_end, kbuf);
+          LoadRows(k, bi, g, kv_begin, nkv, kbuf);
         }
         if (v.dtype() == DType::kF32 && v.stride(3) == 1) {
-          vs = v.data<float>() + At(v, bi, g, 0);
+          vs = v.data<float>() + At(v, bi, g, kv_begin);
           v_rs = v.stride(2), v_cs = v.stride(3);
         } else {
-          LoadRows(v, bi, g, 0, kv_end, vbuf);
+          LoadRows(v, bi, g, kv_begin, nkv, vbuf);
         }
-        absl::Status st = Sgemm(m, kv_end, d, qs, d, 1, ks, k_cs, k_rs, s, kv_end);  // q · kᵀ
+        absl::Status st = Sgemm(m, nkv, d, qs, d, 1, ks, k_cs, k_rs, s, nkv);  // q · kᵀ
         if (!st.ok()) {
           std::lock_guard<std::mutex> lock(mu);
           status.Update(st);
           return;
         }
         for (int64_t rr = 0; rr < m; ++rr) {
-          float* row = s + rr * kv_end;
+          float* row = s + rr * nkv;  // key j at row[j - kv_begin]
           const int64_t r = rr % rows;
           const int64_t limit =
               params.causal ? std::clamp<int64_t>(params.q_offset + i0 + r + 1, 0, kv_end) : kv_end;
-          if (limit == 0) {  // no visible key: a zero row of probabilities, so a zero output
-            std::fill(row, row + kv_end, 0.0f);
+          // Keys [first, limit) are visible (Note [Attention options]: the window); first >=
+          // kv_begin, the first row's.
+          const int64_t first =
+              params.window > 0
+                  ? std::clamp<int64_t>(params.q_offset + i0 + r + 1 - params.window, 0, limit)
+                  : 0;
+          const int64_t n = limit - first;
+          float* x = row + (first - kv_begin);
+          for (int64_t j = 0; j < n; ++j) x[j] *= params.scale;
+          if (params.softcap > 0) SoftCap(x, n, params.softcap, tmp);
+          if (params.mask != nullptr) {
+            const float* add =
+                params.mask + bi * params.mask_bs + (i0 + r) * params.mask_rs + first;
+            for (int64_t j = 0; j < n; ++j) x[j] += add[j];
+          }
+          // A sink is a key of score sinks[h] and no value: in the max and the sum only.
+          const float sink = params.sinks != nullptr ? params.sinks[g * group + rr / rows]
+                                                     : -std::numeric_limits<float>::infinity();
+          float mx = sink;
+          for (int64_t j = 0; j < n; ++j) mx = std::max(mx, x[j]);
+          std::fill(row, x, 0.0f);
+          std::fill(x + n, row + nkv, 0.0f);
+          if (mx == -std::numeric_limits<float>::infinity()) {  // no visible key: a zero output
+            std::fill(x, x + n, 0.0f);
             continue;
           }
-          float mx = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j < limit; ++j) mx = std::max(mx, row[j] *= params.scale);
-          for (int64_t j = 0; j < limit; ++j) row[j] -= mx;
-          ExpF32(row, row, limit);
-          float sum = 0;
-          for (int64_t j = 0; j < limit; ++j) sum += row[j];
+          for (int64_t j = 0; j < n; ++j) x[j] -= mx;
+          ExpF32(x, x, n);
+          float sum = params.sinks != nullptr ? ExpScalar(sink - mx) : 0.0f;
+          for (int64_t j = 0; j < n; ++j) sum += x[j];
           const float inv = 1.0f / sum;
-          for (int64_t j = 0; j < limit; ++j) row[j] *= inv;
-          std::fill(row + limit, row + kv_end, 0.0f);
+          for (int64_t j = 0; j < n; ++j) x[j] *= inv;
         }
-        st = Sgemm(m, dv, kv_end, s, kv_end, 1, vs, v_rs, v_cs, o, dv);  // p · v
+        st = Sgemm(m, dv, nkv, s, nkv, 1, vs, v_rs, v_cs, o, dv);  // p · v
         if (!st.ok()) {
           std::lock_guard<std::mutex> lock(mu);
           status.Update(st);
@@ -268,6 +320,12 @@ absl::Status Flash(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
         t.causal = params.causal;
         t.limit0 = params.q_offset + i0 + 1;
         t.scale = params.scale;
+        t.softcap = params.softcap, t.window = params.window;
+        if (params.sinks != nullptr) t.sinks = params.sinks + g * group;
+        if (params.mask != nullptr) {
+          t.mask = params.mask + bi * params.mask_bs + i0 * params.mask_rs;
+          t.mask_rs = params.mask_rs;
+        }
         t.kv_block = kv_block;
         flash(t);
       }
@@ -413,6 +471,8 @@ absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages
         t.causal = params.causal;
         t.limit0 = q_offset + task.i0 + 1;
         t.scale = params.scale;
+        t.softcap = params.softcap, t.window = params.window;
+        if (params.sinks != nullptr) t.sinks = params.sinks + h0;
         t.kv_block = kv_block;
         flash(t);
       }

@@ -59,8 +59,11 @@ void Flash(const FlashTask& t) {
     for (int64_t c = 0; c < d; ++c) qf[c] = Widen(q[hg * t.q_hs + r * t.q_rs + c * t.q_cs]);
     std::fill(o, o + dv, 0.0f);
     const int64_t limit = t.causal ? std::min(t.kv_end, t.limit0 + r) : t.kv_end;
-    float mx = -INFINITY, l = 0;
-    for (int64_t j0 = 0; j0 < limit; j0 += bk) {
+    const int64_t first = t.window > 0 ? std::max<int64_t>(0, t.limit0 + r - t.window) : 0;
+    const float* mask = t.mask != nullptr ? t.mask + r * t.mask_rs : nullptr;
+    // A sink is a key of score sinks[hg] and no value: the running max and sum start with it.
+    float mx = t.sinks != nullptr ? t.sinks[hg] : -INFINITY, l = t.sinks != nullptr ? 1 : 0;
+    for (int64_t j0 = first; j0 < limit; j0 += bk) {
       const int64_t nk = std::min(bk, limit - j0);
       float bm = -INFINITY;
       for (int64_t jj = 0; jj < nk; ++jj) {
@@ -68,6 +71,8 @@ void Flash(const FlashTask& t) {
         float dot = 0;
         for (int64_t c = 0; c < d; ++c) dot += qf[c] * Widen(kr[c]);
         s[jj] = dot * t.scale;
+        if (t.softcap > 0) s[jj] = t.softcap * std::tanh(s[jj] / t.softcap);
+        if (mask != nullptr) s[jj] += mask[j0 + jj];
         bm = std::max(bm, s[jj]);
       }
       const float m_new = std::max(mx, bm), m_use = m_new == -INFINITY ? 0.0f : m_new;

@@ -46,6 +46,15 @@ struct FlashTask {
   bool causal = false;
   int64_t limit0 = 0;
   float scale = 1;
+  // Options (Note [Attention options] in attention.cc), off at their defaults. softcap > 0: scores
+  // become softcap · tanh(scores / softcap). window > 0 (causal): row (hg, r) sees no key
+  // j < limit0 + r - window. sinks: the logits of the group's heads (sinks[hg]), each in its rows'
+  // softmax denominators. mask: f32 added to the scores, row r's key j at mask[r * mask_rs + j].
+  float softcap = 0;
+  int64_t window = 0;
+  const float* sinks = nullptr;
+  const float* mask = nullptr;
+  int64_t mask_rs = 0;
   int64_t kv_block = 64;  // >= 1
   // The result, f32: softmax(q kᵀ scale) v of row (hg, r) (zeros where it sees no key) at
   // out + hg * out_hs + r * out_rs, dv elements of unit stride.
@@ -82,6 +91,11 @@ inline void ForRuns(const FlashTask& t, int64_t j0, int64_t nk, F&& f) {
     f(at, n, KeyRow<T>(t, j), ValueRow<T>(t, j));
     at += n;
   }
+}
+
+// The first key any row of a causal task with a window sees (0 without one).
+inline int64_t FirstKey(const FlashTask& t) {
+  return t.window > 0 ? std::clamp<int64_t>(t.limit0 - t.window, 0, t.kv_end) : 0;
 }
 
 // The task function of `isa` (which must be supported) for elements `elem`.

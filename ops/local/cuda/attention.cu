@@ -17,6 +17,7 @@
 // reference.
 
 #include <cmath>
+#include <utility>
 
 #include "dtensor/ops/local/cuda/cuda_util.h"
 #include "dtensor/ops/local/kernels.h"
@@ -282,6 +283,16 @@ absl::Status RunAttention(const Tensor& q, const Tensor& k, const Tensor& v,
 
 absl::Status Attention(const Tensor& q, const Tensor& k, const Tensor& v,
                        const AttentionParams& params, const Tensor& out) {
+  // Note [Attention options] in ops/local/cpu/attention.cc: the CPU kernel's, not written here.
+  for (const auto& [set, name] : {std::pair<bool, const char*>{params.softcap > 0, "softcap"},
+                                  {params.window > 0, "window"},
+                                  {params.sinks != nullptr, "sinks"},
+                                  {params.mask != nullptr, "mask"}}) {
+    if (set) {
+      return absl::UnimplementedError(
+          absl::StrCat(kKernel, " on CUDA: the attention option ", name, " is CPU only"));
+    }
+  }
   DT_RETURN_IF_ERROR(UseDevice(out, kKernel));
   auto run = [&](const Tensor& o) {
     return DT_CUDA_DISPATCH_FLOAT(q.dtype(), T, [&] { return RunAttention<T>(q, k, v, params, o); });
