@@ -754,16 +754,10 @@ absl::Status CausalLM::CheckWatched() {
 
 namespace {
 
-// Gemma 2's final_logit_softcapping: cap · tanh(logits / cap) in f32, rounded to the logits'
-// dtype. On the gathered logits with a loop: the library has no Tanh op on this branch yet.
+// Gemma 2's final_logit_softcapping on the gathered logits (none where the config has none).
 absl::StatusOr<Tensor> SoftCapLogits(const Tensor& logits, double cap) {
   if (!(cap > 0)) return logits;
-  DT_ASSIGN_OR_RETURN(Tensor f, ops::Cast(logits, DType::kF32));
-  DT_ASSIGN_OR_RETURN(Tensor capped, f.Clone());  // never the caller's tensor, changed in place
-  float* p = capped.data<float>();
-  const float c = static_cast<float>(cap);
-  for (int64_t i = 0; i < capped.numel(); ++i) p[i] = std::tanh(p[i] / c) * c;
-  return ops::Cast(capped, logits.dtype());
+  return ops::SoftCap(logits, cap);
 }
 
 }  // namespace
