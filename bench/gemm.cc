@@ -17,6 +17,9 @@
 //   quantized    the same with w q4_1, q4_k, q8_0, q2_k, q3_k,  memcpy on T threads
 //   decode       iq4_nl, iq4_xs blocks (GB/s of blocks; x f32;
 //                our kernels only)
+//   batched      quantized Linear at M = 8, 16 (a serving       the same product packing its
+//   quantized    engine's decode step), its panels kept          panels on every call
+//                (Note [Packed quantized weights])
 //
 // T = oneTBB's arena size (all cores). "Weights cold": each call uses the next of enough copies of
 // w to exceed three times the L3, as in a decode step, which streams every layer's weights once.
@@ -398,6 +401,45 @@ std::vector<DecodeRow> Decode(const DecodeShape& s, const std::vector<int64_t>& 
   return rows;
 }
 
+// Batched decode with quantized weights: Linear(x [M, K], w [N, K]) with the weight's panels kept
+// (Note [Packed quantized weights] in ops/local/cpu/qgemm.cc) against the same product packing
+// them on every call, interleaved, each from its own pool of cold copies. The budget is set to the
+// kept pool's panels, so the per-call pool's do not fit and are packed per call: the one switch
+// the process has. Returns kept's GB/s of blocks over per-call's, per M.
+std::vector<double> BatchedQuantized(const DecodeShape& s, const std::vector<int64_t>& ms, DType dtype,
+                                     const Reps& reps) {
+  namespace qgemm = dt::ops::cpu::qgemm;
+  constexpr int64_t kPoolBytes = int64_t{96} << 20;  // three times the 32 MiB L3
+  const int64_t bytes = dt::DTypeBytes(dtype, s.n * s.k);
+  const int64_t copies = std::max<int64_t>(1, (kPoolBytes + bytes - 1) / bytes);
+  std::vector<Tensor> pools[2];  // 0: per call, 1: kept
+  pools[0].push_back(dt::RandomQuantized(dtype, {s.n, s.k}, 5).value());
+  for (int64_t i = 1; i < 2 * copies; ++i) pools[i % 2].push_back(pools[0][0].Clone().value());
+  const qgemm::Kernels& ks = qgemm::KernelsFor(qgemm::ActiveIsa());
+  qgemm::SetPackedBudget(static_cast<int64_t>(pools[1].size()) * qgemm::GemmScratchBytes(ks, s.n, s.k));
+  const int64_t calls = std::max<int64_t>(1, (int64_t{4} << 20) / bytes);
+  size_t next[2] = {0, 0};
+  std::vector<double> ratios;
+  for (const int64_t m : ms) {
+    const Tensor x = Tensor::Randn({m, s.k}, 6).value();
+    Tensor y;
+    auto products = [&](int pool) {
+      for (int64_t c = 0; c < calls; ++c) {
+        y = dt::ops::Linear(x, pools[pool][next[pool]++ % pools[pool].size()]).value();
+      }
+    };
+    // Kept first: its warm-up takes the budget.
+    const std::vector<double> t = Time(reps, {[&] { products(1); }, [&] { products(0); }});
+    const double kept = bytes * calls / t[0] / 1e9, per_call = bytes * calls / t[1] / 1e9;
+    std::printf("%-6s %-22s M=%-3lld %10.1f %10.1f %8.2f %10.0f\n", dt::DTypeName(dtype).data(), s.name,
+                static_cast<long long>(m), per_call, kept, kept / per_call,
+                static_cast<double>(qgemm::PackedBytes()) / (1 << 20));
+    ratios.push_back(kept / per_call);
+  }
+  qgemm::SetPackedBudget(0);
+  return ratios;
+}
+
 // Every knob of the tuner (Note [Tuner] in ops/local/cpu/tuner.cc): this process's choice (from the
 // cache, or measured on first use) against every candidate measured again now, in the knob's unit.
 // A RESULT per knob: the pick's figure over the best one's. With --gemm-only, the GEMM backends'.
@@ -584,6 +626,23 @@ int main(int argc, char** argv) {
     }
   }
   results.push_back({"qgemv_m1_vs_memcpy_worst_row", worst_q, 0.6});
+  std::printf("\nbatched decode with quantized weights (x f32), T=%d threads: GB/s of blocks with the "
+              "panels packed per call and kept (Note [Packed quantized weights]), interleaved, "
+              "weights cold; kept MiB: panels held\n", threads);
+  std::printf("%-6s %-22s %-5s %10s %10s %8s %10s\n", "dtype", "w [N, K]", "M", "per call", "kept",
+              "kept/pc", "kept MiB");
+  const std::vector<int64_t> batched_ms = {8, 16};
+  double worst_kept = 1e9;
+  for (const DType dtype : quick ? std::vector<DType>{DType::kQ4_1, DType::kQ4_K, DType::kQ2_K}
+                                 : std::vector<DType>{DType::kQ4_1, DType::kQ4_K, DType::kQ8_0, DType::kQ2_K,
+                                                      DType::kQ3_K, DType::kIQ4_NL, DType::kIQ4_XS}) {
+    for (const DecodeShape& s : {DecodeShape{"up_proj 1536x576", 1536, 576},
+                                 DecodeShape{"down_proj 576x1536", 576, 1536}}) {
+      if (s.k % dt::DTypeBlock(dtype) != 0) continue;
+      for (const double r : BatchedQuantized(s, batched_ms, dtype, decode_reps)) worst_kept = std::min(worst_kept, r);
+    }
+  }
+  results.push_back({"qgemm_batched_kept_vs_per_call_worst_row", worst_kept, 1.0});
   results.push_back({"gemv_f32_vs_memcpy_worst_row", worst[0], 0.7});
   results.push_back({"gemv_bf16_vs_memcpy_worst_row", worst[1], 0.7});
   std::printf("\nthe picked path against the best one measured, worst decode row: %s (%.2f)\n",

@@ -57,6 +57,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -64,7 +67,9 @@
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/types/span.h"
+#include "dtensor/core/storage.h"
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
 #include "dtensor/ops/local/cpu/loops.h"
 #include "dtensor/ops/local/cpu/tuner.h"
@@ -123,11 +128,112 @@ qgemm::QRows QuantizeRows(const qgemm::Kernels& ks, const Tensor& x, std::option
   return rows;
 }
 
+// Note [Packed quantized weights]
+// The prefill kernel multiplies panels (Note [Quantized panels]), which it otherwise decodes from
+// the weight's blocks on every call: a serving engine that batches 5..16 sequences per decode step
+// runs the panel kernel every step and spent ~15 % of its samples in that repacking (issue 48).
+// A process may instead keep each weight's panels, made once at its first M > kDotMaxRows product
+// and reused by every later one. The panels take 80 bytes per row and 32-block (16-bit quants and
+// four f32 scale vectors): 4x a q4_1 weight, 2.35x q8_0, 9x q2_k. Decode (M <= kDotMaxRows) keeps
+// reading the blocks, which are the fewest bytes per product and what decode is bound by, so the
+// panels cannot replace the original layout: they come beside it, and only where the process
+// asks, with a budget of bytes (SetPackedBudget, or DT_QGEMM_PACKED_MB=<MiB> in the environment;
+// 0, the default, keeps none). A weight whose panels do not fit the budget is packed per call as
+// before, so the budget bounds the memory and never refuses a product; PackedBytes() is what is
+// held, for a load report.
+// Lifetime: an entry holds the weight's Storage, keyed by its data pointer, shape, type and
+// instruction set, so its address cannot be reused by another weight while the entry lives; an
+// entry whose weight only the cache still holds is dropped at the next miss. The weights must not
+// change after their first product (the engine's are read-only once loaded). Building is
+// thread-safe: the first caller packs (over the arena's threads), concurrent ones wait for it.
+struct KeptEntry {
+  Storage weight;  // keeps the address from being reused while the panels live
+  int64_t bytes = 0;
+  Storage panels;  // undefined if the allocation failed
+  std::once_flag built;
+};
+
+struct KeptKey {
+  const void* data;
+  DType dtype;
+  int64_t n, k;
+  qgemm::Isa isa;
+  bool operator==(const KeptKey&) const = default;
+};
+
+struct Kept {
+  std::mutex mu;
+  int64_t budget = -1;  // -1: not read from the environment yet
+  int64_t held = 0;
+  std::vector<std::pair<KeptKey, std::shared_ptr<KeptEntry>>> entries;
+
+  // Under mu.
+  int64_t Budget() {
+    if (budget < 0) {
+      int64_t mib = 0;
+      const char* env = std::getenv("DT_QGEMM_PACKED_MB");
+      if (env == nullptr || !absl::SimpleAtoi(env, &mib) || mib < 0) mib = 0;
+      budget = mib << 20;
+    }
+    return budget;
+  }
+};
+
+Kept& KeptState() {
+  static Kept* kept = new Kept;
+  return *kept;
+}
+
+// The panels of w (all its rows) if the process keeps them and they fit (Note [Packed quantized
+// weights]), made on first use; else null.
+const uint8_t* KeptPanels(const qgemm::Kernels& ks, const Tensor& w) {
+  Kept& st = KeptState();
+  const int64_t n = w.size(0), k = w.size(1);
+  const KeptKey key{w.raw_data(), w.dtype(), n, k, qgemm::ActiveIsa()};
+  std::shared_ptr<KeptEntry> entry;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (st.Budget() == 0) return nullptr;
+    for (const auto& [kk, e] : st.entries) {
+      if (kk == key) entry = e;
+    }
+    if (entry == nullptr) {
+      std::erase_if(st.entries, [&](const auto& kv) {
+        if (kv.second->weight.use_count() > 1) return false;
+        st.held -= kv.second->bytes;
+        return true;
+      });
+      const int64_t bytes = qgemm::GemmScratchBytes(ks, n, k);
+      if (st.held + bytes > st.budget) return nullptr;
+      entry = std::make_shared<KeptEntry>();
+      entry->weight = w.storage();
+      entry->bytes = bytes;
+      st.held += bytes;
+      st.entries.emplace_back(key, entry);
+    }
+  }
+  std::call_once(entry->built, [&] {
+    absl::StatusOr<Storage> buf = Storage::Allocate(entry->bytes, kCPU);
+    if (!buf.ok()) return;
+    uint8_t* p = static_cast<uint8_t*>(buf->data());
+    const int64_t lanes = ks.gemm_lanes, row_bytes = DTypeBytes(w.dtype(), k);
+    const int64_t groups = (n + lanes - 1) / lanes, group_bytes = qgemm::GemmScratchBytes(ks, lanes, k);
+    const uint8_t* wp = static_cast<const uint8_t*>(w.raw_data());
+    ParallelFor(groups, lanes * row_bytes, [&](int64_t lo, int64_t hi) {
+      ks.pack(w.dtype(), std::min(n, hi * lanes) - lo * lanes, k, wp + lo * lanes * row_bytes,
+              row_bytes, p + lo * group_bytes);
+    });
+    entry->panels = *std::move(buf);
+  });
+  return static_cast<const uint8_t*>(entry->panels.data());
+}
+
 // One product of a call: a weight, its f32 bias (or null) and its output.
 struct Target {
   const Tensor* w;
   const float* bias32;
   const Tensor* out;
+  const uint8_t* panels = nullptr;  // the weight's packed panels, if kept (Note [Packed quantized weights])
 };
 
 // Threads take chunks of weight rows (output columns): Dot's read at least kMinChunkBytes of
@@ -168,8 +274,11 @@ absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows&
     const DType q = w.dtype(), dtype = out.dtype();
     const int64_t row_bytes = DTypeBytes(q, k);
     const uint8_t* wp = static_cast<const uint8_t*>(w.raw_data());
+    const uint8_t* kept = task.target->panels;
     std::optional<gemm::ScratchBuffer> panel, cbuf;
-    if (packed) panel.emplace(gemm::ScratchSlot::kPackedB, qgemm::GemmScratchBytes(ks, cols, k) / 4);
+    if (packed && kept == nullptr) {
+      panel.emplace(gemm::ScratchSlot::kPackedB, qgemm::GemmScratchBytes(ks, cols, k) / 4);
+    }
     if (dtype != DType::kF32) cbuf.emplace(gemm::ScratchSlot::kC, m * cols);
     if ((panel && panel->data() == nullptr) || (cbuf && cbuf->data() == nullptr)) {
       out_of_memory = true;
@@ -177,8 +286,12 @@ absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows&
     }
     float* c = cbuf ? cbuf->data() : out.data<float>() + j0;
     const int64_t ldc = cbuf ? cols : n;
-    if (packed) {
-      ks.gemm(q, rows, cols, wp + j0 * row_bytes, row_bytes, c, ldc, panel->data());
+    if (packed && kept != nullptr) {
+      // j0 is a whole number of panel groups (the chunks are whole register tiles).
+      ks.panels(q, rows, cols, kept + qgemm::GemmScratchBytes(ks, j0, k), c, ldc);
+    } else if (packed) {
+      ks.pack(q, cols, k, wp + j0 * row_bytes, row_bytes, panel->data());
+      ks.panels(q, rows, cols, panel->data(), c, ldc);
     } else {
       ks.dot(q, rows, cols, wp + j0 * row_bytes, row_bytes, c, ldc, pf);
     }
@@ -270,7 +383,7 @@ class DotPrefetchTrial : public tune::Trial {
 
 absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
                               absl::Span<const Tensor> biases, absl::Span<const Tensor> outs) {
-  const int64_t m = x.size(0), k = x.size(1);
+  const int64_t m = x.size(0);
   // x quantized (Note [Activation blocks]).
   const qgemm::Kernels& ks = qgemm::KernelsFor(qgemm::ActiveIsa());
   std::optional<gemm::ScratchBuffer> qbuf;
@@ -286,7 +399,10 @@ absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
     }
     targets.push_back({&ws[i], bias32[i].empty() ? nullptr : bias32[i].data(), &outs[i]});
   }
-  const bool packed = m > kDotMaxRows && ks.gemm != nullptr;
+  const bool packed = m > kDotMaxRows && ks.pack != nullptr;
+  if (packed) {
+    for (Target& t : targets) t.panels = KeptPanels(ks, *t.w);
+  }
   Prefetch pf;
   if (!packed) {
     DT_ASSIGN_OR_RETURN(const int i, tune::Pick(qgemm::DotPrefetchKnob()));
@@ -305,6 +421,22 @@ const tune::Knob& qgemm::DotPrefetchKnob() {
       .make_trial = &DotPrefetchTrial::Make,
   };
   return knob;
+}
+
+void qgemm::SetPackedBudget(int64_t bytes) {
+  Kept& st = KeptState();
+  std::lock_guard<std::mutex> lock(st.mu);
+  st.budget = std::max<int64_t>(0, bytes);
+  if (st.budget == 0) {  // entries in use by a running product stay alive through their shared_ptr
+    st.entries.clear();
+    st.held = 0;
+  }
+}
+
+int64_t qgemm::PackedBytes() {
+  Kept& st = KeptState();
+  std::lock_guard<std::mutex> lock(st.mu);
+  return st.held;
 }
 
 absl::Status QuantizedLinear(const Tensor& x, const Tensor& w, const Tensor& bias,

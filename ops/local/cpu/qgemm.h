@@ -58,25 +58,35 @@ using QuantizeFn = void (*)(int m, int64_t k, const float* x, int64_t ldx, int16
 // c[i * ldc + j] = sum_p x(i, p) * w(j, p) for i < x.m, j < n, where x(i, p) = d * t of its block
 // and w(j, p) is element p of weight row j: the blocks of quantized `dtype` at w + j * row_bytes,
 // x.k elements; x.m >= 1, n >= 1. `dot` reads each weight block where it lies and serves four rows
-// of x with it (decode, Note [Quantized dot groups]); `gemm` first decodes the n weight rows into
-// 16-bit panels in `scratch` (GemmScratchBytes, 64-byte aligned) and runs register tiles over all
-// rows of x (prefill, Note [Quantized panels]).
+// of x with it (decode, Note [Quantized dot groups]); for prefill, `pack` decodes n weight rows of
+// k elements into 16-bit panels (GemmScratchBytes of them, 64-byte aligned) and `panels` runs
+// register tiles over all rows of x against such panels (Note [Quantized panels]); the panels are
+// made per call or once per weight (Note [Packed quantized weights] in qgemm.cc).
 // `dot` prefetches each weight row as `pf` says (Note [Quantized dot prefetch]).
 using DotFn = void (*)(DType dtype, const QRows& x, int64_t n, const uint8_t* w, int64_t row_bytes,
                        float* c, int64_t ldc, Prefetch pf);
-using GemmFn = void (*)(DType dtype, const QRows& x, int64_t n, const uint8_t* w,
-                        int64_t row_bytes, float* c, int64_t ldc, void* scratch);
+using PackFn = void (*)(DType dtype, int64_t n, int64_t k, const uint8_t* w, int64_t row_bytes,
+                        void* panel);
+using PanelsFn = void (*)(DType dtype, const QRows& x, int64_t n, const void* panel, float* c,
+                          int64_t ldc);
 struct Kernels {
   QuantizeFn quantize;
   DotFn dot;
-  GemmFn gemm;     // null: none (plain C++), `dot` serves every M
-  int gemm_lanes;  // weight rows per panel vector
+  PackFn pack;      // null: no panels (plain C++), `dot` serves every M
+  PanelsFn panels;  // null with pack
+  int gemm_lanes;   // weight rows per panel vector
 };
 const Kernels& KernelsFor(Isa isa);
 // The tuner's knob for `dot`'s prefetch (Note [Quantized dot prefetch]).
 const tune::Knob& DotPrefetchKnob();
 
-// Bytes of `scratch` ks.gemm needs for n weight rows of k elements.
+// Keeping each weight's prefill panels (Note [Packed quantized weights] in qgemm.cc): at most
+// `bytes` of them in this process (0 keeps none and drops those kept); the default is
+// DT_QGEMM_PACKED_MB MiB from the environment, else 0. PackedBytes: the bytes kept now.
+void SetPackedBudget(int64_t bytes);
+int64_t PackedBytes();
+
+// Bytes of the panels ks.pack makes of n weight rows of k elements.
 int64_t GemmScratchBytes(const Kernels& ks, int64_t n, int64_t k);
 
 }  // namespace dt::ops::cpu::qgemm

@@ -13,6 +13,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -211,6 +212,76 @@ TEST(QuantizedLinearTest, EveryDotPrefetchGivesTheSameBits) {
       cpu::tune::ForceForTesting(knob, std::nullopt);
     }
   }
+}
+
+// Keeps panels for the scope (Note [Packed quantized weights]), none after.
+class KeepPanels {
+ public:
+  explicit KeepPanels(int64_t bytes) { cpu::qgemm::SetPackedBudget(bytes); }
+  ~KeepPanels() { cpu::qgemm::SetPackedBudget(0); }
+};
+
+// Kept panels (Note [Packed quantized weights]) give the bits of panels packed per call: on the
+// call that makes them and on the next one that reuses them, for every type (the k-quants with
+// per-16 scales, q2_k, q3_k, and the codebook types iq4_nl, iq4_xs among them), random shapes,
+// row views of a weight (their own panels: another address or row count) and every instruction
+// set; and on the decode rows, which never use them.
+RC_GTEST_PROP(QuantizedLinearTest, KeptPanelsGiveThePerCallBits, ()) {
+  const std::vector<Isa> isas = SupportedIsas();
+  ForceIsa force(*rc::gen::elementOf(isas));
+  const DType q = *rc::gen::elementOf(std::vector<DType>(std::begin(kQuantizedDTypes),
+                                                         std::end(kQuantizedDTypes)));
+  const int64_t k = DTypeBlock(q) * *rc::gen::inRange<int64_t>(1, DTypeBlock(q) == 32 ? 24 : 6);
+  const int64_t n = *rc::gen::inRange<int64_t>(1, 300);
+  const int64_t m = *rc::gen::inRange<int64_t>(1, 40);
+  const uint64_t seed = *rc::gen::arbitrary<uint64_t>();
+  const Tensor whole = RandomQuantized(q, {n, k}, seed).value();
+  const int64_t first = *rc::gen::inRange<int64_t>(0, n);
+  const Tensor w = *rc::gen::arbitrary<bool>()
+                       ? whole
+                       : whole.Narrow(0, first, *rc::gen::inRange<int64_t>(1, n - first + 1)).value();
+  const Tensor x = Normal({m, k}, *rc::gen::element(DType::kF32, DType::kBF16), seed + 1);
+  const Tensor per_call = Linear(x, w).value();
+  KeepPanels keep(int64_t{1} << 30);
+  for (const char* call : {"making", "reusing"}) {
+    const Tensor kept = Linear(x, w).value();
+    RC_ASSERT(Equal(kept, per_call));
+    RC_TAG(call);
+  }
+  const bool packs = m > 4 && cpu::qgemm::KernelsFor(cpu::qgemm::ActiveIsa()).pack != nullptr;
+  RC_ASSERT((cpu::qgemm::PackedBytes() > 0) == packs);
+}
+
+// The budget bounds the panels kept: a weight whose panels do not fit is packed per call (the same
+// bits, nothing kept); a weight gone from the process has its panels dropped at the next miss;
+// threads that race to the first product of a weight all get the bits of one packing.
+TEST(QuantizedLinearTest, KeptPanelsStayWithinTheBudgetAndTheWeight) {
+  const Isa isa = cpu::qgemm::ActiveIsa();
+  const cpu::qgemm::Kernels& ks = cpu::qgemm::KernelsFor(isa);
+  if (ks.pack == nullptr) GTEST_SKIP() << "no panels on " << cpu::qgemm::IsaName(isa);
+  const Tensor x = Normal({9, 256}, DType::kF32, 1);
+  const int64_t one = cpu::qgemm::GemmScratchBytes(ks, 300, 256);
+  Tensor a = RandomQuantized(DType::kQ4_K, {300, 256}, 2).value();
+  const Tensor b = RandomQuantized(DType::kQ2_K, {300, 256}, 3).value();
+  const Tensor want_a = Linear(x, a).value(), want_b = Linear(x, b).value();
+  KeepPanels keep(one);
+  EXPECT_TRUE(Equal(Linear(x, a).value(), want_a));
+  EXPECT_EQ(cpu::qgemm::PackedBytes(), one);
+  EXPECT_TRUE(Equal(Linear(x, b).value(), want_b));  // over the budget: per call
+  EXPECT_EQ(cpu::qgemm::PackedBytes(), one);
+  a = Tensor();  // a's panels go at the next miss, which then fits b's
+  EXPECT_TRUE(Equal(Linear(x, b).value(), want_b));
+  EXPECT_EQ(cpu::qgemm::PackedBytes(), one);
+
+  const Tensor c = RandomQuantized(DType::kIQ4_XS, {300, 256}, 4).value();
+  const Tensor want_c = Linear(x, c).value();
+  cpu::qgemm::SetPackedBudget(int64_t{1} << 30);
+  std::vector<Tensor> got(4);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < got.size(); ++i) threads.emplace_back([&, i] { got[i] = Linear(x, c).value(); });
+  for (std::thread& t : threads) t.join();
+  for (const Tensor& g : got) EXPECT_TRUE(Equal(g, want_c));
+  EXPECT_EQ(cpu::qgemm::PackedBytes(), 2 * one);
 }
 
 // The x86 quantizers give the plain C++ one's bits; a NaN or an infinity in x reaches the outputs
