@@ -19,14 +19,16 @@
 // The integer sums run on vpmaddwd (AVX2: 16 products of 16-bit pairs summed into 8 i32 lanes)
 // or vpdpwssd (the same, accumulated, on AVX-VNNI and AVX-512 VNNI). Two kernels per instruction
 // set (qgemm_kernels.cc, qgemm_x86.inc):
-//   Dot   M <= 8 rows of x (decode): each weight block is decoded in registers where it lies,
+//   Dot   M <= 4..8 rows of x (decode; the tuner settles the M between, Note [Dot or panels]):
+//         each weight block is decoded in registers where it lies,
 //         once per four rows of x, and the per-block scales are applied eight blocks at a time
 //         (Note [Quantized dot groups]); the weights are read exactly once, as the float skinny
 //         GEMM reads them (Note [Skinny GEMM]).
-//   Gemm  M > 8 (prefill): a chunk of weight rows is decoded once into 16-bit panels (eight rows
-//         interleaved in pairs, as vpdpwssd wants them) and then multiplied with every row of x,
-//         a register tile of rows x 16 columns accumulating over each 32-block before its scales
-//         are applied (Note [Quantized panels]).
+//   Gemm  beyond (prefill, batched decode): a chunk of weight rows is decoded into 16-bit panels
+//         (eight rows interleaved in pairs, as vpdpwssd wants them), per call or once per weight
+//         (Note [Packed quantized weights]), and multiplied with every row of x, a register tile
+//         of rows x 16 columns accumulating over each 32-block before its scales are applied
+//         (Note [Quantized panels]).
 //
 // Work split (oneTBB, within the rank's core budget like the float GEMM: AvailableThreads):
 // threads take chunks of weight rows (output columns): for Dot each chunk reads at least
@@ -69,6 +71,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/types/span.h"
+#include "dtensor/core/quant.h"
 #include "dtensor/core/storage.h"
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
 #include "dtensor/ops/local/cpu/loops.h"
@@ -82,11 +85,9 @@ namespace {
 constexpr int64_t kMinParallelBytes = int64_t{64} << 10;
 constexpr int64_t kMinChunkBytes = int64_t{16} << 10;
 constexpr int kChunksPerThread = 4;
-// Rows of x up to which Dot runs (Gemm beyond). Measured one thread each, q4_1 weights [1536,
-// 576] and [576, 1536] on the AMD EPYC (Zen 4) VM: Dot 41 and 28 us at M = 1 against Gemm's 91 and
-// 97 (it packs first); at M = 4 Dot 131 and 75 against 111 and 112; from M = 6 Gemm wins
-// throughout.
-constexpr int64_t kDotMaxRows = 4;
+// Rows of x up to which Dot runs (the panels beyond): the candidates of the tuner's knob
+// qgemm.dot_max_rows, whose pick settles the M between them (Note [Dot or panels]).
+constexpr int64_t kDotMaxRows[] = {4, 8};
 // A chunk's panels (Note [Quantized panels]): in L2 while x streams past.
 constexpr int64_t kMaxPanelBytes = int64_t{384} << 10;
 
@@ -379,6 +380,71 @@ class DotPrefetchTrial : public tune::Trial {
   double bytes_ = 0;
 };
 
+// Note [Dot or panels]
+// Between 4 and 8 rows of x, which kernel is faster depends on the CPU: Dot decodes each weight
+// block in registers once per four rows (twice at M = 8) and reads the fewest bytes; the panels
+// decode each block once into 16-bit panels (80 bytes per row and 32-block) and run wider register
+// tiles. Measured one thread each, q4_1 weights [1536, 576] and [576, 1536] on the AMD EPYC (Zen
+// 4) VM: Dot 41 and 28 us at M = 1 against the panels' 91 and 97 (packing included); at M = 4 Dot
+// 131 and 75 against 111 and 112; from M = 6 the panels won throughout. So Dot always serves
+// M <= 4 and the panels M > 8, and the knob qgemm.dot_max_rows (candidates 4 and 8) settles the
+// M between on the machine that runs it, timing M = 8 products on cold q4_1 weights of both MLP
+// shapes of SmolLM2-135M, the panels packed per call (the default; Note [Packed quantized
+// weights]: kept panels make the panel side cheaper still, so a pick of 4 stays right for them).
+class DotMaxRowsTrial : public tune::Trial {
+ public:
+  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
+    auto t = std::unique_ptr<DotMaxRowsTrial>(new DotMaxRowsTrial);
+    if (t->ks_.pack == nullptr) return absl::UnimplementedError("tuner: no panel kernel on this CPU");
+    const int64_t shapes[2][2] = {{1536, 576}, {576, 1536}};
+    const int64_t cold = tune::ColdBytes();
+    for (int64_t bytes = 0, i = 0; bytes < cold; ++i) {
+      const int64_t n = shapes[i % 2][0], k = shapes[i % 2][1];
+      DT_ASSIGN_OR_RETURN(Tensor w, RandomQuantized(DType::kQ4_1, {n, k}, 11 + i));
+      DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({8, n}));
+      t->weights_.push_back(std::move(w));
+      t->outs_.push_back(std::move(out));
+      bytes += n * DTypeBytes(DType::kQ4_1, k);
+    }
+    for (int s = 0; s < 2; ++s) {
+      DT_ASSIGN_OR_RETURN(Tensor x, Tensor::Randn({8, shapes[s][1]}, 17 + s));
+      t->x_[s] = x;
+      t->rows_[s] = QuantizeRows(t->ks_, x, t->qbuf_[s]);
+      if (t->rows_[s].t == nullptr) return absl::ResourceExhaustedError("tuner: out of memory");
+    }
+    t->bytes_ = 0;
+    for (const Tensor& w : t->weights_) t->bytes_ += static_cast<double>(w.nbytes());
+    return std::unique_ptr<tune::Trial>(std::move(t));
+  }
+  absl::Status Run(int candidate) override {
+    const bool panels = 8 > kDotMaxRows[candidate];
+    for (size_t i = 0; i < weights_.size(); ++i) {
+      const Target target{&weights_[i], nullptr, &outs_[i]};
+      DT_RETURN_IF_ERROR(Multiply(ks_, panels, rows_[i % 2], {target}, DotPrefetches()[0]));
+    }
+    return absl::OkStatus();
+  }
+  double Work() const override { return bytes_; }
+  int Threads() const override { return gemm::AvailableThreads(); }
+
+ private:
+  DotMaxRowsTrial() : ks_(qgemm::KernelsFor(qgemm::ActiveIsa())) {}
+  const qgemm::Kernels& ks_;
+  std::vector<Tensor> weights_, outs_;
+  Tensor x_[2];
+  std::optional<gemm::ScratchBuffer> qbuf_[2];
+  qgemm::QRows rows_[2];
+  double bytes_ = 0;
+};
+
+// Whether m rows of x take the panels (Note [Dot or panels]).
+absl::StatusOr<bool> UsePanels(const qgemm::Kernels& ks, int64_t m) {
+  if (ks.pack == nullptr || m <= kDotMaxRows[0]) return false;
+  if (m > kDotMaxRows[1]) return true;
+  DT_ASSIGN_OR_RETURN(const int i, tune::Pick(qgemm::DotMaxRowsKnob()));
+  return m > kDotMaxRows[i];
+}
+
 }  // namespace
 
 absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
@@ -399,7 +465,7 @@ absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
     }
     targets.push_back({&ws[i], bias32[i].empty() ? nullptr : bias32[i].data(), &outs[i]});
   }
-  const bool packed = m > kDotMaxRows && ks.pack != nullptr;
+  DT_ASSIGN_OR_RETURN(const bool packed, UsePanels(ks, m));
   if (packed) {
     for (Target& t : targets) t.panels = KeptPanels(ks, *t.w);
   }
@@ -419,6 +485,18 @@ const tune::Knob& qgemm::DotPrefetchKnob() {
       .unit = "GB/s",
       .rounds = 7,
       .make_trial = &DotPrefetchTrial::Make,
+  };
+  return knob;
+}
+
+const tune::Knob& qgemm::DotMaxRowsKnob() {
+  static const tune::Knob knob{
+      .name = "qgemm.dot_max_rows",
+      .what = "rows of x up to which the quantized GEMM runs the decode dot, not the panels",
+      .candidates = {"4", "8"},
+      .unit = "GB/s",
+      .rounds = 7,
+      .make_trial = &DotMaxRowsTrial::Make,
   };
   return knob;
 }

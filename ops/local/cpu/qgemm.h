@@ -79,6 +79,9 @@ struct Kernels {
 const Kernels& KernelsFor(Isa isa);
 // The tuner's knob for `dot`'s prefetch (Note [Quantized dot prefetch]).
 const tune::Knob& DotPrefetchKnob();
+// The tuner's knob for the rows of x up to which `dot` runs, not the panels (Note [Dot or panels]
+// in qgemm.cc): candidates "4" and "8".
+const tune::Knob& DotMaxRowsKnob();
 
 // Keeping each weight's prefill panels (Note [Packed quantized weights] in qgemm.cc): at most
 // `bytes` of them in this process (0 keeps none and drops those kept); the default is

@@ -214,6 +214,16 @@ TEST(QuantizedLinearTest, EveryDotPrefetchGivesTheSameBits) {
   }
 }
 
+// Forces a knob's candidate for the scope.
+class ForceKnob {
+ public:
+  ForceKnob(const cpu::tune::Knob& knob, int index) : knob_(knob) { cpu::tune::ForceForTesting(knob, index); }
+  ~ForceKnob() { cpu::tune::ForceForTesting(knob_, std::nullopt); }
+
+ private:
+  const cpu::tune::Knob& knob_;
+};
+
 // Keeps panels for the scope (Note [Packed quantized weights]), none after.
 class KeepPanels {
  public:
@@ -241,6 +251,10 @@ RC_GTEST_PROP(QuantizedLinearTest, KeptPanelsGiveThePerCallBits, ()) {
                        ? whole
                        : whole.Narrow(0, first, *rc::gen::inRange<int64_t>(1, n - first + 1)).value();
   const Tensor x = Normal({m, k}, *rc::gen::element(DType::kF32, DType::kBF16), seed + 1);
+  // Either pick of where the panels start (Note [Dot or panels]).
+  const cpu::tune::Knob& dot_rows = cpu::qgemm::DotMaxRowsKnob();
+  const int pick = *rc::gen::inRange<int>(0, static_cast<int>(dot_rows.candidates.size()));
+  ForceKnob force_rows(dot_rows, pick);
   const Tensor per_call = Linear(x, w).value();
   KeepPanels keep(int64_t{1} << 30);
   for (const char* call : {"making", "reusing"}) {
@@ -248,7 +262,8 @@ RC_GTEST_PROP(QuantizedLinearTest, KeptPanelsGiveThePerCallBits, ()) {
     RC_ASSERT(Equal(kept, per_call));
     RC_TAG(call);
   }
-  const bool packs = m > 4 && cpu::qgemm::KernelsFor(cpu::qgemm::ActiveIsa()).pack != nullptr;
+  const bool packs = m > std::stoi(dot_rows.candidates[pick]) &&
+                     cpu::qgemm::KernelsFor(cpu::qgemm::ActiveIsa()).pack != nullptr;
   RC_ASSERT((cpu::qgemm::PackedBytes() > 0) == packs);
 }
 
