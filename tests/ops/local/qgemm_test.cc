@@ -4,7 +4,8 @@
 // 16-bit activations (Note [Activation blocks]): each activation is off by at most d/2 of its
 // 32-block (d = max|x| / 32767), so |got - want| <= sum_b d_b / 2 * sum_{p in b} |w_p|, plus f32
 // rounding. A wrong block, scale, nibble order or offset term is off by about sum |w x|, far
-// beyond that. M > 8 takes the packed kernel (Gemm), M <= 8 the decode one (Dot).
+// beyond that. M <= 4 takes the decode kernel (Dot), M > 8 the panels, the M between as the tuner
+// picks (Note [Dot or panels]).
 
 #include <algorithm>
 #include <cmath>
