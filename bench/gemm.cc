@@ -405,9 +405,10 @@ std::vector<DecodeRow> Decode(const DecodeShape& s, const std::vector<int64_t>& 
 // (Note [Packed quantized weights] in ops/local/cpu/qgemm.cc) against the same product packing
 // them on every call, interleaved, each from its own pool of cold copies. The budget is set to the
 // kept pool's panels, all made before the timing, so the per-call pool's do not fit and are
-// packed per call: the one switch the process has. Returns kept's GB/s of blocks over per-call's, per M.
-std::vector<double> BatchedQuantized(const DecodeShape& s, const std::vector<int64_t>& ms, DType dtype,
-                                     const Reps& reps) {
+// packed per call: the one switch the process has. Returns kept's GB/s of blocks over per-call's,
+// per M.
+std::vector<double> BatchedQuantized(const DecodeShape& s, const std::vector<int64_t>& ms,
+                                     DType dtype, const Reps& reps) {
   namespace qgemm = dt::ops::cpu::qgemm;
   constexpr int64_t kPoolBytes = int64_t{96} << 20;  // three times the 32 MiB L3
   const int64_t bytes = dt::DTypeBytes(dtype, s.n * s.k);
@@ -416,7 +417,8 @@ std::vector<double> BatchedQuantized(const DecodeShape& s, const std::vector<int
   pools[0].push_back(dt::RandomQuantized(dtype, {s.n, s.k}, 5).value());
   for (int64_t i = 1; i < 2 * copies; ++i) pools[i % 2].push_back(pools[0][0].Clone().value());
   const qgemm::Kernels& ks = qgemm::KernelsFor(qgemm::ActiveIsa());
-  qgemm::SetPackedBudget(static_cast<int64_t>(pools[1].size()) * qgemm::GemmScratchBytes(ks, s.n, s.k));
+  qgemm::SetPackedBudget(static_cast<int64_t>(pools[1].size()) *
+                         qgemm::GemmScratchBytes(ks, s.n, s.k));
   // Every kept copy's panels made before the timing (they take the whole budget).
   const Tensor x0 = Tensor::Randn({ms.back(), s.k}, 6).value();
   for (const Tensor& w : pools[1]) (void)dt::ops::Linear(x0, w).value();
@@ -433,8 +435,8 @@ std::vector<double> BatchedQuantized(const DecodeShape& s, const std::vector<int
     };
     const std::vector<double> t = Time(reps, {[&] { products(1); }, [&] { products(0); }});
     const double kept = bytes * calls / t[0] / 1e9, per_call = bytes * calls / t[1] / 1e9;
-    std::printf("%-6s %-22s M=%-3lld %10.1f %10.1f %8.2f %10.0f\n", dt::DTypeName(dtype).data(), s.name,
-                static_cast<long long>(m), per_call, kept, kept / per_call,
+    std::printf("%-6s %-22s M=%-3lld %10.1f %10.1f %8.2f %10.0f\n", dt::DTypeName(dtype).data(),
+                s.name, static_cast<long long>(m), per_call, kept, kept / per_call,
                 static_cast<double>(qgemm::PackedBytes()) / (1 << 20));
     ratios.push_back(kept / per_call);
   }
@@ -628,20 +630,25 @@ int main(int argc, char** argv) {
     }
   }
   results.push_back({"qgemv_m1_vs_memcpy_worst_row", worst_q, 0.6});
-  std::printf("\nbatched decode with quantized weights (x f32), T=%d threads: GB/s of blocks with the "
-              "panels packed per call and kept (Note [Packed quantized weights]), interleaved, "
-              "weights cold; kept MiB: panels held\n", threads);
+  std::printf(
+      "\nbatched decode with quantized weights (x f32), T=%d threads: GB/s of blocks with the "
+      "panels packed per call and kept (Note [Packed quantized weights]), interleaved, "
+      "weights cold; kept MiB: panels held\n",
+      threads);
   std::printf("%-6s %-22s %-5s %10s %10s %8s %10s\n", "dtype", "w [N, K]", "M", "per call", "kept",
               "kept/pc", "kept MiB");
   const std::vector<int64_t> batched_ms = {8, 16};
   double worst_kept = 1e9;
-  for (const DType dtype : quick ? std::vector<DType>{DType::kQ4_1, DType::kQ4_K, DType::kQ2_K}
-                                 : std::vector<DType>{DType::kQ4_1, DType::kQ4_K, DType::kQ8_0, DType::kQ2_K,
-                                                      DType::kQ3_K, DType::kIQ4_NL, DType::kIQ4_XS}) {
+  for (const DType dtype :
+       quick ? std::vector<DType>{DType::kQ4_1, DType::kQ4_K, DType::kQ2_K}
+             : std::vector<DType>{DType::kQ4_1, DType::kQ4_K, DType::kQ8_0, DType::kQ2_K,
+                                  DType::kQ3_K, DType::kIQ4_NL, DType::kIQ4_XS}) {
     for (const DecodeShape& s : {DecodeShape{"up_proj 1536x576", 1536, 576},
                                  DecodeShape{"down_proj 576x1536", 576, 1536}}) {
       if (s.k % dt::DTypeBlock(dtype) != 0) continue;
-      for (const double r : BatchedQuantized(s, batched_ms, dtype, decode_reps)) worst_kept = std::min(worst_kept, r);
+      for (const double r : BatchedQuantized(s, batched_ms, dtype, decode_reps)) {
+        worst_kept = std::min(worst_kept, r);
+      }
     }
   }
   results.push_back({"qgemm_batched_kept_vs_per_call_worst_row", worst_kept, 1.0});

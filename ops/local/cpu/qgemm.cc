@@ -38,8 +38,9 @@
 // Note [Activation blocks]
 // Each run of 32 activations gets d = max|x| / 32767 and t = round(x / d), plus s = d * sum(t) and
 // h = d * (sum of the first 16 t), which the offset terms mw_h * sx_h of every weight type need
-// (the per-16 scales of q6_k, q3_k and q2_k are why halves). The rounding error of an activation is at most d / 2 =
-// max|x| / 65534 of its block: the tolerance the tests derive from (tests/ops/local/qgemm_test.cc).
+// (the per-16 scales of q6_k, q3_k and q2_k are why halves). The rounding error of an activation is
+// at most d / 2 = max|x| / 65534 of its block: the tolerance the tests derive from
+// (tests/ops/local/qgemm_test.cc).
 //
 // Why 16 bits and not llama.cpp's 8 (its Q8_0/Q8_1 activation blocks, which u8 x s8 dot products
 // such as vpdpbusd and vpmaddubsw take twice as fast): with 8-bit activations every activation is
@@ -218,7 +219,8 @@ const uint8_t* KeptPanels(const qgemm::Kernels& ks, const Tensor& w) {
     if (!buf.ok()) return;
     uint8_t* p = static_cast<uint8_t*>(buf->data());
     const int64_t lanes = ks.gemm_lanes, row_bytes = DTypeBytes(w.dtype(), k);
-    const int64_t groups = (n + lanes - 1) / lanes, group_bytes = qgemm::GemmScratchBytes(ks, lanes, k);
+    const int64_t groups = (n + lanes - 1) / lanes,
+                  group_bytes = qgemm::GemmScratchBytes(ks, lanes, k);
     const uint8_t* wp = static_cast<const uint8_t*>(w.raw_data());
     ParallelFor(groups, lanes * row_bytes, [&](int64_t lo, int64_t hi) {
       ks.pack(w.dtype(), std::min(n, hi * lanes) - lo * lanes, k, wp + lo * lanes * row_bytes,
@@ -234,7 +236,8 @@ struct Target {
   const Tensor* w;
   const float* bias32;
   const Tensor* out;
-  const uint8_t* panels = nullptr;  // the weight's packed panels, if kept (Note [Packed quantized weights])
+  // The weight's panels if the process keeps them (Note [Packed quantized weights]), else null.
+  const uint8_t* panels = nullptr;
 };
 
 // Threads take chunks of weight rows (output columns): Dot's read at least kMinChunkBytes of
@@ -395,7 +398,9 @@ class DotMaxRowsTrial : public tune::Trial {
  public:
   static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
     auto t = std::unique_ptr<DotMaxRowsTrial>(new DotMaxRowsTrial);
-    if (t->ks_.pack == nullptr) return absl::UnimplementedError("tuner: no panel kernel on this CPU");
+    if (t->ks_.pack == nullptr) {
+      return absl::UnimplementedError("tuner: no panel kernel on this CPU");
+    }
     const int64_t shapes[2][2] = {{1536, 576}, {576, 1536}};
     const int64_t cold = tune::ColdBytes();
     for (int64_t bytes = 0, i = 0; bytes < cold; ++i) {

@@ -362,11 +362,11 @@ const Kernels& KernelsFor(Isa isa) {
   static const Kernels kGeneric = {generic::Quantize, generic::Dot, nullptr, nullptr, 0};
 #if DT_QGEMM_X86
   static const Kernels kAvx2 = {avx2::Quantize, avx2::Dot, avx2::Pack, avx2::Panels,
-                                     avx2::kGemmLanes};
+                                avx2::kGemmLanes};
   static const Kernels kAvxVnni = {avxvnni::Quantize, avxvnni::Dot, avxvnni::Pack, avxvnni::Panels,
-                                     avxvnni::kGemmLanes};
-  static const Kernels kAvx512Vnni = {avx512vnni::Quantize, avx512vnni::Dot, avx512vnni::Pack, avx512vnni::Panels,
-                                     avx512vnni::kGemmLanes};
+                                   avxvnni::kGemmLanes};
+  static const Kernels kAvx512Vnni = {avx512vnni::Quantize, avx512vnni::Dot, avx512vnni::Pack,
+                                      avx512vnni::Panels, avx512vnni::kGemmLanes};
   switch (isa) {
     case Isa::kAvx512Vnni: return kAvx512Vnni;
     case Isa::kAvxVnni: return kAvxVnni;

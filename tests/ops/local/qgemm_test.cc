@@ -218,7 +218,9 @@ TEST(QuantizedLinearTest, EveryDotPrefetchGivesTheSameBits) {
 // Forces a knob's candidate for the scope.
 class ForceKnob {
  public:
-  ForceKnob(const cpu::tune::Knob& knob, int index) : knob_(knob) { cpu::tune::ForceForTesting(knob, index); }
+  ForceKnob(const cpu::tune::Knob& knob, int index) : knob_(knob) {
+    cpu::tune::ForceForTesting(knob, index);
+  }
   ~ForceKnob() { cpu::tune::ForceForTesting(knob_, std::nullopt); }
 
  private:
@@ -240,17 +242,18 @@ class KeepPanels {
 RC_GTEST_PROP(QuantizedLinearTest, KeptPanelsGiveThePerCallBits, ()) {
   const std::vector<Isa> isas = SupportedIsas();
   ForceIsa force(*rc::gen::elementOf(isas));
-  const DType q = *rc::gen::elementOf(std::vector<DType>(std::begin(kQuantizedDTypes),
-                                                         std::end(kQuantizedDTypes)));
+  const DType q = *rc::gen::elementOf(
+      std::vector<DType>(std::begin(kQuantizedDTypes), std::end(kQuantizedDTypes)));
   const int64_t k = DTypeBlock(q) * *rc::gen::inRange<int64_t>(1, DTypeBlock(q) == 32 ? 24 : 6);
   const int64_t n = *rc::gen::inRange<int64_t>(1, 300);
   const int64_t m = *rc::gen::inRange<int64_t>(1, 40);
   const uint64_t seed = *rc::gen::arbitrary<uint64_t>();
   const Tensor whole = RandomQuantized(q, {n, k}, seed).value();
   const int64_t first = *rc::gen::inRange<int64_t>(0, n);
-  const Tensor w = *rc::gen::arbitrary<bool>()
-                       ? whole
-                       : whole.Narrow(0, first, *rc::gen::inRange<int64_t>(1, n - first + 1)).value();
+  const Tensor w =
+      *rc::gen::arbitrary<bool>()
+          ? whole
+          : whole.Narrow(0, first, *rc::gen::inRange<int64_t>(1, n - first + 1)).value();
   const Tensor x = Normal({m, k}, *rc::gen::element(DType::kF32, DType::kBF16), seed + 1);
   // Either pick of where the panels start (Note [Dot or panels]).
   const cpu::tune::Knob& dot_rows = cpu::qgemm::DotMaxRowsKnob();
@@ -294,7 +297,9 @@ TEST(QuantizedLinearTest, KeptPanelsStayWithinTheBudgetAndTheWeight) {
   cpu::qgemm::SetPackedBudget(int64_t{1} << 30);
   std::vector<Tensor> got(4);
   std::vector<std::thread> threads;
-  for (size_t i = 0; i < got.size(); ++i) threads.emplace_back([&, i] { got[i] = Linear(x, c).value(); });
+  for (size_t i = 0; i < got.size(); ++i) {
+    threads.emplace_back([&, i] { got[i] = Linear(x, c).value(); });
+  }
   for (std::thread& t : threads) t.join();
   for (const Tensor& g : got) EXPECT_TRUE(Equal(g, want_c));
   EXPECT_EQ(cpu::qgemm::PackedBytes(), 2 * one);
