@@ -15,6 +15,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -30,11 +31,14 @@
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/models/causal_lm.h"
 #include "dtensor/nn/models/engine.h"
+#include "dtensor/ops/local/cpu/qgemm.h"
 
 ABSL_FLAG(std::string, smollm2, "",
           "the GGUF (default: <build>/models/SmolLM2-135M-Instruct.Q4_1.gguf; skipped when absent)");
 ABSL_FLAG(int64_t, prompt, 32, "prompt tokens of each sequence");
 ABSL_FLAG(int64_t, decode, 64, "decode tokens of each sequence (--quick: at most 24)");
+ABSL_FLAG(int64_t, packed_weights_mb, 1024,
+          "MiB of quantized weights' panels kept, as dtensor serve's flag (0: packed per call)");
 ABSL_FLAG(int, reps, 5, "rounds; medians are reported (--quick: at most 2)");
 
 namespace dt {
@@ -98,6 +102,8 @@ int Run(bool quick) {
     return 0;
   }
   const int64_t prompt = absl::GetFlag(FLAGS_prompt);
+  const int64_t packed_mb = std::max<int64_t>(0, absl::GetFlag(FLAGS_packed_weights_mb));
+  dt::ops::cpu::qgemm::SetPackedBudget(packed_mb << 20);
   const int64_t decode = quick ? std::min<int64_t>(24, absl::GetFlag(FLAGS_decode))
                                : absl::GetFlag(FLAGS_decode);
   const int reps = quick ? std::min(2, absl::GetFlag(FLAGS_reps)) : absl::GetFlag(FLAGS_reps);

@@ -37,6 +37,8 @@ const std::vector<Var>& Table() {
        "microseconds a shm wait yields before it sleeps on a futex"},
       {"DT_BUFFER_POOL_MB", Kind::kInt, 0, 1 << 20, "", "1024",
        "MiB of freed redistribution buffers kept for reuse (0: none)"},
+      {"DT_QGEMM_PACKED_MB", Kind::kInt, 0, 1 << 20, "", "0",
+       "MiB of quantized weights' prefill panels kept for reuse (Note [Packed quantized weights] in ops/local/cpu/qgemm.cc)"},
       {"DT_CUDA_MODULE_DIR", Kind::kText, 0, 0, "",
        "the program's directory, its ../lib, the build tree's lib/, the install libdir, the loader's path",
        "the only directory searched for libdtensor_cuda.so and libdtensor_nccl.so (Note [CUDA module])"},

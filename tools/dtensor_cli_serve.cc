@@ -36,6 +36,7 @@
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/models/causal_lm.h"
 #include "dtensor/nn/models/engine.h"
+#include "dtensor/ops/local/cpu/qgemm.h"
 #include "dtensor/tools/dtensor_cli.h"
 #include "dtensor/tools/serve_http.h"
 
@@ -47,6 +48,10 @@ ABSL_FLAG(int64_t, max_queue, 64, "requests waiting beyond the running ones; pas
 ABSL_FLAG(int64_t, kv_pages, 0, "KV cache pages per rank (0: enough for --max-running full contexts)");
 ABSL_FLAG(int64_t, page_tokens, 16, "positions per KV cache page");
 ABSL_FLAG(int64_t, step_tokens, 256, "tokens per engine step: one per running sequence, the rest prefill");
+ABSL_FLAG(int64_t, packed_weights_mb, 1024,
+          "MiB of quantized weights' prefill panels each rank keeps, made at first use (a batch of "
+          "more rows than the dot's runs on panels; 0: packed per call); "
+          "Note [Packed quantized weights]");
 ABSL_FLAG(int64_t, max_request_bytes, 1 << 20, "the largest request body; a larger one gets 413");
 ABSL_FLAG(double, request_timeout, 600, "seconds a request may take from arrival to its last token; then 504");
 ABSL_FLAG(int, http_threads, 0,
@@ -75,6 +80,7 @@ struct Config {
   serve::ServerOptions server;
   nn::CausalLMLoadOptions load;
   nn::DistributedConfig dist;
+  int64_t packed_weights_mb = 0;
 };
 
 absl::StatusOr<Config> ParseConfig(const Flags& flags) {
@@ -97,6 +103,10 @@ absl::StatusOr<Config> ParseConfig(const Flags& flags) {
   c.engine.step_tokens = absl::GetFlag(FLAGS_step_tokens);
   if (c.engine.max_running < 1) return bad("max-running", "an integer >= 1", c.engine.max_running);
   if (c.engine.max_waiting < 0) return bad("max-queue", "an integer >= 0", c.engine.max_waiting);
+  c.packed_weights_mb = absl::GetFlag(FLAGS_packed_weights_mb);
+  if (c.packed_weights_mb < 0 || c.packed_weights_mb > (1 << 20)) {
+    return bad("packed-weights-mb", "an integer in [0, 1048576]", c.packed_weights_mb);
+  }
   if (c.engine.kv_pages < 0) return bad("kv-pages", "an integer >= 0 (0: derived)", c.engine.kv_pages);
   if (c.engine.page_tokens < 1) return bad("page-tokens", "an integer >= 1", c.engine.page_tokens);
   if (c.engine.step_tokens < c.engine.max_running) {
@@ -154,6 +164,7 @@ absl::Status Run(const Config& c) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
 
+  ops::cpu::qgemm::SetPackedBudget(c.packed_weights_mb << 20);
   nn::LoadReport report;
   DT_ASSIGN_OR_RETURN(std::unique_ptr<nn::CausalLM> model,
                       nn::CausalLM::FromPretrained(c.model, world, c.dist, c.load, &report));

@@ -70,8 +70,8 @@
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
 
-#include "absl/strings/numbers.h"
 #include "absl/types/span.h"
+#include "dtensor/core/env.h"
 #include "dtensor/core/quant.h"
 #include "dtensor/core/storage.h"
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
@@ -172,10 +172,9 @@ struct Kept {
   // Under mu.
   int64_t Budget() {
     if (budget < 0) {
-      int64_t mib = 0;
-      const char* env = std::getenv("DT_QGEMM_PACKED_MB");
-      if (env == nullptr || !absl::SimpleAtoi(env, &mib) || mib < 0) mib = 0;
-      budget = mib << 20;
+      // A bad value is an error of making a world (env::CheckAll); here it keeps nothing.
+      absl::StatusOr<std::optional<int64_t>> mib = env::Int("DT_QGEMM_PACKED_MB");
+      budget = mib.ok() ? mib->value_or(0) << 20 : 0;
     }
     return budget;
   }
