@@ -19,6 +19,13 @@ Placement Placement::Shard(int dim) {
   return p;
 }
 
+Placement Placement::Shard(int dim, int64_t unit) {
+  DT_CHECK(unit >= 1, "S unit ", unit);
+  Placement p = Shard(dim);
+  p.unit_ = unit;
+  return p;
+}
+
 Placement Placement::Partial(ReduceOp op) {
   Placement p;
   p.kind_ = PlacementKind::kPartial;
@@ -72,7 +79,9 @@ Placement Placement::WithDim(int dim) const {
 std::string Placement::ToString() const {
   switch (kind_) {
     case PlacementKind::kReplicate: return "R";
-    case PlacementKind::kShard: return absl::StrCat("S(", dim_, ")");
+    case PlacementKind::kShard:
+      if (unit_ != 1) return absl::StrCat("S(", dim_, ",unit=", unit_, ")");
+      return absl::StrCat("S(", dim_, ")");
     case PlacementKind::kPartial: return absl::StrCat("P(", ReduceOpName(op_), ")");
     case PlacementKind::kStridedShard:
       if (blocks_) return absl::StrCat("_S(", dim_, ",[", absl::StrJoin(*blocks_, ","), "])");
@@ -82,7 +91,7 @@ std::string Placement::ToString() const {
 }
 
 size_t Placement::Hash() const {
-  size_t h = absl::HashOf(static_cast<int>(kind_), dim_, static_cast<int>(op_), sf_);
+  size_t h = absl::HashOf(static_cast<int>(kind_), dim_, static_cast<int>(op_), sf_, unit_);
   if (blocks_) h = absl::HashOf(h, *blocks_);
   return h;
 }
@@ -91,7 +100,7 @@ bool operator==(const Placement& a, const Placement& b) {
   if (a.kind_ != b.kind_) return false;
   switch (a.kind_) {
     case PlacementKind::kReplicate: return true;
-    case PlacementKind::kShard: return a.dim_ == b.dim_;
+    case PlacementKind::kShard: return a.dim_ == b.dim_ && a.unit_ == b.unit_;
     case PlacementKind::kPartial: return a.op_ == b.op_;
     case PlacementKind::kStridedShard:
       if (a.dim_ != b.dim_ || a.sf_ != b.sf_ || (a.blocks_ == nullptr) != (b.blocks_ == nullptr)) {
@@ -107,7 +116,7 @@ namespace {
 absl::Status BadPlacement(absl::string_view text, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(
       "bad placement '", text, "': ", why,
-      " (expected R, S(dim), P(sum|avg|min|max|prod), _S(dim,split_factor) or _S(dim,[b0,b1,...]))"));
+      " (expected R, S(dim), S(dim,unit=u), P(sum|avg|min|max|prod), _S(dim,split_factor) or _S(dim,[b0,b1,...]))"));
 }
 
 bool ParseInt(absl::string_view s, int64_t* v) {
@@ -163,9 +172,20 @@ absl::StatusOr<Placement> ParsePlacement(absl::string_view text) {
     return Placement::Replicate();
   }
   if (name == "S" || name == "Shard") {
+    const std::vector<absl::string_view> parts = SplitTopLevel(args);
     int64_t d = 0;
-    if (!has_args || !ParseInt(args, &d)) return BadPlacement(text, "Shard needs an integer dim");
-    return Placement::Shard(static_cast<int>(d));
+    if (!has_args || parts.size() > 2 || !ParseInt(parts[0], &d)) {
+      return BadPlacement(text, "Shard needs an integer dim");
+    }
+    if (parts.size() == 1) return Placement::Shard(static_cast<int>(d));
+    absl::string_view unit = absl::StripAsciiWhitespace(parts[1]);
+    int64_t u = 0;
+    if (!absl::ConsumePrefix(&unit, "unit=") || !ParseInt(unit, &u) || u < 1) {
+      return BadPlacement(text, absl::StrCat("the second argument of S must be unit=<a positive ",
+                                             "integer>, got '", absl::StripAsciiWhitespace(parts[1]),
+                                             "'"));
+    }
+    return Placement::Shard(static_cast<int>(d), u);
   }
   if (name == "P" || name == "Partial") {
     if (!has_args || args.empty()) return Placement::Partial(ReduceOp::kSum);

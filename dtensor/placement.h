@@ -5,6 +5,8 @@
 //   R                    Replicate: every rank holds the whole logical tensor
 //   S(d)                 Shard: torch.chunk(n, k) along d; chunk c = ceil(n/k), rank r holds
 //                        [r*c, min(n, (r+1)*c)); at most one short shard, later ones empty
+//   S(d,unit=u)          Shard in whole units of u (n a multiple of u): torch.chunk of the n/u
+//                        units over the k ranks, each unit's u elements kept together
 //   P(op)                Partial: every rank holds a full-shape term; the value is the reduction
 //                        (sum, avg, min, max, prod) of the terms over the mesh dim
 //   _S(d,sf)             Interleaved shard: cut d into sf blocks with torch.chunk(n, sf), chunk
@@ -15,10 +17,12 @@
 //
 // Example: 10 rows on k=2 ranks
 //   S(0)          r0 rows 0-4           r1 rows 5-9
+//   S(0,unit=2)   r0 rows 0-5           r1 rows 6-9     (5 units of 2: 3 + 2)
 //   _S(0,2)       r0 rows 0-2, 5-7      r1 rows 3-4, 8-9
 //   _S(0,[4,6])   r0 rows 0-1, 4-6      r1 rows 2-3, 7-9
 //
-// See Note [Interleaved shards] for why block lists are a placement of their own.
+// See Note [Interleaved shards] for why block lists are a placement of their own, and Note [Unit
+// shards] for units.
 //
 // Placements are small immutable values (block lists are shared), compare structurally and hash
 // cheaply. Parsing accepts the canonical forms above plus PyTorch's long names (`Shard(0)`,
@@ -51,6 +55,23 @@ namespace dt {
 // semantics. With nested sharding the blocks describe the logical tensor the mesh dim sees (after
 // the mesh dims to its left), so they must sum to that size on every rank.
 
+// Note [Unit shards]
+// Tensor parallelism over attention heads cuts a projection's rows [heads * head_dim] into whole
+// heads. When tp divides the heads, S(d) does; when it does not (SmolLM2's 9 heads at tp 2), the
+// uneven S(d) is torch.chunk over the rows (288 + 288 rows: 4.5 heads each), and an interleaved
+// _S(d,[...]) chunks every block over all ranks, so neither gives rank 0 heads 0-4 and rank 1
+// heads 5-8 (320 + 256 rows) in general. S(d,unit=u) is that layout: torch.chunk over units of u
+// elements, i.e. exactly the S(d) of the same tensor viewed with the units as a dim of their own
+// ([heads, head_dim] instead of [heads * head_dim]). It is a Shard (is_shard(): every piece is one
+// contiguous run in rank order, so packing, local slicing and the attention's head bookkeeping
+// treat it as they treat S(d)); only the piece sizes differ, and they come from ShardPositions /
+// ShardPieceSize like every other placement's, so the planner, the executor and the local-shape
+// functions need no case of their own. Unit 1 is plain S(d). A unit is a property of the layout,
+// not of the sizes: S(0,unit=64) and S(0) are different placements even where their pieces
+// coincide (tp dividing the units), and Redistribute between them is an ordinary shard-to-shard
+// step. Op rules propagate a unit shard along a dim whose size is unchanged (elementwise, matmul)
+// and fall back to plain shards where they cut or join the dim (concat, split, reshape).
+
 enum class PlacementKind : uint8_t { kReplicate, kShard, kStridedShard, kPartial };
 
 class Placement {
@@ -59,6 +80,8 @@ class Placement {
   Placement() = default;
   static Placement Replicate() { return Placement(); }
   static Placement Shard(int dim);
+  // S(dim,unit=unit) (Note [Unit shards]); unit 1 is Shard(dim). unit must be >= 1.
+  static Placement Shard(int dim, int64_t unit);
   static Placement Partial(ReduceOp op = ReduceOp::kSum);
   // _S(dim, split_factor); split_factor 1 is plain Shard(dim). split_factor must be >= 1 (the
   // parser reports a bad value; in code it is an internal invariant).
@@ -69,7 +92,7 @@ class Placement {
   PlacementKind kind() const { return kind_; }
   bool is_replicate() const { return kind_ == PlacementKind::kReplicate; }
   bool is_partial() const { return kind_ == PlacementKind::kPartial; }
-  // Plain Shard(d) only.
+  // Shard(d), in units or not: one contiguous piece per rank.
   bool is_shard() const { return kind_ == PlacementKind::kShard; }
   bool is_strided_shard() const { return kind_ == PlacementKind::kStridedShard; }
   // Shard or interleaved shard: the mesh dim splits a tensor dim.
@@ -78,6 +101,8 @@ class Placement {
 
   int dim() const { return dim_; }              // shard dim (any shard kind)
   ReduceOp reduce_op() const { return op_; }    // partial only
+  // The unit of S(d,unit=u); 1 for every other placement.
+  int64_t unit() const { return unit_; }
   // Explicit blocks of _S(d,[...]); empty otherwise.
   absl::Span<const int64_t> blocks() const;
   // The block sizes this placement cuts a logical dim of size n into (torch.chunk(n, sf) or the
@@ -101,12 +126,13 @@ class Placement {
   ReduceOp op_ = ReduceOp::kSum;
   int dim_ = 0;
   int64_t sf_ = 0;
+  int64_t unit_ = 1;
   std::shared_ptr<const std::vector<int64_t>> blocks_;
 };
 
 using Placements = absl::InlinedVector<Placement, 4>;
 
-// "S(0)", "R", "P(avg)", "_S(0,2)", "_S(1,[2,2,4])", and the long forms listed above.
+// "S(0)", "S(0,unit=64)", "R", "P(avg)", "_S(0,2)", "_S(1,[2,2,4])", and the long forms listed above.
 absl::StatusOr<Placement> ParsePlacement(absl::string_view text);
 // A comma-separated list, optionally in brackets: "S(0),R" or "[S(0), _S(0,[3,5])]".
 absl::StatusOr<Placements> ParsePlacements(absl::string_view text);

@@ -254,13 +254,13 @@ std::optional<PlanStep> MergedStep(const Problem& pb, const Placements& cur,
     case StepKind::kAllGather:
       d = cur[dims[0]].dim();
       for (int i : dims) {
-        if (!cur[i].is_shard() || cur[i].dim() != d) return std::nullopt;
+        if (!cur[i].is_shard() || cur[i].unit() != 1 || cur[i].dim() != d) return std::nullopt;
       }
       break;
     case StepKind::kReduceScatter:
       d = tos[0].dim();
       for (size_t m = 0; m < dims.size(); ++m) {
-        if (!tos[m].is_shard() || tos[m].dim() != d) return std::nullopt;
+        if (!tos[m].is_shard() || tos[m].unit() != 1 || tos[m].dim() != d) return std::nullopt;
         if (!OpsMergeable(cur[dims[m]].reduce_op(), cur[dims[0]].reduce_op())) return std::nullopt;
       }
       break;

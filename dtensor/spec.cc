@@ -15,6 +15,7 @@ namespace dt {
 // (initially [0, n)). Mesh dims apply left to right; a shard placement on mesh dim i with k ranks
 // keeps, of the current list (length m), the positions ShardPositions(p, m, k, coord[i]):
 //   S(d)       the torch.chunk piece [r*c, min(m, (r+1)*c)), c = ceil(m/k)
+//   S(d,unit=u) the torch.chunk piece of the m/u units, times u (Note [Unit shards])
 //   _S(d,...)  per block of BlockSizes(m), the torch.chunk piece of that block, in block order
 // and the new list is the old one restricted to those positions (SelectPositions). This is
 // PyTorch's newest index-list algorithm, so it reproduces local-shape-examples.md exactly,
@@ -38,8 +39,8 @@ RangeList ShardPositions(const Placement& p, int64_t n, int64_t k, int64_t r) {
     return out;
   }
   if (p.is_shard()) {
-    const Chunk c = ChunkOf(n, k, r);
-    push(c.offset, c.size);
+    const Chunk c = ChunkOf(n / p.unit(), k, r);
+    push(c.offset * p.unit(), c.size * p.unit());
     return out;
   }
   int64_t base = 0;
@@ -53,7 +54,7 @@ RangeList ShardPositions(const Placement& p, int64_t n, int64_t k, int64_t r) {
 
 int64_t ShardPieceSize(const Placement& p, int64_t n, int64_t k, int64_t r) {
   if (!p.is_any_shard() || k <= 1) return n;
-  if (p.is_shard()) return ChunkOf(n, k, r).size;
+  if (p.is_shard()) return ChunkOf(n / p.unit(), k, r).size * p.unit();
   int64_t size = 0;
   for (int64_t block : p.BlockSizes(n)) size += ChunkOf(block, k, r).size;
   return size;
@@ -204,6 +205,19 @@ absl::StatusOr<Placements> NormalizePlacements(IntSpan shape, IntSpan mesh_shape
               MeshDimName(mesh_names, static_cast<int>(i)),
               "): only sum and avg may be mixed, because other reductions do not commute"));
         }
+      }
+    }
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    const Placement& p = out[i];
+    if (p.unit() == 1) continue;
+    for (int64_t n : PossibleShardSizes(shape, mesh_shape, out, p.dim(), static_cast<int>(i))) {
+      if (n % p.unit() != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            p.ToString(), " on mesh dim ", MeshDimName(mesh_names, static_cast<int>(i)),
+            " splits a dim of size ", n, " (tensor dim ", p.dim(), " of ", ShapeToString(shape),
+            i > 0 ? " after the mesh dims to its left" : "", "), not a whole number of units of ",
+            p.unit()));
       }
     }
   }

@@ -19,8 +19,9 @@
 // [0, n) and offset 0. Replicate and Partial mesh dims do not change the piece.
 //
 // Validation (Create) reports, naming the spec: the wrong number of placements for the mesh, a shard
-// dim out of range, a negative size, mixed Partial ops other than sum with avg, and a block list
-// whose sum differs from the size of the dim it splits.
+// dim out of range, a negative size, mixed Partial ops other than sum with avg, a block list
+// whose sum differs from the size of the dim it splits, and a unit shard of a dim that is not a
+// whole number of its units.
 
 #include <cstdint>
 #include <optional>

@@ -78,6 +78,9 @@ ABSL_FLAG(bool, shard_embedding, false,
 ABSL_FLAG(bool, replicate_kv, false,
           "k_proj / v_proj replicated: any tp that divides the query heads (SmolLM2's 9 heads / 3 "
           "KV heads on 9 ranks)");
+ABSL_FLAG(bool, uneven_heads, false,
+          "at a tp that does not divide the query heads, split them unevenly in whole heads "
+          "(SmolLM2's 9 on 2 ranks: 5 + 4; the load report states the imbalance)");
 ABSL_FLAG(bool, allow_unused_weights, false,
           "load a checkpoint that holds tensors the model does not read, with a warning naming "
           "them (refused by default: such a model computes something else; Note [Every tensor "
@@ -114,6 +117,7 @@ struct Args {
   std::optional<DType> dtype;
   bool shard_embedding = false;
   bool replicate_kv = false;
+  bool uneven_heads = false;
   bool allow_unused_weights = false;
   bool stop_at_eos = false;
   PromptTruncation truncate = PromptTruncation::kNone;
@@ -194,6 +198,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   a.check_finite = absl::GetFlag(FLAGS_check_finite);
   a.shard_embedding = absl::GetFlag(FLAGS_shard_embedding);
   a.replicate_kv = absl::GetFlag(FLAGS_replicate_kv);
+  a.uneven_heads = absl::GetFlag(FLAGS_uneven_heads);
   a.allow_unused_weights = absl::GetFlag(FLAGS_allow_unused_weights);
   a.stop_at_eos = absl::GetFlag(FLAGS_stop_at_eos);
   a.check = absl::GetFlag(FLAGS_check);
@@ -329,6 +334,7 @@ absl::Status Run(Args a) {
   o.keep_quantized = !a.dtype.has_value();
   o.shard_embedding = a.shard_embedding;
   o.replicate_kv = a.replicate_kv;
+  o.uneven_heads = a.uneven_heads;
   o.unused_tensors = a.allow_unused_weights ? PlanCheck::kWarn : PlanCheck::kError;
   LlamaLoadReport report;
   DT_ASSIGN_OR_RETURN(auto model,

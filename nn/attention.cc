@@ -293,14 +293,19 @@ absl::Status Attention::ValidateTensorParallel(const TPValidationContext& ctx) c
   const AttentionOptions& o = options_;
   const std::string q = (o.fused_qkv ? o.qkv_name : o.q_name) + ".weight";
   // A head count must be divisible by the number of pieces the plan cuts it into: tp, or under
-  // the unit styles gcd(heads, tp) (Note [Unit meshes] in nn/styles.h), which always is.
-  if (ctx.IsSharded(q) && o.num_heads % ctx.PlannedPieces(q) != 0) {
+  // the unit styles gcd(heads, tp) (Note [Unit meshes] in nn/styles.h), which always is; a shard
+  // in whole heads (S(0,unit=head rows): Note [Unit shards] in dtensor/placement.h) takes any.
+  auto fraction = [&](const std::string& p, int64_t heads) {
+    return ctx.IsSharded(p) && ctx.PlannedPlacement(p).unit() == 1 &&
+           heads % ctx.PlannedPieces(p) != 0;
+  };
+  if (fraction(q, o.num_heads)) {
     return fail("num_heads", o.num_heads, q, "a query head");
   }
   for (const std::string& p : o.fused_qkv ? std::vector<std::string>{q}
                                           : std::vector<std::string>{o.k_name + ".weight",
                                                                      o.v_name + ".weight"}) {
-    if (ctx.IsSharded(p) && o.num_kv_heads % ctx.PlannedPieces(p) != 0) {
+    if (fraction(p, o.num_kv_heads)) {
       return fail("num_kv_heads", o.num_kv_heads, p,
                   o.fused_qkv ? "a KV head (transformers #48307)"
                               : "a KV head (transformers #48307); a plan that replicates k_proj "

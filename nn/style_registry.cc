@@ -48,6 +48,9 @@ class Registry {
     // Note [Unit meshes] (nn/styles.h): heads kept whole when tp does not divide them.
     Add("unit_colwise", std::make_shared<UnitParallel>(/*col=*/true));
     Add("unit_rowwise", std::make_shared<UnitParallel>(/*col=*/false));
+    // Note [Uneven heads] (nn/styles.h): whole heads, torch.chunk over them (9 on 2 ranks: 5 + 4).
+    Add("uneven_colwise", std::make_shared<ColwiseParallel>(r, Placement::Shard(-1), true, true));
+    Add("uneven_rowwise", std::make_shared<RowwiseParallel>(Placement::Shard(-1), r, true, true));
     Add("mla_kv_a_proj", std::make_shared<ReplicateParallel>(
                              StyleInfo{"R", "R", "unchanged", "unchanged (whole)", no_grad}));
     // Expert parallelism (nn/expert_parallel.h): used on the ep dim of an (ep, tp) mesh.

@@ -9,9 +9,10 @@
 // Built-in names (nn/styles.h):
 //   colwise, colwise_gather_output (alias colwise_rep), rowwise, rowwise_split_input (alias
 //   rowwise_rep), packed_colwise, packed_rowwise, embedding_rowwise, embedding_colwise,
-//   sequence_parallel, all_reduce, replicate, local_params, replicated_with_grad_allreduce, moe_tp_experts,
-//   moe_identity_expert, unit_colwise, unit_rowwise, mla_kv_a_proj; and expert parallelism's (nn/expert_parallel.h) grouped_gemm, ep_router,
-//   ep_dispatch_experts.
+//   sequence_parallel, all_reduce, replicate, local_params, replicated_with_grad_allreduce,
+//   moe_tp_experts, moe_identity_expert, unit_colwise, unit_rowwise, uneven_colwise,
+//   uneven_rowwise, mla_kv_a_proj; and expert parallelism's (nn/expert_parallel.h) grouped_gemm,
+//   ep_router, ep_dispatch_experts.
 //
 // `dtensor styles` prints FormatStylesTable().
 

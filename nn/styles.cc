@@ -50,6 +50,38 @@ absl::Status CheckLocalSlice(const Module& m, const Parameter& w, const Value& x
                 : ""));
 }
 
+// `p` (a plain shard of the last dim) in the units the module's placed weight is split in along
+// `dim` (Note [Uneven heads]): what a local piece of an uneven colwise output or rowwise input is.
+Placement InWeightUnits(const Placement& p, const Module& m, int dim) {
+  const Parameter* w = m.FindParameter("weight");
+  if (!p.is_shard() || p.unit() != 1 || w == nullptr || !w->placed()) return p;
+  for (const Placement& q : w->spec().placements()) {
+    if (q.is_shard() && q.dim() == dim && q.unit() != 1) return Placement::Shard(p.dim(), q.unit());
+  }
+  return p;
+}
+
+// The units a module declares along the split dim of `param` (Module::ShardUnit), or an error
+// naming the module and the style.
+absl::StatusOr<int64_t> DeclaredUnit(absl::string_view style, const Module& module,
+                                     const Parameter& param, int dim, bool col) {
+  const int64_t unit = module.ShardUnit(param, col), n = param.shape()[dim];
+  if (unit <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        style, " on '", module.FullName(), "': ", module.type_name(),
+        " declares no unit to keep whole (attention heads); a Linear declares it with set_",
+        col ? "col" : "row", "_unit(head_dim), as nn::Attention does for its projections"));
+  }
+  if (n % unit != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(style, " on '", module.FullName(),
+                                                   "': parameter '", param.FullName(), "' (",
+                                                   param.Describe(), ") has ", n,
+                                                   col ? " rows" : " columns",
+                                                   ", not a whole number of units of ", unit));
+  }
+  return unit;
+}
+
 absl::Status NeedInput(const Module& m, const Values& inputs, absl::string_view style,
                        int min_dim = 0) {
   if (inputs.empty() || !inputs[0].defined()) {
@@ -212,8 +244,21 @@ absl::Status RefusePackedLayer(absl::string_view style, absl::string_view packed
 
 // ---- colwise ------------------------------------------------------------------------------------
 
+absl::StatusOr<Placement> LayoutParallel::Split(const Module& module, const Parameter& param,
+                                                int dim, bool col) const {
+  if (!whole_units_) return Placement::Shard(dim);
+  DT_ASSIGN_OR_RETURN(const int64_t unit, DeclaredUnit(col ? "uneven_colwise" : "uneven_rowwise",
+                                                       module, param, dim, col));
+  return Placement::Shard(dim, unit);
+}
+
 StyleInfo ColwiseParallel::Info() const {
   const bool gathers = output_layout_.is_replicate();
+  if (whole_units_) {
+    return {"S(0,unit=u)", "S(0,unit=u)", InputText(input_layout_, Placement::Replicate()),
+            absl::StrCat("S(-1,unit=u)", gathers ? " -> R" : "", use_local_output_ ? " local" : ""),
+            gathers ? "all_gather" : "none"};
+  }
   return {"S(0) (Embedding: S(1))", "S(0)", InputText(input_layout_, Placement::Replicate()),
           absl::StrCat("S(-1)", gathers ? " -> R" : "", use_local_output_ ? " local" : ""),
           gathers ? "all_gather" : "none"};
@@ -221,6 +266,7 @@ StyleInfo ColwiseParallel::Info() const {
 
 absl::Status ColwiseParallel::ValidateParam(const Module& module, const Parameter& param,
                                             const DeviceMesh& mesh) const {
+  if (whole_units_) return ParamPlacement(module, param).status();
   if (!output_layout_.is_replicate()) {  // Note [Plain styles on packed layers]
     return RefusePackedLayer("colwise", "packed_colwise", module, param, /*col=*/true);
   }
@@ -237,9 +283,8 @@ absl::Status ColwiseParallel::ValidateParam(const Module& module, const Paramete
 absl::StatusOr<Placement> ColwiseParallel::ParamPlacement(const Module& module,
                                                           const Parameter& param) const {
   if (param.dim() == 0) return Placement::Replicate();
-  if (param.dim() == 1) return Placement::Shard(0);
   if (IsEmbedding(module)) return Placement::Shard(1);
-  return Placement::Shard(param.dim() - 2);
+  return Split(module, param, std::max(param.dim() - 2, 0), /*col=*/true);
 }
 
 absl::StatusOr<Values> ColwiseParallel::TransformInputsPreForward(Module& module, Values inputs,
@@ -259,8 +304,9 @@ absl::StatusOr<Values> ColwiseParallel::TransformOutputPostForward(Module& modul
       global->back() = IsEmbedding(module) ? w->shape()[1] : w->shape()[w->dim() - 2];
     }
   }
-  DT_ASSIGN_OR_RETURN(DTensor y, AsDTensor(outputs[0], mesh, Placement::Shard(-1), global));
-  DT_ASSIGN_OR_RETURN(y, RedistributeTo(y, output_layout_));
+  const Placement sharded = InWeightUnits(Placement::Shard(-1), module, 0);
+  DT_ASSIGN_OR_RETURN(DTensor y, AsDTensor(outputs[0], mesh, sharded, global));
+  DT_ASSIGN_OR_RETURN(y, RedistributeTo(y, InWeightUnits(output_layout_, module, 0)));
   outputs[0] = Handoff(std::move(y), use_local_output_, module);
   return outputs;
 }
@@ -271,6 +317,11 @@ StyleInfo RowwiseParallel::Info() const {
   const std::string collective = output_layout_.is_replicate()
                                      ? "all_reduce"
                                      : (output_layout_.is_any_shard() ? "reduce_scatter" : "none");
+  if (whole_units_) {
+    return {"S(1,unit=u)", "R", input_layout_.is_replicate() ? "R -> S(-1,unit=u)" : "S(-1,unit=u)",
+            absl::StrCat("P(sum) -> ", output_layout_.ToString(), use_local_output_ ? " local" : ""),
+            output_layout_.is_replicate() ? "all_reduce" : "reduce_scatter"};
+  }
   return {"S(1) (Embedding: S(0))", "R", InputText(input_layout_, Placement::Shard(-1)),
           absl::StrCat("P(sum) -> ", output_layout_.ToString(), use_local_output_ ? " local" : ""),
           collective};
@@ -278,6 +329,7 @@ StyleInfo RowwiseParallel::Info() const {
 
 absl::Status RowwiseParallel::ValidateParam(const Module& module, const Parameter& param,
                                             const DeviceMesh&) const {
+  if (whole_units_) return ParamPlacement(module, param).status();
   if (input_layout_.is_replicate() || param.dim() < 2) return absl::OkStatus();
   return RefusePackedLayer("rowwise", "packed_rowwise", module, param, /*col=*/false);
 }
@@ -286,7 +338,7 @@ absl::StatusOr<Placement> RowwiseParallel::ParamPlacement(const Module& module,
                                                           const Parameter& param) const {
   if (param.dim() < 2) return Placement::Replicate();
   if (IsEmbedding(module)) return Placement::Shard(0);
-  return Placement::Shard(param.dim() - 1);
+  return Split(module, param, param.dim() - 1, /*col=*/false);
 }
 
 absl::StatusOr<Values> RowwiseParallel::TransformInputsPreForward(Module& module, Values inputs,
@@ -300,7 +352,9 @@ absl::StatusOr<Values> RowwiseParallel::TransformInputsPreForward(Module& module
   }
   DT_ASSIGN_OR_RETURN(const Parameter* w, WeightOf(module, "rowwise"));
   std::optional<Shape> global;
-  const Placement declared = ResolveDim(input_layout_, inputs[0].dim());
+  const int last = w->dim() - 1;
+  const Placement declared =
+      InWeightUnits(ResolveDim(input_layout_, inputs[0].dim()), module, last);
   if (inputs[0].is_local() && inputs[0].piece_of() == nullptr &&
       declared.is_any_shard(inputs[0].dim() - 1)) {
     global = inputs[0].shape();  // Note [Annotating local inputs]
@@ -308,7 +362,7 @@ absl::StatusOr<Values> RowwiseParallel::TransformInputsPreForward(Module& module
     DT_RETURN_IF_ERROR(CheckLocalSlice(module, *w, inputs[0]));
   }
   DT_ASSIGN_OR_RETURN(DTensor x, AsDTensor(inputs[0], mesh, declared, global));
-  DT_ASSIGN_OR_RETURN(x, RedistributeTo(x, Placement::Shard(-1)));
+  DT_ASSIGN_OR_RETURN(x, RedistributeTo(x, InWeightUnits(Placement::Shard(-1), module, last)));
   inputs[0] = std::move(x);
   return inputs;
 }
@@ -547,23 +601,10 @@ StyleInfo UnitParallel::Info() const {
 }
 
 absl::StatusOr<int64_t> UnitParallel::Units(const Module& module, const Parameter& param) const {
-  const char* style = col_ ? "unit_colwise" : "unit_rowwise";
   const int dim = col_ ? std::max(param.dim() - 2, 0) : param.dim() - 1;
-  const int64_t unit = module.ShardUnit(param, col_), n = param.shape()[dim];
-  if (unit <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        style, " on '", module.FullName(), "': ", module.type_name(),
-        " declares no unit to keep whole (attention heads); a Linear declares it with set_",
-        col_ ? "col" : "row", "_unit(head_dim), as nn::Attention does for its projections"));
-  }
-  if (n % unit != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(style, " on '", module.FullName(),
-                                                   "': parameter '", param.FullName(), "' (",
-                                                   param.Describe(), ") has ", n,
-                                                   col_ ? " rows" : " columns",
-                                                   ", not a whole number of units of ", unit));
-  }
-  return n / unit;
+  DT_ASSIGN_OR_RETURN(const int64_t unit, DeclaredUnit(col_ ? "unit_colwise" : "unit_rowwise",
+                                                       module, param, dim, col_));
+  return param.shape()[dim] / unit;
 }
 
 absl::StatusOr<Placement> UnitParallel::ParamPlacement(const Module& module,

@@ -22,6 +22,9 @@
 //   LocalParamsParallel          own plan entries                forward on local tensors
 //   MoEExpertsParallel           own plan entries                in -> R -> local; P(sum) -> R
 //   MoEIdentityParallel          (none)                          in R -> P(sum), i.e. x / T
+//   uneven colwise / rowwise     as colwise / rowwise, split in  as colwise / rowwise, the
+//   (whole_units)                whole units: S(0,unit=u) /      shards S(-1,unit=u)
+//                                S(1,unit=u) (Note [Uneven heads])
 //   UnitParallel(col)            [S(0), R] on the unit mesh      in -> R; y [S(-1), R] local
 //   UnitParallel(row)            [S(1), R] | [R, R]              in -> [S(-1), R]; y [P, R] ->
 //                                (Note [Unit meshes])            [R, R] local (all_reduce over
@@ -78,26 +81,46 @@
 
 namespace dt::nn {
 
-// What colwise and rowwise share: the layouts declared for the module's input and output, and
-// use_local_output.
+// Note [Uneven heads]
+// colwise / rowwise with whole_units (registered as uneven_colwise / uneven_rowwise) split a
+// projection in whole units — the unit the module declares (Module::ShardUnit: head_dim on
+// nn::Attention's projections) — as torch.chunk over the units: the parameter is S(0,unit=u)
+// (rowwise S(1,unit=u); a colwise bias S(0,unit=u)), so SmolLM2's 9 query heads on 2 ranks are 5
+// + 4 and at tp 4 3 + 3 + 3 + 0 (torch.chunk leaves the last rank idle). The forwards are
+// colwise's and rowwise's: the sharded output / input is S(-1,unit=u), read from the placed
+// weight (Note [Unit shards] in dtensor/placement.h), so a colwise -> rowwise pair hands its
+// uneven pieces on locally. With units divisible by tp they place exactly what colwise / rowwise
+// place, in other words. The load imbalance (ranks computing more heads than others) is the
+// price: the slowest rank sets the pace, which the model's load report states.
+
+// What colwise and rowwise share: the layouts declared for the module's input and output,
+// use_local_output, and whether the split keeps the module's units whole (Note [Uneven heads]).
 class LayoutParallel : public TensorParallelLayer {
  protected:
-  LayoutParallel(Placement input_layout, Placement output_layout, bool use_local_output)
+  LayoutParallel(Placement input_layout, Placement output_layout, bool use_local_output,
+                 bool whole_units)
       : input_layout_(std::move(input_layout)),
         output_layout_(std::move(output_layout)),
-        use_local_output_(use_local_output) {}
+        use_local_output_(use_local_output),
+        whole_units_(whole_units) {}
+  // S(dim), or with whole_units S(dim,unit=u) for the unit the module declares (an error naming
+  // the module when it declares none, or when the dim is not whole units).
+  absl::StatusOr<Placement> Split(const Module& module, const Parameter& param, int dim,
+                                  bool col) const;
 
   Placement input_layout_;
   Placement output_layout_;
   bool use_local_output_;
+  bool whole_units_;
 };
 
 class ColwiseParallel : public LayoutParallel {
  public:
   explicit ColwiseParallel(Placement input_layout = Placement::Replicate(),
                            Placement output_layout = Placement::Shard(-1),
-                           bool use_local_output = true)
-      : LayoutParallel(std::move(input_layout), std::move(output_layout), use_local_output) {}
+                           bool use_local_output = true, bool whole_units = false)
+      : LayoutParallel(std::move(input_layout), std::move(output_layout), use_local_output,
+                       whole_units) {}
   StyleInfo Info() const override;
   bool ShardsOutput() const override { return output_layout_.is_any_shard(); }
   // With a replicated output (the gathered vocab of lm_head), the sharded size must divide by T:
@@ -112,8 +135,9 @@ class RowwiseParallel : public LayoutParallel {
  public:
   explicit RowwiseParallel(Placement input_layout = Placement::Shard(-1),
                            Placement output_layout = Placement::Replicate(),
-                           bool use_local_output = true)
-      : LayoutParallel(std::move(input_layout), std::move(output_layout), use_local_output) {}
+                           bool use_local_output = true, bool whole_units = false)
+      : LayoutParallel(std::move(input_layout), std::move(output_layout), use_local_output,
+                       whole_units) {}
   StyleInfo Info() const override;
   // A layer with packed input blocks needs packed_rowwise (Note [Plain styles on packed layers]).
   DT_STYLE_PARAM_HOOKS;

@@ -61,13 +61,15 @@ void AddShardOptions(const OpCall& call, const LabelMap& labels, int mesh_dim,
       if (call.inputs[j] != nullptr && FindLabel(labels.in[j], label) >= 0) in_any_input = true;
     }
     if (!in_any_input) continue;
-    // Shard kinds: plain, plus the interleaved shards the inputs carry for this label.
+    // Shard kinds: plain, plus the interleaved and unit shards the inputs carry for this label
+    // (a label keeps the dim's size, so the same blocks or units cut it everywhere).
     absl::InlinedVector<Placement, 2> kinds = {Placement::Shard(0)};
     if (kind != LabelKind::kMasked) {
       for (int j = 0; j < n_in; ++j) {
         if (call.inputs[j] == nullptr) continue;
         const Placement& cur = call.inputs[j]->placements()[mesh_dim];
-        if (!cur.is_strided_shard() || labels.in[j][cur.dim()] != label) continue;
+        if (!cur.is_any_shard() || cur == Placement::Shard(cur.dim())) continue;
+        if (labels.in[j][cur.dim()] != label) continue;
         const Placement t = cur.WithDim(0);
         if (std::find(kinds.begin(), kinds.end(), t) == kinds.end()) kinds.push_back(t);
       }

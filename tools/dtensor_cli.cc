@@ -315,7 +315,7 @@ int main(int argc, char** argv) {
        "the OpenAI API (POST /v1/completions, /v1/chat/completions; GET /v1/models, /health,\n"
        "/metrics) in front of the continuous-batching engine; rank 0 answers HTTP (docs/serve.md)",
        {"model", "name", "host", "port", "max_running", "max_queue", "kv_pages", "page_tokens", "step_tokens",
-        "max_request_bytes", "request_timeout", "http_threads", "shard_embedding", "replicate_kv", "ep_size"}},
+        "max_request_bytes", "request_timeout", "http_threads", "shard_embedding", "replicate_kv", "uneven_heads", "ep_size"}},
   };
   for (const Subcommand& sub : subcommands) {
     if (cmd != sub.name) continue;

@@ -61,6 +61,9 @@ ABSL_FLAG(bool, replicate_kv, false, "k_proj / v_proj replicated: any tp that di
 ABSL_FLAG(bool, allow_unused_weights, false,
           "serve a checkpoint that holds tensors the model does not read, with a warning naming them "
           "(refused by default, as generate's; Note [Every tensor is used])");
+ABSL_FLAG(bool, uneven_heads, false,
+          "split the query heads unevenly in whole heads at a tp that does not divide them (9 on 2 "
+          "ranks: 5 + 4)");
 ABSL_FLAG(int64_t, ep_size, 1, "mixture-of-experts families: experts split over N ranks (as generate's)");
 
 namespace dt::cli {
@@ -131,6 +134,7 @@ absl::StatusOr<Config> ParseConfig(const Flags& flags) {
   c.load.replicate_kv = absl::GetFlag(FLAGS_replicate_kv);
   c.load.unused_tensors =
       absl::GetFlag(FLAGS_allow_unused_weights) ? nn::PlanCheck::kWarn : nn::PlanCheck::kError;
+  c.load.uneven_heads = absl::GetFlag(FLAGS_uneven_heads);
   c.dist.ep_size = absl::GetFlag(FLAGS_ep_size);
   if (c.dist.ep_size < 1) return bad("ep-size", "an integer >= 1", c.dist.ep_size);
   return c;

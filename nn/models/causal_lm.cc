@@ -25,6 +25,7 @@
 #include "dtensor/nn/mlp.h"
 #include "dtensor/nn/moe.h"
 #include "dtensor/nn/norm.h"
+#include "dtensor/nn/models/uneven_heads.h"
 #include "dtensor/ops/value_ops.h"
 
 namespace dt::nn {
@@ -526,8 +527,10 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
   PretrainedLoad how;
   how.model = name;
   const int64_t tp = mesh.ndim() == 2 ? mesh.Size(1) : mesh.Size();
-  how.plan = options.plan.value_or(
-      FitKVHeads(TPPlan(config, options.shard_embedding, options.replicate_kv), config, tp));
+  how.plan = options.plan.value_or(FitKVHeads(
+      FitUnevenHeads(TPPlan(config, options.shard_embedding, options.replicate_kv), config,
+                     options.uneven_heads ? tp : 1),
+      config, tp));
   if (mesh.ndim() == 2 || (options.ep_plan && !options.ep_plan->empty())) {
     how.ep_plan = options.ep_plan.value_or(EPPlan(config));
     if (how.ep_plan.empty()) {
@@ -556,6 +559,9 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
     if (std::optional<std::string> kv = KVHeadsNote(how.plan, config, tp)) {
       report->notes.push_back(*std::move(kv));
     }
+    if (std::optional<std::string> heads = UnevenHeadsNote(how.plan, config, tp)) {
+      report->notes.push_back(*std::move(heads));
+    }
   }
   return model;
 }
@@ -579,8 +585,9 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
       const int64_t tp = on.ndim() == 2 ? on.Size(1) : on.Size();
       DT_ASSIGN_OR_RETURN(
           options.plan,
-          EffectivePlan(dist, FitKVHeads(TPPlan(config, options.shard_embedding,
-                                                options.replicate_kv),
+          EffectivePlan(dist, FitKVHeads(FitUnevenHeads(TPPlan(config, options.shard_embedding,
+                                                               options.replicate_kv),
+                                                        config, options.uneven_heads ? tp : 1),
                                          config, tp)));
     }
     if (ep && !options.ep_plan) {

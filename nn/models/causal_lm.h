@@ -179,6 +179,10 @@ struct CausalLMLoadOptions {
   // k_proj and v_proj replicated instead of colwise: any tp that divides the query heads, each
   // rank keeping the KV heads its query heads use (Note [Replicated KV heads]).
   bool replicate_kv = false;
+  // At a tp that does not divide the query heads, split them unevenly in whole heads (9 on 2
+  // ranks: 5 + 4), the KV heads following (Note [Uneven heads at any tp] in
+  // nn/models/uneven_heads.cc); the load report states the imbalance.
+  bool uneven_heads = false;
   // mmap views for pieces that are contiguous in the file and already in the compute dtype.
   bool zero_copy = true;
   // Checkpoint tensors the model does not use: refused (Note [Every tensor is used] in nn/load.h),

@@ -30,8 +30,9 @@ void CandView(const OpCall& call, const OutputMetas& outs, int i, DimOptions* op
     o.in = {Placement::Shard(g.in_lead)};
     o.out = {Placement::Shard(g.out_lead)};
     options->push_back(o);
-    // A group that only adds or drops size-1 dims keeps interleaved shards too.
-    if (g.in_inner == 1 && g.out_inner == 1 && cur.is_strided_shard() && cur.dim() == g.in_lead) {
+    // A group that only adds or drops size-1 dims keeps interleaved and unit shards too.
+    if (g.in_inner == 1 && g.out_inner == 1 && cur.is_any_shard(g.in_lead) &&
+        cur != Placement::Shard(g.in_lead)) {
       o.in = {cur};
       o.out = {cur.WithDim(g.out_lead)};
       options->push_back(std::move(o));
@@ -179,7 +180,7 @@ void CandCat(const OpCall& call, const OutputMetas& outs, int i, DimOptions* opt
   std::vector<int64_t> blocks;
   for (int j = 0; j < n; ++j) {
     const Placement& cur = In(call, j).placements()[i];
-    const Placement p = cur.is_any_shard(dim) ? cur : Placement::Shard(dim);
+    const Placement p = cur.is_any_shard(dim) && cur.unit() == 1 ? cur : Placement::Shard(dim);
     for (int64_t b : p.BlockSizes(In(call, j).shape()[dim])) blocks.push_back(b);
     o.in.push_back(p);
   }
@@ -255,7 +256,7 @@ void CandSplit(const OpCall& call, const OutputMetas& outs, int i, DimOptions* o
   // Split along an interleaved shard at block boundaries: every piece is a run of whole blocks,
   // and every rank's piece of it is its chunks of those blocks.
   const Placement& cur = x.placements()[i];
-  if (!cur.is_any_shard(dim)) return;
+  if (!cur.is_any_shard(dim) || cur.unit() != 1) return;
   const auto blocks = cur.BlockSizes(x.shape()[dim]);
   DimOption o;
   o.in = {cur};

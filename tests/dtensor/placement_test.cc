@@ -9,7 +9,7 @@ namespace {
 
 TEST(PlacementTest, CanonicalTextRoundTrips) {
   for (const char* text : {"R", "S(0)", "S(3)", "S(-1)", "P(sum)", "P(avg)", "P(min)", "P(max)",
-                           "P(prod)", "_S(0,2)", "_S(1,[3072,3072,3072,9216,9216])", "_S(0,[0,5])"}) {
+                           "P(prod)", "S(0,unit=64)", "S(-1,unit=3)", "_S(0,2)", "_S(1,[3072,3072,3072,9216,9216])", "_S(0,[0,5])"}) {
     auto p = ParsePlacement(text);
     ASSERT_TRUE(p.ok()) << text << ": " << p.status();
     EXPECT_EQ(p->ToString(), text);
@@ -23,6 +23,7 @@ TEST(PlacementTest, LongFormsParseToCanonical) {
       {"Partial(reduce_op='avg')", "P(avg)"},                    {" S( 2 ) ", "S(2)"},
       {"_StridedShard(0, sf=2)", "_S(0,2)"},                     {"_S(0, split_factor=3)", "_S(0,3)"},
       {"_S(0, [1, 2 ,3])", "_S(0,[1,2,3])"},                     {"_S(0,1)", "S(0)"},
+      {"Shard(1, unit=64)", "S(1,unit=64)"},                     {"S(0,unit=1)", "S(0)"},
   };
   for (const auto& [in, want] : cases) {
     auto p = ParsePlacement(in);
@@ -33,7 +34,7 @@ TEST(PlacementTest, LongFormsParseToCanonical) {
 
 TEST(PlacementTest, BadTextIsAnErrorNamingTheInput) {
   for (const char* text : {"", "Q", "S", "S(x)", "P(mean)", "_S(0)", "_S(0,0)", "_S(0,[1,-2])",
-                           "_S(0,[1,2)", "S(0", "R(1)"}) {
+                           "_S(0,[1,2)", "S(0", "R(1)", "S(0,64)", "S(0,unit=0)", "S(0,unit=2,3)"}) {
     auto p = ParsePlacement(text);
     ASSERT_FALSE(p.ok()) << text;
     EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
@@ -63,6 +64,12 @@ TEST(PlacementTest, EqualityAndHashAreStructural) {
   EXPECT_EQ(Placement::BlockShard(0, {4, 4}).Hash(), Placement::BlockShard(0, {4, 4}).Hash());
   EXPECT_NE(Placement::Partial(ReduceOp::kSum), Placement::Partial(ReduceOp::kAvg));
   EXPECT_EQ(Placement(), Placement::Replicate());
+  EXPECT_EQ(Placement::Shard(0, 1), Placement::Shard(0));
+  EXPECT_NE(Placement::Shard(0, 64), Placement::Shard(0));
+  EXPECT_NE(Placement::Shard(0, 64), Placement::Shard(0, 32));
+  EXPECT_NE(Placement::Shard(0, 64).Hash(), Placement::Shard(0).Hash());
+  EXPECT_TRUE(Placement::Shard(0, 64).is_shard());
+  EXPECT_EQ(Placement::Shard(0, 64).WithDim(1), Placement::Shard(1, 64));
 }
 
 TEST(PlacementTest, ChunkFollowsTorchChunk) {

@@ -1,12 +1,14 @@
 // DTensor API and Redistribute on the threads backend: properties over random meshes, shapes,
 // dtypes and placements (each failure shrinks to a one-line `dtensor verify` command), and the
 // API's error paths.
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "dtensor/dtensor/dtensor.h"
 #include "dtensor/dtensor/verify.h"
 #include "dtensor/mesh/comm_counter.h"
@@ -83,8 +85,15 @@ Placements GenPlacements(const std::vector<int64_t>& mesh, const Shape& shape, R
     const int d = *rc::gen::inRange(0, ndim);
     if (kind == 0) {
       ps.push_back(Placement::Replicate());
-    } else if (kind <= 2) {
+    } else if (kind == 1) {
       ps.push_back(Placement::Shard(d));
+    } else if (kind == 2) {
+      // A unit shard (Note [Unit shards]) where every size the dim can have is whole units.
+      const auto sizes = PossibleShardSizes(shape, mesh, ps, d, static_cast<int>(i));
+      const int64_t unit = *rc::gen::inRange<int64_t>(1, 4);
+      bool whole = true;
+      for (int64_t n : sizes) whole = whole && n % unit == 0;
+      ps.push_back(whole ? Placement::Shard(d, unit) : Placement::Shard(d));
     } else if (kind == 3) {
       ps.push_back(Placement::StridedShard(d, *rc::gen::inRange<int64_t>(2, 4)));
     } else if (kind == 4) {
@@ -125,7 +134,9 @@ Placements GenTarget(const std::vector<int64_t>& mesh, const Shape& shape, const
   auto m = DeviceMesh::Abstract(mesh);
   if (!DTensorSpec::Create(*m, dst, shape, DType::kF32).ok()) {
     for (Placement& p : dst) {
-      if (p.is_strided_shard() && !p.blocks().empty()) p = Placement::Shard(p.dim());
+      if ((p.is_strided_shard() && !p.blocks().empty()) || p.unit() != 1) {
+        p = Placement::Shard(p.dim());
+      }
     }
   }
   return dst;
@@ -149,6 +160,69 @@ RC_GTEST_PROP(RedistributeProp, EveryRankMatchesDirectDistribution, ()) {
   if (!errors.empty()) {
     RC_FAIL(absl::StrCat("reproduce with: ", VerifyCommand(req), "\n", errors));
   }
+}
+
+// Note [Unit shards] in dtensor/placement.h, against a layout written out here rather than taken
+// from the shard math: a dim of n whole units of u over k ranks, S(d,unit=u) on a 1-D mesh (or on
+// one dim of a 2-D mesh, the other replicated or sharding another dim) gives rank r the rows of
+// torch.chunk(units, k)[r]: c = ceil(n/k) units per rank, the last non-empty one short, the rest
+// empty. Distributing to it, redistributing to it from a random layout and back, and gathering
+// must all give that layout and the tensor back.
+RC_GTEST_PROP(UnitShardProp, RedistributeRoundTripsEqualChunkOverUnits, ()) {
+  const int64_t units = *rc::gen::inRange<int64_t>(0, 12);
+  const int64_t unit = *rc::gen::inRange<int64_t>(1, 5);
+  const int64_t cols = *rc::gen::inRange<int64_t>(1, 4);
+  const int64_t k = *rc::gen::inRange<int64_t>(1, 6);
+  const bool two_d = *rc::gen::arbitrary<bool>() && k <= 4;
+  const std::vector<int64_t> mesh_shape = two_d ? std::vector<int64_t>{2, k} : std::vector<int64_t>{k};
+  const Shape shape = {units * unit, cols};
+  const Placement other = *rc::gen::element(Placement::Replicate(), Placement::Shard(1));
+  Placements unit_pl = {Placement::Shard(0, unit)};
+  if (two_d) unit_pl.insert(unit_pl.begin(), other);
+  const Placements from = GenPlacements(mesh_shape, shape, ReduceOp::kSum, false);
+  auto abstract = DeviceMesh::Abstract(mesh_shape);
+  RC_PRE(DTensorSpec::Create(*abstract, from, shape, DType::kF32).ok());
+  const std::string what = absl::StrCat(units, " units of ", unit, " x ", cols, " on mesh ",
+                                        absl::StrJoin(mesh_shape, "x"), " from ",
+                                        PlacementsToString(from), " to ",
+                                        PlacementsToString(unit_pl));
+  std::mutex mu;
+  std::string errors;
+  const absl::Status s = World::RunThreads(
+      static_cast<int>(two_d ? 2 * k : k),
+      [&](World& w) -> absl::Status {
+        DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), mesh_shape, {}));
+        DT_ASSIGN_OR_RETURN(Tensor full, VerifyTensor(shape, DType::kF32, 7));
+        // This rank's rows of the unit shard, and its columns of the other mesh dim.
+        const int64_t r = w.rank() % k, per = (units + k - 1) / k;
+        const int64_t first = std::min(units, r * per), last = std::min(units, (r + 1) * per);
+        DT_ASSIGN_OR_RETURN(Tensor want, full.Narrow(0, first * unit, (last - first) * unit));
+        if (two_d && other.is_shard()) {
+          const int64_t half = (cols + 1) / 2, c0 = std::min(cols, (w.rank() / k) * half);
+          DT_ASSIGN_OR_RETURN(want, want.Narrow(1, c0, std::min(cols, c0 + half) - c0));
+        }
+        auto check = [&](const DTensor& x, absl::string_view how) {
+          if (Equal(x.ToLocal(), want)) return;
+          std::lock_guard<std::mutex> lock(mu);
+          absl::StrAppend(&errors, "rank ", w.rank(), " ", how, ": got ",
+                          x.ToLocal().ToString(), " want ", want.ToString(), "\n");
+        };
+        DT_ASSIGN_OR_RETURN(DTensor direct, DTensor::Distribute(full, mesh, unit_pl));
+        check(direct, "Distribute");
+        DT_ASSIGN_OR_RETURN(DTensor src, DTensor::Distribute(full, mesh, from));
+        DT_ASSIGN_OR_RETURN(DTensor there, src.Redistribute(unit_pl));
+        check(there, "Redistribute from the random layout");
+        DT_ASSIGN_OR_RETURN(DTensor back, there.Redistribute(from));
+        DT_ASSIGN_OR_RETURN(Tensor gathered, back.FullTensor());
+        if (!Equal(back.ToLocal(), src.ToLocal()) || !Equal(gathered, full)) {
+          std::lock_guard<std::mutex> lock(mu);
+          absl::StrAppend(&errors, "rank ", w.rank(), ": the round trip back changed the tensor\n");
+        }
+        return absl::OkStatus();
+      },
+      Quick());
+  RC_ASSERT(s.ok());
+  if (!errors.empty()) RC_FAIL(absl::StrCat(what, "\n", errors));
 }
 
 // ---- examples and error paths ------------------------------------------------------------------

@@ -152,6 +152,26 @@ TEST(SpecTest, BlockListShardsEveryBlock) {
   for (int64_t r = 0; r < 4; ++r) EXPECT_EQ(a.Ranges({r}), b.Ranges({r}));
 }
 
+TEST(SpecTest, UnitShardKeepsUnitsWhole) {
+  // SmolLM2's q_proj rows: 9 heads of 64 on 2 ranks are 5 + 4 heads (Note [Unit shards]); plain
+  // S(0) would cut head 4 in half (288 + 288 rows).
+  const DTensorSpec q = Spec({2}, "S(0,unit=64)", {576, 8});
+  EXPECT_EQ(Rows(q.Ranges({0})[0]), "0-319");
+  EXPECT_EQ(Rows(q.Ranges({1})[0]), "320-575");
+  EXPECT_EQ(q.LocalShape({1})[0], 256);
+  EXPECT_EQ(q.Offset({1})[0], 320);
+  // torch.chunk over units leaves the last ranks empty: 9 units on 4 ranks are 3, 3, 3, 0.
+  const DTensorSpec e = Spec({4}, "S(0,unit=2)", {18, 1});
+  EXPECT_EQ(Rows(e.Ranges({2})[0]), "12-17");
+  EXPECT_EQ(e.LocalShape({3})[0], 0);
+  EXPECT_EQ(e.Offset({3})[0], 18);
+  // Nested: the units of what the left mesh dim leaves (12 rows: 6 + 6, then 3 units of 2 over 2).
+  const DTensorSpec n = Spec({2, 2}, "S(0),S(0,unit=2)", {12, 1});
+  EXPECT_EQ(Rows(n.Ranges({0, 0})[0]), "0-3");
+  EXPECT_EQ(Rows(n.Ranges({0, 1})[0]), "4-5");
+  EXPECT_EQ(Rows(n.Ranges({1, 1})[0]), "10-11");
+}
+
 TEST(SpecTest, ValidationErrorsNameTheSpec) {
   auto mesh = Mesh({2, 4}, {"dp", "tp"});
   auto bad = [&](const char* placements, std::vector<int64_t> shape, const char* needle) {
@@ -167,6 +187,8 @@ TEST(SpecTest, ValidationErrorsNameTheSpec) {
   bad("P(sum),P(max)", {4, 4}, "mixed Partial ops P(sum) (mesh dim dp) and P(max) (mesh dim tp)");
   bad("R,_S(0,[3,3])", {8, 4}, "sum to 6 but the dim they split has size 8");
   bad("S(0),_S(0,[2,2])", {9, 4}, "sum to 4 but the dim they split has size 5");
+  bad("R,S(1,unit=3)", {4, 8}, "S(1,unit=3) on mesh dim tp splits a dim of size 8");
+  bad("S(0),S(0,unit=2)", {10, 1}, "not a whole number of units of 2");
   // Allowed: sum with avg, negative dims (normalized), block lists that fit.
   auto ok = DTensorSpec::Create(mesh, ParsePlacements("P(sum),P(avg)").value(), {4}, DType::kF32);
   EXPECT_TRUE(ok.ok()) << ok.status();
