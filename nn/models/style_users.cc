@@ -57,6 +57,8 @@ std::string FormatStyleUsers() {
        "examples/custom_moe.cc: LongCat-Flash's zero experts (nn_custom_moe_np4)"},
       {"embedding_rowwise", "examples/custom_gpt2.cc (nn_custom_gpt2_np4); CausalLM --shard-embedding"},
       {"replicate", "examples/custom_gpt2.cc (nn_custom_gpt2_np4); CausalLM --replicate-kv"},
+      {"uneven_colwise", "CausalLM --uneven-heads (models_uneven_heads_test)"},
+      {"uneven_rowwise", "CausalLM --uneven-heads (models_uneven_heads_test)"},
       {"unit_rowwise",
        "no transformers 5.25 model; tests/nn/style_cases.cc attention_unit_query_heads "
        "(nn_styles_gloo_np4)"},

@@ -175,11 +175,11 @@ TEST(PlanErrors, UnknownStyleListsSupportedOnes) {
   EXPECT_FALSE(net.GetParameter("layers.0.mlp.up_proj.weight").value()->placed());
 }
 
-// The unit styles keep units the module declares (Note [Unit meshes]): a layer that declares
-// none is refused by name before anything is placed.
+// The unit styles keep units the module declares (Note [Unit meshes], Note [Uneven heads]): a
+// layer that declares none is refused by name before anything is placed.
 TEST(PlanErrors, UnitStylesNeedTheModulesUnit) {
   Net net;
-  for (const char* style : {"unit_colwise", "unit_rowwise"}) {
+  for (const char* style : {"unit_colwise", "unit_rowwise", "uneven_colwise", "uneven_rowwise"}) {
     const absl::Status s = ParallelizeModule(net, Tp(2), {{"layers.*.mlp.up_proj", style}}, Quiet());
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_TRUE(Contains(s, absl::StrCat(style, " on 'layers.0.mlp.up_proj': Linear declares no "
