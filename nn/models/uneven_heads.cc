@@ -24,8 +24,9 @@ namespace {
 // use KV heads 1 and 2. A torch.chunk of the 3 KV heads (2 + 1) would leave rank 1 without KV
 // head 1, and no placement holds the overlapping pieces 0-1 and 1-2. So:
 //   - where g · chunk(KV heads, tp) is chunk(heads, tp) on every rank (each rank's query heads
-//     are whole groups, and exactly those of its KV heads: MHA, or 6 / 3 heads at tp 4), k_proj
-//     and v_proj are uneven_colwise too, each rank computing and caching its own KV heads;
+//     are whole groups, and exactly those of its KV heads: MHA, or 14 / 7 heads at tp 4, 4 + 4 +
+//     4 + 2 over 2 + 2 + 2 + 1), k_proj and v_proj are uneven_colwise too, each rank computing
+//     and caching its own KV heads;
 //   - otherwise they are replicated: every rank computes every KV head and Attention keeps those
 //     its query heads use (Note [Replicated KV heads] in nn/attention.cc; where the query split
 //     cuts a group it keeps one KV head per query head, so SmolLM2 at tp 2 caches 5 and 4 KV
@@ -92,19 +93,19 @@ std::optional<std::string> UnevenHeadsNote(const ParallelPlan& plan,
   const std::vector<int64_t> sizes = ChunkSizes(heads, tp);
   const int64_t most = sizes.front(), least = sizes.back();
   std::string note = absl::StrCat(
-      "plan: ", heads, " query heads on ", tp, " ranks split unevenly (uneven_heads): ",
-      absl::StrJoin(sizes, " + "), " heads per rank; attention load imbalance ", most, " / ",
-      least, " (the ranks with ", most, " heads set the pace, ",
+      heads, " query heads on ", tp, " ranks split unevenly (uneven_heads): ",
+      absl::StrJoin(sizes, " + "), " heads per rank; attention load imbalance ", most, " / ", least,
+      " (the ranks with ", most, " heads set the pace: ",
       absl::StrFormat("%.0f", 100.0 * (most * tp - heads) / heads),
-      "% more attention time than an even split would take); ");
+      "% more attention time than an even split); ");
   if (kv_style == "uneven_colwise") {
-    absl::StrAppend(&note, "KV heads ", absl::StrJoin(ChunkSizes(kv, tp), " + "),
-                    " follow them (Note [Uneven heads at any tp])");
+    absl::StrAppend(&note, "k_proj / v_proj uneven_colwise, ",
+                    absl::StrJoin(ChunkSizes(kv, tp), " + "), " KV heads following them");
   } else {
-    absl::StrAppend(&note, "k_proj / v_proj replicated: the query split cuts a group of ",
-                    heads / kv, " heads sharing a KV head, so every rank computes all ", kv,
-                    " KV heads and keeps those its query heads use (Note [Uneven heads at any tp])");
+    absl::StrAppend(&note, "k_proj / v_proj ", kv_style, ", a KV head serving query heads on two ",
+                    "ranks");
   }
+  absl::StrAppend(&note, " (Note [Uneven heads at any tp])");
   return note;
 }
 

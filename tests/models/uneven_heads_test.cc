@@ -9,6 +9,7 @@
 #include "dtensor/core/status.h"
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/models/causal_lm.h"
+#include "dtensor/nn/models/uneven_heads.h"
 #include "dtensor/tests/models/golden_checks.h"
 #include "dtensor/tests/test_util.h"
 #include "gtest/gtest.h"
@@ -49,8 +50,10 @@ TEST(UnevenHeads, NineHeadsOnTwoRanksMatchTransformers) {
       return absl::InternalError(absl::StrCat("k_proj is ", k->Describe()));
     }
     const std::string want =
-        "plan: 9 query heads on 2 ranks split unevenly (uneven_heads): 5 + 4 heads per rank; "
-        "attention load imbalance 5 / 4";
+        "9 query heads on 2 ranks split unevenly (uneven_heads): 5 + 4 heads per rank; "
+        "attention load imbalance 5 / 4 (the ranks with 5 heads set the pace: 11% more attention "
+        "time than an even split); k_proj / v_proj replicate, a KV head serving query heads on two "
+        "ranks";
     bool said = false;
     for (const std::string& n : report.notes) said = said || absl::StartsWith(n, want);
     if (!said) {
@@ -74,6 +77,39 @@ TEST(UnevenHeads, OptInAndIdleRanksAreRefused) {
     EXPECT_TRUE(Contains(s, absl::StrCat("tensor parallel size ", tp, " does not divide num_heads 9")))
         << "tp " << tp << ": " << s;
   }
+}
+
+// Which plan each head count gets: the KV heads follow the query split exactly (uneven_colwise)
+// only where every rank's query heads are the groups of its chunk of the KV heads; a tp that
+// divides the heads, or leaves a rank none, keeps the plan.
+TEST(UnevenHeads, KVHeadsFollowTheQuerySplitOrAreReplicated) {
+  auto styles = [](int64_t heads, int64_t kv, int64_t tp) {
+    loaders::DecoderConfig c;
+    c.num_attention_heads = heads;
+    c.num_key_value_heads = kv;
+    const ParallelPlan plan = FitUnevenHeads({{"model.layers.*.self_attn.q_proj", "colwise"},
+                                              {"model.layers.*.self_attn.k_proj", "colwise"},
+                                              {"model.layers.*.self_attn.o_proj", "rowwise"}},
+                                             c, tp);
+    std::string out = absl::StrCat(plan[0].second.name, " ", plan[1].second.name, " ",
+                                   plan[2].second.name);
+    if (std::optional<std::string> note = UnevenHeadsNote(plan, c, tp)) {
+      absl::StrAppend(&out, " | ", *note);
+    }
+    return out;
+  };
+  EXPECT_EQ(styles(9, 9, 2),  // MHA: the KV heads split as the query heads do
+            "uneven_colwise uneven_colwise uneven_rowwise | 9 query heads on 2 ranks split "
+            "unevenly (uneven_heads): 5 + 4 heads per rank; attention load imbalance 5 / 4 (the "
+            "ranks with 5 heads set the pace: 11% more attention time than an even split); "
+            "k_proj / v_proj uneven_colwise, 5 + 4 KV heads following them (Note [Uneven heads "
+            "at any tp])");
+  EXPECT_TRUE(absl::StartsWith(styles(14, 7, 4), "uneven_colwise uneven_colwise uneven_rowwise"));
+  EXPECT_TRUE(absl::StartsWith(styles(9, 3, 2), "uneven_colwise replicate uneven_rowwise"));
+  EXPECT_TRUE(absl::StartsWith(styles(10, 5, 4), "uneven_colwise replicate uneven_rowwise"));
+  EXPECT_EQ(styles(9, 3, 3), "colwise colwise rowwise");  // even
+  EXPECT_EQ(styles(9, 3, 4), "colwise colwise rowwise");  // 3 + 3 + 3 + 0
+  EXPECT_EQ(styles(9, 3, 1), "colwise colwise rowwise");
 }
 
 }  // namespace
