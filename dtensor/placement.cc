@@ -116,7 +116,8 @@ namespace {
 absl::Status BadPlacement(absl::string_view text, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(
       "bad placement '", text, "': ", why,
-      " (expected R, S(dim), S(dim,unit=u), P(sum|avg|min|max|prod), _S(dim,split_factor) or _S(dim,[b0,b1,...]))"));
+      " (expected R, S(dim), S(dim,unit=u), P(sum|avg|min|max|prod), _S(dim,split_factor) or ",
+      "_S(dim,[b0,b1,...]))"));
 }
 
 bool ParseInt(absl::string_view s, int64_t* v) {
@@ -181,9 +182,9 @@ absl::StatusOr<Placement> ParsePlacement(absl::string_view text) {
     absl::string_view unit = absl::StripAsciiWhitespace(parts[1]);
     int64_t u = 0;
     if (!absl::ConsumePrefix(&unit, "unit=") || !ParseInt(unit, &u) || u < 1) {
-      return BadPlacement(text, absl::StrCat("the second argument of S must be unit=<a positive ",
-                                             "integer>, got '", absl::StripAsciiWhitespace(parts[1]),
-                                             "'"));
+      return BadPlacement(text, absl::StrCat("the second argument of S must be unit=<a positive "
+                                             "integer>, got '",
+                                             absl::StripAsciiWhitespace(parts[1]), "'"));
     }
     return Placement::Shard(static_cast<int>(d), u);
   }

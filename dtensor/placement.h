@@ -132,7 +132,8 @@ class Placement {
 
 using Placements = absl::InlinedVector<Placement, 4>;
 
-// "S(0)", "S(0,unit=64)", "R", "P(avg)", "_S(0,2)", "_S(1,[2,2,4])", and the long forms listed above.
+// "S(0)", "S(0,unit=64)", "R", "P(avg)", "_S(0,2)", "_S(1,[2,2,4])", and the long forms listed
+// above.
 absl::StatusOr<Placement> ParsePlacement(absl::string_view text);
 // A comma-separated list, optionally in brackets: "S(0),R" or "[S(0), _S(0,[3,5])]".
 absl::StatusOr<Placements> ParsePlacements(absl::string_view text);

@@ -256,7 +256,8 @@ StyleInfo ColwiseParallel::Info() const {
   const bool gathers = output_layout_.is_replicate();
   if (whole_units_) {
     return {"S(0,unit=u)", "S(0,unit=u)", InputText(input_layout_, Placement::Replicate()),
-            absl::StrCat("S(-1,unit=u)", gathers ? " -> R" : "", use_local_output_ ? " local" : ""),
+            absl::StrCat("S(-1,unit=u)", gathers ? " -> R" : "",
+                         use_local_output_ ? " local" : ""),
             gathers ? "all_gather" : "none"};
   }
   return {"S(0) (Embedding: S(1))", "S(0)", InputText(input_layout_, Placement::Replicate()),
@@ -318,9 +319,11 @@ StyleInfo RowwiseParallel::Info() const {
                                      ? "all_reduce"
                                      : (output_layout_.is_any_shard() ? "reduce_scatter" : "none");
   if (whole_units_) {
-    return {"S(1,unit=u)", "R", input_layout_.is_replicate() ? "R -> S(-1,unit=u)" : "S(-1,unit=u)",
-            absl::StrCat("P(sum) -> ", output_layout_.ToString(), use_local_output_ ? " local" : ""),
-            output_layout_.is_replicate() ? "all_reduce" : "reduce_scatter"};
+    return {"S(1,unit=u)", "R",
+            input_layout_.is_replicate() ? "R -> S(-1,unit=u)" : "S(-1,unit=u)",
+            absl::StrCat("P(sum) -> ", output_layout_.ToString(),
+                         use_local_output_ ? " local" : ""),
+            collective};
   }
   return {"S(1) (Embedding: S(0))", "R", InputText(input_layout_, Placement::Shard(-1)),
           absl::StrCat("P(sum) -> ", output_layout_.ToString(), use_local_output_ ? " local" : ""),

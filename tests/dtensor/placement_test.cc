@@ -9,7 +9,8 @@ namespace {
 
 TEST(PlacementTest, CanonicalTextRoundTrips) {
   for (const char* text : {"R", "S(0)", "S(3)", "S(-1)", "P(sum)", "P(avg)", "P(min)", "P(max)",
-                           "P(prod)", "S(0,unit=64)", "S(-1,unit=3)", "_S(0,2)", "_S(1,[3072,3072,3072,9216,9216])", "_S(0,[0,5])"}) {
+                           "P(prod)", "S(0,unit=64)", "S(-1,unit=3)",
+                           "_S(0,2)", "_S(1,[3072,3072,3072,9216,9216])", "_S(0,[0,5])"}) {
     auto p = ParsePlacement(text);
     ASSERT_TRUE(p.ok()) << text << ": " << p.status();
     EXPECT_EQ(p->ToString(), text);
@@ -34,7 +35,8 @@ TEST(PlacementTest, LongFormsParseToCanonical) {
 
 TEST(PlacementTest, BadTextIsAnErrorNamingTheInput) {
   for (const char* text : {"", "Q", "S", "S(x)", "P(mean)", "_S(0)", "_S(0,0)", "_S(0,[1,-2])",
-                           "_S(0,[1,2)", "S(0", "R(1)", "S(0,64)", "S(0,unit=0)", "S(0,unit=2,3)"}) {
+                           "_S(0,[1,2)", "S(0", "R(1)", "S(0,64)", "S(0,unit=0)",
+                           "S(0,unit=2,3)"}) {
     auto p = ParsePlacement(text);
     ASSERT_FALSE(p.ok()) << text;
     EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);

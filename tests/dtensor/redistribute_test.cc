@@ -174,7 +174,8 @@ RC_GTEST_PROP(UnitShardProp, RedistributeRoundTripsEqualChunkOverUnits, ()) {
   const int64_t cols = *rc::gen::inRange<int64_t>(1, 4);
   const int64_t k = *rc::gen::inRange<int64_t>(1, 6);
   const bool two_d = *rc::gen::arbitrary<bool>() && k <= 4;
-  const std::vector<int64_t> mesh_shape = two_d ? std::vector<int64_t>{2, k} : std::vector<int64_t>{k};
+  const std::vector<int64_t> mesh_shape =
+      two_d ? std::vector<int64_t>{2, k} : std::vector<int64_t>{k};
   const Shape shape = {units * unit, cols};
   const Placement other = *rc::gen::element(Placement::Replicate(), Placement::Shard(1));
   Placements unit_pl = {Placement::Shard(0, unit)};

@@ -74,7 +74,8 @@ TEST(UnevenHeads, OptInAndIdleRanksAreRefused) {
       DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {tp}, {"tp"}));
       return CausalLM::FromPretrained(FixtureDir(kQwen2), mesh, o).status();
     });
-    EXPECT_TRUE(Contains(s, absl::StrCat("tensor parallel size ", tp, " does not divide num_heads 9")))
+    EXPECT_TRUE(
+        Contains(s, absl::StrCat("tensor parallel size ", tp, " does not divide num_heads 9")))
         << "tp " << tp << ": " << s;
   }
 }

@@ -2,8 +2,9 @@
 // whose query heads the world size divides loads only its shards (with the default plan: each KV
 // head whole on the ranks that use it when the KV heads do not divide, Note [KV heads past tp])
 // and must reproduce transformers' logits and greedy continuation
-// (tools/reference/make_zoo_fixtures.py); the others skip, except Qwen2 (SmolLM2's 9 / 3 heads) on 2
-// ranks, which runs with uneven_heads as 5 + 4 query heads (Note [Uneven heads at any tp]).
+// (tools/reference/make_zoo_fixtures.py); the others skip, except Qwen2 (SmolLM2's 9 / 3 heads)
+// on 2 ranks, which runs with uneven_heads as 5 + 4 query heads (Note [Uneven heads at any
+// tp]).
 #include <cmath>
 
 #include "absl/strings/str_join.h"
