@@ -20,7 +20,6 @@ compared: a machine whose speed drifts (a shared VM) favours neither. Ends with
     RESULT flux2_step_vs_diffusers <ours / diffusers> 0.8 PASS|FAIL
 (the target: our step at most 0.8x diffusers' time).
 """
-import argparse
 import os
 import re
 import subprocess
@@ -30,7 +29,7 @@ import torch
 from diffusers import FlowMatchEulerDiscreteScheduler, Flux2Transformer2DModel
 from diffusers.pipelines.flux2.pipeline_flux2 import Flux2Pipeline, compute_empirical_mu
 
-from bench_util import median_seconds
+from bench_util import bench_parser, median_seconds
 
 CONFIG = dict(patch_size=1, in_channels=64, out_channels=None, num_layers=4, num_single_layers=8,
               attention_head_dim=128, num_attention_heads=4, joint_attention_dim=512,
@@ -81,11 +80,7 @@ def ours_step_ms(bench):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--bench", default="build/bin/bench_flux2")
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--reps", type=int, default=5)
-    args = ap.parse_args()
+    args = bench_parser(__doc__, "bench_flux2", 5, threads=os.cpu_count()).parse_args()
     torch.set_num_threads(args.threads)
     print(f"flux2_step_bench: torch {torch.__version__}, diffusers "
           f"{__import__('diffusers').__version__}, {args.threads} threads on each side")

@@ -18,7 +18,6 @@ median of --reps forwards after a warm-up, ours bench_llama's median), and each 
 is compared: a machine whose speed drifts (a shared VM) favours neither. Ends with
     RESULT llama_prefill_<dtype>_<prompt>_vs_transformers <ours / theirs in tokens/s> 1.0 PASS|FAIL
 """
-import argparse
 import os
 import re
 import subprocess
@@ -28,7 +27,7 @@ import torch
 import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from bench_util import median_seconds
+from bench_util import bench_parser, median_seconds
 
 CONFIG = dict(vocab_size=4096, hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
               num_attention_heads=8, num_key_value_heads=4, head_dim=64, max_position_embeddings=4096,
@@ -52,12 +51,9 @@ def transformers_tokens_per_s(dtype, prompt, reps):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--bench", default="build/bin/bench_llama")
+    ap = bench_parser(__doc__, "bench_llama", 5, threads=os.cpu_count())
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f32"])
     ap.add_argument("--prompt", type=int, default=512)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32

@@ -18,15 +18,12 @@ VM) favours neither. Ends with RESULT lines, ratio = our throughput / PyTorch's 
 the worst of the shapes per dtype and length: attention_<dtype>_<tokens>_vs_sdpa for prefill and
 attention_decode_<dtype>_<tokens>_vs_sdpa for decode, target 1.0.
 """
-import argparse
 import re
-import subprocess
-import sys
 
 import torch
 import torch.nn.functional as F
 
-from bench_util import median_seconds
+from bench_util import bench_parser, median_seconds, run_ours
 
 ROW = re.compile(r"^(prefill|decode)\s+(f32|bf16)\s+(\d+)/(\d+)/(\d+)\s+(\d+)x(\d+)\s+([\d.]+)")
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
@@ -45,29 +42,16 @@ def torch_ms(kind, dtype, hq, hkv, d, sq, skv, reps):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--bench", default="build/bin/bench_attention")
-    ap.add_argument("--threads", type=int, default=0, help="default: bench_attention's T (all cores)")
-    ap.add_argument("--reps", type=int, default=5)
-    args = ap.parse_args()
+    args = bench_parser(__doc__, "bench_attention", 5,
+                        threads_help="default: bench_attention's T (all cores)").parse_args()
     threads = args.threads
     cmd = [args.bench, "--quick"] + ([f"--threads={threads}"] if threads else [])
     passes = []  # (our rows, PyTorch's ms per row) per pass
     for _ in range(2):
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-        sys.stdout.write(out)
-        if not threads:
-            threads = int(re.search(r"T = (\d+) threads", out).group(1))
+        matches, threads = run_ours(cmd, ROW, threads)
         torch.set_num_threads(threads)
-        rows = []
-        for line in out.splitlines():
-            m = ROW.match(line)
-            if m:
-                kind, dtype = m.group(1), m.group(2)
-                hq, hkv, d, sq, skv = (int(m.group(i)) for i in range(3, 8))
-                rows.append((kind, dtype, hq, hkv, d, sq, skv, float(m.group(8))))
-        if not rows:
-            raise SystemExit(f"no rows in {args.bench}'s output")
+        rows = [(m.group(1), m.group(2), *(int(m.group(i)) for i in range(3, 8)), float(m.group(8)))
+                for m in matches]
         # A decode call takes tens of microseconds: more of them, so that the median is one the
         # OpenMP threads were awake for.
         passes.append((rows, [torch_ms(*r[:7], args.reps if r[0] == "prefill" else 10 * args.reps)

@@ -15,15 +15,12 @@ PyTorch, ours, PyTorch; PyTorch's figure per row the median of --reps calls afte
 each side's better pass is compared: a machine whose speed drifts (a shared VM) favours neither.
 Ends with RESULT lines: f32 >= 1.0x and bf16 >= 0.9x PyTorch's GFLOP/s on every row (issue 44).
 """
-import argparse
 import re
-import subprocess
-import sys
 
 import torch
 import torch.nn.functional as F
 
-from bench_util import median_seconds
+from bench_util import bench_parser, median_seconds, run_ours
 
 ROW = re.compile(r"^(f32|bf16) (\d+)x(\d+)x(\d+)( x\.wT)?\s+(.*)$")
 TARGET = {"f32": 1.0, "bf16": 0.9}
@@ -41,33 +38,18 @@ def torch_gflops(dtype, m, n, k, linear, reps):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--bench", default="build/bin/bench_gemm")
-    ap.add_argument("--threads", type=int, default=0, help="default: bench_gemm's T")
-    ap.add_argument("--reps", type=int, default=7)
-    args = ap.parse_args()
+    args = bench_parser(__doc__, "bench_gemm", 7, threads_help="default: bench_gemm's T").parse_args()
     passes = []  # (our rows, PyTorch's GFLOP/s per row) per pass
     threads = args.threads
-    if threads:
-        torch.set_num_threads(threads)
     for _ in range(2):
-        out = subprocess.run([args.bench, "--quick", "--gemm-only"], capture_output=True, text=True,
-                             check=True).stdout
-        sys.stdout.write(out)
-        if not threads:
-            threads = int(re.search(r"T = (\d+) threads", out).group(1))
-            torch.set_num_threads(threads)
+        matches, threads = run_ours([args.bench, "--quick", "--gemm-only"], ROW, threads)
+        torch.set_num_threads(threads)
         rows = []
-        for line in out.splitlines():
-            m = ROW.match(line)
-            if not m:
-                continue
+        for m in matches:
             fields = m.group(6).split()
             # own dnnl openblas picked-name picked-gflops ...: the picked GFLOP/s is the 5th field.
             rows.append((m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4)), bool(m.group(5)),
                          fields[3], float(fields[4])))
-        if not rows:
-            raise SystemExit(f"no GEMM rows in {args.bench}'s output")
         passes.append((rows, [torch_gflops(d, m, n, k, lin, args.reps) for d, m, n, k, lin, _, _ in rows]))
     print(f"\nPyTorch {torch.__version__} (MKL {torch.backends.mkl.is_available()}, oneDNN "
           f"{torch.backends.mkldnn.is_available()}) vs ours, {threads} threads each (GFLOP/s)")
