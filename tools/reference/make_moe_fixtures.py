@@ -68,35 +68,27 @@ DEEPSEEK_TINY = dict(TINY, num_attention_heads=4, num_key_value_heads=4, first_k
                      topk_method="greedy", norm_topk_prob=False, rms_norm_eps=1e-6,
                      tie_word_embeddings=False)
 
+# Mixtral's and Qwen3-MoE's tiny configs but for the KV heads, which the models vary.
+MIXTRAL_TINY = dict(
+    TINY, vocab_size=320, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+    num_attention_heads=8, num_local_experts=4, num_experts_per_tok=2, rms_norm_eps=1e-5,
+    tie_word_embeddings=False)
+QWEN3_MOE_TINY = dict(
+    TINY, vocab_size=384, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+    num_hidden_layers=2, num_attention_heads=8, head_dim=16, num_experts=8, num_experts_per_tok=2,
+    norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], rms_norm_eps=1e-6,
+    rope_theta=1000000.0, tie_word_embeddings=False)
+
 MODELS = {
-    "mixtral-tiny": dict(
-        cls=MixtralForCausalLM, gguf="llama", seed=41,
-        config=MixtralConfig(**TINY, vocab_size=320, hidden_size=64, intermediate_size=64,
-                             num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
-                             num_local_experts=4, num_experts_per_tok=2, rms_norm_eps=1e-5,
-                             tie_word_embeddings=False)),
-    "qwen3_moe-tiny": dict(
-        cls=Qwen3MoeForCausalLM, gguf="qwen3moe", seed=42,
-        config=Qwen3MoeConfig(**TINY, vocab_size=384, hidden_size=64, intermediate_size=128,
-                              moe_intermediate_size=32, num_hidden_layers=2,
-                              num_attention_heads=8, num_key_value_heads=4, head_dim=16,
-                              num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
-                              decoder_sparse_step=1, mlp_only_layers=[], rms_norm_eps=1e-6,
-                              rope_theta=1000000.0, tie_word_embeddings=False)),
-    "mixtral_kv2-tiny": dict(
-        cls=MixtralForCausalLM, seed=46,
-        config=MixtralConfig(**TINY, vocab_size=320, hidden_size=64, intermediate_size=64,
-                             num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
-                             num_local_experts=4, num_experts_per_tok=2, rms_norm_eps=1e-5,
-                             tie_word_embeddings=False)),
-    "qwen3_moe_kv2-tiny": dict(
-        cls=Qwen3MoeForCausalLM, seed=47,
-        config=Qwen3MoeConfig(**TINY, vocab_size=384, hidden_size=64, intermediate_size=128,
-                              moe_intermediate_size=32, num_hidden_layers=2,
-                              num_attention_heads=8, num_key_value_heads=2, head_dim=16,
-                              num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
-                              decoder_sparse_step=1, mlp_only_layers=[], rms_norm_eps=1e-6,
-                              rope_theta=1000000.0, tie_word_embeddings=False)),
+    "mixtral-tiny": dict(cls=MixtralForCausalLM, gguf="llama", seed=41,
+                         config=MixtralConfig(**MIXTRAL_TINY, num_key_value_heads=4)),
+    "qwen3_moe-tiny": dict(cls=Qwen3MoeForCausalLM, gguf="qwen3moe", seed=42,
+                           config=Qwen3MoeConfig(**QWEN3_MOE_TINY, num_key_value_heads=4)),
+    # 2 KV heads (Note [KV heads past tp] at 4 ranks): the same models otherwise.
+    "mixtral_kv2-tiny": dict(cls=MixtralForCausalLM, seed=46,
+                             config=MixtralConfig(**MIXTRAL_TINY, num_key_value_heads=2)),
+    "qwen3_moe_kv2-tiny": dict(cls=Qwen3MoeForCausalLM, seed=47,
+                               config=Qwen3MoeConfig(**QWEN3_MOE_TINY, num_key_value_heads=2)),
     "deepseek_v2-tiny": dict(
         cls=DeepseekV2ForCausalLM, seed=43,
         config=DeepseekV2Config(**DEEPSEEK_TINY, vocab_size=320, hidden_size=64,
