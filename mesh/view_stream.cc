@@ -37,42 +37,37 @@ constexpr int64_t kStreamBytes = int64_t{1} << 20;
 constexpr int64_t kPrefetchBytes = 8 << 10;
 constexpr int64_t kLine = 64;
 
+#if defined(__SSE2__)
+// The widest register the build has: four of them move kBlock bytes (128 with AVX, 64 with SSE2).
+#if defined(__AVX__)
+using Vec = __m256i;
+inline Vec LoadVec(const char* p) { return _mm256_loadu_si256(reinterpret_cast<const Vec*>(p)); }
+inline void StreamVec(char* p, Vec v) { _mm256_stream_si256(reinterpret_cast<Vec*>(p), v); }
+#else
+using Vec = __m128i;
+inline Vec LoadVec(const char* p) { return _mm_loadu_si128(reinterpret_cast<const Vec*>(p)); }
+inline void StreamVec(char* p, Vec v) { _mm_stream_si128(reinterpret_cast<Vec*>(p), v); }
+#endif
+constexpr int64_t kVec = sizeof(Vec), kBlock = 4 * kVec;
+#endif
+
 // n contiguous bytes with streaming stores (cache-line aligned at the destination), prefetching
 // the same offsets of `next` (a source row further on, or null) as we go.
 void StreamCopy(char* dst, const char* src, int64_t n, const char* next) {
-#if defined(__AVX__)
+#if defined(__SSE2__)
   const int64_t head = std::min<int64_t>(n, (kLine - static_cast<int64_t>(reinterpret_cast<uintptr_t>(dst) % kLine)) % kLine);
   std::memcpy(dst, src, static_cast<size_t>(head));
   int64_t i = head;
-  for (; i + 2 * kLine <= n; i += 2 * kLine) {
+  for (; i + kBlock <= n; i += kBlock) {
     if (next != nullptr) {
-      __builtin_prefetch(next + i);
-      __builtin_prefetch(next + i + kLine);
+      for (int64_t line = 0; line < kBlock; line += kLine) __builtin_prefetch(next + i + line);
     }
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 32));
-    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 64));
-    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 96));
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), a);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 32), b);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 64), c);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 96), d);
-  }
-  std::memcpy(dst + i, src + i, static_cast<size_t>(n - i));
-#elif defined(__SSE2__)
-  const int64_t head = std::min<int64_t>(n, (kLine - static_cast<int64_t>(reinterpret_cast<uintptr_t>(dst) % kLine)) % kLine);
-  std::memcpy(dst, src, static_cast<size_t>(head));
-  int64_t i = head;
-  for (; i + kLine <= n; i += kLine) {
-    if (next != nullptr) __builtin_prefetch(next + i);
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+    const Vec a = LoadVec(src + i), b = LoadVec(src + i + kVec);
+    const Vec c = LoadVec(src + i + 2 * kVec), d = LoadVec(src + i + 3 * kVec);
+    StreamVec(dst + i, a);
+    StreamVec(dst + i + kVec, b);
+    StreamVec(dst + i + 2 * kVec, c);
+    StreamVec(dst + i + 3 * kVec, d);
   }
   std::memcpy(dst + i, src + i, static_cast<size_t>(n - i));
 #else
