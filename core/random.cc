@@ -1,6 +1,7 @@
 #include "dtensor/core/random.h"
 
 #include <cmath>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 
@@ -88,6 +89,33 @@ absl::StatusOr<Tensor> RandomSlice(IntSpan global_shape, absl::Span<const std::v
   }
   DT_ASSIGN_OR_RETURN(Tensor t, f.To(dtype));
   return t.To(device);
+}
+
+namespace {
+
+// Rand / Randn: the random slice that is the whole tensor (every index of every dim). Here rather
+// than in tensor.cc, so that tensor stays below random (Note [Include graph]).
+absl::StatusOr<Tensor> WholeRandom(IntSpan shape, uint64_t seed, Distribution dist, DType dtype, Device device,
+                                   absl::string_view op) {
+  std::vector<std::vector<int64_t>> idx(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": negative size in shape ", ShapeToString(shape)));
+    }
+    idx[d].resize(static_cast<size_t>(shape[d]));
+    std::iota(idx[d].begin(), idx[d].end(), 0);
+  }
+  return RandomSlice(shape, idx, seed, dist, dtype, device);
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> Tensor::Rand(IntSpan shape, uint64_t seed, DType dtype, Device device) {
+  return WholeRandom(shape, seed, Distribution::kUniform, dtype, device, "Rand");
+}
+
+absl::StatusOr<Tensor> Tensor::Randn(IntSpan shape, uint64_t seed, DType dtype, Device device) {
+  return WholeRandom(shape, seed, Distribution::kNormal, dtype, device, "Randn");
 }
 
 }  // namespace dt

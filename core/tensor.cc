@@ -11,7 +11,6 @@
 #include "absl/strings/str_join.h"
 #include "dtensor/core/cuda_module.h"
 #include "dtensor/core/quant.h"
-#include "dtensor/core/random.h"
 #include "dtensor/core/strided.h"
 
 namespace dt {
@@ -213,30 +212,6 @@ absl::StatusOr<Tensor> Tensor::FromDoubles(IntSpan shape, const std::vector<doub
     for (size_t i = 0; i < values.size(); ++i) p[i] = Convert<T>(values[i]);
   });
   return t;
-}
-
-namespace {
-
-// Rand / Randn: the random slice that is the whole tensor (every index of every dim).
-absl::StatusOr<Tensor> WholeRandom(IntSpan shape, uint64_t seed, Distribution dist, DType dtype, Device device,
-                                   absl::string_view op) {
-  std::vector<std::vector<int64_t>> idx(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] < 0) return CheckShape(shape, op);
-    idx[d].resize(static_cast<size_t>(shape[d]));
-    std::iota(idx[d].begin(), idx[d].end(), 0);
-  }
-  return RandomSlice(shape, idx, seed, dist, dtype, device);
-}
-
-}  // namespace
-
-absl::StatusOr<Tensor> Tensor::Rand(IntSpan shape, uint64_t seed, DType dtype, Device device) {
-  return WholeRandom(shape, seed, Distribution::kUniform, dtype, device, "Rand");
-}
-
-absl::StatusOr<Tensor> Tensor::Randn(IntSpan shape, uint64_t seed, DType dtype, Device device) {
-  return WholeRandom(shape, seed, Distribution::kNormal, dtype, device, "Randn");
 }
 
 bool Tensor::is_contiguous() const {
