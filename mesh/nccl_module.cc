@@ -9,7 +9,7 @@
 
 namespace dt::internal {
 
-// The dt_mesh objects libdtensor_nccl.so calls into besides this one's caller, world.cc
+// The dt_mesh objects libdtensor_nccl.so calls into besides this one's caller, backends.cc
 // (communicator, collective, tcp_store), one function of each, so that a program that makes
 // worlds links them (as kCudaModuleCallees in core/cuda_module.cc; core's are referenced there).
 extern const void* const kNcclModuleCallees[];

@@ -93,7 +93,7 @@ constexpr std::chrono::milliseconds kSettle{200};
 constexpr int64_t kOneSyncAllReduce = 64 << 10;
 constexpr int64_t kDefaultAreaBytes = 512 << 10;
 
-// A tuning variable, validated when the world was made (env::CheckAll in mesh/world.cc).
+// A tuning variable, validated when the world was made (env::CheckAll in mesh/backends.cc).
 int64_t EnvInt(const char* name, int64_t fallback) { return env::Int(name).value_or(std::nullopt).value_or(fallback); }
 
 // Bytes of one member's area in a group of `n`; the leader's choice is written into the segment.

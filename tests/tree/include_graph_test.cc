@@ -360,9 +360,6 @@ const std::vector<std::vector<std::string>> kKnownUnitCycles = {
     // The collective, its reduction and its Work are built by Communicator and name it: the types
     // they share would move below all four.
     {"mesh/collective", "mesh/communicator", "mesh/reduce", "mesh/work"},
-    // BackendWorld (backends.h) derives from World, and World::FromEnv (world.cc) makes the
-    // backends' worlds: the factory would move beside the backends.
-    {"mesh/backends", "mesh/world"},
     // A Parameter knows the Module that owns it, a Module holds its Parameters: one thing in two
     // files.
     {"nn/module", "nn/parameter"},

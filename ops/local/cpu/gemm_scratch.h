@@ -9,7 +9,7 @@
 namespace dt::ops::cpu::gemm {
 
 // The threads a GEMM may split its work over: the current arena's, capped by any
-// tbb::global_control (the per-rank budget of Note [One core budget per node], mesh/world.cc).
+// tbb::global_control (the per-rank budget of Note [One core budget per node], mesh/backends.cc).
 int AvailableThreads();
 
 // Which of a thread's cached buffers a ScratchBuffer uses: one per role, so that one thread can
