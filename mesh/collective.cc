@@ -3,8 +3,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
-#include "dtensor/mesh/reduce.h"
-#include "dtensor/mesh/work.h"
 
 namespace dt::internal {
 

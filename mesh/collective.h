@@ -61,7 +61,8 @@
 
 #include "absl/types/span.h"
 #include "dtensor/core/tensor.h"
-#include "dtensor/mesh/communicator.h"
+#include "dtensor/core/reduce_op.h"
+#include "dtensor/mesh/comm_types.h"
 
 namespace dt::internal {
 

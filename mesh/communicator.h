@@ -48,27 +48,13 @@
 #include "absl/types/span.h"
 #include "dtensor/core/reduce_op.h"
 #include "dtensor/core/tensor.h"
+#include "dtensor/mesh/comm_types.h"
 
 namespace dt {
 
 namespace internal {
 struct Collective;  // mesh/collective.h
 }  // namespace internal
-
-// Handle of an asynchronous collective.
-class Work {
- public:
-  virtual ~Work() = default;
-  virtual absl::Status Wait() = 0;
-  // A Work that is already finished with `status`.
-  static std::shared_ptr<Work> Done(absl::Status status = absl::OkStatus());
-};
-using WorkPtr = std::shared_ptr<Work>;
-
-// What AllToAllViews exchanges with one peer: the elements of these tensors (any strides), each
-// view in row-major order, one view after another. See Note [All-to-all over views] in
-// mesh/collective.h.
-using TensorViews = std::vector<Tensor>;
 
 class Communicator {
  public:

@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "dtensor/core/dtype.h"
 #include "dtensor/core/tensor.h"
-#include "dtensor/mesh/communicator.h"
+#include "dtensor/core/reduce_op.h"
 
 namespace dt::internal {
 

@@ -13,7 +13,7 @@
 #include <mutex>
 #include <thread>
 
-#include "dtensor/mesh/communicator.h"
+#include "dtensor/mesh/comm_types.h"
 
 namespace dt::internal {
 

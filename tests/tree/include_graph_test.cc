@@ -357,9 +357,6 @@ const std::vector<std::vector<std::string>> kKnownUnitCycles = {
     // whose memory Storage allocates) and core/quant for quantized blocks (whose functions take
     // Tensors): those calls would move out of tensor.cc, or quant's declarations below tensor.h.
     {"core/cuda_module", "core/quant", "core/storage", "core/tensor"},
-    // The collective, its reduction and its Work are built by Communicator and name it: the types
-    // they share would move below all four.
-    {"mesh/collective", "mesh/communicator", "mesh/reduce", "mesh/work"},
     // A Parameter knows the Module that owns it, a Module holds its Parameters: one thing in two
     // files.
     {"nn/module", "nn/parameter"},
