@@ -27,6 +27,12 @@ std::string Module::FullName() const {
   return JoinName(parent_->FullName(), name_);
 }
 
+// Here rather than in parameter.cc: a Parameter's name goes through its owner's, and parameter.cc
+// stays below module (Note [Include graph]).
+std::string Parameter::FullName() const {
+  return JoinName(owner_ != nullptr ? owner_->FullName() : "", name_);
+}
+
 Parameter& Module::RegisterParameter(std::string name, Shape shape, DType dtype) {
   DT_CHECK(FindParameter(name) == nullptr && FindChild(name) == nullptr, type_name_, ": member '",
            name, "' registered twice");

@@ -5,16 +5,11 @@
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/quant.h"
 #include "dtensor/core/status.h"
-#include "dtensor/nn/module.h"
 
 namespace dt::nn {
 
 Parameter::Parameter(Module* owner, std::string name, Shape shape, DType dtype)
     : owner_(owner), name_(std::move(name)), shape_(std::move(shape)), dtype_(dtype) {}
-
-std::string Parameter::FullName() const {
-  return JoinName(owner_ != nullptr ? owner_->FullName() : "", name_);
-}
 
 const DTensorSpec& Parameter::spec() const {
   DT_CHECK(placed(), "parameter '", FullName(), "' is not placed");
