@@ -25,18 +25,11 @@ namespace {
 using cpu::attention::Isa;
 
 std::vector<Isa> SupportedIsas() {
-  std::vector<Isa> out;
-  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
-    if (cpu::attention::IsaSupported(isa)) out.push_back(isa);
-  }
-  return out;
+  return testing::SupportedIsas({Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16},
+                                cpu::attention::IsaSupported);
 }
 
-class ForceIsa {
- public:
-  explicit ForceIsa(Isa isa) { cpu::attention::SetIsaForTesting(isa); }
-  ~ForceIsa() { cpu::attention::SetIsaForTesting(std::nullopt); }
-};
+using ForceIsa = testing::Forced<Isa, cpu::attention::SetIsaForTesting>;
 
 // Sequences of random lengths over a pool of pages handed out in a shuffled order: each sequence's
 // keys written with WriteToPages, its query rows (its last positions) stacked with the others'. The

@@ -121,19 +121,12 @@ TEST(AttentionTest, LongSequenceWithCache) {
 using cpu::attention::Isa;
 
 std::vector<Isa> SupportedIsas() {
-  std::vector<Isa> out;
-  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
-    if (cpu::attention::IsaSupported(isa)) out.push_back(isa);
-  }
-  return out;
+  return testing::SupportedIsas({Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16},
+                                cpu::attention::IsaSupported);
 }
 
 // Forces the flash path's instruction set for one scope.
-class ForceIsa {
- public:
-  explicit ForceIsa(Isa isa) { cpu::attention::SetIsaForTesting(isa); }
-  ~ForceIsa() { cpu::attention::SetIsaForTesting(std::nullopt); }
-};
+using ForceIsa = testing::Forced<Isa, cpu::attention::SetIsaForTesting>;
 
 // The CPU kernel with `tuning` on q [B, Hq, Sq, D], k, v: out [B, Hq, Sq, Dv], contiguous or (when
 // `transposed_out`) a [B, Sq, Hq, Dv] buffer seen as [B, Hq, Sq, Dv].

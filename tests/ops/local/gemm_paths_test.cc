@@ -24,26 +24,13 @@ using cpu::gemm::Backend;
 using cpu::gemm::Isa;
 
 std::vector<Isa> SupportedIsas() {
-  std::vector<Isa> out;
-  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
-    if (cpu::gemm::IsaSupported(isa)) out.push_back(isa);
-  }
-  return out;
+  return testing::SupportedIsas({Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16},
+                                cpu::gemm::IsaSupported);
 }
 
-// Forces a kernel set for one scope.
-class ForceIsa {
- public:
-  explicit ForceIsa(Isa isa) { cpu::gemm::SetIsaForTesting(isa); }
-  ~ForceIsa() { cpu::gemm::SetIsaForTesting(std::nullopt); }
-};
-
-// Forces a backend for one scope.
-class ForceBackend {
- public:
-  explicit ForceBackend(Backend b) { cpu::gemm::SetBackendForTesting(b); }
-  ~ForceBackend() { cpu::gemm::SetBackendForTesting(std::nullopt); }
-};
+// Force a kernel set, a backend, for one scope.
+using ForceIsa = testing::Forced<Isa, cpu::gemm::SetIsaForTesting>;
+using ForceBackend = testing::Forced<Backend, cpu::gemm::SetBackendForTesting>;
 
 // A random backend and a dtype it runs (own: any float dtype; oneDNN f32 or bf16; OpenBLAS f32).
 std::pair<Backend, DType> RandomBackendAndDType() {

@@ -25,6 +25,7 @@
 #include "dtensor/ops/local/cpu/qgemm.h"
 #include "dtensor/ops/local/cpu/tuner.h"
 #include "dtensor/ops/local/ops.h"
+#include "dtensor/tests/ops/local/test_util.h"
 
 namespace dt::ops {
 namespace {
@@ -32,18 +33,10 @@ namespace {
 using cpu::qgemm::Isa;
 
 std::vector<Isa> SupportedIsas() {
-  std::vector<Isa> out;
-  for (Isa isa : cpu::qgemm::kAllIsas) {
-    if (cpu::qgemm::IsaSupported(isa)) out.push_back(isa);
-  }
-  return out;
+  return testing::SupportedIsas(cpu::qgemm::kAllIsas, cpu::qgemm::IsaSupported);
 }
 
-class ForceIsa {
- public:
-  explicit ForceIsa(Isa isa) { cpu::qgemm::SetIsaForTesting(isa); }
-  ~ForceIsa() { cpu::qgemm::SetIsaForTesting(std::nullopt); }
-};
+using ForceIsa = testing::Forced<Isa, cpu::qgemm::SetIsaForTesting>;
 
 Tensor Normal(const Shape& shape, DType dtype, uint64_t seed, double scale = 1.0) {
   std::mt19937_64 rng(seed);

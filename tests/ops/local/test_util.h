@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -136,5 +138,26 @@ inline std::string Mismatch(const Tensor& got, IntSpan shape, const std::vector<
   }
   return "";
 }
+
+// The instruction sets of `all` that this CPU runs (`supported`): what a kernel test tries each of.
+template <typename Isa, typename Range = std::initializer_list<Isa>>
+std::vector<Isa> SupportedIsas(const Range& all, bool (*supported)(Isa)) {
+  std::vector<Isa> out;
+  for (Isa isa : all) {
+    if (supported(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+// Forces a kernel choice (an instruction set, a backend) for one scope: `Set(value)` at the start,
+// `Set(std::nullopt)` (the detected choice) at the end.
+template <typename T, void (*Set)(std::optional<T>)>
+class Forced {
+ public:
+  explicit Forced(T value) { Set(value); }
+  Forced(const Forced&) = delete;
+  Forced& operator=(const Forced&) = delete;
+  ~Forced() { Set(std::nullopt); }
+};
 
 }  // namespace dt::testing
