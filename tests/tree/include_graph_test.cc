@@ -360,10 +360,6 @@ const std::vector<std::vector<std::string>> kKnownUnitCycles = {
     // dtensor_ops.h declares the dispatcher's introspection (LastDecision, the cache statistics)
     // that dispatch.cc defines: those declarations would move to a header of the dispatcher's.
     {"ops/dispatch", "ops/dtensor_ops"},
-    // The tuner measures the GEMM backends and quantized kernels whose dispatch asks the tuner for
-    // its choices: the tuner's knobs would move below what they tune.
-    {"ops/local/cpu/gemm", "ops/local/cpu/gemm_backends", "ops/local/cpu/gemm_dispatch",
-     "ops/local/cpu/qgemm", "ops/local/cpu/tuner"},
 };
 
 TEST(IncludeGraph, SourceTreeHasNoCircleAndKeepsItsLayers) {

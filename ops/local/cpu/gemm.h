@@ -1,18 +1,13 @@
 #pragma once
-// Internal to the CPU kernels: the GEMM drivers behind the Matmul kernel (gemm.cc), and the
-// single-threaded f32 GEMM the attention kernel calls on its own small blocks.
+// Internal to the CPU kernels: the single-threaded f32 GEMM the attention kernel calls on its own
+// small blocks (gemm.cc, beside the Matmul kernel); our GEMM paths behind both are gemm_paths.h.
 
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "dtensor/core/dtype.h"
-#include "dtensor/ops/local/cpu/gemm_kernels.h"
+#include "dtensor/ops/local/cpu/gemm_paths.h"
 
 namespace dt::ops::cpu {
-
-namespace tune {
-struct Knob;
-}  // namespace tune
 
 // c[M, N] (row-major, leading dimension ldc) = a[M, K] · b[K, N], where element (i, j) of a is
 // a[i * a_rs + j * a_cs] (one of a_rs, a_cs is 1; likewise for b). On the calling thread, with our
@@ -21,35 +16,4 @@ struct Knob;
 absl::Status Sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
                    const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc);
 
-namespace gemm {
-
-// One matrix product out[M, N] = a[M, K] · b[K, N] (+ bias), M, N, K >= 1. a, b and out share
-// `dtype` (f32, bf16 or f16); element (i, j) of a is at a[i * a_rs + j * a_cs] (likewise b), with
-// a_rs or a_cs equal to 1 (likewise b: see the Matmul kernel contract). out has unit column stride
-// and rows ldo apart. bias: [N] f32 or null. Products accumulate in f32 and are rounded once.
-struct Problem {
-  int64_t m = 0, n = 0, k = 0;
-  DType dtype = DType::kF32;
-  const void* a = nullptr;
-  int64_t a_rs = 0, a_cs = 0;
-  const void* b = nullptr;
-  int64_t b_rs = 0, b_cs = 0;
-  void* out = nullptr;
-  int64_t ldo = 0;
-  const float* bias = nullptr;
-};
-
-// Packed, cache-blocked GEMM (Note [Packed GEMM] in gemm_packed.cc); any M. With `parallel`,
-// the work is spread over the current oneTBB arena, otherwise it runs on the calling thread.
-// Fails only when scratch memory runs out (ResourceExhausted).
-absl::Status Packed(const Problem& p, const Kernels& kernels, bool parallel);
-
-// M <= kSkinnyMaxRows: every element of b read once, in place (Note [Skinny GEMM] in
-// gemm_skinny.cc), prefetched as the tuner's knob SkinnyPrefetchKnob() says (or as `pf` says).
-// Same contract as Packed, and fails when DT_TUNE is malformed.
-absl::Status Skinny(const Problem& p, const Kernels& kernels, bool parallel);
-absl::Status Skinny(const Problem& p, const Kernels& kernels, bool parallel, Prefetch pf);
-const tune::Knob& SkinnyPrefetchKnob();
-
-}  // namespace gemm
 }  // namespace dt::ops::cpu

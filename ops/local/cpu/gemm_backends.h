@@ -9,7 +9,8 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
-#include "dtensor/ops/local/cpu/gemm.h"
+#include "dtensor/core/dtype.h"
+#include "dtensor/ops/local/cpu/gemm_paths.h"
 
 namespace dt::ops::cpu::gemm {
 

@@ -42,6 +42,7 @@
 #include "dtensor/core/status.h"
 #include "dtensor/ops/local/cpu/cpu_info.h"
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
+#include "dtensor/ops/local/cpu/gemm_paths.h"
 #include "dtensor/ops/local/cpu/tuner.h"
 
 namespace dt::ops::cpu::gemm {

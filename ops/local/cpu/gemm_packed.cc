@@ -44,7 +44,7 @@
 #include <tbb/task_arena.h>
 
 #include "absl/strings/str_cat.h"
-#include "dtensor/ops/local/cpu/gemm.h"
+#include "dtensor/ops/local/cpu/gemm_paths.h"
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
 
 namespace dt::ops::cpu::gemm {

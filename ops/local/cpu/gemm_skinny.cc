@@ -29,7 +29,7 @@
 
 #include "dtensor/core/status.h"
 #include "dtensor/core/tensor.h"
-#include "dtensor/ops/local/cpu/gemm.h"
+#include "dtensor/ops/local/cpu/gemm_paths.h"
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
 #include "dtensor/ops/local/cpu/loops.h"
 #include "dtensor/ops/local/cpu/tuner.h"

@@ -58,10 +58,6 @@
 #include "absl/strings/str_split.h"
 #include "dtensor/core/env.h"
 #include "dtensor/core/status.h"
-#include "dtensor/ops/local/cpu/cpu_info.h"
-#include "dtensor/ops/local/cpu/gemm_backends.h"
-#include "dtensor/ops/local/cpu/gemm_kernels.h"
-#include "dtensor/ops/local/cpu/qgemm.h"
 
 namespace dt::ops::cpu::tune {
 
@@ -380,12 +376,6 @@ absl::StatusOr<Choice> Remeasure(const Knob& knob) {
   st.choices[&knob] = c;
   knob.picked.store(c.index, std::memory_order_release);
   return c;
-}
-
-std::string CacheKey() {
-  return absl::StrCat("v2 | ", ThisCpu().Describe(), " | ", gemm::DnnlDescription(), " | ",
-                      gemm::OpenBlasDescription(), " | own ", gemm::IsaName(gemm::ActiveIsa()),
-                      " | quantized ", qgemm::IsaName(qgemm::ActiveIsa()));
 }
 
 std::string CachePath() {

@@ -1,10 +1,16 @@
-// Every knob of the tuner (Note [Tuner] in tuner.cc), in the order `dtensor calibrate` prints them.
-// A knob is declared beside the kernel it steers; adding one means adding it here too, so that
-// DT_TUNE accepts it and `dtensor calibrate` shows it.
+// Every knob of the tuner (Note [Tuner] in tuner.cc), in the order `dtensor calibrate` prints them,
+// and the cache key that names the kernels they steer. A knob is declared beside the kernel it
+// steers; adding one means adding it here too, so that DT_TUNE accepts it and `dtensor calibrate`
+// shows it. What knows the kernels is here, so that tuner.cc stays below them (Note [Include
+// graph]).
 
+#include "absl/strings/str_cat.h"
 #include "dtensor/ops/local/cpu/attention.h"
-#include "dtensor/ops/local/cpu/gemm.h"
+#include "dtensor/ops/local/cpu/cpu_info.h"
+#include "dtensor/ops/local/cpu/gemm_backends.h"
 #include "dtensor/ops/local/cpu/gemm_dispatch.h"
+#include "dtensor/ops/local/cpu/gemm_kernels.h"
+#include "dtensor/ops/local/cpu/gemm_paths.h"
 #include "dtensor/ops/local/cpu/qgemm.h"
 #include "dtensor/ops/local/cpu/tuner.h"
 
@@ -21,6 +27,12 @@ const std::vector<const Knob*>& AllKnobs() {
     return v;
   }();
   return knobs;
+}
+
+std::string CacheKey() {
+  return absl::StrCat("v2 | ", ThisCpu().Describe(), " | ", gemm::DnnlDescription(), " | ",
+                      gemm::OpenBlasDescription(), " | own ", gemm::IsaName(gemm::ActiveIsa()),
+                      " | quantized ", qgemm::IsaName(qgemm::ActiveIsa()));
 }
 
 }  // namespace dt::ops::cpu::tune

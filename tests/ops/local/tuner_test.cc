@@ -16,7 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "dtensor/core/quant.h"
-#include "dtensor/ops/local/cpu/gemm.h"
+#include "dtensor/ops/local/cpu/gemm_paths.h"
 #include "dtensor/ops/local/cpu/gemm_dispatch.h"
 #include "dtensor/ops/local/cpu/qgemm.h"
 #include "dtensor/ops/local/cpu/tuner.h"
