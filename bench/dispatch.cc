@@ -24,6 +24,7 @@
 #include "dtensor/bench/bench_util.h"
 #include "dtensor/core/status.h"
 #include "dtensor/dtensor/dtensor.h"
+#include "dtensor/ops/dispatch.h"  // LastDecision
 #include "dtensor/ops/dtensor_ops.h"
 #include "dtensor/ops/local/ops.h"
 

@@ -9,7 +9,6 @@
 #include "absl/strings/str_join.h"
 #include "dtensor/core/status.h"
 #include "dtensor/dtensor/planner.h"
-#include "dtensor/ops/dtensor_ops.h"
 
 namespace dt::ops::internal {
 

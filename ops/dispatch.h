@@ -1,7 +1,8 @@
 #pragma once
 // The dispatcher behind ops/dtensor_ops.h: picks a strategy for an op call (cached per thread),
 // redistributes the inputs that need it and wraps the local results. See Note [Sharding
-// propagation] in dispatch.cc.
+// propagation] in dispatch.cc. Its introspection (ops::LastDecision, the cache statistics) is at
+// the end, for tests, benches and `dtensor explain`.
 //
 //   OpCall call{OpId::kBinary, {&a.spec(), &b.spec()}, BinaryAttrs{op}};
 //   Prepared p;
@@ -12,6 +13,7 @@
 // ops::internal::Apply (ops/dtensor_ops.cc) is exactly this.
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -19,6 +21,7 @@
 #include "absl/types/span.h"
 #include "dtensor/core/tensor.h"
 #include "dtensor/dtensor/dtensor.h"
+#include "dtensor/dtensor/plan_cache.h"  // CacheStats
 #include "dtensor/ops/op_decl.h"
 #include "dtensor/ops/strategy.h"
 
@@ -87,3 +90,30 @@ absl::StatusOr<LocalOutputs> ApplyLocal(const OpCall& call, absl::Span<const Ten
 absl::StatusOr<std::shared_ptr<const Entry>> ChooseStrategy(const OpCall& call);
 
 }  // namespace dt::ops::internal
+
+namespace dt::ops {
+
+// ---- introspection -------------------------------------------------------------------------------
+
+// The strategy the last op on this thread used: "Linear: x [R] w [S(0)] -> [S(1)], cost 0 us,
+// cache hit". For tests, debugging and `dtensor explain`.
+struct Decision {
+  std::string op;
+  std::vector<Placements> inputs_before;  // the inputs' placements as given
+  std::vector<Placements> inputs_after;   // what the strategy needed (redistributed to)
+  std::vector<Placements> outputs;
+  double cost_us = 0;  // the redistribution cost the strategy was chosen for
+  bool cache_hit = false;
+
+  int num_redistributed() const;  // inputs whose placements changed
+  std::string ToString() const;
+};
+// Empty (op "") before any op ran on this thread.
+Decision LastDecision();
+
+// The strategy cache of this thread.
+using DispatchCacheStats = CacheStats;
+DispatchCacheStats GetDispatchCacheStats();
+void ClearDispatchCache();
+
+}  // namespace dt::ops

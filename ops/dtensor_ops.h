@@ -6,7 +6,7 @@
 // (DTensor::Redistribute), runs the local kernel on this rank's pieces and returns DTensors with
 // the strategy's output placements. This is PyTorch's sharding propagation
 // (torch.distributed.tensor._ops) in C++, with its known failures fixed (Note [Sharding
-// propagation] in ops/dispatch.cc).
+// propagation] in ops/dispatch.cc; which strategy the last op chose: ops::LastDecision there).
 //
 // Contract shared by every function here
 //   - All DTensor inputs live on one mesh (DeviceMesh equality) and every member of the mesh calls
@@ -97,7 +97,6 @@
 #include "dtensor/core/dtype.h"
 #include "dtensor/core/shape.h"
 #include "dtensor/dtensor/dtensor.h"
-#include "dtensor/dtensor/plan_cache.h"  // CacheStats
 #include "dtensor/ops/local/ops.h"
 
 namespace dt::ops {
@@ -152,28 +151,5 @@ absl::StatusOr<DTensor> Cat(absl::Span<const DTensor> tensors, int64_t dim);
 inline absl::StatusOr<DTensor> Cat(std::initializer_list<DTensor> tensors, int64_t dim) {
   return Cat(absl::MakeConstSpan(tensors.begin(), tensors.size()), dim);
 }
-
-// ---- introspection -------------------------------------------------------------------------------
-
-// The strategy the last op on this thread used: "Linear: x [R] w [S(0)] -> [S(1)], cost 0 us,
-// cache hit". For tests, debugging and `dtensor explain`.
-struct Decision {
-  std::string op;
-  std::vector<Placements> inputs_before;  // the inputs' placements as given
-  std::vector<Placements> inputs_after;   // what the strategy needed (redistributed to)
-  std::vector<Placements> outputs;
-  double cost_us = 0;  // the redistribution cost the strategy was chosen for
-  bool cache_hit = false;
-
-  int num_redistributed() const;  // inputs whose placements changed
-  std::string ToString() const;
-};
-// Empty (op "") before any op ran on this thread.
-Decision LastDecision();
-
-// The strategy cache of this thread.
-using DispatchCacheStats = CacheStats;
-DispatchCacheStats GetDispatchCacheStats();
-void ClearDispatchCache();
 
 }  // namespace dt::ops

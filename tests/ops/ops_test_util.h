@@ -22,6 +22,7 @@
 #include "dtensor/dtensor/executor.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/world.h"
+#include "dtensor/ops/dispatch.h"  // LastDecision
 #include "dtensor/ops/dtensor_ops.h"
 #include "dtensor/mesh/comm_counter.h"
 

@@ -357,9 +357,6 @@ const std::vector<std::vector<std::string>> kKnownUnitCycles = {
     // whose memory Storage allocates) and core/quant for quantized blocks (whose functions take
     // Tensors): those calls would move out of tensor.cc, or quant's declarations below tensor.h.
     {"core/cuda_module", "core/quant", "core/storage", "core/tensor"},
-    // dtensor_ops.h declares the dispatcher's introspection (LastDecision, the cache statistics)
-    // that dispatch.cc defines: those declarations would move to a header of the dispatcher's.
-    {"ops/dispatch", "ops/dtensor_ops"},
 };
 
 TEST(IncludeGraph, SourceTreeHasNoCircleAndKeepsItsLayers) {
