@@ -12,8 +12,11 @@
 //   return p.Wrap(std::move(y));
 // ops::internal::Apply (ops/dtensor_ops.cc) is exactly this.
 
+#include <iterator>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -22,6 +25,7 @@
 #include "dtensor/core/tensor.h"
 #include "dtensor/dtensor/dtensor.h"
 #include "dtensor/dtensor/plan_cache.h"  // CacheStats
+#include "dtensor/ops/local/ops.h"  // TopKOf
 #include "dtensor/ops/op_decl.h"
 #include "dtensor/ops/strategy.h"
 
@@ -39,6 +43,23 @@ struct Entry {
 };
 
 using Outputs = absl::InlinedVector<DTensor, 2>;
+
+// An op's outputs (DTensors, or Values) as its public overload returns them: the first, TopK's
+// values and indices, or all of them (R a vector).
+template <typename R, typename Outs>
+absl::StatusOr<R> OutputsAs(absl::StatusOr<Outs> outs) {
+  using T = typename Outs::value_type;
+  if (!outs.ok()) return outs.status();
+  if constexpr (std::is_same_v<R, T>) {
+    return std::move((*outs)[0]);
+  } else if constexpr (std::is_same_v<R, TopKOf<T>>) {
+    return R{std::move((*outs)[0]), std::move((*outs)[1])};
+  } else if constexpr (std::is_same_v<R, Outs>) {
+    return *std::move(outs);
+  } else {
+    return R(std::make_move_iterator(outs->begin()), std::make_move_iterator(outs->end()));
+  }
+}
 
 // One call in flight: the decision and the inputs in the strategy's placements.
 class Prepared {

@@ -23,19 +23,6 @@ absl::StatusOr<Outputs> ApplyAll(const absl::StatusOr<OpCall>& call, Inputs inpu
   return internal::Apply(*call, absl::MakeConstSpan(inputs.begin(), inputs.size()));
 }
 
-// The outputs as the op returns them: the first, all of them, or TopK's values and indices.
-template <typename R>
-absl::StatusOr<R> As(absl::StatusOr<Outputs> outs) {
-  if (!outs.ok()) return outs.status();
-  if constexpr (std::is_same_v<R, DTensor>) {
-    return std::move((*outs)[0]);
-  } else if constexpr (std::is_same_v<R, TopKOf<DTensor>>) {
-    return R{std::move((*outs)[0]), std::move((*outs)[1])};
-  } else {
-    return R(std::make_move_iterator(outs->begin()), std::make_move_iterator(outs->end()));
-  }
-}
-
 const DTensorSpec* S(const DTensor& x) { return x.defined() ? &x.spec() : nullptr; }
 const DTensor* Opt(const DTensor& x) { return x.defined() ? &x : nullptr; }
 
@@ -56,7 +43,7 @@ const DTensor* Opt(const DTensor& x) { return x.defined() ? &x : nullptr; }
 #define DT_DTENSOR_OP_(name, params, call, ...)                                                  \
   absl::StatusOr<DT_ROW_RESULT(DTensor, __VA_ARGS__)> name(                                      \
       DT_ROW_LIST(DT_DTENSOR_PARAM_, params)) {                                                  \
-    return As<DT_ROW_RESULT(DTensor, __VA_ARGS__)>(                                              \
+    return internal::OutputsAs<DT_ROW_RESULT(DTensor, __VA_ARGS__)>(                             \
         ApplyAll(DT_ROW_BUILDER(params, call)(DT_ROW_LIST(DT_DTENSOR_SPEC_, params)),            \
                  {DT_ROW_LIST(DT_DTENSOR_INPUT_, params)}));                                     \
   }

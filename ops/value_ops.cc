@@ -149,19 +149,6 @@ absl::StatusOr<Value> Run1(const char* op, std::initializer_list<Operand> operan
 
 using S = absl::Span<const DTensorSpec* const>;
 
-// The outputs as the op returns them: the first, all of them, or TopK's values and indices.
-template <typename R>
-absl::StatusOr<R> As(absl::StatusOr<std::vector<Value>> outs) {
-  if (!outs.ok()) return outs.status();
-  if constexpr (std::is_same_v<R, Value>) {
-    return std::move((*outs)[0]);
-  } else if constexpr (std::is_same_v<R, TopKOf<Value>>) {
-    return R{std::move((*outs)[0]), std::move((*outs)[1])};
-  } else {
-    return *std::move(outs);
-  }
-}
-
 // The declaration of an op run on whole tensors (nullptr: an absent optional one), as Run does for
 // local values; its one output.
 [[maybe_unused]] absl::StatusOr<Tensor> RunTensors(absl::Span<const Tensor* const> tensors,
@@ -208,9 +195,10 @@ absl::StatusOr<Value> AsKindOf(const Value& side, const Value& like) {
 #define DT_VALUE_OP_(name, params, call, ...)                                                    \
   absl::StatusOr<DT_ROW_RESULT(Value, __VA_ARGS__)> name(DT_ROW_LIST(DT_VALUE_PARAM_, params)) { \
     const Operand operands[] = {DT_ROW_LIST(DT_VALUE_OPERAND_, params)};                         \
-    return As<DT_ROW_RESULT(Value, __VA_ARGS__)>(Run(#name, operands, [&](S specs) {             \
-      return internal::calls::CallOnSpecs(specs, DT_ROW_BUILDER(params, call));                  \
-    }));                                                                                         \
+    return internal::OutputsAs<DT_ROW_RESULT(Value, __VA_ARGS__)>(                               \
+        Run(#name, operands, [&](S specs) {                                                      \
+          return internal::calls::CallOnSpecs(specs, DT_ROW_BUILDER(params, call));              \
+        }));                                                                                     \
   }
 #define DT_VALUE_NAME_In(n) , n
 #define DT_VALUE_NAME_Opt(n) , n
