@@ -21,6 +21,14 @@
 #define DT_VEC_MATH_AVX2 0
 #endif
 
+// The 8-lane function of a MapF32 call where AVX2 is compiled in, nullptr (unused) where not:
+// MapF32(x, y, n, DT_VEC8([](__m256 v) { return Exp8(v); }), ExpScalar).
+#if DT_VEC_MATH_AVX2
+#define DT_VEC8(...) __VA_ARGS__
+#else
+#define DT_VEC8(...) nullptr
+#endif
+
 namespace dt::ops::cpu {
 
 namespace vec_math_internal {
@@ -93,26 +101,17 @@ inline void MapF32(const float* x, float* y, int64_t n, Vec&& vec, Scalar&& scal
 
 // y = e^x elementwise (Note [Vector exp]); y may be x.
 inline void ExpF32(const float* x, float* y, int64_t n) {
-#if DT_VEC_MATH_AVX2
-  MapF32(x, y, n, [](__m256 v) { return Exp8(v); }, ExpScalar);
-#else
-  MapF32(x, y, n, nullptr, ExpScalar);
-#endif
+  MapF32(x, y, n, DT_VEC8([](__m256 v) { return Exp8(v); }), ExpScalar);
 }
 
 // y = x / (1 + e^-x) (SiLU) elementwise; y may be x.
 inline void SiluF32(const float* x, float* y, int64_t n) {
   auto scalar = [](float v) { return v / (1.0f + ExpScalar(-v)); };
-#if DT_VEC_MATH_AVX2
-  MapF32(x, y, n,
-         [](__m256 v) {
+  MapF32(x, y, n, DT_VEC8([](__m256 v) {
            const __m256 e = Exp8(_mm256_sub_ps(_mm256_setzero_ps(), v));
            return _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-         },
+         }),
          scalar);
-#else
-  MapF32(x, y, n, nullptr, scalar);
-#endif
 }
 
 // Note [Vector tanh]
@@ -158,11 +157,7 @@ inline __m256 Tanh8(__m256 x) {
 
 // y = tanh(x) elementwise (Note [Vector tanh]); y may be x.
 inline void TanhF32(const float* x, float* y, int64_t n) {
-#if DT_VEC_MATH_AVX2
-  MapF32(x, y, n, [](__m256 v) { return Tanh8(v); }, TanhScalar);
-#else
-  MapF32(x, y, n, nullptr, TanhScalar);
-#endif
+  MapF32(x, y, n, DT_VEC8([](__m256 v) { return Tanh8(v); }), TanhScalar);
 }
 
 // dst[i] = the bf16 bits of src[i], rounded to nearest even, NaN kept quiet: BFloat16::FromFloat
