@@ -13,6 +13,11 @@
 namespace dt::ops::internal::testing {
 namespace {
 
+// One of the four binary ops, for the properties that hold for each.
+ops::BinaryOp GenBinaryOp() {
+  return Pick(ops::BinaryOp::kAdd, ops::BinaryOp::kSub, ops::BinaryOp::kMul, ops::BinaryOp::kDiv);
+}
+
 // A shape that broadcasts to `out`: some dims 1, maybe fewer leading dims.
 Shape GenBroadcastOf(const Shape& out) {
   const int drop = U(0, static_cast<int>(out.size()));
@@ -25,8 +30,7 @@ Shape GenBroadcastOf(const Shape& out) {
 
 RC_GTEST_PROP(DopsPointwise, BinaryMatchesLocal, ()) {
   const auto mesh = GenMesh();
-  const auto op = Pick(ops::BinaryOp::kAdd, ops::BinaryOp::kSub, ops::BinaryOp::kMul,
-                                    ops::BinaryOp::kDiv);
+  const ops::BinaryOp op = GenBinaryOp();
   const Shape out = GenShape(U(1, 4), 1, 5);
   Shape a = out, b = GenBroadcastOf(out);
   if (Coin()) std::swap(a, b);
@@ -97,8 +101,7 @@ Placements Aligned(const Placements& pa, const Shape& a, const Shape& b) {
 
 RC_GTEST_PROP(DopsPointwise, BinaryNeedsNoRedistributionWhenLayoutsFit, ()) {
   const auto mesh = GenMesh();
-  const auto op = Pick(ops::BinaryOp::kAdd, ops::BinaryOp::kSub, ops::BinaryOp::kMul,
-                                    ops::BinaryOp::kDiv);
+  const ops::BinaryOp op = GenBinaryOp();
   const Shape a = GenShape(U(1, 4), 1, 5);
   const Shape b = GenBroadcastOf(a);
   const ReduceOp pop = GenPartialOp(false);
@@ -124,8 +127,7 @@ RC_GTEST_PROP(DopsPointwise, BinaryNeedsNoRedistributionWhenLayoutsFit, ()) {
 
 RC_GTEST_PROP(DopsPointwise, ScalarMatchesLocalAndKeepsPartial, ()) {
   const auto mesh = GenMesh();
-  const auto op = Pick(ops::BinaryOp::kAdd, ops::BinaryOp::kSub, ops::BinaryOp::kMul,
-                                    ops::BinaryOp::kDiv);
+  const ops::BinaryOp op = GenBinaryOp();
   const double s = Pick(-5.0, -1.0, 0.0, 0.5, 2.0, 3.0);
   const Shape shape = GenShape(U(1, 4), 1, 5);
   const ReduceOp pop = GenPartialOp();

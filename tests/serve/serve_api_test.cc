@@ -25,6 +25,20 @@ std::string Chat(const std::string& fields) {
                       fields.empty() ? "" : ",", fields, "}");
 }
 
+// POSTs the JSON `body` to `path` and expects 200: the answer parsed (a discarded Json, after a
+// failure named, when there is no answer or it is not JSON).
+Json PostOk(httplib::Client& c, const std::string& path, const std::string& body) {
+  const httplib::Result r = c.Post(path, body, "application/json");
+  if (!r) {
+    ADD_FAILURE() << "POST " << path << ": no answer";
+    return Json::value_t::discarded;
+  }
+  EXPECT_EQ(r->status, 200) << "POST " << path << ": " << r->body;
+  const Json j = Json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << "POST " << path << ": not JSON: " << r->body;
+  return j;
+}
+
 TEST(ServeApi, ModelsHealthMetricsAndUnknownRoutes) {
   TestServer srv;
   httplib::Client c = srv.Client();
@@ -60,12 +74,8 @@ TEST(ServeApi, ModelsHealthMetricsAndUnknownRoutes) {
 TEST(ServeApi, CompletionWhole) {
   TestServer srv;
   httplib::Client c = srv.Client();
-  const httplib::Result r =
-      c.Post("/v1/completions", Completion(absl::StrCat(R"("max_tokens":)", kScriptTokens, R"(,"temperature":0)")),
-             "application/json");
-  ASSERT_TRUE(r);
-  ASSERT_EQ(r->status, 200) << r->body;
-  const Json j = Json::parse(r->body);
+  const Json j = PostOk(
+      c, "/v1/completions", Completion(absl::StrCat(R"("max_tokens":)", kScriptTokens, R"(,"temperature":0)")));
   EXPECT_EQ(j["object"], "text_completion");
   EXPECT_TRUE(absl::StartsWith(j["id"].get<std::string>(), "cmpl-"));
   EXPECT_EQ(j["model"], "tiny");
@@ -121,11 +131,7 @@ TEST(ServeApi, WhatTheEngineIsGiven) {
 TEST(ServeApi, ChatWholeInTheTemplate) {
   TestServer srv;
   httplib::Client c = srv.Client();
-  httplib::Result r = c.Post("/v1/chat/completions", Chat(absl::StrCat(R"("max_tokens":)", kScriptTokens)),
-                             "application/json");
-  ASSERT_TRUE(r);
-  ASSERT_EQ(r->status, 200) << r->body;
-  const Json j = Json::parse(r->body);
+  const Json j = PostOk(c, "/v1/chat/completions", Chat(absl::StrCat(R"("max_tokens":)", kScriptTokens)));
   EXPECT_EQ(j["object"], "chat.completion");
   EXPECT_TRUE(absl::StartsWith(j["id"].get<std::string>(), "chatcmpl-"));
   EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
@@ -139,17 +145,13 @@ TEST(ServeApi, ChatWholeInTheTemplate) {
   EXPECT_EQ(j["usage"]["prompt_tokens"], prompt.size());
 
   // Without a limit the answer may fill the context; max_completion_tokens wins over max_tokens.
-  r = c.Post("/v1/chat/completions", Chat(""), "application/json");
-  ASSERT_TRUE(r && r->status == 200);
+  PostOk(c, "/v1/chat/completions", Chat(""));
   EXPECT_EQ(srv.engine().requests().rbegin()->second.max_new_tokens, 64 - static_cast<int64_t>(prompt.size()));
-  r = c.Post("/v1/chat/completions", Chat(R"("max_tokens":9,"max_completion_tokens":3)"), "application/json");
-  ASSERT_TRUE(r && r->status == 200);
+  PostOk(c, "/v1/chat/completions", Chat(R"("max_tokens":9,"max_completion_tokens":3)"));
   EXPECT_EQ(srv.engine().requests().rbegin()->second.max_new_tokens, 3);
   // "developer" is OpenAI's newer name for the system role.
-  r = c.Post("/v1/chat/completions",
-             R"({"model":"tiny","messages":[{"role":"developer","content":"Be brief."},{"role":"user","content":"Hi"}]})",
-             "application/json");
-  ASSERT_TRUE(r && r->status == 200);
+  PostOk(c, "/v1/chat/completions",
+         R"({"model":"tiny","messages":[{"role":"developer","content":"Be brief."},{"role":"user","content":"Hi"}]})");
   EXPECT_EQ(srv.engine().requests().rbegin()->second.prompt, prompt);
 }
 
@@ -208,9 +210,7 @@ TEST(ServeApi, AStopTokenEndsTheAnswer) {
   script.insert(script.begin() + 6, Tokenizer()->stop_ids().front());  // after "Hello,"
   TestServer srv({}, FakeOptions(), script);
   httplib::Client c = srv.Client();
-  httplib::Result r = c.Post("/v1/completions", Completion(R"("max_tokens":100)"), "application/json");
-  ASSERT_TRUE(r && r->status == 200);
-  Json j = Json::parse(r->body);
+  const Json j = PostOk(c, "/v1/completions", Completion(R"("max_tokens":100)"));
   EXPECT_EQ(j["choices"][0]["text"], "Hello,");
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(j["usage"]["completion_tokens"], 7);  // the stop token counts, its text does not show
