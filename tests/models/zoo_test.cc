@@ -175,7 +175,6 @@ TEST(ZooRefusals, TpThatHeadsDoNotAllowBeforeAnyRead) {
            {"qwen3", 3, "tensor parallel size 3 does not divide num_heads 8"},
            {"phi3", 3, "tensor parallel size 3 does not divide num_heads 8"},
            {"phi3", 8, "tensor parallel size 8 does not divide num_kv_heads 4 (qkv_proj.weight"},
-           {"gemma", 2, "tensor parallel size 2 does not divide num_kv_heads 1"},
            {"olmo2", 3, "tensor parallel size 3 does not divide num_heads 4"},
            {"gemma2", 3, "tensor parallel size 3 does not divide num_heads 4"},
            {"gemma3_text", 3, "tensor parallel size 3 does not divide num_heads 4"}}) {
