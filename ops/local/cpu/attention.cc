@@ -30,6 +30,25 @@ namespace dt::ops::cpu {
 
 namespace {
 
+// A task's output rows (group * rows of dv, stacked head by head): the caller's, written in place
+// where `direct` points at them with strides hs (head) and rs (row), else `obuf`, copied out after.
+void PointOut(attention::FlashTask& t, float* direct, int64_t hs, int64_t rs,
+              std::vector<float>& obuf) {
+  if (direct != nullptr) {
+    t.out = direct, t.out_hs = hs, t.out_rs = rs;
+    return;
+  }
+  obuf.resize(static_cast<size_t>(t.group * t.rows * t.dv));
+  t.out = obuf.data(), t.out_hs = t.rows * t.dv, t.out_rs = t.dv;
+}
+
+// A task none of whose rows sees a key: zeros.
+void ZeroOut(const attention::FlashTask& t) {
+  for (int64_t rr = 0; rr < t.group * t.rows; ++rr) {
+    std::fill_n(t.out + rr / t.rows * t.out_hs + rr % t.rows * t.out_rs, t.dv, 0.0f);
+  }
+}
+
 // Element offset of t[i0, i1, i2, 0].
 inline int64_t At(const Tensor& t, int64_t i0, int64_t i1, int64_t i2) {
   return i0 * t.stride(0) + i1 * t.stride(1) + i2 * t.stride(2);
@@ -290,18 +309,10 @@ absl::Status Flash(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
       if (params.causal) kv_end = std::clamp<int64_t>(params.q_offset + i0 + rows, 0, kv_end);
       attention::FlashTask t;
       t.group = group, t.rows = rows, t.d = d, t.dv = dv;
-      if (direct) {
-        t.out = out.data<float>() + At(out, bi, g * group, i0);
-        t.out_hs = out.stride(1), t.out_rs = out.stride(2);
-      } else {
-        obuf.resize(static_cast<size_t>(m * dv));
-        t.out = obuf.data();
-        t.out_hs = rows * dv, t.out_rs = dv;
-      }
-      if (kv_end == 0) {  // no row sees a key: zeros
-        for (int64_t rr = 0; rr < m; ++rr) {
-          std::fill_n(t.out + rr / rows * t.out_hs + rr % rows * t.out_rs, dv, 0.0f);
-        }
+      PointOut(t, direct ? out.data<float>() + At(out, bi, g * group, i0) : nullptr, out.stride(1),
+               out.stride(2), obuf);
+      if (kv_end == 0) {
+        ZeroOut(t);
       } else {
         if (q.dtype() == DType::kF16) {
           qbuf.resize(static_cast<size_t>(m * d));
@@ -426,18 +437,10 @@ absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages
       const int32_t* pages = ptab + task.seq * max_pages;
       attention::FlashTask t;
       t.group = group, t.rows = rows, t.d = d, t.dv = dv;
-      if (direct) {
-        t.out = out.data<float>() + h0 * out.stride(0) + row0 * out.stride(1);
-        t.out_hs = out.stride(0), t.out_rs = out.stride(1);
-      } else {
-        obuf.resize(static_cast<size_t>(m * dv));
-        t.out = obuf.data();
-        t.out_hs = rows * dv, t.out_rs = dv;
-      }
-      if (kv_end == 0) {  // no row sees a key: zeros
-        for (int64_t rr = 0; rr < m; ++rr) {
-          std::fill_n(t.out + rr / rows * t.out_hs + rr % rows * t.out_rs, dv, 0.0f);
-        }
+      PointOut(t, direct ? out.data<float>() + h0 * out.stride(0) + row0 * out.stride(1) : nullptr,
+               out.stride(0), out.stride(1), obuf);
+      if (kv_end == 0) {
+        ZeroOut(t);
       } else {
         if (q.dtype() == DType::kF16) {
           qbuf.resize(static_cast<size_t>(m * d));
