@@ -325,61 +325,83 @@ const std::vector<Prefetch>& DotPrefetches() {
   return pfs;
 }
 
-// Decode-shaped products for the tuner: one row of x against q4_1 weights of two shapes, a small
-// model's projection ([1536, 576]: 553 KB, rows of 360 bytes) and a larger one ([2048, 2048]:
-// 2.6 MB, rows of 1280 bytes), alternating until ColdBytes() of weights, so that every run reads
-// them from memory as a decode step does; split over the arena's threads as decode is.
-class DotPrefetchTrial : public tune::Trial {
+// Cold q4_1 weights of two shapes for the quantized GEMM's knobs, alternating until ColdBytes() of
+// them so that every run reads them from memory as a decode step does, each multiplied by m rows
+// of x quantized once; split over the arena's threads as the real products are.
+class ColdQuantizedTrial : public tune::Trial {
  public:
-  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
-    auto t = std::unique_ptr<DotPrefetchTrial>(new DotPrefetchTrial);
-    const int64_t shapes[2][2] = {{1536, 576}, {2048, 2048}};
-    const int64_t cold = tune::ColdBytes();
-    for (int64_t bytes = 0, i = 0; bytes < cold; ++i) {
-      const int64_t n = shapes[i % 2][0], k = shapes[i % 2][1];
-      DT_ASSIGN_OR_RETURN(Tensor w, Tensor::Empty({n, k}, DType::kQ4_1));
-      // Every block: f16 scale and offset 2^-10 (normal numbers: no denormal slow paths), then
-      // 16 bytes of nibbles.
-      uint8_t* b = static_cast<uint8_t*>(w.raw_data());
-      for (int64_t blk = 0; blk < n * k / 32; ++blk, b += 20) {
-        b[0] = b[2] = 0x00;
-        b[1] = b[3] = 0x14;
-        for (int q = 0; q < 16; ++q) b[4 + q] = static_cast<uint8_t>(blk * 7 + q * 13);
-      }
-      DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({1, n}));
-      t->weights_.push_back(std::move(w));
-      t->outs_.push_back(std::move(out));
-      bytes += n * DTypeBytes(DType::kQ4_1, k);
-      t->bytes_ += static_cast<double>(n * DTypeBytes(DType::kQ4_1, k));
-    }
-    for (int s = 0; s < 2; ++s) {
-      const int64_t k = shapes[s][1];
-      DT_ASSIGN_OR_RETURN(Tensor x, Tensor::Randn({1, k}, 7 + s));
-      t->x_[s] = x;
-      t->rows_[s] = QuantizeRows(t->ks_, x, t->qbuf_[s]);
-      if (t->rows_[s].t == nullptr) return absl::ResourceExhaustedError("tuner: out of memory");
-    }
-    return std::unique_ptr<tune::Trial>(std::move(t));
-  }
-  absl::Status Run(int candidate) override {
-    const Prefetch pf = DotPrefetches()[candidate];
-    for (size_t i = 0; i < weights_.size(); ++i) {
-      const Target target{&weights_[i], nullptr, &outs_[i]};
-      DT_RETURN_IF_ERROR(Multiply(ks_, /*packed=*/false, rows_[i % 2], {target}, pf));
-    }
-    return absl::OkStatus();
-  }
   double Work() const override { return bytes_; }
   int Threads() const override { return gemm::AvailableThreads(); }
 
- private:
-  DotPrefetchTrial() : ks_(qgemm::KernelsFor(qgemm::ActiveIsa())) {}
+ protected:
+  using MakeWeight = absl::StatusOr<Tensor> (*)(int64_t n, int64_t k, int64_t i);
+  ColdQuantizedTrial() : ks_(qgemm::KernelsFor(qgemm::ActiveIsa())) {}
+
+  absl::Status Fill(const int64_t (&shapes)[2][2], int64_t m, MakeWeight make, uint64_t x_seed) {
+    for (int64_t bytes = 0, i = 0; bytes < tune::ColdBytes(); ++i) {
+      const int64_t n = shapes[i % 2][0], k = shapes[i % 2][1];
+      DT_ASSIGN_OR_RETURN(Tensor w, make(n, k, i));
+      DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({m, n}));
+      bytes += w.nbytes();
+      bytes_ += static_cast<double>(w.nbytes());
+      weights_.push_back(std::move(w));
+      outs_.push_back(std::move(out));
+    }
+    for (int s = 0; s < 2; ++s) {
+      DT_ASSIGN_OR_RETURN(x_[s], Tensor::Randn({m, shapes[s][1]}, x_seed + s));
+      rows_[s] = QuantizeRows(ks_, x_[s], qbuf_[s]);
+      if (rows_[s].t == nullptr) return absl::ResourceExhaustedError("tuner: out of memory");
+    }
+    return absl::OkStatus();
+  }
+
+  // Every weight times its shape's rows of x, on the panels or the dot with `pf`.
+  absl::Status MultiplyAll(bool panels, Prefetch pf) {
+    for (size_t i = 0; i < weights_.size(); ++i) {
+      const Target target{&weights_[i], nullptr, &outs_[i]};
+      DT_RETURN_IF_ERROR(Multiply(ks_, panels, rows_[i % 2], {target}, pf));
+    }
+    return absl::OkStatus();
+  }
+
   const qgemm::Kernels& ks_;
+
+ private:
   std::vector<Tensor> weights_, outs_;
   Tensor x_[2];
   std::optional<gemm::ScratchBuffer> qbuf_[2];
   qgemm::QRows rows_[2];
   double bytes_ = 0;
+};
+
+// Decode-shaped products for qgemm.dot_prefetch: one row of x against a small model's projection
+// ([1536, 576]: 553 KB, rows of 360 bytes) and a larger one ([2048, 2048]: 2.6 MB, rows of 1280
+// bytes).
+class DotPrefetchTrial : public ColdQuantizedTrial {
+ public:
+  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
+    auto t = std::unique_ptr<DotPrefetchTrial>(new DotPrefetchTrial);
+    const int64_t shapes[2][2] = {{1536, 576}, {2048, 2048}};
+    DT_RETURN_IF_ERROR(t->Fill(shapes, /*m=*/1, &PatternWeight, /*x_seed=*/7));
+    return std::unique_ptr<tune::Trial>(std::move(t));
+  }
+  absl::Status Run(int candidate) override {
+    return MultiplyAll(/*panels=*/false, DotPrefetches()[candidate]);
+  }
+
+ private:
+  // Every block: f16 scale and offset 2^-10 (normal numbers: no denormal slow paths), then 16
+  // bytes of nibbles.
+  static absl::StatusOr<Tensor> PatternWeight(int64_t n, int64_t k, int64_t) {
+    DT_ASSIGN_OR_RETURN(Tensor w, Tensor::Empty({n, k}, DType::kQ4_1));
+    uint8_t* b = static_cast<uint8_t*>(w.raw_data());
+    for (int64_t blk = 0; blk < n * k / 32; ++blk, b += 20) {
+      b[0] = b[2] = 0x00;
+      b[1] = b[3] = 0x14;
+      for (int q = 0; q < 16; ++q) b[4 + q] = static_cast<uint8_t>(blk * 7 + q * 13);
+    }
+    return w;
+  }
 };
 
 // Note [Dot or panels]
@@ -393,7 +415,7 @@ class DotPrefetchTrial : public tune::Trial {
 // M between on the machine that runs it, timing M = 8 products on cold q4_1 weights of both MLP
 // shapes of SmolLM2-135M, the panels packed per call (the default; Note [Packed quantized
 // weights]: kept panels make the panel side cheaper still, so a pick of 4 stays right for them).
-class DotMaxRowsTrial : public tune::Trial {
+class DotMaxRowsTrial : public ColdQuantizedTrial {
  public:
   static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
     auto t = std::unique_ptr<DotMaxRowsTrial>(new DotMaxRowsTrial);
@@ -401,44 +423,15 @@ class DotMaxRowsTrial : public tune::Trial {
       return absl::UnimplementedError("tuner: no panel kernel on this CPU");
     }
     const int64_t shapes[2][2] = {{1536, 576}, {576, 1536}};
-    const int64_t cold = tune::ColdBytes();
-    for (int64_t bytes = 0, i = 0; bytes < cold; ++i) {
-      const int64_t n = shapes[i % 2][0], k = shapes[i % 2][1];
-      DT_ASSIGN_OR_RETURN(Tensor w, RandomQuantized(DType::kQ4_1, {n, k}, 11 + i));
-      DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({8, n}));
-      t->weights_.push_back(std::move(w));
-      t->outs_.push_back(std::move(out));
-      bytes += n * DTypeBytes(DType::kQ4_1, k);
-    }
-    for (int s = 0; s < 2; ++s) {
-      DT_ASSIGN_OR_RETURN(Tensor x, Tensor::Randn({8, shapes[s][1]}, 17 + s));
-      t->x_[s] = x;
-      t->rows_[s] = QuantizeRows(t->ks_, x, t->qbuf_[s]);
-      if (t->rows_[s].t == nullptr) return absl::ResourceExhaustedError("tuner: out of memory");
-    }
-    t->bytes_ = 0;
-    for (const Tensor& w : t->weights_) t->bytes_ += static_cast<double>(w.nbytes());
+    auto random = [](int64_t n, int64_t k, int64_t i) {
+      return RandomQuantized(DType::kQ4_1, {n, k}, 11 + i);
+    };
+    DT_RETURN_IF_ERROR(t->Fill(shapes, /*m=*/8, random, /*x_seed=*/17));
     return std::unique_ptr<tune::Trial>(std::move(t));
   }
   absl::Status Run(int candidate) override {
-    const bool panels = 8 > kDotMaxRows[candidate];
-    for (size_t i = 0; i < weights_.size(); ++i) {
-      const Target target{&weights_[i], nullptr, &outs_[i]};
-      DT_RETURN_IF_ERROR(Multiply(ks_, panels, rows_[i % 2], {target}, DotPrefetches()[0]));
-    }
-    return absl::OkStatus();
+    return MultiplyAll(/*panels=*/8 > kDotMaxRows[candidate], DotPrefetches()[0]);
   }
-  double Work() const override { return bytes_; }
-  int Threads() const override { return gemm::AvailableThreads(); }
-
- private:
-  DotMaxRowsTrial() : ks_(qgemm::KernelsFor(qgemm::ActiveIsa())) {}
-  const qgemm::Kernels& ks_;
-  std::vector<Tensor> weights_, outs_;
-  Tensor x_[2];
-  std::optional<gemm::ScratchBuffer> qbuf_[2];
-  qgemm::QRows rows_[2];
-  double bytes_ = 0;
 };
 
 // Whether m rows of x take the panels (Note [Dot or panels]).
