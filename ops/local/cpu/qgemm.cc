@@ -86,9 +86,11 @@ namespace {
 constexpr int64_t kMinParallelBytes = int64_t{64} << 10;
 constexpr int64_t kMinChunkBytes = int64_t{16} << 10;
 constexpr int kChunksPerThread = 4;
-// Rows of x up to which Dot runs (the panels beyond): the candidates of the tuner's knob
-// qgemm.dot_max_rows, whose pick settles the M between them (Note [Dot or panels]).
-constexpr int64_t kDotMaxRows[] = {4, 8};
+// Rows of x up to which Dot runs (the panels beyond): the candidates of the tuner's knobs
+// qgemm.dot_max_rows and qgemm.dot_max_rows_kept, whose picks settle the M between the first and
+// the last (Note [Dot or panels]).
+constexpr int64_t kDotMaxRows[] = {4, 5, 6, 7, 8};
+constexpr int64_t kDotAlways = kDotMaxRows[0], kPanelsBeyond = std::end(kDotMaxRows)[-1];
 // A chunk's panels (Note [Quantized panels]): in L2 while x streams past.
 constexpr int64_t kMaxPanelBytes = int64_t{384} << 10;
 
@@ -134,9 +136,9 @@ qgemm::QRows QuantizeRows(const qgemm::Kernels& ks, const Tensor& x, std::option
 // The prefill kernel multiplies panels (Note [Quantized panels]), which it otherwise decodes from
 // the weight's blocks on every call: a serving engine that batches 5..16 sequences per decode step
 // runs the panel kernel every step and spent ~15 % of its samples in that repacking (issue 48).
-// A process may instead keep each weight's panels, made once at its first M > kDotMaxRows product
+// A process may instead keep each weight's panels, made once at its first product on panels
 // and reused by every later one. The panels take 80 bytes per row and 32-block (16-bit quants and
-// four f32 scale vectors): 4x a q4_1 weight, 2.35x q8_0, 9x q2_k. Decode (M <= kDotMaxRows) keeps
+// four f32 scale vectors): 4x a q4_1 weight, 2.35x q8_0, 9x q2_k. Decode (M <= kDotAlways) keeps
 // reading the blocks, which are the fewest bytes per product and what decode is bound by, so the
 // panels cannot replace the original layout: they come beside it, and only where the process
 // asks, with a budget of bytes (SetPackedBudget, or DT_QGEMM_PACKED_MB=<MiB> in the environment;
@@ -185,6 +187,28 @@ Kept& KeptState() {
   return *kept;
 }
 
+// The panels of all of w's rows, packed over the arena's threads.
+absl::StatusOr<Storage> PackWhole(const qgemm::Kernels& ks, const Tensor& w) {
+  const int64_t n = w.size(0), k = w.size(1);
+  DT_ASSIGN_OR_RETURN(Storage buf, Storage::Allocate(qgemm::GemmScratchBytes(ks, n, k), kCPU));
+  uint8_t* p = static_cast<uint8_t*>(buf.data());
+  const int64_t lanes = ks.gemm_lanes, row_bytes = DTypeBytes(w.dtype(), k);
+  const int64_t groups = (n + lanes - 1) / lanes, group_bytes = qgemm::GemmScratchBytes(ks, lanes, k);
+  const uint8_t* wp = static_cast<const uint8_t*>(w.raw_data());
+  ParallelFor(groups, lanes * row_bytes, [&](int64_t lo, int64_t hi) {
+    ks.pack(w.dtype(), std::min(n, hi * lanes) - lo * lanes, k, wp + lo * lanes * row_bytes, row_bytes,
+            p + lo * group_bytes);
+  });
+  return buf;
+}
+
+// Whether this process keeps panels at all (a budget above 0).
+bool KeepsPanels() {
+  Kept& st = KeptState();
+  std::lock_guard<std::mutex> lock(st.mu);
+  return st.Budget() > 0;
+}
+
 // The panels of w (all its rows) if the process keeps them and they fit (Note [Packed quantized
 // weights]), made on first use; else null.
 const uint8_t* KeptPanels(const qgemm::Kernels& ks, const Tensor& w) {
@@ -214,18 +238,8 @@ const uint8_t* KeptPanels(const qgemm::Kernels& ks, const Tensor& w) {
     }
   }
   std::call_once(entry->built, [&] {
-    absl::StatusOr<Storage> buf = Storage::Allocate(entry->bytes, kCPU);
-    if (!buf.ok()) return;
-    uint8_t* p = static_cast<uint8_t*>(buf->data());
-    const int64_t lanes = ks.gemm_lanes, row_bytes = DTypeBytes(w.dtype(), k);
-    const int64_t groups = (n + lanes - 1) / lanes,
-                  group_bytes = qgemm::GemmScratchBytes(ks, lanes, k);
-    const uint8_t* wp = static_cast<const uint8_t*>(w.raw_data());
-    ParallelFor(groups, lanes * row_bytes, [&](int64_t lo, int64_t hi) {
-      ks.pack(w.dtype(), std::min(n, hi * lanes) - lo * lanes, k, wp + lo * lanes * row_bytes,
-              row_bytes, p + lo * group_bytes);
-    });
-    entry->panels = *std::move(buf);
+    absl::StatusOr<Storage> panels = PackWhole(ks, w);
+    if (panels.ok()) entry->panels = *std::move(panels);
   });
   return static_cast<const uint8_t*>(entry->panels.data());
 }
@@ -325,9 +339,19 @@ const std::vector<Prefetch>& DotPrefetches() {
   return pfs;
 }
 
+// The dot's prefetch this process has settled on, else the knob's first candidate: read, never
+// decided here, since a trial runs inside another knob's measurement (which holds the cache's lock).
+Prefetch SettledDotPrefetch() {
+  const tune::Knob& knob = qgemm::DotPrefetchKnob();
+  int i = knob.forced.load(std::memory_order_relaxed);
+  if (i < 0) i = knob.picked.load(std::memory_order_acquire);
+  return DotPrefetches()[std::max(i, 0)];
+}
+
 // Cold q4_1 weights of two shapes for the quantized GEMM's knobs, alternating until ColdBytes() of
-// them so that every run reads them from memory as a decode step does, each multiplied by m rows
-// of x quantized once; split over the arena's threads as the real products are.
+// them so that every run reads them from memory as a decode step does (and their panels, 4x those
+// bytes, where the trial keeps them), each multiplied by its own count of rows of x quantized
+// once; split over the arena's threads as the real products are.
 class ColdQuantizedTrial : public tune::Trial {
  public:
   double Work() const override { return bytes_; }
@@ -335,31 +359,48 @@ class ColdQuantizedTrial : public tune::Trial {
 
  protected:
   using MakeWeight = absl::StatusOr<Tensor> (*)(int64_t n, int64_t k, int64_t i);
+  using RowsOf = int64_t (*)(int64_t i);
   ColdQuantizedTrial() : ks_(qgemm::KernelsFor(qgemm::ActiveIsa())) {}
 
-  absl::Status Fill(const int64_t (&shapes)[2][2], int64_t m, MakeWeight make, uint64_t x_seed) {
+  // Weight i (of shape i % 2) meets rows_of(i) rows of x. With keep_panels, each weight's panels
+  // are made now and the products on panels use them, as in a process that keeps them (Note
+  // [Packed quantized weights]).
+  absl::Status Fill(const int64_t (&shapes)[2][2], RowsOf rows_of, MakeWeight make, uint64_t x_seed,
+                    bool keep_panels) {
+    int64_t most_rows = 1;
     for (int64_t bytes = 0, i = 0; bytes < tune::ColdBytes(); ++i) {
-      const int64_t n = shapes[i % 2][0], k = shapes[i % 2][1];
+      const int64_t n = shapes[i % 2][0], k = shapes[i % 2][1], m = rows_of(i);
       DT_ASSIGN_OR_RETURN(Tensor w, make(n, k, i));
       DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({m, n}));
+      if (keep_panels) {
+        DT_ASSIGN_OR_RETURN(Storage p, PackWhole(ks_, w));
+        panels_.push_back(std::move(p));
+      }
       bytes += w.nbytes();
       bytes_ += static_cast<double>(w.nbytes());
+      most_rows = std::max(most_rows, m);
       weights_.push_back(std::move(w));
       outs_.push_back(std::move(out));
     }
     for (int s = 0; s < 2; ++s) {
-      DT_ASSIGN_OR_RETURN(x_[s], Tensor::Randn({m, shapes[s][1]}, x_seed + s));
+      DT_ASSIGN_OR_RETURN(x_[s], Tensor::Randn({most_rows, shapes[s][1]}, x_seed + s));
       rows_[s] = QuantizeRows(ks_, x_[s], qbuf_[s]);
       if (rows_[s].t == nullptr) return absl::ResourceExhaustedError("tuner: out of memory");
     }
     return absl::OkStatus();
   }
 
-  // Every weight times its shape's rows of x, on the panels or the dot with `pf`.
-  absl::Status MultiplyAll(bool panels, Prefetch pf) {
+  // Every weight times its rows of x: on the dot with `pf` up to dot_max_rows rows, on the panels
+  // beyond.
+  absl::Status MultiplyAll(int64_t dot_max_rows, Prefetch pf) {
     for (size_t i = 0; i < weights_.size(); ++i) {
-      const Target target{&weights_[i], nullptr, &outs_[i]};
-      DT_RETURN_IF_ERROR(Multiply(ks_, panels, rows_[i % 2], {target}, pf));
+      // The rows are laid out one after another: the first m of them are a QRows of their own.
+      qgemm::QRows rows = rows_[i % 2];
+      rows.m = static_cast<int>(outs_[i].size(0));
+      const bool panels = rows.m > dot_max_rows;
+      Target target{&weights_[i], nullptr, &outs_[i]};
+      if (panels && !panels_.empty()) target.panels = static_cast<const uint8_t*>(panels_[i].data());
+      DT_RETURN_IF_ERROR(Multiply(ks_, panels, rows, {target}, pf));
     }
     return absl::OkStatus();
   }
@@ -368,6 +409,7 @@ class ColdQuantizedTrial : public tune::Trial {
 
  private:
   std::vector<Tensor> weights_, outs_;
+  std::vector<Storage> panels_;
   Tensor x_[2];
   std::optional<gemm::ScratchBuffer> qbuf_[2];
   qgemm::QRows rows_[2];
@@ -382,11 +424,12 @@ class DotPrefetchTrial : public ColdQuantizedTrial {
   static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
     auto t = std::unique_ptr<DotPrefetchTrial>(new DotPrefetchTrial);
     const int64_t shapes[2][2] = {{1536, 576}, {2048, 2048}};
-    DT_RETURN_IF_ERROR(t->Fill(shapes, /*m=*/1, &PatternWeight, /*x_seed=*/7));
+    DT_RETURN_IF_ERROR(t->Fill(shapes, [](int64_t) -> int64_t { return 1; }, &PatternWeight,
+                               /*x_seed=*/7, /*keep_panels=*/false));
     return std::unique_ptr<tune::Trial>(std::move(t));
   }
   absl::Status Run(int candidate) override {
-    return MultiplyAll(/*panels=*/false, DotPrefetches()[candidate]);
+    return MultiplyAll(/*dot_max_rows=*/1, DotPrefetches()[candidate]);
   }
 
  private:
@@ -405,19 +448,23 @@ class DotPrefetchTrial : public ColdQuantizedTrial {
 };
 
 // Note [Dot or panels]
-// Between 4 and 8 rows of x, which kernel is faster depends on the CPU: Dot decodes each weight
-// block in registers once per four rows (twice at M = 8) and reads the fewest bytes; the panels
-// decode each block once into 16-bit panels (80 bytes per row and 32-block) and run wider register
-// tiles. Measured one thread each, q4_1 weights [1536, 576] and [576, 1536] on the AMD EPYC (Zen
-// 4) VM: Dot 41 and 28 us at M = 1 against the panels' 91 and 97 (packing included); at M = 4 Dot
-// 131 and 75 against 111 and 112; from M = 6 the panels won throughout. So Dot always serves
-// M <= 4 and the panels M > 8, and the knob qgemm.dot_max_rows (candidates 4 and 8) settles the
-// M between on the machine that runs it, timing M = 8 products on cold q4_1 weights of both MLP
-// shapes of SmolLM2-135M, the panels packed per call (the default; Note [Packed quantized
-// weights]: kept panels make the panel side cheaper still, so a pick of 4 stays right for them).
+// Between 4 and 8 rows of x, which kernel is faster depends on the CPU and on whether the process
+// keeps the panels: Dot decodes each weight block in registers once per four rows (twice from
+// M = 5) and reads the fewest bytes; the panels decode each block once into 16-bit panels (80
+// bytes per row and 32-block) per call, or read panels made once (4x the bytes of a q4_1 weight),
+// and run wider register tiles. Measured one thread each, q4_1 weights [1536, 576] and [576, 1536]
+// on the AMD EPYC (Zen 4) VM: Dot 41 and 28 us at M = 1 against the panels' 91 and 97 (packing
+// included); at M = 4 Dot 131 and 75 against 111 and 112; from M = 6 the panels won throughout.
+// So Dot always serves M <= 4 and the panels M > 8, and two knobs settle the M between on the
+// machine that runs it: qgemm.dot_max_rows where the panels are packed per call (the default),
+// qgemm.dot_max_rows_kept where the process keeps them (a serving engine: `--packed-weights-mb`;
+// a weight past the budget, packed per call there, follows the kept pick too).
+// Candidate t runs Dot up to M = t. A trial's run multiplies cold q4_1 weights of both MLP shapes
+// of SmolLM2-135M, each by 5, 6, 7 or 8 rows of x in turn (a serving step's M moves between them
+// as sequences join and leave), Dot with the prefetch the process has settled on.
 class DotMaxRowsTrial : public ColdQuantizedTrial {
  public:
-  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
+  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make(bool keep_panels) {
     auto t = std::unique_ptr<DotMaxRowsTrial>(new DotMaxRowsTrial);
     if (t->ks_.pack == nullptr) {
       return absl::UnimplementedError("tuner: no panel kernel on this CPU");
@@ -426,19 +473,23 @@ class DotMaxRowsTrial : public ColdQuantizedTrial {
     auto random = [](int64_t n, int64_t k, int64_t i) {
       return RandomQuantized(DType::kQ4_1, {n, k}, 11 + i);
     };
-    DT_RETURN_IF_ERROR(t->Fill(shapes, /*m=*/8, random, /*x_seed=*/17));
+    // Each shape meets every M from kDotAlways + 1 to kPanelsBeyond in turn.
+    auto rows = [](int64_t i) { return kDotAlways + 1 + (i / 2) % (kPanelsBeyond - kDotAlways); };
+    DT_RETURN_IF_ERROR(t->Fill(shapes, rows, random, /*x_seed=*/17, keep_panels));
+    t->pf_ = SettledDotPrefetch();
     return std::unique_ptr<tune::Trial>(std::move(t));
   }
-  absl::Status Run(int candidate) override {
-    return MultiplyAll(/*panels=*/8 > kDotMaxRows[candidate], DotPrefetches()[0]);
-  }
+  absl::Status Run(int candidate) override { return MultiplyAll(kDotMaxRows[candidate], pf_); }
+
+ private:
+  Prefetch pf_;
 };
 
 // Whether m rows of x take the panels (Note [Dot or panels]).
 absl::StatusOr<bool> UsePanels(const qgemm::Kernels& ks, int64_t m) {
-  if (ks.pack == nullptr || m <= kDotMaxRows[0]) return false;
-  if (m > kDotMaxRows[1]) return true;
-  DT_ASSIGN_OR_RETURN(const int i, tune::Pick(qgemm::DotMaxRowsKnob()));
+  if (ks.pack == nullptr || m <= kDotAlways) return false;
+  if (m > kPanelsBeyond) return true;
+  DT_ASSIGN_OR_RETURN(const int i, tune::Pick(qgemm::DotMaxRowsKnob(KeepsPanels())));
   return m > kDotMaxRows[i];
 }
 
@@ -486,16 +537,25 @@ const tune::Knob& qgemm::DotPrefetchKnob() {
   return knob;
 }
 
-const tune::Knob& qgemm::DotMaxRowsKnob() {
-  static const tune::Knob knob{
-      .name = "qgemm.dot_max_rows",
-      .what = "rows of x up to which the quantized GEMM runs the decode dot, not the panels",
-      .candidates = {"4", "8"},
-      .unit = "GB/s",
-      .rounds = 7,
-      .make_trial = &DotMaxRowsTrial::Make,
+const tune::Knob& qgemm::DotMaxRowsKnob(bool kept_panels) {
+  auto make = [](std::string name, std::string what, bool keep) {
+    std::vector<std::string> candidates;
+    for (const int64_t rows : kDotMaxRows) candidates.push_back(std::to_string(rows));
+    return tune::Knob{
+        .name = std::move(name),
+        .what = std::move(what),
+        .candidates = std::move(candidates),
+        .unit = "GB/s",
+        .rounds = 7,
+        .make_trial = [keep] { return DotMaxRowsTrial::Make(keep); },
+    };
   };
-  return knob;
+  static const tune::Knob per_call = make(
+      "qgemm.dot_max_rows", "rows of x up to which the quantized GEMM runs the decode dot, not panels packed per call",
+      false);
+  static const tune::Knob kept = make(
+      "qgemm.dot_max_rows_kept", "the same where the process keeps each weight's panels (a serving engine)", true);
+  return kept_panels ? kept : per_call;
 }
 
 void qgemm::SetPackedBudget(int64_t bytes) {

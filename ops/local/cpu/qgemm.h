@@ -79,9 +79,10 @@ struct Kernels {
 const Kernels& KernelsFor(Isa isa);
 // The tuner's knob for `dot`'s prefetch (Note [Quantized dot prefetch]).
 const tune::Knob& DotPrefetchKnob();
-// The tuner's knob for the rows of x up to which `dot` runs, not the panels (Note [Dot or panels]
-// in qgemm.cc): candidates "4" and "8".
-const tune::Knob& DotMaxRowsKnob();
+// The tuner's knobs for the rows of x up to which `dot` runs, not the panels (Note [Dot or panels]
+// in qgemm.cc): candidates "4" to "8"; one for panels packed per call, one for a process that
+// keeps them.
+const tune::Knob& DotMaxRowsKnob(bool kept_panels);
 
 // Keeping each weight's prefill panels (Note [Packed quantized weights] in qgemm.cc): at most
 // `bytes` of them in this process (0 keeps none and drops those kept); the default is

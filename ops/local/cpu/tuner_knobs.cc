@@ -18,8 +18,8 @@ namespace dt::ops::cpu::tune {
 
 const std::vector<const Knob*>& AllKnobs() {
   static const std::vector<const Knob*> knobs = [] {
-    std::vector<const Knob*> v = {&qgemm::DotPrefetchKnob(), &qgemm::DotMaxRowsKnob(),
-                                  &gemm::SkinnyPrefetchKnob()};
+    std::vector<const Knob*> v = {&qgemm::DotPrefetchKnob(), &qgemm::DotMaxRowsKnob(false),
+                                  &qgemm::DotMaxRowsKnob(true), &gemm::SkinnyPrefetchKnob()};
     for (const Knob* k : gemm::BackendKnobs()) v.push_back(k);
     for (const Knob* k : {&BlocksKnob(), &DecodeKnob(DType::kF32), &DecodeKnob(DType::kBF16)}) {
       v.push_back(k);

@@ -248,10 +248,11 @@ RC_GTEST_PROP(QuantizedLinearTest, KeptPanelsGiveThePerCallBits, ()) {
           ? whole
           : whole.Narrow(0, first, *rc::gen::inRange<int64_t>(1, n - first + 1)).value();
   const Tensor x = Normal({m, k}, *rc::gen::element(DType::kF32, DType::kBF16), seed + 1);
-  // Either pick of where the panels start (Note [Dot or panels]).
-  const cpu::tune::Knob& dot_rows = cpu::qgemm::DotMaxRowsKnob();
+  // Any pick of where the panels start (Note [Dot or panels]), the same with panels kept or not.
+  const cpu::tune::Knob& dot_rows = cpu::qgemm::DotMaxRowsKnob(/*kept_panels=*/false);
   const int pick = *rc::gen::inRange<int>(0, static_cast<int>(dot_rows.candidates.size()));
   ForceKnob force_rows(dot_rows, pick);
+  ForceKnob force_kept_rows(cpu::qgemm::DotMaxRowsKnob(/*kept_panels=*/true), pick);
   const Tensor per_call = Linear(x, w).value();
   KeepPanels keep(int64_t{1} << 30);
   for (const char* call : {"making", "reusing"}) {
