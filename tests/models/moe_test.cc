@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
+#include "dtensor/loaders/safetensors_writer.h"
 #include "dtensor/mesh/comm_counter.h"
 #include "dtensor/mesh/world.h"
 #include "dtensor/nn/models/causal_lm.h"
@@ -64,7 +65,10 @@ INSTANTIATE_TEST_SUITE_P(Models, MoeTp,
                                            TpCase{"minicpm5_moe", 8},
                                            // 2 KV heads: Note [KV heads past tp]
                                            TpCase{"mixtral_kv2", 2}, TpCase{"mixtral_kv2", 4},
-                                           TpCase{"qwen3_moe_kv2", 4}),
+                                           TpCase{"qwen3_moe_kv2", 4},
+                                           // Note [gpt-oss experts]; 2 KV heads at tp 4
+                                           TpCase{"gpt_oss", 1}, TpCase{"gpt_oss", 2},
+                                           TpCase{"gpt_oss", 4}),
                          [](const auto& info) {
                            return absl::StrCat(info.param.model, "_tp", info.param.tp);
                          });
@@ -107,11 +111,13 @@ TEST_P(MoeEp, MatchesTransformersAndReadsOnlyItsExperts) {
   const EpCase c = GetParam();
   const auto its_experts_only = [&](World& w, const LoadReport& report) -> absl::Status {
     // Its experts only: each expert tensor's piece is its share of it, and the rank read its
-    // pieces and nothing more (within 1%).
+    // pieces and nothing more (within 1%). gpt-oss's down_proj_bias is whole over tp (Note
+    // [gpt-oss experts] in nn/moe.h), split by ep only.
     int64_t share = 0;
     for (const LoadReport::Param& p : report.params) {
+      const int pieces = absl::EndsWith(p.name, "down_proj_bias") ? c.ep : c.ranks();
       if (absl::StrContains(p.name, ".mlp.experts.")) {
-        if (p.local_bytes * c.ranks() != p.full_bytes) {
+        if (p.local_bytes * pieces != p.full_bytes) {
           return absl::InternalError(absl::StrCat(p.name, " (", p.spec, "): holds ", p.local_bytes,
                                                   " bytes of ", p.full_bytes));
         }
@@ -144,7 +150,11 @@ INSTANTIATE_TEST_SUITE_P(
                       EpCase{"minicpm5_moe", 2, 2, false}, EpCase{"minicpm5_moe", 4, 0, true},
                       // 2 KV heads on the 4 ranks ep shares with tp (Note [KV heads past tp])
                       EpCase{"mixtral_kv2", 4, 0, false}, EpCase{"qwen3_moe_kv2", 4, 0, false},
-                      EpCase{"qwen3_moe_kv2", 4, 0, true}, EpCase{"mixtral_kv2", 2, 2, false}),
+                      EpCase{"qwen3_moe_kv2", 4, 0, true}, EpCase{"mixtral_kv2", 2, 2, false},
+                      // gpt-oss: the experts' biases with them (transformers' ep plan)
+                      EpCase{"gpt_oss", 2, 0, false}, EpCase{"gpt_oss", 4, 0, false},
+                      EpCase{"gpt_oss", 2, 2, false}, EpCase{"gpt_oss", 2, 0, true},
+                      EpCase{"gpt_oss", 2, 2, true}),
     [](const auto& info) {
       return absl::StrCat(info.param.model, "_ep", info.param.ep,
                           info.param.tp == 0 ? "_shared" : absl::StrCat("_x_tp", info.param.tp),
@@ -493,6 +503,30 @@ TEST(MoePlan, UnitColwiseKeepsWholeKVHeads) {
              });
 }
 
+// gpt-oss at tp 4 (Note [gpt-oss experts] in nn/moe.h): gate_up_proj [E, H, 2I] split along its
+// interleaved columns, 8 (gate, up) pairs per rank starting at an even column, its bias alike,
+// down_proj along its I rows, down_proj_bias, the router and the sinks whole; the vocab split
+// as transformers' plan splits it.
+TEST(MoePlan, GptOssExpertsSplitTheirColumnsInPairs) {
+  ExpectPlan("gpt_oss", 4, {},
+             {"model.layers.*.mlp.experts.gate_up_proj -> rowwise: "
+              "model.layers.*.mlp.experts.gate_up_proj [S(2)] (4)",
+              "model.layers.*.mlp.experts.gate_up_proj_bias -> rowwise: "
+              "model.layers.*.mlp.experts.gate_up_proj_bias [S(1)] (4)",
+              "model.layers.*.mlp.experts.down_proj -> colwise: "
+              "model.layers.*.mlp.experts.down_proj [S(1)] (4)",
+              "model.embed_tokens -> embedding_rowwise: model.embed_tokens.weight [S(0)]",
+              "model.layers.*.mlp.router.weight", "model.layers.*.mlp.experts.down_proj_bias",
+              "model.layers.*.self_attn.sinks"},
+             {}, [](CausalLM& m) {
+               EXPECT_EQ(m.type_name(), "GptOssForCausalLM");
+               const Parameter* gu =
+                   m.GetParameter("model.layers.0.mlp.experts.gate_up_proj").value();
+               EXPECT_EQ(gu->value().ToLocal().shape(), (Shape{4, 64, 16}));
+               EXPECT_EQ(gu->spec().Offset()[2], 16 * gu->spec().mesh().my_rank());
+             });
+}
+
 // Saved from tp 4 (KV heads unit_colwise, each held by two ranks, gathered once) under the Hub's
 // names (q_gate_proj as self_attn.q_proj, as transformers writes it), the checkpoint reloads at
 // tp 2 to transformers' logits and tokens.
@@ -557,6 +591,45 @@ TEST(MoeRefusals, TpThatTheExpertsDoNotAllow) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(s, "Experts 'model.layers.0.mlp.experts': tensor parallel size 3 does not divide "
                        "intermediate_size 64 (gate_up_proj, down_proj sharded)")) << s;
+}
+
+// gpt-oss as OpenAI ships it (experts in MXFP4) is refused by name: its config's
+// quantization_config, and, without it, the checkpoint's _blocks / _scales tensors.
+TEST(MoeRefusals, GptOssInMxfp4) {
+  const std::string bare = R"({"model_type": "gpt_oss", "vocab_size": 8, "hidden_size": 8,
+      "intermediate_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2)";
+  absl::Status config = loaders::ParseDecoderConfig(
+      bare + R"(, "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn",
+      "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"}})",
+      "gpt-oss-20b/config.json").status();
+  EXPECT_EQ(config.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(Contains(config, "gpt-oss-20b/config.json")) << config;
+  EXPECT_TRUE(Contains(config, "\"quantization_config\" with quant_method \"mxfp4\"")) << config;
+  const std::string dir = ::testing::TempDir() + "/gpt_oss_mxfp4";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(MoeDir("gpt_oss") + "/config.json", dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  auto fixture = loaders::Checkpoint::Open(MoeDir("gpt_oss"));
+  ASSERT_TRUE(fixture.ok()) << fixture.status();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const std::string& name : fixture->names()) {
+    const bool expert = absl::StrContains(name, "mlp.experts.") && !absl::EndsWith(name, "bias");
+    if (!expert) {
+      tensors.emplace_back(name, fixture->Read(name).value());
+      continue;
+    }
+    // MXFP4's layout: 16 bytes of 32 4-bit values per block, one u8 scale per block.
+    tensors.emplace_back(name + "_blocks", Tensor::Zeros({4, 64, 1, 16}, DType::kU8).value());
+    tensors.emplace_back(name + "_scales", Tensor::Zeros({4, 64, 1}, DType::kU8).value());
+  }
+  ASSERT_TRUE(loaders::WriteSafetensors(dir + "/model.safetensors", tensors).ok());
+  absl::Status s = World::RunThreads(1, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {1}, {"tp"}));
+    return CausalLM::FromPretrained(dir, mesh).status();
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_TRUE(Contains(s, "stores layer 0's experts in MXFP4")) << s;
+  EXPECT_TRUE(Contains(s, dir)) << s;
 }
 
 // A config whose experts contradict the checkpoint is refused naming both.
