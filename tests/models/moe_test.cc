@@ -3,6 +3,7 @@
 // stored one tensor per expert as the Hub stores them and fused on load, at tp 1, 2 and 4 on
 // threads: greedy tokens identical to transformers', logits within 1e-4 of their scale, each rank
 // reading only its pieces of every expert; the plan's placements and its refusals.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -15,11 +16,15 @@
 #include "dtensor/loaders/safetensors_writer.h"
 #include "dtensor/mesh/comm_counter.h"
 #include "dtensor/mesh/world.h"
+#include "dtensor/nn/init.h"
 #include "dtensor/nn/models/causal_lm.h"
+#include "dtensor/nn/moe.h"
 #include "dtensor/nn/save.h"
+#include "dtensor/ops/local/ops.h"
 #include "dtensor/tests/models/golden_checks.h"
 #include "dtensor/tests/test_util.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace dt::nn::testing {
 namespace {
@@ -525,6 +530,66 @@ TEST(MoePlan, GptOssExpertsSplitTheirColumnsInPairs) {
                EXPECT_EQ(gu->value().ToLocal().shape(), (Shape{4, 64, 16}));
                EXPECT_EQ(gu->spec().Offset()[2], 16 * gu->spec().mesh().my_rank());
              });
+}
+
+// Note [gpt-oss experts]: the clamped SwiGLU on transformers' own inputs in bf16, f16 and f32
+// (tests/fixtures/moe/gpt_oss_glu.json, GptOssExperts._apply_gate): in bf16 and f16 equal value
+// for value, so every rounding step is transformers'; in f32 within a few ulps (torch's sigmoid is
+// its own vectorized exp, not the C library's): an expert whose gate_up_proj is the identity hands each
+// row's interleaved (gate, up) pairs to the GLU unchanged, and whose down_proj copies its I outputs
+// into the first I of the H columns.
+TEST(GptOssExperts, ClampedSwiGLURoundsAsTransformers) {
+  std::ifstream in(FixtureDir("moe") + "/gpt_oss_glu.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const int64_t rows = j["rows"], inter = j["intermediate"], h = 2 * inter;
+  for (const auto& [key, dtype] : {std::pair{"bf16", DType::kBF16}, std::pair{"f16", DType::kF16},
+                                   std::pair{"f32", DType::kF32}}) {
+    const std::vector<double> x_values = j[key]["x"], want = j[key]["y"];
+    int64_t clamped = 0;
+    for (double v : x_values) clamped += std::abs(v) > j["limit"].get<double>();
+    EXPECT_GT(clamped, rows * h / 8) << key << ": the clamps must bite";
+    absl::Status s = World::RunThreads(1, [&](World& w) -> absl::Status {
+      DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {1}, {"tp"}));
+      Experts m(ExpertsOptions{.num_experts = 1,
+                               .hidden_size = h,
+                               .intermediate_size = inter,
+                               .layout = ExpertsLayout::kInterleavedColumns,
+                               .swiglu_limit = j["limit"],
+                               .swiglu_alpha = j["alpha"],
+                               .dtype = dtype});
+      DT_RETURN_IF_ERROR(ReplicateModule(m, mesh));
+      DT_RETURN_IF_ERROR(LoadFullTensors(
+          m, [&](absl::string_view name, const Parameter& p) -> absl::StatusOr<Tensor> {
+            std::vector<double> v(Numel(p.shape()), 0.0);  // the biases zero
+            if (name == "gate_up_proj") {  // [1, H, 2I], H = 2I
+              for (int64_t c = 0; c < h; ++c) v[c * h + c] = 1;
+            } else if (name == "down_proj") {  // [1, I, H]
+              for (int64_t c = 0; c < inter; ++c) v[c * h + c] = 1;
+            }
+            DT_ASSIGN_OR_RETURN(Tensor t, Tensor::FromDoubles(p.shape(), v));
+            return ops::Cast(t, p.dtype());
+          }));
+      DT_ASSIGN_OR_RETURN(Tensor x, Tensor::FromDoubles({rows, h}, x_values));
+      DT_ASSIGN_OR_RETURN(x, ops::Cast(x, dtype));
+      DT_ASSIGN_OR_RETURN(Tensor ids, Tensor::Zeros({rows, 1}, DType::kI64));
+      DT_ASSIGN_OR_RETURN(Tensor ones, Tensor::Ones({rows, 1}, DType::kF32));
+      DT_ASSIGN_OR_RETURN(Value y, m.CallOne({Value(x), Value(ids), Value(ones)}));
+      const std::vector<double> got = PlainLocal(y).local().ToDoubles();
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < h; ++c) {
+          const double expected = c < inter ? want[r * inter + c] : 0.0;
+          const double ulps = dtype == DType::kF32 ? 4e-7 * std::abs(expected) + 1e-12 : 0.0;
+          if (!(std::abs(got[r * h + c] - expected) <= ulps)) {
+            return absl::InternalError(absl::StrCat(key, ": row ", r, " column ", c, " is ",
+                                                    got[r * h + c], ", transformers gives ",
+                                                    expected));
+          }
+        }
+      }
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(s.ok()) << s;
+  }
 }
 
 // Saved from tp 4 (KV heads unit_colwise, each held by two ranks, gathered once) under the Hub's
