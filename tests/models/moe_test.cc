@@ -621,6 +621,38 @@ TEST(MoeSave, GatedUnitSplitModelSavesTheHubLayout) {
   std::filesystem::remove_all(out);
 }
 
+// gpt-oss saved from tp 4 (gate_up_proj's interleaved columns in four ranges of whole pairs,
+// down_proj by rows, down_proj_bias whole) gathers back to the checkpoint's layout: the saved
+// file holds the fixture's tensors bit for bit and reloads on one rank to transformers' logits.
+TEST(MoeSave, GptOssFromTp4IsTheCheckpoint) {
+  const std::string out = (std::filesystem::temp_directory_path() /
+                           absl::StrCat("dt_gpt_oss_save_", ::getpid()))
+                              .string();
+  std::filesystem::remove_all(out);
+  absl::Status s = World::RunThreads(4, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {4}, {"tp"}));
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(MoeDir("gpt_oss"), mesh));
+    return SaveGathered(*m, out, m->save_options());
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  auto saved = loaders::Checkpoint::Open(out);
+  auto fixture = loaders::Checkpoint::Open(MoeDir("gpt_oss"));
+  ASSERT_TRUE(saved.ok() && fixture.ok()) << saved.status() << fixture.status();
+  EXPECT_EQ(saved->names().size(), fixture->names().size());
+  for (const std::string& name : fixture->names()) {
+    auto a = saved->Read(name);
+    ASSERT_TRUE(a.ok()) << name << ": " << a.status();
+    EXPECT_EQ(a->ToDoubles(), fixture->Read(name)->ToDoubles()) << name;
+  }
+  s = World::RunThreads(1, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {1}, {"tp"}));
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(out, mesh));
+    return MatchesGolden(*m, LoadGolden(MoeFixture("gpt_oss")), w.rank());
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  std::filesystem::remove_all(out);
+}
+
 // One all_reduce per sparse layer at tp > 1: the experts' partial sums, reduced once.
 TEST(MoeCollectives, OneAllReducePerSparseLayer) {
   const Golden g = LoadGolden(MoeFixture("mixtral"));
