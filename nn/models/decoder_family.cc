@@ -164,7 +164,9 @@ std::vector<DecoderFamily> MakeFamilies() {
       {.model_type = "gemma3_text", .qk_norm = true, .layer_norms = LayerNorms::kPreAndPost,
        .norm_form = RMSNormForm::kOnePlusWeight, .embed_scale = true, .tp_plan = qwen3_plan,
        .mlp_plan = MlpPlan()},
-      {.model_type = "gpt_oss", .sinks = true, .router_name = "router", .router_bias = true,
+      // Its router's top-k weights are a softmax in the logits' dtype (GptOssTopKRouter).
+      {.model_type = "gpt_oss", .sinks = true, .router_weights_in_input_dtype = true,
+       .router_name = "router", .router_bias = true,
        .experts_layout = ExpertsLayout::kInterleavedColumns, .tp_plan = gpt_oss_plan,
        .moe_plan = gpt_oss_moe, .ep_plan = gpt_oss_ep,
        .ep_all_reduce_plan = gpt_oss_ep_all_reduce},

@@ -63,6 +63,10 @@
 // instead of transformers' `colwise_gather_output` + `rowwise_split_input`, which gathers
 // the whole projection output on every rank of every layer only to slice it again (Note
 // [Packed blocks] in nn/styles.h says why a block shard gathers back to the checkpoint layout).
+// (OLMo 2's q/k norms and the experts of the MoE families depart too: see their rows.) gpt-oss's
+// transformers plan splits only the vocab (embed_tokens embedding_rowwise, lm_head); here its
+// attention is split as every family's and its experts inside each rank's share (Note [gpt-oss
+// experts] in nn/moe.h), computing the same logits with no rank holding the whole model.
 //
 // Note [Config classes and families]
 // A decoder model_type has two descriptions. Its config class (loaders::DecoderConfigClass, the
@@ -108,7 +112,8 @@
 //   deepseek_v2  i >= first_k_dense_replace              softmax in f32 (router weight f32),
 //                                                        times routed_scaling_factor
 //   gpt_oss      all                                     softmax over the k chosen logits
-//                                                        (the renormalised top k of softmax)
+//                                                        (the renormalised top k of softmax),
+//                                                        in the input's dtype
 //   minicpm5_moe mlp_layer_types[i] == "sparse" (else    sigmoid scores chosen with
 //                i >= first_k_dense_replace, default 1)  e_score_correction_bias among the
 //                                                        topk_group best of n_group groups,
