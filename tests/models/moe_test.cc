@@ -534,10 +534,10 @@ TEST(MoePlan, GptOssExpertsSplitTheirColumnsInPairs) {
 
 // Note [gpt-oss experts]: the clamped SwiGLU on transformers' own inputs in bf16, f16 and f32
 // (tests/fixtures/moe/gpt_oss_glu.json, GptOssExperts._apply_gate): in bf16 and f16 equal value
-// for value, so every rounding step is transformers'; in f32 within a few ulps (torch's sigmoid is
-// its own vectorized exp, not the C library's): an expert whose gate_up_proj is the identity hands each
-// row's interleaved (gate, up) pairs to the GLU unchanged, and whose down_proj copies its I outputs
-// into the first I of the H columns.
+// for value, so every rounding step is transformers'; in f32 within a few ulps (torch's sigmoid
+// is its own vectorized exp, not the C library's). An expert whose gate_up_proj is the identity
+// hands each row's interleaved (gate, up) pairs to the GLU unchanged, and its down_proj copies
+// the I outputs into the first I of the H columns.
 TEST(GptOssExperts, ClampedSwiGLURoundsAsTransformers) {
   std::ifstream in(FixtureDir("moe") + "/gpt_oss_glu.json");
   const nlohmann::json j = nlohmann::json::parse(in);
