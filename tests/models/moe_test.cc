@@ -361,6 +361,51 @@ TEST(MoeConfig, SparseLayersAsTheFamilySays) {
   EXPECT_EQ(loaders::ParseDecoderConfig(loaders::DecoderConfigToJson(bare), "again").value(), bare);
 }
 
+// openai/gpt-oss-20b's config.json (transformers 4.55's spelling, its extra keys
+// experts_per_token and initial_context_length unread, as transformers leaves them): refused as
+// shipped, for its MXFP4 experts; without quantization_config (the bf16 re-releases) read as
+// transformers reads it. Its parameters by hand: per layer attention 26,550,144 (q/k/v/o with
+// biases, 64 sinks), router 92,192, experts 32 x 24,891,840 (with biases), norms 5,760; x 24,
+// plus two 201,088 x 2,880 embeddings and the final norm: 20,914,757,184 ("21B").
+TEST(MoeConfig, GptOss20bAsOpenAIShipsIt) {
+  std::string layer_types;
+  for (int i = 0; i < 24; ++i) {
+    absl::StrAppend(&layer_types, i ? ", " : "",
+                    i % 2 ? "\"full_attention\"" : "\"sliding_attention\"");
+  }
+  const std::string fields = absl::StrCat(R"({"architectures": ["GptOssForCausalLM"],
+      "attention_bias": true, "attention_dropout": 0.0, "eos_token_id": 200002,
+      "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2880,
+      "initial_context_length": 4096, "initializer_range": 0.02, "intermediate_size": 2880,
+      "layer_types": [)", layer_types, R"(], "max_position_embeddings": 131072,
+      "model_type": "gpt_oss", "num_attention_heads": 64, "num_experts_per_tok": 4,
+      "num_hidden_layers": 24, "num_key_value_heads": 8, "num_local_experts": 32,
+      "output_router_logits": false, "pad_token_id": 199999, "rms_norm_eps": 1e-05,
+      "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+      "original_max_position_embeddings": 4096, "rope_type": "yarn", "truncate": false},
+      "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128,
+      "swiglu_limit": 7.0, "tie_word_embeddings": false, "transformers_version": "4.55.0.dev0",
+      "use_cache": true, "vocab_size": 201088)");
+  const absl::Status shipped = loaders::ParseDecoderConfig(
+      fields + R"(, "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn",
+      "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"}})",
+      "gpt-oss-20b/config.json").status();
+  EXPECT_TRUE(Contains(shipped, "\"quantization_config\" with quant_method \"mxfp4\"")) << shipped;
+  const loaders::DecoderConfig c = loaders::ParseDecoderConfig(fields + "}", "c").value();
+  EXPECT_EQ(c.num_experts, 32);
+  EXPECT_EQ(c.num_experts_per_tok, 4);
+  EXPECT_EQ(c.moe_intermediate_size, 2880);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.layer_windows[0], 128);
+  EXPECT_EQ(c.layer_windows[1], 0);
+  EXPECT_EQ(c.rope_scaling.rope_type, "yarn");
+  EXPECT_EQ(c.rope_scaling.factor, 32);
+  EXPECT_EQ(c.swiglu_limit, 7);
+  EXPECT_EQ(c.swiglu_alpha, 1.702);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{200002});
+  EXPECT_EQ(NumParameters(c), int64_t{20914757184});
+}
+
 // What the families refuse rather than compute differently.
 TEST(MoeConfig, RefusesWhatItDoesNotImplement) {
   const std::string ds = R"({"model_type": "deepseek_v2", "vocab_size": 8, "hidden_size": 8,
