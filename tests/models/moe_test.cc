@@ -774,6 +774,26 @@ TEST(MoeRefusals, GptOssInMxfp4) {
   EXPECT_TRUE(Contains(s, dir)) << s;
 }
 
+// Mixtral's expert plan on gpt-oss's [E, H, 2I] experts would split the hidden dim: refused
+// before any read, naming the placement (Note [gpt-oss experts]).
+TEST(MoeRefusals, GptOssExpertsSplitAlongTheWrongDim) {
+  absl::Status s = World::RunThreads(2, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2}, {"tp"}));
+    CausalLMLoadOptions o;
+    o.plan = ParallelPlan{{"model.layers.*.mlp.experts.gate_up_proj", "colwise"},
+                          {"model.layers.*.mlp.experts.down_proj", "rowwise"},
+                          {"model.layers.*.mlp.experts", "moe_tp_experts"}};
+    LoadReport report;
+    report.seconds = -1;
+    absl::Status st = CausalLM::FromPretrained(MoeDir("gpt_oss"), mesh, o, &report).status();
+    if (report.seconds != -1) return absl::InternalError("weights were read");
+    return st;
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Contains(s, "Experts 'model.layers.0.mlp.experts': gate_up_proj is planned S(1) but "
+                          "its intermediate dim is 2")) << s;
+}
+
 // A config whose experts contradict the checkpoint is refused naming both.
 TEST(MoeRefusals, ExpertsMissingFromTheCheckpoint) {
   const std::string dir = ::testing::TempDir() + "/moe_missing";
