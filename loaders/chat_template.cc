@@ -79,6 +79,14 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Recognize(
     t->format_ = Format::kPhi3;
     return std::shared_ptr<const ChatTemplate>(std::move(t));
   }
+  // gpt-oss's harmony: <|start|>ROLE<|channel|>...<|message|>CONTENT<|end|>, with a system
+  // preamble the template writes (knowledge cutoff, today's date, reasoning effort, channels).
+  if (absl::StrContains(source, "<|start|>") && absl::StrContains(source, "<|message|>")) {
+    return absl::UnimplementedError(absl::StrCat(
+        "chat template: gpt-oss's harmony format (<|start|>ROLE<|message|>, channels and a "
+        "generated system preamble) is not supported; the template starts \"",
+        absl::CEscape(head), "\""));
+  }
   // Gemma and Gemma 2's form raises on a system message; Gemma 3's folds it into the first turn.
   if (absl::StrContains(source, "<start_of_turn>") && absl::StrContains(source, "<end_of_turn>") &&
       absl::StrContains(source, "System role not supported")) {

@@ -27,10 +27,11 @@
 //
 // Anything else — Llama 3.1's date and tool preamble ("Cutting Knowledge Date"), Mistral's later
 // templates with a system role or tools, Phi-3's first template (an assistant header after every
-// user turn), Gemma 3's turns (its system message folded into the first user turn) — is Unimplemented naming what was seen, never a silently wrong
-// prompt. tests/loaders/chat_template_test.cc compares every format with transformers' rendering
-// of the template (tools/reference/make_zoo_fixtures.py), tokenizer_test.cc ChatML and Llama 3
-// through real tokenizers.
+// user turn), Gemma 3's turns (its system message folded into the first user turn), gpt-oss's
+// harmony (channels, a system preamble with dates) — is Unimplemented naming what was seen, never
+// a silently wrong prompt. tests/loaders/chat_template_test.cc compares every format with
+// transformers' rendering of the template (tools/reference/make_zoo_fixtures.py),
+// tokenizer_test.cc ChatML and Llama 3 through real tokenizers.
 
 #include <memory>
 #include <string>

@@ -64,6 +64,14 @@ std::vector<DecoderConfigClass> MakeClasses() {
        .sliding_window = SW::kLayerTypes, .default_sliding_window = 4096,
        .default_sliding_pattern = 6, .sliding_pattern_field = true, .local_rope_fields = true,
        .attention_scale_fields = true, .default_tie_word_embeddings = true},
+      {.model_type = "gpt_oss", .architecture = "GptOssForCausalLM",
+       .attention_bias_field = true, .default_attention_bias = true, .default_head_dim = 64,
+       .experts = ExpertFields::kSwigluLimit, .default_max_position_embeddings = 131072,
+       .default_rms_norm_eps = 1e-5, .default_rope_theta = 150000.0,
+       .sliding_window = SW::kLayerTypes, .default_sliding_window = 128,
+       .default_sliding_pattern = 2,
+       .default_rope_parameters = R"({"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+           "beta_slow": 1.0, "truncate": false, "original_max_position_embeddings": 4096})"},
   };
 }
 

@@ -35,7 +35,8 @@
 //                                          both keys given must agree: ActivationKey);
 //                                          the model accepts the gated MLP's activations
 //                                          (nn/mlp.h ParseActivation) and refuses the others
-//   attention_bias               no        false; read where the class has it (q/k/v/o biases)
+//   attention_bias               no        the class's (false; gpt-oss true); read where the class
+//                                          has it (q/k/v/o biases)
 //   mlp_bias                     no        false; read where the class has it
 //   sliding_window, use_sliding_window, max_window_layers, layer_types
 //                                no        as the class reads them (SlidingWindowFields): the
@@ -49,6 +50,7 @@
 //                                          rope_parameters.sliding_attention, the full layers'
 //                                          in rope_parameters.full_attention) and their pattern
 //                                          (6: every sixth layer full) without layer_types
+//   swiglu_limit, swiglu_alpha   no        gpt-oss's (7, 1.702): its experts' clamped SwiGLU
 //   tie_word_embeddings          no        the class's (false; Gemma true); true: no
 //                                          lm_head.weight, it is embed_tokens
 //   torch_dtype | dtype          no        "float32"; float32, bfloat16, float16
@@ -121,6 +123,9 @@ enum class ExpertFields : uint8_t {
                   // (Qwen3MoeConfig)
   kFirstKDense,   // n_routed_experts (64), num_experts_per_tok (required), moe_intermediate_size
                   // (1407), first_k_dense_replace (0), n_shared_experts (2) (DeepseekV2Config)
+  kSwigluLimit,   // num_local_experts (128), num_experts_per_tok (4), swiglu_limit (7) and
+                  // swiglu_alpha (1.702) of the experts' clamped SwiGLU; every layer sparse, each
+                  // expert intermediate_size wide (GptOssConfig)
   kLayerTypes,    // n_routed_experts (160), num_experts_per_tok (16), moe_intermediate_size
                   // (512), n_shared_experts (1), mlp_layer_types ("dense" / "sparse" per layer;
                   // else first_k_dense_replace, 1), use_gated_attention (must not be false)
@@ -148,6 +153,7 @@ struct DecoderConfigClass {
   std::string gguf_architecture;  // llama.cpp's general.architecture; empty: no GGUF reader
   // ---- attention
   bool attention_bias_field = false;     // "attention_bias" gives q/k/v/o biases
+  bool default_attention_bias = false;   // its value when absent (GptOssConfig: true)
   bool qkv_bias = false;                 // the checkpoints hold q/k/v biases whatever the config
                                          // says, and no o bias (the class has no attention_bias)
   bool latent_attention_fields = false;  // q_lora_rank, kv_lora_rank, ...; head_dim is
@@ -182,6 +188,9 @@ struct DecoderConfigClass {
   double default_attn_logit_softcapping = 0;
   double default_final_logit_softcapping = 0;
   bool default_tie_word_embeddings = false;
+  // The rope_parameters a config without rope_parameters / rope_scaling has (JSON; empty: the
+  // default type with rope_theta). GptOssConfig: YaRN x32 over 4096 positions.
+  std::string default_rope_parameters;
   // rope_type names the class reads as longrope (Phi3Config: "su", "yarn").
   std::vector<std::string> longrope_aliases;
 };
@@ -189,7 +198,7 @@ struct DecoderConfigClass {
 // Every config class, in hf_config.cc's order.
 const std::vector<DecoderConfigClass>& DecoderConfigClasses();
 // "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe, deepseek_v2, minicpm5_moe, gemma,
-// olmo2, gemma2, gemma3_text".
+// olmo2, gemma2, gemma3_text, gpt_oss".
 std::string DecoderModelTypes();
 // The class of a config.json "model_type"; InvalidArgument listing the supported ones.
 absl::StatusOr<const DecoderConfigClass*> FindDecoderConfigClass(absl::string_view model_type);
@@ -247,6 +256,10 @@ struct DecoderConfig {
                                  // first_k_dense_replace, decoder_sparse_step, mlp_only_layers
   int64_t n_group = 1;           // Note [Sigmoid group routing] in nn/moe.h
   int64_t topk_group = 1;
+  // The experts' clamped SwiGLU (ExpertFields::kSwigluLimit; Note [gpt-oss experts] in
+  // nn/moe.h); 0: the family's act(gate) · up.
+  double swiglu_limit = 0;
+  double swiglu_alpha = 0;
   // ---- latent attention; head_dim is qk_rope_head_dim
   int64_t q_lora_rank = 0;  // 0: a plain q_proj
   int64_t kv_lora_rank = 0;

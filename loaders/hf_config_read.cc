@@ -70,6 +70,11 @@ absl::Status ParseRope(const Reader& r, const DecoderConfigClass& cls, DecoderCo
   const Json* params = v5 != nullptr ? v5 : v4;
   const std::string key = v5 != nullptr ? "rope_parameters" : "rope_scaling";
   DT_ASSIGN_OR_RETURN(c->rope_theta, r.PositiveNumber(j, "rope_theta", cls.default_rope_theta));
+  Json class_default;  // the class's rope when the config names none (GptOssConfig's YaRN)
+  if (params == nullptr && !cls.default_rope_parameters.empty()) {
+    class_default = Json::parse(cls.default_rope_parameters);
+    params = &class_default;
+  }
   if (params == nullptr) return absl::OkStatus();
   if (!params->is_object()) {
     return r.Error(absl::StrCat("\"", key, "\" must be an object or null, got ", params->dump()));
@@ -198,6 +203,9 @@ bool ReadsHiddenActivation(const DecoderConfigClass& c) {
 bool ReadsAttentionScales(const DecoderConfigClass& c) { return c.attention_scale_fields; }
 bool ReadsSlidingPattern(const DecoderConfigClass& c) { return c.sliding_pattern_field; }
 bool ReadsLocalRope(const DecoderConfigClass& c) { return c.local_rope_fields; }
+bool ReadsSwigluLimit(const DecoderConfigClass& c) {
+  return c.experts == ExpertFields::kSwigluLimit;
+}
 bool ReadsLayerTypes(const DecoderConfigClass& c) {
   return c.sliding_window == SlidingWindowFields::kFromLayer ||
          c.sliding_window == SlidingWindowFields::kLayerTypes;
@@ -241,7 +249,7 @@ const std::vector<UnimplementedField>& UnimplementedFields() {
       {"attention_multiplier", "Granite's attention scale", F::kOne},
       // ---- MLP and experts
       {"hidden_activation", "Gemma's MLP activation", F::kZero, ReadsHiddenActivation},
-      {"swiglu_limit", "gpt-oss's clamped SwiGLU"},
+      {"swiglu_limit", "gpt-oss's clamped SwiGLU", F::kZero, ReadsSwigluLimit},
       {"num_experts", "experts", F::kZero, HasExperts},
       {"num_local_experts", "experts", F::kZero, HasExperts},
       {"n_routed_experts", "experts", F::kZero, HasExperts},
@@ -288,6 +296,14 @@ absl::Status RefuseUnimplemented(const Reader& r, const DecoderConfigClass& cls)
     if (f.read_by != nullptr && f.read_by(cls)) continue;
     const Json* v = r.Find(r.j(), f.key);
     if (v == nullptr || IsOff(*v, f.off)) continue;
+    // A quantization names its method (gpt-oss's "mxfp4" follows a long modules_to_not_convert).
+    const Json* method = v->is_object() ? r.Find(*v, "quant_method") : nullptr;
+    if (method != nullptr && method->is_string()) {
+      return r.Unsupported(absl::StrCat(
+          "\"", f.key, "\" with quant_method \"", method->get<std::string>(), "\" (", f.what,
+          ") is not implemented by dtensor's ", cls.model_type,
+          "; refusing to read quantized weights as plain ones"));
+    }
     return r.Unsupported(absl::StrCat("\"", f.key, "\": ", v->dump().substr(0, 80), " (", f.what,
                                       ") is not implemented by dtensor's ", cls.model_type,
                                       "; refusing to ignore it"));
@@ -578,6 +594,15 @@ absl::Status ParseExperts(const Reader& r, const DecoderConfigClass& cls, Decode
       c->moe_intermediate_size = c->intermediate_size;
       break;
     }
+    case ExpertFields::kSwigluLimit: {
+      DT_ASSIGN_OR_RETURN(c->num_experts, r.PositiveInt(j, "num_local_experts", int64_t{128}));
+      DT_ASSIGN_OR_RETURN(c->num_experts_per_tok,
+                          r.PositiveInt(j, "num_experts_per_tok", int64_t{4}));
+      c->moe_intermediate_size = c->intermediate_size;
+      DT_ASSIGN_OR_RETURN(c->swiglu_limit, r.PositiveNumber(j, "swiglu_limit", 7.0));
+      DT_ASSIGN_OR_RETURN(c->swiglu_alpha, r.PositiveNumber(j, "swiglu_alpha", 1.702));
+      break;
+    }
     case ExpertFields::kSparseStep: {
       // v5 writes num_local_experts (its attribute map); v4 num_experts.
       const char* key = r.Find(j, "num_experts") != nullptr ? "num_experts" : "num_local_experts";
@@ -749,7 +774,7 @@ absl::StatusOr<DecoderConfig> ParseDecoderConfig(absl::string_view json, absl::s
     DT_RETURN_IF_ERROR(ParseRope(r, cls, &c));
     DT_RETURN_IF_ERROR(ParseHiddenAct(r, cls, &c));
     if (cls.attention_bias_field) {
-      DT_ASSIGN_OR_RETURN(c.attention_bias, r.Bool("attention_bias", false));
+      DT_ASSIGN_OR_RETURN(c.attention_bias, r.Bool("attention_bias", cls.default_attention_bias));
     }
     if (cls.mlp_bias_field) {
       DT_ASSIGN_OR_RETURN(c.mlp_bias, r.Bool("mlp_bias", false));

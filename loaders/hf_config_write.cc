@@ -44,8 +44,10 @@ std::string DecoderConfigToJson(const DecoderConfig& c) {
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["rope_theta"] = c.rope_theta;
   const RopeScaling& s = c.rope_scaling;
-  if (s.rope_type == "default") {
+  if (s.rope_type == "default" && cls.default_rope_parameters.empty()) {
     j["rope_scaling"] = nullptr;
+  } else if (s.rope_type == "default") {  // null would read as the class's own (GptOssConfig)
+    j["rope_scaling"] = {{"rope_type", "default"}};
   } else {
     nlohmann::ordered_json r;
     r["rope_type"] = s.rope_type;
@@ -115,6 +117,11 @@ std::string DecoderConfigToJson(const DecoderConfig& c) {
       break;
     case ExpertFields::kLocalExperts:
       j["num_local_experts"] = c.num_experts;
+      break;
+    case ExpertFields::kSwigluLimit:
+      j["num_local_experts"] = c.num_experts;
+      j["swiglu_limit"] = c.swiglu_limit;
+      j["swiglu_alpha"] = c.swiglu_alpha;
       break;
     case ExpertFields::kSparseStep:
       j["num_experts"] = c.num_experts;

@@ -21,7 +21,13 @@ absl::Status AddLayer(Checkpoint& c, const DecoderConfig& config, int64_t layer)
     DT_RETURN_IF_ERROR(c.Rename(block + "gate.weight", router));
   }
   const std::string gate_up = p + "mlp.experts.gate_up_proj", down = p + "mlp.experts.down_proj";
-  if (Has(c, gate_up)) return absl::OkStatus();  // transformers 5's own layout
+  if (Has(c, gate_up)) return absl::OkStatus();  // transformers 5's own layout (gpt-oss's too)
+  if (Has(c, gate_up + "_blocks")) {  // gpt-oss as OpenAI ships it
+    return absl::UnimplementedError(absl::StrCat(
+        "checkpoint '", c.path(), "' stores layer ", layer, "'s experts in MXFP4 (", gate_up,
+        "_blocks and _scales: quant_method \"mxfp4\"), which dtensor does not read; use a "
+        "checkpoint with the experts in bf16 or f32"));
+  }
   const int64_t e_count = config.num_experts, i = config.moe_intermediate_size;
   const Shape gate_up_shape = {e_count, 2 * i, config.hidden_size};
   const Shape down_shape = {e_count, config.hidden_size, i};

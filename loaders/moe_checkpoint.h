@@ -12,6 +12,7 @@
 //   Mixtral's block_sparse_moe.experts.{e}.w1 / w3 / w2, the         up_e], down_proj[e] = down_e
 //   others' mlp.experts.{e}.gate_proj / up_proj / down_proj)
 //   {block}.gate.weight (Mixtral: block_sparse_moe.gate)            mlp.gate.weight
+//   mlp.experts.gate_up_proj_blocks / _scales (gpt-oss's MXFP4)     refused (Unimplemented)
 //
 // The stacked tensors are composites (Note [Composite tensors] in checkpoint.h): nothing is read
 // here, and a rank later reads only its ranges of each expert tensor.

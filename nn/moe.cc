@@ -80,6 +80,7 @@ absl::StatusOr<Tensor> CombineByToken(const Tensor& rows, absl::Span<const int64
 TopKRouter::TopKRouter(const RouterOptions& o) : Module("TopKRouter"), options_(o) {
   RegisterParameter("weight", {o.num_experts, o.hidden_size},
                     o.f32_logits ? DType::kF32 : o.dtype);
+  if (o.bias) RegisterParameter("bias", {o.num_experts}, o.f32_logits ? DType::kF32 : o.dtype);
   if (o.scoring == RouterScoring::kSigmoid) {
     RegisterParameter("e_score_correction_bias", {o.num_experts}, DType::kF32);
   }
@@ -105,7 +106,7 @@ absl::Status TopKRouter::ValidateTensorParallel(const TPValidationContext& ctx) 
 
 std::string TopKRouter::ExtraRepr() const {
   return absl::StrCat("experts=", options_.num_experts, ", top_k=", options_.top_k,
-                      options_.normalize ? ", normalized" : "",
+                      options_.bias ? ", bias" : "", options_.normalize ? ", normalized" : "",
                       options_.scaling != 1.0 ? absl::StrCat(", scaling=", options_.scaling) : "",
                       options_.f32_logits ? ", f32" : "",
                       options_.scoring == RouterScoring::kSigmoid
@@ -196,13 +197,19 @@ absl::StatusOr<Values> TopKRouter::Forward(Values inputs) {
         name, ": its weight must be whole on every rank (the router is replicated), got ",
         FindParameter("weight")->Describe()));
   }
-  Tensor logits;
+  Tensor logits, b;
+  if (o.bias) {
+    DT_ASSIGN_OR_RETURN(b, LocalParam("bias"));
+  }
   if (o.f32_logits) {
     DT_ASSIGN_OR_RETURN(Tensor xf, ops::Cast(x, DType::kF32));
     DT_ASSIGN_OR_RETURN(Tensor wf, ops::Cast(w, DType::kF32));
-    DT_ASSIGN_OR_RETURN(logits, ops::Linear(xf, wf));
+    if (b.defined()) {
+      DT_ASSIGN_OR_RETURN(b, ops::Cast(b, DType::kF32));
+    }
+    DT_ASSIGN_OR_RETURN(logits, ops::Linear(xf, wf, b));
   } else {
-    DT_ASSIGN_OR_RETURN(logits, ops::Linear(x, w));
+    DT_ASSIGN_OR_RETURN(logits, ops::Linear(x, w, b));
     DT_ASSIGN_OR_RETURN(logits, ops::Cast(logits, DType::kF32));
   }
   if (o.scoring == RouterScoring::kSigmoid) {
@@ -238,9 +245,16 @@ absl::StatusOr<Values> IdentityExpert::Forward(Values inputs) {
 }
 
 Experts::Experts(const ExpertsOptions& o) : Module("Experts"), options_(o) {
-  RegisterParameter("gate_up_proj", {o.num_experts, 2 * o.intermediate_size, o.hidden_size},
-                    o.dtype);
-  RegisterParameter("down_proj", {o.num_experts, o.hidden_size, o.intermediate_size}, o.dtype);
+  const int64_t e = o.num_experts, h = o.hidden_size, i = o.intermediate_size;
+  if (o.layout == ExpertsLayout::kInterleavedColumns) {  // Note [gpt-oss experts]
+    RegisterParameter("gate_up_proj", {e, h, 2 * i}, o.dtype);
+    RegisterParameter("gate_up_proj_bias", {e, 2 * i}, o.dtype);
+    RegisterParameter("down_proj", {e, i, h}, o.dtype);
+    RegisterParameter("down_proj_bias", {e, h}, o.dtype);
+  } else {
+    RegisterParameter("gate_up_proj", {e, 2 * i, h}, o.dtype);
+    RegisterParameter("down_proj", {e, h, i}, o.dtype);
+  }
   if (o.num_identity_experts > 0) identity_ = &AddModule<IdentityExpert>("identity");
 }
 
@@ -252,17 +266,137 @@ std::string Experts::ExtraRepr() const {
                           : "",
                       options_.activation == Activation::kSilu
                           ? ""
-                          : absl::StrCat(", ", ActivationName(options_.activation)));
+                          : absl::StrCat(", ", ActivationName(options_.activation)),
+                      options_.layout == ExpertsLayout::kInterleavedColumns
+                          ? ", interleaved columns, biases"
+                          : "",
+                      options_.swiglu_limit > 0
+                          ? absl::StrCat(", clamped swiglu (limit=", options_.swiglu_limit,
+                                         ", alpha=", options_.swiglu_alpha, ")")
+                          : "");
 }
 
 std::vector<int64_t> Experts::PackedBlocks(const Parameter& param, bool col) const {
-  if (!col || param.name() != "gate_up_proj") return {};
+  if (!col || param.name() != "gate_up_proj" ||
+      options_.layout != ExpertsLayout::kGateUpRows) {
+    return {};
+  }
   return {options_.intermediate_size, options_.intermediate_size};
 }
 
 absl::Status Experts::ValidateTensorParallel(const TPValidationContext& ctx) const {
   const std::vector<std::string> projections = {"gate_up_proj", "down_proj"};
-  return CheckIntermediate(*this, ctx, projections, options_.intermediate_size);
+  DT_RETURN_IF_ERROR(CheckIntermediate(*this, ctx, projections, options_.intermediate_size));
+  if (options_.layout != ExpertsLayout::kInterleavedColumns) return absl::OkStatus();
+  // Note [gpt-oss experts]: the intermediate dim of each, or the experts (dim 0, ep); the down
+  // bias whole or with the experts.
+  const std::pair<const char*, int> splits[] = {
+      {"gate_up_proj", 2}, {"gate_up_proj_bias", 1}, {"down_proj", 1}, {"down_proj_bias", -1}};
+  for (const auto& [name, dim] : splits) {
+    const Placement p = ctx.PlannedPlacement(name);
+    if (!p.is_any_shard() || p.dim() == 0 || p.dim() == dim) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Experts '", ctx.module_name(), "': ", name, " is planned ", p.ToString(), " but its ",
+        dim < 0 ? "only split is by experts (dim 0)"
+                : absl::StrCat("intermediate dim is ", dim, " (or experts, dim 0)"),
+        ": gpt-oss's experts are stored [E, H, 2I] (x · W), so gate_up_proj is rowwise and "
+        "down_proj colwise"));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// ClampedSwiGLU's loop over n values of one float type T.
+template <typename T>
+void ClampedSwiGLUValues(const T* gate, const T* up, T* out, int64_t n, float limit, float alpha) {
+  auto round = [](float v) { return static_cast<float>(T(v)); };
+  for (int64_t j = 0; j < n; ++j) {
+    const float g = std::min(static_cast<float>(gate[j]), limit);
+    const float u = std::clamp(static_cast<float>(up[j]), -limit, limit);
+    const float s = round(1.0f / (1.0f + std::exp(-round(g * alpha))));
+    out[j] = T(round(u + 1.0f) * round(g * s));
+  }
+}
+
+// Note [gpt-oss experts]: (clamp(up) + 1) · g · sigmoid(alpha · g), g = min(gate, limit), from
+// gate and up [c, I] (any layout), each step rounded to their dtype as transformers' ops round.
+// On the host (CPU tensors only): dtensor has no clamp op yet.
+absl::StatusOr<Tensor> ClampedSwiGLU(const Tensor& gate, const Tensor& up, double limit,
+                                     double alpha) {
+  if (!gate.device().is_cpu()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "ClampedSwiGLU (gpt-oss's experts) runs on CPU tensors only, got ", gate.Describe()));
+  }
+  DT_ASSIGN_OR_RETURN(Tensor g, gate.Contiguous());
+  DT_ASSIGN_OR_RETURN(Tensor u, up.Contiguous());
+  if (!IsFloating(g.dtype()) || g.shape() != u.shape() || g.dtype() != u.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat("ClampedSwiGLU: gate ", g.Describe(),
+                                                   " and up ", u.Describe()));
+  }
+  DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(g.shape(), g.dtype(), g.device()));
+  const int64_t n = g.numel();
+  const float lim = static_cast<float>(limit), a = static_cast<float>(alpha);
+  if (g.dtype() == DType::kBF16) {
+    ClampedSwiGLUValues(g.data<BFloat16>(), u.data<BFloat16>(), out.data<BFloat16>(), n, lim, a);
+  } else if (g.dtype() == DType::kF16) {
+    ClampedSwiGLUValues(g.data<Float16>(), u.data<Float16>(), out.data<Float16>(), n, lim, a);
+  } else {
+    ClampedSwiGLUValues(g.data<float>(), u.data<float>(), out.data<float>(), n, lim, a);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> Experts::AddsDownBias() const {
+  const Parameter* down = FindParameter("down_proj");
+  if (down == nullptr || !down->placed()) return true;
+  const DTensorSpec& spec = down->spec();
+  for (int d = 0; d < spec.mesh().ndim(); ++d) {
+    if (spec.placements()[d].is_any_shard(1)) {
+      DT_ASSIGN_OR_RETURN(const int local, spec.mesh().LocalRank(d));
+      return local == 0;
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<Tensor> Experts::RunExpert(const Tensor& xe, int64_t e, const Tensor& gate_up,
+                                          const Tensor& down) {
+  const bool interleaved = options_.layout == ExpertsLayout::kInterleavedColumns;
+  DT_ASSIGN_OR_RETURN(Tensor w_gu, gate_up.Select(0, e));
+  Tensor gate, up;
+  if (interleaved) {  // x · W + b, then the columns g0 u0 g1 u1 ... as two strided views
+    DT_ASSIGN_OR_RETURN(Tensor gu, ops::Matmul(xe, w_gu));
+    DT_ASSIGN_OR_RETURN(Tensor b_all, LocalParam("gate_up_proj_bias"));
+    DT_ASSIGN_OR_RETURN(Tensor b, b_all.Select(0, e));
+    DT_ASSIGN_OR_RETURN(gu, ops::Add(gu, b));
+    DT_ASSIGN_OR_RETURN(Tensor pairs, gu.Reshape({gu.size(0), gu.size(1) / 2, 2}));
+    DT_ASSIGN_OR_RETURN(gate, pairs.Select(2, 0));
+    DT_ASSIGN_OR_RETURN(up, pairs.Select(2, 1));
+  } else {
+    DT_ASSIGN_OR_RETURN(Tensor gu, ops::Linear(xe, w_gu));
+    DT_ASSIGN_OR_RETURN(std::vector<Tensor> halves, ops::Chunk(gu, 2, -1));
+    gate = halves[0];
+    up = halves[1];
+  }
+  Tensor hidden;
+  if (options_.swiglu_limit > 0) {
+    DT_ASSIGN_OR_RETURN(hidden,
+                        ClampedSwiGLU(gate, up, options_.swiglu_limit, options_.swiglu_alpha));
+  } else {
+    DT_ASSIGN_OR_RETURN(Value act, Activate(Value(gate), options_.activation));
+    DT_ASSIGN_OR_RETURN(hidden, ops::Mul(act.local(), up));
+  }
+  DT_ASSIGN_OR_RETURN(Tensor w_down, down.Select(0, e));
+  if (!interleaved) return ops::Linear(hidden, w_down);
+  DT_ASSIGN_OR_RETURN(Tensor y, ops::Matmul(hidden, w_down));
+  DT_ASSIGN_OR_RETURN(const bool adds_bias, AddsDownBias());
+  if (!adds_bias) return y;
+  DT_ASSIGN_OR_RETURN(Tensor b_all, LocalParam("down_proj_bias"));
+  DT_ASSIGN_OR_RETURN(Tensor b, b_all.Select(0, e));
+  return ops::Add(y, b);
 }
 
 // Note [Grouped experts]
@@ -303,8 +437,10 @@ absl::StatusOr<Values> Experts::Forward(Values inputs) {
                      ids_t.Describe(), " and ", weights.Describe()));
   }
   DT_ASSIGN_OR_RETURN(ids_t, ops::Cast(ids_t, DType::kI64));
-  DT_ASSIGN_OR_RETURN(Tensor gate_up, LocalParam("gate_up_proj"));  // [E_here, 2I/tp, H]
-  DT_ASSIGN_OR_RETURN(Tensor down, LocalParam("down_proj"));        // [E_here, H, I/tp]
+  // [E_here, 2I/tp, H] and [E_here, H, I/tp] (kInterleavedColumns: [E_here, H, 2I/tp] and
+  // [E_here, I/tp, H])
+  DT_ASSIGN_OR_RETURN(Tensor gate_up, LocalParam("gate_up_proj"));
+  DT_ASSIGN_OR_RETURN(Tensor down, LocalParam("down_proj"));
   const int64_t n = x.size(0), k = ids_t.size(1), h = options_.hidden_size;
   const int64_t experts = gate_up.size(0), identity = options_.num_identity_experts;
   const std::vector<int64_t> ids = ids_t.ToVector<int64_t>();
@@ -344,13 +480,7 @@ absl::StatusOr<Values> Experts::Forward(Values inputs) {
       const int64_t c = static_cast<int64_t>(bucket[e].size());
       if (c == 0) continue;
       DT_ASSIGN_OR_RETURN(Tensor xe, rows.Narrow(0, at, c));
-      DT_ASSIGN_OR_RETURN(Tensor w_gu, gate_up.Select(0, e));
-      DT_ASSIGN_OR_RETURN(Tensor gu, ops::Linear(xe, w_gu));
-      DT_ASSIGN_OR_RETURN(std::vector<Tensor> halves, ops::Chunk(gu, 2, -1));
-      DT_ASSIGN_OR_RETURN(Value act, Activate(Value(halves[0]), options_.activation));
-      DT_ASSIGN_OR_RETURN(Tensor hidden, ops::Mul(act.local(), halves[1]));
-      DT_ASSIGN_OR_RETURN(Tensor w_down, down.Select(0, e));
-      DT_ASSIGN_OR_RETURN(Tensor ye, ops::Linear(hidden, w_down));
+      DT_ASSIGN_OR_RETURN(Tensor ye, RunExpert(xe, e, gate_up, down));
       DT_ASSIGN_OR_RETURN(Tensor slot, out.Narrow(0, at, c));
       DT_RETURN_IF_ERROR(slot.CopyFrom(ye));
       at += c;
@@ -373,7 +503,7 @@ absl::StatusOr<Values> Experts::Forward(Values inputs) {
 // ---- block ----------------------------------------------------------------------------------------
 
 MoeBlock::MoeBlock(const MoeBlockOptions& o) : Module("MoeBlock"), options_(o) {
-  gate_ = &AddModule<TopKRouter>("gate", o.router);
+  gate_ = &AddModule<TopKRouter>(o.router_name, o.router);
   experts_ = &AddModule<Experts>("experts", o.experts);
   if (o.shared_intermediate_size > 0) {
     SwiGLUOptions s;

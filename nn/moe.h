@@ -3,7 +3,8 @@
 // nn/models/decoder_family.h).
 //
 //   TopKRouter      {x [N, H]} -> {weights [N, k], ids [N, k] i64}
-//                   weight [E, H]; p = softmax(x · weightᵀ) over the E experts, in f32; the k
+//                   weight [E, H] (and with `bias` a bias [E], gpt-oss);
+//                   p = softmax(x · weightᵀ + bias) over the E experts, in f32; the k
 //                   largest; with `normalize` divided by their sum, times `scaling`; weights in
 //                   f32, or in x's dtype with `weights_in_input_dtype` (Qwen3-MoE). With
 //                   `f32_logits` the logits themselves are computed in f32 (DeepSeek's router
@@ -14,6 +15,8 @@
 //                     -> {y [N, H]: y[n] = Σ_j weights[n, j] · expert_{ids[n, j]}(x[n])}
 //                   parameters gate_up_proj [E, 2I, H] (rows gate | up of each expert) and
 //                   down_proj [E, H, I]; expert e(x) = down_e(act(gate_e · x) * (up_e · x)).
+//                   With ExpertsLayout::kInterleavedColumns and swiglu_limit: gpt-oss's experts
+//                   (Note [gpt-oss experts]).
 //                   Grouped (Note [Grouped experts]): one GEMM per expert that received tokens,
 //                   none for the others. An id equal to the number of experts this rank holds is
 //                   skipped (the sentinel of ep_router, transformers' one_hot(num_experts + 1));
@@ -21,7 +24,8 @@
 //                   (IdentityExpert: x itself, LongCat-Flash's "zero experts").
 //   IdentityExpert  {x} -> {x}.
 //   MoeBlock        {h [B, S, H]} -> {experts(h, gate(h)) + shared_experts(h)}
-//                   children gate (TopKRouter), experts (Experts) and, with shared experts,
+//                   children gate (TopKRouter; router_name, gpt-oss's "router"), experts
+//                   (Experts) and, with shared experts,
 //                   shared_experts (SwiGLUMLP of n_shared · I, DeepSeek); computed on whole
 //                   (replicated) activations, the output a local tensor.
 //
@@ -33,7 +37,10 @@
 // Plans (T = tensor-parallel size; names as constructed):
 //   Experts   gate_up_proj packed_colwise (blocks [I, I] declared: each rank holds matching gate
 //             and up rows), down_proj rowwise, the module moe_tp_experts; identity
-//             moe_identity_expert. T divides I.
+//             moe_identity_expert. T divides I. kInterleavedColumns (Note [gpt-oss experts]):
+//             gate_up_proj and gate_up_proj_bias rowwise (their last dim, the columns), down_proj
+//             colwise (its dim 1, I), down_proj_bias replicated (added by one rank of the tp
+//             dim), the module moe_tp_experts.
 //   MoeBlock  the router replicated (no rule), shared_experts as a SwiGLUMLP.
 
 #include <cstdint>
@@ -75,6 +82,7 @@ struct RouterOptions {
   int64_t hidden_size = 0;
   int64_t num_experts = 0;
   int64_t top_k = 0;
+  bool bias = false;                    // a parameter "bias" [E] on the logits (gpt-oss)
   bool normalize = false;               // the k weights divided by their sum
   double scaling = 1.0;                 // then multiplied by this (routed_scaling_factor)
   bool f32_logits = false;              // weight and logits in f32 (DeepSeek)
@@ -112,12 +120,32 @@ class IdentityExpert : public Module {
   absl::StatusOr<Values> Forward(Values inputs) override;
 };
 
+// Note [gpt-oss experts]
+// gpt-oss (transformers' GptOssExperts) stores its experts for x · W, not x · Wᵀ: gate_up_proj
+// [E, H, 2I] whose columns interleave gate and up (gate_j at 2j, up_j at 2j + 1), with
+// gate_up_proj_bias [E, 2I], and down_proj [E, I, H] with down_proj_bias [E, H]. Its GLU is a
+// clamped SwiGLU: g = min(gate, limit), u = clamp(up, -limit, limit), out = (u + 1) · g ·
+// sigmoid(alpha · g), each step rounded to the dtype as transformers' ops round. Under tensor
+// parallelism the columns split in contiguous ranges: with T dividing I each rank's range starts
+// at an even column and holds whole (gate_j, up_j) pairs, so plain S(2) (rowwise's S(ndim-1)) is
+// the interleaved split, and FullTensor gives back the checkpoint's layout. down_proj splits its
+// I rows (colwise's S(ndim-2)); down_proj_bias stays whole and is added by the first rank of the
+// dim down_proj is split over only, so the all_reduce adds it once.
+enum class ExpertsLayout : uint8_t {
+  kGateUpRows,          // gate_up_proj [E, 2I, H] rows gate | up, down_proj [E, H, I]
+  kInterleavedColumns,  // Note [gpt-oss experts], with biases
+};
+
 struct ExpertsOptions {
   int64_t num_experts = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_identity_experts = 0;
   Activation activation = Activation::kSilu;
+  ExpertsLayout layout = ExpertsLayout::kGateUpRows;
+  // > 0: the clamped SwiGLU of Note [gpt-oss experts] instead of act(gate) · up.
+  double swiglu_limit = 0;
+  double swiglu_alpha = 1.702;
   DType dtype = DType::kF32;
 };
 
@@ -134,12 +162,19 @@ class Experts : public Module {
   absl::StatusOr<Values> Forward(Values inputs) override;
 
  private:
+  // Expert e's output for its rows xe (this rank's piece of it under tensor parallelism).
+  absl::StatusOr<Tensor> RunExpert(const Tensor& xe, int64_t e, const Tensor& gate_up,
+                                   const Tensor& down);
+  // Whether this rank adds down_proj_bias (Note [gpt-oss experts]).
+  absl::StatusOr<bool> AddsDownBias() const;
+
   ExpertsOptions options_;
   IdentityExpert* identity_ = nullptr;  // with num_identity_experts
 };
 
 struct MoeBlockOptions {
   RouterOptions router;
+  std::string router_name = "gate";  // gpt-oss: "router"
   ExpertsOptions experts;
   int64_t shared_intermediate_size = 0;  // 0: no shared experts
   bool shared_bias = false;

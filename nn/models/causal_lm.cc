@@ -100,6 +100,7 @@ std::unique_ptr<Module> MakeAttention(const loaders::DecoderConfig& c, int64_t l
   if (layer < static_cast<int64_t>(c.layer_windows.size()) && c.layer_windows[layer] > 0) {
     a.window = c.layer_windows[layer];
   }
+  a.sinks = f.sinks;
   a.rotary_style = ops::RotaryStyle::kHalf;
   a.dtype = dtype;
   auto attention = std::make_unique<Attention>(a);
@@ -116,6 +117,8 @@ std::unique_ptr<Module> MakeMlp(const loaders::DecoderConfig& c, int64_t layer, 
     o.router.hidden_size = c.hidden_size;
     o.router.num_experts = c.num_experts;
     o.router.top_k = c.num_experts_per_tok;
+    o.router.bias = f.router_bias;
+    o.router_name = f.router_name;
     o.router.normalize = c.norm_topk_prob;
     o.router.scaling = c.routed_scaling_factor;
     o.router.f32_logits = f.router_f32;
@@ -130,6 +133,9 @@ std::unique_ptr<Module> MakeMlp(const loaders::DecoderConfig& c, int64_t layer, 
     o.experts.hidden_size = c.hidden_size;
     o.experts.intermediate_size = c.moe_intermediate_size;
     o.experts.activation = act;
+    o.experts.layout = f.experts_layout;
+    o.experts.swiglu_limit = c.swiglu_limit;
+    o.experts.swiglu_alpha = c.swiglu_alpha;
     o.experts.dtype = dtype;
     o.shared_intermediate_size = c.n_shared_experts * c.moe_intermediate_size;
     o.shared_bias = c.mlp_bias;

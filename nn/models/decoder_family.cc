@@ -99,6 +99,35 @@ std::vector<DecoderFamily> MakeFamilies() {
       {"model.layers.*.self_attn.o_proj", "rowwise"},
       {"lm_head", "colwise_gather_output"},
   };
+  // gpt-oss: transformers 5.25's plan splits the vocab (embed_tokens embedding_rowwise, lm_head
+  // colwise_gather_output) and leaves attention and experts whole; here the attention is split
+  // as every family's and the experts inside each rank's share (Note [gpt-oss experts] in
+  // nn/moe.h: their x · W layout makes gate_up_proj rowwise and down_proj colwise). The sinks
+  // stay whole (each rank reads its heads').
+  Plan gpt_oss_plan = AttentionPlan();
+  gpt_oss_plan.insert(gpt_oss_plan.begin(), {"model.embed_tokens", "embedding_rowwise"});
+  const Plan gpt_oss_moe = {
+      {"model.layers.*.mlp.experts.gate_up_proj", "rowwise"},
+      {"model.layers.*.mlp.experts.gate_up_proj_bias", "rowwise"},
+      {"model.layers.*.mlp.experts.down_proj", "colwise"},
+      {"model.layers.*.mlp.experts", "moe_tp_experts"},
+  };
+  // transformers' base_model_ep_plan for gpt-oss: the biases go with their experts.
+  const Plan gpt_oss_ep = {
+      {"model.layers.*.mlp.experts.gate_up_proj", "grouped_gemm"},
+      {"model.layers.*.mlp.experts.gate_up_proj_bias", "grouped_gemm"},
+      {"model.layers.*.mlp.experts.down_proj", "grouped_gemm"},
+      {"model.layers.*.mlp.experts.down_proj_bias", "grouped_gemm"},
+      {"model.layers.*.mlp.experts", "ep_dispatch_experts"},
+  };
+  const Plan gpt_oss_ep_all_reduce = {
+      {"model.layers.*.mlp.router", "ep_router"},
+      {"model.layers.*.mlp.experts.gate_up_proj", "grouped_gemm"},
+      {"model.layers.*.mlp.experts.gate_up_proj_bias", "grouped_gemm"},
+      {"model.layers.*.mlp.experts.down_proj", "grouped_gemm"},
+      {"model.layers.*.mlp.experts.down_proj_bias", "grouped_gemm"},
+      {"model.layers.*.mlp.experts", "moe_tp_experts"},
+  };
   return {
       {.model_type = "llama", .tp_plan = AttentionPlan(), .mlp_plan = MlpPlan()},
       {.model_type = "mistral", .tp_plan = AttentionPlan(), .mlp_plan = MlpPlan()},
@@ -135,6 +164,12 @@ std::vector<DecoderFamily> MakeFamilies() {
       {.model_type = "gemma3_text", .qk_norm = true, .layer_norms = LayerNorms::kPreAndPost,
        .norm_form = RMSNormForm::kOnePlusWeight, .embed_scale = true, .tp_plan = qwen3_plan,
        .mlp_plan = MlpPlan()},
+      // Its router's top-k weights are a softmax in the logits' dtype (GptOssTopKRouter).
+      {.model_type = "gpt_oss", .sinks = true, .router_weights_in_input_dtype = true,
+       .router_name = "router", .router_bias = true,
+       .experts_layout = ExpertsLayout::kInterleavedColumns, .tp_plan = gpt_oss_plan,
+       .moe_plan = gpt_oss_moe, .ep_plan = gpt_oss_ep,
+       .ep_all_reduce_plan = gpt_oss_ep_all_reduce},
   };
 }
 
@@ -186,11 +221,16 @@ int64_t NumParameters(const loaders::DecoderConfig& c) {
     if (c.o_bias()) attention += h;
     if (f.qk_norm) attention += 2 * c.head_dim;
     if (f.qk_norm_whole) attention += q + kv;
+    if (f.sinks) attention += c.num_attention_heads;
   }
   const int64_t dense = 3 * h * i + (c.mlp_bias ? 2 * i + h : 0);
   const int64_t shared = c.n_shared_experts * c.moe_intermediate_size;
-  const int64_t router_bias = f.router_scoring == RouterScoring::kSigmoid ? c.num_experts : 0;
-  const int64_t sparse = c.num_experts * h + router_bias +
+  const int64_t router_bias =
+      f.router_scoring == RouterScoring::kSigmoid || f.router_bias ? c.num_experts : 0;
+  const int64_t expert_biases = f.experts_layout == ExpertsLayout::kInterleavedColumns
+                                    ? c.num_experts * (2 * c.moe_intermediate_size + h)
+                                    : 0;
+  const int64_t sparse = c.num_experts * h + router_bias + expert_biases +
                          c.num_experts * 3 * h * c.moe_intermediate_size +
                          (shared > 0 ? 3 * h * shared + (c.mlp_bias ? 2 * shared + h : 0) : 0);
   const int64_t norms = (f.layer_norms == LayerNorms::kPreAndPost ? 4 : 2) * h;

@@ -33,6 +33,12 @@
 //   gemma3_text as gemma2 (soft-caps off by default), with per-head q_norm / k_norm    256   (none)
 //               ((1 + w)) and the sliding layers' own RoPE base (rope_local_base_freq,
 //               default rope; the full layers' rope_theta with the config's scaling)
+//   gpt_oss     attention_bias (true by default); learned sinks per head; sliding    64     (none)
+//               windows per layer (layer_types: every other layer); YaRN RoPE; every
+//               layer sparse: a router with a bias (mlp.router), experts stored [E, H, 2I]
+//               with interleaved gate/up columns and biases, the clamped SwiGLU (Note
+//               [gpt-oss experts] in nn/moe.h). MXFP4 checkpoints are refused
+//               (quantization_config)
 //
 // Every family: decoder layers with residuals around attention and a gated MLP act(gate)·up
 // (normalized as the family's LayerNorms say), rotate_half RoPE with the config's rope type, GQA,
@@ -57,6 +63,10 @@
 // instead of transformers' `colwise_gather_output` + `rowwise_split_input`, which gathers
 // the whole projection output on every rank of every layer only to slice it again (Note
 // [Packed blocks] in nn/styles.h says why a block shard gathers back to the checkpoint layout).
+// (OLMo 2's q/k norms and the experts of the MoE families depart too: see their rows.) gpt-oss's
+// transformers plan splits only the vocab (embed_tokens embedding_rowwise, lm_head); here its
+// attention is split as every family's and its experts inside each rank's share (Note [gpt-oss
+// experts] in nn/moe.h), computing the same logits with no rank holding the whole model.
 //
 // Note [Config classes and families]
 // A decoder model_type has two descriptions. Its config class (loaders::DecoderConfigClass, the
@@ -101,6 +111,9 @@
 //                unless i is in mlp_only_layers          norm_topk_prob, in the input's dtype
 //   deepseek_v2  i >= first_k_dense_replace              softmax in f32 (router weight f32),
 //                                                        times routed_scaling_factor
+//   gpt_oss      all                                     softmax over the k chosen logits
+//                                                        (the renormalised top k of softmax),
+//                                                        in the input's dtype
 //   minicpm5_moe mlp_layer_types[i] == "sparse" (else    sigmoid scores chosen with
 //                i >= first_k_dense_replace, default 1)  e_score_correction_bias among the
 //                                                        topk_group best of n_group groups,
@@ -146,6 +159,7 @@ struct DecoderFamily {
   // q_norm / k_norm over the whole projection, [nH·D] and [nKV·D], before the heads are split
   // (OLMo 2; with qk_norm they are per head, Qwen3's).
   bool qk_norm_whole = false;
+  bool sinks = false;  // learned sink logits per head, self_attn.sinks [nH] (gpt-oss)
   // ---- the layer and the model around it
   LayerNorms layer_norms = LayerNorms::kPre;  // Note [Layer norms]
   RMSNormForm norm_form = RMSNormForm::kRoundThenScale;  // every RMSNorm's (nn/norm.h)
@@ -156,6 +170,11 @@ struct DecoderFamily {
   RouterScoring router_scoring = RouterScoring::kSoftmax;
   bool router_f32 = false;                     // weight and logits in f32 (DeepSeek)
   bool router_weights_in_input_dtype = false;  // the top-k weights in x's dtype (Qwen3-MoE)
+  std::string router_name = "gate";            // the router's module (gpt-oss: mlp.router)
+  bool router_bias = false;                    // a bias on its logits (gpt-oss)
+  // How the experts are stored (nn/moe.h; gpt-oss: Note [gpt-oss experts]); their GLU is the
+  // config's (swiglu_limit)
+  ExpertsLayout experts_layout = ExpertsLayout::kGateUpRows;
   // The plan (see the file comment): {key, style name}, keys from the causal LM's root. tp_plan:
   // attention, the vocab and what every layer has; mlp_plan: a dense layer's MLP (used when a
   // layer is dense); moe_plan: a sparse layer's block (used when a layer is sparse); ep_plan:
@@ -171,7 +190,7 @@ struct DecoderFamily {
 // Every family, in the order of the file comment's table (and of loaders' config classes).
 const std::vector<DecoderFamily>& DecoderFamilies();
 // "llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe, deepseek_v2, minicpm5_moe, gemma,
-// olmo2, gemma2, gemma3_text".
+// olmo2, gemma2, gemma3_text, gpt_oss".
 std::string DecoderFamilyNames();
 // The family of a config.json "model_type"; InvalidArgument listing the supported ones.
 absl::StatusOr<const DecoderFamily*> FindDecoderFamily(absl::string_view model_type);

@@ -69,6 +69,10 @@ TEST(ChatTemplate, FormsItDoesNotWriteAreRefusedNamingThem) {
             "{{'<|user|>' + '\\n' + message['content'] + '<|end|>' + '\\n' + '<|assistant|>' + "
             "'\\n'}}{% endif %}{% endfor %}",
             "Phi-3's first template form"},
+           {"{#- harmony -#}{{- \"<|start|>system<|message|>\" }}{%- for message in messages %}"
+            "{{- \"<|start|>\" + message.role + \"<|message|>\" + message.content + \"<|end|>\" }}"
+            "{%- endfor %}",
+            "gpt-oss's harmony format"},
            {"{% for message in messages %}<start_of_turn>{{ message['role'] }}{% endfor %}",
             "chat template not recognized (supported: ChatML, Llama 3, Mistral [INST], Phi-3, "
             "Gemma)"}}) {

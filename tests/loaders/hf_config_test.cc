@@ -121,7 +121,8 @@ TEST(HfConfig, Errors) {
        "torch_dtype \"int8\" is not supported"},
       {"{" + sizes + R"(, "num_attention_heads": 2, "model_type": "gpt_neox"})",
        "model_type \"gpt_neox\" is not supported (supported: llama, mistral, qwen2, qwen3, phi3, "
-       "mixtral, qwen3_moe, deepseek_v2, minicpm5_moe, gemma, olmo2, gemma2, gemma3_text)"},
+       "mixtral, qwen3_moe, deepseek_v2, minicpm5_moe, gemma, olmo2, gemma2, gemma3_text, "
+       "gpt_oss)"},
       {"{" + base + R"(, "num_attention_heads": 2, "tie_word_embeddings": "yes"})",
        "must be true or false"},
       {"{" + base + R"(, "num_attention_heads": 2, "rope_scaling": {"rope_type": "llama3"}})",
@@ -357,6 +358,49 @@ TEST(DecoderFamilies, Gemma3LocalRopeAndPattern) {
   }
 }
 
+// GptOssConfig's defaults: q/k/v/o biases, head_dim 64, every other layer sliding over 128
+// positions, YaRN x32 over 4096 positions on theta 150000, 128 experts top 4 with the clamped
+// SwiGLU (7, 1.702), renormalised (softmax over the chosen logits); written back as read.
+TEST(DecoderFamilies, GptOssDefaultsAndRoundTrip) {
+  const DecoderConfig d = Parse("gpt_oss", "").value();
+  EXPECT_TRUE(d.attention_bias && d.qkv_bias() && d.o_bias());
+  EXPECT_EQ(d.head_dim, 64);
+  EXPECT_EQ(d.layer_windows, (std::vector<int64_t>{128, 0, 128, 0}));
+  EXPECT_EQ(d.rope_theta, 150000);
+  EXPECT_EQ(d.rope_scaling.rope_type, "yarn");
+  EXPECT_EQ(d.rope_scaling.factor, 32);
+  EXPECT_EQ(d.rope_scaling.original_max_position_embeddings, 4096);
+  EXPECT_FALSE(d.rope_scaling.truncate);
+  EXPECT_EQ(d.num_experts, 128);
+  EXPECT_EQ(d.num_experts_per_tok, 4);
+  EXPECT_EQ(d.moe_intermediate_size, 8);  // intermediate_size: each expert's
+  EXPECT_TRUE(d.norm_topk_prob);
+  EXPECT_EQ(d.swiglu_limit, 7);
+  EXPECT_EQ(d.swiglu_alpha, 1.702);
+  EXPECT_EQ(d.rms_norm_eps, 1e-5);
+  EXPECT_TRUE(d.IsMoeLayer(0) && d.IsMoeLayer(3));
+  EXPECT_EQ(d.config_class().architecture, "GptOssForCausalLM");
+  const nn::DecoderFamily& f = nn::FamilyOf(d);
+  EXPECT_TRUE(f.sinks && f.router_bias);
+  EXPECT_EQ(f.router_name, "router");
+  const DecoderConfig g = Parse("gpt_oss", R"("attention_bias": false, "sliding_window": 6,
+      "num_local_experts": 4, "num_experts_per_tok": 2, "swiglu_limit": 1.5,
+      "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0})").value();
+  EXPECT_FALSE(g.attention_bias);
+  EXPECT_EQ(g.layer_windows, (std::vector<int64_t>{6, 0, 6, 0}));
+  EXPECT_EQ(g.rope_scaling.rope_type, "default");
+  EXPECT_EQ(g.swiglu_limit, 1.5);
+  // Parameters: the sinks (4 heads), router biases, the experts' biases, per layer.
+  DecoderConfig plain = g;
+  plain.model_type = "mixtral";
+  EXPECT_EQ(nn::NumParameters(g) - nn::NumParameters(plain), 4 * (4 + 4 + 4 * (2 * 8 + 16)));
+  for (const DecoderConfig& c : {d, g}) {
+    auto back = ParseDecoderConfig(DecoderConfigToJson(c), "written");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, c);
+  }
+}
+
 TEST(DecoderFamilies, FieldsNoFamilyImplementsAreRefused) {
   for (const auto& [extra, error] : std::vector<std::pair<std::string, std::string>>{
            {R"("partial_rotary_factor": 0.5)",
@@ -508,11 +552,12 @@ TEST(WhichModel, EachClassRefusesWhatItDoesNotRead) {
       {R"("use_bidirectional_attention": true)", {}},
       {R"("rope_local_base_freq": 10000.0)", {"gemma3_text"}},
       {R"("sliding_window_pattern": 6)", {"gemma3_text"}},
-      {R"("swiglu_limit": 7.0)", {}},
+      {R"("swiglu_limit": 7.0)", {"gpt_oss"}},
       {R"("attention_chunk_size": 8192)", {}},
       {R"("logit_scale": 0.0625)", {}},
       {R"("sliding_window": 64)",
-       {"mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe", "gemma2", "gemma3_text"}},
+       {"mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe", "gemma2", "gemma3_text",
+        "gpt_oss"}},
       {R"("use_sliding_window": true)", {"qwen2", "qwen3", "qwen3_moe"}},
       {R"("use_gated_attention": true)", {"minicpm5_moe"}},
       {R"("decoder_sparse_step": 2)", {"qwen3_moe"}},

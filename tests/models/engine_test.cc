@@ -222,6 +222,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Family{"moe/mixtral-tiny", 2, 2}, Family{"moe/qwen3_moe-tiny", 2},
                       Family{"moe/deepseek_v2-tiny", 1}, Family{"moe/deepseek_v2-tiny", 2},
                       Family{"moe/deepseek_v2_lite-tiny", 2}, Family{"moe/minicpm5_moe-tiny", 2},
+                      // paged windows and sinks
+                      Family{"moe/gpt_oss-tiny", 1}, Family{"moe/gpt_oss-tiny", 2},
+                      Family{"moe/gpt_oss-tiny", 2, 2},
                       Family{"gguf/llama-tiny.gguf", 1, 1, false, true},
                       Family{"gguf/llama-tiny.gguf", 2, 1, false, true},
                       Family{"zoo/qwen2-tiny.gguf", 3, 1, false, true}),

@@ -1,4 +1,5 @@
-// The mixture-of-experts families (Mixtral, Qwen3-MoE, DeepSeek-V2, MiniCPM5-MoE) with one process per rank, under dtrun (DT_BACKEND=shm): on n
+// The mixture-of-experts families (Mixtral, Qwen3-MoE, DeepSeek-V2, MiniCPM5-MoE, gpt-oss) with
+// one process per rank, under dtrun (DT_BACKEND=shm): on n
 // ranks, tensor parallel at tp = n, expert parallel at ep = n (on the same ranks as tp: Note
 // [Expert-parallel layouts] in nn/distributed.h), and on 4 ranks ep 2 x tp 2 (each dim
 // its own communicator) — transformers' logits and greedy tokens (tools/reference/
@@ -55,7 +56,10 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MoeMultiprocess,
                                            Layout{"minicpm5_moe", 2},
                                            // 2 KV heads: Note [KV heads past tp] at 4 ranks
                                            Layout{"mixtral_kv2", 1},
-                                           Layout{"qwen3_moe_kv2", 0}),
+                                           Layout{"qwen3_moe_kv2", 0},
+                                           // Note [gpt-oss experts]: 2 KV heads, sinks, windows
+                                           Layout{"gpt_oss", 1}, Layout{"gpt_oss", 0},
+                                           Layout{"gpt_oss", 2}),
                          [](const auto& info) {
                            return absl::StrCat(info.param.model, info.param.ep == 1 ? "_tp"
                                                                  : info.param.ep == 0 ? "_ep"

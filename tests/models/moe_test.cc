@@ -3,6 +3,7 @@
 // stored one tensor per expert as the Hub stores them and fused on load, at tp 1, 2 and 4 on
 // threads: greedy tokens identical to transformers', logits within 1e-4 of their scale, each rank
 // reading only its pieces of every expert; the plan's placements and its refusals.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -12,13 +13,18 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
+#include "dtensor/loaders/safetensors_writer.h"
 #include "dtensor/mesh/comm_counter.h"
 #include "dtensor/mesh/world.h"
+#include "dtensor/nn/init.h"
 #include "dtensor/nn/models/causal_lm.h"
+#include "dtensor/nn/moe.h"
 #include "dtensor/nn/save.h"
+#include "dtensor/ops/local/ops.h"
 #include "dtensor/tests/models/golden_checks.h"
 #include "dtensor/tests/test_util.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace dt::nn::testing {
 namespace {
@@ -64,7 +70,10 @@ INSTANTIATE_TEST_SUITE_P(Models, MoeTp,
                                            TpCase{"minicpm5_moe", 8},
                                            // 2 KV heads: Note [KV heads past tp]
                                            TpCase{"mixtral_kv2", 2}, TpCase{"mixtral_kv2", 4},
-                                           TpCase{"qwen3_moe_kv2", 4}),
+                                           TpCase{"qwen3_moe_kv2", 4},
+                                           // Note [gpt-oss experts]; 2 KV heads at tp 4
+                                           TpCase{"gpt_oss", 1}, TpCase{"gpt_oss", 2},
+                                           TpCase{"gpt_oss", 4}),
                          [](const auto& info) {
                            return absl::StrCat(info.param.model, "_tp", info.param.tp);
                          });
@@ -107,11 +116,13 @@ TEST_P(MoeEp, MatchesTransformersAndReadsOnlyItsExperts) {
   const EpCase c = GetParam();
   const auto its_experts_only = [&](World& w, const LoadReport& report) -> absl::Status {
     // Its experts only: each expert tensor's piece is its share of it, and the rank read its
-    // pieces and nothing more (within 1%).
+    // pieces and nothing more (within 1%). gpt-oss's down_proj_bias is whole over tp (Note
+    // [gpt-oss experts] in nn/moe.h), split by ep only.
     int64_t share = 0;
     for (const LoadReport::Param& p : report.params) {
+      const int pieces = absl::EndsWith(p.name, "down_proj_bias") ? c.ep : c.ranks();
       if (absl::StrContains(p.name, ".mlp.experts.")) {
-        if (p.local_bytes * c.ranks() != p.full_bytes) {
+        if (p.local_bytes * pieces != p.full_bytes) {
           return absl::InternalError(absl::StrCat(p.name, " (", p.spec, "): holds ", p.local_bytes,
                                                   " bytes of ", p.full_bytes));
         }
@@ -144,7 +155,11 @@ INSTANTIATE_TEST_SUITE_P(
                       EpCase{"minicpm5_moe", 2, 2, false}, EpCase{"minicpm5_moe", 4, 0, true},
                       // 2 KV heads on the 4 ranks ep shares with tp (Note [KV heads past tp])
                       EpCase{"mixtral_kv2", 4, 0, false}, EpCase{"qwen3_moe_kv2", 4, 0, false},
-                      EpCase{"qwen3_moe_kv2", 4, 0, true}, EpCase{"mixtral_kv2", 2, 2, false}),
+                      EpCase{"qwen3_moe_kv2", 4, 0, true}, EpCase{"mixtral_kv2", 2, 2, false},
+                      // gpt-oss: the experts' biases with them (transformers' ep plan)
+                      EpCase{"gpt_oss", 2, 0, false}, EpCase{"gpt_oss", 4, 0, false},
+                      EpCase{"gpt_oss", 2, 2, false}, EpCase{"gpt_oss", 2, 0, true},
+                      EpCase{"gpt_oss", 2, 2, true}),
     [](const auto& info) {
       return absl::StrCat(info.param.model, "_ep", info.param.ep,
                           info.param.tp == 0 ? "_shared" : absl::StrCat("_x_tp", info.param.tp),
@@ -346,6 +361,51 @@ TEST(MoeConfig, SparseLayersAsTheFamilySays) {
   EXPECT_EQ(loaders::ParseDecoderConfig(loaders::DecoderConfigToJson(bare), "again").value(), bare);
 }
 
+// openai/gpt-oss-20b's config.json (transformers 4.55's spelling, its extra keys
+// experts_per_token and initial_context_length unread, as transformers leaves them): refused as
+// shipped, for its MXFP4 experts; without quantization_config (the bf16 re-releases) read as
+// transformers reads it. Its parameters by hand: per layer attention 26,550,144 (q/k/v/o with
+// biases, 64 sinks), router 92,192, experts 32 x 24,891,840 (with biases), norms 5,760; x 24,
+// plus two 201,088 x 2,880 embeddings and the final norm: 20,914,757,184 ("21B").
+TEST(MoeConfig, GptOss20bAsOpenAIShipsIt) {
+  std::string layer_types;
+  for (int i = 0; i < 24; ++i) {
+    absl::StrAppend(&layer_types, i ? ", " : "",
+                    i % 2 ? "\"full_attention\"" : "\"sliding_attention\"");
+  }
+  const std::string fields = absl::StrCat(R"({"architectures": ["GptOssForCausalLM"],
+      "attention_bias": true, "attention_dropout": 0.0, "eos_token_id": 200002,
+      "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2880,
+      "initial_context_length": 4096, "initializer_range": 0.02, "intermediate_size": 2880,
+      "layer_types": [)", layer_types, R"(], "max_position_embeddings": 131072,
+      "model_type": "gpt_oss", "num_attention_heads": 64, "num_experts_per_tok": 4,
+      "num_hidden_layers": 24, "num_key_value_heads": 8, "num_local_experts": 32,
+      "output_router_logits": false, "pad_token_id": 199999, "rms_norm_eps": 1e-05,
+      "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+      "original_max_position_embeddings": 4096, "rope_type": "yarn", "truncate": false},
+      "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128,
+      "swiglu_limit": 7.0, "tie_word_embeddings": false, "transformers_version": "4.55.0.dev0",
+      "use_cache": true, "vocab_size": 201088)");
+  const absl::Status shipped = loaders::ParseDecoderConfig(
+      fields + R"(, "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn",
+      "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"}})",
+      "gpt-oss-20b/config.json").status();
+  EXPECT_TRUE(Contains(shipped, "\"quantization_config\" with quant_method \"mxfp4\"")) << shipped;
+  const loaders::DecoderConfig c = loaders::ParseDecoderConfig(fields + "}", "c").value();
+  EXPECT_EQ(c.num_experts, 32);
+  EXPECT_EQ(c.num_experts_per_tok, 4);
+  EXPECT_EQ(c.moe_intermediate_size, 2880);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.layer_windows[0], 128);
+  EXPECT_EQ(c.layer_windows[1], 0);
+  EXPECT_EQ(c.rope_scaling.rope_type, "yarn");
+  EXPECT_EQ(c.rope_scaling.factor, 32);
+  EXPECT_EQ(c.swiglu_limit, 7);
+  EXPECT_EQ(c.swiglu_alpha, 1.702);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{200002});
+  EXPECT_EQ(NumParameters(c), int64_t{20914757184});
+}
+
 // What the families refuse rather than compute differently.
 TEST(MoeConfig, RefusesWhatItDoesNotImplement) {
   const std::string ds = R"({"model_type": "deepseek_v2", "vocab_size": 8, "hidden_size": 8,
@@ -493,6 +553,90 @@ TEST(MoePlan, UnitColwiseKeepsWholeKVHeads) {
              });
 }
 
+// gpt-oss at tp 4 (Note [gpt-oss experts] in nn/moe.h): gate_up_proj [E, H, 2I] split along its
+// interleaved columns, 8 (gate, up) pairs per rank starting at an even column, its bias alike,
+// down_proj along its I rows, down_proj_bias, the router and the sinks whole; the vocab split
+// as transformers' plan splits it.
+TEST(MoePlan, GptOssExpertsSplitTheirColumnsInPairs) {
+  ExpectPlan("gpt_oss", 4, {},
+             {"model.layers.*.mlp.experts.gate_up_proj -> rowwise: "
+              "model.layers.*.mlp.experts.gate_up_proj [S(2)] (4)",
+              "model.layers.*.mlp.experts.gate_up_proj_bias -> rowwise: "
+              "model.layers.*.mlp.experts.gate_up_proj_bias [S(1)] (4)",
+              "model.layers.*.mlp.experts.down_proj -> colwise: "
+              "model.layers.*.mlp.experts.down_proj [S(1)] (4)",
+              "model.embed_tokens -> embedding_rowwise: model.embed_tokens.weight [S(0)]",
+              "model.layers.*.mlp.router.weight", "model.layers.*.mlp.experts.down_proj_bias",
+              "model.layers.*.self_attn.sinks"},
+             {}, [](CausalLM& m) {
+               EXPECT_EQ(m.type_name(), "GptOssForCausalLM");
+               const Parameter* gu =
+                   m.GetParameter("model.layers.0.mlp.experts.gate_up_proj").value();
+               EXPECT_EQ(gu->value().ToLocal().shape(), (Shape{4, 64, 16}));
+               EXPECT_EQ(gu->spec().Offset()[2], 16 * gu->spec().mesh().my_rank());
+             });
+}
+
+// Note [gpt-oss experts]: the clamped SwiGLU on transformers' own inputs in bf16, f16 and f32
+// (tests/fixtures/moe/gpt_oss_glu.json, GptOssExperts._apply_gate): in bf16 and f16 equal value
+// for value, so every rounding step is transformers'; in f32 within a few ulps (torch's sigmoid
+// is its own vectorized exp, not the C library's). An expert whose gate_up_proj is the identity
+// hands each row's interleaved (gate, up) pairs to the GLU unchanged, and its down_proj copies
+// the I outputs into the first I of the H columns.
+TEST(GptOssExperts, ClampedSwiGLURoundsAsTransformers) {
+  std::ifstream in(FixtureDir("moe") + "/gpt_oss_glu.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const int64_t rows = j["rows"], inter = j["intermediate"], h = 2 * inter;
+  for (const auto& [key, dtype] : {std::pair{"bf16", DType::kBF16}, std::pair{"f16", DType::kF16},
+                                   std::pair{"f32", DType::kF32}}) {
+    const std::vector<double> x_values = j[key]["x"], want = j[key]["y"];
+    int64_t clamped = 0;
+    for (double v : x_values) clamped += std::abs(v) > j["limit"].get<double>();
+    EXPECT_GT(clamped, rows * h / 8) << key << ": the clamps must bite";
+    absl::Status s = World::RunThreads(1, [&](World& w) -> absl::Status {
+      DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {1}, {"tp"}));
+      Experts m(ExpertsOptions{.num_experts = 1,
+                               .hidden_size = h,
+                               .intermediate_size = inter,
+                               .layout = ExpertsLayout::kInterleavedColumns,
+                               .swiglu_limit = j["limit"],
+                               .swiglu_alpha = j["alpha"],
+                               .dtype = dtype});
+      DT_RETURN_IF_ERROR(ReplicateModule(m, mesh));
+      DT_RETURN_IF_ERROR(LoadFullTensors(
+          m, [&](absl::string_view name, const Parameter& p) -> absl::StatusOr<Tensor> {
+            std::vector<double> v(Numel(p.shape()), 0.0);  // the biases zero
+            if (name == "gate_up_proj") {  // [1, H, 2I], H = 2I
+              for (int64_t c = 0; c < h; ++c) v[c * h + c] = 1;
+            } else if (name == "down_proj") {  // [1, I, H]
+              for (int64_t c = 0; c < inter; ++c) v[c * h + c] = 1;
+            }
+            DT_ASSIGN_OR_RETURN(Tensor t, Tensor::FromDoubles(p.shape(), v));
+            return ops::Cast(t, p.dtype());
+          }));
+      DT_ASSIGN_OR_RETURN(Tensor x, Tensor::FromDoubles({rows, h}, x_values));
+      DT_ASSIGN_OR_RETURN(x, ops::Cast(x, dtype));
+      DT_ASSIGN_OR_RETURN(Tensor ids, Tensor::Zeros({rows, 1}, DType::kI64));
+      DT_ASSIGN_OR_RETURN(Tensor ones, Tensor::Ones({rows, 1}, DType::kF32));
+      DT_ASSIGN_OR_RETURN(Value y, m.CallOne({Value(x), Value(ids), Value(ones)}));
+      const std::vector<double> got = PlainLocal(y).local().ToDoubles();
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < h; ++c) {
+          const double expected = c < inter ? want[r * inter + c] : 0.0;
+          const double ulps = dtype == DType::kF32 ? 4e-7 * std::abs(expected) + 1e-12 : 0.0;
+          if (!(std::abs(got[r * h + c] - expected) <= ulps)) {
+            return absl::InternalError(absl::StrCat(key, ": row ", r, " column ", c, " is ",
+                                                    got[r * h + c], ", transformers gives ",
+                                                    expected));
+          }
+        }
+      }
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
 // Saved from tp 4 (KV heads unit_colwise, each held by two ranks, gathered once) under the Hub's
 // names (q_gate_proj as self_attn.q_proj, as transformers writes it), the checkpoint reloads at
 // tp 2 to transformers' logits and tokens.
@@ -517,6 +661,38 @@ TEST(MoeSave, GatedUnitSplitModelSavesTheHubLayout) {
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2}, {"tp"}));
     DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(out, mesh));
     return MatchesGolden(*m, g, w.rank());
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  std::filesystem::remove_all(out);
+}
+
+// gpt-oss saved from tp 4 (gate_up_proj's interleaved columns in four ranges of whole pairs,
+// down_proj by rows, down_proj_bias whole) gathers back to the checkpoint's layout: the saved
+// file holds the fixture's tensors bit for bit and reloads on one rank to transformers' logits.
+TEST(MoeSave, GptOssFromTp4IsTheCheckpoint) {
+  const std::string out = (std::filesystem::temp_directory_path() /
+                           absl::StrCat("dt_gpt_oss_save_", ::getpid()))
+                              .string();
+  std::filesystem::remove_all(out);
+  absl::Status s = World::RunThreads(4, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {4}, {"tp"}));
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(MoeDir("gpt_oss"), mesh));
+    return SaveGathered(*m, out, m->save_options());
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  auto saved = loaders::Checkpoint::Open(out);
+  auto fixture = loaders::Checkpoint::Open(MoeDir("gpt_oss"));
+  ASSERT_TRUE(saved.ok() && fixture.ok()) << saved.status() << fixture.status();
+  EXPECT_EQ(saved->names().size(), fixture->names().size());
+  for (const std::string& name : fixture->names()) {
+    auto a = saved->Read(name);
+    ASSERT_TRUE(a.ok()) << name << ": " << a.status();
+    EXPECT_EQ(a->ToDoubles(), fixture->Read(name)->ToDoubles()) << name;
+  }
+  s = World::RunThreads(1, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {1}, {"tp"}));
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(out, mesh));
+    return MatchesGolden(*m, LoadGolden(MoeFixture("gpt_oss")), w.rank());
   });
   EXPECT_TRUE(s.ok()) << s;
   std::filesystem::remove_all(out);
@@ -557,6 +733,65 @@ TEST(MoeRefusals, TpThatTheExpertsDoNotAllow) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(s, "Experts 'model.layers.0.mlp.experts': tensor parallel size 3 does not divide "
                        "intermediate_size 64 (gate_up_proj, down_proj sharded)")) << s;
+}
+
+// gpt-oss as OpenAI ships it (experts in MXFP4) is refused by name: its config's
+// quantization_config, and, without it, the checkpoint's _blocks / _scales tensors.
+TEST(MoeRefusals, GptOssInMxfp4) {
+  const std::string bare = R"({"model_type": "gpt_oss", "vocab_size": 8, "hidden_size": 8,
+      "intermediate_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2)";
+  absl::Status config = loaders::ParseDecoderConfig(
+      bare + R"(, "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn",
+      "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"}})",
+      "gpt-oss-20b/config.json").status();
+  EXPECT_EQ(config.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(Contains(config, "gpt-oss-20b/config.json")) << config;
+  EXPECT_TRUE(Contains(config, "\"quantization_config\" with quant_method \"mxfp4\"")) << config;
+  const std::string dir = ::testing::TempDir() + "/gpt_oss_mxfp4";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(MoeDir("gpt_oss") + "/config.json", dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  auto fixture = loaders::Checkpoint::Open(MoeDir("gpt_oss"));
+  ASSERT_TRUE(fixture.ok()) << fixture.status();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const std::string& name : fixture->names()) {
+    const bool expert = absl::StrContains(name, "mlp.experts.") && !absl::EndsWith(name, "bias");
+    if (!expert) {
+      tensors.emplace_back(name, fixture->Read(name).value());
+      continue;
+    }
+    // MXFP4's layout: 16 bytes of 32 4-bit values per block, one u8 scale per block.
+    tensors.emplace_back(name + "_blocks", Tensor::Zeros({4, 64, 1, 16}, DType::kU8).value());
+    tensors.emplace_back(name + "_scales", Tensor::Zeros({4, 64, 1}, DType::kU8).value());
+  }
+  ASSERT_TRUE(loaders::WriteSafetensors(dir + "/model.safetensors", tensors).ok());
+  absl::Status s = World::RunThreads(1, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {1}, {"tp"}));
+    return CausalLM::FromPretrained(dir, mesh).status();
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_TRUE(Contains(s, "stores layer 0's experts in MXFP4")) << s;
+  EXPECT_TRUE(Contains(s, dir)) << s;
+}
+
+// Mixtral's expert plan on gpt-oss's [E, H, 2I] experts would split the hidden dim: refused
+// before any read, naming the placement (Note [gpt-oss experts]).
+TEST(MoeRefusals, GptOssExpertsSplitAlongTheWrongDim) {
+  absl::Status s = World::RunThreads(2, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2}, {"tp"}));
+    CausalLMLoadOptions o;
+    o.plan = ParallelPlan{{"model.layers.*.mlp.experts.gate_up_proj", "colwise"},
+                          {"model.layers.*.mlp.experts.down_proj", "rowwise"},
+                          {"model.layers.*.mlp.experts", "moe_tp_experts"}};
+    LoadReport report;
+    report.seconds = -1;
+    absl::Status st = CausalLM::FromPretrained(MoeDir("gpt_oss"), mesh, o, &report).status();
+    if (report.seconds != -1) return absl::InternalError("weights were read");
+    return st;
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Contains(s, "Experts 'model.layers.0.mlp.experts': gate_up_proj is planned S(1) but "
+                          "its intermediate dim is 2")) << s;
 }
 
 // A config whose experts contradict the checkpoint is refused naming both.

@@ -191,6 +191,72 @@ RC_GTEST_PROP(ExpertsBlock, GroupedMatchesTokenByTokenReference, ()) {
   RC_ASSERT(s.ok());
 }
 
+// gpt-oss's experts (Note [gpt-oss experts] in nn/moe.h) at tp 1-4 against a token-by-token
+// reference in doubles: gate_up = x · W_e + b_e [2I] with gate_j = gate_up[2j], up_j =
+// gate_up[2j + 1]; (clamp(up, ±limit) + 1) · g · sigmoid(alpha · g), g = min(gate, limit); then
+// · D_e + d_e, weighted and summed over the token's experts (the skip id E adds nothing). Under tp
+// the columns are split in whole pairs and down_proj_bias is added once.
+RC_GTEST_PROP(ExpertsBlock, GptOssLayoutMatchesTokenByTokenReference, ()) {
+  const int tp = *rc::gen::inRange(1, 5);
+  ExpertsOptions o;
+  o.num_experts = *rc::gen::inRange(1, 6);
+  o.hidden_size = *rc::gen::inRange(1, 7);
+  o.intermediate_size = tp * *rc::gen::inRange(1, 3);
+  o.layout = ExpertsLayout::kInterleavedColumns;
+  o.swiglu_limit = *rc::gen::inRange(1, 20) / 10.0;
+  o.swiglu_alpha = 1.702;
+  const int64_t n = *rc::gen::inRange(0, 6), k = *rc::gen::inRange(1, 4);
+  const std::vector<int64_t> ids = *rc::gen::container<std::vector<int64_t>>(
+      n * k, rc::gen::inRange<int64_t>(0, o.num_experts + 1));
+  const int seed = *rc::gen::inRange(0, 1000);
+  const Tensor x = Tensor::Randn({n, o.hidden_size}, seed).value();
+  const Tensor weights = Tensor::Rand({n, k}, seed + 1).value();
+  const absl::Status s = World::RunThreads(tp, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, TpMesh(w));
+    Experts m(o);
+    const ParallelPlan plan = {{"gate_up_proj", "rowwise"},
+                               {"gate_up_proj_bias", "rowwise"},
+                               {"down_proj", "colwise"},
+                               {"", "moe_tp_experts"}};
+    DT_RETURN_IF_ERROR(ParallelizeModule(m, mesh, plan, Quiet()));
+    DT_RETURN_IF_ERROR(InitRandom(m, 5));
+    DT_ASSIGN_OR_RETURN(Tensor id_t, Tensor::FromVector<int64_t>({n, k}, ids));
+    DT_ASSIGN_OR_RETURN(Value y, m.CallOne({x, id_t, weights}));
+    DT_ASSIGN_OR_RETURN(auto ws, Weights(m));
+    const int64_t h = o.hidden_size, i = o.intermediate_size;
+    const double limit = o.swiglu_limit, alpha = o.swiglu_alpha;
+    const Vec xs = x.ToDoubles(), wv = weights.ToDoubles();
+    const Vec &gu = W(ws, "gate_up_proj"), &gb = W(ws, "gate_up_proj_bias");
+    const Vec &dn = W(ws, "down_proj"), &db = W(ws, "down_proj_bias");
+    Vec want(n * h, 0.0);
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t e = ids[t * k + j];
+        if (e == o.num_experts) continue;  // the skip id
+        Vec hidden(i);
+        for (int64_t p = 0; p < i; ++p) {
+          double gate = gb[e * 2 * i + 2 * p], up = gb[e * 2 * i + 2 * p + 1];
+          for (int64_t c = 0; c < h; ++c) {
+            gate += xs[t * h + c] * gu[(e * h + c) * 2 * i + 2 * p];
+            up += xs[t * h + c] * gu[(e * h + c) * 2 * i + 2 * p + 1];
+          }
+          gate = std::min(gate, limit);
+          up = std::clamp(up, -limit, limit);
+          hidden[p] = (up + 1) * gate / (1 + std::exp(-alpha * gate));
+        }
+        for (int64_t c = 0; c < h; ++c) {
+          double out = db[e * h + c];
+          for (int64_t p = 0; p < i; ++p) out += hidden[p] * dn[(e * i + p) * h + c];
+          want[t * h + c] += wv[t * k + j] * out;
+        }
+      }
+    }
+    EXPECT_TRUE(Near(y.local(), want)) << "rank " << w.rank() << " of " << tp;
+    return absl::OkStatus();
+  });
+  RC_ASSERT(s.ok());
+}
+
 // ---- Attention --------------------------------------------------------------------------------
 
 // Multi-head attention computed by hand: x [B, S, H], heads nH (nKV for k, v), head dim D.

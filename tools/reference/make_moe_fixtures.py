@@ -39,6 +39,14 @@ as ffn_gate_inp), loaded back by transformers' GGUF reader when it can.
                    heads (its plan's unit_colwise k/v), DeepSeek-V3's sigmoid router with a random
                    e_score_correction_bias, 8 experts in 2 groups (topk_group 1), top-2
                    renormalised x 2.5, one shared expert, mlp_layer_types dense, sparse, sparse
+  gpt_oss-tiny     gpt-oss: 4 query / 2 KV heads with learned sinks and q/k/v/o biases, layers
+                   sliding (window 4) and full in turn, YaRN RoPE (x4 over 64 positions); 4 experts
+                   top-2 (a router with a bias, softmax over the chosen logits), experts stored
+                   [E, H, 2I] with interleaved gate/up columns and biases, the clamped SwiGLU
+                   (swiglu_limit 1, so the clamps bite); f32, not MXFP4
+and tests/fixtures/moe/gpt_oss_glu.json (--only gpt_oss_glu): GptOssExperts' clamped SwiGLU on
+interleaved gate/up rows in bf16, f16 and f32 (limit 1, alpha 1.702), each dtype's input and
+output, so that its rounding after every step is checked value by value.
 
 Weights are random (seeded), scaled so that the greedy continuation is not one repeated token,
 and a seed is kept only when every routing decision has a margin of at least 3e-4 between the k-th
@@ -53,9 +61,10 @@ import shutil
 
 import torch
 import transformers
-from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, MiniCPM5MoeConfig,
-                          MiniCPM5MoeForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig,
-                          Qwen3MoeForCausalLM)
+from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, GptOssConfig,
+                          GptOssForCausalLM, MiniCPM5MoeConfig, MiniCPM5MoeForCausalLM,
+                          MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
+from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
 
 from make_llama_fixtures import NEW_TOKENS, fixture_args, greedy, randomize, record
 from make_zoo_fixtures import PROMPT, TINY, compare_gguf, write_gguf
@@ -116,6 +125,17 @@ MODELS = {
                                  mlp_layer_types=["dense", "sparse", "sparse"], rms_norm_eps=1e-6,
                                  rope_parameters={"rope_type": "default", "rope_theta": 5e6},
                                  tie_word_embeddings=False)),
+    "gpt_oss-tiny": dict(
+        cls=GptOssForCausalLM, seed=48,
+        config=GptOssConfig(**TINY, vocab_size=320, hidden_size=64, intermediate_size=32,
+                            num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                            head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+                            sliding_window=4, swiglu_limit=1.0, rms_norm_eps=1e-5,
+                            rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0,
+                                             "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                             "truncate": False,
+                                             "original_max_position_embeddings": 64},
+                            tie_word_embeddings=False)),
 }
 
 
@@ -140,6 +160,24 @@ def grouped_margin(gate, x):
     return min(margins)
 
 
+def write_glu_golden(path):
+    """GptOssExperts._apply_gate on 16 rows of 32 interleaved (gate, up) pairs, in each dtype."""
+    experts = GptOssExperts(GptOssConfig(hidden_size=64, intermediate_size=32, swiglu_limit=1.0))
+    g = torch.Generator().manual_seed(49)
+    x = 1.5 * torch.randn(16, 64, generator=g)
+    out = {"limit": 1.0, "alpha": experts.alpha, "rows": 16, "intermediate": 32,
+           "transformers": transformers.__version__, "torch": torch.__version__}
+    for name, dtype in (("bf16", torch.bfloat16), ("f16", torch.float16), ("f32", torch.float32)):
+        xd = x.to(dtype)
+        with torch.no_grad():
+            y = experts._apply_gate(xd)
+        out[name] = {"x": xd.float().flatten().tolist(), "y": y.float().flatten().tolist()}
+    with open(path, "w") as fp:
+        json.dump(out, fp)
+        fp.write("\n")
+    print(f"{os.path.basename(path)}: {os.path.getsize(path) / 1e3:.1f} kB")
+
+
 def router_margin(model, prompt, tokens):
     """The smallest gap between the k-th and (k+1)-th router probability over the prompt and the
     continuation (the inputs of the greedy run), over every sparse layer."""
@@ -156,7 +194,7 @@ def router_margin(model, prompt, tokens):
         margins.append(float((top[:, k - 1] - top[:, k]).min()))
 
     handles = [m.register_forward_hook(hook) for n, m in model.named_modules()
-               if n.endswith("mlp.gate")]
+               if n.endswith("mlp.gate") or n.endswith("mlp.router")]
     with torch.no_grad():
         model(torch.tensor([prompt + tokens]))
     for h in handles:
@@ -182,6 +220,8 @@ def main():
     root = os.path.join(args.out, "moe")
     os.makedirs(root, exist_ok=True)
     only = set(args.only.split(",")) if args.only else None
+    if only is None or "gpt_oss_glu" in only:
+        write_glu_golden(os.path.join(root, "gpt_oss_glu.json"))
     for name, v in MODELS.items():
         if only is not None and name not in only:
             continue
