@@ -47,7 +47,8 @@ token; norms are randomized too so that a missing norm weight shows.
 
 It also writes tests/fixtures/zoo/chat_templates.json: the chat templates of the formats
 loaders/chat_template.h writes (ChatML as Qwen2.5 carries it, Mistral-7B-Instruct v0.2's [INST],
-Phi-3's <|user|>, Gemma's <start_of_turn>; written out below as those checkpoints' tokenizer_config.json publish them) and
+Phi-3's <|user|>, Gemma's <start_of_turn>, Gemma 3's with its system prefix, OLMo 2's Tulu turns;
+written out below as those checkpoints' tokenizer_config.json publish them) and
 conversations rendered by transformers' own renderer (render_jinja_template), or the error the
 template raises.
 """
@@ -375,6 +376,61 @@ CHAT_TEMPLATES = {
         "{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + "
         "'<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}"
         "{{'<start_of_turn>model\\n'}}{% endif %}")),
+
+    # google/gemma-3-*-it's (chat_template.json): a system message becomes the first user turn's
+    # prefix, with a blank line after it.
+    "gemma3": dict(bos="<bos>", eos="<eos>", template="\n".join([
+        "{{ bos_token }}",
+        "{%- if messages[0]['role'] == 'system' -%}",
+        "    {%- if messages[0]['content'] is string -%}",
+        "        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}",
+        "    {%- else -%}",
+        "        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}",
+        "    {%- endif -%}",
+        "    {%- set loop_messages = messages[1:] -%}",
+        "{%- else -%}",
+        "    {%- set first_user_prefix = \"\" -%}",
+        "    {%- set loop_messages = messages -%}",
+        "{%- endif -%}",
+        "{%- for message in loop_messages -%}",
+        "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}",
+        "        {{ raise_exception(\"Conversation roles must alternate "
+        "user/assistant/user/assistant/...\") }}",
+        "    {%- endif -%}",
+        "    {%- if (message['role'] == 'assistant') -%}",
+        "        {%- set role = \"model\" -%}",
+        "    {%- else -%}",
+        "        {%- set role = message['role'] -%}",
+        "    {%- endif -%}",
+        "    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}",
+        "    {%- if message['content'] is string -%}",
+        "        {{ message['content'] | trim }}",
+        "    {%- elif message['content'] is iterable -%}",
+        "        {%- for item in message['content'] -%}",
+        "            {%- if item['type'] == 'image' -%}",
+        "                {{ '<start_of_image>' }}",
+        "            {%- elif item['type'] == 'text' -%}",
+        "                {{ item['text'] | trim }}",
+        "            {%- endif -%}",
+        "        {%- endfor -%}",
+        "    {%- else -%}",
+        "        {{ raise_exception(\"Invalid content type\") }}",
+        "    {%- endif -%}",
+        "    {{ '<end_of_turn>\n' }}",
+        "{%- endfor -%}",
+        "{%- if add_generation_prompt -%}",
+        "    {{'<start_of_turn>model\n'}}",
+        "{%- endif -%}",
+        ""])),
+    # allenai/OLMo-2-1124-7B-Instruct's (Tülu 3's, after BOS); BOS and EOS are both <|endoftext|>.
+    "olmo2": dict(bos="<|endoftext|>", eos="<|endoftext|>", template=(
+        "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}"
+        "{{ '<|system|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'user' %}"
+        "{{ '<|user|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'assistant' %}"
+        "{% if not loop.last %}{{ '<|assistant|>\\n'  + message['content'] + eos_token + '\\n' }}"
+        "{% else %}{{ '<|assistant|>\\n'  + message['content'] + eos_token }}{% endif %}{% endif %}"
+        "{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"
+        "{% endfor %}")),
 }
 
 CONVERSATIONS = [
@@ -384,6 +440,8 @@ CONVERSATIONS = [
       {"role": "user", "content": "Tell me a joke.\nA short one."}], True),
     ([{"role": "user", "content": "x"}], False),
     ([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], True),
+    ([{"role": "system", "content": "  Keep spaces. "}, {"role": "user", "content": " Hi "},
+      {"role": "assistant", "content": "Hello! "}], False),
 ]
 
 
