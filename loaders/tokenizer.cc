@@ -250,12 +250,13 @@ struct Tokenizer::Impl {
   absl::Status SentencePiece(absl::string_view text, std::vector<int64_t>* out) const {
     struct Symbol {
       size_t start = 0, len = 0;
-      int prev = -1, next = -1;
+      int64_t prev = -1, next = -1;
     };
     std::vector<Symbol> sym;
     for (size_t i = 0; i < text.size();) {
       const size_t n = std::max<size_t>(1, Utf8At(text, i));
-      sym.push_back({i, n, static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1});
+      const int64_t at = static_cast<int64_t>(sym.size());
+      sym.push_back({i, n, at - 1, at + 1});
       i += n;
     }
     if (sym.empty()) return absl::OkStatus();
@@ -265,9 +266,9 @@ struct Tokenizer::Impl {
       return it == vocab.end() ? -1 : it->second;
     };
     // A candidate: (priority, left symbol's start, left index, right index, merged length).
-    using Pair = std::tuple<double, size_t, int, int, size_t>;
+    using Pair = std::tuple<double, size_t, int64_t, int64_t, size_t>;
     std::priority_queue<Pair, std::vector<Pair>, std::greater<>> queue;
-    auto consider = [&](int l, int r) {
+    auto consider = [&](int64_t l, int64_t r) {
       if (l < 0 || r < 0) return;
       const size_t len = sym[l].len + sym[r].len;
       double priority = 0;
@@ -284,7 +285,7 @@ struct Tokenizer::Impl {
       }
       queue.emplace(priority, sym[l].start, l, r, len);
     };
-    for (size_t i = 0; i + 1 < sym.size(); ++i) consider(static_cast<int>(i), static_cast<int>(i + 1));
+    for (int64_t i = 0; i + 1 < static_cast<int64_t>(sym.size()); ++i) consider(i, i + 1);
     while (!queue.empty()) {
       const auto [priority, start, l, r, len] = queue.top();
       queue.pop();
@@ -300,7 +301,7 @@ struct Tokenizer::Impl {
       consider(l, sym[l].next);
     }
     bool last_unk = false;
-    for (int i = 0; i >= 0; i = sym[i].next) {
+    for (int64_t i = 0; i >= 0; i = sym[i].next) {
       const int64_t id = id_of(sym[i].start, sym[i].len);
       if (id >= 0) {
         out->push_back(id);
