@@ -104,10 +104,11 @@ TEST(ZooKVHeads, DefaultPlanReplicatesEachKVHeadOnTheRanksThatUseIt) {
 
 // The same weights as llama.cpp lays them out (make_zoo_fixtures.py writes them with the gguf
 // package: Mistral as architecture llama with permuted Q/K rows, Phi-3's fused projections and
-// longrope factors; Gemma, OLMo 2, Gemma 2 and 3 with llama.cpp's own convert_hf_to_gguf.py) load
-// to transformers' logits and tokens, sharded as the safetensors are. `golden`: the checkpoint
-// the GGUF was converted from when it is not the family's fixture (zoo/<family>-gguf-tiny, a
-// variant whose config the GGUF says in full: Note [GGUF Gemma] in loaders/gguf_llama.cc).
+// longrope factors; Gemma, OLMo 2, Gemma 2 and 3 with llama.cpp's own convert_hf_to_gguf.py,
+// whose files llama.cpp itself computes the goldens from) load to transformers' logits and
+// tokens, sharded as the safetensors are. `golden`: the checkpoint the GGUF was converted from
+// when it is not the family's fixture (zoo/<family>-gguf-tiny, a variant whose config the GGUF
+// says in full: Note [GGUF Gemma] in loaders/gguf_llama.cc; OLMo 2's without attention biases).
 struct ZooGgufCase {
   const char* family;
   int tp;
@@ -147,6 +148,7 @@ TEST_P(ZooGguf, LoadsToTheSameLogits) {
   ASSERT_TRUE(s.ok()) << c.family << " tp=" << c.tp << ": " << s;
 }
 
+constexpr const char* kOlmo2Variant = "zoo/olmo2-gguf-tiny";
 constexpr const char* kGemma2Variant = "zoo/gemma2-gguf-tiny";
 constexpr const char* kGemma3Variant = "zoo/gemma3_text-gguf-tiny";
 
@@ -158,9 +160,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // norms stored as 1 + w; one KV head
                       ZooGgufCase{"gemma", 1}, ZooGgufCase{"gemma", 2, true},
                       ZooGgufCase{"gemma", 4, true},
-                      // post-norms, q/k norms over the whole projection, no tokenizer
-                      ZooGgufCase{"olmo2", 1}, ZooGgufCase{"olmo2", 2},
-                      ZooGgufCase{"olmo2", 4, true},
+                      // post-norms, q/k norms over the whole projection
+                      ZooGgufCase{"olmo2", 1, false, kOlmo2Variant},
+                      ZooGgufCase{"olmo2", 2, false, kOlmo2Variant},
+                      ZooGgufCase{"olmo2", 4, true, kOlmo2Variant},
                       // soft-caps and the window from the metadata, pre- and post-norms
                       ZooGgufCase{"gemma2", 1, false, kGemma2Variant},
                       ZooGgufCase{"gemma2", 2, false, kGemma2Variant},
@@ -196,12 +199,12 @@ TEST(ZooGgufConfig, FamiliesFromTheirArchitectures) {
 
 // What llama.cpp's converter wrote for the Gemmas and OLMo 2 reads back as the config.json it
 // converted (Note [GGUF Gemma]), but for what a GGUF holds otherwise: eps as f32, the special
-// tokens from the vocabulary (the tiny OLMo 2 has none; the converter adds CodeGemma's end of
-// turn, id 107, to every Gemma 1).
+// tokens from the vocabulary (the converter adds CodeGemma's end of turn, id 107, to every
+// Gemma 1).
 TEST(ZooGgufConfig, ConvertedFilesSayTheirConfigJson) {
   for (auto [family, json_dir] : std::vector<std::pair<std::string, std::string>>{
            {"gemma", ZooDir("gemma")},
-           {"olmo2", ZooDir("olmo2")},
+           {"olmo2", FixtureDir(kOlmo2Variant)},
            {"gemma2", FixtureDir(kGemma2Variant)},
            {"gemma3_text", FixtureDir(kGemma3Variant)}}) {
     SCOPED_TRACE(family);
@@ -210,9 +213,8 @@ TEST(ZooGgufConfig, ConvertedFilesSayTheirConfigJson) {
     loaders::DecoderConfig want = loaders::LoadDecoderConfig(json_dir).value();
     EXPECT_NEAR(gguf->rms_norm_eps, want.rms_norm_eps, 1e-12);
     want.rms_norm_eps = gguf->rms_norm_eps;
-    const std::vector<int64_t> eos = family == "olmo2"   ? std::vector<int64_t>{}
-                                     : family == "gemma" ? std::vector<int64_t>{2, 107}
-                                                         : std::vector<int64_t>{2};
+    const std::vector<int64_t> eos = family == "gemma" ? std::vector<int64_t>{2, 107}
+                                                       : std::vector<int64_t>{2};
     EXPECT_EQ(gguf->eos_token_ids, eos);
     want.eos_token_ids = gguf->eos_token_ids;
     want.bos_token_id = gguf->bos_token_id;

@@ -265,15 +265,15 @@ LLAMA_CPP = os.environ.get(
 
 # Families whose GGUF llama.cpp's own convert_hf_to_gguf.py writes (f32), each with the config
 # changes that make the checkpoint one its GGUF says in full and a seed for its weights (None: the
-# fixture itself). What the
-# GGUF cannot say as llama.cpp reads it: query_pre_attn_scalar (llama.cpp scales by
-# 1/sqrt(head_dim), or 1/sqrt(hidden / heads) for the 27B layer counts) and Gemma 3's layer_types
-# (the converter writes no sliding_window_pattern; llama.cpp's default is every sixth layer full).
-# Such a variant's config.json and golden.json go to zoo/<family>-gguf-tiny/ (its weights are the
-# GGUF's only).
+# fixture itself). What the GGUF cannot say as llama.cpp reads it: query_pre_attn_scalar
+# (llama.cpp scales by 1/sqrt(head_dim), or 1/sqrt(hidden / heads) for the 27B layer counts),
+# Gemma 3's layer_types (the converter writes no sliding_window_pattern; llama.cpp's default is
+# every sixth layer full) and OLMo 2's attention biases (llama.cpp's olmo2 reads none; no
+# released OLMo 2 has them). Such a variant's config.json and golden.json go to
+# zoo/<family>-gguf-tiny/ (its weights are the GGUF's only).
 CONVERTED = {
     "gemma": None,
-    "olmo2": None,
+    "olmo2": dict(seed=36, config=dict(attention_bias=False)),
     "gemma2": dict(seed=43, config=dict(query_pre_attn_scalar=16)),
     "gemma3_text": dict(seed=43, config=dict(
         query_pre_attn_scalar=16, num_hidden_layers=6,
@@ -306,9 +306,10 @@ def sentencepiece_vocab(path, vocab_size):
 
 def convert_gguf(family, fixture, path, llama_cpp):
     """`path`: llama.cpp's convert_hf_to_gguf.py run on the fixture `fixture` (or on its
-    CONVERTED variant, whose golden goes beside it), with a SentencePiece vocabulary for the
-    Gemmas; the tiny OLMo 2 has no tokenizer, so its vocabulary step writes none
-    (tokenizer.ggml.model "none")."""
+    CONVERTED variant, whose golden goes beside it), with a SentencePiece vocabulary (OLMo 2's
+    too: its converter would hash a GPT-2 pre-tokenizer no tiny vocabulary matches, and llama.cpp
+    loads no model without a vocabulary). llama.cpp itself (llama-cpp-python, where installed)
+    must then compute the golden's prompt logits from the file (check_with_llama_cpp)."""
     import subprocess
     import tempfile
     v = FAMILIES[family]
@@ -326,10 +327,11 @@ def convert_gguf(family, fixture, path, llama_cpp):
             os.makedirs(golden_dir)
             for f in ("config.json", "golden.json"):
                 shutil.copy(os.path.join(tmp, f), golden_dir)
-        if family.startswith("gemma"):
-            sentencepiece_vocab(os.path.join(tmp, "tokenizer.model"), v["config"].vocab_size)
+        sentencepiece_vocab(os.path.join(tmp, "tokenizer.model"), v["config"].vocab_size)
+        golden = os.path.join(tmp, "golden.json")
         patch = ("from conversion.olmo import Olmo2Model; "
-                 "Olmo2Model.set_vocab = lambda self: self._set_vocab_none(); ")
+                 "Olmo2Model.set_vocab = lambda self: (self._set_vocab_sentencepiece(), "
+                 "self.gguf_writer.add_add_space_prefix(False)); ")
         code = ("import sys; import convert_hf_to_gguf as c; " + patch +
                 "sys.argv = ['convert_hf_to_gguf.py'] + sys.argv[1:]; c.main()")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([llama_cpp,
@@ -338,7 +340,28 @@ def convert_gguf(family, fixture, path, llama_cpp):
                         "--model-name", f"{family}-tiny"],
                        check=True, env=env, cwd=llama_cpp, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
-    return "convert_hf_to_gguf" + ("" if variant is None else f" of a variant {variant}")
+        note = check_with_llama_cpp(path, golden)
+    return ("convert_hf_to_gguf" + ("" if variant is None else f" of a variant {variant}") +
+            f"; {note}")
+
+
+def check_with_llama_cpp(path, golden_path):
+    """llama.cpp's own forward (llama-cpp-python) of the golden's prompt through the GGUF at
+    `path` must give the golden's logits within 0.5% of their scale (llama.cpp keeps its KV cache
+    in f16)."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return "not checked with llama.cpp (no llama-cpp-python)"
+    with open(golden_path) as fp:
+        g = json.load(fp)
+    m = Llama(model_path=path, logits_all=True, n_ctx=256, n_threads=1, verbose=False)
+    m.eval(g["prompt"])
+    got = np.array(m.scores[:len(g["prompt"])])
+    want = np.array(g["f32"]["prompt_logits"]).reshape(g["f32"]["prompt_logits_shape"])
+    diff, scale = float(np.abs(got - want).max()), float(np.abs(want).max())
+    assert diff < 5e-3 * scale, f"{path}: llama.cpp's logits are {diff} from the golden's"
+    return f"llama.cpp's logits within {diff:.1e} of the golden's (scale {scale:.1f})"
 
 
 CHAT_TEMPLATES = {
