@@ -400,7 +400,7 @@ int64_t GgufRotaryRow(int64_t row, int64_t rows, int64_t heads) {
 absl::StatusOr<std::vector<GgufTensorName>> DecoderGgufTensorNames(const GgufFile& f) {
   DT_ASSIGN_OR_RETURN(DecoderConfig c, DecoderConfigFromGguf(f));
   // llama.cpp permutes Q/K rows for the llama architecture only (Note [GGUF Q/K row order]);
-  // qwen2, qwen3 and phi3 use its NEOX rotation, which is Hugging Face's layout.
+  // the others use its NEOX rotation, which is Hugging Face's layout.
   const std::string& arch = c.config_class().gguf_architecture;
   const bool permuted = arch == "llama";
   static const std::pair<const char*, const char*> kTop[] = {

@@ -2,7 +2,7 @@
 // A decoder's config and tensor names from a GGUF file (llama.cpp's convert_hf_to_gguf layout):
 // the config from the ARCH.* metadata (ARCH = general.architecture, the gguf_architecture of a
 // config class in loaders/hf_config.h: llama — Mistral is written as llama too —, qwen2, qwen3,
-// phi3, qwen3moe) and the tensors under their Hugging Face names.
+// phi3, qwen3moe, gemma, olmo2, gemma2, gemma3) and the tensors under their Hugging Face names.
 //
 //   GGUF key (ARCH.)           DecoderConfig field         notes
 //   block_count                num_hidden_layers           required
@@ -57,7 +57,8 @@
 // one: GGUF row h*hd + 2i + s holds HF row h*hd + s*hd/2 + i (s in {0, 1}, i < hd/2). dtensor
 // keeps the HF layout and its RoPE, so a read of HF rows gathers the matching GGUF rows
 // (permute_heads below); a colwise shard of whole heads still reads only its own heads' rows.
-// qwen2, qwen3 and phi3 files keep Hugging Face's order (llama.cpp rotates them NEOX-style).
+// The other architectures (qwen2, qwen3, phi3, qwen3moe, the Gemmas, olmo2) keep Hugging Face's
+// order (llama.cpp rotates them NEOX-style).
 
 #include <cstdint>
 #include <string>
