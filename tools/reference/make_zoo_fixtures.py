@@ -280,7 +280,11 @@ CONVERTED = {
         layer_types=["sliding_attention"] * 5 + ["full_attention"])),
 }
 
-# The text the Gemma fixtures' SentencePiece vocabulary is trained on.
+# The chat template each converted GGUF carries (CHAT_TEMPLATES').
+CHAT_TEMPLATE_OF = {"gemma": "gemma", "gemma2": "gemma", "gemma3_text": "gemma3",
+                    "olmo2": "olmo2"}
+
+# The text the converted fixtures' SentencePiece vocabulary is trained on.
 VOCAB_TEXT = """The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs.
 Tensor parallelism splits each layer's weights across the ranks of a mesh; every rank reads only
 its own rows and columns of the checkpoint, and an all-reduce sums the partial outputs.
@@ -292,14 +296,16 @@ Gemma models turn a user's message into a model's answer, one token at a time.
 
 def sentencepiece_vocab(path, vocab_size):
     """A SentencePiece BPE model as Gemma's is made (byte fallback, digits split, no dummy
-    prefix, whitespace kept as is), with the fixtures' ids pad 0, bos 1, eos 2, unk 3."""
+    prefix, whitespace kept as is), with the fixtures' ids pad 0, bos 1, eos 2, unk 3 under
+    Gemma's names."""
     import sentencepiece as spm
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(VOCAB_TEXT.splitlines()), model_prefix=path[:-len(".model")],
         model_type="bpe", vocab_size=vocab_size, byte_fallback=True, split_digits=True,
         add_dummy_prefix=False, remove_extra_whitespaces=False,
         normalization_rule_name="identity", allow_whitespace_only_pieces=True,
-        character_coverage=1.0, pad_id=0, bos_id=1, eos_id=2, unk_id=3,
+        character_coverage=1.0, pad_id=0, bos_id=1, eos_id=2, unk_id=3, pad_piece="<pad>",
+        bos_piece="<bos>", eos_piece="<eos>", unk_piece="<unk>",
         user_defined_symbols=["<start_of_turn>", "<end_of_turn>"], num_threads=1,
         minloglevel=2)
 
@@ -328,6 +334,16 @@ def convert_gguf(family, fixture, path, llama_cpp):
             for f in ("config.json", "golden.json"):
                 shutil.copy(os.path.join(tmp, f), golden_dir)
         sentencepiece_vocab(os.path.join(tmp, "tokenizer.model"), v["config"].vocab_size)
+        # The family's chat template (CHAT_TEMPLATE_OF) and the turn markers as CONTROL tokens,
+        # as the instruct checkpoints' tokenizer_config.json has them.
+        with open(os.path.join(tmp, "tokenizer_config.json"), "w") as fp:
+            json.dump({"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>",
+                       "unk_token": "<unk>", "add_bos_token": True,
+                       "chat_template": CHAT_TEMPLATES[CHAT_TEMPLATE_OF[family]]["template"],
+                       "added_tokens_decoder": {
+                           str(i): {"content": t, "special": True} for i, t in enumerate(
+                               ["<pad>", "<bos>", "<eos>", "<unk>", "<start_of_turn>",
+                                "<end_of_turn>"])}}, fp)
         golden = os.path.join(tmp, "golden.json")
         patch = ("from conversion.olmo import Olmo2Model; "
                  "Olmo2Model.set_vocab = lambda self: (self._set_vocab_sentencepiece(), "
