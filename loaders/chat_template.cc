@@ -1,5 +1,8 @@
 #include "dtensor/loaders/chat_template.h"
 
+#include <optional>
+#include <utility>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -28,6 +31,22 @@ std::string DefaultSystem(absl::string_view source) {
     }
   }
   return "";
+}
+
+// Gemma 3's separator between a system message and the first user turn: the string literal in
+// "set first_user_prefix = messages[0]['content'] + '<SEP>'", unescaped as Jinja reads it
+// (published templates hold real newlines; a hand-written one may spell them \n). nullopt when
+// the template has no such line.
+std::optional<std::string> SystemSeparator(absl::string_view source) {
+  constexpr absl::string_view kSet = "set first_user_prefix = messages[0]['content'] + '";
+  const size_t at = source.find(kSet);
+  if (at == absl::string_view::npos) return std::nullopt;
+  const size_t begin = at + kSet.size();
+  const size_t end = source.find('\'', begin);
+  if (end == absl::string_view::npos) return std::nullopt;
+  std::string out;
+  if (!absl::CUnescape(source.substr(begin, end - begin), &out)) return std::nullopt;
+  return out;
 }
 
 }  // namespace
@@ -88,14 +107,36 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Recognize(
         absl::CEscape(head), "\""));
   }
   // Gemma and Gemma 2's form raises on a system message; Gemma 3's folds it into the first turn.
-  if (absl::StrContains(source, "<start_of_turn>") && absl::StrContains(source, "<end_of_turn>") &&
-      absl::StrContains(source, "System role not supported")) {
+  if (absl::StrContains(source, "<start_of_turn>") && absl::StrContains(source, "<end_of_turn>")) {
     t->format_ = Format::kGemma;
+    if (absl::StrContains(source, "System role not supported")) {
+      return std::shared_ptr<const ChatTemplate>(std::move(t));
+    }
+    std::optional<std::string> separator = SystemSeparator(source);
+    if (separator) {
+      t->system_separator_ = *std::move(separator);
+      return std::shared_ptr<const ChatTemplate>(std::move(t));
+    }
+  }
+  // Note [Tulu turns]: OLMo 2's <|user|> / <|assistant|> turns without Phi-3's <|end|>.
+  if (absl::StrContains(source, "<|user|>") && absl::StrContains(source, "<|assistant|>") &&
+      absl::StrContains(source, "<|system|>") && absl::StrContains(source, "eos_token") &&
+      absl::StrContains(source, "not loop.last") && !absl::StrContains(source, "<|end|>")) {
+    for (absl::string_view extra : {"<think>", "add_bos_token", "loop.first and"}) {
+      if (absl::StrContains(source, extra)) {
+        return absl::UnimplementedError(absl::StrCat(
+            "chat template: this <|user|> / <|assistant|> (Tulu) template has \"", extra,
+            "\" (a thinking prompt, a BOS switch or a default system turn), which OLMo 2's "
+            "has not; the template starts \"", absl::CEscape(head), "\""));
+      }
+    }
+    t->format_ = Format::kTulu;
+    t->tulu_bos_ = absl::StartsWith(source, "{{ bos_token }}");
     return std::shared_ptr<const ChatTemplate>(std::move(t));
   }
   return absl::UnimplementedError(absl::StrCat(
-      "chat template not recognized (supported: ChatML, Llama 3, Mistral [INST], Phi-3, Gemma); "
-      "it starts \"",
+      "chat template not recognized (supported: ChatML, Llama 3, Mistral [INST], Phi-3, Gemma, "
+      "Gemma 3, Tulu (OLMo 2)); it starts \"",
       absl::CEscape(head), "\""));
 }
 
@@ -105,7 +146,8 @@ absl::string_view ChatTemplate::name() const {
     case Format::kLlama3: return "Llama 3";
     case Format::kMistral: return "Mistral";
     case Format::kPhi3: return "Phi-3";
-    case Format::kGemma: return "Gemma";
+    case Format::kGemma: return system_separator_ ? "Gemma 3" : "Gemma";
+    case Format::kTulu: return "Tulu";
   }
   return "?";
 }
@@ -117,6 +159,7 @@ absl::string_view ChatTemplate::end_of_turn() const {
     case Format::kMistral: return eos_;
     case Format::kPhi3: return "<|end|>";
     case Format::kGemma: return "<end_of_turn>";
+    case Format::kTulu: return eos_;
   }
   return "";
 }
@@ -131,15 +174,23 @@ absl::StatusOr<std::string> ChatTemplate::Apply(absl::Span<const ChatMessage> me
     }
   }
   std::string out;
+  // Gemma 3: a leading system message becomes the first turn's prefix.
+  std::string prefix;
+  if (system_separator_ && messages[0].role == "system") {
+    prefix = absl::StrCat(messages[0].content, *system_separator_);
+    messages.remove_prefix(1);
+  }
   if (format_ == Format::kMistral || format_ == Format::kGemma) {
-    // The templates raise on a system message and on roles that do not alternate.
+    // The templates raise on a system message (Gemma 3: past the first) and on roles that do not
+    // alternate.
     for (size_t i = 0; i < messages.size(); ++i) {
       const char* want = i % 2 == 0 ? "user" : "assistant";
       if (messages[i].role != want) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "chat: the ", format_ == Format::kGemma ? "Gemma" : "Mistral [INST]",
-            " template takes alternating user / assistant messages from a user message (no "
-            "system role); message ", i, " is '", messages[i].role, "'"));
+            "chat: the ", format_ == Format::kGemma ? name() : "Mistral [INST]",
+            " template takes alternating user / assistant messages from a user message (",
+            system_separator_ ? "a system message first at most" : "no system role",
+            "); message ", i + (prefix.empty() ? 0 : 1), " is '", messages[i].role, "'"));
       }
     }
   }
@@ -147,9 +198,23 @@ absl::StatusOr<std::string> ChatTemplate::Apply(absl::Span<const ChatMessage> me
     out = bos_;
     for (const ChatMessage& m : messages) {
       absl::StrAppend(&out, "<start_of_turn>", m.role == "assistant" ? "model" : m.role, "\n",
-                      absl::StripAsciiWhitespace(m.content), "<end_of_turn>\n");
+                      std::exchange(prefix, ""), absl::StripAsciiWhitespace(m.content),
+                      "<end_of_turn>\n");
     }
     if (add_generation_prompt) absl::StrAppend(&out, "<start_of_turn>model\n");
+    return out;
+  }
+  if (format_ == Format::kTulu) {
+    // Note [Tulu turns]: nothing is trimmed; an assistant turn ends with EOS, and a newline
+    // unless it is the last message.
+    if (tulu_bos_) out = bos_;
+    for (size_t i = 0; i < messages.size(); ++i) {
+      const ChatMessage& m = messages[i];
+      absl::StrAppend(&out, "<|", m.role, "|>\n", m.content);
+      if (m.role == "assistant") absl::StrAppend(&out, eos_);
+      if (m.role != "assistant" || i + 1 < messages.size()) absl::StrAppend(&out, "\n");
+    }
+    if (add_generation_prompt) absl::StrAppend(&out, "<|assistant|>\n");
     return out;
   }
   if (format_ == Format::kMistral) {

@@ -24,16 +24,29 @@
 //             and no system role (Gemma and     CONTENT (trimmed)<end_of_turn>\n, the
 //             Gemma 2 instruct)                 assistant's ROLE "model"; roles alternate from
 //                                               a user turn
+//   Gemma 3   as Gemma, with "first_user_prefix" as Gemma, a leading system message     as Gemma
+//             (Gemma 3 instruct)                written before the first user turn's
+//                                               content, followed by the template's
+//                                               separator (a blank line)
+//   Tulu      "<|user|>", "<|assistant|>",      [BOS] <|ROLE|>\nCONTENT\n; an assistant  <|assistant|>\n
+//             "<|system|>", EOS and no <|end|>   turn <|assistant|>\nCONTENT EOS, then \n
+//             (OLMo 2 instruct; Tulu 3)         unless it is the last message
+//
+// Note [Tulu turns]: OLMo 2's template (Tulu 3's, with BOS first) writes each turn untrimmed, ends
+// an assistant turn with EOS (its end of turn), a newline after it only between turns, and takes
+// any order of roles; its variants with a thinking prompt, a BOS switch or a default system turn
+// are refused.
 //
 // Anything else — Llama 3.1's date and tool preamble ("Cutting Knowledge Date"), Mistral's later
 // templates with a system role or tools, Phi-3's first template (an assistant header after every
-// user turn), Gemma 3's turns (its system message folded into the first user turn), gpt-oss's
-// harmony (channels, a system preamble with dates) — is Unimplemented naming what was seen, never
-// a silently wrong prompt. tests/loaders/chat_template_test.cc compares every format with
-// transformers' rendering of the template (tools/reference/make_zoo_fixtures.py),
-// tokenizer_test.cc ChatML and Llama 3 through real tokenizers.
+// user turn), a <start_of_turn> template of neither Gemma form, gpt-oss's harmony (channels, a
+// system preamble with dates) — is Unimplemented naming what was seen, never a silently wrong
+// prompt. tests/loaders/chat_template_test.cc compares every format with transformers' rendering
+// of the template (tools/reference/make_zoo_fixtures.py), tokenizer_test.cc ChatML and Llama 3
+// through real tokenizers.
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -50,7 +63,7 @@ struct ChatMessage {
 
 class ChatTemplate {
  public:
-  enum class Format { kChatML, kLlama3, kMistral, kPhi3, kGemma };
+  enum class Format { kChatML, kLlama3, kMistral, kPhi3, kGemma, kTulu };
   // `bos`, `eos`: the BOS and EOS tokens' texts (Llama 3 and Mistral start with BOS; Mistral ends
   // an assistant turn with EOS).
   static absl::StatusOr<std::shared_ptr<const ChatTemplate>> Recognize(absl::string_view source,
@@ -58,16 +71,16 @@ class ChatTemplate {
                                                                        absl::string_view eos = "");
 
   Format format() const { return format_; }
-  // "ChatML", "Llama 3", "Mistral", "Phi-3", "Gemma".
+  // "ChatML", "Llama 3", "Mistral", "Phi-3", "Gemma", "Gemma 3", "Tulu".
   absl::string_view name() const;
   // The end-of-turn token's text: "<|im_end|>", "<|eot_id|>", EOS (Mistral), "<|end|>",
-  // "<end_of_turn>".
+  // "<end_of_turn>", EOS (Tulu).
   absl::string_view end_of_turn() const;
   const std::string& default_system() const { return default_system_; }
 
   // InvalidArgument for an empty conversation, a role other than system, user, assistant, or a
-  // conversation the format cannot write (Mistral, Gemma: a system message, roles that do not
-  // alternate from a user turn — the template raises on both).
+  // conversation the format cannot write (Mistral, Gemma: a system message — Gemma 3: past the
+  // first —, roles that do not alternate from a user turn — the template raises on both).
   absl::StatusOr<std::string> Apply(absl::Span<const ChatMessage> messages,
                                     bool add_generation_prompt) const;
 
@@ -75,6 +88,9 @@ class ChatTemplate {
   Format format_ = Format::kChatML;
   std::string bos_, eos_;
   std::string default_system_;
+  // Gemma 3: what follows a system message folded into the first user turn ("\n\n").
+  std::optional<std::string> system_separator_;
+  bool tulu_bos_ = false;  // Tulu: the template starts with BOS (OLMo 2's)
 };
 
 }  // namespace dt::loaders

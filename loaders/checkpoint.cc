@@ -136,6 +136,7 @@ absl::StatusOr<Checkpoint> Checkpoint::OpenGguf(const std::string& path) {
     Entry e;
     e.gguf_name = n.gguf_name;
     e.permute_heads = n.permute_heads;
+    e.norm_offset = n.norm_offset;
     e.gguf_info.name = n.hf_name;
     e.gguf_info.dtype_name = t.type->name;
     e.gguf_info.dtype = t.type->dtype;
@@ -325,6 +326,23 @@ absl::StatusOr<Tensor> Checkpoint::ReadRanges(absl::string_view name, const DimR
   if (!gguf_) {
     return files_[e.file]->ReadRanges(e.stored_name.empty() ? name : absl::string_view(e.stored_name),
                                       ranges, options, stats);
+  }
+  if (e.norm_offset != 0) {
+    // Gemma's norms stored as 1 + w (Note [GGUF Gemma] in gguf_llama.cc): read in f32, the
+    // offset taken off there, then converted.
+    if (options.dtype && IsQuantized(*options.dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "' in '", path_, "' is stored with an offset; it cannot stay ",
+          DTypeName(*options.dtype)));
+    }
+    ReadOptions f32 = options;
+    f32.dtype = DType::kF32;
+    f32.zero_copy = false;
+    DT_ASSIGN_OR_RETURN(Tensor t, gguf_->ReadRanges(e.gguf_name, ranges, f32, stats));
+    std::vector<float> v = t.ToVector<float>();
+    for (float& x : v) x = static_cast<float>(x - e.norm_offset);
+    DT_ASSIGN_OR_RETURN(Tensor shifted, Tensor::FromVector(t.shape(), v));
+    return options.dtype ? shifted.To(*options.dtype) : shifted;
   }
   if (e.permute_heads == 0) return gguf_->ReadRanges(e.gguf_name, ranges, options, stats);
   // Note [GGUF Q/K row order] (loaders/gguf_llama.h): HF rows gathered from their GGUF rows.

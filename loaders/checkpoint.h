@@ -93,6 +93,7 @@ class Checkpoint {
     TensorInfo gguf_info;  // GGUF only: the info under the HF name
     std::string gguf_name;
     int64_t permute_heads = 0;
+    double norm_offset = 0;   // GGUF only: GgufTensorName::norm_offset
     std::string stored_name;  // a renamed tensor's name in its file ("" when not renamed)
     std::vector<Part> parts;  // a composite's parts (its info in composite_info)
     TensorInfo composite_info;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -43,7 +44,8 @@ absl::StatusOr<double> PositiveNumber(const GgufFile& f, const std::string& key,
   return *v;
 }
 
-// The ARCH.* keys this reader understands (the rest are refused); Phi-3 adds its longrope scale.
+// The ARCH.* keys this reader understands for every architecture (the rest are refused, but for
+// ClassKeys'); Phi-3 adds its longrope scale.
 const std::set<std::string>& KnownKeys() {
   static const std::set<std::string> keys = {
       "block_count", "embedding_length", "feed_forward_length", "attention.head_count",
@@ -54,6 +56,110 @@ const std::set<std::string>& KnownKeys() {
       "expert_used_count", "rope.scaling.attn_factor", "expert_feed_forward_length",
       "expert_weights_norm"};
   return keys;
+}
+
+// The keys of the Gemma 2 / 3 fields a class reads (Note [GGUF Gemma]).
+bool IsClassKey(const DecoderConfigClass& cls, absl::string_view key) {
+  if (cls.sliding_window == SlidingWindowFields::kLayerTypes &&
+      (key == "attention.sliding_window" || key == "attention.sliding_window_pattern")) {
+    return true;
+  }
+  if (cls.local_rope_fields && key == "rope.freq_base_swa") return true;
+  return cls.attention_scale_fields &&
+         (key == "attn_logit_softcapping" || key == "final_logit_softcapping");
+}
+
+// Note [GGUF Gemma]: what llama.cpp computes for the Gemma architectures beyond their GGUF
+// metadata, read (never copied) from its src/models/gemma*.cpp and the converter's Gemma classes:
+// - convert_hf_to_gguf stores every RMSNorm weight as 1 + w (transformers' Gemma RMSNorm scales
+//   by 1 + w; llama.cpp's by the weight): GgufTensorName::norm_offset takes the 1 back off on
+//   read, for the family's (1 + w) norms.
+// - the softmax scale is 1 / sqrt(head_dim), or 1 / sqrt(hidden / heads) for the layer counts
+//   of the 27B checkpoints (Gemma 2: 46, Gemma 3: 62); no key carries query_pre_attn_scalar.
+// - the sliding layers: ARCH.attention.sliding_window_pattern (an integer n: layer i slides
+//   unless i % n == n - 1, transformers' (i + 1) % n != 0; 0: every layer; or a bool per layer), else every
+//   other layer (Gemma 2) / all but every sixth (Gemma 3); the window ARCH.attention
+//   .sliding_window, else 4096 (Gemma 2) / none at all (Gemma 3). Gemma 3's sliding layers rotate
+//   with ARCH.rope.freq_base_swa (10000) unscaled, its full layers with rope.freq_base and the
+//   file's scaling; Gemma 2's layers all with rope.freq_base.
+// - soft-caps: ARCH.attn_logit_softcapping and final_logit_softcapping, else 50 and 30 (Gemma 2)
+//   / none (Gemma 3): the config classes' defaults.
+struct GemmaArch {
+  const char* arch;
+  int64_t sliding_window;   // without ARCH.attention.sliding_window
+  int64_t sliding_pattern;  // without ARCH.attention.sliding_window_pattern
+  int64_t layers_27b;       // the 27B checkpoint's layer count
+};
+constexpr GemmaArch kGemmaArchs[] = {{"gemma2", 4096, 2, 46}, {"gemma3", 0, 6, 62}};
+
+bool StoresNormPlusOne(absl::string_view arch) {
+  return arch == "gemma" || arch == "gemma2" || arch == "gemma3";
+}
+
+// Note [GGUF Gemma]: the attention scale, soft-caps, sliding layers and their RoPE base.
+absl::Status ReadGemma(const GgufFile& f, const std::string& arch, DecoderConfig* c) {
+  const GemmaArch* g = nullptr;
+  for (const GemmaArch& a : kGemmaArchs) {
+    if (arch == a.arch) g = &a;
+  }
+  if (g == nullptr) return absl::OkStatus();
+  const DecoderConfigClass& cls = c->config_class();
+  const std::string p = arch + ".";
+  c->query_pre_attn_scalar = static_cast<double>(
+      c->num_hidden_layers == g->layers_27b ? c->hidden_size / c->num_attention_heads
+                                            : c->head_dim);
+  for (auto [key, out, fallback] :
+       {std::tuple{"attn_logit_softcapping", &c->attn_logit_softcapping,
+                   cls.default_attn_logit_softcapping},
+        std::tuple{"final_logit_softcapping", &c->final_logit_softcapping,
+                   cls.default_final_logit_softcapping}}) {
+    DT_ASSIGN_OR_RETURN(std::optional<double> v, f.GetOptionalDouble(p + key));
+    if (v && *v == 0) {
+      *out = 0;  // no cap, as llama.cpp reads 0
+    } else {
+      DT_ASSIGN_OR_RETURN(*out, PositiveNumber(f, p + key, fallback));
+    }
+  }
+  if (cls.local_rope_fields) {
+    DT_ASSIGN_OR_RETURN(c->local_rope_theta,
+                        PositiveNumber(f, p + "rope.freq_base_swa", cls.default_local_rope_theta));
+  }
+  DT_ASSIGN_OR_RETURN(std::optional<int64_t> window, f.GetOptionalInt(p + "attention.sliding_window"));
+  if (window && *window < 0) {
+    return Bad(f, absl::StrCat("metadata '", p, "attention.sliding_window' is ", *window,
+                               "; it must be >= 0"));
+  }
+  const int64_t w = window.value_or(g->sliding_window);
+  c->layer_windows.assign(c->num_hidden_layers, 0);
+  if (w == 0) return absl::OkStatus();
+  std::vector<bool> sliding(c->num_hidden_layers);
+  const GgufValue* pattern = f.Find(p + "attention.sliding_window_pattern");
+  const GgufArray* per_layer = pattern != nullptr ? pattern->AsArray() : nullptr;
+  if (per_layer != nullptr) {
+    if (per_layer->element_type != GgufValue::kBool || per_layer->size != c->num_hidden_layers) {
+      return Bad(f, absl::StrCat("metadata '", p, "attention.sliding_window_pattern' must be an ",
+                                 "integer or ", c->num_hidden_layers, " bools (one per layer), got ",
+                                 pattern->ToString()));
+    }
+    for (int64_t i = 0; i < c->num_hidden_layers; ++i) {
+      sliding[i] = std::get<bool>(per_layer->Element(i).value);
+    }
+  } else {
+    DT_ASSIGN_OR_RETURN(std::optional<int64_t> n,
+                        f.GetOptionalInt(p + "attention.sliding_window_pattern"));
+    if (n && *n < 0) {
+      return Bad(f, absl::StrCat("metadata '", p, "attention.sliding_window_pattern' is ", *n,
+                                 "; it must be >= 0"));
+    }
+    const int64_t every = n.value_or(g->sliding_pattern);  // 0: every layer slides
+    for (int64_t i = 0; i < c->num_hidden_layers; ++i) {
+      sliding[i] = every == 0 || i % every < every - 1;
+    }
+  }
+  for (int64_t i = 0; i < c->num_hidden_layers; ++i) {
+    if (sliding[i]) c->layer_windows[i] = w;
+  }
+  return absl::OkStatus();
 }
 
 // Note [GGUF longrope]: convert_hf_to_gguf writes Phi-3's longrope factors as the tensors
@@ -163,7 +269,7 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
   const std::string p = *arch + ".";  // the metadata prefix: "qwen3."
   for (const auto& [key, value] : f.metadata()) {
     if (!absl::StartsWith(key, p)) continue;
-    if (!KnownKeys().count(key.substr(p.size()))) {
+    if (!KnownKeys().count(key.substr(p.size())) && !IsClassKey(cls, key.substr(p.size()))) {
       return absl::UnimplementedError(absl::StrCat(Where(f), ": metadata '", key, "' (",
                                                    value.ToString(),
                                                    ") is not supported by dtensor's ", *arch));
@@ -240,6 +346,8 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromGguf(const GgufFile& f) {
         Where(f), ": tensor rope_freqs.weight (llama 3.1 rope frequency factors) is not supported"));
   }
   DT_RETURN_IF_ERROR(ReadLongrope(f, *arch, &c));
+  DT_RETURN_IF_ERROR(ReadGemma(f, *arch, &c));
+  c.hidden_act = cls.default_hidden_act;
   c.tie_word_embeddings = f.FindTensor("output.weight") == nullptr;
   // Biases as the class has them (DecoderConfigClass): attention_bias gives q/k/v/o, a qkv_bias
   // class has q/k/v always.
@@ -292,8 +400,9 @@ int64_t GgufRotaryRow(int64_t row, int64_t rows, int64_t heads) {
 absl::StatusOr<std::vector<GgufTensorName>> DecoderGgufTensorNames(const GgufFile& f) {
   DT_ASSIGN_OR_RETURN(DecoderConfig c, DecoderConfigFromGguf(f));
   // llama.cpp permutes Q/K rows for the llama architecture only (Note [GGUF Q/K row order]);
-  // qwen2, qwen3 and phi3 use its NEOX rotation, which is Hugging Face's layout.
-  const bool permuted = c.config_class().gguf_architecture == "llama";
+  // the others use its NEOX rotation, which is Hugging Face's layout.
+  const std::string& arch = c.config_class().gguf_architecture;
+  const bool permuted = arch == "llama";
   static const std::pair<const char*, const char*> kTop[] = {
       {"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}};
   static const std::pair<const char*, const char*> kBlock[] = {
@@ -303,7 +412,8 @@ absl::StatusOr<std::vector<GgufTensorName>> DecoderGgufTensorNames(const GgufFil
       {"attn_q_norm", "self_attn.q_norm"},  {"attn_k_norm", "self_attn.k_norm"},
       {"attn_qkv", "self_attn.qkv_proj"},   {"ffn_gate", "mlp.gate_proj"},
       {"ffn_up", "mlp.up_proj"},            {"ffn_down", "mlp.down_proj"},
-      {"ffn_gate_inp", "mlp.gate"}};
+      {"ffn_gate_inp", "mlp.gate"},         {"post_attention_norm", "post_attention_layernorm"},
+      {"post_ffw_norm", "post_feedforward_layernorm"}};
   std::vector<GgufTensorName> out;
   for (const GgufTensorInfo& t : f.tensors()) {
     GgufTensorName n{t.name, t.name, 0};
@@ -325,6 +435,13 @@ absl::StatusOr<std::vector<GgufTensorName>> DecoderGgufTensorNames(const GgufFil
             f.FindTensor(absl::StrCat("blk.", parts[1], ".ffn_gate.weight")) == nullptr) {
           n.hf_name = absl::StrCat("model.layers.", layer, ".mlp.gate_up_proj.", suffix);
         }
+        // A layer that normalizes the attention's output (post_attention_norm: OLMo 2, Gemma 2
+        // and 3) has ffn_norm as the MLP's own pre-norm (Note [Layer norms] in
+        // nn/models/decoder_family.h).
+        if (parts[2] == "ffn_norm" &&
+            f.FindTensor(absl::StrCat("blk.", parts[1], ".post_attention_norm.weight")) != nullptr) {
+          n.hf_name = absl::StrCat("model.layers.", layer, ".pre_feedforward_layernorm.", suffix);
+        }
         // Note [GGUF experts]: the stacks, named as loaders/moe_checkpoint.h reads them.
         for (const char* proj : {"gate", "up", "down"}) {
           if (parts[2] == absl::StrCat("ffn_", proj, "_exps") && suffix == "weight") {
@@ -339,6 +456,7 @@ absl::StatusOr<std::vector<GgufTensorName>> DecoderGgufTensorNames(const GgufFil
         }
       }
     }
+    if (StoresNormPlusOne(arch) && absl::EndsWith(n.hf_name, "norm.weight")) n.norm_offset = 1;
     if (n.permute_heads > 0 && t.shape[0] % (2 * n.permute_heads) != 0) {
       return Bad(f, absl::StrCat("tensor '", t.name, "' ", t.Describe(), ": ", t.shape[0],
                                  " rows are not ", n.permute_heads, " heads of even size"));

@@ -2,7 +2,7 @@
 // A decoder's config and tensor names from a GGUF file (llama.cpp's convert_hf_to_gguf layout):
 // the config from the ARCH.* metadata (ARCH = general.architecture, the gguf_architecture of a
 // config class in loaders/hf_config.h: llama — Mistral is written as llama too —, qwen2, qwen3,
-// phi3, qwen3moe) and the tensors under their Hugging Face names.
+// phi3, qwen3moe, gemma, olmo2, gemma2, gemma3) and the tensors under their Hugging Face names.
 //
 //   GGUF key (ARCH.)           DecoderConfig field         notes
 //   block_count                num_hidden_layers           required
@@ -20,6 +20,12 @@
 //   rope.scaling.original_context_length, rope.scaling.attn_factor, tensors rope_factors_short /
 //   rope_factors_long          Phi-3's longrope            Note [GGUF longrope]
 //   vocab_size                 vocab_size                  default: tokenizer.ggml.tokens' length
+//   attention.sliding_window, attention.sliding_window_pattern, attn_logit_softcapping,
+//   final_logit_softcapping (gemma2, gemma3), rope.freq_base_swa (gemma3)
+//                              layer_windows, soft-caps,   Note [GGUF Gemma] in gguf_llama.cc,
+//                              local_rope_theta            with query_pre_attn_scalar and
+//                                                          Gemma's (1 + w) norms
+//   hidden_act                 the class's default        (gelu_pytorch_tanh for the Gemmas)
 //   expert_count (0), expert_used_count (0), attention.value_length: accepted; any other ARCH.* key
 //   is refused by name, as is a rope_freqs.weight tensor (llama 3.1's frequency factors) and an
 //   architecture no config class has. tie_word_embeddings: true when there is no output.weight;
@@ -32,9 +38,14 @@
 //   output_norm.weight         model.norm.weight
 //   output.weight              lm_head.weight
 //   blk.N.attn_norm.weight     model.layers.N.input_layernorm.weight
-//   blk.N.ffn_norm.weight      model.layers.N.post_attention_layernorm.weight
+//   blk.N.ffn_norm.weight      model.layers.N.post_attention_layernorm.weight, or
+//                              pre_feedforward_layernorm where the layer has a
+//                              post_attention_norm (Gemma 2, 3; OLMo 2 has none)
+//   blk.N.post_attention_norm  model.layers.N.post_attention_layernorm.weight (OLMo 2, Gemma 2, 3)
+//   blk.N.post_ffw_norm        model.layers.N.post_feedforward_layernorm.weight
 //   blk.N.attn_{q,k,v}.weight  model.layers.N.self_attn.{q,k,v}_proj.weight
-//   blk.N.attn_{q,k}_norm      model.layers.N.self_attn.{q,k}_norm.weight (Qwen3)
+//   blk.N.attn_{q,k}_norm      model.layers.N.self_attn.{q,k}_norm.weight (Qwen3, Gemma 3; OLMo 2's
+//                              over the whole projection)
 //   blk.N.attn_qkv.weight      model.layers.N.self_attn.qkv_proj.weight (Phi-3)
 //   blk.N.attn_output.weight   model.layers.N.self_attn.o_proj.weight
 //   blk.N.ffn_{gate,up,down}.weight  model.layers.N.mlp.{gate,up,down}_proj.weight; an ffn_up
@@ -46,7 +57,8 @@
 // one: GGUF row h*hd + 2i + s holds HF row h*hd + s*hd/2 + i (s in {0, 1}, i < hd/2). dtensor
 // keeps the HF layout and its RoPE, so a read of HF rows gathers the matching GGUF rows
 // (permute_heads below); a colwise shard of whole heads still reads only its own heads' rows.
-// qwen2, qwen3 and phi3 files keep Hugging Face's order (llama.cpp rotates them NEOX-style).
+// The other architectures (qwen2, qwen3, phi3, qwen3moe, the Gemmas, olmo2) keep Hugging Face's
+// order (llama.cpp rotates them NEOX-style).
 
 #include <cstdint>
 #include <string>
@@ -71,6 +83,9 @@ struct GgufTensorName {
   std::string hf_name;
   std::string gguf_name;
   int64_t permute_heads = 0;  // > 0: rows are in llama.cpp's rotary order over this many heads
+  // The file holds the Hugging Face values plus this (Gemma's norms: Note [GGUF Gemma] in
+  // gguf_llama.cc); a read subtracts it.
+  double norm_offset = 0;
 };
 
 // Every tensor of the file, named as above.

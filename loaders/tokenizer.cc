@@ -5,13 +5,19 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <queue>
+#include <tuple>
 #include <unordered_map>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "dtensor/core/status.h"
 #include "dtensor/loaders/chat_template.h"
@@ -176,6 +182,12 @@ struct Tokenizer::Impl {
   // Added tokens matched whole in the text, by first byte, longest first.
   std::array<std::vector<std::pair<std::string, int64_t>>, 256> added;
   std::vector<bool> is_added;  // id -> decoded as its text
+  // Note [SentencePiece BPE]: spaces as U+2581, characters merged, bytes as <0xXX> tokens.
+  bool sentencepiece = false;
+  std::vector<float> scores;  // GGUF: a pair merges by its piece's score (empty: merges' ranks)
+  std::array<int64_t, 256> byte_token{};  // the id of <0xXX> (-1: none)
+  std::vector<int16_t> token_byte;        // id -> the byte a <0xXX> token stands for, else -1
+  bool fuse_unk = false;
 
   absl::Status AddToken(const std::string& text, int64_t id) {
     if (text.empty()) return absl::InvalidArgumentError("an added token is empty");
@@ -228,6 +240,90 @@ struct Tokenizer::Impl {
       sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(at) + 1);
     }
     out->insert(out->end(), sym.begin(), sym.end());
+    return absl::OkStatus();
+  }
+
+  // Note [SentencePiece BPE]: `text` (spaces already U+2581) as characters merged pairwise, the
+  // best pair first — the lowest merge rank (tokenizer.json) or the highest score of the merged
+  // piece (GGUF), the leftmost among equals — until no adjacent pair merges; a piece outside the
+  // vocabulary becomes its bytes' <0xXX> tokens (else unk).
+  absl::Status SentencePiece(absl::string_view text, std::vector<int64_t>* out) const {
+    struct Symbol {
+      size_t start = 0, len = 0;
+      int64_t prev = -1, next = -1;
+    };
+    std::vector<Symbol> sym;
+    for (size_t i = 0; i < text.size();) {
+      const size_t n = std::max<size_t>(1, Utf8At(text, i));
+      const int64_t at = static_cast<int64_t>(sym.size());
+      sym.push_back({i, n, at - 1, at + 1});
+      i += n;
+    }
+    if (sym.empty()) return absl::OkStatus();
+    sym.back().next = -1;
+    auto id_of = [&](size_t start, size_t len) -> int64_t {
+      auto it = vocab.find(std::string(text.substr(start, len)));
+      return it == vocab.end() ? -1 : it->second;
+    };
+    // A candidate: (priority, left symbol's start, left index, right index, merged length).
+    using Pair = std::tuple<double, size_t, int64_t, int64_t, size_t>;
+    std::priority_queue<Pair, std::vector<Pair>, std::greater<>> queue;
+    auto consider = [&](int64_t l, int64_t r) {
+      if (l < 0 || r < 0) return;
+      const size_t len = sym[l].len + sym[r].len;
+      double priority = 0;
+      if (!scores.empty()) {
+        const int64_t id = id_of(sym[l].start, len);
+        if (id < 0) return;
+        priority = -static_cast<double>(scores[static_cast<size_t>(id)]);
+      } else {
+        const int64_t a = id_of(sym[l].start, sym[l].len), b = id_of(sym[r].start, sym[r].len);
+        if (a < 0 || b < 0) return;
+        auto it = merges.find(static_cast<uint64_t>(a) << 32 | static_cast<uint64_t>(b));
+        if (it == merges.end()) return;
+        priority = it->second.first;
+      }
+      queue.emplace(priority, sym[l].start, l, r, len);
+    };
+    for (int64_t i = 0; i + 1 < static_cast<int64_t>(sym.size()); ++i) consider(i, i + 1);
+    while (!queue.empty()) {
+      const auto [priority, start, l, r, len] = queue.top();
+      queue.pop();
+      // Stale: a side merged since (its length changed, or it was absorbed: len 0).
+      if (sym[l].len == 0 || sym[r].len == 0 || sym[l].len + sym[r].len != len || sym[l].next != r) {
+        continue;
+      }
+      sym[l].len = len;
+      sym[r].len = 0;
+      sym[l].next = sym[r].next;
+      if (sym[r].next >= 0) sym[sym[r].next].prev = l;
+      consider(sym[l].prev, l);
+      consider(l, sym[l].next);
+    }
+    bool last_unk = false;
+    for (int64_t i = 0; i >= 0; i = sym[i].next) {
+      const int64_t id = id_of(sym[i].start, sym[i].len);
+      if (id >= 0) {
+        out->push_back(id);
+        last_unk = false;
+        continue;
+      }
+      const absl::string_view piece = text.substr(sym[i].start, sym[i].len);
+      const bool bytes = std::all_of(piece.begin(), piece.end(), [&](char c) {
+        return byte_token[static_cast<unsigned char>(c)] >= 0;
+      });
+      if (bytes) {
+        for (unsigned char c : piece) out->push_back(byte_token[c]);
+        last_unk = false;
+        continue;
+      }
+      if (!unk) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tokenizer: '", piece, "' has no token, no byte tokens and there is no unk token"));
+      }
+      if (!(fuse_unk && last_unk)) out->push_back(*unk);
+      last_unk = true;
+    }
     return absl::OkStatus();
   }
 
@@ -317,6 +413,25 @@ absl::Status BuildVocab(absl::string_view what, const std::vector<std::string>& 
   return absl::OkStatus();
 }
 
+// Note [SentencePiece BPE]: the byte tokens "<0xXX>" (`is_byte(id)` says which tokens may be one).
+template <typename IsByte>
+void SetByteTokens(const std::vector<std::string>& tokens, IsByte is_byte, Tokenizer::Impl* impl) {
+  impl->sentencepiece = true;
+  impl->byte_token.fill(-1);
+  impl->token_byte.assign(tokens.size(), -1);
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    const std::string& t = tokens[id];
+    int value = 0;
+    if (t.size() == 6 && absl::StartsWith(t, "<0x") && t[5] == '>' && is_byte(id) &&
+        absl::SimpleHexAtoi(t.substr(3, 2), &value) &&
+        std::isxdigit(static_cast<unsigned char>(t[3])) &&
+        std::isxdigit(static_cast<unsigned char>(t[4]))) {
+      impl->byte_token[static_cast<size_t>(value)] = static_cast<int64_t>(id);
+      impl->token_byte[id] = static_cast<int16_t>(value);
+    }
+  }
+}
+
 absl::Status Unsupported(absl::string_view what, absl::string_view field, const Json& value) {
   return absl::UnimplementedError(
       absl::StrCat(what, ": ", field, " ", value.dump(), " is not supported"));
@@ -367,6 +482,26 @@ absl::Status ParsePreTokenizer(absl::string_view what, const Json& p, Tokenizer:
   return Unsupported(what, "pre_tokenizer type", p.value("type", Json()));
 }
 
+// Note [SentencePiece BPE]: Gemma's tokenizer.json steps (transformers' GemmaConverter).
+const Json& SpaceToMetaspace() {
+  static const Json* const j = new Json(Json::parse(
+      R"({"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"})"));
+  return *j;
+}
+const Json& SplitOnSpace() {
+  static const Json* const j = new Json(Json::parse(
+      R"({"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious",
+          "invert": false})"));
+  return *j;
+}
+const Json& SentencePieceDecoder() {
+  static const Json* const j = new Json(Json::parse(
+      R"({"type": "Sequence", "decoders": [
+          {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+          {"type": "ByteFallback"}, {"type": "Fuse"}]})"));
+  return *j;
+}
+
 // The text of a special token in tokenizer_config.json: "x", {"content": "x"}, or null.
 std::optional<std::string> ConfigToken(const Json& config, const char* key) {
   auto it = config.find(key);
@@ -389,13 +524,18 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(absl::strin
     if (!j.is_object() || !config.is_object()) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": must be a JSON object"));
     }
-    if (j.contains("normalizer") && !j["normalizer"].is_null()) {
-      return Unsupported(what, "normalizer", j["normalizer"].value("type", Json()));
-    }
     const Json& model = j.at("model");
     if (model.value("type", "") != "BPE") return Unsupported(what, "model type", model.value("type", Json()));
     if (!model.value("dropout", Json()).is_null()) return Unsupported(what, "BPE dropout", model["dropout"]);
-    if (model.value("byte_fallback", false)) return Unsupported(what, "BPE byte_fallback", true);
+    // Note [SentencePiece BPE]: byte_fallback is Gemma's layout, spaces normalized to U+2581.
+    const bool sentencepiece = model.value("byte_fallback", false);
+    const Json normalizer = j.value("normalizer", Json());
+    if (sentencepiece ? normalizer != SpaceToMetaspace() : !normalizer.is_null()) {
+      return Unsupported(what, sentencepiece ? "normalizer (byte_fallback BPE reads Gemma's "
+                                               "Replace \" \" -> \"\u2581\" only)"
+                                             : "normalizer",
+                         normalizer.is_object() ? normalizer.value("type", Json()) : normalizer);
+    }
     for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"}) {
       const Json v = model.value(k, Json());
       if (!v.is_null() && v != "") return Unsupported(what, absl::StrCat("BPE ", k), v);
@@ -439,12 +579,29 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(absl::strin
       auto it = t->impl_->vocab.find(model["unk_token"].get<std::string>());
       if (it != t->impl_->vocab.end()) t->impl_->unk = it->second;
     }
-    bool byte_level = false;
-    DT_RETURN_IF_ERROR(ParsePreTokenizer(what, j.value("pre_tokenizer", Json()), t->impl_.get(), &byte_level));
     const Json decoder = j.value("decoder", Json());
-    if (!byte_level || decoder.is_null() || decoder.value("type", "") != "ByteLevel") {
-      return absl::UnimplementedError(absl::StrCat(
-          what, ": only byte-level BPE is supported (a ByteLevel pre-tokenizer and decoder)"));
+    if (sentencepiece) {
+      // After the normalizer no space is left: Gemma's Split(" ", MergedWithPrevious) splits
+      // nothing.
+      const Json pre = j.value("pre_tokenizer", Json());
+      if (!pre.is_null() && pre != SplitOnSpace()) {
+        return Unsupported(what, "pre_tokenizer of a byte_fallback BPE", pre.value("type", Json()));
+      }
+      if (decoder != SentencePieceDecoder()) {
+        return absl::UnimplementedError(absl::StrCat(
+            what, ": a byte_fallback BPE is read with Gemma's decoder only (Replace \"\u2581\" "
+                  "-> \" \", ByteFallback, Fuse)"));
+      }
+      SetByteTokens(t->tokens_, [](size_t) { return true; }, t->impl_.get());
+      t->impl_->fuse_unk = model.value("fuse_unk", false);
+    } else {
+      bool byte_level = false;
+      DT_RETURN_IF_ERROR(ParsePreTokenizer(what, j.value("pre_tokenizer", Json()), t->impl_.get(), &byte_level));
+      if (!byte_level || decoder.is_null() || decoder.value("type", "") != "ByteLevel") {
+        return absl::UnimplementedError(absl::StrCat(
+            what, ": only byte-level BPE (a ByteLevel pre-tokenizer and decoder) and Gemma's "
+                  "byte_fallback BPE are supported"));
+      }
     }
     // BOS: the post-processor's template, then tokenizer_config's add_bos_token.
     const Json post = j.value("post_processor", Json());
@@ -502,17 +659,56 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(absl::strin
   return std::shared_ptr<const Tokenizer>(std::move(t));
 }
 
+namespace {
+
+// tokenizer.ggml.scores: one finite float per token (Note [SentencePiece BPE]).
+absl::StatusOr<std::vector<float>> Scores(const GgufFile& f, size_t tokens) {
+  const std::string key = "tokenizer.ggml.scores";
+  const GgufValue* v = f.Find(key);
+  const GgufArray* a = v != nullptr ? v->AsArray() : nullptr;
+  if (a == nullptr || a->element_type != GgufValue::kF32 || !a->kept ||
+      a->size != static_cast<int64_t>(tokens)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gguf '", f.path(), "': a SentencePiece vocabulary needs '", key, "', ", tokens,
+        " f32 scores; got ", v != nullptr ? v->ToString() : "none"));
+  }
+  std::vector<float> out(tokens);
+  std::memcpy(out.data(), a->bytes.data(), tokens * sizeof(float));
+  for (float x : out) {
+    if (!std::isfinite(x)) {
+      return absl::InvalidArgumentError(absl::StrCat("gguf '", f.path(), "': '", key,
+                                                     "' holds ", x));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromGguf(const GgufFile& f) {
   const std::string what = absl::StrCat("gguf '", f.path(), "'");
   DT_ASSIGN_OR_RETURN(std::string model, f.GetString("tokenizer.ggml.model"));
-  if (model != "gpt2") {
+  if (model != "gpt2" && model != "llama") {
     return absl::UnimplementedError(absl::StrCat(
-        what, ": tokenizer.ggml.model '", model, "' is not supported (gpt2: byte-level BPE)"));
+        what, ": tokenizer.ggml.model '", model,
+        "' is not supported (gpt2: byte-level BPE; llama: SentencePiece BPE)"));
   }
+  const bool sentencepiece = model == "llama";
   DT_ASSIGN_OR_RETURN(std::optional<std::string> pre, f.GetOptionalString("tokenizer.ggml.pre"));
   std::vector<const char*> splits;
   const std::string p = pre.value_or("default");
-  if (p == "gpt2" || p == "default") {
+  if (sentencepiece) {
+    // Note [SentencePiece BPE]: llama.cpp puts a space before the text unless the file says
+    // add_space_prefix false (Gemma's); Llama 2's and Mistral's dummy prefix is not implemented.
+    const GgufValue* prefix = f.Find("tokenizer.ggml.add_space_prefix");
+    const bool* no_prefix = prefix != nullptr ? std::get_if<bool>(&prefix->value) : nullptr;
+    if (no_prefix == nullptr || *no_prefix) {
+      return absl::UnimplementedError(absl::StrCat(
+          what, ": a SentencePiece vocabulary with a space prefix (tokenizer.ggml.add_space_prefix ",
+          prefix != nullptr ? prefix->ToString() : "absent: true", ") is not supported; Gemma's "
+          "says false"));
+    }
+  } else if (p == "gpt2" || p == "default") {
     splits = {kGpt2Split};
   } else if (p == "smollm") {
     splits = {R"(\p{N})", kGpt2Split};
@@ -539,14 +735,32 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromGguf(const GgufF
     }
   }
   DT_RETURN_IF_ERROR(BuildVocab(what, t->tokens_, merges, t->impl_.get()));
-  // Control (3) and user-defined (4) tokens are matched whole in the text.
+  std::vector<int64_t> types;
   if (f.Find("tokenizer.ggml.token_type") != nullptr) {
-    DT_ASSIGN_OR_RETURN(std::vector<int64_t> types, f.GetInts("tokenizer.ggml.token_type"));
+    DT_ASSIGN_OR_RETURN(types, f.GetInts("tokenizer.ggml.token_type"));
     if (types.size() != t->tokens_.size()) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": tokenizer.ggml.token_type has ",
                                                      types.size(), " entries for ",
                                                      t->tokens_.size(), " tokens"));
     }
+  }
+  if (sentencepiece) {
+    DT_ASSIGN_OR_RETURN(t->impl_->scores, Scores(f, t->tokens_.size()));
+    // Byte tokens are type 6 (llama.cpp's LLAMA_TOKEN_TYPE_BYTE).
+    SetByteTokens(t->tokens_, [&](size_t id) { return !types.empty() && types[id] == 6; },
+                  t->impl_.get());
+    // llama.cpp adds BOS to a SentencePiece vocabulary's text unless the file says otherwise.
+    t->add_bos_ = true;
+    DT_ASSIGN_OR_RETURN(std::optional<int64_t> unk,
+                        f.GetOptionalInt("tokenizer.ggml.unknown_token_id"));
+    if (unk && (*unk < 0 || *unk >= t->vocab_size())) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": tokenizer.ggml.unknown_token_id ",
+                                                     *unk, " is outside the vocabulary"));
+    }
+    t->impl_->unk = unk;
+  }
+  // Control (3) and user-defined (4) tokens are matched whole in the text.
+  if (!types.empty()) {
     for (size_t id = 0; id < types.size(); ++id) {
       if ((types[id] == 3 || types[id] == 4) && !t->tokens_[id].empty()) {
         DT_RETURN_IF_ERROR(t->impl_->AddToken(t->tokens_[id], static_cast<int64_t>(id)));
@@ -598,6 +812,9 @@ absl::StatusOr<std::vector<int64_t>> Tokenizer::Encode(absl::string_view text, b
   if (add_bos && add_bos_ && bos_) ids.push_back(*bos_);
   auto encode_plain = [&](absl::string_view plain) -> absl::Status {
     if (plain.empty()) return absl::OkStatus();
+    if (impl_->sentencepiece) {
+      return impl_->SentencePiece(absl::StrReplaceAll(plain, {{" ", "\u2581"}}), &ids);
+    }
     DT_ASSIGN_OR_RETURN(std::vector<std::string> pieces, impl_->PreTokenize(plain));
     for (const std::string& p : pieces) DT_RETURN_IF_ERROR(impl_->Bpe(p, &ids));
     return absl::OkStatus();
@@ -625,6 +842,11 @@ std::string Tokenizer::TokenBytes(int64_t id) const {
   if (id < 0 || id >= vocab_size()) return "";
   const std::string& s = tokens_[static_cast<size_t>(id)];
   if (impl_->is_added[static_cast<size_t>(id)]) return s;
+  if (impl_->sentencepiece) {
+    const int16_t byte = impl_->token_byte[static_cast<size_t>(id)];
+    if (byte >= 0) return std::string(1, static_cast<char>(byte));
+    return absl::StrReplaceAll(s, {{"\u2581", " "}});
+  }
   std::string out;
   for (size_t i = 0; i < s.size();) {
     const size_t n = std::max<size_t>(1, Utf8At(s, i));

@@ -1,8 +1,9 @@
 #pragma once
-// Byte-level BPE tokenization as GPT-2, Llama 3, Qwen2 and SmolLM2 use it, from a Hugging Face
-// tokenizer.json (+ tokenizer_config.json beside it) or from a GGUF's tokenizer.ggml.* metadata,
-// with the same ids as Hugging Face `tokenizers` (tests/loaders/tokenizer_test.cc checks a corpus
-// of 200+ hard strings against it and against transformers' GGUF tokenizer).
+// Byte-level BPE tokenization as GPT-2, Llama 3, Qwen2 and SmolLM2 use it, and Gemma's
+// SentencePiece BPE (Note [SentencePiece BPE]), from a Hugging Face tokenizer.json (+
+// tokenizer_config.json beside it) or from a GGUF's tokenizer.ggml.* metadata, with the same ids
+// as Hugging Face `tokenizers` (tests/loaders/tokenizer_test.cc checks a corpus of 200+ hard
+// strings against it, against transformers' GGUF tokenizer and, for Gemma's, sentencepiece).
 //
 // Encoding, in order:
 //   1. added tokens ("<|im_end|>", ...) are found in the text first and kept whole (leftmost,
@@ -17,12 +18,27 @@
 // holds an incomplete UTF-8 sequence until its last byte arrives.
 //
 //   source                       pre-tokenizer                         refused
-//   tokenizer.json               ByteLevel (use_regex: GPT-2's split), normalizers, byte_fallback,
+//   tokenizer.json               ByteLevel (use_regex: GPT-2's split), normalizers (but Gemma's),
 //                                Split (Regex, Isolated), Digits,      dropout, word prefixes/
-//                                Sequence of these                     suffixes, add_prefix_space,
-//                                                                      lstrip/rstrip/single_word
+//                                Sequence of these; byte_fallback BPE  suffixes, add_prefix_space,
+//                                in Gemma's layout                     lstrip/rstrip/single_word
 //   GGUF tokenizer.ggml.pre      gpt2, smollm, llama-bpe (Llama 3),    tokenizer.ggml.model other
-//                                qwen2 (llama.cpp's regex lists)       than gpt2 (SentencePiece)
+//                                qwen2 (llama.cpp's regex lists);      than gpt2 and llama; llama
+//                                model llama: SentencePiece BPE        with a space prefix
+//
+// Note [SentencePiece BPE]: Gemma's vocabulary is a SentencePiece BPE model. Its tokenizer.json
+// (transformers' GemmaConverter: BPE with byte_fallback, normalizer Replace " " -> U+2581, a
+// pre-tokenizer that splits nothing after it, decoders Replace U+2581 -> " ", ByteFallback, Fuse)
+// and its GGUF (tokenizer.ggml.model "llama": tokens with scores and types, add_space_prefix
+// false) are read into one encoder: the text between added tokens, spaces as U+2581, starts as
+// its characters, and adjacent pairs merge best first — the lowest merge rank (tokenizer.json)
+// or the highest score of the merged piece (llama.cpp's rule for GGUF), the leftmost among equals
+// — until none merges; a piece outside the vocabulary becomes the <0xXX> tokens of its bytes
+// (else unk, consecutive ones fused where fuse_unk). Both give sentencepiece's own ids on the test
+// corpus. Decoding maps <0xXX> tokens to their byte and U+2581 to a space. A GGUF SentencePiece
+// vocabulary adds BOS unless tokenizer.ggml.add_bos_token says otherwise (llama.cpp's default).
+// Llama 2's and Mistral's SentencePiece vocabularies (a dummy space prefix, tokenizer.json's
+// Metaspace) are not read.
 //
 // BOS: added by Encode(..., add_bos=true) only when the tokenizer says so (tokenizer_config's
 // add_bos_token, a TemplateProcessing post-processor that starts with it, or GGUF's

@@ -21,16 +21,16 @@
 //               q_proj: Note [Gated attention] in nn/attention.h), k/v unit_colwise; sparse
 //               layers by mlp_layer_types with shared experts and DeepSeek-V3's sigmoid group
 //               router
-//   gemma       attention_bias; GeGLU (gelu_pytorch_tanh), embeddings times      256      (none)
+//   gemma       attention_bias; GeGLU (gelu_pytorch_tanh), embeddings times      256      gemma
 //               √hidden (rounded to the embedding dtype), every RMSNorm (1 + w) in f32, tied
-//   olmo2       attention_bias; post-norms (Note [Layer norms]), q_norm / k_norm  hidden/  (none)
+//   olmo2       attention_bias; post-norms (Note [Layer norms]), q_norm / k_norm  hidden/  olmo2
 //               over the whole projection [nH·D] / [nKV·D], every RMSNorm scaled  heads
 //               in f32; the q/k norms under tp: Note [A norm over a sharded dim] in nn/norm.h
-//   gemma2      as gemma, with pre- and post-norms (Note [Layer norms]); the config's   256   (none)
+//   gemma2      as gemma, with pre- and post-norms (Note [Layer norms]); the config's   256   gemma2
 //               attention scale (query_pre_attn_scalar), soft-caps (attention scores,
 //               final logits) and sliding windows per layer (layer_types), attended as
 //               windows (nn::AttentionOptions: scale, softcap, window)
-//   gemma3_text as gemma2 (soft-caps off by default), with per-head q_norm / k_norm    256   (none)
+//   gemma3_text as gemma2 (soft-caps off by default), with per-head q_norm / k_norm    256   gemma3
 //               ((1 + w)) and the sliding layers' own RoPE base (rope_local_base_freq,
 //               default rope; the full layers' rope_theta with the config's scaling)
 //   gpt_oss     attention_bias (true by default); learned sinks per head; sliding    64     (none)

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "dtensor/tests/test_util.h"
@@ -27,7 +28,7 @@ TEST(ChatTemplate, EveryFormatMatchesTransformersRendering) {
   const Json g = Goldens();
   const std::vector<std::pair<std::string, std::string>> formats = {
       {"chatml_qwen2.5", "ChatML"}, {"mistral_v0.2", "Mistral"}, {"phi3", "Phi-3"},
-      {"gemma", "Gemma"}};
+      {"gemma", "Gemma"}, {"gemma3", "Gemma 3"}, {"olmo2", "Tulu"}};
   for (const auto& [key, name] : formats) {
     const Json& t = g.at(key);
     auto chat = ChatTemplate::Recognize(t["template"].get<std::string>(),
@@ -55,6 +56,44 @@ TEST(ChatTemplate, EveryFormatMatchesTransformersRendering) {
   EXPECT_EQ((*mistral)->end_of_turn(), "</s>");
   auto gemma = ChatTemplate::Recognize(g["gemma"]["template"].get<std::string>(), "<bos>", "<eos>");
   EXPECT_EQ((*gemma)->end_of_turn(), "<end_of_turn>");
+  auto gemma3 = ChatTemplate::Recognize(g["gemma3"]["template"].get<std::string>(), "<bos>", "<eos>");
+  EXPECT_EQ((*gemma3)->end_of_turn(), "<end_of_turn>");
+  auto olmo2 = ChatTemplate::Recognize(g["olmo2"]["template"].get<std::string>(), "<|endoftext|>",
+                                       "<|endoftext|>");
+  EXPECT_EQ((*olmo2)->end_of_turn(), "<|endoftext|>");
+}
+
+// Gemma 3's separator as the template spells it: Jinja's \n escapes or real newlines, any text;
+// Tulu's BOS only where the template writes it.
+TEST(ChatTemplate, Gemma3SeparatorAndTuluBosAreTheTemplates) {
+  const Json g = Goldens();
+  std::string source = g["gemma3"]["template"].get<std::string>();
+  const std::string published = "messages[0]['content'] + '\n\n' -%}";
+  for (const std::string sep : {"\\n", "--"}) {
+    std::string edited = source;
+    for (size_t at = edited.find(published); at != std::string::npos;
+         at = edited.find(published, at + 1)) {
+      edited.replace(at, published.size(), "messages[0]['content'] + '" + sep + "' -%}");
+    }
+    ASSERT_NE(edited, source);
+    auto chat = ChatTemplate::Recognize(edited, "<bos>", "<eos>");
+    ASSERT_TRUE(chat.ok()) << chat.status();
+    auto text = (*chat)->Apply({{"system", "S"}, {"user", "U"}}, false);
+    ASSERT_TRUE(text.ok()) << text.status();
+    EXPECT_EQ(*text, absl::StrCat("<bos><start_of_turn>user\nS", sep == "--" ? "--" : "\n",
+                                  "U<end_of_turn>\n"));
+  }
+  // A system message past the first is refused, as the template raises on it.
+  auto chat = ChatTemplate::Recognize(source, "<bos>", "<eos>");
+  EXPECT_TRUE(Contains((*chat)->Apply({{"user", "a"}, {"system", "b"}}, true).status(),
+                       "message 1 is 'system'"));
+  // Only a system message: it goes with the turn that never comes (what transformers renders).
+  EXPECT_EQ((*chat)->Apply({{"system", "S"}}, true).value(), "<bos><start_of_turn>model\n");
+  std::string tulu = g["olmo2"]["template"].get<std::string>();
+  ASSERT_EQ(tulu.rfind("{{ bos_token }}", 0), 0u);
+  auto no_bos = ChatTemplate::Recognize(tulu.substr(15), "<|endoftext|>", "<|endoftext|>");
+  ASSERT_TRUE(no_bos.ok()) << no_bos.status();
+  EXPECT_EQ((*no_bos)->Apply({{"user", "x"}}, true).value(), "<|user|>\nx\n<|assistant|>\n");
 }
 
 TEST(ChatTemplate, FormsItDoesNotWriteAreRefusedNamingThem) {
@@ -75,7 +114,12 @@ TEST(ChatTemplate, FormsItDoesNotWriteAreRefusedNamingThem) {
             "gpt-oss's harmony format"},
            {"{% for message in messages %}<start_of_turn>{{ message['role'] }}{% endfor %}",
             "chat template not recognized (supported: ChatML, Llama 3, Mistral [INST], Phi-3, "
-            "Gemma)"}}) {
+            "Gemma, Gemma 3, Tulu (OLMo 2))"},
+           {"{% for message in messages %}{% if message['role'] == 'system' %}<|system|>\n"
+            "{% elif message['role'] == 'user' %}<|user|>\n{% elif not loop.last %}<|assistant|>"
+            "{{ eos_token }}{% endif %}{% if add_generation_prompt %}<|assistant|>\n<think>\n"
+            "{% endif %}{% endfor %}",
+            "this <|user|> / <|assistant|> (Tulu) template has \"<think>\""}}) {
     auto t = ChatTemplate::Recognize(r.source, "<s>", "</s>");
     EXPECT_EQ(t.status().code(), absl::StatusCode::kUnimplemented) << r.source;
     EXPECT_TRUE(Contains(t.status(), r.error)) << r.source;

@@ -650,5 +650,97 @@ TEST(GgufLlama, RefusesWhatItDoesNotImplement) {
   EXPECT_TRUE(Contains(LlamaConfigFromGguf(*f).status(), "no metadata 'llama.block_count'"));
 }
 
+// A Gemma 2 / 3 header (hidden 64, 4 / 2 heads of 16, `layers` layers) and `extra` keys after it.
+absl::StatusOr<DecoderConfig> GemmaWith(const std::string& arch, uint32_t layers,
+                                        const std::function<void(Writer&)>& extra, int extra_keys) {
+  Writer w;
+  w.Header(0, 8 + extra_keys)
+      .Kv("general.architecture", 8, arch)
+      .Kv(arch + ".vocab_size", 4, uint32_t{32})
+      .Kv(arch + ".block_count", 4, layers)
+      .Kv(arch + ".embedding_length", 4, uint32_t{64})
+      .Kv(arch + ".feed_forward_length", 4, uint32_t{16})
+      .Kv(arch + ".attention.head_count", 4, uint32_t{4})
+      .Kv(arch + ".attention.head_count_kv", 4, uint32_t{2})
+      .Kv(arch + ".attention.key_length", 4, uint32_t{8});
+  extra(w);
+  auto f = GgufFile::Open(WriteBytes("gemma.gguf", w.b));
+  if (!f.ok()) return f.status();
+  return DecoderConfigFromGguf(**f);
+}
+
+// Note [GGUF Gemma]: what llama.cpp assumes where the metadata says nothing, and the keys.
+TEST(GgufGemma, DefaultsAreLlamaCpps) {
+  const DecoderConfig g2 = GemmaWith("gemma2", 4, [](Writer&) {}, 0).value();
+  EXPECT_EQ(g2.model_type, "gemma2");
+  EXPECT_EQ(g2.hidden_act, "gelu_pytorch_tanh");
+  EXPECT_EQ(g2.layer_windows, (std::vector<int64_t>{4096, 0, 4096, 0}));
+  EXPECT_EQ(g2.attn_logit_softcapping, 50);
+  EXPECT_EQ(g2.final_logit_softcapping, 30);
+  EXPECT_EQ(g2.query_pre_attn_scalar, 8);  // head_dim, not hidden / heads
+  EXPECT_EQ(g2.local_rope_theta, 0);
+  const DecoderConfig g3 = GemmaWith("gemma3", 7, [](Writer&) {}, 0).value();
+  EXPECT_EQ(g3.layer_windows, std::vector<int64_t>(7, 0));  // no window key: no sliding layers
+  EXPECT_EQ(g3.attn_logit_softcapping, 0);
+  EXPECT_EQ(g3.final_logit_softcapping, 0);
+  EXPECT_EQ(g3.local_rope_theta, 10000);
+  // The 27B layer counts scale by hidden / heads (llama.cpp's rule).
+  EXPECT_EQ(GemmaWith("gemma2", 46, [](Writer&) {}, 0).value().query_pre_attn_scalar, 16);
+  EXPECT_EQ(GemmaWith("gemma3", 62, [](Writer&) {}, 0).value().query_pre_attn_scalar, 16);
+}
+
+TEST(GgufGemma, SlidingLayersSoftCapsAndLocalRope) {
+  auto window = [](Writer& w) { w.Kv("gemma3.attention.sliding_window", 4, uint32_t{512}); };
+  const DecoderConfig six = GemmaWith("gemma3", 8, window, 1).value();
+  EXPECT_EQ(six.layer_windows, (std::vector<int64_t>{512, 512, 512, 512, 512, 0, 512, 512}));
+  auto pattern = [&](uint32_t n) {
+    return GemmaWith("gemma3", 4, [&](Writer& w) {
+      window(w);
+      w.Kv("gemma3.attention.sliding_window_pattern", 4, n);
+    }, 2);
+  };
+  EXPECT_EQ(pattern(2).value().layer_windows, (std::vector<int64_t>{512, 0, 512, 0}));
+  EXPECT_EQ(pattern(0).value().layer_windows, std::vector<int64_t>(4, 512));  // 0: every layer
+  EXPECT_EQ(pattern(1).value().layer_windows, std::vector<int64_t>(4, 0));
+  auto bools = [&](std::vector<uint8_t> v, uint32_t type = 7) {
+    return GemmaWith("gemma3", 4, [&](Writer& w) {
+      window(w);
+      w.Str("gemma3.attention.sliding_window_pattern").Put<uint32_t>(9).Put<uint32_t>(type)
+          .Put<uint64_t>(v.size());
+      for (uint8_t b : v) w.Put(b);
+    }, 2);
+  };
+  EXPECT_EQ(bools({0, 1, 1, 0}).value().layer_windows, (std::vector<int64_t>{0, 512, 512, 0}));
+  EXPECT_TRUE(Contains(bools({1, 1, 0}).status(),
+                       "metadata 'gemma3.attention.sliding_window_pattern' must be an integer or 4 "
+                       "bools (one per layer)"));
+  EXPECT_TRUE(Contains(bools({1, 1, 0, 1}, 0).status(), "must be an integer or 4 bools"));
+  const DecoderConfig keys = GemmaWith("gemma3", 2, [](Writer& w) {
+    w.Kv("gemma3.rope.freq_base_swa", 6, 20000.0f).Kv("gemma3.final_logit_softcapping", 6, 30.0f);
+  }, 2).value();
+  EXPECT_EQ(keys.local_rope_theta, 20000);
+  EXPECT_EQ(keys.final_logit_softcapping, 30);
+  const DecoderConfig off = GemmaWith("gemma2", 2, [](Writer& w) {
+    w.Kv("gemma2.attn_logit_softcapping", 6, 0.0f).Kv("gemma2.attention.sliding_window", 4,
+                                                      uint32_t{0});
+  }, 2).value();
+  EXPECT_EQ(off.attn_logit_softcapping, 0);  // 0: no cap, as llama.cpp reads it
+  EXPECT_EQ(off.layer_windows, std::vector<int64_t>(2, 0));
+  EXPECT_TRUE(Contains(GemmaWith("gemma2", 2, [](Writer& w) {
+    w.Kv("gemma2.final_logit_softcapping", 6, -1.0f);
+  }, 1).status(), "metadata 'gemma2.final_logit_softcapping' is -1"));
+  EXPECT_TRUE(Contains(GemmaWith("gemma3", 2, [](Writer& w) {
+    w.Kv("gemma3.attention.sliding_window", 5, int32_t{-4});
+  }, 1).status(), "metadata 'gemma3.attention.sliding_window' is -4; it must be >= 0"));
+  // Gemma 2's layers all rotate with rope.freq_base (llama.cpp reads a swa base there, dtensor's
+  // Gemma 2 has none): refused by name, as is a Gemma key on another architecture.
+  EXPECT_TRUE(Contains(GemmaWith("gemma2", 2, [](Writer& w) {
+    w.Kv("gemma2.rope.freq_base_swa", 6, 10000.0f);
+  }, 1).status(), "metadata 'gemma2.rope.freq_base_swa' (10000) is not supported by dtensor's gemma2"));
+  EXPECT_TRUE(Contains(GemmaWith("olmo2", 2, [](Writer& w) {
+    w.Kv("olmo2.attention.sliding_window", 4, uint32_t{64});
+  }, 1).status(), "metadata 'olmo2.attention.sliding_window' (64) is not supported"));
+}
+
 }  // namespace
 }  // namespace dt::loaders

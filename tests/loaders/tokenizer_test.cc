@@ -2,7 +2,8 @@
 // hard strings (tests/fixtures/gguf, made by tools/reference/make_gguf_fixtures.py) through
 // three sources — a tokenizer.json in SmolLM2's layout, the same vocabulary in a GGUF, and one in
 // Llama 3's layout (Split regex, ignore_merges, BOS template) — with exact decode round trips,
-// streaming decode, chat templates against apply_chat_template, and clear refusals. The real
+// streaming decode, chat templates against apply_chat_template, and clear refusals; Gemma's
+// SentencePiece BPE from its tokenizer.json and from llama.cpp's GGUF. The real
 // SmolLM2 vocabulary (49152 tokens) is checked when its GGUF is cached (label `model`).
 #include "dtensor/loaders/tokenizer.h"
 
@@ -65,6 +66,52 @@ TEST(Tokenizer, GgufVocabularyMatchesTransformersGgufTokenizer) {
   ExpectCorpus(*tok, g["corpus"], g["gguf_ids"], nullptr);
   EXPECT_EQ(tok->bos_id(), tok->TokenId("<|im_start|>"));
   EXPECT_EQ(tok->eos_id(), tok->TokenId("<|im_end|>"));
+}
+
+// Gemma's SentencePiece BPE (make_gguf_fixtures.py make_gemma_tokenizer): the tokenizer.json in
+// transformers' Gemma layout and llama.cpp's conversion of the same model to GGUF give the ids
+// of `tokenizers` — which equal sentencepiece's own — and decode back exactly.
+TEST(Tokenizer, GemmaSentencePieceMatchesTokenizersAndSentencePiece) {
+  const Json g = ReadJson(kDir + "/gemma_tokenizer_golden.json");
+  for (const std::string& source : {kDir + "/gemma-tokenizer", kDir + "/gemma-tokenizer/vocab.gguf"}) {
+    SCOPED_TRACE(source);
+    absl::StatusOr<std::shared_ptr<const Tokenizer>> tok = Tokenizer::Load(source);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    EXPECT_EQ((*tok)->vocab_size(), 500);
+    ExpectCorpus(**tok, g["corpus"], g["ids"], &g["decoded"]);
+    EXPECT_TRUE((*tok)->adds_bos());
+    EXPECT_EQ((*tok)->bos_id(), 2);
+    EXPECT_EQ((*tok)->eos_id(), 1);
+    EXPECT_EQ((*tok)->Encode("Hello world", true).value(), Ids(g["with_bos"]));
+    // The turn markers are matched whole, the text around them encoded as SentencePiece does.
+    const std::vector<int64_t> ids = (*tok)->Encode("<start_of_turn>user\nHi<end_of_turn>").value();
+    ASSERT_GE(ids.size(), 3u);
+    EXPECT_EQ(ids.front(), 4);
+    EXPECT_EQ(ids.back(), 5);
+    EXPECT_EQ((*tok)->Decode(ids).value(), "<start_of_turn>user\nHi<end_of_turn>");
+    // A character outside the vocabulary comes back through its byte tokens.
+    EXPECT_EQ((*tok)->Decode((*tok)->Encode("日本 ☃").value()).value(), "日本 ☃");
+  }
+}
+
+TEST(Tokenizer, GemmaLayoutVariantsAreRefused) {
+  std::ifstream in(kDir + "/gemma-tokenizer/tokenizer.json");
+  const Json j = Json::parse(std::string(std::istreambuf_iterator<char>(in), {}));
+  Json other = j;
+  other["normalizer"]["content"] = "_";
+  EXPECT_TRUE(Contains(Tokenizer::FromJson(other.dump(), "", "t").status(),
+                       "byte_fallback BPE reads Gemma's Replace"));
+  other = j;
+  other["decoder"]["decoders"].erase(2);  // no Fuse
+  EXPECT_TRUE(Contains(Tokenizer::FromJson(other.dump(), "", "t").status(),
+                       "read with Gemma's decoder only"));
+  other = j;
+  other["pre_tokenizer"] = Json::parse(R"({"type": "Metaspace", "replacement": "_"})");
+  EXPECT_TRUE(Contains(Tokenizer::FromJson(other.dump(), "", "t").status(),
+                       "pre_tokenizer of a byte_fallback BPE \"Metaspace\""));
+  other = j;
+  other["model"]["byte_fallback"] = false;  // a byte-level BPE with Gemma's normalizer
+  EXPECT_TRUE(Contains(Tokenizer::FromJson(other.dump(), "", "t").status(), "normalizer"));
 }
 
 TEST(Tokenizer, Llama3LayoutWithBosAndChat) {
@@ -154,7 +201,7 @@ TEST(Tokenizer, RefusesBadInputClearly) {
   auto gemma = Tokenizer::FromJson(json, config.dump(), "tok").value();
   EXPECT_TRUE(Contains(gemma->ApplyChatTemplate({{"user", "hi"}}).status(),
                        "chat template not recognized (supported: ChatML, Llama 3, Mistral [INST], "
-                       "Phi-3, Gemma)"));
+                       "Phi-3, Gemma, Gemma 3, Tulu (OLMo 2))"));
   config.erase("chat_template");
   auto none = Tokenizer::FromJson(json, config.dump(), "tok").value();
   EXPECT_EQ(none->ApplyChatTemplate({{"user", "hi"}}).status().code(),

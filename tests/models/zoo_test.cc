@@ -1,5 +1,6 @@
 // The decoder zoo (nn/models/causal_lm.h) against transformers: Mistral, Qwen2, Qwen3, Phi-3,
-// Gemma, OLMo 2, Gemma 2 and Gemma 3 (text) tiny checkpoints (tools/reference/make_zoo_fixtures.py) at every tp their heads allow, on
+// Gemma, OLMo 2, Gemma 2 and Gemma 3 (text) tiny checkpoints (tools/reference/make_zoo_fixtures.py),
+// from safetensors and from GGUF, at every tp their heads allow, on
 // threads: greedy tokens identical to transformers', logits within 1e-4 of their scale, each rank
 // reading only its shards; every tp the heads refuse refused before any read, naming heads and
 // tp; the sliding window refused beyond its length.
@@ -103,16 +104,30 @@ TEST(ZooKVHeads, DefaultPlanReplicatesEachKVHeadOnTheRanksThatUseIt) {
 
 // The same weights as llama.cpp lays them out (make_zoo_fixtures.py writes them with the gguf
 // package: Mistral as architecture llama with permuted Q/K rows, Phi-3's fused projections and
-// longrope factors) load to transformers' logits and tokens, sharded as the safetensors are.
-class ZooGguf : public ::testing::TestWithParam<ZooCase> {};
+// longrope factors; Gemma, OLMo 2, Gemma 2 and 3 with llama.cpp's own convert_hf_to_gguf.py,
+// whose files llama.cpp itself computes the goldens from) load to transformers' logits and
+// tokens, sharded as the safetensors are. `golden`: the checkpoint the GGUF was converted from
+// when it is not the family's fixture (zoo/<family>-gguf-tiny, a variant whose config the GGUF
+// says in full: Note [GGUF Gemma] in loaders/gguf_llama.cc; OLMo 2's without attention biases).
+struct ZooGgufCase {
+  const char* family;
+  int tp;
+  bool replicate_kv = false;
+  const char* golden = nullptr;  // nullptr: zoo/<family>-tiny
+};
+
+class ZooGguf : public ::testing::TestWithParam<ZooGgufCase> {};
 
 TEST_P(ZooGguf, LoadsToTheSameLogits) {
-  const ZooCase c = GetParam();
-  const Golden g = LoadGolden(std::string("zoo/") + c.family + "-tiny");
+  const ZooGgufCase c = GetParam();
+  const Golden g = LoadGolden(c.golden != nullptr ? std::string(c.golden)
+                                                  : std::string("zoo/") + c.family + "-tiny");
+  CausalLMLoadOptions o;
+  o.replicate_kv = c.replicate_kv;
   absl::Status s = World::RunThreads(c.tp, [&](World& w) -> absl::Status {
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {c.tp}, {"tp"}));
     LoadReport report;
-    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(ZooDir(c.family) + ".gguf", mesh, {},
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(ZooDir(c.family) + ".gguf", mesh, o,
                                                          &report));
     DT_ASSIGN_OR_RETURN(Tensor logits, PromptLogits(*m, g.prompt));
     const double diff = MaxAbsDiff(logits, g.f32.prompt_logits);
@@ -133,14 +148,34 @@ TEST_P(ZooGguf, LoadsToTheSameLogits) {
   ASSERT_TRUE(s.ok()) << c.family << " tp=" << c.tp << ": " << s;
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, ZooGguf,
-                         ::testing::Values(ZooCase{"mistral", 1, false}, ZooCase{"mistral", 2, false},
-                                           ZooCase{"qwen2", 1, false}, ZooCase{"qwen2", 3, false},
-                                           ZooCase{"qwen3", 1, false}, ZooCase{"qwen3", 4, false},
-                                           ZooCase{"phi3", 1, false}, ZooCase{"phi3", 2, false}),
-                         [](const auto& info) {
-                           return absl::StrCat(info.param.family, "_tp", info.param.tp);
-                         });
+constexpr const char* kOlmo2Variant = "zoo/olmo2-gguf-tiny";
+constexpr const char* kGemma2Variant = "zoo/gemma2-gguf-tiny";
+constexpr const char* kGemma3Variant = "zoo/gemma3_text-gguf-tiny";
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, ZooGguf,
+    ::testing::Values(ZooGgufCase{"mistral", 1}, ZooGgufCase{"mistral", 2},
+                      ZooGgufCase{"qwen2", 1}, ZooGgufCase{"qwen2", 3}, ZooGgufCase{"qwen3", 1},
+                      ZooGgufCase{"qwen3", 4}, ZooGgufCase{"phi3", 1}, ZooGgufCase{"phi3", 2},
+                      // norms stored as 1 + w; one KV head
+                      ZooGgufCase{"gemma", 1}, ZooGgufCase{"gemma", 2, true},
+                      ZooGgufCase{"gemma", 4, true},
+                      // post-norms, q/k norms over the whole projection
+                      ZooGgufCase{"olmo2", 1, false, kOlmo2Variant},
+                      ZooGgufCase{"olmo2", 2, false, kOlmo2Variant},
+                      ZooGgufCase{"olmo2", 4, true, kOlmo2Variant},
+                      // soft-caps and the window from the metadata, pre- and post-norms
+                      ZooGgufCase{"gemma2", 1, false, kGemma2Variant},
+                      ZooGgufCase{"gemma2", 2, false, kGemma2Variant},
+                      ZooGgufCase{"gemma2", 4, true, kGemma2Variant},
+                      // llama.cpp's default pattern, rope.freq_base_swa, linear scaling
+                      ZooGgufCase{"gemma3_text", 1, false, kGemma3Variant},
+                      ZooGgufCase{"gemma3_text", 2, false, kGemma3Variant},
+                      ZooGgufCase{"gemma3_text", 4, true, kGemma3Variant}),
+    [](const auto& info) {
+      return absl::StrCat(info.param.family, "_tp", info.param.tp,
+                          info.param.replicate_kv ? "_replicated_kv" : "");
+    });
 
 TEST(ZooGgufConfig, FamiliesFromTheirArchitectures) {
   auto config = [](const std::string& family) {
@@ -160,6 +195,43 @@ TEST(ZooGgufConfig, FamiliesFromTheirArchitectures) {
     EXPECT_FLOAT_EQ(phi.rope_scaling.long_factor[i], st.rope_scaling.long_factor[i]);
     EXPECT_FLOAT_EQ(phi.rope_scaling.short_factor[i], st.rope_scaling.short_factor[i]);
   }
+}
+
+// What llama.cpp's converter wrote for the Gemmas and OLMo 2 reads back as the config.json it
+// converted (Note [GGUF Gemma]), but for what a GGUF holds otherwise: eps as f32, the special
+// tokens from the vocabulary (the converter adds CodeGemma's end of turn, id 107, to every
+// Gemma 1).
+TEST(ZooGgufConfig, ConvertedFilesSayTheirConfigJson) {
+  for (auto [family, json_dir] : std::vector<std::pair<std::string, std::string>>{
+           {"gemma", ZooDir("gemma")},
+           {"olmo2", FixtureDir(kOlmo2Variant)},
+           {"gemma2", FixtureDir(kGemma2Variant)},
+           {"gemma3_text", FixtureDir(kGemma3Variant)}}) {
+    SCOPED_TRACE(family);
+    absl::StatusOr<loaders::DecoderConfig> gguf = loaders::LoadDecoderConfig(ZooDir(family) + ".gguf");
+    ASSERT_TRUE(gguf.ok()) << gguf.status();
+    loaders::DecoderConfig want = loaders::LoadDecoderConfig(json_dir).value();
+    EXPECT_NEAR(gguf->rms_norm_eps, want.rms_norm_eps, 1e-12);
+    want.rms_norm_eps = gguf->rms_norm_eps;
+    const std::vector<int64_t> eos = family == "gemma" ? std::vector<int64_t>{2, 107}
+                                                       : std::vector<int64_t>{2};
+    EXPECT_EQ(gguf->eos_token_ids, eos);
+    want.eos_token_ids = gguf->eos_token_ids;
+    want.bos_token_id = gguf->bos_token_id;
+    // Linear scaling uses no original context (the JSON reader keeps the config's length there).
+    want.rope_scaling.original_max_position_embeddings =
+        gguf->rope_scaling.original_max_position_embeddings;
+    EXPECT_EQ(*gguf, want) << gguf->Summary();
+  }
+  const loaders::DecoderConfig g3 = loaders::LoadDecoderConfig(ZooDir("gemma3_text") + ".gguf").value();
+  EXPECT_EQ(g3.layer_windows, (std::vector<int64_t>{5, 5, 5, 5, 5, 0}));
+  EXPECT_EQ(g3.local_rope_theta, 10000);
+  EXPECT_EQ(g3.rope_scaling.rope_type, "linear");
+  EXPECT_EQ(g3.query_pre_attn_scalar, 16);
+  const loaders::DecoderConfig g2 = loaders::LoadDecoderConfig(ZooDir("gemma2") + ".gguf").value();
+  EXPECT_EQ(g2.layer_windows, (std::vector<int64_t>{6, 0, 6}));
+  EXPECT_EQ(g2.attn_logit_softcapping, 5);
+  EXPECT_EQ(g2.final_logit_softcapping, 8);
 }
 
 // Every tp the heads refuse is refused before any weight is read, naming the heads and the tp.

