@@ -78,8 +78,8 @@ constexpr auto kIdleWait = std::chrono::milliseconds(20);
 // M of the call (the skinny f32 kernels for M <= 8 and packed ones beyond, Note [GEMM kernels];
 // the quantized Dot for M <= 8 and panels beyond, Note [Quantized GEMM]), which sum each row's
 // products in different orders; its prompt is prefilled in chunks of step_tokens where Generate
-// takes it whole; and its decode attention takes the paged flash path where Generate's f32
-// decode takes the score-row path (Note [Paged attention]). Each of these moves a logit by a
+// takes it whole; and its decode attention reads its keys page run by page run where Generate's
+// reads them in one run (Note [Paged attention]). Each of these moves a logit by a
 // rounding error, and the difference carries into the sequence's KV pages. Measured on the test
 // fixtures (tests/models/engine_test.cc, a fresh batched step against each sequence alone):
 // f32 weights 2e-6 to 5e-6 on logits up to 7 (1e-6 relative); the quantized tiny GGUF 0.016-0.039
