@@ -835,18 +835,29 @@ int64_t CausalLM::position_limit() const {
   return window > 0 ? std::min(context_length(), window) : context_length();
 }
 
-void CausalLM::SetPagedStep(const PagedStep* step) {
+// Note [Paged layers are found once]
+// The engine sets its step on every attention layer twice per step; walking the module tree for
+// them (NamedModules builds every dotted name, dynamic_cast tries every module) cost 0.1-0.7 ms
+// a step on SmolLM2, which a decode step of 5 ms cannot afford. The tree is fixed once the model
+// is built and laid out, so the layers are found at the first call and kept.
+void CausalLM::FindPagedLayers() {
+  if (!paged_layers_.empty() || !paged_latent_layers_.empty()) return;
   for (const auto& [name, m] : NamedModules()) {
-    if (auto* a = dynamic_cast<Attention*>(m)) a->SetPagedStep(step);
-    if (auto* l = dynamic_cast<LatentAttention*>(m)) l->SetPagedStep(step);
+    if (auto* a = dynamic_cast<Attention*>(m)) paged_layers_.push_back(a);
+    if (auto* l = dynamic_cast<LatentAttention*>(m)) paged_latent_layers_.push_back(l);
   }
 }
 
+void CausalLM::SetPagedStep(const PagedStep* step) {
+  FindPagedLayers();
+  for (Attention* a : paged_layers_) a->SetPagedStep(step);
+  for (LatentAttention* l : paged_latent_layers_) l->SetPagedStep(step);
+}
+
 void CausalLM::ReleasePagedKV() {
-  for (const auto& [name, m] : NamedModules()) {
-    if (auto* a = dynamic_cast<Attention*>(m)) a->paged_kv().Release();
-    if (auto* l = dynamic_cast<LatentAttention*>(m)) l->paged_kv().Release();
-  }
+  FindPagedLayers();
+  for (Attention* a : paged_layers_) a->paged_kv().Release();
+  for (LatentAttention* l : paged_latent_layers_) l->paged_kv().Release();
 }
 
 int64_t CausalLM::PagedKVBytesPerPosition() const {

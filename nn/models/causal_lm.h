@@ -159,6 +159,7 @@ class DecoderModel : public Module {
 
 // set_check_finite's hooks and what they recorded (nn/models/causal_lm.cc).
 struct FiniteWatch;
+class LatentAttention;
 
 // One step of the serving engine (nn/models/engine.h): the new tokens of several sequences in one
 // forward, sequence after sequence (Note [Paged KV cache] in nn/attention.cc).
@@ -389,6 +390,8 @@ class CausalLM : public Module {
   absl::Status CheckWatched();
   // Sets `step` on every attention layer (null: their contiguous KV caches again).
   void SetPagedStep(const PagedStep* step);
+  // Fills paged_layers_ and paged_latent_layers_ at the first call.
+  void FindPagedLayers();
   loaders::DecoderConfig config_;
   DType dtype_;
   // The children Logits calls, as built.
@@ -399,6 +402,9 @@ class CausalLM : public Module {
   // agrees on each token (Note [Agreeing on tokens]).
   std::optional<DeviceMesh> mesh_;
   std::unique_ptr<FiniteWatch> watch_;  // null unless check_finite()
+  // Every attention layer, found once (Note [Paged layers are found once]).
+  std::vector<Attention*> paged_layers_;
+  std::vector<LatentAttention*> paged_latent_layers_;
 };
 
 }  // namespace dt::nn

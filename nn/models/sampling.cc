@@ -1,9 +1,9 @@
 #include "dtensor/nn/models/sampling.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <optional>
 #include <vector>
 
@@ -39,8 +39,15 @@ absl::Status SamplingOptions::Validate() const {
 namespace {
 
 // The first non-finite logit, encoded as 3 · id + kind (kind 0: NaN, 1: +inf, 2: -inf) so that
-// the minimum over ranks is the lowest id any rank saw; nullopt when all are finite.
+// the minimum over ranks is the lowest id any rank saw; nullopt when all are finite. A float is
+// finite unless its exponent bits are all ones: one branch-free pass over the bits (it
+// vectorizes) answers for the whole vocabulary, and only a bad one is looked for.
 std::optional<int64_t> FirstNonFinite(absl::Span<const float> logits) {
+  uint32_t bad = 0;
+  for (const float v : logits) {
+    bad |= (std::bit_cast<uint32_t>(v) & 0x7f800000u) == 0x7f800000u;
+  }
+  if (bad == 0) return std::nullopt;
   for (size_t i = 0; i < logits.size(); ++i) {
     const float v = logits[i];
     if (!std::isfinite(v)) {
@@ -56,54 +63,103 @@ absl::Status NonFiniteError(int64_t code, int64_t n) {
                                                  " of ", n, " is ", kKinds[code % 3]));
 }
 
+// The lowest id of the largest of finite logits: the maximum in eight independent lanes (finite
+// values: the same maximum in any order, and no chain of compares through the running best's
+// index), then the first id that holds it.
+int64_t Argmax(absl::Span<const float> logits) {
+  constexpr size_t kLanes = 8;
+  const size_t n = logits.size();
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, logits[0]);
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) lane[j] = std::max(lane[j], logits[i + j]);
+  }
+  for (; i < n; ++i) lane[0] = std::max(lane[0], logits[i]);
+  const float best = *std::max_element(lane, lane + kLanes);
+  return std::find(logits.begin(), logits.end(), best) - logits.begin();
+}
+
+// Note [Candidates in order without sorting the vocabulary]
+// Sampling walks the candidates larger logit first, equal ones by lower id, but a draw reaches
+// few of them: sorting a vocabulary of 49152 for every token (what top_k 0, OpenAI's default,
+// asked of a partial_sort) cost milliseconds a token, as much as the forward of a small model.
+// So each candidate is one integer whose ascending order is that order (the logit's bits made
+// monotone, then inverted, above the id), and the walk sorts only as far as it goes: the first
+// 64, then twice as many each time it needs more (a partial_sort of the rest: a heap of the
+// few, which most keys only pass by). The token is the one the full sort gives. The softmax's
+// normalizer over the whole vocabulary (top_k 0) is summed in id order, which needs no order at
+// all; over top_k < the vocabulary it is summed in candidate order (those are sorted anyway).
+// The keys live in a buffer of the thread's, kept between tokens: a fresh 400 KB vector a token
+// is a fresh mapping whose pages fault in each time.
+class Ranked {
+ public:
+  explicit Ranked(absl::Span<const float> logits) : keys_(Buffer()) {
+    keys_.resize(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) {
+      // -0 as +0 (they compare equal); then the bits ascend with the value; inverted: descend.
+      const uint32_t bits = std::bit_cast<uint32_t>(logits[i] == 0 ? 0.0f : logits[i]);
+      const uint32_t ascending = bits & 0x80000000u ? ~bits : bits | 0x80000000u;
+      keys_[i] = uint64_t{~ascending} << 32 | static_cast<uint32_t>(i);
+    }
+  }
+  // The id of the i-th candidate (i < the vocabulary).
+  int64_t at(size_t i) {
+    if (i >= sorted_) {
+      const size_t upto = std::min(keys_.size(), std::max({i + 1, 2 * sorted_, size_t{64}}));
+      std::partial_sort(keys_.begin() + sorted_, keys_.begin() + upto, keys_.end());
+      sorted_ = upto;
+    }
+    return static_cast<int64_t>(keys_[i] & 0xffffffffu);
+  }
+
+ private:
+  static std::vector<uint64_t>& Buffer() {
+    thread_local std::vector<uint64_t> keys;
+    return keys;
+  }
+  std::vector<uint64_t>& keys_;
+  size_t sorted_ = 0;  // keys_[0, sorted_) are the first candidates, in order
+};
+
 // SampleToken on validated options and finite, non-empty logits (Note [Logits must be finite]).
 int64_t SampleFinite(absl::Span<const float> logits, const SamplingOptions& o, int64_t step) {
   const int64_t n = static_cast<int64_t>(logits.size());
-  if (o.greedy) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; ++i) {
-      if (logits[i] > logits[best]) best = i;
-    }
-    return best;
-  }
-  // Candidates sorted by logit, descending, ties by lower id: a strict total order on finite
-  // values, so the first k are the same whatever partial_sort's algorithm.
-  std::vector<int64_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
+  if (o.greedy) return Argmax(logits);
+  // Note [Candidates in order without sorting the vocabulary]
+  Ranked ranked(logits);
   const int64_t k = o.top_k > 0 ? std::min(o.top_k, n) : n;
-  auto before = [&](int64_t a, int64_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
-  order.resize(k);
-  const double top = logits[order[0]];
-  std::vector<double> p(k);
+  const double top = logits[ranked.at(0)];
+  auto p = [&](int64_t i) { return std::exp((logits[ranked.at(i)] - top) / o.temperature); };
   double total = 0;
-  for (int64_t i = 0; i < k; ++i) {
-    p[i] = std::exp((logits[order[i]] - top) / o.temperature);
-    total += p[i];
+  if (k == n) {
+    for (int64_t id = 0; id < n; ++id) total += std::exp((logits[id] - top) / o.temperature);
+  } else {
+    for (int64_t i = 0; i < k; ++i) total += p(i);
   }
   // top-p: the smallest prefix whose mass reaches top_p (at least one token).
   int64_t keep = k;
+  double kept = total;
   if (o.top_p < 1) {
-    double mass = 0;
+    double mass = 0, sum = 0;
     for (int64_t i = 0; i < k; ++i) {
-      mass += p[i] / total;
+      const double pi = p(i);
+      sum += pi;
+      mass += pi / total;
       if (mass >= o.top_p) {
         keep = i + 1;
+        if (keep < k) kept = sum;
         break;
       }
     }
   }
-  double kept = 0;
-  for (int64_t i = 0; i < keep; ++i) kept += p[i];
   const double u = UniformAt(o.seed, static_cast<uint64_t>(step)) * kept;
   double acc = 0;
   for (int64_t i = 0; i < keep; ++i) {
-    acc += p[i];
-    if (u < acc) return order[i];
+    acc += p(i);
+    if (u < acc) return ranked.at(i);
   }
-  return order[keep - 1];
+  return ranked.at(keep - 1);
 }
 
 }  // namespace

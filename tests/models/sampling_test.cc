@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "dtensor/core/random.h"
 #include "dtensor/core/status.h"
 #include "dtensor/dtensor/dtensor.h"
 #include "dtensor/mesh/device_mesh.h"
@@ -145,6 +146,66 @@ RC_GTEST_PROP(Sampling, TiesAreBrokenByLowerId, ()) {
     const int64_t t = SampleToken(logits, o, step).value();
     RC_ASSERT(std::find(order.begin(), order.end(), t) != order.end());
     if (o.top_k == 1) RC_ASSERT(t == first_max);
+  }
+}
+
+// The draw written from its definition over a full sort of the vocabulary (Note [Candidates in
+// order without sorting the vocabulary]: the normalizer over the whole vocabulary summed in id
+// order, over top_k < it in candidate order), with -0 and +0 equal.
+int64_t FullSortDraw(const std::vector<float>& logits, const SamplingOptions& o, int64_t step) {
+  const int64_t n = static_cast<int64_t>(logits.size());
+  std::vector<int64_t> order(n);
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+  const int64_t k = o.top_k > 0 ? std::min(o.top_k, n) : n;
+  const double top = logits[order[0]];
+  auto p = [&](int64_t id) { return std::exp((logits[id] - top) / o.temperature); };
+  double total = 0;
+  if (k == n) {
+    for (int64_t id = 0; id < n; ++id) total += p(id);
+  } else {
+    for (int64_t i = 0; i < k; ++i) total += p(order[i]);
+  }
+  int64_t keep = k;
+  double kept = total, mass = 0, sum = 0;
+  for (int64_t i = 0; o.top_p < 1 && i < k; ++i) {
+    sum += p(order[i]);
+    mass += p(order[i]) / total;
+    if (mass >= o.top_p) {
+      keep = i + 1;
+      if (keep < k) kept = sum;
+      break;
+    }
+  }
+  const double u = UniformAt(o.seed, static_cast<uint64_t>(step)) * kept;
+  double acc = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    acc += p(order[i]);
+    if (u < acc) return order[i];
+  }
+  return order[keep - 1];
+}
+
+// Sampled tokens are the full sort's draw, over vocabularies from one token to past the first
+// candidates the sampler sorts (64) and their doublings, with ties, signed zeros and a spread that
+// makes draws reach deep.
+RC_GTEST_PROP(Sampling, DrawsAreTheFullSortsDraw, ()) {
+  const int64_t n = *rc::gen::inRange<int64_t>(1, 1200);
+  const float spread = *rc::gen::element(0.01f, 1.f, 8.f);
+  std::vector<float> logits(n);
+  for (float& v : logits) {
+    v = *rc::gen::element(0, 1, 2) == 0 ? *TiedLogit() * (*rc::gen::arbitrary<bool>() ? 1 : -1)
+                                        : *rc::gen::inRange(-1000, 1000) / 1000.f * spread;
+  }
+  SamplingOptions o;
+  o.greedy = false;
+  o.top_k = *rc::gen::element<int64_t>(0, 0, 1, 40, *rc::gen::inRange<int64_t>(1, n + 2));
+  o.temperature = *rc::gen::element(0.25, 1.0, 4.0);
+  o.top_p = *rc::gen::element(0.3, 0.9, 0.99, 1.0);
+  o.seed = *rc::gen::arbitrary<uint32_t>();
+  for (int step = 0; step < 8; ++step) {
+    RC_ASSERT(SampleToken(logits, o, step).value() == FullSortDraw(logits, o, step));
   }
 }
 

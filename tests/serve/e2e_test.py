@@ -24,21 +24,15 @@ import argparse
 import concurrent.futures
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import Served, skip, sse_payloads, stream_text  # noqa: E402
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
+from serve_harness import (Served, check, check_drain, check_idle, decode, generate_ids, shown_ids,  # noqa: E402
+                           skip, sse_payloads, stream_text)
 
 
 def curl(url, body, stream=False):
@@ -121,27 +115,16 @@ def check_concurrency(s, name):
     return bodies, alone
 
 
-def decode(args, ids):
-    if not ids:
-        return ""
-    out = subprocess.run([args.dtensor, "tokenize", "--model", args.model, "--decode", ",".join(map(str, ids))],
-                         capture_output=True, text=True, check=True)
-    return out.stdout[:-1]  # its newline
-
-
 def check_against_generate(args, bodies, answers):
     """The server's tokens are generate's for the same prompt ids and options (one rank)."""
     for body, (text, finish, tokens) in zip(bodies, answers):
-        cmd = [args.generate, "--model", args.model, "--prompt-ids", ",".join(map(str, body["prompt"])),
-               "--max-new-tokens", str(body["max_tokens"]), "--quiet"]
+        flags = ["--prompt-ids", ",".join(map(str, body["prompt"])), "--max-new-tokens", str(body["max_tokens"])]
         if body["temperature"] > 0:
-            cmd += ["--temperature", str(body["temperature"]), "--top-k", str(body["top_k"]),
-                    "--top-p", str(body["top_p"]), "--seed", str(body["seed"])]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-        ids = json.loads(re.search(r"generated ids (\[[0-9, ]*\])", out).group(1))
-        # A stop token ends the server's answer (its text not shown); generate goes on.
-        shown = ids[:tokens] if finish == "length" else ids[:tokens - 1]
-        check(decode(args, shown) == text, f"{body}: generate {ids}, the server {text!r} ({finish}, {tokens})")
+            flags += ["--temperature", str(body["temperature"]), "--top-k", str(body["top_k"]),
+                      "--top-p", str(body["top_p"]), "--seed", str(body["seed"])]
+        _, ids = generate_ids(args.generate, args.model, flags)
+        check(decode(args.dtensor, args.model, shown_ids(ids, finish, tokens)) == text,
+              f"{body}: generate {ids}, the server {text!r} ({finish}, {tokens})")
 
 
 def check_errors(client, name):
@@ -157,40 +140,6 @@ def check_errors(client, name):
             check(e.status_code == 400 and e.body.get("param") == param, (body, e.body))
         else:
             raise AssertionError(f"{body} was answered")
-
-
-def check_idle(s):
-    deadline = time.time() + 10
-    while True:
-        m = s.metrics()
-        idle = (m["dtensor_serve_requests_open"], m["dtensor_serve_kv_pages_used"],
-                m["dtensor_serve_requests_running"], m["dtensor_serve_requests_waiting"])
-        if idle == (0, 0, 0, 0):
-            return m
-        check(time.time() < deadline, f"not idle: open, pages, running, waiting = {idle}")
-        time.sleep(0.1)
-
-
-def check_drain(s, name):
-    """SIGTERM while a stream runs: it finishes, then every rank exits 0."""
-    import http.client
-    conn = http.client.HTTPConnection(s.host, s.port, timeout=60)
-    conn.request("POST", "/v1/completions", body=json.dumps(
-        {"model": name, "prompt": "Once upon a time", "max_tokens": 200, "temperature": 0, "stream": True}),
-        headers={"Content-Type": "application/json"})
-    r = conn.getresponse()
-    check(r.status == 200, r.status)
-    first = r.readline()  # the stream is under way
-    check(first.startswith(b"data: "), first)
-    os.kill(s.proc.pid, signal.SIGTERM)  # dtrun forwards it to every rank; rank 0 drains
-    rest = r.read().decode()
-    text, finish = stream_text(sse_payloads(first.decode() + rest))
-    check(finish in ("stop", "length"), finish)
-    status = s.wait(60)
-    out = s.output()
-    check(status == 128 + signal.SIGTERM, f"dtrun exited {status}:\n{out}")
-    check("exited with status" not in out and "killed by signal" not in out, out)
-    check("serve: stopped" in out, out)
 
 
 def check_rank_death(args):

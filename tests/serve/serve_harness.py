@@ -1,5 +1,6 @@
 """Starting `dtensor serve` for the end-to-end and soak tests (tests/serve/*_test.py): under dtrun
-at any tp, on a free port, and finding its ranks' processes. Standard library only.
+at any tp, on a free port, and finding its ranks' processes; the checks they share (back to idle,
+drain on SIGTERM) and `generate`'s tokens to compare with. Standard library only.
 
     with Served(dtensor, dtrun, model, tp=2) as s:
         s.url            # http://127.0.0.1:PORT
@@ -24,6 +25,11 @@ SKIP = 77
 def skip(why):
     print(f"skipped: {why}")
     sys.exit(SKIP)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
 
 
 class Served:
@@ -146,3 +152,66 @@ def stream_text(payloads):
             text += c.get("text") or c.get("delta", {}).get("content") or ""
             finish = c.get("finish_reason") or finish
     return text, finish
+
+
+def check_idle(s, timeout_s=10):
+    """/metrics back to idle within timeout_s (returned): no open, running or waiting request, no KV
+    page in use."""
+    deadline = time.time() + timeout_s
+    while True:
+        m = s.metrics()
+        idle = (m["dtensor_serve_requests_open"], m["dtensor_serve_kv_pages_used"],
+                m["dtensor_serve_requests_running"], m["dtensor_serve_requests_waiting"])
+        if idle == (0, 0, 0, 0):
+            return m
+        check(time.time() < deadline, f"not idle after {timeout_s} s: open, pages, running, waiting = {idle}")
+        time.sleep(0.1)
+
+
+def check_drain(s, name, max_tokens=200):
+    """SIGTERM while a stream runs: it finishes, then every rank exits 0."""
+    conn = http.client.HTTPConnection(s.host, s.port, timeout=60)
+    conn.request("POST", "/v1/completions", body=json.dumps(
+        {"model": name, "prompt": "Once upon a time", "max_tokens": max_tokens, "temperature": 0, "stream": True}),
+        headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    check(r.status == 200, r.status)
+    first = r.readline()  # the stream is under way
+    check(first.startswith(b"data: "), first)
+    os.kill(s.proc.pid, signal.SIGTERM)  # dtrun forwards it to every rank; rank 0 drains
+    rest = r.read().decode()
+    text, finish = stream_text(sse_payloads(first.decode() + rest))
+    check(finish in ("stop", "length"), finish)
+    status = s.wait(60)
+    out = s.output()
+    check(status == 128 + signal.SIGTERM, f"dtrun exited {status}:\n{out}")
+    check("exited with status" not in out and "killed by signal" not in out, out)
+    check("serve: stopped" in out, out)
+
+
+def decode(dtensor, model, ids):
+    """The text of token ids, by `dtensor tokenize --decode`."""
+    if not ids:
+        return ""
+    out = subprocess.run([dtensor, "tokenize", "--model", model, "--decode", ",".join(map(str, ids))],
+                         capture_output=True, text=True, check=True, timeout=60)
+    return out.stdout[:-1]  # its newline
+
+
+def generate_ids(generate, model, flags, dtrun=None, tp=1, timeout_s=120):
+    """`generate`'s prompt ids and generated ids (--print-ids), alone or under dtrun at tp ranks."""
+    cmd = [generate, "--model", model, "--quiet", "--print-ids", *flags]
+    if dtrun is not None:
+        cmd = [dtrun, "--nproc-per-node", str(tp), *cmd]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                         env=dict(os.environ, DT_BACKEND="shm"))
+    check(out.returncode == 0, f"{cmd} exited {out.returncode}:\n{out.stdout}{out.stderr}")
+    found = [re.search(rf"{what} ids (\[[0-9, ]*\])", out.stdout) for what in ("prompt", "generated")]
+    check(all(found), f"{cmd} printed no ids:\n{out.stdout}")
+    return [json.loads(m.group(1)) for m in found]
+
+
+def shown_ids(ids, finish, completion_tokens):
+    """The ids of generate's tokens that an answer of completion_tokens shows: a stop token ends the
+    server's answer (counted, its text not shown), where generate goes on after it."""
+    return ids[:completion_tokens] if finish == "length" else ids[:completion_tokens - 1]

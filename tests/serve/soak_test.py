@@ -31,7 +31,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import Served, sse_payloads, stream_text  # noqa: E402
+from serve_harness import Served, check_idle, sse_payloads, stream_text  # noqa: E402
 
 MAX_REQUEST_BYTES = 65536
 
@@ -150,19 +150,6 @@ def fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def wait_idle(s, timeout_s=60):
-    deadline = time.time() + timeout_s
-    while True:
-        m = s.metrics()
-        idle = [m[k] for k in ("dtensor_serve_requests_open", "dtensor_serve_kv_pages_used",
-                               "dtensor_serve_requests_running", "dtensor_serve_requests_waiting")]
-        if idle == [0, 0, 0, 0]:
-            return m
-        if time.time() > deadline:
-            raise AssertionError(f"not idle after {timeout_s} s: open, pages, running, waiting = {idle}")
-        time.sleep(0.2)
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtensor", required=True)
@@ -180,7 +167,7 @@ def main():
     with Served(args.dtensor, args.dtrun, args.model, tp=args.tp, flags=flags) as s:
         pid = s.rank_pid(0)
         ask_good(s, rng, name, tally)
-        wait_idle(s)
+        check_idle(s, timeout_s=60)
         base_fds = fds(pid)
         t0 = time.time()
 
@@ -210,7 +197,7 @@ def main():
             for f in futures:
                 f.result()
 
-        m = wait_idle(s)
+        m = check_idle(s, timeout_s=60)
         end_fds = fds(pid)
         five = sum(v for k, v in m.items() if k.startswith("dtensor_serve_http_responses_total") and 'status="5' in k)
         print(f"file descriptors of rank 0: {base_fds} after the first request, {end_fds} at the end; "

@@ -150,6 +150,36 @@ void SoftCap(float* x, int64_t n, float cap, std::vector<float>& tmp) {
   for (int64_t j = 0; j < n; ++j) x[j] = std::copysign(cap * (1 - tmp[j]) / (1 + tmp[j]), x[j]);
 }
 
+// One stacked row of a score-row task: row[j] holds the score of the task's j-th key, keys
+// [first, limit) of them visible. Scaled, soft-capped, `add` added (the mask's row from `first`;
+// null: none), softmaxed with the sink (a key of score `sink` and no value; -inf: none) into the
+// visible keys' weights, every other entry zeroed; a row that sees no key is all zeros.
+void SoftmaxScoreRow(float* row, int64_t nkv, int64_t first, int64_t limit, float scale,
+                     float softcap, const float* add, float sink, bool has_sink,
+                     std::vector<float>& tmp) {
+  const int64_t n = limit - first;
+  float* x = row + first;
+  for (int64_t j = 0; j < n; ++j) x[j] *= scale;
+  if (softcap > 0) SoftCap(x, n, softcap, tmp);
+  if (add != nullptr) {
+    for (int64_t j = 0; j < n; ++j) x[j] += add[j];
+  }
+  float mx = sink;
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, x[j]);
+  std::fill(row, x, 0.0f);
+  std::fill(x + n, row + nkv, 0.0f);
+  if (mx == -std::numeric_limits<float>::infinity()) {  // no visible key: a zero output
+    std::fill(x, x + n, 0.0f);
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) x[j] -= mx;
+  ExpF32(x, x, n);
+  float sum = has_sink ? ExpScalar(sink - mx) : 0.0f;
+  for (int64_t j = 0; j < n; ++j) sum += x[j];
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < n; ++j) x[j] *= inv;
+}
+
 // The score-row path: per task, the f32 scores of every stacked row against every key it may
 // see, through the single-threaded GEMM, a masked softmax, then probabilities times values.
 absl::Status ScoreRows(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -208,7 +238,6 @@ absl::Status ScoreRows(const Tensor& q, const Tensor& k, const Tensor& v,
           return;
         }
         for (int64_t rr = 0; rr < m; ++rr) {
-          float* row = s + rr * nkv;  // key j at row[j - kv_begin]
           const int64_t r = rr % rows;
           const int64_t limit =
               params.causal ? std::clamp<int64_t>(params.q_offset + i0 + r + 1, 0, kv_end) : kv_end;
@@ -218,32 +247,13 @@ absl::Status ScoreRows(const Tensor& q, const Tensor& k, const Tensor& v,
               params.window > 0
                   ? std::clamp<int64_t>(params.q_offset + i0 + r + 1 - params.window, 0, limit)
                   : 0;
-          const int64_t n = limit - first;
-          float* x = row + (first - kv_begin);
-          for (int64_t j = 0; j < n; ++j) x[j] *= params.scale;
-          if (params.softcap > 0) SoftCap(x, n, params.softcap, tmp);
-          if (params.mask != nullptr) {
-            const float* add =
-                params.mask + bi * params.mask_bs + (i0 + r) * params.mask_rs + first;
-            for (int64_t j = 0; j < n; ++j) x[j] += add[j];
-          }
-          // A sink is a key of score sinks[h] and no value: in the max and the sum only.
+          const float* add = params.mask != nullptr
+                                 ? params.mask + bi * params.mask_bs + (i0 + r) * params.mask_rs + first
+                                 : nullptr;
           const float sink = params.sinks != nullptr ? params.sinks[g * group + rr / rows]
                                                      : -std::numeric_limits<float>::infinity();
-          float mx = sink;
-          for (int64_t j = 0; j < n; ++j) mx = std::max(mx, x[j]);
-          std::fill(row, x, 0.0f);
-          std::fill(x + n, row + nkv, 0.0f);
-          if (mx == -std::numeric_limits<float>::infinity()) {  // no visible key: a zero output
-            std::fill(x, x + n, 0.0f);
-            continue;
-          }
-          for (int64_t j = 0; j < n; ++j) x[j] -= mx;
-          ExpF32(x, x, n);
-          float sum = params.sinks != nullptr ? ExpScalar(sink - mx) : 0.0f;
-          for (int64_t j = 0; j < n; ++j) sum += x[j];
-          const float inv = 1.0f / sum;
-          for (int64_t j = 0; j < n; ++j) x[j] *= inv;
+          SoftmaxScoreRow(s + rr * nkv, nkv, first - kv_begin, limit - kv_begin, params.scale,
+                          params.softcap, add, sink, params.sinks != nullptr, tmp);
         }
         st = Sgemm(m, dv, nkv, s, nkv, 1, vs, v_rs, v_cs, o, dv);  // p · v
         if (!st.ok()) {
@@ -361,9 +371,16 @@ absl::Status Flash(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
 // (ForRuns in attention_kernels.h), so a page of P rows is read as the contiguous rows it is, and
 // the online softmax is the same as over contiguous keys (blocks of kv_block keys, whatever P).
 // Causal rows are bottom-right aligned per sequence: row r of a sequence with n query rows and L
-// keys sees keys j <= L - n + r, its KV cache's positions before it and its own. Every dtype runs
-// on the flash path (no score-row path: its GEMMs would be cut at every page); f16 pages (and
-// pages whose rows are not of unit stride) are gathered into contiguous f32 rows per task.
+// keys sees keys j <= L - n + r, its KV cache's positions before it and its own. A task of fewer
+// stacked rows than the tuning's flash_min_rows (decode: `group` rows; "Decode" in Note [Flash
+// attention on the CPU]) takes the score-row path as the contiguous decode does: q kᵀ and p v
+// through the single-threaded GEMM one page's run of keys at a time (f32 pages read where they
+// lie), each row's softmax as ScoreRows', the p v runs summed in f32. On the flash path a decode
+// task of 3 rows filled 3 of a tile's 16 lanes: in a perf profile of bench_serve_engine (AMD EPYC
+// Zen 4 VM, 2 vCPUs, beside builds) SmolLM2's paged decode attention took ~10x the samples of
+// Generate's score-row attention, a few % of the engine's one-sequence decode. Other tasks take
+// the flash path; there f16 pages (and pages whose rows are not of unit stride) are gathered into
+// contiguous f32 rows per task.
 
 // Rows [0, n) of a pool (row j at element at(pool, j)) as contiguous rows in buf: bf16 as bf16 for
 // kBF16, else f32.
@@ -388,11 +405,87 @@ const void* GatherRows(const Tensor& pool, int64_t n, attention::Elem elem, std:
   return dst;
 }
 
+// A paged task on the score-row path (Note [Paged attention]): the stacked rows of query heads
+// [h0, h0 + group) and rows [row0, row0 + rows) of q, the first at position `pos0` of its
+// sequence, against KV head g's keys [.., kv_end) on `pages`: q kᵀ and p v through the
+// single-threaded GEMM one page's run of keys at a time (f32 pages read where they lie, others
+// converted a run at a time), each row's softmax as ScoreRows takes it.
+absl::Status PagedScoreRows(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
+                            const int32_t* pages, const PagedAttentionParams& params, int64_t h0,
+                            int64_t g, int64_t row0, int64_t rows, int64_t pos0, int64_t kv_end,
+                            const Tensor& out) {
+  const int64_t d = q.size(2), dv = v_pages.size(3), page = k_pages.size(2);
+  const int64_t group = q.size(0) / k_pages.size(1), m = group * rows;
+  const int64_t kv_begin =
+      params.window > 0 ? std::clamp<int64_t>(pos0 + 1 - params.window, 0, kv_end) : 0;
+  const int64_t nkv = kv_end - kv_begin;
+  thread_local std::vector<float> buf, tmp;
+  buf.resize(static_cast<size_t>(m * d + m * nkv + 2 * m * dv + page * std::max(d, dv)));
+  float* qs = buf.data();
+  float* s = qs + m * d;
+  float* o = s + m * nkv;
+  float* part = o + m * dv;
+  float* run_rows = part + m * dv;
+  for (int64_t rr = 0; rr < m; ++rr) {
+    LoadF32(q.dtype(), ElementPtr(q, (h0 + rr / rows) * q.stride(0) + (row0 + rr % rows) * q.stride(1)),
+            d, q.stride(2), qs + rr * d);
+  }
+  // Rows [j, j + run) of a pool's pages for KV head g (within one page): where they lie when f32
+  // of unit stride, else converted into run_rows; *rs: the distance between rows.
+  auto rows_at = [&](const Tensor& pool, int64_t j, int64_t run, int64_t* rs) -> const float* {
+    const int64_t at = pages[j / page] * pool.stride(0) + g * pool.stride(1) + j % page * pool.stride(2);
+    const int64_t width = pool.size(3);
+    if (pool.dtype() == DType::kF32 && pool.stride(3) == 1) {
+      *rs = pool.stride(2);
+      return pool.data<float>() + at;
+    }
+    for (int64_t jj = 0; jj < run; ++jj) {
+      LoadF32(pool.dtype(), ElementPtr(pool, at + jj * pool.stride(2)), width, pool.stride(3),
+              run_rows + jj * width);
+    }
+    *rs = width;
+    return run_rows;
+  };
+  for (int64_t j = kv_begin; j < kv_end;) {  // q · kᵀ
+    const int64_t run = std::min(page - j % page, kv_end - j);
+    int64_t rs = 0;
+    const float* ks = rows_at(k_pages, j, run, &rs);
+    DT_RETURN_IF_ERROR(Sgemm(m, run, d, qs, d, 1, ks, 1, rs, s + (j - kv_begin), nkv));
+    j += run;
+  }
+  for (int64_t rr = 0; rr < m; ++rr) {
+    const int64_t r = rr % rows;
+    const int64_t limit = params.causal ? std::clamp<int64_t>(pos0 + r + 1, 0, kv_end) : kv_end;
+    const int64_t first =
+        params.window > 0 ? std::clamp<int64_t>(pos0 + r + 1 - params.window, 0, limit) : 0;
+    const float sink = params.sinks != nullptr ? params.sinks[h0 + rr / rows]
+                                               : -std::numeric_limits<float>::infinity();
+    SoftmaxScoreRow(s + rr * nkv, nkv, first - kv_begin, limit - kv_begin, params.scale,
+                    params.softcap, nullptr, sink, params.sinks != nullptr, tmp);
+  }
+  for (int64_t j = kv_begin; j < kv_end;) {  // p · v
+    const int64_t run = std::min(page - j % page, kv_end - j);
+    int64_t rs = 0;
+    const float* vs = rows_at(v_pages, j, run, &rs);
+    float* dst = j == kv_begin ? o : part;
+    DT_RETURN_IF_ERROR(Sgemm(m, dv, run, s + (j - kv_begin), nkv, 1, vs, rs, 1, dst, dv));
+    if (dst == part) {
+      for (int64_t e = 0; e < m * dv; ++e) o[e] += part[e];
+    }
+    j += run;
+  }
+  for (int64_t rr = 0; rr < m; ++rr) {
+    const int64_t at = (h0 + rr / rows) * out.stride(0) + (row0 + rr % rows) * out.stride(1);
+    StoreF32(out.dtype(), ElementPtr(out, at), dv, out.stride(2), o + rr * dv);
+  }
+  return absl::OkStatus();
+}
+
 // The paged path: per task, a sequence's stacked rows against its pages (Note [Paged attention]).
 absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
                    const Tensor& page_table, const Tensor& query_starts, const Tensor& kv_lengths,
                    const PagedAttentionParams& params, int64_t block, int64_t kv_block,
-                   const Tensor& out) {
+                   int64_t min_rows, const Tensor& out) {
   const int64_t hq = q.size(0), d = q.size(2);
   const int64_t hkv = k_pages.size(1), page = k_pages.size(2), dv = v_pages.size(3);
   const int64_t group = hq / hkv;
@@ -424,6 +517,8 @@ absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages
   const bool direct = out.dtype() == DType::kF32 && out.stride(2) == 1;
   const int32_t* ptab = table.data<int32_t>();
   const int64_t max_pages = table.size(1);
+  std::mutex mu;
+  absl::Status status;
   ParallelFor(static_cast<int64_t>(tasks.size()), cost, [&](int64_t lo, int64_t hi) {
     thread_local std::vector<float> qbuf, kbuf, vbuf, obuf;
     for (int64_t ti = lo; ti < hi; ++ti) {
@@ -435,6 +530,16 @@ absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages
       const int64_t kv_end =
           params.causal ? std::clamp<int64_t>(q_offset + task.i0 + rows, 0, len) : len;
       const int32_t* pages = ptab + task.seq * max_pages;
+      if (m < min_rows && kv_end > 0) {  // Note [Paged attention]: decode on score rows
+        absl::Status st = PagedScoreRows(q, k_pages, v_pages, pages, params, h0, task.g, row0,
+                                         rows, q_offset + task.i0, kv_end, out);
+        if (!st.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          status.Update(st);
+          return;
+        }
+        continue;
+      }
       attention::FlashTask t;
       t.group = group, t.rows = rows, t.d = d, t.dv = dv;
       PointOut(t, direct ? out.data<float>() + h0 * out.stride(0) + row0 * out.stride(1) : nullptr,
@@ -487,7 +592,7 @@ absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages
       }
     }
   });
-  return absl::OkStatus();
+  return status;
 }
 
 }  // namespace
@@ -504,8 +609,10 @@ absl::Status PagedAttentionTuned(const Tensor& q, const Tensor& k_pages, const T
   if (out.numel() == 0) return absl::OkStatus();
   const int64_t group = q.size(0) / k_pages.size(1);
   const int64_t block = std::max<int64_t>(1, tuning.q_block / group);
+  const int64_t min_rows =
+      q.dtype() == DType::kBF16 ? tuning.flash_min_rows_bf16 : tuning.flash_min_rows;
   return Paged(q, k_pages, v_pages, page_table, query_starts, kv_lengths, params, block,
-               tuning.kv_block, out);
+               tuning.kv_block, min_rows, out);
 }
 
 absl::Status PagedAttention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
