@@ -60,12 +60,11 @@
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 
 #include "dtensor/core/dtype.h"
 #include "dtensor/core/status.h"
-#include "dtensor/ops/local/cpu/cpu_info.h"
+#include "dtensor/ops/local/cpu/isa_choice.h"
 #include "dtensor/ops/local/cpu/prefetch.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -838,45 +837,9 @@ constexpr Kernels kAvx512Bf16Kernels{Isa::kAvx512Bf16, avx512::kMr, avx512::kNr,
                                      avx512bf16::Dot};
 #endif
 
-Isa DetectIsa() {
-#if DT_GEMM_X86
-  const CpuInfo& cpu = ThisCpu();
-  if (cpu.avx512) return cpu.avx512_bf16 ? Isa::kAvx512Bf16 : Isa::kAvx512;
-  if (cpu.avx2) return Isa::kAvx2;
-#endif
-  return Isa::kGeneric;
-}
-
-Isa Detected() {
-  static const Isa detected = DetectIsa();
-  return detected;
-}
-// -1: none forced; otherwise the forced Isa.
-std::atomic<int> forced_isa{-1};
-
 }  // namespace
 
-const char* IsaName(Isa isa) {
-  switch (isa) {
-    case Isa::kGeneric: return "generic";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
-    case Isa::kAvx512Bf16: return "avx512-bf16";
-  }
-  return "?";
-}
-
-bool IsaSupported(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(Detected()); }
-
-Isa ActiveIsa() {
-  const int forced = forced_isa.load(std::memory_order_relaxed);
-  return forced < 0 ? Detected() : static_cast<Isa>(forced);
-}
-
-void SetIsaForTesting(std::optional<Isa> isa) {
-  DT_CHECK(!isa.has_value() || IsaSupported(*isa));
-  forced_isa.store(isa.has_value() ? static_cast<int>(*isa) : -1, std::memory_order_relaxed);
-}
+DT_ISA_FUNCTIONS(Isa, FloatIsaSets<Isa>(DT_GEMM_X86))
 
 const Kernels& KernelsFor(Isa isa) {
   DT_CHECK(IsaSupported(isa));
