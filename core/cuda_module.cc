@@ -22,7 +22,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "dtensor/core/dtype.h"
 #include "dtensor/core/env.h"
+#include "dtensor/core/shape.h"
 #include "dtensor/core/status.h"
 
 namespace dt {
@@ -110,7 +112,7 @@ absl::StatusOr<const ModuleHeader*> Open(const ModuleSpec& spec) {
           absl::StrCat(path, " (", why, ") has no entry point ", spec.entry, ": not a dtensor module of this ABI"));
     }
     const ModuleHeader* header = entry();
-    const ModuleHeader mine = DT_MODULE_HEADER;
+    const ModuleHeader mine = {kModuleAbi, TensorBytes(), DT_MODULE_BUILD};  // DT_MODULE_HEADER
     if (header == nullptr || header->abi != mine.abi || header->tensor_bytes != mine.tensor_bytes ||
         std::strcmp(header->build, mine.build) != 0) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -166,7 +168,7 @@ const DeviceCount& Devices() {
 // program of dt_core alone and fails when one is missing here.
 extern const void* const kCudaModuleCallees[];
 const void* const kCudaModuleCallees[] = {
-    reinterpret_cast<const void*>(&Tensor::Empty), reinterpret_cast<const void*>(&Numel),
+    reinterpret_cast<const void*>(&TensorBytes), reinterpret_cast<const void*>(&Numel),
     reinterpret_cast<const void*>(&Float16::FromFloat), reinterpret_cast<const void*>(&ParseDevice)};
 
 absl::StatusOr<const ModuleHeader*> LoadModule(const ModuleSpec& spec) {

@@ -65,9 +65,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "dtensor/core/device.h"
-#include "dtensor/core/tensor.h"
 
 namespace dt {
+class Tensor;  // core/tensor.h
 namespace ops::internal {
 struct CudaKernels;  // ops/local/cuda_kernels.h
 }  // namespace ops::internal
@@ -83,9 +83,16 @@ struct ModuleHeader {
   const char* build = "";     // DT_MODULE_BUILD
 };
 
-// What a module's entry point puts first in its table (DT_MODULE_BUILD comes from CMake).
+// What a module's entry point puts first in its table (DT_MODULE_BUILD comes from CMake); its
+// expansion needs core/tensor.h.
 #define DT_MODULE_HEADER \
   ::dt::internal::ModuleHeader { ::dt::internal::kModuleAbi, sizeof(::dt::Tensor), DT_MODULE_BUILD }
+
+// sizeof(Tensor) in this program, for the loader's check of a module's header. Defined in
+// core/tensor.cc, where Tensor is complete, so that the loader stays below tensor
+// (Note [Include graph]); the loader's reference to it also links tensor.o, whose functions the
+// module calls.
+uint32_t TensorBytes();
 
 struct ModuleSpec {
   const char* name;       // "dtensor_cuda": the file is libdtensor_cuda.so

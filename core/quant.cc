@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "dtensor/core/strided.h"
+#include "dtensor/core/status.h"
 
 namespace dt {
 namespace {
@@ -192,33 +192,6 @@ void IQ4_XS(const uint8_t* b, float* y) {
   }
 }
 
-// The rows of `t` (every dim but the last) as element offsets, in row-major order.
-std::vector<int64_t> RowOffsets(const Tensor& t) {
-  const Shape lead(t.shape().begin(), t.shape().end() - 1);
-  const Shape strides(t.strides().begin(), t.strides().end() - 1);
-  std::vector<int64_t> out;
-  out.reserve(static_cast<size_t>(Numel(lead)));
-  Shape idx(lead.size(), 0);
-  for (int64_t r = 0; r < Numel(lead); ++r) {
-    int64_t off = 0;
-    for (size_t d = 0; d < lead.size(); ++d) off += idx[d] * strides[d];
-    out.push_back(off);
-    for (int d = static_cast<int>(lead.size()) - 1; d >= 0; --d) {
-      if (++idx[d] < lead[d]) break;
-      idx[d] = 0;
-    }
-  }
-  return out;
-}
-
-absl::Status CheckRows(const Tensor& t, absl::string_view what) {
-  if (t.dim() < 1 || (t.size(-1) > 1 && t.stride(-1) != 1)) {
-    return absl::UnimplementedError(absl::StrCat("CopyFrom: ", what, " ", t.Describe(),
-                                                 " must have rows with unit stride (quantized)"));
-  }
-  return CheckQuantizedShape(t.dtype(), t.shape());
-}
-
 }  // namespace
 
 float LoadHalf(const void* p) {
@@ -292,85 +265,4 @@ absl::Status CheckQuantizedShape(DType dtype, IntSpan shape) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> RandomQuantized(DType dtype, IntSpan shape, uint64_t seed) {
-  if (!IsQuantized(dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RandomQuantized: ", DTypeName(dtype), " is not a quantized dtype"));
-  }
-  DT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(shape, dtype));
-  uint8_t* p = static_cast<uint8_t*>(t.raw_data());
-  // SplitMix64 over (seed, position): any slice is reproducible.
-  auto bits = [seed](uint64_t i) {
-    uint64_t z = seed * 0x9E3779B97F4A7C15ULL + i + 0x632BE59BD9B4E019ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  };
-  const int64_t n = t.nbytes();
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(bits(static_cast<uint64_t>(i)));
-  // Scale fields: a random sign and a magnitude in [0.5, 1) times `size`.
-  auto half = [&](uint8_t* at, float size) {
-    const uint64_t r = bits(static_cast<uint64_t>(at - p) | (uint64_t{1} << 62));
-    const float v = ((r & 1) ? -1.0f : 1.0f) * (0.5f + 0.5f * static_cast<float>((r >> 8) & 0xFFFF) / 65536.0f) * size;
-    const uint16_t h = Float16::FromFloat(v);
-    std::memcpy(at, &h, 2);
-  };
-  const int64_t bytes = DTypeBlockBytes(dtype);
-  for (int64_t b = 0; b < n / bytes; ++b) {
-    uint8_t* blk = p + b * bytes;
-    switch (dtype) {
-      case DType::kQ8_0: half(blk, 1.0f / 64); break;
-      case DType::kQ4_0: case DType::kQ5_0: half(blk, 1.0f / 8); break;
-      case DType::kQ4_1: case DType::kQ5_1: half(blk, 1.0f / 8); half(blk + 2, 1.0f); break;
-      case DType::kQ4_K: case DType::kQ5_K: half(blk, 1.0f / 256); half(blk + 2, 1.0f / 64); break;
-      case DType::kQ6_K: half(blk + 208, 1.0f / 2048); break;
-      case DType::kQ2_K: half(blk + 80, 1.0f / 32); half(blk + 82, 1.0f / 64); break;
-      case DType::kQ3_K: half(blk + 108, 1.0f / 128); break;
-      case DType::kIQ4_NL: half(blk, 1.0f / 128); break;
-      case DType::kIQ4_XS: half(blk, 1.0f / 4096); break;
-      default: break;
-    }
-  }
-  return t;
-}
-
-namespace internal {
-
-absl::Status CopyQuantized(const Tensor& dst, const Tensor& src) {
-  if (!dst.device().is_cpu() || !src.device().is_cpu()) {
-    return absl::UnimplementedError(absl::StrCat("CopyFrom ", src.Describe(), " into ",
-                                                 dst.Describe(),
-                                                 ": quantized tensors live on the CPU"));
-  }
-  if (dst.dtype() == src.dtype()) {
-    DT_RETURN_IF_ERROR(CheckRows(src, "source"));
-    DT_RETURN_IF_ERROR(CheckRows(dst, "destination"));
-    const int64_t row = DTypeBytes(src.dtype(), src.size(-1));
-    const std::vector<int64_t> so = RowOffsets(src), d_o = RowOffsets(dst);
-    const DType q = src.dtype();
-    for (size_t r = 0; r < so.size(); ++r) {
-      std::memcpy(static_cast<char*>(dst.raw_data()) + DTypeBytes(q, d_o[r]),
-                  static_cast<const char*>(src.raw_data()) + DTypeBytes(q, so[r]),
-                  static_cast<size_t>(row));
-    }
-    return absl::OkStatus();
-  }
-  if (IsQuantized(src.dtype()) && !IsQuantized(dst.dtype())) {
-    DT_RETURN_IF_ERROR(CheckRows(src, "source"));
-    DT_ASSIGN_OR_RETURN(Tensor f, Tensor::Empty(src.shape(), DType::kF32));
-    const int64_t cols = src.size(-1);
-    const std::vector<int64_t> so = RowOffsets(src);
-    for (size_t r = 0; r < so.size(); ++r) {
-      DequantizeBlocks(src.dtype(),
-                       static_cast<const char*>(src.raw_data()) + DTypeBytes(src.dtype(), so[r]),
-                       cols, f.data<float>() + static_cast<int64_t>(r) * cols);
-    }
-    return dst.CopyFrom(f);
-  }
-  return absl::UnimplementedError(absl::StrCat(
-      "CopyFrom ", src.Describe(), " into ", dst.Describe(),
-      ": quantizing is not supported (only quantized -> element dtypes and same-dtype copies)"));
-}
-
-}  // namespace internal
 }  // namespace dt

@@ -48,10 +48,13 @@
 #include <optional>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "dtensor/core/dtype.h"
-#include "dtensor/core/tensor.h"
+#include "dtensor/core/shape.h"
 
 namespace dt {
+
+class Tensor;  // core/tensor.h, which stays above this header (Note [Include graph])
 
 // f16 bits at `p` (unaligned) as f32.
 float LoadHalf(const void* p);
@@ -102,14 +105,8 @@ absl::Status CheckQuantizedShape(DType dtype, IntSpan shape);
 // A contiguous tensor of quantized `dtype` and `shape` (last dim whole blocks) whose blocks are
 // random (counter-based from `seed`, like Tensor::Rand): every quant byte uniform, every f16 scale
 // of a random sign and a magnitude that keeps the values of order one (random bytes there would
-// give NaNs and 1e4s). For tests and benchmarks of the quantized kernels.
+// give NaNs and 1e4s). For tests and benchmarks of the quantized kernels. Defined in
+// core/random.cc, beside Tensor::Rand.
 absl::StatusOr<Tensor> RandomQuantized(DType dtype, IntSpan shape, uint64_t seed);
-
-namespace internal {
-// Tensor::CopyFrom when either side is quantized (see the Note): same quantized dtype, rows with
-// unit stride: the blocks are copied; quantized into an element dtype: dequantized, then
-// converted; anything else is Unimplemented naming both.
-absl::Status CopyQuantized(const Tensor& dst, const Tensor& src);
-}  // namespace internal
 
 }  // namespace dt

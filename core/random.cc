@@ -1,9 +1,11 @@
 #include "dtensor/core/random.h"
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "dtensor/core/quant.h"
 
 namespace dt {
 
@@ -116,6 +118,48 @@ absl::StatusOr<Tensor> Tensor::Rand(IntSpan shape, uint64_t seed, DType dtype, D
 
 absl::StatusOr<Tensor> Tensor::Randn(IntSpan shape, uint64_t seed, DType dtype, Device device) {
   return WholeRandom(shape, seed, Distribution::kNormal, dtype, device, "Randn");
+}
+
+absl::StatusOr<Tensor> RandomQuantized(DType dtype, IntSpan shape, uint64_t seed) {
+  if (!IsQuantized(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RandomQuantized: ", DTypeName(dtype), " is not a quantized dtype"));
+  }
+  DT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(shape, dtype));
+  uint8_t* p = static_cast<uint8_t*>(t.raw_data());
+  // SplitMix64 over (seed, position): any slice is reproducible.
+  auto bits = [seed](uint64_t i) {
+    uint64_t z = seed * 0x9E3779B97F4A7C15ULL + i + 0x632BE59BD9B4E019ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  };
+  const int64_t n = t.nbytes();
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(bits(static_cast<uint64_t>(i)));
+  // Scale fields: a random sign and a magnitude in [0.5, 1) times `size`.
+  auto half = [&](uint8_t* at, float size) {
+    const uint64_t r = bits(static_cast<uint64_t>(at - p) | (uint64_t{1} << 62));
+    const float v = ((r & 1) ? -1.0f : 1.0f) * (0.5f + 0.5f * static_cast<float>((r >> 8) & 0xFFFF) / 65536.0f) * size;
+    const uint16_t h = Float16::FromFloat(v);
+    std::memcpy(at, &h, 2);
+  };
+  const int64_t bytes = DTypeBlockBytes(dtype);
+  for (int64_t b = 0; b < n / bytes; ++b) {
+    uint8_t* blk = p + b * bytes;
+    switch (dtype) {
+      case DType::kQ8_0: half(blk, 1.0f / 64); break;
+      case DType::kQ4_0: case DType::kQ5_0: half(blk, 1.0f / 8); break;
+      case DType::kQ4_1: case DType::kQ5_1: half(blk, 1.0f / 8); half(blk + 2, 1.0f); break;
+      case DType::kQ4_K: case DType::kQ5_K: half(blk, 1.0f / 256); half(blk + 2, 1.0f / 64); break;
+      case DType::kQ6_K: half(blk + 208, 1.0f / 2048); break;
+      case DType::kQ2_K: half(blk + 80, 1.0f / 32); half(blk + 82, 1.0f / 64); break;
+      case DType::kQ3_K: half(blk + 108, 1.0f / 128); break;
+      case DType::kIQ4_NL: half(blk, 1.0f / 128); break;
+      case DType::kIQ4_XS: half(blk, 1.0f / 4096); break;
+      default: break;
+    }
+  }
+  return t;
 }
 
 }  // namespace dt

@@ -128,6 +128,72 @@ void HostCopy(const Tensor& dst, const Tensor& src) {
   });
 }
 
+// The rows of `t` (every dim but the last) as element offsets, in row-major order.
+std::vector<int64_t> RowOffsets(const Tensor& t) {
+  const Shape lead(t.shape().begin(), t.shape().end() - 1);
+  const Shape strides(t.strides().begin(), t.strides().end() - 1);
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(Numel(lead)));
+  Shape idx(lead.size(), 0);
+  for (int64_t r = 0; r < Numel(lead); ++r) {
+    int64_t off = 0;
+    for (size_t d = 0; d < lead.size(); ++d) off += idx[d] * strides[d];
+    out.push_back(off);
+    for (int d = static_cast<int>(lead.size()) - 1; d >= 0; --d) {
+      if (++idx[d] < lead[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+absl::Status CheckRows(const Tensor& t, absl::string_view what) {
+  if (t.dim() < 1 || (t.size(-1) > 1 && t.stride(-1) != 1)) {
+    return absl::UnimplementedError(absl::StrCat("CopyFrom: ", what, " ", t.Describe(),
+                                                 " must have rows with unit stride (quantized)"));
+  }
+  return CheckQuantizedShape(t.dtype(), t.shape());
+}
+
+// Tensor::CopyFrom when either side is quantized (Note [Quantized dtypes] in core/quant.h): same
+// quantized dtype, rows with unit stride: the blocks are copied; quantized into an element dtype:
+// dequantized, then converted; anything else is Unimplemented naming both.
+absl::Status CopyQuantized(const Tensor& dst, const Tensor& src) {
+  if (!dst.device().is_cpu() || !src.device().is_cpu()) {
+    return absl::UnimplementedError(absl::StrCat("CopyFrom ", src.Describe(), " into ",
+                                                 dst.Describe(),
+                                                 ": quantized tensors live on the CPU"));
+  }
+  if (dst.dtype() == src.dtype()) {
+    DT_RETURN_IF_ERROR(CheckRows(src, "source"));
+    DT_RETURN_IF_ERROR(CheckRows(dst, "destination"));
+    const int64_t row = DTypeBytes(src.dtype(), src.size(-1));
+    const std::vector<int64_t> so = RowOffsets(src), d_o = RowOffsets(dst);
+    const DType q = src.dtype();
+    for (size_t r = 0; r < so.size(); ++r) {
+      std::memcpy(static_cast<char*>(dst.raw_data()) + DTypeBytes(q, d_o[r]),
+                  static_cast<const char*>(src.raw_data()) + DTypeBytes(q, so[r]),
+                  static_cast<size_t>(row));
+    }
+    return absl::OkStatus();
+  }
+  if (IsQuantized(src.dtype()) && !IsQuantized(dst.dtype())) {
+    DT_RETURN_IF_ERROR(CheckRows(src, "source"));
+    DT_ASSIGN_OR_RETURN(Tensor f, Tensor::Empty(src.shape(), DType::kF32));
+    const int64_t cols = src.size(-1);
+    const std::vector<int64_t> so = RowOffsets(src);
+    for (size_t r = 0; r < so.size(); ++r) {
+      DequantizeBlocks(src.dtype(),
+                       static_cast<const char*>(src.raw_data()) + DTypeBytes(src.dtype(), so[r]),
+                       cols, f.data<float>() + static_cast<int64_t>(r) * cols);
+    }
+    return dst.CopyFrom(f);
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      "CopyFrom ", src.Describe(), " into ", dst.Describe(),
+      ": quantizing is not supported (only quantized -> element dtypes and same-dtype copies)"));
+}
+
 // Strides for viewing (shape, strides) as new_shape without copying, or nullopt (PyTorch's rule).
 std::optional<Shape> ViewStrides(IntSpan old_shape, IntSpan old_strides, IntSpan new_shape) {
   Shape out(new_shape.size());
@@ -373,6 +439,8 @@ absl::StatusOr<Tensor> Tensor::Flatten(int64_t start_dim, int64_t end_dim) const
 
 CopyCount HostCopies() { return host_copies; }
 
+uint32_t internal::TensorBytes() { return sizeof(Tensor); }
+
 absl::Status Tensor::CopyFrom(const Tensor& src) const {
   if (!defined() || !src.defined()) return absl::InvalidArgumentError("CopyFrom: undefined tensor");
   if (shape_ != src.shape_) {
@@ -388,7 +456,7 @@ absl::Status Tensor::CopyFrom(const Tensor& src) const {
     ++host_copies.copies;
     host_copies.bytes += nbytes();
   }
-  if (IsQuantized(dtype_) || IsQuantized(src.dtype_)) return internal::CopyQuantized(*this, src);
+  if (IsQuantized(dtype_) || IsQuantized(src.dtype_)) return CopyQuantized(*this, src);
   if (device().is_cpu() && src.device().is_cpu()) {
     HostCopy(*this, src);
     return absl::OkStatus();

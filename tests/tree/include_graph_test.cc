@@ -13,8 +13,7 @@
 //     directly or through others, as the CMake targets declare them (PUBLIC_DEPS and PRIVATE_DEPS
 //     of dt_library). tests/tree/CMakeLists.txt writes those at configure time (layers.txt), so
 //     the rule is the build's own, never a second copy.
-// The circles of units older than this test are kKnownUnitCycles, each with what would break it;
-// the test fails on any other circle and on an entry that is no longer one.
+// Any circle fails the test: there is no list of tolerated ones.
 
 #include <algorithm>
 #include <filesystem>
@@ -228,22 +227,10 @@ std::vector<std::string> HeaderCircles(const Tree& tree) {
   return out;
 }
 
-// Unit circles other than `known`, and entries of `known` that are no longer circles.
-std::vector<std::string> UnitCircles(const Tree& tree, const std::vector<std::vector<std::string>>& known) {
+std::vector<std::string> UnitCircles(const Tree& tree) {
   const Graph g = UnitGraph(tree);
-  const std::vector<std::vector<std::string>> circles = Circles(g);
   std::vector<std::string> out;
-  for (const auto& c : circles) {
-    if (std::find(known.begin(), known.end(), c) == known.end()) {
-      out.push_back("units in a circle " + DescribeCircle(g, c));
-    }
-  }
-  for (const auto& k : known) {
-    if (std::find(circles.begin(), circles.end(), k) == circles.end()) {
-      out.push_back(absl::StrCat("{", absl::StrJoin(k, ", "),
-                                 "} is no longer a circle as listed: update kKnownUnitCycles"));
-    }
-  }
+  for (const auto& c : Circles(g)) out.push_back("units in a circle " + DescribeCircle(g, c));
   return out;
 }
 
@@ -319,17 +306,17 @@ TEST(IncludeGraph, FindsUnitsInACircleThroughTheirSources) {
                      {"core/b.h", {}}, {"core/b.cc", {{1, "core/b.h"}, {2, "core/a.h"}}},
                      {"core/c.cc", {{1, "core/a.h"}}}};
   EXPECT_TRUE(HeaderCircles(tree).empty());
-  const std::vector<std::string> found = UnitCircles(tree, {});
+  const std::vector<std::string> found = UnitCircles(tree);
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0],
             "units in a circle {core/a, core/b}: core/a.cc:2 includes core/b.h, core/b.cc:2 "
             "includes core/a.h");
-  EXPECT_TRUE(UnitCircles(tree, {{"core/a", "core/b"}}).empty());
-  // A listed circle that is gone, or only part of a larger one, is reported.
-  EXPECT_EQ(UnitCircles(tree, {{"core/a", "core/b"}, {"core/x", "core/y"}}).size(), 1u);
+  // Three units, each source needing the next one's header: one circle of three.
   const Tree larger = {{"core/a.cc", {{2, "core/b.h"}}}, {"core/b.cc", {{2, "core/c.h"}}},
                        {"core/c.cc", {{2, "core/a.h"}}}};
-  EXPECT_EQ(UnitCircles(larger, {{"core/a", "core/b"}}).size(), 2u);
+  const std::vector<std::string> three = UnitCircles(larger);
+  ASSERT_EQ(three.size(), 1u);
+  EXPECT_TRUE(three[0].starts_with("units in a circle {core/a, core/b, core/c}")) << three[0];
 }
 
 TEST(IncludeGraph, FindsIncludesAgainstTheLayers) {
@@ -350,22 +337,13 @@ TEST(IncludeGraph, FindsIncludesAgainstTheLayers) {
 
 // ---- the source tree ---------------------------------------------------------------------------
 
-// Circles of units older than the test (Note [Include graph]), with what would break each. Delete
-// an entry once it is broken; the test says so.
-const std::vector<std::vector<std::string>> kKnownUnitCycles = {
-    // Tensor's copies call the CUDA module (whose loader checks a module's sizeof(Tensor), and
-    // whose memory Storage allocates) and core/quant for quantized blocks (whose functions take
-    // Tensors): those calls would move out of tensor.cc, or quant's declarations below tensor.h.
-    {"core/cuda_module", "core/quant", "core/storage", "core/tensor"},
-};
-
 TEST(IncludeGraph, SourceTreeHasNoCircleAndKeepsItsLayers) {
   const std::vector<Library> libs = ParseLayers(testing::ReadFileBytes(DT_LAYERS_FILE));
   ASSERT_GE(libs.size(), 8u) << "layers from " << DT_LAYERS_FILE;
   const Tree tree = ReadTree(DT_SOURCE_DIR, libs);
   ASSERT_GE(tree.size(), 200u);
   for (const std::string& problem : HeaderCircles(tree)) ADD_FAILURE() << problem;
-  for (const std::string& problem : UnitCircles(tree, kKnownUnitCycles)) ADD_FAILURE() << problem;
+  for (const std::string& problem : UnitCircles(tree)) ADD_FAILURE() << problem;
   for (const std::string& problem : LayerViolations(tree, libs)) ADD_FAILURE() << problem;
 }
 

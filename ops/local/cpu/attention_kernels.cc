@@ -12,7 +12,6 @@
 
 #include "dtensor/core/dtype.h"
 #include "dtensor/core/status.h"
-#include "dtensor/ops/local/cpu/cpu_info.h"
 #include "dtensor/ops/local/cpu/isa_choice.h"
 #include "dtensor/ops/local/cpu/vec_math.h"
 
@@ -132,55 +131,9 @@ namespace avx512bf16 {
 
 #endif  // DT_ATT_X86
 
-bool Supports(Isa isa) {
-#if DT_ATT_X86
-  const CpuInfo& cpu = ThisCpu();
-  switch (isa) {
-    case Isa::kGeneric: return true;
-    case Isa::kAvx2: return cpu.avx2;
-    case Isa::kAvx512: return cpu.avx512;
-    case Isa::kAvx512Bf16: return cpu.avx512 && cpu.avx512_bf16;
-  }
-  return false;
-#else
-  return isa == Isa::kGeneric;
-#endif
-}
-
-IsaChoice<Isa>& Choice() {
-  static IsaChoice<Isa> choice([] {
-    for (Isa isa : {Isa::kAvx512Bf16, Isa::kAvx512, Isa::kAvx2}) {
-      if (Supports(isa)) return isa;
-    }
-    return Isa::kGeneric;
-  }());
-  return choice;
-}
-
 }  // namespace
 
-const char* IsaName(Isa isa) {
-  switch (isa) {
-    case Isa::kGeneric: return "generic";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
-    case Isa::kAvx512Bf16: return "avx512-bf16";
-  }
-  return "?";
-}
-
-bool IsaSupported(Isa isa) {
-  static const bool supported[] = {Supports(Isa::kGeneric), Supports(Isa::kAvx2),
-                                   Supports(Isa::kAvx512), Supports(Isa::kAvx512Bf16)};
-  return supported[static_cast<int>(isa)];
-}
-
-Isa ActiveIsa() { return Choice().Active(); }
-
-void SetIsaForTesting(std::optional<Isa> isa) {
-  DT_CHECK(!isa.has_value() || IsaSupported(*isa));
-  Choice().Force(isa);
-}
+DT_ISA_FUNCTIONS(Isa, FloatIsaSets<Isa>(DT_ATT_X86))
 
 FlashFn FlashFor(Isa isa, Elem elem) {
   DT_CHECK(IsaSupported(isa));

@@ -11,8 +11,11 @@
 // from a header (std::, absl) is ever instantiated with AVX-512 and then picked by the linker for
 // code that runs on a CPU without it. Each function that uses a wider set carries the attribute;
 // helpers are inlined into callers of the same set.
-// That is also why each set's namespace repeats the small dispatch wrappers (DotE/AxpyE, Dot/Axpy):
-// a wrapper shared across sets would be compiled for one set only and could not inline the others.
+// That is also why the kernels AVX2 and AVX-512 have in common are written once, in gemm_x86.inc,
+// and included into each set's namespace (as qgemm_x86.inc is), not shared as one template: a
+// function shared across sets would be compiled for one set only and could not inline the others.
+// Each set defines before the include what differs: its widening loads, its partial vectors
+// (AVX-512's masks, AVX2's zeroed buffer) and its horizontal sums.
 //
 // Micro-tiles (rows x columns of the output kept in registers during the k loop):
 //   set       tile      accumulators          per k step
@@ -60,12 +63,11 @@
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 
 #include "dtensor/core/dtype.h"
 #include "dtensor/core/status.h"
-#include "dtensor/ops/local/cpu/cpu_info.h"
+#include "dtensor/ops/local/cpu/isa_choice.h"
 #include "dtensor/ops/local/cpu/prefetch.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -85,6 +87,16 @@
 namespace dt::ops::cpu::gemm {
 
 namespace {
+
+// Calls f.template operator()<E>() for the runtime element type e.
+template <typename F>
+inline void WithElem(Elem e, F&& f) {
+  switch (e) {
+    case Elem::kF32: return f.template operator()<Elem::kF32>();
+    case Elem::kBF16: return f.template operator()<Elem::kBF16>();
+    case Elem::kF16: return f.template operator()<Elem::kF16>();
+  }
+}
 
 // ---- generic C++ ---------------------------------------------------------------------------------
 
@@ -149,20 +161,11 @@ void AxpyE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void*
 
 void Dot(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
          Elem e, float* c, int64_t ldc, Prefetch pf) {
-  switch (e) {
-    case Elem::kF32: return DotE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
-    case Elem::kBF16: return DotE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
-    case Elem::kF16: return DotE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
-  }
+  WithElem(e, [&]<Elem E>() { DotE<E>(m, n, k, x, ldx, w, ldw, c, ldc, pf); });
 }
-
 void Axpy(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
           Elem e, float* c, int64_t ldc, Prefetch pf) {
-  switch (e) {
-    case Elem::kF32: return AxpyE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
-    case Elem::kBF16: return AxpyE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
-    case Elem::kF16: return AxpyE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
-  }
+  WithElem(e, [&]<Elem E>() { AxpyE<E>(m, n, k, x, ldx, w, ldw, c, ldc, pf); });
 }
 
 }  // namespace generic
@@ -270,54 +273,39 @@ namespace avx2 {
 
 constexpr int kMr = 6, kNr = 16;
 constexpr int kWidestTile = 4;  // skinny dot tile rows (Note [Skinny dot order])
+constexpr int kLanes = 8;
 
-DT_AVX2 void Micro(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
-                   bool accumulate) {
-  __m256 r[kMr][2];
-#pragma GCC unroll 8
-  for (int i = 0; i < kMr; ++i) r[i][0] = r[i][1] = _mm256_setzero_ps();
-  for (int64_t p = 0; p < kc; ++p, ap += kMr, bp += kNr) {
-    const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
-#pragma GCC unroll 8
-    for (int i = 0; i < kMr; ++i) {
-      const __m256 a = _mm256_broadcast_ss(ap + i);
-      r[i][0] = _mm256_fmadd_ps(a, b0, r[i][0]);
-      r[i][1] = _mm256_fmadd_ps(a, b1, r[i][1]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < kMr; ++i) {
-    float* ci = c + i * ldc;
-    if (accumulate) {
-      r[i][0] = _mm256_add_ps(r[i][0], _mm256_loadu_ps(ci));
-      r[i][1] = _mm256_add_ps(r[i][1], _mm256_loadu_ps(ci + 8));
-    }
-    _mm256_storeu_ps(ci, r[i][0]);
-    _mm256_storeu_ps(ci + 8, r[i][1]);
-  }
+// 8 16-bit elements (bf16 or f16 bits) from p, and as f32.
+DT_AVX2 inline __m128i LoadHalves(const uint16_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+template <Elem E>
+DT_AVX2 inline __m256 Widen(__m128i h) {
+  return E == Elem::kBF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h);
 }
 
-// 8 elements of w from element i, widened to f32.
+// The first `count` (< 8) lanes of a vector. AVX2 has no masked loads of 16-bit elements: a part
+// goes through a zeroed buffer.
+struct Part {
+  int64_t count;
+};
+inline Part PartOf(int64_t count) { return {count}; }
 template <Elem E>
-DT_AVX2 inline __m256 Load8(const void* w, int64_t i) {
-  if constexpr (E == Elem::kF32) {
-    return _mm256_loadu_ps(static_cast<const float*>(w) + i);
-  } else {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i));
-    if constexpr (E == Elem::kBF16) {
-      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    } else {
-      return _mm256_cvtph_ps(h);
-    }
-  }
-}
-// The first `count` (< 8) elements, zeros after them.
-template <Elem E>
-DT_AVX2 inline __m256 Load8Partial(const void* w, int64_t i, int64_t count) {
+DT_AVX2 inline __m256 LoadWPart(const void* w, int64_t i, Part part) {
   alignas(32) uint32_t tmp[8] = {};
   const size_t size = E == Elem::kF32 ? 4 : 2;
-  std::memcpy(tmp, static_cast<const char*>(w) + i * size, static_cast<size_t>(count) * size);
-  return Load8<E>(tmp, 0);
+  std::memcpy(tmp, static_cast<const char*>(w) + i * size, static_cast<size_t>(part.count) * size);
+  if constexpr (E == Elem::kF32) {
+    return _mm256_load_ps(reinterpret_cast<const float*>(tmp));
+  } else {
+    return Widen<E>(LoadHalves(reinterpret_cast<const uint16_t*>(tmp)));
+  }
+}
+// The rows of x are zero past k up to a multiple of 16 (gemm_skinny.cc pads them): read whole.
+DT_AVX2 inline __m256 LoadXPart(const float* x, Part) { return _mm256_loadu_ps(x); }
+DT_AVX2 inline __m256 LoadCPart(const float* c, Part part) { return LoadWPart<Elem::kF32>(c, 0, part); }
+DT_AVX2 inline void StoreCPart(float* c, Part part, __m256 v) {
+  alignas(32) float tmp[8];
+  _mm256_store_ps(tmp, v);
+  std::memcpy(c, tmp, static_cast<size_t>(part.count) * sizeof(float));
 }
 
 // Four horizontal sums at once: {sum(a), sum(b), sum(c), sum(d)}.
@@ -327,140 +315,15 @@ DT_AVX2 inline __m128 Hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-template <int M, int R, Elem E>
-DT_AVX2 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw, float* c,
-                     int64_t ldc, bool accumulate, int64_t ahead, PrefetchHint hint) {
-  constexpr int U = DotChains(M, R);
-  __m256 acc[U][M][R] = {};
-  auto madd = [&](int u, const __m256 (&wv)[R], int64_t p) DT_AVX2 {
-#pragma GCC unroll 8
-    for (int i = 0; i < M; ++i) {
-      const __m256 xv = _mm256_loadu_ps(x + i * ldx + p);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[u][i][r] = _mm256_fmadd_ps(xv, wv[r], acc[u][i][r]);
-    }
-  };
-  constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
-  const char* wb = static_cast<const char*>(w);
-  auto step = [&](int u, int64_t p) DT_AVX2 {
-    __m256 wv[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      PrefetchLine(wb + (r * ldw + ahead + p) * kSize, hint);
-      wv[r] = Load8<E>(w, r * ldw + p);
-    }
-    madd(u, wv, p);
-  };
-  int64_t p = 0;
-  for (; p + 8 * U <= k; p += 8 * U) {
-#pragma GCC unroll 8
-    for (int u = 0; u < U; ++u) step(u, p + 8 * u);
-  }
-  for (; p + 8 <= k; p += 8) step(0, p);
-  if (p < k) {
-    __m256 wv[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) wv[r] = Load8Partial<E>(w, r * ldw + p, k - p);
-    madd(0, wv, p);  // x is zero past k
-  }
-#pragma GCC unroll 8
-  for (int u = 1; u < U; ++u) {
-#pragma GCC unroll 16
-    for (int q = 0; q < M * R; ++q) acc[0][q / R][q % R] += acc[u][q / R][q % R];
-  }
-  // Sums four accumulators at a time, in (i, r) order.
-  constexpr int kAcc = M * R;
-  const __m256* flat = &acc[0][0][0];
-  alignas(16) float sums[kAcc + 3];
-#pragma GCC unroll 8
-  for (int q = 0; q < kAcc; q += 4) {
-    const __m256 z = _mm256_setzero_ps();
-    _mm_store_ps(sums + q, Hsum4(flat[q], q + 1 < kAcc ? flat[q + 1] : z, q + 2 < kAcc ? flat[q + 2] : z,
-                                 q + 3 < kAcc ? flat[q + 3] : z));
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) c[i * ldc + r] = (accumulate ? c[i * ldc + r] : 0.0f) + sums[i * R + r];
-  }
-}
-
-template <int M, Elem E>
-void DotRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-             float* c, int64_t ldc, Prefetch pf) {
-  constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
-  const char* wb = static_cast<const char*>(w);
-  if (M == 1 && k * kSize >= kLongRowBytes) {
-    return DotBlocked<1, kWidestTile, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc,
-                                             DotTile<1, kWidestTile, E>, DotTile<1, 1, E>, pf);
-  }
-  constexpr int R = DotTileRows(M, kWidestTile);
-  DotBlocked<M, R, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc, DotTile<M, R, E>, DotTile<M, 1, E>, pf);
-}
-
-// c[i, 0:n] = sum_p x[i, p] * w[p, 0:n] for i < M: the rows of w are streamed in order, kAxpyRows
-// at a time, and the M output rows (in L1/L2) are updated in place.
-template <int M, Elem E>
-DT_AVX2 void AxpyRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
-                      int64_t ldw, float* c, int64_t ldc, Prefetch pf) {
-  constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
-  const int64_t ahead = AxpyPrefetchBytes(ldw, kSize);
-  for (int64_t p0 = 0; p0 < k; p0 += kAxpyRows) {
-    const int64_t rows = std::min(kAxpyRows, k - p0);
-    const bool first = p0 == 0;
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-      __m256 acc[M];
-#pragma GCC unroll 8
-      for (int i = 0; i < M; ++i) acc[i] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + i * ldc + j);
-      for (int64_t q = 0; q < rows; ++q) {
-        PrefetchLine(static_cast<const char*>(w) + ((p0 + q) * ldw + j) * kSize + ahead, pf.hint);
-        const __m256 wv = Load8<E>(w, (p0 + q) * ldw + j);
-#pragma GCC unroll 8
-        for (int i = 0; i < M; ++i) {
-          acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + i * ldx + p0 + q), wv, acc[i]);
-        }
-      }
-#pragma GCC unroll 8
-      for (int i = 0; i < M; ++i) _mm256_storeu_ps(c + i * ldc + j, acc[i]);
-    }
-    for (; j < n; ++j) {
-      for (int i = 0; i < M; ++i) {
-        float acc = first ? 0.0f : c[i * ldc + j];
-        for (int64_t q = 0; q < rows; ++q) acc += x[i * ldx + p0 + q] * generic::Widen<E>(w, (p0 + q) * ldw + j);
-        c[i * ldc + j] = acc;
-      }
-    }
-  }
-}
-
-template <Elem E>
-DT_AVX2 void DotE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
-                  int64_t ldw, float* c, int64_t ldc, Prefetch pf) {
-  WithRows(m, [&]<int M>() DT_AVX2 { DotRows<M, E>(n, k, x, ldx, w, ldw, c, ldc, pf); });
-}
-template <Elem E>
-DT_AVX2 void AxpyE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
-                   int64_t ldw, float* c, int64_t ldc, Prefetch pf) {
-  WithRows(m, [&]<int M>() DT_AVX2 { AxpyRows<M, E>(n, k, x, ldx, w, ldw, c, ldc, pf); });
-}
-
-void Dot(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-         Elem e, float* c, int64_t ldc, Prefetch pf) {
-  switch (e) {
-    case Elem::kF32: return DotE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
-    case Elem::kBF16: return DotE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
-    case Elem::kF16: return DotE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
-  }
-}
-void Axpy(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-          Elem e, float* c, int64_t ldc, Prefetch pf) {
-  switch (e) {
-    case Elem::kF32: return AxpyE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
-    case Elem::kBF16: return AxpyE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
-    case Elem::kF16: return AxpyE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
-  }
-}
+#define DT_G_TARGET DT_AVX2
+#define DT_G_VEC __m256
+#define DT_G_PS(op) _mm256_##op##_ps
+#define DT_G_PREFETCH_C 0
+#include "dtensor/ops/local/cpu/gemm_x86.inc"
+#undef DT_G_TARGET
+#undef DT_G_VEC
+#undef DT_G_PS
+#undef DT_G_PREFETCH_C
 
 }  // namespace avx2
 
@@ -470,69 +333,34 @@ namespace avx512 {
 
 constexpr int kMr = 12, kNr = 32;
 constexpr int kWidestTile = 8;  // skinny dot tile rows (Note [Skinny dot order])
+constexpr int kLanes = 16;
 
-DT_AVX512 void Micro(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
-                     bool accumulate) {
-  __m512 r[kMr][2];
-#pragma GCC unroll 16
-  for (int i = 0; i < kMr; ++i) r[i][0] = r[i][1] = _mm512_setzero_ps();
-#pragma GCC unroll 16
-  for (int i = 0; i < kMr; ++i) {
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 31), _MM_HINT_T0);
-  }
-  for (int64_t p = 0; p < kc; ++p, ap += kMr, bp += kNr) {
-    const __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
-#pragma GCC unroll 16
-    for (int i = 0; i < kMr; ++i) {
-      const __m512 a = _mm512_set1_ps(ap[i]);
-      r[i][0] = _mm512_fmadd_ps(a, b0, r[i][0]);
-      r[i][1] = _mm512_fmadd_ps(a, b1, r[i][1]);
-    }
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < kMr; ++i) {
-    float* ci = c + i * ldc;
-    if (accumulate) {
-      r[i][0] = _mm512_add_ps(r[i][0], _mm512_loadu_ps(ci));
-      r[i][1] = _mm512_add_ps(r[i][1], _mm512_loadu_ps(ci + 16));
-    }
-    _mm512_storeu_ps(ci, r[i][0]);
-    _mm512_storeu_ps(ci + 16, r[i][1]);
-  }
+// 16 16-bit elements (bf16 or f16 bits) from p, and as f32.
+DT_AVX512 inline __m256i LoadHalves(const uint16_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+template <Elem E>
+DT_AVX512 inline __m512 Widen(__m256i h) {
+  return E == Elem::kBF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
 }
 
-// 16 elements of w from element i under `mask` (zeros elsewhere), widened to f32.
+// The first `count` lanes of a vector: a mask. Only the last, partial vector of a loop uses the
+// masked loads and stores (a masked store is slow on AMD and does not forward to a later load).
+using Part = __mmask16;
+DT_AVX512 inline Part PartOf(int64_t count) {
+  return static_cast<__mmask16>(count >= 16 ? 0xffffu : (1u << count) - 1u);
+}
 template <Elem E>
-DT_AVX512 inline __m512 Load16(const void* w, int64_t i, __mmask16 mask) {
+DT_AVX512 inline __m512 LoadWPart(const void* w, int64_t i, Part mask) {
   if constexpr (E == Elem::kF32) {
     return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(w) + i);
   } else {
-    const __m256i h = _mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(w) + i);
-    if constexpr (E == Elem::kBF16) {
-      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    } else {
-      return _mm512_cvtph_ps(h);
-    }
+    return Widen<E>(_mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(w) + i));
   }
 }
-template <Elem E>
-DT_AVX512 inline __m512 Load16(const void* w, int64_t i) {
-  if constexpr (E == Elem::kF32) {
-    return _mm512_loadu_ps(static_cast<const float*>(w) + i);
-  } else {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i));
-    if constexpr (E == Elem::kBF16) {
-      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    } else {
-      return _mm512_cvtph_ps(h);
-    }
-  }
-}
-
-DT_AVX512 inline __mmask16 TailMask(int64_t count) {
-  return static_cast<__mmask16>(count >= 16 ? 0xffffu : (1u << count) - 1u);
-}
+DT_AVX512 inline __m512 LoadXPart(const float* x, Part mask) { return _mm512_maskz_loadu_ps(mask, x); }
+DT_AVX512 inline __m512 LoadCPart(const float* c, Part mask) { return _mm512_maskz_loadu_ps(mask, c); }
+DT_AVX512 inline void StoreCPart(float* c, Part mask, __m512 v) { _mm512_mask_storeu_ps(c, mask, v); }
 
 // Four horizontal sums at once: {sum(a), sum(b), sum(c), sum(d)}.
 DT_AVX512 inline __m128 Hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
@@ -546,154 +374,15 @@ DT_AVX512 inline __m128 Hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
 }
 
-template <int M, int R, Elem E>
-DT_AVX512 void DotTile(int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-                       float* c, int64_t ldc, bool accumulate, int64_t ahead, PrefetchHint hint) {
-  constexpr int U = DotChains(M, R);
-  __m512 acc[U][M][R] = {};
-  constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
-  const char* wb = static_cast<const char*>(w);
-  auto step = [&](int u, int64_t p) DT_AVX512 {
-    __m512 wv[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      PrefetchLine(wb + (r * ldw + ahead + p) * kSize, hint);
-      wv[r] = Load16<E>(w, r * ldw + p);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < M; ++i) {
-      const __m512 xv = _mm512_loadu_ps(x + i * ldx + p);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[u][i][r] = _mm512_fmadd_ps(xv, wv[r], acc[u][i][r]);
-    }
-  };
-  int64_t p = 0;
-  for (; p + 16 * U <= k; p += 16 * U) {
-#pragma GCC unroll 8
-    for (int u = 0; u < U; ++u) step(u, p + 16 * u);
-  }
-  for (; p + 16 <= k; p += 16) step(0, p);
-  if (p < k) {
-    const __mmask16 mask = TailMask(k - p);
-    __m512 wv[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) wv[r] = Load16<E>(w, r * ldw + p, mask);
-#pragma GCC unroll 8
-    for (int i = 0; i < M; ++i) {
-      const __m512 xv = _mm512_maskz_loadu_ps(mask, x + i * ldx + p);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[0][i][r] = _mm512_fmadd_ps(xv, wv[r], acc[0][i][r]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int u = 1; u < U; ++u) {
-#pragma GCC unroll 16
-    for (int q = 0; q < M * R; ++q) acc[0][q / R][q % R] += acc[u][q / R][q % R];
-  }
-  // Sums four accumulators at a time, in (i, r) order.
-  constexpr int kAcc = M * R;
-  const __m512* flat = &acc[0][0][0];
-  alignas(16) float sums[kAcc + 3];
-#pragma GCC unroll 8
-  for (int q = 0; q < kAcc; q += 4) {
-    const __m512 z = _mm512_setzero_ps();
-    _mm_store_ps(sums + q, Hsum4(flat[q], q + 1 < kAcc ? flat[q + 1] : z, q + 2 < kAcc ? flat[q + 2] : z,
-                                 q + 3 < kAcc ? flat[q + 3] : z));
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) c[i * ldc + r] = (accumulate ? c[i * ldc + r] : 0.0f) + sums[i * R + r];
-  }
-}
-
-template <int M, Elem E>
-void DotRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-             float* c, int64_t ldc, Prefetch pf) {
-  constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
-  const char* wb = static_cast<const char*>(w);
-  if (M == 1 && k * kSize >= kLongRowBytes) {
-    return DotBlocked<1, kWidestTile, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc,
-                                             DotTile<1, kWidestTile, E>, DotTile<1, 1, E>, pf);
-  }
-  constexpr int R = DotTileRows(M, kWidestTile);
-  DotBlocked<M, R, float>(n, k, x, ldx, wb, ldw, kSize, c, ldc, DotTile<M, R, E>, DotTile<M, 1, E>, pf);
-}
-
-// As avx2::AxpyRows, 16 columns at a time; only the last, partial vector uses masked loads and
-// stores (a masked store is slow on AMD and does not forward to the next pass's load).
-template <int M, Elem E, bool kTail>
-DT_AVX512 inline void AxpyVector(int64_t p0, int64_t rows, bool first, int64_t j, __mmask16 mask,
-                                 const float* x, int64_t ldx, const void* w, int64_t ldw, float* c,
-                                 int64_t ldc, int64_t ahead, PrefetchHint hint) {
-  __m512 acc[M];
-#pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-    if (first) {
-      acc[i] = _mm512_setzero_ps();
-    } else {
-      acc[i] = kTail ? _mm512_maskz_loadu_ps(mask, c + i * ldc + j) : _mm512_loadu_ps(c + i * ldc + j);
-    }
-  }
-  constexpr int64_t kSize = E == Elem::kF32 ? 4 : 2;
-  for (int64_t q = 0; q < rows; ++q) {
-    PrefetchLine(static_cast<const char*>(w) + ((p0 + q) * ldw + j) * kSize + ahead, hint);
-    const __m512 wv = kTail ? Load16<E>(w, (p0 + q) * ldw + j, mask) : Load16<E>(w, (p0 + q) * ldw + j);
-#pragma GCC unroll 8
-    for (int i = 0; i < M; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * ldx + p0 + q]), wv, acc[i]);
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-    if (kTail) {
-      _mm512_mask_storeu_ps(c + i * ldc + j, mask, acc[i]);
-    } else {
-      _mm512_storeu_ps(c + i * ldc + j, acc[i]);
-    }
-  }
-}
-
-template <int M, Elem E>
-DT_AVX512 void AxpyRows(int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
-                        int64_t ldw, float* c, int64_t ldc, Prefetch pf) {
-  const int64_t ahead = AxpyPrefetchBytes(ldw, E == Elem::kF32 ? 4 : 2);
-  for (int64_t p0 = 0; p0 < k; p0 += kAxpyRows) {
-    const int64_t rows = std::min(kAxpyRows, k - p0);
-    const bool first = p0 == 0;
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-      AxpyVector<M, E, false>(p0, rows, first, j, 0xffff, x, ldx, w, ldw, c, ldc, ahead, pf.hint);
-    }
-    if (j < n) AxpyVector<M, E, true>(p0, rows, first, j, TailMask(n - j), x, ldx, w, ldw, c, ldc, ahead, pf.hint);
-  }
-}
-
-template <Elem E>
-DT_AVX512 void DotE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
-                    int64_t ldw, float* c, int64_t ldc, Prefetch pf) {
-  WithRows(m, [&]<int M>() DT_AVX512 { DotRows<M, E>(n, k, x, ldx, w, ldw, c, ldc, pf); });
-}
-template <Elem E>
-DT_AVX512 void AxpyE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
-                     int64_t ldw, float* c, int64_t ldc, Prefetch pf) {
-  WithRows(m, [&]<int M>() DT_AVX512 { AxpyRows<M, E>(n, k, x, ldx, w, ldw, c, ldc, pf); });
-}
-
-void Dot(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-         Elem e, float* c, int64_t ldc, Prefetch pf) {
-  switch (e) {
-    case Elem::kF32: return DotE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
-    case Elem::kBF16: return DotE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
-    case Elem::kF16: return DotE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
-  }
-}
-void Axpy(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-          Elem e, float* c, int64_t ldc, Prefetch pf) {
-  switch (e) {
-    case Elem::kF32: return AxpyE<Elem::kF32>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
-    case Elem::kBF16: return AxpyE<Elem::kBF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
-    case Elem::kF16: return AxpyE<Elem::kF16>(m, n, k, x, ldx, w, ldw, c, ldc, pf);
-  }
-}
+#define DT_G_TARGET DT_AVX512
+#define DT_G_VEC __m512
+#define DT_G_PS(op) _mm512_##op##_ps
+#define DT_G_PREFETCH_C 1
+#include "dtensor/ops/local/cpu/gemm_x86.inc"
+#undef DT_G_TARGET
+#undef DT_G_VEC
+#undef DT_G_PS
+#undef DT_G_PREFETCH_C
 
 }  // namespace avx512
 
@@ -713,13 +402,7 @@ DT_AVX512BF16 void Micro(int64_t kp, const uint32_t* ap, const uint32_t* bp, flo
                          bool accumulate) {
   constexpr int kMr = avx512::kMr;
   __m512 r[kMr][2];
-#pragma GCC unroll 16
-  for (int i = 0; i < kMr; ++i) r[i][0] = r[i][1] = _mm512_setzero_ps();
-#pragma GCC unroll 16
-  for (int i = 0; i < kMr; ++i) {
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 31), _MM_HINT_T0);
-  }
+  avx512::StartMicroTile(r, c, ldc);
   for (int64_t p = 0; p < kp; ++p, ap += kMr, bp += avx512::kNr) {
     const __m512bh b0 = reinterpret_cast<__m512bh>(_mm512_load_si512(bp));
     const __m512bh b1 = reinterpret_cast<__m512bh>(_mm512_load_si512(bp + 16));
@@ -730,16 +413,7 @@ DT_AVX512BF16 void Micro(int64_t kp, const uint32_t* ap, const uint32_t* bp, flo
       r[i][1] = _mm512_dpbf16_ps(r[i][1], a, b1);
     }
   }
-#pragma GCC unroll 16
-  for (int i = 0; i < kMr; ++i) {
-    float* ci = c + i * ldc;
-    if (accumulate) {
-      r[i][0] = _mm512_add_ps(r[i][0], _mm512_loadu_ps(ci));
-      r[i][1] = _mm512_add_ps(r[i][1], _mm512_loadu_ps(ci + 16));
-    }
-    _mm512_storeu_ps(ci, r[i][0]);
-    _mm512_storeu_ps(ci + 16, r[i][1]);
-  }
+  avx512::StoreMicroTile(r, c, ldc, accumulate);
 }
 
 // Skinny dot tile on bf16 pairs: x rows are bf16 bits (zero past k up to a multiple of 32), w
@@ -784,25 +458,7 @@ DT_AVX512BF16 void DotTile(int64_t k, const uint16_t* x, int64_t ldx, const void
       for (int r = 0; r < R; ++r) acc[0][i][r] = _mm512_dpbf16_ps(acc[0][i][r], xv, wv[r]);
     }
   }
-#pragma GCC unroll 8
-  for (int u = 1; u < U; ++u) {
-#pragma GCC unroll 16
-    for (int q = 0; q < M * R; ++q) acc[0][q / R][q % R] += acc[u][q / R][q % R];
-  }
-  constexpr int kAcc = M * R;
-  const __m512* flat = &acc[0][0][0];
-  alignas(16) float sums[kAcc + 3];
-#pragma GCC unroll 8
-  for (int q = 0; q < kAcc; q += 4) {
-    const __m512 z = _mm512_setzero_ps();
-    _mm_store_ps(sums + q, avx512::Hsum4(flat[q], q + 1 < kAcc ? flat[q + 1] : z,
-                                         q + 2 < kAcc ? flat[q + 2] : z, q + 3 < kAcc ? flat[q + 3] : z));
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) c[i * ldc + r] = (accumulate ? c[i * ldc + r] : 0.0f) + sums[i * R + r];
-  }
+  avx512::StoreDotSums<U, M, R>(acc, c, ldc, accumulate);
 }
 
 template <int M>
@@ -838,45 +494,9 @@ constexpr Kernels kAvx512Bf16Kernels{Isa::kAvx512Bf16, avx512::kMr, avx512::kNr,
                                      avx512bf16::Dot};
 #endif
 
-Isa DetectIsa() {
-#if DT_GEMM_X86
-  const CpuInfo& cpu = ThisCpu();
-  if (cpu.avx512) return cpu.avx512_bf16 ? Isa::kAvx512Bf16 : Isa::kAvx512;
-  if (cpu.avx2) return Isa::kAvx2;
-#endif
-  return Isa::kGeneric;
-}
-
-Isa Detected() {
-  static const Isa detected = DetectIsa();
-  return detected;
-}
-// -1: none forced; otherwise the forced Isa.
-std::atomic<int> forced_isa{-1};
-
 }  // namespace
 
-const char* IsaName(Isa isa) {
-  switch (isa) {
-    case Isa::kGeneric: return "generic";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
-    case Isa::kAvx512Bf16: return "avx512-bf16";
-  }
-  return "?";
-}
-
-bool IsaSupported(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(Detected()); }
-
-Isa ActiveIsa() {
-  const int forced = forced_isa.load(std::memory_order_relaxed);
-  return forced < 0 ? Detected() : static_cast<Isa>(forced);
-}
-
-void SetIsaForTesting(std::optional<Isa> isa) {
-  DT_CHECK(!isa.has_value() || IsaSupported(*isa));
-  forced_isa.store(isa.has_value() ? static_cast<int>(*isa) : -1, std::memory_order_relaxed);
-}
+DT_ISA_FUNCTIONS(Isa, FloatIsaSets<Isa>(DT_GEMM_X86))
 
 const Kernels& KernelsFor(Isa isa) {
   DT_CHECK(IsaSupported(isa));

@@ -300,55 +300,18 @@ namespace avx512vnni {
 
 #endif
 
-bool Supports(Isa isa) {
-#if DT_QGEMM_X86
+std::array<IsaEntry<Isa>, 4> Sets() {
+  constexpr bool kX86 = DT_QGEMM_X86;
   const CpuInfo& cpu = ThisCpu();
-  switch (isa) {
-    case Isa::kGeneric: return true;
-    case Isa::kAvx2: return cpu.avx2;
-    case Isa::kAvxVnni: return cpu.avx_vnni;
-    case Isa::kAvx512Vnni: return cpu.avx2 && cpu.avx512_vnni;
-  }
-  return false;
-#else
-  return isa == Isa::kGeneric;
-#endif
-}
-
-IsaChoice<Isa>& Choice() {
-  static IsaChoice<Isa> choice([] {
-    for (Isa isa : {Isa::kAvx512Vnni, Isa::kAvxVnni, Isa::kAvx2}) {
-      if (Supports(isa)) return isa;
-    }
-    return Isa::kGeneric;
-  }());
-  return choice;
+  return {{{Isa::kGeneric, "generic", true},
+           {Isa::kAvx2, "avx2", kX86 && cpu.avx2},
+           {Isa::kAvxVnni, "avx-vnni", kX86 && cpu.avx_vnni},
+           {Isa::kAvx512Vnni, "avx512-vnni", kX86 && cpu.avx2 && cpu.avx512_vnni}}};
 }
 
 }  // namespace
 
-const char* IsaName(Isa isa) {
-  switch (isa) {
-    case Isa::kGeneric: return "generic";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvxVnni: return "avx-vnni";
-    case Isa::kAvx512Vnni: return "avx512-vnni";
-  }
-  return "?";
-}
-
-bool IsaSupported(Isa isa) {
-  static const bool supported[] = {Supports(Isa::kGeneric), Supports(Isa::kAvx2),
-                                   Supports(Isa::kAvxVnni), Supports(Isa::kAvx512Vnni)};
-  return supported[static_cast<int>(isa)];
-}
-
-Isa ActiveIsa() { return Choice().Active(); }
-
-void SetIsaForTesting(std::optional<Isa> isa) {
-  DT_CHECK(!isa.has_value() || IsaSupported(*isa));
-  Choice().Force(isa);
-}
+DT_ISA_FUNCTIONS(Isa, Sets())
 
 int64_t GemmScratchBytes(const Kernels& ks, int64_t n, int64_t k) {
   // Note [Quantized panels]: per gemm_lanes weight rows and 32-element block, 16 vectors of

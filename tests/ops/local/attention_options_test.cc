@@ -212,58 +212,6 @@ TEST(AttentionOptionsTest, MatchesTransformersPaged) {
   }
 }
 
-// Naive attention with the options, in double, straight from their definitions.
-struct NaiveOptions {
-  bool causal = true;
-  double scale = 1, softcap = 0;
-  int64_t window = 0, kv_length = 0, q_offset = 0;
-  std::vector<double> sinks;  // [Hq] or empty
-  std::vector<double> mask;   // [Bm, Sq, Skv] or empty
-  int64_t mask_b = 0;
-};
-std::vector<double> NaiveAttention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                   const NaiveOptions& o) {
-  const int64_t b = q.size(0), hq = q.size(1), sq = q.size(2), d = q.size(3);
-  const int64_t hkv = k.size(1), skv = k.size(2), dv = v.size(3);
-  const std::vector<double> qv = q.ToDoubles(), kv = k.ToDoubles(), vv = v.ToDoubles();
-  std::vector<double> out(static_cast<size_t>(b * hq * sq * dv), 0.0);
-  for (int64_t bi = 0; bi < b; ++bi) {
-    for (int64_t h = 0; h < hq; ++h) {
-      const int64_t g = h / (hq / hkv);
-      for (int64_t i = 0; i < sq; ++i) {
-        std::vector<double> w;
-        std::vector<int64_t> js;
-        for (int64_t j = 0; j < o.kv_length; ++j) {
-          const int64_t pos = o.q_offset + i;
-          if (o.causal && j > pos) continue;
-          if (o.window > 0 && j <= pos - o.window) continue;
-          double s = 0;
-          for (int64_t e = 0; e < d; ++e) {
-            s += qv[((bi * hq + h) * sq + i) * d + e] * kv[((bi * hkv + g) * skv + j) * d + e];
-          }
-          s *= o.scale;
-          if (o.softcap > 0) s = o.softcap * std::tanh(s / o.softcap);
-          if (!o.mask.empty()) s += o.mask[((o.mask_b == 1 ? 0 : bi) * sq + i) * skv + j];
-          w.push_back(s);
-          js.push_back(j);
-        }
-        double mx = o.sinks.empty() ? -INFINITY : o.sinks[h];
-        for (double s : w) mx = std::max(mx, s);
-        if (mx == -INFINITY) continue;
-        double sum = o.sinks.empty() ? 0 : std::exp(o.sinks[h] - mx);
-        for (double& s : w) sum += s = std::exp(s - mx);
-        for (int64_t e = 0; e < dv; ++e) {
-          double acc = 0;
-          for (size_t j = 0; j < w.size(); ++j)
-            acc += w[j] / sum * vv[((bi * hkv + g) * skv + js[j]) * dv + e];
-          out[((bi * hq + h) * sq + i) * dv + e] = sum > 0 ? acc : 0;
-        }
-      }
-    }
-  }
-  return out;
-}
-
 // Random shapes, windows, caps, sinks and masks (causal, a KV prefix, GQA, random layouts): the op
 // on either path (decode shapes included), every instruction set and random blocks, agrees with
 // the naive loops.
@@ -277,7 +225,7 @@ RC_GTEST_PROP(AttentionOptionsTest, AgreesWithNaiveLoops, ()) {
   AttentionOptions opt;
   opt.causal = true;
   opt.kv_length = *rc::gen::inRange<int64_t>(sq, skv + 1);
-  NaiveOptions n;
+  testing::NaiveAttentionOptions n;
   n.kv_length = *opt.kv_length;
   n.q_offset = n.kv_length - sq;
   if (*rc::gen::arbitrary<bool>())
@@ -317,7 +265,7 @@ RC_GTEST_PROP(AttentionOptionsTest, PagedAgreesWithNaiveLoops, ()) {
   const int64_t d = *rc::gen::inRange<int64_t>(1, 40), page = *rc::gen::inRange<int64_t>(1, 20);
   const int64_t seqs = *rc::gen::inRange<int64_t>(1, 4);
   PagedAttentionOptions opt;
-  NaiveOptions n;
+  testing::NaiveAttentionOptions n;
   n.scale = 1 / std::sqrt(static_cast<double>(d));
   if (*rc::gen::arbitrary<bool>()) n.softcap = *(opt.softcap = *rc::gen::inRange(1, 40) / 10.0);
   if (*rc::gen::arbitrary<bool>()) n.window = *(opt.window = *rc::gen::inRange<int64_t>(1, 80));

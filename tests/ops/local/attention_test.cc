@@ -19,40 +19,6 @@ namespace {
 
 using testing::RandomTensor;
 
-// Naive attention in double, straight from the definition.
-std::vector<double> NaiveAttention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                                   double scale, int64_t kv_length, int64_t q_offset) {
-  const int64_t b = q.size(0), hq = q.size(1), sq = q.size(2), d = q.size(3);
-  const int64_t hkv = k.size(1), skv = k.size(2), dv = v.size(3);
-  const std::vector<double> qv = q.ToDoubles(), kv = k.ToDoubles(), vv = v.ToDoubles();
-  std::vector<double> out(static_cast<size_t>(b * hq * sq * dv), 0.0);
-  for (int64_t bi = 0; bi < b; ++bi) {
-    for (int64_t h = 0; h < hq; ++h) {
-      const int64_t g = h / (hq / hkv);
-      for (int64_t i = 0; i < sq; ++i) {
-        std::vector<double> w;
-        for (int64_t j = 0; j < kv_length && (!causal || j <= q_offset + i); ++j) {
-          double s = 0;
-          for (int64_t e = 0; e < d; ++e) {
-            s += qv[((bi * hq + h) * sq + i) * d + e] * kv[((bi * hkv + g) * skv + j) * d + e];
-          }
-          w.push_back(s * scale);
-        }
-        if (w.empty()) continue;
-        double mx = -INFINITY, sum = 0;
-        for (double s : w) mx = std::max(mx, s);
-        for (double& s : w) sum += s = std::exp(s - mx);
-        for (int64_t e = 0; e < dv; ++e) {
-          double o = 0;
-          for (size_t j = 0; j < w.size(); ++j) o += w[j] / sum * vv[((bi * hkv + g) * skv + j) * dv + e];
-          out[((bi * hq + h) * sq + i) * dv + e] = o;
-        }
-      }
-    }
-  }
-  return out;
-}
-
 RC_GTEST_PROP(AttentionTest, AgreesWithNaiveLoops, ()) {
   const DType dtype = testing::RandomFloatDType();
   const int64_t b = *rc::gen::inRange<int64_t>(0, 3), hkv = *rc::gen::inRange<int64_t>(1, 4);
@@ -69,8 +35,10 @@ RC_GTEST_PROP(AttentionTest, AgreesWithNaiveLoops, ()) {
   const Tensor v = RandomTensor({b, hkv, skv, dv}, dtype);
   const int64_t kv_length = opt.kv_length.value_or(skv);
   const std::vector<double> want =
-      NaiveAttention(q, k, v, opt.causal, opt.scale.value_or(1 / std::sqrt(static_cast<double>(d))),
-                     kv_length, opt.q_offset.value_or(kv_length - sq));
+      testing::NaiveAttention(q, k, v, {.causal = opt.causal,
+                                        .scale = opt.scale.value_or(1 / std::sqrt(static_cast<double>(d))),
+                                        .kv_length = kv_length,
+                                        .q_offset = opt.q_offset.value_or(kv_length - sq)});
   const Tensor got = ScaledDotProductAttention(q, k, v, opt).value();
   RC_ASSERT(got.dtype() == dtype);
   RC_ASSERT(testing::Mismatch(got, {b, hq, sq, dv}, want, testing::TolFor(dtype, 3)) == "");
@@ -92,7 +60,8 @@ RC_GTEST_PROP(AttentionTest, FewQueriesAgainstManyKeys, ()) {
   const Tensor k = RandomTensor({1, hkv, skv, d}, dtype);
   const Tensor v = RandomTensor({1, hkv, skv, dv}, dtype);
   const std::vector<double> want =
-      NaiveAttention(q, k, v, opt.causal, 1 / std::sqrt(static_cast<double>(d)), *opt.kv_length, *opt.q_offset);
+      testing::NaiveAttention(q, k, v, {.causal = opt.causal, .scale = 1 / std::sqrt(static_cast<double>(d)),
+                                        .kv_length = *opt.kv_length, .q_offset = *opt.q_offset});
   RC_ASSERT(testing::Mismatch(ScaledDotProductAttention(q, k, v, opt).value(), {1, hq, sq, dv}, want,
                               testing::TolFor(dtype, 3)) == "");
 }
@@ -112,7 +81,8 @@ TEST(AttentionTest, LongSequenceWithCache) {
   AttentionOptions opt;
   opt.causal = true;
   opt.kv_length = 170;  // q_offset defaults to 20
-  const std::vector<double> want = NaiveAttention(q, k, v, true, 1 / std::sqrt(8.0), 170, 20);
+  const std::vector<double> want =
+      testing::NaiveAttention(q, k, v, {.scale = 1 / std::sqrt(8.0), .kv_length = 170, .q_offset = 20});
   EXPECT_EQ(testing::Mismatch(ScaledDotProductAttention(q, k, v, opt).value(), {1, 4, 150, 6}, want,
                               {1e-5, 1e-5}),
             "");
@@ -181,7 +151,8 @@ RC_GTEST_PROP(AttentionTest, TunedKernelAgreesWithDouble, ()) {
   const Tensor v = testing::RandomTensor({b, hkv, skv, dv}, dtype);
   const bool transposed_out = *rc::gen::arbitrary<bool>();
   RC_TAG(std::string(DTypeName(dtype)), std::string(cpu::attention::IsaName(isa)));
-  const std::vector<double> want = NaiveAttention(q, k, v, p.causal, p.scale, p.kv_length, p.q_offset);
+  const std::vector<double> want = testing::NaiveAttention(
+      q, k, v, {.causal = p.causal, .scale = p.scale, .kv_length = p.kv_length, .q_offset = p.q_offset});
   ForceIsa force(isa);
   const Tensor got = RunTuned(q, k, v, p, tuning, transposed_out);
   RC_ASSERT(testing::Mismatch(got, {b, hq, sq, dv}, want, testing::TolFor(dtype, 3)) == "");
@@ -202,7 +173,7 @@ TEST(AttentionTest, FlashPrefillOnEveryIsa) {
     const Tensor q = make({1, 200, 8, 64}).Transpose(1, 2).value();
     const Tensor k = make({1, 200, 4, 64}).Transpose(1, 2).value();
     const Tensor v = make({1, 4, 200, 64});
-    const std::vector<double> want = NaiveAttention(q, k, v, true, 0.125, 200, 0);
+    const std::vector<double> want = testing::NaiveAttention(q, k, v, {.scale = 0.125, .kv_length = 200});
     AttentionParams p;
     p.causal = true, p.scale = 0.125f, p.kv_length = 200, p.q_offset = 0;
     for (const Isa isa : SupportedIsas()) {

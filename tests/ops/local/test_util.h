@@ -1,7 +1,9 @@
 #pragma once
 // Helpers for the ops/local property tests: random tensors with random memory layouts, plain
-// row-major index arithmetic for the naive references, and tolerant comparison.
+// row-major index arithmetic for the naive references (naive attention among them), and tolerant
+// comparison.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -159,5 +161,58 @@ class Forced {
   Forced& operator=(const Forced&) = delete;
   ~Forced() { Set(std::nullopt); }
 };
+
+// Naive attention of q [B, Hq, Sq, D], k [B, Hkv, Skv, D] and v [B, Hkv, Skv, Dv] with the
+// options, in double, straight from their definitions: out [B, Hq, Sq, Dv], row-major.
+struct NaiveAttentionOptions {
+  bool causal = true;
+  double scale = 1, softcap = 0;
+  int64_t window = 0, kv_length = 0, q_offset = 0;
+  std::vector<double> sinks;  // [Hq] or empty
+  std::vector<double> mask;   // [Bm, Sq, Skv] or empty
+  int64_t mask_b = 0;
+};
+inline std::vector<double> NaiveAttention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const NaiveAttentionOptions& o) {
+  const int64_t b = q.size(0), hq = q.size(1), sq = q.size(2), d = q.size(3);
+  const int64_t hkv = k.size(1), skv = k.size(2), dv = v.size(3);
+  const std::vector<double> qv = q.ToDoubles(), kv = k.ToDoubles(), vv = v.ToDoubles();
+  std::vector<double> out(static_cast<size_t>(b * hq * sq * dv), 0.0);
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t h = 0; h < hq; ++h) {
+      const int64_t g = h / (hq / hkv);
+      for (int64_t i = 0; i < sq; ++i) {
+        std::vector<double> w;
+        std::vector<int64_t> js;
+        for (int64_t j = 0; j < o.kv_length; ++j) {
+          const int64_t pos = o.q_offset + i;
+          if (o.causal && j > pos) continue;
+          if (o.window > 0 && j <= pos - o.window) continue;
+          double s = 0;
+          for (int64_t e = 0; e < d; ++e) {
+            s += qv[((bi * hq + h) * sq + i) * d + e] * kv[((bi * hkv + g) * skv + j) * d + e];
+          }
+          s *= o.scale;
+          if (o.softcap > 0) s = o.softcap * std::tanh(s / o.softcap);
+          if (!o.mask.empty()) s += o.mask[((o.mask_b == 1 ? 0 : bi) * sq + i) * skv + j];
+          w.push_back(s);
+          js.push_back(j);
+        }
+        double mx = o.sinks.empty() ? -INFINITY : o.sinks[h];
+        for (double s : w) mx = std::max(mx, s);
+        if (mx == -INFINITY) continue;
+        double sum = o.sinks.empty() ? 0 : std::exp(o.sinks[h] - mx);
+        for (double& s : w) sum += s = std::exp(s - mx);
+        for (int64_t e = 0; e < dv; ++e) {
+          double acc = 0;
+          for (size_t j = 0; j < w.size(); ++j)
+            acc += w[j] / sum * vv[((bi * hkv + g) * skv + js[j]) * dv + e];
+          out[((bi * hq + h) * sq + i) * dv + e] = sum > 0 ? acc : 0;
+        }
+      }
+    }
+  }
+  return out;
+}
 
 }  // namespace dt::testing
