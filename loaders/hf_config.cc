@@ -86,21 +86,10 @@ const std::vector<DecoderConfigClass>& DecoderConfigClasses() {
   return *classes;
 }
 
-std::string DecoderModelTypes() {
-  std::string out;
-  for (const DecoderConfigClass& c : DecoderConfigClasses()) {
-    absl::StrAppend(&out, out.empty() ? "" : ", ", c.model_type);
-  }
-  return out;
-}
+std::string DecoderModelTypes() { return ModelTypesOf(DecoderConfigClasses()); }
 
 absl::StatusOr<const DecoderConfigClass*> FindDecoderConfigClass(absl::string_view model_type) {
-  for (const DecoderConfigClass& c : DecoderConfigClasses()) {
-    if (c.model_type == model_type) return &c;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("model_type \"", model_type,
-                                                 "\" is not supported (supported: ",
-                                                 DecoderModelTypes(), ")"));
+  return FindModelType(DecoderConfigClasses(), model_type);
 }
 
 absl::StatusOr<const DecoderConfigClass*> FindGgufConfigClass(absl::string_view arch,

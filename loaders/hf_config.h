@@ -86,6 +86,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "dtensor/core/dtype.h"
 #include "dtensor/loaders/rope.h"
@@ -194,6 +195,23 @@ struct DecoderConfigClass {
   // rope_type names the class reads as longrope (Phi3Config: "su", "yarn").
   std::vector<std::string> longrope_aliases;
 };
+
+// A table of rows keyed by their `model_type` (the config classes here, nn/models' families):
+// "a, b, c", and the row of one (InvalidArgument listing them).
+template <class Row>
+std::string ModelTypesOf(const std::vector<Row>& rows) {
+  std::string out;
+  for (const Row& r : rows) absl::StrAppend(&out, out.empty() ? "" : ", ", r.model_type);
+  return out;
+}
+template <class Row>
+absl::StatusOr<const Row*> FindModelType(const std::vector<Row>& rows, absl::string_view model_type) {
+  for (const Row& r : rows) {
+    if (r.model_type == model_type) return &r;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("model_type \"", model_type, "\" is not supported (supported: ",
+                                                 ModelTypesOf(rows), ")"));
+}
 
 // Every config class, in hf_config.cc's order.
 const std::vector<DecoderConfigClass>& DecoderConfigClasses();

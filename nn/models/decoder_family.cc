@@ -181,21 +181,10 @@ const std::vector<DecoderFamily>& DecoderFamilies() {
   return *families;
 }
 
-std::string DecoderFamilyNames() {
-  std::string out;
-  for (const DecoderFamily& f : DecoderFamilies()) {
-    absl::StrAppend(&out, out.empty() ? "" : ", ", f.model_type);
-  }
-  return out;
-}
+std::string DecoderFamilyNames() { return loaders::ModelTypesOf(DecoderFamilies()); }
 
 absl::StatusOr<const DecoderFamily*> FindDecoderFamily(absl::string_view model_type) {
-  for (const DecoderFamily& f : DecoderFamilies()) {
-    if (f.model_type == model_type) return &f;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("model_type \"", model_type,
-                                                 "\" is not supported (supported: ",
-                                                 DecoderFamilyNames(), ")"));
+  return loaders::FindModelType(DecoderFamilies(), model_type);
 }
 
 const DecoderFamily& FamilyOf(const loaders::DecoderConfig& config) {

@@ -637,27 +637,35 @@ TEST(GptOssExperts, ClampedSwiGLURoundsAsTransformers) {
   }
 }
 
+// The MoE fixture `family` loaded at tp 4 on thread ranks and saved gathered (SaveGathered) into
+// a fresh temporary directory, returned; "" (with a test failure) if that failed.
+std::string SavedFromTp4(const std::string& family) {
+  const std::string out = (std::filesystem::temp_directory_path() /
+                           absl::StrCat("dt_", family, "_save_", ::getpid()))
+                              .string();
+  std::filesystem::remove_all(out);
+  const absl::Status s = World::RunThreads(4, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {4}, {"tp"}));
+    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(MoeDir(family), mesh));
+    return SaveGathered(*m, out, m->save_options());
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  return s.ok() ? out : "";
+}
+
 // Saved from tp 4 (KV heads unit_colwise, each held by two ranks, gathered once) under the Hub's
 // names (q_gate_proj as self_attn.q_proj, as transformers writes it), the checkpoint reloads at
 // tp 2 to transformers' logits and tokens.
 TEST(MoeSave, GatedUnitSplitModelSavesTheHubLayout) {
-  const std::string out = (std::filesystem::temp_directory_path() /
-                           absl::StrCat("dt_moe_save_", ::getpid()))
-                              .string();
-  std::filesystem::remove_all(out);
-  absl::Status s = World::RunThreads(4, [&](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {4}, {"tp"}));
-    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(MoeDir("minicpm5_moe"), mesh));
-    return SaveGathered(*m, out, m->save_options());
-  });
-  ASSERT_TRUE(s.ok()) << s;
+  const std::string out = SavedFromTp4("minicpm5_moe");
+  ASSERT_FALSE(out.empty());
   auto saved = loaders::Checkpoint::Open(out);
   ASSERT_TRUE(saved.ok()) << saved.status();
   EXPECT_TRUE(saved->Info("model.layers.0.self_attn.q_proj.weight").ok());
   EXPECT_FALSE(saved->Info("model.layers.0.self_attn.q_gate_proj.weight").ok());
   EXPECT_TRUE(saved->Info("model.layers.1.mlp.gate.e_score_correction_bias").ok());
   const Golden g = LoadGolden(MoeFixture("minicpm5_moe"));
-  s = World::RunThreads(2, [&](World& w) -> absl::Status {
+  absl::Status s = World::RunThreads(2, [&](World& w) -> absl::Status {
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2}, {"tp"}));
     DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(out, mesh));
     return MatchesGolden(*m, g, w.rank());
@@ -670,16 +678,8 @@ TEST(MoeSave, GatedUnitSplitModelSavesTheHubLayout) {
 // down_proj by rows, down_proj_bias whole) gathers back to the checkpoint's layout: the saved
 // file holds the fixture's tensors bit for bit and reloads on one rank to transformers' logits.
 TEST(MoeSave, GptOssFromTp4IsTheCheckpoint) {
-  const std::string out = (std::filesystem::temp_directory_path() /
-                           absl::StrCat("dt_gpt_oss_save_", ::getpid()))
-                              .string();
-  std::filesystem::remove_all(out);
-  absl::Status s = World::RunThreads(4, [&](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {4}, {"tp"}));
-    DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(MoeDir("gpt_oss"), mesh));
-    return SaveGathered(*m, out, m->save_options());
-  });
-  ASSERT_TRUE(s.ok()) << s;
+  const std::string out = SavedFromTp4("gpt_oss");
+  ASSERT_FALSE(out.empty());
   auto saved = loaders::Checkpoint::Open(out);
   auto fixture = loaders::Checkpoint::Open(MoeDir("gpt_oss"));
   ASSERT_TRUE(saved.ok() && fixture.ok()) << saved.status() << fixture.status();
@@ -689,7 +689,7 @@ TEST(MoeSave, GptOssFromTp4IsTheCheckpoint) {
     ASSERT_TRUE(a.ok()) << name << ": " << a.status();
     EXPECT_EQ(a->ToDoubles(), fixture->Read(name)->ToDoubles()) << name;
   }
-  s = World::RunThreads(1, [&](World& w) -> absl::Status {
+  absl::Status s = World::RunThreads(1, [&](World& w) -> absl::Status {
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {1}, {"tp"}));
     DT_ASSIGN_OR_RETURN(auto m, CausalLM::FromPretrained(out, mesh));
     return MatchesGolden(*m, LoadGolden(MoeFixture("gpt_oss")), w.rank());
@@ -716,20 +716,27 @@ TEST(MoeCollectives, OneAllReducePerSparseLayer) {
   ASSERT_TRUE(s.ok()) << s;
 }
 
-// A tp the experts' intermediate size (or the heads) does not allow is refused before any read.
-TEST(MoeRefusals, TpThatTheExpertsDoNotAllow) {
-  absl::Status s = World::RunThreads(3, [&](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {3}, {"tp"}));
+// The MoE fixture `family` loaded on tp thread ranks with its experts planned gate_up_proj
+// `gate_up_style`, down_proj rowwise, over tp: the load's status, or an error of its own if any
+// weight was read (a refusal must come before the reads).
+absl::Status LoadWithExpertPlan(const std::string& family, int tp, const std::string& gate_up_style) {
+  return World::RunThreads(tp, [&](World& w) -> absl::Status {
+    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {tp}, {"tp"}));
     CausalLMLoadOptions o;
-    o.plan = ParallelPlan{{"model.layers.*.mlp.experts.gate_up_proj", "packed_colwise"},
+    o.plan = ParallelPlan{{"model.layers.*.mlp.experts.gate_up_proj", gate_up_style},
                           {"model.layers.*.mlp.experts.down_proj", "rowwise"},
                           {"model.layers.*.mlp.experts", "moe_tp_experts"}};
     LoadReport report;
     report.seconds = -1;
-    absl::Status st = CausalLM::FromPretrained(MoeDir("mixtral"), mesh, o, &report).status();
+    absl::Status st = CausalLM::FromPretrained(MoeDir(family), mesh, o, &report).status();
     if (report.seconds != -1) return absl::InternalError("weights were read");
     return st;
   });
+}
+
+// A tp the experts' intermediate size (or the heads) does not allow is refused before any read.
+TEST(MoeRefusals, TpThatTheExpertsDoNotAllow) {
+  const absl::Status s = LoadWithExpertPlan("mixtral", 3, "packed_colwise");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(s, "Experts 'model.layers.0.mlp.experts': tensor parallel size 3 does not divide "
                        "intermediate_size 64 (gate_up_proj, down_proj sharded)")) << s;
@@ -777,18 +784,7 @@ TEST(MoeRefusals, GptOssInMxfp4) {
 // Mixtral's expert plan on gpt-oss's [E, H, 2I] experts would split the hidden dim: refused
 // before any read, naming the placement (Note [gpt-oss experts]).
 TEST(MoeRefusals, GptOssExpertsSplitAlongTheWrongDim) {
-  absl::Status s = World::RunThreads(2, [&](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, InitDeviceMesh(w.shared_from_this(), {2}, {"tp"}));
-    CausalLMLoadOptions o;
-    o.plan = ParallelPlan{{"model.layers.*.mlp.experts.gate_up_proj", "colwise"},
-                          {"model.layers.*.mlp.experts.down_proj", "rowwise"},
-                          {"model.layers.*.mlp.experts", "moe_tp_experts"}};
-    LoadReport report;
-    report.seconds = -1;
-    absl::Status st = CausalLM::FromPretrained(MoeDir("gpt_oss"), mesh, o, &report).status();
-    if (report.seconds != -1) return absl::InternalError("weights were read");
-    return st;
-  });
+  const absl::Status s = LoadWithExpertPlan("gpt_oss", 2, "colwise");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_TRUE(Contains(s, "Experts 'model.layers.0.mlp.experts': gate_up_proj is planned S(1) but "
                           "its intermediate dim is 2")) << s;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -161,30 +162,27 @@ int64_t FullSortDraw(const std::vector<float>& logits, const SamplingOptions& o,
   const int64_t k = o.top_k > 0 ? std::min(o.top_k, n) : n;
   const double top = logits[order[0]];
   auto p = [&](int64_t id) { return std::exp((logits[id] - top) / o.temperature); };
-  double total = 0;
+  // The candidates' weights in order, their running sums (the CDF before normalizing) and their
+  // running shares of the normalizer (what top-p cuts).
+  std::vector<double> w(k), cdf(k), share(k);
+  for (int64_t i = 0; i < k; ++i) w[i] = p(order[i]);
+  std::partial_sum(w.begin(), w.end(), cdf.begin());
+  double total = cdf.back();
   if (k == n) {
+    total = 0;
     for (int64_t id = 0; id < n; ++id) total += p(id);
-  } else {
-    for (int64_t i = 0; i < k; ++i) total += p(order[i]);
   }
+  std::transform(w.begin(), w.end(), share.begin(), [&](double x) { return x / total; });
+  std::partial_sum(share.begin(), share.end(), share.begin());
   int64_t keep = k;
-  double kept = total, mass = 0, sum = 0;
-  for (int64_t i = 0; o.top_p < 1 && i < k; ++i) {
-    sum += p(order[i]);
-    mass += p(order[i]) / total;
-    if (mass >= o.top_p) {
-      keep = i + 1;
-      if (keep < k) kept = sum;
-      break;
-    }
+  if (o.top_p < 1) {
+    keep = std::min<int64_t>(k, std::find_if(share.begin(), share.end(),
+                                             [&](double m) { return m >= o.top_p; }) - share.begin() + 1);
   }
+  const double kept = keep < k ? cdf[keep - 1] : total;
   const double u = UniformAt(o.seed, static_cast<uint64_t>(step)) * kept;
-  double acc = 0;
-  for (int64_t i = 0; i < keep; ++i) {
-    acc += p(order[i]);
-    if (u < acc) return order[i];
-  }
-  return order[keep - 1];
+  const int64_t at = std::upper_bound(cdf.begin(), cdf.begin() + keep, u) - cdf.begin();
+  return order[std::min(at, keep - 1)];
 }
 
 // Sampled tokens are the full sort's draw, over vocabularies from one token to past the first

@@ -4,6 +4,7 @@
 // pass a right plan and catch a wrong one.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -130,47 +131,72 @@ TEST(MLPBlock, ActivationNamesFromConfigs) {
 
 // ---- Experts --------------------------------------------------------------------------------------
 
-// The grouped experts (Note [Grouped experts]) at tp 1-4 against a token-by-token reference:
-// y[n] = Σ_j w[n, j] · down_e(silu(gate_e x) * up_e x) for e = ids[n, j] < E, + w · x for identity
-// experts, nothing for the skip id E; zero tokens and experts nobody picks included.
-RC_GTEST_PROP(ExpertsBlock, GroupedMatchesTokenByTokenReference, ()) {
-  const int tp = *rc::gen::inRange(1, 5);
+using Weighted = std::vector<std::pair<std::string, Vec>>;
+
+// A routing of n tokens to k experts each: ids [n, k] and their weights.
+struct Routing {
+  int64_t n, k;
+  std::vector<int64_t> ids;
+  Vec weights;
+};
+
+// 1-5 experts of random small shapes whose intermediate size tp divides.
+ExpertsOptions SmallExperts(int tp) {
   ExpertsOptions o;
   o.num_experts = *rc::gen::inRange(1, 6);
   o.hidden_size = *rc::gen::inRange(1, 7);
   o.intermediate_size = tp * *rc::gen::inRange(1, 3);
-  o.num_identity_experts = *rc::gen::inRange(0, 2);
+  return o;
+}
+
+// Experts(o) under `plan` on tp thread ranks, randomly initialized, against `want(the module's
+// weights, x, routing)` on every rank, for a random x and a routing of up to 5 tokens to 1-3 of
+// the ids [0, id_end).
+void CheckExperts(int tp, const ExpertsOptions& o, const ParallelPlan& plan, int64_t id_end,
+                  const std::function<Vec(const Weighted&, const Vec&, const Routing&)>& want) {
   const int64_t n = *rc::gen::inRange(0, 6), k = *rc::gen::inRange(1, 4);
-  // Ids in [0, E + E_id]: the last one is the skip id without identity experts.
-  const int64_t top = o.num_experts + o.num_identity_experts + (o.num_identity_experts == 0);
   const std::vector<int64_t> ids =
-      *rc::gen::container<std::vector<int64_t>>(n * k, rc::gen::inRange<int64_t>(0, top));
+      *rc::gen::container<std::vector<int64_t>>(n * k, rc::gen::inRange<int64_t>(0, id_end));
   const int seed = *rc::gen::inRange(0, 1000);
   const Tensor x = Tensor::Randn({n, o.hidden_size}, seed).value();
   const Tensor weights = Tensor::Rand({n, k}, seed + 1).value();
   const absl::Status s = World::RunThreads(tp, [&](World& w) -> absl::Status {
     DT_ASSIGN_OR_RETURN(DeviceMesh mesh, TpMesh(w));
     Experts m(o);
-    ParallelPlan plan = {{"gate_up_proj", "packed_colwise"},
-                         {"down_proj", "rowwise"},
-                         {"", "moe_tp_experts"}};
-    if (o.num_identity_experts > 0) plan.emplace_back("identity", "moe_identity_expert");
     DT_RETURN_IF_ERROR(ParallelizeModule(m, mesh, plan, Quiet()));
     DT_RETURN_IF_ERROR(InitRandom(m, 5));
     DT_ASSIGN_OR_RETURN(Tensor id_t, Tensor::FromVector<int64_t>({n, k}, ids));
     DT_ASSIGN_OR_RETURN(Value y, m.CallOne({x, id_t, weights}));
-    DT_ASSIGN_OR_RETURN(auto ws, Weights(m));
-    const int64_t h = o.hidden_size, i = o.intermediate_size, e_count = o.num_experts;
-    const Vec xs = x.ToDoubles(), wv = weights.ToDoubles();
+    DT_ASSIGN_OR_RETURN(const Weighted ws, Weights(m));
+    EXPECT_TRUE(Near(y.local(), want(ws, x.ToDoubles(), {n, k, ids, weights.ToDoubles()})))
+        << "rank " << w.rank() << " of " << tp;
+    return absl::OkStatus();
+  });
+  RC_ASSERT(s.ok());
+}
+
+// The grouped experts (Note [Grouped experts]) at tp 1-4 against a token-by-token reference:
+// y[n] = Σ_j w[n, j] · down_e(silu(gate_e x) * up_e x) for e = ids[n, j] < E, + w · x for identity
+// experts, nothing for the skip id E; zero tokens and experts nobody picks included.
+RC_GTEST_PROP(ExpertsBlock, GroupedMatchesTokenByTokenReference, ()) {
+  const int tp = *rc::gen::inRange(1, 5);
+  ExpertsOptions o = SmallExperts(tp);
+  o.num_identity_experts = *rc::gen::inRange(0, 2);
+  // Ids in [0, E + E_id]: the last one is the skip id without identity experts.
+  const int64_t top = o.num_experts + o.num_identity_experts + (o.num_identity_experts == 0);
+  ParallelPlan plan = {{"gate_up_proj", "packed_colwise"}, {"down_proj", "rowwise"}, {"", "moe_tp_experts"}};
+  if (o.num_identity_experts > 0) plan.emplace_back("identity", "moe_identity_expert");
+  CheckExperts(tp, o, plan, top, [&](const Weighted& ws, const Vec& xs, const Routing& r) {
+    const int64_t h = o.hidden_size, i = o.intermediate_size;
     const Vec& gu = W(ws, "gate_up_proj");
     const Vec& dn = W(ws, "down_proj");
-    Vec want(n * h, 0.0);
-    for (int64_t t = 0; t < n; ++t) {
+    Vec want(r.n * h, 0.0);
+    for (int64_t t = 0; t < r.n; ++t) {
       const Vec row(xs.begin() + t * h, xs.begin() + (t + 1) * h);
-      for (int64_t j = 0; j < k; ++j) {
-        const int64_t e = ids[t * k + j];
-        const double wt = wv[t * k + j];
-        if (e >= e_count) {  // identity expert, or the skip id
+      for (int64_t j = 0; j < r.k; ++j) {
+        const int64_t e = r.ids[t * r.k + j];
+        const double wt = r.weights[t * r.k + j];
+        if (e >= o.num_experts) {  // identity expert, or the skip id
           if (o.num_identity_experts > 0) {
             for (int64_t c = 0; c < h; ++c) want[t * h + c] += wt * row[c];
           }
@@ -185,10 +211,8 @@ RC_GTEST_PROP(ExpertsBlock, GroupedMatchesTokenByTokenReference, ()) {
         for (int64_t c = 0; c < h; ++c) want[t * h + c] += wt * out[c];
       }
     }
-    EXPECT_TRUE(Near(y.local(), want)) << "rank " << w.rank() << " of " << tp;
-    return absl::OkStatus();
+    return want;
   });
-  RC_ASSERT(s.ok());
 }
 
 // gpt-oss's experts (Note [gpt-oss experts] in nn/moe.h) at tp 1-4 against a token-by-token
@@ -198,40 +222,23 @@ RC_GTEST_PROP(ExpertsBlock, GroupedMatchesTokenByTokenReference, ()) {
 // the columns are split in whole pairs and down_proj_bias is added once.
 RC_GTEST_PROP(ExpertsBlock, GptOssLayoutMatchesTokenByTokenReference, ()) {
   const int tp = *rc::gen::inRange(1, 5);
-  ExpertsOptions o;
-  o.num_experts = *rc::gen::inRange(1, 6);
-  o.hidden_size = *rc::gen::inRange(1, 7);
-  o.intermediate_size = tp * *rc::gen::inRange(1, 3);
+  ExpertsOptions o = SmallExperts(tp);
   o.layout = ExpertsLayout::kInterleavedColumns;
   o.swiglu_limit = *rc::gen::inRange(1, 20) / 10.0;
   o.swiglu_alpha = 1.702;
-  const int64_t n = *rc::gen::inRange(0, 6), k = *rc::gen::inRange(1, 4);
-  const std::vector<int64_t> ids = *rc::gen::container<std::vector<int64_t>>(
-      n * k, rc::gen::inRange<int64_t>(0, o.num_experts + 1));
-  const int seed = *rc::gen::inRange(0, 1000);
-  const Tensor x = Tensor::Randn({n, o.hidden_size}, seed).value();
-  const Tensor weights = Tensor::Rand({n, k}, seed + 1).value();
-  const absl::Status s = World::RunThreads(tp, [&](World& w) -> absl::Status {
-    DT_ASSIGN_OR_RETURN(DeviceMesh mesh, TpMesh(w));
-    Experts m(o);
-    const ParallelPlan plan = {{"gate_up_proj", "rowwise"},
-                               {"gate_up_proj_bias", "rowwise"},
-                               {"down_proj", "colwise"},
-                               {"", "moe_tp_experts"}};
-    DT_RETURN_IF_ERROR(ParallelizeModule(m, mesh, plan, Quiet()));
-    DT_RETURN_IF_ERROR(InitRandom(m, 5));
-    DT_ASSIGN_OR_RETURN(Tensor id_t, Tensor::FromVector<int64_t>({n, k}, ids));
-    DT_ASSIGN_OR_RETURN(Value y, m.CallOne({x, id_t, weights}));
-    DT_ASSIGN_OR_RETURN(auto ws, Weights(m));
+  const ParallelPlan plan = {{"gate_up_proj", "rowwise"},
+                             {"gate_up_proj_bias", "rowwise"},
+                             {"down_proj", "colwise"},
+                             {"", "moe_tp_experts"}};
+  CheckExperts(tp, o, plan, o.num_experts + 1, [&](const Weighted& ws, const Vec& xs, const Routing& r) {
     const int64_t h = o.hidden_size, i = o.intermediate_size;
     const double limit = o.swiglu_limit, alpha = o.swiglu_alpha;
-    const Vec xs = x.ToDoubles(), wv = weights.ToDoubles();
     const Vec &gu = W(ws, "gate_up_proj"), &gb = W(ws, "gate_up_proj_bias");
     const Vec &dn = W(ws, "down_proj"), &db = W(ws, "down_proj_bias");
-    Vec want(n * h, 0.0);
-    for (int64_t t = 0; t < n; ++t) {
-      for (int64_t j = 0; j < k; ++j) {
-        const int64_t e = ids[t * k + j];
+    Vec want(r.n * h, 0.0);
+    for (int64_t t = 0; t < r.n; ++t) {
+      for (int64_t j = 0; j < r.k; ++j) {
+        const int64_t e = r.ids[t * r.k + j];
         if (e == o.num_experts) continue;  // the skip id
         Vec hidden(i);
         for (int64_t p = 0; p < i; ++p) {
@@ -247,14 +254,12 @@ RC_GTEST_PROP(ExpertsBlock, GptOssLayoutMatchesTokenByTokenReference, ()) {
         for (int64_t c = 0; c < h; ++c) {
           double out = db[e * h + c];
           for (int64_t p = 0; p < i; ++p) out += hidden[p] * dn[(e * i + p) * h + c];
-          want[t * h + c] += wv[t * k + j] * out;
+          want[t * h + c] += r.weights[t * r.k + j] * out;
         }
       }
     }
-    EXPECT_TRUE(Near(y.local(), want)) << "rank " << w.rank() << " of " << tp;
-    return absl::OkStatus();
+    return want;
   });
-  RC_ASSERT(s.ok());
 }
 
 // ---- Attention --------------------------------------------------------------------------------

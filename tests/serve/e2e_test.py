@@ -20,7 +20,6 @@ Checks, in order:
     timeout (DT_TIMEOUT_MS=3000 here).
 Exits 77 (skipped) without the openai package or curl.
 """
-import argparse
 import concurrent.futures
 import json
 import os
@@ -31,8 +30,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import (Served, check, check_drain, check_idle, decode, generate_ids, shown_ids,  # noqa: E402
-                           skip, sse_payloads, stream_text)
+from serve_harness import (Served, check, check_drain, check_idle, decode, generate_ids,  # noqa: E402
+                           openai_or_skip, serve_args, shown_ids, skip, sse_payloads, stream_text)
 
 
 def curl(url, body, stream=False):
@@ -160,17 +159,8 @@ def check_rank_death(args):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dtensor", required=True)
-    p.add_argument("--dtrun", required=True)
-    p.add_argument("--generate", required=True)
-    p.add_argument("--model", required=True)
-    p.add_argument("--tp", type=int, default=1)
-    args = p.parse_args()
-    try:
-        import openai
-    except ImportError:
-        skip("the openai package is not installed (tools/reference/requirements.txt)")
+    args = serve_args(__doc__)
+    openai = openai_or_skip()
     if shutil.which("curl") is None:
         skip("curl is not on PATH")
     name = os.path.basename(args.model)[:-len(".gguf")]

@@ -9,6 +9,7 @@ drain on SIGTERM) and `generate`'s tokens to compare with. Standard library only
 
 Exit code 77 tells ctest a test skipped (SKIP_RETURN_CODE).
 """
+import argparse
 import json
 import os
 import re
@@ -30,6 +31,26 @@ def skip(why):
 def check(cond, what):
     if not cond:
         raise AssertionError(what)
+
+
+def serve_args(doc, generate=True, extra=()):
+    """The flags of a serve test: the programs, the model, tp, and `extra` (flag, type, default)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for flag in ("--dtensor", "--dtrun") + (("--generate",) if generate else ()) + ("--model",):
+        p.add_argument(flag, required=True)
+    p.add_argument("--tp", type=int, default=1)
+    for flag, kind, default in extra:
+        p.add_argument(flag, type=kind, default=default)
+    return p.parse_args()
+
+
+def openai_or_skip():
+    """The `openai` package, or a skip where the reference venv lacks it."""
+    try:
+        import openai
+    except ImportError:
+        skip("the openai package is not installed (tools/reference/requirements.txt)")
+    return openai
 
 
 class Served:

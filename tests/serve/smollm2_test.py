@@ -17,14 +17,13 @@ Checks, in order, all greedy:
   - /metrics back to idle; SIGTERM drains a stream in flight and every rank exits 0.
 Exits 77 (skipped) without the cached GGUF or the openai package.
 """
-import argparse
 import concurrent.futures
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import (Served, check, check_drain, check_idle, decode, generate_ids, shown_ids,  # noqa: E402
-                           skip)
+from serve_harness import (Served, check, check_drain, check_idle, decode, generate_ids,  # noqa: E402
+                           openai_or_skip, serve_args, shown_ids, skip)
 
 QUESTION = "What is the capital of France?"
 COMPLETION_PROMPT = "The history of the Roman Empire"
@@ -85,19 +84,10 @@ def check_concurrency(client, name):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dtensor", required=True)
-    p.add_argument("--dtrun", required=True)
-    p.add_argument("--generate", required=True)
-    p.add_argument("--model", required=True)
-    p.add_argument("--tp", type=int, default=1)
-    args = p.parse_args()
+    args = serve_args(__doc__)
     if not os.path.isfile(args.model):
         skip(f"{args.model} is not cached (scripts/fetch-smollm2)")
-    try:
-        import openai
-    except ImportError:
-        skip("the openai package is not installed (tools/reference/requirements.txt)")
+    openai = openai_or_skip()
     name = os.path.basename(args.model)[:-len(".gguf")]
     with Served(args.dtensor, args.dtrun, args.model, tp=args.tp) as s:
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=120)

@@ -17,7 +17,6 @@ idle (/metrics: no open request, no KV page in use, nothing running or waiting) 
 descriptors than after its first request (/proc/<rank 0>/fd), and SIGTERM must stop every rank
 with status 0.
 """
-import argparse
 import collections
 import concurrent.futures
 import http.client
@@ -31,7 +30,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import Served, check_idle, sse_payloads, stream_text  # noqa: E402
+from serve_harness import Served, check_idle, serve_args, sse_payloads, stream_text  # noqa: E402
 
 MAX_REQUEST_BYTES = 65536
 
@@ -151,15 +150,8 @@ def fds(pid):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dtensor", required=True)
-    p.add_argument("--dtrun", required=True)
-    p.add_argument("--model", required=True)
-    p.add_argument("--tp", type=int, default=1)
-    p.add_argument("--minutes", type=float, default=10)
-    p.add_argument("--workers", type=int, default=32)
-    p.add_argument("--seed", type=int, default=1)
-    args = p.parse_args()
+    args = serve_args(__doc__, generate=False, extra=(("--minutes", float, 10), ("--workers", int, 32),
+                                                        ("--seed", int, 1)))
     name = os.path.basename(args.model)[:-len(".gguf")]
     rng = random.Random(args.seed)
     tally = Tally()

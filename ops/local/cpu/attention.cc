@@ -595,24 +595,35 @@ absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages
   return status;
 }
 
+// A task is (batch, KV head, block of queries) with the block's rows of every query head of the
+// group stacked (Note [Query heads share their KV head's pass]): `block` query positions per task,
+// and the flash path from `flash_min` stacked rows (the score rows below). InvalidArgument naming
+// `op` for blocks under 1.
+struct TaskSplit {
+  int64_t block, flash_min;
+};
+absl::StatusOr<TaskSplit> TaskSplitOf(const char* op, const AttentionTuning& tuning, int64_t q_heads,
+                                    int64_t kv_heads, DType dtype) {
+  if (tuning.q_block < 1 || tuning.kv_block < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": q_block (", tuning.q_block, ") and kv_block (",
+                                                   tuning.kv_block, ") must be at least 1"));
+  }
+  const int64_t group = kv_heads > 0 ? q_heads / kv_heads : 1;  // none: an empty output
+  return TaskSplit{std::max<int64_t>(1, tuning.q_block / group),
+                  dtype == DType::kBF16 ? tuning.flash_min_rows_bf16 : tuning.flash_min_rows};
+}
+
 }  // namespace
 
 absl::Status PagedAttentionTuned(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
                                  const Tensor& page_table, const Tensor& query_starts,
                                  const Tensor& kv_lengths, const PagedAttentionParams& params,
                                  const AttentionTuning& tuning, const Tensor& out) {
-  if (tuning.q_block < 1 || tuning.kv_block < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("PagedAttention: q_block (", tuning.q_block,
-                                                   ") and kv_block (", tuning.kv_block,
-                                                   ") must be at least 1"));
-  }
+  DT_ASSIGN_OR_RETURN(const TaskSplit rows,
+                      TaskSplitOf("PagedAttention", tuning, q.size(0), k_pages.size(1), q.dtype()));
   if (out.numel() == 0) return absl::OkStatus();
-  const int64_t group = q.size(0) / k_pages.size(1);
-  const int64_t block = std::max<int64_t>(1, tuning.q_block / group);
-  const int64_t min_rows =
-      q.dtype() == DType::kBF16 ? tuning.flash_min_rows_bf16 : tuning.flash_min_rows;
-  return Paged(q, k_pages, v_pages, page_table, query_starts, kv_lengths, params, block,
-               tuning.kv_block, min_rows, out);
+  return Paged(q, k_pages, v_pages, page_table, query_starts, kv_lengths, params, rows.block,
+               tuning.kv_block, rows.flash_min, out);
 }
 
 absl::Status PagedAttention(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
@@ -652,20 +663,11 @@ absl::Status WriteToPages(const Tensor& pool, const Tensor& x, const Tensor& slo
 absl::Status AttentionTuned(const Tensor& q, const Tensor& k, const Tensor& v,
                             const AttentionParams& params, const AttentionTuning& tuning,
                             const Tensor& out) {
-  if (tuning.q_block < 1 || tuning.kv_block < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("Attention: q_block (", tuning.q_block,
-                                                   ") and kv_block (", tuning.kv_block,
-                                                   ") must be at least 1"));
-  }
+  DT_ASSIGN_OR_RETURN(const TaskSplit rows,
+                      TaskSplitOf("Attention", tuning, q.size(1), k.size(1), q.dtype()));
   if (out.numel() == 0) return absl::OkStatus();
-  const int64_t group = q.size(1) / k.size(1);
-  // A task is (batch, KV head, block of queries) with the block's rows of every query head of the
-  // group stacked (Note [Query heads share their KV head's pass]).
-  const int64_t block = std::max<int64_t>(1, tuning.q_block / group);
-  const int64_t min_rows =
-      q.dtype() == DType::kBF16 ? tuning.flash_min_rows_bf16 : tuning.flash_min_rows;
-  if (group * q.size(2) < min_rows) return ScoreRows(q, k, v, params, block, out);
-  return Flash(q, k, v, params, block, tuning.kv_block, out);
+  if (q.size(1) / k.size(1) * q.size(2) < rows.flash_min) return ScoreRows(q, k, v, params, rows.block, out);
+  return Flash(q, k, v, params, rows.block, tuning.kv_block, out);
 }
 
 namespace {
