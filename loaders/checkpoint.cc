@@ -159,6 +159,13 @@ std::vector<std::string> Checkpoint::names() const {
   return out;
 }
 
+std::string Checkpoint::NameInFile(absl::string_view name) const {
+  const auto it = where_.find(name);
+  if (it == where_.end()) return std::string(name);
+  if (!it->second.gguf_name.empty()) return it->second.gguf_name;
+  return it->second.stored_name.empty() ? std::string(name) : it->second.stored_name;
+}
+
 const TensorInfo& Checkpoint::InfoOf(const Entry& e, absl::string_view name) const {
   if (!e.parts.empty()) return e.composite_info;
   if (gguf_) return e.gguf_info;

@@ -49,6 +49,9 @@ class Checkpoint {
   const std::string& path() const { return path_; }
   // Every tensor name, sorted.
   std::vector<std::string> names() const;
+  // `name` as its file spells it, where that differs (a GGUF's "blk.0.ffn_up.weight", a renamed
+  // tensor's stored name), else `name`: what a message about the tensor should show the user.
+  std::string NameInFile(absl::string_view name) const;
   // NotFound naming the tensor and the checkpoint. A GGUF tensor's dtype_name is its ggml type
   // ("Q4_1") and its dtype the one dtensor holds it as (q4_1, f32, f16, bf16; nullopt for types
   // it does not read).

@@ -64,11 +64,16 @@ absl::Status CheckCheckpoint(const Module& module, const loaders::Checkpoint& ch
   const std::vector<std::string> names = UnusedTensors(module, checkpoint, source, config_tensors);
   if (names.empty()) return absl::OkStatus();
   const size_t shown = std::min<size_t>(names.size(), 8);
+  // Named as the file spells them, with the name the model would have read them by.
+  std::vector<std::string> listed;
+  for (size_t i = 0; i < shown; ++i) {
+    const std::string stored = checkpoint.NameInFile(names[i]);
+    listed.push_back(stored == names[i] ? stored : absl::StrCat(stored, " (", names[i], ")"));
+  }
   const std::string what =
       absl::StrCat("checkpoint '", checkpoint.path(), "': ", names.size(), " tensor",
                    names.size() == 1 ? " is" : "s are", " not used by ", model, ": ",
-                   absl::StrJoin(names.begin(), names.begin() + shown, ", "),
-                   names.size() > shown ? ", ..." : "");
+                   absl::StrJoin(listed, ", "), names.size() > shown ? ", ..." : "");
   if (unused == PlanCheck::kWarn) {
     LogWarning(what);
     return absl::OkStatus();
