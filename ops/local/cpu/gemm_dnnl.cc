@@ -32,11 +32,11 @@
 
 #include <omp.h>
 
+#include <cstring>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <cstring>
-#include <initializer_list>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -279,7 +279,9 @@ absl::Status RunPart(const Problem& p, const Storage* weights) {
 }
 
 // The weights knob's trial: prefill-shaped bf16 or f32 products with a Linear's weights (SmolLM2's
-// MLP projections), on one thread, the weights plain or reordered beforehand.
+// MLP projections), split over the arena's threads as Matmul splits them, each part on its weights
+// plain or on their layout reordered before the timing (the split decides which slices are kept,
+// so the trial keeps the same ones).
 class WeightsTrial : public tune::Trial {
  public:
   static absl::StatusOr<std::unique_ptr<tune::Trial>> Make(DType t) {
@@ -287,57 +289,76 @@ class WeightsTrial : public tune::Trial {
     constexpr int64_t m = 256, shapes[2][2] = {{1536, 576}, {576, 1536}};
     const int64_t size = DTypeSize(t);
     for (const auto& [n, k] : shapes) {
-      Problem p;
-      p.m = m, p.n = n, p.k = k, p.dtype = t;
-      p.a_rs = k, p.a_cs = 1, p.b_rs = 1, p.b_cs = k, p.ldo = n;
-      trial->products_.push_back(Product{p, std::vector<char>(m * k * size), std::vector<char>(n * k * size),
-                                         std::vector<char>(m * n * size), {}});
-    }
-    for (Product& q : trial->products_) {
+      auto q = std::make_unique<Product>();
+      q->a.resize(m * k * size), q->w.resize(n * k * size), q->out.resize(m * n * size);
       // Small exact values: i % 7 / 8 in f32, or its bf16 (the top half of the same bits).
-      for (std::vector<char>* v : {&q.a, &q.w}) {
+      for (std::vector<char>* v : {&q->a, &q->w}) {
         for (size_t i = 0; i < v->size() / size; ++i) {
           const float x = static_cast<float>(i % 7) / 8.0f;
           std::memcpy(v->data() + i * size, reinterpret_cast<const char*>(&x) + 4 - size, size);
         }
       }
-      q.p.a = q.a.data(), q.p.b = q.w.data(), q.p.out = q.out.data();
-      omp_set_num_threads(1);
-      DT_ASSIGN_OR_RETURN(q.prim, Get(q.p, true));
-      if (q.prim->layout.empty()) {
-        return absl::UnavailableError("oneDNN asks for plain weights here: nothing to prepack");
-      }
-      q.packed.resize(q.prim->weights_bytes);
-      DT_RETURN_IF_ERROR(Reorder(*q.prim, q.p, q.packed.data()));
+      Problem& p = q->p;
+      p.m = m, p.n = n, p.k = k, p.dtype = t;
+      p.a = q->a.data(), p.a_rs = k, p.a_cs = 1;
+      p.b = q->w.data(), p.b_rs = 1, p.b_cs = k;
+      p.out = q->out.data(), p.ldo = n;
+      Product& product = *q;
+      DT_RETURN_IF_ERROR(SplitOutput(p, true, [&](const Problem& part) { return product.Run(part, true); }));
+      trial->products_.push_back(std::move(q));
     }
     return trial;
   }
   absl::Status Run(int candidate) override {
-    for (const Product& q : products_) {
+    for (const std::unique_ptr<Product>& q : products_) {
       if (candidate == 0) {
-        DT_RETURN_IF_ERROR(RunPart(q.p, nullptr));
+        DT_RETURN_IF_ERROR(SplitOutput(q->p, true, [](const Problem& part) { return RunPart(part, nullptr); }));
       } else {
-        DT_RETURN_IF_ERROR(Multiply(*q.prim, q.p, q.packed.data()));
+        Product& product = *q;
+        DT_RETURN_IF_ERROR(SplitOutput(q->p, true, [&](const Problem& part) { return product.Run(part, false); }));
       }
     }
     return absl::OkStatus();
   }
   double Work() const override {
     double flops = 0;
-    for (const Product& q : products_) flops += 2.0 * q.p.m * q.p.n * q.p.k;
+    for (const std::unique_ptr<Product>& q : products_) flops += 2.0 * q->p.m * q->p.n * q->p.k;
     return flops;
   }
-  int Threads() const override { return 1; }
+  int Threads() const override { return AvailableThreads(); }
 
  private:
   struct Product {
     Problem p;
     std::vector<char> a, w, out;
-    std::vector<char> packed;
-    std::shared_ptr<Primitive> prim;  // the prepacked one
+    std::mutex mu;
+    std::map<std::string, std::vector<char>> layouts;  // per part's weights and layout
+
+    // `part` on its weights' layout, which `make` reorders (before the timing).
+    absl::Status Run(const Problem& part, bool make) {
+      omp_set_num_threads(1);
+      DT_ASSIGN_OR_RETURN(std::shared_ptr<Primitive> prim, Get(part, true));
+      if (prim->layout.empty()) {
+        return absl::UnavailableError("oneDNN asks for plain weights here: nothing to prepack");
+      }
+      const std::string key = absl::StrCat(reinterpret_cast<uintptr_t>(part.b), " ", part.n, " ", prim->layout);
+      const void* weights = nullptr;
+      if (make) {
+        std::vector<char> layout(prim->weights_bytes);
+        DT_RETURN_IF_ERROR(Reorder(*prim, part, layout.data()));
+        std::lock_guard<std::mutex> lock(mu);
+        weights = layouts.insert_or_assign(key, std::move(layout)).first->second.data();
+      } else {
+        std::lock_guard<std::mutex> lock(mu);
+        const auto it = layouts.find(key);
+        if (it == layouts.end()) return absl::InternalError(absl::StrCat("no layout made for ", key));
+        weights = it->second.data();
+      }
+      return Multiply(*prim, part, weights);
+    }
   };
   WeightsTrial() = default;
-  std::vector<Product> products_;
+  std::vector<std::unique_ptr<Product>> products_;
 };
 
 }  // namespace
