@@ -20,7 +20,7 @@
 //   batched      quantized Linear at M = 8, 16 (a serving       the same product packing its
 //   quantized    engine's decode step), its panels kept          panels on every call
 //                (Note [Packed quantized weights])
-//   prefill on   bf16 Linear on oneDNN at M = 128..512, its      the same product on the plain
+//   prefill on   bf16, f32 Linear on oneDNN at M = 128..512, its the same product on the plain
 //   kept weights weights' layout kept (Note [oneDNN weights      weights (reordered per call)
 //                layout])
 //
@@ -54,6 +54,7 @@
 
 #include <Eigen/Core>
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include <tbb/task_arena.h>
 
 #include "dtensor/bench/bench_util.h"
@@ -450,16 +451,16 @@ std::vector<double> BatchedQuantized(const DecodeShape& s, const std::vector<int
 }
 
 // Prefill on oneDNN with kept weights (Note [oneDNN weights layout] in ops/local/cpu/gemm_dnnl.cc):
-// Linear(x [M, K], w [N, K]) in bf16 forced on oneDNN, the read-only weight's layout kept (made
+// Linear(x [M, K], w [N, K]) in `dtype` forced on oneDNN, the read-only weight's layout kept (made
 // before the timing) against the same product on the plain weight, interleaved, T threads, weights
 // warm (a prefill product is bound by compute). Prints a row per shape and M; returns the ratios
 // prepacked / plain, and adds to `pick`/`best` the figures of the knob's pick and the best of both.
-std::vector<double> PrefillKeptWeights(const DecodeShape& s, const std::vector<int64_t>& ms,
+std::vector<double> PrefillKeptWeights(DType dtype, const DecodeShape& s, const std::vector<int64_t>& ms,
                                        const Reps& reps, double& pick_sum, double& best_sum) {
   namespace tune = dt::ops::cpu::tune;
-  const tune::Knob& knob = gemm::DnnlWeightsKnob(DType::kBF16);
+  const tune::Knob& knob = gemm::DnnlWeightsKnob(dtype);
   const int pick = tune::Pick(knob).value();
-  const Tensor writable = Tensor::Randn({s.n, s.k}, 7, DType::kBF16).value();
+  const Tensor writable = Tensor::Randn({s.n, s.k}, 7, dtype).value();
   const dt::Storage& st = writable.storage();
   const Tensor w(dt::Storage::Alias(st, st.data(), st.nbytes(), /*read_only=*/true), writable.shape(),
                  writable.strides(), writable.storage_offset(), writable.dtype());
@@ -467,7 +468,7 @@ std::vector<double> PrefillKeptWeights(const DecodeShape& s, const std::vector<i
   gemm::SetBackendForTesting(Backend::kDnnl);
   std::vector<double> ratios;
   for (const int64_t m : ms) {
-    const Tensor x = Tensor::Randn({m, s.k}, 8, DType::kBF16).value();
+    const Tensor x = Tensor::Randn({m, s.k}, 8, dtype).value();
     Tensor y;
     auto run = [&](int candidate) {
       tune::ForceForTesting(knob, candidate);
@@ -477,7 +478,8 @@ std::vector<double> PrefillKeptWeights(const DecodeShape& s, const std::vector<i
     run(1);  // the layouts made before the timing
     const std::vector<double> t = Time(reps, {[&] { run(0); }, [&] { run(1); }});
     const double plain = Gflops(m, s.n, s.k, t[0]), kept = Gflops(m, s.n, s.k, t[1]);
-    std::printf("%-22s M=%-4lld %10.1f %10.1f %8.2f %10.1f\n", s.name, static_cast<long long>(m), plain,
+    std::printf("%-6s %-22s M=%-4lld %10.1f %10.1f %8.2f %10.1f\n", dt::DTypeName(dtype).data(), s.name,
+                static_cast<long long>(m), plain,
                 kept, kept / plain,
                 static_cast<double>(dt::ops::cpu::kept::Bytes()) / (1 << 20));
     ratios.push_back(kept / plain);
@@ -697,28 +699,34 @@ int main(int argc, char** argv) {
     }
   }
   results.push_back({"qgemm_batched_kept_vs_per_call_worst_row", worst_kept, 1.0});
-  {
-    const dt::ops::cpu::tune::Choice pick = dt::ops::cpu::tune::Explain(gemm::DnnlWeightsKnob(DType::kBF16)).value();
-    std::printf(
-        "\nprefill on oneDNN with kept weights, bf16, T=%d threads: GFLOP/s with the weights plain "
-        "(reordered per call) and their layout kept (Note [oneDNN weights layout]), interleaved, "
-        "weights warm; kept MiB: layouts held; the knob picks %s (%s)\n",
-        threads, gemm::DnnlWeightsKnob(DType::kBF16).candidates[pick.index].c_str(), pick.why.c_str());
-    std::printf("%-22s %-6s %10s %10s %8s %10s\n", "w [N, K]", "M", "plain", "kept", "kept/pl", "kept MiB");
+  std::printf(
+      "\nprefill on oneDNN with kept weights, T=%d threads: GFLOP/s with the weights plain (copied "
+      "into oneDNN's layout per call) and their layout kept (Note [oneDNN weights layout]), "
+      "interleaved, weights warm; kept MiB: layouts held\n",
+      threads);
+  for (const DType dtype : {DType::kBF16, DType::kF32}) {
+    const dt::ops::cpu::tune::Knob& knob = gemm::DnnlWeightsKnob(dtype);
+    const dt::ops::cpu::tune::Choice pick = dt::ops::cpu::tune::Explain(knob).value();
+    std::printf("%s: the knob picks %s (%s)\n", knob.name.c_str(), knob.candidates[pick.index].c_str(),
+                pick.why.c_str());
+    std::printf("%-6s %-22s %-6s %10s %10s %8s %10s\n", "dtype", "w [N, K]", "M", "plain", "kept", "kept/pl",
+                "kept MiB");
     double pick_sum = 0, best_sum = 0, ratio_sum = 0;
     int rows = 0;
     for (const DecodeShape& s : {DecodeShape{"q_proj 576x576", 576, 576}, DecodeShape{"up_proj 1536x576", 1536, 576},
                                  DecodeShape{"down_proj 576x1536", 576, 1536}, DecodeShape{"2048x2048", 2048, 2048}}) {
-      for (const double r : PrefillKeptWeights(s, quick ? std::vector<int64_t>{128, 512}
-                                                        : std::vector<int64_t>{128, 256, 512},
+      for (const double r : PrefillKeptWeights(dtype, s, quick ? std::vector<int64_t>{128, 512}
+                                                               : std::vector<int64_t>{128, 256, 512},
                                                reps, pick_sum, best_sum)) {
         ratio_sum += std::log(r);
         ++rows;
       }
     }
     std::printf("kept/plain, geometric mean over the rows: %.3f\n", std::exp(ratio_sum / rows));
-    results.push_back({"gemm_bf16_dnnl_weights_pick_vs_best", std::exp((pick_sum - best_sum) / rows), 0.95});
+    results.push_back({absl::StrCat("gemm_", dt::DTypeName(dtype), "_dnnl_weights_pick_vs_best"),
+                       std::exp((pick_sum - best_sum) / rows), 0.95});
   }
+
   results.push_back({"gemv_f32_vs_memcpy_worst_row", worst[0], 0.7});
   results.push_back({"gemv_bf16_vs_memcpy_worst_row", worst[1], 0.7});
   std::printf("\nthe picked path against the best one measured, worst decode row: %s (%.2f)\n",

@@ -15,20 +15,23 @@
 //
 // Note [oneDNN weights layout]
 // Given plain strided weights (a Linear weight read as [K, N] with strides {1, K}), oneDNN's
-// matmul kernels (brgemm) copy them into the blocked layout they read, on every call, in the
-// scratch memory; a prefill of M rows pays that pass over the weight once per product. A weight
-// that never changes can instead be reordered once: the primitive is made with weights of format
-// `any`, the layout it then asks for is queried, the weight is reordered into it with a reorder
-// primitive and kept (Note [Kept weights] in kept_weights.cc: the process's budget of kept
-// layouts, keyed by the part's weight address, dtype, shape, strides and the layout, so each part
-// of SplitOutput's split keeps its own slice). Only operands that cannot change qualify: Matmul
-// passes its b's Storage when it is read-only (weights mapped from a checkpoint), nothing for an
-// activation. Whether it pays depends on the CPU: on AMX the compute is several times faster and
-// the per-call copy a larger share; so the tuner's knob DnnlWeightsKnob(dtype) ("plain",
-// "prepacked") times both on prefill-shaped products, and the plain path runs when the knob says
-// so, when the budget is 0 (the default) or full, or when the layout asked for is the plain one.
-// Both primitives accumulate each output in f32 over K in the same order, so the results are the
-// same bits (DnnlWeightsTest.PrepackedGivesThePlainBits).
+// matmul kernels (brgemm) copy them into the blocked layout they read, on every call, in their
+// scratch memory: a pass over the weight per product. A weight that never changes can instead be
+// reordered once: the primitive is made with weights of format `any`, the layout it then asks for
+// is queried, the weight is reordered into it with a reorder primitive and kept (Note [Kept
+// weights] in kept_weights.cc: the process's one budget of kept layouts). The key is the part's
+// weight address, dtype, shape, strides and the layout, so each part of SplitOutput's split keeps
+// its own slice, and a product split otherwise (another M can pick another grid) keeps its slices
+// beside the first ones: up to a few times the weight's bytes, within the budget. Only operands
+// that cannot change qualify: Matmul passes its b's Storage when it is read-only (weights mapped
+// from a checkpoint), nothing for an activation or a weight converted after loading. Whether it
+// pays depends on the CPU: with AMX the compute is several times faster and the per-call copy a
+// larger share. So the tuner's knob DnnlWeightsKnob(dtype) ("plain", "prepacked") times both on
+// prefill-shaped products split over the arena's threads as Matmul splits them, and the plain
+// path runs when the knob says so, when the budget is 0 (the default) or full, or when the layout
+// asked for is the plain one. Both paths give the same bits on every shape tried
+// (DnnlWeightsTest.PrepackedGivesThePlainBits): the kernels and their order of accumulation over
+// K are the same, only where they read the weights from differs.
 
 #include <omp.h>
 
