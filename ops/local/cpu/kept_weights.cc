@@ -23,8 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <utility>
-#include <vector>
+#include <unordered_map>
 
 #include "dtensor/core/env.h"
 
@@ -43,7 +42,7 @@ struct Kept {
   std::mutex mu;
   int64_t budget = -1;  // -1: not read from the environment yet
   int64_t held = 0;
-  std::vector<std::pair<std::string, std::shared_ptr<Entry>>> entries;
+  std::unordered_map<std::string, std::shared_ptr<Entry>> entries;
 
   // Under mu.
   int64_t Budget() {
@@ -70,9 +69,7 @@ Storage Layout(const Storage& weight, const std::string& key, int64_t bytes,
   {
     std::lock_guard<std::mutex> lock(st.mu);
     if (st.Budget() == 0) return Storage();
-    for (const auto& [kk, e] : st.entries) {
-      if (kk == key) entry = e;
-    }
+    if (const auto it = st.entries.find(key); it != st.entries.end()) entry = it->second;
     if (entry == nullptr) {
       std::erase_if(st.entries, [&](const auto& kv) {
         if (kv.second->weight.use_count() > 1) return false;
@@ -84,7 +81,7 @@ Storage Layout(const Storage& weight, const std::string& key, int64_t bytes,
       entry->weight = weight;
       entry->bytes = bytes;
       st.held += bytes;
-      st.entries.emplace_back(key, entry);
+      st.entries.emplace(key, entry);
     }
   }
   std::call_once(entry->made, [&] {
