@@ -20,9 +20,9 @@
 //   batched      quantized Linear at M = 8, 16 (a serving       the same product packing its
 //   quantized    engine's decode step), its panels kept          panels on every call
 //                (Note [Packed quantized weights])
-//   prefill on   bf16, f32 Linear on oneDNN at M = 128..512, its the same product on the plain
-//   kept weights weights' layout kept (Note [oneDNN weights      weights (reordered per call)
-//                layout])
+//   prefill on   bf16, f32 Linear on oneDNN at M = 128..512,     the same product on the plain
+//   kept weights the weights' layout kept                        weights (copied per call)
+//                (Note [oneDNN weights layout])
 //
 // T = oneTBB's arena size (all cores). "Weights cold": each call uses the next of enough copies of
 // w to exceed three times the L3, as in a decode step, which streams every layer's weights once.
