@@ -156,7 +156,8 @@ absl::StatusOr<std::shared_ptr<Primitive>> Make(State& st, const Problem& p, boo
   dnnl_primitive_attr_destroy(attr);
   DT_RETURN_IF_ERROR(Check(s, "matmul primitive descriptor"));
   if (prepacked) {
-    prim->weights = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    const dnnl_memory_desc_t* asked = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    prim->weights = asked != nullptr ? *asked : prim->plain_weights;
     if (dnnl_memory_desc_equal(&prim->weights, &prim->plain_weights) == 0) {
       prim->layout = LayoutName(prim->weights);
       prim->weights_bytes = dnnl_memory_desc_get_size(&prim->weights);
