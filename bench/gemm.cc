@@ -20,6 +20,9 @@
 //   batched      quantized Linear at M = 8, 16 (a serving       the same product packing its
 //   quantized    engine's decode step), its panels kept          panels on every call
 //                (Note [Packed quantized weights])
+//   prefill on   bf16, f32 Linear on oneDNN at M = 128..512,     the same product on the plain
+//   kept weights the weights' layout kept                        weights (copied per call)
+//                (Note [oneDNN weights layout])
 //
 // T = oneTBB's arena size (all cores). "Weights cold": each call uses the next of enough copies of
 // w to exceed three times the L3, as in a decode step, which streams every layer's weights once.
@@ -51,14 +54,17 @@
 
 #include <Eigen/Core>
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include <tbb/task_arena.h>
 
 #include "dtensor/bench/bench_util.h"
 #include "dtensor/core/quant.h"
 #include "dtensor/core/tensor.h"
 #include "dtensor/ops/local/cpu/cpu_info.h"
+#include "dtensor/ops/local/cpu/gemm_backends.h"
 #include "dtensor/ops/local/cpu/gemm_dispatch.h"
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
+#include "dtensor/ops/local/cpu/kept_weights.h"
 #include "dtensor/ops/local/cpu/qgemm.h"
 #include "dtensor/ops/local/cpu/tuner.h"
 #include "dtensor/ops/local/ops.h"
@@ -444,6 +450,47 @@ std::vector<double> BatchedQuantized(const DecodeShape& s, const std::vector<int
   return ratios;
 }
 
+// Prefill on oneDNN with kept weights (Note [oneDNN weights layout] in ops/local/cpu/gemm_dnnl.cc):
+// Linear(x [M, K], w [N, K]) in `dtype` forced on oneDNN, the read-only weight's layout kept (made
+// before the timing) against the same product on the plain weight, interleaved, T threads, weights
+// warm (a prefill product is bound by compute). Prints a row per shape and M; returns the ratios
+// prepacked / plain, and adds to `pick`/`best` the figures of the knob's pick and the best of both.
+std::vector<double> PrefillKeptWeights(DType dtype, const DecodeShape& s, const std::vector<int64_t>& ms,
+                                       const Reps& reps, double& pick_sum, double& best_sum) {
+  namespace tune = dt::ops::cpu::tune;
+  const tune::Knob& knob = gemm::DnnlWeightsKnob(dtype);
+  const int pick = tune::Pick(knob).value();
+  const Tensor writable = Tensor::Randn({s.n, s.k}, 7, dtype).value();
+  const dt::Storage& st = writable.storage();
+  const Tensor w(dt::Storage::Alias(st, st.data(), st.nbytes(), /*read_only=*/true), writable.shape(),
+                 writable.strides(), writable.storage_offset(), writable.dtype());
+  dt::ops::cpu::kept::SetBudget(int64_t{1} << 30);
+  gemm::SetBackendForTesting(Backend::kDnnl);
+  std::vector<double> ratios;
+  for (const int64_t m : ms) {
+    const Tensor x = Tensor::Randn({m, s.k}, 8, dtype).value();
+    Tensor y;
+    auto run = [&](int candidate) {
+      tune::ForceForTesting(knob, candidate);
+      y = dt::ops::Linear(x, w).value();
+      tune::ForceForTesting(knob, std::nullopt);
+    };
+    run(1);  // the layouts made before the timing
+    const std::vector<double> t = Time(reps, {[&] { run(0); }, [&] { run(1); }});
+    const double plain = Gflops(m, s.n, s.k, t[0]), kept = Gflops(m, s.n, s.k, t[1]);
+    std::printf("%-6s %-22s M=%-4lld %10.1f %10.1f %8.2f %10.1f\n", dt::DTypeName(dtype).data(), s.name,
+                static_cast<long long>(m), plain,
+                kept, kept / plain,
+                static_cast<double>(dt::ops::cpu::kept::Bytes()) / (1 << 20));
+    ratios.push_back(kept / plain);
+    pick_sum += std::log(pick == 0 ? plain : kept);
+    best_sum += std::log(std::max(plain, kept));
+  }
+  gemm::SetBackendForTesting(std::nullopt);
+  dt::ops::cpu::kept::SetBudget(0);
+  return ratios;
+}
+
 // Every knob of the tuner (Note [Tuner] in ops/local/cpu/tuner.cc): this process's choice (from the
 // cache, or measured on first use) against every candidate measured again now, in the knob's unit.
 // A RESULT per knob: the pick's figure over the best one's. With --gemm-only, the GEMM backends'.
@@ -652,6 +699,34 @@ int main(int argc, char** argv) {
     }
   }
   results.push_back({"qgemm_batched_kept_vs_per_call_worst_row", worst_kept, 1.0});
+  std::printf(
+      "\nprefill on oneDNN with kept weights, T=%d threads: GFLOP/s with the weights plain (copied "
+      "into oneDNN's layout per call) and their layout kept (Note [oneDNN weights layout]), "
+      "interleaved, weights warm; kept MiB: layouts held\n",
+      threads);
+  for (const DType dtype : {DType::kBF16, DType::kF32}) {
+    const dt::ops::cpu::tune::Knob& knob = gemm::DnnlWeightsKnob(dtype);
+    const dt::ops::cpu::tune::Choice pick = dt::ops::cpu::tune::Explain(knob).value();
+    std::printf("%s: the knob picks %s (%s)\n", knob.name.c_str(), knob.candidates[pick.index].c_str(),
+                pick.why.c_str());
+    std::printf("%-6s %-22s %-6s %10s %10s %8s %10s\n", "dtype", "w [N, K]", "M", "plain", "kept", "kept/pl",
+                "kept MiB");
+    double pick_sum = 0, best_sum = 0, ratio_sum = 0;
+    int rows = 0;
+    for (const DecodeShape& s : {DecodeShape{"q_proj 576x576", 576, 576}, DecodeShape{"up_proj 1536x576", 1536, 576},
+                                 DecodeShape{"down_proj 576x1536", 576, 1536}, DecodeShape{"2048x2048", 2048, 2048}}) {
+      for (const double r : PrefillKeptWeights(dtype, s, quick ? std::vector<int64_t>{128, 512}
+                                                               : std::vector<int64_t>{128, 256, 512},
+                                               reps, pick_sum, best_sum)) {
+        ratio_sum += std::log(r);
+        ++rows;
+      }
+    }
+    std::printf("kept/plain, geometric mean over the rows: %.3f\n", std::exp(ratio_sum / rows));
+    results.push_back({absl::StrCat("gemm_", dt::DTypeName(dtype), "_dnnl_weights_pick_vs_best"),
+                       std::exp((pick_sum - best_sum) / rows), 0.95});
+  }
+
   results.push_back({"gemv_f32_vs_memcpy_worst_row", worst[0], 0.7});
   results.push_back({"gemv_bf16_vs_memcpy_worst_row", worst[1], 0.7});
   std::printf("\nthe picked path against the best one measured, worst decode row: %s (%.2f)\n",

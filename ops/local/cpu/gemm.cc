@@ -111,7 +111,8 @@ absl::Status Matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const 
   auto run = [&](int64_t bi, bool parallel) {
     const gemm::Problem p = problem(bi);
     switch (backend) {
-      case gemm::Backend::kDnnl: return gemm::RunDnnl(p, parallel);
+      // A read-only b never changes: oneDNN may keep its layout (Note [oneDNN weights layout]).
+      case gemm::Backend::kDnnl: return gemm::RunDnnl(p, parallel, b.read_only() ? &b.storage() : nullptr);
       case gemm::Backend::kOpenBlas: return gemm::RunOpenBlas(p, parallel);
       case gemm::Backend::kOwn: break;
     }

@@ -12,6 +12,10 @@
 #include "dtensor/core/dtype.h"
 #include "dtensor/ops/local/cpu/gemm_paths.h"
 
+namespace dt {
+class Storage;
+}  // namespace dt
+
 namespace dt::ops::cpu::gemm {
 
 enum class Backend : uint8_t { kOwn, kDnnl, kOpenBlas };
@@ -26,8 +30,11 @@ bool BackendRuns(Backend b, DType dtype);
 
 // p on oneDNN / OpenBLAS (BackendRuns must hold). With `parallel`, the output is cut into parts
 // spread over the current oneTBB arena; otherwise one call on the calling thread. Same contract
-// as Packed (gemm.h); fails with the library's status named when the library refuses.
-absl::Status RunDnnl(const Problem& p, bool parallel);
+// as Packed (gemm.h); fails with the library's status named when the library refuses. `weights`:
+// the Storage of p.b where p.b can never change (a read-only weight), so that oneDNN may multiply
+// a layout of it kept for the process (Note [oneDNN weights layout] in gemm_dnnl.cc); null runs
+// the plain path. Fails also when DT_TUNE is malformed.
+absl::Status RunDnnl(const Problem& p, bool parallel, const Storage* weights = nullptr);
 absl::Status RunOpenBlas(const Problem& p, bool parallel);
 
 // The library and what it runs on this CPU, e.g. "oneDNN 2.6.3 (avx512_core_bf16)",
@@ -37,6 +44,9 @@ std::string OpenBlasDescription();
 // Whether oneDNN runs bf16 on AMX tiles here (its effective ISA includes AMX, i.e. the CPU has it
 // and the OS granted it: Note [AMX permission] in cpu_info.cc).
 bool DnnlUsesAmx();
+// The tuner's knob of whether oneDNN multiplies f32 or bf16 weights in a layout reordered once and
+// kept ("prepacked") or as they are ("plain"): Note [oneDNN weights layout].
+const tune::Knob& DnnlWeightsKnob(DType dtype);
 
 // Runs `part` on rows [i0, i0 + m) x columns [j0, j0 + n) of p's output, as a Problem of its own
 // (operands, output and bias offset), covering the output once: one part on the calling thread

@@ -62,7 +62,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -70,11 +69,12 @@
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "dtensor/core/env.h"
 #include "dtensor/core/quant.h"
 #include "dtensor/core/storage.h"
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
+#include "dtensor/ops/local/cpu/kept_weights.h"
 #include "dtensor/ops/local/cpu/loops.h"
 #include "dtensor/ops/local/cpu/tuner.h"
 
@@ -140,58 +140,16 @@ qgemm::QRows QuantizeRows(const qgemm::Kernels& ks, const Tensor& x, std::option
 // and reused by every later one. The panels take 80 bytes per row and 32-block (16-bit quants and
 // four f32 scale vectors): 4x a q4_1 weight, 2.35x q8_0, 9x q2_k. Decode (M <= kDotAlways) keeps
 // reading the blocks, which are the fewest bytes per product and what decode is bound by, so the
-// panels cannot replace the original layout: they come beside it, and only where the process
-// asks, with a budget of bytes (SetPackedBudget, or DT_QGEMM_PACKED_MB=<MiB> in the environment;
-// 0, the default, keeps none). A weight whose panels do not fit the budget is packed per call as
-// before, so the budget bounds the memory and never refuses a product; PackedBytes() is what is
-// held, for a load report.
-// Lifetime: an entry holds the weight's Storage, keyed by its data pointer, shape, type and
-// instruction set, so its address cannot be reused by another weight while the entry lives; an
-// entry whose weight only the cache still holds is dropped at the next miss. The weights must not
-// change after their first product (the engine's are read-only once loaded). Building is
-// thread-safe: the first caller packs (over the arena's threads), concurrent ones wait for it.
-struct KeptEntry {
-  Storage weight;  // keeps the address from being reused while the panels live
-  int64_t bytes = 0;
-  Storage panels;  // undefined if the allocation failed
-  std::once_flag built;
-};
+// panels cannot replace the original layout: they come beside it, kept per weight under the
+// process's budget for kept layouts (Note [Kept weights] in kept_weights.cc: SetPackedBudget,
+// DT_QGEMM_PACKED_MB; 0, the default, keeps none). A weight whose panels do not fit is packed per
+// call as before; PackedBytes() is what is held, for a load report. Quantized weights are never
+// written after loading, so every one qualifies.
 
-struct KeptKey {
-  const void* data;
-  DType dtype;
-  int64_t n, k;
-  qgemm::Isa isa;
-  bool operator==(const KeptKey&) const = default;
-};
-
-struct Kept {
-  std::mutex mu;
-  int64_t budget = -1;  // -1: not read from the environment yet
-  int64_t held = 0;
-  std::vector<std::pair<KeptKey, std::shared_ptr<KeptEntry>>> entries;
-
-  // Under mu.
-  int64_t Budget() {
-    if (budget < 0) {
-      // A bad value is an error of making a world (env::CheckAll); here it keeps nothing.
-      absl::StatusOr<std::optional<int64_t>> mib = env::Int("DT_QGEMM_PACKED_MB");
-      budget = mib.ok() ? mib->value_or(0) << 20 : 0;
-    }
-    return budget;
-  }
-};
-
-Kept& KeptState() {
-  static Kept* kept = new Kept;
-  return *kept;
-}
-
-// The panels of all of w's rows, packed over the arena's threads.
-absl::StatusOr<Storage> PackWhole(const qgemm::Kernels& ks, const Tensor& w) {
+// The panels of all of w's rows into `p` (GemmScratchBytes of them), packed over the arena's
+// threads.
+void PackInto(const qgemm::Kernels& ks, const Tensor& w, uint8_t* p) {
   const int64_t n = w.size(0), k = w.size(1);
-  DT_ASSIGN_OR_RETURN(Storage buf, Storage::Allocate(qgemm::GemmScratchBytes(ks, n, k), kCPU));
-  uint8_t* p = static_cast<uint8_t*>(buf.data());
   const int64_t lanes = ks.gemm_lanes, row_bytes = DTypeBytes(w.dtype(), k);
   const int64_t groups = (n + lanes - 1) / lanes, group_bytes = qgemm::GemmScratchBytes(ks, lanes, k);
   const uint8_t* wp = static_cast<const uint8_t*>(w.raw_data());
@@ -199,49 +157,22 @@ absl::StatusOr<Storage> PackWhole(const qgemm::Kernels& ks, const Tensor& w) {
     ks.pack(w.dtype(), std::min(n, hi * lanes) - lo * lanes, k, wp + lo * lanes * row_bytes, row_bytes,
             p + lo * group_bytes);
   });
-  return buf;
-}
-
-// Whether this process keeps panels at all (a budget above 0).
-bool KeepsPanels() {
-  Kept& st = KeptState();
-  std::lock_guard<std::mutex> lock(st.mu);
-  return st.Budget() > 0;
 }
 
 // The panels of w (all its rows) if the process keeps them and they fit (Note [Packed quantized
 // weights]), made on first use; else null.
 const uint8_t* KeptPanels(const qgemm::Kernels& ks, const Tensor& w) {
-  Kept& st = KeptState();
+  if (!kept::Keeping()) return nullptr;
   const int64_t n = w.size(0), k = w.size(1);
-  const KeptKey key{w.raw_data(), w.dtype(), n, k, qgemm::ActiveIsa()};
-  std::shared_ptr<KeptEntry> entry;
-  {
-    std::lock_guard<std::mutex> lock(st.mu);
-    if (st.Budget() == 0) return nullptr;
-    for (const auto& [kk, e] : st.entries) {
-      if (kk == key) entry = e;
-    }
-    if (entry == nullptr) {
-      std::erase_if(st.entries, [&](const auto& kv) {
-        if (kv.second->weight.use_count() > 1) return false;
-        st.held -= kv.second->bytes;
-        return true;
-      });
-      const int64_t bytes = qgemm::GemmScratchBytes(ks, n, k);
-      if (st.held + bytes > st.budget) return nullptr;
-      entry = std::make_shared<KeptEntry>();
-      entry->weight = w.storage();
-      entry->bytes = bytes;
-      st.held += bytes;
-      st.entries.emplace_back(key, entry);
-    }
-  }
-  std::call_once(entry->built, [&] {
-    absl::StatusOr<Storage> panels = PackWhole(ks, w);
-    if (panels.ok()) entry->panels = *std::move(panels);
+  const std::string key =
+      absl::StrCat("qgemm ", reinterpret_cast<uintptr_t>(w.raw_data()), " ", DTypeName(w.dtype()),
+                   " ", n, "x", k, " ", qgemm::IsaName(qgemm::ActiveIsa()));
+  const Storage panels = kept::Layout(w.storage(), key, qgemm::GemmScratchBytes(ks, n, k), [&](void* out) {
+    PackInto(ks, w, static_cast<uint8_t*>(out));
+    return true;
   });
-  return static_cast<const uint8_t*>(entry->panels.data());
+  // The entry holds the panels until the budget drops to 0 (a test's or the process's teardown).
+  return static_cast<const uint8_t*>(panels.data());
 }
 
 // One product of a call: a weight, its f32 bias (or null) and its output.
@@ -373,7 +304,8 @@ class ColdQuantizedTrial : public tune::Trial {
       DT_ASSIGN_OR_RETURN(Tensor w, make(n, k, i));
       DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({m, n}));
       if (keep_panels) {
-        DT_ASSIGN_OR_RETURN(Storage p, PackWhole(ks_, w));
+        DT_ASSIGN_OR_RETURN(Storage p, Storage::Allocate(qgemm::GemmScratchBytes(ks_, n, k), kCPU));
+        PackInto(ks_, w, static_cast<uint8_t*>(p.data()));
         panels_.push_back(std::move(p));
       }
       bytes += w.nbytes();
@@ -489,7 +421,7 @@ class DotMaxRowsTrial : public ColdQuantizedTrial {
 absl::StatusOr<bool> UsePanels(const qgemm::Kernels& ks, int64_t m) {
   if (ks.pack == nullptr || m <= kDotAlways) return false;
   if (m > kPanelsBeyond) return true;
-  DT_ASSIGN_OR_RETURN(const int i, tune::Pick(qgemm::DotMaxRowsKnob(KeepsPanels())));
+  DT_ASSIGN_OR_RETURN(const int i, tune::Pick(qgemm::DotMaxRowsKnob(kept::Keeping())));
   return m > kDotMaxRows[i];
 }
 
@@ -558,21 +490,9 @@ const tune::Knob& qgemm::DotMaxRowsKnob(bool kept_panels) {
   return kept_panels ? kept : per_call;
 }
 
-void qgemm::SetPackedBudget(int64_t bytes) {
-  Kept& st = KeptState();
-  std::lock_guard<std::mutex> lock(st.mu);
-  st.budget = std::max<int64_t>(0, bytes);
-  if (st.budget == 0) {  // entries in use by a running product stay alive through their shared_ptr
-    st.entries.clear();
-    st.held = 0;
-  }
-}
+void qgemm::SetPackedBudget(int64_t bytes) { kept::SetBudget(bytes); }
 
-int64_t qgemm::PackedBytes() {
-  Kept& st = KeptState();
-  std::lock_guard<std::mutex> lock(st.mu);
-  return st.held;
-}
+int64_t qgemm::PackedBytes() { return kept::Bytes(); }
 
 absl::Status QuantizedLinear(const Tensor& x, const Tensor& w, const Tensor& bias,
                              const Tensor& out) {

@@ -21,6 +21,7 @@ const std::vector<const Knob*>& AllKnobs() {
     std::vector<const Knob*> v = {&qgemm::DotPrefetchKnob(), &qgemm::DotMaxRowsKnob(false),
                                   &qgemm::DotMaxRowsKnob(true), &gemm::SkinnyPrefetchKnob()};
     for (const Knob* k : gemm::BackendKnobs()) v.push_back(k);
+    for (const DType t : {DType::kF32, DType::kBF16}) v.push_back(&gemm::DnnlWeightsKnob(t));
     for (const Knob* k : {&BlocksKnob(), &DecodeKnob(DType::kF32), &DecodeKnob(DType::kBF16)}) {
       v.push_back(k);
     }
