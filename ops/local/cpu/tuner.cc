@@ -78,9 +78,10 @@ struct Line {
 };
 
 struct State {
-  // Guards everything below and the cache file within this process; recursive, so that a trial
-  // whose kernel picks another knob decides that one on the way.
+  // Guards everything below; never held while a trial runs (Note [Picks during a measurement]).
+  // Recursive for a rule or an override that asks for another knob on the way.
   std::recursive_mutex mu;
+  int measuring = 0;  // measurements running in this process
   bool env_read = false;
   absl::Status env_status;
   std::map<const Knob*, int> env;  // DT_TUNE's choices
@@ -291,6 +292,33 @@ Choice FromLine(const Knob& knob, const Line& line, const char* how) {
   return c;
 }
 
+// Note [Picks during a measurement]
+// A trial runs real kernels, whose code asks the tuner for other knobs, on the measuring thread and
+// on oneTBB's workers alike. Were st.mu held through the trial, a worker's Pick would wait for it
+// while the measuring thread waits for the worker: with an empty cache, `generate` on a bf16 model
+// hung at 0 % CPU in the decode-attention knob's trial (a worker asked for gemm.skinny_prefetch).
+// So a measurement runs with st.mu released, and while one runs, a Pick of a knob not decided yet
+// gets that knob's first candidate for the call, neither kept nor measured (candidates differ in
+// speed only); the knob is decided at its first Pick after the measurement, and no trial's timing
+// includes another's.
+class Measuring {
+ public:
+  Measuring(State& st, std::unique_lock<std::recursive_mutex>& lock) : st_(st), lock_(lock) {
+    ++st_.measuring;
+    lock_.unlock();
+  }
+  ~Measuring() {
+    lock_.lock();
+    --st_.measuring;
+  }
+  Measuring(const Measuring&) = delete;
+  Measuring& operator=(const Measuring&) = delete;
+
+ private:
+  State& st_;
+  std::unique_lock<std::recursive_mutex>& lock_;
+};
+
 // Measures `knob` (the cache file's lock held) and records it in the file; a failed measurement
 // gives candidate 0, saying why.
 Choice MeasureAndRecord(const Knob& knob, bool reuse_cached) {
@@ -314,8 +342,8 @@ Choice MeasureAndRecord(const Knob& knob, bool reuse_cached) {
   return FromLine(knob, *line, "measured");
 }
 
-// The choice without an override (st.mu held).
-absl::StatusOr<Choice> Decide(State& st, const Knob& knob) {
+// The choice without an override (`lock` holds st.mu; released while measuring).
+absl::StatusOr<Choice> Decide(State& st, std::unique_lock<std::recursive_mutex>& lock, const Knob& knob) {
   if (auto it = st.choices.find(&knob); it != st.choices.end()) return it->second;
   ReadEnv(st);
   DT_RETURN_IF_ERROR(st.env_status);
@@ -329,9 +357,16 @@ absl::StatusOr<Choice> Decide(State& st, const Knob& knob) {
   } else if (std::optional<Line> line = CachedLine(knob, ReadCache(CachePath()));
              line && !(line->busy && MachineQuiet())) {
     c = FromLine(knob, *line, "cached");
+  } else if (st.measuring > 0) {  // Note [Picks during a measurement]: not kept
+    c.why = absl::StrCat("first candidate while another knob is measured: ", knob.candidates[0]);
+    c.figures.assign(knob.candidates.size(), 0.0);
+    return c;
   } else {
+    Measuring measuring(st, lock);
     c = MeasureAndRecord(knob, /*reuse_cached=*/true);
   }
+  // Another thread may have decided it while st.mu was released: the first decision stands.
+  if (auto it = st.choices.find(&knob); it != st.choices.end()) return it->second;
   if (c.figures.empty()) c.figures.assign(knob.candidates.size(), 0.0);
   st.choices[&knob] = c;
   knob.picked.store(c.index, std::memory_order_release);
@@ -344,8 +379,8 @@ namespace internal {
 
 absl::StatusOr<int> Resolve(const Knob& knob) {
   State& st = GetState();
-  std::lock_guard<std::recursive_mutex> lock(st.mu);
-  DT_ASSIGN_OR_RETURN(const Choice c, Decide(st, knob));
+  std::unique_lock<std::recursive_mutex> lock(st.mu);
+  DT_ASSIGN_OR_RETURN(const Choice c, Decide(st, lock, knob));
   return c.index;
 }
 
@@ -360,19 +395,30 @@ absl::StatusOr<Choice> Explain(const Knob& knob) {
     return c;
   }
   State& st = GetState();
-  std::lock_guard<std::recursive_mutex> lock(st.mu);
-  return Decide(st, knob);
+  std::unique_lock<std::recursive_mutex> lock(st.mu);
+  return Decide(st, lock, knob);
 }
 
 absl::StatusOr<Choice> MeasureNow(const Knob& knob) {
-  DT_ASSIGN_OR_RETURN(const Line line, Measure(knob));
-  return FromLine(knob, line, "measured");
+  State& st = GetState();
+  std::unique_lock<std::recursive_mutex> lock(st.mu);
+  absl::StatusOr<Line> line;
+  {
+    Measuring measuring(st, lock);
+    line = Measure(knob);
+  }
+  DT_RETURN_IF_ERROR(line.status());
+  return FromLine(knob, *line, "measured");
 }
 
 absl::StatusOr<Choice> Remeasure(const Knob& knob) {
   State& st = GetState();
-  std::lock_guard<std::recursive_mutex> lock(st.mu);
-  const Choice c = MeasureAndRecord(knob, /*reuse_cached=*/false);
+  std::unique_lock<std::recursive_mutex> lock(st.mu);
+  Choice c;
+  {
+    Measuring measuring(st, lock);
+    c = MeasureAndRecord(knob, /*reuse_cached=*/false);
+  }
   st.choices[&knob] = c;
   knob.picked.store(c.index, std::memory_order_release);
   return c;

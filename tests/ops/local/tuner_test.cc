@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -165,6 +166,41 @@ TEST(Tuner, CandidatesThatFailAreLeftOutAndATrialThatCannotRunGivesTheFirst) {
   const tune::Choice d = tune::Explain(*none).value();
   EXPECT_EQ(d.index, 0);
   EXPECT_NE(d.why.find("measurement failed"), std::string::npos) << d.why;
+}
+
+// A trial whose kernels ask for another knob from other threads (as oneTBB's workers do) must not
+// wait on the measurement that runs it (Note [Picks during a measurement]): the inner knob answers
+// its first candidate meanwhile, is neither measured nor kept then, and is measured at its first
+// Pick after.
+TEST(Tuner, APickFromAnotherThreadDuringATrialDoesNotWait) {
+  TuneEnv env(nullptr);
+  int inner_runs = 0, outer_runs = 0;
+  auto inner = SleepKnob("test.inner", {5, 1, 5}, &inner_runs);
+  auto outer = SleepKnob("test.outer", {1, 2, 3}, &outer_runs);
+  std::vector<int> seen;
+  outer->make_trial = [&]() -> absl::StatusOr<std::unique_ptr<tune::Trial>> {
+    class Asking : public SleepTrial {
+     public:
+      Asking(const tune::Knob& inner, std::vector<int>& seen, int* runs)
+          : SleepTrial({1, 2, 3}, runs), inner_(inner), seen_(seen) {}
+      absl::Status Run(int candidate) override {
+        std::thread worker([&] { seen_.push_back(tune::Pick(inner_).value()); });
+        worker.join();
+        return SleepTrial::Run(candidate);
+      }
+
+     private:
+      const tune::Knob& inner_;
+      std::vector<int>& seen_;
+    };
+    return std::make_unique<Asking>(*inner, seen, &outer_runs);
+  };
+  EXPECT_EQ(tune::Pick(*outer).value(), 0);
+  ASSERT_FALSE(seen.empty());
+  for (const int i : seen) EXPECT_EQ(i, 0);
+  EXPECT_EQ(inner_runs, 0);
+  EXPECT_EQ(tune::Pick(*inner).value(), 1);  // measured now
+  EXPECT_GT(inner_runs, 0);
 }
 
 TEST(Tuner, RuleDecidesWithoutMeasuring) {
