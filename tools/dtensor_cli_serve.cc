@@ -49,9 +49,9 @@ ABSL_FLAG(int64_t, kv_pages, 0, "KV cache pages per rank (0: enough for --max-ru
 ABSL_FLAG(int64_t, page_tokens, 16, "positions per KV cache page");
 ABSL_FLAG(int64_t, step_tokens, 256, "tokens per engine step: one per running sequence, the rest prefill");
 ABSL_FLAG(int64_t, packed_weights_mb, 1024,
-          "MiB of quantized weights' prefill panels each rank keeps, made at first use (a batch of "
-          "more rows than the dot's runs on panels; 0: packed per call); "
-          "Note [Packed quantized weights]");
+          "MiB of weights' layouts each rank keeps, made at first use: quantized weights' prefill "
+          "panels (a batch of more rows than the dot's runs on panels) and oneDNN's reordered "
+          "weights where the tuner picks them; 0: made per call (Note [Kept weights])");
 ABSL_FLAG(int64_t, max_request_bytes, 1 << 20, "the largest request body; a larger one gets 413");
 ABSL_FLAG(double, request_timeout, 600, "seconds a request may take from arrival to its last token; then 504");
 ABSL_FLAG(int, http_threads, 0,
