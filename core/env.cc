@@ -38,7 +38,9 @@ const std::vector<Var>& Table() {
       {"DT_BUFFER_POOL_MB", Kind::kInt, 0, 1 << 20, "", "1024",
        "MiB of freed redistribution buffers kept for reuse (0: none)"},
       {"DT_QGEMM_PACKED_MB", Kind::kInt, 0, 1 << 20, "", "0",
-       "MiB of quantized weights' prefill panels kept for reuse (Note [Packed quantized weights] in ops/local/cpu/qgemm.cc)"},
+       "MiB of weights' kept layouts for reuse: quantized weights' prefill panels and oneDNN's reordered read-only "
+       "weights where the tuner's `gemm.*.dnnl_weights` says `prepacked` (Note [Kept weights] in "
+       "ops/local/cpu/kept_weights.cc)"},
       {"DT_CUDA_MODULE_DIR", Kind::kText, 0, 0, "",
        "the program's directory, its ../lib, the build tree's lib/, the install libdir, the loader's path",
        "the only directory searched for libdtensor_cuda.so and libdtensor_nccl.so (Note [CUDA module])"},
