@@ -1,5 +1,7 @@
 #include "dtensor/loaders/chat_template.h"
 
+#include <algorithm>
+#include <ctime>
 #include <optional>
 #include <utility>
 
@@ -47,6 +49,35 @@ std::optional<std::string> SystemSeparator(absl::string_view source) {
   std::string out;
   if (!absl::CUnescape(source.substr(begin, end - begin), &out)) return std::nullopt;
   return out;
+}
+
+// Note [Harmony]: what the harmony template must say for Apply to write what it renders, each as
+// Jinja spells it in gpt-oss's template of 2025-08-08 with the whitespace removed, and what its
+// absence means.
+struct HarmonyPiece {
+  absl::string_view jinja, meaning;
+};
+constexpr HarmonyPiece kHarmonyPieces[] = {
+    {"\"YouareChatGPT,alargelanguagemodeltrainedbyOpenAI.\"", "the model identity"},
+    {"\"Knowledgecutoff:2024-06\\n\"", "the knowledge cutoff 2024-06"},
+    {"\"Currentdate:\"+strftime_now(\"%Y-%m-%d\")+\"\\n\\n\"", "today's date"},
+    {"setreasoning_effort=\"medium\"", "the default reasoning effort medium"},
+    {"\"#Validchannels:analysis,commentary,final.Channelmustbeincludedforeverymessage.\"}}"
+     "{%-iftools-%}",
+     "the valid-channels line, the tool-channel line only with tools"},
+    {"{{-\"#Instructions\\n\\n\"}}{{-developer_message}}{{-\"\\n\\n\"}}",
+     "a blank line after the developer's instructions"},
+    {"{{-\"<|start|>assistant<|channel|>final<|message|>\"+message.content+\"<|return|>\"}}",
+     "the last assistant turn ending with <|return|>"},
+};
+
+// Harmony's date line: `now` in local time, as strftime_now("%Y-%m-%d").
+std::string LocalDate(std::chrono::system_clock::time_point now) {
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  std::tm local{};
+  localtime_r(&t, &local);
+  char date[16];
+  return std::string(date, std::strftime(date, sizeof(date), "%Y-%m-%d", &local));
 }
 
 }  // namespace
@@ -98,13 +129,22 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Recognize(
     t->format_ = Format::kPhi3;
     return std::shared_ptr<const ChatTemplate>(std::move(t));
   }
-  // gpt-oss's harmony: <|start|>ROLE<|channel|>...<|message|>CONTENT<|end|>, with a system
-  // preamble the template writes (knowledge cutoff, today's date, reasoning effort, channels).
+  // Note [Harmony]: gpt-oss's <|start|>ROLE<|channel|>...<|message|>CONTENT<|end|>.
   if (absl::StrContains(source, "<|start|>") && absl::StrContains(source, "<|message|>")) {
-    return absl::UnimplementedError(absl::StrCat(
-        "chat template: gpt-oss's harmony format (<|start|>ROLE<|message|>, channels and a "
-        "generated system preamble) is not supported; the template starts \"",
-        absl::CEscape(head), "\""));
+    std::string compact(source);
+    compact.erase(std::remove_if(compact.begin(), compact.end(), absl::ascii_isspace),
+                  compact.end());
+    for (const HarmonyPiece& piece : kHarmonyPieces) {
+      if (!absl::StrContains(compact, piece.jinja)) {
+        return absl::UnimplementedError(absl::StrCat(
+            "chat template: this harmony template (<|start|>ROLE<|message|>) does not write ",
+            piece.meaning, " as gpt-oss's of 2025-08-08 does (it lacks `", piece.jinja,
+            "`, whitespace removed): only that revision is supported; the template starts \"",
+            absl::CEscape(head), "\""));
+      }
+    }
+    t->format_ = Format::kHarmony;
+    return std::shared_ptr<const ChatTemplate>(std::move(t));
   }
   // Gemma and Gemma 2's form raises on a system message; Gemma 3's folds it into the first turn.
   if (absl::StrContains(source, "<start_of_turn>") && absl::StrContains(source, "<end_of_turn>")) {
@@ -136,7 +176,7 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Recognize(
   }
   return absl::UnimplementedError(absl::StrCat(
       "chat template not recognized (supported: ChatML, Llama 3, Mistral [INST], Phi-3, Gemma, "
-      "Gemma 3, Tulu (OLMo 2)); it starts \"",
+      "Gemma 3, Tulu (OLMo 2), Harmony (gpt-oss)); it starts \"",
       absl::CEscape(head), "\""));
 }
 
@@ -148,6 +188,7 @@ absl::string_view ChatTemplate::name() const {
     case Format::kPhi3: return "Phi-3";
     case Format::kGemma: return system_separator_ ? "Gemma 3" : "Gemma";
     case Format::kTulu: return "Tulu";
+    case Format::kHarmony: return "Harmony";
   }
   return "?";
 }
@@ -160,19 +201,28 @@ absl::string_view ChatTemplate::end_of_turn() const {
     case Format::kPhi3: return "<|end|>";
     case Format::kGemma: return "<end_of_turn>";
     case Format::kTulu: return eos_;
+    case Format::kHarmony: return "<|return|>";
   }
   return "";
 }
 
 absl::StatusOr<std::string> ChatTemplate::Apply(absl::Span<const ChatMessage> messages,
-                                                bool add_generation_prompt) const {
+                                                bool add_generation_prompt,
+                                                std::chrono::system_clock::time_point now) const {
   if (messages.empty()) return absl::InvalidArgumentError("chat: no messages");
-  for (const ChatMessage& m : messages) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
     if (m.role != "system" && m.role != "user" && m.role != "assistant") {
       return absl::InvalidArgumentError(absl::StrCat(
           "chat: role '", m.role, "' is not one of system, user, assistant"));
     }
+    if (m.thinking && (format_ != Format::kHarmony || m.role != "assistant")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chat: message ", i, " ('", m.role, "') has a thinking, which the ", name(),
+          " template writes ", format_ == Format::kHarmony ? "for assistant turns only" : "nowhere"));
+    }
   }
+  if (format_ == Format::kHarmony) return ApplyHarmony(messages, add_generation_prompt, now);
   std::string out;
   // Gemma 3: a leading system message becomes the first turn's prefix.
   std::string prefix;
@@ -252,6 +302,59 @@ absl::StatusOr<std::string> ChatTemplate::Apply(absl::Span<const ChatMessage> me
                     absl::StripAsciiWhitespace(m.content), "<|eot_id|>");
   }
   if (add_generation_prompt) absl::StrAppend(&out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  return out;
+}
+
+absl::StatusOr<std::string> ChatTemplate::ApplyHarmony(
+    absl::Span<const ChatMessage> messages, bool add_generation_prompt,
+    std::chrono::system_clock::time_point now) const {
+  // Note [Harmony].
+  std::string out = absl::StrCat(
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+      "Knowledge cutoff: 2024-06\nCurrent date: ", LocalDate(now), "\n\nReasoning: medium\n\n"
+      "# Valid channels: analysis, commentary, final. Channel must be included for every "
+      "message.<|end|>");
+  size_t first = 0;
+  if (messages[0].role == "system") {
+    if (!messages[0].content.empty()) {
+      absl::StrAppend(&out, "<|start|>developer<|message|># Instructions\n\n", messages[0].content,
+                      "\n\n<|end|>");
+    }
+    first = 1;
+  }
+  for (size_t i = first; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "system") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chat: the Harmony template writes a system message only as the first (the developer's "
+          "instructions) and drops later ones; message ", i, " is 'system'"));
+    }
+    if (m.role == "user") {
+      absl::StrAppend(&out, "<|start|>user<|message|>", m.content, "<|end|>");
+      continue;
+    }
+    for (absl::string_view text :
+         {absl::string_view(m.content), m.thinking ? absl::string_view(*m.thinking) : ""}) {
+      for (absl::string_view tag : {"<|channel|>analysis<|message|>", "<|channel|>final<|message|>"}) {
+        if (absl::StrContains(text, tag)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "chat: message ", i, " (assistant) holds ", tag, ": the Harmony template takes "
+              "<|channel|> tags nowhere (the analysis goes in `thinking`, the final answer in "
+              "`content`)"));
+        }
+      }
+    }
+    if (i + 1 == messages.size() && !add_generation_prompt) {
+      if (m.thinking) {
+        absl::StrAppend(&out, "<|start|>assistant<|channel|>analysis<|message|>", *m.thinking,
+                        "<|end|>");
+      }
+      absl::StrAppend(&out, "<|start|>assistant<|channel|>final<|message|>", m.content, "<|return|>");
+    } else {
+      absl::StrAppend(&out, "<|start|>assistant<|channel|>final<|message|>", m.content, "<|end|>");
+    }
+  }
+  if (add_generation_prompt) absl::StrAppend(&out, "<|start|>assistant");
   return out;
 }
 

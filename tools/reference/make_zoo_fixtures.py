@@ -47,12 +47,16 @@ token; norms are randomized too so that a missing norm weight shows.
 
 It also writes tests/fixtures/zoo/chat_templates.json: the chat templates of the formats
 loaders/chat_template.h writes (ChatML as Qwen2.5 carries it, Mistral-7B-Instruct v0.2's [INST],
-Phi-3's <|user|>, Gemma's <start_of_turn>, Gemma 3's with its system prefix, OLMo 2's Tulu turns;
-written out below as those checkpoints' tokenizer_config.json publish them) and
-conversations rendered by transformers' own renderer (render_jinja_template), or the error the
-template raises.
+Phi-3's <|user|>, Gemma's <start_of_turn>, Gemma 3's with its system prefix, OLMo 2's Tulu turns,
+written out below as those checkpoints' tokenizer_config.json publish them; gpt-oss's harmony,
+gpt_oss_chat_template.jinja beside this script: openai/gpt-oss-20b's chat_template.jinja as of
+2025-08-08, the -120b's the same) and conversations rendered by transformers' own renderer
+(render_jinja_template), or the error the template raises. The harmony template writes today's
+date (strftime_now("%Y-%m-%d")); its goldens are rendered with that Jinja global pinned to
+HARMONY_DATE, which the test passes to ChatTemplate::Apply.
 """
 import argparse
+import datetime
 import glob
 import json
 import os
@@ -477,7 +481,15 @@ CHAT_TEMPLATES = {
         "{% else %}{{ '<|assistant|>\\n'  + message['content'] + eos_token }}{% endif %}{% endif %}"
         "{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"
         "{% endfor %}")),
+    # openai/gpt-oss-20b's chat_template.jinja (the -120b's is the same); BOS <|startoftext|>, EOS
+    # <|return|> (tokenizer_config.json).
+    "harmony": dict(bos="<|startoftext|>", eos="<|return|>", template=open(
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpt_oss_chat_template.jinja"),
+        encoding="utf-8").read()),
 }
+
+# The date the harmony goldens are rendered at (the template's strftime_now, pinned).
+HARMONY_DATE = datetime.datetime(2025, 8, 5)
 
 CONVERSATIONS = [
     ([{"role": "user", "content": "What is 2+2?"}], True),
@@ -490,13 +502,33 @@ CONVERSATIONS = [
       {"role": "assistant", "content": "Hello! "}], False),
 ]
 
+# Harmony's own: an assistant turn's thinking (the analysis channel: dropped from past turns,
+# written before the final answer when the conversation ends with it), an empty system message
+# (no developer turn), channel tags in an assistant's content (the template raises).
+HARMONY_CONVERSATIONS = [
+    ([{"role": "user", "content": "Hi"},
+      {"role": "assistant", "content": "Hello!", "thinking": "The user greets me."},
+      {"role": "user", "content": "2+2?"}], True),
+    ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
+      {"role": "assistant", "content": "4", "thinking": "Simple sum."}], False),
+    ([{"role": "user", "content": "2+2?"},
+      {"role": "assistant", "content": "4", "thinking": ""}], False),
+    ([{"role": "system", "content": ""}, {"role": "user", "content": "Hi"}], True),
+    ([{"role": "user", "content": "Hi"},
+      {"role": "assistant", "content": "<|channel|>final<|message|>Hello"}], True),
+]
+
 
 def make_chat_goldens(root):
-    from transformers.utils.chat_template_utils import render_jinja_template
+    from transformers.utils.chat_template_utils import (_compile_jinja_template,
+                                                        render_jinja_template)
     out = {}
     for name, t in CHAT_TEMPLATES.items():
+        if name == "harmony":  # the compiled template is cached: pin its strftime_now
+            _compile_jinja_template(t["template"]).globals["strftime_now"] = (
+                lambda fmt: HARMONY_DATE.strftime(fmt))
         cases = []
-        for messages, gen in CONVERSATIONS:
+        for messages, gen in CONVERSATIONS + (HARMONY_CONVERSATIONS if name == "harmony" else []):
             case = {"messages": messages, "add_generation_prompt": gen}
             try:
                 rendered, _ = render_jinja_template(
@@ -508,6 +540,10 @@ def make_chat_goldens(root):
             cases.append(case)
         out[name] = {"template": t["template"], "bos": t["bos"] or "", "eos": t["eos"],
                      "cases": cases}
+        if name == "harmony":
+            out[name]["date"] = HARMONY_DATE.strftime("%Y-%m-%d")
+            out[name]["note"] = ("rendered with the template's strftime_now pinned to this date "
+                                 "(transformers writes today's)")
     with open(os.path.join(root, "chat_templates.json"), "w") as fp:
         json.dump(out, fp, indent=1)
         fp.write("\n")
