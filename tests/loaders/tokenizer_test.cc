@@ -201,7 +201,7 @@ TEST(Tokenizer, RefusesBadInputClearly) {
   auto gemma = Tokenizer::FromJson(json, config.dump(), "tok").value();
   EXPECT_TRUE(Contains(gemma->ApplyChatTemplate({{"user", "hi"}}).status(),
                        "chat template not recognized (supported: ChatML, Llama 3, Mistral [INST], "
-                       "Phi-3, Gemma, Gemma 3, Tulu (OLMo 2))"));
+                       "Phi-3, Gemma, Gemma 3, Tulu (OLMo 2), Harmony (gpt-oss))"));
   config.erase("chat_template");
   auto none = Tokenizer::FromJson(json, config.dump(), "tok").value();
   EXPECT_EQ(none->ApplyChatTemplate({{"user", "hi"}}).status().code(),
