@@ -219,7 +219,8 @@ absl::StatusOr<std::string> ChatTemplate::Apply(absl::Span<const ChatMessage> me
     if (m.thinking && (format_ != Format::kHarmony || m.role != "assistant")) {
       return absl::InvalidArgumentError(absl::StrCat(
           "chat: message ", i, " ('", m.role, "') has a thinking, which the ", name(),
-          " template writes ", format_ == Format::kHarmony ? "for assistant turns only" : "nowhere"));
+          " template writes ",
+          format_ == Format::kHarmony ? "for assistant turns only" : "nowhere"));
     }
   }
   if (format_ == Format::kHarmony) return ApplyHarmony(messages, add_generation_prompt, now);
@@ -335,7 +336,8 @@ absl::StatusOr<std::string> ChatTemplate::ApplyHarmony(
     }
     for (absl::string_view text :
          {absl::string_view(m.content), m.thinking ? absl::string_view(*m.thinking) : ""}) {
-      for (absl::string_view tag : {"<|channel|>analysis<|message|>", "<|channel|>final<|message|>"}) {
+      for (absl::string_view tag :
+           {"<|channel|>analysis<|message|>", "<|channel|>final<|message|>"}) {
         if (absl::StrContains(text, tag)) {
           return absl::InvalidArgumentError(absl::StrCat(
               "chat: message ", i, " (assistant) holds ", tag, ": the Harmony template takes "
@@ -349,7 +351,8 @@ absl::StatusOr<std::string> ChatTemplate::ApplyHarmony(
         absl::StrAppend(&out, "<|start|>assistant<|channel|>analysis<|message|>", *m.thinking,
                         "<|end|>");
       }
-      absl::StrAppend(&out, "<|start|>assistant<|channel|>final<|message|>", m.content, "<|return|>");
+      absl::StrAppend(&out, "<|start|>assistant<|channel|>final<|message|>", m.content,
+                      "<|return|>");
     } else {
       absl::StrAppend(&out, "<|start|>assistant<|channel|>final<|message|>", m.content, "<|end|>");
     }

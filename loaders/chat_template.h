@@ -31,7 +31,7 @@
 //   Tulu      "<|user|>", "<|assistant|>",      [BOS] <|ROLE|>\nCONTENT\n; an assistant  <|assistant|>\n
 //             "<|system|>", EOS and no <|end|>   turn <|assistant|>\nCONTENT EOS, then \n
 //             (OLMo 2 instruct; Tulu 3)         unless it is the last message
-//   Harmony   "<|start|>", "<|message|>" and    See Note [Harmony]                <|start|>assistant
+//   Harmony   "<|start|>", "<|message|>" and    See Note [Harmony]              <|start|>assistant
 //             "<|channel|>" (gpt-oss)
 //
 // Note [Harmony]: gpt-oss's template (openai/gpt-oss-20b's and -120b's chat_template.jinja of
@@ -63,9 +63,9 @@
 // templates with a system role or tools, Phi-3's first template (an assistant header after every
 // user turn), a <start_of_turn> template of neither Gemma form, a harmony template of another
 // revision than gpt-oss's of 2025-08-08 — is Unimplemented naming what was seen, never a silently
-// wrong prompt. tests/loaders/chat_template_test.cc compares every format with transformers' rendering
-// of the template (tools/reference/make_zoo_fixtures.py), tokenizer_test.cc ChatML and Llama 3
-// through real tokenizers.
+// wrong prompt. tests/loaders/chat_template_test.cc compares every format with transformers'
+// rendering of the template (tools/reference/make_zoo_fixtures.py), tokenizer_test.cc ChatML and
+// Llama 3 through real tokenizers.
 
 #include <chrono>
 #include <memory>
