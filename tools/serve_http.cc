@@ -413,28 +413,36 @@ void Server::Close(Slot& slot, absl::string_view reason) {
   metrics_.CountFinish(reason);
 }
 
+// Note [Waking a request's thread]
+// Dispatch wakes each answering thread after it lets go of mu_: a thread woken while the
+// stepping thread still holds mu_ runs only to block on mu_ and is woken a second time, and on a
+// machine whose cores all compute (2 vCPUs, 2 engine threads) every wake-up takes a core from
+// the engine's threads. The slots are held (shared_ptr) until then: a request may close meanwhile.
 void Server::Dispatch(const std::vector<nn::EngineEvent>& events) {
   const Clock::time_point now = Clock::now();
-  std::vector<Slot*> woken;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const nn::EngineEvent& ev : events) {
-    auto it = slots_.find(ev.id);
-    if (it == slots_.end()) continue;  // closed: cancelled in the engine already
-    Slot& s = *it->second;
-    if (ev.token >= 0) {
-      if (s.got_token) {
-        metrics_.ObserveInterToken(std::chrono::duration<double>(now - s.last_token).count());
-      } else {
-        metrics_.ObserveTimeToFirstToken(std::chrono::duration<double>(now - s.submitted).count());
+  std::vector<std::shared_ptr<Slot>> woken;
+  woken.reserve(events.size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const nn::EngineEvent& ev : events) {
+      auto it = slots_.find(ev.id);
+      if (it == slots_.end()) continue;  // closed: cancelled in the engine already
+      Slot& s = *it->second;
+      if (ev.token >= 0) {
+        if (s.got_token) {
+          metrics_.ObserveInterToken(std::chrono::duration<double>(now - s.last_token).count());
+        } else {
+          metrics_.ObserveTimeToFirstToken(std::chrono::duration<double>(now - s.submitted).count());
+        }
+        s.got_token = true;
+        s.last_token = now;
       }
-      s.got_token = true;
-      s.last_token = now;
+      if (ev.finish != nn::FinishReason::kNone) s.engine_done = true;
+      s.events.push_back(ev);
+      woken.push_back(it->second);
     }
-    if (ev.finish != nn::FinishReason::kNone) s.engine_done = true;
-    s.events.push_back(ev);
-    woken.push_back(&s);
   }
-  for (Slot* s : woken) s->cv.notify_all();
+  for (const std::shared_ptr<Slot>& s : woken) s->cv.notify_all();  // See Note [Waking a request's thread]
 }
 
 void Server::FailAll(const absl::Status& why) {

@@ -37,7 +37,11 @@ What is fair, and how it is measured:
     p50/p99 over all gaps; decode tokens/s of a request = (tokens - 1) / (last - first chunk);
   - rounds alternate the servers (llama-server, then dtensor, each started afresh) and the
     median of the rounds is reported, so load from other processes hits both alike;
-  - generate: the first prompt, --max-new-tokens, the same threads, its own decode tokens/s.
+  - generate: the first prompt, --max-new-tokens, the same threads, its own decode tokens/s;
+  - client cpu: this process's CPU time (all client threads, user and system: reading the stream,
+    parsing each event) per generated token. generate has no client; on a machine with no core
+    to spare (2 vCPUs, 2 threads) the client's CPU comes out of the server's, either server alike,
+    so a 1-client decode rate below generate's is the server's own only beyond this.
 RESULT lines, issue 48's targets: at 16 clients aggregate tokens/s >= 1.5x llama-server's and
 >= 3x dtensor's own at 1 client; at 1 client, the request's decode rate within 5 % of generate's.
 """
@@ -176,12 +180,12 @@ def phase(port, clients, requests, max_tokens):
                 errors.append(repr(e))
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     if errors:
         raise RuntimeError(f"{len(errors)} requests failed: {errors[:3]}")
     ttft = [chunks[0] - sent for sent, chunks, _ in results if chunks]
@@ -190,7 +194,8 @@ def phase(port, clients, requests, max_tokens):
     tokens = sum(n for _, _, n in results)
     return {"tokens_per_s": tokens / wall, "tokens": tokens, "ttft_p50": percentile(ttft, 50),
             "ttft_p99": percentile(ttft, 99), "itl_p50": percentile(gaps, 50), "itl_p99": percentile(gaps, 99),
-            "decode_per_request": statistics.median(decode) if decode else float("nan")}
+            "decode_per_request": statistics.median(decode) if decode else float("nan"),
+            "client_cpu_per_token": cpu / tokens if tokens else float("nan")}
 
 
 def run_server(kind, args):
@@ -242,7 +247,8 @@ def main():
                 print(f"round {r + 1} {kind:12s} {c:3d} clients: {f['tokens_per_s']:7.1f} tokens/s, ttft p50 "
                       f"{f['ttft_p50'] * 1e3:6.0f} ms p99 {f['ttft_p99'] * 1e3:6.0f} ms, itl p50 "
                       f"{f['itl_p50'] * 1e3:5.1f} ms p99 {f['itl_p99'] * 1e3:6.1f} ms, decode/request "
-                      f"{f['decode_per_request']:6.1f} tokens/s", flush=True)
+                      f"{f['decode_per_request']:6.1f} tokens/s, client cpu {f['client_cpu_per_token'] * 1e6:4.0f} us/token",
+                      flush=True)
 
     def median(kind, c, key):
         return statistics.median(r[c][key] for r in rounds[kind])
