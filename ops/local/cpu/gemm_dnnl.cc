@@ -47,9 +47,7 @@
 #include <tuple>
 #include <vector>
 
-#include <tbb/task_arena.h>
 
-#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
 #include "dtensor/ops/local/cpu/gemm_backends.h"
@@ -314,23 +312,20 @@ class WeightsTrial : public tune::Trial {
       p.b = q->w.data(), p.b_rs = 1, p.b_cs = k;
       p.out = q->out.data(), p.ldo = n;
       Product& product = *q;
-      DT_RETURN_IF_ERROR(Isolated([&] {
-        return SplitOutput(p, true, [&](const Problem& part) { return product.Run(part, true); });
-      }));
+      DT_RETURN_IF_ERROR(
+          SplitOutput(p, true, [&](const Problem& part) { return product.Run(part, true); }));
       trial->products_.push_back(std::move(q));
     }
     return trial;
   }
   absl::Status Run(int candidate) override {
-    return Isolated([&]() -> absl::Status {
-      for (const std::unique_ptr<Product>& q : products_) {
-        Product& product = *q;
-        DT_RETURN_IF_ERROR(SplitOutput(q->p, true, [&](const Problem& part) {
-          return candidate == 0 ? RunPart(part, nullptr) : product.Run(part, false);
-        }));
-      }
-      return absl::OkStatus();
-    });
+    for (const std::unique_ptr<Product>& q : products_) {
+      Product& product = *q;
+      DT_RETURN_IF_ERROR(SplitOutput(q->p, true, [&](const Problem& part) {
+        return candidate == 0 ? RunPart(part, nullptr) : product.Run(part, false);
+      }));
+    }
+    return absl::OkStatus();
   }
   double Work() const override {
     double flops = 0;
@@ -370,14 +365,6 @@ class WeightsTrial : public tune::Trial {
     }
   };
   WeightsTrial() = default;
-  // The tuner runs a trial with its lock held, maybe from inside a oneTBB task: a thread waiting
-  // for the trial's parts must not take up another task of the caller's, which may ask the tuner
-  // too and wait for that lock forever.
-  static absl::Status Isolated(absl::FunctionRef<absl::Status()> f) {
-    absl::Status status;
-    tbb::this_task_arena::isolate([&] { status = f(); });
-    return status;
-  }
   std::vector<std::unique_ptr<Product>> products_;
 };
 
