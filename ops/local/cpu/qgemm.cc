@@ -32,8 +32,9 @@
 //
 // Work split (oneTBB, within the rank's core budget like the float GEMM: AvailableThreads):
 // threads take chunks of weight rows (output columns): for Dot each chunk reads at least
-// kMinChunkBytes of weights, for Gemm a chunk's panels fit in L2 (kMaxPanelBytes) while all of x
-// streams past them. A product under kMinParallelBytes of weights runs on the calling thread.
+// kMinChunkBytes of weights, as many chunks per thread as the tuner settled for the call's size,
+// or none (Note [Quantized dot split]); for Gemm a chunk's panels fit in L2 (kMaxPanelBytes) while
+// all of x streams past them.
 //
 // Note [Activation blocks]
 // Each run of 32 activations gets d = max|x| / 32767 and t = round(x / d), plus s = d * sum(t) and
@@ -83,9 +84,7 @@ namespace dt::ops::cpu {
 
 namespace {
 
-constexpr int64_t kMinParallelBytes = int64_t{64} << 10;
 constexpr int64_t kMinChunkBytes = int64_t{16} << 10;
-constexpr int kChunksPerThread = 4;
 // Rows of x up to which Dot runs (the panels beyond): the candidates of the tuner's knobs
 // qgemm.dot_max_rows and qgemm.dot_max_rows_kept, whose picks settle the M between the first and
 // the last (Note [Dot or panels]).
@@ -184,12 +183,36 @@ struct Target {
   const uint8_t* panels = nullptr;
 };
 
-// Threads take chunks of weight rows (output columns): Dot's read at least kMinChunkBytes of
-// weights each; Gemm's are whole register tiles whose panels fit kMaxPanelBytes, at least two per
-// thread where the weights allow, for oneTBB to balance (Note [Quantized GEMM]). The chunks of all
-// the targets run in one fork-join (Note [Sibling projections]).
+// Note [Quantized dot split]
+// A decode product reads its weights once, so its threads share bytes, not flops: each takes
+// chunks of weight rows (at least kMinChunkBytes each, a few per thread for oneTBB to balance), or
+// the calling thread reads them all, which for a small product beats waking the others. Where that
+// line lies, and how many chunks per thread pay, depends on the CPU (how fast a parked worker wakes,
+// how many bytes one core can have in flight): measured on the AMD EPYC (Zen 4) VM, 2 threads, q4_1
+// [192, 576] (69 KB) took 6.4 us on one thread against 8.6 us in 4 chunks on two, and [576, 576]
+// 18.3 us in one chunk per thread against 20.7 in four. So the split is the tuner's, per size class
+// of the bytes one call reads (all its sibling targets together, Note [Sibling projections]):
+// qgemm.dot_split.small (under kSplitClassBelow[0]), .medium, .large, each with the candidates
+// kSplits (chunks per thread; 0: the calling thread alone), timed on cold q4_1 weights of two
+// shapes of the class times one row of x. Sibling targets share the chunks in proportion to their
+// bytes.
+constexpr int64_t kSplitClassBelow[] = {int64_t{128} << 10, int64_t{1} << 20};
+constexpr const char* kSplitClassNames[] = {"small", "medium", "large"};
+constexpr int kSplits[] = {4, 2, 1, 0};
+
+// The size class (an index of kSplitClassNames) of a call that reads `bytes` of weights.
+int SplitClass(int64_t bytes) {
+  int c = 0;
+  while (c < 2 && bytes >= kSplitClassBelow[c]) ++c;
+  return c;
+}
+
+// Threads take chunks of weight rows (output columns): Dot's `split` chunks per thread (Note
+// [Quantized dot split]); Gemm's are whole register tiles whose panels fit kMaxPanelBytes, at least
+// two per thread where the weights allow, for oneTBB to balance (Note [Quantized GEMM]). The chunks
+// of all the targets run in one fork-join (Note [Sibling projections]).
 absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows& rows,
-                      absl::Span<const Target> targets, Prefetch pf) {
+                      absl::Span<const Target> targets, Prefetch pf, int split) {
   const int64_t m = rows.m, k = rows.k;
   const int threads = gemm::AvailableThreads();
   int64_t total_bytes = 0;
@@ -200,17 +223,18 @@ absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows&
   };
   std::vector<Task> tasks;
   for (const Target& t : targets) {
-    const int64_t n = t.w->size(0), row_bytes = DTypeBytes(t.w->dtype(), k);
+    const int64_t n = t.w->size(0), bytes = n * DTypeBytes(t.w->dtype(), k);
     int64_t chunk = n;
     if (packed) {
       const int64_t step = 2 * ks.gemm_lanes;  // a register tile's weight rows
       const int64_t per_row = qgemm::GemmScratchBytes(ks, step, k) / step;
       chunk = std::max<int64_t>(step, kMaxPanelBytes / per_row / step * step);
       chunk = std::min(chunk, std::max<int64_t>(step, (n + 2 * threads - 1) / (2 * threads) / step * step));
-    } else if (threads > 1 && total_bytes >= kMinParallelBytes) {
-      const int64_t chunks = std::clamp<int64_t>(n * row_bytes / kMinChunkBytes, 1,
-                                                 int64_t{kChunksPerThread} * threads);
-      chunk = std::max<int64_t>(1, (n + chunks - 1) / chunks);
+    } else if (threads > 1 && split > 0) {
+      // This target's share of split * threads chunks, by its bytes.
+      const int64_t share = (int64_t{split} * threads * bytes + total_bytes - 1) / total_bytes;
+      const int64_t chunks = std::clamp<int64_t>(bytes / kMinChunkBytes, 1, share);
+      chunk = (n + chunks - 1) / chunks;
     }
     for (int64_t j0 = 0; j0 < n; j0 += chunk) tasks.push_back({&t, j0, std::min(n, j0 + chunk)});
   }
@@ -247,8 +271,8 @@ absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows&
     gemm::FinishRows(m, cols, c, ldc, bias32 != nullptr ? bias32 + j0 : nullptr, dtype,
                      static_cast<char*>(out.raw_data()) + j0 * DTypeSize(dtype), n);
   };
-  if (tasks.size() == 1) {
-    run(tasks[0]);
+  if (tasks.size() == 1 || threads == 1 || (!packed && split == 0)) {
+    for (const Task& task : tasks) run(task);
   } else {
     tbb::parallel_for(tbb::blocked_range<size_t>(0, tasks.size(), 1),
                       [&](const tbb::blocked_range<size_t>& r) {
@@ -268,15 +292,6 @@ const std::vector<Prefetch>& DotPrefetches() {
     return v;
   }();
   return pfs;
-}
-
-// The dot's prefetch this process has settled on, else the knob's first candidate: read, never
-// decided here, since a trial runs inside another knob's measurement (which holds the cache's lock).
-Prefetch SettledDotPrefetch() {
-  const tune::Knob& knob = qgemm::DotPrefetchKnob();
-  int i = knob.forced.load(std::memory_order_relaxed);
-  if (i < 0) i = knob.picked.load(std::memory_order_acquire);
-  return DotPrefetches()[std::max(i, 0)];
 }
 
 // Cold q4_1 weights of two shapes for the quantized GEMM's knobs, alternating until ColdBytes() of
@@ -323,8 +338,9 @@ class ColdQuantizedTrial : public tune::Trial {
   }
 
   // Every weight times its rows of x: on the dot with `pf` up to dot_max_rows rows, on the panels
-  // beyond.
-  absl::Status MultiplyAll(int64_t dot_max_rows, Prefetch pf) {
+  // beyond; the dot split `split` chunks per thread, or as this process settled it for the
+  // weight's size where nullopt.
+  absl::Status MultiplyAll(int64_t dot_max_rows, Prefetch pf, std::optional<int> split = std::nullopt) {
     for (size_t i = 0; i < weights_.size(); ++i) {
       // The rows are laid out one after another: the first m of them are a QRows of their own.
       qgemm::QRows rows = rows_[i % 2];
@@ -332,7 +348,8 @@ class ColdQuantizedTrial : public tune::Trial {
       const bool panels = rows.m > dot_max_rows;
       Target target{&weights_[i], nullptr, &outs_[i]};
       if (panels && !panels_.empty()) target.panels = static_cast<const uint8_t*>(panels_[i].data());
-      DT_RETURN_IF_ERROR(Multiply(ks_, panels, rows, {target}, pf));
+      const int chunks = split ? *split : kSplits[tune::Settled(*qgemm::DotSplitKnobs()[SplitClass(weights_[i].nbytes())])];
+      DT_RETURN_IF_ERROR(Multiply(ks_, panels, rows, {target}, pf, chunks));
     }
     return absl::OkStatus();
   }
@@ -379,6 +396,33 @@ class DotPrefetchTrial : public ColdQuantizedTrial {
   }
 };
 
+// Decode-shaped products for qgemm.dot_split.<class> (Note [Quantized dot split]): one row of x
+// against cold q4_1 weights of two shapes whose bytes lie in the class, with the prefetch this
+// process has settled on.
+class DotSplitTrial : public ColdQuantizedTrial {
+ public:
+  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make(int size_class) {
+    // small: k_proj of SmolLM2-135M (69 KB) and a [96, 1536] slice (92 KB); medium: its q_proj
+    // (207 KB) and [384, 1536] (368 KB); large: [1536, 1536] (1.4 MB) and [2048, 2048] (2.6 MB).
+    static constexpr int64_t kShapes[3][2][2] = {
+        {{192, 576}, {96, 1536}}, {{576, 576}, {384, 1536}}, {{1536, 1536}, {2048, 2048}}};
+    auto t = std::unique_ptr<DotSplitTrial>(new DotSplitTrial);
+    auto random = [](int64_t n, int64_t k, int64_t i) {
+      return RandomQuantized(DType::kQ4_1, {n, k}, 23 + i);
+    };
+    DT_RETURN_IF_ERROR(t->Fill(kShapes[size_class], [](int64_t) -> int64_t { return 1; }, random,
+                               /*x_seed=*/29, /*keep_panels=*/false));
+    t->pf_ = DotPrefetches()[tune::Settled(qgemm::DotPrefetchKnob())];
+    return std::unique_ptr<tune::Trial>(std::move(t));
+  }
+  absl::Status Run(int candidate) override {
+    return MultiplyAll(/*dot_max_rows=*/1, pf_, kSplits[candidate]);
+  }
+
+ private:
+  Prefetch pf_;
+};
+
 // Note [Dot or panels]
 // Between 4 and 8 rows of x, which kernel is faster depends on the CPU and on whether the process
 // keeps the panels: Dot decodes each weight block in registers once per four rows (twice from
@@ -408,7 +452,7 @@ class DotMaxRowsTrial : public ColdQuantizedTrial {
     // Each shape meets every M from kDotAlways + 1 to kPanelsBeyond in turn.
     auto rows = [](int64_t i) { return kDotAlways + 1 + (i / 2) % (kPanelsBeyond - kDotAlways); };
     DT_RETURN_IF_ERROR(t->Fill(shapes, rows, random, /*x_seed=*/17, keep_panels));
-    t->pf_ = SettledDotPrefetch();
+    t->pf_ = DotPrefetches()[tune::Settled(qgemm::DotPrefetchKnob())];
     return std::unique_ptr<tune::Trial>(std::move(t));
   }
   absl::Status Run(int candidate) override { return MultiplyAll(kDotMaxRows[candidate], pf_); }
@@ -450,11 +494,16 @@ absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
     for (Target& t : targets) t.panels = KeptPanels(ks, *t.w);
   }
   Prefetch pf;
+  int split = 0;
   if (!packed) {
     DT_ASSIGN_OR_RETURN(const int i, tune::Pick(qgemm::DotPrefetchKnob()));
     pf = DotPrefetches()[i];
+    int64_t bytes = 0;
+    for (const Tensor& w : ws) bytes += w.nbytes();
+    DT_ASSIGN_OR_RETURN(const int s, tune::Pick(*qgemm::DotSplitKnobs()[SplitClass(bytes)]));
+    split = kSplits[s];
   }
-  return Multiply(ks, packed, rows, targets, pf);
+  return Multiply(ks, packed, rows, targets, pf, split);
 }
 
 const tune::Knob& qgemm::DotPrefetchKnob() {
@@ -488,6 +537,32 @@ const tune::Knob& qgemm::DotMaxRowsKnob(bool kept_panels) {
   static const tune::Knob kept = make(
       "qgemm.dot_max_rows_kept", "the same where the process keeps each weight's panels (a serving engine)", true);
   return kept_panels ? kept : per_call;
+}
+
+const std::vector<const tune::Knob*>& qgemm::DotSplitKnobs() {
+  static const std::vector<const tune::Knob*> knobs = [] {
+    std::vector<const tune::Knob*> v;
+    for (int c = 0; c < 3; ++c) {
+      std::vector<std::string> candidates;
+      for (const int chunks : kSplits) {
+        candidates.push_back(chunks > 0 ? absl::StrCat(chunks, "/thread") : "serial");
+      }
+      const std::string what =
+          c < 2 ? absl::StrCat("how a quantized decode product under ", kSplitClassBelow[c] >> 10,
+                               " KiB of weights is split: chunks per thread, or the calling thread alone")
+                : absl::StrCat("the same from ", kSplitClassBelow[1] >> 10, " KiB");
+      v.push_back(new tune::Knob{  // reachable until exit, like every knob
+          .name = absl::StrCat("qgemm.dot_split.", kSplitClassNames[c]),
+          .what = what,
+          .candidates = std::move(candidates),
+          .unit = "GB/s",
+          .rounds = 7,
+          .make_trial = [c] { return DotSplitTrial::Make(c); },
+      });
+    }
+    return v;
+  }();
+  return knobs;
 }
 
 void qgemm::SetPackedBudget(int64_t bytes) { kept::SetBudget(bytes); }

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -83,6 +85,10 @@ const tune::Knob& DotPrefetchKnob();
 // in qgemm.cc): candidates "4" to "8"; one for panels packed per call, one for a process that
 // keeps them.
 const tune::Knob& DotMaxRowsKnob(bool kept_panels);
+// The tuner's knobs for how `dot`'s products are split among the threads, one per size class of
+// the bytes a call reads: qgemm.dot_split.small, .medium, .large (Note [Quantized dot split] in
+// qgemm.cc).
+const std::vector<const tune::Knob*>& DotSplitKnobs();
 
 // Keeping each weight's prefill panels (Note [Packed quantized weights] in qgemm.cc): at most
 // `bytes` of them in this process (0 keeps none and drops those kept); the default is

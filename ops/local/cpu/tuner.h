@@ -4,6 +4,7 @@
 // at first use on work shaped like the real one, cached per CPU and library versions, printed by
 // `dtensor calibrate`, forced with DT_TUNE (Note [Tuner] in tuner.cc).
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -99,6 +100,14 @@ void ResetForTesting();
 // Bytes of weights a trial streams so that each run finds them in memory, not in cache: twice the
 // last-level cache, at least 64 MiB and at most 512 MiB.
 int64_t ColdBytes();
+
+// The knob's candidate as this process has settled it (a test's override, else the choice of an
+// earlier Pick), else its first; never measures nor waits: for a trial's kernels, which run inside
+// another knob's measurement.
+inline int Settled(const Knob& knob) {
+  if (const int f = knob.forced.load(std::memory_order_relaxed); f >= 0) return f;
+  return std::max(knob.picked.load(std::memory_order_acquire), 0);
+}
 
 namespace internal {
 absl::StatusOr<int> Resolve(const Knob& knob);

@@ -19,7 +19,9 @@ namespace dt::ops::cpu::tune {
 const std::vector<const Knob*>& AllKnobs() {
   static const std::vector<const Knob*> knobs = [] {
     std::vector<const Knob*> v = {&qgemm::DotPrefetchKnob(), &qgemm::DotMaxRowsKnob(false),
-                                  &qgemm::DotMaxRowsKnob(true), &gemm::SkinnyPrefetchKnob()};
+                                  &qgemm::DotMaxRowsKnob(true)};
+    for (const Knob* k : qgemm::DotSplitKnobs()) v.push_back(k);
+    v.push_back(&gemm::SkinnyPrefetchKnob());
     for (const Knob* k : gemm::BackendKnobs()) v.push_back(k);
     for (const DType t : {DType::kF32, DType::kBF16}) v.push_back(&gemm::DnnlWeightsKnob(t));
     for (const Knob* k : {&BlocksKnob(), &DecodeKnob(DType::kF32), &DecodeKnob(DType::kBF16)}) {

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <string>
@@ -131,9 +133,22 @@ RC_GTEST_PROP(QuantizedLinearTest, RandomBlocksAgreeWithDequantized, ()) {
   RC_ASSERT(err == "");
 }
 
-// Note [Sibling projections]: Linears over quantized weights of any types and sizes (together
-// over kMinParallelBytes, so split among the threads) equals one Linear per weight, for decode and
-// prefill rows alike; a float weight among them takes the one-by-one path with the same answer.
+// Forces a knob's candidate for the scope.
+class ForceKnob {
+ public:
+  ForceKnob(const cpu::tune::Knob& knob, int index) : knob_(knob) {
+    cpu::tune::ForceForTesting(knob, index);
+  }
+  ~ForceKnob() { cpu::tune::ForceForTesting(knob_, std::nullopt); }
+
+ private:
+  const cpu::tune::Knob& knob_;
+};
+
+// Note [Sibling projections]: Linears over quantized weights of any types and sizes (split among
+// the threads by any candidate of the split knobs, Note [Quantized dot split]) equals one Linear
+// per weight, for decode and prefill rows alike; a float weight among them takes the one-by-one
+// path with the same answer.
 RC_GTEST_PROP(QuantizedLinearTest, SiblingsEqualOneByOne, ()) {
   const int64_t k = 256 * *rc::gen::inRange<int64_t>(1, 4);
   const int64_t count = *rc::gen::inRange<int64_t>(1, 4);
@@ -150,6 +165,13 @@ RC_GTEST_PROP(QuantizedLinearTest, SiblingsEqualOneByOne, ()) {
   if (with_float) ws.push_back(Normal({5, k}, xd, seed + 10));
   const int64_t m = *rc::gen::element<int64_t>(1, 3, 4, 9);
   const Tensor x = Normal({1, m, k}, xd, seed + 20);
+  // One split candidate for every size class, the same for the siblings and the one-by-one calls.
+  std::vector<int> splits(cpu::qgemm::DotSplitKnobs()[0]->candidates.size());
+  std::iota(splits.begin(), splits.end(), 0);
+  const int split = *rc::gen::elementOf(splits);
+  std::vector<std::unique_ptr<ForceKnob>> force;
+  for (const cpu::tune::Knob* knob : cpu::qgemm::DotSplitKnobs()) force.push_back(std::make_unique<ForceKnob>(*knob, split));
+  RC_TAG(cpu::qgemm::DotSplitKnobs()[0]->candidates[split]);
   const std::vector<Tensor> got = Linears(x, ws).value();
   RC_ASSERT(got.size() == ws.size());
   for (size_t i = 0; i < ws.size(); ++i) {
@@ -165,7 +187,7 @@ RC_GTEST_PROP(QuantizedLinearTest, SiblingsEqualOneByOne, ()) {
   }
 }
 
-// The threaded split (weights over kMinParallelBytes) and a prefill-sized x.
+// The threaded split (weights of the large split class) and a prefill-sized x.
 TEST(QuantizedLinearTest, LargeShapesAgree) {
   for (const Isa isa : SupportedIsas()) {
     ForceIsa force(isa);
@@ -207,18 +229,6 @@ TEST(QuantizedLinearTest, EveryDotPrefetchGivesTheSameBits) {
     }
   }
 }
-
-// Forces a knob's candidate for the scope.
-class ForceKnob {
- public:
-  ForceKnob(const cpu::tune::Knob& knob, int index) : knob_(knob) {
-    cpu::tune::ForceForTesting(knob, index);
-  }
-  ~ForceKnob() { cpu::tune::ForceForTesting(knob_, std::nullopt); }
-
- private:
-  const cpu::tune::Knob& knob_;
-};
 
 // Keeps panels for the scope (Note [Packed quantized weights]), none after.
 class KeepPanels {

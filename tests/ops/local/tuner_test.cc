@@ -290,8 +290,10 @@ TEST(Tuner, EveryPrefetchCandidateComputesTheSameProduct) {
 TEST(Tuner, RealKnobsMeasureEveryCandidate) {
   TuneEnv env(nullptr);
   const bool panels = cpu::qgemm::KernelsFor(cpu::qgemm::ActiveIsa()).pack != nullptr;
-  for (const tune::Knob* k : {&cpu::qgemm::DotPrefetchKnob(), &cpu::qgemm::DotMaxRowsKnob(false),
-                              &cpu::qgemm::DotMaxRowsKnob(true), &cpu::gemm::SkinnyPrefetchKnob()}) {
+  std::vector<const tune::Knob*> knobs = {&cpu::qgemm::DotPrefetchKnob(), &cpu::qgemm::DotMaxRowsKnob(false),
+                                          &cpu::qgemm::DotMaxRowsKnob(true), &cpu::gemm::SkinnyPrefetchKnob()};
+  for (const tune::Knob* k : cpu::qgemm::DotSplitKnobs()) knobs.push_back(k);
+  for (const tune::Knob* k : knobs) {
     if (!panels && k->name.starts_with("qgemm.dot_max_rows")) continue;  // no panels to time
     const tune::Choice c = tune::MeasureNow(*k).value();
     for (size_t i = 0; i < k->candidates.size(); ++i) EXPECT_GT(c.figures[i], 0) << k->name << " " << k->candidates[i];
