@@ -498,10 +498,13 @@ absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
   if (!packed) {
     DT_ASSIGN_OR_RETURN(const int i, tune::Pick(qgemm::DotPrefetchKnob()));
     pf = DotPrefetches()[i];
-    int64_t bytes = 0;
-    for (const Tensor& w : ws) bytes += w.nbytes();
-    DT_ASSIGN_OR_RETURN(const int s, tune::Pick(*qgemm::DotSplitKnobs()[SplitClass(bytes)]));
-    split = kSplits[s];
+    // On one thread there is nothing to split (and nothing for the knob to measure).
+    if (gemm::AvailableThreads() > 1) {
+      int64_t bytes = 0;
+      for (const Tensor& w : ws) bytes += w.nbytes();
+      DT_ASSIGN_OR_RETURN(const int s, tune::Pick(*qgemm::DotSplitKnobs()[SplitClass(bytes)]));
+      split = kSplits[s];
+    }
   }
   return Multiply(ks, packed, rows, targets, pf, split);
 }

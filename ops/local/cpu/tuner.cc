@@ -36,6 +36,7 @@
 #include "dtensor/ops/local/cpu/tuner.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -49,6 +50,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <string>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -482,12 +484,39 @@ void ResetForTesting() {
   for (const Knob* k : AllKnobs()) k->picked.store(-1, std::memory_order_release);
 }
 
-int64_t ColdBytes() {
-  int64_t llc = 0;
+// Note [Last-level cache]
+// The last-level cache a core shares is what a trial must outgrow, and the kernel's sysfs says it:
+// the largest level in /sys/devices/system/cpu/cpuN/cache/index*/ (size "32768K"). glibc's
+// sysconf(_SC_LEVEL3_CACHE_SIZE) is computed from cpuid and on the AMD EPYC VM reports 320 MiB,
+// the package's L3 over all its core complexes, where its cores share 32 MiB: trials eight times
+// too large (2.7 GiB for `dtensor calibrate`). sysconf stays the fallback where sysfs has no
+// cache entries (some containers).
+int64_t LastLevelCacheBytes() {
+  int64_t best_level = 0, bytes = 0;
+  const int cpu = std::max(::sched_getcpu(), 0);
+  for (int i = 0; i < 16; ++i) {
+    const std::string dir = absl::StrCat("/sys/devices/system/cpu/cpu", cpu, "/cache/index", i, "/");
+    std::ifstream level_file(dir + "level"), size_file(dir + "size");
+    int64_t level = 0;
+    std::string size;
+    if (!(level_file >> level) || !(size_file >> size) || size.empty()) break;
+    int64_t unit = 1;
+    if (size.back() == 'K') unit = int64_t{1} << 10;
+    if (size.back() == 'M') unit = int64_t{1} << 20;
+    if (unit > 1) size.pop_back();
+    int64_t value = 0;
+    if (absl::SimpleAtoi(size, &value) && level >= best_level) best_level = level, bytes = value * unit;
+  }
+  if (bytes > 0) return bytes;
 #if defined(_SC_LEVEL3_CACHE_SIZE)
-  llc = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (llc <= 0) llc = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
+  bytes = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (bytes <= 0) bytes = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
 #endif
+  return std::max<int64_t>(bytes, 0);
+}
+
+int64_t ColdBytes() {
+  static const int64_t llc = LastLevelCacheBytes();
   return std::clamp<int64_t>(2 * llc, int64_t{64} << 20, int64_t{512} << 20);
 }
 

@@ -97,6 +97,8 @@ void SetLoadForTesting(std::optional<double> load_per_core);
 // Tests: forget every choice and DT_TUNE, so that the next Pick reads them again.
 void ResetForTesting();
 
+// The last-level cache this core shares, in bytes (Note [Last-level cache] in tuner.cc).
+int64_t LastLevelCacheBytes();
 // Bytes of weights a trial streams so that each run finds them in memory, not in cache: twice the
 // last-level cache, at least 64 MiB and at most 512 MiB.
 int64_t ColdBytes();

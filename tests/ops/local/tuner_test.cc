@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -201,6 +202,17 @@ TEST(Tuner, APickFromAnotherThreadDuringATrialDoesNotWait) {
   EXPECT_EQ(inner_runs, 0);
   EXPECT_EQ(tune::Pick(*inner).value(), 1);  // measured now
   EXPECT_GT(inner_runs, 0);
+}
+
+// Note [Last-level cache]: the cache a trial outgrows is the one this core shares, at least its L2
+// and never more than glibc's figure for the whole package; trials stream twice it, within 64 and
+// 512 MiB.
+TEST(Tuner, TrialsOutgrowTheCacheThisCoreShares) {
+  const int64_t llc = tune::LastLevelCacheBytes();
+  ASSERT_GT(llc, 0);
+  if (const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE); l2 > 0) EXPECT_GE(llc, l2);
+  if (const long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE); l3 > 0) EXPECT_LE(llc, l3);
+  EXPECT_EQ(tune::ColdBytes(), std::clamp<int64_t>(2 * llc, int64_t{64} << 20, int64_t{512} << 20));
 }
 
 TEST(Tuner, RuleDecidesWithoutMeasuring) {
