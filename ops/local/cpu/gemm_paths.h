@@ -4,6 +4,7 @@
 // Matmul kernel that asks it (gemm.cc) are above this header (Note [Include graph]).
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "dtensor/core/dtype.h"
@@ -37,10 +38,14 @@ struct Problem {
 absl::Status Packed(const Problem& p, const Kernels& kernels, bool parallel);
 
 // M <= kSkinnyMaxRows: every element of b read once, in place (Note [Skinny GEMM] in
-// gemm_skinny.cc), prefetched as the tuner's knob SkinnyPrefetchKnob() says (or as `pf` says).
-// Same contract as Packed, and fails when DT_TUNE is malformed.
+// gemm_skinny.cc), prefetched as the tuner's knob SkinnyPrefetchKnob() says (or as `pf` says) and
+// split among the threads as SkinnySplitKnobs() say for its size (or in chunks_per_thread chunks
+// per thread, 0 for none: Note [Decode split] in decode_split.cc). Same contract as Packed, and
+// fails when DT_TUNE is malformed.
 absl::Status Skinny(const Problem& p, const Kernels& kernels, bool parallel);
-absl::Status Skinny(const Problem& p, const Kernels& kernels, bool parallel, Prefetch pf);
+absl::Status Skinny(const Problem& p, const Kernels& kernels, bool parallel, Prefetch pf, int chunks_per_thread);
 const tune::Knob& SkinnyPrefetchKnob();
+// gemm.skinny_split.small, .medium, .large.
+const std::vector<const tune::Knob*>& SkinnySplitKnobs();
 
 }  // namespace dt::ops::cpu::gemm

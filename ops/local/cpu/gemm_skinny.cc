@@ -11,15 +11,18 @@
 //         chunks of output columns (weight rows), each sized to read at least kMinChunkBytes.
 //   axpy  b [K, N] row-major: threads take chunks of k (weight rows again) and sum M x N partial
 //         outputs at the end (chunks x M x N adds, small next to the K x N weights).
-// A product whose weights are under kMinParallelBytes runs on the calling thread: waking a worker
-// costs about as long as reading that many bytes.
+// How many chunks per thread, or none (the calling thread alone, which beats waking a worker for
+// a small product), is the tuner's per size class (Note [Decode split] in decode_split.cc: knobs
+// gemm.skinny_split.*).
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <tbb/blocked_range.h>
@@ -29,6 +32,7 @@
 
 #include "dtensor/core/status.h"
 #include "dtensor/core/tensor.h"
+#include "dtensor/ops/local/cpu/decode_split.h"
 #include "dtensor/ops/local/cpu/gemm_paths.h"
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
 #include "dtensor/ops/local/cpu/loops.h"
@@ -38,14 +42,14 @@ namespace dt::ops::cpu::gemm {
 
 namespace {
 
-constexpr int64_t kMinParallelBytes = int64_t{128} << 10;
 constexpr int64_t kMinChunkBytes = int64_t{32} << 10;
-constexpr int kChunksPerThread = 8;
 constexpr int64_t kMinAxpyRows = 64;
+// axpy's chunks per thread at most: each adds an M x N partial output.
+constexpr int kMaxAxpyChunksPerThread = 2;
 
 }  // namespace
 
-absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel, Prefetch pf) {
+absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel, Prefetch pf, int chunks_per_thread) {
   const int m = static_cast<int>(p.m);
   const int64_t n = p.n, k = p.k;
   const int64_t size = DTypeSize(p.dtype);
@@ -77,7 +81,6 @@ absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel, Prefetch
   const int64_t ldw = dot ? p.b_cs : p.b_rs;
   const int64_t weight_bytes = n * k * size;
   const int threads = parallel ? AvailableThreads() : 1;
-  const bool split = threads > 1 && weight_bytes >= kMinParallelBytes;
   std::atomic<bool> out_of_memory{false};
   auto parallel_chunks = [&](int64_t chunks, auto&& fn) {
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, chunks, 1),
@@ -90,7 +93,10 @@ absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel, Prefetch
   if (!dot) {
     // axpy: rows of w are contiguous, so threads split k (each streams its own rows) into
     // partial sums of the whole output, added up at the end.
-    const int64_t chunks = split ? std::clamp<int64_t>(k / kMinAxpyRows, 1, 2 * threads) : 1;
+    const int64_t chunks =
+        threads > 1 && chunks_per_thread > 0
+            ? std::clamp<int64_t>(k / kMinAxpyRows, 1, int64_t{std::min(chunks_per_thread, kMaxAxpyChunksPerThread)} * threads)
+            : 1;
     const int64_t rows = (k + chunks - 1) / chunks;
     ScratchBuffer partial(ScratchSlot::kC, chunks * m * n);
     if (partial.data() == nullptr) return absl::ResourceExhaustedError("Matmul: out of memory");
@@ -114,12 +120,8 @@ absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel, Prefetch
   }
 
   // dot: threads split the output columns (weight rows).
-  int64_t chunk = n;
-  if (split) {
-    const int64_t chunks = std::clamp<int64_t>(weight_bytes / kMinChunkBytes, 1,
-                                               int64_t{kChunksPerThread} * threads);
-    chunk = std::min(n, ((n + chunks - 1) / chunks + 15) / 16 * 16);
-  }
+  const int64_t chunks = split::Chunks(weight_bytes, weight_bytes, chunks_per_thread, threads, kMinChunkBytes);
+  const int64_t chunk = std::min(n, ((n + chunks - 1) / chunks + 15) / 16 * 16);
   auto run = [&](int64_t j0, int64_t j1) {
     const int64_t cols = j1 - j0;
     std::optional<ScratchBuffer> cbuf;
@@ -167,24 +169,29 @@ const std::vector<Prefetch>& SkinnyPrefetches() {
   return pfs;
 }
 
-// Decode-shaped products for the tuner: one and eight rows of x against Linear weights [n, k] of
-// two shapes and both float types a model keeps (f32 [1536, 576]: 3.5 MB, bf16 [2048, 2048]:
-// 8 MB), alternating until ColdBytes() of weights, so that every run reads them from memory as a
-// decode step does; split over the arena's threads as decode is.
-class SkinnyPrefetchTrial : public tune::Trial {
+// Decode-shaped products for the skinny GEMM's knobs: rows of x against Linear weights [n, k] of
+// two shapes and float types, alternating until ColdBytes() of weights, so that every run reads
+// them from memory as a decode step does; split over the arena's threads as decode is. `setting`
+// gives a run's prefetch and chunks per thread from its candidate and the weight's bytes.
+class SkinnyTrial : public tune::Trial {
  public:
-  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
-    auto t = std::unique_ptr<SkinnyPrefetchTrial>(new SkinnyPrefetchTrial);
-    struct Shape {
-      int64_t n, k;
-      DType dtype;
-    };
-    const Shape shapes[2] = {{1536, 576, DType::kF32}, {2048, 2048, DType::kBF16}};
-    const int64_t cold = tune::ColdBytes();
-    for (int64_t bytes = 0, i = 0; bytes < cold; ++i) {
+  struct Shape {
+    int64_t n, k;
+    DType dtype;
+  };
+  using Setting = std::function<std::pair<Prefetch, int>(int candidate, int64_t weight_bytes)>;
+
+  // Every other weight of each shape meets one row of x, the rest eight where eight_rows_too.
+  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make(const Shape (&shapes)[2], bool eight_rows_too,
+                                                           Setting setting) {
+    auto t = std::unique_ptr<SkinnyTrial>(new SkinnyTrial);
+    t->setting_ = std::move(setting);
+    t->eight_rows_too_ = eight_rows_too;
+    for (int64_t bytes = 0, i = 0; bytes < tune::ColdBytes(); ++i) {
       const Shape& s = shapes[i % 2];
       DT_ASSIGN_OR_RETURN(Tensor w, Tensor::Full({s.n, s.k}, 0.01, s.dtype));
-      bytes += s.n * s.k * DTypeSize(s.dtype);
+      bytes += w.nbytes();
+      t->bytes_ += static_cast<double>(w.nbytes());
       t->weights_.push_back(std::move(w));
     }
     for (const Shape& s : shapes) {
@@ -193,22 +200,21 @@ class SkinnyPrefetchTrial : public tune::Trial {
       t->x_.push_back(std::move(x));
       t->outs_.push_back(std::move(out));
     }
-    for (const Tensor& w : t->weights_) t->bytes_ += static_cast<double>(w.numel() * DTypeSize(w.dtype()));
     return std::unique_ptr<tune::Trial>(std::move(t));
   }
   absl::Status Run(int candidate) override {
-    const Prefetch pf = SkinnyPrefetches()[candidate];
     for (size_t i = 0; i < weights_.size(); ++i) {
       const Tensor& w = weights_[i];
       const Tensor& x = x_[i % 2];
       const Tensor& out = outs_[i % 2];
       Problem p;
-      // Every other weight of each shape with one row of x, the rest with eight.
-      p.m = i % 4 < 2 ? 1 : kSkinnyMaxRows, p.n = w.size(0), p.k = w.size(1), p.dtype = w.dtype();
+      p.m = eight_rows_too_ && i % 4 >= 2 ? kSkinnyMaxRows : 1, p.n = w.size(0), p.k = w.size(1);
+      p.dtype = w.dtype();
       p.a = x.raw_data(), p.a_rs = p.k, p.a_cs = 1;
       p.b = w.raw_data(), p.b_rs = 1, p.b_cs = p.k;
       p.out = out.raw_data(), p.ldo = p.n;
-      DT_RETURN_IF_ERROR(Skinny(p, KernelsFor(ActiveIsa()), /*parallel=*/true, pf));
+      const auto [pf, chunks_per_thread] = setting_(candidate, w.nbytes());
+      DT_RETURN_IF_ERROR(Skinny(p, KernelsFor(ActiveIsa()), /*parallel=*/true, pf, chunks_per_thread));
     }
     return absl::OkStatus();
   }
@@ -216,6 +222,9 @@ class SkinnyPrefetchTrial : public tune::Trial {
   int Threads() const override { return AvailableThreads(); }
 
  private:
+  SkinnyTrial() = default;
+  Setting setting_;
+  bool eight_rows_too_ = false;
   std::vector<Tensor> weights_, x_, outs_;
   double bytes_ = 0;
 };
@@ -229,14 +238,43 @@ const tune::Knob& SkinnyPrefetchKnob() {
       .candidates = {"t1/12k", "t0/12k", "nta/12k", "t1/6k", "t1/24k", "none"},
       .unit = "GB/s",
       .rounds = 7,
-      .make_trial = &SkinnyPrefetchTrial::Make,
+      // One and eight rows of x against f32 [1536, 576] (3.5 MB) and bf16 [2048, 2048] (8 MB).
+      .make_trial =
+          [] {
+            const SkinnyTrial::Shape shapes[2] = {{1536, 576, DType::kF32}, {2048, 2048, DType::kBF16}};
+            return SkinnyTrial::Make(shapes, /*eight_rows_too=*/true, [](int candidate, int64_t bytes) {
+              return std::make_pair(SkinnyPrefetches()[candidate],
+                                    split::Settled(SkinnySplitKnobs(), bytes, AvailableThreads()));
+            });
+          },
   };
   return knob;
 }
 
+const std::vector<const tune::Knob*>& SkinnySplitKnobs() {
+  // One row of x against weights of two shapes and both float types per class: small bf16
+  // [64, 576] (74 KB) and f32 [32, 768] (98 KB); medium bf16 [192, 576] (221 KB) and f32
+  // [192, 576] (442 KB); large f32 [1536, 576] (3.5 MB) and bf16 [2048, 2048] (8 MB).
+  static const std::vector<const tune::Knob*> knobs = split::MakeKnobs(
+      "gemm.skinny_split", "a float decode product (the skinny GEMM)", [](int size_class) {
+        static constexpr SkinnyTrial::Shape kShapes[split::kClasses][2] = {
+            {{64, 576, DType::kBF16}, {32, 768, DType::kF32}},
+            {{192, 576, DType::kBF16}, {192, 576, DType::kF32}},
+            {{1536, 576, DType::kF32}, {2048, 2048, DType::kBF16}}};
+        return SkinnyTrial::Make(kShapes[size_class], /*eight_rows_too=*/false, [](int candidate, int64_t) {
+          return std::make_pair(SkinnyPrefetches()[tune::Settled(SkinnyPrefetchKnob())],
+                                split::ChunksPerThread(candidate));
+        });
+      });
+  return knobs;
+}
+
 absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel) {
   DT_ASSIGN_OR_RETURN(const int i, tune::Pick(SkinnyPrefetchKnob()));
-  return Skinny(p, ks, parallel, SkinnyPrefetches()[i]);
+  const int64_t weight_bytes = p.n * p.k * DTypeSize(p.dtype);
+  DT_ASSIGN_OR_RETURN(const int chunks_per_thread,
+                      split::Decide(SkinnySplitKnobs(), weight_bytes, parallel ? AvailableThreads() : 1));
+  return Skinny(p, ks, parallel, SkinnyPrefetches()[i], chunks_per_thread);
 }
 
 }  // namespace dt::ops::cpu::gemm

@@ -33,7 +33,7 @@
 // Work split (oneTBB, within the rank's core budget like the float GEMM: AvailableThreads):
 // threads take chunks of weight rows (output columns): for Dot each chunk reads at least
 // kMinChunkBytes of weights, as many chunks per thread as the tuner settled for the call's size,
-// or none (Note [Quantized dot split]); for Gemm a chunk's panels fit in L2 (kMaxPanelBytes) while
+// or none (Note [Decode split] in decode_split.cc); for Gemm a chunk's panels fit in L2 (kMaxPanelBytes) while
 // all of x streams past them.
 //
 // Note [Activation blocks]
@@ -74,6 +74,7 @@
 #include "absl/types/span.h"
 #include "dtensor/core/quant.h"
 #include "dtensor/core/storage.h"
+#include "dtensor/ops/local/cpu/decode_split.h"
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
 #include "dtensor/ops/local/cpu/kept_weights.h"
 #include "dtensor/ops/local/cpu/loops.h"
@@ -183,36 +184,13 @@ struct Target {
   const uint8_t* panels = nullptr;
 };
 
-// Note [Quantized dot split]
-// A decode product reads its weights once, so its threads share bytes, not flops: each takes
-// chunks of weight rows (at least kMinChunkBytes each, a few per thread for oneTBB to balance), or
-// the calling thread reads them all, which for a small product beats waking the others. Where that
-// line lies, and how many chunks per thread pay, depends on the CPU (how fast a parked worker wakes,
-// how many bytes one core can have in flight): measured on the AMD EPYC (Zen 4) VM, 2 threads, q4_1
-// [192, 576] (69 KB) took 6.4 us on one thread against 8.6 us in 4 chunks on two, and [576, 576]
-// 18.3 us in one chunk per thread against 20.7 in four. So the split is the tuner's, per size class
-// of the bytes one call reads (all its sibling targets together, Note [Sibling projections]):
-// qgemm.dot_split.small (under kSplitClassBelow[0]), .medium, .large, each with the candidates
-// kSplits (chunks per thread; 0: the calling thread alone), timed on cold q4_1 weights of two
-// shapes of the class times one row of x. Sibling targets share the chunks in proportion to their
-// bytes.
-constexpr int64_t kSplitClassBelow[] = {int64_t{128} << 10, int64_t{1} << 20};
-constexpr const char* kSplitClassNames[] = {"small", "medium", "large"};
-constexpr int kSplits[] = {4, 2, 1, 0};
-
-// The size class (an index of kSplitClassNames) of a call that reads `bytes` of weights.
-int SplitClass(int64_t bytes) {
-  int c = 0;
-  while (c < 2 && bytes >= kSplitClassBelow[c]) ++c;
-  return c;
-}
-
-// Threads take chunks of weight rows (output columns): Dot's `split` chunks per thread (Note
-// [Quantized dot split]); Gemm's are whole register tiles whose panels fit kMaxPanelBytes, at least
-// two per thread where the weights allow, for oneTBB to balance (Note [Quantized GEMM]). The chunks
-// of all the targets run in one fork-join (Note [Sibling projections]).
+// Threads take chunks of weight rows (output columns): Dot's chunks_per_thread of them per thread,
+// 0 for none (Note [Decode split] in decode_split.cc); Gemm's are whole register tiles whose panels
+// fit kMaxPanelBytes, at least two per thread where the weights allow, for oneTBB to balance (Note
+// [Quantized GEMM]). The chunks of all the targets run in one fork-join (Note [Sibling
+// projections]).
 absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows& rows,
-                      absl::Span<const Target> targets, Prefetch pf, int split) {
+                      absl::Span<const Target> targets, Prefetch pf, int chunks_per_thread) {
   const int64_t m = rows.m, k = rows.k;
   const int threads = gemm::AvailableThreads();
   int64_t total_bytes = 0;
@@ -230,10 +208,8 @@ absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows&
       const int64_t per_row = qgemm::GemmScratchBytes(ks, step, k) / step;
       chunk = std::max<int64_t>(step, kMaxPanelBytes / per_row / step * step);
       chunk = std::min(chunk, std::max<int64_t>(step, (n + 2 * threads - 1) / (2 * threads) / step * step));
-    } else if (threads > 1 && split > 0) {
-      // This target's share of split * threads chunks, by its bytes.
-      const int64_t share = (int64_t{split} * threads * bytes + total_bytes - 1) / total_bytes;
-      const int64_t chunks = std::clamp<int64_t>(bytes / kMinChunkBytes, 1, share);
+    } else {
+      const int64_t chunks = split::Chunks(bytes, total_bytes, chunks_per_thread, threads, kMinChunkBytes);
       chunk = (n + chunks - 1) / chunks;
     }
     for (int64_t j0 = 0; j0 < n; j0 += chunk) tasks.push_back({&t, j0, std::min(n, j0 + chunk)});
@@ -271,7 +247,7 @@ absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows&
     gemm::FinishRows(m, cols, c, ldc, bias32 != nullptr ? bias32 + j0 : nullptr, dtype,
                      static_cast<char*>(out.raw_data()) + j0 * DTypeSize(dtype), n);
   };
-  if (tasks.size() == 1 || threads == 1 || (!packed && split == 0)) {
+  if (tasks.size() == 1 || threads == 1 || (!packed && chunks_per_thread == 0)) {
     for (const Task& task : tasks) run(task);
   } else {
     tbb::parallel_for(tbb::blocked_range<size_t>(0, tasks.size(), 1),
@@ -338,9 +314,10 @@ class ColdQuantizedTrial : public tune::Trial {
   }
 
   // Every weight times its rows of x: on the dot with `pf` up to dot_max_rows rows, on the panels
-  // beyond; the dot split `split` chunks per thread, or as this process settled it for the
+  // beyond; the dot in chunks_per_thread chunks per thread, or as this process settled it for the
   // weight's size where nullopt.
-  absl::Status MultiplyAll(int64_t dot_max_rows, Prefetch pf, std::optional<int> split = std::nullopt) {
+  absl::Status MultiplyAll(int64_t dot_max_rows, Prefetch pf,
+                           std::optional<int> chunks_per_thread = std::nullopt) {
     for (size_t i = 0; i < weights_.size(); ++i) {
       // The rows are laid out one after another: the first m of them are a QRows of their own.
       qgemm::QRows rows = rows_[i % 2];
@@ -348,7 +325,7 @@ class ColdQuantizedTrial : public tune::Trial {
       const bool panels = rows.m > dot_max_rows;
       Target target{&weights_[i], nullptr, &outs_[i]};
       if (panels && !panels_.empty()) target.panels = static_cast<const uint8_t*>(panels_[i].data());
-      const int chunks = split ? *split : kSplits[tune::Settled(*qgemm::DotSplitKnobs()[SplitClass(weights_[i].nbytes())])];
+      const int chunks = chunks_per_thread ? *chunks_per_thread : split::Settled(qgemm::DotSplitKnobs(), weights_[i].nbytes(), gemm::AvailableThreads());
       DT_RETURN_IF_ERROR(Multiply(ks_, panels, rows, {target}, pf, chunks));
     }
     return absl::OkStatus();
@@ -396,7 +373,7 @@ class DotPrefetchTrial : public ColdQuantizedTrial {
   }
 };
 
-// Decode-shaped products for qgemm.dot_split.<class> (Note [Quantized dot split]): one row of x
+// Decode-shaped products for qgemm.dot_split.<class> (Note [Decode split]): one row of x
 // against cold q4_1 weights of two shapes whose bytes lie in the class, with the prefetch this
 // process has settled on.
 class DotSplitTrial : public ColdQuantizedTrial {
@@ -416,7 +393,7 @@ class DotSplitTrial : public ColdQuantizedTrial {
     return std::unique_ptr<tune::Trial>(std::move(t));
   }
   absl::Status Run(int candidate) override {
-    return MultiplyAll(/*dot_max_rows=*/1, pf_, kSplits[candidate]);
+    return MultiplyAll(/*dot_max_rows=*/1, pf_, split::ChunksPerThread(candidate));
   }
 
  private:
@@ -494,19 +471,15 @@ absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
     for (Target& t : targets) t.panels = KeptPanels(ks, *t.w);
   }
   Prefetch pf;
-  int split = 0;
+  int chunks_per_thread = 0;
   if (!packed) {
     DT_ASSIGN_OR_RETURN(const int i, tune::Pick(qgemm::DotPrefetchKnob()));
     pf = DotPrefetches()[i];
-    // On one thread there is nothing to split (and nothing for the knob to measure).
-    if (gemm::AvailableThreads() > 1) {
-      int64_t bytes = 0;
-      for (const Tensor& w : ws) bytes += w.nbytes();
-      DT_ASSIGN_OR_RETURN(const int s, tune::Pick(*qgemm::DotSplitKnobs()[SplitClass(bytes)]));
-      split = kSplits[s];
-    }
+    int64_t bytes = 0;
+    for (const Tensor& w : ws) bytes += w.nbytes();
+    DT_ASSIGN_OR_RETURN(chunks_per_thread, split::Decide(qgemm::DotSplitKnobs(), bytes, gemm::AvailableThreads()));
   }
-  return Multiply(ks, packed, rows, targets, pf, split);
+  return Multiply(ks, packed, rows, targets, pf, chunks_per_thread);
 }
 
 const tune::Knob& qgemm::DotPrefetchKnob() {
@@ -543,28 +516,8 @@ const tune::Knob& qgemm::DotMaxRowsKnob(bool kept_panels) {
 }
 
 const std::vector<const tune::Knob*>& qgemm::DotSplitKnobs() {
-  static const std::vector<const tune::Knob*> knobs = [] {
-    std::vector<const tune::Knob*> v;
-    for (int c = 0; c < 3; ++c) {
-      std::vector<std::string> candidates;
-      for (const int chunks : kSplits) {
-        candidates.push_back(chunks > 0 ? absl::StrCat(chunks, "/thread") : "serial");
-      }
-      const std::string what =
-          c < 2 ? absl::StrCat("how a quantized decode product under ", kSplitClassBelow[c] >> 10,
-                               " KiB of weights is split: chunks per thread, or the calling thread alone")
-                : absl::StrCat("the same from ", kSplitClassBelow[1] >> 10, " KiB");
-      v.push_back(new tune::Knob{  // reachable until exit, like every knob
-          .name = absl::StrCat("qgemm.dot_split.", kSplitClassNames[c]),
-          .what = what,
-          .candidates = std::move(candidates),
-          .unit = "GB/s",
-          .rounds = 7,
-          .make_trial = [c] { return DotSplitTrial::Make(c); },
-      });
-    }
-    return v;
-  }();
+  static const std::vector<const tune::Knob*> knobs =
+      split::MakeKnobs("qgemm.dot_split", "a quantized decode product", &DotSplitTrial::Make);
   return knobs;
 }
 

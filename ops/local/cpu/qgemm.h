@@ -86,8 +86,8 @@ const tune::Knob& DotPrefetchKnob();
 // keeps them.
 const tune::Knob& DotMaxRowsKnob(bool kept_panels);
 // The tuner's knobs for how `dot`'s products are split among the threads, one per size class of
-// the bytes a call reads: qgemm.dot_split.small, .medium, .large (Note [Quantized dot split] in
-// qgemm.cc).
+// the bytes a call reads: qgemm.dot_split.small, .medium, .large (Note [Decode split] in
+// decode_split.cc).
 const std::vector<const tune::Knob*>& DotSplitKnobs();
 
 // Keeping each weight's prefill panels (Note [Packed quantized weights] in qgemm.cc): at most

@@ -22,6 +22,7 @@ const std::vector<const Knob*>& AllKnobs() {
                                   &qgemm::DotMaxRowsKnob(true)};
     for (const Knob* k : qgemm::DotSplitKnobs()) v.push_back(k);
     v.push_back(&gemm::SkinnyPrefetchKnob());
+    for (const Knob* k : gemm::SkinnySplitKnobs()) v.push_back(k);
     for (const Knob* k : gemm::BackendKnobs()) v.push_back(k);
     for (const DType t : {DType::kF32, DType::kBF16}) v.push_back(&gemm::DnnlWeightsKnob(t));
     for (const Knob* k : {&BlocksKnob(), &DecodeKnob(DType::kF32), &DecodeKnob(DType::kBF16)}) {

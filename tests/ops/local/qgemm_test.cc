@@ -146,7 +146,7 @@ class ForceKnob {
 };
 
 // Note [Sibling projections]: Linears over quantized weights of any types and sizes (split among
-// the threads by any candidate of the split knobs, Note [Quantized dot split]) equals one Linear
+// the threads by any candidate of the split knobs, Note [Decode split]) equals one Linear
 // per weight, for decode and prefill rows alike; a float weight among them takes the one-by-one
 // path with the same answer.
 RC_GTEST_PROP(QuantizedLinearTest, SiblingsEqualOneByOne, ()) {

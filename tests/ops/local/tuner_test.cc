@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
 
 #include "dtensor/core/quant.h"
 #include "dtensor/ops/local/cpu/gemm_paths.h"
@@ -210,8 +213,12 @@ TEST(Tuner, APickFromAnotherThreadDuringATrialDoesNotWait) {
 TEST(Tuner, TrialsOutgrowTheCacheThisCoreShares) {
   const int64_t llc = tune::LastLevelCacheBytes();
   ASSERT_GT(llc, 0);
-  if (const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE); l2 > 0) EXPECT_GE(llc, l2);
-  if (const long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE); l3 > 0) EXPECT_LE(llc, l3);
+  if (const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE); l2 > 0) {
+    EXPECT_GE(llc, l2);
+  }
+  if (const long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE); l3 > 0) {
+    EXPECT_LE(llc, l3);
+  }
   EXPECT_EQ(tune::ColdBytes(), std::clamp<int64_t>(2 * llc, int64_t{64} << 20, int64_t{512} << 20));
 }
 
@@ -298,6 +305,58 @@ TEST(Tuner, EveryPrefetchCandidateComputesTheSameProduct) {
   }
 }
 
+// The split knobs (Note [Decode split]) change which thread reads which rows, never a result in
+// the dot layout (a Linear's weight: each output is one thread's sum), whose every candidate gives
+// the first one's bits; in the axpy layout (x . w) the threads sum partial outputs over chunks of
+// K, so the chunking moves each output within f32 rounding of its sum (K * 2^-23 * sum |x w|, plus
+// an output's own rounding in bf16). Float decode products of each size class, 1 to 8 rows. (The
+// quantized ones: QuantizedLinearTest.SiblingsEqualOneByOne.)
+TEST(Tuner, EverySplitCandidateComputesTheSameProduct) {
+  TuneEnv env(nullptr);
+  struct Case {
+    DType dtype;
+    int64_t n, k;  // small, medium, large
+  };
+  const Case cases[] = {{DType::kF32, 40, 700}, {DType::kBF16, 300, 1000}, {DType::kF32, 700, 1000}};
+  const std::vector<const tune::Knob*>& knobs = cpu::gemm::SkinnySplitKnobs();
+  for (const Case& c : cases) {
+    for (const int64_t m : {1, 3, 8}) {
+      const Tensor x = Tensor::Randn({m, c.k}, 1).value().To(c.dtype).value();
+      const Tensor w = Tensor::Randn({c.n, c.k}, 2).value().To(c.dtype).value();
+      const Tensor wt = Tensor::Randn({c.k, c.n}, 3).value().To(c.dtype).value();
+      // sum_p |x[i, p] wt[p, j]| per output of the axpy layout.
+      const std::vector<double> xs = x.ToDoubles(), ws = wt.ToDoubles();
+      std::vector<double> magnitude(static_cast<size_t>(m * c.n), 0.0);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t p = 0; p < c.k; ++p) {
+          for (int64_t j = 0; j < c.n; ++j) magnitude[i * c.n + j] += std::abs(xs[i * c.k + p] * ws[p * c.n + j]);
+        }
+      }
+      std::optional<Tensor> first_dot;
+      std::vector<double> first_axpy;
+      for (size_t i = 0; i < knobs[0]->candidates.size(); ++i) {
+        for (const tune::Knob* k : knobs) tune::ForceForTesting(*k, static_cast<int>(i));
+        const std::string what = absl::StrCat(knobs[0]->candidates[i], " on ", DTypeName(c.dtype), " [", c.n,
+                                              ", ", c.k, "] M=", m);
+        const Tensor dot = Linear(x, w).value();
+        const std::vector<double> axpy = Matmul(x, wt).value().ToDoubles();
+        if (!first_dot) {
+          first_dot = dot;
+          first_axpy = axpy;
+          continue;
+        }
+        EXPECT_TRUE(Equal(dot, *first_dot)) << what;
+        for (size_t e = 0; e < axpy.size(); ++e) {
+          const double bound = static_cast<double>(c.k) * std::ldexp(magnitude[e], -23) +
+                               (c.dtype == DType::kBF16 ? std::ldexp(std::abs(first_axpy[e]), -7) : 0.0);
+          ASSERT_LE(std::abs(axpy[e] - first_axpy[e]), bound) << what << " axpy, output " << e;
+        }
+      }
+      for (const tune::Knob* k : knobs) tune::ForceForTesting(*k, std::nullopt);
+    }
+  }
+}
+
 // The real knobs measure on this machine: every candidate runs and the choice is the fastest.
 TEST(Tuner, RealKnobsMeasureEveryCandidate) {
   TuneEnv env(nullptr);
@@ -305,6 +364,7 @@ TEST(Tuner, RealKnobsMeasureEveryCandidate) {
   std::vector<const tune::Knob*> knobs = {&cpu::qgemm::DotPrefetchKnob(), &cpu::qgemm::DotMaxRowsKnob(false),
                                           &cpu::qgemm::DotMaxRowsKnob(true), &cpu::gemm::SkinnyPrefetchKnob()};
   for (const tune::Knob* k : cpu::qgemm::DotSplitKnobs()) knobs.push_back(k);
+  for (const tune::Knob* k : cpu::gemm::SkinnySplitKnobs()) knobs.push_back(k);
   for (const tune::Knob* k : knobs) {
     if (!panels && k->name.starts_with("qgemm.dot_max_rows")) continue;  // no panels to time
     const tune::Choice c = tune::MeasureNow(*k).value();
