@@ -43,7 +43,8 @@ absl::Status Packed(const Problem& p, const Kernels& kernels, bool parallel);
 // per thread, 0 for none: Note [Decode split] in decode_split.cc). Same contract as Packed, and
 // fails when DT_TUNE is malformed.
 absl::Status Skinny(const Problem& p, const Kernels& kernels, bool parallel);
-absl::Status Skinny(const Problem& p, const Kernels& kernels, bool parallel, Prefetch pf, int chunks_per_thread);
+absl::Status Skinny(const Problem& p, const Kernels& kernels, bool parallel, Prefetch pf,
+                    int chunks_per_thread);
 const tune::Knob& SkinnyPrefetchKnob();
 // gemm.skinny_split.small, .medium, .large.
 const std::vector<const tune::Knob*>& SkinnySplitKnobs();

@@ -49,7 +49,8 @@ constexpr int kMaxAxpyChunksPerThread = 2;
 
 }  // namespace
 
-absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel, Prefetch pf, int chunks_per_thread) {
+absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel, Prefetch pf,
+                    int chunks_per_thread) {
   const int m = static_cast<int>(p.m);
   const int64_t n = p.n, k = p.k;
   const int64_t size = DTypeSize(p.dtype);
@@ -93,10 +94,9 @@ absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel, Prefetch
   if (!dot) {
     // axpy: rows of w are contiguous, so threads split k (each streams its own rows) into
     // partial sums of the whole output, added up at the end.
+    const int64_t most = int64_t{std::min(chunks_per_thread, kMaxAxpyChunksPerThread)} * threads;
     const int64_t chunks =
-        threads > 1 && chunks_per_thread > 0
-            ? std::clamp<int64_t>(k / kMinAxpyRows, 1, int64_t{std::min(chunks_per_thread, kMaxAxpyChunksPerThread)} * threads)
-            : 1;
+        threads > 1 && chunks_per_thread > 0 ? std::clamp<int64_t>(k / kMinAxpyRows, 1, most) : 1;
     const int64_t rows = (k + chunks - 1) / chunks;
     ScratchBuffer partial(ScratchSlot::kC, chunks * m * n);
     if (partial.data() == nullptr) return absl::ResourceExhaustedError("Matmul: out of memory");
@@ -120,7 +120,8 @@ absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel, Prefetch
   }
 
   // dot: threads split the output columns (weight rows).
-  const int64_t chunks = split::Chunks(weight_bytes, weight_bytes, chunks_per_thread, threads, kMinChunkBytes);
+  const int64_t chunks =
+      split::Chunks(weight_bytes, weight_bytes, chunks_per_thread, threads, kMinChunkBytes);
   const int64_t chunk = std::min(n, ((n + chunks - 1) / chunks + 15) / 16 * 16);
   auto run = [&](int64_t j0, int64_t j1) {
     const int64_t cols = j1 - j0;

@@ -33,8 +33,8 @@
 // Work split (oneTBB, within the rank's core budget like the float GEMM: AvailableThreads):
 // threads take chunks of weight rows (output columns): for Dot each chunk reads at least
 // kMinChunkBytes of weights, as many chunks per thread as the tuner settled for the call's size,
-// or none (Note [Decode split] in decode_split.cc); for Gemm a chunk's panels fit in L2 (kMaxPanelBytes) while
-// all of x streams past them.
+// or none (Note [Decode split] in decode_split.cc); for Gemm a chunk's panels fit in L2
+// (kMaxPanelBytes) while all of x streams past them.
 //
 // Note [Activation blocks]
 // Each run of 32 activations gets d = max|x| / 32767 and t = round(x / d), plus s = d * sum(t) and
@@ -325,7 +325,9 @@ class ColdQuantizedTrial : public tune::Trial {
       const bool panels = rows.m > dot_max_rows;
       Target target{&weights_[i], nullptr, &outs_[i]};
       if (panels && !panels_.empty()) target.panels = static_cast<const uint8_t*>(panels_[i].data());
-      const int chunks = chunks_per_thread ? *chunks_per_thread : split::Settled(qgemm::DotSplitKnobs(), weights_[i].nbytes(), gemm::AvailableThreads());
+      const int chunks = chunks_per_thread ? *chunks_per_thread
+                                           : split::Settled(qgemm::DotSplitKnobs(), weights_[i].nbytes(),
+                                                            gemm::AvailableThreads());
       DT_RETURN_IF_ERROR(Multiply(ks_, panels, rows, {target}, pf, chunks));
     }
     return absl::OkStatus();
@@ -477,7 +479,8 @@ absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
     pf = DotPrefetches()[i];
     int64_t bytes = 0;
     for (const Tensor& w : ws) bytes += w.nbytes();
-    DT_ASSIGN_OR_RETURN(chunks_per_thread, split::Decide(qgemm::DotSplitKnobs(), bytes, gemm::AvailableThreads()));
+    DT_ASSIGN_OR_RETURN(chunks_per_thread,
+                        split::Decide(qgemm::DotSplitKnobs(), bytes, gemm::AvailableThreads()));
   }
   return Multiply(ks, packed, rows, targets, pf, chunks_per_thread);
 }

@@ -170,7 +170,9 @@ RC_GTEST_PROP(QuantizedLinearTest, SiblingsEqualOneByOne, ()) {
   std::iota(splits.begin(), splits.end(), 0);
   const int split = *rc::gen::elementOf(splits);
   std::vector<std::unique_ptr<ForceKnob>> force;
-  for (const cpu::tune::Knob* knob : cpu::qgemm::DotSplitKnobs()) force.push_back(std::make_unique<ForceKnob>(*knob, split));
+  for (const cpu::tune::Knob* knob : cpu::qgemm::DotSplitKnobs()) {
+    force.push_back(std::make_unique<ForceKnob>(*knob, split));
+  }
   RC_TAG(cpu::qgemm::DotSplitKnobs()[0]->candidates[split]);
   const std::vector<Tensor> got = Linears(x, ws).value();
   RC_ASSERT(got.size() == ws.size());

@@ -329,7 +329,9 @@ TEST(Tuner, EverySplitCandidateComputesTheSameProduct) {
       std::vector<double> magnitude(static_cast<size_t>(m * c.n), 0.0);
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t p = 0; p < c.k; ++p) {
-          for (int64_t j = 0; j < c.n; ++j) magnitude[i * c.n + j] += std::abs(xs[i * c.k + p] * ws[p * c.n + j]);
+          for (int64_t j = 0; j < c.n; ++j) {
+            magnitude[i * c.n + j] += std::abs(xs[i * c.k + p] * ws[p * c.n + j]);
+          }
         }
       }
       std::optional<Tensor> first_dot;
