@@ -271,9 +271,9 @@ const std::vector<Prefetch>& DotPrefetches() {
 }
 
 // Cold q4_1 weights of two shapes for the quantized GEMM's knobs, alternating until ColdBytes() of
-// them so that every run reads them from memory as a decode step does (and their panels, 4x those
-// bytes, where the trial keeps them), each multiplied by its own count of rows of x quantized
-// once; split over the arena's threads as the real products are.
+// them so that every run reads them from memory as a decode step does (and ColdBytes() of panels
+// where the trial keeps them), each multiplied by its own count of rows of x quantized once; split
+// over the arena's threads as the real products are.
 class ColdQuantizedTrial : public tune::Trial {
  public:
   double Work() const override { return bytes_; }
@@ -284,19 +284,23 @@ class ColdQuantizedTrial : public tune::Trial {
   using RowsOf = int64_t (*)(int64_t i);
   ColdQuantizedTrial() : ks_(qgemm::KernelsFor(qgemm::ActiveIsa())) {}
 
-  // Weight i (of shape i % 2) meets rows_of(i) rows of x. With keep_panels, each weight's panels
-  // are made now and the products on panels use them, as in a process that keeps them (Note
-  // [Packed quantized weights]).
+  // Weight i (of shape i % 2) meets rows_of(i) rows of x. With keep_panels, panels are made now
+  // and the products on panels use them, as in a process that keeps them (Note [Packed quantized
+  // weights]): those of the first weights, ColdBytes() of them (4x fewer weights than blocks for
+  // q4_1), which weight i reads as panels i mod their count (of its shape): as cold as all the
+  // weights' panels would be, and a quarter of their memory. The products' values are not used.
   absl::Status Fill(const int64_t (&shapes)[2][2], RowsOf rows_of, MakeWeight make, uint64_t x_seed,
                     bool keep_panels) {
-    int64_t most_rows = 1;
+    int64_t most_rows = 1, panel_bytes = 0;
     for (int64_t bytes = 0, i = 0; bytes < tune::ColdBytes(); ++i) {
       const int64_t n = shapes[i % 2][0], k = shapes[i % 2][1], m = rows_of(i);
       DT_ASSIGN_OR_RETURN(Tensor w, make(n, k, i));
       DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({m, n}));
-      if (keep_panels) {
+      // Panels in pairs (both shapes), so that i mod their count has weight i's shape.
+      if (keep_panels && (panel_bytes < tune::ColdBytes() || panels_.size() % 2 != 0)) {
         DT_ASSIGN_OR_RETURN(Storage p, Storage::Allocate(qgemm::GemmScratchBytes(ks_, n, k), kCPU));
         PackInto(ks_, w, static_cast<uint8_t*>(p.data()));
+        panel_bytes += p.nbytes();
         panels_.push_back(std::move(p));
       }
       bytes += w.nbytes();
@@ -305,6 +309,7 @@ class ColdQuantizedTrial : public tune::Trial {
       weights_.push_back(std::move(w));
       outs_.push_back(std::move(out));
     }
+    if (panels_.size() % 2 != 0) panels_.pop_back();  // an even count: i mod it keeps i's shape
     for (int s = 0; s < 2; ++s) {
       DT_ASSIGN_OR_RETURN(x_[s], Tensor::Randn({most_rows, shapes[s][1]}, x_seed + s));
       rows_[s] = QuantizeRows(ks_, x_[s], qbuf_[s]);
@@ -324,7 +329,9 @@ class ColdQuantizedTrial : public tune::Trial {
       rows.m = static_cast<int>(outs_[i].size(0));
       const bool panels = rows.m > dot_max_rows;
       Target target{&weights_[i], nullptr, &outs_[i]};
-      if (panels && !panels_.empty()) target.panels = static_cast<const uint8_t*>(panels_[i].data());
+      if (panels && !panels_.empty()) {
+        target.panels = static_cast<const uint8_t*>(panels_[i % panels_.size()].data());
+      }
       const int chunks = chunks_per_thread ? *chunks_per_thread
                                            : split::Settled(qgemm::DotSplitKnobs(), weights_[i].nbytes(),
                                                             gemm::AvailableThreads());

@@ -189,7 +189,7 @@ RC_GTEST_PROP(QuantizedLinearTest, SiblingsEqualOneByOne, ()) {
   }
 }
 
-// The threaded split (weights of the large split class) and a prefill-sized x.
+// The threaded split (weights of the medium and large split classes) and a prefill-sized x.
 TEST(QuantizedLinearTest, LargeShapesAgree) {
   for (const Isa isa : SupportedIsas()) {
     ForceIsa force(isa);
