@@ -53,6 +53,12 @@ def openai_or_skip():
     return openai
 
 
+# Note [Reading dtrun's last lines]
+# dtrun's output is read by a thread of its own (the test talks to the server meanwhile), so when
+# dtrun exits the reader may not yet have read its last lines from the pipe: on a loaded machine
+# (ctest -j2 beside builds) check_drain found dtrun's 143 but not rank 0's "serve: stopped",
+# written just before. wait() therefore joins the reader, which ends at the pipe's end: dtrun's
+# ranks write into pipes of dtrun's, so the pipe ends when dtrun does.
 class Served:
     def __init__(self, dtensor, dtrun, model, tp=1, flags=(), env=None, grace_s=30, start_timeout_s=120):
         self.tp = tp
@@ -107,11 +113,14 @@ class Served:
         raise RuntimeError(f"no rank {rank} under dtrun (pid {self.proc.pid})")
 
     def wait(self, timeout_s):
-        """dtrun's exit status, or None if it has not ended within timeout_s."""
+        """dtrun's exit status, or None if it has not ended within timeout_s. Once it has, output()
+        holds all it wrote: see Note [Reading dtrun's last lines]."""
         try:
-            return self.proc.wait(timeout_s)
+            code = self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             return None
+        self._reader.join(timeout_s)
+        return code
 
     def kill(self):
         if self.proc.poll() is None:
