@@ -24,8 +24,9 @@
 //         once per four rows of x, and the per-block scales are applied eight blocks at a time
 //         (Note [Quantized dot groups]); the weights are read exactly once, as the float skinny
 //         GEMM reads them (Note [Skinny GEMM]).
-//   Gemm  beyond (prefill, batched decode): a chunk of weight rows is decoded into 16-bit panels
-//         (eight rows interleaved in pairs, as vpdpwssd wants them), per call or once per weight
+//   Gemm  beyond (prefill, batched decode): a chunk of weight rows is decoded into panels (8-bit
+//         quants of eight rows interleaved in pairs, widened to the pairs of 16-bit integers
+//         vpdpwssd wants as they are loaded), per call or once per weight
 //         (Note [Packed quantized weights]), and multiplied with every row of x, a register tile
 //         of rows x 16 columns accumulating over each 32-block before its scales are applied
 //         (Note [Quantized panels]).
@@ -137,8 +138,8 @@ qgemm::QRows QuantizeRows(const qgemm::Kernels& ks, const Tensor& x, std::option
 // the weight's blocks on every call: a serving engine that batches 5..16 sequences per decode step
 // runs the panel kernel every step and spent ~15 % of its samples in that repacking (issue 48).
 // A process may instead keep each weight's panels, made once at its first product on panels
-// and reused by every later one. The panels take 80 bytes per row and 32-block (16-bit quants and
-// four f32 scale vectors): 4x a q4_1 weight, 2.35x q8_0, 9x q2_k. Decode (M <= kDotAlways) keeps
+// and reused by every later one. The panels take 48 bytes per row and 32-block (8-bit quants and
+// four f32 scales): 2.4x a q4_1 weight, 1.4x q8_0, 4.6x q2_k. Decode (M <= kDotAlways) keeps
 // reading the blocks, which are the fewest bytes per product and what decode is bound by, so the
 // panels cannot replace the original layout: they come beside it, kept per weight under the
 // process's budget for kept layouts (Note [Kept weights] in kept_weights.cc: SetPackedBudget,
@@ -286,9 +287,9 @@ class ColdQuantizedTrial : public tune::Trial {
 
   // Weight i (of shape i % 2) meets rows_of(i) rows of x. With keep_panels, panels are made now
   // and the products on panels use them, as in a process that keeps them (Note [Packed quantized
-  // weights]): those of the first weights, ColdBytes() of them (4x fewer weights than blocks for
-  // q4_1), which weight i reads as panels i mod their count (of its shape): as cold as all the
-  // weights' panels would be, and a quarter of their memory. The products' values are not used.
+  // weights]): those of the first weights, ColdBytes() of them (2.4x fewer weights than blocks
+  // for q4_1), which weight i reads as panels i mod their count (of its shape): as cold as all
+  // the weights' panels would be, in less memory. The products' values are not used.
   absl::Status Fill(const int64_t (&shapes)[2][2], RowsOf rows_of, MakeWeight make, uint64_t x_seed,
                     bool keep_panels) {
     int64_t most_rows = 1, panel_bytes = 0;
@@ -412,9 +413,9 @@ class DotSplitTrial : public ColdQuantizedTrial {
 // Note [Dot or panels]
 // Between 4 and 8 rows of x, which kernel is faster depends on the CPU and on whether the process
 // keeps the panels: Dot decodes each weight block in registers once per four rows (twice from
-// M = 5) and reads the fewest bytes; the panels decode each block once into 16-bit panels (80
-// bytes per row and 32-block) per call, or read panels made once (4x the bytes of a q4_1 weight),
-// and run wider register tiles. Measured one thread each, q4_1 weights [1536, 576] and [576, 1536]
+// M = 5) and reads the fewest bytes; the panels decode each block once into panels (48 bytes per
+// row and 32-block) per call, or read panels made once (2.4x the bytes of a q4_1 weight), and run
+// wider register tiles. Measured one thread each, q4_1 weights [1536, 576] and [576, 1536]
 // on the AMD EPYC (Zen 4) VM: Dot 41 and 28 us at M = 1 against the panels' 91 and 97 (packing
 // included); at M = 4 Dot 131 and 75 against 111 and 112; from M = 6 the panels won throughout.
 // So Dot always serves M <= 4 and the panels M > 8, and two knobs settle the M between on the

@@ -61,7 +61,7 @@ using QuantizeFn = void (*)(int m, int64_t k, const float* x, int64_t ldx, int16
 // and w(j, p) is element p of weight row j: the blocks of quantized `dtype` at w + j * row_bytes,
 // x.k elements; x.m >= 1, n >= 1. `dot` reads each weight block where it lies and serves four rows
 // of x with it (decode, Note [Quantized dot groups]); for prefill, `pack` decodes n weight rows of
-// k elements into 16-bit panels (GemmScratchBytes of them, 64-byte aligned) and `panels` runs
+// k elements into panels (GemmScratchBytes of them, 64-byte aligned) and `panels` runs
 // register tiles over all rows of x against such panels (Note [Quantized panels]); the panels are
 // made per call or once per weight (Note [Packed quantized weights] in qgemm.cc).
 // `dot` prefetches each weight row as `pf` says (Note [Quantized dot prefetch]).
@@ -98,6 +98,9 @@ int64_t PackedBytes();
 
 // Bytes of the panels ks.pack makes of n weight rows of k elements.
 int64_t GemmScratchBytes(const Kernels& ks, int64_t n, int64_t k);
+// Bytes of a panel per weight row and 32-element block (Note [Quantized panels] in
+// qgemm_x86.inc): 32 8-bit quants and 4 f32 scales.
+inline constexpr int64_t kPanelRowBlockBytes = 48;
 
 }  // namespace dt::ops::cpu::qgemm
 

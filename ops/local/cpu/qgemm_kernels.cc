@@ -314,10 +314,9 @@ std::array<IsaEntry<Isa>, 4> Sets() {
 DT_ISA_FUNCTIONS(Isa, Sets())
 
 int64_t GemmScratchBytes(const Kernels& ks, int64_t n, int64_t k) {
-  // Note [Quantized panels]: per gemm_lanes weight rows and 32-element block, 16 vectors of
-  // quants and 4 of scales.
+  // Note [Quantized panels]: whole groups of gemm_lanes weight rows.
   const int64_t w = ks.gemm_lanes;
-  return w == 0 ? 0 : (n + w - 1) / w * (k / 32) * 20 * 4 * w;
+  return w == 0 ? 0 : (n + w - 1) / w * w * (k / 32) * kPanelRowBlockBytes;
 }
 
 const Kernels& KernelsFor(Isa isa) {
