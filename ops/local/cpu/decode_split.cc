@@ -36,9 +36,10 @@ int ClassOf(int64_t bytes) {
   return c;
 }
 
-std::vector<const tune::Knob*> MakeKnobs(const std::string& prefix, const std::string& product,
-                                         const MakeTrial& make_trial) {
-  std::vector<const tune::Knob*> knobs;
+const std::vector<const tune::Knob*>& MakeKnobs(const std::string& prefix, const std::string& product,
+                                                const MakeTrial& make_trial) {
+  // Never destroyed: a static vector's destructor would leave the knobs unreachable at exit.
+  auto& knobs = *new std::vector<const tune::Knob*>;
   for (int c = 0; c < kClasses; ++c) {
     std::vector<std::string> candidates;
     for (const int chunks : kChunksPerThread) {

@@ -18,12 +18,12 @@ namespace dt::ops::cpu::split {
 inline constexpr int kClasses = 3;
 int ClassOf(int64_t bytes);
 
-// The knobs `<prefix>.small`, `.medium` and `.large` of one kernel, reachable until exit; their
-// candidates are "4/thread", "2/thread", "1/thread" and "serial" (ChunksPerThread);
-// make_trial(size_class) times them on that kernel.
+// The knobs `<prefix>.small`, `.medium` and `.large` of one kernel, they and their list reachable
+// until exit (call once per kernel); their candidates are "4/thread", "2/thread", "1/thread" and
+// "serial" (ChunksPerThread); make_trial(size_class) times them on that kernel.
 using MakeTrial = std::function<absl::StatusOr<std::unique_ptr<tune::Trial>>(int size_class)>;
-std::vector<const tune::Knob*> MakeKnobs(const std::string& prefix, const std::string& product,
-                                         const MakeTrial& make_trial);
+const std::vector<const tune::Knob*>& MakeKnobs(const std::string& prefix, const std::string& product,
+                                                const MakeTrial& make_trial);
 
 // Chunks per thread of candidate i (0: the calling thread alone).
 int ChunksPerThread(int candidate);

@@ -256,7 +256,7 @@ const std::vector<const tune::Knob*>& SkinnySplitKnobs() {
   // One row of x against weights of two shapes and both float types per class: small bf16
   // [64, 576] (74 KB) and f32 [32, 768] (98 KB); medium bf16 [192, 576] (221 KB) and f32
   // [192, 576] (442 KB); large f32 [1536, 576] (3.5 MB) and bf16 [2048, 2048] (8 MB).
-  static const std::vector<const tune::Knob*> knobs = split::MakeKnobs(
+  static const std::vector<const tune::Knob*>& knobs = split::MakeKnobs(
       "gemm.skinny_split", "a float decode product (the skinny GEMM)", [](int size_class) {
         static constexpr SkinnyTrial::Shape kShapes[split::kClasses][2] = {
             {{64, 576, DType::kBF16}, {32, 768, DType::kF32}},

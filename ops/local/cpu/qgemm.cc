@@ -527,7 +527,7 @@ const tune::Knob& qgemm::DotMaxRowsKnob(bool kept_panels) {
 }
 
 const std::vector<const tune::Knob*>& qgemm::DotSplitKnobs() {
-  static const std::vector<const tune::Knob*> knobs =
+  static const std::vector<const tune::Knob*>& knobs =
       split::MakeKnobs("qgemm.dot_split", "a quantized decode product", &DotSplitTrial::Make);
   return knobs;
 }
