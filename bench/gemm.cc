@@ -343,6 +343,14 @@ void Bf16VsEigenBf16(int64_t m, int64_t n, int64_t k, const Reps& reps) {
 
 // ---- decode: Linear with cold weights on each backend, against memcpy -----------------------
 
+// Bytes of cold copies a decode row cycles through: three times the last-level cache this core
+// shares (Note [Last-level cache] in ops/local/cpu/tuner.cc), at least 96 MiB, so that no copy is
+// still cached when it comes round again on any CPU (a fixed 96 MiB was three times this AMD VM's
+// 32 MiB and would fit an Intel server's 105 MiB L3).
+int64_t PoolBytes() {
+  return std::max<int64_t>(int64_t{96} << 20, 3 * dt::ops::cpu::tune::LastLevelCacheBytes());
+}
+
 struct DecodeShape {
   const char* name;
   int64_t n, k;  // w [n, k]: out features, in features
@@ -358,9 +366,9 @@ struct DecodeRow {
 // The decode rows of one weight shape and dtype, for each M, from one pool of cold copies.
 std::vector<DecodeRow> Decode(const DecodeShape& s, const std::vector<int64_t>& ms, DType dtype,
                               bool matmul_layout, const Reps& reps) {
-  constexpr int64_t kPoolBytes = int64_t{96} << 20;  // three times the 32 MiB L3
+  const int64_t pool_bytes = PoolBytes();
   const int64_t bytes = dt::DTypeBytes(dtype, s.n * s.k);
-  const int64_t copies = std::max<int64_t>(1, (kPoolBytes + bytes - 1) / bytes);
+  const int64_t copies = std::max<int64_t>(1, (pool_bytes + bytes - 1) / bytes);
   const dt::Shape wshape = matmul_layout ? dt::Shape{s.k, s.n} : dt::Shape{s.n, s.k};
   // A quantized w (random blocks) multiplies f32 activations on our kernels only.
   const bool quantized = dt::IsQuantized(dtype);
@@ -416,9 +424,9 @@ std::vector<DecodeRow> Decode(const DecodeShape& s, const std::vector<int64_t>& 
 std::vector<double> BatchedQuantized(const DecodeShape& s, const std::vector<int64_t>& ms,
                                      DType dtype, const Reps& reps) {
   namespace qgemm = dt::ops::cpu::qgemm;
-  constexpr int64_t kPoolBytes = int64_t{96} << 20;  // three times the 32 MiB L3
+  const int64_t pool_bytes = PoolBytes();
   const int64_t bytes = dt::DTypeBytes(dtype, s.n * s.k);
-  const int64_t copies = std::max<int64_t>(1, (kPoolBytes + bytes - 1) / bytes);
+  const int64_t copies = std::max<int64_t>(1, (pool_bytes + bytes - 1) / bytes);
   std::vector<Tensor> pools[2];  // 0: per call, 1: kept
   pools[0].push_back(dt::RandomQuantized(dtype, {s.n, s.k}, 5).value());
   for (int64_t i = 1; i < 2 * copies; ++i) pools[i % 2].push_back(pools[0][0].Clone().value());

@@ -21,6 +21,7 @@
 #include "dtensor/ops/local/cpu/attention_kernels.h"
 #include "dtensor/ops/local/cpu/gemm.h"
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
+#include "dtensor/ops/local/cpu/gemm_paths.h"
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
 #include "dtensor/ops/local/cpu/loops.h"
 #include "dtensor/ops/local/cpu/tuner.h"
@@ -413,7 +414,8 @@ const void* GatherRows(const Tensor& pool, int64_t n, attention::Elem elem, std:
 // the query rows in f32 zero-padded to 16, keys and values where they lie when they are f32, bf16
 // or f16 of unit stride (widened in registers: no converted copy of a half-precision page), and
 // each run's probabilities in a zero-padded block (the axpy kernel reads x up to k rounded up to
-// 16), eight rows at a time (the kernels' most). Through Sgemm each product converted its x into
+// 16), eight rows at a time (the kernels' most), prefetched as the tuner picked for the skinny
+// GEMM (asked once per call, not per product). Through Sgemm each product converted its x into
 // scratch, asked the tuner and made a pass over its output: in a profile of bench_serve_engine
 // (SmolLM2 Q4_1, 16 sequences at ~130 positions, AMD EPYC VM) that was under 1 % of the samples,
 // the kernels themselves about 4.5 %.
@@ -421,12 +423,12 @@ const void* GatherRows(const Tensor& pool, int64_t n, attention::Elem elem, std:
 // A paged task on the score-row path (Note [Paged attention]): the stacked rows of query heads
 // [h0, h0 + group) and rows [row0, row0 + rows) of q, the first at position `pos0` of its
 // sequence, against KV head g's keys [.., kv_end) on `pages`: q kᵀ and p v one page's run of keys
-// at a time on the skinny kernels (Note [Paged score rows on the skinny kernels]), each row's
-// softmax as ScoreRows takes it.
-absl::Status PagedScoreRows(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
-                            const int32_t* pages, const PagedAttentionParams& params, int64_t h0,
-                            int64_t g, int64_t row0, int64_t rows, int64_t pos0, int64_t kv_end,
-                            const Tensor& out) {
+// at a time on the skinny kernels with prefetch `pf` (Note [Paged score rows on the skinny
+// kernels]), each row's softmax as ScoreRows takes it.
+void PagedScoreRows(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
+                    const int32_t* pages, const PagedAttentionParams& params, int64_t h0, int64_t g,
+                    int64_t row0, int64_t rows, int64_t pos0, int64_t kv_end, Prefetch pf,
+                    const Tensor& out) {
   const int64_t d = q.size(2), dv = v_pages.size(3), page = k_pages.size(2);
   const int64_t group = q.size(0) / k_pages.size(1), m = group * rows;
   const int64_t kv_begin =
@@ -434,7 +436,6 @@ absl::Status PagedScoreRows(const Tensor& q, const Tensor& k_pages, const Tensor
   const int64_t nkv = kv_end - kv_begin;
   const int64_t ldq = (d + 15) / 16 * 16, ldp = (page + 15) / 16 * 16;
   const gemm::Kernels& ks = gemm::KernelsFor(gemm::ActiveIsa());
-  constexpr Prefetch kNoPrefetch{PrefetchHint::kNone, 0};  // a page's run is a few KB
   thread_local std::vector<float> buf, tmp;
   buf.resize(static_cast<size_t>(m * ldq + m * nkv + 2 * m * dv + m * ldp + page * std::max(d, dv)));
   float* qs = buf.data();
@@ -456,7 +457,7 @@ absl::Status PagedScoreRows(const Tensor& q, const Tensor& k_pages, const Tensor
     const DType t = pool.dtype();
     if (pool.stride(3) == 1 && (t == DType::kF32 || t == DType::kBF16 || t == DType::kF16)) {
       *rs = pool.stride(2);
-      *elem = t == DType::kBF16 ? gemm::Elem::kBF16 : t == DType::kF16 ? gemm::Elem::kF16 : gemm::Elem::kF32;
+      *elem = gemm::ElemOf(t);
       return ElementPtr(pool, at);
     }
     for (int64_t jj = 0; jj < run; ++jj) {
@@ -474,7 +475,7 @@ absl::Status PagedScoreRows(const Tensor& q, const Tensor& k_pages, const Tensor
     const void* keys = rows_at(k_pages, j, run, &rs, &elem);
     for (int64_t r0 = 0; r0 < m; r0 += gemm::kSkinnyMaxRows) {
       const int mm = static_cast<int>(std::min<int64_t>(gemm::kSkinnyMaxRows, m - r0));
-      ks.dot(mm, run, d, qs + r0 * ldq, ldq, keys, rs, elem, s + r0 * nkv + (j - kv_begin), nkv, kNoPrefetch);
+      ks.dot(mm, run, d, qs + r0 * ldq, ldq, keys, rs, elem, s + r0 * nkv + (j - kv_begin), nkv, pf);
     }
     j += run;
   }
@@ -500,7 +501,7 @@ absl::Status PagedScoreRows(const Tensor& q, const Tensor& k_pages, const Tensor
     float* dst = j == kv_begin ? o : part;
     for (int64_t r0 = 0; r0 < m; r0 += gemm::kSkinnyMaxRows) {
       const int mm = static_cast<int>(std::min<int64_t>(gemm::kSkinnyMaxRows, m - r0));
-      ks.axpy(mm, dv, run, ps + r0 * ldp, ldp, values, rs, elem, dst + r0 * dv, dv, kNoPrefetch);
+      ks.axpy(mm, dv, run, ps + r0 * ldp, ldp, values, rs, elem, dst + r0 * dv, dv, pf);
     }
     if (dst == part) {
       for (int64_t e = 0; e < m * dv; ++e) o[e] += part[e];
@@ -511,7 +512,6 @@ absl::Status PagedScoreRows(const Tensor& q, const Tensor& k_pages, const Tensor
     const int64_t at = (h0 + rr / rows) * out.stride(0) + (row0 + rr % rows) * out.stride(1);
     StoreF32(out.dtype(), ElementPtr(out, at), dv, out.stride(2), o + rr * dv);
   }
-  return absl::OkStatus();
 }
 
 // The paged path: per task, a sequence's stacked rows against its pages (Note [Paged attention]).
@@ -523,6 +523,7 @@ absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages
   const int64_t hkv = k_pages.size(1), page = k_pages.size(2), dv = v_pages.size(3);
   const int64_t group = hq / hkv;
   DT_ASSIGN_OR_RETURN(const Tensor table, page_table.Contiguous());
+  DT_ASSIGN_OR_RETURN(const Prefetch pf, gemm::PickSkinnyPrefetch());  // for the score rows
   const std::vector<int64_t> starts = query_starts.ToVector<int64_t>();
   const std::vector<int64_t> lengths = kv_lengths.ToVector<int64_t>();
   const int64_t seqs = static_cast<int64_t>(lengths.size());
@@ -550,8 +551,6 @@ absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages
   const bool direct = out.dtype() == DType::kF32 && out.stride(2) == 1;
   const int32_t* ptab = table.data<int32_t>();
   const int64_t max_pages = table.size(1);
-  std::mutex mu;
-  absl::Status status;
   ParallelFor(static_cast<int64_t>(tasks.size()), cost, [&](int64_t lo, int64_t hi) {
     thread_local std::vector<float> qbuf, kbuf, vbuf, obuf;
     for (int64_t ti = lo; ti < hi; ++ti) {
@@ -564,13 +563,8 @@ absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages
           params.causal ? std::clamp<int64_t>(q_offset + task.i0 + rows, 0, len) : len;
       const int32_t* pages = ptab + task.seq * max_pages;
       if (m < min_rows && kv_end > 0) {  // Note [Paged attention]: decode on score rows
-        absl::Status st = PagedScoreRows(q, k_pages, v_pages, pages, params, h0, task.g, row0,
-                                         rows, q_offset + task.i0, kv_end, out);
-        if (!st.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          status.Update(st);
-          return;
-        }
+        PagedScoreRows(q, k_pages, v_pages, pages, params, h0, task.g, row0, rows,
+                       q_offset + task.i0, kv_end, pf, out);
         continue;
       }
       attention::FlashTask t;
@@ -625,7 +619,7 @@ absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages
       }
     }
   });
-  return status;
+  return absl::OkStatus();
 }
 
 // A task is (batch, KV head, block of queries) with the block's rows of every query head of the

@@ -47,7 +47,6 @@
 #include <tuple>
 #include <vector>
 
-
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
 #include "dtensor/ops/local/cpu/gemm_backends.h"

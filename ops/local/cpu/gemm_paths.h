@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "dtensor/core/dtype.h"
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
 
@@ -43,6 +44,12 @@ absl::Status Packed(const Problem& p, const Kernels& kernels, bool parallel);
 // per thread, 0 for none: Note [Decode split] in decode_split.cc). Same contract as Packed, and
 // fails when DT_TUNE is malformed.
 absl::Status Skinny(const Problem& p, const Kernels& kernels, bool parallel);
+// The skinny kernels' element type of a float dtype (f32 for any other).
+inline Elem ElemOf(DType t) {
+  return t == DType::kBF16 ? Elem::kBF16 : t == DType::kF16 ? Elem::kF16 : Elem::kF32;
+}
+// The prefetch SkinnyPrefetchKnob() picks (for callers of the skinny kernels themselves).
+absl::StatusOr<Prefetch> PickSkinnyPrefetch();
 absl::Status Skinny(const Problem& p, const Kernels& kernels, bool parallel, Prefetch pf,
                     int chunks_per_thread);
 const tune::Knob& SkinnyPrefetchKnob();

@@ -54,7 +54,7 @@ absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel, Prefetch
   const int m = static_cast<int>(p.m);
   const int64_t n = p.n, k = p.k;
   const int64_t size = DTypeSize(p.dtype);
-  const Elem elem = p.dtype == DType::kBF16 ? Elem::kBF16 : p.dtype == DType::kF16 ? Elem::kF16 : Elem::kF32;
+  const Elem elem = ElemOf(p.dtype);
 
   const bool dot = p.b_rs == 1;
   // bf16 dot layout on AVX512_BF16: x stays bf16 (Note [bf16 dot products]).
@@ -270,12 +270,17 @@ const std::vector<const tune::Knob*>& SkinnySplitKnobs() {
   return knobs;
 }
 
-absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel) {
+absl::StatusOr<Prefetch> PickSkinnyPrefetch() {
   DT_ASSIGN_OR_RETURN(const int i, tune::Pick(SkinnyPrefetchKnob()));
+  return SkinnyPrefetches()[i];
+}
+
+absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel) {
+  DT_ASSIGN_OR_RETURN(const Prefetch pf, PickSkinnyPrefetch());
   const int64_t weight_bytes = p.n * p.k * DTypeSize(p.dtype);
   DT_ASSIGN_OR_RETURN(const int chunks_per_thread,
                       split::Decide(SkinnySplitKnobs(), weight_bytes, parallel ? AvailableThreads() : 1));
-  return Skinny(p, ks, parallel, SkinnyPrefetches()[i], chunks_per_thread);
+  return Skinny(p, ks, parallel, pf, chunks_per_thread);
 }
 
 }  // namespace dt::ops::cpu::gemm

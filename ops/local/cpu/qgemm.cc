@@ -271,6 +271,9 @@ const std::vector<Prefetch>& DotPrefetches() {
   return pfs;
 }
 
+// The dot's prefetch as this process settled it, for trials (which never decide another knob).
+Prefetch SettledDotPrefetch() { return DotPrefetches()[tune::Settled(qgemm::DotPrefetchKnob())]; }
+
 // Cold q4_1 weights of two shapes for the quantized GEMM's knobs, alternating until ColdBytes() of
 // them so that every run reads them from memory as a decode step does (and ColdBytes() of panels
 // where the trial keeps them), each multiplied by its own count of rows of x quantized once; split
@@ -399,7 +402,7 @@ class DotSplitTrial : public ColdQuantizedTrial {
     };
     DT_RETURN_IF_ERROR(t->Fill(kShapes[size_class], [](int64_t) -> int64_t { return 1; }, random,
                                /*x_seed=*/29, /*keep_panels=*/false));
-    t->pf_ = DotPrefetches()[tune::Settled(qgemm::DotPrefetchKnob())];
+    t->pf_ = SettledDotPrefetch();
     return std::unique_ptr<tune::Trial>(std::move(t));
   }
   absl::Status Run(int candidate) override {
@@ -439,7 +442,7 @@ class DotMaxRowsTrial : public ColdQuantizedTrial {
     // Each shape meets every M from kDotAlways + 1 to kPanelsBeyond in turn.
     auto rows = [](int64_t i) { return kDotAlways + 1 + (i / 2) % (kPanelsBeyond - kDotAlways); };
     DT_RETURN_IF_ERROR(t->Fill(shapes, rows, random, /*x_seed=*/17, keep_panels));
-    t->pf_ = DotPrefetches()[tune::Settled(qgemm::DotPrefetchKnob())];
+    t->pf_ = SettledDotPrefetch();
     return std::unique_ptr<tune::Trial>(std::move(t));
   }
   absl::Status Run(int candidate) override { return MultiplyAll(kDotMaxRows[candidate], pf_); }
