@@ -432,7 +432,7 @@ std::vector<double> BatchedQuantized(const DecodeShape& s, const std::vector<int
   for (int64_t i = 1; i < 2 * copies; ++i) pools[i % 2].push_back(pools[0][0].Clone().value());
   const qgemm::Kernels& ks = qgemm::KernelsFor(qgemm::ActiveIsa());
   qgemm::SetPackedBudget(static_cast<int64_t>(pools[1].size()) *
-                         qgemm::GemmScratchBytes(ks, s.n, s.k));
+                         qgemm::GemmScratchBytes(ks, dtype, s.n, s.k));
   // Every kept copy's panels made before the timing (they take the whole budget).
   const Tensor x0 = Tensor::Randn({ms.back(), s.k}, 6).value();
   for (const Tensor& w : pools[1]) (void)dt::ops::Linear(x0, w).value();

@@ -41,15 +41,21 @@ inline void PrefetchLine(const void* p, PrefetchHint h) {
 #endif
 }
 
+// A tuner candidate's name to its hint: "none", "t0", "t1" or "nta". Names are the code's own
+// constants, so a name that does not parse is a bug.
+inline PrefetchHint PrefetchHintNamed(const std::string& name) {
+  return name == "t0" ? PrefetchHint::kT0 : name == "t1" ? PrefetchHint::kT1
+                      : name == "nta" ? PrefetchHint::kNta : PrefetchHint::kNone;
+}
+
 // A tuner candidate's name to its prefetch: "none", or a hint and a distance in KiB, "t0/2k",
-// "nta/4k", "t1/12k". Names are the code's own constants, so a name that does not parse is a bug.
+// "nta/4k", "t1/12k".
 inline Prefetch PrefetchNamed(const std::string& name) {
   Prefetch pf;
   pf.hint = PrefetchHint::kNone;
   const size_t slash = name.find('/');
   if (slash == std::string::npos) return pf;
-  const std::string hint = name.substr(0, slash);
-  pf.hint = hint == "t0" ? PrefetchHint::kT0 : hint == "t1" ? PrefetchHint::kT1 : PrefetchHint::kNta;
+  pf.hint = PrefetchHintNamed(name.substr(0, slash));
   pf.distance = std::stoll(name.substr(slash + 1)) << 10;
   return pf;
 }

@@ -138,8 +138,8 @@ qgemm::QRows QuantizeRows(const qgemm::Kernels& ks, const Tensor& x, std::option
 // the weight's blocks on every call: a serving engine that batches 5..16 sequences per decode step
 // runs the panel kernel every step and spent ~15 % of its samples in that repacking (issue 48).
 // A process may instead keep each weight's panels, made once at its first product on panels
-// and reused by every later one. The panels take 48 bytes per row and 32-block (8-bit quants and
-// four f32 scales): 2.4x a q4_1 weight, 1.4x q8_0, 4.6x q2_k. Decode (M <= kDotAlways) keeps
+// and reused by every later one. The panels take 40 bytes per row and 32-block (8-bit quants, an f32
+// scale and offset; 48 with per-16 scales): 2x a q4_1 weight, 1.2x q8_0, 4.6x q2_k. Decode (M <= kDotAlways) keeps
 // reading the blocks, which are the fewest bytes per product and what decode is bound by, so the
 // panels cannot replace the original layout: they come beside it, kept per weight under the
 // process's budget for kept layouts (Note [Kept weights] in kept_weights.cc: SetPackedBudget,
@@ -152,7 +152,8 @@ qgemm::QRows QuantizeRows(const qgemm::Kernels& ks, const Tensor& x, std::option
 void PackInto(const qgemm::Kernels& ks, const Tensor& w, uint8_t* p) {
   const int64_t n = w.size(0), k = w.size(1);
   const int64_t lanes = ks.gemm_lanes, row_bytes = DTypeBytes(w.dtype(), k);
-  const int64_t groups = (n + lanes - 1) / lanes, group_bytes = qgemm::GemmScratchBytes(ks, lanes, k);
+  const int64_t groups = (n + lanes - 1) / lanes;
+  const int64_t group_bytes = qgemm::GemmScratchBytes(ks, w.dtype(), lanes, k);
   const uint8_t* wp = static_cast<const uint8_t*>(w.raw_data());
   ParallelFor(groups, lanes * row_bytes, [&](int64_t lo, int64_t hi) {
     ks.pack(w.dtype(), std::min(n, hi * lanes) - lo * lanes, k, wp + lo * lanes * row_bytes, row_bytes,
@@ -168,7 +169,7 @@ const uint8_t* KeptPanels(const qgemm::Kernels& ks, const Tensor& w) {
   const std::string key =
       absl::StrCat("qgemm ", reinterpret_cast<uintptr_t>(w.raw_data()), " ", DTypeName(w.dtype()),
                    " ", n, "x", k, " ", qgemm::IsaName(qgemm::ActiveIsa()));
-  const Storage panels = kept::Layout(w.storage(), key, qgemm::GemmScratchBytes(ks, n, k), [&](void* out) {
+  const Storage panels = kept::Layout(w.storage(), key, qgemm::GemmScratchBytes(ks, w.dtype(), n, k), [&](void* out) {
     PackInto(ks, w, static_cast<uint8_t*>(out));
     return true;
   });
@@ -189,7 +190,7 @@ struct Target {
 // 0 for none (Note [Decode split] in decode_split.cc); Gemm's are whole register tiles whose panels
 // fit kMaxPanelBytes, at least two per thread where the weights allow, for oneTBB to balance (Note
 // [Quantized GEMM]). The chunks of all the targets run in one fork-join (Note [Sibling
-// projections]).
+// projections]). `pf` is the prefetch of the kernel that runs: Dot's, or (pf.hint) the panels'.
 absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows& rows,
                       absl::Span<const Target> targets, Prefetch pf, int chunks_per_thread) {
   const int64_t m = rows.m, k = rows.k;
@@ -206,7 +207,7 @@ absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows&
     int64_t chunk = n;
     if (packed) {
       const int64_t step = 2 * ks.gemm_lanes;  // a register tile's weight rows
-      const int64_t per_row = qgemm::GemmScratchBytes(ks, step, k) / step;
+      const int64_t per_row = qgemm::GemmScratchBytes(ks, t.w->dtype(), step, k) / step;
       chunk = std::max<int64_t>(step, kMaxPanelBytes / per_row / step * step);
       chunk = std::min(chunk, std::max<int64_t>(step, (n + 2 * threads - 1) / (2 * threads) / step * step));
     } else {
@@ -226,7 +227,7 @@ absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows&
     const uint8_t* kept = task.target->panels;
     std::optional<gemm::ScratchBuffer> panel, cbuf;
     if (packed && kept == nullptr) {
-      panel.emplace(gemm::ScratchSlot::kPackedB, qgemm::GemmScratchBytes(ks, cols, k) / 4);
+      panel.emplace(gemm::ScratchSlot::kPackedB, qgemm::GemmScratchBytes(ks, q, cols, k) / 4);
     }
     if (dtype != DType::kF32) cbuf.emplace(gemm::ScratchSlot::kC, m * cols);
     if ((panel && panel->data() == nullptr) || (cbuf && cbuf->data() == nullptr)) {
@@ -237,10 +238,10 @@ absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows&
     const int64_t ldc = cbuf ? cols : n;
     if (packed && kept != nullptr) {
       // j0 is a whole number of panel groups (the chunks are whole register tiles).
-      ks.panels(q, rows, cols, kept + qgemm::GemmScratchBytes(ks, j0, k), c, ldc);
+      ks.panels(q, rows, cols, kept + qgemm::GemmScratchBytes(ks, q, j0, k), c, ldc, pf.hint);
     } else if (packed) {
       ks.pack(q, cols, k, wp + j0 * row_bytes, row_bytes, panel->data());
-      ks.panels(q, rows, cols, panel->data(), c, ldc);
+      ks.panels(q, rows, cols, panel->data(), c, ldc, pf.hint);
     } else {
       ks.dot(q, rows, cols, wp + j0 * row_bytes, row_bytes, c, ldc, pf);
     }
@@ -274,6 +275,11 @@ const std::vector<Prefetch>& DotPrefetches() {
 // The dot's prefetch as this process settled it, for trials (which never decide another knob).
 Prefetch SettledDotPrefetch() { return DotPrefetches()[tune::Settled(qgemm::DotPrefetchKnob())]; }
 
+// The candidates of qgemm.panels_prefetch as the panels take them (Note [Panels prefetch]).
+PrefetchHint PanelsPrefetch(int candidate) {
+  return PrefetchHintNamed(qgemm::PanelsPrefetchKnob().candidates[static_cast<size_t>(candidate)]);
+}
+
 // Cold q4_1 weights of two shapes for the quantized GEMM's knobs, alternating until ColdBytes() of
 // them so that every run reads them from memory as a decode step does (and ColdBytes() of panels
 // where the trial keeps them), each multiplied by its own count of rows of x quantized once; split
@@ -302,7 +308,7 @@ class ColdQuantizedTrial : public tune::Trial {
       DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({m, n}));
       // Panels in pairs (both shapes), so that i mod their count has weight i's shape.
       if (keep_panels && (panel_bytes < tune::ColdBytes() || panels_.size() % 2 != 0)) {
-        DT_ASSIGN_OR_RETURN(Storage p, Storage::Allocate(qgemm::GemmScratchBytes(ks_, n, k), kCPU));
+        DT_ASSIGN_OR_RETURN(Storage p, Storage::Allocate(qgemm::GemmScratchBytes(ks_, w.dtype(), n, k), kCPU));
         PackInto(ks_, w, static_cast<uint8_t*>(p.data()));
         panel_bytes += p.nbytes();
         panels_.push_back(std::move(p));
@@ -323,9 +329,9 @@ class ColdQuantizedTrial : public tune::Trial {
   }
 
   // Every weight times its rows of x: on the dot with `pf` up to dot_max_rows rows, on the panels
-  // beyond; the dot in chunks_per_thread chunks per thread, or as this process settled it for the
-  // weight's size where nullopt.
-  absl::Status MultiplyAll(int64_t dot_max_rows, Prefetch pf,
+  // beyond with `panels_hint`; the dot in chunks_per_thread chunks per thread, or as this process
+  // settled it for the weight's size where nullopt.
+  absl::Status MultiplyAll(int64_t dot_max_rows, Prefetch pf, PrefetchHint panels_hint,
                            std::optional<int> chunks_per_thread = std::nullopt) {
     for (size_t i = 0; i < weights_.size(); ++i) {
       // The rows are laid out one after another: the first m of them are a QRows of their own.
@@ -339,7 +345,8 @@ class ColdQuantizedTrial : public tune::Trial {
       const int chunks = chunks_per_thread ? *chunks_per_thread
                                            : split::Settled(qgemm::DotSplitKnobs(), weights_[i].nbytes(),
                                                             gemm::AvailableThreads());
-      DT_RETURN_IF_ERROR(Multiply(ks_, panels, rows, {target}, pf, chunks));
+      const Prefetch kernel_pf = panels ? Prefetch{panels_hint, 0} : pf;
+      DT_RETURN_IF_ERROR(Multiply(ks_, panels, rows, {target}, kernel_pf, chunks));
     }
     return absl::OkStatus();
   }
@@ -368,7 +375,7 @@ class DotPrefetchTrial : public ColdQuantizedTrial {
     return std::unique_ptr<tune::Trial>(std::move(t));
   }
   absl::Status Run(int candidate) override {
-    return MultiplyAll(/*dot_max_rows=*/1, DotPrefetches()[candidate]);
+    return MultiplyAll(/*dot_max_rows=*/1, DotPrefetches()[candidate], PrefetchHint::kNone);
   }
 
  private:
@@ -406,7 +413,7 @@ class DotSplitTrial : public ColdQuantizedTrial {
     return std::unique_ptr<tune::Trial>(std::move(t));
   }
   absl::Status Run(int candidate) override {
-    return MultiplyAll(/*dot_max_rows=*/1, pf_, split::ChunksPerThread(candidate));
+    return MultiplyAll(/*dot_max_rows=*/1, pf_, PrefetchHint::kNone, split::ChunksPerThread(candidate));
   }
 
  private:
@@ -416,8 +423,8 @@ class DotSplitTrial : public ColdQuantizedTrial {
 // Note [Dot or panels]
 // Between 4 and 8 rows of x, which kernel is faster depends on the CPU and on whether the process
 // keeps the panels: Dot decodes each weight block in registers once per four rows (twice from
-// M = 5) and reads the fewest bytes; the panels decode each block once into panels (48 bytes per
-// row and 32-block) per call, or read panels made once (2.4x the bytes of a q4_1 weight), and run
+// M = 5) and reads the fewest bytes; the panels decode each block once into panels (40 bytes per
+// row and 32-block) per call, or read panels made once (2x the bytes of a q4_1 weight), and run
 // wider register tiles. Measured one thread each, q4_1 weights [1536, 576] and [576, 1536]
 // on the AMD EPYC (Zen 4) VM: Dot 41 and 28 us at M = 1 against the panels' 91 and 97 (packing
 // included); at M = 4 Dot 131 and 75 against 111 and 112; from M = 6 the panels won throughout.
@@ -427,7 +434,7 @@ class DotSplitTrial : public ColdQuantizedTrial {
 // a weight past the budget, packed per call there, follows the kept pick too).
 // Candidate t runs Dot up to M = t. A trial's run multiplies cold q4_1 weights of both MLP shapes
 // of SmolLM2-135M, each by 5, 6, 7 or 8 rows of x in turn (a serving step's M moves between them
-// as sequences join and leave), Dot with the prefetch the process has settled on.
+// as sequences join and leave), Dot and the panels with the prefetches the process has settled on.
 class DotMaxRowsTrial : public ColdQuantizedTrial {
  public:
   static absl::StatusOr<std::unique_ptr<tune::Trial>> Make(bool keep_panels) {
@@ -443,18 +450,48 @@ class DotMaxRowsTrial : public ColdQuantizedTrial {
     auto rows = [](int64_t i) { return kDotAlways + 1 + (i / 2) % (kPanelsBeyond - kDotAlways); };
     DT_RETURN_IF_ERROR(t->Fill(shapes, rows, random, /*x_seed=*/17, keep_panels));
     t->pf_ = SettledDotPrefetch();
+    t->panels_hint_ = PanelsPrefetch(tune::Settled(qgemm::PanelsPrefetchKnob()));
     return std::unique_ptr<tune::Trial>(std::move(t));
   }
-  absl::Status Run(int candidate) override { return MultiplyAll(kDotMaxRows[candidate], pf_); }
+  absl::Status Run(int candidate) override {
+    return MultiplyAll(kDotMaxRows[candidate], pf_, panels_hint_);
+  }
 
  private:
   Prefetch pf_;
+  PrefetchHint panels_hint_ = PrefetchHint::kNone;
+};
+
+// Batched-decode-shaped products for qgemm.panels_prefetch (Note [Panels prefetch]): 16 rows of
+// x against the kept panels of cold q4_1 weights of both MLP shapes of SmolLM2-135M, as a serving
+// engine's step with 16 sequences multiplies them.
+class PanelsPrefetchTrial : public ColdQuantizedTrial {
+ public:
+  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
+    auto t = std::unique_ptr<PanelsPrefetchTrial>(new PanelsPrefetchTrial);
+    if (t->ks_.pack == nullptr) {
+      return absl::UnimplementedError("tuner: no panel kernel on this CPU");
+    }
+    const int64_t shapes[2][2] = {{1536, 576}, {576, 1536}};
+    auto random = [](int64_t n, int64_t k, int64_t i) {
+      return RandomQuantized(DType::kQ4_1, {n, k}, 31 + i);
+    };
+    DT_RETURN_IF_ERROR(t->Fill(shapes, [](int64_t) -> int64_t { return 16; }, random,
+                               /*x_seed=*/37, /*keep_panels=*/true));
+    return std::unique_ptr<tune::Trial>(std::move(t));
+  }
+  absl::Status Run(int candidate) override {
+    return MultiplyAll(/*dot_max_rows=*/0, Prefetch{}, PanelsPrefetch(candidate));
+  }
 };
 
 // Whether m rows of x take the panels (Note [Dot or panels]).
 absl::StatusOr<bool> UsePanels(const qgemm::Kernels& ks, int64_t m) {
   if (ks.pack == nullptr || m <= kDotAlways) return false;
   if (m > kPanelsBeyond) return true;
+  // Both kernels' prefetches first: the knob's trial runs them as settled.
+  DT_RETURN_IF_ERROR(tune::Pick(qgemm::DotPrefetchKnob()).status());
+  DT_RETURN_IF_ERROR(tune::Pick(qgemm::PanelsPrefetchKnob()).status());
   DT_ASSIGN_OR_RETURN(const int i, tune::Pick(qgemm::DotMaxRowsKnob(kept::Keeping())));
   return m > kDotMaxRows[i];
 }
@@ -485,7 +522,10 @@ absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
   }
   Prefetch pf;
   int chunks_per_thread = 0;
-  if (!packed) {
+  if (packed) {
+    DT_ASSIGN_OR_RETURN(const int i, tune::Pick(qgemm::PanelsPrefetchKnob()));
+    pf.hint = PanelsPrefetch(i);
+  } else {
     DT_ASSIGN_OR_RETURN(const int i, tune::Pick(qgemm::DotPrefetchKnob()));
     pf = DotPrefetches()[i];
     int64_t bytes = 0;
@@ -504,6 +544,18 @@ const tune::Knob& qgemm::DotPrefetchKnob() {
       .unit = "GB/s",
       .rounds = 7,
       .make_trial = &DotPrefetchTrial::Make,
+  };
+  return knob;
+}
+
+const tune::Knob& qgemm::PanelsPrefetchKnob() {
+  static const tune::Knob knob{
+      .name = "qgemm.panels_prefetch",
+      .what = "the quantized panels' prefetch of the next register tile's panels: hint",
+      .candidates = {"none", "t0", "nta", "t1"},
+      .unit = "GB/s",
+      .rounds = 7,
+      .make_trial = &PanelsPrefetchTrial::Make,
   };
   return knob;
 }

@@ -63,13 +63,14 @@ using QuantizeFn = void (*)(int m, int64_t k, const float* x, int64_t ldx, int16
 // k elements into panels (GemmScratchBytes of them, 64-byte aligned) and `panels` runs
 // register tiles over all rows of x against such panels (Note [Quantized panels]); the panels are
 // made per call or once per weight (Note [Packed quantized weights] in qgemm.cc).
-// `dot` prefetches each weight row as `pf` says (Note [Quantized dot prefetch]).
+// `dot` prefetches each weight row as `pf` says (Note [Quantized dot prefetch]); `panels` asks for
+// the next register tile's panels with `hint` while it multiplies (Note [Panels prefetch]).
 using DotFn = void (*)(DType dtype, const QRows& x, int64_t n, const uint8_t* w, int64_t row_bytes,
                        float* c, int64_t ldc, Prefetch pf);
 using PackFn = void (*)(DType dtype, int64_t n, int64_t k, const uint8_t* w, int64_t row_bytes,
                         void* panel);
 using PanelsFn = void (*)(DType dtype, const QRows& x, int64_t n, const void* panel, float* c,
-                          int64_t ldc);
+                          int64_t ldc, PrefetchHint hint);
 struct Kernels {
   QuantizeFn quantize;
   DotFn dot;
@@ -80,6 +81,8 @@ struct Kernels {
 const Kernels& KernelsFor(Isa isa);
 // The tuner's knob for `dot`'s prefetch (Note [Quantized dot prefetch]).
 const tune::Knob& DotPrefetchKnob();
+// The tuner's knob for `panels`' prefetch hint (Note [Panels prefetch] in qgemm_x86.inc).
+const tune::Knob& PanelsPrefetchKnob();
 // The tuner's knobs for the rows of x up to which `dot` runs, not the panels (Note [Dot or panels]
 // in qgemm.cc): candidates "4" to "8"; one for panels packed per call, one for a process that
 // keeps them.
@@ -95,11 +98,17 @@ const std::vector<const tune::Knob*>& DotSplitKnobs();
 void SetPackedBudget(int64_t bytes);
 int64_t PackedBytes();
 
-// Bytes of the panels ks.pack makes of n weight rows of k elements.
-int64_t GemmScratchBytes(const Kernels& ks, int64_t n, int64_t k);
+// Whether quantized `dtype` scales (and offsets) its weights per 16 elements, not per 32: q6_k, q3_k
+// and q2_k.
+inline constexpr bool HasHalfBlockScales(DType dtype) {
+  return dtype == DType::kQ6_K || dtype == DType::kQ3_K || dtype == DType::kQ2_K;
+}
 // Bytes of a panel per weight row and 32-element block (Note [Quantized panels] in
-// qgemm_x86.inc): 32 8-bit quants and 4 f32 scales.
-inline constexpr int64_t kPanelRowBlockBytes = 48;
+// qgemm_x86.inc): 32 8-bit quants, then the block's f32 scale and offset, or two of each for the
+// types with per-16 scales.
+inline constexpr int64_t PanelRowBlockBytes(DType dtype) { return HasHalfBlockScales(dtype) ? 48 : 40; }
+// Bytes of the panels ks.pack makes of n weight rows of k elements of `dtype`.
+int64_t GemmScratchBytes(const Kernels& ks, DType dtype, int64_t n, int64_t k);
 
 }  // namespace dt::ops::cpu::qgemm
 

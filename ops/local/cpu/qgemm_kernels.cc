@@ -313,10 +313,10 @@ std::array<IsaEntry<Isa>, 4> Sets() {
 
 DT_ISA_FUNCTIONS(Isa, Sets())
 
-int64_t GemmScratchBytes(const Kernels& ks, int64_t n, int64_t k) {
+int64_t GemmScratchBytes(const Kernels& ks, DType dtype, int64_t n, int64_t k) {
   // Note [Quantized panels]: whole groups of gemm_lanes weight rows.
   const int64_t w = ks.gemm_lanes;
-  return w == 0 ? 0 : (n + w - 1) / w * w * (k / 32) * kPanelRowBlockBytes;
+  return w == 0 ? 0 : (n + w - 1) / w * w * (k / 32) * PanelRowBlockBytes(dtype);
 }
 
 const Kernels& KernelsFor(Isa isa) {

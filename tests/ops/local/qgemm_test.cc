@@ -205,29 +205,37 @@ TEST(QuantizedLinearTest, LargeShapesAgree) {
   }
 }
 
-// The decode dot's prefetch (the tuner's knob, Note [Quantized dot prefetch]) steers every type
-// through the same kernel, and changes where bytes are asked for, never a result: every candidate
-// gives the first one's bits on every type and instruction set.
-TEST(QuantizedLinearTest, EveryDotPrefetchGivesTheSameBits) {
-  const cpu::tune::Knob& knob = cpu::qgemm::DotPrefetchKnob();
+// The prefetches of the decode dot and of the panels (the tuner's knobs, Notes [Quantized dot
+// prefetch] and [Panels prefetch]) steer every type through the same kernel, and change where
+// bytes are asked for, never a result: every candidate gives the first one's bits on every type
+// and instruction set, the dot at 3 rows of x, the panels at 13 (a partial register tile) against
+// 3 groups of weight rows (a partial pair, whose prefetch stops at the panels' end).
+TEST(QuantizedLinearTest, EveryPrefetchGivesTheSameBits) {
+  struct Case {
+    const cpu::tune::Knob* knob;
+    int64_t m;
+  };
+  const Case cases[] = {{&cpu::qgemm::DotPrefetchKnob(), 3}, {&cpu::qgemm::PanelsPrefetchKnob(), 13}};
   uint64_t seed = 300;
   for (const Isa isa : SupportedIsas()) {
     ForceIsa force(isa);
     for (const DType q : kQuantizedDTypes) {
       const Tensor w = RandomQuantized(q, {37, 2 * DTypeBlock(q)}, seed++).value();
-      const Tensor x = Normal({3, 2 * DTypeBlock(q)}, DType::kF32, seed++);
-      std::optional<Tensor> first;
-      for (size_t i = 0; i < knob.candidates.size(); ++i) {
-        cpu::tune::ForceForTesting(knob, static_cast<int>(i));
-        const Tensor y = Linear(x, w).value();
-        if (!first) {
-          first = y;
-        } else {
-          EXPECT_TRUE(Equal(y, *first)) << knob.candidates[i] << " on " << DTypeName(q) << ", "
-                                        << cpu::qgemm::IsaName(isa);
+      for (const Case& c : cases) {
+        const Tensor x = Normal({c.m, 2 * DTypeBlock(q)}, DType::kF32, seed++);
+        std::optional<Tensor> first;
+        for (size_t i = 0; i < c.knob->candidates.size(); ++i) {
+          cpu::tune::ForceForTesting(*c.knob, static_cast<int>(i));
+          const Tensor y = Linear(x, w).value();
+          if (!first) {
+            first = y;
+          } else {
+            EXPECT_TRUE(Equal(y, *first)) << c.knob->name << " " << c.knob->candidates[i] << " on "
+                                          << DTypeName(q) << ", " << cpu::qgemm::IsaName(isa);
+          }
         }
+        cpu::tune::ForceForTesting(*c.knob, std::nullopt);
       }
-      cpu::tune::ForceForTesting(knob, std::nullopt);
     }
   }
 }
@@ -285,18 +293,21 @@ TEST(QuantizedLinearTest, KeptPanelsStayWithinTheBudgetAndTheWeight) {
   const cpu::qgemm::Kernels& ks = cpu::qgemm::KernelsFor(isa);
   if (ks.pack == nullptr) GTEST_SKIP() << "no panels on " << cpu::qgemm::IsaName(isa);
   const Tensor x = Normal({9, 256}, DType::kF32, 1);
-  const int64_t one = cpu::qgemm::GemmScratchBytes(ks, 300, 256);
+  // Panels of 40 bytes per row and block for q4_k and iq4_xs, 48 for q2_k (per-16 scales).
+  const int64_t bytes_a = cpu::qgemm::GemmScratchBytes(ks, DType::kQ4_K, 300, 256);
+  const int64_t bytes_b = cpu::qgemm::GemmScratchBytes(ks, DType::kQ2_K, 300, 256);
+  ASSERT_LT(bytes_a, bytes_b);
   Tensor a = RandomQuantized(DType::kQ4_K, {300, 256}, 2).value();
   const Tensor b = RandomQuantized(DType::kQ2_K, {300, 256}, 3).value();
   const Tensor want_a = Linear(x, a).value(), want_b = Linear(x, b).value();
-  KeepPanels keep(one);
+  KeepPanels keep(bytes_b);
   EXPECT_TRUE(Equal(Linear(x, a).value(), want_a));
-  EXPECT_EQ(cpu::qgemm::PackedBytes(), one);
+  EXPECT_EQ(cpu::qgemm::PackedBytes(), bytes_a);
   EXPECT_TRUE(Equal(Linear(x, b).value(), want_b));  // over the budget: per call
-  EXPECT_EQ(cpu::qgemm::PackedBytes(), one);
+  EXPECT_EQ(cpu::qgemm::PackedBytes(), bytes_a);
   a = Tensor();  // a's panels go at the next miss, which then fits b's
   EXPECT_TRUE(Equal(Linear(x, b).value(), want_b));
-  EXPECT_EQ(cpu::qgemm::PackedBytes(), one);
+  EXPECT_EQ(cpu::qgemm::PackedBytes(), bytes_b);
 
   const Tensor c = RandomQuantized(DType::kIQ4_XS, {300, 256}, 4).value();
   const Tensor want_c = Linear(x, c).value();
@@ -308,7 +319,7 @@ TEST(QuantizedLinearTest, KeptPanelsStayWithinTheBudgetAndTheWeight) {
   }
   for (std::thread& t : threads) t.join();
   for (const Tensor& g : got) EXPECT_TRUE(Equal(g, want_c));
-  EXPECT_EQ(cpu::qgemm::PackedBytes(), 2 * one);
+  EXPECT_EQ(cpu::qgemm::PackedBytes(), bytes_b + cpu::qgemm::GemmScratchBytes(ks, DType::kIQ4_XS, 300, 256));
 }
 
 // The x86 quantizers give the plain C++ one's bits; a NaN or an infinity in x reaches the outputs

@@ -363,12 +363,14 @@ TEST(Tuner, EverySplitCandidateComputesTheSameProduct) {
 TEST(Tuner, RealKnobsMeasureEveryCandidate) {
   TuneEnv env(nullptr);
   const bool panels = cpu::qgemm::KernelsFor(cpu::qgemm::ActiveIsa()).pack != nullptr;
-  std::vector<const tune::Knob*> knobs = {&cpu::qgemm::DotPrefetchKnob(), &cpu::qgemm::DotMaxRowsKnob(false),
-                                          &cpu::qgemm::DotMaxRowsKnob(true), &cpu::gemm::SkinnyPrefetchKnob()};
+  std::vector<const tune::Knob*> knobs = {&cpu::qgemm::DotPrefetchKnob(), &cpu::qgemm::PanelsPrefetchKnob(),
+                                          &cpu::qgemm::DotMaxRowsKnob(false), &cpu::qgemm::DotMaxRowsKnob(true),
+                                          &cpu::gemm::SkinnyPrefetchKnob()};
   for (const tune::Knob* k : cpu::qgemm::DotSplitKnobs()) knobs.push_back(k);
   for (const tune::Knob* k : cpu::gemm::SkinnySplitKnobs()) knobs.push_back(k);
   for (const tune::Knob* k : knobs) {
-    if (!panels && k->name.starts_with("qgemm.dot_max_rows")) continue;  // no panels to time
+    const bool times_panels = k->name.starts_with("qgemm.dot_max_rows") || k->name.starts_with("qgemm.panels");
+    if (!panels && times_panels) continue;  // no panels to time
     const tune::Choice c = tune::MeasureNow(*k).value();
     for (size_t i = 0; i < k->candidates.size(); ++i) EXPECT_GT(c.figures[i], 0) << k->name << " " << k->candidates[i];
     EXPECT_EQ(c.figures[c.index], *std::max_element(c.figures.begin(), c.figures.end())) << c.why;
