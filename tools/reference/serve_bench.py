@@ -53,7 +53,8 @@ What is fair, and how it is measured:
     windows' share of the phase is printed (`decode x%`);
   - rounds alternate the servers (llama-server, then dtensor, each started afresh) and the
     median of the rounds is reported, so load from other processes hits both alike;
-  - generate: the first prompt, --max-new-tokens, the same threads, its own decode tokens/s;
+  - generate: the first prompt, --max-new-tokens, the same threads, its own decode tokens/s
+    (the median of --rounds runs, at least three);
   - client cpu: this process's CPU time (all client threads, user and system: reading the stream,
     parsing each event) per generated token. generate has no client; on a machine with no core
     to spare (2 vCPUs, 2 threads) the client's CPU comes out of the server's, either server alike,
@@ -303,10 +304,11 @@ def main():
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--only", choices=["dtensor", "llama"], help="measure one server (no ratios against the other)")
-    p.add_argument("--quick", action="store_true", help="clients 1,4; 2 requests each; 32 tokens; one round")
+    p.add_argument("--quick", action="store_true",
+                   help="clients 1,16 (the targets' counts); 2 requests each; 32 tokens; one round")
     args = p.parse_args()
     if args.quick:
-        args.clients, args.requests, args.max_tokens, args.rounds = "1,4", 2, 32, 1
+        args.clients, args.requests, args.max_tokens, args.rounds = "1,16", 2, 32, 1
     args.clients = [int(c) for c in args.clients.split(",")]
     kinds = {"dtensor": ["dtensor"], "llama": ["llama-server"]}.get(args.only, ["llama-server", "dtensor"])
     print(f"{cpu_name()}, {os.cpu_count()} CPUs; {args.model}; {args.threads} threads each "
@@ -357,8 +359,10 @@ def main():
             result(f"serve_decode_per_s_c{top}_vs_c{one}",
                    ratio("decode_per_s", ("dtensor", top), ("dtensor", one)), 3.0)
         if one == 1 and args.tp == 1:
-            gen = statistics.median(generate_rate(args) for _ in range(args.rounds))
-            print(f"generate: {gen:.1f} decode tokens/s (median of {args.rounds})")
+            # At least three runs: one is a single sample of a machine whose speed may swing.
+            runs = max(args.rounds, 3)
+            gen = statistics.median(generate_rate(args) for _ in range(runs))
+            print(f"generate: {gen:.1f} decode tokens/s (median of {runs})")
             result("serve_c1_decode_vs_generate", median("dtensor", 1, "decode_per_request") / gen, 0.95)
 
 
