@@ -296,7 +296,7 @@ class ColdQuantizedTrial : public tune::Trial {
 
   // Weight i (of shape i % 2) meets rows_of(i) rows of x. With keep_panels, panels are made now
   // and the products on panels use them, as in a process that keeps them (Note [Packed quantized
-  // weights]): those of the first weights, ColdBytes() of them (2.4x fewer weights than blocks
+  // weights]): those of the first weights, ColdBytes() of them (2x fewer weights than blocks
   // for q4_1), which weight i reads as panels i mod their count (of its shape): as cold as all
   // the weights' panels would be, in less memory. The products' values are not used.
   absl::Status Fill(const int64_t (&shapes)[2][2], RowsOf rows_of, MakeWeight make, uint64_t x_seed,
@@ -326,6 +326,17 @@ class ColdQuantizedTrial : public tune::Trial {
       if (rows_[s].t == nullptr) return absl::ResourceExhaustedError("tuner: out of memory");
     }
     return absl::OkStatus();
+  }
+
+  // Fill with random q4_1 weights of SmolLM2-135M's MLP shapes ([1536, 576] and [576, 1536]), for
+  // the knobs of the panels: Unimplemented on a CPU without the panel kernels.
+  absl::Status FillMlp(RowsOf rows_of, uint64_t x_seed, bool keep_panels) {
+    if (ks_.pack == nullptr) return absl::UnimplementedError("tuner: no panel kernel on this CPU");
+    const int64_t shapes[2][2] = {{1536, 576}, {576, 1536}};
+    auto random = [](int64_t n, int64_t k, int64_t i) {
+      return RandomQuantized(DType::kQ4_1, {n, k}, 11 + i);
+    };
+    return Fill(shapes, rows_of, random, x_seed, keep_panels);
   }
 
   // Every weight times its rows of x: on the dot with `pf` up to dot_max_rows rows, on the panels
@@ -439,16 +450,9 @@ class DotMaxRowsTrial : public ColdQuantizedTrial {
  public:
   static absl::StatusOr<std::unique_ptr<tune::Trial>> Make(bool keep_panels) {
     auto t = std::unique_ptr<DotMaxRowsTrial>(new DotMaxRowsTrial);
-    if (t->ks_.pack == nullptr) {
-      return absl::UnimplementedError("tuner: no panel kernel on this CPU");
-    }
-    const int64_t shapes[2][2] = {{1536, 576}, {576, 1536}};
-    auto random = [](int64_t n, int64_t k, int64_t i) {
-      return RandomQuantized(DType::kQ4_1, {n, k}, 11 + i);
-    };
     // Each shape meets every M from kDotAlways + 1 to kPanelsBeyond in turn.
     auto rows = [](int64_t i) { return kDotAlways + 1 + (i / 2) % (kPanelsBeyond - kDotAlways); };
-    DT_RETURN_IF_ERROR(t->Fill(shapes, rows, random, /*x_seed=*/17, keep_panels));
+    DT_RETURN_IF_ERROR(t->FillMlp(rows, /*x_seed=*/17, keep_panels));
     t->pf_ = SettledDotPrefetch();
     t->panels_hint_ = PanelsPrefetch(tune::Settled(qgemm::PanelsPrefetchKnob()));
     return std::unique_ptr<tune::Trial>(std::move(t));
@@ -469,15 +473,8 @@ class PanelsPrefetchTrial : public ColdQuantizedTrial {
  public:
   static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
     auto t = std::unique_ptr<PanelsPrefetchTrial>(new PanelsPrefetchTrial);
-    if (t->ks_.pack == nullptr) {
-      return absl::UnimplementedError("tuner: no panel kernel on this CPU");
-    }
-    const int64_t shapes[2][2] = {{1536, 576}, {576, 1536}};
-    auto random = [](int64_t n, int64_t k, int64_t i) {
-      return RandomQuantized(DType::kQ4_1, {n, k}, 31 + i);
-    };
-    DT_RETURN_IF_ERROR(t->Fill(shapes, [](int64_t) -> int64_t { return 16; }, random,
-                               /*x_seed=*/37, /*keep_panels=*/true));
+    DT_RETURN_IF_ERROR(t->FillMlp([](int64_t) -> int64_t { return 16; }, /*x_seed=*/37,
+                                  /*keep_panels=*/true));
     return std::unique_ptr<tune::Trial>(std::move(t));
   }
   absl::Status Run(int candidate) override {
