@@ -138,14 +138,14 @@ qgemm::QRows QuantizeRows(const qgemm::Kernels& ks, const Tensor& x, std::option
 // the weight's blocks on every call: a serving engine that batches 5..16 sequences per decode step
 // runs the panel kernel every step and spent ~15 % of its samples in that repacking (issue 48).
 // A process may instead keep each weight's panels, made once at its first product on panels
-// and reused by every later one. The panels take 40 bytes per row and 32-block (8-bit quants, an f32
-// scale and offset; 48 with per-16 scales): 2x a q4_1 weight, 1.2x q8_0, 4.6x q2_k. Decode (M <= kDotAlways) keeps
-// reading the blocks, which are the fewest bytes per product and what decode is bound by, so the
-// panels cannot replace the original layout: they come beside it, kept per weight under the
-// process's budget for kept layouts (Note [Kept weights] in kept_weights.cc: SetPackedBudget,
-// DT_QGEMM_PACKED_MB; 0, the default, keeps none). A weight whose panels do not fit is packed per
-// call as before; PackedBytes() is what is held, for a load report. Quantized weights are never
-// written after loading, so every one qualifies.
+// and reused by every later one. The panels take 40 bytes per row and 32-block (8-bit quants, an
+// f32 scale and offset; 48 with per-16 scales): 2x a q4_1 weight, 1.2x q8_0, 4.6x q2_k. Decode
+// (M <= kDotAlways) keeps reading the blocks, which are the fewest bytes per product and what
+// decode is bound by, so the panels cannot replace the original layout: they come beside it, kept
+// per weight under the process's budget for kept layouts (Note [Kept weights] in
+// kept_weights.cc: SetPackedBudget, DT_QGEMM_PACKED_MB; 0, the default, keeps none). A weight
+// whose panels do not fit is packed per call as before; PackedBytes() is what is held, for a load
+// report. Quantized weights are never written after loading, so every one qualifies.
 
 // The panels of all of w's rows into `p` (GemmScratchBytes of them), packed over the arena's
 // threads.
@@ -169,7 +169,8 @@ const uint8_t* KeptPanels(const qgemm::Kernels& ks, const Tensor& w) {
   const std::string key =
       absl::StrCat("qgemm ", reinterpret_cast<uintptr_t>(w.raw_data()), " ", DTypeName(w.dtype()),
                    " ", n, "x", k, " ", qgemm::IsaName(qgemm::ActiveIsa()));
-  const Storage panels = kept::Layout(w.storage(), key, qgemm::GemmScratchBytes(ks, w.dtype(), n, k), [&](void* out) {
+  const int64_t bytes = qgemm::GemmScratchBytes(ks, w.dtype(), n, k);
+  const Storage panels = kept::Layout(w.storage(), key, bytes, [&](void* out) {
     PackInto(ks, w, static_cast<uint8_t*>(out));
     return true;
   });
@@ -308,7 +309,8 @@ class ColdQuantizedTrial : public tune::Trial {
       DT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({m, n}));
       // Panels in pairs (both shapes), so that i mod their count has weight i's shape.
       if (keep_panels && (panel_bytes < tune::ColdBytes() || panels_.size() % 2 != 0)) {
-        DT_ASSIGN_OR_RETURN(Storage p, Storage::Allocate(qgemm::GemmScratchBytes(ks_, w.dtype(), n, k), kCPU));
+        DT_ASSIGN_OR_RETURN(Storage p,
+                            Storage::Allocate(qgemm::GemmScratchBytes(ks_, w.dtype(), n, k), kCPU));
         PackInto(ks_, w, static_cast<uint8_t*>(p.data()));
         panel_bytes += p.nbytes();
         panels_.push_back(std::move(p));
@@ -424,7 +426,8 @@ class DotSplitTrial : public ColdQuantizedTrial {
     return std::unique_ptr<tune::Trial>(std::move(t));
   }
   absl::Status Run(int candidate) override {
-    return MultiplyAll(/*dot_max_rows=*/1, pf_, PrefetchHint::kNone, split::ChunksPerThread(candidate));
+    return MultiplyAll(/*dot_max_rows=*/1, pf_, PrefetchHint::kNone,
+                       split::ChunksPerThread(candidate));
   }
 
  private:

@@ -106,7 +106,9 @@ inline constexpr bool HasHalfBlockScales(DType dtype) {
 // Bytes of a panel per weight row and 32-element block (Note [Quantized panels] in
 // qgemm_x86.inc): 32 8-bit quants, then the block's f32 scale and offset, or two of each for the
 // types with per-16 scales.
-inline constexpr int64_t PanelRowBlockBytes(DType dtype) { return HasHalfBlockScales(dtype) ? 48 : 40; }
+inline constexpr int64_t PanelRowBlockBytes(DType dtype) {
+  return HasHalfBlockScales(dtype) ? 48 : 40;
+}
 // Bytes of the panels ks.pack makes of n weight rows of k elements of `dtype`.
 int64_t GemmScratchBytes(const Kernels& ks, DType dtype, int64_t n, int64_t k);
 
