@@ -276,9 +276,17 @@ const std::vector<Prefetch>& DotPrefetches() {
 // The dot's prefetch as this process settled it, for trials (which never decide another knob).
 Prefetch SettledDotPrefetch() { return DotPrefetches()[tune::Settled(qgemm::DotPrefetchKnob())]; }
 
-// The candidates of qgemm.panels_prefetch as the panels take them (Note [Panels prefetch]).
+// The candidates of qgemm.panels_prefetch as the panels take them (Note [Panels prefetch]), named
+// once, not on every product.
 PrefetchHint PanelsPrefetch(int candidate) {
-  return PrefetchHintNamed(qgemm::PanelsPrefetchKnob().candidates[static_cast<size_t>(candidate)]);
+  static const std::vector<PrefetchHint> hints = [] {
+    std::vector<PrefetchHint> v;
+    for (const std::string& name : qgemm::PanelsPrefetchKnob().candidates) {
+      v.push_back(PrefetchHintNamed(name));
+    }
+    return v;
+  }();
+  return hints[static_cast<size_t>(candidate)];
 }
 
 // Cold q4_1 weights of two shapes for the quantized GEMM's knobs, alternating until ColdBytes() of

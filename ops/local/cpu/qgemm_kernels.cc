@@ -3,6 +3,7 @@
 // vpdpwssd on AVX-VNNI and AVX-512 VNNI).
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <cstring>

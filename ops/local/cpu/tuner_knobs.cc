@@ -39,9 +39,10 @@ const std::vector<const Knob*>& AllKnobs() {
 constexpr int kKernelsVersion = 3;
 
 std::string CacheKey() {
-  return absl::StrCat("v", kKernelsVersion, " | ", ThisCpu().Describe(), " | ", gemm::DnnlDescription(), " | ",
-                      gemm::OpenBlasDescription(), " | own ", gemm::IsaName(gemm::ActiveIsa()),
-                      " | quantized ", qgemm::IsaName(qgemm::ActiveIsa()));
+  return absl::StrCat("v", kKernelsVersion, " | ", ThisCpu().Describe(), " | ",
+                      gemm::DnnlDescription(), " | ", gemm::OpenBlasDescription(), " | own ",
+                      gemm::IsaName(gemm::ActiveIsa()), " | quantized ",
+                      qgemm::IsaName(qgemm::ActiveIsa()));
 }
 
 }  // namespace dt::ops::cpu::tune
