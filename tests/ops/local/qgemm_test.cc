@@ -97,7 +97,8 @@ TEST(QuantizedLinearTest, EveryTypeEveryIsaOddShapes) {
       const int64_t qk = DTypeBlock(q);
       for (const int64_t m : {1, 2, 3, 5, 8, 9, 13}) {
         for (const int64_t n : {1, 3, 17}) {
-          for (const int64_t kb : {1, 3}) {
+          // 9 blocks: a whole group of eight and a partial one (Note [Quantized dot groups]).
+          for (const int64_t kb : {1, 3, 9}) {
             const int64_t k = kb * qk;
             const Tensor w = RandomQuantized(q, {n, k}, seed++).value();
             const Tensor x = Normal({m, k}, DType::kF32, seed++);
