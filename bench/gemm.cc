@@ -33,7 +33,7 @@
 // threads and compares them.
 //
 // Usage: bench_gemm [--quick] [--gemm-only]
-//   --quick: fewer repetitions, under a minute; --gemm-only: the dispatcher and the GEMM rows only
+//   --quick: fewer repetitions and rows, under a minute; --gemm-only: the dispatcher and the GEMM rows only
 //   (what tools/reference/torch_matmul_bench.py runs between its PyTorch passes).
 // Ends with one line per target: RESULT <metric> <value> <target> PASS|FAIL.
 
@@ -552,7 +552,9 @@ int main(int argc, char** argv) {
   const bool quick = dt::bench::ParseBenchFlags(
       argc, argv, "usage: bench_gemm [--quick] [--gemm-only]\nGEMM and decode on every backend");
   const bool gemm_only = absl::GetFlag(FLAGS_gemm_only);
-  const Reps reps = quick ? Reps{5, 0.5} : Reps{10, 2.0};
+  // --quick (under a minute): GEMM rows the median of three rounds, decode rows at M = 1 only,
+  // batched ones at M = 16 only.
+  const Reps reps = quick ? Reps{3, 0.3} : Reps{10, 2.0};
   const Reps decode_reps = quick ? Reps{5, 0.1} : Reps{15, 1.0};
   const int threads = tbb::this_task_arena::max_concurrency();
   const dt::ops::cpu::CpuInfo& cpu = dt::ops::cpu::ThisCpu();
@@ -644,7 +646,7 @@ int main(int argc, char** argv) {
       {"q_proj 576x576", 576, 576},     {"k_proj 192x576", 192, 576},
       {"up_proj 1536x576", 1536, 576},  {"down_proj 576x1536", 576, 1536},
       {"lm_head 49152x576", 49152, 576}, {"4096x4096", 4096, 4096}};
-  const std::vector<int64_t> ms = quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 2, 4, 8};
+  const std::vector<int64_t> ms = quick ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 2, 4, 8};
   double worst[2] = {1e9, 1e9};
   auto print_decode = [&](const DecodeRow& r) {
     std::printf("%-34s", r.name.c_str());
@@ -692,7 +694,8 @@ int main(int argc, char** argv) {
       threads);
   std::printf("%-6s %-22s %-5s %10s %10s %8s %10s\n", "dtype", "w [N, K]", "M", "per call", "kept",
               "kept/pc", "kept MiB");
-  const std::vector<int64_t> batched_ms = {8, 16};
+  const std::vector<int64_t> batched_ms =
+      quick ? std::vector<int64_t>{16} : std::vector<int64_t>{8, 16};
   double worst_kept = 1e9;
   for (const DType dtype :
        quick ? std::vector<DType>{DType::kQ4_1, DType::kQ4_K, DType::kQ2_K}
