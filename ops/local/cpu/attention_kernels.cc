@@ -12,6 +12,7 @@
 
 #include "dtensor/core/dtype.h"
 #include "dtensor/core/status.h"
+#include "dtensor/ops/local/cpu/gemm_kernels.h"
 #include "dtensor/ops/local/cpu/isa_choice.h"
 #include "dtensor/ops/local/cpu/vec_math.h"
 
@@ -131,9 +132,17 @@ namespace avx512bf16 {
 
 #endif  // DT_ATT_X86
 
+// The attention kernels run the set of the GEMM's knob (their sets are the GEMM's: Note [Tuned
+// instruction set]).
+Isa GemmsIsa() {
+  static_assert(static_cast<int>(Isa::kAvx512Bf16) == static_cast<int>(gemm::Isa::kAvx512Bf16));
+  const Isa isa = static_cast<Isa>(gemm::TunedIsa());
+  return IsaSupported(isa) ? isa : BaseIsa();
+}
+
 }  // namespace
 
-DT_ISA_FUNCTIONS(Isa, FloatIsaSets<Isa>(DT_ATT_X86))
+DT_ISA_FUNCTIONS(Isa, FloatIsaSets<Isa>(DT_ATT_X86), &GemmsIsa)
 
 FlashFn FlashFor(Isa isa, Elem elem) {
   DT_CHECK(IsaSupported(isa));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 namespace dt::ops::cpu::attention {
 
@@ -16,9 +17,14 @@ enum class Isa : uint8_t { kGeneric, kAvx2, kAvx512, kAvx512Bf16 };
 
 const char* IsaName(Isa isa);
 bool IsaSupported(Isa isa);
-// The set the kernel uses: the best supported one, unless a test forced another.
+// The set the kernel uses: a test's, else the one the GEMM's knob gemm.isa picks (the attention
+// kernels share the GEMM's sets: Note [Tuned instruction set] in isa_choice.h).
 Isa ActiveIsa();
-// Tests and benches: force `isa` (must be supported), or go back to the detected one with nullopt.
+// A test's set, else the most preferred supported one.
+Isa BaseIsa();
+// The sets gemm.isa may pick, most preferred first.
+std::vector<Isa> IsaCandidates();
+// Tests and benches: force `isa` (must be supported), or go back to the knob's with nullopt.
 void SetIsaForTesting(std::optional<Isa> isa);
 
 // How q, k and v are stored: f32, or bf16 (the bits, as uint16_t).

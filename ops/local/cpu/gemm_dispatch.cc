@@ -43,6 +43,7 @@
 #include "dtensor/ops/local/cpu/cpu_info.h"
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
 #include "dtensor/ops/local/cpu/gemm_paths.h"
+#include "dtensor/ops/local/cpu/isa_choice.h"
 #include "dtensor/ops/local/cpu/tuner.h"
 
 namespace dt::ops::cpu::gemm {
@@ -66,11 +67,11 @@ EnvState& GetEnv() {
 
 std::string TypeName(DType t) { return std::string(DTypeName(t)); }
 
-// A product of one calibrated class on each backend that runs the dtype, on one thread: a Linear's
-// layout (w [N, K] read as the column-major [K, N] operand), which is what models run.
-class BackendTrial : public tune::Trial {
+// A product of one calibrated class, in a Linear's layout (w [N, K] read as the column-major
+// [K, N] operand), which is what models run.
+class ClassProduct {
  public:
-  BackendTrial(DType t, ShapeClass c, std::vector<Backend> backends) : backends_(std::move(backends)) {
+  ClassProduct(DType t, ShapeClass c) {
     const bool small = c == ShapeClass::kSmall;
     const int64_t m = small ? 64 : 256, n = small ? 256 : 1024, k = small ? 256 : 1024;
     const int64_t size = DTypeSize(t);
@@ -93,21 +94,52 @@ class BackendTrial : public tune::Trial {
     p_.b = w_.data(), p_.b_rs = 1, p_.b_cs = k;
     p_.out = out_.data(), p_.ldo = n;
   }
+  const Problem& problem() const { return p_; }
+  double Flops() const { return 2.0 * p_.m * p_.n * p_.k; }
+
+ private:
+  std::vector<char> a_, w_, out_;
+  Problem p_;
+};
+
+// A product of one calibrated class on each backend that runs the dtype, on one thread.
+class BackendTrial : public tune::Trial {
+ public:
+  BackendTrial(DType t, ShapeClass c, std::vector<Backend> backends)
+      : product_(t, c), backends_(std::move(backends)) {}
   absl::Status Run(int candidate) override {
+    const Problem& p = product_.problem();
     switch (backends_[candidate]) {
-      case Backend::kOwn: return Packed(p_, KernelsFor(ActiveIsa()), false);
-      case Backend::kDnnl: return RunDnnl(p_, false);
-      case Backend::kOpenBlas: return RunOpenBlas(p_, false);
+      case Backend::kOwn: return Packed(p, KernelsFor(ActiveIsa()), false);
+      case Backend::kDnnl: return RunDnnl(p, false);
+      case Backend::kOpenBlas: return RunOpenBlas(p, false);
     }
     return absl::OkStatus();
   }
-  double Work() const override { return 2.0 * p_.m * p_.n * p_.k; }
+  double Work() const override { return product_.Flops(); }
   int Threads() const override { return 1; }
 
  private:
+  ClassProduct product_;
   std::vector<Backend> backends_;
-  std::vector<char> a_, w_, out_;
-  Problem p_;
+};
+
+// gemm.isa's trial (Note [Tuned instruction set] in isa_choice.h): the f32 and the bf16 product
+// of the large class on each candidate set's kernels, on one thread (the width changes what one
+// core computes).
+class IsaTrial : public tune::Trial {
+ public:
+  absl::Status Run(int candidate) override {
+    const Kernels& ks = KernelsFor(candidates_[static_cast<size_t>(candidate)]);
+    DT_RETURN_IF_ERROR(Packed(f32_.problem(), ks, false));
+    return Packed(bf16_.problem(), ks, false);
+  }
+  double Work() const override { return f32_.Flops() + bf16_.Flops(); }
+  int Threads() const override { return 1; }
+
+ private:
+  ClassProduct f32_{DType::kF32, ShapeClass::kLarge}, bf16_{DType::kBF16, ShapeClass::kLarge};
+  const std::vector<Isa> candidates_ = IsaCandidates();
 };
 
 // The backends a knob of `t` chooses among, own first.
@@ -175,6 +207,20 @@ const tune::Knob& BackendKnob(DType t, ShapeClass c) {
       {make(DType::kF32, ShapeClass::kSmall), make(DType::kF32, ShapeClass::kLarge)},
       {make(DType::kBF16, ShapeClass::kSmall), make(DType::kBF16, ShapeClass::kLarge)}};
   return *knobs[t == DType::kBF16 ? 1 : 0][c == ShapeClass::kLarge ? 1 : 0];
+}
+
+const tune::Knob& IsaKnob() {
+  static const tune::Knob* const knob = MakeIsaKnob(
+      "gemm.isa", "the instruction set of our float kernels (GEMM, decode, attention)", "GFLOP/s",
+      IsaCandidates(), &IsaName, []() -> absl::StatusOr<std::unique_ptr<tune::Trial>> {
+        return std::make_unique<IsaTrial>();
+      });
+  return *knob;
+}
+
+Isa TunedIsa() {
+  static const std::vector<Isa> candidates = IsaCandidates();
+  return PickedIsa(IsaKnob(), candidates);
 }
 
 std::vector<const tune::Knob*> BackendKnobs() {

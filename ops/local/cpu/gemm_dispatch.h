@@ -50,6 +50,9 @@ absl::StatusOr<std::optional<Backend>> ParseGemmEnv(const char* value);
 const tune::Knob& BackendKnob(DType dtype, ShapeClass c);
 // Those four knobs.
 std::vector<const tune::Knob*> BackendKnobs();
+// The tuner's knob for the instruction set of our float kernels, GEMM and attention (Note [Tuned
+// instruction set] in isa_choice.h): candidates IsaCandidates() (gemm_kernels.h).
+const tune::Knob& IsaKnob();
 
 // Tests and benches: force `b` for every product (nullopt: back to DT_GEMM and the choice).
 void SetBackendForTesting(std::optional<Backend> b);

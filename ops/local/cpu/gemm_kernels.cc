@@ -496,7 +496,7 @@ constexpr Kernels kAvx512Bf16Kernels{Isa::kAvx512Bf16, avx512::kMr, avx512::kNr,
 
 }  // namespace
 
-DT_ISA_FUNCTIONS(Isa, FloatIsaSets<Isa>(DT_GEMM_X86))
+DT_ISA_FUNCTIONS(Isa, FloatIsaSets<Isa>(DT_GEMM_X86), &TunedIsa)
 
 const Kernels& KernelsFor(Isa isa) {
   DT_CHECK(IsaSupported(isa));

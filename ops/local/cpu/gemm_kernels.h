@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "dtensor/ops/local/cpu/prefetch.h"
 
@@ -19,9 +20,15 @@ enum class Isa : uint8_t { kGeneric, kAvx2, kAvx512, kAvx512Bf16 };
 
 const char* IsaName(Isa isa);
 bool IsaSupported(Isa isa);
-// The set Matmul uses: the best supported one, unless a test forced another.
+// The set Matmul uses: a test's, else TunedIsa() (Note [Tuned instruction set] in isa_choice.h).
 Isa ActiveIsa();
-// Tests: force `isa` (must be supported), or go back to the detected one with nullopt.
+// A test's set, else the most preferred supported one: what the tuner's cache key names.
+Isa BaseIsa();
+// The candidates of the knob gemm.isa (IsaKnob() in gemm_dispatch.h), most preferred first.
+std::vector<Isa> IsaCandidates();
+// The set gemm.isa picks on this CPU.
+Isa TunedIsa();
+// Tests: force `isa` (must be supported), or go back to the knob's with nullopt.
 void SetIsaForTesting(std::optional<Isa> isa);
 
 // How the skinny kernels read the right operand w (weights): its element type.

@@ -77,6 +77,7 @@
 #include "dtensor/core/storage.h"
 #include "dtensor/ops/local/cpu/decode_split.h"
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
+#include "dtensor/ops/local/cpu/isa_choice.h"
 #include "dtensor/ops/local/cpu/kept_weights.h"
 #include "dtensor/ops/local/cpu/loops.h"
 #include "dtensor/ops/local/cpu/tuner.h"
@@ -493,6 +494,49 @@ class PanelsPrefetchTrial : public ColdQuantizedTrial {
   }
 };
 
+// Prefill-shaped products for qgemm.isa (Note [Tuned instruction set] in isa_choice.h): 32 rows
+// of x against q4_1 weights of SmolLM2-135M's MLP shapes on the panels packed per call, with each
+// candidate set's kernels, the weights in cache (the width changes the arithmetic, not the
+// memory's speed), the arena's threads. The activations are the same bits on every set.
+class IsaTrial : public tune::Trial {
+ public:
+  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
+    auto t = std::unique_ptr<IsaTrial>(new IsaTrial);
+    const int64_t shapes[2][2] = {{1536, 576}, {576, 1536}};
+    for (int s = 0; s < 2; ++s) {
+      const int64_t n = shapes[s][0], k = shapes[s][1];
+      DT_ASSIGN_OR_RETURN(t->w_[s], RandomQuantized(DType::kQ4_1, {n, k}, 13 + s));
+      DT_ASSIGN_OR_RETURN(t->out_[s], Tensor::Empty({kRows, n}));
+      DT_ASSIGN_OR_RETURN(t->x_[s], Tensor::Randn({kRows, k}, 17 + s));
+      t->rows_[s] = QuantizeRows(qgemm::KernelsFor(qgemm::BaseIsa()), t->x_[s], t->qbuf_[s]);
+      if (t->rows_[s].t == nullptr) return absl::ResourceExhaustedError("tuner: out of memory");
+      t->bytes_ += static_cast<double>(t->w_[s].nbytes());
+    }
+    return std::unique_ptr<tune::Trial>(std::move(t));
+  }
+  absl::Status Run(int candidate) override {
+    const qgemm::Kernels& ks = qgemm::KernelsFor(candidates_[static_cast<size_t>(candidate)]);
+    if (ks.pack == nullptr) return absl::UnimplementedError("tuner: no panel kernel in this set");
+    const Prefetch pf{PanelsPrefetch(tune::Settled(qgemm::PanelsPrefetchKnob())), 0};
+    for (int s = 0; s < 2; ++s) {
+      const Target target{&w_[s], nullptr, &out_[s]};
+      DT_RETURN_IF_ERROR(Multiply(ks, /*packed=*/true, rows_[s], {target}, pf, 0));
+    }
+    return absl::OkStatus();
+  }
+  double Work() const override { return bytes_; }
+  int Threads() const override { return gemm::AvailableThreads(); }
+
+ private:
+  static constexpr int64_t kRows = 32;
+  IsaTrial() = default;
+  const std::vector<qgemm::Isa> candidates_ = qgemm::IsaCandidates();
+  Tensor w_[2], out_[2], x_[2];
+  std::optional<gemm::ScratchBuffer> qbuf_[2];
+  qgemm::QRows rows_[2];
+  double bytes_ = 0;
+};
+
 // Whether m rows of x take the panels (Note [Dot or panels]).
 absl::StatusOr<bool> UsePanels(const qgemm::Kernels& ks, int64_t m) {
   if (ks.pack == nullptr || m <= kDotAlways) return false;
@@ -542,6 +586,18 @@ absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
                         split::Decide(qgemm::DotSplitKnobs(), bytes, gemm::AvailableThreads()));
   }
   return Multiply(ks, packed, rows, targets, pf, chunks_per_thread);
+}
+
+const tune::Knob& qgemm::IsaKnob() {
+  static const tune::Knob* const knob =
+      MakeIsaKnob("qgemm.isa", "the instruction set of the quantized kernels", "GB/s",
+                  qgemm::IsaCandidates(), &qgemm::IsaName, &IsaTrial::Make);
+  return *knob;
+}
+
+qgemm::Isa qgemm::TunedIsa() {
+  static const std::vector<qgemm::Isa> candidates = qgemm::IsaCandidates();
+  return PickedIsa(qgemm::IsaKnob(), candidates);
 }
 
 const tune::Knob& qgemm::DotPrefetchKnob() {

@@ -27,9 +27,16 @@ inline constexpr Isa kAllIsas[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvxVnni, Isa
 
 const char* IsaName(Isa isa);
 bool IsaSupported(Isa isa);
-// The set QuantizedLinear uses: the best supported one, unless a test forced another.
+// The set QuantizedLinear uses: a test's, else TunedIsa() (Note [Tuned instruction set] in
+// isa_choice.h).
 Isa ActiveIsa();
-// Tests and benchmarks: force `isa` (must be supported), or go back to the detected one (nullopt).
+// A test's set, else the most preferred supported one: what the tuner's cache key names.
+Isa BaseIsa();
+// The candidates of the knob qgemm.isa (IsaKnob()), most preferred first.
+std::vector<Isa> IsaCandidates();
+// The set qgemm.isa picks on this CPU.
+Isa TunedIsa();
+// Tests and benchmarks: force `isa` (must be supported), or go back to the knob's (nullopt).
 void SetIsaForTesting(std::optional<Isa> isa);
 
 // Activations quantized to 16-bit integers, one scale per 32 elements (Note [Activation blocks]
@@ -79,6 +86,9 @@ struct Kernels {
   int gemm_lanes;   // weight rows per panel vector
 };
 const Kernels& KernelsFor(Isa isa);
+// The tuner's knob for the instruction set of the kernels (Note [Tuned instruction set] in
+// isa_choice.h): candidates IsaCandidates().
+const tune::Knob& IsaKnob();
 // The tuner's knob for `dot`'s prefetch (Note [Quantized dot prefetch]).
 const tune::Knob& DotPrefetchKnob();
 // The tuner's knob for `panels`' prefetch hint (Note [Panels prefetch] in qgemm_x86.inc).

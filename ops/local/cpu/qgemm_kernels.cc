@@ -312,7 +312,7 @@ std::array<IsaEntry<Isa>, 4> Sets() {
 
 }  // namespace
 
-DT_ISA_FUNCTIONS(Isa, Sets())
+DT_ISA_FUNCTIONS(Isa, Sets(), &TunedIsa)
 
 int64_t GemmScratchBytes(const Kernels& ks, DType dtype, int64_t n, int64_t k) {
   // Note [Quantized panels]: whole groups of gemm_lanes weight rows.

@@ -18,9 +18,11 @@ namespace dt::ops::cpu::tune {
 
 const std::vector<const Knob*>& AllKnobs() {
   static const std::vector<const Knob*> knobs = [] {
-    std::vector<const Knob*> v = {&qgemm::DotPrefetchKnob(), &qgemm::PanelsPrefetchKnob(),
-                                  &qgemm::DotMaxRowsKnob(false), &qgemm::DotMaxRowsKnob(true)};
+    std::vector<const Knob*> v = {&qgemm::IsaKnob(), &qgemm::DotPrefetchKnob(),
+                                  &qgemm::PanelsPrefetchKnob(), &qgemm::DotMaxRowsKnob(false),
+                                  &qgemm::DotMaxRowsKnob(true)};
     for (const Knob* k : qgemm::DotSplitKnobs()) v.push_back(k);
+    v.push_back(&gemm::IsaKnob());
     v.push_back(&gemm::SkinnyPrefetchKnob());
     for (const Knob* k : gemm::SkinnySplitKnobs()) v.push_back(k);
     for (const Knob* k : gemm::BackendKnobs()) v.push_back(k);
@@ -35,14 +37,17 @@ const std::vector<const Knob*>& AllKnobs() {
 
 // Raised when a change to our kernels moves the figures that cached lines compare (v3: the
 // quantized panels' prefetch and smaller panels made them faster, which moves where Dot stops
-// paying, qgemm.dot_max_rows), so that every cache file is measured again.
-constexpr int kKernelsVersion = 3;
+// paying, qgemm.dot_max_rows; v4: the quantized dot's scales in one permute), so that every cache
+// file is measured again.
+constexpr int kKernelsVersion = 4;
 
+// The most preferred instruction sets (or a test's), not the knobs' picks: the knobs gemm.isa and
+// qgemm.isa are read from the file this key names (Note [Tuned instruction set]).
 std::string CacheKey() {
   return absl::StrCat("v", kKernelsVersion, " | ", ThisCpu().Describe(), " | ",
                       gemm::DnnlDescription(), " | ", gemm::OpenBlasDescription(), " | own ",
-                      gemm::IsaName(gemm::ActiveIsa()), " | quantized ",
-                      qgemm::IsaName(qgemm::ActiveIsa()));
+                      gemm::IsaName(gemm::BaseIsa()), " | quantized ",
+                      qgemm::IsaName(qgemm::BaseIsa()));
 }
 
 }  // namespace dt::ops::cpu::tune
