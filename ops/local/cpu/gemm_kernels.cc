@@ -5,8 +5,9 @@
 // The build targets x86-64-v3 (AVX2 + FMA) so that one binary runs on any x86 machine of the last
 // decade, but most current server CPUs (this project's Zen 5 VMs among them) have AVX-512, whose
 // 512-bit FMAs double the GEMM peak. The x86 kernels are therefore compiled per instruction set with
-// function target attributes (`DT_AVX2`, `DT_AVX512`) and chosen once at run time from CPUID
-// (__builtin_cpu_supports, which also checks that the OS saves the wide registers). Target
+// function target attributes (`DT_AVX2`, `DT_AVX512`) and chosen once at run time among those
+// CPUID reports (with the OS saving the wide registers) by the tuner's knob gemm.isa (Note [Tuned
+// instruction set] in isa_choice.h: the widest set is not the fastest on every CPU). Target
 // attributes, not a separate translation unit built with -mavx512f, so that no inline function
 // from a header (std::, absl) is ever instantiated with AVX-512 and then picked by the linker for
 // code that runs on a CPU without it. Each function that uses a wider set carries the attribute;
