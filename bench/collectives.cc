@@ -301,7 +301,9 @@ absl::StatusOr<std::vector<Row>> Measure(World& world, Raw& raw, const Options& 
   for (int mib : Sizes(opt)) {
     const int64_t count = int64_t{mib} * 1024 * 1024 / 4;  // S in floats
     // Samples per op; each times kCallsPerSample calls back to back (see the top of this file).
-    const int reps = opt.rep_scale * (mib == 1 ? (quick ? 8 : 50) : mib == 16 ? (quick ? 16 : 96) : (quick ? 12 : 32));
+    const int reps = opt.rep_scale * (mib == 1    ? (quick ? 8 : 50)
+                                      : mib == 16 ? (quick ? 16 : 96)
+                                                  : (quick ? 12 : 32));
     // Ours and the raw call work on the same buffers, so that page placement (huge pages or not)
     // cannot favour either.
     DT_ASSIGN_OR_RETURN(Tensor a, Tensor::Full({count}, 1.0f));

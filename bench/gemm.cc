@@ -33,8 +33,8 @@
 // threads and compares them.
 //
 // Usage: bench_gemm [--quick] [--gemm-only]
-//   --quick: fewer repetitions and rows, under a minute; --gemm-only: the dispatcher and the GEMM rows only
-//   (what tools/reference/torch_matmul_bench.py runs between its PyTorch passes).
+//   --quick: fewer repetitions and rows, under a minute; --gemm-only: the dispatcher and the GEMM
+//   rows only (what tools/reference/torch_matmul_bench.py runs between its PyTorch passes).
 // Ends with one line per target: RESULT <metric> <value> <target> PASS|FAIL.
 
 #include <cblas.h>
@@ -646,7 +646,8 @@ int main(int argc, char** argv) {
       {"q_proj 576x576", 576, 576},     {"k_proj 192x576", 192, 576},
       {"up_proj 1536x576", 1536, 576},  {"down_proj 576x1536", 576, 1536},
       {"lm_head 49152x576", 49152, 576}, {"4096x4096", 4096, 4096}};
-  const std::vector<int64_t> ms = quick ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 2, 4, 8};
+  const std::vector<int64_t> ms =
+      quick ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 2, 4, 8};
   double worst[2] = {1e9, 1e9};
   auto print_decode = [&](const DecodeRow& r) {
     std::printf("%-34s", r.name.c_str());

@@ -51,7 +51,9 @@ void CheckExhaustiveRoundTrip(ToFloat to_float, FromFloat from_float, int man_bi
     const uint16_t back = from_float(f);
     if (std::isnan(f)) {
       ASSERT_TRUE(std::isnan(to_float(back))) << "bits " << h;
-      if (nan_sign) ASSERT_EQ(back >> 15, h >> 15) << "NaN sign, bits " << h;
+      if (nan_sign) {
+        ASSERT_EQ(back >> 15, h >> 15) << "NaN sign, bits " << h;
+      }
     } else {
       ASSERT_EQ(back, h) << "value " << f;
     }

@@ -145,7 +145,9 @@ TEST(GenerateRanks, NonFiniteWeightsAreRefusedAtLoadOnEveryRank) {
     // dtrun stops the other ranks once one fails, so the others may not get to print; what any
     // rank prints is the same error, and no rank prints tokens.
     for (absl::string_view line : absl::StrSplit(r.output, '\n')) {
-      if (Contains(line, "generate: ")) EXPECT_TRUE(Contains(line, c.message));
+      if (Contains(line, "generate: ")) {
+        EXPECT_TRUE(Contains(line, c.message));
+      }
     }
     EXPECT_FALSE(Contains(r.output, "generated ids"));
   }

@@ -73,7 +73,7 @@ class IsaChoice {
     }
     return v;
   }
-  // nullopt: back to the detected set. A set this CPU does not run is a bug of the caller.
+  // nullopt: back to the knob's set. A set this CPU does not run is a bug of the caller.
   void Force(std::optional<Isa> isa) {
     DT_CHECK(!isa.has_value() || Supported(*isa));
     forced_.store(isa.has_value() ? static_cast<int>(*isa) : -1, std::memory_order_relaxed);
@@ -114,7 +114,9 @@ tune::Knob* MakeIsaKnob(std::string name, std::string what, std::string unit,
   };
   for (const Isa isa : candidates) knob->candidates.push_back(name_of(isa));
   if (candidates.size() == 1) {
-    knob->rule = [] { return std::make_optional(std::make_pair(0, std::string("the one set this CPU runs"))); };
+    knob->rule = [] {
+      return std::make_optional(std::make_pair(0, std::string("the one set this CPU runs")));
+    };
   }
   return knob;
 }

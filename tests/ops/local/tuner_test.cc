@@ -396,30 +396,34 @@ void ExpectIsaKnobSteers(const tune::Knob& knob, const std::vector<Isa>& sets, I
 
 TEST(Tuner, IsaKnobsSteerTheKernels) {
   TuneEnv env(nullptr);
-  ExpectIsaKnobSteers(cpu::gemm::IsaKnob(), cpu::gemm::IsaCandidates(), &cpu::gemm::ActiveIsa,
-                      &cpu::gemm::SetIsaForTesting, &cpu::gemm::IsaSupported, &cpu::gemm::IsaName);
-  ExpectIsaKnobSteers(cpu::qgemm::IsaKnob(), cpu::qgemm::IsaCandidates(), &cpu::qgemm::ActiveIsa,
-                      &cpu::qgemm::SetIsaForTesting, &cpu::qgemm::IsaSupported, &cpu::qgemm::IsaName);
+  namespace gemm = cpu::gemm;
+  namespace qgemm = cpu::qgemm;
+  ExpectIsaKnobSteers(gemm::IsaKnob(), gemm::IsaCandidates(), &gemm::ActiveIsa,
+                      &gemm::SetIsaForTesting, &gemm::IsaSupported, &gemm::IsaName);
+  ExpectIsaKnobSteers(qgemm::IsaKnob(), qgemm::IsaCandidates(), &qgemm::ActiveIsa,
+                      &qgemm::SetIsaForTesting, &qgemm::IsaSupported, &qgemm::IsaName);
 }
 
 // The real knobs measure on this machine: every candidate runs and the choice is the fastest.
 TEST(Tuner, RealKnobsMeasureEveryCandidate) {
   TuneEnv env(nullptr);
   const bool panels = cpu::qgemm::KernelsFor(cpu::qgemm::ActiveIsa()).pack != nullptr;
-  std::vector<const tune::Knob*> knobs = {&cpu::qgemm::IsaKnob(), &cpu::qgemm::DotPrefetchKnob(),
-                                          &cpu::qgemm::PanelsPrefetchKnob(), &cpu::qgemm::DotMaxRowsKnob(false),
-                                          &cpu::qgemm::DotMaxRowsKnob(true), &cpu::gemm::IsaKnob(),
-                                          &cpu::gemm::SkinnyPrefetchKnob()};
+  std::vector<const tune::Knob*> knobs = {
+      &cpu::qgemm::IsaKnob(), &cpu::qgemm::DotPrefetchKnob(),
+      &cpu::qgemm::PanelsPrefetchKnob(), &cpu::qgemm::DotMaxRowsKnob(false),
+      &cpu::qgemm::DotMaxRowsKnob(true), &cpu::gemm::IsaKnob(),
+      &cpu::gemm::SkinnyPrefetchKnob()};
   for (const tune::Knob* k : cpu::qgemm::DotSplitKnobs()) knobs.push_back(k);
   for (const tune::Knob* k : cpu::gemm::SkinnySplitKnobs()) knobs.push_back(k);
   for (const tune::Knob* k : knobs) {
-    const bool times_panels = k->name.starts_with("qgemm.dot_max_rows") || k->name.starts_with("qgemm.panels") ||
-                              k->name == "qgemm.isa";
+    const bool times_panels = k->name.starts_with("qgemm.dot_max_rows") ||
+                              k->name.starts_with("qgemm.panels") || k->name == "qgemm.isa";
     if (!panels && times_panels) continue;  // no panels to time
     const tune::Choice c = tune::MeasureNow(*k).value();
     for (size_t i = 0; i < k->candidates.size(); ++i) EXPECT_GT(c.figures[i], 0) << k->name << " " << k->candidates[i];
     // The fastest, or the first within keep_first of it.
-    EXPECT_GE(c.figures[c.index] * k->keep_first, *std::max_element(c.figures.begin(), c.figures.end())) << c.why;
+    const double best = *std::max_element(c.figures.begin(), c.figures.end());
+    EXPECT_GE(c.figures[c.index] * k->keep_first, best) << c.why;
   }
 }
 
