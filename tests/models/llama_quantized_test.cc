@@ -74,7 +74,9 @@ TEST(LlamaQuantized, TinyKeepsItsBlocksAndMatchesDequantized) {
         read += p.read_bytes;
         held += p.local_bytes;
         // A sharded quantized weight: this rank's blocks only.
-        if (p.sharded && tp > 1) EXPECT_EQ(p.local_bytes * tp, p.full_bytes) << p.name;
+        if (p.sharded && tp > 1) {
+          EXPECT_EQ(p.local_bytes * tp, p.full_bytes) << p.name;
+        }
       }
     }
     EXPECT_EQ(read, held) << "a quantized weight is read as exactly the blocks it keeps";

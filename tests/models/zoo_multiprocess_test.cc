@@ -47,7 +47,9 @@ TEST_P(ZooMultiprocess, MatchesTransformers) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->tokens, g.f32.greedy_tokens) << "rank " << world.rank();
   for (const LoadReport::Param& p : report.params) {
-    if (tp > 1 && p.sharded) EXPECT_LT(p.read_bytes, p.full_bytes) << p.name;
+    if (tp > 1 && p.sharded) {
+      EXPECT_LT(p.read_bytes, p.full_bytes) << p.name;
+    }
   }
 }
 

@@ -423,12 +423,12 @@ const void* GatherRows(const Tensor& pool, int64_t n, attention::Elem elem, std:
 // A paged task on the score-row path (Note [Paged attention]): the stacked rows of query heads
 // [h0, h0 + group) and rows [row0, row0 + rows) of q, the first at position `pos0` of its
 // sequence, against KV head g's keys [.., kv_end) on `pages`: q kᵀ and p v one page's run of keys
-// at a time on the skinny kernels with prefetch `pf` (Note [Paged score rows on the skinny
-// kernels]), each row's softmax as ScoreRows takes it.
+// at a time on the skinny kernels with prefetch `pf` and row order `order` (Note [Paged score rows
+// on the skinny kernels]), each row's softmax as ScoreRows takes it.
 void PagedScoreRows(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
                     const int32_t* pages, const PagedAttentionParams& params, int64_t h0, int64_t g,
                     int64_t row0, int64_t rows, int64_t pos0, int64_t kv_end, Prefetch pf,
-                    const Tensor& out) {
+                    gemm::DotOrder order, const Tensor& out) {
   const int64_t d = q.size(2), dv = v_pages.size(3), page = k_pages.size(2);
   const int64_t group = q.size(0) / k_pages.size(1), m = group * rows;
   const int64_t kv_begin =
@@ -475,7 +475,8 @@ void PagedScoreRows(const Tensor& q, const Tensor& k_pages, const Tensor& v_page
     const void* keys = rows_at(k_pages, j, run, &rs, &elem);
     for (int64_t r0 = 0; r0 < m; r0 += gemm::kSkinnyMaxRows) {
       const int mm = static_cast<int>(std::min<int64_t>(gemm::kSkinnyMaxRows, m - r0));
-      ks.dot(mm, run, d, qs + r0 * ldq, ldq, keys, rs, elem, s + r0 * nkv + (j - kv_begin), nkv, pf);
+      ks.dot(mm, run, d, qs + r0 * ldq, ldq, keys, rs, elem, s + r0 * nkv + (j - kv_begin), nkv, pf,
+             order);
     }
     j += run;
   }
@@ -524,6 +525,7 @@ absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages
   const int64_t group = hq / hkv;
   DT_ASSIGN_OR_RETURN(const Tensor table, page_table.Contiguous());
   DT_ASSIGN_OR_RETURN(const Prefetch pf, gemm::PickSkinnyPrefetch());  // for the score rows
+  DT_ASSIGN_OR_RETURN(const gemm::DotOrder order, gemm::PickDotOrder());
   const std::vector<int64_t> starts = query_starts.ToVector<int64_t>();
   const std::vector<int64_t> lengths = kv_lengths.ToVector<int64_t>();
   const int64_t seqs = static_cast<int64_t>(lengths.size());
@@ -564,7 +566,7 @@ absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages
       const int32_t* pages = ptab + task.seq * max_pages;
       if (m < min_rows && kv_end > 0) {  // Note [Paged attention]: decode on score rows
         PagedScoreRows(q, k_pages, v_pages, pages, params, h0, task.g, row0, rows,
-                       q_offset + task.i0, kv_end, pf, out);
+                       q_offset + task.i0, kv_end, pf, order, out);
         continue;
       }
       attention::FlashTask t;

@@ -135,7 +135,10 @@ namespace avx512bf16 {
 // The attention kernels run the set of the GEMM's knob (their sets are the GEMM's: Note [Tuned
 // instruction set]).
 Isa GemmsIsa() {
-  static_assert(static_cast<int>(Isa::kAvx512Bf16) == static_cast<int>(gemm::Isa::kAvx512Bf16));
+  static_assert(static_cast<int>(Isa::kGeneric) == static_cast<int>(gemm::Isa::kGeneric) &&
+                static_cast<int>(Isa::kAvx2) == static_cast<int>(gemm::Isa::kAvx2) &&
+                static_cast<int>(Isa::kAvx512) == static_cast<int>(gemm::Isa::kAvx512) &&
+                static_cast<int>(Isa::kAvx512Bf16) == static_cast<int>(gemm::Isa::kAvx512Bf16));
   const Isa isa = static_cast<Isa>(gemm::TunedIsa());
   return IsaSupported(isa) ? isa : BaseIsa();
 }

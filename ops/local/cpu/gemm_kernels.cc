@@ -47,7 +47,7 @@
 // on the 2-vCPU Zen 5 VM: AVX-512 f32 1.13-1.34x on one thread (36-37 against 27-33 GB/s) and
 // 1.05-1.08x on two, bf16 (vdpbf16ps) 1.15-1.27x and 1.07-1.17x; the AVX2 kernels (forced on
 // the same CPU) f32 1.15-1.19x and 1.10-1.17x, bf16 1.24-1.34x and 1.15-1.29x. Rows of at least
-// kLongRowBytes are the exception: there several rows side by side read faster. bench_gemm on the
+// 4 KiB were the exception: there several rows side by side read faster. bench_gemm on the
 // 2-vCPU Zen 4 VM (2026-12-04, 2 threads, both variants selected by a temporary switch in one
 // build): 4096 x 4096 f32 30.5 against 22.5 GB/s with one row (oneDNN and OpenBLAS 30-31), bf16
 // 29.5 against 25.2, down_proj (K = 1536, 6 KiB rows) 23.5 against 22.4; the short SmolLM2 rows
@@ -58,8 +58,13 @@
 // (0.88-0.89 in its 40+ GB/s phases, where oneDNN reads 40-44), f32 stayed level with oneDNN and
 // OpenBLAS (31-37 GB/s); sixteen rows measured 0.71-0.85x. The AVX2 kernels (forced, same VM and
 // day, interleaved) keep four (16 vector registers, AVX-512 has 32): with eight, 4096 x 4096 fell
-// from 0.95-0.98x to 0.83-0.91x oneDNN in f32 and from 0.87-0.89x to 0.66-0.76x in bf16. Measured
-// on AMD Zen 4 only. DotTileRows, kWidestTile and DotChains hold these choices.
+// from 0.95-0.98x to 0.83-0.91x oneDNN in f32 and from 0.87-0.89x to 0.66-0.76x in bf16.
+// All of that was measured on AMD Zen 4 and Zen 5 only, so for one row of x (every decode GEMV)
+// the order is the tuner's knob gemm.skinny_rows (gemm_skinny.cc): how many rows side by side
+// (the widest tile or half of it) from which row length, or one at a time always; the 4 KiB
+// measured here is its first candidate. DotTileRows keeps the register-bound tiles of M >= 2 and
+// DotChains the accumulators that cover the FMA latency: what the registers allow, not a CPU's
+// memory.
 
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
 
@@ -161,7 +166,7 @@ void AxpyE(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void*
 }
 
 void Dot(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
-         Elem e, float* c, int64_t ldc, Prefetch pf) {
+         Elem e, float* c, int64_t ldc, Prefetch pf, DotOrder) {
   WithElem(e, [&]<Elem E>() { DotE<E>(m, n, k, x, ldx, w, ldw, c, ldc, pf); });
 }
 void Axpy(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w, int64_t ldw,
@@ -207,13 +212,11 @@ inline void WithRows(int m, F&& f) {
 inline int64_t CeilDivRows(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Weight rows a dot tile reads side by side for m rows of x (Note [Skinny dot order]): one for
-// m = 1, else the set's `widest` for m = 2, half of it up to m = 4, a quarter beyond.
+// m = 1 (or as the tuner's DotOrder says), else the set's `widest` for m = 2 (kWidestTile: 8 rows
+// with AVX-512's 32 vector registers, 4 with AVX2's 16), half of it up to m = 4, a quarter beyond.
 constexpr int DotTileRows(int m, int widest) {
   return m == 1 ? 1 : m <= 2 ? widest : m <= 4 ? widest / 2 : widest / 4;
 }
-// One row of x meets weight rows of at least this many bytes the set's widest tile at a time
-// (kWidestTile: 8 rows with AVX-512's 32 vector registers, 4 with AVX2's 16).
-constexpr int64_t kLongRowBytes = 4 << 10;
 // Accumulator sets a dot tile of m x r keeps over consecutive vectors of k, so that at least four
 // FMA chains are in flight however few rows there are.
 constexpr int DotChains(int m, int r) { return m * r >= 4 ? 1 : 4 / (m * r); }
@@ -464,19 +467,24 @@ DT_AVX512BF16 void DotTile(int64_t k, const uint16_t* x, int64_t ldx, const void
 
 template <int M>
 void DotRows(int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw,
-             float* c, int64_t ldc, Prefetch pf) {
+             float* c, int64_t ldc, Prefetch pf, DotOrder order) {
   const char* wb = reinterpret_cast<const char*>(w);
-  if (M == 1 && k * 2 >= kLongRowBytes) {
-    return DotBlocked<1, avx512::kWidestTile, uint16_t>(n, k, x, ldx, wb, ldw, 2, c, ldc,
-                                                        DotTile<1, avx512::kWidestTile>, DotTile<1, 1>, pf);
+  constexpr int kWide = avx512::kWidestTile, kHalf = kWide / 2;
+  if (M == 1 && order.rows > 1 && k * 2 >= order.from_bytes) {
+    if (order.rows >= kWide) {
+      return DotBlocked<1, kWide, uint16_t>(n, k, x, ldx, wb, ldw, 2, c, ldc, DotTile<1, kWide>,
+                                            DotTile<1, 1>, pf);
+    }
+    return DotBlocked<1, kHalf, uint16_t>(n, k, x, ldx, wb, ldw, 2, c, ldc, DotTile<1, kHalf>,
+                                          DotTile<1, 1>, pf);
   }
-  constexpr int R = DotTileRows(M, avx512::kWidestTile);
+  constexpr int R = DotTileRows(M, kWide);
   DotBlocked<M, R, uint16_t>(n, k, x, ldx, wb, ldw, 2, c, ldc, DotTile<M, R>, DotTile<M, 1>, pf);
 }
 
 void Dot(int m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w,
-         int64_t ldw, float* c, int64_t ldc, Prefetch pf) {
-  WithRows(m, [&]<int M>() { DotRows<M>(n, k, x, ldx, w, ldw, c, ldc, pf); });
+         int64_t ldw, float* c, int64_t ldc, Prefetch pf, DotOrder order) {
+  WithRows(m, [&]<int M>() { DotRows<M>(n, k, x, ldx, w, ldw, c, ldc, pf, order); });
 }
 
 }  // namespace avx512bf16

@@ -34,6 +34,15 @@ void SetIsaForTesting(std::optional<Isa> isa);
 // How the skinny kernels read the right operand w (weights): its element type.
 enum class Elem : uint8_t { kF32, kBF16, kF16 };
 
+// How the dot kernels read the weight rows for one row of x (Note [Skinny dot order] in
+// gemm_kernels.cc): `rows` side by side (8 or 4; at most the set's widest tile, 4 with AVX2's 16
+// vector registers) when a row holds at least `from_bytes`, else one at a time; rows = 1: one at a
+// time always. The tuner's knob gemm.skinny_rows settles it per CPU.
+struct DotOrder {
+  int rows = 8;
+  int64_t from_bytes = int64_t{4} << 10;
+};
+
 struct Kernels {
   Isa isa;
   int mr, nr;  // the packed GEMM's micro-tile: mr rows by nr columns of the output
@@ -56,15 +65,15 @@ struct Kernels {
   //   axpy: c[i * ldc + j] = sum_{p < k} x[i * ldx + p] * w[p * ldw + j]   (w [k, n], rows contiguous)
   // w is f32 (float*) or bf16/f16 (uint16_t* bits) as `elem` says. k, n >= 1. The x86 kernels
   // prefetch w ahead of their reads with pf's hint (dot: pf.distance bytes ahead; axpy: the next
-  // pass's rows), Note [Skinny prefetch].
+  // pass's rows), Note [Skinny prefetch]; dot reads w's rows for m = 1 in `order`.
   void (*dot)(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
-              int64_t ldw, Elem elem, float* c, int64_t ldc, Prefetch pf);
+              int64_t ldw, Elem elem, float* c, int64_t ldc, Prefetch pf, DotOrder order);
   void (*axpy)(int m, int64_t n, int64_t k, const float* x, int64_t ldx, const void* w,
                int64_t ldw, Elem elem, float* c, int64_t ldc, Prefetch pf);
   // dot for bf16 x and w on bf16 dot products, or null: x rows are bf16 bits, each readable and
   // zero up to k rounded up to 32.
   void (*dot_bf16)(int m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_t* w,
-                   int64_t ldw, float* c, int64_t ldc, Prefetch pf);
+                   int64_t ldw, float* c, int64_t ldc, Prefetch pf, DotOrder order);
 };
 
 // The kernel set of `isa` (which must be supported).

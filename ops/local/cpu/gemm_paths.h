@@ -39,20 +39,29 @@ struct Problem {
 absl::Status Packed(const Problem& p, const Kernels& kernels, bool parallel);
 
 // M <= kSkinnyMaxRows: every element of b read once, in place (Note [Skinny GEMM] in
-// gemm_skinny.cc), prefetched as the tuner's knob SkinnyPrefetchKnob() says (or as `pf` says) and
-// split among the threads as SkinnySplitKnobs() say for its size (or in chunks_per_thread chunks
-// per thread, 0 for none: Note [Decode split] in decode_split.cc). Same contract as Packed, and
-// fails when DT_TUNE is malformed.
+// gemm_skinny.cc), prefetched as the tuner's knob SkinnyPrefetchKnob() says, its rows read in the
+// order SkinnyRowsKnob() says and split among the threads as SkinnySplitKnobs() say for its size
+// (or as `plan` says). Same contract as Packed, and fails when DT_TUNE is malformed.
 absl::Status Skinny(const Problem& p, const Kernels& kernels, bool parallel);
 // The skinny kernels' element type of a float dtype (f32 for any other).
 inline Elem ElemOf(DType t) {
   return t == DType::kBF16 ? Elem::kBF16 : t == DType::kF16 ? Elem::kF16 : Elem::kF32;
 }
-// The prefetch SkinnyPrefetchKnob() picks (for callers of the skinny kernels themselves).
+// The prefetch SkinnyPrefetchKnob() and the order SkinnyRowsKnob() pick (for callers of the
+// skinny kernels themselves).
 absl::StatusOr<Prefetch> PickSkinnyPrefetch();
-absl::Status Skinny(const Problem& p, const Kernels& kernels, bool parallel, Prefetch pf,
-                    int chunks_per_thread);
+absl::StatusOr<DotOrder> PickDotOrder();
+// How one skinny product reads and splits its weights: chunks_per_thread chunks per thread, 0 for
+// none (Note [Decode split] in decode_split.cc).
+struct SkinnyPlan {
+  Prefetch pf;
+  int chunks_per_thread = 0;
+  DotOrder order;
+};
+absl::Status Skinny(const Problem& p, const Kernels& kernels, bool parallel, const SkinnyPlan& plan);
 const tune::Knob& SkinnyPrefetchKnob();
+// gemm.skinny_rows (Note [Skinny dot order] in gemm_kernels.cc).
+const tune::Knob& SkinnyRowsKnob();
 // gemm.skinny_split.small, .medium, .large.
 const std::vector<const tune::Knob*>& SkinnySplitKnobs();
 

@@ -30,6 +30,8 @@
 #include <tbb/partitioner.h>
 #include <tbb/task_arena.h>
 
+#include "absl/types/span.h"
+
 #include "dtensor/core/status.h"
 #include "dtensor/core/tensor.h"
 #include "dtensor/ops/local/cpu/decode_split.h"
@@ -49,8 +51,9 @@ constexpr int kMaxAxpyChunksPerThread = 2;
 
 }  // namespace
 
-absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel, Prefetch pf,
-                    int chunks_per_thread) {
+absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel, const SkinnyPlan& plan) {
+  const Prefetch pf = plan.pf;
+  const int chunks_per_thread = plan.chunks_per_thread;
   const int m = static_cast<int>(p.m);
   const int64_t n = p.n, k = p.k;
   const int64_t size = DTypeSize(p.dtype);
@@ -142,9 +145,10 @@ absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel, Prefetch
     }
     const char* w = static_cast<const char*>(p.b) + j0 * p.b_cs * size;
     if (bf16_pairs) {
-      ks.dot_bf16(m, cols, k, x16, ldx, reinterpret_cast<const uint16_t*>(w), ldw, c, ldc, pf);
+      ks.dot_bf16(m, cols, k, x16, ldx, reinterpret_cast<const uint16_t*>(w), ldw, c, ldc, pf,
+                  plan.order);
     } else {
-      ks.dot(m, cols, k, x, ldx, w, ldw, elem, c, ldc, pf);
+      ks.dot(m, cols, k, x, ldx, w, ldw, elem, c, ldc, pf, plan.order);
     }
     FinishRows(m, cols, c, ldc, p.bias != nullptr ? p.bias + j0 : nullptr, p.dtype,
                static_cast<char*>(p.out) + j0 * size, p.ldo);
@@ -170,26 +174,50 @@ const std::vector<Prefetch>& SkinnyPrefetches() {
   return pfs;
 }
 
+// The candidates of gemm.skinny_rows as the kernels take them (Note [Skinny dot order]): "1",
+// or rows side by side / from how many KiB a row, "8/4k".
+const std::vector<DotOrder>& DotOrders() {
+  static const std::vector<DotOrder> orders = [] {
+    std::vector<DotOrder> v;
+    for (const std::string& name : SkinnyRowsKnob().candidates) {
+      const size_t slash = name.find('/');
+      DotOrder o;
+      o.rows = std::stoi(name.substr(0, slash));
+      if (slash != std::string::npos) o.from_bytes = std::stoll(name.substr(slash + 1)) << 10;
+      v.push_back(o);
+    }
+    return v;
+  }();
+  return orders;
+}
+
+// The tuner's picks as this process settled them, for trials (which never decide another knob).
+SkinnyPlan SettledPlan(int64_t weight_bytes) {
+  return {SkinnyPrefetches()[tune::Settled(SkinnyPrefetchKnob())],
+          split::Settled(SkinnySplitKnobs(), weight_bytes, AvailableThreads()),
+          DotOrders()[tune::Settled(SkinnyRowsKnob())]};
+}
+
 // Decode-shaped products for the skinny GEMM's knobs: rows of x against Linear weights [n, k] of
-// two shapes and float types, alternating until ColdBytes() of weights, so that every run reads
-// them from memory as a decode step does; split over the arena's threads as decode is. `setting`
-// gives a run's prefetch and chunks per thread from its candidate and the weight's bytes.
+// a few shapes and float types, taken in turn until ColdBytes() of weights, so that every run
+// reads them from memory as a decode step does; split over the arena's threads as decode is.
+// `setting` changes the plan settled for a weight's bytes as a run's candidate says.
 class SkinnyTrial : public tune::Trial {
  public:
   struct Shape {
     int64_t n, k;
     DType dtype;
   };
-  using Setting = std::function<std::pair<Prefetch, int>(int candidate, int64_t weight_bytes)>;
+  using Setting = std::function<void(int candidate, SkinnyPlan& plan)>;
 
   // Every other weight of each shape meets one row of x, the rest eight where eight_rows_too.
-  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make(const Shape (&shapes)[2], bool eight_rows_too,
-                                                           Setting setting) {
+  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make(absl::Span<const Shape> shapes,
+                                                           bool eight_rows_too, Setting setting) {
     auto t = std::unique_ptr<SkinnyTrial>(new SkinnyTrial);
     t->setting_ = std::move(setting);
     t->eight_rows_too_ = eight_rows_too;
     for (int64_t bytes = 0, i = 0; bytes < tune::ColdBytes(); ++i) {
-      const Shape& s = shapes[i % 2];
+      const Shape& s = shapes[static_cast<size_t>(i) % shapes.size()];
       DT_ASSIGN_OR_RETURN(Tensor w, Tensor::Full({s.n, s.k}, 0.01, s.dtype));
       bytes += w.nbytes();
       t->bytes_ += static_cast<double>(w.nbytes());
@@ -206,16 +234,18 @@ class SkinnyTrial : public tune::Trial {
   absl::Status Run(int candidate) override {
     for (size_t i = 0; i < weights_.size(); ++i) {
       const Tensor& w = weights_[i];
-      const Tensor& x = x_[i % 2];
-      const Tensor& out = outs_[i % 2];
+      const Tensor& x = x_[i % x_.size()];
+      const Tensor& out = outs_[i % x_.size()];
       Problem p;
-      p.m = eight_rows_too_ && i % 4 >= 2 ? kSkinnyMaxRows : 1, p.n = w.size(0), p.k = w.size(1);
+      const bool eight = eight_rows_too_ && i / x_.size() % 2 == 1;
+      p.m = eight ? kSkinnyMaxRows : 1, p.n = w.size(0), p.k = w.size(1);
       p.dtype = w.dtype();
       p.a = x.raw_data(), p.a_rs = p.k, p.a_cs = 1;
       p.b = w.raw_data(), p.b_rs = 1, p.b_cs = p.k;
       p.out = out.raw_data(), p.ldo = p.n;
-      const auto [pf, chunks_per_thread] = setting_(candidate, w.nbytes());
-      DT_RETURN_IF_ERROR(Skinny(p, KernelsFor(ActiveIsa()), /*parallel=*/true, pf, chunks_per_thread));
+      SkinnyPlan plan = SettledPlan(w.nbytes());
+      setting_(candidate, plan);
+      DT_RETURN_IF_ERROR(Skinny(p, KernelsFor(ActiveIsa()), /*parallel=*/true, plan));
     }
     return absl::OkStatus();
   }
@@ -243,9 +273,31 @@ const tune::Knob& SkinnyPrefetchKnob() {
       .make_trial =
           [] {
             const SkinnyTrial::Shape shapes[2] = {{1536, 576, DType::kF32}, {2048, 2048, DType::kBF16}};
-            return SkinnyTrial::Make(shapes, /*eight_rows_too=*/true, [](int candidate, int64_t bytes) {
-              return std::make_pair(SkinnyPrefetches()[candidate],
-                                    split::Settled(SkinnySplitKnobs(), bytes, AvailableThreads()));
+            return SkinnyTrial::Make(shapes, /*eight_rows_too=*/true, [](int candidate, SkinnyPlan& plan) {
+              plan.pf = SkinnyPrefetches()[candidate];
+            });
+          },
+  };
+  return knob;
+}
+
+const tune::Knob& SkinnyRowsKnob() {
+  static const tune::Knob knob{
+      .name = "gemm.skinny_rows",
+      .what = "the float decode GEMV's weight rows side by side / from which row length (dot layout)",
+      .candidates = {"8/4k", "4/4k", "8/2k", "8/1k", "8/8k", "1"},
+      .unit = "GB/s",
+      .rounds = 7,
+      // One row of x against weights whose rows hold 1.1 to 8 KiB, 3.5 to 8 MB each: bf16
+      // [3072, 576], f32 [1536, 576], bf16 [2048, 2048], f32 [1024, 2048].
+      .make_trial =
+          [] {
+            const SkinnyTrial::Shape shapes[4] = {{3072, 576, DType::kBF16},
+                                                  {1536, 576, DType::kF32},
+                                                  {2048, 2048, DType::kBF16},
+                                                  {1024, 2048, DType::kF32}};
+            return SkinnyTrial::Make(shapes, /*eight_rows_too=*/false, [](int candidate, SkinnyPlan& plan) {
+              plan.order = DotOrders()[candidate];
             });
           },
   };
@@ -262,10 +314,10 @@ const std::vector<const tune::Knob*>& SkinnySplitKnobs() {
             {{64, 576, DType::kBF16}, {32, 768, DType::kF32}},
             {{192, 576, DType::kBF16}, {192, 576, DType::kF32}},
             {{1536, 576, DType::kF32}, {2048, 2048, DType::kBF16}}};
-        return SkinnyTrial::Make(kShapes[size_class], /*eight_rows_too=*/false, [](int candidate, int64_t) {
-          return std::make_pair(SkinnyPrefetches()[tune::Settled(SkinnyPrefetchKnob())],
-                                split::ChunksPerThread(candidate));
-        });
+        return SkinnyTrial::Make(kShapes[size_class], /*eight_rows_too=*/false,
+                                 [](int candidate, SkinnyPlan& plan) {
+                                   plan.chunks_per_thread = split::ChunksPerThread(candidate);
+                                 });
       });
   return knobs;
 }
@@ -275,12 +327,21 @@ absl::StatusOr<Prefetch> PickSkinnyPrefetch() {
   return SkinnyPrefetches()[i];
 }
 
+absl::StatusOr<DotOrder> PickDotOrder() {
+  DT_ASSIGN_OR_RETURN(const int i, tune::Pick(SkinnyRowsKnob()));
+  return DotOrders()[i];
+}
+
 absl::Status Skinny(const Problem& p, const Kernels& ks, bool parallel) {
-  DT_ASSIGN_OR_RETURN(const Prefetch pf, PickSkinnyPrefetch());
+  SkinnyPlan plan;
+  DT_ASSIGN_OR_RETURN(plan.pf, PickSkinnyPrefetch());
   const int64_t weight_bytes = p.n * p.k * DTypeSize(p.dtype);
-  DT_ASSIGN_OR_RETURN(const int chunks_per_thread,
+  DT_ASSIGN_OR_RETURN(plan.chunks_per_thread,
                       split::Decide(SkinnySplitKnobs(), weight_bytes, parallel ? AvailableThreads() : 1));
-  return Skinny(p, ks, parallel, pf, chunks_per_thread);
+  if (p.m == 1 && p.b_rs == 1) {  // the one row order the knob steers
+    DT_ASSIGN_OR_RETURN(plan.order, PickDotOrder());
+  }
+  return Skinny(p, ks, parallel, plan);
 }
 
 }  // namespace dt::ops::cpu::gemm

@@ -34,8 +34,8 @@
 // Work split (oneTBB, within the rank's core budget like the float GEMM: AvailableThreads):
 // threads take chunks of weight rows (output columns): for Dot each chunk reads at least
 // kMinChunkBytes of weights, as many chunks per thread as the tuner settled for the call's size,
-// or none (Note [Decode split] in decode_split.cc); for Gemm a chunk's panels fit in L2
-// (kMaxPanelBytes) while all of x streams past them.
+// or none (Note [Decode split] in decode_split.cc); for Gemm a chunk's panels stay in L2 while
+// all of x streams past them, as many bytes of them as the tuner settled (Note [Panel chunk]).
 //
 // Note [Activation blocks]
 // Each run of 32 activations gets d = max|x| / 32767 and t = round(x / d), plus s = d * sum(t) and
@@ -93,8 +93,22 @@ constexpr int64_t kMinChunkBytes = int64_t{16} << 10;
 // the last (Note [Dot or panels]).
 constexpr int64_t kDotMaxRows[] = {4, 5, 6, 7, 8};
 constexpr int64_t kDotAlways = kDotMaxRows[0], kPanelsBeyond = std::end(kDotMaxRows)[-1];
-// A chunk's panels (Note [Quantized panels]): in L2 while x streams past.
-constexpr int64_t kMaxPanelBytes = int64_t{384} << 10;
+// Note [Panel chunk]
+// A chunk of weight rows is packed into panels and then multiplied with every row of x (Note
+// [Quantized panels]): the panels should still be in L2 when the rows of x reach them, and x's
+// own rows pass through the same L2. How many bytes of panels that allows depends on the CPU (an
+// L2 of 1 MiB per core on AMD Zen 4, 2 MiB on Intel Sapphire Rapids, 1.25 MiB on Ice Lake) and on
+// what its prefetchers keep there, so it is the tuner's knob qgemm.panel_chunk: the most bytes of
+// panels in one chunk (fewer where the weights give each thread less than two chunks). 384 KiB,
+// candidate 0, was measured best on the AMD EPYC Zen 4 VM before it was a knob. A trial's run
+// multiplies 128 rows of x with q4_1 weights [2048, 2048] and [5632, 2048] (a 1B model's attention
+// and MLP shapes, 2.5 and 7 KiB of panels per row), packed per call, the arena's threads.
+constexpr int64_t kPanelChunkKiB[] = {384, 192, 768, 1536};
+
+// The most bytes of panels in one chunk: candidate i of qgemm.panel_chunk.
+int64_t PanelChunkBytes(int candidate) {
+  return kPanelChunkKiB[static_cast<size_t>(candidate)] << 10;
+}
 
 // x [m, k] (unit column stride) quantized (Note [Activation blocks]) into `buf`: t (m * k int16),
 // then d, s and h (m * ld floats each); rows.t is null when out of memory. f32 rows are read where
@@ -190,11 +204,12 @@ struct Target {
 
 // Threads take chunks of weight rows (output columns): Dot's chunks_per_thread of them per thread,
 // 0 for none (Note [Decode split] in decode_split.cc); Gemm's are whole register tiles whose panels
-// fit kMaxPanelBytes, at least two per thread where the weights allow, for oneTBB to balance (Note
-// [Quantized GEMM]). The chunks of all the targets run in one fork-join (Note [Sibling
+// fit panel_bytes (Note [Panel chunk]), at least two per thread where the weights allow, for oneTBB
+// to balance (Note [Quantized GEMM]). The chunks of all the targets run in one fork-join (Note [Sibling
 // projections]). `pf` is the prefetch of the kernel that runs: Dot's, or (pf.hint) the panels'.
 absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows& rows,
-                      absl::Span<const Target> targets, Prefetch pf, int chunks_per_thread) {
+                      absl::Span<const Target> targets, Prefetch pf, int chunks_per_thread,
+                      int64_t panel_bytes) {
   const int64_t m = rows.m, k = rows.k;
   const int threads = gemm::AvailableThreads();
   int64_t total_bytes = 0;
@@ -210,7 +225,7 @@ absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows&
     if (packed) {
       const int64_t step = 2 * ks.gemm_lanes;  // a register tile's weight rows
       const int64_t per_row = qgemm::GemmScratchBytes(ks, t.w->dtype(), step, k) / step;
-      chunk = std::max<int64_t>(step, kMaxPanelBytes / per_row / step * step);
+      chunk = std::max<int64_t>(step, panel_bytes / per_row / step * step);
       chunk = std::min(chunk, std::max<int64_t>(step, (n + 2 * threads - 1) / (2 * threads) / step * step));
     } else {
       const int64_t chunks = split::Chunks(bytes, total_bytes, chunks_per_thread, threads, kMinChunkBytes);
@@ -368,7 +383,8 @@ class ColdQuantizedTrial : public tune::Trial {
                                            : split::Settled(qgemm::DotSplitKnobs(), weights_[i].nbytes(),
                                                             gemm::AvailableThreads());
       const Prefetch kernel_pf = panels ? Prefetch{panels_hint, 0} : pf;
-      DT_RETURN_IF_ERROR(Multiply(ks_, panels, rows, {target}, kernel_pf, chunks));
+      DT_RETURN_IF_ERROR(Multiply(ks_, panels, rows, {target}, kernel_pf, chunks,
+                                  PanelChunkBytes(tune::Settled(qgemm::PanelChunkKnob()))));
     }
     return absl::OkStatus();
   }
@@ -494,47 +510,84 @@ class PanelsPrefetchTrial : public ColdQuantizedTrial {
   }
 };
 
-// Prefill-shaped products for qgemm.isa (Note [Tuned instruction set] in isa_choice.h): 32 rows
-// of x against q4_1 weights of SmolLM2-135M's MLP shapes on the panels packed per call, with each
-// candidate set's kernels, the weights in cache (the width changes the arithmetic, not the
-// memory's speed), the arena's threads. The activations are the same bits on every set.
-class IsaTrial : public tune::Trial {
+// Prefill-shaped products for the knobs of the panels' arithmetic: rows of x against q4_1 weights
+// of two shapes on the panels packed per call, the weights in cache (these knobs change the
+// arithmetic and the panels' stay in L2, not the memory's speed), the arena's threads. The
+// activations are quantized once, the same bits on every set.
+class PrefillTrial : public tune::Trial {
  public:
-  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
-    auto t = std::unique_ptr<IsaTrial>(new IsaTrial);
-    const int64_t shapes[2][2] = {{1536, 576}, {576, 1536}};
+  int Threads() const override { return gemm::AvailableThreads(); }
+
+ protected:
+  PrefillTrial() = default;
+  absl::Status Fill(const int64_t (&shapes)[2][2], int64_t m, uint64_t seed) {
     for (int s = 0; s < 2; ++s) {
       const int64_t n = shapes[s][0], k = shapes[s][1];
-      DT_ASSIGN_OR_RETURN(t->w_[s], RandomQuantized(DType::kQ4_1, {n, k}, 13 + s));
-      DT_ASSIGN_OR_RETURN(t->out_[s], Tensor::Empty({kRows, n}));
-      DT_ASSIGN_OR_RETURN(t->x_[s], Tensor::Randn({kRows, k}, 17 + s));
-      t->rows_[s] = QuantizeRows(qgemm::KernelsFor(qgemm::BaseIsa()), t->x_[s], t->qbuf_[s]);
-      if (t->rows_[s].t == nullptr) return absl::ResourceExhaustedError("tuner: out of memory");
-      t->bytes_ += static_cast<double>(t->w_[s].nbytes());
+      DT_ASSIGN_OR_RETURN(w_[s], RandomQuantized(DType::kQ4_1, {n, k}, seed + s));
+      DT_ASSIGN_OR_RETURN(out_[s], Tensor::Empty({m, n}));
+      DT_ASSIGN_OR_RETURN(x_[s], Tensor::Randn({m, k}, seed + 2 + s));
+      rows_[s] = QuantizeRows(qgemm::KernelsFor(qgemm::BaseIsa()), x_[s], qbuf_[s]);
+      if (rows_[s].t == nullptr) return absl::ResourceExhaustedError("tuner: out of memory");
+      bytes_ += static_cast<double>(w_[s].nbytes());
+      flops_ += 2.0 * static_cast<double>(m * n * k);
     }
-    return std::unique_ptr<tune::Trial>(std::move(t));
+    return absl::OkStatus();
   }
-  absl::Status Run(int candidate) override {
-    const qgemm::Kernels& ks = qgemm::KernelsFor(candidates_[static_cast<size_t>(candidate)]);
+  // Both products on ks's panels, chunks of at most panel_bytes of them.
+  absl::Status MultiplyBoth(const qgemm::Kernels& ks, int64_t panel_bytes) {
     if (ks.pack == nullptr) return absl::UnimplementedError("tuner: no panel kernel in this set");
     const Prefetch pf{PanelsPrefetch(tune::Settled(qgemm::PanelsPrefetchKnob())), 0};
     for (int s = 0; s < 2; ++s) {
       const Target target{&w_[s], nullptr, &out_[s]};
-      DT_RETURN_IF_ERROR(Multiply(ks, /*packed=*/true, rows_[s], {target}, pf, 0));
+      DT_RETURN_IF_ERROR(Multiply(ks, /*packed=*/true, rows_[s], {target}, pf, 0, panel_bytes));
     }
     return absl::OkStatus();
   }
-  double Work() const override { return bytes_; }
-  int Threads() const override { return gemm::AvailableThreads(); }
+  double bytes_ = 0, flops_ = 0;
 
  private:
-  static constexpr int64_t kRows = 32;
-  IsaTrial() = default;
-  const std::vector<qgemm::Isa> candidates_ = qgemm::IsaCandidates();
   Tensor w_[2], out_[2], x_[2];
   std::optional<gemm::ScratchBuffer> qbuf_[2];
   qgemm::QRows rows_[2];
-  double bytes_ = 0;
+};
+
+// qgemm.isa (Note [Tuned instruction set] in isa_choice.h): 32 rows of x against SmolLM2-135M's
+// MLP shapes with each candidate set's kernels. Figure: GB/s of blocks.
+class IsaTrial : public PrefillTrial {
+ public:
+  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
+    auto t = std::unique_ptr<IsaTrial>(new IsaTrial);
+    const int64_t shapes[2][2] = {{1536, 576}, {576, 1536}};
+    DT_RETURN_IF_ERROR(t->Fill(shapes, /*m=*/32, /*seed=*/13));
+    return std::unique_ptr<tune::Trial>(std::move(t));
+  }
+  absl::Status Run(int candidate) override {
+    return MultiplyBoth(qgemm::KernelsFor(candidates_[static_cast<size_t>(candidate)]),
+                        PanelChunkBytes(tune::Settled(qgemm::PanelChunkKnob())));
+  }
+  double Work() const override { return bytes_; }
+
+ private:
+  IsaTrial() = default;
+  const std::vector<qgemm::Isa> candidates_ = qgemm::IsaCandidates();
+};
+
+// qgemm.panel_chunk (Note [Panel chunk]): 128 rows of x against a 1B model's shapes, the
+// process's set. Figure: GFLOP/s.
+class PanelChunkTrial : public PrefillTrial {
+ public:
+  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
+    auto t = std::unique_ptr<PanelChunkTrial>(new PanelChunkTrial);
+    const int64_t shapes[2][2] = {{2048, 2048}, {5632, 2048}};
+    DT_RETURN_IF_ERROR(t->Fill(shapes, /*m=*/128, /*seed=*/41));
+    return std::unique_ptr<tune::Trial>(std::move(t));
+  }
+  absl::Status Run(int candidate) override { return MultiplyBoth(ks_, PanelChunkBytes(candidate)); }
+  double Work() const override { return flops_; }
+
+ private:
+  PanelChunkTrial() = default;
+  const qgemm::Kernels& ks_ = qgemm::KernelsFor(qgemm::ActiveIsa());
 };
 
 // Whether m rows of x take the panels (Note [Dot or panels]).
@@ -574,9 +627,12 @@ absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
   }
   Prefetch pf;
   int chunks_per_thread = 0;
+  int64_t panel_bytes = 0;
   if (packed) {
     DT_ASSIGN_OR_RETURN(const int i, tune::Pick(qgemm::PanelsPrefetchKnob()));
     pf.hint = PanelsPrefetch(i);
+    DT_ASSIGN_OR_RETURN(const int c, tune::Pick(qgemm::PanelChunkKnob()));
+    panel_bytes = PanelChunkBytes(c);
   } else {
     DT_ASSIGN_OR_RETURN(const int i, tune::Pick(qgemm::DotPrefetchKnob()));
     pf = DotPrefetches()[i];
@@ -585,7 +641,7 @@ absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
     DT_ASSIGN_OR_RETURN(chunks_per_thread,
                         split::Decide(qgemm::DotSplitKnobs(), bytes, gemm::AvailableThreads()));
   }
-  return Multiply(ks, packed, rows, targets, pf, chunks_per_thread);
+  return Multiply(ks, packed, rows, targets, pf, chunks_per_thread, panel_bytes);
 }
 
 const tune::Knob& qgemm::IsaKnob() {
@@ -621,6 +677,22 @@ const tune::Knob& qgemm::PanelsPrefetchKnob() {
       .rounds = 7,
       .make_trial = &PanelsPrefetchTrial::Make,
   };
+  return knob;
+}
+
+const tune::Knob& qgemm::PanelChunkKnob() {
+  static const tune::Knob knob = [] {
+    std::vector<std::string> candidates;
+    for (const int64_t kib : kPanelChunkKiB) candidates.push_back(absl::StrCat(kib, "k"));
+    return tune::Knob{
+        .name = "qgemm.panel_chunk",
+        .what = "the most bytes of quantized panels packed and multiplied as one chunk (in L2)",
+        .candidates = std::move(candidates),
+        .unit = "GFLOP/s",
+        .rounds = 5,
+        .make_trial = &PanelChunkTrial::Make,
+    };
+  }();
   return knob;
 }
 

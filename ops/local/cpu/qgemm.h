@@ -93,6 +93,9 @@ const tune::Knob& IsaKnob();
 const tune::Knob& DotPrefetchKnob();
 // The tuner's knob for `panels`' prefetch hint (Note [Panels prefetch] in qgemm_x86.inc).
 const tune::Knob& PanelsPrefetchKnob();
+// The tuner's knob for the most bytes of panels packed and multiplied as one chunk (Note [Panel
+// chunk] in qgemm.cc).
+const tune::Knob& PanelChunkKnob();
 // The tuner's knobs for the rows of x up to which `dot` runs, not the panels (Note [Dot or panels]
 // in qgemm.cc): candidates "4" to "8"; one for panels packed per call, one for a process that
 // keeps them.

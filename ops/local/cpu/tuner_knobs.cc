@@ -19,11 +19,13 @@ namespace dt::ops::cpu::tune {
 const std::vector<const Knob*>& AllKnobs() {
   static const std::vector<const Knob*> knobs = [] {
     std::vector<const Knob*> v = {&qgemm::IsaKnob(), &qgemm::DotPrefetchKnob(),
-                                  &qgemm::PanelsPrefetchKnob(), &qgemm::DotMaxRowsKnob(false),
+                                  &qgemm::PanelsPrefetchKnob(), &qgemm::PanelChunkKnob(),
+                                  &qgemm::DotMaxRowsKnob(false),
                                   &qgemm::DotMaxRowsKnob(true)};
     for (const Knob* k : qgemm::DotSplitKnobs()) v.push_back(k);
     v.push_back(&gemm::IsaKnob());
     v.push_back(&gemm::SkinnyPrefetchKnob());
+    v.push_back(&gemm::SkinnyRowsKnob());
     for (const Knob* k : gemm::SkinnySplitKnobs()) v.push_back(k);
     for (const Knob* k : gemm::BackendKnobs()) v.push_back(k);
     for (const DType t : {DType::kF32, DType::kBF16}) v.push_back(&gemm::DnnlWeightsKnob(t));

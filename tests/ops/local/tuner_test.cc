@@ -272,9 +272,11 @@ TEST(Tuner, DtTuneForcesAndNamesWhatIsWrong) {
   }
 }
 
-// The prefetch knobs change where bytes are asked for, never a result: every candidate gives the
-// same bits as the first, for quantized and float decode products of several shapes.
-TEST(Tuner, EveryPrefetchCandidateComputesTheSameProduct) {
+// The prefetch knobs change where bytes are asked for, the panels' chunk which thread computes
+// which outputs, never a result: every candidate gives the same bits as the first, for quantized
+// and float products of several shapes (the chunk's: 480, 288, 128 or 64 of the 2000 weight rows
+// a chunk on two threads, the last chunk partial).
+TEST(Tuner, EveryPrefetchAndChunkCandidateComputesTheSameProduct) {
   TuneEnv env(nullptr);
   struct Case {
     const tune::Knob* knob;
@@ -284,6 +286,8 @@ TEST(Tuner, EveryPrefetchCandidateComputesTheSameProduct) {
   const Case cases[] = {{&cpu::qgemm::DotPrefetchKnob(), DType::kQ4_1, 1, 67, 576},
                         {&cpu::qgemm::DotPrefetchKnob(), DType::kQ6_K, 3, 40, 512},
                         {&cpu::qgemm::DotPrefetchKnob(), DType::kQ8_0, 4, 129, 96},
+                        {&cpu::qgemm::PanelChunkKnob(), DType::kQ4_1, 40, 2000, 2048},
+                        {&cpu::qgemm::PanelChunkKnob(), DType::kQ6_K, 9, 1000, 4096},
                         {&cpu::gemm::SkinnyPrefetchKnob(), DType::kF32, 1, 300, 1000},
                         {&cpu::gemm::SkinnyPrefetchKnob(), DType::kBF16, 5, 77, 4100},
                         {&cpu::gemm::SkinnyPrefetchKnob(), DType::kF16, 8, 33, 200}};
@@ -361,6 +365,47 @@ TEST(Tuner, EverySplitCandidateComputesTheSameProduct) {
   }
 }
 
+// The row order of the float decode GEMV (gemm.skinny_rows, Note [Skinny dot order]) changes how
+// each output's sum is grouped (one row's four chains, or one chain per row side by side), so every
+// candidate gives each output within f32 rounding of the first's (K * 2^-23 * sum |x w|, plus the
+// output's own rounding in a half dtype). One row of x against rows of 1.2 to 8.2 KiB, on either
+// side of every candidate's threshold, a partial tile of rows at the end.
+TEST(Tuner, EveryRowOrderComputesTheProductWithinRounding) {
+  TuneEnv env(nullptr);
+  struct Case {
+    DType dtype;
+    int64_t n, k;
+  };
+  const Case cases[] = {{DType::kF32, 37, 300},   {DType::kBF16, 45, 600},  {DType::kF32, 29, 700},
+                        {DType::kBF16, 23, 2100}, {DType::kF16, 19, 2100}, {DType::kF32, 21, 1000},
+                        {DType::kBF16, 13, 4100}, {DType::kF32, 11, 2100}};
+  const tune::Knob& knob = cpu::gemm::SkinnyRowsKnob();
+  for (const Case& c : cases) {
+    const Tensor x = Tensor::Randn({1, c.k}, 1).value().To(c.dtype).value();
+    const Tensor w = Tensor::Randn({c.n, c.k}, 2).value().To(c.dtype).value();
+    const std::vector<double> xs = x.ToDoubles(), ws = w.ToDoubles();
+    std::vector<double> first;
+    for (size_t i = 0; i < knob.candidates.size(); ++i) {
+      tune::ForceForTesting(knob, static_cast<int>(i));
+      const std::vector<double> y = Linear(x, w).value().ToDoubles();
+      if (first.empty()) {
+        first = y;
+        continue;
+      }
+      for (int64_t j = 0; j < c.n; ++j) {
+        double magnitude = 0;
+        for (int64_t p = 0; p < c.k; ++p) magnitude += std::abs(xs[p] * ws[j * c.k + p]);
+        const double bound = static_cast<double>(c.k) * std::ldexp(magnitude, -23) +
+                             (c.dtype == DType::kF32 ? 0.0 : std::ldexp(std::abs(first[j]), -7));
+        ASSERT_LE(std::abs(y[j] - first[j]), bound)
+            << knob.candidates[i] << " on " << DTypeName(c.dtype) << " [" << c.n << ", " << c.k
+            << "], output " << j;
+      }
+    }
+    tune::ForceForTesting(knob, std::nullopt);
+  }
+}
+
 // The instruction-set knobs (Note [Tuned instruction set]): their candidates are the sets this
 // CPU runs, most preferred first; the candidate forced is the set the kernels run (the attention
 // kernels' the GEMM's), a test's SetIsaForTesting wins over the knob, and the cache key names the
@@ -371,7 +416,9 @@ void ExpectIsaKnobSteers(const tune::Knob& knob, const std::vector<Isa>& sets, I
                          const char* (*name)(Isa)) {
   ASSERT_EQ(knob.candidates.size(), sets.size());
   const std::string key = tune::CacheKey();
-  for (int above = static_cast<int>(sets[0]) + 1; above < 4; ++above) {
+  // Every set of the family above the first candidate (name() is "?" past the family's last).
+  for (int above = static_cast<int>(sets[0]) + 1; std::string(name(static_cast<Isa>(above))) != "?";
+       ++above) {
     EXPECT_FALSE(supported(static_cast<Isa>(above))) << knob.name << ": a preferred set left out";
   }
   for (size_t i = 0; i < sets.size(); ++i) {
@@ -410,14 +457,15 @@ TEST(Tuner, RealKnobsMeasureEveryCandidate) {
   const bool panels = cpu::qgemm::KernelsFor(cpu::qgemm::ActiveIsa()).pack != nullptr;
   std::vector<const tune::Knob*> knobs = {
       &cpu::qgemm::IsaKnob(), &cpu::qgemm::DotPrefetchKnob(),
-      &cpu::qgemm::PanelsPrefetchKnob(), &cpu::qgemm::DotMaxRowsKnob(false),
+      &cpu::qgemm::PanelsPrefetchKnob(), &cpu::qgemm::PanelChunkKnob(),
+      &cpu::qgemm::DotMaxRowsKnob(false),
       &cpu::qgemm::DotMaxRowsKnob(true), &cpu::gemm::IsaKnob(),
-      &cpu::gemm::SkinnyPrefetchKnob()};
+      &cpu::gemm::SkinnyPrefetchKnob(), &cpu::gemm::SkinnyRowsKnob()};
   for (const tune::Knob* k : cpu::qgemm::DotSplitKnobs()) knobs.push_back(k);
   for (const tune::Knob* k : cpu::gemm::SkinnySplitKnobs()) knobs.push_back(k);
   for (const tune::Knob* k : knobs) {
     const bool times_panels = k->name.starts_with("qgemm.dot_max_rows") ||
-                              k->name.starts_with("qgemm.panels") || k->name == "qgemm.isa";
+                              k->name.starts_with("qgemm.panel") || k->name == "qgemm.isa";
     if (!panels && times_panels) continue;  // no panels to time
     const tune::Choice c = tune::MeasureNow(*k).value();
     for (size_t i = 0; i < k->candidates.size(); ++i) EXPECT_GT(c.figures[i], 0) << k->name << " " << k->candidates[i];
