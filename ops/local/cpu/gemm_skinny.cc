@@ -285,17 +285,19 @@ const tune::Knob& SkinnyRowsKnob() {
   static const tune::Knob knob{
       .name = "gemm.skinny_rows",
       .what = "the float decode GEMV's weight rows side by side / from which row length (dot layout)",
-      .candidates = {"8/4k", "4/4k", "8/2k", "8/1k", "8/8k", "1"},
+      .candidates = {"8/4k", "4/4k", "8/2k", "8/8k", "8/16k", "1"},
       .unit = "GB/s",
       .rounds = 7,
-      // One row of x against weights whose rows hold 1.1 to 8 KiB, 3.5 to 8 MB each: bf16
-      // [3072, 576], f32 [1536, 576], bf16 [2048, 2048], f32 [1024, 2048].
+      // One row of x against weights whose rows hold 1.1 to 16 KiB (a small model's to an 8B
+      // one's), 3.5 to 8 MB each: bf16 [3072, 576], f32 [1536, 576], bf16 [2048, 2048], f32
+      // [1024, 2048], f32 [512, 4096].
       .make_trial =
           [] {
-            const SkinnyTrial::Shape shapes[4] = {{3072, 576, DType::kBF16},
+            const SkinnyTrial::Shape shapes[5] = {{3072, 576, DType::kBF16},
                                                   {1536, 576, DType::kF32},
                                                   {2048, 2048, DType::kBF16},
-                                                  {1024, 2048, DType::kF32}};
+                                                  {1024, 2048, DType::kF32},
+                                                  {512, 4096, DType::kF32}};
             return SkinnyTrial::Make(shapes, /*eight_rows_too=*/false, [](int candidate, SkinnyPlan& plan) {
               plan.order = DotOrders()[candidate];
             });

@@ -368,7 +368,7 @@ TEST(Tuner, EverySplitCandidateComputesTheSameProduct) {
 // The row order of the float decode GEMV (gemm.skinny_rows, Note [Skinny dot order]) changes how
 // each output's sum is grouped (one row's four chains, or one chain per row side by side), so every
 // candidate gives each output within f32 rounding of the first's (K * 2^-23 * sum |x w|, plus the
-// output's own rounding in a half dtype). One row of x against rows of 1.2 to 8.2 KiB, on either
+// output's own rounding in a half dtype). One row of x against rows of 1.2 to 16.8 KiB, on either
 // side of every candidate's threshold, a partial tile of rows at the end.
 TEST(Tuner, EveryRowOrderComputesTheProductWithinRounding) {
   TuneEnv env(nullptr);
@@ -378,7 +378,8 @@ TEST(Tuner, EveryRowOrderComputesTheProductWithinRounding) {
   };
   const Case cases[] = {{DType::kF32, 37, 300},   {DType::kBF16, 45, 600},  {DType::kF32, 29, 700},
                         {DType::kBF16, 23, 2100}, {DType::kF16, 19, 2100}, {DType::kF32, 21, 1000},
-                        {DType::kBF16, 13, 4100}, {DType::kF32, 11, 2100}};
+                        {DType::kBF16, 13, 4100}, {DType::kF32, 11, 2100}, {DType::kBF16, 7, 8300},
+                        {DType::kF32, 9, 4200}};
   const tune::Knob& knob = cpu::gemm::SkinnyRowsKnob();
   for (const Case& c : cases) {
     const Tensor x = Tensor::Randn({1, c.k}, 1).value().To(c.dtype).value();
