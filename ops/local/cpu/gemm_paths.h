@@ -58,7 +58,8 @@ struct SkinnyPlan {
   int chunks_per_thread = 0;
   DotOrder order;
 };
-absl::Status Skinny(const Problem& p, const Kernels& kernels, bool parallel, const SkinnyPlan& plan);
+absl::Status Skinny(const Problem& p, const Kernels& kernels, bool parallel,
+                    const SkinnyPlan& plan);
 const tune::Knob& SkinnyPrefetchKnob();
 // gemm.skinny_rows (Note [Skinny dot order] in gemm_kernels.cc).
 const tune::Knob& SkinnyRowsKnob();

@@ -273,9 +273,10 @@ const tune::Knob& SkinnyPrefetchKnob() {
       .make_trial =
           [] {
             const SkinnyTrial::Shape shapes[2] = {{1536, 576, DType::kF32}, {2048, 2048, DType::kBF16}};
-            return SkinnyTrial::Make(shapes, /*eight_rows_too=*/true, [](int candidate, SkinnyPlan& plan) {
-              plan.pf = SkinnyPrefetches()[candidate];
-            });
+            return SkinnyTrial::Make(shapes, /*eight_rows_too=*/true,
+                                     [](int candidate, SkinnyPlan& plan) {
+                                       plan.pf = SkinnyPrefetches()[candidate];
+                                     });
           },
   };
   return knob;
@@ -284,7 +285,8 @@ const tune::Knob& SkinnyPrefetchKnob() {
 const tune::Knob& SkinnyRowsKnob() {
   static const tune::Knob knob{
       .name = "gemm.skinny_rows",
-      .what = "the float decode GEMV's weight rows side by side / from which row length (dot layout)",
+      .what = "the float decode GEMV's weight rows side by side / from which row length "
+              "(dot layout)",
       .candidates = {"8/4k", "4/4k", "8/2k", "8/8k", "8/16k", "1"},
       .unit = "GB/s",
       .rounds = 7,
@@ -298,9 +300,10 @@ const tune::Knob& SkinnyRowsKnob() {
                                                   {2048, 2048, DType::kBF16},
                                                   {1024, 2048, DType::kF32},
                                                   {512, 4096, DType::kF32}};
-            return SkinnyTrial::Make(shapes, /*eight_rows_too=*/false, [](int candidate, SkinnyPlan& plan) {
-              plan.order = DotOrders()[candidate];
-            });
+            return SkinnyTrial::Make(shapes, /*eight_rows_too=*/false,
+                                     [](int candidate, SkinnyPlan& plan) {
+                                       plan.order = DotOrders()[candidate];
+                                     });
           },
   };
   return knob;

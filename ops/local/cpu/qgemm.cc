@@ -205,8 +205,9 @@ struct Target {
 // Threads take chunks of weight rows (output columns): Dot's chunks_per_thread of them per thread,
 // 0 for none (Note [Decode split] in decode_split.cc); Gemm's are whole register tiles whose panels
 // fit panel_bytes (Note [Panel chunk]), at least two per thread where the weights allow, for oneTBB
-// to balance (Note [Quantized GEMM]). The chunks of all the targets run in one fork-join (Note [Sibling
-// projections]). `pf` is the prefetch of the kernel that runs: Dot's, or (pf.hint) the panels'.
+// to balance (Note [Quantized GEMM]). The chunks of all the targets run in one fork-join (Note
+// [Sibling projections]). `pf` is the prefetch of the kernel that runs: Dot's, or (pf.hint) the
+// panels'.
 absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows& rows,
                       absl::Span<const Target> targets, Prefetch pf, int chunks_per_thread,
                       int64_t panel_bytes) {
