@@ -62,9 +62,10 @@
 // All of that was measured on AMD Zen 4 and Zen 5 only, so for one row of x (every decode GEMV)
 // the order is the tuner's knob gemm.skinny_rows (gemm_skinny.cc): how many rows side by side
 // (the widest tile or half of it) from which row length, or one at a time always; the 4 KiB
-// measured here is its first candidate. DotTileRows keeps the register-bound tiles of M >= 2 and
-// DotChains the accumulators that cover the FMA latency: what the registers allow, not a CPU's
-// memory.
+// measured here is its first candidate (OneRowTile reads it; on the 2-vCPU Zen 5 VM of
+// 2026-12-07 the tuner picked `1`, one row at a time always, 8-18 % over `8/4k` in five
+// calibrations). DotTileRows keeps the register-bound tiles of M >= 2 and DotChains the
+// accumulators that cover the FMA latency: what the registers allow, not a CPU's memory.
 
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
 
@@ -216,6 +217,13 @@ inline int64_t CeilDivRows(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // with AVX-512's 32 vector registers, 4 with AVX2's 16), half of it up to m = 4, a quarter beyond.
 constexpr int DotTileRows(int m, int widest) {
   return m == 1 ? 1 : m <= 2 ? widest : m <= 4 ? widest / 2 : widest / 4;
+}
+// Weight rows a dot tile reads side by side for one row of x against rows of row_bytes, as the
+// tuner's `order` says: the set's widest tile, half of it, or one.
+constexpr int OneRowTile(DotOrder order, int64_t row_bytes, int widest) {
+  return order.rows <= 1 || row_bytes < order.from_bytes ? 1
+         : order.rows >= widest                          ? widest
+                                                         : widest / 2;
 }
 // Accumulator sets a dot tile of m x r keeps over consecutive vectors of k, so that at least four
 // FMA chains are in flight however few rows there are.
@@ -470,13 +478,16 @@ void DotRows(int64_t n, int64_t k, const uint16_t* x, int64_t ldx, const uint16_
              float* c, int64_t ldc, Prefetch pf, DotOrder order) {
   const char* wb = reinterpret_cast<const char*>(w);
   constexpr int kWide = avx512::kWidestTile, kHalf = kWide / 2;
-  if (M == 1 && order.rows > 1 && k * 2 >= order.from_bytes) {
-    if (order.rows >= kWide) {
-      return DotBlocked<1, kWide, uint16_t>(n, k, x, ldx, wb, ldw, 2, c, ldc, DotTile<1, kWide>,
-                                            DotTile<1, 1>, pf);
+  if constexpr (M == 1) {
+    switch (OneRowTile(order, k * 2, kWide)) {
+      case kWide:
+        return DotBlocked<1, kWide, uint16_t>(n, k, x, ldx, wb, ldw, 2, c, ldc, DotTile<1, kWide>,
+                                              DotTile<1, 1>, pf);
+      case kHalf:
+        return DotBlocked<1, kHalf, uint16_t>(n, k, x, ldx, wb, ldw, 2, c, ldc, DotTile<1, kHalf>,
+                                              DotTile<1, 1>, pf);
+      default: break;
     }
-    return DotBlocked<1, kHalf, uint16_t>(n, k, x, ldx, wb, ldw, 2, c, ldc, DotTile<1, kHalf>,
-                                          DotTile<1, 1>, pf);
   }
   constexpr int R = DotTileRows(M, kWide);
   DotBlocked<M, R, uint16_t>(n, k, x, ldx, wb, ldw, 2, c, ldc, DotTile<M, R>, DotTile<M, 1>, pf);

@@ -100,7 +100,9 @@ constexpr int64_t kDotAlways = kDotMaxRows[0], kPanelsBeyond = std::end(kDotMaxR
 // L2 of 1 MiB per core on AMD Zen 4, 2 MiB on Intel Sapphire Rapids, 1.25 MiB on Ice Lake) and on
 // what its prefetchers keep there, so it is the tuner's knob qgemm.panel_chunk: the most bytes of
 // panels in one chunk (fewer where the weights give each thread less than two chunks). 384 KiB,
-// candidate 0, was measured best on the AMD EPYC Zen 4 VM before it was a knob. A trial's run
+// candidate 0, was the fixed bound before it was a knob (set to fit Zen 4's L2; no measurement of
+// it was recorded); on the 2-vCPU Zen 5 VM (2026-12-07) 384k and 192k measured within 1-3 % of
+// each other in five calibrations, 768k and 1536k 3-10 % slower. A trial's run
 // multiplies 128 rows of x with q4_1 weights [2048, 2048] and [5632, 2048] (a 1B model's attention
 // and MLP shapes, 2.5 and 7 KiB of panels per row), packed per call, the arena's threads.
 constexpr int64_t kPanelChunkKiB[] = {384, 192, 768, 1536};
