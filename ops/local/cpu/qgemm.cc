@@ -23,7 +23,8 @@
 //         each weight block is decoded in registers where it lies,
 //         once per four rows of x, and the per-block scales are applied eight blocks at a time
 //         (Note [Quantized dot groups]); the weights are read exactly once, as the float skinny
-//         GEMM reads them (Note [Skinny GEMM]).
+//         GEMM reads them (Note [Skinny GEMM]). With AVX-512 it also comes on 512-bit vectors,
+//         the tuner's pick per CPU (Note [512-bit quantized dot]).
 //   Gemm  beyond (prefill, batched decode): a chunk of weight rows is decoded into panels (8-bit
 //         quants of eight rows interleaved in pairs, widened to the pairs of 16-bit integers
 //         vpdpwssd wants as they are loaded), per call or once per weight
@@ -63,6 +64,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -116,11 +118,12 @@ int64_t PanelChunkBytes(int candidate) {
 // then d, s and h (m * ld floats each); rows.t is null when out of memory. f32 rows are read where
 // they lie; rows of a half dtype are widened one at a time into an f32 row that stays in L1 and
 // quantized from there, so x is read once (not widened into a scratch copy of all of it and then
-// read again).
-qgemm::QRows QuantizeRows(const qgemm::Kernels& ks, const Tensor& x, std::optional<gemm::ScratchBuffer>& buf) {
+// read again). With `paired`, rows.paired too, after h (the 512-bit dot's layout).
+qgemm::QRows QuantizeRows(const qgemm::Kernels& ks, const Tensor& x,
+                          std::optional<gemm::ScratchBuffer>& buf, bool paired = false) {
   const int64_t m = x.size(0), k = x.size(1);
-  const int64_t ld = qgemm::QRowsLd(k);
-  buf.emplace(gemm::ScratchSlot::kQuant, m * k / 2 + 3 * m * ld);
+  const int64_t ld = qgemm::QRowsLd(k), pld = qgemm::PairedLd(k);
+  buf.emplace(gemm::ScratchSlot::kQuant, m * k / 2 + 3 * m * ld + (paired ? m * pld / 2 : 0));
   qgemm::QRows rows;
   if (buf->data() == nullptr) return rows;
   rows.m = static_cast<int>(m);
@@ -147,6 +150,27 @@ qgemm::QRows QuantizeRows(const qgemm::Kernels& ks, const Tensor& x, std::option
       ks.quantize(1, k, row.data(), k, t + i * k, d + i * ld, s + i * ld, h + i * ld);
     }
   });
+  if (paired) {
+    int16_t* out = reinterpret_cast<int16_t*>(h + m * ld);
+    const int64_t subs = k / 32;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t p = 0; 2 * p < subs; ++p) {
+        const int16_t* a = t + i * k + 64 * p;
+        int16_t* o = out + i * pld + 64 * p;
+        const bool b = 2 * p + 1 < subs;
+        std::memcpy(o, a, 32);
+        std::memcpy(o + 32, a + 16, 32);
+        if (b) {
+          std::memcpy(o + 16, a + 32, 32);
+          std::memcpy(o + 48, a + 48, 32);
+        } else {
+          std::memset(o + 16, 0, 32);
+          std::memset(o + 48, 0, 32);
+        }
+      }
+    }
+    rows.paired = out;
+  }
   return rows;
 }
 
@@ -263,7 +287,8 @@ absl::Status Multiply(const qgemm::Kernels& ks, bool packed, const qgemm::QRows&
       ks.pack(q, cols, k, wp + j0 * row_bytes, row_bytes, panel->data());
       ks.panels(q, rows, cols, panel->data(), c, ldc, pf.hint);
     } else {
-      ks.dot(q, rows, cols, wp + j0 * row_bytes, row_bytes, c, ldc, pf);
+      (rows.paired != nullptr ? ks.dot_wide : ks.dot)(q, rows, cols, wp + j0 * row_bytes,
+                                                      row_bytes, c, ldc, pf);
     }
     const float* bias32 = task.target->bias32;
     gemm::FinishRows(m, cols, c, ldc, bias32 != nullptr ? bias32 + j0 : nullptr, dtype,
@@ -351,7 +376,7 @@ class ColdQuantizedTrial : public tune::Trial {
     if (panels_.size() % 2 != 0) panels_.pop_back();  // an even count: i mod it keeps i's shape
     for (int s = 0; s < 2; ++s) {
       DT_ASSIGN_OR_RETURN(x_[s], Tensor::Randn({most_rows, shapes[s][1]}, x_seed + s));
-      rows_[s] = QuantizeRows(ks_, x_[s], qbuf_[s]);
+      rows_[s] = QuantizeRows(ks_, x_[s], qbuf_[s], /*paired=*/ks_.dot_wide != nullptr);
       if (rows_[s].t == nullptr) return absl::ResourceExhaustedError("tuner: out of memory");
     }
     return absl::OkStatus();
@@ -368,15 +393,16 @@ class ColdQuantizedTrial : public tune::Trial {
     return Fill(shapes, rows_of, random, x_seed, keep_panels);
   }
 
-  // Every weight times its rows of x: on the dot with `pf` up to dot_max_rows rows, on the panels
-  // beyond with `panels_hint`; the dot in chunks_per_thread chunks per thread, or as this process
-  // settled it for the weight's size where nullopt.
+  // Every weight times its rows of x: on the dot with `pf` up to dot_max_rows rows (512-bit with
+  // wide_), on the panels beyond with `panels_hint`; the dot in chunks_per_thread chunks per
+  // thread, or as this process settled it for the weight's size where nullopt.
   absl::Status MultiplyAll(int64_t dot_max_rows, Prefetch pf, PrefetchHint panels_hint,
                            std::optional<int> chunks_per_thread = std::nullopt) {
     for (size_t i = 0; i < weights_.size(); ++i) {
       // The rows are laid out one after another: the first m of them are a QRows of their own.
       qgemm::QRows rows = rows_[i % 2];
       rows.m = static_cast<int>(outs_[i].size(0));
+      if (!wide_) rows.paired = nullptr;
       const bool panels = rows.m > dot_max_rows;
       Target target{&weights_[i], nullptr, &outs_[i]};
       if (panels && !panels_.empty()) {
@@ -393,6 +419,8 @@ class ColdQuantizedTrial : public tune::Trial {
   }
 
   const qgemm::Kernels& ks_;
+  // The dot's width as this process settled it (Note [512-bit quantized dot]).
+  bool wide_ = ks_.dot_wide != nullptr && tune::Settled(qgemm::DotWidthKnob()) == 1;
 
  private:
   std::vector<Tensor> weights_, outs_;
@@ -432,6 +460,34 @@ class DotPrefetchTrial : public ColdQuantizedTrial {
     }
     return w;
   }
+};
+
+// Decode-shaped products for qgemm.dot_width (Note [512-bit quantized dot]): one row of x, then
+// four, against cold q4_1 weights of a small model's projection ([1536, 576]: rows of 18 blocks,
+// a partial group) and a larger one ([2048, 2048]), with the prefetch this process has settled on.
+class DotWidthTrial : public ColdQuantizedTrial {
+ public:
+  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
+    auto t = std::unique_ptr<DotWidthTrial>(new DotWidthTrial);
+    if (t->ks_.dot_wide == nullptr) {
+      return absl::UnimplementedError("tuner: no 512-bit quantized dot in this set");
+    }
+    const int64_t shapes[2][2] = {{1536, 576}, {2048, 2048}};
+    auto random = [](int64_t n, int64_t k, int64_t i) {
+      return RandomQuantized(DType::kQ4_1, {n, k}, 43 + i);
+    };
+    DT_RETURN_IF_ERROR(t->Fill(shapes, [](int64_t i) -> int64_t { return (i / 2) % 2 ? 4 : 1; },
+                               random, /*x_seed=*/47, /*keep_panels=*/false));
+    t->pf_ = SettledDotPrefetch();
+    return std::unique_ptr<tune::Trial>(std::move(t));
+  }
+  absl::Status Run(int candidate) override {
+    wide_ = candidate == 1;
+    return MultiplyAll(/*dot_max_rows=*/4, pf_, PrefetchHint::kNone);
+  }
+
+ private:
+  Prefetch pf_;
 };
 
 // Decode-shaped products for qgemm.dot_split.<class> (Note [Decode split]): one row of x
@@ -609,10 +665,16 @@ absl::StatusOr<bool> UsePanels(const qgemm::Kernels& ks, int64_t m) {
 absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
                               absl::Span<const Tensor> biases, absl::Span<const Tensor> outs) {
   const int64_t m = x.size(0);
-  // x quantized (Note [Activation blocks]).
   const qgemm::Kernels& ks = qgemm::KernelsFor(qgemm::ActiveIsa());
+  DT_ASSIGN_OR_RETURN(const bool packed, UsePanels(ks, m));
+  bool wide = false;
+  if (!packed && ks.dot_wide != nullptr) {
+    DT_ASSIGN_OR_RETURN(const int width, tune::Pick(qgemm::DotWidthKnob()));
+    wide = width == 1;
+  }
+  // x quantized (Note [Activation blocks]).
   std::optional<gemm::ScratchBuffer> qbuf;
-  const qgemm::QRows rows = QuantizeRows(ks, x, qbuf);
+  const qgemm::QRows rows = QuantizeRows(ks, x, qbuf, wide);
   if (rows.t == nullptr) return absl::ResourceExhaustedError("Linear: out of memory");
   std::vector<std::vector<float>> bias32(ws.size());
   std::vector<Target> targets;
@@ -624,7 +686,6 @@ absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
     }
     targets.push_back({&ws[i], bias32[i].empty() ? nullptr : bias32[i].data(), &outs[i]});
   }
-  DT_ASSIGN_OR_RETURN(const bool packed, UsePanels(ks, m));
   if (packed) {
     for (Target& t : targets) t.panels = KeptPanels(ks, *t.w);
   }
@@ -667,6 +728,23 @@ const tune::Knob& qgemm::DotPrefetchKnob() {
       .unit = "GB/s",
       .rounds = 7,
       .make_trial = &DotPrefetchTrial::Make,
+  };
+  return knob;
+}
+
+const tune::Knob& qgemm::DotWidthKnob() {
+  static const tune::Knob knob{
+      .name = "qgemm.dot_width",
+      .what = "the quantized decode dot's vectors in bits (32-element block types)",
+      .candidates = {"256", "512"},
+      .unit = "GB/s",
+      .rounds = 7,
+      .rule = []() -> std::optional<std::pair<int, std::string>> {
+        if (qgemm::KernelsFor(qgemm::ActiveIsa()).dot_wide != nullptr) return std::nullopt;
+        return std::make_pair(0, absl::StrCat("no 512-bit dot in the ",
+                                              qgemm::IsaName(qgemm::ActiveIsa()), " kernels"));
+      },
+      .make_trial = &DotWidthTrial::Make,
   };
   return knob;
 }

@@ -51,10 +51,17 @@ struct QRows {
   const float* d = nullptr;
   const float* s = nullptr;
   const float* h = nullptr;
+  // t again with each pair of blocks' halves interleaved, PairedLd(k) per row: the layout of the
+  // 512-bit dot (Kernels::dot_wide, Note [512-bit quantized dot] in qgemm_x86.inc); null where
+  // the product does not run it.
+  const int16_t* paired = nullptr;
 };
 
 // QRows::ld for k.
 inline int64_t QRowsLd(int64_t k) { return (k / 32 + 7) / 8 * 8; }
+// QRows::paired's elements per row: pair p of 32-blocks a = 2p, b = 2p + 1 at 64 p holds t's
+// a[0, 16), b[0, 16), a[16, 32), b[16, 32) (zeros for the b of an odd last block).
+inline int64_t PairedLd(int64_t k) { return (k / 32 + 1) / 2 * 64; }
 // The largest |t| (Note [Activation blocks]).
 inline constexpr int kActivationMax = 32767;
 
@@ -84,6 +91,7 @@ struct Kernels {
   PackFn pack;      // null: no panels (plain C++), `dot` serves every M
   PanelsFn panels;  // null with pack
   int gemm_lanes;   // weight rows per panel vector
+  DotFn dot_wide;   // `dot` on 512-bit vectors, reading x.paired; null where the set has none
 };
 const Kernels& KernelsFor(Isa isa);
 // The tuner's knob for the instruction set of the kernels (Note [Tuned instruction set] in
@@ -91,6 +99,9 @@ const Kernels& KernelsFor(Isa isa);
 const tune::Knob& IsaKnob();
 // The tuner's knob for `dot`'s prefetch (Note [Quantized dot prefetch]).
 const tune::Knob& DotPrefetchKnob();
+// The tuner's knob for the width of `dot`'s vectors: "256" (`dot`) or "512" (`dot_wide`, where
+// the process's set has it; Note [512-bit quantized dot] in qgemm_x86.inc).
+const tune::Knob& DotWidthKnob();
 // The tuner's knob for `panels`' prefetch hint (Note [Panels prefetch] in qgemm_x86.inc).
 const tune::Knob& PanelsPrefetchKnob();
 // The tuner's knob for the most bytes of panels packed and multiplied as one chunk (Note [Panel

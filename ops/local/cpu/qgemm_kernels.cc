@@ -322,14 +322,15 @@ int64_t GemmScratchBytes(const Kernels& ks, DType dtype, int64_t n, int64_t k) {
 
 const Kernels& KernelsFor(Isa isa) {
   DT_CHECK(IsaSupported(isa));
-  static const Kernels kGeneric = {generic::Quantize, generic::Dot, nullptr, nullptr, 0};
+  static const Kernels kGeneric = {generic::Quantize, generic::Dot, nullptr, nullptr, 0, nullptr};
 #if DT_QGEMM_X86
   static const Kernels kAvx2 = {avx2::Quantize, avx2::Dot, avx2::Pack, avx2::Panels,
-                                avx2::kGemmLanes};
+                                avx2::kGemmLanes, nullptr};
   static const Kernels kAvxVnni = {avxvnni::Quantize, avxvnni::Dot, avxvnni::Pack, avxvnni::Panels,
-                                   avxvnni::kGemmLanes};
+                                   avxvnni::kGemmLanes, nullptr};
   static const Kernels kAvx512Vnni = {avx512vnni::Quantize, avx512vnni::Dot, avx512vnni::Pack,
-                                      avx512vnni::Panels, avx512vnni::kGemmLanes};
+                                      avx512vnni::Panels, avx512vnni::kGemmLanes,
+                                      avx512vnni::DotWide};
   switch (isa) {
     case Isa::kAvx512Vnni: return kAvx512Vnni;
     case Isa::kAvxVnni: return kAvxVnni;

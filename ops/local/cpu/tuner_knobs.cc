@@ -18,7 +18,8 @@ namespace dt::ops::cpu::tune {
 
 const std::vector<const Knob*>& AllKnobs() {
   static const std::vector<const Knob*> knobs = [] {
-    std::vector<const Knob*> v = {&qgemm::IsaKnob(), &qgemm::DotPrefetchKnob(),
+    std::vector<const Knob*> v = {&qgemm::IsaKnob(), &qgemm::DotWidthKnob(),
+                                  &qgemm::DotPrefetchKnob(),
                                   &qgemm::PanelsPrefetchKnob(), &qgemm::PanelChunkKnob(),
                                   &qgemm::DotMaxRowsKnob(false),
                                   &qgemm::DotMaxRowsKnob(true)};

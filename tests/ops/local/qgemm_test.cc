@@ -241,6 +241,33 @@ TEST(QuantizedLinearTest, EveryPrefetchGivesTheSameBits) {
   }
 }
 
+// The 512-bit dot (Note [512-bit quantized dot]) gives the 256-bit dot's bits: every type (the
+// super-block types fall back to the 256-bit dot) and instruction set (those without it ignore
+// the knob), 1 to 4 rows of x, rows of 1, 2, 3, 9 and 17 blocks (an odd last block alone in its
+// pair; whole and partial groups).
+TEST(QuantizedLinearTest, EveryDotWidthGivesTheSameBits) {
+  const cpu::tune::Knob& width = cpu::qgemm::DotWidthKnob();
+  uint64_t seed = 700;
+  for (const Isa isa : SupportedIsas()) {
+    ForceIsa force(isa);
+    for (const DType q : kQuantizedDTypes) {
+      for (const int64_t blocks : {1, 2, 3, 9, 17}) {
+        const int64_t k = blocks * DTypeBlock(q);
+        const Tensor w = RandomQuantized(q, {19, k}, seed++).value();
+        for (const int64_t m : {1, 2, 3, 4}) {
+          const Tensor x = Normal({m, k}, DType::kF32, seed++);
+          ForceKnob narrow(width, 0);
+          const Tensor want = Linear(x, w).value();
+          ForceKnob wide(width, 1);
+          EXPECT_TRUE(Equal(Linear(x, w).value(), want))
+              << DTypeName(q) << " [19, " << k << "], " << m << " rows, "
+              << cpu::qgemm::IsaName(isa);
+        }
+      }
+    }
+  }
+}
+
 // Keeps panels for the scope (Note [Packed quantized weights]), none after.
 class KeepPanels {
  public:

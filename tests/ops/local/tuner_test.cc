@@ -455,7 +455,8 @@ TEST(Tuner, IsaKnobsSteerTheKernels) {
 // The real knobs measure on this machine: every candidate runs and the choice is the fastest.
 TEST(Tuner, RealKnobsMeasureEveryCandidate) {
   TuneEnv env(nullptr);
-  const bool panels = cpu::qgemm::KernelsFor(cpu::qgemm::ActiveIsa()).pack != nullptr;
+  const cpu::qgemm::Kernels& qks = cpu::qgemm::KernelsFor(cpu::qgemm::ActiveIsa());
+  const bool panels = qks.pack != nullptr;
   std::vector<const tune::Knob*> knobs = {
       &cpu::qgemm::IsaKnob(), &cpu::qgemm::DotPrefetchKnob(),
       &cpu::qgemm::PanelsPrefetchKnob(), &cpu::qgemm::PanelChunkKnob(),
@@ -464,6 +465,7 @@ TEST(Tuner, RealKnobsMeasureEveryCandidate) {
       &cpu::gemm::SkinnyPrefetchKnob(), &cpu::gemm::SkinnyRowsKnob()};
   for (const tune::Knob* k : cpu::qgemm::DotSplitKnobs()) knobs.push_back(k);
   for (const tune::Knob* k : cpu::gemm::SkinnySplitKnobs()) knobs.push_back(k);
+  if (qks.dot_wide != nullptr) knobs.push_back(&cpu::qgemm::DotWidthKnob());  // else a rule
   for (const tune::Knob* k : knobs) {
     const bool times_panels = k->name.starts_with("qgemm.dot_max_rows") ||
                               k->name.starts_with("qgemm.panel") || k->name == "qgemm.isa";
