@@ -735,7 +735,7 @@ const tune::Knob& qgemm::DotPrefetchKnob() {
 const tune::Knob& qgemm::DotWidthKnob() {
   static const tune::Knob knob{
       .name = "qgemm.dot_width",
-      .what = "the quantized decode dot's vectors in bits (32-element block types)",
+      .what = "the quantized decode dot's vectors in bits",
       .candidates = {"256", "512"},
       .unit = "GB/s",
       .rounds = 7,

@@ -97,7 +97,9 @@ void CheckRandomProduct(int64_t m, int64_t n, int64_t k, DType dtype, bool alway
 }
 
 // Skinny products (M <= 8): dot layout (Linear, or Matmul with b transposed) and axpy layout
-// (Matmul with b as [K, N]); x in random layouts; K up to 2000 so that M = 5..8 takes the K blocks.
+// (Matmul with b as [K, N]; N of 32, 64 and 128 columns, whole vectors on both sets, with c held in
+// registers: Note [Axpy in registers]); x in random layouts; K up to 2000 so that M = 5..8 takes
+// the K blocks.
 RC_GTEST_PROP(GemmPathsTest, SkinnyAgreesWithNaiveLoops, ()) {
   const std::vector<Isa> isas = SupportedIsas();
   const Isa isa = *rc::gen::elementOf(isas);
@@ -105,7 +107,9 @@ RC_GTEST_PROP(GemmPathsTest, SkinnyAgreesWithNaiveLoops, ()) {
   const auto [backend, dtype] = RandomBackendAndDType();
   ForceBackend force_backend(backend);
   const int64_t m = *rc::gen::inRange<int64_t>(1, 9);
-  const int64_t n = *rc::gen::oneOf(rc::gen::inRange<int64_t>(1, 40), rc::gen::inRange<int64_t>(40, 300));
+  const int64_t n = *rc::gen::oneOf(rc::gen::inRange<int64_t>(1, 40),
+                                    rc::gen::inRange<int64_t>(40, 300),
+                                    rc::gen::element<int64_t>(32, 64, 128));
   const int64_t k = *rc::gen::oneOf(rc::gen::inRange<int64_t>(1, 70), rc::gen::inRange<int64_t>(70, 2000));
   CheckRandomProduct(m, n, k, dtype, /*always_bias=*/false);
 }
