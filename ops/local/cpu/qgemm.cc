@@ -463,8 +463,10 @@ class DotPrefetchTrial : public ColdQuantizedTrial {
 };
 
 // Decode-shaped products for qgemm.dot_width (Note [512-bit quantized dot]): one row of x, then
-// four, against cold q4_1 weights of a small model's projection ([1536, 576]: rows of 18 blocks,
-// a partial group) and a larger one ([2048, 2048]), with the prefetch this process has settled on.
+// four, against cold weights of both families the width changes: a small model's q4_1 projection
+// ([1536, 576]: rows of 18 blocks, a partial group; the 32-element types decode pairs) and a q4_k
+// one of a larger model ([2048, 2048]; the super-block types join 256-bit halves), with the
+// prefetch this process has settled on.
 class DotWidthTrial : public ColdQuantizedTrial {
  public:
   static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
@@ -474,7 +476,7 @@ class DotWidthTrial : public ColdQuantizedTrial {
     }
     const int64_t shapes[2][2] = {{1536, 576}, {2048, 2048}};
     auto random = [](int64_t n, int64_t k, int64_t i) {
-      return RandomQuantized(DType::kQ4_1, {n, k}, 43 + i);
+      return RandomQuantized(i % 2 == 0 ? DType::kQ4_1 : DType::kQ4_K, {n, k}, 43 + i);
     };
     DT_RETURN_IF_ERROR(t->Fill(shapes, [](int64_t i) -> int64_t { return (i / 2) % 2 ? 4 : 1; },
                                random, /*x_seed=*/47, /*keep_panels=*/false));
