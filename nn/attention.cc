@@ -131,6 +131,11 @@ Attention::Attention(const AttentionOptions& options) : Module("Attention"), opt
 
 void Attention::ResetKVCache(int64_t reserve) { cache_.Reset(reserve); }
 
+void Attention::SetKVCacheDType(std::optional<DType> dtype) {
+  cache_.SetDType(dtype);
+  paged_.SetDType(dtype);
+}
+
 namespace {
 
 // Note [Keys are rotated into the cache]
@@ -149,16 +154,16 @@ namespace {
 // llama.cpp sizes its cache for the context up front; beyond the reserve the buffers double.
 
 // Appends local `x` [B, h, S, D] to the cache whose filled part is `cache` (a view of `buffer`,
-// or undefined), growing `buffer` [B, h, capacity, D] to `reserve` positions or by doubling;
-// returns the new filled part. x is written into its slot by `write(slot, x)`.
+// or undefined), growing `buffer` [B, h, capacity, D] of `dtype` to `reserve` positions or by
+// doubling; returns the new filled part. x is written into its slot by `write(slot, x)`.
 template <typename Write>
 absl::StatusOr<Tensor> AppendToBuffer(Tensor& buffer, const Value& cache, const Tensor& x,
-                                      int64_t reserve, Write write) {
+                                      DType dtype, int64_t reserve, Write write) {
   const int64_t len = cache.defined() ? cache.shape()[2] : 0, need = len + x.size(2);
   if (!buffer.defined() || buffer.size(2) < need) {
     Shape shape = x.shape();
     shape[2] = std::max({need, buffer.defined() ? 2 * buffer.size(2) : need, reserve});
-    DT_ASSIGN_OR_RETURN(Tensor grown, Tensor::Empty(shape, x.dtype(), x.device()));
+    DT_ASSIGN_OR_RETURN(Tensor grown, Tensor::Empty(shape, dtype, x.device()));
     if (len > 0) {
       DT_ASSIGN_OR_RETURN(Tensor old, grown.Narrow(2, 0, len));
       DT_RETURN_IF_ERROR(old.CopyFrom(cache.local()));
@@ -180,6 +185,10 @@ absl::Status KVCache::Append(Value* k, Value* v, const KeyRotary* rotary) {
   if (!local && rotary != nullptr) {
     DT_ASSIGN_OR_RETURN(*k, ops::ApplyRotary(*k, rotary->cos, rotary->sin, rotary->style));
   }
+  if (!local && dtype_.has_value()) {  // kept in the cache's dtype
+    DT_ASSIGN_OR_RETURN(*k, ops::Cast(*k, *dtype_));
+    DT_ASSIGN_OR_RETURN(*v, ops::Cast(*v, *dtype_));
+  }
   if (local) {
     // The keys rotated as they are written (Note [Keys are rotated into the cache]).
     auto write_k = [&](const Tensor& slot, const Tensor& x) {
@@ -187,8 +196,11 @@ absl::Status KVCache::Append(Value* k, Value* v, const KeyRotary* rotary) {
                                : ops::ApplyRotaryInto(slot, x, rotary->cos.local(),
                                                       rotary->sin.local(), rotary->style);
     };
-    DT_ASSIGN_OR_RETURN(Tensor kk, AppendToBuffer(buffer_k_, k_, k->local(), reserve_, write_k));
-    DT_ASSIGN_OR_RETURN(Tensor vv, AppendToBuffer(buffer_v_, v_, v->local(), reserve_, CopyInto));
+    const DType dtype = dtype_.value_or(k->local().dtype());
+    DT_ASSIGN_OR_RETURN(Tensor kk,
+                        AppendToBuffer(buffer_k_, k_, k->local(), dtype, reserve_, write_k));
+    DT_ASSIGN_OR_RETURN(Tensor vv,
+                        AppendToBuffer(buffer_v_, v_, v->local(), dtype, reserve_, CopyInto));
     *k = kk;
     *v = vv;
   } else if (k_.defined()) {
@@ -204,6 +216,22 @@ void KVCache::Reset(int64_t reserve) {
   k_ = v_ = Value();
   buffer_k_ = buffer_v_ = Tensor();
   reserve_ = reserve;
+}
+
+int64_t KVCache::bytes() const {
+  int64_t n = 0;
+  for (const Tensor* t : {&buffer_k_, &buffer_v_}) {
+    if (t->defined()) n += t->numel() * DTypeSize(t->dtype());
+  }
+  for (const Value* t : {&k_, &v_}) {  // DTensor K/V (no buffer): their local shards
+    if (t->defined() && !t->is_local()) n += t->local().numel() * DTypeSize(t->local().dtype());
+  }
+  return n;
+}
+
+void KVCache::SetDType(std::optional<DType> dtype) {
+  Reset(reserve_);
+  dtype_ = dtype;
 }
 
 // Note [Paged KV cache]
@@ -229,10 +257,11 @@ absl::Status PagedKVCache::Attend(const PagedStep& step, const Tensor& q, const 
   DT_ASSIGN_OR_RETURN(const Tensor qh, q.Select(0, 0));
   const Shape k_shape = {step.pool_pages, kh.size(0), step.page_tokens, kh.size(2)};
   const Shape v_shape = {step.pool_pages, vh.size(0), step.page_tokens, vh.size(2)};
-  if (!k_.defined() || k_.shape() != k_shape || v_.shape() != v_shape || k_.dtype() != k.dtype()) {
+  const DType dtype = dtype_.value_or(k.dtype());
+  if (!k_.defined() || k_.shape() != k_shape || v_.shape() != v_shape || k_.dtype() != dtype) {
     k_ = v_ = Tensor();
-    DT_ASSIGN_OR_RETURN(k_, Tensor::Empty(k_shape, k.dtype(), k.device()));
-    DT_ASSIGN_OR_RETURN(v_, Tensor::Empty(v_shape, v.dtype(), v.device()));
+    DT_ASSIGN_OR_RETURN(k_, Tensor::Empty(k_shape, dtype, k.device()));
+    DT_ASSIGN_OR_RETURN(v_, Tensor::Empty(v_shape, dtype, v.device()));
   }
   DT_RETURN_IF_ERROR(ops::WriteToPages(k_, kh, step.slots));
   DT_RETURN_IF_ERROR(ops::WriteToPages(v_, vh, step.slots));
@@ -241,6 +270,11 @@ absl::Status PagedKVCache::Attend(const PagedStep& step, const Tensor& q, const 
 }
 
 void PagedKVCache::Release() { k_ = v_ = Tensor(); }
+
+void PagedKVCache::SetDType(std::optional<DType> dtype) {
+  Release();
+  dtype_ = dtype;
+}
 
 int64_t PagedKVCache::bytes() const {
   return k_.defined() ? (k_.numel() + v_.numel()) * DTypeSize(k_.dtype()) : 0;

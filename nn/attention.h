@@ -46,7 +46,10 @@
 // KV cache: EnableKVCache() keeps K and V (after rotary, a KVCache) and appends every call's keys
 // after the previous ones; with `causal`, query i of a call attends to keys j <= cache_len + i
 // (the mask is bottom-right aligned). ResetKVCache() forgets them. Under tensor parallelism the
-// cache holds this rank's heads only.
+// cache holds this rank's heads only. SetKVCacheDType(f16) keeps them in f16 (rounded as they are
+// written; CPU only when it is not the compute dtype): a decode step reads half the bytes of an
+// f32 cache, as llama.cpp's default f16 cache does (Note [A KV cache of its own dtype] in
+// ops/local/attention.cc).
 //
 // With q_proj sharded and k_proj / v_proj replicated, each rank computes and caches only the KV
 // heads its query heads use (Note [Replicated KV heads]), so tp may exceed the KV heads (vLLM's
@@ -130,11 +133,18 @@ class KVCache {
   // (Note [KV buffers are reserved]).
   void Reset(int64_t reserve = 0);
   int64_t length() const { return k_.defined() ? k_.shape()[2] : 0; }
+  // The bytes this rank holds for it (the buffers' whole capacity).
+  int64_t bytes() const;
+  // The dtype keys and values are kept in (rounded to it as they are written: Note [A KV cache of
+  // its own dtype] in ops/local/attention.cc); nullopt: the dtype they come in. Forgets the
+  // positions.
+  void SetDType(std::optional<DType> dtype);
 
  private:
   Value k_, v_;                 // the filled part of the buffers below, or DTensors
   Tensor buffer_k_, buffer_v_;  // [B, h, capacity, D] for local K/V
   int64_t reserve_ = 0;
+  std::optional<DType> dtype_;
 };
 
 // One step of a batch of sequences over paged KV caches (Note [Paged KV cache] in attention.cc):
@@ -161,9 +171,12 @@ class PagedKVCache {
                       const ops::PagedAttentionOptions& options, const Tensor& out);
   void Release();
   int64_t bytes() const;
+  // The pages' dtype, as KVCache::SetDType. Releases the pages.
+  void SetDType(std::optional<DType> dtype);
 
  private:
   Tensor k_, v_;
+  std::optional<DType> dtype_;
 };
 
 struct AttentionOptions {
@@ -207,6 +220,8 @@ class Attention : public Module {
 
   void EnableKVCache(bool on = true) { use_cache_ = on; }
   void ResetKVCache(int64_t reserve = 0);  // KVCache::Reset
+  // The dtype of the KV cache and of the pages (KVCache::SetDType); forgets both.
+  void SetKVCacheDType(std::optional<DType> dtype);
   // While set, forwards run the serving engine's step: x [1, T, H] holds the tokens of several
   // sequences, cos and sin are per token, and keys and values go to this layer's pages instead of
   // the KV cache (Note [Paged KV cache]). Null: the KV cache as above. `step` must outlive its use.
@@ -214,6 +229,8 @@ class Attention : public Module {
   PagedKVCache& paged_kv() { return paged_; }
   // Keys held in the cache (0 when empty or disabled).
   int64_t kv_cache_length() const;
+  // The bytes this rank holds for the cache (KVCache::bytes).
+  int64_t kv_cache_bytes() const { return cache_.bytes(); }
 
   std::string ExtraRepr() const override;
   absl::Status ValidateTensorParallel(const TPValidationContext& ctx) const override;

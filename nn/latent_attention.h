@@ -66,7 +66,13 @@ class LatentAttention : public Module {
 
   void EnableKVCache(bool on = true) { use_cache_ = on; }
   void ResetKVCache(int64_t reserve = 0) { cache_.Reset(reserve); }
+  // Attention::SetKVCacheDType.
+  void SetKVCacheDType(std::optional<DType> dtype) {
+    cache_.SetDType(dtype);
+    paged_.SetDType(dtype);
+  }
   int64_t kv_cache_length() const { return use_cache_ ? cache_.length() : 0; }
+  int64_t kv_cache_bytes() const { return cache_.bytes(); }  // KVCache::bytes
   // The serving engine's step (Attention::SetPagedStep, Note [Paged KV cache] in attention.cc):
   // the expanded keys and values of Note [Latent attention cache] go to this layer's pages.
   void SetPagedStep(const PagedStep* step) { paged_step_ = step; }

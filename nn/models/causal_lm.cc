@@ -501,6 +501,25 @@ std::optional<std::string> KVHeadsNote(const ParallelPlan& plan,
 
 }  // namespace
 
+namespace {
+
+// CausalLM::SetKVCacheDType's checks of `kv` for a model computing in `compute` on `device`.
+absl::Status CheckKVCacheDType(std::optional<DType> kv, DType compute, Device device) {
+  if (!kv.has_value() || *kv == compute) return absl::OkStatus();
+  if (!IsFloating(*kv)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the KV cache's dtype must be f32, bf16 or f16, got ", DTypeName(*kv)));
+  }
+  if (!device.is_cpu()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "a KV cache of another dtype (", DTypeName(*kv), ") than the compute dtype (",
+        DTypeName(compute), ") is CPU only; the model is on ", device.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
     const std::string& dir, const DeviceMesh& mesh, const CausalLMLoadOptions& options,
     LoadReport* report) {
@@ -516,6 +535,7 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
     return absl::InvalidArgumentError(absl::StrCat(
         name, ": compute dtype must be f32, bf16 or f16, got ", DTypeName(dtype)));
   }
+  DT_RETURN_IF_ERROR(CheckKVCacheDType(options.kv_dtype, dtype, mesh.device()));
   // The config decides how many modules are built: its sizes against the checkpoint's headers
   // first (Note [Config against checkpoint] in nn/load.h).
   DT_RETURN_IF_ERROR(CheckBlockCount(checkpoint, "model.layers.", "num_hidden_layers",
@@ -561,6 +581,7 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
   }
   DT_RETURN_IF_ERROR(LoadPretrained(*model, mesh, checkpoint, how, report));
   model->mesh_ = mesh;
+  DT_RETURN_IF_ERROR(model->SetKVCacheDType(options.kv_dtype));
   if (report != nullptr) {
     if (std::optional<std::string> kv = KVHeadsNote(how.plan, config, tp)) {
       report->notes.push_back(*std::move(kv));
@@ -607,6 +628,26 @@ absl::StatusOr<std::unique_ptr<CausalLM>> CausalLM::FromPretrained(
     }
   }
   return FromPretrained(dir, on, options, report);
+}
+
+absl::Status CausalLM::SetKVCacheDType(std::optional<DType> dtype) {
+  DT_RETURN_IF_ERROR(CheckKVCacheDType(dtype, dtype_, mesh_ ? mesh_->device() : Device()));
+  for (auto& [name, m] : NamedModules()) {
+    if (auto* a = dynamic_cast<Attention*>(m)) a->SetKVCacheDType(dtype);
+    if (auto* l = dynamic_cast<LatentAttention*>(m)) l->SetKVCacheDType(dtype);
+  }
+  kv_dtype_ = dtype;
+  past_ = 0;
+  return absl::OkStatus();
+}
+
+int64_t CausalLM::kv_cache_bytes() {
+  int64_t n = 0;
+  for (const auto& [name, m] : NamedModules()) {
+    if (const auto* a = dynamic_cast<const Attention*>(m)) n += a->kv_cache_bytes();
+    if (const auto* l = dynamic_cast<const LatentAttention*>(m)) n += l->kv_cache_bytes();
+  }
+  return n;
 }
 
 void CausalLM::ResetCache(int64_t reserve) {
@@ -869,7 +910,7 @@ int64_t CausalLM::PagedKVBytesPerPosition() const {
   const int64_t width = latent ? c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim
                                : 2 * c.head_dim;
   return c.num_hidden_layers * std::max<int64_t>(1, (heads + tp - 1) / tp) * width *
-         DTypeSize(dtype_);
+         DTypeSize(kv_cache_dtype());
 }
 
 absl::StatusOr<Tensor> CausalLM::StepLogits(const BatchStep& step) {

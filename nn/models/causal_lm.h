@@ -209,6 +209,8 @@ struct CausalLMLoadOptions {
   // anything is read.
   bool keep_quantized = false;
   QuantizedMisfit quantized_misfit = QuantizedMisfit::kDequantize;
+  // The KV cache's dtype (CausalLM::SetKVCacheDType); nullopt: the compute dtype.
+  std::optional<DType> kv_dtype;
 };
 
 // What Generate does with a prompt that leaves no room for max_new_tokens in the context
@@ -351,6 +353,16 @@ class CausalLM : public Module {
   // `reserve`: positions the caches' buffers are made for (Note [KV buffers are reserved] in
   // nn/attention.cc).
   void ResetCache(int64_t reserve = 0);
+  // The dtype every attention layer keeps its keys and values in, contiguous cache and pages
+  // (nullopt: the compute dtype, the default). f16 or bf16 under an f32 compute dtype halves what
+  // a decode step reads of the cache, each key and value rounded once as it is written (llama.cpp
+  // keeps f16 by default; Note [A KV cache of its own dtype] in ops/local/attention.cc); CPU
+  // only when it is not the compute dtype. Forgets the cache. InvalidArgument for a dtype that
+  // is not float, Unimplemented for another dtype than the compute dtype off the CPU.
+  absl::Status SetKVCacheDType(std::optional<DType> dtype);
+  DType kv_cache_dtype() const { return kv_dtype_.value_or(dtype_); }
+  // The bytes this rank holds for the KV cache (not the pages), every layer's.
+  int64_t kv_cache_bytes();
 
   // The serving engine's step (nn/models/engine.cc): the forward of `step`'s tokens over the
   // paged KV caches of its sequences, then the final norm and lm_head on the rows
@@ -394,6 +406,7 @@ class CausalLM : public Module {
   void FindPagedLayers();
   loaders::DecoderConfig config_;
   DType dtype_;
+  std::optional<DType> kv_dtype_;  // SetKVCacheDType
   // The children Logits calls, as built.
   DecoderModel* model_;
   Linear* lm_head_;

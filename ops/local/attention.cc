@@ -22,6 +22,23 @@ struct AttentionCall {
   Tensor sinks, mask;  // f32 and contiguous: what params.sinks and params.mask point into
 };
 
+// Note [A KV cache of its own dtype]
+// Keys and values share one float dtype, which may differ from q's on the CPU: a decode step reads
+// every cached key and value once per layer, so an f32 model whose cache is f16 or bf16 (llama.cpp
+// keeps f16 by default) reads half the bytes. The CPU kernels read half-precision rows in place,
+// widened in registers (Note [Score rows read keys in place] in cpu/attention.cc), and compute in
+// f32 (bf16 q: as bf16 products where the CPU has them, keys of another dtype rounded to bf16).
+// Other devices take one dtype for all three (refused, naming them, otherwise).
+absl::Status CheckCacheDType(absl::string_view op, const Tensor& q, absl::string_view k_name,
+                             const Tensor& k, absl::string_view v_name, const Tensor& v) {
+  DT_RETURN_IF_ERROR(internal::CheckSameDType(op, k_name, k, v_name, v));
+  if (q.dtype() == k.dtype() || q.device().is_cpu()) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      op, " on ", q.device().ToString(), ": a KV dtype other than q's is CPU only, got q ",
+      q.Describe(), ", ", k_name, " ", k.Describe(),
+      " (Note [A KV cache of its own dtype] in ops/local/attention.cc)"));
+}
+
 // Checks the options every attention op shares (Note [Attention options] in cpu/attention.cc) and
 // gives the sinks as f32 [hq] (undefined without).
 absl::StatusOr<Tensor> CheckOptions(absl::string_view kOp, const Tensor& q, int64_t hq,
@@ -53,9 +70,8 @@ absl::StatusOr<AttentionCall> CheckAttention(absl::string_view kOp, const Tensor
   DT_RETURN_IF_ERROR(internal::CheckFloat(kOp, "q", q));
   DT_RETURN_IF_ERROR(internal::CheckFloat(kOp, "k", k));
   DT_RETURN_IF_ERROR(internal::CheckFloat(kOp, "v", v));
-  DT_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "q", q, "k", k));
-  DT_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "q", q, "v", v));
   DT_RETURN_IF_ERROR(internal::CheckSameDevice(kOp, {{"q", &q}, {"k", &k}, {"v", &v}}));
+  DT_RETURN_IF_ERROR(CheckCacheDType(kOp, q, "k", k, "v", v));
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) {
     return absl::InvalidArgumentError(absl::StrCat(
         kOp, ": expected q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv], got q ",
@@ -166,8 +182,7 @@ absl::Status PagedAttentionInto(const Tensor& out, const Tensor& q, const Tensor
   DT_RETURN_IF_ERROR(CheckOnCpu(kOp, q));
   DT_RETURN_IF_ERROR(CheckPool(kOp, "k_pages", k_pages));
   DT_RETURN_IF_ERROR(CheckPool(kOp, "v_pages", v_pages));
-  DT_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "q", q, "k_pages", k_pages));
-  DT_RETURN_IF_ERROR(internal::CheckSameDType(kOp, "q", q, "v_pages", v_pages));
+  DT_RETURN_IF_ERROR(CheckCacheDType(kOp, q, "k_pages", k_pages, "v_pages", v_pages));
   for (const auto& [name, t] : {std::pair<absl::string_view, const Tensor*>{"page_table", &page_table},
                                 {"query_starts", &query_starts}, {"kv_lengths", &kv_lengths}}) {
     DT_RETURN_IF_ERROR(internal::CheckDefined(kOp, name, *t));

@@ -79,7 +79,8 @@ struct AttentionParams {
 //     writes a slot of a cache; not an exception to "fresh", it never aliases an input). See
 //     ops::ApplyRotary for the two styles.
 //   Attention(q, k, v, params, out)
-//     q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv], one float dtype, Hq % Hkv == 0
+//     q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv], float (k and v of one dtype,
+//     q's on CUDA), Hq % Hkv == 0
 //     (query head h uses kv head h / (Hq/Hkv)); out [B, Hq, Sq, Dv] with a unit stride along Dv,
 //     its other strides any (ScaledDotProductAttentionInto: the transpose of a [B, Sq, Hq, Dv]
 //     tensor; it never aliases an input). Only keys j < kv_length are
@@ -150,7 +151,7 @@ struct PagedAttentionParams {
 //
 //   PagedAttention(q, k_pages, v_pages, page_table, query_starts, kv_lengths, params, out)
 //     q [Hq, T, D] and out [Hq, T, Dv] (a unit stride along Dv, its other strides any), pools
-//     k_pages [N, Hkv, P, D] and v_pages [N, Hkv, P, Dv] of q's float dtype, Hq % Hkv == 0;
+//     k_pages [N, Hkv, P, D] and v_pages [N, Hkv, P, Dv] of one float dtype, Hq % Hkv == 0;
 //     page_table i32 [S, max_pages] with every page a sequence reads in [0, N); query_starts i64
 //     [S + 1] from 0 to T, non-decreasing; kv_lengths i64 [S] with each sequence's query rows
 //     (starts[i + 1] - starts[i]) <= kv_lengths[i] <= max_pages · P. See ops::PagedAttentionInto.

@@ -110,7 +110,14 @@ absl::Status ApplyRotaryInto(const Tensor& out, const Tensor& x, const Tensor& c
                              const Tensor& sin, RotaryStyle style) {
   constexpr absl::string_view kOp = "ApplyRotaryInto";
   DT_ASSIGN_OR_RETURN(const auto tables, RotaryTables(kOp, x, cos, sin));
-  DT_RETURN_IF_ERROR(internal::CheckInto(kOp, out, x.shape(), {"x", &x},
+  // On the CPU out may be of another float dtype than x, the rotated values rounded to it once: a
+  // KV cache of its own dtype (Note [A KV cache of its own dtype] in attention.cc).
+  const bool own_dtype = out.defined() && out.dtype() != x.dtype() && x.device().is_cpu();
+  if (own_dtype) {
+    DT_RETURN_IF_ERROR(internal::CheckFloat(kOp, "out", out));
+    DT_RETURN_IF_ERROR(internal::CheckSameDevice(kOp, {{"x", &x}, {"out", &out}}));
+  }
+  DT_RETURN_IF_ERROR(internal::CheckInto(kOp, out, x.shape(), {own_dtype ? "out" : "x", own_dtype ? &out : &x},
                                          {{"x", &x}, {"cos", &cos}, {"sin", &sin}}));
   if (out.numel() == 0) return absl::OkStatus();
   return DT_OPS_KERNEL(x.device(), ApplyRotary, x, tables[0], tables[1], style, out);

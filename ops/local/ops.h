@@ -40,7 +40,8 @@
 //   Softmax LogSoftmax        f32 bf16 f16           f32 internally
 //   RmsNorm LayerNorm         f32 bf16 f16           over the last dim
 //   ApplyRotary               f32 bf16 f16
-//   ScaledDotProductAttention f32 bf16 f16           GQA, causal, KV-cache prefix
+//   ScaledDotProductAttention f32 bf16 f16           GQA, causal, KV-cache prefix; k, v of
+//                                                    their own dtype on the CPU
 //   PagedAttentionInto        f32 bf16 f16           many sequences over KV pages (CPU)
 //   Embedding                 any table; i64/i32 ids a quantized table gives f32 rows
 //   Cat Split Chunk Pad       any
@@ -231,9 +232,10 @@ enum class RotaryStyle : uint8_t { kHalf, kInterleaved };
     Rotary(x, cos, sin, style))
 
 // ApplyRotary(x, cos, sin, style) written into `out` instead of a new tensor: out of x's shape,
-// dtype and device, writable, with a unit stride along its last dim (any others: a slot of a KV
-// cache's buffer) and sharing no storage with x, cos or sin. A KV cache rotates its new keys
-// straight into its buffer with it, in the pass that would otherwise copy them there.
+// dtype (on the CPU any float dtype, rounded to once) and device, writable, with a unit stride
+// along its last dim (any others: a slot of a KV cache's buffer) and sharing no storage with x,
+// cos or sin. A KV cache rotates its new keys straight into its buffer with it, in the pass that
+// would otherwise copy them there.
 absl::Status ApplyRotaryInto(const Tensor& out, const Tensor& x, const Tensor& cos,
                              const Tensor& sin, RotaryStyle style);
 
@@ -260,7 +262,9 @@ struct AttentionOptions {
 //   q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv] -> [B, Hq, Sq, Dv].
 // GQA: Hq % Hkv == 0 and kv head g serves query heads g*r .. g*r+r-1 (r = Hq/Hkv). Only keys
 // j < kv_length are attended; with `causal`, query i attends to keys j <= q_offset + i (bottom-right
-// aligned by default, as for a KV cache). A query row with no visible key yields zeros.
+// aligned by default, as for a KV cache). A query row with no visible key yields zeros. Float
+// dtypes; k and v share one, which on the CPU may differ from q's (a KV cache of its own dtype:
+// Note [A KV cache of its own dtype] in attention.cc); the output has q's.
 #define DT_ATTENTION_OPS(X)                                                                      \
   X(ScaledDotProductAttention,                                                                   \
     (DT_IN(q), DT_IN(k), DT_IN(v), DT_ATTR(const AttentionOptions&, options, {})),               \
@@ -296,8 +300,8 @@ struct PagedAttentionOptions {
 // (kv_lengths i64 [S]) of its pages (page_table i32 [S, max_pages]; only the pages its positions
 // reach are read, and must be in [0, N)). Its query rows are its last positions: with `causal`,
 // row r of n sees keys j <= kv_lengths[i] - n + r. GQA as ScaledDotProductAttention; softmax in
-// f32; one float dtype for q, the pools and out. Written into out [Hq, T, Dv] (q's dtype, a unit
-// stride along Dv, any others; no storage shared with the inputs), as
+// f32; one float dtype for both pools, q's may differ. Written into out [Hq, T, Dv] (q's dtype, a
+// unit stride along Dv, any others; no storage shared with the inputs), as
 // ScaledDotProductAttentionInto writes. CPU only: other devices are refused (Unimplemented).
 absl::Status PagedAttentionInto(const Tensor& out, const Tensor& q, const Tensor& k_pages,
                                 const Tensor& v_pages, const Tensor& page_table,

@@ -1,5 +1,6 @@
 // build/bin/generate (examples/llama_generate.cc) on issue 45's hostile command lines and models:
-//   GenerateFlags.*  every numeric flag out of range, and --prompt-ids / --truncate / --dtype
+//   GenerateFlags.*  every numeric flag out of range, and --prompt-ids / --truncate / --dtype /
+//                    --kv-dtype
 //                    malformed, refused (exit 2, naming the flag and the value) before the model
 //                    is loaded (the model path does not exist); the prompt against the context
 //                    and the vocab refused before any weight is read (the model has no weights);
@@ -63,6 +64,7 @@ TEST(GenerateFlags, OutOfRangeValuesAreRefusedBeforeTheModelLoads) {
       {"--prompt-ids ''", "got '' (id 1 of 1 is empty)"},
       {"--truncate middle", "--truncate must be none, left or right, got middle"},
       {"--dtype i64", "--dtype must be f32, bf16 or f16, got i64"},
+      {"--kv-dtype q8_0", "--kv-dtype must be f32, bf16 or f16, got q8_0"},
   };
   for (const Case& c : cases) {
     const ProcessResult r = Generate(absl::StrCat("--model /no/such/model ", c.flags));

@@ -5,6 +5,7 @@ the same threads, interleaved in one run (issue 29's reference measurement).
     tools/reference/.venv/bin/python tools/reference/llamacpp_bench.py \\
         [--model build/models/SmolLM2-135M-Instruct.Q4_1.gguf] [--generate build/bin/llama_generate]
         [--threads 2[,1,...]] [--rounds 3] [--prompt-tokens 224] [--decode-tokens 64] [--dtype DTYPE]
+        [--kv-dtype f16|f32]
 
 llama.cpp comes from llama-cpp-python built from PyPI's sdist in the reference venv, for this CPU:
 
@@ -19,7 +20,8 @@ the flag changes nothing.
 Both sides get the same prompt ids (llama.cpp's tokenization of a fixed English text, cut to
 --prompt-tokens), greedy decoding of --decode-tokens tokens, and the same threads (llama.cpp's
 n_threads and n_threads_batch; DT_NUM_THREADS for llama_generate, one rank), for each count in
---threads. Each round runs llama.cpp, then llama_generate (a fresh process, so its load is outside
+--threads, and the same KV cache type (--kv-dtype: llama.cpp's type_k and type_v, llama_generate's
+--kv-dtype; f16 by default, llama.cpp's own default). Each round runs llama.cpp, then llama_generate (a fresh process, so its load is outside
 the timing it reports); the median of the rounds is compared. llama.cpp's prefill is one
 llama_eval of the prompt (its n_batch covers it); its decode rate counts the steps after the first
 token, as llama_generate's does. Ends with RESULT lines for the targets at every thread count
@@ -82,6 +84,7 @@ def ours_round(args, ids):
            "--max-new-tokens", str(args.decode_tokens), "--greedy", "--quiet"]
     if args.dtype:
         cmd += ["--dtype", args.dtype]
+    cmd += ["--kv-dtype", args.kv_dtype]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     m = re.search(r"(\d+) new: prefill ([\d.]+) tokens/s, decode ([\d.]+) tokens/s", out)
     if not m:
@@ -100,20 +103,25 @@ def main():
     p.add_argument("--prompt-tokens", type=int, default=224)
     p.add_argument("--decode-tokens", type=int, default=64)
     p.add_argument("--dtype", default="", help="passed to llama_generate (default: quantized)")
+    p.add_argument("--kv-dtype", default="f16", choices=("f16", "f32"),
+                   help="the KV cache type of both sides (default: llama.cpp's, f16)")
     args = p.parse_args()
 
     import llama_cpp
+    kv_type = {"f16": llama_cpp.GGML_TYPE_F16, "f32": llama_cpp.GGML_TYPE_F32}[args.kv_dtype]
     counts = [int(t) for t in args.threads.split(",")]
     results = []
     for threads in counts:
         args.threads = threads
         llm = llama_cpp.Llama(model_path=args.model, n_threads=threads, n_threads_batch=threads,
-                              n_ctx=1024, n_batch=1024, verbose=False)
+                              n_ctx=1024, n_batch=1024, type_k=kv_type, type_v=kv_type,
+                              verbose=False)
         ids = llm.tokenize((TEXT * 4).encode(), add_bos=False)[: args.prompt_tokens]
         if len(ids) < args.prompt_tokens:
             sys.exit("the text is shorter than --prompt-tokens")
         print(f"{os.path.basename(args.model)}, {args.prompt_tokens}-token prompt, "
-              f"{args.decode_tokens} greedy tokens, {threads} threads each, {cpu_name()}, "
+              f"{args.decode_tokens} greedy tokens, {threads} threads each, {args.kv_dtype} KV "
+              f"cache, {cpu_name()}, "
               f"llama-cpp-python {llama_cpp.__version__}")
         rows = {"llama.cpp": ([], []), "llama_generate": ([], [])}
         llamacpp_round(llm, ids, 4)  # warm-up: first-touch of the weights and buffers

@@ -1,7 +1,7 @@
 // CPU scaled dot-product attention. Per (batch, KV head, block of queries) task, one of two paths
 // (Note [Flash attention on the CPU]): prefill takes the flash path (blocks of keys, an online
-// softmax, attention_kernels.h); decode the score-row path (f32 score rows through the
-// single-threaded GEMM, masked softmax in f32, then probabilities times values).
+// softmax, attention_kernels.h); decode the score-row path (f32 score rows on the skinny GEMM
+// kernels, masked softmax in f32, then probabilities times values).
 
 #include "dtensor/ops/local/cpu/attention.h"
 
@@ -74,15 +74,17 @@ inline int64_t At(const Tensor& t, int64_t i0, int64_t i1, int64_t i2) {
 // tile is 6 rows x 64 value columns with values read where they lie (f32; bf16 widened in
 // registers) or, for vdpbf16ps, interleaved into pairs of rows once per block (the one copy the
 // path makes: 2 x kv_block x dv bytes, in L1, read by every tile of the block). Keys and values
-// whose rows are not of unit stride, and f16 ones, are copied per task as the score-row path does.
+// whose rows are not of unit stride, or not of the path's type (f16; a cache of another dtype than
+// q's), are copied per task.
 // Numerics: f32 stays f32 (f16 runs in f32). bf16 on AVX512_BF16: q kᵀ as bf16 products in f32
 // sums (Note [bf16 dot products] in gemm_kernels.cc), P rounded to bf16 for P v as PyTorch's bf16
 // flash attention does (each weight within 2^-9 relative), the max, sums and output in f32, the
 // sums of the unrounded P; bf16 on the other sets is widened to f32 (P not rounded).
 // Decode: calls with fewer than flash_min_rows stacked rows take the score-row path in f32 and
 // f16: with 1-8 rows a flash q kᵀ tile fills 1-8 of its 16 lanes, where the skinny GEMM reads key
-// rows as vectors (Note [Attention reads f32 keys in place]). bf16 takes the flash path
-// (flash_min_rows_bf16 = 0), which reads the cache as bf16 where the score-row path converts it.
+// rows as vectors (Note [Score rows read keys in place]). bf16 takes the flash path by default
+// (flash_min_rows_bf16 = 0: the tuner's knob decides per CPU), which multiplies bf16 pairs where
+// the score-row path widens them.
 // AMX: a tile path slots in as one more Isa of attention_kernels.h: the same task loop with the
 // q kᵀ and P v tiles on TMUL (q packed in pairs as now, the key and value blocks packed into tile
 // layout where PackValuePairs packs values), the softmax unchanged. Not written: no machine this
@@ -116,14 +118,24 @@ inline int64_t At(const Tensor& t, int64_t i0, int64_t i1, int64_t i2) {
 // row's scores before its softmax; both skip the keys before a window. tanh is computed as
 // sign(x) (1 - e^(-2|x|)) / (1 + e^(-2|x|)) through the vector exp, on either path.
 
-// Note [Attention reads f32 keys in place]
+// Note [Score rows read keys in place]
 // Each (query head, block of queries) task multiplies with every key and value row its block can
-// see. Copying them into a contiguous f32 buffer first (as bf16 or f16 caches still are: the
-// single-threaded GEMM takes f32) cost a decode step as many bytes again as it reads: SmolLM2's
-// 30 layers x 9 query heads x 250 cached positions x 64 x 2 f32 are 35 MB per token against
-// its 97 MB of q4_1 weights, 6.5 % of the step's time at 100 positions in a perf profile (one
-// thread, AMD EPYC Zen 4). f32 keys and values whose rows have unit stride (every cache and
-// projection here) are what the skinny and packed kernels read directly, rows any distance apart.
+// see. Copying them into a contiguous f32 buffer first cost a decode step as many bytes again as
+// it reads: SmolLM2's 30 layers x 9 query heads x 250 cached positions x 64 x 2 f32 are 35 MB per
+// token against its 97 MB of q4_1 weights, 6.5 % of the step's time at 100 positions in a perf
+// profile (one thread, AMD EPYC Zen 4). So the score-row path (decode, contiguous or paged) calls
+// the skinny kernels (gemm_kernels.h) directly on rows it prepares once per task: the stacked
+// query rows in f32 zero-padded to 16, keys and values where they lie when they are f32, bf16 or
+// f16 rows of unit stride (half precision widened in registers: a KV cache of its own dtype, Note
+// [A KV cache of its own dtype] in ops/local/attention.cc, is read at half the bytes and never
+// copied), other rows converted to f32 per run; each run's probabilities in a zero-padded block
+// (the axpy kernel reads x up to k rounded up to 16), eight rows at a time (the kernels' most),
+// prefetched as the tuner picked for the skinny GEMM (asked once per call). A run is every key of
+// a contiguous cache, or what lies in one page of a paged one (16 positions by default: a sequence
+// at 130 positions makes 18 small products per KV head and layer, whose p v parts are summed in
+// f32). Through Sgemm each product converted its x into scratch, asked the tuner and made a pass
+// over its output: in a profile of bench_serve_engine (SmolLM2 Q4_1, 16 sequences at ~130
+// positions, AMD EPYC VM) that was under 1 % of the samples, the kernels themselves about 4.5 %.
 
 // Note [Query heads share their KV head's pass]
 // With grouped-query attention the `group` query heads of a KV head read the same keys and
@@ -182,123 +194,197 @@ void SoftmaxScoreRow(float* row, int64_t nkv, int64_t first, int64_t limit, floa
   for (int64_t j = 0; j < n; ++j) x[j] *= inv;
 }
 
+// A score-row task (Note [Score rows read keys in place]): m = group x rows stacked query rows
+// (row rr: the group's head rr / rows, query rr % rows at position pos0 + rr % rows) against keys
+// [kv_begin, kv_end) of its KV head, kv_end >= 1; Note [Attention options] for the rest.
+struct ScoreRowTask {
+  int64_t rows = 0, m = 0;
+  int64_t pos0 = 0, kv_end = 0;
+  bool causal = false;
+  int64_t window = 0;
+  float scale = 1, softcap = 0;
+  const float* sinks = nullptr;  // the group's first head's sink, or null
+  const float* mask = nullptr;   // the first query's row of the mask, or null
+  int64_t mask_rs = 0;
+};
+
+// Runs a score-row task into o [m, dv] (f32). q_at(rr): the element offset in q of stacked row
+// rr (elements q_cs apart); locate(t, j): {the element offset of key j's row in k or v (t), the
+// rows from j on that lie t.stride(2) apart}.
+template <typename QAt, typename Locate>
+void RunScoreRows(const ScoreRowTask& t, const Tensor& q, int64_t q_cs, const QAt& q_at,
+                  const Tensor& k, const Tensor& v, const Locate& locate, Prefetch pf,
+                  gemm::DotOrder order, float* o) {
+  const int64_t d = q.size(-1), dv = v.size(3), m = t.m;
+  const int64_t kv_begin =
+      t.window > 0 ? std::clamp<int64_t>(t.pos0 + 1 - t.window, 0, t.kv_end) : 0;
+  const int64_t nkv = t.kv_end - kv_begin;
+  if (nkv == 0) {
+    std::fill_n(o, m * dv, 0.0f);
+    return;
+  }
+  const int64_t ldq = (d + 15) / 16 * 16, ldp = (nkv + 15) / 16 * 16;
+  const gemm::Kernels& ks = gemm::KernelsFor(gemm::ActiveIsa());
+  thread_local std::vector<float> buf, run_rows, tmp;
+  buf.resize(static_cast<size_t>(m * ldq + m * nkv + m * dv + m * ldp));
+  float* qs = buf.data();
+  float* s = qs + m * ldq;
+  float* part = s + m * nkv;
+  float* ps = part + m * dv;
+  for (int64_t rr = 0; rr < m; ++rr) {
+    LoadF32(q.dtype(), ElementPtr(q, q_at(rr)), d, q_cs, qs + rr * ldq);
+    std::fill(qs + rr * ldq + d, qs + (rr + 1) * ldq, 0.0f);
+  }
+  // Rows [j, j + *run) of k or v: where they lie when they are float rows of unit stride, else
+  // converted into run_rows; *rs: the distance between rows, *elem: their type.
+  auto rows_at = [&](const Tensor& x, int64_t j, int64_t* run, int64_t* rs,
+                     gemm::Elem* elem) -> const void* {
+    const auto [at, n] = locate(x, j);
+    *run = std::min(n, t.kv_end - j);
+    const DType dt = x.dtype();
+    if (x.stride(3) == 1 && (dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16)) {
+      *rs = x.stride(2);
+      *elem = gemm::ElemOf(dt);
+      return ElementPtr(x, at);
+    }
+    const int64_t width = x.size(3);
+    run_rows.resize(static_cast<size_t>(*run * width));
+    for (int64_t jj = 0; jj < *run; ++jj) {
+      LoadF32(dt, ElementPtr(x, at + jj * x.stride(2)), width, x.stride(3),
+              run_rows.data() + jj * width);
+    }
+    *rs = width;
+    *elem = gemm::Elem::kF32;
+    return run_rows.data();
+  };
+  for (int64_t j = kv_begin, run = 0; j < t.kv_end; j += run) {  // q · kᵀ
+    int64_t rs = 0;
+    gemm::Elem elem;
+    const void* keys = rows_at(k, j, &run, &rs, &elem);
+    for (int64_t r0 = 0; r0 < m; r0 += gemm::kSkinnyMaxRows) {
+      const int mm = static_cast<int>(std::min<int64_t>(gemm::kSkinnyMaxRows, m - r0));
+      ks.dot(mm, run, d, qs + r0 * ldq, ldq, keys, rs, elem, s + r0 * nkv + (j - kv_begin), nkv,
+             pf, order);
+    }
+  }
+  for (int64_t rr = 0; rr < m; ++rr) {
+    const int64_t r = rr % t.rows;
+    const int64_t limit =
+        t.causal ? std::clamp<int64_t>(t.pos0 + r + 1, 0, t.kv_end) : t.kv_end;
+    // Keys [first, limit) are visible (Note [Attention options]: the window); first >= kv_begin.
+    const int64_t first =
+        t.window > 0 ? std::clamp<int64_t>(t.pos0 + r + 1 - t.window, 0, limit) : 0;
+    const float* add = t.mask != nullptr ? t.mask + r * t.mask_rs + first : nullptr;
+    const float sink =
+        t.sinks != nullptr ? t.sinks[rr / t.rows] : -std::numeric_limits<float>::infinity();
+    SoftmaxScoreRow(s + rr * nkv, nkv, first - kv_begin, limit - kv_begin, t.scale, t.softcap,
+                    add, sink, t.sinks != nullptr, tmp);
+  }
+  for (int64_t j = kv_begin, run = 0; j < t.kv_end; j += run) {  // p · v
+    int64_t rs = 0;
+    gemm::Elem elem;
+    const void* values = rows_at(v, j, &run, &rs, &elem);
+    const int64_t ldr = (run + 15) / 16 * 16;
+    for (int64_t rr = 0; rr < m; ++rr) {
+      std::copy_n(s + rr * nkv + (j - kv_begin), run, ps + rr * ldr);
+      std::fill(ps + rr * ldr + run, ps + (rr + 1) * ldr, 0.0f);
+    }
+    float* dst = j == kv_begin ? o : part;
+    for (int64_t r0 = 0; r0 < m; r0 += gemm::kSkinnyMaxRows) {
+      const int mm = static_cast<int>(std::min<int64_t>(gemm::kSkinnyMaxRows, m - r0));
+      ks.axpy(mm, dv, run, ps + r0 * ldr, ldr, values, rs, elem, dst + r0 * dv, dv, pf);
+    }
+    if (dst == part) {
+      for (int64_t e = 0; e < m * dv; ++e) o[e] += part[e];
+    }
+  }
+}
+
 // The score-row path: per task, the f32 scores of every stacked row against every key it may
-// see, through the single-threaded GEMM, a masked softmax, then probabilities times values.
+// see, a masked softmax, then probabilities times values (Note [Score rows read keys in place]).
 absl::Status ScoreRows(const Tensor& q, const Tensor& k, const Tensor& v,
                        const AttentionParams& params, int64_t block, const Tensor& out) {
   const int64_t batch = q.size(0), hq = q.size(1), sq = q.size(2), d = q.size(3);
   const int64_t hkv = k.size(1), group = hq / hkv, dv = v.size(3);
   const int64_t q_blocks = (sq + block - 1) / block;
   const int64_t cost = block * group * std::max<int64_t>(1, params.kv_length) * (d + dv) * 2;
-  std::mutex mu;
-  absl::Status status;
+  DT_ASSIGN_OR_RETURN(const Prefetch pf, gemm::PickSkinnyPrefetch());
+  DT_ASSIGN_OR_RETURN(const gemm::DotOrder order, gemm::PickDotOrder());
   ParallelFor(batch * hkv * q_blocks, cost, [&](int64_t lo, int64_t hi) {
-    thread_local std::vector<float> buf, tmp;
+    thread_local std::vector<float> obuf;
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t bi = task / (hkv * q_blocks), g = task / q_blocks % hkv;
       const int64_t i0 = task % q_blocks * block, rows = std::min(block, sq - i0);
-      const int64_t m = group * rows;  // stacked row hg * rows + r: head g * group + hg, query i0 + r
-      // Keys visible to any row of the block: [kv_begin, kv_end) (kv_begin > 0: a window).
-      int64_t kv_end = params.kv_length;
-      if (params.causal) kv_end = std::clamp<int64_t>(params.q_offset + i0 + rows, 0, kv_end);
-      const int64_t kv_begin =
-          params.window > 0
-              ? std::clamp<int64_t>(params.q_offset + i0 + 1 - params.window, 0, kv_end)
-              : 0;
-      const int64_t nkv = kv_end - kv_begin;
-      buf.resize(static_cast<size_t>(m * d + nkv * (d + dv) + m * nkv + m * dv));
-      float* qs = buf.data();
-      float* kbuf = qs + m * d;
-      float* vbuf = kbuf + nkv * d;
-      float* s = vbuf + nkv * dv;
-      float* o = s + m * nkv;
-      std::fill(o, o + m * dv, 0.0f);
-      if (nkv > 0) {
-        for (int64_t hg = 0; hg < group; ++hg) LoadRows(q, bi, g * group + hg, i0, rows, qs + hg * rows * d);
-        // Keys and values are read where they lie when they are f32 rows of unit stride (Note
-        // [Attention reads f32 keys in place]), else as converted rows; row p's element j is at
-        // ptr[p * rs + j * cs].
-        const float* ks = kbuf;
-        const float* vs = vbuf;
-        int64_t k_rs = d, k_cs = 1, v_rs = dv, v_cs = 1;
-        if (k.dtype() == DType::kF32 && k.stride(3) == 1) {
-          ks = k.data<float>() + At(k, bi, g, kv_begin);
-          k_rs = k.stride(2), k_cs = k.stride(3);
-        } else {
-          LoadRows(k, bi, g, kv_begin, nkv, kbuf);
-        }
-        if (v.dtype() == DType::kF32 && v.stride(3) == 1) {
-          vs = v.data<float>() + At(v, bi, g, kv_begin);
-          v_rs = v.stride(2), v_cs = v.stride(3);
-        } else {
-          LoadRows(v, bi, g, kv_begin, nkv, vbuf);
-        }
-        absl::Status st = Sgemm(m, nkv, d, qs, d, 1, ks, k_cs, k_rs, s, nkv);  // q · kᵀ
-        if (!st.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          status.Update(st);
-          return;
-        }
-        for (int64_t rr = 0; rr < m; ++rr) {
-          const int64_t r = rr % rows;
-          const int64_t limit =
-              params.causal ? std::clamp<int64_t>(params.q_offset + i0 + r + 1, 0, kv_end) : kv_end;
-          // Keys [first, limit) are visible (Note [Attention options]: the window); first >=
-          // kv_begin, the first row's.
-          const int64_t first =
-              params.window > 0
-                  ? std::clamp<int64_t>(params.q_offset + i0 + r + 1 - params.window, 0, limit)
-                  : 0;
-          const float* add = params.mask != nullptr
-                                 ? params.mask + bi * params.mask_bs + (i0 + r) * params.mask_rs + first
-                                 : nullptr;
-          const float sink = params.sinks != nullptr ? params.sinks[g * group + rr / rows]
-                                                     : -std::numeric_limits<float>::infinity();
-          SoftmaxScoreRow(s + rr * nkv, nkv, first - kv_begin, limit - kv_begin, params.scale,
-                          params.softcap, add, sink, params.sinks != nullptr, tmp);
-        }
-        st = Sgemm(m, dv, nkv, s, nkv, 1, vs, v_rs, v_cs, o, dv);  // p · v
-        if (!st.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          status.Update(st);
-          return;
-        }
+      ScoreRowTask t;
+      t.rows = rows, t.m = group * rows;
+      t.pos0 = params.q_offset + i0;
+      t.kv_end = params.kv_length;
+      if (params.causal) t.kv_end = std::clamp<int64_t>(t.pos0 + rows, 0, t.kv_end);
+      t.causal = params.causal, t.window = params.window;
+      t.scale = params.scale, t.softcap = params.softcap;
+      if (params.sinks != nullptr) t.sinks = params.sinks + g * group;
+      if (params.mask != nullptr) {
+        t.mask = params.mask + bi * params.mask_bs + i0 * params.mask_rs;
+        t.mask_rs = params.mask_rs;
       }
-      for (int64_t rr = 0; rr < m; ++rr) {
-        StoreF32(out.dtype(), ElementPtr(out, At(out, bi, g * group + rr / rows, i0 + rr % rows)), dv, 1,
-                 o + rr * dv);
+      obuf.resize(static_cast<size_t>(t.m * dv));
+      if (t.kv_end > 0) {
+        RunScoreRows(
+            t, q, q.stride(3),
+            [&](int64_t rr) { return At(q, bi, g * group + rr / rows, i0 + rr % rows); }, k, v,
+            [&](const Tensor& x, int64_t j) {
+              return std::pair<int64_t, int64_t>{At(x, bi, g, j), x.size(2) - j};
+            },
+            pf, order, obuf.data());
+      } else {
+        std::fill(obuf.begin(), obuf.end(), 0.0f);
+      }
+      for (int64_t rr = 0; rr < t.m; ++rr) {
+        StoreF32(out.dtype(), ElementPtr(out, At(out, bi, g * group + rr / rows, i0 + rr % rows)),
+                 dv, 1, obuf.data() + rr * dv);
       }
     }
   });
-  return status;
+  return absl::OkStatus();
+}
+
+// Rows [0, n) of a tensor of keys or values (row j at element at(t, j), any float dtype) as
+// contiguous rows in buf: as bf16 bits for kBF16 (rounded where they are not bf16), else as f32.
+template <typename At>
+const void* GatherRows(const Tensor& t, int64_t n, attention::Elem elem, std::vector<float>& buf,
+                       const At& at) {
+  const int64_t width = t.size(3);
+  if (elem == attention::Elem::kF32) {
+    buf.resize(static_cast<size_t>(n * width));
+    for (int64_t j = 0; j < n; ++j) {
+      LoadF32(t.dtype(), ElementPtr(t, at(t, j)), width, t.stride(3), buf.data() + j * width);
+    }
+    return buf.data();
+  }
+  thread_local std::vector<float> row;
+  row.resize(static_cast<size_t>(width));
+  buf.resize(static_cast<size_t>((n * width + 1) / 2));
+  uint16_t* dst = reinterpret_cast<uint16_t*>(buf.data());
+  for (int64_t j = 0; j < n; ++j) {
+    LoadF32(t.dtype(), ElementPtr(t, at(t, j)), width, t.stride(3), row.data());
+    StoreF32(DType::kBF16, dst + j * width, width, 1, row.data());
+  }
+  return dst;
 }
 
 // Rows [0, n) of t[bi, g] for a flash task (row j at the result + j * *rs, unit stride): where they
-// lie when they are `elem` with unit stride, else copied into buf (bf16 as bf16, f16 as f32).
+// lie when they are `elem` with unit stride, else gathered into buf.
 const void* TaskRows(const Tensor& t, int64_t bi, int64_t g, int64_t n, attention::Elem elem,
                      std::vector<float>& buf, int64_t* rs) {
-  const int64_t width = t.size(3);
   const DType want = elem == attention::Elem::kBF16 ? DType::kBF16 : DType::kF32;
   if (t.dtype() == want && t.stride(3) == 1) {
     *rs = t.stride(2);
     return ElementPtr(t, At(t, bi, g, 0));
   }
-  *rs = width;
-  if (elem == attention::Elem::kF32) {
-    buf.resize(static_cast<size_t>(n * width));
-    LoadRows(t, bi, g, 0, n, buf.data());
-    return buf.data();
-  }
-  buf.resize(static_cast<size_t>((n * width + 1) / 2));
-  uint16_t* dst = reinterpret_cast<uint16_t*>(buf.data());
-  for (int64_t j = 0; j < n; ++j) {
-    const uint16_t* src = reinterpret_cast<const uint16_t*>(ElementPtr(t, At(t, bi, g, j)));
-    for (int64_t c = 0; c < width; ++c) dst[j * width + c] = src[c * t.stride(3)];
-  }
-  return dst;
+  *rs = t.size(3);
+  return GatherRows(t, n, elem, buf, [&](const Tensor& x, int64_t j) { return At(x, bi, g, j); });
 }
 
-// The flash path: per task, the stacked rows against blocks of keys (attention_kernels.h).
 absl::Status Flash(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& params,
                    int64_t block, int64_t kv_block, const Tensor& out) {
   const int64_t batch = q.size(0), hq = q.size(1), sq = q.size(2), d = q.size(3);
@@ -375,145 +461,13 @@ absl::Status Flash(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
 // Causal rows are bottom-right aligned per sequence: row r of a sequence with n query rows and L
 // keys sees keys j <= L - n + r, its KV cache's positions before it and its own. A task of fewer
 // stacked rows than the tuning's flash_min_rows (decode: `group` rows; "Decode" in Note [Flash
-// attention on the CPU]) takes the score-row path as the contiguous decode does: q kᵀ and p v
-// through the single-threaded GEMM one page's run of keys at a time (f32 pages read where they
-// lie), each row's softmax as ScoreRows', the p v runs summed in f32. On the flash path a decode
+// attention on the CPU]) takes the score-row path as the contiguous decode does, one page's run
+// of keys at a time (Note [Score rows read keys in place]). On the flash path a decode
 // task of 3 rows filled 3 of a tile's 16 lanes: in a perf profile of bench_serve_engine (AMD EPYC
 // Zen 4 VM, 2 vCPUs, beside builds) SmolLM2's paged decode attention took ~10x the samples of
 // Generate's score-row attention, a few % of the engine's one-sequence decode. Other tasks take
-// the flash path; there f16 pages (and pages whose rows are not of unit stride) are gathered into
-// contiguous f32 rows per task.
-
-// Rows [0, n) of a pool (row j at element at(pool, j)) as contiguous rows in buf: bf16 as bf16 for
-// kBF16, else f32.
-template <typename At>
-const void* GatherRows(const Tensor& pool, int64_t n, attention::Elem elem, std::vector<float>& buf,
-                       const At& at) {
-  const int64_t width = pool.size(3);
-  if (elem == attention::Elem::kF32) {
-    buf.resize(static_cast<size_t>(n * width));
-    for (int64_t j = 0; j < n; ++j) {
-      LoadF32(pool.dtype(), ElementPtr(pool, at(pool, j)), width, pool.stride(3),
-              buf.data() + j * width);
-    }
-    return buf.data();
-  }
-  buf.resize(static_cast<size_t>((n * width + 1) / 2));
-  uint16_t* dst = reinterpret_cast<uint16_t*>(buf.data());
-  for (int64_t j = 0; j < n; ++j) {
-    const uint16_t* src = reinterpret_cast<const uint16_t*>(ElementPtr(pool, at(pool, j)));
-    for (int64_t c = 0; c < width; ++c) dst[j * width + c] = src[c * pool.stride(3)];
-  }
-  return dst;
-}
-
-// Note [Paged score rows on the skinny kernels]
-// A decode task multiplies a few stacked query rows by one page's run of keys (16 positions by
-// default) at a time, so a sequence at 130 positions makes 18 small products per KV head and
-// layer. The task calls the skinny kernels (gemm_kernels.h) directly, on rows it prepares once:
-// the query rows in f32 zero-padded to 16, keys and values where they lie when they are f32, bf16
-// or f16 of unit stride (widened in registers: no converted copy of a half-precision page), and
-// each run's probabilities in a zero-padded block (the axpy kernel reads x up to k rounded up to
-// 16), eight rows at a time (the kernels' most), prefetched as the tuner picked for the skinny
-// GEMM (asked once per call, not per product). Through Sgemm each product converted its x into
-// scratch, asked the tuner and made a pass over its output: in a profile of bench_serve_engine
-// (SmolLM2 Q4_1, 16 sequences at ~130 positions, AMD EPYC VM) that was under 1 % of the samples,
-// the kernels themselves about 4.5 %.
-
-// A paged task on the score-row path (Note [Paged attention]): the stacked rows of query heads
-// [h0, h0 + group) and rows [row0, row0 + rows) of q, the first at position `pos0` of its
-// sequence, against KV head g's keys [.., kv_end) on `pages`: q kᵀ and p v one page's run of keys
-// at a time on the skinny kernels with prefetch `pf` and row order `order` (Note [Paged score rows
-// on the skinny kernels]), each row's softmax as ScoreRows takes it.
-void PagedScoreRows(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
-                    const int32_t* pages, const PagedAttentionParams& params, int64_t h0, int64_t g,
-                    int64_t row0, int64_t rows, int64_t pos0, int64_t kv_end, Prefetch pf,
-                    gemm::DotOrder order, const Tensor& out) {
-  const int64_t d = q.size(2), dv = v_pages.size(3), page = k_pages.size(2);
-  const int64_t group = q.size(0) / k_pages.size(1), m = group * rows;
-  const int64_t kv_begin =
-      params.window > 0 ? std::clamp<int64_t>(pos0 + 1 - params.window, 0, kv_end) : 0;
-  const int64_t nkv = kv_end - kv_begin;
-  const int64_t ldq = (d + 15) / 16 * 16, ldp = (page + 15) / 16 * 16;
-  const gemm::Kernels& ks = gemm::KernelsFor(gemm::ActiveIsa());
-  thread_local std::vector<float> buf, tmp;
-  buf.resize(static_cast<size_t>(m * ldq + m * nkv + 2 * m * dv + m * ldp + page * std::max(d, dv)));
-  float* qs = buf.data();
-  float* s = qs + m * ldq;
-  float* o = s + m * nkv;
-  float* part = o + m * dv;
-  float* ps = part + m * dv;
-  float* run_rows = ps + m * ldp;
-  for (int64_t rr = 0; rr < m; ++rr) {
-    LoadF32(q.dtype(), ElementPtr(q, (h0 + rr / rows) * q.stride(0) + (row0 + rr % rows) * q.stride(1)),
-            d, q.stride(2), qs + rr * ldq);
-    std::fill(qs + rr * ldq + d, qs + (rr + 1) * ldq, 0.0f);
-  }
-  // Rows [j, j + run) of a pool's pages for KV head g (within one page): where they lie when of
-  // unit stride, else converted into run_rows; *rs: the distance between rows, *elem: their type.
-  auto rows_at = [&](const Tensor& pool, int64_t j, int64_t run, int64_t* rs, gemm::Elem* elem) -> const void* {
-    const int64_t at = pages[j / page] * pool.stride(0) + g * pool.stride(1) + j % page * pool.stride(2);
-    const int64_t width = pool.size(3);
-    const DType t = pool.dtype();
-    if (pool.stride(3) == 1 && (t == DType::kF32 || t == DType::kBF16 || t == DType::kF16)) {
-      *rs = pool.stride(2);
-      *elem = gemm::ElemOf(t);
-      return ElementPtr(pool, at);
-    }
-    for (int64_t jj = 0; jj < run; ++jj) {
-      LoadF32(pool.dtype(), ElementPtr(pool, at + jj * pool.stride(2)), width, pool.stride(3),
-              run_rows + jj * width);
-    }
-    *rs = width;
-    *elem = gemm::Elem::kF32;
-    return run_rows;
-  };
-  for (int64_t j = kv_begin; j < kv_end;) {  // q · kᵀ
-    const int64_t run = std::min(page - j % page, kv_end - j);
-    int64_t rs = 0;
-    gemm::Elem elem;
-    const void* keys = rows_at(k_pages, j, run, &rs, &elem);
-    for (int64_t r0 = 0; r0 < m; r0 += gemm::kSkinnyMaxRows) {
-      const int mm = static_cast<int>(std::min<int64_t>(gemm::kSkinnyMaxRows, m - r0));
-      ks.dot(mm, run, d, qs + r0 * ldq, ldq, keys, rs, elem, s + r0 * nkv + (j - kv_begin), nkv, pf,
-             order);
-    }
-    j += run;
-  }
-  for (int64_t rr = 0; rr < m; ++rr) {
-    const int64_t r = rr % rows;
-    const int64_t limit = params.causal ? std::clamp<int64_t>(pos0 + r + 1, 0, kv_end) : kv_end;
-    const int64_t first =
-        params.window > 0 ? std::clamp<int64_t>(pos0 + r + 1 - params.window, 0, limit) : 0;
-    const float sink = params.sinks != nullptr ? params.sinks[h0 + rr / rows]
-                                               : -std::numeric_limits<float>::infinity();
-    SoftmaxScoreRow(s + rr * nkv, nkv, first - kv_begin, limit - kv_begin, params.scale,
-                    params.softcap, nullptr, sink, params.sinks != nullptr, tmp);
-  }
-  for (int64_t j = kv_begin; j < kv_end;) {  // p · v
-    const int64_t run = std::min(page - j % page, kv_end - j);
-    int64_t rs = 0;
-    gemm::Elem elem;
-    const void* values = rows_at(v_pages, j, run, &rs, &elem);
-    for (int64_t rr = 0; rr < m; ++rr) {
-      std::copy(s + rr * nkv + (j - kv_begin), s + rr * nkv + (j - kv_begin) + run, ps + rr * ldp);
-      std::fill(ps + rr * ldp + run, ps + (rr + 1) * ldp, 0.0f);
-    }
-    float* dst = j == kv_begin ? o : part;
-    for (int64_t r0 = 0; r0 < m; r0 += gemm::kSkinnyMaxRows) {
-      const int mm = static_cast<int>(std::min<int64_t>(gemm::kSkinnyMaxRows, m - r0));
-      ks.axpy(mm, dv, run, ps + r0 * ldp, ldp, values, rs, elem, dst + r0 * dv, dv, pf);
-    }
-    if (dst == part) {
-      for (int64_t e = 0; e < m * dv; ++e) o[e] += part[e];
-    }
-    j += run;
-  }
-  for (int64_t rr = 0; rr < m; ++rr) {
-    const int64_t at = (h0 + rr / rows) * out.stride(0) + (row0 + rr % rows) * out.stride(1);
-    StoreF32(out.dtype(), ElementPtr(out, at), dv, out.stride(2), o + rr * dv);
-  }
-}
+// the flash path; there pages of another dtype than the path's (and pages whose rows are not of
+// unit stride) are gathered into contiguous rows per task.
 
 // The paged path: per task, a sequence's stacked rows against its pages (Note [Paged attention]).
 absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
@@ -555,6 +509,13 @@ absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages
   const int64_t max_pages = table.size(1);
   ParallelFor(static_cast<int64_t>(tasks.size()), cost, [&](int64_t lo, int64_t hi) {
     thread_local std::vector<float> qbuf, kbuf, vbuf, obuf;
+    // A task's m rows from obuf into out: query heads from h0, rows [row0, row0 + rows).
+    auto store = [&](int64_t h0, int64_t row0, int64_t rows, int64_t m) {
+      for (int64_t rr = 0; rr < m; ++rr) {
+        const int64_t at = (h0 + rr / rows) * out.stride(0) + (row0 + rr % rows) * out.stride(1);
+        StoreF32(out.dtype(), ElementPtr(out, at), dv, out.stride(2), obuf.data() + rr * dv);
+      }
+    };
     for (int64_t ti = lo; ti < hi; ++ti) {
       const Task& task = tasks[ti];
       const int64_t n = starts[task.seq + 1] - starts[task.seq], len = lengths[task.seq];
@@ -565,8 +526,28 @@ absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages
           params.causal ? std::clamp<int64_t>(q_offset + task.i0 + rows, 0, len) : len;
       const int32_t* pages = ptab + task.seq * max_pages;
       if (m < min_rows && kv_end > 0) {  // Note [Paged attention]: decode on score rows
-        PagedScoreRows(q, k_pages, v_pages, pages, params, h0, task.g, row0, rows,
-                       q_offset + task.i0, kv_end, pf, order, out);
+        ScoreRowTask st;
+        st.rows = rows, st.m = m;
+        st.pos0 = q_offset + task.i0, st.kv_end = kv_end;
+        st.causal = params.causal, st.window = params.window;
+        st.scale = params.scale, st.softcap = params.softcap;
+        if (params.sinks != nullptr) st.sinks = params.sinks + h0;
+        obuf.resize(static_cast<size_t>(m * dv));
+        // Keys in runs that end at a page's end (Note [Paged attention]).
+        RunScoreRows(
+            st, q, q.stride(2),
+            [&](int64_t rr) {
+              return (h0 + rr / rows) * q.stride(0) + (row0 + rr % rows) * q.stride(1);
+            },
+            k_pages, v_pages,
+            [&](const Tensor& pool, int64_t j) {
+              return std::pair<int64_t, int64_t>{pages[j / page] * pool.stride(0) +
+                                                     task.g * pool.stride(1) +
+                                                     j % page * pool.stride(2),
+                                                 page - j % page};
+            },
+            pf, order, obuf.data());
+        store(h0, row0, rows, m);
         continue;
       }
       attention::FlashTask t;
@@ -613,12 +594,7 @@ absl::Status Paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages
         t.kv_block = kv_block;
         flash(t);
       }
-      if (!direct) {
-        for (int64_t rr = 0; rr < m; ++rr) {
-          const int64_t at = (h0 + rr / rows) * out.stride(0) + (row0 + rr % rows) * out.stride(1);
-          StoreF32(out.dtype(), ElementPtr(out, at), dv, out.stride(2), obuf.data() + rr * dv);
-        }
-      }
+      if (!direct) store(h0, row0, rows, m);
     }
   });
   return absl::OkStatus();

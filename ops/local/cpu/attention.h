@@ -30,9 +30,9 @@ struct AttentionTuning {
   // Keys per block of the flash path's online softmax.
   int64_t kv_block = 64;
   // A call whose stacked rows (group x Sq) are fewer than this takes the score-row path (decode:
-  // Note [Attention reads f32 keys in place]); the others take the flash path. Per dtype: the
-  // score-row path reads f32 keys and values where they lie but converts bf16 and f16 ones to f32
-  // first, where the flash path reads bf16 as bf16.
+  // Note [Score rows read keys in place]); the others take the flash path. Per dtype of q: the
+  // score-row path widens bf16 keys and values to f32 in registers, where the flash path
+  // multiplies bf16 pairs.
   int64_t flash_min_rows = kScoreRowsBelow;  // f32 and f16
   int64_t flash_min_rows_bf16 = 0;  // bf16
 };

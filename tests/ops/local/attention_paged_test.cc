@@ -40,6 +40,8 @@ using ForceIsa = testing::Forced<Isa, cpu::attention::SetIsaForTesting>;
 // every dtype, instruction set, page size (1 to past the blocks), block sizes and layout of q.
 RC_GTEST_PROP(PagedAttentionTest, EachSequenceEqualsTheContiguousKernel, ()) {
   const DType dtype = *rc::gen::element(DType::kF32, DType::kBF16, DType::kF16);
+  // The pools' dtype: q's, or one of its own (Note [A KV cache of its own dtype]).
+  const DType kv_dtype = *rc::gen::element(dtype, DType::kF32, DType::kBF16, DType::kF16);
   const int64_t hkv = *rc::gen::inRange<int64_t>(1, 3);
   const int64_t hq = hkv * *rc::gen::inRange<int64_t>(1, 4);
   const int64_t d = *rc::gen::inRange<int64_t>(1, 70), dv = *rc::gen::inRange<int64_t>(1, 70);
@@ -54,7 +56,8 @@ RC_GTEST_PROP(PagedAttentionTest, EachSequenceEqualsTheContiguousKernel, ()) {
   tuning.flash_min_rows = tuning.flash_min_rows_bf16 = score_rows ? int64_t{1} << 20 : 0;
   const bool causal = *rc::gen::arbitrary<bool>();
   const Isa isa = *rc::gen::elementOf(SupportedIsas());
-  RC_TAG(std::string(DTypeName(dtype)), std::string(cpu::attention::IsaName(isa)),
+  RC_TAG(std::string(DTypeName(dtype)), std::string(DTypeName(kv_dtype)),
+         std::string(cpu::attention::IsaName(isa)),
          score_rows ? "score rows" : "flash");
 
   std::vector<int64_t> lengths(seqs), rows(seqs), starts = {0};
@@ -79,8 +82,8 @@ RC_GTEST_PROP(PagedAttentionTest, EachSequenceEqualsTheContiguousKernel, ()) {
   for (int64_t i = 0, next = 0; i < seqs; ++i) {
     for (int64_t p = 0; p < (lengths[i] + page - 1) / page; ++p) table[i * max_pages + p] = order[next++];
   }
-  const Tensor k_pages = testing::RandomTensor({pool_pages, hkv, page, d}, dtype);
-  const Tensor v_pages = testing::RandomTensor({pool_pages, hkv, page, dv}, dtype);
+  const Tensor k_pages = testing::RandomTensor({pool_pages, hkv, page, d}, kv_dtype);
+  const Tensor v_pages = testing::RandomTensor({pool_pages, hkv, page, dv}, kv_dtype);
   // q [Hq, T, D] as the projections make it ([T, Hq, D] seen transposed), or contiguous.
   const bool token_major = *rc::gen::arbitrary<bool>();
   const Tensor q = token_major ? testing::RandomTensor({t, hq, d}, dtype).Transpose(0, 1).value()
@@ -88,8 +91,8 @@ RC_GTEST_PROP(PagedAttentionTest, EachSequenceEqualsTheContiguousKernel, ()) {
   std::vector<Tensor> keys, values;  // each sequence's, contiguous [1, Hkv, L, D]
   for (int64_t i = 0; i < seqs; ++i) {
     const int64_t len = lengths[i];
-    Tensor k = Tensor::Zeros({1, hkv, std::max<int64_t>(len, 1), d}, dtype).value();
-    Tensor v = Tensor::Zeros({1, hkv, std::max<int64_t>(len, 1), dv}, dtype).value();
+    Tensor k = Tensor::Zeros({1, hkv, std::max<int64_t>(len, 1), d}, kv_dtype).value();
+    Tensor v = Tensor::Zeros({1, hkv, std::max<int64_t>(len, 1), dv}, kv_dtype).value();
     for (int64_t p = 0; p < len; ++p) {
       const int64_t id = table[i * max_pages + p / page], row = p % page;
       for (int64_t h = 0; h < hkv; ++h) {

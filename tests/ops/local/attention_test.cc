@@ -66,6 +66,39 @@ RC_GTEST_PROP(AttentionTest, FewQueriesAgainstManyKeys, ()) {
                               testing::TolFor(dtype, 3)) == "");
 }
 
+// Keys and values of a dtype other than q's (Note [A KV cache of its own dtype] in
+// ops/local/attention.cc) on both paths: the score rows read them in place, the flash path
+// converts them per task; either agrees with the loops on the same values within q's rounding.
+RC_GTEST_PROP(AttentionTest, KeysAndValuesOfTheirOwnDType, ()) {
+  const DType dtype = *rc::gen::element(DType::kF32, DType::kBF16, DType::kF16);
+  const DType kv_dtype = *rc::gen::element(DType::kF32, DType::kBF16, DType::kF16);
+  const bool score_rows = *rc::gen::arbitrary<bool>();
+  RC_TAG(std::string(DTypeName(dtype)), std::string(DTypeName(kv_dtype)),
+         score_rows ? "score rows" : "flash");
+  const int64_t hkv = *rc::gen::inRange<int64_t>(1, 3), hq = hkv * *rc::gen::inRange<int64_t>(1, 4);
+  const int64_t sq = *rc::gen::inRange<int64_t>(1, 20), skv = *rc::gen::inRange<int64_t>(1, 300);
+  const int64_t d = *rc::gen::inRange<int64_t>(1, 70), dv = *rc::gen::inRange<int64_t>(1, 70);
+  AttentionParams p;
+  p.causal = *rc::gen::arbitrary<bool>();
+  p.kv_length = *rc::gen::inRange<int64_t>(0, skv + 1);
+  p.q_offset = p.kv_length - sq;
+  p.scale = static_cast<float>(1 / std::sqrt(static_cast<double>(d)));
+  const Tensor q = RandomTensor({1, hq, sq, d}, dtype);
+  const Tensor k = RandomTensor({1, hkv, skv, d}, kv_dtype);
+  const Tensor v = RandomTensor({1, hkv, skv, dv}, kv_dtype);
+  const std::vector<double> want = testing::NaiveAttention(
+      q, k, v, {.causal = p.causal, .scale = p.scale, .kv_length = p.kv_length,
+                .q_offset = p.q_offset});
+  cpu::AttentionTuning tuning;
+  tuning.flash_min_rows = tuning.flash_min_rows_bf16 = score_rows ? int64_t{1} << 20 : 0;
+  const Tensor out = Tensor::Empty({1, hq, sq, dv}, dtype).value();
+  const absl::Status st = cpu::AttentionTuned(q, k, v, p, tuning, out);
+  if (!st.ok()) RC_FAIL(st.ToString());
+  // bf16 q on the flash path rounds f32 and f16 keys to bf16 (products of bf16 pairs).
+  const DType coarsest = dtype == DType::kBF16 || kv_dtype == DType::kBF16 ? DType::kBF16 : dtype;
+  RC_ASSERT(testing::Mismatch(out, {1, hq, sq, dv}, want, testing::TolFor(coarsest, 3)) == "");
+}
+
 // More queries than one block of the kernel, a KV-cache prefix, GQA, non-contiguous k/v.
 TEST(AttentionTest, LongSequenceWithCache) {
   std::mt19937_64 rng(3);
@@ -234,6 +267,11 @@ TEST(AttentionTest, Errors) {
   EXPECT_TRUE(dt::testing::Contains(s, "kv_length 6 is out of range for Skv 5"));
   s = ScaledDotProductAttention(Tensor::Zeros({2, 4}).value(), k, k).status();
   EXPECT_TRUE(dt::testing::Contains(s, "expected q [B, Hq, Sq, D]"));
+  // Keys and values share a dtype (q's may differ on the CPU).
+  s = ScaledDotProductAttention(q, k, k.To(DType::kF16).value()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(dt::testing::Contains(s, "ScaledDotProductAttention")) << s;
+  EXPECT_TRUE(dt::testing::Contains(s, "f16")) << s;
 }
 
 }  // namespace
