@@ -173,25 +173,27 @@ void SoftmaxScoreRow(float* row, int64_t nkv, int64_t first, int64_t limit, floa
                      std::vector<float>& tmp) {
   const int64_t n = limit - first;
   float* x = row + first;
-  for (int64_t j = 0; j < n; ++j) x[j] *= scale;
+  // Every pass on vectors (a decode step makes one per stacked row, layer and cached key).
+  auto scaled = [](float* v, int64_t len, float by) {
+    MapF32(v, v, len, DT_VEC8([by](__m256 a) { return _mm256_mul_ps(a, _mm256_set1_ps(by)); }),
+           [by](float a) { return a * by; });
+  };
+  scaled(x, n, scale);
   if (softcap > 0) SoftCap(x, n, softcap, tmp);
   if (add != nullptr) {
     for (int64_t j = 0; j < n; ++j) x[j] += add[j];
   }
-  float mx = sink;
-  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, x[j]);
+  const float mx = MaxF32(x, n, sink);
   std::fill(row, x, 0.0f);
   std::fill(x + n, row + nkv, 0.0f);
   if (mx == -std::numeric_limits<float>::infinity()) {  // no visible key: a zero output
     std::fill(x, x + n, 0.0f);
     return;
   }
-  for (int64_t j = 0; j < n; ++j) x[j] -= mx;
-  ExpF32(x, x, n);
-  float sum = has_sink ? ExpScalar(sink - mx) : 0.0f;
-  for (int64_t j = 0; j < n; ++j) sum += x[j];
-  const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < n; ++j) x[j] *= inv;
+  MapF32(x, x, n, DT_VEC8([mx](__m256 a) { return Exp8(_mm256_sub_ps(a, _mm256_set1_ps(mx))); }),
+         [mx](float a) { return ExpScalar(a - mx); });
+  const float sum = (has_sink ? ExpScalar(sink - mx) : 0.0f) + SumF32(x, n);
+  scaled(x, n, 1.0f / sum);
 }
 
 // A score-row task (Note [Score rows read keys in place]): m = group x rows stacked query rows

@@ -11,6 +11,7 @@
 // std::exp in tests/ops/local/pointwise_test.cc). Below -87.3, where e^x is subnormal, it returns 0;
 // above 88.72 +inf; NaN stays NaN.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -158,6 +159,41 @@ inline __m256 Tanh8(__m256 x) {
 // y = tanh(x) elementwise (Note [Vector tanh]); y may be x.
 inline void TanhF32(const float* x, float* y, int64_t n) {
   MapF32(x, y, n, DT_VEC8([](__m256 v) { return Tanh8(v); }), TanhScalar);
+}
+
+// The largest of `init` and x[0, n), NaNs passed over (as a loop of std::max(m, x[i]) does).
+inline float MaxF32(const float* x, int64_t n, float init) {
+  int64_t i = 0;
+  float m = init;
+#if DT_VEC_MATH_AVX2
+  if (n >= 8) {
+    __m256 v = _mm256_set1_ps(init);
+    for (; i + 8 <= n; i += 8) v = _mm256_max_ps(_mm256_loadu_ps(x + i), v);  // NaN: keeps v
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, v);
+    for (const float l : lanes) m = std::max(m, l);
+  }
+#endif
+  for (; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+// Σ x[0, n): in 8 lanes where AVX2 is compiled in (lane l sums x[l], x[l + 8], ...; the lanes and
+// the tail then added in order), one at a time otherwise.
+inline float SumF32(const float* x, int64_t n) {
+  int64_t i = 0;
+  float s = 0;
+#if DT_VEC_MATH_AVX2
+  if (n >= 8) {
+    __m256 v = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) v = _mm256_add_ps(v, _mm256_loadu_ps(x + i));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, v);
+    for (const float l : lanes) s += l;
+  }
+#endif
+  for (; i < n; ++i) s += x[i];
+  return s;
 }
 
 // dst[i] = the bf16 bits of src[i], rounded to nearest even, NaN kept quiet: BFloat16::FromFloat
