@@ -403,6 +403,7 @@ class ColdQuantizedTrial : public tune::Trial {
       qgemm::QRows rows = rows_[i % 2];
       rows.m = static_cast<int>(outs_[i].size(0));
       if (!wide_) rows.paired = nullptr;
+      rows.pair_bytes = pair_bytes_;
       const bool panels = rows.m > dot_max_rows;
       Target target{&weights_[i], nullptr, &outs_[i]};
       if (panels && !panels_.empty()) {
@@ -421,6 +422,8 @@ class ColdQuantizedTrial : public tune::Trial {
   const qgemm::Kernels& ks_;
   // The dot's width as this process settled it (Note [512-bit quantized dot]).
   bool wide_ = ks_.dot_wide != nullptr && tune::Settled(qgemm::DotWidthKnob()) == 1;
+  // The rows the dot reads in pairs as this process settled it (Note [Quantized dot pairs]).
+  int64_t pair_bytes_ = qgemm::DotPairBytes(tune::Settled(qgemm::DotPairsKnob()));
 
  private:
   std::vector<Tensor> weights_, outs_;
@@ -486,6 +489,35 @@ class DotWidthTrial : public ColdQuantizedTrial {
   absl::Status Run(int candidate) override {
     wide_ = candidate == 1;
     return MultiplyAll(/*dot_max_rows=*/4, pf_, PrefetchHint::kNone);
+  }
+
+ private:
+  Prefetch pf_;
+};
+
+// Decode-shaped products for qgemm.dot_pairs (Note [Quantized dot pairs]): one row of x against
+// cold q4_1 weights of SmolLM2-135M's MLP shapes, rows of 360 bytes ([1536, 576]) and of 960
+// ([576, 1536]), half the bytes each, so that "512" pairs half of them and "1k" all of them, with
+// the width and the prefetch this process has settled on, on one thread: the choice is how one
+// core walks its rows (with every core reading, memory bounds them all alike: on the Zen 5 VM at
+// 2 threads off gave 29.8 GB/s, 512 29.2, where one thread gained 8-10 %).
+class DotPairsTrial : public ColdQuantizedTrial {
+ public:
+  int Threads() const override { return 1; }
+  static absl::StatusOr<std::unique_ptr<tune::Trial>> Make() {
+    auto t = std::unique_ptr<DotPairsTrial>(new DotPairsTrial);
+    const int64_t shapes[2][2] = {{1536, 576}, {576, 1536}};
+    auto random = [](int64_t n, int64_t k, int64_t i) {
+      return RandomQuantized(DType::kQ4_1, {n, k}, 53 + i);
+    };
+    DT_RETURN_IF_ERROR(t->Fill(shapes, [](int64_t) -> int64_t { return 1; }, random,
+                               /*x_seed=*/59, /*keep_panels=*/false));
+    t->pf_ = SettledDotPrefetch();
+    return std::unique_ptr<tune::Trial>(std::move(t));
+  }
+  absl::Status Run(int candidate) override {
+    pair_bytes_ = qgemm::DotPairBytes(candidate);
+    return MultiplyAll(/*dot_max_rows=*/1, pf_, PrefetchHint::kNone, /*chunks_per_thread=*/0);
   }
 
  private:
@@ -676,7 +708,7 @@ absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
   }
   // x quantized (Note [Activation blocks]).
   std::optional<gemm::ScratchBuffer> qbuf;
-  const qgemm::QRows rows = QuantizeRows(ks, x, qbuf, wide);
+  qgemm::QRows rows = QuantizeRows(ks, x, qbuf, wide);
   if (rows.t == nullptr) return absl::ResourceExhaustedError("Linear: out of memory");
   std::vector<std::vector<float>> bias32(ws.size());
   std::vector<Target> targets;
@@ -702,6 +734,10 @@ absl::Status QuantizedLinears(const Tensor& x, absl::Span<const Tensor> ws,
   } else {
     DT_ASSIGN_OR_RETURN(const int i, tune::Pick(qgemm::DotPrefetchKnob()));
     pf = DotPrefetches()[i];
+    if (m == 1) {  // Note [Quantized dot pairs]
+      DT_ASSIGN_OR_RETURN(const int pairs, tune::Pick(qgemm::DotPairsKnob()));
+      rows.pair_bytes = qgemm::DotPairBytes(pairs);
+    }
     int64_t bytes = 0;
     for (const Tensor& w : ws) bytes += w.nbytes();
     DT_ASSIGN_OR_RETURN(chunks_per_thread,
@@ -749,6 +785,23 @@ const tune::Knob& qgemm::DotWidthKnob() {
       .make_trial = &DotWidthTrial::Make,
   };
   return knob;
+}
+
+const tune::Knob& qgemm::DotPairsKnob() {
+  static const tune::Knob knob{
+      .name = "qgemm.dot_pairs",
+      .what = "the quantized decode dot's weight rows read two at a time: up to these bytes",
+      .candidates = {"off", "512", "1k", "2k"},
+      .unit = "GB/s",
+      .rounds = 7,
+      .make_trial = &DotPairsTrial::Make,
+  };
+  return knob;
+}
+
+int64_t qgemm::DotPairBytes(int candidate) {
+  static constexpr int64_t kBytes[] = {0, 512, 1024, 2048};
+  return kBytes[candidate];
 }
 
 const tune::Knob& qgemm::PanelsPrefetchKnob() {

@@ -55,6 +55,9 @@ struct QRows {
   // 512-bit dot (Kernels::dot_wide, Note [512-bit quantized dot] in qgemm_x86.inc); null where
   // the product does not run it.
   const int16_t* paired = nullptr;
+  // `dot` with one row of x reads weight rows of at most this many bytes two at a time (Note
+  // [Quantized dot pairs] in qgemm_x86.inc: the tuner's qgemm.dot_pairs); 0: one at a time.
+  int64_t pair_bytes = 0;
 };
 
 // QRows::ld for k.
@@ -102,6 +105,11 @@ const tune::Knob& DotPrefetchKnob();
 // The tuner's knob for the width of `dot`'s vectors: "256" (`dot`) or "512" (`dot_wide`, where
 // the process's set has it; Note [512-bit quantized dot] in qgemm_x86.inc).
 const tune::Knob& DotWidthKnob();
+// The tuner's knob for the weight rows `dot` reads two at a time for one row of x: "off", or rows
+// of at most "512", "1k", "2k" bytes (QRows::pair_bytes; Note [Quantized dot pairs]).
+const tune::Knob& DotPairsKnob();
+// QRows::pair_bytes of the knob's candidate i.
+int64_t DotPairBytes(int candidate);
 // The tuner's knob for `panels`' prefetch hint (Note [Panels prefetch] in qgemm_x86.inc).
 const tune::Knob& PanelsPrefetchKnob();
 // The tuner's knob for the most bytes of panels packed and multiplied as one chunk (Note [Panel

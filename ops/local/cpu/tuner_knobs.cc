@@ -19,7 +19,7 @@ namespace dt::ops::cpu::tune {
 const std::vector<const Knob*>& AllKnobs() {
   static const std::vector<const Knob*> knobs = [] {
     std::vector<const Knob*> v = {&qgemm::IsaKnob(), &qgemm::DotWidthKnob(),
-                                  &qgemm::DotPrefetchKnob(),
+                                  &qgemm::DotPrefetchKnob(), &qgemm::DotPairsKnob(),
                                   &qgemm::PanelsPrefetchKnob(), &qgemm::PanelChunkKnob(),
                                   &qgemm::DotMaxRowsKnob(false),
                                   &qgemm::DotMaxRowsKnob(true)};

@@ -273,6 +273,42 @@ TEST(QuantizedLinearTest, EveryDotWidthGivesTheSameBits) {
   }
 }
 
+// Weight rows read two at a time (Note [Quantized dot pairs]) give the bits of rows read one at a
+// time: every type, every instruction set, both dot widths where there are two, one row of x
+// against 19 weight rows (the last one alone) of 1, 2, 3, 9 and 17 blocks, every candidate bound
+// (2k pairs every row here but the largest q8_0 and k-quant ones).
+TEST(QuantizedLinearTest, DotPairsGiveTheSameBits) {
+  const cpu::tune::Knob& pairs = cpu::qgemm::DotPairsKnob();
+  const cpu::tune::Knob& width = cpu::qgemm::DotWidthKnob();
+  uint64_t seed = 900;
+  for (const Isa isa : SupportedIsas()) {
+    ForceIsa force(isa);
+    const int widths = cpu::qgemm::KernelsFor(isa).dot_wide != nullptr ? 2 : 1;
+    for (const DType q : kQuantizedDTypes) {
+      for (const int64_t blocks : {1, 2, 3, 9, 17}) {
+        const int64_t k = blocks * DTypeBlock(q);
+        const Tensor w = RandomQuantized(q, {19, k}, seed++).value();
+        const Tensor x = Normal({1, k}, DType::kF32, seed++);
+        for (int wd = 0; wd < widths; ++wd) {
+          ForceKnob dot_width(width, wd);
+          std::optional<Tensor> want;
+          for (int c = 0; c < static_cast<int>(pairs.candidates.size()); ++c) {
+            ForceKnob bound(pairs, c);
+            const Tensor got = Linear(x, w).value();
+            if (!want) {
+              want = got;
+              continue;
+            }
+            EXPECT_TRUE(Equal(got, *want))
+                << DTypeName(q) << " [19, " << k << "], pairs " << pairs.candidates[c] << ", "
+                << width.candidates[wd] << " bits, " << cpu::qgemm::IsaName(isa);
+          }
+        }
+      }
+    }
+  }
+}
+
 // Keeps panels for the scope (Note [Packed quantized weights]), none after.
 class KeepPanels {
  public:

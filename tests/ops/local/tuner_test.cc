@@ -458,7 +458,7 @@ TEST(Tuner, RealKnobsMeasureEveryCandidate) {
   const cpu::qgemm::Kernels& qks = cpu::qgemm::KernelsFor(cpu::qgemm::ActiveIsa());
   const bool panels = qks.pack != nullptr;
   std::vector<const tune::Knob*> knobs = {
-      &cpu::qgemm::IsaKnob(), &cpu::qgemm::DotPrefetchKnob(),
+      &cpu::qgemm::IsaKnob(), &cpu::qgemm::DotPrefetchKnob(), &cpu::qgemm::DotPairsKnob(),
       &cpu::qgemm::PanelsPrefetchKnob(), &cpu::qgemm::PanelChunkKnob(),
       &cpu::qgemm::DotMaxRowsKnob(false),
       &cpu::qgemm::DotMaxRowsKnob(true), &cpu::gemm::IsaKnob(),
