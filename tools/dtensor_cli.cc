@@ -314,7 +314,7 @@ int main(int argc, char** argv) {
        "usage: [dtrun --nproc-per-node N] dtensor serve --model DIR|FILE.gguf [--port 8000] [flags]\n"
        "the OpenAI API (POST /v1/completions, /v1/chat/completions; GET /v1/models, /health,\n"
        "/metrics) in front of the continuous-batching engine; rank 0 answers HTTP (docs/serve.md)",
-       {"model", "name", "host", "port", "max_running", "max_queue", "kv_pages", "page_tokens", "step_tokens",
+       {"model", "name", "host", "port", "max_running", "max_queue", "kv_pages", "page_tokens", "kv_dtype", "step_tokens",
         "max_request_bytes", "request_timeout", "http_threads", "shard_embedding", "replicate_kv", "uneven_heads", "ep_size"}},
   };
   for (const Subcommand& sub : subcommands) {

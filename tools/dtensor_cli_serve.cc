@@ -47,6 +47,9 @@ ABSL_FLAG(int64_t, max_running, 16, "sequences decoded together in one step (max
 ABSL_FLAG(int64_t, max_queue, 64, "requests waiting beyond the running ones; past it a request gets 429");
 ABSL_FLAG(int64_t, kv_pages, 0, "KV cache pages per rank (0: enough for --max-running full contexts)");
 ABSL_FLAG(int64_t, page_tokens, 16, "positions per KV cache page");
+ABSL_FLAG(std::string, kv_dtype, "",
+          "the KV pages' dtype f32|bf16|f16 (empty: the compute dtype); f16 holds twice the "
+          "positions in the same memory and halves what a decode step reads of them");
 ABSL_FLAG(int64_t, step_tokens, 256, "tokens per engine step: one per running sequence, the rest prefill");
 ABSL_FLAG(int64_t, packed_weights_mb, 1024,
           "MiB of weights' layouts each rank keeps, made at first use: quantized weights' prefill "
@@ -130,6 +133,11 @@ absl::StatusOr<Config> ParseConfig(const Flags& flags) {
       threads > 0 ? threads : static_cast<int>(std::min<int64_t>(4096, c.engine.max_running + c.engine.max_waiting + 16));
   c.server.signals = &g_signals;
   c.load.keep_quantized = true;  // as generate without --dtype: a GGUF's blocks stay as they are
+  if (const std::string d = absl::GetFlag(FLAGS_kv_dtype); !d.empty()) {
+    absl::StatusOr<DType> kv = ParseDType(d);
+    if (!kv.ok() || !IsFloating(*kv)) return bad("kv-dtype", "f32, bf16 or f16", d);
+    c.load.kv_dtype = *kv;
+  }
   c.load.shard_embedding = absl::GetFlag(FLAGS_shard_embedding);
   c.load.replicate_kv = absl::GetFlag(FLAGS_replicate_kv);
   c.load.unused_tensors =
