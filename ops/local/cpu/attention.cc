@@ -10,7 +10,6 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -19,7 +18,6 @@
 #include "absl/strings/str_cat.h"
 #include "dtensor/core/status.h"
 #include "dtensor/ops/local/cpu/attention_kernels.h"
-#include "dtensor/ops/local/cpu/gemm.h"
 #include "dtensor/ops/local/cpu/gemm_kernels.h"
 #include "dtensor/ops/local/cpu/gemm_paths.h"
 #include "dtensor/ops/local/cpu/gemm_scratch.h"

@@ -1,6 +1,5 @@
 // CPU Matmul kernel: one GEMM per matrix of the batch on the backend the dispatcher picks (own
-// kernels, skinny (M <= 8) or packed; oneDNN; OpenBLAS), spread over the cores with oneTBB; and the
-// single-threaded Sgemm the attention kernel calls per block.
+// kernels, skinny (M <= 8) or packed; oneDNN; OpenBLAS), spread over the cores with oneTBB.
 //
 // Note [Own GEMM kernels]
 // Matmul hands each product to one of three backends (Note [GEMM dispatch] in gemm_dispatch.cc):
@@ -33,7 +32,6 @@
 // matrices are small (under kInnerParallelFlops each) and at least as many as the threads runs one
 // product per task instead, each single-threaded.
 
-#include "dtensor/ops/local/cpu/gemm.h"
 
 #include <algorithm>
 #include <mutex>
@@ -44,6 +42,7 @@
 #include <tbb/task_arena.h>
 
 #include "dtensor/ops/local/cpu/gemm_dispatch.h"
+#include "dtensor/ops/local/cpu/gemm_paths.h"
 #include "dtensor/ops/local/cpu/gemm_scratch.h"
 
 #include "dtensor/ops/local/cpu/loops.h"
@@ -60,17 +59,6 @@ constexpr double kMinParallelFlops = 4e6;
 constexpr double kInnerParallelFlops = 1e8;
 
 }  // namespace
-
-absl::Status Sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
-                   const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc) {
-  gemm::Problem p;
-  p.m = m, p.n = n, p.k = k, p.dtype = DType::kF32;
-  p.a = a, p.a_rs = a_rs, p.a_cs = a_cs;
-  p.b = b, p.b_rs = b_rs, p.b_cs = b_cs;
-  p.out = c, p.ldo = ldc;
-  const gemm::Kernels& kernels = gemm::KernelsFor(gemm::ActiveIsa());
-  return m <= gemm::kSkinnyMaxRows ? gemm::Skinny(p, kernels, false) : gemm::Packed(p, kernels, false);
-}
 
 absl::Status Matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
   const int nd = out.dim();
